@@ -1,0 +1,78 @@
+"""One family of errors: every user mistake accy detects is an `AccyError`.
+
+Messages say what was wrong, where (the operation and, while tracing, the user's source line),
+and what would be right. Each subclass exists so that callers (and the seed's tests) can catch a
+specific failure by type.
+"""
+
+from __future__ import annotations
+
+import os
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class AccyError(Exception):
+    """Base class of every error accy raises for bad input."""
+
+
+class TypeRuleError(AccyError):
+    """An operation was given operands or attributes its type rule rejects."""
+
+
+class AxisError(TypeRuleError):
+    """A named axis is missing, duplicated, or has a mismatched extent."""
+
+
+class DTypeError(TypeRuleError):
+    """Operands of different dtypes met, or a dtype is not allowed here."""
+
+
+class ParseError(AccyError):
+    """The program text could not be read; the message gives line and column."""
+
+    def __init__(self, message: str, line: int, column: int):
+        super().__init__(f"line {line}, column {column}: {message}")
+        self.line = line
+        self.column = column
+
+
+class GradientRequiresScalarOutput(AccyError):
+    """`grad` needs a program with exactly one output of rank 0."""
+
+
+class CustomCallRequiresJvpContract(AccyError):
+    """A custom call was differentiated in forward mode without a JVP rule for its target."""
+
+
+class CustomCallRequiresVjpContract(AccyError):
+    """A custom call was transposed without a VJP rule for its target."""
+
+
+class NotDifferentiable(AccyError):
+    """The requested derivative does not exist (integer inputs, a wrt index out of range, ...)."""
+
+
+class InvalidInput(AccyError):
+    """A buffer or array given to an executor does not fit the program's parameter."""
+
+
+class RuntimeUnavailable(AccyError):
+    """A runtime (C compiler, CUDA driver or device) that was asked for is not present."""
+
+
+class CompileError(AccyError):
+    """Generated code failed to compile: this is a bug in accy, reported with the source path."""
+
+
+def attach_user_location(error: BaseException) -> None:
+    """Append the innermost user frame of `error`'s traceback (outside accy) to its message."""
+    location = ""
+    tb = error.__traceback__
+    while tb is not None:
+        filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not filename.startswith(_PACKAGE_DIR + os.sep):
+            location = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if location and error.args and "(traced at " not in str(error.args[0]):
+        error.args = (f"{error.args[0]}\n  (traced at {location})", *error.args[1:])

@@ -1,0 +1,30 @@
+"""The closed set of operation kinds. Importing this package fills `RULES`.
+
+| family      | kinds                                                            |
+| ----------- | ---------------------------------------------------------------- |
+| creation    | parameter, constant, iota                                        |
+| elementwise | unary, add, sub, mul, div, pow, max, min, compare, select, convert |
+| layout      | broadcast_in_dim, transpose, reshape, slice, pad, concatenate    |
+| reduction   | reduce                                                           |
+| contraction | dot_general                                                      |
+| indexing    | gather, scatter_add                                              |
+| control     | custom_call, scan                                                |
+"""
+
+from . import contraction, control, creation, elementwise, indexing, layout, reduction
+from .registry import RULES, Linear, Rule, Zero, rule_for
+
+__all__ = [
+    "RULES",
+    "Linear",
+    "Rule",
+    "Zero",
+    "contraction",
+    "control",
+    "creation",
+    "elementwise",
+    "indexing",
+    "layout",
+    "reduction",
+    "rule_for",
+]

@@ -1,0 +1,134 @@
+"""`dot_general`: contraction with positional contracting and batch dimensions, as StableHLO.
+
+The result's axes are the batch axes (named as on the left operand), then the left operand's
+free axes, then the right operand's free axes; their names must be distinct.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import AxisError, TypeRuleError
+from ..types import bool_
+from .registry import Linear, Rule, Zero, attr, check_arity, check_same_dtype, describe, register
+
+DIMENSION_ATTRS = ("lhs_contracting", "rhs_contracting", "lhs_batch", "rhs_batch")
+
+
+def dimensions(attrs):
+    return tuple(tuple(attr("dot_general", attrs, name)) for name in DIMENSION_ATTRS)
+
+
+def free_dimensions(rank: int, contracting, batch) -> list[int]:
+    return [i for i in range(rank) if i not in contracting and i not in batch]
+
+
+def _dot_infer(types, attrs):
+    check_arity("dot_general", types, 2)
+    lhs, rhs = types
+    check_same_dtype("dot_general", types)
+    if lhs.dtype == bool_:
+        raise TypeRuleError(f"dot_general does not apply to bool operands ({describe(types)})")
+    lc, rc, lb, rb = dimensions(attrs)
+    for side, t, dims in (("lhs", lhs, lc + lb), ("rhs", rhs, rc + rb)):
+        if any(not isinstance(d, int) or not 0 <= d < t.rank for d in dims):
+            raise AxisError(f"dot_general: {side} dimensions {list(dims)} out of range for {t}")
+        if len(set(dims)) != len(dims):
+            raise AxisError(f"dot_general: {side} dimensions {list(dims)} repeat an axis of {t}")
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise AxisError(
+            "dot_general: lhs and rhs need as many contracting dimensions as each other, and as "
+            f"many batch dimensions (got {list(lc)} vs {list(rc)}, {list(lb)} vs {list(rb)})"
+        )
+    for role, ldims, rdims in (("contracting", lc, rc), ("batch", lb, rb)):
+        for l, r in zip(ldims, rdims, strict=True):
+            if lhs.extents[l] != rhs.extents[r]:
+                raise AxisError(
+                    f"dot_general: {role} axes {lhs.axes[l]!r} of {lhs} and {rhs.axes[r]!r} of "
+                    f"{rhs} have different extents"
+                )
+    named = [lhs.named_extents[i] for i in lb]
+    named += [lhs.named_extents[i] for i in free_dimensions(lhs.rank, lc, lb)]
+    named += [rhs.named_extents[i] for i in free_dimensions(rhs.rank, rc, rb)]
+    names = [n for n, _ in named]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise AxisError(
+            f"dot_general: the result would have axis {', '.join(map(repr, clashes))} twice "
+            f"({describe(types)}); rename the axis on one operand, or make it a batch axis"
+        )
+    return lhs.with_axes(named)
+
+
+def dot_evaluate(lhs: np.ndarray, rhs: np.ndarray, attrs) -> np.ndarray:
+    """dot_general over NumPy arrays through one batched matmul."""
+    lc, rc, lb, rb = dimensions(attrs)
+    lf = free_dimensions(lhs.ndim, lc, lb)
+    rf = free_dimensions(rhs.ndim, rc, rb)
+    batch_shape = [lhs.shape[i] for i in lb]
+    m = int(np.prod([lhs.shape[i] for i in lf], dtype=np.int64))
+    n = int(np.prod([rhs.shape[i] for i in rf], dtype=np.int64))
+    k = int(np.prod([lhs.shape[i] for i in lc], dtype=np.int64))
+    b = int(np.prod(batch_shape, dtype=np.int64))
+    a = np.transpose(lhs, list(lb) + lf + list(lc)).reshape(b, m, k)
+    c = np.transpose(rhs, list(rb) + list(rc) + rf).reshape(b, k, n)
+    product = np.matmul(a, c)
+    shape = batch_shape + [lhs.shape[i] for i in lf] + [rhs.shape[i] for i in rf]
+    return product.reshape(shape)
+
+
+def _dot_jvp(e, op, primals, tangents, out):
+    lhs, rhs = primals
+    t_lhs, t_rhs = tangents
+    left = (
+        Zero(op.type) if isinstance(t_lhs, Zero) else e.emit("dot_general", [t_lhs, rhs], op.attrs)
+    )
+    right = (
+        Zero(op.type) if isinstance(t_rhs, Zero) else e.emit("dot_general", [lhs, t_rhs], op.attrs)
+    )
+    return e.add_tangents(left, right)
+
+
+def _cotangent_of(e, ct, linear, other, linear_dims, other_dims, linear_is_lhs):
+    """Cotangent of the linear operand: contract `ct` with the other operand over its free axes.
+
+    Every axis of `other` and `ct` is renamed after the axis of the linear operand it stands
+    for (fresh names for the other operand's free axes), so that one named contraction yields a
+    value whose axes are exactly the linear operand's, which is then laid out in its order.
+    """
+    (l_contract, l_batch), (o_contract, o_batch) = linear_dims, other_dims
+    other_names = [None] * other.ty.rank
+    for l, o in zip(l_contract + l_batch, o_contract + o_batch, strict=True):
+        other_names[o] = linear.axes[l]
+    fresh = []
+    for i in range(other.ty.rank):
+        if other_names[i] is None:
+            other_names[i] = f"__accy_free{i}"
+            fresh.append(other_names[i])
+    linear_free = [linear.axes[i] for i in free_dimensions(linear.rank, l_contract, l_batch)]
+    free = linear_free + fresh if linear_is_lhs else fresh + linear_free
+    ct_names = [linear.axes[i] for i in l_batch] + free
+    product = e.contract(e.rename_axes(ct, ct_names), e.rename_axes(other, other_names), fresh)
+    return e.transpose(product, linear.axes)
+
+
+def _dot_transpose(e, op, ct, operands):
+    lhs, rhs = operands
+    lc, rc, lb, rb = dimensions(op.attrs)
+    if isinstance(lhs, Linear) and isinstance(rhs, Linear):
+        raise TypeRuleError("dot_general of two linear values is not linear")
+    if isinstance(lhs, Linear):
+        return [_cotangent_of(e, ct, lhs.type, rhs, (lc, lb), (rc, rb), True), None]
+    return [None, _cotangent_of(e, ct, rhs.type, lhs, (rc, rb), (lc, lb), False)]
+
+
+register(
+    Rule(
+        "dot_general",
+        _dot_infer,
+        lambda attrs, args, _: dot_evaluate(args[0], args[1], attrs),
+        _dot_jvp,
+        _dot_transpose,
+        arity=2,
+    )
+)

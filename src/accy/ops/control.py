@@ -1,0 +1,132 @@
+"""`custom_call` (an opaque call to a named target) and `scan` (a loop over a named axis).
+
+custom_call: `custom_call(args...) {target="accy.custom.double", version=1}`; its result type
+is an attribute. It has no built-in derivative: differentiating it needs user JVP/VJP rules
+(`accy.grad_with`, `accy.grad_with_rules`), and evaluating it needs an implementation
+(`accy.reference.run(..., custom_calls=...)` or a kernel from `accy.kernel`).
+
+scan: operands are `consts..., carries..., xs...`; attribute `body` is a Program taking
+`consts..., carries..., x slices...` and returning `new carries..., y slices...`. Each x has the
+scanned `axis` (extent `length`); each y comes back stacked along `axis`, placed first. The
+results are the final carries, then the stacked ys. `reverse=true` walks the axis backwards.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import (
+    AxisError,
+    CustomCallRequiresJvpContract,
+    CustomCallRequiresVjpContract,
+    TypeRuleError,
+)
+from ..types import TensorType
+from .registry import Rule, attr, register
+
+
+def _custom_call_infer(types, attrs):
+    target = attr("custom_call", attrs, "target")
+    version = attr("custom_call", attrs, "version")
+    if not isinstance(target, str) or not target:
+        raise TypeRuleError(f"custom_call: target must be a non-empty string, got {target!r}")
+    if not isinstance(version, int):
+        raise TypeRuleError(f"custom_call {target}: version must be an int, got {version!r}")
+    result = attr("custom_call", attrs, "type")
+    if not isinstance(result, TensorType):
+        raise TypeRuleError(f"custom_call {target}: result type must be a TensorType")
+    return result
+
+
+def _custom_call_jvp(e, op, primals, tangents, out):
+    raise CustomCallRequiresJvpContract(
+        f"custom_call {op.attrs['target']!r} (version {op.attrs['version']}) has no JVP rule; "
+        "give one through grad_with(hooks={'jvp': ...}) or grad_with_rules(jvp_rules=...)"
+    )
+
+
+def _custom_call_transpose(e, op, ct, operands):
+    raise CustomCallRequiresVjpContract(
+        f"custom_call {op.attrs['target']!r} (version {op.attrs['version']}) has no VJP rule; "
+        "give one through grad_with(hooks={'vjp': ...}) or grad_with_rules(vjp_rules=...)"
+    )
+
+
+register(
+    Rule(
+        "custom_call",
+        _custom_call_infer,
+        lambda attrs, args, ev: ev.custom_call(attrs, args),
+        _custom_call_jvp,
+        _custom_call_transpose,
+        result_type_is_attr=True,
+    )
+)
+
+
+def scan_signature(types, attrs):
+    """Check a scan's operands against its body; return (carry types, stacked y types)."""
+    body = attr("scan", attrs, "body")
+    axis = attr("scan", attrs, "axis")
+    length = attr("scan", attrs, "length")
+    num_consts = attr("scan", attrs, "num_consts")
+    num_carry = attr("scan", attrs, "num_carry")
+    attr("scan", attrs, "reverse")
+    consts = types[:num_consts]
+    carries = types[num_consts : num_consts + num_carry]
+    xs = types[num_consts + num_carry :]
+    for x in xs:
+        if not x.has(axis) or x.extent(axis) != length:
+            raise AxisError(
+                f"scan: every x must have the scanned axis {axis!r} with extent {length}, got {x}"
+            )
+    expected = list(consts) + list(carries) + [x.without([axis]) for x in xs]
+    parameters = list(body.parameter_types)
+    if parameters != expected:
+        raise TypeRuleError(
+            f"scan: the body {body.name!r} takes ({', '.join(map(str, parameters))}) but the "
+            f"scan gives it ({', '.join(map(str, expected))}): consts, carries, then x slices"
+        )
+    outputs = body.output_types
+    if list(outputs[:num_carry]) != list(carries):
+        raise TypeRuleError(
+            f"scan: the body must return the carries' types ({', '.join(map(str, carries))}) "
+            f"first, got ({', '.join(map(str, outputs[:num_carry]))})"
+        )
+    ys = []
+    for y in outputs[num_carry:]:
+        if y.has(axis):
+            raise AxisError(f"scan: a y slice {y} already has the scanned axis {axis!r}")
+        ys.append(y.with_axes(((axis, length), *y.named_extents)))
+    return list(carries), ys
+
+
+def _scan_infer(types, attrs):
+    carries, ys = scan_signature(types, attrs)
+    return tuple(carries + ys)
+
+
+def _scan_evaluate(attrs, args, ev):
+    num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
+    consts = list(args[:num_consts])
+    carries = list(args[num_consts : num_consts + num_carry])
+    xs = args[num_consts + num_carry :]
+    positions = [t.position(attrs["axis"]) for t in ev.operand_types[num_consts + num_carry :]]
+    steps = range(attrs["length"])
+    ys: list[list[np.ndarray]] = []
+    for step in reversed(steps) if attrs["reverse"] else steps:
+        slices = [np.take(x, step, axis=p) for x, p in zip(xs, positions, strict=True)]
+        outputs = ev.run_program(attrs["body"], consts + carries + slices)
+        carries = list(outputs[:num_carry])
+        ys.append(list(outputs[num_carry:]))
+    if attrs["reverse"]:
+        ys.reverse()
+    stacked = []
+    for i, t in enumerate(ev.result_types[num_carry:]):
+        stacked.append(
+            np.stack([y[i] for y in ys]) if ys else np.zeros(t.extents, dtype=t.dtype.numpy)
+        )
+    return tuple(carries + stacked)
+
+
+register(Rule("scan", _scan_infer, _scan_evaluate, multiple_results=True))

@@ -1,0 +1,122 @@
+"""Kinds that make values from nothing: `parameter`, `constant`, `iota`.
+
+Their result type is an attribute (`type`). A constant is a splat of one scalar `value`, or a
+flat row-major tuple of values with one entry per element.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import AxisError, DTypeError, TypeRuleError
+from ..types import TensorType, bool_
+from .registry import Rule, Zero, attr, check_arity, register
+
+
+def _type_attr(kind, attrs) -> TensorType:
+    result = attr(kind, attrs, "type")
+    if not isinstance(result, TensorType):
+        raise TypeRuleError(f"{kind}: attribute 'type' must be a tensor type, got {result!r}")
+    return result
+
+
+def _parameter_infer(types, attrs):
+    check_arity("parameter", types, 0)
+    index = attr("parameter", attrs, "index")
+    if not isinstance(index, int) or index < 0:
+        raise TypeRuleError(f"parameter: index must be an int >= 0, got {index!r}")
+    return _type_attr("parameter", attrs)
+
+
+def _parameter_evaluate(attrs, args, evaluator):
+    return evaluator.parameter(attrs["index"])
+
+
+register(
+    Rule("parameter", _parameter_infer, _parameter_evaluate, arity=0, result_type_is_attr=True)
+)
+
+
+def normalize_scalar(value, dtype):
+    """A Python scalar of the kind that `dtype` holds (float for floats, int, or bool)."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, bool | int | float):
+        raise DTypeError(f"a constant must be a Python scalar, got {value!r}")
+    if dtype == bool_:
+        return bool(value)
+    if dtype.is_float:
+        return float(value)
+    if isinstance(value, float) and not value.is_integer():
+        raise DTypeError(f"constant {value!r} is not an integer but the dtype is {dtype}")
+    result = int(value)
+    info = np.iinfo(dtype.numpy)
+    if not info.min <= result <= info.max:
+        raise DTypeError(f"constant {value!r} does not fit in {dtype}")
+    return result
+
+
+def _constant_infer(types, attrs):
+    check_arity("constant", types, 0)
+    result = _type_attr("constant", attrs)
+    value = attr("constant", attrs, "value")
+    values = value if isinstance(value, tuple) else (value,)
+    if isinstance(value, tuple) and len(value) != result.size:
+        raise TypeRuleError(
+            f"constant: {len(value)} values given for {result}, which has {result.size} elements"
+        )
+    for v in values:
+        normalize_scalar(v, result.dtype)
+    return result
+
+
+def _constant_evaluate(attrs, args, _):
+    t = attrs["type"]
+    value = attrs["value"]
+    if isinstance(value, tuple):
+        return np.array(value, dtype=t.dtype.numpy).reshape(t.extents)
+    return np.full(t.extents, value, dtype=t.dtype.numpy)
+
+
+register(
+    Rule(
+        "constant",
+        _constant_infer,
+        _constant_evaluate,
+        lambda e, op, p, t, out: Zero(op.type),
+        arity=0,
+        result_type_is_attr=True,
+    )
+)
+
+
+def _iota_infer(types, attrs):
+    check_arity("iota", types, 0)
+    result = _type_attr("iota", attrs)
+    axis = attr("iota", attrs, "axis")
+    if not result.has(axis):
+        raise AxisError(f"iota: axis {axis!r} is not on {result}; its axes are {result.axes}")
+    if result.dtype == bool_:
+        raise DTypeError("iota cannot produce bool values")
+    return result
+
+
+def _iota_evaluate(attrs, args, _):
+    t = attrs["type"]
+    position = t.position(attrs["axis"])
+    shape = [1] * t.rank
+    shape[position] = t.extents[position]
+    line = np.arange(t.extents[position], dtype=t.dtype.numpy).reshape(shape)
+    return np.broadcast_to(line, t.extents).copy()
+
+
+register(
+    Rule(
+        "iota",
+        _iota_infer,
+        _iota_evaluate,
+        lambda e, op, p, t, out: Zero(op.type),
+        arity=0,
+        result_type_is_attr=True,
+    )
+)

@@ -1,0 +1,386 @@
+"""Elementwise kinds: `unary` (attribute `op`), the binary kinds, `compare`, `select`, `convert`.
+
+At the IR level the operands of an elementwise operation have exactly the same type; the tracer
+inserts `broadcast_in_dim`/`transpose` to align axes by name before emitting them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import AxisError, DTypeError, TypeRuleError
+from ..types import bool_, dtype_named
+from .registry import (
+    Linear,
+    Rule,
+    Zero,
+    attr,
+    check_arity,
+    check_float,
+    check_same_dtype,
+    describe,
+    register,
+)
+
+
+def check_same_axes(kind: str, types) -> None:
+    first = types[0]
+    for t in types[1:]:
+        if t.named_extents != first.named_extents:
+            raise AxisError(
+                f"{kind}: operands must have the same axes in the same order at the IR level "
+                f"({describe(types)}); the tracer aligns axes by name with broadcast_in_dim"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# unary
+
+
+@dataclass(frozen=True)
+class UnaryOp:
+    evaluate: Any
+    derivative: Any = None  # (emit, x, y) -> dy/dx as a value; None: the derivative is zero
+    float_only: bool = True
+    linear: bool = False
+
+
+def _rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+def _logistic(x):
+    # Written as exp of a non-positive number so that neither branch overflows.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+UNARY: dict[str, UnaryOp] = {
+    "neg": UnaryOp(np.negative, float_only=False, linear=True),
+    "exp": UnaryOp(np.exp, lambda e, x, y: y),
+    "log": UnaryOp(np.log, lambda e, x, y: e.div(1.0, x)),
+    "log1p": UnaryOp(np.log1p, lambda e, x, y: e.div(1.0, e.add(x, 1.0))),
+    "expm1": UnaryOp(np.expm1, lambda e, x, y: e.add(y, 1.0)),
+    "sin": UnaryOp(np.sin, lambda e, x, y: e.unary("cos", x)),
+    "cos": UnaryOp(np.cos, lambda e, x, y: e.neg(e.unary("sin", x))),
+    "tan": UnaryOp(np.tan, lambda e, x, y: e.add(e.mul(y, y), 1.0)),
+    "tanh": UnaryOp(np.tanh, lambda e, x, y: e.sub(1.0, e.mul(y, y))),
+    "logistic": UnaryOp(_logistic, lambda e, x, y: e.mul(y, e.sub(1.0, y))),
+    "sqrt": UnaryOp(np.sqrt, lambda e, x, y: e.div(0.5, y)),
+    "rsqrt": UnaryOp(_rsqrt, lambda e, x, y: e.mul(e.div(y, x), -0.5)),
+    "abs": UnaryOp(np.abs, lambda e, x, y: e.unary("sign", x), float_only=False),
+    "sign": UnaryOp(np.sign, float_only=False),
+    "floor": UnaryOp(np.floor),
+    "ceil": UnaryOp(np.ceil),
+    "round": UnaryOp(np.round),  # halves to even, like NumPy and IEEE roundeven
+    "not": UnaryOp(np.logical_not, float_only=False),
+}
+
+
+def _unary_infer(types, attrs):
+    check_arity("unary", types, 1)
+    name = attr("unary", attrs, "op")
+    if name not in UNARY:
+        raise TypeRuleError(f"unary: unknown op {name!r}; the unary ops are {', '.join(UNARY)}")
+    (t,) = types
+    if name == "not" and t.dtype != bool_:
+        raise DTypeError(f"unary not needs a bool operand, got {t}")
+    if name != "not" and t.dtype == bool_:
+        raise DTypeError(f"unary {name} does not apply to bool operands ({t})")
+    if UNARY[name].float_only:
+        check_float(f"unary {name}", t)
+    return t
+
+
+def _unary_evaluate(attrs, args, _):
+    with np.errstate(all="ignore"):
+        return UNARY[attrs["op"]].evaluate(args[0])
+
+
+def _unary_jvp(e, op, primals, tangents, out):
+    unary = UNARY[op.attrs["op"]]
+    if unary.linear:
+        return e.unary(op.attrs["op"], tangents[0])
+    if unary.derivative is None:
+        return Zero(op.type)
+    return e.mul(tangents[0], unary.derivative(e, primals[0], out))
+
+
+def _unary_transpose(e, op, ct, operands):
+    if not UNARY[op.attrs["op"]].linear:
+        raise TypeRuleError(f"unary {op.attrs['op']} is not linear and cannot be transposed")
+    return [e.unary(op.attrs["op"], ct)]
+
+
+register(Rule("unary", _unary_infer, _unary_evaluate, _unary_jvp, _unary_transpose, arity=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# binary kinds
+
+
+def _int_divide(a, b):
+    """Integer division that truncates toward zero (as C does); dividing by zero gives 0."""
+    safe = np.where(b == 0, 1, b)
+    quotient = np.abs(a) // np.abs(safe)
+    quotient = np.where((a < 0) != (safe < 0), -quotient, quotient)
+    return np.where(b == 0, 0, quotient).astype(a.dtype)
+
+
+def _divide(a, b):
+    return np.divide(a, b) if a.dtype.kind == "f" else _int_divide(a, b)
+
+
+def _power(a, b):
+    return np.power(a, b)
+
+
+def _tie_weight(e, a, b, winner):
+    """Weight of `a` in the derivative of max/min: 1 where it wins, 0.5 on ties, else 0."""
+    wins = e.convert(e.compare(winner, a, b), a.ty.dtype)
+    ties = e.convert(e.compare("eq", a, b), a.ty.dtype)
+    return e.add(wins, e.mul(ties, 0.5))
+
+
+def _add_jvp(e, op, p, t, out):
+    return e.add_tangents(t[0], t[1])
+
+
+def _sub_jvp(e, op, p, t, out):
+    return e.add_tangents(t[0], e.neg_tangent(t[1]))
+
+
+def _mul_jvp(e, op, p, t, out):
+    return e.add_tangents(e.scale_tangent(t[0], p[1]), e.scale_tangent(t[1], p[0]))
+
+
+def _div_jvp(e, op, p, t, out):
+    numerator = e.scale_tangent(t[0], e.div(1.0, p[1])) if not isinstance(t[0], Zero) else t[0]
+    denominator = t[1]
+    if not isinstance(denominator, Zero):
+        denominator = e.neg(e.mul(denominator, e.div(out, p[1])))
+    return e.add_tangents(numerator, denominator)
+
+
+def _pow_jvp(e, op, p, t, out):
+    base, exponent = p
+    d_base = t[0]
+    if not isinstance(d_base, Zero):
+        d_base = e.mul(d_base, e.mul(exponent, e.pow(base, e.sub(exponent, 1.0))))
+    d_exponent = t[1]
+    if not isinstance(d_exponent, Zero):
+        d_exponent = e.mul(d_exponent, e.mul(e.unary("log", base), out))
+    return e.add_tangents(d_base, d_exponent)
+
+
+def _chooser_jvp(winner):
+    """max/min: the tangent of the operand that wins; ties split the tangent evenly (0.5 each)."""
+
+    def jvp(e, op, p, t, out):
+        weight = _tie_weight(e, p[0], p[1], winner)
+        return e.add_tangents(
+            e.scale_tangent(t[0], weight), e.scale_tangent(t[1], e.sub(1.0, weight))
+        )
+
+    return jvp
+
+
+def _add_transpose(e, op, ct, operands):
+    return [ct if isinstance(x, Linear) else None for x in operands]
+
+
+def _sub_transpose(e, op, ct, operands):
+    a, b = operands
+    return [ct if isinstance(a, Linear) else None, e.neg(ct) if isinstance(b, Linear) else None]
+
+
+def _mul_transpose(e, op, ct, operands):
+    a, b = operands
+    if isinstance(a, Linear) and isinstance(b, Linear):
+        raise TypeRuleError("mul of two linear values is not linear and cannot be transposed")
+    if isinstance(a, Linear):
+        return [e.mul(ct, b), None]
+    return [None, e.mul(a, ct)]
+
+
+def _div_transpose(e, op, ct, operands):
+    a, b = operands
+    if isinstance(b, Linear):
+        raise TypeRuleError("div is linear only in its numerator and cannot be transposed here")
+    return [e.div(ct, b), None]
+
+
+@dataclass(frozen=True)
+class BinaryOp:
+    evaluate: Any
+    jvp: Any
+    transpose: Any = None
+    allows_bool: bool = False
+    float_only: bool = False
+
+
+BINARY: dict[str, BinaryOp] = {
+    "add": BinaryOp(np.add, _add_jvp, _add_transpose),
+    "sub": BinaryOp(np.subtract, _sub_jvp, _sub_transpose),
+    "mul": BinaryOp(np.multiply, _mul_jvp, _mul_transpose),
+    "div": BinaryOp(_divide, _div_jvp, _div_transpose),
+    "pow": BinaryOp(_power, _pow_jvp, float_only=True),
+    "max": BinaryOp(np.maximum, _chooser_jvp("gt"), allows_bool=True),
+    "min": BinaryOp(np.minimum, _chooser_jvp("lt"), allows_bool=True),
+}
+
+
+def _binary_rule(kind: str, binary: BinaryOp) -> Rule:
+    def infer(types, attrs):
+        check_arity(kind, types, 2)
+        check_same_dtype(kind, types)
+        check_same_axes(kind, types)
+        if types[0].dtype == bool_ and not binary.allows_bool:
+            raise DTypeError(f"{kind} does not apply to bool operands ({describe(types)})")
+        if binary.float_only:
+            check_float(kind, types[0])
+        return types[0]
+
+    def evaluate(attrs, args, _):
+        with np.errstate(all="ignore"):
+            return binary.evaluate(*args)
+
+    return Rule(kind, infer, evaluate, binary.jvp, binary.transpose, arity=2)
+
+
+for _kind, _binary in BINARY.items():
+    register(_binary_rule(_kind, _binary))
+
+
+# ---------------------------------------------------------------------------------------------
+# compare, select, convert
+
+COMPARISONS = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+
+
+def _compare_infer(types, attrs):
+    check_arity("compare", types, 2)
+    direction = attr("compare", attrs, "direction")
+    if direction not in COMPARISONS:
+        raise TypeRuleError(
+            f"compare: unknown direction {direction!r}; use one of {', '.join(COMPARISONS)}"
+        )
+    check_same_dtype("compare", types)
+    check_same_axes("compare", types)
+    return types[0].with_dtype(bool_)
+
+
+def _compare_evaluate(attrs, args, _):
+    return COMPARISONS[attrs["direction"]](*args)
+
+
+register(
+    Rule(
+        "compare",
+        _compare_infer,
+        _compare_evaluate,
+        lambda e, op, p, t, out: Zero(op.type),
+        arity=2,
+    )
+)
+
+
+def _select_infer(types, attrs):
+    check_arity("select", types, 3)
+    predicate, on_true, on_false = types
+    if predicate.dtype != bool_:
+        raise DTypeError(f"select: the predicate must be bool, got {predicate}")
+    check_same_dtype("select", [on_true, on_false])
+    check_same_axes("select", types)
+    return on_true
+
+
+def _select_jvp(e, op, p, t, out):
+    _, on_true, on_false = t
+    if isinstance(on_true, Zero) and isinstance(on_false, Zero):
+        return Zero(op.type)
+    return e.select(p[0], e.instantiate(on_true), e.instantiate(on_false))
+
+
+def _select_transpose(e, op, ct, operands):
+    """The cotangent goes to the branch that was taken; the other branch gets an exact zero."""
+    predicate, on_true, on_false = operands
+    if isinstance(predicate, Linear):
+        raise TypeRuleError("select is not linear in its predicate")
+    zeros = e.zeros(ct.ty)
+    return [
+        None,
+        e.select(predicate, ct, zeros) if isinstance(on_true, Linear) else None,
+        e.select(predicate, zeros, ct) if isinstance(on_false, Linear) else None,
+    ]
+
+
+register(
+    Rule(
+        "select",
+        _select_infer,
+        lambda attrs, args, _: np.where(*args),
+        _select_jvp,
+        _select_transpose,
+        arity=3,
+    )
+)
+
+
+def _convert_infer(types, attrs):
+    check_arity("convert", types, 1)
+    return types[0].with_dtype(dtype_named(attr("convert", attrs, "dtype")))
+
+
+def _convert_evaluate(attrs, args, _):
+    target = dtype_named(attrs["dtype"])
+    (x,) = args
+    if x.dtype.kind == "f" and target.numpy.kind in "iu":
+        # Float to integer truncates toward zero; NaN gives 0 and out-of-range values saturate,
+        # so that every backend agrees on a defined result.
+        info = np.iinfo(target.numpy)
+        with np.errstate(invalid="ignore"):
+            x = np.nan_to_num(np.trunc(x), nan=0.0, posinf=info.max, neginf=info.min)
+            x = np.clip(x, info.min, info.max)
+    with np.errstate(all="ignore"):
+        return x.astype(target.numpy)
+
+
+def _convert_jvp(e, op, p, t, out):
+    if not (op.type.dtype.is_float and p[0].ty.dtype.is_float):
+        return Zero(op.type)
+    return e.convert(t[0], op.type.dtype)
+
+
+def _convert_transpose(e, op, ct, operands):
+    return [e.convert(ct, operands[0].type.dtype)]
+
+
+register(
+    Rule(
+        "convert",
+        _convert_infer,
+        _convert_evaluate,
+        _convert_jvp,
+        _convert_transpose,
+        arity=1,
+    )
+)
+
+
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    rounded = np.where(np.isnan(x), bits, (bits + rounding) & np.uint32(0xFFFF0000))
+    return rounded.astype(np.uint32).view(np.float32)

@@ -1,0 +1,119 @@
+"""The closed set of operation kinds and the table of their rules.
+
+Each kind has one `Rule`: its type rule (`infer`), its reference evaluation over NumPy
+(`evaluate`), its JVP rule (`jvp`) and, for kinds that can be linear in their tangent operands,
+its transpose rule (`transpose`). Transformations look rules up in `RULES`; no pass switches
+over kinds.
+
+Rule signatures:
+
+- `infer(operand_types, attrs) -> TensorType | tuple[TensorType, ...]`; raises a
+  `TypeRuleError` subclass with a message that names the operation and shows the operands.
+- `evaluate(attrs, arrays, evaluator) -> ndarray | tuple[ndarray, ...]`.
+- `jvp(emit, op, primals, tangents, outputs) -> tangent(s)`; `emit` builds operations, a
+  tangent is a traced value or `Zero`. Not called when every tangent is `Zero`.
+- `transpose(emit, op, cotangent, operands) -> list` of one cotangent (or `None`) per operand;
+  an operand that is linear is given as `Linear(type)`, any other as its traced value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AccyError, AxisError, DTypeError, TypeRuleError
+from ..types import TensorType
+
+
+@dataclass(frozen=True)
+class Zero:
+    """A symbolic zero tangent or cotangent: no operation is emitted for it."""
+
+    type: TensorType
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Marks an operand that a transpose rule receives as the unknown (linear) input."""
+
+    type: TensorType
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: str
+    infer: Callable[..., Any]
+    evaluate: Callable[..., Any]
+    jvp: Callable[..., Any] | None = None
+    transpose: Callable[..., Any] | None = None
+    arity: int | None = None
+    multiple_results: bool = False
+    # For parameter, constant, iota and custom_call the result type is an attribute ("type"):
+    # the printer shows it once, after the colon.
+    result_type_is_attr: bool = False
+
+
+RULES: dict[str, Rule] = {}
+
+
+def register(rule: Rule) -> Rule:
+    RULES[rule.kind] = rule
+    return rule
+
+
+def rule_for(kind: str) -> Rule:
+    if kind not in RULES:
+        raise TypeRuleError(f"unknown operation kind {kind!r}; the kinds are {', '.join(RULES)}")
+    return RULES[kind]
+
+
+def describe(types: tuple[TensorType, ...] | list[TensorType]) -> str:
+    """Operand types for an error message: 'operand 0: f32[a=2], operand 1: f32[b=3]'."""
+    return ", ".join(f"operand {i}: {t}" for i, t in enumerate(types))
+
+
+def check_arity(kind: str, types, expected: int) -> None:
+    if len(types) != expected:
+        raise TypeRuleError(
+            f"{kind} takes {expected} operand{'s' if expected != 1 else ''}, "
+            f"got {len(types)} ({describe(types) or 'none'})"
+        )
+
+
+def check_same_dtype(kind: str, types) -> None:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) > 1:
+        raise DTypeError(
+            f"{kind}: operands have different dtypes ({describe(types)}); accy does not "
+            f"promote dtypes silently, convert one operand with .convert(dtype)"
+        )
+
+
+def check_float(kind: str, t: TensorType) -> None:
+    if not t.dtype.is_float:
+        raise DTypeError(f"{kind} needs a floating-point operand, got {t}; convert it first")
+
+
+def check_has_axes(kind: str, t: TensorType, axes, role: str = "operand") -> None:
+    for axis in axes:
+        if not t.has(axis):
+            raise AxisError(
+                f"{kind}: axis {axis!r} is not on the {role} {t}; "
+                f"its axes are {', '.join(t.axes) or '(none, it is a scalar)'}"
+            )
+
+
+def check_scalar(kind: str, t: TensorType, role: str) -> None:
+    if t.rank != 0:
+        raise AxisError(f"{kind}: the {role} must be a scalar (rank 0), got {t}")
+
+
+def attr(kind: str, attrs, name: str):
+    if name not in attrs:
+        raise TypeRuleError(f"{kind} needs the attribute {name!r}; it has {sorted(attrs)}")
+    return attrs[name]
+
+
+class CustomCallMissing(AccyError):
+    """No implementation of a custom call target is known to the evaluator."""

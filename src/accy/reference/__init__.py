@@ -1,0 +1,117 @@
+"""The reference evaluator: every kind evaluated with NumPy, operation by operation.
+
+It is the oracle the other backends are tested against, not the fast path. Each kind's NumPy
+evaluation lives with its other rules in `accy.ops`; this module walks the program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import AccyError, InvalidInput
+from ..interpret import run as interpret
+from ..ops.elementwise import round_to_bf16
+from ..ops.registry import rule_for
+from ..program import Operation, Program
+from ..types import TensorType, bf16
+
+CustomCalls = Mapping[Any, Callable[..., np.ndarray]]
+_REGISTERED: dict[Any, Callable[..., np.ndarray]] = {}
+
+
+def register_custom_call(target: str, version: int, implementation: Callable[..., np.ndarray]):
+    """Make `implementation(*arrays) -> array` the reference evaluation of a custom call."""
+    _REGISTERED[(target, version)] = implementation
+
+
+def as_input_array(value: Any, expected: TensorType, where: str) -> np.ndarray:
+    """`value` as a NumPy array of `expected`'s dtype and extents, or a clear InvalidInput."""
+    array = np.asarray(value)
+    want = expected.dtype.numpy
+    if array.dtype != want:
+        if not np.can_cast(array.dtype, want, casting="same_kind"):
+            raise InvalidInput(
+                f"{where}: got an array of dtype {array.dtype}, but the parameter is {expected}; "
+                f"convert it to {want} first"
+            )
+        array = array.astype(want)
+    if array.shape != expected.extents:
+        raise InvalidInput(
+            f"{where}: got an array of shape {array.shape}, but the parameter is {expected} "
+            f"(shape {expected.extents}, axes in layout order {expected.axes})"
+        )
+    return round_to_bf16(array) if expected.dtype == bf16 else array
+
+
+class Evaluate:
+    """Semantics that computes NumPy arrays."""
+
+    def __init__(self, inputs: Sequence[np.ndarray], custom_calls: CustomCalls | None = None):
+        self.inputs = list(inputs)
+        self.custom_calls = {**_REGISTERED, **dict(custom_calls or {})}
+        self.operand_types: tuple[TensorType, ...] = ()
+        self.result_types: tuple[TensorType, ...] = ()
+
+    def bind(self, op: Operation, args: list[np.ndarray]) -> Any:
+        rule = rule_for(op.kind)
+        self.operand_types, self.result_types = op.operand_types, op.result_types
+        result = rule.evaluate(op.attrs, args, self)
+        if rule.multiple_results:
+            return tuple(_conform(r, t) for r, t in zip(result, op.result_types, strict=True))
+        return _conform(result, op.type)
+
+    def finish(self, outputs: list[np.ndarray]) -> list[np.ndarray]:
+        return outputs
+
+    def parameter(self, index: int) -> np.ndarray:
+        return self.inputs[index]
+
+    def custom_call(self, attrs, args: list[np.ndarray]) -> np.ndarray:
+        key = (attrs["target"], attrs["version"])
+        implementation = self.custom_calls.get(key) or self.custom_calls.get(attrs["target"])
+        if implementation is None:
+            raise AccyError(
+                f"custom_call {attrs['target']!r} version {attrs['version']} has no reference "
+                f"implementation; pass custom_calls={{({attrs['target']!r}, "
+                f"{attrs['version']}): function}} to accy.reference.run"
+            )
+        return implementation(*args)
+
+    def run_program(self, program: Program, args: list[np.ndarray]) -> list[np.ndarray]:
+        return interpret(program, Evaluate(args, self.custom_calls))
+
+
+def _conform(result: Any, t: TensorType) -> np.ndarray:
+    array = np.asarray(result, dtype=t.dtype.numpy)
+    if array.shape != t.extents:
+        raise AccyError(f"internal: evaluation produced shape {array.shape}, expected {t}")
+    return round_to_bf16(array) if t.dtype == bf16 else array
+
+
+def run(
+    program: Program, inputs: Sequence[Any], custom_calls: CustomCalls | None = None
+) -> list[np.ndarray]:
+    """Evaluate `program` on NumPy arrays (one per parameter, axes in layout order).
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("scale", [accy.spec(accy.f32, lane=3)], lambda b, a: a[0] * 2.0)
+    >>> accy.reference.run(p, [np.array([1.0, 2.0, 3.0], np.float32)])[0].tolist()
+    [2.0, 4.0, 6.0]
+    """
+    types = program.parameter_types
+    if len(inputs) != len(types):
+        raise InvalidInput(
+            f"program {program.name!r} takes {len(types)} inputs ({', '.join(map(str, types))}), "
+            f"got {len(inputs)}"
+        )
+    arrays = [
+        as_input_array(x, t, f"program {program.name!r}, input {i}")
+        for i, (x, t) in enumerate(zip(inputs, types, strict=True))
+    ]
+    return interpret(program, Evaluate(arrays, custom_calls))
+
+
+__all__ = ["Evaluate", "as_input_array", "register_custom_call", "run"]

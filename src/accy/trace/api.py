@@ -1,0 +1,439 @@
+"""The operation-building API shared by the tracer's `Builder` and by transformations.
+
+`OpsApi` turns named-axis requests (add these, sum over `channel`, contract over `key`) into IR
+operations through one method, `emit(kind, operands, attrs)`, which a subclass provides: the
+`Builder` appends to a program, a transformation's emitter passes the operation down a stack of
+interpreter layers. Elementwise operations broadcast by axis name here, so the IR always holds
+explicit `broadcast_in_dim`/`transpose` operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import AccyError, AxisError, DTypeError
+from ..ops.creation import normalize_scalar
+from ..ops.registry import Zero
+from ..types import DType, TensorType, bool_
+
+Scalar = bool | int | float
+
+
+def axis_tuple(axes) -> tuple[str, ...]:
+    """Normalize an axis argument: one name, or a sequence of names."""
+    if isinstance(axes, str):
+        return (axes,)
+    return tuple(axes)
+
+
+def _is_axis_argument(x: Any) -> bool:
+    return isinstance(x, str) or (
+        isinstance(x, tuple | list) and len(x) > 0 and all(isinstance(a, str) for a in x)
+    )
+
+
+class OpsApi:
+    """Named-axis operations over traced values; subclasses provide `emit`."""
+
+    def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
+        raise NotImplementedError
+
+    # -- creation ---------------------------------------------------------------------------
+
+    def scalar(self, dtype: DType, value: Scalar):
+        """A rank-0 constant: `builder.scalar(accy.f32, 0.0)`."""
+        return self.full(TensorType(dtype, ()), value)
+
+    def full(self, type: TensorType, value: Scalar):
+        """A constant of `type` with every element equal to `value`."""
+        return self.emit(
+            "constant", [], {"type": type, "value": normalize_scalar(value, type.dtype)}
+        )
+
+    def zeros(self, type: TensorType):
+        return self.full(type, 0)
+
+    def constant(self, values, type: TensorType):
+        """A constant holding `values` (a NumPy array or nested lists in `type`'s layout)."""
+        array = np.asarray(values)
+        if array.shape != type.extents:
+            raise AxisError(
+                f"constant: values have shape {array.shape} but {type} needs {type.extents}"
+            )
+        flat = tuple(normalize_scalar(v, type.dtype) for v in array.ravel().tolist())
+        return self.emit("constant", [], {"type": type, "value": flat})
+
+    def iota(self, type: TensorType, axis: str):
+        """Values counting 0, 1, 2, ... along `axis`, repeated over the other axes of `type`."""
+        return self.emit("iota", [], {"type": type, "axis": axis})
+
+    def instantiate(self, value):
+        """A traced value for a tangent that may be a symbolic `Zero`."""
+        return self.zeros(value.type) if isinstance(value, Zero) else value
+
+    # -- elementwise ------------------------------------------------------------------------
+
+    def unary(self, op: str, x):
+        return self.emit("unary", [x], {"op": op})
+
+    def neg(self, x):
+        return self.unary("neg", x)
+
+    def add(self, a, b):
+        return self.binary("add", a, b)
+
+    def sub(self, a, b):
+        return self.binary("sub", a, b)
+
+    def mul(self, a, b):
+        return self.binary("mul", a, b)
+
+    def div(self, a, b):
+        return self.binary("div", a, b)
+
+    def pow(self, a, b):
+        return self.binary("pow", a, b)
+
+    def maximum(self, a, b):
+        return self.binary("max", a, b)
+
+    def minimum(self, a, b):
+        return self.binary("min", a, b)
+
+    def binary(self, kind: str, a, b):
+        a, b = self._values(kind, a, b)
+        a, b = self.align(kind, a, b)
+        return self.emit(kind, [a, b])
+
+    def compare(self, direction: str, a, b):
+        a, b = self._values(f"compare {direction}", a, b)
+        a, b = self.align(f"compare {direction}", a, b)
+        return self.emit("compare", [a, b], {"direction": direction})
+
+    def select(self, predicate, on_true, on_false):
+        """Elementwise `on_true if predicate else on_false`, broadcasting by axis name."""
+        on_true, on_false = self._values("select", on_true, on_false)
+        predicate, on_true, on_false = self.align("select", predicate, on_true, on_false)
+        return self.emit("select", [predicate, on_true, on_false])
+
+    def convert(self, x, dtype: DType):
+        if x.ty.dtype == dtype:
+            return x
+        return self.emit("convert", [x], {"dtype": dtype.name})
+
+    def _values(self, kind: str, a, b):
+        """Make Python scalars into constants of the other operand's dtype; check dtypes."""
+        if not hasattr(a, "ty") and not hasattr(b, "ty"):
+            raise AccyError(f"{kind} needs at least one traced value, got {a!r} and {b!r}")
+        if not hasattr(a, "ty"):
+            a = self.full(TensorType(b.ty.dtype, ()), a)
+        if not hasattr(b, "ty"):
+            b = self.full(TensorType(a.ty.dtype, ()), b)
+        if a.ty.dtype != b.ty.dtype:
+            raise DTypeError(
+                f"{kind}: operands have different dtypes (left {a.ty}, right {b.ty}); accy does "
+                f"not promote dtypes silently, convert one with .convert(accy.{b.ty.dtype})"
+            )
+        return a, b
+
+    def align(self, kind: str, *values):
+        """Broadcast values by axis name to the union of their axes (left operand's first)."""
+        named: dict[str, int] = {}
+        for v in values:
+            for name, extent in v.ty.named_extents:
+                if named.setdefault(name, extent) != extent:
+                    shapes = ", ".join(str(x.ty) for x in values)
+                    raise AxisError(
+                        f"{kind}: axis {name!r} has extent {named[name]} on one operand and "
+                        f"{extent} on another ({shapes}); equal names need equal extents "
+                        f"(rename one axis if they are different axes)"
+                    )
+        target = tuple(named.items())
+        return [self.broadcast_to(v, v.ty.with_axes(target)) for v in values]
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def broadcast_to(self, x, target: TensorType):
+        """`x` with `target`'s axes (by name and order), repeating it along new axes."""
+        goal = x.ty.with_axes(target.named_extents)
+        if goal == x.ty:
+            return x
+        if sorted(goal.axes) == sorted(x.ty.axes):
+            return self.transpose(x, goal.axes)
+        return self.emit("broadcast_in_dim", [x], {"shape": goal.named_extents})
+
+    def transpose(self, x, order: Sequence[str]):
+        """Lay `x` out with its axes in `order` (the meaning does not change)."""
+        order = axis_tuple(order)
+        if order == x.ty.axes:
+            return x
+        return self.emit("transpose", [x], {"order": order})
+
+    def reshape(self, x, named_extents):
+        named = tuple((n, int(e)) for n, e in named_extents)
+        if named == x.ty.named_extents:
+            return x
+        return self.emit("reshape", [x], {"shape": named})
+
+    def rename_axes(self, x, names: Sequence[str]):
+        """Give `x`'s axes, in layout order, the names `names` (no data moves)."""
+        return self.reshape(x, zip(names, x.ty.extents, strict=True))
+
+    def rename(self, x, old: str, new: str):
+        """Rename axis `old` to `new`: metadata only."""
+        self._require_axes("rename", x, [old])
+        if new != old and x.ty.has(new):
+            raise AxisError(f"rename: {x.ty} already has an axis {new!r}")
+        return self.rename_axes(x, [new if a == old else a for a in x.ty.axes])
+
+    def merge(self, x, axes: Sequence[str], into: str):
+        """Merge `axes` (in that order, row-major) into one axis `into`."""
+        axes = axis_tuple(axes)
+        self._require_axes("merge", x, axes)
+        first = min(x.ty.position(a) for a in axes)
+        rest = [a for a in x.ty.axes if a not in axes]
+        order = rest[:first] + list(axes) + rest[first:]
+        x = self.transpose(x, order)
+        merged = int(np.prod([x.ty.extent(a) for a in axes], dtype=np.int64))
+        named = [(a, e) for a, e in x.ty.named_extents if a not in axes]
+        named.insert(first, (into, merged))
+        return self.reshape(x, named)
+
+    def split(self, x, axis: str, parts: dict[str, int]):
+        """Split `axis` into `parts` (name -> extent, row-major): the inverse of `merge`."""
+        self._require_axes("split", x, [axis])
+        total = int(np.prod(list(parts.values()), dtype=np.int64))
+        if total != x.ty.extent(axis):
+            raise AxisError(
+                f"split: parts {parts} have {total} elements but axis {axis!r} of {x.ty} has "
+                f"{x.ty.extent(axis)}"
+            )
+        named = []
+        for name, extent in x.ty.named_extents:
+            named.extend(parts.items() if name == axis else [(name, extent)])
+        return self.reshape(x, named)
+
+    def slice(self, x, axis: str, start: int = 0, stop: int | None = None, step: int = 1):
+        """Elements `start:stop:step` along `axis`."""
+        self._require_axes("slice", x, [axis])
+        position = x.ty.position(axis)
+        stop = x.ty.extent(axis) if stop is None else stop
+        starts = tuple(start if i == position else 0 for i in range(x.ty.rank))
+        limits = tuple(stop if i == position else e for i, e in enumerate(x.ty.extents))
+        strides = tuple(step if i == position else 1 for i in range(x.ty.rank))
+        return self.slice_positional(x, starts, limits, strides)
+
+    def slice_positional(self, x, starts, limits, strides):
+        return self.emit(
+            "slice",
+            [x],
+            {"starts": tuple(starts), "limits": tuple(limits), "strides": tuple(strides)},
+        )
+
+    def pad(self, x, axis: str, low: int = 0, high: int = 0, value: Scalar = 0, interior: int = 0):
+        """Pad `axis` with `low` elements before, `high` after and `interior` between each."""
+        self._require_axes("pad", x, [axis])
+        position = x.ty.position(axis)
+
+        def per_axis(v):
+            return tuple(v if i == position else 0 for i in range(x.ty.rank))
+
+        fill = value if hasattr(value, "ty") else self.scalar(x.ty.dtype, value)
+        return self.pad_positional(x, fill, per_axis(low), per_axis(high), per_axis(interior))
+
+    def pad_positional(self, x, value, low, high, interior):
+        return self.emit(
+            "pad", [x, value], {"low": tuple(low), "high": tuple(high), "interior": tuple(interior)}
+        )
+
+    def concatenate(self, values: Sequence[Any], axis: str):
+        """Join values along `axis`; other axes are matched by name."""
+        if not values:
+            raise AxisError("concatenate needs at least one value")
+        first = values[0]
+        self._require_axes("concatenate", first, [axis])
+        laid_out = [first] + [
+            self.transpose(v, first.ty.axes) if sorted(v.ty.axes) == sorted(first.ty.axes) else v
+            for v in values[1:]
+        ]
+        return self.emit("concatenate", laid_out, {"axis": axis})
+
+    # -- reductions -------------------------------------------------------------------------
+
+    def reduce(self, x, init, op: str, axes=None):
+        """Reduce `axes` of `x` with `op` (sum, max, min, prod), starting from scalar `init`."""
+        axes = x.ty.axes if axes is None else axis_tuple(axes)
+        if not hasattr(init, "ty"):
+            init = self.scalar(x.ty.dtype, init)
+        return self.emit("reduce", [x, init], {"op": op, "axes": axes})
+
+    def sum(self, x, axes=None):
+        """Sum over `axes` (one name or several; all axes when None)."""
+        return self.reduce(x, 0, "sum", axes)
+
+    def reduce_max(self, x, axes=None):
+        return self.reduce(x, _lowest(x.ty.dtype), "max", axes)
+
+    def reduce_min(self, x, axes=None):
+        return self.reduce(x, _highest(x.ty.dtype), "min", axes)
+
+    def prod(self, x, axes=None):
+        return self.reduce(x, 1, "prod", axes)
+
+    def mean(self, x, axes=None):
+        axes = x.ty.axes if axes is None else axis_tuple(axes)
+        self._require_axes("mean", x, axes)
+        count = int(np.prod([x.ty.extent(a) for a in axes], dtype=np.int64))
+        return self.div(self.sum(x, axes), float(count))
+
+    # -- contraction ------------------------------------------------------------------------
+
+    def dot_general(self, lhs, rhs, lhs_contracting, rhs_contracting, lhs_batch=(), rhs_batch=()):
+        """StableHLO dot_general with positional dimensions."""
+        return self.emit(
+            "dot_general",
+            [lhs, rhs],
+            {
+                "lhs_contracting": tuple(lhs_contracting),
+                "rhs_contracting": tuple(rhs_contracting),
+                "lhs_batch": tuple(lhs_batch),
+                "rhs_batch": tuple(rhs_batch),
+            },
+        )
+
+    def contract(self, a, b, axes):
+        """Sum the product of `a` and `b` over `axes`, which both must have.
+
+        Axes on both operands that are not contracted are batch axes. The result has the batch
+        axes, then `a`'s other axes, then `b`'s other axes.
+        """
+        axes = axis_tuple(axes)
+        for axis in axes:
+            if not (a.ty.has(axis) and b.ty.has(axis)):
+                raise AxisError(
+                    f"contract: axis {axis!r} must be on both operands, but the left operand "
+                    f"{a.ty} has ({', '.join(a.ty.axes)}) and the right operand {b.ty} has "
+                    f"({', '.join(b.ty.axes)}); a typo must not become an outer product"
+                )
+            if a.ty.extent(axis) != b.ty.extent(axis):
+                raise AxisError(
+                    f"contract: axis {axis!r} has extent {a.ty.extent(axis)} on the left "
+                    f"operand {a.ty} and {b.ty.extent(axis)} on the right operand {b.ty}"
+                )
+        batch = [n for n in a.ty.axes if b.ty.has(n) and n not in axes]
+        for axis in batch:
+            if a.ty.extent(axis) != b.ty.extent(axis):
+                raise AxisError(
+                    f"contract: shared axis {axis!r} (a batch axis) has extent "
+                    f"{a.ty.extent(axis)} on {a.ty} and {b.ty.extent(axis)} on {b.ty}"
+                )
+        return self.dot_general(
+            a,
+            b,
+            [a.ty.position(n) for n in axes],
+            [b.ty.position(n) for n in axes],
+            [a.ty.position(n) for n in batch],
+            [b.ty.position(n) for n in batch],
+        )
+
+    # -- indexing ---------------------------------------------------------------------------
+
+    def gather(self, table, indices, axis: str):
+        """Rows of `table` along `axis` picked by `indices` (clamped into range)."""
+        return self.emit("gather", [table, indices], {"axis": axis})
+
+    def scatter_add(self, operand, indices, updates, axis: str):
+        """`operand` plus each slice of `updates` added at its index along `axis`."""
+        return self.emit("scatter_add", [operand, indices, updates], {"axis": axis})
+
+    # -- control ----------------------------------------------------------------------------
+
+    def custom_call(self, target: str, version: int, args: Sequence[Any], result_type: TensorType):
+        """An opaque call to `target`; its result has `result_type`."""
+        return self.emit(
+            "custom_call", list(args), {"target": target, "version": version, "type": result_type}
+        )
+
+    def scan(self, body, consts=(), carries=(), xs=(), axis: str = "step", reverse: bool = False):
+        """Loop `body` over `axis` of the `xs`, threading `carries`; see `accy.ops.control`.
+
+        `body` is a Program, or a function `body(builder, args)` traced on the fly. Returns
+        (final carries, stacked ys) as two tuples.
+        """
+        from ..program import Program
+        from .builder import define
+
+        consts, carries, xs = list(consts), list(carries), list(xs)
+        if not xs:
+            raise AxisError("scan needs at least one x to scan over")
+        for x in xs:
+            self._require_axes("scan", x, [axis])
+        length = xs[0].ty.extent(axis)
+        if not isinstance(body, Program):
+            specs = [v.ty for v in consts + carries] + [x.ty.without([axis]) for x in xs]
+            body = define("scan_body", specs, body)
+        results = self.emit(
+            "scan",
+            consts + carries + xs,
+            {
+                "body": body,
+                "axis": axis,
+                "length": length,
+                "num_consts": len(consts),
+                "num_carry": len(carries),
+                "reverse": reverse,
+            },
+        )
+        results = results if isinstance(results, tuple) else (results,)
+        return tuple(results[: len(carries)]), tuple(results[len(carries) :])
+
+    def call(self, program, args: Sequence[Any]):
+        """Inline `program` applied to `args`; returns its output (a tuple if it has several)."""
+        from ..interpret import Inline, run
+
+        outputs = run(program, Inline(self, list(args), program))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    # -- tangent helpers (symbolic zeros) ---------------------------------------------------
+
+    def add_tangents(self, a, b):
+        if isinstance(a, Zero):
+            return b
+        if isinstance(b, Zero):
+            return a
+        return self.add(a, b)
+
+    def scale_tangent(self, tangent, factor):
+        return tangent if isinstance(tangent, Zero) else self.mul(tangent, factor)
+
+    def neg_tangent(self, tangent):
+        return tangent if isinstance(tangent, Zero) else self.neg(tangent)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _require_axes(self, kind: str, x, axes) -> None:
+        for axis in axes:
+            if not x.ty.has(axis):
+                raise AxisError(
+                    f"{kind}: axis {axis!r} is not on {x.ty}; its axes are "
+                    f"{', '.join(x.ty.axes) or '(none, it is a scalar)'}"
+                )
+
+
+def _lowest(dtype: DType):
+    if dtype.is_float:
+        return float("-inf")
+    if dtype == bool_:
+        return False
+    return int(np.iinfo(dtype.numpy).min)
+
+
+def _highest(dtype: DType):
+    if dtype.is_float:
+        return float("inf")
+    if dtype == bool_:
+        return True
+    return int(np.iinfo(dtype.numpy).max)

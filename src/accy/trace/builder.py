@@ -1,0 +1,320 @@
+"""The tracer: `Builder` records operations into a Program; `Value` is a traced tensor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import AccyError, TypeRuleError, attach_user_location
+from ..ops.registry import rule_for
+from ..program import Attrs, Operation, Program
+from ..types import DType, TensorType
+from .api import OpsApi, _is_axis_argument
+
+
+class Value:
+    """A traced tensor: an SSA value of one Builder, with its named-axis type `ty`.
+
+    Methods and Python operators record operations; elementwise ones broadcast by axis name
+    and accept Python scalars (`x * 2.0`, `1.0 - x`).
+    """
+
+    __slots__ = ("builder", "index", "ty")
+
+    def __init__(self, builder: Builder, index: int, ty: TensorType):
+        self.builder = builder
+        self.index = index
+        self.ty = ty
+
+    def __repr__(self) -> str:
+        return f"<Value %{self.index}: {self.ty}>"
+
+    @property
+    def dtype(self) -> DType:
+        return self.ty.dtype
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return self.ty.axes
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return self.ty.shape
+
+    def __bool__(self) -> bool:
+        raise AccyError(
+            "a traced value has no truth value while tracing; use select(predicate, a, b) "
+            "instead of Python's if/and/or"
+        )
+
+    # elementwise arithmetic
+    def add(self, other):
+        return self.builder.add(self, other)
+
+    def sub(self, other):
+        return self.builder.sub(self, other)
+
+    def mul(self, other):
+        return self.builder.mul(self, other)
+
+    def div(self, other):
+        return self.builder.div(self, other)
+
+    def pow(self, other):
+        return self.builder.pow(self, other)
+
+    def max(self, other_or_axes=None):
+        """Elementwise maximum with a value, or the maximum over axes (names or None: all)."""
+        if other_or_axes is None or _is_axis_argument(other_or_axes):
+            return self.builder.reduce_max(self, other_or_axes)
+        return self.builder.maximum(self, other_or_axes)
+
+    def min(self, other_or_axes=None):
+        """Elementwise minimum with a value, or the minimum over axes (names or None: all)."""
+        if other_or_axes is None or _is_axis_argument(other_or_axes):
+            return self.builder.reduce_min(self, other_or_axes)
+        return self.builder.minimum(self, other_or_axes)
+
+    __add__ = add
+    __sub__ = sub
+    __mul__ = mul
+    __truediv__ = div
+    __pow__ = pow
+
+    def __radd__(self, other):
+        return self.builder.add(other, self)
+
+    def __rsub__(self, other):
+        return self.builder.sub(other, self)
+
+    def __rmul__(self, other):
+        return self.builder.mul(other, self)
+
+    def __rtruediv__(self, other):
+        return self.builder.div(other, self)
+
+    def __rpow__(self, other):
+        return self.builder.pow(other, self)
+
+    def __neg__(self):
+        return self.builder.neg(self)
+
+    def __lt__(self, other):
+        return self.builder.compare("lt", self, other)
+
+    def __le__(self, other):
+        return self.builder.compare("le", self, other)
+
+    def __gt__(self, other):
+        return self.builder.compare("gt", self, other)
+
+    def __ge__(self, other):
+        return self.builder.compare("ge", self, other)
+
+    def eq(self, other):
+        """Elementwise equality (`==` keeps Python's identity meaning for traced values)."""
+        return self.builder.compare("eq", self, other)
+
+    def ne(self, other):
+        return self.builder.compare("ne", self, other)
+
+    # unary math
+    def _unary(self, op: str):
+        return self.builder.unary(op, self)
+
+    def neg(self):
+        return self._unary("neg")
+
+    def exp(self):
+        return self._unary("exp")
+
+    def log(self):
+        return self._unary("log")
+
+    def log1p(self):
+        return self._unary("log1p")
+
+    def expm1(self):
+        return self._unary("expm1")
+
+    def sin(self):
+        return self._unary("sin")
+
+    def cos(self):
+        return self._unary("cos")
+
+    def tan(self):
+        return self._unary("tan")
+
+    def tanh(self):
+        return self._unary("tanh")
+
+    def logistic(self):
+        return self._unary("logistic")
+
+    def sqrt(self):
+        return self._unary("sqrt")
+
+    def rsqrt(self):
+        return self._unary("rsqrt")
+
+    def abs(self):
+        return self._unary("abs")
+
+    def sign(self):
+        return self._unary("sign")
+
+    def floor(self):
+        return self._unary("floor")
+
+    def ceil(self):
+        return self._unary("ceil")
+
+    def round(self):
+        return self._unary("round")
+
+    def logical_not(self):
+        return self._unary("not")
+
+    def convert(self, dtype: DType):
+        return self.builder.convert(self, dtype)
+
+    # reductions
+    def sum(self, axes=None):
+        """Sum over one axis name or several (all when None)."""
+        return self.builder.sum(self, axes)
+
+    def prod(self, axes=None):
+        return self.builder.prod(self, axes)
+
+    def mean(self, axes=None):
+        return self.builder.mean(self, axes)
+
+    def reduce(self, init, op: str, axes=None):
+        """Reduce `axes` with `op` (sum, max, min, prod) starting from the scalar `init`."""
+        return self.builder.reduce(self, init, op, axes)
+
+    # layout and indexing
+    def rename(self, old: str, new: str):
+        return self.builder.rename(self, old, new)
+
+    def transpose(self, *order: str):
+        return self.builder.transpose(
+            self, order[0] if len(order) == 1 and not isinstance(order[0], str) else order
+        )
+
+    def broadcast_to(self, target: TensorType):
+        return self.builder.broadcast_to(self, target)
+
+    def merge(self, axes: Sequence[str], into: str):
+        return self.builder.merge(self, axes, into)
+
+    def split(self, axis: str, **parts: int):
+        return self.builder.split(self, axis, parts)
+
+    def slice(self, axis: str, start: int = 0, stop: int | None = None, step: int = 1):
+        return self.builder.slice(self, axis, start, stop, step)
+
+    def pad(self, axis: str, low: int = 0, high: int = 0, value=0, interior: int = 0):
+        return self.builder.pad(self, axis, low, high, value, interior)
+
+    def gather(self, indices: Value, axis: str):
+        return self.builder.gather(self, indices, axis)
+
+    def scatter_add(self, indices: Value, updates: Value, axis: str):
+        return self.builder.scatter_add(self, indices, updates, axis)
+
+    def contract(self, other: Value, axes):
+        return self.builder.contract(self, other, axes)
+
+
+class Builder(OpsApi):
+    """Records operations into a Program. Every type rule runs here, while tracing."""
+
+    def __init__(self, name: str = "program"):
+        self.name = name
+        self._operations: list[Operation] = []
+        self._types: list[TensorType] = []
+        self._parameter_count = 0
+
+    def parameter(self, type: TensorType, index: int | None = None, id: int | None = None) -> Value:
+        """A new parameter of `type` (index: the next free one unless given)."""
+        index = self._parameter_count if index is None else index
+        return self.emit("parameter", [], {"index": index, "type": type}, id=id)
+
+    def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
+        rule = rule_for(kind)
+        operands = list(operands)
+        for position, value in enumerate(operands):
+            if not isinstance(value, Value) or value.builder is not self:
+                raise AccyError(
+                    f"{kind}: operand {position} ({value!r}) is not a value of the program "
+                    f"{self.name!r} being traced; values from another trace cannot be mixed in"
+                )
+        attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
+        operand_types = tuple(v.ty for v in operands)
+        if rule.arity is not None and len(operands) != rule.arity:
+            raise TypeRuleError(
+                f"{kind} takes {rule.arity} operand{'s' if rule.arity != 1 else ''}, "
+                f"got {len(operands)}"
+            )
+        inferred = rule.infer(operand_types, attrs)
+        result_types = inferred if rule.multiple_results else (inferred,)
+        results = tuple(range(len(self._types), len(self._types) + len(result_types)))
+        self._types.extend(result_types)
+        if kind == "parameter":
+            self._parameter_count = max(self._parameter_count, attrs["index"] + 1)
+        op = Operation(
+            len(self._operations) if id is None else id,
+            kind,
+            tuple(v.index for v in operands),
+            results,
+            tuple(result_types),
+            attrs,
+            operand_types,
+        )
+        self._operations.append(op)
+        values = tuple(Value(self, r, t) for r, t in zip(results, result_types, strict=True))
+        return values if rule.multiple_results else values[0]
+
+    def build(self, outputs) -> Program:
+        """The finished Program whose outputs are `outputs` (a Value or a sequence of Values)."""
+        outputs = [outputs] if isinstance(outputs, Value) else list(outputs)
+        for position, value in enumerate(outputs):
+            if not isinstance(value, Value) or value.builder is not self:
+                raise AccyError(
+                    f"program {self.name!r}: output {position} ({value!r}) is not a traced value "
+                    "of this program; return Values made from the body's arguments"
+                )
+        indices = sorted(op.attrs["index"] for op in self._operations if op.kind == "parameter")
+        if indices != list(range(len(indices))):
+            raise AccyError(f"program {self.name!r}: parameter indices {indices} are not 0..n-1")
+        return Program(
+            self.name,
+            tuple(self._operations),
+            tuple(v.index for v in outputs),
+            tuple(self._types),
+        )
+
+
+def define(
+    name: str,
+    specs: Sequence[TensorType],
+    body: Callable[[Builder, list[Value]], Any],
+) -> Program:
+    """Trace `body(builder, args)` with one traced Value per spec and return the Program.
+
+    >>> import accy
+    >>> p = accy.trace.define("loss", [accy.spec(accy.f32, lane=4)] * 2,
+    ...                       lambda b, args: (args[0] * args[1]).sum("lane"))
+    >>> [float(v) for v in accy.reference.run(p, [[1, 2, 3, 4], [1, 1, 1, 1]])]
+    [10.0]
+    """
+    builder = Builder(name)
+    args = [builder.parameter(spec) for spec in specs]
+    try:
+        outputs = body(builder, args)
+        return builder.build(outputs)
+    except AccyError as error:
+        attach_user_location(error)
+        raise

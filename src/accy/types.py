@@ -1,0 +1,157 @@
+"""Tensor types with named axes.
+
+A type is a dtype plus an ordered tuple of (axis name, extent). The order is the physical,
+row-major layout; it never changes the meaning of a program. Names are identifiers, unique
+within a type. Rank 0 is a scalar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import AxisError, DTypeError
+
+
+@dataclass(frozen=True)
+class DType:
+    """An element type. `numpy` is the NumPy dtype used by the reference evaluator."""
+
+    name: str
+    numpy: np.dtype
+    is_float: bool
+    itemsize: int
+
+    def __repr__(self) -> str:
+        return f"accy.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+f32 = DType("f32", np.dtype(np.float32), True, 4)
+f64 = DType("f64", np.dtype(np.float64), True, 8)
+f16 = DType("f16", np.dtype(np.float16), True, 2)
+# NumPy has no bfloat16: the reference evaluator holds bf16 values in float32 arrays and rounds
+# every result to bf16 precision; raw buffers carry them as the upper 16 bits of a float32.
+bf16 = DType("bf16", np.dtype(np.float32), True, 2)
+i32 = DType("i32", np.dtype(np.int32), False, 4)
+i64 = DType("i64", np.dtype(np.int64), False, 8)
+u8 = DType("u8", np.dtype(np.uint8), False, 1)
+bool_ = DType("bool", np.dtype(np.bool_), False, 1)
+
+DTYPES: dict[str, DType] = {d.name: d for d in (f32, f64, f16, bf16, i32, i64, u8, bool_)}
+
+
+def dtype_named(name: str) -> DType:
+    if name not in DTYPES:
+        raise DTypeError(f"unknown dtype {name!r}; the dtypes are {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def dtype_of_numpy(dtype: np.dtype) -> DType:
+    """The accy dtype whose arrays NumPy holds as `dtype` (float32 maps to f32, not bf16)."""
+    for d in (f32, f64, f16, i32, i64, u8, bool_):
+        if d.numpy == dtype:
+            return d
+    raise DTypeError(f"NumPy dtype {dtype} has no accy dtype; use one of {', '.join(DTYPES)}")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A dtype and named axes in layout order: `TensorType(f32, (("token", 4), ("channel", 3)))`."""
+
+    dtype: DType
+    named_extents: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [name for name, _ in self.named_extents]
+        for name, extent in self.named_extents:
+            if not isinstance(name, str) or not name.isidentifier():
+                raise AxisError(f"axis name {name!r} is not an identifier")
+            if not isinstance(extent, int | np.integer) or isinstance(extent, bool) or extent < 0:
+                raise AxisError(f"axis {name!r} has extent {extent!r}; extents are ints >= 0")
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise AxisError(
+                f"axis names must be unique within a type, but {', '.join(duplicates)} "
+                f"appears more than once in {names}"
+            )
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """Axis names in layout order."""
+        return tuple(name for name, _ in self.named_extents)
+
+    @property
+    def extents(self) -> tuple[int, ...]:
+        """Extents in layout order (NumPy's `shape`)."""
+        return tuple(int(extent) for _, extent in self.named_extents)
+
+    @property
+    def shape(self) -> dict[str, int]:
+        """Axis name to extent."""
+        return {name: int(extent) for name, extent in self.named_extents}
+
+    @property
+    def rank(self) -> int:
+        return len(self.named_extents)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(np.prod(self.extents, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def extent(self, axis: str) -> int:
+        return self.shape[axis]
+
+    def position(self, axis: str) -> int:
+        return self.axes.index(axis)
+
+    def has(self, axis: str) -> bool:
+        return axis in self.axes
+
+    def axes_not_in(self, other: TensorType) -> tuple[str, ...]:
+        """This type's axes that `other` lacks, in this type's order."""
+        return tuple(a for a in self.axes if not other.has(a))
+
+    def with_dtype(self, dtype: DType) -> TensorType:
+        return TensorType(dtype, self.named_extents)
+
+    def with_axes(self, named_extents) -> TensorType:
+        return TensorType(self.dtype, tuple((n, int(e)) for n, e in named_extents))
+
+    def without(self, axes) -> TensorType:
+        drop = set(axes)
+        return self.with_axes((n, e) for n, e in self.named_extents if n not in drop)
+
+    def __str__(self) -> str:
+        inner = ", ".join(f"{name}={extent}" for name, extent in self.named_extents)
+        return f"{self.dtype.name}[{inner}]"
+
+    def __repr__(self) -> str:
+        return f"<{self}>"
+
+
+def spec(dtype: DType, shape: dict[str, int] | None = None, /, **axes: int) -> TensorType:
+    """A tensor type from a dtype and named extents, in layout order.
+
+    >>> import accy
+    >>> accy.spec(accy.f32, token=4, channel=3)
+    <f32[token=4, channel=3]>
+    >>> accy.spec(accy.i32, {"token": 4}).extents
+    (4,)
+    """
+    if not isinstance(dtype, DType):
+        raise DTypeError(f"spec needs an accy dtype such as accy.f32 first, got {dtype!r}")
+    named = dict(shape or {})
+    for name, extent in axes.items():
+        if name in named:
+            raise AxisError(f"axis {name!r} is given twice to spec")
+        named[name] = extent
+    return TensorType(dtype, tuple(named.items()))

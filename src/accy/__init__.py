@@ -7,7 +7,7 @@
 1
 """
 
-from . import errors, interpret, ops, program, reference, trace
+from . import errors, gradient, interpret, nn, ops, program, reference, testing, trace, transforms
 from .errors import (
     AccyError,
     AxisError,
@@ -22,8 +22,20 @@ from .errors import (
     RuntimeUnavailable,
     TypeRuleError,
 )
+from .gradient import (
+    grad,
+    grad_with,
+    grad_with_rules,
+    jvp,
+    linear_transpose,
+    linearize,
+    value_and_grad,
+    vjp,
+)
 from .program import SYNTHETIC_ID, Operation, Program
 from .trace import Builder, Value
+from .transforms.linearize import Dual
+from .transforms.simplify import simplify
 from .types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
 
 __all__ = [
@@ -35,6 +47,7 @@ __all__ = [
     "CustomCallRequiresJvpContract",
     "CustomCallRequiresVjpContract",
     "DType",
+    "Dual",
     "DTypeError",
     "GradientRequiresScalarOutput",
     "InvalidInput",
@@ -52,13 +65,26 @@ __all__ = [
     "f16",
     "f32",
     "f64",
+    "grad",
+    "grad_with",
+    "grad_with_rules",
+    "gradient",
     "i32",
     "i64",
     "interpret",
+    "nn",
+    "jvp",
+    "linear_transpose",
+    "linearize",
     "ops",
     "program",
     "reference",
+    "simplify",
     "spec",
+    "testing",
     "trace",
+    "transforms",
     "u8",
+    "value_and_grad",
+    "vjp",
 ]

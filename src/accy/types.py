@@ -68,8 +68,11 @@ class TensorType:
     def __post_init__(self) -> None:
         names = [name for name, _ in self.named_extents]
         for name, extent in self.named_extents:
-            if not isinstance(name, str) or not name.isidentifier():
-                raise AxisError(f"axis name {name!r} is not an identifier")
+            if not isinstance(name, str) or not (name.isascii() and name.isidentifier()):
+                raise AxisError(
+                    f"axis name {name!r} is not an identifier (ASCII letters, digits and _, "
+                    "not starting with a digit)"
+                )
             if not isinstance(extent, int | np.integer) or isinstance(extent, bool) or extent < 0:
                 raise AxisError(f"axis {name!r} has extent {extent!r}; extents are ints >= 0")
         duplicates = sorted({n for n in names if names.count(n) > 1})

@@ -90,26 +90,48 @@ def _dot_jvp(e, op, primals, tangents, out):
 
 
 def _cotangent_of(e, ct, linear, other, linear_dims, other_dims, linear_is_lhs):
-    """Cotangent of the linear operand: contract `ct` with the other operand over its free axes.
-
-    Every axis of `other` and `ct` is renamed after the axis of the linear operand it stands
-    for (fresh names for the other operand's free axes), so that one named contraction yields a
-    value whose axes are exactly the linear operand's, which is then laid out in its order.
+    """Cotangent of the linear operand: contract `ct` with the other operand over the other
+    operand's free axes, batch over the batch axes, then lay the result out as the linear
+    operand (renaming axes when the other operand names them differently). The operand order
+    is chosen so that the product comes out in the linear operand's layout when it can.
     """
     (l_contract, l_batch), (o_contract, o_batch) = linear_dims, other_dims
-    other_names = [None] * other.ty.rank
-    for l, o in zip(l_contract + l_batch, o_contract + o_batch, strict=True):
-        other_names[o] = linear.axes[l]
-    fresh = []
-    for i in range(other.ty.rank):
-        if other_names[i] is None:
-            other_names[i] = f"__accy_free{i}"
-            fresh.append(other_names[i])
-    linear_free = [linear.axes[i] for i in free_dimensions(linear.rank, l_contract, l_batch)]
-    free = linear_free + fresh if linear_is_lhs else fresh + linear_free
-    ct_names = [linear.axes[i] for i in l_batch] + free
-    product = e.contract(e.rename_axes(ct, ct_names), e.rename_axes(other, other_names), fresh)
-    return e.transpose(product, linear.axes)
+    o_free = free_dimensions(other.ty.rank, o_contract, o_batch)
+    l_free = free_dimensions(linear.rank, l_contract, l_batch)
+    batch = list(range(len(l_batch)))
+    # Positions in ct: batch first, then the lhs free axes, then the rhs free axes.
+    start = len(batch) + (len(l_free) if linear_is_lhs else 0)
+    ct_other_free = list(range(start, start + len(o_free)))
+    kept_ct = [i for i in range(ct.ty.rank) if i not in ct_other_free]
+    kept_other = [o for o in range(other.ty.rank) if o not in o_free and o not in o_batch]
+    names = [ct.ty.axes[i] for i in kept_ct] + [other.ty.axes[o] for o in kept_other]
+    if len(set(names)) != len(names):
+        other = _renamed_apart(e, other, ct)
+    # Which axis of the linear operand each kept axis stands for.
+    from_ct = list(l_batch) + l_free
+    from_other = [l_contract[o_contract.index(o)] for o in kept_other]
+    if list(l_batch) + from_other + l_free == list(range(linear.rank)):
+        product = e.dot_general(other, ct, o_free, ct_other_free, o_batch, batch)
+        positions = list(l_batch) + from_other + l_free
+    else:
+        product = e.dot_general(ct, other, ct_other_free, o_free, batch, o_batch)
+        positions = from_ct + from_other
+    named = e.rename_axes(product, [linear.axes[i] for i in positions])
+    return e.transpose(named, linear.axes)
+
+
+def _renamed_apart(e, other, ct):
+    """`other` with fresh names, so that none clashes with `ct`'s in the product."""
+    taken = set(other.ty.axes) | set(ct.ty.axes)
+    return e.rename_axes(other, [_fresh_name(taken) for _ in other.ty.axes])
+
+
+def _fresh_name(taken: set[str]) -> str:
+    number = len(taken)
+    while f"free{number}" in taken:
+        number += 1
+    taken.add(f"free{number}")
+    return f"free{number}"
 
 
 def _dot_transpose(e, op, ct, operands):

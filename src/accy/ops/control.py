@@ -21,6 +21,7 @@ from ..errors import (
     CustomCallRequiresVjpContract,
     TypeRuleError,
 )
+from ..program.ir import Program
 from ..types import TensorType
 from .registry import Rule, attr, register
 
@@ -71,7 +72,18 @@ def scan_signature(types, attrs):
     length = attr("scan", attrs, "length")
     num_consts = attr("scan", attrs, "num_consts")
     num_carry = attr("scan", attrs, "num_carry")
-    attr("scan", attrs, "reverse")
+    reverse = attr("scan", attrs, "reverse")
+    if not isinstance(body, Program):
+        raise TypeRuleError(f"scan: attribute 'body' must be a program, got {body!r}")
+    for name, value in (("length", length), ("num_consts", num_consts), ("num_carry", num_carry)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise TypeRuleError(f"scan: attribute {name!r} must be an int >= 0, got {value!r}")
+    if not isinstance(reverse, bool):
+        raise TypeRuleError(f"scan: attribute 'reverse' must be true or false, got {reverse!r}")
+    if num_consts + num_carry > len(types):
+        raise TypeRuleError(
+            f"scan: {num_consts} consts and {num_carry} carries, but only {len(types)} operands"
+        )
     consts = types[:num_consts]
     carries = types[num_consts : num_consts + num_carry]
     xs = types[num_consts + num_carry :]

@@ -43,7 +43,9 @@ def check_same_axes(kind: str, types) -> None:
 @dataclass(frozen=True)
 class UnaryOp:
     evaluate: Any
-    derivative: Any = None  # (emit, x, y) -> dy/dx as a value; None: the derivative is zero
+    # tangent(emit, t, x, y): the output tangent for input tangent t, input x and output y,
+    # linear in t; None means the derivative is zero.
+    tangent: Any = None
     float_only: bool = True
     linear: bool = False
 
@@ -60,23 +62,25 @@ def _logistic(x):
 
 UNARY: dict[str, UnaryOp] = {
     "neg": UnaryOp(np.negative, float_only=False, linear=True),
-    "exp": UnaryOp(np.exp, lambda e, x, y: y),
-    "log": UnaryOp(np.log, lambda e, x, y: e.div(1.0, x)),
-    "log1p": UnaryOp(np.log1p, lambda e, x, y: e.div(1.0, e.add(x, 1.0))),
-    "expm1": UnaryOp(np.expm1, lambda e, x, y: e.add(y, 1.0)),
-    "sin": UnaryOp(np.sin, lambda e, x, y: e.unary("cos", x)),
-    "cos": UnaryOp(np.cos, lambda e, x, y: e.neg(e.unary("sin", x))),
-    "tan": UnaryOp(np.tan, lambda e, x, y: e.add(e.mul(y, y), 1.0)),
-    "tanh": UnaryOp(np.tanh, lambda e, x, y: e.sub(1.0, e.mul(y, y))),
-    "logistic": UnaryOp(_logistic, lambda e, x, y: e.mul(y, e.sub(1.0, y))),
-    "sqrt": UnaryOp(np.sqrt, lambda e, x, y: e.div(0.5, y)),
-    "rsqrt": UnaryOp(_rsqrt, lambda e, x, y: e.mul(e.div(y, x), -0.5)),
-    "abs": UnaryOp(np.abs, lambda e, x, y: e.unary("sign", x), float_only=False),
+    "exp": UnaryOp(np.exp, lambda e, t, x, y: e.mul(t, y)),
+    "log": UnaryOp(np.log, lambda e, t, x, y: e.div(t, x)),
+    "log1p": UnaryOp(np.log1p, lambda e, t, x, y: e.div(t, e.add(x, 1.0))),
+    "expm1": UnaryOp(np.expm1, lambda e, t, x, y: e.mul(t, e.add(y, 1.0))),
+    "sin": UnaryOp(np.sin, lambda e, t, x, y: e.mul(t, e.unary("cos", x))),
+    "cos": UnaryOp(np.cos, lambda e, t, x, y: e.mul(t, e.neg(e.unary("sin", x)))),
+    "tan": UnaryOp(np.tan, lambda e, t, x, y: e.mul(t, e.add(e.mul(y, y), 1.0))),
+    "tanh": UnaryOp(np.tanh, lambda e, t, x, y: e.mul(t, e.sub(1.0, e.mul(y, y)))),
+    "logistic": UnaryOp(_logistic, lambda e, t, x, y: e.mul(t, e.mul(y, e.sub(1.0, y)))),
+    "sqrt": UnaryOp(np.sqrt, lambda e, t, x, y: e.div(t, e.mul(y, 2.0))),
+    "rsqrt": UnaryOp(_rsqrt, lambda e, t, x, y: e.mul(t, e.mul(e.div(y, x), -0.5))),
+    "abs": UnaryOp(np.abs, lambda e, t, x, y: e.mul(t, e.unary("sign", x)), float_only=False),
     "sign": UnaryOp(np.sign, float_only=False),
     "floor": UnaryOp(np.floor),
     "ceil": UnaryOp(np.ceil),
     "round": UnaryOp(np.round),  # halves to even, like NumPy and IEEE roundeven
     "not": UnaryOp(np.logical_not, float_only=False),
+    # The identity with a zero derivative: what is computed but not differentiated through.
+    "stop_gradient": UnaryOp(lambda x: x.copy(), float_only=False),
 }
 
 
@@ -104,9 +108,9 @@ def _unary_jvp(e, op, primals, tangents, out):
     unary = UNARY[op.attrs["op"]]
     if unary.linear:
         return e.unary(op.attrs["op"], tangents[0])
-    if unary.derivative is None:
+    if unary.tangent is None:
         return Zero(op.type)
-    return e.mul(tangents[0], unary.derivative(e, primals[0], out))
+    return unary.tangent(e, tangents[0], primals[0], out)
 
 
 def _unary_transpose(e, op, ct, operands):
@@ -124,9 +128,12 @@ register(Rule("unary", _unary_infer, _unary_evaluate, _unary_jvp, _unary_transpo
 
 def _int_divide(a, b):
     """Integer division that truncates toward zero (as C does); dividing by zero gives 0."""
-    safe = np.where(b == 0, 1, b)
-    quotient = np.abs(a) // np.abs(safe)
-    quotient = np.where((a < 0) != (safe < 0), -quotient, quotient)
+    safe = np.where(b == 0, 1, b).astype(a.dtype)
+    # Floor division, then one step toward zero where it rounded down a negative quotient
+    # (no abs(): abs of the most negative integer overflows).
+    quotient = np.floor_divide(a, safe)
+    inexact = (a - quotient * safe) != 0
+    quotient = np.where(inexact & ((a < 0) != (safe < 0)), quotient + 1, quotient)
     return np.where(b == 0, 0, quotient).astype(a.dtype)
 
 
@@ -158,7 +165,7 @@ def _mul_jvp(e, op, p, t, out):
 
 
 def _div_jvp(e, op, p, t, out):
-    numerator = e.scale_tangent(t[0], e.div(1.0, p[1])) if not isinstance(t[0], Zero) else t[0]
+    numerator = t[0] if isinstance(t[0], Zero) else e.div(t[0], p[1])
     denominator = t[1]
     if not isinstance(denominator, Zero):
         denominator = e.neg(e.mul(denominator, e.div(out, p[1])))
@@ -347,11 +354,17 @@ def _convert_evaluate(attrs, args, _):
     (x,) = args
     if x.dtype.kind == "f" and target.numpy.kind in "iu":
         # Float to integer truncates toward zero; NaN gives 0 and out-of-range values saturate,
-        # so that every backend agrees on a defined result.
+        # so that every backend agrees on a defined result. The bounds are compared in float64,
+        # where min and max + 1 (powers of two) are exact; clipping to max in the operand's
+        # precision would round it up to 2**bits and overflow.
         info = np.iinfo(target.numpy)
-        with np.errstate(invalid="ignore"):
-            x = np.nan_to_num(np.trunc(x), nan=0.0, posinf=info.max, neginf=info.min)
-            x = np.clip(x, info.min, info.max)
+        wide = np.trunc(x.astype(np.float64))
+        high = wide >= float(info.max) + 1.0
+        low = wide < float(info.min)
+        inside = np.where(np.isnan(wide) | high | low, 0.0, wide)
+        result = inside.astype(target.numpy)
+        result = np.where(high, info.max, result)
+        return np.where(low, info.min, result).astype(target.numpy)
     with np.errstate(all="ignore"):
         return x.astype(target.numpy)
 

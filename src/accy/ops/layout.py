@@ -165,7 +165,7 @@ def _positional(kind, attrs, name, t, minimum):
             f"{kind}: attribute {name!r} needs one int per axis of {t} ({t.rank}), got {values!r}"
         )
     for axis, v in zip(t.axes, values, strict=True):
-        if not isinstance(v, int) or v < minimum:
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
             raise TypeRuleError(f"{kind}: {name} of axis {axis!r} must be an int >= {minimum}")
     return values
 

@@ -60,16 +60,27 @@ def _sum_jvp(e, x, init, t_x, t_init, out):
 def _chooser_jvp(e, x, init, t_x, t_init, out):
     reduced = x.ty.axes_not_in(out.ty)
     at_x = e.convert(e.compare("eq", x, e.broadcast_to(out, x.ty)), x.ty.dtype)
-    at_init = e.convert(e.compare("eq", e.broadcast_to(init, out.ty), out), x.ty.dtype)
-    count = e.add(e.sum(at_x, reduced), at_init)
+    count = e.sum(at_x, reduced)
+    at_init = None
+    if not _is_infinite_constant(init):
+        # An init that is a finite value (or a parameter) takes its share of ties.
+        at_init = e.convert(e.compare("eq", e.broadcast_to(init, out.ty), out), x.ty.dtype)
+        count = e.add(count, at_init)
     result = Zero(out.ty)
     if not isinstance(t_x, Zero):
         result = e.sum(e.mul(t_x, e.div(at_x, e.broadcast_to(count, x.ty))), reduced)
-    if not isinstance(t_init, Zero):
+    if not isinstance(t_init, Zero) and at_init is not None:
         result = e.add_tangents(
             result, e.mul(e.broadcast_to(t_init, out.ty), e.div(at_init, count))
         )
     return result
+
+
+def _is_infinite_constant(value) -> bool:
+    """Whether `value` is a constant -inf or inf: the usual max/min init, which ties only when
+    every element is infinite too (then the elements take the whole derivative)."""
+    held = getattr(value, "builder", None) and value.builder.splat_value(value)
+    return isinstance(held, float) and held in (float("inf"), float("-inf"))
 
 
 def _prod_jvp(e, x, init, t_x, t_init, out):

@@ -36,7 +36,9 @@ def _format_type(t: TensorType) -> str:
 
 
 def _format_name(name: str) -> str:
-    return name if name.isidentifier() and name not in RESERVED else _quote(name)
+    # Bare only if the tokenizer reads it back as one name token (ASCII identifiers).
+    bare = name.isascii() and name.isidentifier() and name not in RESERVED
+    return name if bare else _quote(name)
 
 
 def _quote(s: str) -> str:
@@ -262,18 +264,17 @@ class _Parser:
                 operands.append(self.reference(values))
         self.expect(")")
         attrs: dict[str, Any] = {}
-        if self.accept("{"):
-            if not self.accept("}"):
-                while True:
-                    key_token = self.token
-                    key = self.name("an attribute name")
-                    if key in attrs:
-                        raise self.fail(f"attribute {key!r} is given twice", key_token)
-                    self.expect("=")
-                    attrs[key] = self.attribute_value(depth)
-                    if self.accept("}"):
-                        break
-                    self.expect(",")
+        if self.accept("{") and not self.accept("}"):
+            while True:
+                key_token = self.token
+                key = self.name("an attribute name")
+                if key in attrs:
+                    raise self.fail(f"attribute {key!r} is given twice", key_token)
+                self.expect("=")
+                attrs[key] = self.attribute_value(depth)
+                if self.accept("}"):
+                    break
+                self.expect(",")
         self.expect(":")
         types = [self.tensor_type()]
         while self.accept(","):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import AccyError, TypeRuleError, attach_user_location
-from ..ops.registry import rule_for
+from ..errors import AccyError, attach_user_location
+from ..ops.registry import check_arity, rule_for
 from ..program import Attrs, Operation, Program
 from ..types import DType, TensorType
 from .api import OpsApi, _is_axis_argument
@@ -236,6 +236,7 @@ class Builder(OpsApi):
         self._operations: list[Operation] = []
         self._types: list[TensorType] = []
         self._parameter_count = 0
+        self._producers: dict[int, Operation] = {}
 
     def parameter(self, type: TensorType, index: int | None = None, id: int | None = None) -> Value:
         """A new parameter of `type` (index: the next free one unless given)."""
@@ -253,11 +254,8 @@ class Builder(OpsApi):
                 )
         attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
         operand_types = tuple(v.ty for v in operands)
-        if rule.arity is not None and len(operands) != rule.arity:
-            raise TypeRuleError(
-                f"{kind} takes {rule.arity} operand{'s' if rule.arity != 1 else ''}, "
-                f"got {len(operands)}"
-            )
+        if rule.arity is not None:
+            check_arity(kind, operand_types, rule.arity)
         inferred = rule.infer(operand_types, attrs)
         result_types = inferred if rule.multiple_results else (inferred,)
         results = tuple(range(len(self._types), len(self._types) + len(result_types)))
@@ -274,8 +272,16 @@ class Builder(OpsApi):
             operand_types,
         )
         self._operations.append(op)
+        self._producers.update((r, op) for r in results)
         values = tuple(Value(self, r, t) for r, t in zip(results, result_types, strict=True))
         return values if rule.multiple_results else values[0]
+
+    def splat_value(self, value: Value):
+        """The scalar every element of `value` holds, when it is a splat constant; else None."""
+        op = self._producers.get(value.index)
+        if op is None or op.kind != "constant" or isinstance(op.attrs["value"], tuple):
+            return None
+        return op.attrs["value"]
 
     def build(self, outputs) -> Program:
         """The finished Program whose outputs are `outputs` (a Value or a sequence of Values)."""

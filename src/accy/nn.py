@@ -1,0 +1,100 @@
+"""Neural-network building blocks as compositions of the closed set of kinds.
+
+Nothing here is a new operation kind: each function records ordinary operations, so
+differentiation and every backend handle it without special rules.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .trace.builder import Value
+
+
+def stop_gradient(x: Value) -> Value:
+    """`x`, but differentiation treats it as a constant (its derivative is zero).
+
+    Softmax and logsumexp use it on the max they subtract: the result does not depend on that
+    shift, so differentiating through it would only add work.
+    """
+    return x.builder.unary("stop_gradient", x)
+
+
+def relu(x: Value) -> Value:
+    """max(x, 0).
+
+    >>> import accy
+    >>> p = accy.trace.define("r", [accy.spec(accy.f32, n=3)], lambda b, a: accy.nn.relu(a[0]))
+    >>> accy.reference.run(p, [[-1.0, 0.0, 2.0]])[0].tolist()
+    [0.0, 0.0, 2.0]
+    """
+    return x.max(0.0)
+
+
+def logsumexp(x: Value, axis: str) -> Value:
+    """log(sum(exp(x))) over `axis`, computed stably (the max is subtracted first).
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("l", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.logsumexp(a[0], "n"))
+    >>> round(float(accy.reference.run(p, [[0.0, 0.0]])[0]), 4)
+    0.6931
+    """
+    peak = stop_gradient(x.max(axis))
+    return (x - peak).exp().sum(axis).log() + peak
+
+
+def softmax(x: Value, axis: str) -> Value:
+    """exp(x) / sum(exp(x)) over `axis`, with the max subtracted first.
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.softmax(a[0], "n"))
+    >>> accy.reference.run(p, [[1.0, 1.0]])[0].tolist()
+    [0.5, 0.5]
+    """
+    weights = (x - stop_gradient(x.max(axis))).exp()
+    return weights / weights.sum(axis)
+
+
+def log_softmax(x: Value, axis: str) -> Value:
+    return x - logsumexp(x, axis)
+
+
+def layer_norm(x: Value, axis: str, eps: float = 1e-5) -> Value:
+    """(x - mean) / sqrt(var + eps) over `axis` (no scale or bias).
+
+    >>> import accy
+    >>> p = accy.trace.define("n", [accy.spec(accy.f32, c=2)], lambda b, a: accy.nn.layer_norm(a[0], "c"))
+    >>> [round(v, 3) for v in accy.reference.run(p, [[1.0, 3.0]])[0].tolist()]
+    [-1.0, 1.0]
+    """
+    centered = x - x.mean(axis)
+    variance = (centered * centered).mean(axis)
+    return centered * (variance + eps).rsqrt()
+
+
+def gelu_tanh(x: Value) -> Value:
+    """GELU with the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+
+    >>> import accy
+    >>> p = accy.trace.define("g", [accy.spec(accy.f32, n=1)], lambda b, a: accy.nn.gelu_tanh(a[0]))
+    >>> round(float(accy.reference.run(p, [[1.0]])[0][0]), 4)
+    0.8412
+    """
+    inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
+    return x * 0.5 * (inner.tanh() + 1.0)
+
+
+def cross_entropy(logits: Value, labels: Value, axis: str) -> Value:
+    """Softmax cross-entropy per example: logsumexp(logits) - sum(logits * labels) over `axis`,
+    with `labels` a probability distribution (e.g. one-hot) along `axis`."""
+    return logsumexp(logits, axis) - (logits * labels).sum(axis)
+
+
+def one_hot(builder, indices: Value, axis: str, extent: int, dtype) -> Value:
+    """A `dtype` tensor with a new axis `axis` that is 1 where its position equals the index."""
+    from .types import TensorType
+
+    positions = builder.iota(
+        TensorType(indices.dtype, (*indices.ty.named_extents, (axis, extent))), axis
+    )
+    return positions.eq(indices).convert(dtype)

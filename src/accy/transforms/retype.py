@@ -1,0 +1,40 @@
+"""Retyping: the same program computed in another floating-point dtype (used by check_grads
+to take finite differences in float64)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..interpret import Graph, Layer, run
+from ..program import Operation, Program
+from ..trace.builder import Builder
+from ..types import DType, TensorType
+
+
+class _Retype(Layer):
+    def __init__(self, next: Any, dtype: DType):
+        super().__init__(next)
+        self.dtype = dtype
+
+    def bind(self, op: Operation, args: list[Any]) -> Any:
+        attrs = {key: self._convert(value) for key, value in op.attrs.items()}
+        if op.kind == "convert" and _float_name(attrs["dtype"]):
+            attrs["dtype"] = self.dtype.name
+        return self.next.bind(dataclasses.replace(op, attrs=op.attrs.replace(**attrs)), args)
+
+    def _convert(self, value: Any) -> Any:
+        if isinstance(value, TensorType) and value.dtype.is_float:
+            return value.with_dtype(self.dtype)
+        if isinstance(value, Program):
+            return promote_floats(value, self.dtype)
+        return value
+
+
+def _float_name(name: str) -> bool:
+    return name in ("f16", "bf16", "f32", "f64")
+
+
+def promote_floats(program: Program, dtype: DType) -> Program:
+    """`program` with every floating-point type changed to `dtype`."""
+    return run(program, _Retype(Graph(Builder(program.name)), dtype))

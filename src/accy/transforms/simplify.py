@@ -1,0 +1,202 @@
+"""Simplification: algebraic identities, constant folding of splats, CSE and dead-code removal.
+
+Gradients come out of linearize and transpose with work that is visibly useless: multiplying by
+a broadcast 1.0 seed, adding zeros, broadcasting a constant, duplicate constants, residuals
+nobody reads. `simplify` removes it. Each rule keeps the program's meaning, except that `x * 0`
+folds to 0 (as symbolic zeros do in JAX), also where x is NaN or infinite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..interpret import Emitter, Graph, Layer, run
+from ..program import Operation, Program
+from ..trace.builder import Builder
+
+
+class _Simplify(Layer):
+    def __init__(self, next: Any):
+        super().__init__(next)
+        self.emit = Emitter(self)
+        self.splats: dict[int, Any] = {}  # value index -> the scalar it holds everywhere
+        self.seen: dict[tuple, Any] = {}
+        self.negations: dict[int, Any] = {}  # value index of neg(x) -> x
+
+    def bind(self, op: Operation, args: list[Any]) -> Any:
+        rule = RULES.get(op.kind)
+        if rule is not None:
+            replacement = rule(self, op, args)
+            if replacement is not None:
+                return replacement
+        key = None
+        if op.kind not in ("parameter", "custom_call", "scan"):
+            operands = tuple(a.index for a in args)
+            if op.kind in COMMUTATIVE:
+                operands = tuple(sorted(operands))
+            key = (op.kind, op.attrs, operands)
+            if key in self.seen:
+                return self.seen[key]
+        result = self.next.bind(op, args)
+        if key is not None:
+            self.seen[key] = result
+        if op.kind == "constant" and not isinstance(op.attrs["value"], tuple):
+            self.splats[result.index] = op.attrs["value"]
+        if op.kind == "unary" and op.attrs["op"] == "neg":
+            self.negations[result.index] = args[0]
+        return result
+
+    def splat(self, value: Any) -> Any:
+        return self.splats.get(value.index)
+
+    def constant(self, type, scalar) -> Any:
+        return self.emit.full(type, scalar)
+
+
+def _is(s: _Simplify, value: Any, scalar: float) -> bool:
+    held = s.splat(value)
+    return held is not None and not isinstance(held, bool) and held == scalar
+
+
+COMMUTATIVE = {"add", "mul", "max", "min"}
+
+
+def _mul(s, op, args):
+    a, b = args
+    for x, y in ((a, b), (b, a)):
+        if _is(s, y, 1):
+            return x
+        if _is(s, y, -1):
+            return s.emit.neg(x)
+        if _is(s, y, 0) and op.type.dtype.is_float:
+            return s.constant(op.type, 0)
+    if s.splat(a) is not None and s.splat(b) is not None:
+        return s.constant(op.type, s.splat(a) * s.splat(b))
+    return None
+
+
+def _add(s, op, args):
+    a, b = args
+    if _is(s, b, 0):
+        return a
+    if _is(s, a, 0):
+        return b
+    return None
+
+
+def _sub(s, op, args):
+    a, b = args
+    if _is(s, b, 0):
+        return a
+    if _is(s, a, 0):
+        return s.emit.neg(b)
+    return None
+
+
+def _div(s, op, args):
+    return args[0] if _is(s, args[1], 1) else None
+
+
+def _unary(s, op, args):
+    (x,) = args
+    if op.attrs["op"] == "neg":
+        if s.splat(x) is not None and not isinstance(s.splat(x), bool):
+            return s.constant(op.type, -s.splat(x))
+        return s.negations.get(x.index)
+    return None
+
+
+def _same_splat(s, op, args):
+    """broadcast_in_dim, transpose and reshape of a splat constant are a splat constant."""
+    held = s.splat(args[0])
+    return s.constant(op.type, held) if held is not None else None
+
+
+def _convert(s, op, args):
+    (x,) = args
+    if x.ty == op.type:
+        return x
+    held = s.splat(x)
+    if held is not None and op.type.dtype.is_float and not isinstance(held, bool):
+        return s.constant(op.type, float(held))
+    return None
+
+
+def _select(s, op, args):
+    predicate, on_true, on_false = args
+    held = s.splat(predicate)
+    if held is not None:
+        return on_true if held else on_false
+    if on_true is on_false:
+        return on_true
+    return None
+
+
+def _reduce(s, op, args):
+    x, init = args
+    if op.attrs["op"] == "sum" and _is(s, x, 0) and s.splat(init) is not None:
+        return s.constant(op.type, s.splat(init))
+    return None
+
+
+def _dot_general(s, op, args):
+    if any(_is(s, a, 0) for a in args):
+        return s.constant(op.type, 0)
+    return None
+
+
+RULES: dict[str, Callable[[_Simplify, Operation, list[Any]], Any]] = {
+    "mul": _mul,
+    "add": _add,
+    "sub": _sub,
+    "div": _div,
+    "unary": _unary,
+    "broadcast_in_dim": _same_splat,
+    "transpose": _same_splat,
+    "reshape": _same_splat,
+    "convert": _convert,
+    "select": _select,
+    "reduce": _reduce,
+    "dot_general": _dot_general,
+}
+
+
+def live_values(program: Program) -> set[int]:
+    """Values that the outputs depend on (parameters always count as live)."""
+    live = set(program.outputs) | set(program.parameters)
+    for op in reversed(program.operations):
+        if any(r in live for r in op.results):
+            live.update(op.operands)
+    return live
+
+
+class _SkipDead(Layer):
+    def __init__(self, next: Any, live: set[int]):
+        super().__init__(next)
+        self.live = live
+
+    def bind(self, op: Operation, args: list[Any]) -> Any:
+        if not any(r in self.live for r in op.results):
+            return tuple(None for _ in op.results) if len(op.results) > 1 else None
+        return self.next.bind(op, args)
+
+
+def eliminate_dead_code(program: Program) -> Program:
+    """`program` without the operations its outputs do not need."""
+    return run(program, _SkipDead(Graph(Builder(program.name)), live_values(program)))
+
+
+def simplify(program: Program) -> Program:
+    """Fold identities and splat constants, share duplicate work, drop dead code.
+
+    >>> import accy
+    >>> p = accy.trace.define("p", [accy.spec(accy.f32, lane=2)], lambda b, a: a[0] * 1.0 + 0.0)
+    >>> accy.simplify(p).count("mul")
+    0
+    """
+    folded = run(program, _Simplify(Graph(Builder(program.name))))
+    return eliminate_dead_code(folded)
+
+
+__all__ = ["eliminate_dead_code", "live_values", "simplify"]

@@ -1,0 +1,35 @@
+"""Ways to execute a Program in tests, so one test body runs on every available backend.
+
+An executor takes (program, list of NumPy inputs) and returns a list of NumPy outputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+
+
+def reference(program, inputs):
+    return accy.reference.run(program, inputs)
+
+
+EXECUTORS = [pytest.param(reference, id="reference")]
+
+
+def cuda_device_or_skip():
+    """The CUDA device state, or a skip whose reason names the gate that is closed."""
+    gpu = getattr(accy, "gpu", None)
+    cuda = getattr(gpu, "cuda", None) if gpu is not None else None
+    if cuda is None:
+        pytest.skip("cuda gate: build flag disabled (accy has no CUDA backend in this build)")
+    if not cuda.platform_supported():
+        pytest.skip("cuda gate: unsupported platform (no CUDA driver or CuPy)")
+    try:
+        return cuda.State.init_device(0)
+    except accy.RuntimeUnavailable as error:
+        pytest.skip(f"cuda gate: device missing ({error})")
+
+
+__all__ = ["EXECUTORS", "cuda_device_or_skip", "np"]

@@ -346,7 +346,16 @@ class OpsApi:
         return self.emit("gather", [table, indices], {"axis": axis})
 
     def scatter_add(self, operand, indices, updates, axis: str):
-        """`operand` plus each slice of `updates` added at its index along `axis`."""
+        """`operand` plus each slice of `updates` added at its index along `axis`.
+
+        `updates` has the axes that `gather` would give (the operand's, with `axis` replaced by
+        the indices' axes), matched by name: it is laid out in that order first if needed.
+        """
+        gathered = []
+        for name in operand.ty.axes:
+            gathered.extend(indices.ty.axes if name == axis else [name])
+        if sorted(updates.ty.axes) == sorted(gathered):
+            updates = self.transpose(updates, gathered)
         return self.emit("scatter_add", [operand, indices, updates], {"axis": axis})
 
     # -- control ----------------------------------------------------------------------------
@@ -391,10 +400,20 @@ class OpsApi:
         return tuple(results[: len(carries)]), tuple(results[len(carries) :])
 
     def call(self, program, args: Sequence[Any]):
-        """Inline `program` applied to `args`; returns its output (a tuple if it has several)."""
+        """Inline `program` applied to `args`; returns its output (a tuple if it has several).
+
+        An argument with the parameter's axes in another layout order is transposed to it.
+        """
         from ..interpret import Inline, run
 
-        outputs = run(program, Inline(self, list(args), program))
+        args = list(args)
+        expected_types = program.parameter_types
+        for position, (arg, expected) in enumerate(zip(args, expected_types, strict=False)):
+            if not hasattr(arg, "ty") or arg.ty == expected or arg.ty.dtype != expected.dtype:
+                continue
+            if sorted(arg.ty.named_extents) == sorted(expected.named_extents):
+                args[position] = self.transpose(arg, expected.axes)
+        outputs = run(program, Inline(self, args, program))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     # -- tangent helpers (symbolic zeros) ---------------------------------------------------

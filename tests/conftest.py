@@ -1,0 +1,62 @@
+"""Checks shared by every test folder.
+
+`round_trip_every_built_program` (autouse) wraps `Builder.build` so that every Program any test
+builds (tracing, transformations, re-emission, parsing) must survive print -> parse -> print
+unchanged. Failures are collected while the test runs and fail it at teardown, naming the program
+and showing the first differing line.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+
+import pytest
+
+import accy
+from accy.trace.builder import Builder
+
+_checking = threading.local()
+
+
+def _round_trip_failure(program) -> str | None:
+    """None if `program` prints, parses and prints back to the same text; else what went wrong."""
+    text = str(program)
+    try:
+        again = str(accy.program.parse(text))
+    except accy.ParseError as error:
+        return f"program {program.name!r} does not parse back: {error}\n{text}"
+    if again == text:
+        return None
+    diff = "\n".join(
+        difflib.unified_diff(text.splitlines(), again.splitlines(), "printed", "reprinted", n=1)
+    )
+    return f"program {program.name!r} prints differently after parsing:\n{diff}"
+
+
+@pytest.fixture(autouse=True)
+def round_trip_every_built_program(monkeypatch):
+    failures: list[str] = []
+    original_build = Builder.build
+
+    def checked_build(self, outputs):
+        program = original_build(self, outputs)
+        # Parsing builds programs too; check only the outermost build, not the parser's own.
+        if not getattr(_checking, "active", False):
+            _checking.active = True
+            try:
+                failure = _round_trip_failure(program)
+            finally:
+                _checking.active = False
+            if failure is not None:
+                failures.append(failure)
+        return program
+
+    monkeypatch.setattr(Builder, "build", checked_build)
+    yield failures
+    if failures:
+        pytest.fail(
+            f"{len(failures)} built program(s) failed print -> parse -> print:\n\n"
+            + "\n\n".join(failures[:3]),
+            pytrace=False,
+        )

@@ -19,6 +19,7 @@ from ..ops.registry import Linear, rule_for
 from ..program import Operation, Program
 from ..trace.builder import Builder
 from .linearize import Linearized
+from .simplify import eliminate_dead_code
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,47 @@ class _Backward:
                 self.accumulate(value, contribution)
 
 
+class _PrimalSweep:
+    """Re-emits the non-linear operations (primal outputs and residuals) on demand, in program
+    order, so that the transposed program holds only the primal work it needs."""
+
+    def __init__(self, source: Program, semantics: Any, linear: set[int], first_tangent: int):
+        self.semantics = semantics
+        self.env: dict[int, Any] = {}
+        self.producer: dict[int, tuple[int, Operation]] = {}
+        for position, op in enumerate(source.operations):
+            for result in op.results:
+                self.producer[result] = (position, op)
+        self.linear = linear
+        # Every primal parameter stays a parameter, used or not, so the signature is kept.
+        for op in source.operations:
+            if op.kind == "parameter" and op.attrs["index"] < first_tangent:
+                self.env[op.results[0]] = semantics.bind(op, [])
+
+    def value(self, value: int) -> Any:
+        if value not in self.env:
+            for op in self._missing_operations(value):
+                args = [self.env[v] for v in op.operands]
+                result = self.semantics.bind(op, args)
+                results = result if len(op.results) > 1 else (result,)
+                self.env.update(zip(op.results, results, strict=True))
+        return self.env[value]
+
+    def _missing_operations(self, value: int) -> list[Operation]:
+        needed: dict[int, Operation] = {}
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            position, op = self.producer[v]
+            if v in self.env or position in needed:
+                continue
+            if v in self.linear:
+                raise AccyError(f"internal: the linear value %{v} was needed as a residual")
+            needed[position] = op
+            stack.extend(op.operands)
+        return [needed[p] for p in sorted(needed)]
+
+
 def linear_values(program: Program, first_linear_parameter: int) -> set[int]:
     """Values that depend on a parameter whose index is >= first_linear_parameter."""
     linear = set(program.parameters[first_linear_parameter:])
@@ -124,16 +166,7 @@ def pullback(
     backward = _Backward(semantics, vjp_rules)
     linear = linear_values(source, n)
 
-    primal_env: dict[int, Any] = {}
-    for op in source.operations:
-        if op.kind == "parameter" and op.attrs["index"] >= n:
-            continue
-        if op.results[0] in linear:
-            continue
-        result = semantics.bind(op, [primal_env[v] for v in op.operands])
-        primal_env.update(
-            zip(op.results, result if len(op.results) > 1 else (result,), strict=True)
-        )
+    primal = _PrimalSweep(source, semantics, linear, n)
 
     tangent_outputs = source.outputs[outputs_kept:]
     for position, value in enumerate(tangent_outputs):
@@ -152,7 +185,7 @@ def pullback(
         if cotangent is None:
             continue
         operands = [
-            Linear(t) if v in linear else primal_env[v]
+            Linear(t) if v in linear else primal.value(v)
             for v, t in zip(op.operands, op.operand_types, strict=True)
         ]
         backward.transpose(op, cotangent, operands)
@@ -163,6 +196,10 @@ def pullback(
         if cotangent is None:
             cotangent = backward.emit.zeros(source.type_of(parameter))
         gradients.append(cotangent)
-    kept = [primal_env[v] for v in source.outputs[:outputs_kept]] if keep_primal_outputs else []
+    kept = [primal.value(v) for v in source.outputs[:outputs_kept]] if keep_primal_outputs else []
     program = semantics.finish(kept + gradients)
+    if isinstance(program, Program):
+        # Residual operands are materialized for every transposed operation; drop those that
+        # no transpose rule used (a reduce's init, say).
+        program = eliminate_dead_code(program)
     return Pullback(program, n, len(tangent_outputs), keep_primal_outputs)

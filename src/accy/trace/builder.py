@@ -285,7 +285,7 @@ class Builder(OpsApi):
 
     def build(self, outputs) -> Program:
         """The finished Program whose outputs are `outputs` (a Value or a sequence of Values)."""
-        outputs = [outputs] if isinstance(outputs, Value) else list(outputs)
+        outputs = list(outputs) if isinstance(outputs, tuple | list) else [outputs]
         for position, value in enumerate(outputs):
             if not isinstance(value, Value) or value.builder is not self:
                 raise AccyError(

@@ -7,7 +7,7 @@
 1
 """
 
-from . import errors, gradient, interpret, nn, ops, program, reference, testing, trace, transforms
+from . import errors, gradient, interpret, nn, ops, optim, program, reference, testing, trace, transforms
 from .errors import (
     AccyError,
     AxisError,
@@ -77,6 +77,7 @@ __all__ = [
     "linear_transpose",
     "linearize",
     "ops",
+    "optim",
     "program",
     "reference",
     "simplify",

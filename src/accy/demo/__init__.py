@@ -1,0 +1,1 @@
+"""The demo: a named-axis transformer trained to sort digits (`accy demo`)."""

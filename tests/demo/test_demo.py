@@ -1,0 +1,59 @@
+"""The main job, shortened: it trains (the loss goes down), checkpoints, resumes exactly,
+and its command line runs end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+from accy.demo.train import load_checkpoint, main, save_checkpoint, train, TrainingState
+
+
+def test_training_lowers_the_loss(tmp_path):
+    state, token_accuracy, _, _ = train(60, 0, "reference", tmp_path, False, quiet=True)
+    assert state.step == 60
+    assert np.mean(state.losses[-10:]) < 0.5 * np.mean(state.losses[:5])
+    assert 0.0 <= token_accuracy <= 1.0
+
+
+def test_a_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(tmp_path):
+    straight, *_ = train(16, 3, "reference", tmp_path / "straight", False, quiet=True)
+    train(8, 3, "reference", tmp_path / "resumed", False, quiet=True)
+    resumed, *_ = train(16, 3, "reference", tmp_path / "resumed", True, quiet=True)
+    assert resumed.step == straight.step == 16
+    assert resumed.losses == straight.losses
+    for a, b in zip(resumed.parameters, straight.parameters, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(resumed.optimizer_state, straight.optimizer_state, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.npz"
+    good = TrainingState(1, [np.ones(2, np.float32)], [np.zeros(2, np.float32)], [1.0])
+    save_checkpoint(path, good)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "savez", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, TrainingState(2, [np.zeros(2)], [np.zeros(2)], [0.5]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]
+    assert load_checkpoint(path, 1, 1).step == 1  # the old checkpoint is intact
+
+
+def test_a_corrupt_checkpoint_is_a_clear_error(tmp_path):
+    path = tmp_path / "checkpoint.npz"
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(accy.AccyError, match="cannot resume"):
+        load_checkpoint(path, 1, 1)
+
+
+def test_the_command_line_trains_reports_and_plots(tmp_path, capsys):
+    assert main(["--steps", "5", "--device", "reference", "--out", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "held-out accuracy" in printed
+    assert (tmp_path / "loss.png").stat().st_size > 0
+    assert (tmp_path / "checkpoint.npz").exists()

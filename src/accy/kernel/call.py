@@ -1,0 +1,202 @@
+"""`KernelCall`, a built kernel bound to a custom-call target, and the registry that finds it.
+
+This is the contract with the backends. A lowering that meets `custom_call(...) {target,
+version}` asks `registry.require(target, version)` for the `KernelCall`, checks the call with
+`check_call(operand_types, result_type)`, and then:
+
+- CPU: includes `c_source` once in its translation unit and calls `symbol(dst, operands...)`
+  with one pointer per parameter, in declaration order (`parameters`); `dst` points to the
+  call's result, the others to the call's operands, in order.
+- CUDA: loads `ptx`, and launches `kernel_name` with `grid` blocks of `block` threads and the
+  same pointer arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..types import DType, TensorType
+from .errors import KernelCallMismatch, KernelCallNotFound, KernelError
+from .logical.program import RESULT
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """A kernel built as the implementation of custom call `(target, version)`."""
+
+    target: str
+    version: int
+    symbol: str  # the C function's name
+    kernel_name: str  # the CUDA entry point's name in `ptx`
+    parameters: tuple[tuple[str, DType], ...]  # in declaration order: one pointer each
+    written: tuple[str, ...]  # parameters passed as `T*`; the others are `const T*`
+    extents: tuple[tuple[str, int], ...]  # elements the kernel touches in each parameter
+    c_source: str
+    cuda_source: str
+    format: str  # "cpu_object" or "cuda_ptx"
+    c_signature: str  # `void symbol(float* p_dst, const float* p_x)`, for a prototype
+    ptx: str | None = None
+    block: tuple[int, int, int] | None = None
+    grid: tuple[int, int, int] | None = None
+
+    def __repr__(self) -> str:
+        return f"<KernelCall {self.target!r} v{self.version}: {self.c_signature}>"
+
+    @property
+    def where(self) -> str:
+        return f"custom_call {self.target!r} (version {self.version}, kernel {self.symbol!r})"
+
+    @property
+    def operand_parameters(self) -> tuple[tuple[str, DType], ...]:
+        """The parameters bound to the call's operands, in order (all but `dst`)."""
+        return tuple((name, dtype) for name, dtype in self.parameters if name != RESULT)
+
+    @property
+    def result_dtype(self) -> DType:
+        return dict(self.parameters)[RESULT]
+
+    def extent_of(self, parameter: str) -> int:
+        """Elements the kernel reads from (or writes to) `parameter`; 0 if it never touches it."""
+        return dict(self.extents).get(parameter, 0)
+
+    def check_call(self, operand_types: Sequence[TensorType], result_type: TensorType) -> None:
+        """Raise `KernelCallMismatch` (naming the target) unless the call fits the kernel.
+
+        Operands bind to the parameters other than `dst`, in declaration order, and the result
+        to `dst`: each must have the parameter's dtype and at least the elements the kernel
+        touches; the result must have exactly the elements the kernel writes.
+        """
+        operands = self.operand_parameters
+        if len(operand_types) != len(operands):
+            names = ", ".join(name for name, _ in operands)
+            raise KernelCallMismatch(
+                f"{self.where} takes {len(operands)} operands ({names}), but the call gives "
+                f"{len(operand_types)}"
+            )
+        for position, ((name, dtype), given) in enumerate(
+            zip(operands, operand_types, strict=True)
+        ):
+            self._check_binding(name, dtype, given, f"operand {position}")
+        self._check_binding(RESULT, self.result_dtype, result_type, "the result")
+        self._check_result_covered(result_type)
+
+    def _check_binding(self, name: str, dtype: DType, given: TensorType, role: str) -> None:
+        if given.dtype != dtype:
+            raise KernelCallMismatch(
+                f"{self.where}: {role} is bound to parameter {name!r} of dtype {dtype.name}, "
+                f"but it is {given}"
+            )
+        touched = self.extent_of(name)
+        if touched > given.size:
+            raise KernelCallMismatch(
+                f"{self.where}: the kernel accesses {touched} elements of parameter {name!r}, "
+                f"but {role} ({given}) has only {given.size}"
+            )
+
+    def _check_result_covered(self, result_type: TensorType) -> None:
+        written = self.extent_of(RESULT)
+        if written != result_type.size:
+            raise KernelCallMismatch(
+                f"{self.where}: the kernel writes {written} elements of {RESULT!r}, but the "
+                f"result ({result_type}) has {result_type.size}; the rest would be left "
+                f"unwritten"
+            )
+
+    def run_on_cpu(
+        self, operands: Sequence[np.ndarray], result_type: TensorType | None = None
+    ) -> np.ndarray:
+        """Run the C kernel on NumPy arrays (compiled with the C compiler, cached); for tests.
+
+        Without `result_type` the result is 1-D with the elements the kernel writes.
+        """
+        from .cpu import run_on_cpu
+
+        return run_on_cpu(self, operands, result_type)
+
+
+class KernelCallRegistry:
+    """Kernel calls by (target, version), as `FragmentCompilerOptions(kernel_call_registry=...)`
+    takes them.
+
+    >>> import accy
+    >>> registry = accy.kernel.KernelCallRegistry()
+    >>> registry.lookup("accy.custom.double", 1) is None
+    True
+    """
+
+    def __init__(self, calls: Iterable[KernelCall] = ()):
+        self._calls: dict[tuple[str, int], KernelCall] = {}
+        for call in calls:
+            self._add(call)
+
+    def __repr__(self) -> str:
+        return f"KernelCallRegistry({self.describe()})"
+
+    def __iter__(self) -> Iterator[KernelCall]:
+        return iter(self._calls.values())
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._calls
+
+    def keys(self) -> list[tuple[str, int]]:
+        return list(self._calls)
+
+    def lookup(self, target: str, version: int) -> KernelCall | None:
+        """The kernel registered for `(target, version)`, or None."""
+        return self._calls.get((target, version))
+
+    def require(self, target: str, version: int) -> KernelCall:
+        """The kernel for `(target, version)`, or a `KernelCallNotFound` naming what is there."""
+        call = self.lookup(target, version)
+        if call is not None:
+            return call
+        versions = sorted(v for t, v in self._calls if t == target)
+        if versions:
+            raise KernelCallNotFound(
+                f"custom_call {target!r}: no kernel for version {version}; the registry has "
+                f"versions {', '.join(map(str, versions))} of it"
+            )
+        raise KernelCallNotFound(
+            f"custom_call {target!r} (version {version}) has no kernel; the registry has "
+            f"{self.describe()}"
+        )
+
+    def merged(self, other: KernelCallRegistry) -> KernelCallRegistry:
+        """A registry with the kernels of both; the same key twice must be the same kernel."""
+        return KernelCallRegistry([*self, *other])
+
+    @classmethod
+    def combine(cls, *registries: KernelCallRegistry) -> KernelCallRegistry:
+        """One registry with the kernels of all of `registries`."""
+        return cls(call for registry in registries for call in registry)
+
+    def describe(self) -> str:
+        if not self._calls:
+            return "no kernels"
+        return ", ".join(f"{t!r} v{v}" for t, v in sorted(self._calls))
+
+    def _add(self, call: KernelCall) -> None:
+        key = (call.target, call.version)
+        existing = self._calls.get(key)
+        if existing is not None and existing != call:
+            raise KernelError(
+                f"custom_call {call.target!r} version {call.version} is registered twice, "
+                f"with kernels {existing.symbol!r} and {call.symbol!r}"
+            )
+        for other in self._calls.values():
+            # Two kernels with one C symbol cannot be linked into one program.
+            if other.symbol == call.symbol and (other.target, other.version) != key:
+                raise KernelError(
+                    f"kernel {call.symbol!r} is registered for both {other.target!r} "
+                    f"v{other.version} and {call.target!r} v{call.version}; its C symbol must "
+                    f"be unique, so give one of the Programs another name"
+                )
+        self._calls[key] = call

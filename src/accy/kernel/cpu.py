@@ -1,0 +1,86 @@
+"""Running a kernel's C on NumPy arrays through a shared library and ctypes: the test oracle's
+other half, and a reference implementation of a custom call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..ops.elementwise import round_to_bf16
+from ..types import DType, TensorType, bf16, bool_, f16
+from .dtypes import c_type
+from .errors import KernelCallMismatch
+from .logical.program import RESULT
+from .toolchain import build_shared_library
+
+if TYPE_CHECKING:
+    from .call import KernelCall
+
+
+def run_on_cpu(
+    call: KernelCall, operands: Sequence[np.ndarray], result_type: TensorType | None = None
+) -> np.ndarray:
+    """`call`'s result on `operands` (NumPy arrays, in the order of its operand parameters)."""
+    arrays = [np.asarray(a) for a in operands]
+    types = [_tensor_type(call, name, dtype, a) for (name, dtype), a in _bind(call, arrays)]
+    if result_type is None:
+        result_type = TensorType(call.result_dtype, (("element", call.extent_of(RESULT)),))
+    call.check_call(types, result_type)
+    buffers = {
+        name: _to_storage(array, t)
+        for (name, _), array, t in zip(call.operand_parameters, arrays, types, strict=True)
+    }
+    buffers[RESULT] = np.zeros(result_type.size, c_type(result_type.dtype).storage_numpy)
+    function = _function(call.c_source, call.symbol)
+    function(*(buffers[name].ctypes.data_as(ctypes.c_void_p) for name, _ in call.parameters))
+    return _from_storage(buffers[RESULT], result_type.dtype).reshape(result_type.extents)
+
+
+def _bind(call: KernelCall, arrays: list[np.ndarray]):
+    if len(arrays) != len(call.operand_parameters):
+        raise KernelCallMismatch(
+            f"{call.where} takes {len(call.operand_parameters)} operands, got {len(arrays)} arrays"
+        )
+    return zip(call.operand_parameters, arrays, strict=True)
+
+
+def _tensor_type(call: KernelCall, name: str, dtype: DType, array: np.ndarray) -> TensorType:
+    # NumPy cannot tell bf16 from f32 (both float32 arrays): an array matching the parameter's
+    # NumPy dtype is taken as the parameter's dtype; any other dtype is a mismatch.
+    if array.dtype != dtype.numpy:
+        raise KernelCallMismatch(
+            f"{call.where}: parameter {name!r} is {dtype.name}, but the array is {array.dtype}"
+        )
+    return TensorType(dtype, tuple((f"axis{k}", n) for k, n in enumerate(array.shape)))
+
+
+def _to_storage(array: np.ndarray, t: TensorType) -> np.ndarray:
+    flat = np.ascontiguousarray(array).reshape(-1)
+    if t.dtype == bf16:
+        # A bf16 element is the upper half of the float32 that holds it.
+        return (round_to_bf16(flat).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    if t.dtype == f16:
+        return flat.view(np.uint16)
+    return flat.astype(c_type(t.dtype).storage_numpy)
+
+
+def _from_storage(buffer: np.ndarray, dtype: DType) -> np.ndarray:
+    if dtype == bf16:
+        return (buffer.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if dtype == f16:
+        return buffer.view(np.float16)
+    return buffer.astype(np.bool_) if dtype == bool_ else buffer
+
+
+@functools.cache
+def _function(c_source: str, symbol: str):
+    # Cached by source: each kernel is compiled and loaded once per process.
+    library = ctypes.CDLL(str(build_shared_library(c_source, f"kernel {symbol!r}")))
+    function = getattr(library, symbol)
+    function.restype = None
+    return function

@@ -1,0 +1,140 @@
+"""The compilers behind kernel artifacts: a C compiler for CPU kernels, NVRTC or nvcc for PTX.
+
+A compiler that is missing raises `accy.RuntimeUnavailable`; generated code that fails to
+compile raises `accy.CompileError` with the compiler's message and the path of the source, which
+is kept on disk for inspection.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import CompileError, RuntimeUnavailable
+
+# -Werror makes a warning in generated code fail loudly in accy's tests, where it is a bug.
+STRICT_C_FLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror")
+
+
+@functools.cache
+def work_directory() -> Path:
+    """A per-process directory for generated sources and built objects."""
+    return Path(tempfile.mkdtemp(prefix="accy-kernel-"))
+
+
+def _source_file(source: str, suffix: str) -> Path:
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    path = work_directory() / f"kernel_{digest}{suffix}"
+    if not path.exists():
+        path.write_text(source)
+    return path
+
+
+def c_compiler() -> str:
+    """`$CC`, else cc or gcc or clang from PATH."""
+    candidates = [os.environ.get("CC", ""), "cc", "gcc", "clang"]
+    for candidate in filter(None, candidates):
+        found = shutil.which(candidate)
+        if found:
+            return found
+    raise RuntimeUnavailable("no C compiler found (set CC, or install gcc or clang)")
+
+
+def _run(command: list[str], what: str, source: Path) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise CompileError(
+            f"{what} failed to compile (source kept at {source}); this is a bug in accy.kernel:"
+            f"\n$ {' '.join(command)}\n{result.stderr.strip()}"
+        )
+
+
+def check_c_source(source: str, what: str, *, strict: bool = False) -> None:
+    """Compile `source` for syntax and types only, so errors surface now, not at link time."""
+    path = _source_file(source, ".c")
+    flags = list(STRICT_C_FLAGS if strict else ("-std=c11",))
+    _run([c_compiler(), *flags, "-fsyntax-only", str(path)], what, path)
+
+
+def build_shared_library(source: str, what: str) -> Path:
+    """Compile `source` into a shared library (cached by content) and return its path."""
+    path = _source_file(source, ".c")
+    library = path.with_suffix(".so")
+    if not library.exists():
+        command = [c_compiler(), *STRICT_C_FLAGS, "-O1", "-shared", "-fPIC", str(path)]
+        _run([*command, "-o", str(library), "-lm"], what, path)
+    return library
+
+
+# ---------------------------------------------------------------------------------------------
+# PTX
+
+
+def nvcc() -> str | None:
+    """The nvcc on PATH (or in $CUDA_HOME/bin), or None."""
+    found = shutil.which("nvcc")
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if found is None and cuda_home and Path(cuda_home, "bin", "nvcc").exists():
+        found = str(Path(cuda_home, "bin", "nvcc"))
+    return found
+
+
+def cuda_to_ptx(source: str, what: str, *, arch: str | None = None) -> str:
+    """PTX for CUDA C `source`: through NVRTC when cuda.core or CuPy is importable, else nvcc.
+
+    `arch` is a virtual architecture such as "compute_90"; None takes the compiler's default.
+    """
+    nvrtc_error = None
+    for compile_with_nvrtc in (_ptx_with_cuda_core, _ptx_with_cupy):
+        try:
+            ptx = compile_with_nvrtc(source, arch)
+        except ImportError:
+            continue
+        except Exception as error:  # NVRTC's compile errors have no common type across packages
+            nvrtc_error = error
+            break
+        return ptx
+    if nvcc() is not None:
+        return ptx_with_nvcc(source, what, arch=arch)
+    path = _source_file(source, ".cu")
+    if nvrtc_error is not None:
+        raise CompileError(f"{what} failed to compile with NVRTC (source at {path}): {nvrtc_error}")
+    raise RuntimeUnavailable(
+        f"{what}: no CUDA compiler: install cuda-core or cupy (for NVRTC) or put nvcc on PATH"
+    )
+
+
+def ptx_with_nvcc(source: str, what: str, *, arch: str | None = None) -> str:
+    """PTX from `nvcc -ptx`, or CompileError with nvcc's message."""
+    compiler = nvcc()
+    if compiler is None:
+        raise RuntimeUnavailable(f"{what}: nvcc is not on PATH (nor in $CUDA_HOME/bin)")
+    path = _source_file(source, ".cu")
+    output = path.with_suffix(f".{arch or 'default'}.ptx")
+    arch_flags = [f"-arch={arch}"] if arch else []
+    _run([compiler, "-ptx", *arch_flags, str(path), "-o", str(output)], what, path)
+    return output.read_text()
+
+
+def _ptx_with_cuda_core(source: str, arch: str | None) -> str:
+    try:
+        from cuda.core import Program, ProgramOptions
+    except ImportError:
+        from cuda.core.experimental import Program, ProgramOptions
+    options = ProgramOptions(arch=arch.replace("compute_", "sm_")) if arch else ProgramOptions()
+    code = Program(source, "c++", options=options).compile("ptx").code
+    return code.decode() if isinstance(code, bytes | bytearray) else str(code)
+
+
+def _ptx_with_cupy(source: str, arch: str | None) -> str:
+    from cupy.cuda import compiler
+
+    options = (f"--gpu-architecture={arch}",) if arch else ()
+    ptx = compiler.compile_using_nvrtc(source, options=options)
+    ptx = ptx[0] if isinstance(ptx, tuple) else ptx
+    return ptx.decode() if isinstance(ptx, bytes | bytearray) else str(ptx)

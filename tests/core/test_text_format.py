@@ -469,3 +469,25 @@ def test_arbitrary_character_edits_raise_only_parse_errors(data):
         parse(mutant)
     except accy.ParseError as error:
         assert error.line >= 1 and error.column >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the autouse round-trip check of tests/conftest.py
+
+
+def test_every_built_program_is_round_tripped_by_the_conftest_fixture(
+    round_trip_every_built_program, monkeypatch
+):
+    failures = round_trip_every_built_program
+    elementwise_loss()
+    assert failures == []
+
+    def lossy_parse(text):  # a parser that loses the program's name
+        return accy.trace.Builder("renamed").build([])
+
+    with monkeypatch.context() as patch:
+        patch.setattr(accy.program, "parse", lossy_parse)
+        elementwise_loss()
+    assert len(failures) == 1
+    assert "program 'grad_elementwise' prints differently after parsing" in failures[0]
+    failures.clear()  # the failure was planted: do not fail this test at teardown

@@ -11,21 +11,36 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..types import TensorType
 
 SYNTHETIC_ID = -1
 """The id of an operation that a transformation generated rather than traced from user code."""
 
 
+def _frozen(value: Any) -> Any:
+    """Lists as tuples and NumPy scalars as Python scalars, so that attributes hash and print."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
 class Attrs(Mapping[str, Any]):
-    """A frozen, hashable mapping of attribute name to value, kept sorted by name."""
+    """A frozen, hashable mapping of attribute name to value, kept sorted by name.
+
+    Lists become tuples and NumPy scalars Python scalars, so `{"axes": ["lane"]}` and
+    `{"axes": ("lane",)}` are the same attributes.
+    """
 
     __slots__ = ("_items", "_hash")
 
     def __init__(self, items: Mapping[str, Any] | None = None, /, **extra: Any):
         merged = dict(items or {})
         merged.update(extra)
-        self._items = tuple(sorted(merged.items()))
+        self._items = tuple(sorted((name, _frozen(value)) for name, value in merged.items()))
         self._hash: int | None = None
 
     def __getitem__(self, key: str) -> Any:

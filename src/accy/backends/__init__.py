@@ -1,0 +1,1 @@
+"""Code generators and runtimes, one subpackage per device (`cpu`: generated C)."""

@@ -1,0 +1,105 @@
+"""Find a BLAS whose `cblas_sgemm`/`cblas_dgemm` the generated code can call through pointers.
+
+Probed in order, once per process:
+
+1. the library named by the environment variable `ACCY_BLAS_LIBRARY` (a path);
+2. the OpenBLAS that NumPy's wheel bundles (`numpy.libs/libscipy_openblas64_*.so`, exporting
+   `scipy_cblas_sgemm64_` with 64-bit integers), already loaded by NumPy;
+3. the `scipy-openblas64` or `scipy-openblas32` wheels, if installed;
+4. a system `libopenblas` or `libcblas`.
+
+The symbol names of NumPy's copy are an implementation detail of its wheel, hence the probing.
+With no BLAS at all, contractions are generated as plain C loops (correct, much slower).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import glob
+import importlib
+import os
+from dataclasses import dataclass
+
+# (sgemm symbol, dgemm symbol, integer bits), most specific first.
+SYMBOLS = (
+    ("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", 64),
+    ("cblas_sgemm64_", "cblas_dgemm64_", 64),
+    ("scipy_cblas_sgemm", "scipy_cblas_dgemm", 32),
+    ("cblas_sgemm", "cblas_dgemm", 32),
+)
+
+
+@dataclass(frozen=True)
+class Blas:
+    path: str
+    sgemm: int
+    dgemm: int
+    integer_bits: int
+
+    @property
+    def c_int_type(self) -> str:
+        return "int64_t" if self.integer_bits == 64 else "int32_t"
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.path)} ({self.integer_bits}-bit integers)"
+
+
+def _probe(path: str) -> Blas | None:
+    try:
+        library = ctypes.CDLL(path)
+    except OSError:
+        return None
+    for sgemm, dgemm, bits in SYMBOLS:
+        try:
+            s, d = getattr(library, sgemm), getattr(library, dgemm)
+        except AttributeError:
+            continue
+        address = ctypes.cast(s, ctypes.c_void_p).value
+        return Blas(path, address, ctypes.cast(d, ctypes.c_void_p).value, bits)
+    return None
+
+
+def _numpy_bundled() -> list[str]:
+    import numpy
+
+    root = os.path.dirname(os.path.dirname(numpy.__file__))
+    patterns = ("numpy.libs/*openblas*", "numpy/.dylibs/*openblas*")
+    return sorted(p for pattern in patterns for p in glob.glob(os.path.join(root, pattern)))
+
+
+def _scipy_openblas_wheels() -> list[str]:
+    paths = []
+    for name in ("scipy_openblas64", "scipy_openblas32"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        paths += sorted(glob.glob(os.path.join(module.get_lib_dir(), "*openblas*")))
+    return paths
+
+
+def _system() -> list[str]:
+    found = (ctypes.util.find_library(name) for name in ("openblas", "cblas", "blas"))
+    return [path for path in found if path]
+
+
+def candidate_paths() -> list[str]:
+    override = os.environ.get("ACCY_BLAS_LIBRARY")
+    return ([override] if override else []) + _numpy_bundled() + _scipy_openblas_wheels() + _system()
+
+
+@functools.cache
+def find_blas() -> Blas | None:
+    """The first usable BLAS (see the module docstring), or None.
+
+    >>> from accy.backends.cpu.blas import find_blas
+    >>> find_blas() is None or find_blas().integer_bits in (32, 64)
+    True
+    """
+    for path in candidate_paths():
+        blas = _probe(path)
+        if blas is not None:
+            return blas
+    return None

@@ -1,0 +1,313 @@
+"""C statements that compute one value at one index inside a loop body.
+
+`Body.value(v, index)` returns a C operand (a temporary's name or a literal) holding value `v`
+at `index`, emitting the statements that compute it. A stored value, or a layout operation over
+one (a strided view), is a load; any other value is computed by the emitter of its kind
+(`EMITTERS`), which asks for its operands at the indices it needs. Each (value, index) pair is
+computed once per body, so a value used twice in a fused loop costs one evaluation.
+
+An index is either a tuple of C integer expressions (one per axis of the value's type) or a
+`Flat` index: one loop counter over every element of a type, used where all loads are
+contiguous, so that the loop is a single flat, vectorizable loop. An emitter that needs axis
+positions raises `NotFlat`, and the loop is then generated as a nest.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...lower.plan import Plan
+from ...lower.views import StridedView, row_major
+from ...program import Operation
+from ...types import DType, TensorType, bool_
+from . import templates
+from .dtypes import c_type, highest, literal, lowest
+
+
+class NotFlat(Exception):
+    """An emitter needs per-axis indices; the loop must be a nest."""
+
+
+@dataclass(frozen=True)
+class Flat:
+    """The flat loop counter `var` running over the elements of `type` in row-major order."""
+
+    var: str
+    type: TensorType
+
+
+Index = tuple[str, ...] | Flat
+
+
+def components(index: Index) -> tuple[str, ...]:
+    if isinstance(index, Flat):
+        raise NotFlat
+    return index
+
+
+def term(index: str, stride: int) -> str | None:
+    if stride == 0 or index == "0":
+        return None
+    return index if stride == 1 else f"{index} * {stride}"
+
+
+def offset_expression(index: tuple[str, ...], strides, offset: int = 0) -> str:
+    """`offset + sum(index[k] * strides[k])` as C, without zero terms."""
+    terms = [t for t in map(term, index, strides) if t is not None]
+    if offset:
+        terms.append(str(offset))
+    return " + ".join(terms) or "0"
+
+
+def linear(index: tuple[str, ...], extents) -> str:
+    return offset_expression(index, row_major(tuple(extents)))
+
+
+def clamp(expression: str, extent: int) -> str:
+    return f"ACCY_CLAMP({expression}, {extent - 1})"
+
+
+class Unit:
+    """File-scope state of one translation unit: fresh names and declarations."""
+
+    def __init__(self, registry=None, blas=None):
+        self.registry = registry
+        self.blas = blas
+        self.declarations: list[str] = []
+        self.kernel_sources: dict[str, str] = {}
+        self._counter = itertools.count()
+        self._constants: dict[tuple[int, int], str] = {}
+
+    def fresh(self, prefix: str) -> str:
+        return f"{prefix}{next(self._counter)}"
+
+    def declare(self, text: str) -> None:
+        self.declarations.append(text)
+
+    def constant_array(self, plan: Plan, op: Operation) -> str:
+        """The name of a file-scope array holding constant `op`'s elements (declared once)."""
+        key = (id(plan), op.results[0])
+        if key not in self._constants:
+            name = self.fresh("accy_constant")
+            dtype = op.type.dtype
+            items = ", ".join(literal(x, dtype) for x in op.attrs["value"]) or "0"
+            self.declare(f"static const {c_type(dtype).compute} {name}[] = {{{items}}};")
+            self._constants[key] = name
+        return self._constants[key]
+
+
+class Body:
+    """The statements of one loop body over one plan; `pointers` names each stored base."""
+
+    def __init__(self, unit: Unit, plan: Plan, pointers: dict[int, str]):
+        self.unit = unit
+        self.plan = plan
+        self.pointers = pointers
+        self.lines: list[str] = []
+        self._memo: dict[tuple[int, Index], str] = {}
+
+    def value(self, v: int, index: Index) -> str:
+        key = (v, index)
+        if key not in self._memo:
+            view = self.plan.view(v)
+            if view is not None:
+                self._memo[key] = self._load(v, view, index)
+            else:
+                op = self.plan.producer(v)
+                self._memo[key] = EMITTERS[op.kind](self, op, index)
+        return self._memo[key]
+
+    def temp(self, dtype: DType, expression: str, rounded: bool = True) -> str:
+        ctype = c_type(dtype)
+        name = self.unit.fresh("t")
+        if rounded:
+            expression = ctype.round.format(x=expression)
+        self.lines.append(f"const {ctype.compute} {name} = {expression};")
+        return name
+
+    def index_temp(self, expression: str) -> str:
+        if expression.isidentifier() or expression.isdigit():
+            return expression
+        name = self.unit.fresh("j")
+        self.lines.append(f"const int64_t {name} = {expression};")
+        return name
+
+    def element(self, v: int, view: StridedView, index: Index) -> str:
+        """The C lvalue of `v`'s element at `index` in its base buffer."""
+        pointer = self.pointers[view.base]
+        if isinstance(index, Flat):
+            value_type = self.plan.program.type_of(v)
+            if all(s == 0 for s in view.strides):
+                return f"{pointer}[{view.offset}]"
+            same_shape = value_type.extents == index.type.extents
+            if not (same_shape and view.offset == 0 and view.is_contiguous(value_type)):
+                raise NotFlat
+            return f"{pointer}[{index.var}]"
+        return f"{pointer}[{offset_expression(index, view.strides, view.offset)}]"
+
+    def _load(self, v: int, view: StridedView, index: Index) -> str:
+        dtype = self.plan.program.type_of(v).dtype
+        loaded = c_type(dtype).load.format(x=self.element(v, view, index))
+        return self.temp(dtype, loaded, rounded=False)
+
+
+# elementwise kinds ---------------------------------------------------------------------------
+
+
+def _unary(body: Body, op: Operation, index: Index) -> str:
+    x = body.value(op.operands[0], index)
+    return body.temp(op.type.dtype, templates.unary(op.attrs["op"], c_type(op.type.dtype), x))
+
+
+def _binary(body: Body, op: Operation, index: Index) -> str:
+    a, b = (body.value(v, index) for v in op.operands)
+    return body.temp(op.type.dtype, templates.binary(op.kind, c_type(op.type.dtype), a, b))
+
+
+def _compare(body: Body, op: Operation, index: Index) -> str:
+    a, b = (body.value(v, index) for v in op.operands)
+    return body.temp(bool_, templates.compare(op.attrs["direction"], a, b))
+
+
+def _select(body: Body, op: Operation, index: Index) -> str:
+    p, a, b = (body.value(v, index) for v in op.operands)
+    return body.temp(op.type.dtype, f"{p} ? {a} : {b}", rounded=False)
+
+
+def _convert(body: Body, op: Operation, index: Index) -> str:
+    source, target = op.operand_types[0].dtype, op.type.dtype
+    x = body.value(op.operands[0], index)
+    bounds = None
+    if not target.is_float and target != bool_:
+        bounds = (lowest(target), highest(target))
+    return body.temp(target, templates.convert(x, c_type(source), c_type(target), bounds))
+
+
+# creation kinds ------------------------------------------------------------------------------
+
+
+def _constant(body: Body, op: Operation, index: Index) -> str:
+    value, dtype = op.attrs["value"], op.type.dtype
+    if not isinstance(value, tuple):
+        return literal(value, dtype)
+    name = body.unit.constant_array(body.plan, op)
+    position = index.var if isinstance(index, Flat) else linear(index, op.type.extents)
+    return f"{name}[{position}]"
+
+
+def _iota(body: Body, op: Operation, index: Index) -> str:
+    axis = components(index)[op.type.position(op.attrs["axis"])]
+    return body.temp(op.type.dtype, f"({c_type(op.type.dtype).compute})({axis})")
+
+
+# layout kinds (reached only when the operand is computed, not stored) ------------------------
+
+
+def _by_name(source: TensorType, target: TensorType, index: tuple[str, ...]) -> tuple[str, ...]:
+    """The index of `source` whose axes are picked, by name, from an index of `target`."""
+    return tuple(index[target.position(a)] for a in source.axes)
+
+
+def _broadcast(body: Body, op: Operation, index: Index) -> str:
+    operand = op.operand_types[0]
+    if operand.rank == 0:
+        return body.value(op.operands[0], ())
+    return body.value(op.operands[0], _by_name(operand, op.type, components(index)))
+
+
+def _transpose(body: Body, op: Operation, index: Index) -> str:
+    return body.value(op.operands[0], _by_name(op.operand_types[0], op.type, components(index)))
+
+
+def _reshape(body: Body, op: Operation, index: Index) -> str:
+    operand = op.operand_types[0]
+    if isinstance(index, Flat):
+        return body.value(op.operands[0], Flat(index.var, operand))
+    flat = body.index_temp(linear(index, op.type.extents))
+    strides = row_major(operand.extents)
+    parts = tuple(
+        "0" if n == 1 else body.index_temp(f"({flat} / {s}) % {n}" if k else f"{flat} / {s}")
+        for k, (n, s) in enumerate(zip(operand.extents, strides, strict=True))
+    )
+    return body.value(op.operands[0], parts)
+
+
+def _slice(body: Body, op: Operation, index: Index) -> str:
+    starts, steps = op.attrs["starts"], op.attrs["strides"]
+    parts = tuple(
+        offset_expression((i,), (k,), s) for i, s, k in zip(components(index), starts, steps)
+    )
+    return body.value(op.operands[0], tuple(body.index_temp(p) for p in parts))
+
+
+def _pad(body: Body, op: Operation, index: Index) -> str:
+    operand, fill = op.operand_types[0], body.value(op.operands[1], ())
+    if operand.size == 0:
+        return fill
+    conditions, parts = [], []
+    for i, n, low, inner in zip(
+        components(index), operand.extents, op.attrs["low"], op.attrs["interior"], strict=True
+    ):
+        shifted = body.index_temp(f"{i} - {low}" if low else i)
+        if inner:
+            conditions.append(f"{shifted} % {inner + 1} == 0")
+            shifted = body.index_temp(f"{shifted} / {inner + 1}")
+        conditions.append(f"{shifted} >= 0 && {shifted} < {n}")
+        # Clamped, so the operand is only ever evaluated inside its bounds.
+        parts.append(body.index_temp(clamp(shifted, n)))
+    x = body.value(op.operands[0], tuple(parts))
+    inside = " && ".join(f"({c})" for c in conditions)
+    return body.temp(op.type.dtype, f"({inside}) ? {x} : {fill}", rounded=False)
+
+
+def _concatenate(body: Body, op: Operation, index: Index) -> str:
+    index = components(index)
+    position = op.type.position(op.attrs["axis"])
+    pieces, start = [], 0
+    for value, t in zip(op.operands, op.operand_types, strict=True):
+        n = t.extents[position]
+        if n:
+            local = body.index_temp(clamp(f"{index[position]} - {start}", n))
+            at = index[:position] + (local,) + index[position + 1 :]
+            pieces.append((start + n, body.value(value, at)))
+        start += n
+    expression = pieces[-1][1]
+    for end, x in reversed(pieces[:-1]):
+        expression = f"{index[position]} < {end} ? {x} : ({expression})"
+    return body.temp(op.type.dtype, expression, rounded=False)
+
+
+def _gather(body: Body, op: Operation, index: Index) -> str:
+    table, indices = op.operand_types
+    position = table.position(op.attrs["axis"])
+    extent = table.extents[position]
+    if extent == 0:
+        return literal(0, op.type.dtype)
+    index = components(index)
+    rows = index[position : position + indices.rank]
+    row = body.value(op.operands[1], rows)
+    clamped = body.index_temp(clamp(f"(int64_t){row}", extent))
+    at = index[:position] + (clamped,) + index[position + indices.rank :]
+    return body.value(op.operands[0], at)
+
+
+Emitter = Callable[[Body, Operation, Index], str]
+
+EMITTERS: dict[str, Emitter] = {
+    "unary": _unary,
+    **{kind: _binary for kind in templates.BINARY},
+    "compare": _compare,
+    "select": _select,
+    "convert": _convert,
+    "constant": _constant,
+    "iota": _iota,
+    "broadcast_in_dim": _broadcast,
+    "transpose": _transpose,
+    "reshape": _reshape,
+    "slice": _slice,
+    "pad": _pad,
+    "concatenate": _concatenate,
+    "gather": _gather,
+}

@@ -1,0 +1,427 @@
+"""C for each kind of plan step: one static function per step, looked up in `STEP_EMITTERS`.
+
+A step function takes one `restrict` pointer per buffer it touches (the plan never lets a step
+write a buffer it reads, and the boundary refuses overlapping user buffers), which lets the
+compiler vectorize without alias checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...errors import AccyError
+from ...lower.contraction import Gemm, MatrixOperand
+from ...lower.plan import Plan, Step
+from ...lower.views import view_of_stored
+from ...ops.contraction import dimensions, free_dimensions
+from ...lower.plan import BLAS_DTYPES
+from ...types import TensorType, f32
+from . import templates
+from .dtypes import c_type, highest, lowest
+from .expressions import EMITTERS, Body, Flat, NotFlat, Unit, linear, offset_expression
+from .loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+CHUNKS = 8  # fixed, so that a parallel reduction adds in the same order on any thread count
+
+
+@dataclass
+class StepContext:
+    """What a step emitter works with; `parameter` declares the step function's pointers."""
+
+    unit: Unit
+    plan: Plan
+    index: int
+    step: Step
+    slot_pointer: Callable[[int], str]
+    scratch_pointer: Callable[[str], str]
+    output_pointer: Callable[[int], str]
+    params: list[tuple[str, str]] = field(default_factory=list)
+    pointers: dict[int, str] = field(default_factory=dict)
+    prologue: list[str] = field(default_factory=list)
+
+    def parameter(self, ctype: str, name: str, argument: str, writable: bool) -> str:
+        const = "" if writable else "const "
+        self.params.append((f"{const}{ctype} *restrict {name}", argument))
+        return name
+
+    def value_pointers(self) -> None:
+        for value in self.step.writes:
+            storage = c_type(self.plan.program.type_of(value).dtype).storage
+            self.pointers[value] = self.parameter(
+                storage, f"v{value}", self.slot_pointer(value), True
+            )
+        for value in self.step.reads:
+            storage = c_type(self.plan.program.type_of(value).dtype).storage
+            self.pointers[value] = self.parameter(
+                storage, f"v{value}", self.slot_pointer(value), False
+            )
+
+    def scratch(self, ctype: str, name: str) -> str:
+        return self.parameter(ctype, f"s_{name}", self.scratch_pointer(name), True)
+
+    def body(self) -> Body:
+        return Body(self.unit, self.plan, self.pointers)
+
+
+def _store(dtype, pointer: str, position: str, x: str) -> str:
+    return f"{pointer}[{position}] = {c_type(dtype).store.format(x=x)};"
+
+
+def _root_loop(ctx: StepContext, flat: bool) -> list[str]:
+    op = ctx.step.op
+    t = op.type
+    body = ctx.body()
+    index = Flat("i", t) if flat else axis_index(t)
+    x = EMITTERS[op.kind](body, op, index)
+    position = "i" if flat else linear(index, t.extents)
+    loops = [("i", t.size)] if flat else axis_loops(t)
+    pragma = PARALLEL_FOR if loops and worth_threads(t.size, ctx.step.fused + (op,)) else None
+    return nest(loops, body.lines + [_store(t.dtype, ctx.pointers[op.results[0]], position, x)], pragma)
+
+
+def emit_loop(ctx: StepContext) -> list[str]:
+    """An elementwise loop over the result, with every fused producer computed inline."""
+    ctx.value_pointers()
+    if ctx.step.op.type.size > 1:
+        try:
+            return _root_loop(ctx, flat=True)
+        except NotFlat:
+            pass
+    return _root_loop(ctx, flat=False)
+
+
+# reduce --------------------------------------------------------------------------------------
+
+
+def _reduce_setup(ctx: StepContext):
+    ctx.value_pointers()
+    op = ctx.step.op
+    init_body = ctx.body()
+    init = init_body.value(op.operands[1], ())
+    compute = c_type(op.type.dtype).compute
+    return op, init_body.lines + [f"const {compute} init = {init};"], compute
+
+
+def _identity(reducer: str, dtype) -> str:
+    return {"sum": "0", "prod": "1", "max": lowest(dtype), "min": highest(dtype)}[reducer]
+
+
+def _simd(reducer: str, variable: str = "acc") -> str | None:
+    symbol = {"sum": "+", "prod": "*"}.get(reducer)
+    return f"#pragma omp simd reduction({symbol}:{variable})" if symbol else None
+
+
+def _reduce_rows(ctx: StepContext) -> list[str]:
+    op, lines, compute = _reduce_setup(ctx)
+    layout = ctx.step.detail
+    x_type, dtype, reducer = layout.input, op.type.dtype, op.attrs["op"]
+    kept_loops = axis_loops(x_type, positions=layout.kept)
+    reduced_loops = axis_loops(x_type, positions=layout.reduced)
+    index = axis_index(x_type)
+    out_position = linear(tuple(index[p] for p in layout.kept), op.type.extents)
+    body = ctx.body()
+    x = body.value(op.operands[0], index)
+    combine = f"acc = {templates.binary(templates.REDUCERS[reducer], c_type(dtype), 'acc', x)};"
+    store = _store(dtype, ctx.pointers[op.results[0]], out_position, c_type(dtype).round.format(x="acc"))
+    large = worth_threads(x_type.size, ctx.step.fused)
+    if not kept_loops and large and reduced_loops and reduced_loops[0][1] >= 2 * CHUNKS:
+        return lines + _chunked_full_reduction(reduced_loops, body.lines + [combine], reducer, dtype, compute, store)
+    inner = nest(reduced_loops, body.lines + [combine], inner_pragma=_simd(reducer))
+    per_output = [f"{compute} acc = init;"] + inner + [store]
+    outer = PARALLEL_FOR if kept_loops and large and kept_loops[0][1] > 1 else None
+    return lines + nest(kept_loops, per_output, outer)
+
+
+def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> list[str]:
+    """A reduction to one element over threads: fixed chunks of the outermost loop, each with
+    its own partial result, combined in chunk order."""
+    counter, extent = loops[0]
+    bounds = {counter: (f"c * {extent}LL / {CHUNKS}", f"(c + 1) * {extent}LL / {CHUNKS}")}
+    chunk = nest(loops, inner, inner_pragma=_simd(reducer), bounds=bounds)
+    combine_parts = templates.binary(
+        templates.REDUCERS[reducer], c_type(dtype), "acc", "part[c]"
+    )
+    return [
+        f"{compute} part[{CHUNKS}];",
+        PARALLEL_FOR,
+        f"for (int64_t c = 0; c < {CHUNKS}; ++c) {{",
+        f"  {compute} acc = {_identity(reducer, dtype)};",
+        *("  " + line for line in chunk),
+        "  part[c] = acc;",
+        "}",
+        f"{compute} acc = init;",
+        f"for (int64_t c = 0; c < {CHUNKS}; ++c) acc = {combine_parts};",
+        store,
+    ]
+
+
+def _reduce_columns(ctx: StepContext) -> list[str]:
+    op, lines, compute = _reduce_setup(ctx)
+    layout = ctx.step.detail
+    x_type, dtype, reducer = layout.input, op.type.dtype, op.attrs["op"]
+    ctype = c_type(dtype)
+    out = ctx.pointers[op.results[0]]
+    if layout.needs_accumulator:
+        accumulator, load, store = ctx.scratch("float", "accumulator"), "{x}", "{x}"
+    else:
+        accumulator, load, store = out, ctype.load, ctype.store
+    n = op.type.size
+    lines += [f"for (int64_t o = 0; o < {n}; ++o) {accumulator}[o] = {store.format(x='init')};"]
+    index = axis_index(x_type)
+    position = linear(tuple(index[p] for p in layout.kept), op.type.extents)
+    body = ctx.body()
+    x = body.value(op.operands[0], index)
+    current = load.format(x=f"{accumulator}[{position}]")
+    combined = templates.binary(templates.REDUCERS[reducer], ctype, current, x)
+    update = f"{accumulator}[{position}] = {store.format(x=combined)};"
+    lines += nest(axis_loops(x_type), body.lines + [update])
+    if layout.needs_accumulator:
+        rounded = ctype.round.format(x=f"{accumulator}[o]")
+        lines.append(f"for (int64_t o = 0; o < {n}; ++o) {_store(dtype, out, 'o', rounded)}")
+    return lines
+
+
+def emit_reduce(ctx: StepContext) -> list[str]:
+    return (_reduce_rows if ctx.step.detail.strategy == "rows" else _reduce_columns)(ctx)
+
+
+# scatter_add ---------------------------------------------------------------------------------
+
+
+def _copy_operand_into(ctx: StepContext, out: str, t: TensorType) -> list[str]:
+    op = ctx.step.op
+    for flat in (True, False):
+        body = ctx.body()
+        index = Flat("i", t) if flat else axis_index(t)
+        try:
+            x = body.value(op.operands[0], index)
+        except NotFlat:
+            continue
+        loops = [("i", t.size)] if flat else axis_loops(t)
+        position = "i" if flat else linear(index, t.extents)
+        return nest(loops, body.lines + [_store(t.dtype, out, position, x)])
+    raise AccyError("internal: no loop for the scatter operand")
+
+
+def emit_scatter(ctx: StepContext) -> list[str]:
+    """Copy the operand into the result, then add each update at its (clamped) row."""
+    ctx.value_pointers()
+    op = ctx.step.op
+    result, indices, updates = op.type, op.operand_types[1], op.operand_types[2]
+    out = ctx.pointers[op.results[0]]
+    lines = _copy_operand_into(ctx, out, result)
+    position = result.position(op.attrs["axis"])
+    extent = result.extents[position]
+    if extent == 0 or updates.size == 0:
+        return lines
+    body = ctx.body()
+    index = axis_index(updates, "u")
+    row = body.value(op.operands[1], index[position : position + indices.rank])
+    clamped = body.index_temp(f"ACCY_CLAMP((int64_t){row}, {extent - 1})")
+    update = body.value(op.operands[2], index)
+    target = index[:position] + (clamped,) + index[position + indices.rank :]
+    element = f"{out}[{linear(target, result.extents)}]"
+    ctype = c_type(result.dtype)
+    total = ctype.round.format(x=f"{ctype.load.format(x=element)} + {update}")
+    body.lines.append(f"{element} = {ctype.store.format(x=total)};")
+    return lines + nest(axis_loops(updates, "u"), body.lines)
+
+
+# dot_general ---------------------------------------------------------------------------------
+
+
+def _pack(ctx: StepContext, value: int, t: TensorType, matrix: MatrixOperand, name: str) -> str:
+    """Copy an operand BLAS cannot read as it is into scratch laid out batch, rows, columns."""
+    pointer = ctx.scratch(c_type(t.dtype).storage, name)
+    body = ctx.body()
+    index = axis_index(t, "p")
+    x = body.value(value, index)
+    packed_position = offset_expression(index, matrix.view.strides)
+    loops = [(f"p{q}", t.extents[q]) for q in matrix.order if t.extents[q] != 1]
+    ctx.prologue += nest(loops, body.lines + [_store(t.dtype, pointer, packed_position, x)])
+    return pointer
+
+
+def _gemm_operand(ctx, value, t, matrix: MatrixOperand, name) -> tuple[str, int, tuple]:
+    if matrix.packed:
+        return _pack(ctx, value, t, matrix, name), 0, matrix.batch_strides
+    view = ctx.plan.view(value)
+    return ctx.pointers[view.base], view.offset, matrix.batch_strides
+
+
+def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
+    op = ctx.step.op
+    lhs_type, rhs_type = op.operand_types
+    a, a_offset, a_batch = _gemm_operand(ctx, op.operands[0], lhs_type, gemm.lhs, "lhs")
+    b, b_offset, b_batch = _gemm_operand(ctx, op.operands[1], rhs_type, gemm.rhs, "rhs")
+    out = ctx.pointers[op.results[0]]
+    storage = c_type(op.type.dtype).storage
+    if gemm.m == 0 or gemm.n == 0 or any(n == 0 for n in gemm.batch_extents):
+        return []
+    if gemm.k == 0:
+        return [f"memset({out}, 0, {op.type.nbytes});"]
+    batch = tuple(f"b{k}" for k in range(len(gemm.batch_extents)))
+    loops = [(f"b{k}", n) for k, n in enumerate(gemm.batch_extents)]
+    a_at = offset_expression(batch, a_batch, a_offset)
+    b_at = offset_expression(batch, b_batch, b_offset)
+    c_at = offset_expression((linear(batch, gemm.batch_extents),), (gemm.m * gemm.n,)) if batch else "0"
+    function = "accy_sgemm" if op.type.dtype == f32 else "accy_dgemm"
+    one = "1.0f" if op.type.dtype == f32 else "1.0"
+    zero = "0.0f" if op.type.dtype == f32 else "0.0"
+    flags = [TRANS if m.transposed else NO_TRANS for m in (gemm.lhs, gemm.rhs)]
+    call = (
+        f"{function}({ROW_MAJOR}, {flags[0]}, {flags[1]}, {gemm.m}, {gemm.n}, {gemm.k}, {one}, "
+        f"{a} + {a_at}, {gemm.lhs.leading}, {b} + {b_at}, {gemm.rhs.leading}, {zero}, "
+        f"({storage} *){out} + {c_at}, {max(gemm.n, 1)});"
+    )
+    return ctx.prologue + nest(loops, [call])
+
+
+def _emit_dot_loops(ctx: StepContext) -> list[str]:
+    """dot_general as plain loops: for dtypes BLAS lacks, or where no BLAS was found."""
+    op = ctx.step.op
+    lc, rc, lb, rb = dimensions(op.attrs)
+    lhs_type, rhs_type = op.operand_types
+    lf = free_dimensions(lhs_type.rank, lc, lb)
+    rf = free_dimensions(rhs_type.rank, rc, rb)
+    result_index = axis_index(op.type, "r")
+    contract = [f"k{q}" if lhs_type.extents[p] != 1 else "0" for q, p in enumerate(lc)]
+    lhs_index = [""] * lhs_type.rank
+    rhs_index = [""] * rhs_type.rank
+    for q, (l, r) in enumerate(zip(lb, rb, strict=True)):
+        lhs_index[l] = rhs_index[r] = result_index[q]
+    for q, p in enumerate(lf):
+        lhs_index[p] = result_index[len(lb) + q]
+    for q, p in enumerate(rf):
+        rhs_index[p] = result_index[len(lb) + len(lf) + q]
+    for q, (l, r) in enumerate(zip(lc, rc, strict=True)):
+        lhs_index[l] = rhs_index[r] = contract[q]
+    body = ctx.body()
+    a = body.value(op.operands[0], tuple(lhs_index))
+    b = body.value(op.operands[1], tuple(rhs_index))
+    ctype = c_type(op.type.dtype)
+    contract_loops = [(f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1]
+    inner = nest(contract_loops, body.lines + [f"acc = acc + {a} * {b};"])
+    store = _store(op.type.dtype, ctx.pointers[op.results[0]], linear(result_index, op.type.extents), ctype.round.format(x="acc"))
+    return nest(axis_loops(op.type, "r"), [f"{ctype.compute} acc = 0;"] + inner + [store])
+
+
+def emit_dot(ctx: StepContext) -> list[str]:
+    ctx.value_pointers()
+    if ctx.unit.blas is not None and ctx.step.op.type.dtype in BLAS_DTYPES:
+        return _emit_gemm(ctx, ctx.step.detail)
+    return _emit_dot_loops(ctx)
+
+
+# custom_call, copy -----------------------------------------------------------------------------
+
+
+def emit_custom_call(ctx: StepContext) -> list[str]:
+    """A call to the kernel the registry links to the target, its `dst` bound to the result."""
+    ctx.value_pointers()
+    op = ctx.step.op
+    kernel = ctx.unit.kernel_for(op)
+    operands = iter(op.operands)
+    arguments = []
+    for name, _ in kernel.parameters:
+        if name == "dst":
+            arguments.append(f"(void *){ctx.pointers[op.results[0]]}")
+        else:
+            view = ctx.plan.view(next(operands))
+            arguments.append(f"(void *)({ctx.pointers[view.base]} + {view.offset})")
+    return [f"{kernel.symbol}({', '.join(arguments)});"]
+
+
+def emit_copy(ctx: StepContext) -> list[str]:
+    (value,) = ctx.step.reads
+    t = ctx.plan.program.type_of(value)
+    source = ctx.parameter("void", "source", ctx.slot_pointer(value), False)
+    target = ctx.parameter("void", "target", ctx.output_pointer(ctx.step.output), True)
+    return [f"memcpy({target}, {source}, {t.nbytes});"] if t.nbytes else []
+
+
+# scan ----------------------------------------------------------------------------------------
+
+
+def _address(ctx: StepContext, value: int) -> str:
+    view = ctx.plan.view(value)
+    pointer = ctx.pointers[view.base]
+    return f"(char *)({pointer} + {view.offset})" if view.offset else f"(char *){pointer}"
+
+
+def _slice_copy(ctx: StepContext, x: int, t: TensorType, axis: str, target: str) -> list[str]:
+    """Copy step `s` of `x` along `axis` into the contiguous scratch `target`."""
+    storage = c_type(t.dtype).storage
+    position = t.position(axis)
+    sliced = t.without([axis])
+    index = axis_index(sliced, "q")
+    full = index[:position] + ("s",) + index[position:]
+    view = ctx.plan.view(x)
+    source = f"(({storage} *){ctx.pointers[view.base]})"
+    element = f"{source}[{offset_expression(full, view.strides, view.offset)}]"
+    copy = f"(({storage} *){target})[{linear(index, sliced.extents)}] = {element};"
+    return nest(axis_loops(sliced, "q"), [copy])
+
+
+def emit_scan(ctx: StepContext) -> list[str]:
+    """A C loop over the scanned axis that calls the body's function once per step.
+
+    Carries alternate between the result buffer and a scratch buffer, so that a step never
+    writes what it reads; x slices are read in place when the axis is outermost (else copied
+    into scratch), and y slices are written in place (the axis is outermost in every y).
+    """
+    ctx.value_pointers()
+    op, attrs = ctx.step.op, ctx.step.op.attrs
+    length, axis = attrs["length"], attrs["axis"]
+    num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
+    body_function = ctx.unit.write_function(ctx.step.body)
+    body_workspace = ctx.scratch("char", "body")
+    carries = list(zip(op.operands[num_consts : num_consts + num_carry], op.results[:num_carry]))
+    lines, current, following = [], [], []
+    for i, (init, result) in enumerate(carries):
+        nbytes = ctx.plan.program.type_of(result).nbytes
+        partner = ctx.scratch("char", f"carry{i}")
+        lines.append(f"memcpy({ctx.pointers[result]}, {_address(ctx, init)}, {nbytes});")
+        lines.append(f"char *current{i} = (char *){ctx.pointers[result]}, *next{i} = {partner};")
+        current.append(f"current{i}")
+        following.append(f"next{i}")
+    step_lines = []
+    slices = []
+    for i, (x, t) in enumerate(zip(op.operands[num_consts + num_carry :], op.operand_types[num_consts + num_carry :], strict=True)):
+        slice_bytes = t.nbytes // max(length, 1)
+        if t.position(axis) == 0:
+            slices.append(f"{_address(ctx, x)} + s * {slice_bytes}")
+        else:
+            target = ctx.scratch("char", f"x{i}")
+            step_lines += _slice_copy(ctx, x, t, axis, target)
+            slices.append(target)
+    ys = [
+        f"(char *){ctx.pointers[y]} + s * {ctx.plan.program.type_of(y).nbytes // max(length, 1)}"
+        for y in op.results[num_carry:]
+    ]
+    consts = [_address(ctx, c) for c in op.operands[:num_consts]]
+    arguments = consts + current + slices + following + ys
+    step_lines.append(f"void *args[] = {{{', '.join(arguments) or '0'}}};")
+    step_lines.append(f"{body_function}(args, {body_workspace});")
+    for i in range(num_carry):
+        step_lines.append(f"{{ char *swap = current{i}; current{i} = next{i}; next{i} = swap; }}")
+    counter = f"{length - 1} - it" if attrs["reverse"] else "it"
+    lines += nest([("it", length)], [f"const int64_t s = {counter};"] + step_lines)
+    for i, (_, result) in enumerate(carries):
+        nbytes = ctx.plan.program.type_of(result).nbytes
+        pointer = ctx.pointers[result]
+        lines.append(f"if (current{i} != (char *){pointer}) memcpy({pointer}, current{i}, {nbytes});")
+    return lines
+
+
+STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
+    "loop": emit_loop,
+    "reduce": emit_reduce,
+    "scatter": emit_scatter,
+    "dot": emit_dot,
+    "custom_call": emit_custom_call,
+    "copy": emit_copy,
+    "scan": emit_scan,
+}

@@ -1,0 +1,155 @@
+"""Loaded fragments and their invocation over raw buffers (the seed's executable API).
+
+`load_fragment(handle, compiled)` loads a compiled fragment once; `invoke(fragment, inputs,
+outputs)` checks every buffer (`accy.boundary`) and then makes exactly one native call, which
+runs the whole program. `prepare_invocation(fragment, inputs)` binds inputs to buffers that the
+fragment owns for its outputs: `launch()` runs it, `read_output(i, buffer)` copies output `i`
+out.
+
+A fragment owns one workspace for its intermediates, so calls on one fragment are serialized
+by a lock; separate fragments run concurrently.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .boundary import check_no_overlap, input_addresses, output_addresses
+from .errors import AccyError, InvalidInput
+from .lower.buffers import ALIGNMENT
+from .program import Program
+
+
+def _aligned_workspace(nbytes: int) -> tuple[np.ndarray, int]:
+    raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
+    address = raw.__array_interface__["data"][0]
+    return raw, address + (-address % ALIGNMENT)
+
+
+class Fragment:
+    """A compiled program loaded into this process, ready to be invoked.
+
+    `native_entry(buffers, workspace)` is the single native function that one invocation calls.
+    """
+
+    def __init__(self, compiled: Any):
+        self.compiled = compiled
+        self.program: Program = compiled.program
+        self.parameter_types = self.program.parameter_types
+        self.output_types = self.program.output_types
+        self.native_entry = compiled.load().accy_run
+        self._workspace, self._workspace_address = _aligned_workspace(compiled.workspace_bytes)
+        self._buffers = (ctypes.c_void_p * max(self.input_count() + self.output_count(), 1))()
+        self._lock = threading.Lock()
+
+    def input_count(self) -> int:
+        return len(self.parameter_types)
+
+    def output_count(self) -> int:
+        return len(self.output_types)
+
+    def call(self, inputs: Sequence[int], outputs: Sequence[int]) -> None:
+        """Run the program on checked buffer addresses: one native call."""
+        with self._lock:
+            buffers = self._buffers
+            for position, address in enumerate([*inputs, *outputs]):
+                buffers[position] = address
+            self.native_entry(ctypes.addressof(buffers), self._workspace_address)
+
+    def __repr__(self) -> str:
+        return f"<Fragment {self.program.name!r}: {self.input_count()} in, {self.output_count()} out>"
+
+
+def load_fragment(handle: Any, compiled: Any, options: Any = None) -> Fragment:
+    """Load a fragment made by `accy.lower.compile_fragment` (once per process per library).
+
+    >>> import accy, numpy as np
+    >>> from accy.gpu.cpu import State
+    >>> p = accy.trace.define("twice", [accy.spec(accy.f32, lane=2)], lambda b, a: a[0] * 2.0)
+    >>> handle = State().handle()
+    >>> fragment = accy.executable.load_fragment(handle, accy.lower.compile_fragment(handle, p))
+    >>> fragment.output_count()
+    1
+    """
+    if getattr(compiled, "artifact_format", None) != "cpu_object":
+        raise AccyError(
+            f"load_fragment: {type(compiled).__name__} is not a CPU artifact; compile it with "
+            f"FragmentCompilerOptions(artifact_format='cpu_object')"
+        )
+    return Fragment(compiled)
+
+
+def invoke(fragment: Fragment, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+    """Check the buffers, then run the program once, writing every output.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("twice", [accy.spec(accy.f32, lane=2)], lambda b, a: a[0] * 2.0)
+    >>> fragment = accy.executable.load_fragment(None, accy.lower.compile_fragment(None, p))
+    >>> out = np.zeros(2, np.float32)
+    >>> accy.executable.invoke(fragment, [np.array([1, 2], np.float32)], [out])
+    >>> out.tolist()
+    [2.0, 4.0]
+    """
+    name = fragment.program.name
+    in_addresses, _keep_inputs = input_addresses(name, fragment.parameter_types, inputs)
+    out_addresses, _keep_outputs = output_addresses(name, fragment.output_types, outputs)
+    check_no_overlap(
+        name, in_addresses, fragment.parameter_types, out_addresses, fragment.output_types
+    )
+    fragment.call(in_addresses, out_addresses)
+
+
+class Bindings:
+    """Inputs bound to a fragment, with output buffers of its own (see `prepare_invocation`)."""
+
+    def __init__(self, fragment: Fragment, inputs: Sequence[Any]):
+        self.fragment = fragment
+        name = fragment.program.name
+        self._inputs, self._keep = input_addresses(name, fragment.parameter_types, inputs)
+        self._outputs = [np.empty(t.nbytes, dtype=np.uint8) for t in fragment.output_types]
+        self._launched = False
+
+    def launch(self, options: Any = None) -> None:
+        """Run the program on the bound inputs."""
+        addresses = [a.__array_interface__["data"][0] for a in self._outputs]
+        self.fragment.call(self._inputs, addresses)
+        self._launched = True
+
+    launch_with_options = launch
+
+    def read_output(self, index: int, buffer: Any) -> None:
+        """Copy output `index` of the last launch into the writable `buffer`."""
+        if not self._launched:
+            raise AccyError("read_output: call launch() first; nothing has run yet")
+        if not 0 <= index < len(self._outputs):
+            raise InvalidInput(
+                f"read_output: output {index} does not exist; the program has "
+                f"{len(self._outputs)} outputs"
+            )
+        types = [self.fragment.output_types[index]]
+        _, (target,) = output_addresses(self.fragment.program.name, types, [buffer])
+        target.reshape(-1).view(np.uint8)[...] = self._outputs[index]
+
+
+def prepare_invocation(fragment: Fragment, inputs: Sequence[Any]) -> Bindings:
+    """Check and bind `inputs`; the returned bindings `launch()` and `read_output(i, buffer)`.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("twice", [accy.spec(accy.f32, lane=2)], lambda b, a: a[0] * 2.0)
+    >>> fragment = accy.executable.load_fragment(None, accy.lower.compile_fragment(None, p))
+    >>> bindings = accy.executable.prepare_invocation(fragment, [np.ones(2, np.float32)])
+    >>> bindings.launch()
+    >>> out = bytearray(8)
+    >>> bindings.read_output(0, out)
+    >>> np.frombuffer(out, np.float32).tolist()
+    [2.0, 2.0]
+    """
+    return Bindings(fragment, inputs)
+
+
+__all__ = ["Bindings", "Fragment", "invoke", "load_fragment", "prepare_invocation"]

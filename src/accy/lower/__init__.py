@@ -1,0 +1,20 @@
+"""Lowering: turn a Program into a plan of fused loops, library calls and buffers.
+
+`build_plan(program)` is shared by every code generator; `explain(program)` prints it;
+`compile_fragment(handle, program, options)` lowers and compiles a program for a device.
+"""
+
+from .explain import explain
+from .fragment import FragmentCompilerOptions, compile_fragment
+from .plan import Plan, Scratch, Slot, Step, build_plan
+
+__all__ = [
+    "FragmentCompilerOptions",
+    "Plan",
+    "Scratch",
+    "Slot",
+    "Step",
+    "build_plan",
+    "compile_fragment",
+    "explain",
+]

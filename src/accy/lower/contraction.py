@@ -1,0 +1,113 @@
+"""How a `dot_general` maps onto a BLAS GEMM: `C[b] = A[b] @ B[b]` for each batch index `b`.
+
+The result is laid out batch axes, then the left operand's free axes (M), then the right
+operand's free axes (N), so each batch is a row-major M x N matrix. An operand whose view shows
+its axes as one matrix with a unit stride on one side is passed as it is (a transposed one with
+BLAS's transpose flag, not copied); any other is first packed into scratch memory laid out batch,
+rows, columns.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..ops.contraction import dimensions, free_dimensions
+from ..program import Operation
+from .views import StridedView, row_major
+
+
+@dataclass(frozen=True)
+class MatrixOperand:
+    """One GEMM operand: where it is read (`view`, or packed scratch when `packed`), BLAS's
+    transpose flag, the leading dimension, and the stride (elements) of each batch axis."""
+
+    view: StridedView
+    packed: bool
+    order: tuple[int, ...]
+    transposed: bool
+    leading: int
+    batch_strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    batch_extents: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    lhs: MatrixOperand
+    rhs: MatrixOperand
+
+
+def _collapse(extents, strides, positions) -> tuple[int, int] | None:
+    """(extent, stride) of a group of axes read as one axis, or None if they do not merge."""
+    size = math.prod(extents[p] for p in positions)
+    kept = [(extents[p], strides[p]) for p in positions if extents[p] != 1]
+    if size == 0 or not kept:
+        return size, 1
+    for (_, outer), (inner_extent, inner) in zip(kept, kept[1:], strict=False):
+        if outer != inner * inner_extent:
+            return None
+    return size, kept[-1][1]
+
+
+def _as_matrix(rows, row_stride, cols, col_stride) -> tuple[bool, int] | None:
+    """(transposed, leading dimension) of a rows x cols strided matrix, or None."""
+    if cols <= 1 or col_stride == 1:
+        leading = row_stride if rows > 1 else max(cols, 1)
+        if leading >= max(cols, 1):
+            return False, leading
+    if rows <= 1 or row_stride == 1:
+        leading = col_stride if cols > 1 else max(rows, 1)
+        if leading >= max(rows, 1):
+            return True, leading
+    return None
+
+
+def _matrix(view, extents, rows, cols, batch, packed) -> MatrixOperand | None:
+    row = _collapse(extents, view.strides, rows)
+    col = _collapse(extents, view.strides, cols)
+    if row is None or col is None:
+        return None
+    matrix = _as_matrix(row[0], row[1], col[0], col[1])
+    if matrix is None:
+        return None
+    batch_strides = tuple(view.strides[p] for p in batch)
+    return MatrixOperand(view, packed, tuple(batch + rows + cols), *matrix, batch_strides)
+
+
+def _packed_view(extents, order) -> StridedView:
+    """The view of an operand copied into scratch in the axis order `order`."""
+    packed = row_major(tuple(extents[p] for p in order))
+    strides = [0] * len(extents)
+    for stride, position in zip(packed, order, strict=True):
+        strides[position] = stride
+    return StridedView(-1, 0, tuple(strides))
+
+
+def _operand(view, extents, rows, cols, batch) -> MatrixOperand:
+    matrix = _matrix(view, extents, rows, cols, batch, packed=False)
+    if matrix is None:
+        packed = _packed_view(extents, tuple(batch) + tuple(rows) + tuple(cols))
+        matrix = _matrix(packed, extents, rows, cols, batch, packed=True)
+    return matrix
+
+
+def gemm_layout(op: Operation, lhs: StridedView, rhs: StridedView) -> Gemm:
+    """The GEMM that computes `op` from its operands' views (packing those that need it).
+
+    `MatrixOperand.order` is the operand's axes in the packed layout: batch, rows, columns.
+    """
+    lc, rc, lb, rb = dimensions(op.attrs)
+    lhs_type, rhs_type = op.operand_types
+    lf = free_dimensions(lhs_type.rank, lc, lb)
+    rf = free_dimensions(rhs_type.rank, rc, rb)
+    return Gemm(
+        tuple(lhs_type.extents[p] for p in lb),
+        math.prod(lhs_type.extents[p] for p in lf),
+        math.prod(rhs_type.extents[p] for p in rf),
+        math.prod(lhs_type.extents[p] for p in lc),
+        _operand(lhs, lhs_type.extents, lf, list(lc), list(lb)),
+        _operand(rhs, rhs_type.extents, list(rc), rf, list(rb)),
+    )

@@ -1,0 +1,79 @@
+"""A readable listing of a plan: one line per step, then where each stored value lives."""
+
+from __future__ import annotations
+
+from ..program import Program
+from .plan import Plan, Step, build_plan
+
+
+def _size(nbytes: int) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if nbytes < 1024 or unit == "MiB":
+            return f"{nbytes} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes} MiB"
+
+
+def _values(values) -> str:
+    return ", ".join(f"%{v}" for v in values) or "nothing"
+
+
+def _gemm_note(step: Step) -> str:
+    gemm = step.detail
+    flags = [
+        f"{side} {'packed' if m.packed else 'transposed' if m.transposed else 'as is'}"
+        for side, m in (("lhs", gemm.lhs), ("rhs", gemm.rhs))
+    ]
+    batch = f"batch {'x'.join(map(str, gemm.batch_extents))}, " if gemm.batch_extents else ""
+    return f"GEMM {batch}m={gemm.m} n={gemm.n} k={gemm.k}; {', '.join(flags)}"
+
+
+NOTES = {
+    "dot": _gemm_note,
+    "reduce": lambda step: f"{step.op.attrs['op']} over {', '.join(step.op.attrs['axes'])} "
+    f"({step.detail.strategy})",
+    "custom_call": lambda step: f"{step.op.attrs['target']} v{step.op.attrs['version']}",
+    "scan": lambda step: f"over {step.op.attrs['axis']} x{step.op.attrs['length']}",
+}
+
+
+def _step_line(plan: Plan, index: int, step: Step) -> str:
+    if step.kind == "copy":
+        return f"{index:>3}  copy         output {step.output} <- %{step.reads[0]}"
+    written = ", ".join(
+        f"%{v}: {plan.program.type_of(v)} -> {plan.slots[v]}" for v in step.writes
+    )
+    line = f"{index:>3}  {step.kind:<11}  {step.op.kind} {written}  reads {_values(step.reads)}"
+    if step.fused:
+        line += f"; fuses {', '.join(op.kind if op.kind != 'unary' else op.attrs['op'] for op in step.fused)}"
+    if step.kind in NOTES:
+        line += f"; {NOTES[step.kind](step)}"
+    return line
+
+
+def format_plan(plan: Plan, indent: str = "") -> str:
+    header = (
+        f"plan of {plan.program.name!r}: {len(plan.program.operations)} operations, "
+        f"{len(plan.steps)} steps, workspace {_size(plan.workspace_bytes)}"
+    )
+    lines = [indent + header]
+    for index, step in enumerate(plan.steps):
+        lines.append(indent + "  " + _step_line(plan, index, step))
+        if step.body is not None:
+            lines.append(format_plan(step.body, indent + "       "))
+    return "\n".join(lines)
+
+
+def explain(program: Program | Plan) -> str:
+    """The fused steps and buffers that `program` lowers to, as text.
+
+    >>> import accy
+    >>> p = accy.trace.define(
+    ...     "softsum", [accy.spec(accy.f32, row=2, col=3)], lambda b, a: a[0].exp().sum("col"))
+    >>> print(accy.lower.explain(p))  # doctest: +NORMALIZE_WHITESPACE
+    plan of 'softsum': 4 operations, 1 steps, workspace 0 bytes
+        0  reduce       reduce %3: f32[row=2] -> output 0  reads %0; fuses exp, constant;
+        sum over col (rows)
+    """
+    plan = program if isinstance(program, Plan) else build_plan(program)
+    return format_plan(plan)

@@ -1,0 +1,156 @@
+"""Fusion: decide which values are stored in memory and which are computed inside their consumer.
+
+One pass walks the program backwards, so that every consumer of a value is decided before the
+value itself. A consumer reads each operand in one of three ways (`Need.mode`):
+
+- `inline`: element by element at the consumer's own index (elementwise work, a reduction's
+  input, a gather's indices);
+- `expanding`: element by element but more often than the operand has elements (a broadcast, a
+  gather that repeats rows, padding), so that computing it inline repeats work;
+- `buffer`: as a whole tensor in memory (BLAS, a custom kernel, a scan body).
+
+and in one step (a loop nest, a library call) and phase of that step (a reduction reads its
+input in its main loop and its init once). From the needs of a value:
+
+- program outputs and the results of kinds that need their own loop structure (`ROOT_KINDS`)
+  are stored;
+- a value needed in one step is computed inside that step, unless it is costly and needed
+  `expanding`;
+- a value needed in several steps is stored, unless it is cheap (`CHEAP_KINDS`: index
+  arithmetic and loads), in which case each step recomputes it;
+- a value needed as a `buffer` is stored, unless it is a layout operation (`VIEW_KINDS`), which
+  is then a strided view of its operand's buffer and passes the need on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..program import Operation, Program
+from .views import VIEW_KINDS
+
+ROOT_KINDS = frozenset({"reduce", "dot_general", "scatter_add", "custom_call", "scan"})
+CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "concatenate"}
+
+STORED, INLINE, INPUT, DEAD = "stored", "inline", "input", "dead"
+
+
+@dataclass(frozen=True)
+class Need:
+    """A consumer step (`step`: the index of its root operation), its `phase`, and `mode`."""
+
+    step: int
+    phase: str
+    mode: str
+
+
+def _inline(op: Operation) -> list[tuple[str, str]]:
+    return [("each", "inline")] * len(op.operands)
+
+
+def _expanding_if_larger(op: Operation) -> list[tuple[str, str]]:
+    return [
+        ("each", "expanding" if op.type.size > t.size else "inline") for t in op.operand_types
+    ]
+
+
+def _all_buffers(op: Operation) -> list[tuple[str, str]]:
+    return [("call", "buffer")] * len(op.operands)
+
+
+def _gather(op: Operation) -> list[tuple[str, str]]:
+    table = "expanding" if op.type.size > op.operand_types[0].size else "inline"
+    return [("each", table), ("each", "inline")]
+
+
+def _concatenate(op: Operation) -> list[tuple[str, str]]:
+    # Every piece is evaluated (at a clamped index) for every element, then one is selected.
+    mode = "expanding" if len(op.operands) > 1 else "inline"
+    return [("each", mode)] * len(op.operands)
+
+
+OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
+    "reduce": lambda op: [("input", "inline"), ("init", "inline")],
+    "scatter_add": lambda op: [("init", "inline"), ("updates", "inline"), ("updates", "inline")],
+    "dot_general": _all_buffers,
+    "custom_call": _all_buffers,
+    "scan": _all_buffers,
+    "broadcast_in_dim": _expanding_if_larger,
+    "pad": _expanding_if_larger,
+    "gather": _gather,
+    "concatenate": _concatenate,
+}
+
+
+def operand_needs(op: Operation) -> list[tuple[str, str]]:
+    """(phase, mode) for each operand of `op`, in operand order."""
+    return OPERAND_NEEDS.get(op.kind, _inline)(op)
+
+
+@dataclass
+class Fusion:
+    """The decisions for one program: `decision[value]` is stored, inline, input or dead."""
+
+    program: Program
+    decision: dict[int, str]
+    producer: dict[int, Operation]
+    position: dict[int, int]
+
+    def is_stored(self, value: int) -> bool:
+        return self.decision.get(value) in (STORED, INPUT)
+
+    def store(self, value: int) -> None:
+        self.decision[value] = STORED
+
+
+def decide(program: Program) -> Fusion:
+    """Walk `program` backwards and decide, for every value, where it lives."""
+    producer, position = {}, {}
+    for index, op in enumerate(program.operations):
+        for value in op.results:
+            producer[value] = op
+            position[value] = index
+    fusion = Fusion(program, {}, producer, position)
+    needs: dict[int, set[Need]] = {}
+    outputs = set(program.outputs)
+    for index in reversed(range(len(program.operations))):
+        op = program.operations[index]
+        decision = _decide_op(op, index, needs, outputs)
+        for value in op.results:
+            fusion.decision[value] = decision
+        if decision in (STORED, INLINE):
+            _pass_needs(op, index, decision, needs)
+    return fusion
+
+
+def _decide_op(op: Operation, index: int, needs: dict[int, set[Need]], outputs: set[int]) -> str:
+    if op.kind == "parameter":
+        return INPUT
+    wanted = set().union(*(needs.get(v, set()) for v in op.results))
+    if any(v in outputs for v in op.results) or op.kind in ROOT_KINDS:
+        return STORED
+    if not wanted:
+        return DEAD
+    modes = {need.mode for need in wanted}
+    steps = {(need.step, need.phase) for need in wanted}
+    if "buffer" in modes:
+        return INLINE if op.kind in VIEW_KINDS else STORED
+    if op.kind in CHEAP_KINDS:
+        return INLINE
+    if len(steps) > 1 or "expanding" in modes:
+        return STORED
+    return INLINE
+
+
+def _pass_needs(op: Operation, index: int, decision: str, needs: dict[int, set[Need]]) -> None:
+    """Record what `op` needs of its operands, in the step(s) where it is computed."""
+    own = operand_needs(op)
+    if decision == STORED:
+        for value, (phase, mode) in zip(op.operands, own, strict=True):
+            needs.setdefault(value, set()).add(Need(index, phase, mode))
+        return
+    for need in needs[op.results[0]]:
+        for value, (_, mode) in zip(op.operands, own, strict=True):
+            passed = need.mode if need.mode in ("buffer", "expanding") else mode
+            needs.setdefault(value, set()).add(Need(need.step, need.phase, passed))

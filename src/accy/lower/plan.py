@@ -1,0 +1,275 @@
+"""The lowering plan of a program: steps (fused loops and library calls) and where buffers live.
+
+`build_plan(program)` runs fusion (`fusion.decide`), makes every operand of BLAS, custom kernels
+and scan bodies a buffer they can read directly (a strided view where possible, a copy where
+not), orders the steps, and places intermediates in one workspace by liveness
+(`buffers.place`). Code generators walk `plan.steps` and ask the plan where each value is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..program import Operation, Program
+from ..types import TensorType, f32, f64
+from . import fusion
+from .buffers import Lifetime, place
+from .contraction import Gemm, gemm_layout
+from .reduction import reduce_layout
+from .views import StridedView, view_of_stored, view_through
+
+STEP_KINDS = {
+    "reduce": "reduce",
+    "dot_general": "dot",
+    "scatter_add": "scatter",
+    "custom_call": "custom_call",
+    "scan": "scan",
+}
+BLAS_DTYPES = (f32, f64)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a stored value lives: `input` or `output` number `index`, or the workspace at byte
+    offset `index`."""
+
+    storage: str
+    index: int
+    type: TensorType
+
+    def __str__(self) -> str:
+        if self.storage == "workspace":
+            return f"workspace+{self.index}"
+        return f"{self.storage} {self.index}"
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """Workspace that one step uses while it runs (a scan's carries, an accumulator)."""
+
+    name: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One loop nest or library call. `writes` are the values it stores; `reads` the stored
+    values it loads; `fused` the operations it computes inline without storing them."""
+
+    kind: str
+    op: Operation | None
+    writes: tuple[int, ...]
+    reads: tuple[int, ...]
+    fused: tuple[Operation, ...] = ()
+    scratch: tuple[Scratch, ...] = ()
+    body: Plan | None = None
+    output: int | None = None
+    detail: object = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    program: Program
+    steps: tuple[Step, ...]
+    slots: Mapping[int, Slot]
+    output_slots: tuple[Slot, ...]
+    views: Mapping[int, StridedView]
+    producers: Mapping[int, Operation]
+    scratch_offsets: Mapping[tuple[int, str], int] = field(default_factory=dict)
+    workspace_bytes: int = 0
+
+    def is_stored(self, value: int) -> bool:
+        return value in self.slots
+
+    def view(self, value: int) -> StridedView | None:
+        """The strided view of `value` over a stored buffer, if it is one."""
+        return self.views.get(value)
+
+    def producer(self, value: int) -> Operation:
+        return self.producers[value]
+
+    def scratch_offset(self, step: int, name: str) -> int:
+        return self.scratch_offsets[(step, name)]
+
+
+def build_plan(program: Program) -> Plan:
+    """Plan `program`: which work is fused into which loop, and where every buffer lives.
+
+    >>> import accy
+    >>> from accy.lower import build_plan
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, lane=4)], lambda b, a: (a[0] * 2.0).exp())
+    >>> [step.kind for step in build_plan(p).steps]
+    ['loop']
+    """
+    decisions = fusion.decide(program)
+    views = _views_for_buffer_consumers(decisions)
+    steps = _steps(decisions, views)
+    slots, outputs = _slots(program, steps)
+    offsets, workspace = _place_workspace(program, steps, slots)
+    for (key, offset) in offsets.items():
+        if isinstance(key, int):
+            slots[key] = Slot("workspace", offset, program.type_of(key))
+    scratch = {key: offset for key, offset in offsets.items() if isinstance(key, tuple)}
+    return Plan(
+        program, tuple(steps), slots, outputs, views, decisions.producer, scratch, workspace
+    )
+
+
+# views ---------------------------------------------------------------------------------------
+
+
+def _compute_views(decisions: fusion.Fusion) -> dict[int, StridedView]:
+    views: dict[int, StridedView] = {}
+    for op in decisions.program.operations:
+        for value in op.results:
+            if decisions.is_stored(value):
+                views[value] = view_of_stored(value, decisions.program.type_of(value))
+            elif op.operands:
+                view = view_through(op, views.get(op.operands[0]))
+                if view is not None:
+                    views[value] = view
+    return views
+
+
+def _contiguous_operands(op: Operation, views) -> list[bool]:
+    return [
+        views.get(v) is not None and views[v].is_contiguous(t)
+        for v, t in zip(op.operands, op.operand_types, strict=True)
+    ]
+
+
+def _viewed_operands(op: Operation, views) -> list[bool]:
+    # A GEMM packs an operand whose strides BLAS cannot take, so any view will do.
+    return [v in views for v in op.operands]
+
+
+BUFFER_RULES: dict[str, Callable[[Operation, dict], list[bool]]] = {
+    "dot_general": _viewed_operands,
+    "custom_call": _contiguous_operands,
+    "scan": _contiguous_operands,
+}
+
+
+def _views_for_buffer_consumers(decisions: fusion.Fusion) -> dict[int, StridedView]:
+    """Store the operands of BLAS, kernels and scans that no view can serve; return the views."""
+    while True:
+        views = _compute_views(decisions)
+        changed = False
+        for op in decisions.program.operations:
+            if op.kind not in BUFFER_RULES or decisions.decision[op.results[0]] == fusion.DEAD:
+                continue
+            for value, usable in zip(op.operands, BUFFER_RULES[op.kind](op, views), strict=True):
+                if not usable and not decisions.is_stored(value):
+                    decisions.store(value)
+                    changed = True
+        if not changed:
+            return views
+
+
+# steps ---------------------------------------------------------------------------------------
+
+
+def _reads_and_fused(decisions: fusion.Fusion, op: Operation):
+    reads: dict[int, None] = {}
+    fused: dict[int, Operation] = {}
+    pending = list(op.operands)
+    while pending:
+        value = pending.pop()
+        if decisions.is_stored(value):
+            reads[value] = None
+            continue
+        inner = decisions.producer[value]
+        if inner.results[0] not in fused:
+            fused[inner.results[0]] = inner
+            pending.extend(inner.operands)
+    ordered = sorted(fused.values(), key=lambda o: decisions.position[o.results[0]])
+    return tuple(sorted(reads)), tuple(ordered)
+
+
+def _steps(decisions: fusion.Fusion, views) -> list[Step]:
+    program = decisions.program
+    steps = []
+    for op in program.operations:
+        if op.kind == "parameter" or decisions.decision[op.results[0]] != fusion.STORED:
+            continue
+        reads, fused = _reads_and_fused(decisions, op)
+        kind = STEP_KINDS.get(op.kind, "loop")
+        body = build_plan(op.attrs["body"]) if kind == "scan" else None
+        detail = DETAILS[kind](op, views) if kind in DETAILS else None
+        scratch = _scratch(kind, op, body, detail)
+        steps.append(Step(kind, op, op.results, reads, fused, scratch, body, detail=detail))
+    first_output: dict[int, int] = {}
+    for position, value in enumerate(program.outputs):
+        if value in first_output or decisions.decision[value] == fusion.INPUT:
+            steps.append(Step("copy", None, (), (value,), output=position))
+        else:
+            first_output[value] = position
+    return steps
+
+
+def _scan_scratch(op: Operation, body: Plan) -> tuple[Scratch, ...]:
+    num_consts, num_carry = op.attrs["num_consts"], op.attrs["num_carry"]
+    carries = op.operand_types[num_consts : num_consts + num_carry]
+    xs = op.operand_types[num_consts + num_carry :]
+    scratch = [Scratch("body", body.workspace_bytes)]
+    scratch += [Scratch(f"carry{i}", t.nbytes) for i, t in enumerate(carries)]
+    scratch += [
+        Scratch(f"x{i}", t.nbytes // max(t.extent(op.attrs["axis"]), 1))
+        for i, t in enumerate(xs)
+        if t.position(op.attrs["axis"]) != 0
+    ]
+    return tuple(scratch)
+
+
+def _gemm_scratch(op: Operation, gemm: Gemm) -> tuple[Scratch, ...]:
+    operands = zip(("lhs", "rhs"), (gemm.lhs, gemm.rhs), op.operand_types, strict=True)
+    return tuple(Scratch(name, t.nbytes) for name, matrix, t in operands if matrix.packed)
+
+
+def _scratch(kind: str, op: Operation, body: Plan | None, detail) -> tuple[Scratch, ...]:
+    if kind == "scan":
+        return _scan_scratch(op, body)
+    if kind == "dot" and op.type.dtype in BLAS_DTYPES:
+        return _gemm_scratch(op, detail)
+    if kind == "reduce" and detail.needs_accumulator:
+        return (Scratch("accumulator", op.type.size * 4),)
+    return ()
+
+
+DETAILS = {
+    "dot": lambda op, views: gemm_layout(op, *(views[v] for v in op.operands)),
+    "reduce": lambda op, views: reduce_layout(op),
+}
+
+
+# buffers -------------------------------------------------------------------------------------
+
+
+def _slots(program: Program, steps: list[Step]) -> tuple[dict[int, Slot], tuple[Slot, ...]]:
+    slots: dict[int, Slot] = {}
+    for index, value in enumerate(program.parameters):
+        slots[value] = Slot("input", index, program.type_of(value))
+    outputs = []
+    for position, value in enumerate(program.outputs):
+        slot = Slot("output", position, program.type_of(value))
+        outputs.append(slot)
+        slots.setdefault(value, slot)
+    return slots, tuple(outputs)
+
+
+def _place_workspace(program: Program, steps: list[Step], slots: dict[int, Slot]):
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    lifetimes = []
+    for index, step in enumerate(steps):
+        for value in step.writes:
+            first.setdefault(value, index)
+            last.setdefault(value, index)
+        for value in step.reads:
+            last[value] = index
+        lifetimes += [Lifetime((index, s.name), s.nbytes, index, index) for s in step.scratch]
+    for value, start in first.items():
+        if value not in slots:
+            lifetimes.append(Lifetime(value, program.type_of(value).nbytes, start, last[value]))
+    return place(lifetimes, len(steps))

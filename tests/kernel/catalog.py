@@ -628,6 +628,29 @@ SEED = [
 ]
 
 
+def conversion_program(source: DType, target: DType, extent: int = 1 << 16) -> Program:
+    """`dst = x.cast(target)` over `extent` elements: the exhaustive f16/bf16 tests' kernel."""
+    return map_kernel(
+        f"convert_{source.name}_{target.name}_{extent}",
+        target,
+        [source],
+        lambda inner, x: x.cast(inner, target),
+        extent=extent,
+    )
+
+
+def conversion_programs() -> list[Program]:
+    """The conversion kernels test_half.py builds (sizes as it uses them)."""
+    return [
+        conversion_program(f16, f32),
+        conversion_program(f32, f16, HARD_FLOAT_COUNT),
+        conversion_program(f32, bf16),
+    ]
+
+
+HARD_FLOAT_COUNT = 1 << 19  # test_half._hard_floats fills this many floats
+
+
 CASES: list[Case] = [
     *SEED,
     *(binary_case(op, d) for op in BINARY_REFERENCES for d in BINARY_DTYPES if applies(op, d)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,23 +22,61 @@ if TYPE_CHECKING:
     from .call import KernelCall
 
 
+class CpuLibrary:
+    """Kernel calls compiled together into one shared library: one translation unit, as the CPU
+    backend would include them.
+
+    >>> import numpy as np
+    >>> import accy
+    >>> from accy.kernel.examples import custom_double_kernel
+    >>> call = custom_double_kernel().create_kernel_call_artifact(
+    ...     accy.kernel.Limits.testing, None, target="double", version=1).call
+    >>> CpuLibrary([call]).run(call, [np.ones(4, np.float32)]).tolist()
+    [2.0, 2.0, 2.0, 2.0]
+    """
+
+    def __init__(self, calls: Iterable[KernelCall]):
+        self.calls = tuple(calls)
+        source = "".join(call.c_source for call in self.calls)
+        symbols = ", ".join(call.symbol for call in self.calls)
+        self._library = ctypes.CDLL(str(build_shared_library(source, f"kernels {symbols}")))
+
+    def run(
+        self,
+        call: KernelCall,
+        operands: Sequence[np.ndarray],
+        result_type: TensorType | None = None,
+    ) -> np.ndarray:
+        """`call`'s result on `operands` (NumPy arrays, in the order of its operand parameters).
+
+        Without `result_type` the result is 1-D, with the elements the kernel writes.
+        """
+        arrays = [np.asarray(a) for a in operands]
+        types = [_tensor_type(call, name, dtype, a) for (name, dtype), a in _bind(call, arrays)]
+        if result_type is None:
+            result_type = TensorType(call.result_dtype, (("element", call.extent_of(RESULT)),))
+        call.check_call(types, result_type)
+        buffers = {
+            name: _to_storage(array, t)
+            for (name, _), array, t in zip(call.operand_parameters, arrays, types, strict=True)
+        }
+        buffers[RESULT] = np.zeros(result_type.size, c_type(result_type.dtype).storage_numpy)
+        function = getattr(self._library, call.symbol)
+        function.restype = None
+        function(*(buffers[name].ctypes.data_as(ctypes.c_void_p) for name, _ in call.parameters))
+        return _from_storage(buffers[RESULT], result_type.dtype).reshape(result_type.extents)
+
+
 def run_on_cpu(
     call: KernelCall, operands: Sequence[np.ndarray], result_type: TensorType | None = None
 ) -> np.ndarray:
-    """`call`'s result on `operands` (NumPy arrays, in the order of its operand parameters)."""
-    arrays = [np.asarray(a) for a in operands]
-    types = [_tensor_type(call, name, dtype, a) for (name, dtype), a in _bind(call, arrays)]
-    if result_type is None:
-        result_type = TensorType(call.result_dtype, (("element", call.extent_of(RESULT)),))
-    call.check_call(types, result_type)
-    buffers = {
-        name: _to_storage(array, t)
-        for (name, _), array, t in zip(call.operand_parameters, arrays, types, strict=True)
-    }
-    buffers[RESULT] = np.zeros(result_type.size, c_type(result_type.dtype).storage_numpy)
-    function = _function(call.c_source, call.symbol)
-    function(*(buffers[name].ctypes.data_as(ctypes.c_void_p) for name, _ in call.parameters))
-    return _from_storage(buffers[RESULT], result_type.dtype).reshape(result_type.extents)
+    """`call`'s result on `operands`, from a library of its own (built once per process)."""
+    return _library_of(call).run(call, operands, result_type)
+
+
+@functools.cache
+def _library_of(call: KernelCall) -> CpuLibrary:
+    return CpuLibrary([call])
 
 
 def _bind(call: KernelCall, arrays: list[np.ndarray]):
@@ -75,12 +113,3 @@ def _from_storage(buffer: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype == f16:
         return buffer.view(np.float16)
     return buffer.astype(np.bool_) if dtype == bool_ else buffer
-
-
-@functools.cache
-def _function(c_source: str, symbol: str):
-    # Cached by source: each kernel is compiled and loaded once per process.
-    library = ctypes.CDLL(str(build_shared_library(c_source, f"kernel {symbol!r}")))
-    function = getattr(library, symbol)
-    function.restype = None
-    return function

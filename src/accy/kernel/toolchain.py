@@ -84,6 +84,11 @@ def nvcc() -> str | None:
     return found
 
 
+# No fused multiply-add contraction: a kernel then rounds every op as the C kernel and the
+# reference evaluator do, so the CPU and CUDA backends agree bit for bit on arithmetic.
+NVCC_FLAGS = ("-fmad=false",)
+
+
 def cuda_to_ptx(source: str, what: str, *, arch: str | None = None) -> str:
     """PTX for CUDA C `source`: through NVRTC when cuda.core or CuPy is importable, else nvcc.
 
@@ -117,7 +122,8 @@ def ptx_with_nvcc(source: str, what: str, *, arch: str | None = None) -> str:
     path = _source_file(source, ".cu")
     output = path.with_suffix(f".{arch or 'default'}.ptx")
     arch_flags = [f"-arch={arch}"] if arch else []
-    _run([compiler, "-ptx", *arch_flags, str(path), "-o", str(output)], what, path)
+    command = [compiler, "-ptx", *NVCC_FLAGS, *arch_flags, str(path), "-o", str(output)]
+    _run(command, what, path)
     return output.read_text()
 
 
@@ -126,7 +132,8 @@ def _ptx_with_cuda_core(source: str, arch: str | None) -> str:
         from cuda.core import Program, ProgramOptions
     except ImportError:
         from cuda.core.experimental import Program, ProgramOptions
-    options = ProgramOptions(arch=arch.replace("compute_", "sm_")) if arch else ProgramOptions()
+    architecture = {"arch": arch.replace("compute_", "sm_")} if arch else {}
+    options = ProgramOptions(fma=False, **architecture)
     code = Program(source, "c++", options=options).compile("ptx").code
     return code.decode() if isinstance(code, bytes | bytearray) else str(code)
 
@@ -134,7 +141,7 @@ def _ptx_with_cuda_core(source: str, arch: str | None) -> str:
 def _ptx_with_cupy(source: str, arch: str | None) -> str:
     from cupy.cuda import compiler
 
-    options = (f"--gpu-architecture={arch}",) if arch else ()
+    options = ("--fmad=false", *((f"--gpu-architecture={arch}",) if arch else ()))
     ptx = compiler.compile_using_nvrtc(source, options=options)
     ptx = ptx[0] if isinstance(ptx, tuple) else ptx
     return ptx.decode() if isinstance(ptx, bytes | bytearray) else str(ptx)

@@ -1065,3 +1065,27 @@ def test_type_of_and_result_types_agree():
         for value, t in zip(op.results, op.result_types, strict=True):
             assert program.type_of(value) == t
     assert isinstance(program.output_types[1], TensorType)
+
+
+def test_custom_call_implementation_of_the_wrong_shape_is_reported_by_target():
+    program = trace([spec(f32, lane=4)], lambda b, a: b.custom_call("test.bad", 2, a, a[0].ty))
+    with pytest.raises(
+        accy.InvalidInput,
+        match=r"custom_call 'test.bad' version 2: its reference implementation returned an array "
+        r"of shape \(3,\), but the call's result type is f32\[lane=4\]",
+    ):
+        evaluate(program, np.zeros(4, np.float32), custom_calls={"test.bad": lambda x: x[:3]})
+
+
+def test_bf16_parameters_round_their_inputs():
+    program = trace([spec(bf16, lane=2)], lambda b, a: a[0] * 1.0)
+    x = np.array([1.0 + 2**-9, 3.0], np.float32)
+    assert_same(evaluate_one(program, x), np.array([1.0, 3.0], np.float32))
+
+
+def test_bf16_scalars_keep_rank_zero():
+    program = trace([spec(bf16), spec(bf16, lane=3)], lambda b, a: (a[0] + 1.0, a[1].sum()))
+    plus_one, total = evaluate(program, np.float32(2.0), np.array([1.0, 2.0, 2**-8], np.float32))
+    assert_same(plus_one, np.float32(3.0).reshape(()))
+    # 1 + 2 = 3, then 3 + 2**-8 rounds back to 3 in bf16 (8 significant bits).
+    assert_same(total, np.float32(3.0).reshape(()))

@@ -78,7 +78,15 @@ class Evaluate:
                 f"implementation; pass custom_calls={{({attrs['target']!r}, "
                 f"{attrs['version']}): function}} to accy.reference.run"
             )
-        return implementation(*args)
+        result = np.asarray(implementation(*args))
+        expected = self.result_types[0]
+        if result.shape != expected.extents:
+            raise InvalidInput(
+                f"custom_call {attrs['target']!r} version {attrs['version']}: its reference "
+                f"implementation returned an array of shape {result.shape}, but the call's "
+                f"result type is {expected} (shape {expected.extents})"
+            )
+        return result
 
     def run_program(self, program: Program, args: list[np.ndarray]) -> list[np.ndarray]:
         return interpret(program, Evaluate(args, self.custom_calls))

@@ -1,0 +1,43 @@
+"""Random programs: backends agree, gradients match finite differences, layout does not matter.
+
+Example counts come from the Hypothesis profile (tests/differential/conftest.py): bounded and
+derandomized in CI, more with ACCY_PROPERTY_EXAMPLES=N.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume, given, note
+from hypothesis import strategies as st
+
+import accy
+from accy.testing import check_grads
+
+from .programs import recipes, scalarized
+
+
+def _as_common_layout(array, axes, order):
+    return np.transpose(array, [axes.index(a) for a in order])
+
+
+@given(recipes(), st.randoms(use_true_random=False))
+def test_permuting_input_layouts_does_not_change_named_results(recipe, random):
+    program = recipe.trace()
+    note(str(program))
+    (expected,) = accy.reference.run(program, recipe.inputs())
+    orders = [tuple(random.sample(axes, len(axes))) for axes in recipe.parameters]
+    permuted = recipe.trace(orders)
+    (got,) = accy.reference.run(permuted, recipe.inputs(orders))
+    out_axes = program.output_types[0].axes
+    got = _as_common_layout(got, permuted.output_types[0].axes, out_axes)
+    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
+
+
+@given(recipes(max_steps=5))
+def test_gradients_of_random_programs_match_finite_differences(recipe):
+    loss = scalarized(recipe.trace(), recipe.seed)
+    note(str(loss))
+    # Finite differences mean nothing where the loss is not finite (max over an empty axis).
+    assume(np.isfinite(accy.reference.run(loss, recipe.inputs())[0]))
+    wrt = tuple(range(len(loss.parameters)))
+    check_grads(loss, recipe.inputs(), wrt=wrt, order=1, eps=1e-6, atol=1e-5, rtol=1e-4)

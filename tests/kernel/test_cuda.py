@@ -97,3 +97,15 @@ def _mismatch_on_gpu(driver: Driver, module, case: Case) -> str | None:
     except AssertionError as error:
         return f"{case.name}: {str(error).strip()[:600]}"
     return None
+
+
+@pytest.mark.parametrize("package", list(toolchain.NVRTC_COMPILERS))
+def test_nvrtc_compiles_the_double_kernel(package):
+    compile_with_nvrtc = toolchain.NVRTC_COMPILERS[package]
+    try:
+        # An explicit architecture: without one, cuda.core asks the (maybe absent) device.
+        ptx = compile_with_nvrtc(custom_double_kernel().cuda_source(), "compute_75")
+    except ImportError:
+        pytest.skip(f"cuda gate: {package} is not importable, so NVRTC through it is not tried")
+    assert ".entry accy_custom_double_4_f32(" in ptx
+    assert ".target sm_75" in ptx

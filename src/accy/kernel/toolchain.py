@@ -94,21 +94,19 @@ def cuda_to_ptx(source: str, what: str, *, arch: str | None = None) -> str:
 
     `arch` is a virtual architecture such as "compute_90"; None takes the compiler's default.
     """
-    nvrtc_error = None
-    for compile_with_nvrtc in (_ptx_with_cuda_core, _ptx_with_cupy):
+    failures = []
+    for package, compile_with_nvrtc in NVRTC_COMPILERS.items():
         try:
-            ptx = compile_with_nvrtc(source, arch)
+            return compile_with_nvrtc(source, arch)
         except ImportError:
             continue
-        except Exception as error:  # NVRTC's compile errors have no common type across packages
-            nvrtc_error = error
-            break
-        return ptx
+        except Exception as error:  # NVRTC's errors have no common type across packages
+            failures.append(f"NVRTC through {package}: {error}")
     if nvcc() is not None:
         return ptx_with_nvcc(source, what, arch=arch)
     path = _source_file(source, ".cu")
-    if nvrtc_error is not None:
-        raise CompileError(f"{what} failed to compile with NVRTC (source at {path}): {nvrtc_error}")
+    if failures:
+        raise CompileError(f"{what} failed to compile (source at {path}):\n" + "\n".join(failures))
     raise RuntimeUnavailable(
         f"{what}: no CUDA compiler: install cuda-core or cupy (for NVRTC) or put nvcc on PATH"
     )
@@ -135,13 +133,25 @@ def _ptx_with_cuda_core(source: str, arch: str | None) -> str:
     architecture = {"arch": arch.replace("compute_", "sm_")} if arch else {}
     options = ProgramOptions(fma=False, **architecture)
     code = Program(source, "c++", options=options).compile("ptx").code
-    return code.decode() if isinstance(code, bytes | bytearray) else str(code)
+    return code.decode().rstrip("\0") if isinstance(code, bytes | bytearray) else str(code)
 
 
 def _ptx_with_cupy(source: str, arch: str | None) -> str:
-    from cupy.cuda import compiler
+    # CuPy's own compile helpers prefer cubin; its NVRTC binding gives PTX as asked.
+    from cupy_backends.cuda.libs import nvrtc
 
-    options = ("--fmad=false", *((f"--gpu-architecture={arch}",) if arch else ()))
-    ptx = compiler.compile_using_nvrtc(source, options=options)
-    ptx = ptx[0] if isinstance(ptx, tuple) else ptx
-    return ptx.decode() if isinstance(ptx, bytes | bytearray) else str(ptx)
+    options = ["--fmad=false", *([f"--gpu-architecture={arch}"] if arch else [])]
+    program = nvrtc.createProgram(source, "kernel.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(program, options)
+        except nvrtc.NVRTCError as error:
+            raise RuntimeError(f"{error}\n{nvrtc.getProgramLog(program)}") from error
+        ptx = nvrtc.getPTX(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    return ptx.decode().rstrip("\0") if isinstance(ptx, bytes | bytearray) else str(ptx)
+
+
+# Tried in order; a package that is not installed raises ImportError and is skipped.
+NVRTC_COMPILERS = {"cuda.core": _ptx_with_cuda_core, "cupy": _ptx_with_cupy}

@@ -1,0 +1,87 @@
+"""The seed's custom double kernel as the implementation of its custom call.
+
+Until the native backends link kernels themselves, the reference evaluator runs the kernel's
+compiled C for every `custom_call` in the seed's differentiated program: the gradient of
+sum(double(x)) must be 2 everywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import accy
+from accy.kernel import Limits
+from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
+
+LANE = accy.spec(accy.f32, lane=4)
+
+
+def double_sum_loss(b, args):
+    doubled = b.custom_call(CUSTOM_DOUBLE_TARGET, 1, [args[0]], args[0].ty)
+    return doubled.sum("lane")
+
+
+class DoubleJvpRule:
+    """The seed's JVP contract: double is linear, so the tangent is doubled too."""
+
+    def bind(self, ctx):
+        if ctx.op.kind != "custom_call" or ctx.op.attrs["target"] != CUSTOM_DOUBLE_TARGET:
+            return ctx.default()
+        builder = ctx.builder_handle()
+        target, version = ctx.op.attrs["target"], ctx.op.attrs["version"]
+        return accy.Dual(
+            primal=builder.custom_call(target, version, [ctx.args[0].primal], ctx.op.type),
+            tangent=builder.custom_call(target, version, [ctx.args[0].tangent], ctx.op.type),
+        )
+
+
+class DoubleVjpRule:
+    """The seed's VJP contract: the cotangent goes through the same kernel."""
+
+    def custom_call(self, ctx):
+        if ctx.operand_is_active(0):
+            builder = ctx.builder_handle()
+            ct = ctx.cotangent
+            ctx.contribute(
+                0, builder.custom_call(ctx.custom.target, ctx.custom.version, [ct], ct.ty)
+            )
+
+
+def _kernel_implementations():
+    registry = (
+        custom_double_kernel()
+        .create_kernel_call_artifact(
+            Limits.testing, None, target=CUSTOM_DOUBLE_TARGET, version=1, format="cpu_object"
+        )
+        .registry()
+    )
+    call = registry.require(CUSTOM_DOUBLE_TARGET, 1)
+    calls = []
+
+    def run_kernel(x):
+        calls.append(x)
+        return call.run_on_cpu([x], LANE)
+
+    return {(CUSTOM_DOUBLE_TARGET, 1): run_kernel}, calls
+
+
+def test_forward_custom_call_runs_the_kernel():
+    source = accy.trace.define("custom_double_forward", [LANE], double_sum_loss)
+    implementations, calls = _kernel_implementations()
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    (loss,) = accy.reference.run(source, [x], custom_calls=implementations)
+    assert float(loss) == 20.0 and len(calls) == 1
+
+
+def test_seed_custom_call_gradient_through_the_kernel():
+    source = accy.trace.define("grad_custom_double", [LANE], double_sum_loss)
+    differentiated = accy.grad_with(
+        source,
+        wrt=(0,),
+        hooks={"jvp": accy.interpret.bind(DoubleJvpRule()), "vjp": DoubleVjpRule()},
+    )
+    implementations, calls = _kernel_implementations()
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    (gradient,) = accy.reference.run(differentiated, [x], custom_calls=implementations)
+    np.testing.assert_array_equal(gradient, [2.0, 2.0, 2.0, 2.0])
+    assert calls, "the differentiated program's custom call ran the kernel"

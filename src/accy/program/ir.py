@@ -19,12 +19,17 @@ SYNTHETIC_ID = -1
 """The id of an operation that a transformation generated rather than traced from user code."""
 
 
+_PLAIN = frozenset({str, int, float, bool})
+
+
 def _frozen(value: Any) -> Any:
     """Lists as tuples and NumPy scalars as Python scalars, so that attributes hash and print."""
-    if isinstance(value, np.generic):
-        return value.item()
+    if type(value) in _PLAIN:  # the common case, on every traced operation
+        return value
     if isinstance(value, list | tuple):
         return tuple(_frozen(item) for item in value)
+    if isinstance(value, np.generic):
+        return value.item()
     return value
 
 

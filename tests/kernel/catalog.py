@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import accy
-from accy.kernel import Index2D, Limits, dynamic_buffer, ops
+from accy.kernel import Index2D, Limits, dynamic_buffer, examples, ops
 from accy.kernel.dtypes import c_type
 from accy.kernel.examples import custom_double_kernel
 from accy.kernel.logical import Program, schedule
@@ -88,25 +88,10 @@ def numpy_of(dtype: DType, function: Callable[..., np.ndarray]) -> Callable[...,
 
 
 def map_kernel(
-    name: str,
-    result: DType,
-    operands: Sequence[DType],
-    compute: Callable,
-    extent: int = EXTENT,
+    name: str, result: DType, operands: Sequence[DType], compute: Callable, extent: int = EXTENT
 ) -> Program:
-    """`dst[i] = compute(inner, x0[i], x1[i], ...)`, one thread per element."""
-    names = [f"x{n}" for n in range(len(operands))]
-    parameters = {"dst": dynamic_buffer(result)}
-    parameters.update({n: dynamic_buffer(d) for n, d in zip(names, operands, strict=True)})
-
-    def body(k, args):
-        def each(inner, index, each_args):
-            values = [each_args.param(n).load(inner, index) for n in names]
-            each_args.param("dst").store(inner, compute(inner, *values), index)
-
-        k.for_each_1d("e", extent, args, each)
-
-    return Program(name=name, parameters=parameters, body=body).with_schedule(SCHEDULE)
+    """`dst[i] = compute(inner, x0[i], x1[i], ...)`, one thread per element, 32 a block."""
+    return examples.map_kernel(name, result, operands, compute, extent)
 
 
 def applies(op: str, dtype: DType) -> bool:

@@ -40,15 +40,14 @@ def _scale_by_index_kernel() -> Program:
 def test_the_double_kernel_call_has_every_field_of_the_contract():
     call = _build(custom_double_kernel(), CUSTOM_DOUBLE_TARGET)
     assert (call.target, call.version) == (CUSTOM_DOUBLE_TARGET, 1)
-    assert call.symbol == call.kernel_name == "accy_custom_double_4_f32"
+    assert call.symbol == call.kernel_name == "accy_kernel_accy_custom_double_4_f32"
     assert call.parameters == (("dst", f32), ("x", f32))
     assert call.operand_parameters == (("x", f32),)
     assert call.written == ("dst",)
-    assert call.c_signature == "void accy_custom_double_4_f32(float* p_dst, const float* p_x)"
+    signature = "void accy_kernel_accy_custom_double_4_f32(float* p_dst, const float* p_x)"
+    assert call.c_signature == signature
     assert call.c_signature + " {" in call.c_source
-    assert "__global__ void accy_custom_double_4_f32(float* p_dst, const float* p_x)" in (
-        call.cuda_source
-    )
+    assert "__global__ " + signature in call.cuda_source
     assert (call.block, call.grid, call.ptx, call.format) == (
         (4, 1, 1),
         (1, 1, 1),
@@ -59,7 +58,9 @@ def test_the_double_kernel_call_has_every_field_of_the_contract():
 
 def test_pointers_follow_declaration_order_wherever_dst_is():
     call = _build(_scale_by_index_kernel())
-    assert call.c_signature == "void scale_by(const float* p_x, float* p_dst, const int* p_n)"
+    assert call.c_signature == (
+        "void accy_kernel_scale_by(const float* p_x, float* p_dst, const int* p_n)"
+    )
     assert call.operand_parameters == (("x", f32), ("n", i32))
     assert (call.block, call.grid) == (None, None)  # no schedule: fine for the CPU
     x = np.array([1.5, -2.0, 4.0], np.float32)
@@ -103,7 +104,10 @@ def test_registry_lookup_merge_and_combine():
     assert registry.keys() == [(CUSTOM_DOUBLE_TARGET, 1), ("accy.custom.scale", 2)]
     # The same kernel registered twice under one key is no conflict.
     combined = KernelCallRegistry.combine(registry, KernelCallRegistry([double]))
-    assert sorted(call.symbol for call in combined) == ["accy_custom_double_4_f32", "scale_by"]
+    assert sorted(call.symbol for call in combined) == [
+        "accy_kernel_accy_custom_double_4_f32",
+        "accy_kernel_scale_by",
+    ]
     assert "'accy.custom.double' v1" in repr(combined)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy.kernel import Limits, toolchain
+from accy.kernel import Limits, lower, toolchain
 from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
 
 from .catalog import CASES, Case, conversion_programs
@@ -32,7 +32,7 @@ def test_every_test_kernel_compiles_to_ptx_with_nvcc():
     # One translation unit for all of them: also checks that kernels can share one.
     ptx = toolchain.ptx_with_nvcc(_every_kernel_source(), "the kernel tests' CUDA C")
     for case in CASES:
-        assert f".entry {case.name}(" in ptx
+        assert f".entry {lower.symbol(case.name)}(" in ptx
 
 
 @needs_nvcc
@@ -41,9 +41,9 @@ def test_the_seeds_double_kernel_builds_as_cuda_ptx():
         Limits.testing, "handle", target=CUSTOM_DOUBLE_TARGET, version=1, format="cuda_ptx"
     )
     call = artifact.registry().require(CUSTOM_DOUBLE_TARGET, 1)
-    assert ".visible .entry accy_custom_double_4_f32(" in call.ptx
+    assert ".visible .entry accy_kernel_accy_custom_double_4_f32(" in call.ptx
     assert (call.kernel_name, call.block, call.grid) == (
-        "accy_custom_double_4_f32",
+        "accy_kernel_accy_custom_double_4_f32",
         (4, 1, 1),
         (1, 1, 1),
     )
@@ -107,5 +107,5 @@ def test_nvrtc_compiles_the_double_kernel(package):
         ptx = compile_with_nvrtc(custom_double_kernel().cuda_source(), "compute_75")
     except ImportError:
         pytest.skip(f"cuda gate: {package} is not importable, so NVRTC through it is not tried")
-    assert ".entry accy_custom_double_4_f32(" in ptx
+    assert ".entry accy_kernel_accy_custom_double_4_f32(" in ptx
     assert ".target sm_75" in ptx

@@ -20,7 +20,7 @@ against. See README.md in this directory for the design.
 ...     Limits.testing, None, target="accy.custom.double", version=1, format="cpu_object"
 ... ).registry()
 >>> registry.require("accy.custom.double", 1).symbol
-'accy_custom_double_4_f32'
+'accy_kernel_accy_custom_double_4_f32'
 """
 
 from . import dtypes, examples, logical, lower, ops

@@ -59,7 +59,7 @@ def create_kernel_call_artifact(
     >>> artifact = accy.kernel.create_kernel_call_artifact(
     ...     double, Limits.testing, None, target="accy.custom.double", version=1)
     >>> artifact.registry().require("accy.custom.double", 1).c_signature
-    'void double4(float* p_dst, const float* p_x)'
+    'void accy_kernel_double4(float* p_dst, const float* p_x)'
     """
     _check_key(program, target, version, format)
     launch = program.launch(limits)
@@ -77,15 +77,15 @@ def create_kernel_call_artifact(
     call = KernelCall(
         target=target,
         version=version,
-        symbol=program.name,
-        kernel_name=program.name,
+        symbol=lower.symbol(program.name),
+        kernel_name=lower.symbol(program.name),
         parameters=traced.parameters,
         written=tuple(name for name, _ in traced.writes),
         extents=_touched(traced.reads, traced.writes),
         c_source=c_text,
         cuda_source=cuda_text,
         format=format,
-        c_signature=f"void {program.name}({lower.c_parameter_list(traced)})",
+        c_signature=lower.c_signature(traced),
         ptx=ptx,
         block=launch.block if launch else None,
         grid=launch.grid if launch else None,

@@ -52,6 +52,18 @@ def c_parameter_list(kernel: TracedKernel) -> str:
     )
 
 
+def symbol(kernel: str) -> str:
+    """The C (and PTX entry) name of kernel `kernel`.
+
+    Prefixed, so that a kernel may be called `exp` or `float` without clashing with the C
+    library, the CUDA math functions or C keywords.
+
+    >>> symbol("accy_custom_double_4_f32")
+    'accy_kernel_accy_custom_double_4_f32'
+    """
+    return f"accy_kernel_{kernel}"
+
+
 def pointer(param: str) -> str:
     # Prefixed so that no parameter name can collide with a C keyword or a generated variable.
     return f"p_{param}"
@@ -168,8 +180,9 @@ class Target:
     loop: Callable[[ParallelLoop, int, Target], list[str]]
 
 
-def _c_signature(kernel: TracedKernel) -> str:
-    return f"void {kernel.name}({c_parameter_list(kernel)})"
+def c_signature(kernel: TracedKernel) -> str:
+    """`void accy_kernel_<name>(<pointers>)`: the C function the CPU backend calls."""
+    return f"void {symbol(kernel.name)}({c_parameter_list(kernel)})"
 
 
 def _c_loop(s: ParallelLoop, depth: int, target: Target) -> list[str]:
@@ -184,7 +197,7 @@ def _c_loop(s: ParallelLoop, depth: int, target: Target) -> list[str]:
 
 
 def _cuda_signature(kernel: TracedKernel) -> str:
-    return f'extern "C" __global__ void {kernel.name}({c_parameter_list(kernel)})'
+    return f'extern "C" __global__ void {symbol(kernel.name)}({c_parameter_list(kernel)})'
 
 
 _THREAD = "accy_thread"
@@ -215,6 +228,6 @@ def _cuda_positions(index: Index, depth: int) -> list[str]:
 
 
 TARGETS = {
-    "c": Target(_c_signature, (), _c_loop),
+    "c": Target(c_signature, (), _c_loop),
     "cuda": Target(_cuda_signature, _CUDA_PREAMBLE, _cuda_loop),
 }

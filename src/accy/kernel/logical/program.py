@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
@@ -44,7 +43,6 @@ from ..ir import (
     TracedKernel,
 )
 from ..limits import Limits
-from ..prelude import PRELUDE
 from .schedule import ThreadBlocks
 
 if TYPE_CHECKING:
@@ -80,9 +78,20 @@ class _Trace:
 
 
 class Value:
-    """A value computed in a kernel: one C variable of `dtype`. Ops name the scope they run in.
+    """A value computed in a kernel: one C variable of `dtype`.
 
-    Operands may be Values or Python numbers (taken at the other operand's dtype).
+    Every op names the scope it runs in (the `inner` of the current `each`); operands may be
+    Values or Python numbers, which take the other operand's dtype. The methods below are the
+    rows of `accy.kernel.ops.OPS`; `apply` reaches any of them by name.
+
+    >>> import numpy as np
+    >>> import accy
+    >>> from accy.kernel.examples import map_kernel, run_on_cpu
+    >>> def softplus(inner, x):
+    ...     return x.exp(inner).log1p(inner)
+    >>> kernel = map_kernel("softplus", accy.f64, [accy.f64], softplus, 2)
+    >>> run_on_cpu(kernel, np.array([0.0, 1.0])).round(6).tolist()
+    [0.693147, 1.313262]
     """
 
     def __init__(self, var: str, dtype: DType, scope: Scope):
@@ -94,76 +103,137 @@ class Value:
         return f"<kernel value {self.var}: {self.dtype.name}>"
 
     def apply(self, inner: Scope, op: str, *others: Value | Number) -> Value:
-        """`op(self, *others)` for any op of `accy.kernel.ops.OPS`."""
+        """`op(self, *others)` for any op of `accy.kernel.ops.OPS`, by name."""
         return inner.apply(op, self, *others)
 
-    # binary
+    # arithmetic
+
     def add(self, inner: Scope, other: Value | Number) -> Value:
+        """`self + other`."""
         return inner.apply("add", self, other)
 
     def sub(self, inner: Scope, other: Value | Number) -> Value:
+        """`self - other`."""
         return inner.apply("sub", self, other)
 
     def mul(self, inner: Scope, other: Value | Number) -> Value:
+        """`self * other`."""
         return inner.apply("mul", self, other)
 
     def div(self, inner: Scope, other: Value | Number) -> Value:
+        """`self / other` (integers truncate; a zero divisor gives 0)."""
         return inner.apply("div", self, other)
 
     def pow(self, inner: Scope, other: Value | Number) -> Value:
+        """`self ** other` (floats)."""
         return inner.apply("pow", self, other)
 
     def max(self, inner: Scope, other: Value | Number) -> Value:
+        """The larger of `self` and `other` (NaN wins, as in NumPy)."""
         return inner.apply("max", self, other)
 
     def min(self, inner: Scope, other: Value | Number) -> Value:
+        """The smaller of `self` and `other` (NaN wins)."""
         return inner.apply("min", self, other)
 
-    # unary
+    # unary math
+
     def neg(self, inner: Scope) -> Value:
+        """`-self` (integers wrap)."""
         return inner.apply("neg", self)
 
     def abs(self, inner: Scope) -> Value:
+        """`|self|`."""
         return inner.apply("abs", self)
 
     def sign(self, inner: Scope) -> Value:
+        """-1, 0 or 1 by the sign of `self` (NaN and zeros unchanged)."""
         return inner.apply("sign", self)
 
     def exp(self, inner: Scope) -> Value:
+        """e ** `self`."""
         return inner.apply("exp", self)
 
     def log(self, inner: Scope) -> Value:
+        """The natural logarithm."""
         return inner.apply("log", self)
 
-    def sqrt(self, inner: Scope) -> Value:
-        return inner.apply("sqrt", self)
+    def log1p(self, inner: Scope) -> Value:
+        """log(1 + `self`), exact near 0."""
+        return inner.apply("log1p", self)
+
+    def expm1(self, inner: Scope) -> Value:
+        """e ** `self` - 1, exact near 0."""
+        return inner.apply("expm1", self)
+
+    def sin(self, inner: Scope) -> Value:
+        """The sine."""
+        return inner.apply("sin", self)
+
+    def cos(self, inner: Scope) -> Value:
+        """The cosine."""
+        return inner.apply("cos", self)
+
+    def tan(self, inner: Scope) -> Value:
+        """The tangent."""
+        return inner.apply("tan", self)
 
     def tanh(self, inner: Scope) -> Value:
+        """The hyperbolic tangent."""
         return inner.apply("tanh", self)
 
     def logistic(self, inner: Scope) -> Value:
+        """1 / (1 + e ** -`self`), without overflow."""
         return inner.apply("logistic", self)
 
+    def sqrt(self, inner: Scope) -> Value:
+        """The square root."""
+        return inner.apply("sqrt", self)
+
+    def rsqrt(self, inner: Scope) -> Value:
+        """1 / sqrt(`self`)."""
+        return inner.apply("rsqrt", self)
+
+    def floor(self, inner: Scope) -> Value:
+        """Rounded down."""
+        return inner.apply("floor", self)
+
+    def ceil(self, inner: Scope) -> Value:
+        """Rounded up."""
+        return inner.apply("ceil", self)
+
+    def round(self, inner: Scope) -> Value:
+        """Rounded to the nearest integer, halves to even."""
+        return inner.apply("round", self)
+
     def logical_not(self, inner: Scope) -> Value:
+        """Not `self` (a bool value)."""
         return inner.apply("not", self)
 
-    # comparisons give bool values
+    # comparisons: bool values
+
     def eq(self, inner: Scope, other: Value | Number) -> Value:
+        """`self == other`, as a bool value."""
         return inner.apply("eq", self, other)
 
     def ne(self, inner: Scope, other: Value | Number) -> Value:
+        """`self != other`, as a bool value."""
         return inner.apply("ne", self, other)
 
     def lt(self, inner: Scope, other: Value | Number) -> Value:
+        """`self < other`, as a bool value."""
         return inner.apply("lt", self, other)
 
     def le(self, inner: Scope, other: Value | Number) -> Value:
+        """`self <= other`, as a bool value."""
         return inner.apply("le", self, other)
 
     def gt(self, inner: Scope, other: Value | Number) -> Value:
+        """`self > other`, as a bool value."""
         return inner.apply("gt", self, other)
 
     def ge(self, inner: Scope, other: Value | Number) -> Value:
+        """`self >= other`, as a bool value."""
         return inner.apply("ge", self, other)
 
     def select(self, inner: Scope, if_true: Value | Number, if_false: Value | Number) -> Value:
@@ -203,7 +273,22 @@ class Scope:
     # loops
 
     def for_each_1d(self, label: str, extent: int, args: Args, each: Each) -> ParallelLoop:
-        """Run `each(inner, index, args)` for every position `0 .. extent-1`, in parallel."""
+        """Run `each(inner, index, args)` for every position `0 .. extent-1`, in parallel.
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel import dynamic_buffer, logical
+        >>> from accy.kernel.examples import run_on_cpu
+        >>> def body(k, args):
+        ...     def each(inner, index, each_args):
+        ...         x = each_args.param("x").load(inner, index)
+        ...         each_args.param("dst").store(inner, x.neg(inner), index)
+        ...     k.for_each_1d("e", 3, args, each)
+        >>> negate = logical.Program(name="negate", body=body,
+        ...     parameters={"dst": dynamic_buffer(accy.f32), "x": dynamic_buffer(accy.f32)})
+        >>> run_on_cpu(negate, np.array([1, -2, 3], np.float32)).tolist()
+        [-1.0, 2.0, -3.0]
+        """
         self._require_kernel_level("for_each_1d")
         index = Index1D(label, self._extent(label, extent), self._trace.fresh("i"))
         return self._parallel(label, index, args, each)
@@ -211,7 +296,24 @@ class Scope:
     def for_each_2d(
         self, label: str, extents: tuple[int, int], args: Args, each: Each
     ) -> ParallelLoop:
-        """Run `each(inner, index, args)` for every (row, col) of a `rows x cols` grid."""
+        """Run `each(inner, index, args)` for every (row, col) of a `rows x cols` grid.
+
+        `index` is an `Index2D`: row-major, with `.row`, `.col` and `.transposed()`.
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel import dynamic_buffer, logical
+        >>> from accy.kernel.examples import run_on_cpu
+        >>> def body(k, args):
+        ...     def each(inner, index, each_args):
+        ...         x = each_args.param("x").load(inner, index)
+        ...         each_args.param("dst").store(inner, x, index.transposed())
+        ...     k.for_each_2d("g", (2, 3), args, each)
+        >>> transpose = logical.Program(name="transpose", body=body,
+        ...     parameters={"dst": dynamic_buffer(accy.i32), "x": dynamic_buffer(accy.i32)})
+        >>> run_on_cpu(transpose, np.arange(6, dtype=np.int32)).tolist()
+        [0, 3, 1, 4, 2, 5]
+        """
         self._require_kernel_level("for_each_2d")
         if not isinstance(extents, tuple | list) or len(extents) != 2:
             self._trace.fail(f"for_each_2d {label!r} needs extents (rows, cols), got {extents!r}")
@@ -226,7 +328,24 @@ class Scope:
         """Combine `each(inner, index, args)` over `0 .. extent-1` (add, mul, max or min).
 
         The thread that needs the result computes it alone, in order: no races, and the same
-        answer on every run.
+        answer on every run. Floats accumulate at their compute precision (f16 and bf16 in
+        float, rounded once at the end).
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel import Index2D, dynamic_buffer, logical
+        >>> from accy.kernel.examples import run_on_cpu
+        >>> def body(k, args):
+        ...     def each_row(inner, row, each_args):
+        ...         def term(inner2, col, args2):
+        ...             return args2.param("x").load(inner2, Index2D(row, col))
+        ...         total = inner.reduce_1d("col", 3, each_args, term, combine="add")
+        ...         each_args.param("dst").store(inner, total, row)
+        ...     k.for_each_1d("row", 2, args, each_row)
+        >>> row_sums = logical.Program(name="row_sums", body=body,
+        ...     parameters={"dst": dynamic_buffer(accy.f32), "x": dynamic_buffer(accy.f32)})
+        >>> run_on_cpu(row_sums, np.arange(6, dtype=np.float32)).tolist()
+        [3.0, 12.0]
         """
         self._require_active("reduce_1d")
         if self.kind == "kernel":
@@ -248,7 +367,17 @@ class Scope:
     # values
 
     def constant(self, value: Number, dtype: DType) -> Value:
-        """`value` as a kernel value of `dtype`."""
+        """`value` as a kernel value of `dtype` (it must fit: no silent rounding to an int).
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel.examples import map_kernel, run_on_cpu
+        >>> def plus_ten(inner, x):
+        ...     return x.add(inner, inner.constant(10, accy.i64))
+        >>> run_on_cpu(map_kernel("plus_ten", accy.i64, [accy.i64], plus_ten, 2),
+        ...     np.array([1, 2])).tolist()
+        [11, 12]
+        """
         self._require_active("constant")
         c_type(dtype)
         try:
@@ -258,7 +387,17 @@ class Scope:
         return self._emit(dtype, lambda var: Constant(var, dtype, value))
 
     def index_value(self, index: Index1D) -> Value:
-        """A loop position as an i64 value."""
+        """A loop position as an i64 value (also `index.value(inner)`).
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel.examples import map_kernel, run_on_cpu
+        >>> def plus_position(inner, x):
+        ...     return x.add(inner, inner.index_value(inner.loop_index))
+        >>> run_on_cpu(map_kernel("plus_i", accy.i64, [accy.i64], plus_position, 3),
+        ...     np.array([5, 5, 5])).tolist()
+        [5, 6, 7]
+        """
         self._require_active("index_value")
         self._require_index(index, "index_value")
         if not isinstance(index, Index1D):
@@ -266,11 +405,31 @@ class Scope:
         return self._emit(i64, lambda var: IndexValue(var, i64, index))
 
     def select(self, condition: Value, if_true: Value | Number, if_false: Value | Number) -> Value:
-        """`if_true` where `condition` holds, else `if_false`."""
+        """`if_true` where `condition` holds, else `if_false`.
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel.examples import map_kernel, run_on_cpu
+        >>> def relu(inner, x):
+        ...     return inner.select(x.gt(inner, 0.0), x, 0.0)
+        >>> run_on_cpu(map_kernel("relu", accy.f32, [accy.f32], relu, 2),
+        ...     np.array([-1, 2], np.float32)).tolist()
+        [0.0, 2.0]
+        """
         return self.apply("select", condition, if_true, if_false)
 
     def apply(self, op: str, *operands: Value | Number) -> Value:
-        """`op(*operands)` for any op of `accy.kernel.ops.OPS`."""
+        """`op(*operands)` for any op of `accy.kernel.ops.OPS`, by name.
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel.examples import map_kernel, run_on_cpu
+        >>> def hypot(inner, x, y):
+        ...     return inner.apply("add", x.mul(inner, x), y.mul(inner, y)).apply(inner, "sqrt")
+        >>> run_on_cpu(map_kernel("hypot", accy.f32, [accy.f32] * 2, hypot, 1),
+        ...     np.array([3], np.float32), np.array([4], np.float32)).tolist()
+        [5.0]
+        """
         self._require_active(op)
         values = self._values(op, operands)
         dtypes = tuple(v.dtype for v in values)
@@ -279,7 +438,17 @@ class Scope:
         return self._emit(result, lambda var: Apply(var, result, op, args))
 
     def cast(self, value: Value, dtype: DType) -> Value:
-        """`value` converted to `dtype`."""
+        """`value` converted to `dtype`, as NumPy's `astype` (floats to ints saturate).
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel.examples import map_kernel, run_on_cpu
+        >>> def truncate(inner, x):
+        ...     return inner.cast(x, accy.i32)
+        >>> run_on_cpu(map_kernel("truncate", accy.i32, [accy.f32], truncate, 3),
+        ...     np.array([-1.5, 2.7, 1e10], np.float32)).tolist()
+        [-1, 2, 2147483647]
+        """
         self._require_active("cast")
         source = self._visible(value, "cast")
         c_type(dtype)
@@ -398,7 +567,12 @@ class Param:
         return f"<kernel param {self.name}: {self.dtype.name}>"
 
     def load(self, inner: Scope, index: Index) -> Value:
-        """The element at `index`, as a value of the parameter's dtype."""
+        """The element at `index`, as a value of the parameter's dtype.
+
+        >>> from accy.kernel.examples import custom_double_kernel
+        >>> "const float v1 = p_x[i0];" in custom_double_kernel().c_source()
+        True
+        """
         what = f"load of {self.name!r}"
         inner._require_active(what)
         if self.name == RESULT:
@@ -411,7 +585,13 @@ class Param:
         return inner._emit(self.dtype, lambda var: Load(var, self.dtype, self.name, index))
 
     def store(self, inner: Scope, value: Value | Number, index: Index) -> None:
-        """Write `value` to the element at `index`; `index` must be its loop's own index."""
+        """Write `value` to the element at `index`: the loop's own index (or, in a 2-D loop, its
+        transpose), once per kernel, so that each element has exactly one writer.
+
+        >>> from accy.kernel.examples import custom_double_kernel
+        >>> "p_dst[i0] = v2;" in custom_double_kernel().c_source()
+        True
+        """
         what = f"store to {self.name!r}"
         inner._require_active(what)
         self._check_store_target(what, inner)
@@ -462,6 +642,16 @@ class Args:
         self._params = {name: Param(trace, name, b) for name, b in parameters.items()}
 
     def param(self, name: str) -> Param:
+        """The parameter called `name`; an unknown name is a KernelError listing the others.
+
+        >>> import accy
+        >>> from accy.kernel import dynamic_buffer, logical
+        >>> logical.Program(name="k", parameters={"dst": dynamic_buffer(accy.f32)},
+        ...     body=lambda k, args: args.param("y"))
+        Traceback (most recent call last):
+        ...
+        accy.kernel.errors.KernelError: kernel 'k': has no parameter 'y'; its parameters are dst
+        """
         if name not in self._params:
             self._trace.fail(
                 f"has no parameter {name!r}; its parameters are {', '.join(self._params)}"
@@ -604,28 +794,15 @@ class Program:
         )
 
 
-# Identifiers a kernel or parameter name must not take: C and C++ keywords (CUDA C is C++) and
-# the prelude's own helpers.
-_KEYWORD_TEXT = (
-    "auto bool break case char class const constexpr continue default delete do double else "
-    "enum extern false float for goto if inline int long namespace new operator private "
-    "protected public register restrict return short signed sizeof static struct switch "
-    "template this throw true try typedef typename union unsigned using virtual void volatile "
-    "while main"
-)
-_KEYWORDS = frozenset(_KEYWORD_TEXT.split())
-_PRELUDE_NAMES = frozenset(re.findall(r"\b(accy_\w+|ACCY_\w+)", PRELUDE)) | {"accy_thread"}
-
-
 def _check_identifier(kernel: str, what: str, name: object) -> None:
+    # Generated C prefixes every name (`accy_kernel_<name>`, `p_<param>`), so no identifier can
+    # collide with a keyword, a C library function or a generated variable.
     if not isinstance(name, str) or not name.isascii() or not name.isidentifier():
         raise KernelError(f"kernel {kernel!r}: {what} must be an ASCII identifier, got {name!r}")
-    if name in _KEYWORDS or name in _PRELUDE_NAMES:
-        raise KernelError(f"kernel {kernel!r}: {what} {name!r} is reserved in generated C")
 
 
 def _check_name(name: object) -> None:
-    _check_identifier(str(name), "the kernel name (its C symbol)", name)
+    _check_identifier(str(name), "the kernel name", name)
 
 
 def _check_parameters(kernel: str, parameters: object) -> None:

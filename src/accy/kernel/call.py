@@ -49,19 +49,39 @@ class KernelCall:
 
     @property
     def where(self) -> str:
+        """How errors name this call: its target, version and kernel."""
         return f"custom_call {self.target!r} (version {self.version}, kernel {self.symbol!r})"
 
     @property
     def operand_parameters(self) -> tuple[tuple[str, DType], ...]:
-        """The parameters bound to the call's operands, in order (all but `dst`)."""
+        """The parameters bound to the call's operands, in order (all but `dst`).
+
+        >>> from accy.kernel.examples import custom_double_kernel, map_kernel
+        >>> import accy
+        >>> kernel = map_kernel("fma", accy.f32, [accy.f32] * 3,
+        ...     lambda inner, a, b, c: a.mul(inner, b).add(inner, c), 4)
+        >>> call = kernel.create_kernel_call_artifact(
+        ...     accy.kernel.Limits.testing, None, target="fma", version=1).call
+        >>> [name for name, _ in call.operand_parameters]
+        ['x0', 'x1', 'x2']
+        """
         return tuple((name, dtype) for name, dtype in self.parameters if name != RESULT)
 
     @property
     def result_dtype(self) -> DType:
+        """The dtype of `dst`, which the call's result must have."""
         return dict(self.parameters)[RESULT]
 
     def extent_of(self, parameter: str) -> int:
-        """Elements the kernel reads from (or writes to) `parameter`; 0 if it never touches it."""
+        """Elements the kernel reads from (or writes to) `parameter`; 0 if it never touches it.
+
+        >>> import accy
+        >>> from accy.kernel.examples import custom_double_kernel
+        >>> call = custom_double_kernel().create_kernel_call_artifact(
+        ...     accy.kernel.Limits.testing, None, target="double", version=1).call
+        >>> call.extent_of("x"), call.extent_of("dst")
+        (4, 4)
+        """
         return dict(self.extents).get(parameter, 0)
 
     def check_call(self, operand_types: Sequence[TensorType], result_type: TensorType) -> None:
@@ -70,6 +90,17 @@ class KernelCall:
         Operands bind to the parameters other than `dst`, in declaration order, and the result
         to `dst`: each must have the parameter's dtype and at least the elements the kernel
         touches; the result must have exactly the elements the kernel writes.
+
+        >>> import accy
+        >>> from accy.kernel.examples import custom_double_kernel
+        >>> call = custom_double_kernel().create_kernel_call_artifact(
+        ...     accy.kernel.Limits.testing, None, target="accy.custom.double", version=1).call
+        >>> call.check_call([accy.spec(accy.f32, lane=4)], accy.spec(accy.f32, lane=4))
+        >>> call.check_call([accy.spec(accy.f64, lane=4)], accy.spec(accy.f32, lane=4))
+        ... # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        accy.kernel.errors.KernelCallMismatch: ... parameter 'x' of dtype f32, but it is f64[lane=4]
         """
         operands = self.operand_parameters
         if len(operand_types) != len(operands):
@@ -113,6 +144,14 @@ class KernelCall:
         """Run the C kernel on NumPy arrays (compiled with the C compiler, cached); for tests.
 
         Without `result_type` the result is 1-D with the elements the kernel writes.
+
+        >>> import numpy as np
+        >>> import accy
+        >>> from accy.kernel.examples import custom_double_kernel
+        >>> call = custom_double_kernel().create_kernel_call_artifact(
+        ...     accy.kernel.Limits.testing, None, target="double", version=1).call
+        >>> call.run_on_cpu([np.ones(4, np.float32)], accy.spec(accy.f32, a=2, b=2)).tolist()
+        [[2.0, 2.0], [2.0, 2.0]]
         """
         from .cpu import run_on_cpu
 
@@ -147,14 +186,29 @@ class KernelCallRegistry:
         return key in self._calls
 
     def keys(self) -> list[tuple[str, int]]:
+        """The registered (target, version) pairs, in registration order.
+
+        >>> KernelCallRegistry().keys()
+        []
+        """
         return list(self._calls)
 
     def lookup(self, target: str, version: int) -> KernelCall | None:
-        """The kernel registered for `(target, version)`, or None."""
+        """The kernel registered for `(target, version)`, or None.
+
+        >>> KernelCallRegistry().lookup("accy.custom.double", 1) is None
+        True
+        """
         return self._calls.get((target, version))
 
     def require(self, target: str, version: int) -> KernelCall:
-        """The kernel for `(target, version)`, or a `KernelCallNotFound` naming what is there."""
+        """The kernel for `(target, version)`, or a `KernelCallNotFound` naming what is there.
+
+        >>> KernelCallRegistry().require("accy.custom.double", 1)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        accy.kernel.errors.KernelCallNotFound: ... has no kernel; the registry has no kernels
+        """
         call = self.lookup(target, version)
         if call is not None:
             return call
@@ -170,15 +224,28 @@ class KernelCallRegistry:
         )
 
     def merged(self, other: KernelCallRegistry) -> KernelCallRegistry:
-        """A registry with the kernels of both; the same key twice must be the same kernel."""
+        """A registry with the kernels of both; the same key twice must be the same kernel.
+
+        >>> len(KernelCallRegistry().merged(KernelCallRegistry()))
+        0
+        """
         return KernelCallRegistry([*self, *other])
 
     @classmethod
     def combine(cls, *registries: KernelCallRegistry) -> KernelCallRegistry:
-        """One registry with the kernels of all of `registries`."""
+        """One registry with the kernels of all of `registries`.
+
+        >>> len(KernelCallRegistry.combine(KernelCallRegistry(), KernelCallRegistry()))
+        0
+        """
         return cls(call for registry in registries for call in registry)
 
     def describe(self) -> str:
+        """The registered keys, for messages.
+
+        >>> KernelCallRegistry().describe()
+        'no kernels'
+        """
         if not self._calls:
             return "no kernels"
         return ", ".join(f"{t!r} v{v}" for t, v in sorted(self._calls))

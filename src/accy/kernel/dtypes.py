@@ -121,7 +121,14 @@ def literal(value: float | int | bool, dtype: DType) -> str:
 
 
 def check_representable(value: float | int | bool, dtype: DType) -> None:
-    """Reject constants that would silently change: 0.5 as an int, 300 as a u8, 2 as a bool."""
+    """Reject constants that would silently change: 0.5 as an int, 300 as a u8, 2 as a bool.
+
+    >>> import accy
+    >>> check_representable(300, accy.u8)
+    Traceback (most recent call last):
+    ...
+    accy.kernel.errors.KernelError: constant 300 is outside the range of u8 [0, 255]
+    """
     if not isinstance(value, int | float | bool | np.number | np.bool_):
         raise KernelError(f"a kernel constant must be a Python number, got {value!r}")
     if dtype.is_float:

@@ -37,6 +37,13 @@ class Limits:
                 raise KernelLimitExceeded(f"Limits.{name} must be a positive int, got {value!r}")
 
     def check_threads_per_block(self, kernel: str, threads: int) -> None:
+        """Reject blocks larger than the device runs.
+
+        >>> Limits.testing.check_threads_per_block("k", 1024)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        accy.kernel.errors.KernelLimitExceeded: ... 1024 threads per block, but the limits allow 256
+        """
         if threads > self.max_threads_per_block:
             raise KernelLimitExceeded(
                 f"kernel {kernel!r}: thread_blocks(x={threads}) asks for {threads} threads per "
@@ -44,7 +51,11 @@ class Limits:
             )
 
     def check_blocks(self, kernel: str, label: str, extent: int, threads: int) -> int:
-        """The blocks needed to give each of `extent` elements its own thread; checked."""
+        """The blocks needed to give each of `extent` elements its own thread; checked.
+
+        >>> Limits.testing.check_blocks("k", "e", 1000, 32)
+        32
+        """
         blocks = max(1, -(-extent // threads))
         if blocks > self.max_blocks:
             raise KernelLimitExceeded(
@@ -56,6 +67,10 @@ class Limits:
         return blocks
 
     def check_extent(self, kernel: str, label: str, extent: int) -> None:
+        """Reject a parallel loop longer than the limits allow.
+
+        >>> Limits.testing.check_extent("k", "e", 1 << 16)
+        """
         if extent > self.max_extent:
             raise KernelLimitExceeded(
                 f"kernel {kernel!r}: loop {label!r} covers {extent} elements, but the limits "
@@ -63,6 +78,10 @@ class Limits:
             )
 
     def check_reduction_extent(self, kernel: str, label: str, extent: int) -> None:
+        """Reject a serial reduction longer than one thread should run.
+
+        >>> Limits.testing.check_reduction_extent("k", "r", 4096)
+        """
         if extent > self.max_reduction_extent:
             raise KernelLimitExceeded(
                 f"kernel {kernel!r}: reduction {label!r} runs {extent} steps in one thread, but "
@@ -70,6 +89,10 @@ class Limits:
             )
 
     def check_parameters(self, kernel: str, count: int) -> None:
+        """Reject more kernel parameters than the limits allow.
+
+        >>> Limits.testing.check_parameters("k", 8)
+        """
         if count > self.max_parameters:
             raise KernelLimitExceeded(
                 f"kernel {kernel!r} has {count} parameters, but the limits allow "

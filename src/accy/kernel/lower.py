@@ -35,17 +35,44 @@ INDEX_TYPE = "long long"  # loop positions and offsets: 64-bit, so extents past 
 
 
 def c_source(kernel: TracedKernel) -> str:
-    """C text defining `void <name>(<one pointer per parameter>)` for the CPU backend."""
+    """C text defining `void accy_kernel_<name>(<one pointer per parameter>)`, for the CPU.
+
+    >>> from accy.kernel.examples import custom_double_kernel
+    >>> print(c_source(custom_double_kernel().traced).split("#endif /* ACCY_KERNEL_PRELUDE */")[1])
+    <BLANKLINE>
+    void accy_kernel_accy_custom_double_4_f32(float* p_dst, const float* p_x) {
+      /* for_each e over 4 */
+      for (long long i0 = 0; i0 < 4LL; ++i0) {
+        const float v1 = p_x[i0];
+        const float v2 = (v1 + v1);
+        p_dst[i0] = v2;
+      }
+    }
+    <BLANKLINE>
+    """
     return _source(kernel, TARGETS["c"])
 
 
 def cuda_source(kernel: TracedKernel) -> str:
-    """CUDA C text defining `extern "C" __global__ void <name>(...)`, one thread per position."""
+    """CUDA C text of the `__global__` kernel `accy_kernel_<name>`, one thread per position.
+
+    >>> from accy.kernel.examples import custom_double_kernel
+    >>> source = cuda_source(custom_double_kernel().traced)
+    >>> print(source.split("#endif /* ACCY_KERNEL_PRELUDE */")[1].split("{")[0].strip())
+    extern "C" __global__ void accy_kernel_accy_custom_double_4_f32(float* p_dst, const float* p_x)
+    >>> "if (accy_thread < 4LL) {" in source
+    True
+    """
     return _source(kernel, TARGETS["cuda"])
 
 
 def c_parameter_list(kernel: TracedKernel) -> str:
-    """`float* p_dst, const float* p_x`: written parameters are mutable, the others const."""
+    """The C parameters: written ones are `T*`, the others `const T*`, in declaration order.
+
+    >>> from accy.kernel.examples import custom_double_kernel
+    >>> c_parameter_list(custom_double_kernel().traced)
+    'float* p_dst, const float* p_x'
+    """
     return ", ".join(
         f"{'' if name in kernel.written else 'const '}{c_type(dtype).storage}* {pointer(name)}"
         for name, dtype in kernel.parameters
@@ -65,7 +92,11 @@ def symbol(kernel: str) -> str:
 
 
 def pointer(param: str) -> str:
-    # Prefixed so that no parameter name can collide with a C keyword or a generated variable.
+    """The C name of parameter `param`: prefixed, so no name collides with a keyword.
+
+    >>> pointer("int")
+    'p_int'
+    """
     return f"p_{param}"
 
 
@@ -104,7 +135,12 @@ def _declare(depth: int, var: str, dtype: DType, expression: str) -> list[str]:
 
 
 def offset(index: Index) -> str:
-    """The element an index addresses: its position, or `row * cols + col` for a 2-D one."""
+    """The element an index addresses: its position, or `row * cols + col` for a 2-D one.
+
+    >>> from accy.kernel import Index1D, Index2D
+    >>> offset(Index2D(Index1D("r", 2, "i0"), Index1D("c", 3, "i1")))
+    '(i0 * 3LL + i1)'
+    """
     if isinstance(index, Index2D):
         return f"({index.row.var} * {index.col.extent}LL + {index.col.var})"
     return index.var
@@ -181,7 +217,12 @@ class Target:
 
 
 def c_signature(kernel: TracedKernel) -> str:
-    """`void accy_kernel_<name>(<pointers>)`: the C function the CPU backend calls."""
+    """`void accy_kernel_<name>(<pointers>)`: the C function the CPU backend calls.
+
+    >>> from accy.kernel.examples import custom_double_kernel
+    >>> c_signature(custom_double_kernel().traced)
+    'void accy_kernel_accy_custom_double_4_f32(float* p_dst, const float* p_x)'
+    """
     return f"void {symbol(kernel.name)}({c_parameter_list(kernel)})"
 
 

@@ -169,7 +169,16 @@ SIGNATURES = {
 
 
 def result_dtype(kernel: str, name: str, dtypes: tuple[DType, ...]) -> DType:
-    """The dtype of `name(operands...)`, or a KernelError saying why the op does not apply."""
+    """The dtype of `name(operands...)`, or a KernelError saying why the op does not apply.
+
+    >>> import accy
+    >>> result_dtype("k", "lt", (accy.f32, accy.f32))
+    accy.bool
+    >>> result_dtype("k", "exp", (accy.i32,))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    accy.kernel.errors.KernelError: kernel 'k': exp does not apply to i32 values; it takes f32, ...
+    """
     op = operation(kernel, name)
     signature = SIGNATURES[op.signature]
     if len(dtypes) != len(signature.operands):
@@ -187,13 +196,25 @@ def result_dtype(kernel: str, name: str, dtypes: tuple[DType, ...]) -> DType:
 
 
 def operation(kernel: str, name: str) -> ElementOp:
+    """The row of op `name`, or a KernelError listing the ops.
+
+    >>> operation("k", "add").signature
+    'binary'
+    """
     if name not in OPS:
         raise KernelError(f"kernel {kernel!r}: unknown op {name!r}; the ops are {', '.join(OPS)}")
     return OPS[name]
 
 
 def render(name: str, operands: tuple[str, ...], dtypes: tuple[DType, ...], result: DType) -> str:
-    """The C expression of an op whose type `result_dtype` has already accepted."""
+    """The C expression of an op whose type `result_dtype` has already accepted.
+
+    >>> import accy
+    >>> render("add", ("v1", "v2"), (accy.i32, accy.i32), accy.i32)
+    '(int)((unsigned int)v1 + (unsigned int)v2)'
+    >>> render("mul", ("v1", "v2"), (accy.f16, accy.f16), accy.f16)
+    'accy_round_f16((v1 * v2))'
+    """
     op = OPS[name]
     signature = SIGNATURES[op.signature]
     family_dtype = dtypes[-1]  # select's predicate comes first; the others share one dtype
@@ -227,7 +248,14 @@ _PLAIN_CAST = "(({c}){a})"
 
 
 def render_cast(operand: str, source: DType, target: DType) -> str:
-    """The C expression converting `operand` from `source` to `target`, as NumPy's astype."""
+    """The C expression converting `operand` from `source` to `target`, as NumPy's astype.
+
+    >>> import accy
+    >>> render_cast("v1", accy.f32, accy.i32)
+    'accy_f32_to_i32(v1)'
+    >>> render_cast("v1", accy.i32, accy.f64)
+    '((double)v1)'
+    """
     if source == target:
         return operand
     template = CASTS.get((c_type(source).family, c_type(target).family), _PLAIN_CAST)
@@ -262,6 +290,11 @@ COMBINES = {
 
 
 def check_combine(kernel: str, combine: str, dtype: DType) -> None:
+    """Reject an unknown reduction, or one the op table does not define for `dtype`.
+
+    >>> import accy
+    >>> check_combine("k", "max", accy.bool_)
+    """
     if combine not in COMBINES:
         raise KernelError(
             f"kernel {kernel!r}: unknown reduction {combine!r}; use one of {', '.join(COMBINES)}"
@@ -270,12 +303,22 @@ def check_combine(kernel: str, combine: str, dtype: DType) -> None:
 
 
 def identity(combine: str, dtype: DType) -> str:
-    """The literal a reduction starts from: 0 for add, 1 for mul, the lowest value for max."""
+    """The literal a reduction starts from: 0 for add, 1 for mul, the lowest value for max.
+
+    >>> import accy
+    >>> identity("max", accy.f32), identity("min", accy.u8)
+    ('(-ACCY_INF_F32)', '((unsigned char)255LL)')
+    """
     return literal(COMBINES[combine](dtype), dtype)
 
 
 def render_combine(combine: str, accumulator: str, term: str, dtype: DType) -> str:
-    """One reduction step, at the compute type's precision (f16 sums round once, at the end)."""
+    """One reduction step, at the compute type's precision (f16 sums round once, at the end).
+
+    >>> import accy
+    >>> render_combine("add", "v3", "v7", accy.f16)
+    '(v3 + v7)'
+    """
     op = OPS[combine]
     return _fill(
         op.templates[c_type(dtype).family], dtype, SIGNATURES["binary"], (accumulator, term)

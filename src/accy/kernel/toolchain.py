@@ -23,7 +23,11 @@ STRICT_C_FLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror")
 
 @functools.cache
 def work_directory() -> Path:
-    """A per-process directory for generated sources and built objects."""
+    """A per-process directory for generated sources and built objects.
+
+    >>> work_directory().is_dir()
+    True
+    """
     return Path(tempfile.mkdtemp(prefix="accy-kernel-"))
 
 
@@ -36,7 +40,12 @@ def _source_file(source: str, suffix: str) -> Path:
 
 
 def c_compiler() -> str:
-    """`$CC`, else cc or gcc or clang from PATH."""
+    """`$CC`, else cc or gcc or clang from PATH.
+
+    >>> import os
+    >>> os.path.isabs(c_compiler())
+    True
+    """
     candidates = [os.environ.get("CC", ""), "cc", "gcc", "clang"]
     for candidate in filter(None, candidates):
         found = shutil.which(candidate)
@@ -55,14 +64,21 @@ def _run(command: list[str], what: str, source: Path) -> None:
 
 
 def check_c_source(source: str, what: str, *, strict: bool = False) -> None:
-    """Compile `source` for syntax and types only, so errors surface now, not at link time."""
+    """Compile `source` for syntax and types only, so errors surface now, not at link time.
+
+    >>> check_c_source("static inline int one(void) { return 1; }", "example", strict=True)
+    """
     path = _source_file(source, ".c")
     flags = list(STRICT_C_FLAGS if strict else ("-std=c11",))
     _run([c_compiler(), *flags, "-fsyntax-only", str(path)], what, path)
 
 
 def build_shared_library(source: str, what: str) -> Path:
-    """Compile `source` into a shared library (cached by content) and return its path."""
+    """Compile `source` into a shared library (cached by content) and return its path.
+
+    >>> build_shared_library("int accy_example_one(void) { return 1; }", "example").suffix
+    '.so'
+    """
     path = _source_file(source, ".c")
     library = path.with_suffix(".so")
     if not library.exists():
@@ -76,7 +92,11 @@ def build_shared_library(source: str, what: str) -> Path:
 
 
 def nvcc() -> str | None:
-    """The nvcc on PATH (or in $CUDA_HOME/bin), or None."""
+    """The nvcc on PATH (or in $CUDA_HOME/bin), or None.
+
+    >>> nvcc() is None or nvcc().endswith("nvcc")
+    True
+    """
     found = shutil.which("nvcc")
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if found is None and cuda_home and Path(cuda_home, "bin", "nvcc").exists():
@@ -93,6 +113,11 @@ def cuda_to_ptx(source: str, what: str, *, arch: str | None = None) -> str:
     """PTX for CUDA C `source`: through NVRTC when cuda.core or CuPy is importable, else nvcc.
 
     `arch` is a virtual architecture such as "compute_90"; None takes the compiler's default.
+
+    >>> from accy.kernel.examples import custom_double_kernel
+    >>> source = custom_double_kernel().cuda_source()
+    >>> nvcc() is None or ".entry accy_kernel_accy_custom_double_4_f32(" in cuda_to_ptx(source, "x")
+    True
     """
     failures = []
     for package, compile_with_nvrtc in NVRTC_COMPILERS.items():
@@ -113,7 +138,11 @@ def cuda_to_ptx(source: str, what: str, *, arch: str | None = None) -> str:
 
 
 def ptx_with_nvcc(source: str, what: str, *, arch: str | None = None) -> str:
-    """PTX from `nvcc -ptx`, or CompileError with nvcc's message."""
+    """PTX from `nvcc -ptx`, or CompileError with nvcc's message.
+
+    >>> nvcc() is None or ".version" in ptx_with_nvcc("__global__ void nop() {}", "nop")
+    True
+    """
     compiler = nvcc()
     if compiler is None:
         raise RuntimeUnavailable(f"{what}: nvcc is not on PATH (nor in $CUDA_HOME/bin)")

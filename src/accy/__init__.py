@@ -89,3 +89,8 @@ __all__ = [
     "value_and_grad",
     "vjp",
 ]
+
+# Custom-call kernels (issue 7).
+from . import kernel  # noqa: E402
+
+__all__ += ["kernel"]

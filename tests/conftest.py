@@ -24,8 +24,9 @@ def _round_trip_failure(program) -> str | None:
     text = str(program)
     try:
         again = str(accy.program.parse(text))
-    except accy.ParseError as error:
-        return f"program {program.name!r} does not parse back: {error}\n{text}"
+    except Exception as error:  # a ParseError, or a crash of the parser: both are failures
+        kind = type(error).__name__
+        return f"program {program.name!r} does not parse back ({kind}): {error}\n{text}"
     if again == text:
         return None
     diff = "\n".join(

@@ -490,4 +490,13 @@ def test_every_built_program_is_round_tripped_by_the_conftest_fixture(
         elementwise_loss()
     assert len(failures) == 1
     assert "program 'grad_elementwise' prints differently after parsing" in failures[0]
-    failures.clear()  # the failure was planted: do not fail this test at teardown
+
+    def crashing_parse(text):
+        raise ValueError("parser bug")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(accy.program, "parse", crashing_parse)
+        elementwise_loss()
+    assert len(failures) == 2
+    assert "does not parse back (ValueError): parser bug" in failures[1]
+    failures.clear()  # the failures were planted: do not fail this test at teardown

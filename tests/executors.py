@@ -15,7 +15,23 @@ def reference(program, inputs):
     return accy.reference.run(program, inputs)
 
 
-EXECUTORS = [pytest.param(reference, id="reference")]
+def native_cpu(program, inputs):
+    """The native CPU backend (generated C); skips when no C compiler is present."""
+    try:
+        accy.backends.cpu.find_compiler()
+    except accy.RuntimeUnavailable:
+        pytest.skip("native CPU backend: no C compiler")
+    arrays = [
+        accy.reference.as_input_array(x, t, f"input {i}")
+        for i, (x, t) in enumerate(zip(inputs, program.parameter_types, strict=True))
+    ]
+    return accy.compile(program, device="cpu")(*arrays)
+
+
+EXECUTORS = [
+    pytest.param(reference, id="reference"),
+    pytest.param(native_cpu, id="native_cpu"),
+]
 
 
 def cuda_device_or_skip():

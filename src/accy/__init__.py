@@ -90,6 +90,22 @@ __all__ = [
     "vjp",
 ]
 
+# The native CPU backend and the execution API (issue 4).
+from . import backends, boundary, executable, execute, gpu, lower  # noqa: E402
+from .api_compile import CompiledProgram, compile, run  # noqa: E402
+
+__all__ += [
+    "CompiledProgram",
+    "backends",
+    "boundary",
+    "compile",
+    "executable",
+    "execute",
+    "gpu",
+    "lower",
+    "run",
+]
+
 # Custom-call kernels (issue 7).
 from . import kernel  # noqa: E402
 

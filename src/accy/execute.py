@@ -32,8 +32,19 @@ def fragment_for(program: Program, options: FragmentCompilerOptions | None = Non
     handle = State().handle()
     fragment = load_fragment(handle, compile_fragment(handle, program, options), options)
     with _lock:
-        _fragments[key] = (weakref.ref(program, lambda _: _fragments.pop(key, None)), fragment)
+        _fragments[key] = (weakref.ref(program, _forgetter(key)), fragment)
     return fragment
+
+
+def _forgetter(key: tuple[int, int]):
+    table = _fragments  # held here: module globals may already be gone at interpreter exit
+
+    def forget(reference: weakref.ref) -> None:
+        entry = table.get(key)
+        if entry is not None and entry[0] is reference:
+            del table[key]
+
+    return forget
 
 
 def run_cpu(program: Program, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:

@@ -31,16 +31,16 @@ C_TYPES: dict[DType, CType] = {
     f32: CType("float", "float", "float", "f"),
     f64: CType("double", "double", "float", ""),
     f16: CType(
-        "_Float16", "float", "float", "f", "(float){x}", "(_Float16){x}", "accy_round_f16({x})"
+        "_Float16", "float", "float", "f", "(float){x}", "(_Float16){x}", "accy_cpu_round_f16({x})"
     ),
     bf16: CType(
         "uint16_t",
         "float",
         "float",
         "f",
-        "accy_bf16_load({x})",
-        "accy_bf16_store({x})",
-        "accy_round_bf16({x})",
+        "accy_cpu_bf16_load({x})",
+        "accy_cpu_bf16_store({x})",
+        "accy_cpu_round_bf16({x})",
     ),
     i32: CType("int32_t", "int32_t", "signed", ""),
     i64: CType("int64_t", "int64_t", "signed", ""),

@@ -66,7 +66,7 @@ def linear(index: tuple[str, ...], extents) -> str:
 
 
 def clamp(expression: str, extent: int) -> str:
-    return f"ACCY_CLAMP({expression}, {extent - 1})"
+    return f"ACCY_CPU_CLAMP({expression}, {extent - 1})"
 
 
 class Unit:

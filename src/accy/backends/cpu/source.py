@@ -20,13 +20,13 @@ PRELUDE = r"""
 #include <stdint.h>
 #include <string.h>
 
-#define ACCY_CLAMP(i, high) ((i) < 0 ? 0 : (i) > (high) ? (high) : (i))
+#define ACCY_CPU_CLAMP(i, high) ((i) < 0 ? 0 : (i) > (high) ? (high) : (i))
 /* float -> integer: truncate, NaN -> 0, saturate at the bounds (as the reference does). */
-#define ACCY_SATURATE(x, low, high, T) \
+#define ACCY_CPU_SATURATE(x, low, high, T) \
   ((x) != (x) ? (T)0 : (x) <= (low) ? (T)(low) : (x) >= (high) ? (T)(high) : (T)(x))
-#define accy_round_f16(x) ((float)(_Float16)(x))
+#define accy_cpu_round_f16(x) ((float)(_Float16)(x))
 
-static inline float accy_bf16_load(uint16_t bits) {
+static inline float accy_cpu_bf16_load(uint16_t bits) {
   uint32_t wide = (uint32_t)bits << 16;
   float x;
   memcpy(&x, &wide, 4);
@@ -34,7 +34,7 @@ static inline float accy_bf16_load(uint16_t bits) {
 }
 
 /* Round to nearest even, as the reference's round_to_bf16; NaN stays a (quiet) NaN. */
-static inline uint16_t accy_bf16_store(float x) {
+static inline uint16_t accy_cpu_bf16_store(float x) {
   uint32_t bits;
   memcpy(&bits, &x, 4);
   if (x != x) return (uint16_t)((bits >> 16) | 0x40);
@@ -42,15 +42,15 @@ static inline uint16_t accy_bf16_store(float x) {
   return (uint16_t)(bits >> 16);
 }
 
-static inline float accy_round_bf16(float x) { return accy_bf16_load(accy_bf16_store(x)); }
+static inline float accy_cpu_round_bf16(float x) { return accy_cpu_bf16_load(accy_cpu_bf16_store(x)); }
 
 /* Written with exp of a non-positive number, so that neither branch overflows. */
-static inline float accy_logisticf(float x) {
+static inline float accy_cpu_logisticf(float x) {
   const float e = expf(-fabsf(x));
   return x >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
 }
 
-static inline double accy_logistic(double x) {
+static inline double accy_cpu_logistic(double x) {
   const double e = exp(-fabs(x));
   return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }

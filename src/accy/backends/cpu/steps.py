@@ -219,7 +219,7 @@ def emit_scatter(ctx: StepContext) -> list[str]:
     body = ctx.body()
     index = axis_index(updates, "u")
     row = body.value(op.operands[1], index[position : position + indices.rank])
-    clamped = body.index_temp(f"ACCY_CLAMP((int64_t){row}, {extent - 1})")
+    clamped = body.index_temp(f"ACCY_CPU_CLAMP((int64_t){row}, {extent - 1})")
     update = body.value(op.operands[2], index)
     target = index[:position] + (clamped,) + index[position + indices.rank :]
     element = f"{out}[{linear(target, result.extents)}]"

@@ -23,7 +23,7 @@ UNARY = {
     "cos": {"float": "cos{f}({x})"},
     "tan": {"float": "tan{f}({x})"},
     "tanh": {"float": "tanh{f}({x})"},
-    "logistic": {"float": "accy_logistic{f}({x})"},
+    "logistic": {"float": "accy_cpu_logistic{f}({x})"},
     "sqrt": {"float": "sqrt{f}({x})"},
     "rsqrt": {"float": "1 / sqrt{f}({x})"},
     "abs": {"float": "fabs{f}({x})", "signed": "({x} < 0 ? -{x} : {x})", "unsigned": "{x}"},
@@ -36,6 +36,7 @@ UNARY = {
     "ceil": {"float": "ceil{f}({x})"},
     "round": {"float": "rint{f}({x})"},  # halves to even in the default rounding mode
     "not": {"bool": "!{x}"},
+    "stop_gradient": {"*": "{x}"},
 }
 
 BINARY = {
@@ -84,7 +85,7 @@ def convert(x: str, source: CType, target: CType, bounds: tuple[str, str] | None
         return f"{x} != 0"
     if source.family == "float" and target.family in ("signed", "unsigned"):
         low, high = bounds
-        return f"ACCY_SATURATE({x}, {low}, {high}, {target.compute})"
+        return f"ACCY_CPU_SATURATE({x}, {low}, {high}, {target.compute})"
     if target.storage == "_Float16":
         # Straight to half precision: a detour through float would round twice.
         return f"(_Float16)({x})"

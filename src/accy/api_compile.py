@@ -1,0 +1,166 @@
+"""`accy.compile` and `accy.run`: programs as functions of NumPy arrays, on a chosen device.
+
+Arrays go in (NumPy, or any DLPack producer such as a CPU tensor of PyTorch or JAX, without a
+copy when it is contiguous), fresh NumPy arrays come out, one per output, axes in layout order.
+An array must have the parameter's dtype and extents: accy never converts dtypes silently
+(Python lists and scalars are converted, as they have no dtype of their own). bf16 values are
+float32 arrays on both sides, as in the reference evaluator.
+
+Devices: "cpu" (native code) and "reference" (the NumPy evaluator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .errors import AccyError, InvalidInput
+from .ops.elementwise import round_to_bf16
+from .program import Program
+from .types import TensorType, bf16
+
+
+def _from_dlpack(value: Any, where: str) -> np.ndarray:
+    try:
+        return np.from_dlpack(value)
+    except (TypeError, RuntimeError, BufferError, ValueError) as error:
+        raise InvalidInput(f"{where}: cannot read this DLPack array on the CPU ({error})") from None
+
+
+def _held_dtype(t: TensorType) -> np.dtype:
+    """The NumPy dtype that holds `t`'s values in arrays (float32 for bf16)."""
+    return np.dtype(np.float32) if t.dtype == bf16 else t.dtype.numpy
+
+
+def as_argument(value: Any, t: TensorType, where: str) -> np.ndarray:
+    """`value` as a contiguous array in the raw layout of `t` (bf16 as uint16 bit patterns)."""
+    if not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+        value = _from_dlpack(value, where)
+    held = _held_dtype(t)
+    if isinstance(value, np.ndarray):
+        if value.dtype != held:
+            raise InvalidInput(
+                f"{where}: an array of dtype {value.dtype} was given for {t}, which needs "
+                f"{held}; convert it explicitly (accy does not promote dtypes silently)"
+            )
+    else:
+        value = np.asarray(value, dtype=held)
+    if value.shape != t.extents:
+        raise InvalidInput(
+            f"{where}: an array of shape {value.shape} was given for {t}, which has shape "
+            f"{t.extents} (axes in layout order: {', '.join(t.axes) or 'none, a scalar'})"
+        )
+    value = np.ascontiguousarray(value)
+    if t.dtype == bf16:
+        return (round_to_bf16(value).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+    return value
+
+
+def _result(raw: np.ndarray, t: TensorType) -> np.ndarray:
+    if t.dtype == bf16:
+        return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return raw
+
+
+class CompiledProgram:
+    """A program compiled for a device; call it with one array per parameter.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("twice", [accy.spec(accy.f32, lane=3)], lambda b, a: a[0] * 2.0)
+    >>> twice = accy.compile(p)
+    >>> twice(np.array([1, 2, 3], np.float32))[0].tolist()
+    [2.0, 4.0, 6.0]
+    """
+
+    def __init__(self, program: Program, device: str, call: Callable[..., list[np.ndarray]]):
+        self.program = program
+        self.device = device
+        self._call = call
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        return self._call(*arrays)
+
+    def __repr__(self) -> str:
+        return f"<CompiledProgram {self.program.name!r} on {self.device}>"
+
+
+def _cpu(program: Program, kernel_call_registry: Any) -> Callable[..., list[np.ndarray]]:
+    from .execute import fragment_for
+    from .lower.fragment import FragmentCompilerOptions
+
+    fragment = fragment_for(program, FragmentCompilerOptions(kernel_call_registry=kernel_call_registry))
+    parameter_types, output_types = program.parameter_types, program.output_types
+    raw_dtypes = [np.uint16 if t.dtype == bf16 else t.dtype.numpy for t in output_types]
+
+    def call(*arrays: Any) -> list[np.ndarray]:
+        if len(arrays) != len(parameter_types):
+            raise InvalidInput(
+                f"program {program.name!r} takes {len(parameter_types)} arrays "
+                f"({', '.join(map(str, parameter_types))}), got {len(arrays)}"
+            )
+        inputs = [
+            as_argument(a, t, f"program {program.name!r}, argument {i}")
+            for i, (a, t) in enumerate(zip(arrays, parameter_types, strict=True))
+        ]
+        outputs = [np.empty(t.extents, d) for t, d in zip(output_types, raw_dtypes, strict=True)]
+        addresses = [a.__array_interface__["data"][0] for a in inputs]
+        fragment.call(addresses, [o.__array_interface__["data"][0] for o in outputs])
+        return [_result(o, t) for o, t in zip(outputs, output_types, strict=True)]
+
+    return call
+
+
+def _reference(program: Program, kernel_call_registry: Any) -> Callable[..., list[np.ndarray]]:
+    from .reference import run as reference_run
+
+    def call(*arrays: Any) -> list[np.ndarray]:
+        converted = [
+            _from_dlpack(a, f"argument {i}") if hasattr(a, "__dlpack__") else a
+            for i, a in enumerate(arrays)
+        ]
+        return reference_run(program, converted)
+
+    return call
+
+
+DEVICES: dict[str, Callable[[Program, Any], Callable[..., list[np.ndarray]]]] = {
+    "cpu": _cpu,
+    "reference": _reference,
+}
+
+
+def compile(
+    program: Program, device: str = "cpu", *, kernel_call_registry: Any = None
+) -> CompiledProgram:
+    """Compile `program` for `device` ("cpu" or "reference"); returns a callable on arrays.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("dot", [accy.spec(accy.f32, k=2)] * 2,
+    ...                       lambda b, a: a[0].contract(a[1], "k"))
+    >>> accy.compile(p, device="cpu")(np.ones(2, np.float32), np.ones(2, np.float32))[0]
+    array(2., dtype=float32)
+    """
+    if not isinstance(program, Program):
+        raise AccyError(f"accy.compile needs a Program (accy.trace.define makes one), got {program!r}")
+    if device not in DEVICES:
+        raise AccyError(f"unknown device {device!r}; the devices are {', '.join(DEVICES)}")
+    return CompiledProgram(program, device, DEVICES[device](program, kernel_call_registry))
+
+
+def run(
+    program: Program, *arrays: Any, device: str = "cpu", kernel_call_registry: Any = None
+) -> list[np.ndarray]:
+    """Run `program` once on `arrays` (compiled programs are remembered per program object).
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("total", [accy.spec(accy.f32, lane=3)], lambda b, a: a[0].sum())
+    >>> accy.run(p, np.array([1, 2, 3], np.float32))[0].item()
+    6.0
+    """
+    compiled = compile(program, device, kernel_call_registry=kernel_call_registry)
+    return compiled(*arrays)
+
+
+__all__ = ["CompiledProgram", "compile", "run"]

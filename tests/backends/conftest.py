@@ -1,0 +1,43 @@
+"""Fixtures of the backend tests: a private compile cache, and the native-CPU gate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory):
+    """Every backend test compiles into one fresh cache, never the user's ~/.cache/accy."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("ACCY_CACHE_DIR", str(tmp_path_factory.mktemp("accy-cache")))
+    yield
+    patch.undo()
+
+
+@pytest.fixture
+def native_cpu():
+    """Skip unless native CPU artifacts can be built (the seed's requireNativeCpuArtifacts)."""
+    try:
+        accy.backends.cpu.find_compiler()
+    except accy.RuntimeUnavailable:
+        pytest.skip("native CPU backend: no C compiler")
+
+
+def assert_matches_reference(program, inputs, rtol=1e-5, atol=1e-6):
+    """Run `program` natively and on the reference evaluator; compare every output."""
+    native = accy.compile(program, device="cpu")(*inputs)
+    expected = accy.reference.run(program, inputs)
+    assert len(native) == len(expected)
+    for position, (got, want) in enumerate(zip(native, expected, strict=True)):
+        assert got.dtype == want.dtype, f"output {position}: {got.dtype} != {want.dtype}"
+        assert got.shape == want.shape, f"output {position}: {got.shape} != {want.shape}"
+        if want.dtype.kind == "f":
+            np.testing.assert_allclose(
+                got, want, rtol=rtol, atol=atol, equal_nan=True, err_msg=f"output {position}"
+            )
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"output {position}")
+    return native

@@ -85,3 +85,34 @@ def test_seed_custom_call_gradient_through_the_kernel():
     (gradient,) = accy.reference.run(differentiated, [x], custom_calls=implementations)
     np.testing.assert_array_equal(gradient, [2.0, 2.0, 2.0, 2.0])
     assert calls, "the differentiated program's custom call ran the kernel"
+
+
+def test_seed_custom_call_gradient_executes_on_the_native_cpu_backend():
+    # The seed's "gradWith custom-call gradient executes on live CUDA", on the native CPU backend:
+    # the backend links the kernel's C into the compiled program through the registry.
+    import accy.executable
+    import accy.lower
+    from accy.gpu.cpu import State
+
+    handle = State().handle()
+    registry = (
+        custom_double_kernel()
+        .create_kernel_call_artifact(
+            Limits.testing, handle, target=CUSTOM_DOUBLE_TARGET, version=1, format="cpu_object"
+        )
+        .registry()
+    )
+    source = accy.trace.define("native_grad_custom_double", [LANE], double_sum_loss)
+    differentiated = accy.grad_with(
+        source,
+        wrt=(0,),
+        hooks={"jvp": accy.interpret.bind(DoubleJvpRule()), "vjp": DoubleVjpRule()},
+    )
+    options = accy.lower.FragmentCompilerOptions(kernel_call_registry=registry)
+    compiled = accy.lower.compile_fragment(handle, differentiated, options)
+    fragment = accy.executable.load_fragment(handle, compiled, options)
+    bindings = accy.executable.prepare_invocation(fragment, [np.array([1, 2, 3, 4], np.float32)])
+    bindings.launch()
+    gradient = np.full(4, -1.0, np.float32)
+    bindings.read_output(0, gradient)
+    np.testing.assert_allclose(gradient, 2.0, atol=1e-6)

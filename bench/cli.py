@@ -1,0 +1,85 @@
+"""`python -m bench`: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.report import print_tables, problems, write_json
+from bench.runner import Options, WorkloadRun
+from bench.systems import SYSTEMS
+from bench.workloads import WORKLOADS
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BUSY_LOAD = 0.5  # a 1-minute load average above this means other work shares the cores
+BUDGET_S = 1.0
+QUICK_BUDGET_S = 0.2
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="accy, JAX and PyTorch side by side on the workloads of WORKLOADS.md.",
+    )
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated (default: all six)"
+    )
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--repeat", type=int, default=None, help="timed steps (default: adaptive)")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="default bench/results/<device>.json"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--quick", action="store_true", help="short time budget; no memory, no warm first call"
+    )
+    return parser.parse_args(argv)
+
+
+def split_names(text: str, known: Sequence[str], what: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown {what} {', '.join(unknown)}; known: {', '.join(known)}")
+    return names
+
+
+def warn_if_busy() -> float:
+    """The 1-minute load average; warns when other processes are using the cores."""
+    load = os.getloadavg()[0]
+    if load > BUSY_LOAD:
+        print(
+            f"warning: load average {load:.2f} before the run: other processes are using the "
+            "cores, timings will be slower and noisier than on a quiet machine"
+        )
+    return load
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the chosen workloads, print the tables, write the JSON.
+
+    Returns 1 when a workload's systems disagree or a system failed, else 0.
+    """
+    args = parse_args(argv)
+    workloads = split_names(args.workloads, list(WORKLOADS), "workload")
+    systems = split_names(args.systems, SYSTEMS, "system")
+    options = Options(
+        device=args.device,
+        seed=args.seed,
+        budget_s=QUICK_BUDGET_S if args.quick else BUDGET_S,
+        repeat=args.repeat,
+        quick=args.quick,
+    )
+    load_before = warn_if_busy()
+    results = []
+    for name in workloads:
+        print(f"{name} ...", flush=True)
+        results.append(WorkloadRun(WORKLOADS[name], systems, options).run())
+    print_tables(results, options)
+    path = args.json or RESULTS / f"{args.device}.json"
+    write_json(path, results, options, load_average=(load_before, os.getloadavg()[0]))
+    print(f"results written to {path}")
+    return 1 if problems(results) else 0

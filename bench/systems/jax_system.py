@@ -1,0 +1,104 @@
+"""JAX: `jax.jit(jax.value_and_grad(loss, argnums=wrt))`, one loss function per workload."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bench.workloads import Workload
+
+from .memory import DeviceMemory
+
+Step = Callable[..., list[Any]]
+
+# float32 means float32: on a GPU, JAX's default matmul precision would use TF32 (as PyTorch
+# does not, by default, and accy does not), a different and less accurate computation.
+jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def tiny(x, y):
+    return (x * y).sum()
+
+
+def mlp(x, w1, w2, y):
+    logits = jnp.tanh(x @ w1) @ w2
+    return (jax.nn.logsumexp(logits, axis=-1) - (logits * y).sum(axis=-1)).sum()
+
+
+def attention(q, k, v, mask):
+    weights = jax.nn.softmax(q @ k.T + mask, axis=-1)
+    mixed = weights @ v
+    return (mixed * mixed).sum()
+
+
+def embedding(table, ids):
+    rows = table[ids]
+    return (rows * rows).sum()
+
+
+def elementwise(x):
+    return (jnp.tanh(x) * jnp.exp(-x * x) + jnp.abs(x)).sum()
+
+
+def block(x, w1, w2, gain, bias, eps=1e-5):
+    centered = x - x.mean(axis=-1, keepdims=True)
+    variance = (centered * centered).mean(axis=-1, keepdims=True)
+    normed = centered * jax.lax.rsqrt(variance + eps) * gain + bias
+    hidden = jax.nn.gelu(normed @ w1, approximate=True)
+    out = hidden @ w2
+    return (out * out).sum()
+
+
+LOSSES: dict[str, Callable[..., Any]] = {
+    f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block)
+}
+
+
+def backend(device: str) -> str:
+    return "xla"
+
+
+def _device(device: str) -> Any:
+    return jax.devices("gpu" if device == "cuda" else "cpu")[0]
+
+
+def device_inputs(workload: Workload, arrays: Sequence[np.ndarray], device: str) -> list[Any]:
+    return jax.block_until_ready([jax.device_put(a, _device(device)) for a in arrays])
+
+
+def build(workload: Workload, scale: str, device: str) -> Step:
+    """`jax.jit(jax.value_and_grad(...))`; it traces and compiles at its first call."""
+    step = jax.jit(jax.value_and_grad(LOSSES[workload.name], argnums=workload.wrt))
+
+    def ready(*arrays: Any) -> list[Any]:
+        loss, grads = step(*arrays)
+        return jax.block_until_ready([loss, *grads])
+
+    return ready
+
+
+def to_numpy(outputs: Sequence[Any]) -> list[np.ndarray]:
+    return [np.asarray(a) for a in outputs]
+
+
+class _XlaPeak:
+    """XLA's allocator statistics. Its peak cannot be reset: it is the peak since the process
+    started, which in the memory worker is the first step's (the same work as later steps)."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.baseline = 0
+
+    def reset(self) -> None:
+        self.baseline = self.device.memory_stats()["bytes_in_use"]
+
+    def peak_bytes(self) -> int:
+        return self.device.memory_stats()["peak_bytes_in_use"] - self.baseline
+
+
+def device_memory() -> DeviceMemory | None:
+    return _XlaPeak(_device("cuda"))

@@ -1,0 +1,110 @@
+"""PyTorch: eager forward, then `backward()`, one loss function per workload."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bench.workloads import Workload
+
+from .memory import DeviceMemory
+
+Step = Callable[..., list[Any]]
+
+# One intra-op thread per core this process may use (2 on the project's CPU machine).
+torch.set_num_threads(len(os.sched_getaffinity(0)))
+
+
+def tiny(x, y):
+    return (x * y).sum()
+
+
+def mlp(x, w1, w2, y):
+    logits = torch.tanh(x @ w1) @ w2
+    return (torch.logsumexp(logits, dim=-1) - (logits * y).sum(dim=-1)).sum()
+
+
+def attention(q, k, v, mask):
+    weights = torch.softmax(q @ k.T + mask, dim=-1)
+    mixed = weights @ v
+    return (mixed * mixed).sum()
+
+
+def embedding(table, ids):
+    rows = torch.index_select(table, 0, ids)
+    return (rows * rows).sum()
+
+
+def elementwise(x):
+    return (torch.tanh(x) * torch.exp(-x * x) + torch.abs(x)).sum()
+
+
+def block(x, w1, w2, gain, bias, eps=1e-5):
+    normed = F.layer_norm(x, x.shape[-1:], weight=gain, bias=bias, eps=eps)
+    hidden = F.gelu(normed @ w1, approximate="tanh")
+    out = hidden @ w2
+    return (out * out).sum()
+
+
+LOSSES: dict[str, Callable[..., Any]] = {
+    f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block)
+}
+
+
+def backend(device: str) -> str:
+    return "eager"
+
+
+def device_inputs(workload: Workload, arrays: Sequence[np.ndarray], device: str) -> list[Any]:
+    tensors = [torch.from_numpy(np.array(a)).to(device) for a in arrays]
+    for index in workload.wrt:
+        tensors[index].requires_grad_(True)
+    _synchronize(device)
+    return tensors
+
+
+def build(workload: Workload, scale: str, device: str) -> Step:
+    """A step that clears the gradients, runs the forward pass, then `backward()`."""
+    loss_of, wrt = LOSSES[workload.name], workload.wrt
+
+    def step(*tensors: Any) -> list[Any]:
+        for index in wrt:
+            tensors[index].grad = None
+        loss = loss_of(*tensors)
+        loss.backward()
+        _synchronize(device)
+        return [loss.detach(), *(tensors[index].grad for index in wrt)]
+
+    return step
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def to_numpy(outputs: Sequence[Any]) -> list[np.ndarray]:
+    return [a.detach().cpu().numpy() for a in outputs]
+
+
+class _CachingAllocatorPeak:
+    """PyTorch's CUDA caching allocator statistics (bytes handed to tensors)."""
+
+    def __init__(self) -> None:
+        self.baseline = 0
+
+    def reset(self) -> None:
+        torch.cuda.reset_peak_memory_stats()
+        self.baseline = torch.cuda.memory_allocated()
+
+    def peak_bytes(self) -> int:
+        return torch.cuda.max_memory_allocated() - self.baseline
+
+
+def device_memory() -> DeviceMemory | None:
+    return _CachingAllocatorPeak()

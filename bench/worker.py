@@ -1,0 +1,133 @@
+"""One measurement of one system on one workload, in a fresh process.
+
+The harness (`bench.runner`) starts `python -m bench.worker ...` once per phase, so that a
+first call is a first call (nothing traced, compiled or cached in memory yet), the systems do
+not share a process (their thread pools and allocators do not interfere), and peak memory is
+that process's own. The worker writes `result.json` (and for the check phase the outputs, as
+`.npz`) into `--out`.
+
+Phases:
+- `check`: first call (build + first step, timed) at the workload's scale, then the outputs at
+  that scale and at the small check scale, for the harness to compare;
+- `first-call`: only the timed first call (accy with a warm disk cache);
+- `time`: first call, then warm-up and the median of repeated steps;
+- `memory`: first call, then the peak memory of two more steps (host RSS, or on a GPU the
+  system's device allocator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from bench import measure
+from bench.systems import load
+from bench.workloads import WORKLOADS, Workload
+
+PHASES = ("check", "first-call", "time", "memory")
+MEMORY_STEPS = 2
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.worker", description=__doc__)
+    parser.add_argument("--system", required=True)
+    parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    parser.add_argument("--phase", required=True, choices=PHASES)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed steps")
+    parser.add_argument("--repeat", type=int, default=None, help="timed steps (default: budget)")
+    parser.add_argument("--out", type=Path, required=True)
+    return parser.parse_args(argv)
+
+
+class Session:
+    """One system, one workload, one device, with its inputs already resident there."""
+
+    def __init__(self, system: ModuleType, workload: Workload, device: str, seed: int):
+        self.system, self.workload, self.device, self.seed = system, workload, device, seed
+        self.scale = device  # the "cpu" or "cuda" scale of WORKLOADS.md
+        self.args = self.resident_inputs(self.scale)
+
+    def resident_inputs(self, scale: str) -> list[Any]:
+        arrays = self.workload.make_inputs(scale, self.seed)
+        return self.system.device_inputs(self.workload, arrays, self.device)
+
+    def first_call(self) -> tuple[Callable[[], list[Any]], dict[str, float]]:
+        """Build the step and run it once, timing both: what a user's first call costs."""
+        start = time.perf_counter()
+        step = self.system.build(self.workload, self.scale, self.device)
+        built = time.perf_counter()
+        step(*self.args)
+        done = time.perf_counter()
+        seconds = {
+            "first_call_s": done - start,
+            "build_s": built - start,
+            "first_run_s": done - built,
+        }
+        return (lambda: step(*self.args)), seconds
+
+    def outputs_at(self, scale: str) -> list[np.ndarray]:
+        step = self.system.build(self.workload, scale, self.device)
+        return self.system.to_numpy(step(*self.resident_inputs(scale)))
+
+
+def save_outputs(path: Path, outputs: Sequence[np.ndarray]) -> None:
+    np.savez(path, *outputs)
+
+
+def check(session: Session, out: Path) -> dict[str, Any]:
+    run, result = session.first_call()
+    save_outputs(out / "outputs.npz", session.system.to_numpy(run()))
+    save_outputs(out / "check_outputs.npz", session.outputs_at("check"))
+    return result
+
+
+def timing(session: Session, budget_s: float, repeat: int | None) -> dict[str, Any]:
+    run, _ = session.first_call()
+    return {"step": asdict(measure.time_steps(run, budget_s, repeat))}
+
+
+def memory(session: Session) -> dict[str, Any]:
+    on_gpu = session.device == "cuda"
+    meter = session.system.device_memory() if on_gpu else measure.PeakResident()
+    if meter is None:
+        return {"peak_memory_bytes": None, "memory_method": "not available"}
+    run, _ = session.first_call()
+    meter.reset()
+    for _ in range(MEMORY_STEPS):
+        run()
+    method = "device allocator" if on_gpu else "rss high-water mark"
+    if not on_gpu and not meter.exact:
+        method = "max rss since start (getrusage)"
+    return {"peak_memory_bytes": meter.peak_bytes(), "memory_method": method}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    system = load(args.system)
+    session = Session(system, WORKLOADS[args.workload], args.device, args.seed)
+    result: dict[str, Any] = {"backend": system.backend(args.device)}
+    if args.phase == "check":
+        result |= check(session, args.out)
+    elif args.phase == "first-call":
+        result |= session.first_call()[1]
+    elif args.phase == "time":
+        result |= timing(session, args.budget, args.repeat)
+    else:
+        result |= memory(session)
+    (args.out / "result.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,206 @@
+"""The accy side of the benchmark workloads, at the check scale, against NumPy formulas.
+
+Each formula (loss and gradients, derived by hand) is written here independently of accy and
+of the harness; JAX and PyTorch are not needed (bench.systems is never imported). The accy
+programs run on the reference evaluator, and on accy's native CPU backend when it exists.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import accy
+from bench.compare import normwise_error, tolerance
+from bench.measure import PeakResident, repeats_for, time_steps
+from bench.workloads import WORKLOADS, gpu_extents
+from bench.workloads.attention import causal_mask
+
+Arrays = list[np.ndarray]
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def tiny(x: np.ndarray, y: np.ndarray) -> Arrays:
+    return [np.sum(x * y), y, x]
+
+
+def mlp(x: np.ndarray, w1: np.ndarray, w2: np.ndarray, y: np.ndarray) -> Arrays:
+    hidden = np.tanh(x @ w1)
+    logits = hidden @ w2
+    peak = logits.max(axis=-1)
+    logsumexp = peak + np.log(np.exp(logits - peak[:, None]).sum(axis=-1))
+    loss = np.sum(logsumexp - (logits * y).sum(axis=-1))
+    d_logits = softmax(logits) - y  # each row of y sums to 1
+    d_hidden = (d_logits @ w2.T) * (1 - hidden**2)
+    return [loss, x.T @ d_hidden, hidden.T @ d_logits]
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> Arrays:
+    weights = softmax(q @ k.T + mask)
+    mixed = weights @ v
+    d_mixed = 2 * mixed
+    d_weights = d_mixed @ v.T
+    d_scores = weights * (d_weights - (d_weights * weights).sum(axis=-1, keepdims=True))
+    return [np.sum(mixed**2), d_scores @ k, d_scores.T @ q, weights.T @ d_mixed]
+
+
+def embedding(table: np.ndarray, ids: np.ndarray) -> Arrays:
+    rows = table[ids]
+    d_table = np.zeros_like(table)
+    np.add.at(d_table, ids, 2 * rows)
+    return [np.sum(rows**2), d_table]
+
+
+def elementwise(x: np.ndarray) -> Arrays:
+    bump = np.exp(-x * x)
+    loss = np.sum(np.tanh(x) * bump + np.abs(x))
+    d_x = (1 - np.tanh(x) ** 2) * bump - 2 * x * np.tanh(x) * bump + np.sign(x)
+    return [loss, d_x]
+
+
+def block(x, w1, w2, gain, bias, eps=1e-5) -> Arrays:
+    centered = x - x.mean(axis=-1, keepdims=True)
+    normalized = centered / np.sqrt((centered**2).mean(axis=-1, keepdims=True) + eps)
+    normed = normalized * gain + bias
+    pre = normed @ w1
+    c = math.sqrt(2 / math.pi)
+    inner = np.tanh(c * (pre + 0.044715 * pre**3))
+    hidden = 0.5 * pre * (1 + inner)
+    out = hidden @ w2
+    d_out = 2 * out
+    d_hidden = d_out @ w2.T
+    d_gelu = 0.5 * (1 + inner) + 0.5 * pre * (1 - inner**2) * c * (1 + 3 * 0.044715 * pre**2)
+    d_pre = d_hidden * d_gelu
+    d_normed = d_pre @ w1.T
+    return [
+        np.sum(out**2),
+        normed.T @ d_pre,
+        hidden.T @ d_out,
+        (d_normed * normalized).sum(axis=0),
+        d_normed.sum(axis=0),
+    ]
+
+
+FORMULAS: dict[str, Callable[..., Arrays]] = {
+    f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block)
+}
+
+
+def executors() -> list:
+    runs = [pytest.param(accy.reference.run, id="reference")]
+    if callable(getattr(accy, "compile", None)):
+        native = lambda program, inputs: accy.compile(program, device="cpu")(*inputs)  # noqa: E731
+        runs.append(pytest.param(native, id="cpu"))
+    return runs
+
+
+def in_float64(arrays: Arrays) -> Arrays:
+    return [a.astype(np.float64) if a.dtype.kind == "f" else a for a in arrays]
+
+
+def test_every_workload_of_workloads_md_is_here():
+    assert list(WORKLOADS) == ["tiny", "mlp", "attention", "embedding", "elementwise", "block"]
+    assert set(FORMULAS) == set(WORKLOADS)
+
+
+@pytest.mark.parametrize("run", executors())
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_accy_workload_matches_numpy_formula(name, run):
+    workload = WORKLOADS[name]
+    inputs = workload.make_inputs("check", seed=3)
+    outputs = run(workload.value_and_grad("check"), inputs)
+    expected = FORMULAS[name](*in_float64(inputs))
+    assert len(outputs) == len(expected) == len(workload.output_names)
+    for output_name, actual, wanted in zip(workload.output_names, outputs, expected, strict=True):
+        assert np.asarray(actual).dtype == np.float32, output_name
+        error = normwise_error(actual, wanted)
+        assert error <= tolerance(np.dtype(np.float32)), f"{name} {output_name}: {error:.2e}"
+
+
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_inputs_are_seeded_and_laid_out_as_the_specs(name):
+    workload = WORKLOADS[name]
+    first, again = workload.make_inputs("check", 7), workload.make_inputs("check", 7)
+    for array, same, spec in zip(
+        first, again, workload.specs(workload.extents("check")), strict=True
+    ):
+        np.testing.assert_array_equal(array, same)
+        assert array.shape == spec.extents
+        assert array.dtype == spec.dtype.numpy
+    assert not np.array_equal(first[0], workload.make_inputs("check", 8)[0])
+
+
+def test_the_cpu_scale_is_that_of_workloads_md():
+    sizes = {name: w.extents("cpu") for name, w in WORKLOADS.items()}
+    assert sizes["mlp"] == {"batch": 256, "in": 512, "hidden": 512, "out": 10}
+    assert sizes["attention"] == {"token": 256, "channel": 64}
+    assert sizes["embedding"] == {"vocab": 32768, "channel": 256, "token": 4096}
+    assert sizes["elementwise"] == {"n": 4194304}
+    assert sizes["block"] == {"row": 2048, "embed": 512, "ff": 2048}
+
+
+def test_the_gpu_scale_multiplies_batch_token_row_and_sets_the_vocab():
+    assert gpu_extents({"vocab": 32768, "channel": 256, "token": 4096}) == {
+        "vocab": 131072,
+        "channel": 256,
+        "token": 32768,
+    }
+    assert gpu_extents({"row": 2048, "embed": 512}) == {"row": 16384, "embed": 512}
+
+
+def test_causal_mask_lets_a_token_see_itself_and_the_past():
+    np.testing.assert_array_equal(causal_mask(3), [[0, -30, -30], [0, 0, -30], [0, 0, 0]])
+
+
+def test_normwise_error_flags_wrong_shapes_and_nans_and_scales_by_the_largest_value():
+    assert normwise_error(np.ones(3), np.ones(4)) == math.inf
+    assert normwise_error(np.array([1.0, np.nan]), np.array([1.0, 2.0])) == math.inf
+    assert normwise_error(np.array([100.0, 1.0]), np.array([100.0, 0.0])) == pytest.approx(0.01)
+    assert normwise_error(np.zeros(2), np.zeros(2)) == 0.0
+    assert tolerance(np.dtype(np.float32)) == pytest.approx(4 * 2.0**-11.5)
+
+
+def test_time_steps_warms_up_then_times_the_requested_repeats():
+    calls = []
+    timing = time_steps(lambda: calls.append(1), budget_s=0.01, repeat=7)
+    assert timing.repeats == 7
+    assert len(calls) == timing.warmup_steps + 7
+    assert timing.min_s <= timing.q1_s <= timing.median_s <= timing.q3_s
+
+
+def test_repeats_fill_the_budget_within_bounds():
+    assert repeats_for(0.1, budget_s=1.0) == 10
+    assert repeats_for(10.0, budget_s=1.0) == 3
+    assert repeats_for(1e-9, budget_s=1.0) == 20000
+
+
+def test_peak_resident_sees_an_allocation_made_after_reset():
+    meter = PeakResident()
+    meter.reset()
+    block_of_64_mib = np.ones(8 * 2**20)
+    del block_of_64_mib
+    assert meter.peak_bytes() >= 60 * 2**20
+
+
+def test_the_harness_side_never_imports_the_peers():
+    """Only worker processes import JAX or PyTorch, so the harness runs without them."""
+    modules = "bench.cli, bench.runner, bench.report, bench.compare, bench.measure, bench.workloads"
+    script = f"import sys, {modules}; print(sorted({{'jax', 'torch'}} & set(sys.modules)))"
+    completed = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert completed.stdout.strip() == "[]"

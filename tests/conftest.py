@@ -41,6 +41,7 @@ def round_trip_every_built_program(monkeypatch):
     original_build = Builder.build
 
     def checked_build(self, outputs):
+        __tracebackhide__ = True  # not the user's line in accy's "traced at" locations either
         program = original_build(self, outputs)
         # Parsing builds programs too; check only the outermost build, not the parser's own.
         if not getattr(_checking, "active", False):

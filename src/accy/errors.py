@@ -8,6 +8,7 @@ specific failure by type.
 from __future__ import annotations
 
 import os
+import sys
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -65,14 +66,29 @@ class CompileError(AccyError):
     """Generated code failed to compile: this is a bug in accy, reported with the source path."""
 
 
+def _is_user_frame(frame) -> bool:
+    """A frame outside accy, and not hidden (pytest's `__tracebackhide__`, as wrappers set)."""
+    inside = os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep)
+    return not inside and not frame.f_locals.get("__tracebackhide__", False)
+
+
 def attach_user_location(error: BaseException) -> None:
-    """Append the innermost user frame of `error`'s traceback (outside accy) to its message."""
+    """Append the innermost user frame of `error`'s traceback (outside accy) to its message.
+
+    When the traceback has no user frame (accy raised it after the user's code returned, as for
+    a bad output), the innermost user frame of the calling stack is used instead.
+    """
     location = ""
     tb = error.__traceback__
     while tb is not None:
-        filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if not filename.startswith(_PACKAGE_DIR + os.sep):
+        if _is_user_frame(tb.tb_frame):
             location = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
         tb = tb.tb_next
+    if not location:
+        frame = sys._getframe(1)
+        while frame is not None and not _is_user_frame(frame):
+            frame = frame.f_back
+        if frame is not None:
+            location = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     if location and error.args and "(traced at " not in str(error.args[0]):
         error.args = (f"{error.args[0]}\n  (traced at {location})", *error.args[1:])

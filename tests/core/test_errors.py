@@ -336,3 +336,11 @@ def test_errors_outside_tracing_carry_no_location():
     with pytest.raises(accy.AxisError) as caught:
         x.sum("nope")
     assert "traced at" not in str(caught.value)
+
+
+def test_a_bad_output_points_at_the_line_that_called_define():
+    def define_with_bad_output():
+        return accy.trace.define("bad", [spec(f32, lane=2)], lambda b, a: "not a value")
+
+    with pytest.raises(accy.AccyError, match=traced_at(define_with_bad_output, 1)):
+        define_with_bad_output()

@@ -179,7 +179,11 @@ def test_wrong_number_of_operands_shows_the_operands_given():
 
 def test_calling_a_program_with_the_wrong_number_of_arguments():
     callee = trace([spec(f32, lane=4)] * 2, lambda b, a: a[0] * a[1], name="callee")
-    with pytest.raises(accy.AccyError, match="call 'callee': it takes 2 arguments, got 1"):
+    with pytest.raises(
+        accy.AccyError,
+        match=r"call 'callee': it takes 2 arguments \(f32\[lane=4\], f32\[lane=4\]\), got 1 "
+        r"\(f32\[lane=4\]\)",
+    ):
         trace([spec(f32, lane=4)], lambda b, a: b.call(callee, [a[0]]))
 
 

@@ -84,9 +84,10 @@ class Inline(Layer):
         if len(args) != len(program.parameters):
             from ..errors import AccyError
 
+            given = ", ".join(str(getattr(arg, "ty", repr(arg))) for arg in args) or "none"
             raise AccyError(
-                f"call {program.name!r}: it takes {len(program.parameters)} arguments, "
-                f"got {len(args)}"
+                f"call {program.name!r}: it takes {len(program.parameters)} arguments "
+                f"({', '.join(map(str, program.parameter_types))}), got {len(args)} ({given})"
             )
         for position, (arg, expected) in enumerate(zip(args, program.parameter_types, strict=True)):
             if arg.ty != expected:

@@ -348,3 +348,10 @@ def test_a_bad_output_points_at_the_line_that_called_define():
 
     with pytest.raises(accy.AccyError, match=traced_at(define_with_bad_output, 1)):
         define_with_bad_output()
+
+
+def test_mean_of_integers_is_an_error_not_a_truncation():
+    with pytest.raises(
+        accy.DTypeError, match=r"mean needs a floating-point operand, got i32\[a=2\]; convert it"
+    ):
+        trace([spec(i32, a=2)], lambda b, a: a[0].mean())

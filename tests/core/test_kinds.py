@@ -1089,3 +1089,15 @@ def test_bf16_scalars_keep_rank_zero():
     assert_same(plus_one, np.float32(3.0).reshape(()))
     # 1 + 2 = 3, then 3 + 2**-8 rounds back to 3 in bf16 (8 significant bits).
     assert_same(total, np.float32(3.0).reshape(()))
+
+
+def test_reducing_over_no_axes_combines_each_element_with_the_init():
+    program = trace(
+        [spec(f32, a=3)], lambda b, a: (a[0].sum(()), a[0].max([]), a[0].reduce(10.0, "min", []))
+    )
+    assert program.output_types == (spec(f32, a=3),) * 3
+    x = np.array([1.0, 20.0, -3.0], np.float32)
+    total, highest, lowest = evaluate(program, x)
+    assert_same(total, x)
+    assert_same(highest, x)
+    assert_same(lowest, np.minimum(x, 10.0))

@@ -30,8 +30,9 @@ def axis_tuple(axes) -> tuple[str, ...]:
 
 
 def _is_axis_argument(x: Any) -> bool:
+    """An axis name or a sequence of them (an empty one reduces over no axes)."""
     return isinstance(x, str) or (
-        isinstance(x, tuple | list) and len(x) > 0 and all(isinstance(a, str) for a in x)
+        isinstance(x, tuple | list) and all(isinstance(a, str) for a in x)
     )
 
 
@@ -284,8 +285,14 @@ class OpsApi:
         return self.reduce(x, 1, "prod", axes)
 
     def mean(self, x, axes=None):
+        """The mean over `axes`; floats only (an integer mean would truncate silently)."""
         axes = x.ty.axes if axes is None else axis_tuple(axes)
         self._require_axes("mean", x, axes)
+        if not x.ty.dtype.is_float:
+            raise DTypeError(
+                f"mean needs a floating-point operand, got {x.ty}; convert it first, e.g. "
+                f"x.convert(accy.f32).mean(...)"
+            )
         count = int(np.prod([x.ty.extent(a) for a in axes], dtype=np.int64))
         return self.div(self.sum(x, axes), float(count))
 

@@ -489,3 +489,20 @@ def test_missing_c_compiler(monkeypatch):
     monkeypatch.setenv("PATH", "")
     with pytest.raises(accy.RuntimeUnavailable, match="no C compiler found"):
         toolchain.c_compiler()
+
+
+def test_a_parameter_in_another_kernels_scope():
+    # Another kernel's parameter would record its reads there, leaving them unchecked here.
+    foreign = []
+
+    def first(k, args):
+        foreign.append(args.param("x"))
+        k.for_each_1d("e", 4, args, copy_each)
+
+    Program(name="first", parameters=F32, body=first)
+
+    def each(inner, index, args):
+        args.param("dst").store(inner, foreign[0].load(inner, index), index)
+
+    with pytest.raises(KernelError, match="load of 'x' needs a scope of this kernel"):
+        kernel(each, name="second")

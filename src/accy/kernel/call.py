@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..types import DType, TensorType
 from .errors import KernelCallMismatch, KernelCallNotFound, KernelError
-from .logical.program import RESULT
+from .ir import RESULT
 
 if TYPE_CHECKING:
     import numpy as np

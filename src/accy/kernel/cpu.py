@@ -15,7 +15,7 @@ from ..ops.elementwise import round_to_bf16
 from ..types import DType, TensorType, bf16, bool_, f16
 from .dtypes import c_type
 from .errors import KernelCallMismatch
-from .logical.program import RESULT
+from .ir import RESULT
 from .toolchain import build_shared_library
 
 if TYPE_CHECKING:

@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any
 from ..types import DType
 
 if TYPE_CHECKING:
-    from .logical.program import Scope, Value
+    from .logical.scope import Scope
+    from .logical.values import Value
+
+
+RESULT = "dst"  # the parameter bound to the custom call's result: the only one a kernel writes
 
 
 @dataclass(frozen=True)

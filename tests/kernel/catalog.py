@@ -377,6 +377,28 @@ MISC = [
 ]
 
 
+def _outer_constant_kernel() -> Program:
+    # A value made in the kernel's scope, before the loop, and used inside it.
+    def body(k, args):
+        scale = k.constant(2.5, f64).mul(k, -2.0)
+
+        def each(inner, index, each_args):
+            x = each_args.param("x").load(inner, index)
+            each_args.param("dst").store(inner, x.mul(inner, scale), index)
+
+        k.for_each_1d("e", EXTENT, args, each)
+
+    parameters = {"dst": dynamic_buffer(f64), "x": dynamic_buffer(f64)}
+    return Program(name="outer_constant_f64", parameters=parameters, body=body).with_schedule(
+        SCHEDULE
+    )
+
+
+MISC.append(
+    Case(_outer_constant_kernel(), lambda rng: [_unit(rng, f64)], lambda x: x * np.float64(-5.0))
+)
+
+
 def _mixed_reference(x: np.ndarray, n: np.ndarray) -> np.ndarray:
     quotient = x / (n.astype(np.float32) + np.float32(0.5))
     return np.where(quotient < 1, np.exp(quotient), np.sqrt(quotient))

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from ..errors import CompileError, RuntimeUnavailable
@@ -35,8 +36,16 @@ def _source_file(source: str, suffix: str) -> Path:
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     path = work_directory() / f"kernel_{digest}{suffix}"
     if not path.exists():
-        path.write_text(source)
+        partial = _partial(path)
+        partial.write_text(source)
+        partial.replace(path)
     return path
+
+
+def _partial(path: Path) -> Path:
+    # Written under a private name and renamed into place, so that another thread never reads
+    # (or loads) a file that is half written.
+    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
 
 
 def c_compiler() -> str:
@@ -82,8 +91,10 @@ def build_shared_library(source: str, what: str) -> Path:
     path = _source_file(source, ".c")
     library = path.with_suffix(".so")
     if not library.exists():
+        partial = _partial(library)
         command = [c_compiler(), *STRICT_C_FLAGS, "-O1", "-shared", "-fPIC", str(path)]
-        _run([*command, "-o", str(library), "-lm"], what, path)
+        _run([*command, "-o", str(partial), "-lm"], what, path)
+        partial.replace(library)
     return library
 
 

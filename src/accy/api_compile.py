@@ -90,7 +90,9 @@ def _cpu(program: Program, kernel_call_registry: Any) -> Callable[..., list[np.n
     from .execute import fragment_for
     from .lower.fragment import FragmentCompilerOptions
 
-    fragment = fragment_for(program, FragmentCompilerOptions(kernel_call_registry=kernel_call_registry))
+    fragment = fragment_for(
+        program, FragmentCompilerOptions(kernel_call_registry=kernel_call_registry)
+    )
     parameter_types, output_types = program.parameter_types, program.output_types
     raw_dtypes = [np.uint16 if t.dtype == bf16 else t.dtype.numpy for t in output_types]
 
@@ -143,7 +145,9 @@ def compile(
     array(2., dtype=float32)
     """
     if not isinstance(program, Program):
-        raise AccyError(f"accy.compile needs a Program (accy.trace.define makes one), got {program!r}")
+        raise AccyError(
+            f"accy.compile needs a Program (accy.trace.define makes one), got {program!r}"
+        )
     if device not in DEVICES:
         raise AccyError(f"unknown device {device!r}; the devices are {', '.join(DEVICES)}")
     return CompiledProgram(program, device, DEVICES[device](program, kernel_call_registry))

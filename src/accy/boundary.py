@@ -93,7 +93,9 @@ def output_addresses(program: str, types, values: Sequence[Any]) -> tuple[list[i
     return [a.__array_interface__["data"][0] for a in arrays], arrays
 
 
-def check_no_overlap(program: str, inputs: list[int], input_types, outputs: list[int], output_types):
+def check_no_overlap(
+    program: str, inputs: list[int], input_types, outputs: list[int], output_types
+):
     """Refuse an output that shares memory with an input or another output."""
     spans = [
         (address, address + t.nbytes, f"input {i}")

@@ -62,7 +62,9 @@ class Fragment:
             self.native_entry(ctypes.addressof(buffers), self._workspace_address)
 
     def __repr__(self) -> str:
-        return f"<Fragment {self.program.name!r}: {self.input_count()} in, {self.output_count()} out>"
+        return (
+            f"<Fragment {self.program.name!r}: {self.input_count()} in, {self.output_count()} out>"
+        )
 
 
 def load_fragment(handle: Any, compiled: Any, options: Any = None) -> Fragment:

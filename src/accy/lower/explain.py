@@ -14,6 +14,10 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} MiB"
 
 
+def _name(op) -> str:
+    return op.attrs["op"] if op.kind == "unary" else op.kind
+
+
 def _values(values) -> str:
     return ", ".join(f"%{v}" for v in values) or "nothing"
 
@@ -30,8 +34,9 @@ def _gemm_note(step: Step) -> str:
 
 NOTES = {
     "dot": _gemm_note,
-    "reduce": lambda step: f"{step.op.attrs['op']} over {', '.join(step.op.attrs['axes'])} "
-    f"({step.detail.strategy})",
+    "reduce": lambda step: (
+        f"{step.op.attrs['op']} over {', '.join(step.op.attrs['axes'])} ({step.detail.strategy})"
+    ),
     "custom_call": lambda step: f"{step.op.attrs['target']} v{step.op.attrs['version']}",
     "scan": lambda step: f"over {step.op.attrs['axis']} x{step.op.attrs['length']}",
 }
@@ -40,12 +45,10 @@ NOTES = {
 def _step_line(plan: Plan, index: int, step: Step) -> str:
     if step.kind == "copy":
         return f"{index:>3}  copy         output {step.output} <- %{step.reads[0]}"
-    written = ", ".join(
-        f"%{v}: {plan.program.type_of(v)} -> {plan.slots[v]}" for v in step.writes
-    )
+    written = ", ".join(f"%{v}: {plan.program.type_of(v)} -> {plan.slots[v]}" for v in step.writes)
     line = f"{index:>3}  {step.kind:<11}  {step.op.kind} {written}  reads {_values(step.reads)}"
     if step.fused:
-        line += f"; fuses {', '.join(op.kind if op.kind != 'unary' else op.attrs['op'] for op in step.fused)}"
+        line += f"; fuses {', '.join(map(_name, step.fused))}"
     if step.kind in NOTES:
         line += f"; {NOTES[step.kind](step)}"
     return line

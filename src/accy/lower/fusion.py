@@ -50,9 +50,7 @@ def _inline(op: Operation) -> list[tuple[str, str]]:
 
 
 def _expanding_if_larger(op: Operation) -> list[tuple[str, str]]:
-    return [
-        ("each", "expanding" if op.type.size > t.size else "inline") for t in op.operand_types
-    ]
+    return [("each", "expanding" if op.type.size > t.size else "inline") for t in op.operand_types]
 
 
 def _all_buffers(op: Operation) -> list[tuple[str, str]]:

@@ -107,7 +107,7 @@ def build_plan(program: Program) -> Plan:
     steps = _steps(decisions, views)
     slots, outputs = _slots(program, steps)
     offsets, workspace = _place_workspace(program, steps, slots)
-    for (key, offset) in offsets.items():
+    for key, offset in offsets.items():
         if isinstance(key, int):
             slots[key] = Slot("workspace", offset, program.type_of(key))
     scratch = {key: offset for key, offset in offsets.items() if isinstance(key, tuple)}

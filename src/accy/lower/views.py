@@ -28,7 +28,9 @@ class StridedView:
     def is_contiguous(self, type: TensorType) -> bool:
         """Whether the view is the base's memory in row-major order of `type`."""
         significant = [
-            (s, c) for s, c, n in zip(self.strides, row_major(type.extents), type.extents) if n > 1
+            (s, c)
+            for s, c, n in zip(self.strides, row_major(type.extents), type.extents, strict=True)
+            if n > 1
         ]
         return all(s == c for s, c in significant)
 
@@ -64,7 +66,9 @@ def _broadcast(op: Operation, view: StridedView) -> StridedView:
 def _slice(op: Operation, view: StridedView) -> StridedView:
     starts, steps = op.attrs["starts"], op.attrs["strides"]
     offset = view.offset + sum(s * k for s, k in zip(starts, view.strides, strict=True))
-    return StridedView(view.base, offset, tuple(s * k for s, k in zip(steps, view.strides)))
+    return StridedView(
+        view.base, offset, tuple(s * k for s, k in zip(steps, view.strides, strict=True))
+    )
 
 
 def _reshape(op: Operation, view: StridedView) -> StridedView | None:

@@ -87,7 +87,9 @@ def _system() -> list[str]:
 
 def candidate_paths() -> list[str]:
     override = os.environ.get("ACCY_BLAS_LIBRARY")
-    return ([override] if override else []) + _numpy_bundled() + _scipy_openblas_wheels() + _system()
+    return (
+        ([override] if override else []) + _numpy_bundled() + _scipy_openblas_wheels() + _system()
+    )
 
 
 @functools.cache

@@ -237,7 +237,8 @@ def _reshape(body: Body, op: Operation, index: Index) -> str:
 def _slice(body: Body, op: Operation, index: Index) -> str:
     starts, steps = op.attrs["starts"], op.attrs["strides"]
     parts = tuple(
-        offset_expression((i,), (k,), s) for i, s, k in zip(components(index), starts, steps)
+        offset_expression((i,), (k,), s)
+        for i, s, k in zip(components(index), starts, steps, strict=True)
     )
     return body.value(op.operands[0], tuple(body.index_temp(p) for p in parts))
 

@@ -42,7 +42,9 @@ static inline uint16_t accy_cpu_bf16_store(float x) {
   return (uint16_t)(bits >> 16);
 }
 
-static inline float accy_cpu_round_bf16(float x) { return accy_cpu_bf16_load(accy_cpu_bf16_store(x)); }
+static inline float accy_cpu_round_bf16(float x) {
+  return accy_cpu_bf16_load(accy_cpu_bf16_store(x));
+}
 
 /* Written with exp of a non-positive number, so that neither branch overflows. */
 static inline float accy_cpu_logisticf(float x) {
@@ -147,6 +149,9 @@ def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str
     unit = Translation(registry, blas)
     unit.write_function(plan, "accy_run", exported=True)
     blas_part = NO_BLAS if blas is None else BLAS_DECLARATIONS.format(blasint=blas.c_int_type)
-    return "\n\n".join(
-        [PRELUDE.strip(), blas_part.strip(), *unit.kernel_sources.values(), *unit.declarations]
-    ) + "\n"
+    return (
+        "\n\n".join(
+            [PRELUDE.strip(), blas_part.strip(), *unit.kernel_sources.values(), *unit.declarations]
+        )
+        + "\n"
+    )

@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 
 from ...errors import AccyError
 from ...lower.contraction import Gemm, MatrixOperand
-from ...lower.plan import Plan, Step
-from ...lower.views import view_of_stored
+from ...lower.plan import BLAS_DTYPES, Plan, Step
 from ...ops.contraction import dimensions, free_dimensions
-from ...lower.plan import BLAS_DTYPES
 from ...types import TensorType, f32
 from . import templates
 from .dtypes import c_type, highest, lowest
@@ -78,7 +76,9 @@ def _root_loop(ctx: StepContext, flat: bool) -> list[str]:
     position = "i" if flat else linear(index, t.extents)
     loops = [("i", t.size)] if flat else axis_loops(t)
     pragma = PARALLEL_FOR if loops and worth_threads(t.size, ctx.step.fused + (op,)) else None
-    return nest(loops, body.lines + [_store(t.dtype, ctx.pointers[op.results[0]], position, x)], pragma)
+    return nest(
+        loops, body.lines + [_store(t.dtype, ctx.pointers[op.results[0]], position, x)], pragma
+    )
 
 
 def emit_loop(ctx: StepContext) -> list[str]:
@@ -124,10 +124,14 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
     body = ctx.body()
     x = body.value(op.operands[0], index)
     combine = f"acc = {templates.binary(templates.REDUCERS[reducer], c_type(dtype), 'acc', x)};"
-    store = _store(dtype, ctx.pointers[op.results[0]], out_position, c_type(dtype).round.format(x="acc"))
+    store = _store(
+        dtype, ctx.pointers[op.results[0]], out_position, c_type(dtype).round.format(x="acc")
+    )
     large = worth_threads(x_type.size, ctx.step.fused)
     if not kept_loops and large and reduced_loops and reduced_loops[0][1] >= 2 * CHUNKS:
-        return lines + _chunked_full_reduction(reduced_loops, body.lines + [combine], reducer, dtype, compute, store)
+        return lines + _chunked_full_reduction(
+            reduced_loops, body.lines + [combine], reducer, dtype, compute, store
+        )
     inner = nest(reduced_loops, body.lines + [combine], inner_pragma=_simd(reducer))
     per_output = [f"{compute} acc = init;"] + inner + [store]
     outer = PARALLEL_FOR if kept_loops and large and kept_loops[0][1] > 1 else None
@@ -140,9 +144,7 @@ def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> lis
     counter, extent = loops[0]
     bounds = {counter: (f"c * {extent}LL / {CHUNKS}", f"(c + 1) * {extent}LL / {CHUNKS}")}
     chunk = nest(loops, inner, inner_pragma=_simd(reducer), bounds=bounds)
-    combine_parts = templates.binary(
-        templates.REDUCERS[reducer], c_type(dtype), "acc", "part[c]"
-    )
+    combine_parts = templates.binary(templates.REDUCERS[reducer], c_type(dtype), "acc", "part[c]")
     return [
         f"{compute} part[{CHUNKS}];",
         PARALLEL_FOR,
@@ -266,7 +268,11 @@ def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
     loops = [(f"b{k}", n) for k, n in enumerate(gemm.batch_extents)]
     a_at = offset_expression(batch, a_batch, a_offset)
     b_at = offset_expression(batch, b_batch, b_offset)
-    c_at = offset_expression((linear(batch, gemm.batch_extents),), (gemm.m * gemm.n,)) if batch else "0"
+    c_at = (
+        offset_expression((linear(batch, gemm.batch_extents),), (gemm.m * gemm.n,))
+        if batch
+        else "0"
+    )
     function = "accy_sgemm" if op.type.dtype == f32 else "accy_dgemm"
     one = "1.0f" if op.type.dtype == f32 else "1.0"
     zero = "0.0f" if op.type.dtype == f32 else "0.0"
@@ -302,9 +308,16 @@ def _emit_dot_loops(ctx: StepContext) -> list[str]:
     a = body.value(op.operands[0], tuple(lhs_index))
     b = body.value(op.operands[1], tuple(rhs_index))
     ctype = c_type(op.type.dtype)
-    contract_loops = [(f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1]
+    contract_loops = [
+        (f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1
+    ]
     inner = nest(contract_loops, body.lines + [f"acc = acc + {a} * {b};"])
-    store = _store(op.type.dtype, ctx.pointers[op.results[0]], linear(result_index, op.type.extents), ctype.round.format(x="acc"))
+    store = _store(
+        op.type.dtype,
+        ctx.pointers[op.results[0]],
+        linear(result_index, op.type.extents),
+        ctype.round.format(x="acc"),
+    )
     return nest(axis_loops(op.type, "r"), [f"{ctype.compute} acc = 0;"] + inner + [store])
 
 
@@ -378,7 +391,8 @@ def emit_scan(ctx: StepContext) -> list[str]:
     num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
     body_function = ctx.unit.write_function(ctx.step.body)
     body_workspace = ctx.scratch("char", "body")
-    carries = list(zip(op.operands[num_consts : num_consts + num_carry], op.results[:num_carry]))
+    inits = op.operands[num_consts : num_consts + num_carry]
+    carries = list(zip(inits, op.results[:num_carry], strict=True))
     lines, current, following = [], [], []
     for i, (init, result) in enumerate(carries):
         nbytes = ctx.plan.program.type_of(result).nbytes
@@ -389,7 +403,13 @@ def emit_scan(ctx: StepContext) -> list[str]:
         following.append(f"next{i}")
     step_lines = []
     slices = []
-    for i, (x, t) in enumerate(zip(op.operands[num_consts + num_carry :], op.operand_types[num_consts + num_carry :], strict=True)):
+    for i, (x, t) in enumerate(
+        zip(
+            op.operands[num_consts + num_carry :],
+            op.operand_types[num_consts + num_carry :],
+            strict=True,
+        )
+    ):
         slice_bytes = t.nbytes // max(length, 1)
         if t.position(axis) == 0:
             slices.append(f"{_address(ctx, x)} + s * {slice_bytes}")
@@ -412,7 +432,9 @@ def emit_scan(ctx: StepContext) -> list[str]:
     for i, (_, result) in enumerate(carries):
         nbytes = ctx.plan.program.type_of(result).nbytes
         pointer = ctx.pointers[result]
-        lines.append(f"if (current{i} != (char *){pointer}) memcpy({pointer}, current{i}, {nbytes});")
+        lines.append(
+            f"if (current{i} != (char *){pointer}) memcpy({pointer}, current{i}, {nbytes});"
+        )
     return lines
 
 

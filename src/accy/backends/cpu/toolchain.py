@@ -84,7 +84,9 @@ def flags_for(source: str) -> tuple[str, ...]:
 
 
 def cache_directory() -> Path:
-    root = os.environ.get("ACCY_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "accy")
+    root = os.environ.get("ACCY_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "accy"
+    )
     return Path(root) / "cpu"
 
 
@@ -169,7 +171,4 @@ def build(source: str) -> Path:
 def discard(library: Path) -> None:
     """Remove a cache entry that failed to load, so that the next build replaces it."""
     for path in (library, library.with_suffix(".sha256")):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)

@@ -1,0 +1,129 @@
+"""The lowering plan (no compiler needed): what fuses, what is stored, and buffer reuse."""
+
+from __future__ import annotations
+
+import pytest
+
+import accy
+from accy import f32, spec
+from accy.lower import build_plan, explain
+from accy.lower.buffers import Lifetime, place
+from accy.lower.views import reshaped_strides
+
+
+def kinds(plan):
+    return [step.kind for step in plan.steps]
+
+
+def test_a_chain_of_single_use_elementwise_work_is_one_loop():
+    program = accy.trace.define(
+        "chain", [spec(f32, n=8)] * 2, lambda b, a: ((a[0] * a[1]).exp() + 1.0).tanh()
+    )
+    plan = build_plan(program)
+    assert kinds(plan) == ["loop"]
+    assert {op.kind for op in plan.steps[0].fused} >= {"mul", "unary", "add"}
+    assert plan.workspace_bytes == 0
+
+
+def test_a_reduction_fuses_the_elementwise_work_feeding_it():
+    program = accy.trace.define(
+        "sum_of_squares", [spec(f32, row=4, col=8)], lambda b, a: (a[0] * a[0]).exp().sum("col")
+    )
+    assert kinds(build_plan(program)) == ["reduce"]
+
+
+def test_a_value_read_by_two_steps_is_stored_once():
+    def softmax(b, args):
+        weights = (args[0] - args[0].max("key")).exp()
+        return weights / weights.sum("key")
+
+    plan = build_plan(accy.trace.define("softmax", [spec(f32, q=4, key=8)], softmax))
+    assert kinds(plan) == ["reduce", "loop", "reduce", "loop"]
+    exp_step = plan.steps[1]
+    assert exp_step.op.kind == "unary" and exp_step.op.attrs["op"] == "exp"
+
+
+def test_an_expensive_value_is_not_recomputed_under_a_broadcast():
+    program = accy.trace.define(
+        "broadcast_exp",
+        [spec(f32, col=8), spec(f32, row=64, col=8)],
+        lambda b, a: a[0].exp() * a[1],
+    )
+    assert kinds(build_plan(program)) == ["loop", "loop"]
+
+
+def test_layout_operations_on_stored_values_are_views_not_copies():
+    program = accy.trace.define(
+        "transposed_matmul",
+        [spec(f32, k=3, m=2), spec(f32, k=3, n=4)],
+        lambda b, a: a[0].transpose("m", "k").contract(a[1].rename("n", "j"), "k"),
+    )
+    plan = build_plan(program)
+    assert kinds(plan) == ["dot"]
+    assert plan.steps[0].detail.lhs.transposed and not plan.steps[0].detail.lhs.packed
+    assert "lhs transposed" in explain(plan)
+
+
+def test_an_operand_blas_cannot_read_is_packed():
+    program = accy.trace.define(
+        "interleaved",
+        [spec(f32, m=3, k=4, q=2), spec(f32, k=4, n=5)],
+        lambda b, a: a[0].contract(a[1], "k"),
+    )
+    (step,) = build_plan(program).steps
+    assert step.detail.lhs.packed and [s.name for s in step.scratch] == ["lhs"]
+
+
+def test_intermediates_share_memory_once_they_are_dead():
+    def body(b, args):
+        x = args[0]
+        for _ in range(6):
+            x = x.exp() * x.sum("col")  # each intermediate is read by two steps: stored
+        return x.sum()
+
+    program = accy.trace.define("deep", [spec(f32, row=64, col=64)], body)
+    plan = build_plan(program)
+    stored = [v for step in plan.steps for v in step.writes if plan.slots[v].storage == "workspace"]
+    total = sum(program.type_of(v).nbytes for v in stored)
+    assert plan.workspace_bytes < total / 2
+
+
+def test_outputs_are_written_in_place_and_copied_only_when_shared():
+    program = accy.trace.define(
+        "outputs", [spec(f32, n=4)], lambda b, a: (a[0], a[0] * 2.0, a[0] * 2.0)
+    )
+    plan = build_plan(program)
+    assert kinds(plan) == ["loop", "loop", "copy"]
+    assert [str(s) for s in plan.output_slots] == ["output 0", "output 1", "output 2"]
+
+
+def test_explain_lists_steps_and_the_scan_body():
+    def body(b, args):
+        def cell(_, values):
+            return (values[0] + values[1],)
+
+        carries, _ = b.scan(cell, carries=[args[0]], xs=[args[1]], axis="step")
+        return carries[0]
+
+    program = accy.trace.define("scan", [spec(f32, c=2), spec(f32, step=3, c=2)], body)
+    text = explain(program)
+    assert "plan of 'scan'" in text and "scan %" in text and "plan of 'scan_body'" in text
+
+
+def test_place_reuses_freed_blocks():
+    lifetimes = [Lifetime("a", 1000, 0, 1), Lifetime("b", 1000, 1, 2), Lifetime("c", 1000, 2, 3)]
+    offsets, size = place(lifetimes, 4)
+    assert offsets["a"] == offsets["c"] and size == 2048
+
+
+@pytest.mark.parametrize(
+    "old, strides, new, expected",
+    [
+        ((2, 3, 4), (12, 4, 1), (6, 4), (4, 1)),
+        ((4, 3), (1, 4), (12,), None),  # a transposed buffer cannot be flattened in place
+        ((4, 3), (1, 4), (2, 2, 3), (2, 1, 4)),
+        ((2, 1, 3), (3, 3, 1), (6,), (1,)),
+    ],
+)
+def test_reshape_is_a_view_when_strides_allow(old, strides, new, expected):
+    assert reshaped_strides(old, strides, new) == expected

@@ -22,6 +22,14 @@ import importlib
 import os
 from dataclasses import dataclass
 
+# Setters and getters of the library's thread count, when it exports them.
+THREAD_SYMBOLS = (
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+)
+
 # (sgemm symbol, dgemm symbol, integer bits), most specific first.
 SYMBOLS = (
     ("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", 64),
@@ -37,6 +45,8 @@ class Blas:
     sgemm: int
     dgemm: int
     integer_bits: int
+    set_threads: int = 0  # void (*)(int), or 0 where the library has none
+    get_threads: int = 0  # int (*)(void)
 
     @property
     def c_int_type(self) -> str:
@@ -46,18 +56,24 @@ class Blas:
         return f"{os.path.basename(self.path)} ({self.integer_bits}-bit integers)"
 
 
+def _address(library: ctypes.CDLL, name: str) -> int:
+    try:
+        return ctypes.cast(getattr(library, name), ctypes.c_void_p).value or 0
+    except AttributeError:
+        return 0
+
+
 def _probe(path: str) -> Blas | None:
     try:
         library = ctypes.CDLL(path)
     except OSError:
         return None
     for sgemm, dgemm, bits in SYMBOLS:
-        try:
-            s, d = getattr(library, sgemm), getattr(library, dgemm)
-        except AttributeError:
-            continue
-        address = ctypes.cast(s, ctypes.c_void_p).value
-        return Blas(path, address, ctypes.cast(d, ctypes.c_void_p).value, bits)
+        s, d = _address(library, sgemm), _address(library, dgemm)
+        if s and d:
+            threads = [(_address(library, a), _address(library, b)) for a, b in THREAD_SYMBOLS]
+            setter, getter = next(((a, b) for a, b in threads if a and b), (0, 0))
+            return Blas(path, s, d, bits, setter, getter)
     return None
 
 

@@ -14,11 +14,15 @@ from ...program import Operation
 from .blas import Blas
 from .expressions import Unit
 from .steps import STEP_EMITTERS, StepContext
+from .vector_math import vector_declarations
 
 PRELUDE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #define ACCY_CPU_CLAMP(i, high) ((i) < 0 ? 0 : (i) > (high) ? (high) : (i))
 /* float -> integer: truncate, NaN -> 0, saturate at the bounds (as the reference does). */
@@ -68,14 +72,37 @@ typedef void (*accy_dgemm_t)(int, int, int, accy_blasint, accy_blasint, accy_bla
                              double *, accy_blasint);
 static accy_sgemm_t accy_sgemm;
 static accy_dgemm_t accy_dgemm;
+static void (*accy_blas_set_threads)(int);
+static int (*accy_blas_get_threads)(void);
 
-void accy_set_blas(void *sgemm, void *dgemm) {{
+void accy_set_blas(void *sgemm, void *dgemm, void *set_threads, void *get_threads) {{
   accy_sgemm = (accy_sgemm_t)sgemm;
   accy_dgemm = (accy_dgemm_t)dgemm;
+  accy_blas_set_threads = (void (*)(int))set_threads;
+  accy_blas_get_threads = (int (*)(void))get_threads;
+}}
+
+/* GEMMs run with BLAS's threads off (threads of our own share large ones out): two pools of
+   spinning threads fight over the cores. The library's count is global: restored right after. */
+static int accy_blas_serial(void) {{
+  const int threads = accy_blas_get_threads ? accy_blas_get_threads() : 1;
+  if (threads > 1) accy_blas_set_threads(1);
+  return threads;
+}}
+
+static void accy_blas_restore(int threads) {{
+  if (threads > 1) accy_blas_set_threads(threads);
 }}
 """
 
-NO_BLAS = "void accy_set_blas(void *sgemm, void *dgemm) { (void)sgemm; (void)dgemm; }"
+NO_BLAS = """
+void accy_set_blas(void *sgemm, void *dgemm, void *set_threads, void *get_threads) {
+  (void)sgemm;
+  (void)dgemm;
+  (void)set_threads;
+  (void)get_threads;
+}
+"""
 
 
 class Translation(Unit):
@@ -149,9 +176,11 @@ def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str
     unit = Translation(registry, blas)
     unit.write_function(plan, "accy_run", exported=True)
     blas_part = NO_BLAS if blas is None else BLAS_DECLARATIONS.format(blasint=blas.c_int_type)
-    return (
-        "\n\n".join(
-            [PRELUDE.strip(), blas_part.strip(), *unit.kernel_sources.values(), *unit.declarations]
-        )
-        + "\n"
-    )
+    parts = [
+        PRELUDE.strip(),
+        "\n".join(vector_declarations()),
+        blas_part.strip(),
+        *unit.kernel_sources.values(),
+        *unit.declarations,
+    ]
+    return "\n\n".join(part for part in parts if part) + "\n"

@@ -7,6 +7,7 @@ compiler vectorize without alias checks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from .expressions import EMITTERS, Body, Flat, NotFlat, Unit, linear, offset_exp
 from .loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared among threads
 CHUNKS = 8  # fixed, so that a parallel reduction adds in the same order on any thread count
 
 
@@ -253,36 +255,84 @@ def _gemm_operand(ctx, value, t, matrix: MatrixOperand, name) -> tuple[str, int,
     return ctx.pointers[view.base], view.offset, matrix.batch_strides
 
 
+def _gemm_call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
+    f32_like = op.type.dtype == f32
+    function, one, zero = (
+        ("accy_sgemm", "1.0f", "0.0f") if f32_like else ("accy_dgemm", "1.0", "0.0")
+    )
+    flags = [TRANS if x.transposed else NO_TRANS for x in (gemm.lhs, gemm.rhs)]
+    return (
+        f"{function}({ROW_MAJOR}, {flags[0]}, {flags[1]}, {m}, {n}, {gemm.k}, {one}, "
+        f"{a}, {gemm.lhs.leading}, {b}, {gemm.rhs.leading}, {zero}, {c}, {max(gemm.n, 1)});"
+    )
+
+
+def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str) -> list[str]:
+    """One GEMM shared by the threads: each computes a band of rows (or of columns)."""
+    if gemm.m >= gemm.n:
+        a_band = f"{a} + first" if gemm.lhs.transposed else f"{a} + first * {gemm.lhs.leading}"
+        call = _gemm_call(
+            op, gemm, "last - first", str(gemm.n), a_band, b, f"{c} + first * {gemm.n}"
+        )
+        extent = gemm.m
+    else:
+        b_band = f"{b} + first * {gemm.rhs.leading}" if gemm.rhs.transposed else f"{b} + first"
+        call = _gemm_call(op, gemm, str(gemm.m), "last - first", a, b_band, f"{c} + first")
+        extent = gemm.n
+    return [
+        "#pragma omp parallel",
+        "{",
+        "  const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();",
+        f"  const int64_t first = {extent} * part / parts, last = {extent} * (part + 1) / parts;",
+        f"  if (last > first) {call}",
+        "}",
+    ]
+
+
 def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
+    """BLAS GEMMs, run with BLAS's own threads off: large work is shared out by OpenMP, one
+    thread pool that waits passively, instead of two pools that fight over the cores."""
     op = ctx.step.op
     lhs_type, rhs_type = op.operand_types
     a, a_offset, a_batch = _gemm_operand(ctx, op.operands[0], lhs_type, gemm.lhs, "lhs")
     b, b_offset, b_batch = _gemm_operand(ctx, op.operands[1], rhs_type, gemm.rhs, "rhs")
-    out = ctx.pointers[op.results[0]]
-    storage = c_type(op.type.dtype).storage
-    if gemm.m == 0 or gemm.n == 0 or any(n == 0 for n in gemm.batch_extents):
+    out = f"({c_type(op.type.dtype).storage} *){ctx.pointers[op.results[0]]}"
+    count = math.prod(gemm.batch_extents)
+    if gemm.m == 0 or gemm.n == 0 or count == 0:
         return []
     if gemm.k == 0:
         return [f"memset({out}, 0, {op.type.nbytes});"]
-    batch = tuple(f"b{k}" for k in range(len(gemm.batch_extents)))
-    loops = [(f"b{k}", n) for k, n in enumerate(gemm.batch_extents)]
-    a_at = offset_expression(batch, a_batch, a_offset)
-    b_at = offset_expression(batch, b_batch, b_offset)
-    c_at = (
-        offset_expression((linear(batch, gemm.batch_extents),), (gemm.m * gemm.n,))
-        if batch
-        else "0"
-    )
-    function = "accy_sgemm" if op.type.dtype == f32 else "accy_dgemm"
-    one = "1.0f" if op.type.dtype == f32 else "1.0"
-    zero = "0.0f" if op.type.dtype == f32 else "0.0"
-    flags = [TRANS if m.transposed else NO_TRANS for m in (gemm.lhs, gemm.rhs)]
-    call = (
-        f"{function}({ROW_MAJOR}, {flags[0]}, {flags[1]}, {gemm.m}, {gemm.n}, {gemm.k}, {one}, "
-        f"{a} + {a_at}, {gemm.lhs.leading}, {b} + {b_at}, {gemm.rhs.leading}, {zero}, "
-        f"({storage} *){out} + {c_at}, {max(gemm.n, 1)});"
-    )
-    return ctx.prologue + nest(loops, [call])
+    large = count * gemm.m * gemm.n * gemm.k >= PARALLEL_GEMM_MNK
+    if not gemm.batch_extents:
+        a, b = f"{a} + {a_offset}", f"{b} + {b_offset}"
+        calls = (
+            _split_gemm(op, gemm, a, b, out)
+            if large
+            else [_gemm_call(op, gemm, str(gemm.m), str(gemm.n), a, b, out)]
+        )
+    else:
+        batch = tuple(
+            f"(batch / {math.prod(gemm.batch_extents[k + 1 :])}) % {n}"
+            for k, n in enumerate(gemm.batch_extents)
+        )
+        a_at = offset_expression(batch, a_batch, a_offset)
+        b_at = offset_expression(batch, b_batch, b_offset)
+        call = _gemm_call(
+            op,
+            gemm,
+            str(gemm.m),
+            str(gemm.n),
+            f"{a} + {a_at}",
+            f"{b} + {b_at}",
+            f"{out} + batch * {gemm.m * gemm.n}",
+        )
+        calls = nest([("batch", count)], [call], PARALLEL_FOR if large else None)
+    return [
+        *ctx.prologue,
+        "const int threads = accy_blas_serial();",
+        *calls,
+        "accy_blas_restore(threads);",
+    ]
 
 
 def _emit_dot_loops(ctx: StepContext) -> list[str]:

@@ -80,7 +80,8 @@ def flags_for(source: str) -> tuple[str, ...]:
     # OpenMP's runtime is linked only into programs that have a parallel loop; simd pragmas
     # alone need just the compiler's support for them.
     openmp = "-fopenmp" if "omp parallel" in source else "-fopenmp-simd"
-    return (*BASE_FLAGS, openmp)
+    vector_math = ("-lmvec",) if 'simd("notinbranch")' in source else ()
+    return (*BASE_FLAGS, openmp, *vector_math)
 
 
 def cache_directory() -> Path:
@@ -131,7 +132,9 @@ def _locked(path: Path):
 def _run_compiler(compiler: Compiler, flags, source_path: Path, output: Path) -> None:
     global _compiles
     _compiles += 1
-    command = [compiler.path, *flags, str(source_path), "-o", str(output), "-lm"]
+    libraries = [flag for flag in flags if flag.startswith("-l")]
+    options = [flag for flag in flags if not flag.startswith("-l")]
+    command = [compiler.path, *options, str(source_path), "-o", str(output), *libraries, "-lm"]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise CompileError(

@@ -9,6 +9,7 @@ that names the program, the argument and what was expected.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,15 @@ BF16_BIT_PATTERNS = (np.dtype(np.uint16), np.dtype(np.int16))
 def expected_numpy(dtype: DType) -> tuple[np.dtype, ...]:
     """NumPy dtypes whose arrays hold raw elements of `dtype` (besides uint8 bytes)."""
     return BF16_BIT_PATTERNS if dtype == bf16 else (dtype.numpy,)
+
+
+def address_of(array: np.ndarray) -> int:
+    """The address of a contiguous array's first byte."""
+    try:
+        # The fast way (a third of a microsecond); it needs a writable, non-empty buffer.
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):
+        return array.ctypes.data
 
 
 def _as_bytes(value: Any, where: str) -> np.ndarray:
@@ -76,7 +86,7 @@ def input_addresses(program: str, types, values: Sequence[Any]) -> tuple[list[in
         array = _as_bytes(value, where)
         _check(array, expected, where)
         arrays.append(array)
-    return [a.__array_interface__["data"][0] for a in arrays], arrays
+    return [address_of(a) for a in arrays], arrays
 
 
 def output_addresses(program: str, types, values: Sequence[Any]) -> tuple[list[int], list]:
@@ -90,7 +100,7 @@ def output_addresses(program: str, types, values: Sequence[Any]) -> tuple[list[i
             raise InvalidInput(f"{where}: the buffer is read-only; outputs must be writable")
         _check(array, expected, where)
         arrays.append(array)
-    return [a.__array_interface__["data"][0] for a in arrays], arrays
+    return [address_of(a) for a in arrays], arrays
 
 
 def check_no_overlap(

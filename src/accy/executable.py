@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .boundary import check_no_overlap, input_addresses, output_addresses
+from .boundary import address_of, check_no_overlap, input_addresses, output_addresses
 from .errors import AccyError, InvalidInput
 from .lower.buffers import ALIGNMENT
 from .program import Program
@@ -118,7 +118,7 @@ class Bindings:
 
     def launch(self, options: Any = None) -> None:
         """Run the program on the bound inputs."""
-        addresses = [a.__array_interface__["data"][0] for a in self._outputs]
+        addresses = [address_of(a) for a in self._outputs]
         self.fragment.call(self._inputs, addresses)
         self._launched = True
 

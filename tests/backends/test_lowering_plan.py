@@ -89,11 +89,12 @@ def test_intermediates_share_memory_once_they_are_dead():
 
 
 def test_outputs_are_written_in_place_and_copied_only_when_shared():
-    program = accy.trace.define(
-        "outputs", [spec(f32, n=4)], lambda b, a: (a[0], a[0] * 2.0, a[0] * 2.0)
-    )
-    plan = build_plan(program)
-    assert kinds(plan) == ["loop", "loop", "copy"]
+    def body(b, args):
+        doubled = args[0] * 2.0
+        return args[0], doubled, doubled
+
+    plan = build_plan(accy.trace.define("outputs", [spec(f32, n=4)], body))
+    assert kinds(plan) == ["loop", "copy", "copy"]
     assert [str(s) for s in plan.output_slots] == ["output 0", "output 1", "output 2"]
 
 
@@ -108,6 +109,28 @@ def test_explain_lists_steps_and_the_scan_body():
     program = accy.trace.define("scan", [spec(f32, c=2), spec(f32, step=3, c=2)], body)
     text = explain(program)
     assert "plan of 'scan'" in text and "scan %" in text and "plan of 'scan_body'" in text
+
+
+def test_flat_loops_over_the_same_elements_become_one_loop():
+    def body(b, args):
+        x = args[0]
+        wave = x.tanh() * (-x * x).exp()
+        return wave.sum(), wave * x.tanh(), (x.exp() * 2.0).sum()
+
+    plan = build_plan(accy.trace.define("siblings", [spec(f32, n=4096)], body))
+    assert kinds(plan) == ["group"]
+    assert [m.kind for m in plan.steps[0].members] == ["loop", "reduce", "loop", "reduce"]
+    assert plan.workspace_bytes == 0  # nothing is stored between the members
+    assert "one loop for 4 steps" in explain(plan)
+
+
+def test_a_step_reading_a_reduction_of_its_group_starts_a_new_loop():
+    def normalized(b, args):
+        total = args[0].sum()
+        return args[0] / total  # needs the whole sum before any element
+
+    plan = build_plan(accy.trace.define("normalized", [spec(f32, n=64)], normalized))
+    assert kinds(plan) == ["reduce", "loop"]
 
 
 def test_place_reuses_freed_blocks():

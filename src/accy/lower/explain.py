@@ -42,10 +42,30 @@ NOTES = {
 }
 
 
+def _written(plan: Plan, step: Step) -> str:
+    return ", ".join(
+        f"%{v}: {plan.program.type_of(v)} -> {plan.slots.get(v, 'kept in the loop')}"
+        for v in step.writes
+    )
+
+
+def _group_lines(plan: Plan, index: int, step: Step) -> list[str]:
+    count, reads = len(step.members), _values(step.reads)
+    lines = [f"{index:>3}  group        one loop for {count} steps; reads {reads}"]
+    for member in step.members:
+        member_line = f"{member.kind} {member.op.kind} {_written(plan, member)}"
+        if member.fused:
+            member_line += f"; fuses {', '.join(map(_name, member.fused))}"
+        lines.append(f"       - {member_line}")
+    return lines
+
+
 def _step_line(plan: Plan, index: int, step: Step) -> str:
     if step.kind == "copy":
         return f"{index:>3}  copy         output {step.output} <- %{step.reads[0]}"
-    written = ", ".join(f"%{v}: {plan.program.type_of(v)} -> {plan.slots[v]}" for v in step.writes)
+    if step.kind == "group":
+        return "\n  ".join(_group_lines(plan, index, step))
+    written = _written(plan, step)
     line = f"{index:>3}  {step.kind:<11}  {step.op.kind} {written}  reads {_values(step.reads)}"
     if step.fused:
         line += f"; fuses {', '.join(map(_name, step.fused))}"

@@ -16,6 +16,7 @@ from ..types import TensorType, f32, f64
 from . import fusion
 from .buffers import Lifetime, place
 from .contraction import Gemm, gemm_layout
+from .grouping import FlatCheck, consecutive_groups
 from .reduction import reduce_layout
 from .views import StridedView, view_of_stored, view_through
 
@@ -66,6 +67,7 @@ class Step:
     body: Plan | None = None
     output: int | None = None
     detail: object = None
+    members: tuple[Step, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,8 @@ def build_plan(program: Program) -> Plan:
     """
     decisions = fusion.decide(program)
     views = _views_for_buffer_consumers(decisions)
-    steps = _steps(decisions, views)
+    steps, internal = _group(program, _steps(decisions, views), decisions, views)
+    views = {v: view for v, view in views.items() if view.base not in internal}
     slots, outputs = _slots(program, steps)
     offsets, workspace = _place_workspace(program, steps, slots)
     for key, offset in offsets.items():
@@ -206,6 +209,39 @@ def _steps(decisions: fusion.Fusion, views) -> list[Step]:
         else:
             first_output[value] = position
     return steps
+
+
+def _group_step(program: Program, members: list[Step], readers: dict[int, set[int]], indices):
+    """One step for `members`; also the values that live only inside its loop."""
+    written = [v for member in members for v in member.writes]
+    outputs = set(program.outputs)
+    internal = {v for v in written if v not in outputs and readers.get(v, set()) <= set(indices)}
+    reads = {v for member in members for v in member.reads} - set(written)
+    fused = tuple(op for member in members for op in (*member.fused, member.op))
+    kept = tuple(v for v in written if v not in internal)
+    return Step("group", None, kept, tuple(sorted(reads)), fused, members=tuple(members)), internal
+
+
+def _group(program: Program, steps: list[Step], decisions, views):
+    """Merge runs of flat steps over the same elements into group steps (see `grouping`)."""
+    check = FlatCheck(decisions.producer, views, program.type_of)
+    groups = consecutive_groups(steps, check)
+    readers: dict[int, set[int]] = {}
+    for index, step in enumerate(steps):
+        for value in step.reads:
+            readers.setdefault(value, set()).add(index)
+    first = {group[0]: group for group in groups}
+    skipped = {index for group in groups for index in group[1:]}
+    merged, internal = [], set()
+    for index, step in enumerate(steps):
+        if index in first:
+            members = [steps[i] for i in first[index]]
+            group, inside = _group_step(program, members, readers, first[index])
+            merged.append(group)
+            internal |= inside
+        elif index not in skipped:
+            merged.append(step)
+    return merged, internal
 
 
 def _scan_scratch(op: Operation, body: Plan) -> tuple[Scratch, ...]:

@@ -119,6 +119,10 @@ class Body:
                 self._memo[key] = EMITTERS[op.kind](self, op, index)
         return self._memo[key]
 
+    def seed(self, v: int, index: Index, operand: str) -> None:
+        """Make `operand` the value of `v` at `index` (computed here, so never loaded)."""
+        self._memo[(v, index)] = operand
+
     def temp(self, dtype: DType, expression: str, rounded: bool = True) -> str:
         ctype = c_type(dtype)
         name = self.unit.fresh("t")

@@ -142,7 +142,13 @@ class Translation(Unit):
         )
         lines = STEP_EMITTERS[step.kind](ctx)
         name = self.fresh("accy_step")
-        what = step.op.kind if step.op is not None else f"output {step.output}"
+        what = (
+            step.op.kind
+            if step.op is not None
+            else f"{len(step.members)} steps"
+            if step.members
+            else f"output {step.output}"
+        )
         params = ", ".join(declaration for declaration, _ in ctx.params) or "void"
         self.declare(
             f"/* step {index}: {step.kind} ({what}) */\n"

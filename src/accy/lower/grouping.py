@@ -1,0 +1,83 @@
+"""Sibling fusion: consecutive steps that walk the same elements in the same order become one
+loop with several results.
+
+A loop over `n` elements, followed by another over `n` elements that reads the first's result
+element by element, and by a sum of all `n` elements: three passes over memory, or one. A step
+can join a group when it is *flat*: an elementwise loop or a reduction of every axis, whose
+stored reads are all at the element's own position (contiguous buffers of as many elements,
+reached only through elementwise work, reshapes and broadcasts of scalars). In one flat loop,
+element `i` of every member is computed in the same iteration, so a member's result that no
+later step needs is never stored at all.
+"""
+
+from __future__ import annotations
+
+from ..program import Operation
+from .views import StridedView
+
+SAME_INDEX_KINDS = frozenset(
+    {"unary", "add", "sub", "mul", "div", "pow", "max", "min", "compare", "select", "convert"}
+)
+
+
+class FlatCheck:
+    """Whether a step's inputs can all be read at the element's own flat position."""
+
+    def __init__(self, producers: dict[int, Operation], views: dict[int, StridedView], type_of):
+        self.producers = producers
+        self.views = views
+        self.type_of = type_of
+
+    def readable(self, value: int, size: int) -> bool:
+        view = self.views.get(value)
+        if view is not None:
+            if all(s == 0 for s in view.strides):
+                return True
+            t = self.type_of(value)
+            return view.offset == 0 and t.size == size and view.is_contiguous(t)
+        op = self.producers[value]
+        if op.kind in SAME_INDEX_KINDS or op.kind == "reshape":
+            return all(self.readable(v, size) for v in op.operands)
+        if op.kind == "constant":
+            return True
+        if op.kind == "broadcast_in_dim":
+            return op.operand_types[0].rank == 0
+        return False
+
+    def domain(self, step) -> int | None:
+        """The element count a flat step walks, or None if the step is not flat."""
+        op = step.op
+        if step.kind == "loop":
+            if op.kind not in SAME_INDEX_KINDS and op.kind not in ("reshape", "constant"):
+                return None
+            size = op.type.size
+            operands = op.operands
+        elif step.kind == "reduce" and not step.detail.kept and step.detail.strategy == "rows":
+            size = op.operand_types[0].size
+            operands = op.operands[:1]
+        else:
+            return None
+        if size < 2 or not all(self.readable(v, size) for v in operands):
+            return None
+        return size
+
+
+def consecutive_groups(steps, check: FlatCheck) -> list[list[int]]:
+    """Runs of consecutive flat steps with equal element counts (indices into `steps`).
+
+    A reduction's result is complete only when the loop ends, so a step that reads it starts a
+    new group.
+    """
+    groups: list[list[int]] = []
+    previous, reduced = None, set()
+    for index, step in enumerate(steps):
+        domain = check.domain(step)
+        if domain is not None and domain == previous and not reduced & set(step.reads):
+            groups[-1].append(index)
+        elif domain is not None:
+            groups.append([index])
+            reduced = set()
+        if domain is not None and step.kind == "reduce":
+            reduced |= set(step.writes)
+        previous = domain
+    return [group for group in groups if len(group) > 1]

@@ -91,6 +91,10 @@ class PeakResident:
         self.baseline = 0
         self.exact = False
 
+    @property
+    def method(self) -> str:
+        return "RSS high-water mark (VmHWM)" if self.exact else "max RSS since start (getrusage)"
+
     def reset(self) -> None:
         gc.collect()
         try:

@@ -105,10 +105,7 @@ def memory(session: Session) -> dict[str, Any]:
     meter.reset()
     for _ in range(MEMORY_STEPS):
         run()
-    method = "device allocator" if on_gpu else "rss high-water mark"
-    if not on_gpu and not meter.exact:
-        method = "max rss since start (getrusage)"
-    return {"peak_memory_bytes": meter.peak_bytes(), "memory_method": method}
+    return {"peak_memory_bytes": meter.peak_bytes(), "memory_method": meter.method}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,8 @@ class _PoolTracker(cupy.cuda.MemoryHook):
 class CupyPoolPeak:
     """DeviceMemory for CuPy: the hook is installed at construction, before the step is built."""
 
+    method = "bytes handed out by CuPy's memory pool (a CuPy memory hook)"
+
     def __init__(self) -> None:
         self.tracker = _PoolTracker()
         self.tracker.__enter__()

@@ -87,7 +87,9 @@ def to_numpy(outputs: Sequence[Any]) -> list[np.ndarray]:
 
 class _XlaPeak:
     """XLA's allocator statistics. Its peak cannot be reset: it is the peak since the process
-    started, which in the memory worker is the first step's (the same work as later steps)."""
+    started, so it may include scratch memory of the compilation (autotuning) too."""
+
+    method = "XLA peak_bytes_in_use since the process started (may include compile scratch)"
 
     def __init__(self, device: Any) -> None:
         self.device = device

@@ -7,7 +7,12 @@ from typing import Protocol
 
 
 class DeviceMemory(Protocol):
-    """Reads the most device memory allocated since `reset()`, above what was allocated then."""
+    """Reads the most device memory allocated since `reset()`, above what was allocated then.
+
+    `method` says in a few words how (it goes into the JSON).
+    """
+
+    method: str
 
     def reset(self) -> None: ...
 

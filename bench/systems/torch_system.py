@@ -95,6 +95,8 @@ def to_numpy(outputs: Sequence[Any]) -> list[np.ndarray]:
 class _CachingAllocatorPeak:
     """PyTorch's CUDA caching allocator statistics (bytes handed to tensors)."""
 
+    method = "torch.cuda.max_memory_allocated since reset_peak_memory_stats"
+
     def __init__(self) -> None:
         self.baseline = 0
 

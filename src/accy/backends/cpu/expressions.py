@@ -69,6 +69,12 @@ def clamp(expression: str, extent: int) -> str:
     return f"ACCY_CPU_CLAMP({expression}, {extent - 1})"
 
 
+def _memo_key(v: int, index: Index) -> tuple:
+    # A flat counter names the same element of `v` whatever type it was passed down with (a
+    # convert's operand has another dtype, a reshape's other axes).
+    return (v, index.var) if isinstance(index, Flat) else (v, index)
+
+
 class Unit:
     """File-scope state of one translation unit: fresh names and declarations."""
 
@@ -106,10 +112,10 @@ class Body:
         self.plan = plan
         self.pointers = pointers
         self.lines: list[str] = []
-        self._memo: dict[tuple[int, Index], str] = {}
+        self._memo: dict[tuple, str] = {}
 
     def value(self, v: int, index: Index) -> str:
-        key = (v, index)
+        key = _memo_key(v, index)
         if key not in self._memo:
             view = self.plan.view(v)
             if view is not None:
@@ -121,7 +127,7 @@ class Body:
 
     def seed(self, v: int, index: Index, operand: str) -> None:
         """Make `operand` the value of `v` at `index` (computed here, so never loaded)."""
-        self._memo[(v, index)] = operand
+        self._memo[_memo_key(v, index)] = operand
 
     def temp(self, dtype: DType, expression: str, rounded: bool = True) -> str:
         ctype = c_type(dtype)

@@ -52,6 +52,8 @@ def nest(
     `bounds` overrides the range of some counters: counter -> (start, stop) C expressions.
     """
     bounds = bounds or {}
+    if len(loops) == 1 and outer_pragma == PARALLEL_FOR and inner_pragma == SIMD:
+        outer_pragma, inner_pragma = PARALLEL_FOR_SIMD, None
     lines: list[str] = []
     for depth, (counter, extent) in enumerate(loops):
         pad = "  " * depth
@@ -68,3 +70,7 @@ def nest(
 
 
 PARALLEL_FOR = "#pragma omp parallel for schedule(static)"
+# For loops whose iterations are independent; GCC does not vectorize an OpenMP-outlined loop
+# body by itself (the pointers' `restrict` does not survive outlining).
+SIMD = "#pragma omp simd"
+PARALLEL_FOR_SIMD = "#pragma omp parallel for simd schedule(static)"

@@ -19,7 +19,7 @@ from ...types import TensorType, f32
 from . import templates
 from .dtypes import c_type, highest, lowest
 from .expressions import EMITTERS, Body, Flat, NotFlat, Unit, linear, offset_expression
-from .loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
+from .loops import PARALLEL_FOR, SIMD, axis_index, axis_loops, nest, worth_threads
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared among threads
@@ -78,9 +78,8 @@ def _root_loop(ctx: StepContext, flat: bool) -> list[str]:
     position = "i" if flat else linear(index, t.extents)
     loops = [("i", t.size)] if flat else axis_loops(t)
     pragma = PARALLEL_FOR if loops and worth_threads(t.size, ctx.step.fused + (op,)) else None
-    return nest(
-        loops, body.lines + [_store(t.dtype, ctx.pointers[op.results[0]], position, x)], pragma
-    )
+    store = _store(t.dtype, ctx.pointers[op.results[0]], position, x)
+    return nest(loops, body.lines + [store], pragma, SIMD)
 
 
 def emit_loop(ctx: StepContext) -> list[str]:
@@ -270,7 +269,7 @@ def emit_group(ctx: StepContext) -> list[str]:
     parallel = worth_threads(size, ctx.step.fused)
     if accumulators:
         return ctx.prologue + _chunked_loop(size, body.lines, accumulators, parallel)
-    return nest([("i", size)], body.lines, PARALLEL_FOR if parallel else None)
+    return nest([("i", size)], body.lines, PARALLEL_FOR if parallel else None, SIMD)
 
 
 # scatter_add ---------------------------------------------------------------------------------

@@ -69,16 +69,21 @@ def device_inputs(workload: Workload, arrays: Sequence[np.ndarray], device: str)
 
 
 def build(workload: Workload, scale: str, device: str) -> Step:
-    """A step that clears the gradients, runs the forward pass, then `backward()`."""
+    """A step: the forward pass, `backward()`, and the gradients taken out of the inputs.
+
+    Taking them (`.grad = None`) leaves nothing behind, as with the other systems: the caller
+    owns the outputs, and the next step starts from inputs without gradients.
+    """
     loss_of, wrt = LOSSES[workload.name], workload.wrt
 
     def step(*tensors: Any) -> list[Any]:
-        for index in wrt:
-            tensors[index].grad = None
         loss = loss_of(*tensors)
         loss.backward()
+        gradients = [tensors[index].grad for index in wrt]
+        for index in wrt:
+            tensors[index].grad = None
         _synchronize(device)
-        return [loss.detach(), *(tensors[index].grad for index in wrt)]
+        return [loss.detach(), *gradients]
 
     return step
 

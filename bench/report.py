@@ -150,9 +150,14 @@ def _cpu_model() -> str:
 
 
 def _commit() -> str | None:
+    """The commit the run measured, with "-dirty" when the working tree had changes."""
     try:
         completed = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+            ["git", "describe", "--always", "--dirty"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         )
     except (OSError, subprocess.CalledProcessError):
         return None

@@ -4,12 +4,16 @@ An optimizer describes its state (one list of arrays per parameter) and builds t
 Program, so the step compiles once and runs on any backend. `training_step` fuses the loss,
 its gradient and the update into a single program: one call per step.
 
-    step program:  (params..., batch..., state..., step_number) ->
+    step program:  (params..., batch..., state..., step_number, learning_rate) ->
                    (loss, new params..., new state...)
+
+The step number and the learning rate are scalar inputs, so a schedule needs no recompiling;
+an optimizer's own `learning_rate` is the value to pass when there is no schedule.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,12 +42,20 @@ class SGD:
     def state_types(self, parameter: TensorType) -> list[TensorType]:
         return [parameter] * self.slots
 
-    def update(self, b: Builder, param: Value, grad: Value, state: list[Value], step: Value):
+    def update(
+        self,
+        b: Builder,
+        param: Value,
+        grad: Value,
+        state: list[Value],
+        step: Value,
+        learning_rate: Value,
+    ):
         (velocity,) = state
         if self.weight_decay:
             grad = grad + param * self.weight_decay
         velocity = velocity * self.momentum + grad
-        return param - velocity * self.learning_rate, [velocity]
+        return param - velocity * learning_rate, [velocity]
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,15 @@ class Adam:
     def state_types(self, parameter: TensorType) -> list[TensorType]:
         return [parameter] * self.slots
 
-    def update(self, b: Builder, param: Value, grad: Value, state: list[Value], step: Value):
+    def update(
+        self,
+        b: Builder,
+        param: Value,
+        grad: Value,
+        state: list[Value],
+        step: Value,
+        learning_rate: Value,
+    ):
         m, v = state
         m = m * self.beta1 + grad * (1.0 - self.beta1)
         v = v * self.beta2 + grad * grad * (1.0 - self.beta2)
@@ -75,34 +95,34 @@ class Adam:
         direction = (m / correction1) / ((v / correction2).sqrt() + self.eps)
         if self.weight_decay:
             direction = direction + param * self.weight_decay
-        return param - direction * self.learning_rate, [m, v]
+        return param - direction * learning_rate, [m, v]
 
 
 def initial_state(optimizer, parameters: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Zeros for every state slot of every parameter, flattened in parameter order."""
-    return [
-        np.zeros(np.shape(p), np.float32) for p in parameters for _ in range(optimizer.slots)
-    ]
+    return [np.zeros(np.shape(p), np.float32) for p in parameters for _ in range(optimizer.slots)]
 
 
 def training_step(loss: Program, parameter_count: int, optimizer) -> Program:
     """One program for a whole training step of `loss`.
 
     `loss` takes `parameter_count` trainable parameters first, then the batch inputs, and
-    returns a scalar. The step program takes (params..., batch..., state..., step number t) and
-    returns (loss, new params..., new state...); t counts from 1.
+    returns a scalar. The step program takes (params..., batch..., state..., step number t,
+    learning rate) and returns (loss, new params..., new state...); t counts from 1.
 
     >>> import accy, numpy as np
     >>> p = accy.trace.define("l", [accy.spec(accy.f32, n=2)], lambda b, a: (a[0] * a[0]).sum())
     >>> step = accy.optim.training_step(p, 1, accy.optim.SGD(learning_rate=0.25, momentum=0.0))
-    >>> loss, new_param, velocity = accy.reference.run(step, [[1.0, 2.0], [0.0, 0.0], 1.0])
+    >>> loss, new_param, velocity = accy.reference.run(step, [[1.0, 2.0], [0.0, 0.0], 1.0, 0.25])
     >>> new_param.tolist()
     [0.5, 1.0]
     """
     types = loss.parameter_types
     if not 0 < parameter_count <= len(types):
-        raise AccyError(f"training_step: {loss.name!r} has {len(types)} parameters, "
-                        f"so parameter_count={parameter_count} is out of range")
+        raise AccyError(
+            f"training_step: {loss.name!r} has {len(types)} parameters, "
+            f"so parameter_count={parameter_count} is out of range"
+        )
     if any(not t.dtype.is_float for t in types[:parameter_count]):
         raise AccyError("training_step: trainable parameters must be floating-point")
     combined = value_and_grad(loss, wrt=tuple(range(parameter_count)))
@@ -113,13 +133,28 @@ def training_step(loss: Program, parameter_count: int, optimizer) -> Program:
         params = args[:parameter_count]
         inputs = args[: len(types)]
         state = args[len(types) : len(types) + len(state_types)]
-        step = args[-1]
+        step, learning_rate = args[-2:]
         loss_value, *grads = b.call(combined, inputs)
         new_params, new_state = [], []
         for i, (param, grad) in enumerate(zip(params, grads, strict=True)):
-            updated, slots_out = optimizer.update(b, param, grad, state[i * slots : (i + 1) * slots], step)
+            updated, slots_out = optimizer.update(
+                b, param, grad, state[i * slots : (i + 1) * slots], step, learning_rate
+            )
             new_params.append(updated)
             new_state.extend(slots_out)
         return (loss_value, *new_params, *new_state)
 
-    return define(f"{loss.name}_step", [*types, *state_types, TensorType(f32, ())], body)
+    scalar = TensorType(f32, ())
+    return define(f"{loss.name}_step", [*types, *state_types, scalar, scalar], body)
+
+
+def warmup_cosine(step: int, total: int, peak: float, warmup: int) -> float:
+    """A learning rate that rises linearly for `warmup` steps, then decays to 0 by a cosine.
+
+    >>> [round(warmup_cosine(t, 10, 1.0, 2), 3) for t in (1, 2, 6, 10)]
+    [0.5, 1.0, 0.5, 0.0]
+    """
+    if step <= warmup:
+        return peak * step / max(warmup, 1)
+    progress = (step - warmup) / max(total - warmup, 1)
+    return peak * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))

@@ -498,7 +498,7 @@ def test_value_and_grad_executes_loss_and_gradients_in_one_launch_on_live_cuda()
 def test_grad_with_custom_call_gradient_executes_on_live_cuda():
     state = cuda_device_or_skip()
     handle = state.handle()
-    from ..kernel_fixtures import custom_double_kernel
+    from accy.kernel.examples import custom_double_kernel
 
     artifact = custom_double_kernel().create_kernel_call_artifact(
         accy.kernel.Limits.testing, handle, target=CUSTOM_DOUBLE, version=1, format="cuda_ptx"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy.demo.train import load_checkpoint, main, save_checkpoint, train, TrainingState
+from accy.demo.train import TrainingState, load_checkpoint, main, save_checkpoint, train
 
 
 def test_training_lowers_the_loss(tmp_path):

@@ -18,7 +18,7 @@ VOCAB = DIGITS + 1
 
 @dataclass(frozen=True)
 class SortingTask:
-    length: int = 6
+    length: int = 10
 
     @property
     def tokens(self) -> int:

@@ -22,7 +22,9 @@ from ..program import Program
 from .data import VOCAB, SortingTask
 from .model import Config, initial_parameters, loss_program, parameter_specs, predict_program
 
-DEFAULT_STEPS = 600
+DEFAULT_STEPS = 2000
+PEAK_LEARNING_RATE = 3e-3
+WARMUP = 100
 HELD_OUT_SEED_OFFSET = 1_000_003
 
 
@@ -132,7 +134,7 @@ def train(steps: int, seed: int, device: str, out: Path, resume: bool, quiet: bo
 
     task = SortingTask()
     config = Config(vocab=VOCAB, tokens=task.tokens)
-    optimizer = optim.Adam(learning_rate=3e-3, weight_decay=0.0)
+    optimizer = optim.Adam(learning_rate=PEAK_LEARNING_RATE)
     names = list(parameter_specs(config))
     started = time.perf_counter()
     step_program = optim.training_step(loss_program(config), len(names), optimizer)
@@ -146,18 +148,23 @@ def train(steps: int, seed: int, device: str, out: Path, resume: bool, quiet: bo
     else:
         state = TrainingState(0, parameters, optim.initial_state(optimizer, parameters), [])
     if not quiet:
-        print(f"compiled the training step ({len(step_program.operations)} operations) and the "
-              f"decoder on {device} in {time.perf_counter() - started:.1f} s")
+        print(
+            f"compiled the training step ({len(step_program.operations)} operations) and the "
+            f"decoder on {device} in {time.perf_counter() - started:.1f} s"
+        )
     tokens_per_step = config.batch * task.tokens
-    progress = tqdm(
-        total=steps, initial=state.step, disable=quiet, unit="step", mininterval=0.5
-    )
+    progress = tqdm(total=steps, initial=state.step, disable=quiet, unit="step", mininterval=0.5)
     while state.step < steps:
         # Each step's batch depends only on (seed, step), so a resumed run sees the same data.
         batch = task.batch(np.random.default_rng([seed, state.step]), config.batch)
         tick = time.perf_counter()
+        learning_rate = optim.warmup_cosine(state.step + 1, steps, PEAK_LEARNING_RATE, WARMUP)
         loss, *rest = run_step(
-            *state.parameters, *batch, *state.optimizer_state, np.float32(state.step + 1)
+            *state.parameters,
+            *batch,
+            *state.optimizer_state,
+            np.float32(state.step + 1),
+            np.float32(learning_rate),
         )
         state.parameters = rest[: len(parameters)]
         state.optimizer_state = rest[len(parameters) :]
@@ -186,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps")
     parser.add_argument("--seed", type=int, default=0, help="seed of parameters and data")
     parser.add_argument(
-        "--device", default="cpu", choices=("cpu", "cuda", "reference"),
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda", "reference"),
         help="where to run: native CPU code, CUDA, or the NumPy reference evaluator",
     )
     parser.add_argument("--out", type=Path, default=Path("out"), help="folder for outputs")
@@ -196,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         arguments.steps, arguments.seed, arguments.device, arguments.out, arguments.resume
     )
     print(f"final training loss {state.losses[-1]:.4f} after {state.step} steps")
-    print(f"held-out accuracy: {token_accuracy:.1%} of sorted digits, "
-          f"{sequence_accuracy:.1%} of whole sequences (greedy decoding)")
+    print(
+        f"held-out accuracy: {token_accuracy:.1%} of sorted digits, "
+        f"{sequence_accuracy:.1%} of whole sequences (greedy decoding)"
+    )
     for digits, answer, truth in examples:
         mark = "ok" if (answer == truth).all() else "wrong"
         print(f"  sort {' '.join(map(str, digits))} -> {' '.join(map(str, answer))}  ({mark})")

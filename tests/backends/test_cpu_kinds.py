@@ -276,3 +276,51 @@ def test_scan_forward_and_reverse(native_cpu):
     rng = np.random.default_rng(7)
     inputs = [rng.standard_normal(t.extents).astype(np.float32) for t in types]
     assert_matches_reference(program, inputs)
+
+
+@pytest.mark.parametrize("dtype", [f16, bf16, i32], ids=str)
+def test_scatter_add_with_repeated_rows_adds_as_the_reference(native_cpu, dtype):
+    def body(b, args):
+        table, ids, updates = args
+        return table.scatter_add(ids, updates, "v"), table.gather(ids, "v")
+
+    types = [spec(dtype, v=3, c=2), spec(i32, t=6), spec(dtype, t=6, c=2)]
+    program = accy.trace.define(f"scatter_{dtype}", types, body)
+    rng = np.random.default_rng(8)
+    ids = np.array([0, 0, 0, 1, 1, 2], np.int32)
+    if dtype == i32:
+        inputs = [rng.integers(-5, 5, t.extents).astype(np.int32) for t in types]
+    else:
+        inputs = [held(rng.uniform(-1, 1, t.extents), t) for t in types]
+    inputs[1] = ids
+    assert_matches_reference(program, inputs, rtol=0, atol=0)  # bit for bit
+
+
+def test_empty_tensors(native_cpu):
+    def body(b, args):
+        x, empty, no_ids = args
+        return (
+            empty.sum(),
+            empty.max(),
+            b.concatenate([x, empty.rename("m", "n")], "n"),
+            x.gather(no_ids, "n"),
+            empty.exp(),
+            b.broadcast_to(x, spec(f32, n=3, z=0)).sum("z"),
+        )
+
+    types = [spec(f32, n=3), spec(f32, m=0), spec(i32, t=0)]
+    program = accy.trace.define("empty", types, body)
+    inputs = [np.ones(3, np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32)]
+    assert_matches_reference(program, inputs)
+
+
+def test_a_scan_of_length_zero_returns_its_initial_carries(native_cpu):
+    def body(b, args):
+        def cell(_, values):
+            return values[0] + values[1], values[0] * 2.0
+
+        carries, ys = b.scan(cell, carries=[args[0]], xs=[args[1]], axis="s")
+        return (*carries, *ys)
+
+    program = accy.trace.define("scan_zero", [spec(f32, c=2), spec(f32, s=0, c=2)], body)
+    assert_matches_reference(program, [np.ones(2, np.float32), np.zeros((0, 2), np.float32)])

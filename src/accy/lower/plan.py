@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..program import Operation, Program
-from ..types import TensorType, f32, f64
+from ..types import TensorType, bf16, f32, f64
 from . import fusion
 from .buffers import Lifetime, place
 from .contraction import Gemm, gemm_layout
@@ -268,7 +268,7 @@ def _scratch(kind: str, op: Operation, body: Plan | None, detail) -> tuple[Scrat
         return _scan_scratch(op, body)
     if kind == "dot" and op.type.dtype in BLAS_DTYPES:
         return _gemm_scratch(op, detail)
-    if kind == "reduce" and detail.needs_accumulator:
+    if kind == "reduce" and detail.needs_accumulator or kind == "scatter" and op.type.dtype == bf16:
         return (Scratch("accumulator", op.type.size * 4),)
     return ()
 

@@ -15,7 +15,7 @@ from ...errors import AccyError
 from ...lower.contraction import Gemm, MatrixOperand
 from ...lower.plan import BLAS_DTYPES, Plan, Step
 from ...ops.contraction import dimensions, free_dimensions
-from ...types import TensorType, f32
+from ...types import TensorType, bf16, f32
 from . import templates
 from .dtypes import c_type, highest, lowest
 from .expressions import EMITTERS, Body, Flat, NotFlat, Unit, linear, offset_expression
@@ -275,7 +275,7 @@ def emit_group(ctx: StepContext) -> list[str]:
 # scatter_add ---------------------------------------------------------------------------------
 
 
-def _copy_operand_into(ctx: StepContext, out: str, t: TensorType) -> list[str]:
+def _copy_operand_into(ctx: StepContext, out: str, t: TensorType, store: str) -> list[str]:
     op = ctx.step.op
     for flat in (True, False):
         body = ctx.body()
@@ -286,32 +286,44 @@ def _copy_operand_into(ctx: StepContext, out: str, t: TensorType) -> list[str]:
             continue
         loops = [("i", t.size)] if flat else axis_loops(t)
         position = "i" if flat else linear(index, t.extents)
-        return nest(loops, body.lines + [_store(t.dtype, out, position, x)])
+        return nest(loops, body.lines + [f"{out}[{position}] = {store.format(x=x)};"])
     raise AccyError("internal: no loop for the scatter operand")
 
 
 def emit_scatter(ctx: StepContext) -> list[str]:
-    """Copy the operand into the result, then add each update at its (clamped) row."""
+    """Copy the operand into the result, then add each update at its (clamped) row.
+
+    bf16 results are summed in a float32 scratch array and rounded once at the end, as the
+    reference evaluator (which holds bf16 in float32) does; f16 rounds after every addition,
+    as NumPy's float16 `add.at` does.
+    """
     ctx.value_pointers()
     op = ctx.step.op
     result, indices, updates = op.type, op.operand_types[1], op.operand_types[2]
+    ctype = c_type(result.dtype)
     out = ctx.pointers[op.results[0]]
-    lines = _copy_operand_into(ctx, out, result)
+    if result.dtype == bf16:
+        target, load, store, rounded = ctx.scratch("float", "accumulator"), "{x}", "{x}", "{x}"
+    else:
+        target, load, store, rounded = out, ctype.load, ctype.store, ctype.round
+    lines = _copy_operand_into(ctx, target, result, store)
     position = result.position(op.attrs["axis"])
     extent = result.extents[position]
-    if extent == 0 or updates.size == 0:
-        return lines
-    body = ctx.body()
-    index = axis_index(updates, "u")
-    row = body.value(op.operands[1], index[position : position + indices.rank])
-    clamped = body.index_temp(f"ACCY_CPU_CLAMP((int64_t){row}, {extent - 1})")
-    update = body.value(op.operands[2], index)
-    target = index[:position] + (clamped,) + index[position + indices.rank :]
-    element = f"{out}[{linear(target, result.extents)}]"
-    ctype = c_type(result.dtype)
-    total = ctype.round.format(x=f"{ctype.load.format(x=element)} + {update}")
-    body.lines.append(f"{element} = {ctype.store.format(x=total)};")
-    return lines + nest(axis_loops(updates, "u"), body.lines)
+    if extent and updates.size:
+        body = ctx.body()
+        index = axis_index(updates, "u")
+        row = body.value(op.operands[1], index[position : position + indices.rank])
+        clamped = body.index_temp(f"ACCY_CPU_CLAMP((int64_t){row}, {extent - 1})")
+        update = body.value(op.operands[2], index)
+        at = index[:position] + (clamped,) + index[position + indices.rank :]
+        element = f"{target}[{linear(at, result.extents)}]"
+        total = rounded.format(x=f"{load.format(x=element)} + {update}")
+        body.lines.append(f"{element} = {store.format(x=total)};")
+        lines += nest(axis_loops(updates, "u"), body.lines)
+    if result.dtype == bf16:
+        final = _store(result.dtype, out, "i", f"{target}[i]")
+        lines += nest([("i", result.size)], [final])
+    return lines
 
 
 # dot_general ---------------------------------------------------------------------------------

@@ -34,6 +34,17 @@ EXECUTORS = [
 ]
 
 
+def available_backends():
+    """(name, executor) for every backend this machine can run, the reference first."""
+    backends = [("reference", reference)]
+    try:
+        accy.backends.cpu.find_compiler()
+        backends.append(("native_cpu", native_cpu))
+    except accy.RuntimeUnavailable:
+        pass
+    return backends
+
+
 def cuda_device_or_skip():
     """The CUDA device state, or a skip whose reason names the gate that is closed."""
     gpu = getattr(accy, "gpu", None)
@@ -48,4 +59,4 @@ def cuda_device_or_skip():
         pytest.skip(f"cuda gate: device missing ({error})")
 
 
-__all__ = ["EXECUTORS", "cuda_device_or_skip", "np"]
+__all__ = ["EXECUTORS", "available_backends", "cuda_device_or_skip", "np"]

@@ -7,13 +7,24 @@ derandomized in CI, more with ACCY_PROPERTY_EXAMPLES=N.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import assume, given, note
+import os
+
+from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
 import accy
 from accy.testing import check_grads
 
+from ..executors import available_backends
 from .programs import recipes, scalarized
+
+# Every example compiles a program natively (about half a second), so this property runs fewer
+# examples than the reference-only ones unless ACCY_PROPERTY_EXAMPLES asks for more.
+OTHER_BACKENDS = [b for b in available_backends() if b[0] != "reference"]
+
+
+def _backend_examples() -> int:
+    return int(os.environ.get("ACCY_PROPERTY_EXAMPLES", "12"))
 
 
 def _as_common_layout(array, axes, order):
@@ -41,3 +52,16 @@ def test_gradients_of_random_programs_match_finite_differences(recipe):
     assume(np.isfinite(accy.reference.run(loss, recipe.inputs())[0]))
     wrt = tuple(range(len(loss.parameters)))
     check_grads(loss, recipe.inputs(), wrt=wrt, order=1, eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+@given(recipes(max_steps=5))
+@settings(max_examples=_backend_examples())
+def test_random_programs_agree_on_every_backend(recipe):
+    program = recipe.trace()
+    note(str(program))
+    inputs = recipe.inputs()
+    (expected,) = accy.reference.run(program, inputs)
+    for name, executor in OTHER_BACKENDS:
+        (got,) = executor(program, inputs)
+        note(f"{name}: {got!r}")
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, equal_nan=True)

@@ -58,6 +58,9 @@ def dtype_of_numpy(dtype: np.dtype) -> DType:
     raise DTypeError(f"NumPy dtype {dtype} has no accy dtype; use one of {', '.join(DTYPES)}")
 
 
+MAX_ELEMENTS = 2**60  # so that offsets in bytes of the widest dtype fit in a signed 64-bit int
+
+
 @dataclass(frozen=True)
 class TensorType:
     """A dtype and named axes in layout order: `TensorType(f32, (("token", 4), ("channel", 3)))`."""
@@ -75,6 +78,14 @@ class TensorType:
                 )
             if not isinstance(extent, int | np.integer) or isinstance(extent, bool) or extent < 0:
                 raise AxisError(f"axis {name!r} has extent {extent!r}; extents are ints >= 0")
+        elements = 1
+        for _, extent in self.named_extents:
+            elements *= int(extent)
+        if elements > MAX_ELEMENTS:
+            raise AxisError(
+                f"a tensor of {elements} elements ({dict(self.named_extents)}) is too large: "
+                f"byte offsets must fit in 64 bits (at most {MAX_ELEMENTS} elements)"
+            )
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise AxisError(

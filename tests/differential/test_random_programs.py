@@ -6,9 +6,9 @@ derandomized in CI, more with ACCY_PROPERTY_EXAMPLES=N.
 
 from __future__ import annotations
 
-import numpy as np
 import os
 
+import numpy as np
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 

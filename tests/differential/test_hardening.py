@@ -1,0 +1,139 @@
+"""Bad and extreme input on every backend: NaN and infinity, out-of-range indices, empty axes,
+extents past 32-bit indexing, malformed program text."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import accy
+from accy import f32, i32, spec, u8
+from accy.trace import define
+
+from ..executors import available_backends
+
+BACKENDS = [pytest.param(executor, id=name) for name, executor in available_backends()]
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -2.5, 3.0e38], np.float32)
+
+
+def _ieee_program():
+    def body(b, x):
+        a, c = x
+        return (
+            a + c,
+            a * c,
+            a / c,
+            a.max(c),
+            a.min(c),
+            a.exp(),
+            a.tanh(),
+            a.abs(),
+            a.sqrt(),
+            a.log(),
+            (a > c).convert(f32),
+            a.sum("n"),
+            a.max("n"),
+        )
+
+    return define("ieee", [spec(f32, n=8), spec(f32, n=8)], body)
+
+
+def _numpy_ieee(a, c):
+    with np.errstate(all="ignore"):
+        return [
+            a + c,
+            a * c,
+            a / c,
+            np.maximum(a, c),
+            np.minimum(a, c),
+            np.exp(a),
+            np.tanh(a),
+            np.abs(a),
+            np.sqrt(a),
+            np.log(a),
+            (a > c).astype(np.float32),
+            np.sum(a, dtype=np.float32),
+            np.max(a),
+        ]
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+def test_nan_and_infinity_propagate_as_ieee_says(executor):
+    a = SPECIAL
+    c = np.roll(SPECIAL, 3)
+    got = executor(_ieee_program(), [a, c])
+    for value, expected in zip(got, _numpy_ieee(a, c), strict=True):
+        np.testing.assert_array_equal(np.isnan(value), np.isnan(expected))
+        finite = ~np.isnan(expected)
+        np.testing.assert_allclose(
+            np.asarray(value)[finite], np.asarray(expected)[finite], rtol=1e-6
+        )
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+def test_out_of_range_indices_are_clamped_never_read_out_of_bounds(executor):
+    def body(b, x):
+        table, ids = x
+        return table.gather(ids, "vocab"), table.scatter_add(
+            ids, table.gather(ids, "vocab"), "vocab"
+        )
+
+    program = define("clamp", [spec(f32, vocab=3, c=2), spec(i32, token=4)], body)
+    table = np.arange(6, dtype=np.float32).reshape(3, 2)
+    ids = np.array([-7, 0, 2, 2_000_000_000], np.int32)
+    gathered, scattered = executor(program, [table, ids])
+    np.testing.assert_array_equal(gathered, table[[0, 0, 2, 2]])
+    expected = table.copy()
+    np.add.at(expected, [0, 0, 2, 2], table[[0, 0, 2, 2]])
+    np.testing.assert_array_equal(scattered, expected)
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+def test_empty_axes_give_empty_results_and_identity_reductions(executor):
+    def body(b, x):
+        (a,) = x
+        return a * 2.0, a.sum("empty"), a.max("empty"), a.contract(a, "empty")
+
+    program = define("empty", [spec(f32, empty=0, n=3)], body)
+    doubled, total, peak, product = executor(program, [np.zeros((0, 3), np.float32)])
+    assert doubled.shape == (0, 3)
+    np.testing.assert_array_equal(total, [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(peak, [-np.inf, -np.inf, -np.inf])
+    np.testing.assert_array_equal(product, [0.0, 0.0, 0.0])  # n is a batch axis
+
+
+def test_types_too_large_for_64_bit_byte_offsets_are_refused():
+    with pytest.raises(accy.AxisError, match="too large"):
+        spec(f32, a=2**40, b=2**30)
+
+
+def test_extents_past_32_bit_indexing_use_64_bit_loops():
+    # Three billion bytes: built and compiled, not run (CI has no room for it).
+    huge = 3_000_000_000
+    program = define("huge", [spec(u8, n=huge)], lambda b, x: x[0] + x[0])
+    try:
+        accy.backends.cpu.find_compiler()
+    except accy.RuntimeUnavailable:
+        pytest.skip("native CPU backend: no C compiler")
+    source = accy.backends.cpu.source.translation_unit(accy.lower.build_plan(program))
+    assert str(huge) in source
+    counters = re.findall(r"for \((\w+) ", source)
+    assert counters and set(counters) == {"int64_t"}
+    accy.compile(program, device="cpu")  # the C compiles; running it would need 6 GB
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "program p { return %0 }",
+        "program p { %0 = parameter() {index=0} : f32[n=2] %1 = mul(%0, %0) : f32[n=3] return %1 }",
+        "program p { %0 = parameter() {index=0} : f32[n=2147483648000000000000] return %0 }",
+        "program p {",
+        "\x00\x01",
+    ],
+)
+def test_malformed_program_text_is_a_parse_error_with_a_position(text):
+    with pytest.raises(accy.ParseError, match=r"line \d+, column \d+"):
+        accy.program.parse(text)

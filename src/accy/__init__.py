@@ -7,7 +7,19 @@
 1
 """
 
-from . import errors, gradient, interpret, nn, ops, optim, program, reference, testing, trace, transforms
+from . import (
+    errors,
+    gradient,
+    interpret,
+    nn,
+    ops,
+    optim,
+    program,
+    reference,
+    testing,
+    trace,
+    transforms,
+)
 from .errors import (
     AccyError,
     AxisError,

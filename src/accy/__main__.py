@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("example", help="trace, print, evaluate and differentiate a program")
-    commands.add_parser("demo", help="train a named-axis transformer (accy demo --help)",
-                        add_help=False)
+    commands.add_parser(
+        "demo", help="train a named-axis transformer (accy demo --help)", add_help=False
+    )
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from .demo.train import main as demo

@@ -35,7 +35,8 @@ def logsumexp(x: Value, axis: str) -> Value:
     """log(sum(exp(x))) over `axis`, computed stably (the max is subtracted first).
 
     >>> import accy, numpy as np
-    >>> p = accy.trace.define("l", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.logsumexp(a[0], "n"))
+    >>> p = accy.trace.define(
+    ...     "l", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.logsumexp(a[0], "n"))
     >>> round(float(accy.reference.run(p, [[0.0, 0.0]])[0]), 4)
     0.6931
     """
@@ -47,7 +48,8 @@ def softmax(x: Value, axis: str) -> Value:
     """exp(x) / sum(exp(x)) over `axis`, with the max subtracted first.
 
     >>> import accy
-    >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.softmax(a[0], "n"))
+    >>> p = accy.trace.define(
+    ...     "s", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.softmax(a[0], "n"))
     >>> accy.reference.run(p, [[1.0, 1.0]])[0].tolist()
     [0.5, 0.5]
     """
@@ -63,7 +65,8 @@ def layer_norm(x: Value, axis: str, eps: float = 1e-5) -> Value:
     """(x - mean) / sqrt(var + eps) over `axis` (no scale or bias).
 
     >>> import accy
-    >>> p = accy.trace.define("n", [accy.spec(accy.f32, c=2)], lambda b, a: accy.nn.layer_norm(a[0], "c"))
+    >>> p = accy.trace.define(
+    ...     "n", [accy.spec(accy.f32, c=2)], lambda b, a: accy.nn.layer_norm(a[0], "c"))
     >>> [round(v, 3) for v in accy.reference.run(p, [[1.0, 3.0]])[0].tolist()]
     [-1.0, 1.0]
     """

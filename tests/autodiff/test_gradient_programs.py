@@ -8,8 +8,8 @@ import pytest
 
 import accy
 from accy import f32, i32, spec
-from accy.transforms.simplify import eliminate_dead_code
 from accy.trace import define
+from accy.transforms.simplify import eliminate_dead_code
 
 from .test_check_grads import attention_program, mlp_program
 

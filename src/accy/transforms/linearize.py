@@ -53,9 +53,10 @@ def check_wrt(source: Program, wrt) -> tuple[int, ...]:
                 f"{count} parameters ({', '.join(map(str, source.parameter_types))})"
             )
         if not source.parameter_types[index].dtype.is_float:
+            kind = source.parameter_types[index]
             raise NotDifferentiable(
-                f"wrt={wrt}: parameter {index} of {source.name!r} is {source.parameter_types[index]}"
-                "; only floating-point parameters can be differentiated"
+                f"wrt={wrt}: parameter {index} of {source.name!r} is {kind}; only "
+                "floating-point parameters can be differentiated"
             )
     if len(set(wrt)) != len(wrt):
         raise NotDifferentiable(f"wrt={wrt} names a parameter twice")

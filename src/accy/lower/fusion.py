@@ -126,10 +126,12 @@ def _decide_op(op: Operation, index: int, needs: dict[int, set[Need]], outputs: 
     if op.kind == "parameter":
         return INPUT
     wanted = set().union(*(needs.get(v, set()) for v in op.results))
-    if any(v in outputs for v in op.results) or op.kind in ROOT_KINDS:
+    if any(v in outputs for v in op.results):
         return STORED
     if not wanted:
         return DEAD
+    if op.kind in ROOT_KINDS:
+        return STORED
     modes = {need.mode for need in wanted}
     steps = {(need.step, need.phase) for need in wanted}
     if "buffer" in modes:

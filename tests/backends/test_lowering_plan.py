@@ -150,3 +150,13 @@ def test_place_reuses_freed_blocks():
 )
 def test_reshape_is_a_view_when_strides_allow(old, strides, new, expected):
     assert reshaped_strides(old, strides, new) == expected
+
+
+def test_unused_results_are_not_computed():
+    def body(b, args):
+        args[0].sum()  # traced, but nothing uses it
+        args[0].contract(args[0].rename("n", "m"), ())  # an unused outer product
+        return args[0].abs()
+
+    plan = build_plan(accy.trace.define("unused", [spec(f32, n=4)], body))
+    assert kinds(plan) == ["loop"]

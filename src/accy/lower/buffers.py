@@ -14,6 +14,11 @@ ALIGNMENT = 64  # bytes: a cache line, and the widest vector load (AVX-512)
 
 
 def aligned(size: int) -> int:
+    """`size` rounded up to whole alignment units (at least one unit).
+
+    >>> aligned(1), aligned(64), aligned(65)
+    (64, 64, 128)
+    """
     return max(ALIGNMENT, -(-size // ALIGNMENT) * ALIGNMENT)
 
 
@@ -64,7 +69,12 @@ class Lifetime:
 
 
 def place(lifetimes: list[Lifetime], step_count: int) -> tuple[dict[object, int], int]:
-    """Offsets for each lifetime's key, and the workspace size in bytes."""
+    """Offsets for each lifetime's key, and the workspace size in bytes.
+
+    >>> offsets, size = place([Lifetime("a", 100, 0, 0), Lifetime("b", 100, 1, 1)], 2)
+    >>> offsets["a"] == offsets["b"], size
+    (True, 128)
+    """
     arena = Arena()
     offsets: dict[object, int] = {}
     starting: dict[int, list[Lifetime]] = {}

@@ -32,6 +32,8 @@ class MatrixOperand:
 
 @dataclass(frozen=True)
 class Gemm:
+    """C[b] = A[b] @ B[b] for each index b over `batch_extents`, each C[b] row-major m x n."""
+
     batch_extents: tuple[int, ...]
     m: int
     n: int
@@ -98,6 +100,15 @@ def gemm_layout(op: Operation, lhs: StridedView, rhs: StridedView) -> Gemm:
     """The GEMM that computes `op` from its operands' views (packing those that need it).
 
     `MatrixOperand.order` is the operand's axes in the packed layout: batch, rows, columns.
+
+    >>> import accy
+    >>> from accy.lower.views import view_of_stored
+    >>> p = accy.trace.define("mm", [accy.spec(accy.f32, k=3, m=2), accy.spec(accy.f32, k=3, n=4)],
+    ...                       lambda b, a: a[0].contract(a[1], "k"))
+    >>> op = p.operations[-1]
+    >>> gemm = gemm_layout(op, *(view_of_stored(v, p.type_of(v)) for v in op.operands))
+    >>> gemm.m, gemm.n, gemm.k, gemm.lhs.transposed, gemm.lhs.packed
+    (2, 4, 3, True, False)
     """
     lc, rc, lb, rb = dimensions(op.attrs)
     lhs_type, rhs_type = op.operand_types

@@ -75,6 +75,7 @@ def _step_line(plan: Plan, index: int, step: Step) -> str:
 
 
 def format_plan(plan: Plan, indent: str = "") -> str:
+    """The text of `explain`, each line prefixed by `indent` (scan bodies nest)."""
     header = (
         f"plan of {plan.program.name!r}: {len(plan.program.operations)} operations, "
         f"{len(plan.steps)} steps, workspace {_size(plan.workspace_bytes)}"

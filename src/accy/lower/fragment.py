@@ -24,6 +24,9 @@ class FragmentCompilerOptions:
     """How to compile: the artifact format, and where custom calls find their kernels.
 
     `kernel_call_registry` has `lookup(target, version)` returning a kernel call (or None).
+
+    >>> FragmentCompilerOptions().artifact_format
+    'cpu_object'
     """
 
     artifact_format: str = "cpu_object"

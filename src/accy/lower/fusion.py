@@ -82,7 +82,13 @@ OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
 
 
 def operand_needs(op: Operation) -> list[tuple[str, str]]:
-    """(phase, mode) for each operand of `op`, in operand order."""
+    """(phase, mode) for each operand of `op`, in operand order.
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=3)], lambda b, a: a[0].sum("n"))
+    >>> operand_needs(p.operations[-1])
+    [('input', 'inline'), ('init', 'inline')]
+    """
     return OPERAND_NEEDS.get(op.kind, _inline)(op)
 
 
@@ -103,7 +109,13 @@ class Fusion:
 
 
 def decide(program: Program) -> Fusion:
-    """Walk `program` backwards and decide, for every value, where it lives."""
+    """Walk `program` backwards and decide, for every value, where it lives.
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=3)], lambda b, a: a[0].exp().sum("n"))
+    >>> [decide(p).decision[v] for v in range(len(p.value_types))]
+    ['input', 'inline', 'inline', 'stored']
+    """
     producer, position = {}, {}
     for index, op in enumerate(program.operations):
         for value in op.results:

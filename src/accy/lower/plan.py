@@ -72,6 +72,9 @@ class Step:
 
 @dataclass(frozen=True)
 class Plan:
+    """The plan of one program (see `build_plan`): its steps in order, the slot of every stored
+    value, the strided views over stored buffers, and the workspace size."""
+
     program: Program
     steps: tuple[Step, ...]
     slots: Mapping[int, Slot]

@@ -21,6 +21,8 @@ HALF_FLOATS = (f16, bf16)
 
 @dataclass(frozen=True)
 class ReduceLayout:
+    """Positions (in the input's layout) of the kept and reduced axes, and the loop order."""
+
     input: TensorType
     kept: tuple[int, ...]
     reduced: tuple[int, ...]
@@ -33,6 +35,14 @@ class ReduceLayout:
 
 
 def reduce_layout(op: Operation) -> ReduceLayout:
+    """The loop order of a `reduce` operation (see the module docstring).
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, row=4, col=8)],
+    ...                       lambda b, a: (a[0].sum("col"), a[0].sum("row")))
+    >>> [reduce_layout(op).strategy for op in p.operations if op.kind == "reduce"]
+    ['rows', 'columns']
+    """
     x = op.operand_types[0]
     reduced = tuple(x.position(a) for a in op.attrs["axes"])
     kept = tuple(p for p in range(x.rank) if p not in reduced)

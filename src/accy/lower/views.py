@@ -36,7 +36,11 @@ class StridedView:
 
 
 def row_major(extents: tuple[int, ...]) -> tuple[int, ...]:
-    """Row-major strides of `extents`, in elements."""
+    """Row-major strides of `extents`, in elements.
+
+    >>> row_major((2, 3, 4))
+    (12, 4, 1)
+    """
     strides, step = [], 1
     for extent in reversed(extents):
         strides.append(step)
@@ -45,6 +49,7 @@ def row_major(extents: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def view_of_stored(value: int, type: TensorType) -> StridedView:
+    """The view of a stored value over its own buffer: row-major, no offset."""
     return StridedView(value, 0, row_major(type.extents))
 
 
@@ -79,7 +84,11 @@ def _reshape(op: Operation, view: StridedView) -> StridedView | None:
 def reshaped_strides(old_extents, old_strides, new_extents) -> tuple[int, ...] | None:
     """Strides that read `new_extents` row-major from a strided array, or None if a copy is
     needed (the algorithm of NumPy's no-copy reshape: groups of old axes whose product equals a
-    group of new axes must be contiguous among themselves)."""
+    group of new axes must be contiguous among themselves).
+
+    >>> reshaped_strides((2, 3), (3, 1), (6,)), reshaped_strides((2, 3), (1, 2), (6,))
+    ((1,), None)
+    """
     if 0 in old_extents:
         return row_major(new_extents)
     old = [(n, s) for n, s in zip(old_extents, old_strides, strict=True) if n != 1]

@@ -41,6 +41,9 @@ SYMBOLS = (
 
 @dataclass(frozen=True)
 class Blas:
+    """A loaded BLAS: its path, the addresses of its GEMMs (and thread-count functions), and
+    the width of its integer arguments."""
+
     path: str
     sgemm: int
     dgemm: int
@@ -102,6 +105,7 @@ def _system() -> list[str]:
 
 
 def candidate_paths() -> list[str]:
+    """Library paths to probe, in the order of the module docstring."""
     override = os.environ.get("ACCY_BLAS_LIBRARY")
     return (
         ([override] if override else []) + _numpy_bundled() + _scipy_openblas_wheels() + _system()

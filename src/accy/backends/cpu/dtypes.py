@@ -18,6 +18,8 @@ from ...types import DType, bf16, bool_, f16, f32, f64, i32, i64, u8
 
 @dataclass(frozen=True)
 class CType:
+    """A dtype in C. `load`, `store` and `round` are templates over `{x}`."""
+
     storage: str
     compute: str
     family: str  # float, signed, unsigned or bool: selects a template in `templates`
@@ -50,6 +52,12 @@ C_TYPES: dict[DType, CType] = {
 
 
 def c_type(dtype: DType) -> CType:
+    """The C description of `dtype`.
+
+    >>> from accy import bf16
+    >>> c_type(bf16).storage, c_type(bf16).compute
+    ('uint16_t', 'float')
+    """
     return C_TYPES[dtype]
 
 
@@ -77,7 +85,12 @@ def _int_literal(value: int, dtype: DType) -> str:
 
 
 def literal(value, dtype: DType) -> str:
-    """`value` as a C constant of `dtype`'s compute type (16-bit floats already rounded)."""
+    """`value` as a C constant of `dtype`'s compute type (16-bit floats already rounded).
+
+    >>> from accy import f32, f64, i64
+    >>> literal(0.1, f32), literal(0.1, f64), literal(-1, i64), literal(float("-inf"), f32)
+    ('0.10000000149011612f', '0.1', '(-1LL)', '(-INFINITY)')
+    """
     if dtype.is_float:
         return _float_literal(float(value), dtype)
     if dtype == bool_:

@@ -42,19 +42,25 @@ Index = tuple[str, ...] | Flat
 
 
 def components(index: Index) -> tuple[str, ...]:
+    """The per-axis parts of `index`; a flat index has none (`NotFlat`)."""
     if isinstance(index, Flat):
         raise NotFlat
     return index
 
 
 def term(index: str, stride: int) -> str | None:
+    """`index * stride` as C, or None when it is zero."""
     if stride == 0 or index == "0":
         return None
     return index if stride == 1 else f"{index} * {stride}"
 
 
 def offset_expression(index: tuple[str, ...], strides, offset: int = 0) -> str:
-    """`offset + sum(index[k] * strides[k])` as C, without zero terms."""
+    """`offset + sum(index[k] * strides[k])` as C, without zero terms.
+
+    >>> offset_expression(("i0", "0", "i2"), (12, 4, 1), 5)
+    'i0 * 12 + i2 + 5'
+    """
     terms = [t for t in map(term, index, strides) if t is not None]
     if offset:
         terms.append(str(offset))
@@ -62,10 +68,12 @@ def offset_expression(index: tuple[str, ...], strides, offset: int = 0) -> str:
 
 
 def linear(index: tuple[str, ...], extents) -> str:
+    """The row-major position of `index` in a tensor of `extents`, as C."""
     return offset_expression(index, row_major(tuple(extents)))
 
 
 def clamp(expression: str, extent: int) -> str:
+    """`expression` clamped into [0, extent - 1], as C."""
     return f"ACCY_CPU_CLAMP({expression}, {extent - 1})"
 
 

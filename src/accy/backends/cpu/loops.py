@@ -26,6 +26,7 @@ def work_per_element(ops: tuple[Operation, ...]) -> int:
 
 
 def worth_threads(elements: int, ops: tuple[Operation, ...]) -> bool:
+    """Whether a loop over `elements` computing `ops` pays for a parallel region."""
     return elements * work_per_element(ops) >= PARALLEL_WORK
 
 
@@ -50,6 +51,11 @@ def nest(
     """C loops over `loops` (outermost first) around the statements `inner`.
 
     `bounds` overrides the range of some counters: counter -> (start, stop) C expressions.
+
+    >>> print("\\n".join(nest([("i", 4)], ["x[i] = 0;"])))
+    for (int64_t i = 0; i < 4; ++i) {
+      x[i] = 0;
+    }
     """
     bounds = bounds or {}
     if len(loops) == 1 and outer_pragma == PARALLEL_FOR and inner_pragma == SIMD:

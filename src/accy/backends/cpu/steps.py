@@ -187,6 +187,7 @@ def _reduce_columns(ctx: StepContext) -> list[str]:
 
 
 def emit_reduce(ctx: StepContext) -> list[str]:
+    """A reduction in the loop order the plan chose (`accy.lower.reduction`)."""
     return (_reduce_rows if ctx.step.detail.strategy == "rows" else _reduce_columns)(ctx)
 
 
@@ -195,6 +196,8 @@ def emit_reduce(ctx: StepContext) -> list[str]:
 
 @dataclass(frozen=True)
 class Accumulator:
+    """A reduction inside a group's loop: its C variable, reducer, dtype, init and result."""
+
     name: str
     reducer: str
     dtype: object
@@ -465,6 +468,7 @@ def _emit_dot_loops(ctx: StepContext) -> list[str]:
 
 
 def emit_dot(ctx: StepContext) -> list[str]:
+    """A contraction: BLAS for f32 and f64 where a BLAS was found, plain loops otherwise."""
     ctx.value_pointers()
     if ctx.unit.blas is not None and ctx.step.op.type.dtype in BLAS_DTYPES:
         return _emit_gemm(ctx, ctx.step.detail)
@@ -491,6 +495,7 @@ def emit_custom_call(ctx: StepContext) -> list[str]:
 
 
 def emit_copy(ctx: StepContext) -> list[str]:
+    """Copy a stored value into an output (an input returned, or a value returned twice)."""
     (value,) = ctx.step.reads
     t = ctx.plan.program.type_of(value)
     source = ctx.parameter("void", "source", ctx.slot_pointer(value), False)

@@ -67,14 +67,23 @@ def _pick(table: dict, name: str, ctype: CType, what: str) -> str:
 
 
 def unary(name: str, ctype: CType, x: str) -> str:
+    """The C expression of unary `name` on `x`.
+
+    >>> from accy import f32, i32
+    >>> from accy.backends.cpu.dtypes import c_type
+    >>> unary("exp", c_type(f32), "t0"), unary("abs", c_type(i32), "t0")
+    ('expf(t0)', '(t0 < 0 ? -t0 : t0)')
+    """
     return _pick(UNARY, name, ctype, "unary").format(x=x, f=ctype.suffix)
 
 
 def binary(name: str, ctype: CType, a: str, b: str) -> str:
+    """The C expression of binary kind `name` on `a` and `b`."""
     return _pick(BINARY, name, ctype, "binary").format(a=a, b=b, f=ctype.suffix)
 
 
 def compare(direction: str, a: str, b: str) -> str:
+    """The C comparison of `a` and `b` in `direction` (eq, ne, lt, le, gt, ge)."""
     return f"{a} {COMPARE[direction]} {b}"
 
 

@@ -40,18 +40,32 @@ _compiles = 0
 
 
 def compile_count() -> int:
-    """How many times this process has run the C compiler (cache hits do not count)."""
+    """How many times this process has run the C compiler (cache hits do not count).
+
+    >>> compile_count() >= 0
+    True
+    """
     return _compiles
 
 
 @dataclass(frozen=True)
 class Compiler:
+    """A C compiler: the path to run, and an identity that changes when the binary does."""
+
     path: str
     identity: str
 
 
 def find_compiler() -> Compiler:
-    """The C compiler: `$CC` if set, else gcc, cc or clang on the PATH."""
+    """The C compiler: `$CC` if set, else gcc, cc or clang on the PATH.
+
+    >>> try:
+    ...     found = bool(find_compiler().identity)
+    ... except RuntimeUnavailable:
+    ...     found = True  # no compiler here: the error says so
+    >>> found
+    True
+    """
     requested = os.environ.get("CC")
     names = [requested] if requested else ["gcc", "cc", "clang"]
     for name in names:
@@ -68,6 +82,7 @@ def find_compiler() -> Compiler:
 
 
 def cpu_identity() -> str:
+    """What `-march=native` depends on: the CPU's model and feature flags."""
     try:
         with open("/proc/cpuinfo") as info:
             lines = [line for line in info if line.startswith(("model name", "flags"))]
@@ -77,6 +92,7 @@ def cpu_identity() -> str:
 
 
 def flags_for(source: str) -> tuple[str, ...]:
+    """The compiler flags for `source`."""
     # OpenMP's runtime is linked only into programs that have a parallel loop; simd pragmas
     # alone need just the compiler's support for them.
     openmp = "-fopenmp" if "omp parallel" in source else "-fopenmp-simd"
@@ -85,6 +101,7 @@ def flags_for(source: str) -> tuple[str, ...]:
 
 
 def cache_directory() -> Path:
+    """Where built libraries are kept: `$ACCY_CACHE_DIR/cpu` or `~/.cache/accy/cpu`."""
     root = os.environ.get("ACCY_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "accy"
     )
@@ -92,6 +109,7 @@ def cache_directory() -> Path:
 
 
 def cache_key(compiler: Compiler, flags: tuple[str, ...], source: str) -> str:
+    """The sha256 (hex) naming the cache entry of `source` built with `flags`."""
     digest = hashlib.sha256()
     for part in (CODEGEN_VERSION, compiler.identity, cpu_identity(), " ".join(flags), source):
         digest.update(part.encode())

@@ -17,7 +17,9 @@ input in its main loop and its init once). From the needs of a value:
 - a value needed in one step is computed inside that step, unless it is costly and needed
   `expanding`;
 - a value needed in several steps is stored, unless it is cheap (`CHEAP_KINDS`: index
-  arithmetic and loads), in which case each step recomputes it;
+  arithmetic and loads), in which case each step recomputes it; so is light arithmetic
+  (`is_light`: one add, multiply, comparison...) needed in a few steps, element by element:
+  writing it and reading it back costs more memory traffic than doing it again;
 - a value needed as a `buffer` is stored, unless it is a layout operation (`VIEW_KINDS`), which
   is then a strided view of its operand's buffer and passes the need on.
 """
@@ -33,7 +35,16 @@ from .views import VIEW_KINDS
 ROOT_KINDS = frozenset({"reduce", "dot_general", "scatter_add", "custom_call", "scan"})
 CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "concatenate"}
 
+LIGHT_KINDS = frozenset({"add", "sub", "mul", "max", "min", "compare", "select", "convert"})
+LIGHT_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round", "not", "stop_gradient"})
+LIGHT_RECOMPUTE_STEPS = 3  # at most this many steps recompute a light value
+
 STORED, INLINE, INPUT, DEAD = "stored", "inline", "input", "dead"
+
+
+def is_light(op: Operation) -> bool:
+    """One cheap arithmetic operation per element (no division, power or transcendental)."""
+    return op.kind in LIGHT_KINDS or op.kind == "unary" and op.attrs["op"] in LIGHT_UNARY
 
 
 @dataclass(frozen=True)
@@ -150,7 +161,9 @@ def _decide_op(op: Operation, index: int, needs: dict[int, set[Need]], outputs: 
         return INLINE if op.kind in VIEW_KINDS else STORED
     if op.kind in CHEAP_KINDS:
         return INLINE
-    if len(steps) > 1 or "expanding" in modes:
+    if "expanding" in modes:
+        return STORED
+    if len(steps) > 1 and not (is_light(op) and len(steps) <= LIGHT_RECOMPUTE_STEPS):
         return STORED
     return INLINE
 

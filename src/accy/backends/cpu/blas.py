@@ -20,6 +20,7 @@ import functools
 import glob
 import importlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 # Setters and getters of the library's thread count, when it exports them.
@@ -104,12 +105,15 @@ def _system() -> list[str]:
     return [path for path in found if path]
 
 
-def candidate_paths() -> list[str]:
-    """Library paths to probe, in the order of the module docstring."""
+def candidate_paths() -> Iterator[str]:
+    """Library paths to probe, in the order of the module docstring (found lazily: asking the
+    system's linker for a library starts processes)."""
     override = os.environ.get("ACCY_BLAS_LIBRARY")
-    return (
-        ([override] if override else []) + _numpy_bundled() + _scipy_openblas_wheels() + _system()
-    )
+    if override:
+        yield override
+    yield from _numpy_bundled()
+    yield from _scipy_openblas_wheels()
+    yield from _system()
 
 
 @functools.cache

@@ -10,7 +10,6 @@ libmvec; the vector variants keep IEEE special values and are accurate to a few 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import platform
 
@@ -46,12 +45,9 @@ def vector_declarations() -> tuple[str, ...]:
     """
     if platform.machine() not in ("x86_64", "AMD64"):
         return ()
-    path = ctypes.util.find_library("mvec")
     try:
-        library = ctypes.CDLL(path) if path else None
+        library = ctypes.CDLL("libmvec.so.1")  # by soname: find_library would start processes
     except OSError:
-        library = None
-    if library is None:
         return ()
     declarations = []
     for name, arity in FUNCTIONS.items():

@@ -119,3 +119,13 @@ def test_the_cache_key_covers_source_and_flags(native_cpu):
     key = toolchain.cache_key(compiler, ("-O3",), "int x;")
     assert key != toolchain.cache_key(compiler, ("-O2",), "int x;")
     assert key != toolchain.cache_key(compiler, ("-O3",), "int y;")
+
+
+def test_a_cache_that_cannot_be_written_falls_back_to_a_temporary_folder(native_cpu, tmp_path):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the cache folder should be")
+    source = _fresh_source("unwritable_cache") + "/* fallback */\n"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ACCY_CACHE_DIR", str(blocked))
+        library = toolchain.build(source)
+    assert library.exists() and blocked not in library.parents

@@ -467,11 +467,22 @@ def _emit_dot_loops(ctx: StepContext) -> list[str]:
     return nest(axis_loops(op.type, "r"), [f"{ctype.compute} acc = 0;"] + inner + [store])
 
 
+def _fits_blas_integers(gemm: Gemm, bits: int) -> bool:
+    sizes = (gemm.m, gemm.n, gemm.k, gemm.lhs.leading, gemm.rhs.leading)
+    return max(sizes) < 2 ** (bits - 1)
+
+
 def emit_dot(ctx: StepContext) -> list[str]:
-    """A contraction: BLAS for f32 and f64 where a BLAS was found, plain loops otherwise."""
+    """A contraction: BLAS for f32 and f64 where a BLAS was found (and its integers are wide
+    enough for the sizes), plain loops otherwise."""
     ctx.value_pointers()
-    if ctx.unit.blas is not None and ctx.step.op.type.dtype in BLAS_DTYPES:
-        return _emit_gemm(ctx, ctx.step.detail)
+    blas, gemm = ctx.unit.blas, ctx.step.detail
+    if (
+        blas is not None
+        and ctx.step.op.type.dtype in BLAS_DTYPES
+        and _fits_blas_integers(gemm, blas.integer_bits)
+    ):
+        return _emit_gemm(ctx, gemm)
     return _emit_dot_loops(ctx)
 
 

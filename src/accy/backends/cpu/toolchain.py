@@ -108,6 +108,19 @@ def cache_directory() -> Path:
     return Path(root) / "cpu"
 
 
+def _entry_directory(key: str) -> Path:
+    """The folder of a cache entry, created; a cache that cannot be written (a read-only home)
+    falls back to a per-user folder in the temporary directory."""
+    try:
+        directory = cache_directory() / key[:2]
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+    except OSError:
+        fallback = Path(tempfile.gettempdir()) / f"accy-{os.getuid()}" / "cpu" / key[:2]
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
+
+
 def cache_key(compiler: Compiler, flags: tuple[str, ...], source: str) -> str:
     """The sha256 (hex) naming the cache entry of `source` built with `flags`."""
     digest = hashlib.sha256()
@@ -166,8 +179,7 @@ def build(source: str) -> Path:
     compiler = find_compiler()
     flags = flags_for(source)
     key = cache_key(compiler, flags, source)
-    directory = cache_directory() / key[:2]
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = _entry_directory(key)
     library = directory / f"{key}.so"
     if is_valid(library):
         return library

@@ -16,7 +16,9 @@ from .gpu.cpu import State
 from .lower.fragment import FragmentCompilerOptions, compile_fragment
 from .program import Program
 
-_fragments: dict[tuple[int, int], tuple[weakref.ref, Fragment]] = {}
+# (id of program, id of registry) -> (weak program, registry, fragment); the registry is held so
+# that its id cannot be reused by another while the entry exists.
+_fragments: dict[tuple[int, int], tuple[weakref.ref, Any, Fragment]] = {}
 _lock = threading.Lock()
 
 
@@ -28,11 +30,12 @@ def fragment_for(program: Program, options: FragmentCompilerOptions | None = Non
     with _lock:
         entry = _fragments.get(key)
         if entry is not None and entry[0]() is program:
-            return entry[1]
+            return entry[2]
     handle = State().handle()
     fragment = load_fragment(handle, compile_fragment(handle, program, options), options)
     with _lock:
-        _fragments[key] = (weakref.ref(program, _forgetter(key)), fragment)
+        reference = weakref.ref(program, _forgetter(key))
+        _fragments[key] = (reference, options.kernel_call_registry, fragment)
     return fragment
 
 

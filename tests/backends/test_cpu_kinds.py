@@ -324,3 +324,15 @@ def test_a_scan_of_length_zero_returns_its_initial_carries(native_cpu):
 
     program = accy.trace.define("scan_zero", [spec(f32, c=2), spec(f32, s=0, c=2)], body)
     assert_matches_reference(program, [np.ones(2, np.float32), np.zeros((0, 2), np.float32)])
+
+
+def test_a_group_reads_its_members_through_layouts_that_keep_the_element_order(native_cpu):
+    def body(b, args):
+        wave = (args[0] * 0.3).tanh()  # [a, c, b=1], kept inside one loop
+        moved = wave.transpose("a", "b", "c")  # moves only the unit axis: same element order
+        return moved.sum(), (1.0 - wave * wave) * 0.3
+
+    program = accy.trace.define("unit_axes", [spec(f32, a=3, c=6, b=1)], body)
+    assert [step.kind for step in accy.lower.build_plan(program).steps] == ["group"]
+    inputs = [np.random.default_rng(9).standard_normal((3, 6, 1)).astype(np.float32)]
+    assert_matches_reference(program, inputs)

@@ -13,42 +13,52 @@ later step needs is never stored at all.
 from __future__ import annotations
 
 from ..program import Operation
-from .views import StridedView
 
 SAME_INDEX_KINDS = frozenset(
     {"unary", "add", "sub", "mul", "div", "pow", "max", "min", "compare", "select", "convert"}
 )
 
 
+def _significant(t) -> list[str]:
+    return [a for a, n in t.named_extents if n != 1]
+
+
+def keeps_flat_order(op: Operation) -> bool:
+    """Whether a layout operation leaves every element at its row-major position: a reshape, or
+    a transpose or broadcast that moves or adds only axes of extent 1."""
+    if op.kind == "reshape":
+        return True
+    if op.kind in ("transpose", "broadcast_in_dim"):
+        operand = op.operand_types[0]
+        return operand.size == op.type.size and _significant(operand) == _significant(op.type)
+    return False
+
+
 class FlatCheck:
     """Whether a step's inputs can all be read at the element's own flat position."""
 
-    def __init__(self, producers: dict[int, Operation], views: dict[int, StridedView], type_of):
+    def __init__(self, producers: dict[int, Operation], is_stored, type_of):
         self.producers = producers
-        self.views = views
+        self.is_stored = is_stored
         self.type_of = type_of
 
     def readable(self, value: int, size: int) -> bool:
-        view = self.views.get(value)
-        if view is not None:
-            if all(s == 0 for s in view.strides):
-                return True
-            t = self.type_of(value)
-            return view.offset == 0 and t.size == size and view.is_contiguous(t)
+        if self.is_stored(value):
+            return self.type_of(value).size == size  # its own buffer, in row-major order
         op = self.producers[value]
-        if op.kind in SAME_INDEX_KINDS or op.kind == "reshape":
+        if op.kind in SAME_INDEX_KINDS or keeps_flat_order(op):
             return all(self.readable(v, size) for v in op.operands)
         if op.kind == "constant":
             return True
         if op.kind == "broadcast_in_dim":
-            return op.operand_types[0].rank == 0
+            return op.operand_types[0].rank == 0  # a scalar, read once
         return False
 
     def domain(self, step) -> int | None:
         """The element count a flat step walks, or None if the step is not flat."""
         op = step.op
         if step.kind == "loop":
-            if op.kind not in SAME_INDEX_KINDS and op.kind not in ("reshape", "constant"):
+            if op.kind not in SAME_INDEX_KINDS | {"constant"} and not keeps_flat_order(op):
                 return None
             size = op.type.size
             operands = op.operands

@@ -227,7 +227,7 @@ def _group_step(program: Program, members: list[Step], readers: dict[int, set[in
 
 def _group(program: Program, steps: list[Step], decisions, views):
     """Merge runs of flat steps over the same elements into group steps (see `grouping`)."""
-    check = FlatCheck(decisions.producer, views, program.type_of)
+    check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of)
     groups = consecutive_groups(steps, check)
     readers: dict[int, set[int]] = {}
     for index, step in enumerate(steps):

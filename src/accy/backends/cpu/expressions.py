@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...lower.grouping import keeps_flat_order
 from ...lower.plan import Plan
 from ...lower.views import StridedView, row_major
 from ...program import Operation
@@ -232,11 +233,16 @@ def _broadcast(body: Body, op: Operation, index: Index) -> str:
     operand = op.operand_types[0]
     if operand.rank == 0:
         return body.value(op.operands[0], ())
+    if isinstance(index, Flat) and keeps_flat_order(op):
+        return body.value(op.operands[0], Flat(index.var, operand))
     return body.value(op.operands[0], _by_name(operand, op.type, components(index)))
 
 
 def _transpose(body: Body, op: Operation, index: Index) -> str:
-    return body.value(op.operands[0], _by_name(op.operand_types[0], op.type, components(index)))
+    operand = op.operand_types[0]
+    if isinstance(index, Flat) and keeps_flat_order(op):
+        return body.value(op.operands[0], Flat(index.var, operand))
+    return body.value(op.operands[0], _by_name(operand, op.type, components(index)))
 
 
 def _reshape(body: Body, op: Operation, index: Index) -> str:

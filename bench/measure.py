@@ -102,10 +102,10 @@ class PeakResident:
             self.exact = _status_kib("VmHWM") is not None
         except OSError:
             self.exact = False
-        self.baseline = self.resident_bytes()
+        self.baseline = self.in_use_bytes()
 
-    @staticmethod
-    def resident_bytes() -> int:
+    def in_use_bytes(self) -> int:
+        """The resident set size now."""
         kib = _status_kib("VmRSS")
         return 1024 * kib if kib is not None else 0
 

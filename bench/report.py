@@ -21,7 +21,10 @@ STEP_HEADER = [
     "workload", "accy step", "JAX step", "PyTorch step", "accy/JAX", "accy/PyTorch",
     "accy 1st (cold)", "accy 1st (warm)", "JAX 1st", "PyTorch 1st",
 ]  # fmt: skip
-MEMORY_HEADER = ["workload", "accy peak", "JAX peak", "PyTorch peak", "worst check error"]
+MEMORY_HEADER = [
+    "workload", "accy step peak", "accy held", "JAX step peak", "JAX held",
+    "PyTorch step peak", "PyTorch held", "worst check error",
+]  # fmt: skip
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -78,19 +81,24 @@ def step_row(result: WorkloadResult) -> Row:
 
 
 def memory_row(result: WorkloadResult) -> Row:
-    def peak(system: str) -> str:
+    """Per system: the peak of a step above what it holds, and what it holds between steps."""
+
+    def memory(system: str) -> list[str]:
         measured = result.systems.get(system)
-        return _system_cell(result, system, format_bytes(measured and measured.peak_memory_bytes))
+        peak, held = (
+            (measured.peak_memory_bytes, measured.held_memory_bytes) if measured else (None, None)
+        )
+        return [_system_cell(result, system, format_bytes(b)) for b in (peak, held)]
 
     errors = [a["error"] for a in result.agreements]
     worst = f"{max(errors):.1e}" if errors else "-"
-    return [result.name, peak("accy"), peak("jax"), peak("torch"), worst]
+    return [result.name, *memory("accy"), *memory("jax"), *memory("torch"), worst]
 
 
 def print_tables(results: Sequence[WorkloadResult], options: Options) -> None:
     """Print the step table, the memory table, then every error and mismatch message."""
     title = f"median step, first call ({options.device})"
-    memory_title = "peak memory of a step above the inputs, and agreement between systems"
+    memory_title = "memory: peak of a step, held between steps; agreement between systems"
     _print_table(title, STEP_HEADER, [step_row(r) for r in results])
     _print_table(memory_title, MEMORY_HEADER, [memory_row(r) for r in results])
     for message in problems(results):

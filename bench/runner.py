@@ -52,6 +52,7 @@ class SystemResult:
     first_call_warm_cache_s: float | None = None
     step: dict[str, Any] | None = None
     peak_memory_bytes: int | None = None
+    held_memory_bytes: int | None = None
     memory_method: str | None = None
 
     @property

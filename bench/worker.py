@@ -18,6 +18,7 @@ Phases:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -97,15 +98,25 @@ def timing(session: Session, budget_s: float, repeat: int | None) -> dict[str, A
 
 
 def memory(session: Session) -> dict[str, Any]:
+    """Memory held after the first call (compiled code, caches, buffers kept between steps),
+    then the peak of steady steps above that."""
     on_gpu = session.device == "cuda"
     meter = session.system.device_memory() if on_gpu else measure.PeakResident()
     if meter is None:
-        return {"peak_memory_bytes": None, "memory_method": "not available"}
+        return {"memory_method": "not available"}
+    gc.collect()
+    before = meter.in_use_bytes()
     run, _ = session.first_call()
+    gc.collect()
+    held = meter.in_use_bytes() - before
     meter.reset()
     for _ in range(MEMORY_STEPS):
         run()
-    return {"peak_memory_bytes": meter.peak_bytes(), "memory_method": meter.method}
+    return {
+        "peak_memory_bytes": meter.peak_bytes(),
+        "held_memory_bytes": held,
+        "memory_method": meter.method,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

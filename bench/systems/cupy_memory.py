@@ -34,6 +34,9 @@ class CupyPoolPeak:
         self.tracker.__enter__()
         self.baseline = 0
 
+    def in_use_bytes(self) -> int:
+        return self.tracker.live
+
     def reset(self) -> None:
         self.baseline = self.tracker.live
         self.tracker.peak = self.tracker.live

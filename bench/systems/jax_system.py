@@ -95,8 +95,11 @@ class _XlaPeak:
         self.device = device
         self.baseline = 0
 
+    def in_use_bytes(self) -> int:
+        return self.device.memory_stats()["bytes_in_use"]
+
     def reset(self) -> None:
-        self.baseline = self.device.memory_stats()["bytes_in_use"]
+        self.baseline = self.in_use_bytes()
 
     def peak_bytes(self) -> int:
         return self.device.memory_stats()["peak_bytes_in_use"] - self.baseline

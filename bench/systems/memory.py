@@ -7,12 +7,12 @@ from typing import Protocol
 
 
 class DeviceMemory(Protocol):
-    """Reads the most device memory allocated since `reset()`, above what was allocated then.
-
-    `method` says in a few words how (it goes into the JSON).
-    """
+    """Reads the memory in use now, and the most in use since `reset()` above what was in use
+    then. `method` says in a few words how (it goes into the JSON)."""
 
     method: str
+
+    def in_use_bytes(self) -> int: ...
 
     def reset(self) -> None: ...
 

@@ -105,9 +105,12 @@ class _CachingAllocatorPeak:
     def __init__(self) -> None:
         self.baseline = 0
 
+    def in_use_bytes(self) -> int:
+        return torch.cuda.memory_allocated()
+
     def reset(self) -> None:
         torch.cuda.reset_peak_memory_stats()
-        self.baseline = torch.cuda.memory_allocated()
+        self.baseline = self.in_use_bytes()
 
     def peak_bytes(self) -> int:
         return torch.cuda.max_memory_allocated() - self.baseline

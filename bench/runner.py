@@ -124,11 +124,18 @@ def load_outputs(path: Path) -> list[np.ndarray]:
 class WorkloadRun:
     """Runs every phase of every available system on one workload."""
 
-    def __init__(self, workload: Workload, systems: Sequence[str], options: Options):
+    def __init__(
+        self,
+        workload: Workload,
+        systems: Sequence[str],
+        options: Options,
+        scratch: Path | None = None,
+    ):
         self.workload, self.options = workload, options
         self.result = WorkloadResult(workload.name, workload.extents(options.device))
         self.systems = [s for s in SYSTEMS if s in systems]
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"bench-{workload.name}-"))
+        # Worker outputs and accy's disk cache; removed when the run ends.
+        self.scratch = scratch or Path(tempfile.mkdtemp(prefix=f"bench-{workload.name}-"))
         # accy's disk cache: empty for the first (cold) call, then warm for the other phases.
         self.accy_env = {"ACCY_CACHE_DIR": str(self.scratch / "accy-cache")}
 

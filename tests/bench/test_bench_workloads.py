@@ -19,6 +19,7 @@ import pytest
 import accy
 from bench.compare import normwise_error, tolerance
 from bench.measure import PeakResident, repeats_for, time_steps
+from bench.runner import Options, SystemResult, WorkloadRun
 from bench.workloads import WORKLOADS, gpu_extents
 from bench.workloads.attention import causal_mask
 
@@ -204,3 +205,20 @@ def test_the_harness_side_never_imports_the_peers():
         check=True,
     )
     assert completed.stdout.strip() == "[]"
+
+
+def test_a_wrong_gradient_stops_the_workload_with_a_message_naming_it(tmp_path):
+    workload = WORKLOADS["tiny"]
+    run = WorkloadRun(workload, ["accy", "jax"], Options(), scratch=tmp_path)
+    correct = accy.reference.run(workload.value_and_grad("cpu"), workload.make_inputs("cpu"))
+    small = accy.reference.run(workload.value_and_grad("check"), workload.make_inputs("check"))
+    wrong_dy = [correct[0], correct[1], correct[2] * 1.5]
+    for system, outputs in (("accy", correct), ("jax", wrong_dy)):
+        run.result.systems[system] = SystemResult(system, backend="test")
+        (tmp_path / system / "check").mkdir(parents=True)
+        np.savez(tmp_path / system / "check" / "outputs.npz", *outputs)
+        np.savez(tmp_path / system / "check" / "check_outputs.npz", *small)
+    assert not run.systems_agree()
+    assert run.result.status == "mismatch"
+    assert "accy (test) vs JAX on d/dy: normwise error 3.33e-01 > tolerance" in run.result.message
+    assert "d/dx" not in run.result.message

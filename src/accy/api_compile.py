@@ -6,7 +6,8 @@ An array must have the parameter's dtype and extents: accy never converts dtypes
 (Python lists and scalars are converted, as they have no dtype of their own). bf16 values are
 float32 arrays on both sides, as in the reference evaluator.
 
-Devices: "cpu" (native code) and "reference" (the NumPy evaluator).
+Devices: "cpu" (native code), "cuda" (a GPU: CuPy arrays come out, see
+`accy.backends.cuda.api`) and "reference" (the NumPy evaluator).
 """
 
 from __future__ import annotations
@@ -145,8 +146,15 @@ def _reference(program: Program, kernel_call_registry: Any) -> Callable[..., lis
     return call
 
 
-DEVICES: dict[str, Callable[[Program, Any], Callable[..., list[np.ndarray]]]] = {
+def _cuda(program: Program, kernel_call_registry: Any) -> Callable[..., list[Any]]:
+    from .backends.cuda.api import compiled_call
+
+    return compiled_call(program, kernel_call_registry)
+
+
+DEVICES: dict[str, Callable[[Program, Any], Callable[..., list[Any]]]] = {
     "cpu": _cpu,
+    "cuda": _cuda,
     "reference": _reference,
 }
 
@@ -154,7 +162,8 @@ DEVICES: dict[str, Callable[[Program, Any], Callable[..., list[np.ndarray]]]] = 
 def compile(
     program: Program, device: str = "cpu", *, kernel_call_registry: Any = None
 ) -> CompiledProgram:
-    """Compile `program` for `device` ("cpu" or "reference"); returns a callable on arrays.
+    """Compile `program` for `device` ("cpu", "cuda" or "reference"); returns a callable on
+    arrays.
 
     >>> import accy, numpy as np
     >>> p = accy.trace.define("dot", [accy.spec(accy.f32, k=2)] * 2,

@@ -68,7 +68,8 @@ class Fragment:
 
 
 def load_fragment(handle: Any, compiled: Any, options: Any = None) -> Fragment:
-    """Load a fragment made by `accy.lower.compile_fragment` (once per process per library).
+    """Load a fragment made by `accy.lower.compile_fragment` (once per process per library);
+    a "cuda_ptx" artifact is loaded on the GPU of `handle` (`accy.gpu.cuda.State`).
 
     >>> import accy, numpy as np
     >>> from accy.gpu.cpu import State
@@ -78,10 +79,15 @@ def load_fragment(handle: Any, compiled: Any, options: Any = None) -> Fragment:
     >>> fragment.output_count()
     1
     """
-    if getattr(compiled, "artifact_format", None) != "cpu_object":
+    artifact_format = getattr(compiled, "artifact_format", None)
+    if artifact_format == "cuda_ptx":
+        from .backends.cuda.runtime import load
+
+        return load(compiled, getattr(handle, "ordinal", 0))
+    if artifact_format != "cpu_object":
         raise AccyError(
-            f"load_fragment: {type(compiled).__name__} is not a CPU artifact; compile it with "
-            f"FragmentCompilerOptions(artifact_format='cpu_object')"
+            f"load_fragment: {type(compiled).__name__} is not a CPU or CUDA artifact; compile "
+            f"it with FragmentCompilerOptions(artifact_format='cpu_object' or 'cuda_ptx')"
         )
     return Fragment(compiled)
 
@@ -97,6 +103,10 @@ def invoke(fragment: Fragment, inputs: Sequence[Any], outputs: Sequence[Any]) ->
     >>> out.tolist()
     [2.0, 4.0]
     """
+    if not isinstance(fragment, Fragment):
+        from .backends.cuda.arrays import invoke as invoke_on_gpu
+
+        return invoke_on_gpu(fragment, inputs, outputs)
     name = fragment.program.name
     in_addresses, _keep_inputs = input_addresses(name, fragment.parameter_types, inputs)
     out_addresses, _keep_outputs = output_addresses(name, fragment.output_types, outputs)
@@ -151,6 +161,10 @@ def prepare_invocation(fragment: Fragment, inputs: Sequence[Any]) -> Bindings:
     >>> np.frombuffer(out, np.float32).tolist()
     [2.0, 2.0]
     """
+    if not isinstance(fragment, Fragment):
+        from .backends.cuda.arrays import Bindings as GpuBindings
+
+        return GpuBindings(fragment, inputs)
     return Bindings(fragment, inputs)
 
 

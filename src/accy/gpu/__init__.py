@@ -1,5 +1,6 @@
-"""Device states: `cpu.State()` for the native CPU backend (a CUDA state lives beside it)."""
+"""Device states: `cpu.State()` for the native CPU backend, `cuda.State.init_device(0)` for a
+GPU (neither imports CuPy)."""
 
-from . import cpu
+from . import cpu, cuda
 
-__all__ = ["cpu"]
+__all__ = ["cpu", "cuda"]

@@ -1,7 +1,8 @@
 """`compile_fragment`: lower a program and compile it into an artifact for a device.
 
 The artifact format picks the code generator (`ARTIFACT_COMPILERS`, extended by each backend):
-"cpu_object" is a native shared object built from generated C. The result is loaded with
+"cpu_object" is a native shared object built from generated C, "cuda_ptx" CUDA C for NVRTC with
+its launch schedule (`accy.backends.cuda`). The result is loaded with
 `accy.executable.load_fragment`.
 """
 
@@ -16,6 +17,7 @@ from ..program import Program
 
 ARTIFACT_COMPILERS: dict[str, str] = {
     "cpu_object": "accy.backends.cpu.compile:compile_program",
+    "cuda_ptx": "accy.backends.cuda.compile:compile_program",
 }
 
 

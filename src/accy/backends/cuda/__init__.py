@@ -1,0 +1,9 @@
+"""The CUDA backend: generated kernels (NVRTC), cuBLAS, one CUDA graph per invocation.
+
+Code generation (`compile_program`) needs neither a GPU nor CuPy; loading and running
+(`runtime`) import CuPy, and only then.
+"""
+
+from .compile import CompiledFragment, compile_program
+
+__all__ = ["CompiledFragment", "compile_program"]

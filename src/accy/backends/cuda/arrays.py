@@ -1,0 +1,170 @@
+"""Buffers at the CUDA boundary: device arrays taken as they are, host buffers copied over.
+
+A device array is a CuPy array, or anything CuPy reads without a copy: an object with
+`__cuda_array_interface__` (a CUDA tensor of PyTorch, Numba) or a DLPack producer on a CUDA
+device (PyTorch, JAX). A host buffer (bytes, bytearray, memoryview, NumPy) is checked as the CPU
+backend checks it (`accy.boundary`) and copied to the device; host outputs are copied back when
+the run is done. Every failure is an `InvalidInput` naming the program and the argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ...boundary import RAW_BYTES, _as_bytes, _check, check_no_overlap, expected_numpy
+from ...errors import AccyError, InvalidInput
+from ...types import TensorType
+from .runtime import CudaFragment, cupy_module
+
+DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def on_device(value: Any) -> bool:
+    """Whether `value` is an array in GPU memory that CuPy can use without a copy.
+
+    >>> on_device(b"bytes"), on_device(np.zeros(2))
+    (False, False)
+    """
+    if hasattr(value, "__cuda_array_interface__"):
+        return True
+    device = getattr(value, "__dlpack_device__", None)
+    if device is None:
+        return False
+    try:
+        return device()[0] in DLPACK_CUDA
+    except (TypeError, ValueError, RuntimeError, BufferError):
+        return False
+
+
+def as_cupy(value: Any, where: str):
+    """A device array as a CuPy array (the same memory)."""
+    cupy = cupy_module()
+    if isinstance(value, cupy.ndarray):
+        return value
+    try:
+        if hasattr(value, "__cuda_array_interface__"):
+            return cupy.asarray(value)
+        return cupy.from_dlpack(value)
+    except (TypeError, ValueError, RuntimeError, BufferError) as error:
+        raise InvalidInput(f"{where}: CuPy cannot read this device array ({error})") from None
+
+
+def _raw_device(array, t: TensorType, where: str):
+    """Check a device array as a raw buffer of `t` (the seed API's rules)."""
+    if not array.flags.c_contiguous:
+        raise InvalidInput(f"{where}: the device array is not contiguous; pass a contiguous copy")
+    allowed = (RAW_BYTES, *expected_numpy(t.dtype))
+    if array.dtype not in allowed:
+        wanted = " or ".join(str(d) for d in expected_numpy(t.dtype))
+        raise InvalidInput(
+            f"{where}: a device array of dtype {array.dtype} was given for {t}, which needs "
+            f"{wanted} (or raw bytes as uint8)"
+        )
+    if array.nbytes != t.nbytes:
+        raise InvalidInput(
+            f"{where}: the device array has {array.nbytes} bytes, but {t} takes {t.nbytes}"
+        )
+    return array
+
+
+def raw_input(value: Any, t: TensorType, where: str):
+    """A raw device buffer holding input `value` (uploaded if it is on the host)."""
+    if on_device(value):
+        return _raw_device(as_cupy(value, where), t, where)
+    host = _as_bytes(value, where)
+    _check(host, t, where)
+    return cupy_module().asarray(host.reshape(-1).view(np.uint8))
+
+
+class Outputs:
+    """The device buffers a run writes, and the host buffers to copy them into afterwards."""
+
+    def __init__(self, values: Sequence[Any], types, program: str):
+        cupy = cupy_module()
+        self.device, self.host = [], []
+        for position, (value, t) in enumerate(zip(values, types, strict=True)):
+            where = f"program {program!r}, output {position}"
+            if on_device(value):
+                self.device.append(_raw_device(as_cupy(value, where), t, where))
+                self.host.append(None)
+                continue
+            host = _as_bytes(value, where)
+            if not host.flags.writeable:
+                raise InvalidInput(f"{where}: the buffer is read-only; outputs must be writable")
+            _check(host, t, where)
+            self.device.append(cupy.empty(t.nbytes, dtype=cupy.uint8))
+            self.host.append(host)
+
+    def copy_back(self) -> None:
+        """Copy every host output from the device (waits for the run)."""
+        for device, host in zip(self.device, self.host, strict=True):
+            if host is not None and host.nbytes:
+                host.reshape(-1).view(np.uint8)[...] = device.get()
+
+
+def _count(kind: str, values: Sequence[Any], types, program: str) -> None:
+    if len(values) != len(types):
+        raise InvalidInput(f"program {program!r} takes {len(types)} {kind}s, got {len(values)}")
+
+
+def _pointers(fragment: CudaFragment, inputs, outputs) -> list[int]:
+    name = fragment.program.name
+    ins = [a.data.ptr for a in inputs]
+    outs = [a.data.ptr for a in outputs]
+    check_no_overlap(name, ins, fragment.parameter_types, outs, fragment.output_types)
+    return ins + outs
+
+
+def invoke(fragment: CudaFragment, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+    """Check the buffers and run once; host outputs are filled when this returns."""
+    name = fragment.program.name
+    _count("input", inputs, fragment.parameter_types, name)
+    _count("output", outputs, fragment.output_types, name)
+    arrays = [
+        raw_input(v, t, f"program {name!r}, input {i}")
+        for i, (v, t) in enumerate(zip(inputs, fragment.parameter_types, strict=True))
+    ]
+    written = Outputs(outputs, fragment.output_types, name)
+    fragment.run(_pointers(fragment, arrays, written.device))
+    written.copy_back()
+
+
+class Bindings:
+    """Inputs bound to a CUDA fragment (copied to the device once), with device outputs of its
+    own: `launch()` is one graph launch; `read_output(i, buffer)` copies output `i` out."""
+
+    def __init__(self, fragment: CudaFragment, inputs: Sequence[Any]):
+        cupy = cupy_module()
+        name = fragment.program.name
+        _count("input", inputs, fragment.parameter_types, name)
+        self.fragment = fragment
+        self._inputs = [
+            raw_input(v, t, f"program {name!r}, input {i}")
+            for i, (v, t) in enumerate(zip(inputs, fragment.parameter_types, strict=True))
+        ]
+        self._outputs = [cupy.empty(t.nbytes, dtype=cupy.uint8) for t in fragment.output_types]
+        self._pointers = _pointers(fragment, self._inputs, self._outputs)
+        self._launched = False
+
+    def launch(self, options: Any = None) -> None:
+        """Run the program on the bound inputs (asynchronously)."""
+        self.fragment.run(self._pointers)
+        self._launched = True
+
+    launch_with_options = launch
+
+    def read_output(self, index: int, buffer: Any) -> None:
+        """Copy output `index` of the last launch into `buffer` (host or device)."""
+        if not self._launched:
+            raise AccyError("read_output: call launch() first; nothing has run yet")
+        if not 0 <= index < len(self._outputs):
+            raise InvalidInput(
+                f"read_output: output {index} does not exist; the program has "
+                f"{len(self._outputs)} outputs"
+            )
+        written = Outputs([buffer], [self.fragment.output_types[index]], self.fragment.program.name)
+        written.device[0].reshape(-1).view(self._outputs[index].dtype)[...] = self._outputs[index]
+        written.copy_back()

@@ -1,0 +1,110 @@
+"""What a step emitter works with: the plan, the step, pointers, and where things are.
+
+A step emitter (`steps.STEP_EMITTERS`) writes its kernels once and returns a `StepCode`: a
+function that, given the `Level` the plan runs at (which pool entries hold its buffers), adds
+the step's actions to the schedule. A scan body's code is written once and scheduled once per
+iteration, each time at another level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...lower.buffers import aligned
+from ...lower.plan import Plan, Slot, Step
+from ...lower.views import StridedView
+from ..cpu.dtypes import c_type
+from ..cpu.expressions import Body
+from .kernels import BLOCK, Module, Pointers, pointer_declaration, slot_expression
+from .schedule import WORKSPACE, Address, Launch, Level, Schedule
+
+StepCode = Callable[[Level, Schedule], None]
+
+
+def nothing(level: Level, schedule: Schedule) -> None:
+    """The code of a step with no work (an empty tensor)."""
+
+
+def launches(*kernels: tuple[str, int]) -> StepCode:
+    """Code that launches each (kernel, grid) with the level's table and workspace."""
+
+    def schedule_launches(level: Level, schedule: Schedule) -> None:
+        for kernel, grid in kernels:
+            schedule.add(Launch(kernel, grid, BLOCK, level.io, level.ws))
+
+    return schedule_launches
+
+
+def level_address(plan: Plan, level: Level, slot: Slot) -> Address:
+    """Where `slot`'s buffer is when `plan` runs at `level`."""
+    if slot.storage == "input":
+        return level.entries[slot.index]
+    if slot.storage == "output":
+        return level.entries[len(plan.program.parameters) + slot.index]
+    return Address(WORKSPACE, level.ws + slot.index)
+
+
+@dataclass
+class StepContext:
+    module: Module
+    plan: Plan
+    index: int
+    step: Step
+    scratch_used: int = 0
+
+    def pointers(self) -> Pointers:
+        """Fresh names for the step's stored values (one `Pointers` per kernel)."""
+        return Pointers({v: f"v{v}" for v in (*self.step.writes, *self.step.reads)})
+
+    def body(self, pointers: Pointers) -> Body:
+        return Body(self.module, self.plan, pointers)
+
+    def kernel(self, pointers: Pointers, lines: list[str], what: str = "") -> str:
+        """Declare a kernel of `lines`, preceded by the pointers they used."""
+        written = set(self.step.writes)
+        declarations = [
+            pointer_declaration(self.plan, v, pointers.get(v), v in written) for v in pointers.used
+        ]
+        comment = f"step {self.index}: {self.step.kind} {what}".strip()
+        return self.module.kernel(declarations + lines, comment)
+
+    def workspace_scratch(self, name: str) -> int:
+        """Byte offset (in the plan's workspace) of the step's planned scratch `name`."""
+        return self.plan.scratch_offset(self.index, name)
+
+    def scratch(self, nbytes: int) -> int:
+        """Reserve `nbytes` of the shared scratch region for this step; its byte offset."""
+        offset = self.scratch_used
+        self.scratch_used += aligned(nbytes)
+        self.module.reserve_scratch(self.scratch_used)
+        return offset
+
+    def storage(self, value: int) -> str:
+        return c_type(self.plan.program.type_of(value).dtype).storage
+
+    def itemsize(self, value: int) -> int:
+        return self.plan.program.type_of(value).dtype.itemsize
+
+    def view(self, value: int) -> StridedView:
+        return self.plan.view(value)
+
+    def view_expression(self, value: int) -> str:
+        """The address of `value`'s first element (a view of a stored buffer), as C."""
+        view = self.view(value)
+        base = slot_expression(self.plan, self.plan.slots[view.base])
+        offset = view.offset * self.itemsize(view.base)
+        return f"({base} + {offset})" if offset else base
+
+    def slot_expression(self, value: int) -> str:
+        """The address of stored `value`'s buffer, as C."""
+        return slot_expression(self.plan, self.plan.slots[value])
+
+    def view_address(self, level: Level, value: int) -> Address:
+        """The address of `value`'s first element when the plan runs at `level`."""
+        view = self.view(value)
+        base = level_address(self.plan, level, self.plan.slots[view.base])
+        return base.plus(view.offset * self.itemsize(view.base))
+
+    def slot_address(self, level: Level, value: int) -> Address:
+        return level_address(self.plan, level, self.plan.slots[value])

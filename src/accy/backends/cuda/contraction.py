@@ -1,0 +1,185 @@
+"""`dot_general` on the GPU: cuBLAS GEMMs for f32 and f64, a kernel for the other dtypes.
+
+The plan lays a contraction out as row-major `C[b] = A[b] @ B[b]` (`accy.lower.contraction`);
+cuBLAS is column-major, so the call computes `C^T = B^T A^T`: the operands swap places and keep
+their transpose flags. Batches go in one call: strided when every batch is a fixed distance
+from the last and all buffers are fixed, otherwise with arrays of pointers in the pool (the
+invocation's buffers move between calls, so their addresses cannot be baked into the graph).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from ...lower.contraction import Gemm as Layout
+from ...lower.contraction import MatrixOperand
+from ...lower.plan import BLAS_DTYPES
+from ...ops.contraction import dimensions, free_dimensions
+from ...types import f32
+from ..cpu.dtypes import c_type
+from ..cpu.expressions import offset_expression
+from ..cpu.loops import nest
+from .context import StepCode, StepContext, launches, nothing
+from .kernels import axis_names, blocks_for, decompose, grid_stride
+from .schedule import WORKSPACE, Address, Gemm, Level, Schedule
+from .steps import indent, rounded, store
+
+OP_N, OP_T = 0, 1  # cublasOperation_t
+
+
+def _pack(ctx: StepContext, value: int, matrix: MatrixOperand, name: str) -> tuple[str, int]:
+    """A kernel that copies an operand cuBLAS cannot read as it is into scratch, laid out
+    batch, rows, columns."""
+    t = ctx.plan.program.type_of(value)
+    pointers = ctx.pointers()
+    body = ctx.body(pointers)
+    names = axis_names(t, "p")
+    head = decompose("i", t.extents, names)
+    x = body.value(value, names)
+    storage = c_type(t.dtype).storage
+    offset = ctx.workspace_scratch(name)
+    position = offset_expression(names, matrix.view.strides)
+    lines = [
+        f"{storage} *__restrict__ packed = ({storage} *)(ws + {offset});",
+        grid_stride("i", t.size),
+        *indent(head + body.lines + [store(t.dtype, "packed", position, x)]),
+        "}",
+    ]
+    return ctx.kernel(pointers, lines, f"(pack {name})"), blocks_for(t.size)
+
+
+def _zeros(ctx: StepContext) -> tuple[str, int]:
+    op = ctx.step.op
+    pointers = ctx.pointers()
+    out = pointers[op.results[0]]
+    lines = [grid_stride("i", op.type.size), f"  {out}[i] = 0;", "}"]
+    return ctx.kernel(pointers, lines, "(zeros)"), blocks_for(op.type.size)
+
+
+def _batch_offsets(extents: tuple[int, ...], strides: tuple[int, ...]) -> list[int]:
+    """Element offset of each batch, in row-major order of the batch axes.
+
+    >>> _batch_offsets((2, 3), (1, 2))
+    [0, 2, 4, 1, 3, 5]
+    """
+    return [
+        sum(i * s for i, s in zip(index, strides, strict=True))
+        for index in itertools.product(*(range(n) for n in extents))
+    ]
+
+
+def _stride(offsets: list[int]) -> int | None:
+    """The common distance between consecutive offsets, or None if there is none.
+
+    >>> _stride([0, 4, 8]), _stride([0, 2, 1]), _stride([0])
+    (4, None, 0)
+    """
+    step = offsets[1] - offsets[0] if len(offsets) > 1 else 0
+    return step if all(o == i * step for i, o in enumerate(offsets)) else None
+
+
+def _operand(ctx, level: Level, value: int, matrix: MatrixOperand, name: str) -> Address:
+    if matrix.packed:
+        return Address(WORKSPACE, level.ws + ctx.workspace_scratch(name))
+    return ctx.view_address(level, value)
+
+
+def _schedule_gemm(ctx: StepContext, layout: Layout, level: Level, schedule: Schedule) -> None:
+    op = ctx.step.op
+    lhs = _operand(ctx, level, op.operands[0], layout.lhs, "lhs")
+    rhs = _operand(ctx, level, op.operands[1], layout.rhs, "rhs")
+    out = ctx.slot_address(level, op.results[0])
+    size = op.type.dtype.itemsize
+    offsets = [
+        _batch_offsets(layout.batch_extents, layout.rhs.batch_strides),
+        _batch_offsets(layout.batch_extents, layout.lhs.batch_strides),
+        [b * layout.m * layout.n for b in range(math.prod(layout.batch_extents))],
+    ]
+    strides = [_stride(o) for o in offsets]
+    fixed = all(address.fixed for address in (lhs, rhs, out))
+    arrays = None
+    if not fixed or None in strides:
+        bases = zip((rhs, lhs, out), offsets, strict=True)
+        pointers = [base.plus(o * size) for base, column in bases for o in column]
+        arrays = schedule.table(pointers)
+    schedule.add(
+        Gemm(
+            dtype="f32" if op.type.dtype == f32 else "f64",
+            transa=OP_T if layout.rhs.transposed else OP_N,
+            transb=OP_T if layout.lhs.transposed else OP_N,
+            m=layout.n,
+            n=layout.m,
+            k=layout.k,
+            a=rhs,
+            lda=layout.rhs.leading,
+            b=lhs,
+            ldb=layout.lhs.leading,
+            c=out,
+            ldc=max(layout.n, 1),
+            batch=len(offsets[2]),
+            stride_a=strides[0] or 0,
+            stride_b=strides[1] or 0,
+            stride_c=strides[2] or 0,
+            arrays=arrays,
+        )
+    )
+
+
+def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
+    op = ctx.step.op
+    count = math.prod(layout.batch_extents)
+    if layout.m == 0 or layout.n == 0 or count == 0:
+        return nothing
+    if layout.k == 0:
+        return launches(_zeros(ctx))
+    operands = zip(op.operands, (layout.lhs, layout.rhs), ("lhs", "rhs"), strict=True)
+    packs = [_pack(ctx, value, matrix, name) for value, matrix, name in operands if matrix.packed]
+
+    def schedule_gemm(level: Level, schedule: Schedule) -> None:
+        launches(*packs)(level, schedule)
+        _schedule_gemm(ctx, layout, level, schedule)
+
+    return schedule_gemm
+
+
+def _emit_loops(ctx: StepContext) -> StepCode:
+    """dot_general as one thread per result element, for dtypes cuBLAS has no GEMM of."""
+    op = ctx.step.op
+    if op.type.size == 0:
+        return nothing
+    lc, rc, lb, rb = dimensions(op.attrs)
+    lhs_type, rhs_type = op.operand_types
+    lf = free_dimensions(lhs_type.rank, lc, lb)
+    rf = free_dimensions(rhs_type.rank, rc, rb)
+    result = axis_names(op.type, "r")
+    contract = [f"k{q}" if lhs_type.extents[p] != 1 else "0" for q, p in enumerate(lc)]
+    lhs_index, rhs_index = [""] * lhs_type.rank, [""] * rhs_type.rank
+    for q, (left, right) in enumerate(zip(lb, rb, strict=True)):
+        lhs_index[left] = rhs_index[right] = result[q]
+    for q, p in enumerate(lf):
+        lhs_index[p] = result[len(lb) + q]
+    for q, p in enumerate(rf):
+        rhs_index[p] = result[len(lb) + len(lf) + q]
+    for q, (left, right) in enumerate(zip(lc, rc, strict=True)):
+        lhs_index[left] = rhs_index[right] = contract[q]
+    pointers = ctx.pointers()
+    body = ctx.body(pointers)
+    a = body.value(op.operands[0], tuple(lhs_index))
+    b = body.value(op.operands[1], tuple(rhs_index))
+    loops = [(f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1]
+    compute = c_type(op.type.dtype).compute
+    inner = [
+        f"{compute} acc = 0;",
+        *nest(loops, body.lines + [f"acc = acc + {a} * {b};"]),
+        store(op.type.dtype, pointers[op.results[0]], "i", rounded(op.type.dtype, "acc")),
+    ]
+    head = decompose("i", op.type.extents, result)
+    lines = [grid_stride("i", op.type.size), *indent(head + inner), "}"]
+    return launches((ctx.kernel(pointers, lines), blocks_for(op.type.size)))
+
+
+def emit_dot(ctx: StepContext) -> StepCode:
+    if ctx.step.op.type.dtype in BLAS_DTYPES:
+        return _emit_gemm(ctx, ctx.step.detail)
+    return _emit_loops(ctx)

@@ -1,0 +1,169 @@
+"""Kernels as text: the module that collects them, their pointers, and thread indexing.
+
+Every generated kernel has one signature,
+
+    extern "C" __global__ void accy_kN(void *const *io, char *ws, char *scratch)
+
+`io` is the plan's input/output table in the pointer pool (inputs, then outputs), `ws` the
+plan's workspace and `scratch` the region where steps keep partial results. A kernel declares
+only the pointers its statements use (`Pointers` records them), each `__restrict__`: a step
+never writes a buffer it reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from ...lower.plan import Plan, Slot
+from ...lower.views import row_major
+from ...program import Operation
+from ...types import DType, TensorType
+from ..cpu.dtypes import c_type, literal
+from ..cpu.expressions import Unit
+
+BLOCK = 256  # threads per block of every generated kernel
+WARP = 32
+MAX_BLOCKS = 132 * 32  # a grid-stride loop's grid: 32 blocks on each of the H200's 132 SMs
+SIGNATURE = "void *const *__restrict__ io, char *__restrict__ ws, char *__restrict__ scratch"
+
+
+class Module(Unit):
+    """The translation unit of one program: kernels, constants, and the scratch it needs.
+
+    File-scope names start with `prefix`; programs with distinct prefixes can share one
+    translation unit (the prelude is include-guarded).
+
+    >>> module = Module()
+    >>> module.kernel(["ws[0] = 1;"]).startswith("accy_k")
+    True
+    """
+
+    def __init__(self, registry=None, prefix: str = "accy_"):
+        super().__init__(registry, None)
+        self.prefix = prefix
+        self.kernel_names: list[str] = []
+        self.scratch_bytes = 0
+        self.externals: dict[str, object] = {}
+        self.plan_code: dict[int, Callable] = {}
+
+    def constant_array(self, plan: Plan, op: Operation) -> str:
+        """A constant's elements in device memory (a host array is not visible to kernels)."""
+        key = (id(plan), op.results[0])
+        if key not in self._constants:
+            name = self.fresh(f"{self.prefix}constant")
+            dtype = op.type.dtype
+            items = ", ".join(literal(x, dtype) for x in op.attrs["value"]) or "0"
+            compute = c_type(dtype).compute
+            self.declare(f"static __device__ const {compute} {name}[] = {{{items}}};")
+            self._constants[key] = name
+        return self._constants[key]
+
+    def kernel(self, lines: list[str], comment: str = "") -> str:
+        """Declare a kernel whose body is `lines`; return its name."""
+        name = self.fresh(f"{self.prefix}k")
+        header = f"/* {comment} */\n" if comment else ""
+        self.declare(
+            f'{header}extern "C" __global__ void __launch_bounds__({BLOCK}) '
+            f"{name}({SIGNATURE}) {{\n"
+            + "".join(f"  {line}\n" for line in lines)
+            + "  (void)io;\n  (void)ws;\n  (void)scratch;\n}"
+        )
+        self.kernel_names.append(name)
+        return name
+
+    def reserve_scratch(self, nbytes: int) -> None:
+        """Make the scratch region at least `nbytes` (steps run one at a time and share it)."""
+        self.scratch_bytes = max(self.scratch_bytes, nbytes)
+
+
+class Pointers(dict):
+    """Value -> C name of its pointer; remembers which names a kernel's statements used."""
+
+    def __init__(self, names: dict[int, str]):
+        super().__init__(names)
+        self.used: dict[int, None] = {}
+
+    def __getitem__(self, value: int) -> str:
+        self.used[value] = None
+        return super().__getitem__(value)
+
+
+def slot_expression(plan: Plan, slot: Slot) -> str:
+    """Where a slot's buffer starts, as a `char *`-compatible C expression in a kernel."""
+    if slot.storage == "input":
+        return f"(char *)io[{slot.index}]"
+    if slot.storage == "output":
+        return f"(char *)io[{len(plan.program.parameters) + slot.index}]"
+    return f"(ws + {slot.index})"
+
+
+def pointer_declaration(plan: Plan, value: int, name: str, writable: bool) -> str:
+    storage = c_type(plan.program.type_of(value).dtype).storage
+    const = "" if writable else "const "
+    where = slot_expression(plan, plan.slots[value])
+    return f"{const}{storage} *__restrict__ {name} = ({const}{storage} *){where};"
+
+
+def blocks_for(work_items: int, per_block: int = BLOCK) -> int:
+    """Blocks for a grid-stride loop over `work_items` (at least one).
+
+    >>> blocks_for(10), blocks_for(10**9)
+    (1, 4224)
+    """
+    return max(1, min(math.ceil(work_items / per_block), MAX_BLOCKS))
+
+
+def grid_stride(counter: str, count: int, per_block: int = BLOCK, lanes: int = 1) -> str:
+    """The head of a grid-stride loop: `counter` runs over `count` items, `per_block` items per
+    block at a time (a group of `lanes` threads shares an item)."""
+    start = f"(int64_t)blockIdx.x * {per_block}"
+    if per_block > 1:
+        start += f" + threadIdx.x / {lanes}" if lanes > 1 else " + threadIdx.x"
+    return (
+        f"for (int64_t {counter} = {start}; {counter} < {count}LL; "
+        f"{counter} += (int64_t)gridDim.x * {per_block}) {{"
+    )
+
+
+def decompose(counter: str, extents: tuple[int, ...], names: tuple[str, ...]) -> list[str]:
+    """Statements that split a row-major counter over `extents` into one index per axis.
+
+    Axes of extent 1 have the literal name "0" and no statement. Below 2**31 elements the
+    division is done in 32 bits (constant divisors become a multiply and a shift).
+
+    >>> for line in decompose("o", (3, 1, 4), ("i0", "0", "i2")):
+    ...     print(line)
+    const unsigned int o_u = (unsigned int)o;
+    const int64_t i0 = (int64_t)(o_u / 4u);
+    const int64_t i2 = (int64_t)(o_u % 4u);
+    """
+    significant = [p for p, n in enumerate(extents) if n != 1]
+    if not significant:
+        return []
+    wide = math.prod(extents) >= 2**31
+    unsigned, suffix = ("uint64_t", "ull") if wide else ("unsigned int", "u")
+    lines = [f"const {unsigned} {counter}_u = ({unsigned}){counter};"]
+    strides = row_major(extents)
+    for p in significant:
+        part = f"{counter}_u"
+        if strides[p] != 1:
+            part = f"{part} / {strides[p]}{suffix}"
+        if p != significant[0]:
+            part = f"{part} % {extents[p]}{suffix}"
+        lines.append(f"const int64_t {names[p]} = (int64_t)({part});")
+    return lines
+
+
+def axis_names(t: TensorType, prefix: str, positions=None) -> tuple[str, ...]:
+    """Index names for the axes of `t` at `positions` (all by default); "0" for extent 1."""
+    positions = range(t.rank) if positions is None else positions
+    return tuple("0" if t.extents[p] == 1 else f"{prefix}{p}" for p in positions)
+
+
+COMPUTE_BYTES = {"float": 4, "double": 8, "int32_t": 4, "int64_t": 8, "uint8_t": 1, "int": 4}
+
+
+def compute_bytes(dtype: DType) -> int:
+    """Bytes of one value of `dtype`'s compute type (partial results are kept in it)."""
+    return COMPUTE_BYTES[c_type(dtype).compute]

@@ -1,0 +1,184 @@
+"""Parallel reductions: how the elements of each result are shared among threads.
+
+A reduction computes `outputs` results of `length` elements each. Its `Cut` says how:
+`lanes` threads (1, a warp, or a block) walk one chunk of a result's elements with a stride of
+`lanes`, then combine their partial values with warp shuffles (and shared memory across the
+warps of a block); a result's elements are cut into `chunks` chunks when there are too few
+results to fill the GPU. With one chunk the combined value is the result; with several, each
+chunk writes a partial value to scratch and a second kernel combines them in chunk order.
+
+Every cut is fixed by the shapes alone, so a reduction adds in the same order on every run:
+results are deterministic. The reduction's initial value is combined in last, with the partial
+values in the compute type (float for f16/bf16), and the result is rounded once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...types import DType
+from ..cpu import templates
+from ..cpu.dtypes import c_type, highest, lowest
+from .kernels import BLOCK, WARP, grid_stride
+
+BUSY_THREADS = 1 << 17  # threads that keep an H200 busy (132 SMs x 2048 threads, about half)
+ELEMENTS_PER_THREAD = 16  # fewer than this per thread and a chunk is not worth its own threads
+MAX_CHUNKS = 1024
+
+
+@dataclass(frozen=True)
+class Cut:
+    """How `outputs` reductions of `length` elements each are shared among threads."""
+
+    outputs: int
+    length: int
+    lanes: int
+    chunks: int
+
+    @property
+    def groups(self) -> int:
+        """Thread groups of `lanes` threads that one pass needs: one per (result, chunk)."""
+        return self.outputs * self.chunks
+
+    @property
+    def grid(self) -> int:
+        return max(1, min(math.ceil(self.groups * self.lanes / BLOCK), 65535))
+
+
+def choose_cut(outputs: int, length: int, contiguous: bool) -> Cut:
+    """The cut for `outputs` results of `length` elements; `contiguous` when each result's
+    elements are adjacent in memory (a warp then reads them in one transaction).
+
+    >>> choose_cut(1, 1 << 22, True)
+    Cut(outputs=1, length=4194304, lanes=256, chunks=512)
+    >>> choose_cut(4096, 512, True)
+    Cut(outputs=4096, length=512, lanes=32, chunks=1)
+    >>> choose_cut(10, 100000, False)
+    Cut(outputs=10, length=100000, lanes=1, chunks=1024)
+    """
+    if outputs == 1:
+        lanes = BLOCK
+    elif contiguous and length >= WARP:
+        lanes = BLOCK if length >= 8192 and outputs < 1024 else WARP
+    else:
+        lanes = 1
+    chunks = 1
+    if outputs * lanes < BUSY_THREADS:
+        wanted = math.ceil(BUSY_THREADS / (outputs * lanes))
+        chunks = max(1, min(wanted, length // (lanes * ELEMENTS_PER_THREAD), MAX_CHUNKS))
+    return Cut(outputs, length, lanes, chunks)
+
+
+def identity(reducer: str, dtype: DType) -> str:
+    """The value that leaves a reduction unchanged, as C.
+
+    >>> identity("max", __import__("accy").f32)
+    '(-INFINITY)'
+    """
+    return {"sum": "0", "prod": "1", "max": lowest(dtype), "min": highest(dtype)}[reducer]
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """One running reduction in a kernel: its C variable, reducer and dtype."""
+
+    name: str
+    reducer: str
+    dtype: DType
+
+    @property
+    def compute(self) -> str:
+        return c_type(self.dtype).compute
+
+    def combine(self, a: str, b: str) -> str:
+        return templates.binary(templates.REDUCERS[self.reducer], c_type(self.dtype), a, b)
+
+
+Element = Callable[[str], tuple[list[str], list[str]]]  # counter -> (statements, one value each)
+Finish = Callable[[int, str], list[str]]  # (accumulator, value) -> statements storing it
+
+
+def _warp_combine(acc: Accumulator, width: int) -> list[str]:
+    other = f"{acc.name}_other"
+    return [
+        f"for (int d = {width // 2}; d > 0; d >>= 1) {{",
+        f"  const {acc.compute} {other} = accy_shfl_down({acc.name}, d);",
+        f"  {acc.name} = {acc.combine(acc.name, other)};",
+        "}",
+    ]
+
+
+def _block_combine(acc: Accumulator) -> list[str]:
+    shared = f"{acc.name}_shared"
+    return [
+        f"if ((threadIdx.x & {WARP - 1}) == 0) {shared}[threadIdx.x / {WARP}] = {acc.name};",
+        "__syncthreads();",
+        f"if (threadIdx.x < {WARP}) {{",
+        f"  {acc.name} = threadIdx.x < {BLOCK // WARP} ? {shared}[threadIdx.x] : "
+        f"{identity(acc.reducer, acc.dtype)};",
+        *("  " + line for line in _warp_combine(acc, BLOCK // WARP)),
+        "}",
+        "__syncthreads();",
+    ]
+
+
+def _chunk_loop(cut: Cut, element: Element, accumulators: list[Accumulator]) -> list[str]:
+    """The loop over one chunk of one result's elements, counter `r`."""
+    statements, values = element("r")
+    chunked = cut.chunks > 1
+    first = f"g * {cut.length}LL / {cut.chunks}" if chunked else "0"
+    stop = f"(g + 1) * {cut.length}LL / {cut.chunks}" if chunked else f"{cut.length}LL"
+    lines = [f"const int64_t r_stop = {stop};"]
+    start = f"{first} + lane" if cut.lanes > 1 else first
+    lines.append(f"for (int64_t r = {start}; r < r_stop; r += {cut.lanes}) {{")
+    lines += ["  " + line for line in statements]
+    updates = zip(accumulators, values, strict=True)
+    lines += [f"  {a.name} = {a.combine(a.name, x)};" for a, x in updates]
+    return lines + ["}"]
+
+
+def reduction_lines(
+    cut: Cut,
+    kept: Callable[[str], list[str]],
+    element: Element,
+    accumulators: list[Accumulator],
+    initials: list[str] | None,
+    finish: Finish,
+) -> list[str]:
+    """The statements of a reduction kernel, one pass.
+
+    `kept(o)` splits result number `o` into index statements; `element(r)` computes each
+    accumulator's element at counter `r` of the chunk; with `initials` (C values of the initial
+    values) the pass is final and combines them in, else it writes partial values. `finish(j,
+    value)` stores accumulator `j`'s value for result `o` (and chunk `g`).
+    """
+    per_block = BLOCK // cut.lanes
+    lines: list[str] = []
+    if cut.lanes > 1:
+        lines.append(f"const int lane = threadIdx.x % {cut.lanes};")
+    if cut.lanes == BLOCK:
+        lines += [f"__shared__ {a.compute} {a.name}_shared[{BLOCK // WARP}];" for a in accumulators]
+    lines.append(grid_stride("w", cut.groups, per_block, cut.lanes))
+    inner = [
+        f"const int64_t o = w % {cut.outputs}LL;" if cut.chunks > 1 else "const int64_t o = w;"
+    ]
+    if cut.chunks > 1:
+        inner.append(f"const int64_t g = w / {cut.outputs}LL;")
+    inner += kept("o")
+    inner += [f"{a.compute} {a.name} = {identity(a.reducer, a.dtype)};" for a in accumulators]
+    inner += _chunk_loop(cut, element, accumulators)
+    for a in accumulators:
+        if cut.lanes > 1:
+            inner += _warp_combine(a, WARP)
+        if cut.lanes == BLOCK:
+            inner += _block_combine(a)
+    stores: list[str] = []
+    for j, a in enumerate(accumulators):
+        value = a.name if initials is None else a.combine(initials[j], a.name)
+        stores += finish(j, value)
+    if cut.lanes > 1:
+        stores = ["if (lane == 0) {", *("  " + s for s in stores), "}"]
+    inner += stores
+    return lines + ["  " + line for line in inner] + ["}"]

@@ -1,0 +1,249 @@
+"""A compiled program loaded on a GPU: NVRTC modules, memory, and one CUDA graph per slot.
+
+Loading compiles the CUDA C with NVRTC through CuPy's `RawModule`, whose disk cache
+(`$CUPY_CACHE_DIR`, default `~/.cupy/kernel_cache`) keys each binary on the source, the NVRTC
+options, the GPU architecture and the NVRTC version, so a program is compiled once per machine.
+The workspace and the pointer pool come from CuPy's memory pool.
+
+The first run captures the whole schedule into a CUDA graph: a copy of the pointer pool from
+pinned host memory, then every kernel, GEMM and custom kernel in order. A run fills the pinned
+pool with the addresses of this call's buffers and launches the graph: one launch from Python,
+on the current CuPy stream. Two slots (two pinned pools, two graphs) let a call be issued while
+the previous one is still running; a slot is reused once its last launch has finished.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...errors import AccyError, RuntimeUnavailable
+from .compile import NVRTC_OPTIONS, CompiledFragment
+from .cublas import WORKSPACE_BYTES, Cublas
+from .schedule import SCRATCH, WORKSPACE, Address, External, Gemm, Launch
+
+SLOTS = 2
+
+
+def cupy_module():
+    """CuPy, imported on first use (importing accy never imports it)."""
+    try:
+        import cupy
+    except ImportError as error:
+        raise RuntimeUnavailable(
+            f"the CUDA backend needs CuPy (pip install 'accy[cuda]'): {error}"
+        ) from None
+    return cupy
+
+
+class Device:
+    """What every fragment on one GPU shares: a cuBLAS handle and the stream graphs are
+    captured on."""
+
+    _devices: dict[int, Device] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, ordinal: int):
+        cupy = cupy_module()
+        self.ordinal = ordinal
+        self.device = cupy.cuda.Device(ordinal)
+        with self.device:
+            self.capture_stream = cupy.cuda.Stream(non_blocking=True)
+            self._cublas_workspace = cupy.empty(WORKSPACE_BYTES, dtype=cupy.uint8)
+            self.cublas = Cublas(self._cublas_workspace.data.ptr)
+
+    @classmethod
+    def get(cls, ordinal: int) -> Device:
+        with cls._lock:
+            if ordinal not in cls._devices:
+                cls._devices[ordinal] = cls(ordinal)
+            return cls._devices[ordinal]
+
+
+@dataclass
+class Slot:
+    """One pinned pointer pool, the graph that reads it, and the event of its last launch."""
+
+    pinned: Any
+    table: np.ndarray
+    event: Any
+    graph: Any = None
+    launched: bool = False
+
+
+@dataclass
+class Pool:
+    """How to fill the pointer pool: entry i is `bases[sources[i]] + offsets[i]`."""
+
+    sources: np.ndarray
+    offsets: np.ndarray
+    bases: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        self.bases = np.zeros(int(self.sources.max(initial=0)) + 1, np.uint64)
+
+
+def _pool(compiled: CompiledFragment, count: int) -> Pool:
+    sources, offsets = [], []
+    for address in compiled.schedule.pool:
+        source, offset = _resolve(compiled, address, count)
+        sources.append(source)
+        offsets.append(offset)
+    pool = Pool(np.array(sources, np.intp), np.array(offsets, np.uint64))
+    if len(pool.bases) < count + 1:
+        pool.bases = np.zeros(count + 1, np.uint64)
+    return pool
+
+
+def _resolve(compiled: CompiledFragment, address: Address, count: int) -> tuple[int, int]:
+    """(base index, byte offset) of `address`; base `count` is the workspace."""
+    if address.source == WORKSPACE:
+        return count, address.offset
+    if address.source == SCRATCH:
+        return count, compiled.scratch_offset + address.offset
+    return address.source, address.offset
+
+
+class CudaFragment:
+    """A program loaded on a GPU, run by one graph launch per call (see the module doc)."""
+
+    artifact_format = "cuda_ptx"
+
+    def __init__(self, compiled: CompiledFragment, ordinal: int = 0):
+        cupy = cupy_module()
+        self.compiled = compiled
+        self.program = compiled.program
+        self.parameter_types = self.program.parameter_types
+        self.output_types = self.program.output_types
+        self.device = Device.get(ordinal)
+        self._count = len(self.parameter_types) + len(self.output_types)
+        with self.device.device:
+            module = cupy.RawModule(code=compiled.source, options=NVRTC_OPTIONS)
+            # Compiled and loaded now: nothing may compile or load during a capture.
+            self._kernels = {name: module.get_function(name) for name in compiled.kernels}
+            self._externals = {
+                name: self._load_ptx(cupy, call) for name, call in compiled.externals.items()
+            }
+            self.workspace = cupy.empty(max(compiled.workspace_bytes, 1), dtype=cupy.uint8)
+            entries = len(compiled.schedule.pool)
+            self._pool_device = cupy.empty(max(entries, 1) * 8, dtype=cupy.uint8)
+            self._slots = [self._slot(cupy, entries) for _ in range(SLOTS)]
+        self._pool = _pool(compiled, self._count)
+        self._pool.bases[self._count] = self.workspace.data.ptr
+        self._next = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _load_ptx(cupy, call):
+        module = cupy.cuda.function.Module()
+        module.load(call.ptx.encode())
+        return module, module.get_function(call.kernel_name)
+
+    @staticmethod
+    def _slot(cupy, entries: int) -> Slot:
+        pinned = cupy.cuda.alloc_pinned_memory(max(entries, 1) * 8)
+        table = np.ndarray((max(entries, 1),), np.uint64, buffer=pinned)[:entries]
+        return Slot(pinned, table, cupy.cuda.Event(block=False, disable_timing=True))
+
+    def input_count(self) -> int:
+        return len(self.parameter_types)
+
+    def output_count(self) -> int:
+        return len(self.output_types)
+
+    def __repr__(self) -> str:
+        return (
+            f"<CudaFragment {self.program.name!r}: {self.input_count()} in, "
+            f"{self.output_count()} out>"
+        )
+
+    # running -----------------------------------------------------------------------------
+
+    def run(self, addresses: Sequence[int], stream: Any = None) -> None:
+        """Run once on device buffers at `addresses` (inputs, then outputs), on `stream`
+        (default: CuPy's current stream). Asynchronous, as any launch."""
+        cupy = cupy_module()
+        stream = stream if stream is not None else cupy.cuda.get_current_stream()
+        with self._lock:
+            slot = self._slots[self._next]
+            self._next = (self._next + 1) % SLOTS
+            if slot.launched:
+                slot.event.synchronize()
+            pool = self._pool
+            pool.bases[: self._count] = addresses
+            np.add(pool.bases[pool.sources], pool.offsets, out=slot.table)
+            if slot.graph is None:
+                slot.graph = self._capture(cupy, slot)
+            if slot.graph is not False:
+                cupy.cuda.runtime.graphLaunch(slot.graph.graphExec, stream.ptr)
+            slot.event.record(stream)
+            slot.launched = True
+
+    def _capture(self, cupy, slot: Slot):
+        actions = self.compiled.schedule.actions
+        if not actions:
+            return False  # nothing to run: no graph at all
+        stream = self.device.capture_stream
+        with self.device.device, stream:
+            self.device.cublas.bind(stream.ptr)
+            stream.begin_capture()
+            try:
+                entries = len(slot.table)
+                if entries:
+                    cupy.cuda.runtime.memcpyAsync(
+                        self._pool_device.data.ptr,
+                        slot.table.ctypes.data,
+                        entries * 8,
+                        cupy.cuda.runtime.memcpyHostToDevice,
+                        stream.ptr,
+                    )
+                for action in actions:
+                    ISSUERS[type(action)](self, action)
+            finally:
+                graph = stream.end_capture()
+        graph.upload(stream)
+        return graph
+
+    # the three kinds of action -------------------------------------------------------------
+
+    def _address(self, address: Address) -> int:
+        """A fixed address (inside the fragment's memory), as a number."""
+        if not address.fixed:
+            raise AccyError(f"internal: {address} is not fixed, so it cannot be in the graph")
+        base, offset = _resolve(self.compiled, address, self._count)
+        return int(self._pool.bases[base]) + offset
+
+    def _launch(self, action: Launch) -> None:
+        pool = self._pool_device.data.ptr
+        workspace = self.workspace.data.ptr
+        arguments = (
+            np.uint64(pool + 8 * action.io),
+            np.uint64(workspace + action.ws),
+            np.uint64(workspace + self.compiled.scratch_offset),
+        )
+        self._kernels[action.kernel]((action.grid,), (action.block,), arguments)
+
+    def _gemm(self, action: Gemm) -> None:
+        if action.arrays is None:
+            a, b, c = (self._address(x) for x in (action.a, action.b, action.c))
+        else:
+            first = self._pool_device.data.ptr + 8 * action.arrays
+            a, b, c = (first + 8 * action.batch * k for k in range(3))
+        self.device.cublas.gemm(action, a, b, c)
+
+    def _external(self, action: External) -> None:
+        _, function = self._externals[action.symbol]
+        arguments = tuple(np.uint64(self._address(x)) for x in action.arguments)
+        function(action.grid, action.block, arguments)
+
+
+ISSUERS = {Launch: CudaFragment._launch, Gemm: CudaFragment._gemm, External: CudaFragment._external}
+
+
+def load(compiled: CompiledFragment, ordinal: int = 0) -> CudaFragment:
+    """Load `compiled` on GPU `ordinal` (NVRTC compiles it, or CuPy's disk cache has it)."""
+    return CudaFragment(compiled, ordinal)

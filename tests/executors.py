@@ -28,9 +28,22 @@ def native_cpu(program, inputs):
     return accy.compile(program, device="cpu")(*arrays)
 
 
+def native_cuda(program, inputs):
+    """The CUDA backend (NVRTC kernels, cuBLAS, one graph launch); skips naming the closed gate."""
+    cuda_device_or_skip()
+    import cupy
+
+    arrays = [
+        accy.reference.as_input_array(x, t, f"input {i}")
+        for i, (x, t) in enumerate(zip(inputs, program.parameter_types, strict=True))
+    ]
+    return [cupy.asnumpy(out) for out in accy.compile(program, device="cuda")(*arrays)]
+
+
 EXECUTORS = [
     pytest.param(reference, id="reference"),
     pytest.param(native_cpu, id="native_cpu"),
+    pytest.param(native_cuda, id="native_cuda"),
 ]
 
 
@@ -42,21 +55,32 @@ def available_backends():
         backends.append(("native_cpu", native_cpu))
     except accy.RuntimeUnavailable:
         pass
+    if cuda_gate() is None:
+        backends.append(("native_cuda", native_cuda))
     return backends
+
+
+def cuda_gate() -> str | None:
+    """Why CUDA tests cannot run here (the gate that is closed), or None when they can."""
+    gpu = getattr(accy, "gpu", None)
+    cuda = getattr(gpu, "cuda", None) if gpu is not None else None
+    if cuda is None:
+        return "cuda gate: build flag disabled (accy has no CUDA backend in this build)"
+    if not cuda.platform_supported():
+        return "cuda gate: unsupported platform (no CUDA driver or CuPy)"
+    try:
+        cuda.State.init_device(0)
+    except accy.RuntimeUnavailable as error:
+        return f"cuda gate: device missing ({error})"
+    return None
 
 
 def cuda_device_or_skip():
     """The CUDA device state, or a skip whose reason names the gate that is closed."""
-    gpu = getattr(accy, "gpu", None)
-    cuda = getattr(gpu, "cuda", None) if gpu is not None else None
-    if cuda is None:
-        pytest.skip("cuda gate: build flag disabled (accy has no CUDA backend in this build)")
-    if not cuda.platform_supported():
-        pytest.skip("cuda gate: unsupported platform (no CUDA driver or CuPy)")
-    try:
-        return cuda.State.init_device(0)
-    except accy.RuntimeUnavailable as error:
-        pytest.skip(f"cuda gate: device missing ({error})")
+    reason = cuda_gate()
+    if reason is not None:
+        pytest.skip(reason)
+    return accy.gpu.cuda.State.init_device(0)
 
 
-__all__ = ["EXECUTORS", "available_backends", "cuda_device_or_skip", "np"]
+__all__ = ["EXECUTORS", "available_backends", "cuda_device_or_skip", "cuda_gate", "np"]

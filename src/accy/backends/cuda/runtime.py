@@ -139,8 +139,13 @@ class CudaFragment:
 
     @staticmethod
     def _load_ptx(cupy, call):
-        module = cupy.cuda.function.Module()
-        module.load(call.ptx.encode())
+        """The custom kernel's PTX, loaded; or, where this driver is older than the NVRTC that
+        wrote the PTX, its CUDA source compiled for this device."""
+        try:
+            module = cupy.cuda.function.Module()
+            module.load(call.ptx.encode())
+        except cupy.cuda.driver.CUDADriverError:
+            module = cupy.RawModule(code=call.cuda_source, options=NVRTC_OPTIONS)
         return module, module.get_function(call.kernel_name)
 
     @staticmethod

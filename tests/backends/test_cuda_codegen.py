@@ -1,0 +1,118 @@
+"""The CUDA backend without a GPU (CI): the generated CUDA C of every test program compiles
+with `nvcc -ptx`, and the schedule makes the choices the design promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import accy
+from accy import f32, spec
+from accy.backends.cuda import compile_program, cublas
+from accy.backends.cuda.reductions import choose_cut
+from accy.backends.cuda.schedule import External, Gemm, Launch
+from accy.kernel import Limits, toolchain
+from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
+
+from .cuda_programs import CASES
+
+needs_nvcc = pytest.mark.skipif(
+    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
+)
+
+
+def _custom_call_program():
+    def body(b, args):
+        doubled = b.custom_call(CUSTOM_DOUBLE_TARGET, 1, [args[0].exp()], args[0].ty)
+        return doubled.sum(), doubled
+
+    return accy.trace.define("custom", [spec(f32, lane=4)], body)
+
+
+def _registry():
+    artifact = custom_double_kernel().create_kernel_call_artifact(
+        Limits.testing, None, target=CUSTOM_DOUBLE_TARGET, version=1, format="cuda_ptx"
+    )
+    return artifact.registry()
+
+
+@needs_nvcc
+def test_the_cuda_c_of_every_test_program_compiles_with_nvcc():
+    # One translation unit (distinct symbol prefixes, the prelude guarded): one nvcc run.
+    compiled = [compile_program(case.build(), prefix=f"p{n}_") for n, case in enumerate(CASES)]
+    compiled.append(compile_program(_custom_call_program(), _registry(), prefix="custom_"))
+    source = "".join(c.source for c in compiled)
+    ptx = toolchain.ptx_with_nvcc(source, "the CUDA backend's test programs", arch="compute_90")
+    for c in compiled:
+        for kernel in c.kernels:
+            assert f".entry {kernel}(" in ptx
+
+
+@needs_nvcc
+def test_a_custom_call_is_an_external_launch_with_staged_buffers():
+    compiled = compile_program(_custom_call_program(), _registry())
+    (external,) = [a for a in compiled.schedule.actions if isinstance(a, External)]
+    assert external.block == (4, 1, 1) and external.grid == (1, 1, 1)
+    assert all(address.fixed for address in external.arguments)
+
+
+def test_importing_accy_never_imports_cupy():
+    code = "import sys, accy; accy.gpu.cuda.platform_supported(); print('cupy' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_compile_fragment_makes_a_cuda_artifact_without_a_gpu():
+    program = accy.trace.define("twice", [spec(f32, lane=4)], lambda b, a: a[0] * 2.0)
+    options = accy.lower.FragmentCompilerOptions(artifact_format="cuda_ptx")
+    compiled = accy.lower.compile_fragment(accy.gpu.cuda.Handle(), program, options)
+    assert compiled.artifact_format == "cuda_ptx"
+    assert [type(a) for a in compiled.schedule.actions] == [Launch]
+    assert 'extern "C" __global__' in compiled.source
+
+
+def test_gemms_that_touch_invocation_buffers_read_pointer_arrays():
+    def body(b, args):
+        x, w = args
+        return x.contract(w, "k").tanh().contract(w.rename("k", "q"), "n").sum()
+
+    types = [spec(f32, b=2, m=3, k=4), spec(f32, k=4, n=4)]
+    gemms = [
+        a
+        for a in compile_program(accy.trace.define("chain", types, body)).schedule.actions
+        if isinstance(a, Gemm)
+    ]
+    assert gemms and all(g.arrays is not None for g in gemms)  # each touches an input
+
+
+def test_work_is_cut_by_shape_alone():
+    assert choose_cut(1, 1 << 24, True).lanes == 256  # one result: whole blocks, chunked
+    assert choose_cut(1, 1 << 24, True).chunks > 1
+    assert choose_cut(8192, 256, True).lanes == 32  # many rows: a warp each
+    assert choose_cut(8192, 256, False).lanes == 1  # columns: a thread each
+    assert choose_cut(3, 50_000, False).chunks > 1  # few long columns: chunked
+
+
+def test_tf32_is_off_unless_asked_for(monkeypatch):
+    monkeypatch.delenv("ACCY_CUDA_TF32", raising=False)
+    assert not cublas.tf32_allowed()
+    monkeypatch.setenv("ACCY_CUDA_TF32", "1")
+    assert cublas.tf32_allowed()
+
+
+def test_without_a_gpu_cuda_tests_skip_naming_the_gate():
+    from ..executors import cuda_gate
+
+    reason = cuda_gate()
+    assert reason is None or reason.startswith("cuda gate: ")
+    if reason is not None:
+        with pytest.raises(accy.RuntimeUnavailable):
+            accy.gpu.cuda.State.init_device(0)
+
+
+def test_a_missing_custom_kernel_is_named_at_compile_time():
+    program = _custom_call_program()
+    with pytest.raises(accy.AccyError, match="no kernel to link to"):
+        compile_program(program)

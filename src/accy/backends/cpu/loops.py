@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...program import Operation
 from ...types import TensorType
 
-PARALLEL_WORK = 1 << 18  # element-operations below which one thread is faster
+PARALLEL_WORK = 1 << 20  # element-operations below which one thread is faster
 EXPENSIVE_UNARY = {"exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "logistic"}
 
 

@@ -93,6 +93,15 @@ def test_work_is_cut_by_shape_alone():
     assert choose_cut(8192, 256, True).lanes == 32  # many rows: a warp each
     assert choose_cut(8192, 256, False).lanes == 1  # columns: a thread each
     assert choose_cut(3, 50_000, False).chunks > 1  # few long columns: chunked
+    assert choose_cut(3, 2048, True, split=False).chunks == 1  # combining partials: final
+
+
+def test_partial_values_are_combined_by_a_final_pass():
+    types = [spec(f32, step=50_000, few=3)]
+    program = accy.trace.define("columns", types, lambda b, a: a[0].sum("step"))
+    source = compile_program(program).source
+    combine = source[source.index("(combine)") :]
+    assert "part0[o * " in combine and "+ g]" not in combine  # reads partials, writes results
 
 
 def test_tf32_is_off_unless_asked_for(monkeypatch):

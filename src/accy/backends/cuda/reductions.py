@@ -23,9 +23,9 @@ from ..cpu import templates
 from ..cpu.dtypes import c_type, highest, lowest
 from .kernels import BLOCK, WARP, grid_stride
 
-BUSY_THREADS = 1 << 17  # threads that keep an H200 busy (132 SMs x 2048 threads, about half)
+BUSY_THREADS = 1 << 19  # threads that keep an H200 busy: 132 SMs x 2048 threads, twice over
 ELEMENTS_PER_THREAD = 16  # fewer than this per thread and a chunk is not worth its own threads
-MAX_CHUNKS = 1024
+MAX_CHUNKS = 2048
 
 
 @dataclass(frozen=True)
@@ -47,16 +47,19 @@ class Cut:
         return max(1, min(math.ceil(self.groups * self.lanes / BLOCK), 65535))
 
 
-def choose_cut(outputs: int, length: int, contiguous: bool) -> Cut:
+def choose_cut(outputs: int, length: int, contiguous: bool, split: bool = True) -> Cut:
     """The cut for `outputs` results of `length` elements; `contiguous` when each result's
-    elements are adjacent in memory (a warp then reads them in one transaction).
+    elements are adjacent in memory (a warp then reads them in one transaction). Without
+    `split` every result is one chunk (a final pass).
 
     >>> choose_cut(1, 1 << 22, True)
-    Cut(outputs=1, length=4194304, lanes=256, chunks=512)
+    Cut(outputs=1, length=4194304, lanes=256, chunks=1024)
     >>> choose_cut(4096, 512, True)
     Cut(outputs=4096, length=512, lanes=32, chunks=1)
     >>> choose_cut(10, 100000, False)
-    Cut(outputs=10, length=100000, lanes=1, chunks=1024)
+    Cut(outputs=10, length=100000, lanes=1, chunks=2048)
+    >>> choose_cut(10, 100000, False, split=False).chunks
+    1
     """
     if outputs == 1:
         lanes = BLOCK
@@ -65,7 +68,7 @@ def choose_cut(outputs: int, length: int, contiguous: bool) -> Cut:
     else:
         lanes = 1
     chunks = 1
-    if outputs * lanes < BUSY_THREADS:
+    if split and outputs * lanes < BUSY_THREADS:
         wanted = math.ceil(BUSY_THREADS / (outputs * lanes))
         chunks = max(1, min(wanted, length // (lanes * ELEMENTS_PER_THREAD), MAX_CHUNKS))
     return Cut(outputs, length, lanes, chunks)

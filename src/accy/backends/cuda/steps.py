@@ -108,7 +108,7 @@ def _partial(cut: Cut) -> Finish:
 
 def _second_pass(ctx, cut: Cut, accumulators, parts, initial, outputs) -> tuple[str, int]:
     """The kernel that combines each result's partial values, in chunk order."""
-    second = choose_cut(cut.outputs, cut.chunks, True)
+    second = choose_cut(cut.outputs, cut.chunks, True, split=False)
     pointers = ctx.pointers()
     head, initials = initial(pointers)
     values = [f"part{j}[o * {cut.chunks}LL + r]" for j in range(len(accumulators))]

@@ -1,0 +1,27 @@
+"""C for each kind of plan step, one module per kind, looked up in `STEP_EMITTERS`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .calls import emit_copy, emit_custom_call
+from .context import StepContext
+from .dot import emit_dot
+from .group import emit_group
+from .loop import emit_loop
+from .reduce import emit_reduce
+from .scan import emit_scan
+from .scatter import emit_scatter
+
+STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
+    "loop": emit_loop,
+    "reduce": emit_reduce,
+    "group": emit_group,
+    "scatter": emit_scatter,
+    "dot": emit_dot,
+    "custom_call": emit_custom_call,
+    "copy": emit_copy,
+    "scan": emit_scan,
+}
+
+__all__ = ["STEP_EMITTERS", "StepContext"]

@@ -1,0 +1,61 @@
+"""What every step emitter works with: the step, its plan, and the step function's pointers.
+
+A step function takes one `restrict` pointer per buffer it touches (the plan never lets a step
+write a buffer it reads, and the boundary refuses overlapping user buffers), which lets the
+compiler vectorize without alias checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ....lower.plan import Plan, Step
+from ..dtypes import c_type
+from ..expressions import Body, Unit
+
+CHUNKS = 8  # fixed, so that a parallel reduction adds in the same order on any thread count
+
+
+@dataclass
+class StepContext:
+    """What a step emitter works with; `parameter` declares the step function's pointers."""
+
+    unit: Unit
+    plan: Plan
+    index: int
+    step: Step
+    slot_pointer: Callable[[int], str]
+    scratch_pointer: Callable[[str], str]
+    output_pointer: Callable[[int], str]
+    params: list[tuple[str, str]] = field(default_factory=list)
+    pointers: dict[int, str] = field(default_factory=dict)
+    prologue: list[str] = field(default_factory=list)
+
+    def parameter(self, ctype: str, name: str, argument: str, writable: bool) -> str:
+        const = "" if writable else "const "
+        self.params.append((f"{const}{ctype} *restrict {name}", argument))
+        return name
+
+    def value_pointers(self) -> None:
+        for value in self.step.writes:
+            storage = c_type(self.plan.program.type_of(value).dtype).storage
+            self.pointers[value] = self.parameter(
+                storage, f"v{value}", self.slot_pointer(value), True
+            )
+        for value in self.step.reads:
+            storage = c_type(self.plan.program.type_of(value).dtype).storage
+            self.pointers[value] = self.parameter(
+                storage, f"v{value}", self.slot_pointer(value), False
+            )
+
+    def scratch(self, ctype: str, name: str) -> str:
+        return self.parameter(ctype, f"s_{name}", self.scratch_pointer(name), True)
+
+    def body(self) -> Body:
+        return Body(self.unit, self.plan, self.pointers)
+
+
+def store_element(dtype, pointer: str, position: str, x: str) -> str:
+    """The C statement storing compute value `x` at `pointer[position]`, in `dtype`'s layout."""
+    return f"{pointer}[{position}] = {c_type(dtype).store.format(x=x)};"

@@ -1,0 +1,171 @@
+"""dot_general: BLAS GEMMs through function pointers, or plain loops where BLAS cannot serve."""
+
+from __future__ import annotations
+
+import math
+
+from ....lower.contraction import Gemm, MatrixOperand
+from ....lower.plan import BLAS_DTYPES
+from ....ops.contraction import dimensions, free_dimensions
+from ....types import TensorType, f32
+from ..dtypes import c_type
+from ..expressions import linear, offset_expression
+from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest
+from .context import StepContext, store_element
+
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
+PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared among threads
+
+
+def _pack(ctx: StepContext, value: int, t: TensorType, matrix: MatrixOperand, name: str) -> str:
+    """Copy an operand BLAS cannot read as it is into scratch laid out batch, rows, columns."""
+    pointer = ctx.scratch(c_type(t.dtype).storage, name)
+    body = ctx.body()
+    index = axis_index(t, "p")
+    x = body.value(value, index)
+    packed_position = offset_expression(index, matrix.view.strides)
+    loops = [(f"p{q}", t.extents[q]) for q in matrix.order if t.extents[q] != 1]
+    ctx.prologue += nest(loops, body.lines + [store_element(t.dtype, pointer, packed_position, x)])
+    return pointer
+
+
+def _gemm_operand(ctx, value, t, matrix: MatrixOperand, name) -> tuple[str, int, tuple]:
+    if matrix.packed:
+        return _pack(ctx, value, t, matrix, name), 0, matrix.batch_strides
+    view = ctx.plan.view(value)
+    return ctx.pointers[view.base], view.offset, matrix.batch_strides
+
+
+def _gemm_call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
+    f32_like = op.type.dtype == f32
+    function, one, zero = (
+        ("accy_sgemm", "1.0f", "0.0f") if f32_like else ("accy_dgemm", "1.0", "0.0")
+    )
+    flags = [TRANS if x.transposed else NO_TRANS for x in (gemm.lhs, gemm.rhs)]
+    return (
+        f"{function}({ROW_MAJOR}, {flags[0]}, {flags[1]}, {m}, {n}, {gemm.k}, {one}, "
+        f"{a}, {gemm.lhs.leading}, {b}, {gemm.rhs.leading}, {zero}, {c}, {max(gemm.n, 1)});"
+    )
+
+
+def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str) -> list[str]:
+    """One GEMM shared by the threads: each computes a band of rows (or of columns)."""
+    if gemm.m >= gemm.n:
+        a_band = f"{a} + first" if gemm.lhs.transposed else f"{a} + first * {gemm.lhs.leading}"
+        call = _gemm_call(
+            op, gemm, "last - first", str(gemm.n), a_band, b, f"{c} + first * {gemm.n}"
+        )
+        extent = gemm.m
+    else:
+        b_band = f"{b} + first * {gemm.rhs.leading}" if gemm.rhs.transposed else f"{b} + first"
+        call = _gemm_call(op, gemm, str(gemm.m), "last - first", a, b_band, f"{c} + first")
+        extent = gemm.n
+    return [
+        "#pragma omp parallel",
+        "{",
+        "  const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();",
+        f"  const int64_t first = {extent} * part / parts, last = {extent} * (part + 1) / parts;",
+        f"  if (last > first) {call}",
+        "}",
+    ]
+
+
+def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
+    """BLAS GEMMs, run with BLAS's own threads off: large work is shared out by OpenMP, one
+    thread pool that waits passively, instead of two pools that fight over the cores."""
+    op = ctx.step.op
+    lhs_type, rhs_type = op.operand_types
+    a, a_offset, a_batch = _gemm_operand(ctx, op.operands[0], lhs_type, gemm.lhs, "lhs")
+    b, b_offset, b_batch = _gemm_operand(ctx, op.operands[1], rhs_type, gemm.rhs, "rhs")
+    out = f"({c_type(op.type.dtype).storage} *){ctx.pointers[op.results[0]]}"
+    count = math.prod(gemm.batch_extents)
+    if gemm.m == 0 or gemm.n == 0 or count == 0:
+        return []
+    if gemm.k == 0:
+        return [f"memset({out}, 0, {op.type.nbytes});"]
+    large = count * gemm.m * gemm.n * gemm.k >= PARALLEL_GEMM_MNK
+    if not gemm.batch_extents:
+        a, b = f"{a} + {a_offset}", f"{b} + {b_offset}"
+        calls = (
+            _split_gemm(op, gemm, a, b, out)
+            if large
+            else [_gemm_call(op, gemm, str(gemm.m), str(gemm.n), a, b, out)]
+        )
+    else:
+        batch = tuple(
+            f"(batch / {math.prod(gemm.batch_extents[k + 1 :])}) % {n}"
+            for k, n in enumerate(gemm.batch_extents)
+        )
+        a_at = offset_expression(batch, a_batch, a_offset)
+        b_at = offset_expression(batch, b_batch, b_offset)
+        call = _gemm_call(
+            op,
+            gemm,
+            str(gemm.m),
+            str(gemm.n),
+            f"{a} + {a_at}",
+            f"{b} + {b_at}",
+            f"{out} + batch * {gemm.m * gemm.n}",
+        )
+        calls = nest([("batch", count)], [call], PARALLEL_FOR if large else None)
+    return [
+        *ctx.prologue,
+        "const int threads = accy_blas_serial();",
+        *calls,
+        "accy_blas_restore(threads);",
+    ]
+
+
+def _emit_dot_loops(ctx: StepContext) -> list[str]:
+    """dot_general as plain loops: for dtypes BLAS lacks, or where no BLAS was found."""
+    op = ctx.step.op
+    lc, rc, lb, rb = dimensions(op.attrs)
+    lhs_type, rhs_type = op.operand_types
+    lf = free_dimensions(lhs_type.rank, lc, lb)
+    rf = free_dimensions(rhs_type.rank, rc, rb)
+    result_index = axis_index(op.type, "r")
+    contract = [f"k{q}" if lhs_type.extents[p] != 1 else "0" for q, p in enumerate(lc)]
+    lhs_index = [""] * lhs_type.rank
+    rhs_index = [""] * rhs_type.rank
+    for q, (l, r) in enumerate(zip(lb, rb, strict=True)):
+        lhs_index[l] = rhs_index[r] = result_index[q]
+    for q, p in enumerate(lf):
+        lhs_index[p] = result_index[len(lb) + q]
+    for q, p in enumerate(rf):
+        rhs_index[p] = result_index[len(lb) + len(lf) + q]
+    for q, (l, r) in enumerate(zip(lc, rc, strict=True)):
+        lhs_index[l] = rhs_index[r] = contract[q]
+    body = ctx.body()
+    a = body.value(op.operands[0], tuple(lhs_index))
+    b = body.value(op.operands[1], tuple(rhs_index))
+    ctype = c_type(op.type.dtype)
+    contract_loops = [
+        (f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1
+    ]
+    inner = nest(contract_loops, body.lines + [f"acc = acc + {a} * {b};"])
+    store = store_element(
+        op.type.dtype,
+        ctx.pointers[op.results[0]],
+        linear(result_index, op.type.extents),
+        ctype.round.format(x="acc"),
+    )
+    return nest(axis_loops(op.type, "r"), [f"{ctype.compute} acc = 0;"] + inner + [store])
+
+
+def _fits_blas_integers(gemm: Gemm, bits: int) -> bool:
+    sizes = (gemm.m, gemm.n, gemm.k, gemm.lhs.leading, gemm.rhs.leading)
+    return max(sizes) < 2 ** (bits - 1)
+
+
+def emit_dot(ctx: StepContext) -> list[str]:
+    """A contraction: BLAS for f32 and f64 where a BLAS was found (and its integers are wide
+    enough for the sizes), plain loops otherwise."""
+    ctx.value_pointers()
+    blas, gemm = ctx.unit.blas, ctx.step.detail
+    if (
+        blas is not None
+        and ctx.step.op.type.dtype in BLAS_DTYPES
+        and _fits_blas_integers(gemm, blas.integer_bits)
+    ):
+        return _emit_gemm(ctx, gemm)
+    return _emit_dot_loops(ctx)

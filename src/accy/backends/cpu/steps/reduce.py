@@ -1,0 +1,109 @@
+"""Reductions, in the loop order the plan chose (`accy.lower.reduction`).
+
+A reduction to one element that is worth threads is cut into `CHUNKS` fixed chunks whose partial
+results are combined in chunk order: the same sum on any number of threads.
+"""
+
+from __future__ import annotations
+
+from .. import templates
+from ..dtypes import c_type, highest, lowest
+from ..expressions import linear
+from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
+from .context import CHUNKS, StepContext, store_element
+
+
+def _reduce_setup(ctx: StepContext):
+    ctx.value_pointers()
+    op = ctx.step.op
+    init_body = ctx.body()
+    init = init_body.value(op.operands[1], ())
+    compute = c_type(op.type.dtype).compute
+    return op, init_body.lines + [f"const {compute} init = {init};"], compute
+
+
+def identity(reducer: str, dtype) -> str:
+    """The start of a partial result: 0 for sum, 1 for prod, the extremes for max and min."""
+    return {"sum": "0", "prod": "1", "max": lowest(dtype), "min": highest(dtype)}[reducer]
+
+
+def _simd(reducer: str, variable: str = "acc") -> str | None:
+    symbol = {"sum": "+", "prod": "*"}.get(reducer)
+    return f"#pragma omp simd reduction({symbol}:{variable})" if symbol else None
+
+
+def _reduce_rows(ctx: StepContext) -> list[str]:
+    op, lines, compute = _reduce_setup(ctx)
+    layout = ctx.step.detail
+    x_type, dtype, reducer = layout.input, op.type.dtype, op.attrs["op"]
+    kept_loops = axis_loops(x_type, positions=layout.kept)
+    reduced_loops = axis_loops(x_type, positions=layout.reduced)
+    index = axis_index(x_type)
+    out_position = linear(tuple(index[p] for p in layout.kept), op.type.extents)
+    body = ctx.body()
+    x = body.value(op.operands[0], index)
+    combine = f"acc = {templates.binary(templates.REDUCERS[reducer], c_type(dtype), 'acc', x)};"
+    store = store_element(
+        dtype, ctx.pointers[op.results[0]], out_position, c_type(dtype).round.format(x="acc")
+    )
+    large = worth_threads(x_type.size, ctx.step.fused)
+    if not kept_loops and large and reduced_loops and reduced_loops[0][1] >= 2 * CHUNKS:
+        return lines + _chunked_full_reduction(
+            reduced_loops, body.lines + [combine], reducer, dtype, compute, store
+        )
+    inner = nest(reduced_loops, body.lines + [combine], inner_pragma=_simd(reducer))
+    per_output = [f"{compute} acc = init;"] + inner + [store]
+    outer = PARALLEL_FOR if kept_loops and large and kept_loops[0][1] > 1 else None
+    return lines + nest(kept_loops, per_output, outer)
+
+
+def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> list[str]:
+    """A reduction to one element over threads: fixed chunks of the outermost loop, each with
+    its own partial result, combined in chunk order."""
+    counter, extent = loops[0]
+    bounds = {counter: (f"c * {extent}LL / {CHUNKS}", f"(c + 1) * {extent}LL / {CHUNKS}")}
+    chunk = nest(loops, inner, inner_pragma=_simd(reducer), bounds=bounds)
+    combine_parts = templates.binary(templates.REDUCERS[reducer], c_type(dtype), "acc", "part[c]")
+    return [
+        f"{compute} part[{CHUNKS}];",
+        PARALLEL_FOR,
+        f"for (int64_t c = 0; c < {CHUNKS}; ++c) {{",
+        f"  {compute} acc = {identity(reducer, dtype)};",
+        *("  " + line for line in chunk),
+        "  part[c] = acc;",
+        "}",
+        f"{compute} acc = init;",
+        f"for (int64_t c = 0; c < {CHUNKS}; ++c) acc = {combine_parts};",
+        store,
+    ]
+
+
+def _reduce_columns(ctx: StepContext) -> list[str]:
+    op, lines, compute = _reduce_setup(ctx)
+    layout = ctx.step.detail
+    x_type, dtype, reducer = layout.input, op.type.dtype, op.attrs["op"]
+    ctype = c_type(dtype)
+    out = ctx.pointers[op.results[0]]
+    if layout.needs_accumulator:
+        accumulator, load, store = ctx.scratch("float", "accumulator"), "{x}", "{x}"
+    else:
+        accumulator, load, store = out, ctype.load, ctype.store
+    n = op.type.size
+    lines += [f"for (int64_t o = 0; o < {n}; ++o) {accumulator}[o] = {store.format(x='init')};"]
+    index = axis_index(x_type)
+    position = linear(tuple(index[p] for p in layout.kept), op.type.extents)
+    body = ctx.body()
+    x = body.value(op.operands[0], index)
+    current = load.format(x=f"{accumulator}[{position}]")
+    combined = templates.binary(templates.REDUCERS[reducer], ctype, current, x)
+    update = f"{accumulator}[{position}] = {store.format(x=combined)};"
+    lines += nest(axis_loops(x_type), body.lines + [update])
+    if layout.needs_accumulator:
+        rounded = ctype.round.format(x=f"{accumulator}[o]")
+        lines.append(f"for (int64_t o = 0; o < {n}; ++o) {store_element(dtype, out, 'o', rounded)}")
+    return lines
+
+
+def emit_reduce(ctx: StepContext) -> list[str]:
+    """A reduction in the loop order the plan chose (`accy.lower.reduction`)."""
+    return (_reduce_rows if ctx.step.detail.strategy == "rows" else _reduce_columns)(ctx)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MIN_REPEATS = 3
+MIN_REPEATS = 5
 MAX_REPEATS = 20000
 MIN_WARMUP_STEPS = 2
 WARMUP_FRACTION = 0.2  # of the time budget, spent on warm-up steps before timing

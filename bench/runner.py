@@ -50,6 +50,7 @@ class SystemResult:
     build_s: float | None = None
     first_run_s: float | None = None
     first_call_warm_cache_s: float | None = None
+    warm_cache_build_s: float | None = None
     step: dict[str, Any] | None = None
     peak_memory_bytes: int | None = None
     held_memory_bytes: int | None = None
@@ -208,6 +209,7 @@ class WorkloadRun:
         if "accy" in self.running():
             warm = self.phase("accy", "first-call") or {}
             accy_result.first_call_warm_cache_s = warm.get("first_call_s")
+            accy_result.warm_cache_build_s = warm.get("build_s")
 
     def systems_agree(self) -> bool:
         """Compare every pair of systems at full scale and each one with accy's reference

@@ -174,7 +174,7 @@ def _commit() -> str | None:
 
 def machine() -> dict[str, Any]:
     """Where and with what the run happened."""
-    packages = ("accy", "numpy", "jax", "jaxlib", "torch", "cupy-cuda12x")
+    packages = ("accy", "numpy", "jax", "jaxlib", "torch", "cupy-cuda12x", "cupy-cuda13x")
     return {
         "cpu": _cpu_model(),
         "cores_usable": len(os.sched_getaffinity(0)),

@@ -37,10 +37,7 @@ class SGD:
     momentum: float = 0.9
     weight_decay: float = 0.0
 
-    slots = 1  # velocity
-
-    def state_types(self, parameter: TensorType) -> list[TensorType]:
-        return [parameter] * self.slots
+    slots = 1  # velocity, shaped like its parameter
 
     def update(
         self,
@@ -72,10 +69,7 @@ class Adam:
     eps: float = 1e-8
     weight_decay: float = 0.0
 
-    slots = 2  # first and second moments
-
-    def state_types(self, parameter: TensorType) -> list[TensorType]:
-        return [parameter] * self.slots
+    slots = 2  # first and second moments, shaped like their parameter
 
     def update(
         self,
@@ -126,7 +120,7 @@ def training_step(loss: Program, parameter_count: int, optimizer) -> Program:
     if any(not t.dtype.is_float for t in types[:parameter_count]):
         raise AccyError("training_step: trainable parameters must be floating-point")
     combined = value_and_grad(loss, wrt=tuple(range(parameter_count)))
-    state_types = [s for t in types[:parameter_count] for s in optimizer.state_types(t)]
+    state_types = [t for t in types[:parameter_count] for _ in range(optimizer.slots)]
     slots = optimizer.slots
 
     def body(b: Builder, args: list[Value]):

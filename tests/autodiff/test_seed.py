@@ -15,79 +15,24 @@ from accy import f32, i32, spec
 from accy.trace import define
 
 from ..executors import EXECUTORS, cuda_device_or_skip
-
-# -- the seed's programs ------------------------------------------------------------------------
-
-
-def elementwise_loss(b, args):
-    return (args[0] * args[1]).sum("lane")
-
-
-def embedding_lookup_loss(b, args):
-    return args[0].gather(args[1], "vocab").sum(("token", "channel"))
-
-
-def relu_loss(b, args):
-    zero = b.scalar(f32, 0.0)
-    return args[0].max(zero).sum("lane")
-
-
-def cube_loss(b, args):
-    three = b.scalar(f32, 3.0)
-    return args[0].pow(three).sum("lane")
-
-
-def plain_sum_loss(b, args):
-    return args[0].sum("lane")
-
-
-def max_loss(b, args):
-    init = b.scalar(f32, -3.4e38)
-    return args[0].reduce(init, "max", "lane")
-
-
-def max_loss_with_init_param(b, args):
-    return args[0].reduce(args[1], "max", "lane")
-
-
-def abs_loss(b, args):
-    return args[0].abs().sum("lane")
-
-
-def tan_loss(b, args):
-    return args[0].tan().sum("lane")
-
-
-def batched_dot_general_loss(b, args):
-    product = args[0].contract(args[1], "k")
-    return (product * args[2]).sum(("b", "m", "n"))
-
-
-def transposed_projection_loss(b, args):
-    product = b.dot_general(args[0], args[1], [0], [0], [], [])
-    return product.sum(("m", "n"))
-
+from ..seed_programs import (
+    CUSTOM_DOUBLE,
+    abs_loss,
+    batched_dot_general_loss,
+    causal_attention_loss,
+    cube_loss,
+    double_sum_loss,
+    elementwise_loss,
+    embedding_lookup_loss,
+    max_loss,
+    max_loss_with_init_param,
+    plain_sum_loss,
+    relu_loss,
+    tan_loss,
+    transposed_projection_loss,
+)
 
 ATTENTION_TOKENS, ATTENTION_CHANNELS, MASK_PENALTY = 4, 3, -30.0
-
-
-def causal_attention_loss(b, args):
-    queries, keys, values, mask = args
-    scores = queries.contract(keys.rename("token", "key"), "channel")
-    masked = scores + mask
-    centered = masked - masked.max("key")
-    weights = centered.exp()
-    probs = weights / weights.sum("key")
-    mixed = probs.contract(values.rename("token", "key"), "key")
-    return (mixed * mixed).sum(("token", "channel"))
-
-
-CUSTOM_DOUBLE = "accy.custom.double"
-
-
-def double_sum_loss(b, args):
-    doubled = b.custom_call(CUSTOM_DOUBLE, 1, [args[0]], args[0].ty)
-    return doubled.sum("lane")
 
 
 def lane_specs(count):

@@ -47,11 +47,16 @@ def executable(program: Program, device: str) -> Callable[..., list[np.ndarray]]
     return compile_program(program, device=device)
 
 
+def host(array) -> np.ndarray:
+    """A NumPy array for `array`, copying it from the GPU when it lives there (CuPy)."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
 def save_checkpoint(path: Path, state: TrainingState) -> None:
     """Write the checkpoint atomically: a temporary file in the same folder, then a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {f"param_{i}": p for i, p in enumerate(state.parameters)}
-    arrays |= {f"opt_{i}": s for i, s in enumerate(state.optimizer_state)}
+    arrays = {f"param_{i}": host(p) for i, p in enumerate(state.parameters)}
+    arrays |= {f"opt_{i}": host(s) for i, s in enumerate(state.optimizer_state)}
     arrays["step"] = np.array(state.step)
     arrays["losses"] = np.array(state.losses, np.float64)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -85,7 +90,7 @@ def decode(logits_of, parameters, task: SortingTask, inputs: np.ndarray) -> np.n
     ids[:, task.length + 1 :] = 0  # hide the answer
     for position in range(task.length, task.tokens):
         (scores,) = logits_of(*parameters, ids)
-        choice = scores[:, position, :].argmax(axis=-1)
+        choice = host(scores)[:, position, :].argmax(axis=-1)
         if position + 1 < task.tokens:
             ids[:, position + 1] = choice
         else:
@@ -187,6 +192,7 @@ def train(steps: int, seed: int, device: str, out: Path, resume: bool, quiet: bo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="accy demo",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Train a small decoder-only transformer, written with named axes, to sort "
         "sequences of digits; report held-out accuracy and plot the loss curve.",
     )

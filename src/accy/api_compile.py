@@ -117,17 +117,51 @@ def _cpu(program: Program, kernel_call_registry: Any) -> Callable[..., list[np.n
             return value
         return as_argument(value, t, f"program {program.name!r}, argument {position}")
 
+    def wrong_count(arrays: tuple) -> InvalidInput:
+        return InvalidInput(
+            f"program {program.name!r} takes {len(expected)} arrays "
+            f"({', '.join(map(str, parameter_types))}), got {len(arrays)}"
+        )
+
     def call(*arrays: Any) -> list[np.ndarray]:
         if len(arrays) != len(expected):
-            raise InvalidInput(
-                f"program {program.name!r} takes {len(expected)} arrays "
-                f"({', '.join(map(str, parameter_types))}), got {len(arrays)}"
-            )
+            raise wrong_count(arrays)
         inputs = [argument(a, i) for i, a in enumerate(arrays)]
         outputs = [np.empty(extents, dtype) for extents, dtype in shapes]
         fragment.call([address_of(a) for a in inputs], [address_of(o) for o in outputs])
         if any_bf16:
             return [_result(o, t) for o, t in zip(outputs, output_types, strict=True)]
+        return outputs
+
+    if any_bf16 or not fragment.takes_arrays:
+        return call
+    return _array_call(fragment, expected, shapes, argument, wrong_count)
+
+
+def _array_call(fragment, expected, shapes, argument, wrong_count) -> Callable[..., list]:
+    """The call for the common case, where every microsecond is the caller's: arrays of the
+    right dtype, shape and layout pass with four comparisons each and native code reads their
+    addresses (`Fragment.array_runner`); anything else goes through `argument`'s checks and
+    conversions, which raise `InvalidInput` before native code runs."""
+    checks = [(extents, dtype) for _, extents, dtype in expected]
+    count, ndarray, empty, run = len(checks), np.ndarray, np.empty, fragment.array_runner()
+
+    def call(*arrays: Any) -> list[np.ndarray]:
+        if len(arrays) != count:
+            raise wrong_count(arrays)
+        objects = []
+        # Lengths are equal (checked above): strict=True would only add its own check.
+        for position, (value, (extents, dtype)) in enumerate(zip(arrays, checks, strict=False)):
+            if not (
+                type(value) is ndarray
+                and value.dtype == dtype
+                and value.shape == extents
+                and value.flags.c_contiguous
+            ):
+                value = argument(value, position)
+            objects.append(value)
+        outputs = [empty(extents, dtype) for extents, dtype in shapes]
+        run(objects + outputs)
         return outputs
 
     return call

@@ -10,6 +10,7 @@ that names the program, the argument and what was expected.
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +35,21 @@ def address_of(array: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError):
         return array.ctypes.data
+
+
+@functools.cache
+def numpy_data_offset() -> int | None:
+    """Where an ndarray object keeps its data pointer, in bytes from the object's start (NumPy's
+    `PyArrayObject.data`, 16 on 64-bit CPython), or None if this NumPy does not look like that.
+
+    Native code can then read an array's address itself: `ctypes` and `__array_interface__`
+    take a microsecond per array, longer than a small program runs.
+    """
+    probes = [np.empty(2), np.zeros(3, np.int8)[1:], np.ones((2, 2), np.float32).T]
+    for offset in range(ctypes.sizeof(ctypes.c_void_p), 8 * ctypes.sizeof(ctypes.c_void_p), 8):
+        if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data for a in probes):
+            return offset
+    return None
 
 
 def _as_bytes(value: Any, where: str) -> np.ndarray:

@@ -13,13 +13,20 @@ by a lock; separate fragments run concurrently.
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .boundary import address_of, check_no_overlap, input_addresses, output_addresses
+from .boundary import (
+    address_of,
+    check_no_overlap,
+    input_addresses,
+    numpy_data_offset,
+    output_addresses,
+)
 from .errors import AccyError, InvalidInput
 from .lower.buffers import ALIGNMENT
 from .program import Program
@@ -34,7 +41,9 @@ def _aligned_workspace(nbytes: int) -> tuple[np.ndarray, int]:
 class Fragment:
     """A compiled program loaded into this process, ready to be invoked.
 
-    `native_entry(buffers, workspace)` is the single native function that one invocation calls.
+    `native_entry(buffers, workspace)` is the single native function that one invocation calls;
+    `array_runner` reaches the same code through `accy_run_arrays`, which reads NumPy arrays'
+    addresses itself.
     """
 
     def __init__(self, compiled: Any):
@@ -42,10 +51,20 @@ class Fragment:
         self.program: Program = compiled.program
         self.parameter_types = self.program.parameter_types
         self.output_types = self.program.output_types
-        self.native_entry = compiled.load().accy_run
+        library = compiled.load()
+        self.native_entry = library.accy_run
+        self._arrays_entry = library.accy_run_arrays
         self._workspace, self._workspace_address = _aligned_workspace(compiled.workspace_bytes)
-        self._buffers = (ctypes.c_void_p * max(self.input_count() + self.output_count(), 1))()
+        count = max(self.input_count() + self.output_count(), 1)
+        self._buffers = (ctypes.c_void_p * count)()
+        self._buffers_address = ctypes.addressof(self._buffers)
+        self._data_offset = numpy_data_offset()
         self._lock = threading.Lock()
+
+    @property
+    def takes_arrays(self) -> bool:
+        """Whether `array_runner` may be used (this NumPy's array layout was recognized)."""
+        return self._data_offset is not None
 
     def input_count(self) -> int:
         return len(self.parameter_types)
@@ -59,7 +78,24 @@ class Fragment:
             buffers = self._buffers
             for position, address in enumerate([*inputs, *outputs]):
                 buffers[position] = address
-            self.native_entry(ctypes.addressof(buffers), self._workspace_address)
+            self.native_entry(self._buffers_address, self._workspace_address)
+
+    def array_runner(self) -> Callable[[Sequence[np.ndarray]], None]:
+        """A function running the program on checked, contiguous NumPy arrays (inputs, then
+        outputs) with one native call, which reads their addresses (only if `takes_arrays`)."""
+        count = self.input_count() + self.output_count()
+        # The one argument of accy_run_arrays: workspace, data offset, then the arrays' ids.
+        call = (ctypes.c_void_p * (2 + count))(self._workspace_address, self._data_offset)
+        address, entry, lock = ctypes.addressof(call), self._arrays_entry, self._lock
+        pack = struct.Struct(f"{count}P").pack_into
+        offset = 2 * ctypes.sizeof(ctypes.c_void_p)
+
+        def run(arrays: Sequence[np.ndarray]) -> None:
+            with lock:
+                pack(call, offset, *map(id, arrays))
+                entry(address)
+
+        return run
 
     def __repr__(self) -> str:
         return (

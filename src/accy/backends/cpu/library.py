@@ -28,6 +28,8 @@ def load_library(path: Path, blas: Blas | None) -> ctypes.CDLL:
             library = ctypes.CDLL(str(path))
             library.accy_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
             library.accy_run.restype = None
+            library.accy_run_arrays.argtypes = [ctypes.c_void_p]
+            library.accy_run_arrays.restype = None
             if blas is not None:
                 pointers = (blas.sgemm, blas.dgemm, blas.set_threads, blas.get_threads)
                 library.accy_set_blas(*(ctypes.c_void_p(p) for p in pointers))

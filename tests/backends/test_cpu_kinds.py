@@ -336,3 +336,27 @@ def test_a_group_reads_its_members_through_layouts_that_keep_the_element_order(n
     assert [step.kind for step in accy.lower.build_plan(program).steps] == ["group"]
     inputs = [np.random.default_rng(9).standard_normal((3, 6, 1)).astype(np.float32)]
     assert_matches_reference(program, inputs)
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16, i32], ids=str)
+def test_large_scatter_add_shares_rows_among_threads_bit_for_bit(native_cpu, dtype):
+    def body(b, args):
+        table, flipped, ids, updates = args
+        return (
+            table.scatter_add(ids, updates, "v"),  # a flat copy of the operand
+            flipped.transpose("v", "c").scatter_add(ids, updates, "v"),  # a strided copy
+        )
+
+    v, c, t = 4099, 257, 600  # over a million elements: banded by rows, one band per thread
+    types = [spec(dtype, v=v, c=c), spec(dtype, c=c, v=v), spec(i32, t=t), spec(dtype, t=t, c=c)]
+    program = accy.trace.define(f"large_scatter_{dtype}", types, body)
+    assert "row_lo" in accy.backends.cpu.compile_program(program).source
+    rng = np.random.default_rng(9)
+    ids = rng.integers(-50, v + 50, t).astype(np.int32)  # repeated, and clamped at both ends
+    ids[:40] = v // 2  # many updates of one row, near a band's edge
+    if dtype == i32:
+        inputs = [rng.integers(-5, 5, x.extents).astype(np.int32) for x in types]
+    else:
+        inputs = [held(rng.uniform(-1, 1, x.extents), x) for x in types]
+    inputs[2] = ids
+    assert_matches_reference(program, inputs, rtol=0, atol=0)  # bit for bit

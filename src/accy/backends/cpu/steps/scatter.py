@@ -1,4 +1,12 @@
-"""scatter_add: the operand copied into the result, then each update added at its row."""
+"""scatter_add: the operand copied into the result, then each update added at its row.
+
+A large result whose scattered axis is its outermost is shared out by rows: each thread copies
+the operand into its own band of rows and adds the updates that land there, so no two threads
+write one element, every element sees its updates in the serial order (the same bits), and the
+band a thread fills is still in its cache when it scatters. A fresh result's pages are also
+faulted in (zeroed by the kernel) by both cores, which on a gradient of a large table is most of
+the work.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +14,22 @@ from ....errors import AccyError
 from ....types import TensorType, bf16
 from ..dtypes import c_type
 from ..expressions import Flat, NotFlat, linear
-from ..loops import axis_index, axis_loops, nest
+from ..loops import axis_index, axis_loops, nest, worth_threads
 from .context import StepContext, store_element
 
+# The band of rows (outermost indices) that one thread owns, inside a parallel region.
+BAND = (
+    "const int64_t threads = omp_get_num_threads(), thread = omp_get_thread_num();",
+    "const int64_t row_lo = {rows} * thread / threads, row_hi = {rows} * (thread + 1) / threads;",
+)
 
-def _copy_operand_into(ctx: StepContext, out: str, t: TensorType, store: str) -> list[str]:
+
+def _copy_operand_into(
+    ctx: StepContext, out: str, t: TensorType, store: str, banded: bool = False
+) -> list[str]:
+    """Copy the operand into `out`; `banded`: only rows row_lo to row_hi (outermost axis)."""
     op = ctx.step.op
+    row = t.size // t.extents[0] if t.rank else 1
     for flat in (True, False):
         body = ctx.body()
         index = Flat("i", t) if flat else axis_index(t)
@@ -21,7 +39,12 @@ def _copy_operand_into(ctx: StepContext, out: str, t: TensorType, store: str) ->
             continue
         loops = [("i", t.size)] if flat else axis_loops(t)
         position = "i" if flat else linear(index, t.extents)
-        return nest(loops, body.lines + [f"{out}[{position}] = {store.format(x=x)};"])
+        bounds = None
+        if banded:
+            band = ("row_lo", "row_hi") if not flat else (f"row_lo * {row}", f"row_hi * {row}")
+            bounds = {"i" if flat else "i0": band}
+        copy = f"{out}[{position}] = {store.format(x=x)};"
+        return nest(loops, [*body.lines, copy], bounds=bounds)
     raise AccyError("internal: no loop for the scatter operand")
 
 
@@ -41,20 +64,26 @@ def emit_scatter(ctx: StepContext) -> list[str]:
         target, load, store, rounded = ctx.scratch("float", "accumulator"), "{x}", "{x}", "{x}"
     else:
         target, load, store, rounded = out, ctype.load, ctype.store, ctype.round
-    lines = _copy_operand_into(ctx, target, result, store)
     position = result.position(op.attrs["axis"])
     extent = result.extents[position]
+    banded = position == 0 and extent > 1 and worth_threads(result.size, ())
+    lines = _copy_operand_into(ctx, target, result, store, banded)
     if extent and updates.size:
         body = ctx.body()
         index = axis_index(updates, "u")
         row = body.value(op.operands[1], index[position : position + indices.rank])
         clamped = body.index_temp(f"ACCY_CPU_CLAMP((int64_t){row}, {extent - 1})")
+        if banded:
+            body.lines.append(f"if ({clamped} < row_lo || {clamped} >= row_hi) continue;")
         update = body.value(op.operands[2], index)
         at = index[:position] + (clamped,) + index[position + indices.rank :]
         element = f"{target}[{linear(at, result.extents)}]"
         total = rounded.format(x=f"{load.format(x=element)} + {update}")
         body.lines.append(f"{element} = {store.format(x=total)};")
         lines += nest(axis_loops(updates, "u"), body.lines)
+    if banded:
+        band = [line.format(rows=extent) for line in BAND]
+        lines = ["#pragma omp parallel", "{", *(f"  {line}" for line in band + lines), "}"]
     if result.dtype == bf16:
         final = store_element(result.dtype, out, "i", f"{target}[i]")
         lines += nest([("i", result.size)], [final])

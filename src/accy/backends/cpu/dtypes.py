@@ -63,9 +63,9 @@ def c_type(dtype: DType) -> CType:
 
 def _float_literal(value: float, dtype: DType) -> str:
     if math.isnan(value):
-        return "ACCY_CPU_NAN"
+        return "NAN"
     if math.isinf(value):
-        return "ACCY_CPU_INFINITY" if value > 0 else "(-ACCY_CPU_INFINITY)"
+        return "INFINITY" if value > 0 else "(-INFINITY)"
     if dtype == f64:
         text = repr(float(value))
     else:
@@ -79,7 +79,7 @@ def _float_literal(value: float, dtype: DType) -> str:
 
 def _int_literal(value: int, dtype: DType) -> str:
     if dtype == i64 and value == -(2**63):
-        return "ACCY_CPU_INT64_MIN"
+        return "INT64_MIN"
     suffix = "LL" if dtype == i64 else ""
     return f"({value}{suffix})" if value < 0 else f"{value}{suffix}"
 
@@ -89,7 +89,7 @@ def literal(value, dtype: DType) -> str:
 
     >>> from accy import f32, f64, i64
     >>> literal(0.1, f32), literal(0.1, f64), literal(-1, i64), literal(float("-inf"), f32)
-    ('0.10000000149011612f', '0.1', '(-1LL)', '(-ACCY_CPU_INFINITY)')
+    ('0.10000000149011612f', '0.1', '(-1LL)', '(-INFINITY)')
     """
     if dtype.is_float:
         return _float_literal(float(value), dtype)
@@ -101,7 +101,7 @@ def literal(value, dtype: DType) -> str:
 def lowest(dtype: DType) -> str:
     """The identity of max in `dtype`'s compute type."""
     if dtype.is_float:
-        return "(-ACCY_CPU_INFINITY)"
+        return "(-INFINITY)"
     if dtype == bool_:
         return "0"
     return literal(int(np.iinfo(dtype.numpy).min), dtype)
@@ -110,7 +110,7 @@ def lowest(dtype: DType) -> str:
 def highest(dtype: DType) -> str:
     """The identity of min in `dtype`'s compute type."""
     if dtype.is_float:
-        return "ACCY_CPU_INFINITY"
+        return "INFINITY"
     if dtype == bool_:
         return "1"
     return literal(int(np.iinfo(dtype.numpy).max), dtype)

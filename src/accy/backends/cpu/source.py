@@ -20,9 +20,9 @@ from .vector_math import vector_declarations
 PRELUDE = r"""
 /* No system headers: parsing <math.h>, <stdint.h>, <string.h> and <omp.h> is a third of the
    compile time of a small program. These are the few names the generated code uses, declared
-   with glibc's types, so that a custom-call kernel which includes the headers agrees. GCC still
-   treats the math and memory functions as its builtins (sqrtf inlines, memcpy of 4 bytes is a
-   move). */
+   with glibc's types; a program with custom-call kernels (which may include headers) has the
+   headers included first, and the macros below then keep theirs. GCC still treats the math and
+   memory functions as its builtins (sqrtf inlines, memcpy of 4 bytes is a move). */
 typedef __INT8_TYPE__ int8_t;
 typedef __INT16_TYPE__ int16_t;
 typedef __INT32_TYPE__ int32_t;
@@ -41,9 +41,13 @@ ACCY_CPU_MATH(sqrt) ACCY_CPU_MATH(fabs) ACCY_CPU_MATH(floor) ACCY_CPU_MATH(ceil)
 ACCY_CPU_MATH(rint)
 float powf(float, float);
 double pow(double, double);
-#define ACCY_CPU_INFINITY (__builtin_inff())
-#define ACCY_CPU_NAN (__builtin_nanf(""))
-#define ACCY_CPU_INT64_MIN (-9223372036854775807LL - 1)
+#ifndef INFINITY
+#define INFINITY (__builtin_inff())
+#define NAN (__builtin_nanf(""))
+#endif
+#ifndef INT64_MIN
+#define INT64_MIN (-9223372036854775807LL - 1)
+#endif
 #ifdef _OPENMP
 int omp_get_thread_num(void);
 int omp_get_num_threads(void);
@@ -139,7 +143,7 @@ ARRAYS_ENTRY = """
 void accy_run_arrays(void *const *call) {{
   const int64_t data_offset = (int64_t)call[1];
   void *buffers[{count}];
-  for (int i = 0; i < {count}; ++i)
+  for (int64_t i = 0; i < {count}; ++i)
     buffers[i] = *(void *const *)((const char *)call[2 + i] + data_offset);
   accy_run(buffers, call[0]);
 }}
@@ -223,7 +227,10 @@ def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str
     unit = Translation(registry, blas)
     unit.write_function(plan, "accy_run", exported=True)
     blas_part = NO_BLAS if blas is None else BLAS_DECLARATIONS.format(blasint=blas.c_int_type)
+    # Kernel sources may include system headers: those go first, before the prelude's macros.
+    headers = "#include <math.h>\n#include <stdint.h>\n#include <string.h>"
     parts = [
+        headers if unit.kernel_sources else "",
         PRELUDE.strip(),
         "\n".join(vector_declarations()),
         blas_part.strip(),

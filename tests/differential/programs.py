@@ -132,6 +132,34 @@ def _apply_constant(b, v, i, seed):
     return v[i] * b.constant(laid_out, t)
 
 
+CUSTOM_TRIPLE = "accy.test.triple"
+
+
+def _apply_custom_call(b, v, i):
+    # The version is the element count, so that each size links its own fixed-extent kernel.
+    x = v[i]
+    return b.custom_call(CUSTOM_TRIPLE, x.ty.size, [x], x.ty)
+
+
+def triple_kernels(program: accy.Program):
+    """A kernel registry implementing every `accy.test.triple` call of `program` (x * 3)."""
+    from accy.kernel.examples import map_kernel
+
+    registries = []
+    for size in sorted(
+        {op.attrs["version"] for op in program.operations if op.kind == "custom_call"}
+    ):
+        kernel = map_kernel(f"triple_{size}", f32, [f32], lambda inner, x: x.mul(inner, 3.0), size)
+        artifact = kernel.create_kernel_call_artifact(
+            accy.kernel.Limits.default, None, target=CUSTOM_TRIPLE, version=size
+        )
+        registries.append(artifact.registry())
+    return accy.kernel.KernelCallRegistry.combine(*registries) if registries else None
+
+
+REFERENCE_CUSTOM_CALLS = {CUSTOM_TRIPLE: lambda x: x * np.float32(3.0)}
+
+
 APPLY = {
     "unary": lambda b, v, i, op: UNARY[op](v[i]),
     "binary": lambda b, v, i, j, op: BINARY[op](v[i], v[j]),
@@ -160,6 +188,7 @@ APPLY = {
     "convert": lambda b, v, i: (v[i].convert(f64) * 1.5).convert(f32),
     "iota": _apply_iota,
     "constant": _apply_constant,
+    "custom_call": _apply_custom_call,
 }
 
 
@@ -187,7 +216,7 @@ def _step(values, tag):
         return st.sampled_from(kind_choices)
 
     ranked = [i for i, x in enumerate(values) if x.ty.rank > 0]
-    choices = ["unary", "binary", "select", "convert", "constant"]
+    choices = ["unary", "binary", "select", "convert", "constant", "custom_call"]
     if ranked:
         choices += [
             "reduce",
@@ -283,6 +312,11 @@ _STEP_DRAWS = {
         lambda t: ("select", *t)
     ),
     "convert": lambda v, tag: _index(v).map(lambda i: ("convert", i)),
+    "custom_call": lambda v, tag: (
+        _index(v, lambda x: x.ty.size > 0).map(lambda i: ("custom_call", i))
+        if any(x.ty.size > 0 for x in v)
+        else _STEP_DRAWS["unary"](v, tag)
+    ),
     "constant": lambda v, tag: st.tuples(_index(v), st.integers(0, 2**16)).map(
         lambda t: ("constant", *t)
     ),

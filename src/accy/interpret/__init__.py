@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..errors import AccyError
 from ..ops.registry import rule_for
 from ..program import SYNTHETIC_ID, Attrs, Operation, Program
 from ..trace.api import OpsApi
@@ -82,8 +83,6 @@ class Inline(Layer):
 
     def __init__(self, emitter: OpsApi, args: list[Any], program: Program):
         if len(args) != len(program.parameters):
-            from ..errors import AccyError
-
             given = ", ".join(str(getattr(arg, "ty", repr(arg))) for arg in args) or "none"
             raise AccyError(
                 f"call {program.name!r}: it takes {len(program.parameters)} arguments "
@@ -91,8 +90,6 @@ class Inline(Layer):
             )
         for position, (arg, expected) in enumerate(zip(args, program.parameter_types, strict=True)):
             if arg.ty != expected:
-                from ..errors import AccyError
-
                 raise AccyError(
                     f"call {program.name!r}: argument {position} has type {arg.ty} but the "
                     f"program's parameter {position} has type {expected}"

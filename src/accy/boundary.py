@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidInput
+from .errors import AccyError, InvalidInput
 from .types import DType, TensorType, bf16
 
 RAW_BYTES = np.dtype(np.uint8)
@@ -90,6 +90,17 @@ def _count(kind: str, values: Sequence[Any], types, program: str) -> None:
         listed = ", ".join(map(str, types)) or "none"
         raise InvalidInput(
             f"program {program!r} takes {len(types)} {kind}s ({listed}), got {len(values)}"
+        )
+
+
+def check_readable(launched: bool, index: int, outputs: int) -> None:
+    """The checks of `read_output` (CPU and CUDA bindings): a launch has run; output `index`
+    is one of the `outputs`."""
+    if not launched:
+        raise AccyError("read_output: call launch() first; nothing has run yet")
+    if not 0 <= index < outputs:
+        raise InvalidInput(
+            f"read_output: output {index} does not exist; the program has {outputs} outputs"
         )
 
 

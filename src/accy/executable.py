@@ -23,11 +23,12 @@ import numpy as np
 from .boundary import (
     address_of,
     check_no_overlap,
+    check_readable,
     input_addresses,
     numpy_data_offset,
     output_addresses,
 )
-from .errors import AccyError, InvalidInput
+from .errors import AccyError
 from .lower.buffers import ALIGNMENT
 from .program import Program
 
@@ -172,13 +173,7 @@ class Bindings:
 
     def read_output(self, index: int, buffer: Any) -> None:
         """Copy output `index` of the last launch into the writable `buffer`."""
-        if not self._launched:
-            raise AccyError("read_output: call launch() first; nothing has run yet")
-        if not 0 <= index < len(self._outputs):
-            raise InvalidInput(
-                f"read_output: output {index} does not exist; the program has "
-                f"{len(self._outputs)} outputs"
-            )
+        check_readable(self._launched, index, len(self._outputs))
         types = [self.fragment.output_types[index]]
         _, (target,) = output_addresses(self.fragment.program.name, types, [buffer])
         target.reshape(-1).view(np.uint8)[...] = self._outputs[index]

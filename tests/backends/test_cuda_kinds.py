@@ -11,7 +11,7 @@ import pytest
 import accy
 
 from ..executors import cuda_device_or_skip, native_cuda
-from .cuda_programs import CASES, Case
+from .kind_programs import CASES, Case
 
 
 @pytest.fixture(scope="module")

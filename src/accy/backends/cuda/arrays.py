@@ -14,8 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from ...boundary import RAW_BYTES, _as_bytes, _check, check_no_overlap, expected_numpy
-from ...errors import AccyError, InvalidInput
+from ...boundary import (
+    RAW_BYTES,
+    _as_bytes,
+    _check,
+    check_no_overlap,
+    check_readable,
+    expected_numpy,
+)
+from ...errors import InvalidInput
 from ...types import TensorType
 from .runtime import CudaFragment, cupy_module
 
@@ -158,13 +165,7 @@ class Bindings:
 
     def read_output(self, index: int, buffer: Any) -> None:
         """Copy output `index` of the last launch into `buffer` (host or device)."""
-        if not self._launched:
-            raise AccyError("read_output: call launch() first; nothing has run yet")
-        if not 0 <= index < len(self._outputs):
-            raise InvalidInput(
-                f"read_output: output {index} does not exist; the program has "
-                f"{len(self._outputs)} outputs"
-            )
+        check_readable(self._launched, index, len(self._outputs))
         written = Outputs([buffer], [self.fragment.output_types[index]], self.fragment.program.name)
         written.device[0].reshape(-1).view(self._outputs[index].dtype)[...] = self._outputs[index]
         written.copy_back()

@@ -15,11 +15,11 @@ import math
 from ...lower.contraction import Gemm as Layout
 from ...lower.contraction import MatrixOperand
 from ...lower.plan import BLAS_DTYPES
-from ...ops.contraction import dimensions, free_dimensions
 from ...types import f32
 from ..cpu.dtypes import c_type
 from ..cpu.expressions import offset_expression
 from ..cpu.loops import nest
+from ..cpu.steps.dot import loop_indices
 from .context import StepCode, StepContext, launches, nothing
 from .kernels import axis_names, blocks_for, decompose, grid_stride
 from .schedule import WORKSPACE, Address, Gemm, Level, Schedule
@@ -148,26 +148,12 @@ def _emit_loops(ctx: StepContext) -> StepCode:
     op = ctx.step.op
     if op.type.size == 0:
         return nothing
-    lc, rc, lb, rb = dimensions(op.attrs)
-    lhs_type, rhs_type = op.operand_types
-    lf = free_dimensions(lhs_type.rank, lc, lb)
-    rf = free_dimensions(rhs_type.rank, rc, rb)
     result = axis_names(op.type, "r")
-    contract = [f"k{q}" if lhs_type.extents[p] != 1 else "0" for q, p in enumerate(lc)]
-    lhs_index, rhs_index = [""] * lhs_type.rank, [""] * rhs_type.rank
-    for q, (left, right) in enumerate(zip(lb, rb, strict=True)):
-        lhs_index[left] = rhs_index[right] = result[q]
-    for q, p in enumerate(lf):
-        lhs_index[p] = result[len(lb) + q]
-    for q, p in enumerate(rf):
-        rhs_index[p] = result[len(lb) + len(lf) + q]
-    for q, (left, right) in enumerate(zip(lc, rc, strict=True)):
-        lhs_index[left] = rhs_index[right] = contract[q]
+    lhs_index, rhs_index, loops = loop_indices(op, result)
     pointers = ctx.pointers()
     body = ctx.body(pointers)
-    a = body.value(op.operands[0], tuple(lhs_index))
-    b = body.value(op.operands[1], tuple(rhs_index))
-    loops = [(f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1]
+    a = body.value(op.operands[0], lhs_index)
+    b = body.value(op.operands[1], rhs_index)
     compute = c_type(op.type.dtype).compute
     inner = [
         f"{compute} acc = 0;",

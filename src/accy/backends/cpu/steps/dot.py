@@ -116,32 +116,40 @@ def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
     ]
 
 
-def _emit_dot_loops(ctx: StepContext) -> list[str]:
-    """dot_general as plain loops: for dtypes BLAS lacks, or where no BLAS was found."""
-    op = ctx.step.op
+def loop_indices(op, result_index) -> tuple[tuple[str, ...], tuple[str, ...], list]:
+    """For dot_general as loops: each operand's index in terms of the result's counters
+    `result_index` and contraction counters `k0, k1, ...`, and the contraction loops.
+
+    Shared by the CPU and CUDA generators (a CUDA thread runs one result element's loop).
+    """
     lc, rc, lb, rb = dimensions(op.attrs)
     lhs_type, rhs_type = op.operand_types
     lf = free_dimensions(lhs_type.rank, lc, lb)
     rf = free_dimensions(rhs_type.rank, rc, rb)
-    result_index = axis_index(op.type, "r")
     contract = [f"k{q}" if lhs_type.extents[p] != 1 else "0" for q, p in enumerate(lc)]
     lhs_index = [""] * lhs_type.rank
     rhs_index = [""] * rhs_type.rank
-    for q, (l, r) in enumerate(zip(lb, rb, strict=True)):
-        lhs_index[l] = rhs_index[r] = result_index[q]
+    for q, (left, right) in enumerate(zip(lb, rb, strict=True)):
+        lhs_index[left] = rhs_index[right] = result_index[q]
     for q, p in enumerate(lf):
         lhs_index[p] = result_index[len(lb) + q]
     for q, p in enumerate(rf):
         rhs_index[p] = result_index[len(lb) + len(lf) + q]
-    for q, (l, r) in enumerate(zip(lc, rc, strict=True)):
-        lhs_index[l] = rhs_index[r] = contract[q]
+    for q, (left, right) in enumerate(zip(lc, rc, strict=True)):
+        lhs_index[left] = rhs_index[right] = contract[q]
+    loops = [(f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1]
+    return tuple(lhs_index), tuple(rhs_index), loops
+
+
+def _emit_dot_loops(ctx: StepContext) -> list[str]:
+    """dot_general as plain loops: for dtypes BLAS lacks, or where no BLAS was found."""
+    op = ctx.step.op
+    result_index = axis_index(op.type, "r")
+    lhs_index, rhs_index, contract_loops = loop_indices(op, result_index)
     body = ctx.body()
-    a = body.value(op.operands[0], tuple(lhs_index))
-    b = body.value(op.operands[1], tuple(rhs_index))
+    a = body.value(op.operands[0], lhs_index)
+    b = body.value(op.operands[1], rhs_index)
     ctype = c_type(op.type.dtype)
-    contract_loops = [
-        (f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1
-    ]
     inner = nest(contract_loops, body.lines + [f"acc = acc + {a} * {b};"])
     store = store_element(
         op.type.dtype,

@@ -12,7 +12,7 @@ import accy
 from accy import f32, spec
 from accy.backends.cuda import compile_program, cublas
 from accy.backends.cuda.reductions import choose_cut
-from accy.backends.cuda.schedule import External, Gemm, Launch
+from accy.backends.cuda.schedule import SCRATCH, External, Gemm, Launch
 from accy.kernel import Limits, toolchain
 from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
 
@@ -73,18 +73,28 @@ def test_compile_fragment_makes_a_cuda_artifact_without_a_gpu():
     assert 'extern "C" __global__' in compiled.source
 
 
-def test_gemms_that_touch_invocation_buffers_read_pointer_arrays():
+def test_single_gemms_stage_invocation_buffers_through_scratch():
+    # cublasGemmBatchedEx does not split long contractions, so a single GEMM gets fixed
+    # addresses: its operands and result that live in the invocation's buffers are copied.
     def body(b, args):
         x, w = args
         return x.contract(w, "k").tanh().contract(w.rename("k", "q"), "n").sum()
 
     types = [spec(f32, b=2, m=3, k=4), spec(f32, k=4, n=4)]
-    gemms = [
-        a
-        for a in compile_program(accy.trace.define("chain", types, body)).schedule.actions
-        if isinstance(a, Gemm)
-    ]
-    assert gemms and all(g.arrays is not None for g in gemms)  # each touches an input
+    actions = compile_program(accy.trace.define("chain", types, body)).schedule.actions
+    gemms = [a for a in actions if isinstance(a, Gemm)]
+    assert gemms and all(g.arrays is None and g.batch == 1 for g in gemms)
+    assert any(SCRATCH in (g.a.source, g.b.source, g.c.source) for g in gemms)
+
+
+def test_batched_gemms_that_touch_invocation_buffers_read_pointer_arrays():
+    def body(b, args):
+        return args[0].contract(args[1], "k").sum()
+
+    types = [spec(f32, b=2, m=3, k=4), spec(f32, b=2, k=4, n=5)]
+    actions = compile_program(accy.trace.define("batched", types, body)).schedule.actions
+    gemms = [a for a in actions if isinstance(a, Gemm)]
+    assert gemms and all(g.batch == 2 and g.arrays is not None for g in gemms)
 
 
 def test_work_is_cut_by_shape_alone():

@@ -192,3 +192,19 @@ def test_gathers_with_integer_indices_from_device_arrays(cupy):
     table = np.arange(8, dtype=np.float32).reshape(4, 2)
     (got,) = accy.compile(program, device="cuda")(table, cupy.asarray([3, -1, 9], cupy.int32))
     np.testing.assert_array_equal(cupy.asnumpy(got), table[[3, 0, 3]])
+
+
+def test_profile_times_every_action_and_leaves_the_results_right(cupy):
+    program = _affine()
+    fragment = runtime.load(accy.backends.cuda.compile.compile_program(program))
+    x, w = (cupy.asarray(a) for a in _inputs(4))
+    outputs = [cupy.empty(t.extents, np.float32) for t in program.output_types]
+    addresses = [a.data.ptr for a in (x, w, *outputs)]
+    actions = fragment.profile(addresses, repeats=3)
+    assert len(actions) == len(fragment.compiled.schedule.actions)
+    assert any(what.startswith("gemm 4x6x5") for what, _ in actions)
+    assert all(t > 0 for _, t in actions)
+    for got, want in zip(outputs, _expected(*_inputs(4)), strict=True):
+        np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5, atol=1e-6)
+    fragment.run(addresses)  # the graph path still works after a profile
+    cupy.cuda.get_current_stream().synchronize()

@@ -34,6 +34,7 @@ class CompiledFragment:
     externals: dict[str, Any]
     scratch_offset: int
     workspace_bytes: int
+    kernel_comments: dict[str, str]
     artifact_format: str = "cuda_ptx"
 
     def ptx(self, arch: str | None = "compute_90") -> str:
@@ -78,4 +79,5 @@ def compile_program(
         dict(module.externals),
         scratch_offset,
         scratch_offset + aligned(module.scratch_bytes),
+        dict(module.kernel_comments),
     )

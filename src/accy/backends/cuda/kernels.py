@@ -43,6 +43,7 @@ class Module(Unit):
         super().__init__(registry, None)
         self.prefix = prefix
         self.kernel_names: list[str] = []
+        self.kernel_comments: dict[str, str] = {}
         self.scratch_bytes = 0
         self.externals: dict[str, object] = {}
         self.plan_code: dict[int, Callable] = {}
@@ -70,6 +71,7 @@ class Module(Unit):
             + "  (void)io;\n  (void)ws;\n  (void)scratch;\n}"
         )
         self.kernel_names.append(name)
+        self.kernel_comments[name] = comment
         return name
 
     def reserve_scratch(self, nbytes: int) -> None:

@@ -141,8 +141,9 @@ def _apply_custom_call(b, v, i):
     return b.custom_call(CUSTOM_TRIPLE, x.ty.size, [x], x.ty)
 
 
-def triple_kernels(program: accy.Program):
-    """A kernel registry implementing every `accy.test.triple` call of `program` (x * 3)."""
+def triple_kernels(program: accy.Program, format: str = "cpu_object"):
+    """A kernel registry implementing every `accy.test.triple` call of `program` (x * 3), built
+    as `format` ("cpu_object" for the CPU backend, "cuda_ptx" for CUDA)."""
     from accy.kernel.examples import map_kernel
 
     registries = []
@@ -151,7 +152,7 @@ def triple_kernels(program: accy.Program):
     ):
         kernel = map_kernel(f"triple_{size}", f32, [f32], lambda inner, x: x.mul(inner, 3.0), size)
         artifact = kernel.create_kernel_call_artifact(
-            accy.kernel.Limits.default, None, target=CUSTOM_TRIPLE, version=size
+            accy.kernel.Limits.default, None, target=CUSTOM_TRIPLE, version=size, format=format
         )
         registries.append(artifact.registry())
     return accy.kernel.KernelCallRegistry.combine(*registries) if registries else None

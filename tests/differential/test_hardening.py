@@ -104,6 +104,20 @@ def test_empty_axes_give_empty_results_and_identity_reductions(executor):
     np.testing.assert_array_equal(product, [0.0, 0.0, 0.0])  # n is a batch axis
 
 
+@pytest.mark.parametrize("executor", BACKENDS)
+def test_concatenating_empty_pieces_gives_an_empty_result(executor):
+    # Found by the differential property: no piece left for the generated selection to read.
+    def body(b, x):
+        (a,) = x
+        empty = a.slice("n", 0, 0).rename("n", "m")
+        return b.concatenate([empty, empty.cos()], "m") + 0.0, (a * 2.0).sum()
+
+    program = define("empty_pieces", [spec(f32, n=1)], body)
+    joined, total = executor(program, [np.array([1.5], np.float32)])
+    assert joined.shape == (0,)
+    np.testing.assert_array_equal(total, 3.0)
+
+
 def test_types_too_large_for_64_bit_byte_offsets_are_refused():
     with pytest.raises(accy.AxisError, match="too large"):
         spec(f32, a=2**40, b=2**30)

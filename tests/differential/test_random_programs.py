@@ -20,6 +20,7 @@ from .programs import REFERENCE_CUSTOM_CALLS, recipes, scalarized, triple_kernel
 
 # Every example compiles a program natively (about half a second), so this property runs fewer
 # examples than the reference-only ones unless ACCY_PROPERTY_EXAMPLES asks for more.
+KERNEL_FORMATS = {"cpu": "cpu_object", "cuda": "cuda_ptx"}
 OTHER_BACKENDS = [
     (name, {"native_cpu": "cpu", "native_cuda": "cuda"}[name])
     for name, _ in available_backends()
@@ -68,8 +69,8 @@ def test_random_programs_agree_on_every_backend(recipe):
     note(str(program))
     inputs = recipe.inputs()
     (expected,) = accy.reference.run(program, inputs, REFERENCE_CUSTOM_CALLS)
-    registry = triple_kernels(program)
     for name, device in OTHER_BACKENDS:
+        registry = triple_kernels(program, KERNEL_FORMATS[device])
         (got,) = accy.compile(program, device=device, kernel_call_registry=registry)(*inputs)
         got = got.get() if hasattr(got, "get") else got  # CuPy arrays come back from CUDA
         note(f"{name}: {got!r}")

@@ -298,6 +298,8 @@ def _concatenate(body: Body, op: Operation, index: Index) -> str:
             at = index[:position] + (local,) + index[position + 1 :]
             pieces.append((start + n, body.value(value, at)))
         start += n
+    if not pieces:  # every operand is empty along the axis, so the result has no elements
+        return literal(0, op.type.dtype)
     expression = pieces[-1][1]
     for end, x in reversed(pieces[:-1]):
         expression = f"{index[position]} < {end} ? {x} : ({expression})"

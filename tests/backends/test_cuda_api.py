@@ -208,3 +208,19 @@ def test_profile_times_every_action_and_leaves_the_results_right(cupy):
         np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5, atol=1e-6)
     fragment.run(addresses)  # the graph path still works after a profile
     cupy.cuda.get_current_stream().synchronize()
+
+
+def test_short_contraction_kernel_matches_numpy(cupy):
+    # k=10 into a 2048 x 512 result goes to a generated kernel rather than cuBLAS.
+    def body(b, args):
+        d, w = args
+        return (d.contract(w, "out"),)
+
+    program = accy.trace.define(
+        "short", [spec(f32, b=2048, out=10), spec(f32, h=512, out=10)], body
+    )
+    rng = np.random.default_rng(5)
+    d, w = (rng.standard_normal(t.extents).astype(np.float32) for t in program.parameter_types)
+    (got,) = accy.compile(program, device="cuda")(cupy.asarray(d), cupy.asarray(w))
+    want = d.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5, atol=1e-5)

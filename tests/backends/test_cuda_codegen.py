@@ -87,6 +87,19 @@ def test_single_gemms_stage_invocation_buffers_through_scratch():
     assert any(SCRATCH in (g.a.source, g.b.source, g.c.source) for g in gemms)
 
 
+def test_short_contractions_into_large_results_are_a_kernel_not_cublas():
+    def body(b, args):
+        return args[0].contract(args[1], "k")
+
+    def actions(k, n):
+        types = [spec(f32, m=2048, k=k), spec(f32, k=k, n=n)]
+        return compile_program(accy.trace.define("short", types, body)).schedule.actions
+
+    assert not any(isinstance(a, Gemm) for a in actions(10, 512))
+    assert any(isinstance(a, Gemm) for a in actions(17, 512))  # long enough for cuBLAS
+    assert any(isinstance(a, Gemm) for a in actions(10, 4))  # a small result: one launch anyway
+
+
 def test_batched_gemms_that_touch_invocation_buffers_read_pointer_arrays():
     def body(b, args):
         return args[0].contract(args[1], "k").sum()

@@ -14,8 +14,8 @@ input in its main loop and its init once). From the needs of a value:
 
 - program outputs and the results of kinds that need their own loop structure (`ROOT_KINDS`)
   are stored;
-- a value needed in one step is computed inside that step, unless it is costly and needed
-  `expanding`;
+- a value needed in one step is computed inside that step, unless it is costly (not
+  `is_light`) and needed `expanding`;
 - a value needed in several steps is stored, unless it is cheap (`CHEAP_KINDS`: index
   arithmetic and loads), in which case each step recomputes it; so is light arithmetic
   (`is_light`: one add, multiply, comparison...) needed in a few steps, element by element:
@@ -161,7 +161,7 @@ def _decide_op(op: Operation, index: int, needs: dict[int, set[Need]], outputs: 
         return INLINE if op.kind in VIEW_KINDS else STORED
     if op.kind in CHEAP_KINDS:
         return INLINE
-    if "expanding" in modes:
+    if "expanding" in modes and not is_light(op):
         return STORED
     if len(steps) > 1 and not (is_light(op) and len(steps) <= LIGHT_RECOMPUTE_STEPS):
         return STORED

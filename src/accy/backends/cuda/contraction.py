@@ -1,4 +1,5 @@
-"""`dot_general` on the GPU: cuBLAS GEMMs for f32 and f64, a kernel for the other dtypes.
+"""`dot_general` on the GPU: cuBLAS GEMMs for f32 and f64, a kernel for other dtypes and for
+very short contractions.
 
 The plan lays a contraction out as row-major `C[b] = A[b] @ B[b]` (`accy.lower.contraction`);
 cuBLAS is column-major, so the call computes `C^T = B^T A^T`: the operands swap places and keep
@@ -32,6 +33,19 @@ from .schedule import SCRATCH, WORKSPACE, Address, Gemm, Level, Schedule
 from .steps import copy_kernel, indent, rounded, store
 
 OP_N, OP_T = 0, 1  # cublasOperation_t
+# A contraction this short over a result this large is a few multiply-adds per element of a big
+# result: a plain kernel does it at memory speed, while cuBLAS took 35 us for the 2048 x 512
+# result of mlp's d.w2^T (k=10) on the H200, as long as for k=512. (Small results are one
+# launch either way.)
+SHORT_CONTRACTION = 16
+LARGE_RESULT = 1 << 16
+
+
+def _by_cublas(ctx: StepContext) -> bool:
+    op = ctx.step.op
+    if op.type.dtype not in BLAS_DTYPES:
+        return False
+    return ctx.step.detail.k > SHORT_CONTRACTION or op.type.size < LARGE_RESULT
 
 
 def _pack(ctx: StepContext, value: int, matrix: MatrixOperand, name: str) -> tuple[str, int]:
@@ -216,6 +230,8 @@ def _emit_loops(ctx: StepContext) -> StepCode:
 
 
 def emit_dot(ctx: StepContext) -> StepCode:
-    if ctx.step.op.type.dtype in BLAS_DTYPES:
+    """cuBLAS for f32 and f64 (but short contractions into large results), else one thread per
+    result element."""
+    if _by_cublas(ctx):
         return _emit_gemm(ctx, ctx.step.detail)
     return _emit_loops(ctx)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import device
+
 
 @dataclass(frozen=True)
-class Handle:
-    """What compilation and loading are given to say which device they target."""
+class Handle(device.Handle):
+    """The CPU's handle."""
 
     kind: str = "cpu"
-    ordinal: int = 0
 
 
-class State:
+class State(device.DeviceState):
     """The CPU device's state (the seed's `gpu.cpu.State`).
 
     >>> from accy.gpu.cpu import State
@@ -22,16 +23,4 @@ class State:
     """
 
     def __init__(self) -> None:
-        self._handle = Handle()
-
-    def handle(self) -> Handle:
-        return self._handle
-
-    def close(self) -> None:
-        """Nothing to release on the CPU; present so that code can treat devices alike."""
-
-    def __enter__(self) -> State:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+        super().__init__(Handle())

@@ -14,16 +14,16 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import RuntimeUnavailable
+from . import device
 
 DRIVER_LIBRARIES = {"linux": "libcuda.so.1", "win32": "nvcuda.dll"}
 
 
 @dataclass(frozen=True)
-class Handle:
-    """What compilation and loading are given to say which GPU they target."""
+class Handle(device.Handle):
+    """A GPU's handle."""
 
     kind: str = "cuda"
-    ordinal: int = 0
 
 
 def _driver_present() -> bool:
@@ -48,7 +48,7 @@ def platform_supported() -> bool:
     return importlib.util.find_spec("cupy") is not None and _driver_present()
 
 
-class State:
+class State(device.DeviceState):
     """An opened CUDA device (the seed's `gpu.cuda.State`).
 
     >>> import accy
@@ -61,7 +61,7 @@ class State:
     """
 
     def __init__(self, ordinal: int):
-        self._handle = Handle("cuda", ordinal)
+        super().__init__(Handle("cuda", ordinal))
 
     @classmethod
     def init_device(cls, ordinal: int = 0) -> State:
@@ -81,15 +81,3 @@ class State:
             raise RuntimeUnavailable(f"there is no CUDA device {ordinal}; {count} present")
         cupy.cuda.Device(ordinal).use()
         return cls(ordinal)
-
-    def handle(self) -> Handle:
-        return self._handle
-
-    def close(self) -> None:
-        """Nothing to release: fragments hold what they use."""
-
-    def __enter__(self) -> State:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()

@@ -15,12 +15,10 @@ from typing import Any
 import numpy as np
 
 from ...boundary import (
-    RAW_BYTES,
     _as_bytes,
     _check,
     check_no_overlap,
     check_readable,
-    expected_numpy,
 )
 from ...errors import InvalidInput
 from ...types import TensorType
@@ -60,20 +58,10 @@ def as_cupy(value: Any, where: str):
 
 
 def _raw_device(array, t: TensorType, where: str):
-    """Check a device array as a raw buffer of `t` (the seed API's rules)."""
+    """Check a device array as a raw buffer of `t` (the seed API's rules, as on the host)."""
     if not array.flags.c_contiguous:
         raise InvalidInput(f"{where}: the device array is not contiguous; pass a contiguous copy")
-    allowed = (RAW_BYTES, *expected_numpy(t.dtype))
-    if array.dtype not in allowed:
-        wanted = " or ".join(str(d) for d in expected_numpy(t.dtype))
-        raise InvalidInput(
-            f"{where}: a device array of dtype {array.dtype} was given for {t}, which needs "
-            f"{wanted} (or raw bytes as uint8)"
-        )
-    if array.nbytes != t.nbytes:
-        raise InvalidInput(
-            f"{where}: the device array has {array.nbytes} bytes, but {t} takes {t.nbytes}"
-        )
+    _check(array, t, where)
     return array
 
 

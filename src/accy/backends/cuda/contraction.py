@@ -29,8 +29,8 @@ from ..cpu.loops import nest
 from ..cpu.steps.dot import loop_indices
 from .context import StepCode, StepContext, launches, nothing
 from .kernels import axis_names, blocks_for, decompose, grid_stride
-from .schedule import SCRATCH, WORKSPACE, Address, Gemm, Level, Schedule
-from .steps import copy_kernel, indent, rounded, store
+from .schedule import WORKSPACE, Address, Gemm, Level, Schedule
+from .steps import Staging, indent, rounded, stage_moving_buffers, store
 
 OP_N, OP_T = 0, 1  # cublasOperation_t
 # A contraction this short over a result this large is a few multiply-adds per element of a big
@@ -99,23 +99,21 @@ def _stride(offsets: list[int]) -> int | None:
     return step if all(o == i * step for i, o in enumerate(offsets)) else None
 
 
-def _operand(ctx, level: Level, value: int, matrix: MatrixOperand, name: str) -> Address:
+def _operand(
+    ctx, level: Level, staging: Staging, value: int, matrix: MatrixOperand, name: str
+) -> Address:
     if matrix.packed:
         return Address(WORKSPACE, level.ws + ctx.workspace_scratch(name))
-    return ctx.view_address(level, value)
+    return staging.address(ctx, level, value)
 
 
 def _schedule_gemm(
-    ctx: StepContext, layout: Layout, level: Level, schedule: Schedule, staged: dict[str, int]
+    ctx: StepContext, layout: Layout, level: Level, schedule: Schedule, staging: Staging
 ) -> None:
     op = ctx.step.op
-    lhs = _operand(ctx, level, op.operands[0], layout.lhs, "lhs")
-    rhs = _operand(ctx, level, op.operands[1], layout.rhs, "rhs")
-    out = ctx.slot_address(level, op.results[0])
-    lhs, rhs, out = (
-        Address(SCRATCH, staged[name]) if name in staged else address
-        for name, address in (("lhs", lhs), ("rhs", rhs), ("out", out))
-    )
+    lhs = _operand(ctx, level, staging, op.operands[0], layout.lhs, "lhs")
+    rhs = _operand(ctx, level, staging, op.operands[1], layout.rhs, "rhs")
+    out = staging.result_address(ctx, level)
     size = op.type.dtype.itemsize
     offsets = [
         _batch_offsets(layout.batch_extents, layout.rhs.batch_strides),
@@ -161,50 +159,16 @@ def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
         return launches(_zeros(ctx))
     operands = list(zip(op.operands, (layout.lhs, layout.rhs), ("lhs", "rhs"), strict=True))
     packs = [_pack(ctx, value, matrix, name) for value, matrix, name in operands if matrix.packed]
-    staged, copies_in, copies_out = (
-        _stage_single_gemm(ctx, operands) if count == 1 else ({}, [], [])
-    )
+    # Batched GEMMs read pointer arrays instead (see the module doc).
+    unpacked = [value for value, matrix, _ in operands if not matrix.packed]
+    staging = stage_moving_buffers(ctx, unpacked) if count == 1 else Staging()
 
     def schedule_gemm(level: Level, schedule: Schedule) -> None:
-        launches(*packs, *copies_in)(level, schedule)
-        _schedule_gemm(ctx, layout, level, schedule, staged)
-        launches(*copies_out)(level, schedule)
+        launches(*packs, *staging.copies_in)(level, schedule)
+        _schedule_gemm(ctx, layout, level, schedule, staging)
+        launches(*staging.copies_out)(level, schedule)
 
     return schedule_gemm
-
-
-def _moves(ctx: StepContext, value: int) -> bool:
-    """Whether stored `value` lives in the invocation's buffers (its address moves)."""
-    return ctx.plan.slots[value].storage != "workspace"
-
-
-def _span(ctx: StepContext, value: int) -> int:
-    """Elements from the first to the last element of `value`'s view, inclusive."""
-    t = ctx.plan.program.type_of(value)
-    strides = ctx.view(value).strides
-    return 1 + sum((n - 1) * abs(s) for n, s in zip(t.extents, strides, strict=True))
-
-
-def _stage_single_gemm(ctx: StepContext, operands):
-    """Copy kernels that route a single GEMM's moving operands and result through scratch."""
-    op = ctx.step.op
-    staged, copies_in, copies_out = {}, [], []
-    for value, matrix, name in operands:
-        if matrix.packed or not _moves(ctx, ctx.view(value).base):
-            continue
-        span = _span(ctx, value)
-        staged[name] = ctx.scratch(span * ctx.itemsize(value))
-        target = f"scratch + {staged[name]}"
-        kernel = copy_kernel(ctx, ctx.view_expression(value), target, ctx.storage(value), span)
-        copies_in.append((kernel, blocks_for(span)))
-    result = op.results[0]
-    if _moves(ctx, result):
-        staged["out"] = ctx.scratch(op.type.nbytes)
-        source = f"scratch + {staged['out']}"
-        target = ctx.slot_expression(result)
-        kernel = copy_kernel(ctx, source, target, ctx.storage(result), op.type.size)
-        copies_out.append((kernel, blocks_for(op.type.size)))
-    return staged, copies_in, copies_out
 
 
 def _emit_loops(ctx: StepContext) -> StepCode:

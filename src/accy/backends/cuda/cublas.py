@@ -114,57 +114,15 @@ class Cublas:
             compute = COMPUTE_32F_FAST_TF32 if tf32_allowed() else COMPUTE_32F
         one, zero = ctypes.byref(self._one[g.dtype]), ctypes.byref(self._zero[g.dtype])
         head = (self.handle, g.transa, g.transb, g.m, g.n, g.k, one)
-        if g.arrays is not None:
-            status = self.lib.cublasGemmBatchedEx(
-                *head,
-                a,
-                data,
-                g.lda,
-                b,
-                data,
-                g.ldb,
-                zero,
-                c,
-                data,
-                g.ldc,
-                g.batch,
-                compute,
-                GEMM_DEFAULT,
-            )
-        elif g.batch == 1:
-            status = self.lib.cublasGemmEx(
-                *head,
-                a,
-                data,
-                g.lda,
-                b,
-                data,
-                g.ldb,
-                zero,
-                c,
-                data,
-                g.ldc,
-                compute,
-                GEMM_DEFAULT,
-            )
+        tail = (compute, GEMM_DEFAULT)
+        if g.arrays is not None or g.batch == 1:
+            operands = (a, data, g.lda, b, data, g.ldb, zero, c, data, g.ldc)
+            if g.arrays is None:
+                status = self.lib.cublasGemmEx(*head, *operands, *tail)
+            else:
+                status = self.lib.cublasGemmBatchedEx(*head, *operands, g.batch, *tail)
         else:
-            status = self.lib.cublasGemmStridedBatchedEx(
-                *head,
-                a,
-                data,
-                g.lda,
-                g.stride_a,
-                b,
-                data,
-                g.ldb,
-                g.stride_b,
-                zero,
-                c,
-                data,
-                g.ldc,
-                g.stride_c,
-                g.batch,
-                compute,
-                GEMM_DEFAULT,
-            )
+            strided = (a, data, g.lda, g.stride_a, b, data, g.ldb, g.stride_b, zero)
+            output = (c, data, g.ldc, g.stride_c, g.batch)
+            status = self.lib.cublasGemmStridedBatchedEx(*head, *strided, *output, *tail)
         self._check(status, f"cuBLAS GEMM {g.m}x{g.n}x{g.k} (batch {g.batch})")

@@ -8,6 +8,8 @@ cuBLAS (`contraction`), scans through `scan`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ...errors import AccyError
 from ...lower.plan import Plan, Step
 from ...types import bf16, bool_, f16, f32, f64, i32, i64, u8
@@ -409,6 +411,64 @@ def emit_copy(ctx: StepContext) -> StepCode:
     return launches((kernel, blocks_for(t.size)))
 
 
+@dataclass
+class Staging:
+    """Operands and a result that live in the invocation's buffers, whose addresses move from
+    call to call, routed through scratch so that a library call or a custom kernel captured in
+    the graph sees fixed addresses: `copies_in` run before it, `copies_out` after."""
+
+    operands: dict[int, int] = field(default_factory=dict)  # value -> its copy's scratch offset
+    result: int | None = None  # the result's byte offset in scratch, if it moves
+    copies_in: list[tuple[str, int]] = field(default_factory=list)
+    copies_out: list[tuple[str, int]] = field(default_factory=list)
+
+    def address(self, ctx: StepContext, level: Level, value: int) -> Address:
+        """Where the call reads operand `value` when the plan runs at `level`."""
+        if value in self.operands:
+            return Address(SCRATCH, self.operands[value])
+        return ctx.view_address(level, value)
+
+    def result_address(self, ctx: StepContext, level: Level) -> Address:
+        """Where the call writes the step's result when the plan runs at `level`."""
+        if self.result is not None:
+            return Address(SCRATCH, self.result)
+        return ctx.slot_address(level, ctx.step.op.results[0])
+
+
+def _moves(ctx: StepContext, value: int) -> bool:
+    """Whether stored `value` lives in the invocation's buffers (its address moves)."""
+    return ctx.plan.slots[value].storage != "workspace"
+
+
+def _span(ctx: StepContext, value: int) -> int:
+    """Elements from the first to the last element of `value`'s view, inclusive."""
+    t = ctx.plan.program.type_of(value)
+    strides = ctx.view(value).strides
+    return 1 + sum((n - 1) * abs(s) for n, s in zip(t.extents, strides, strict=True))
+
+
+def stage_moving_buffers(ctx: StepContext, operands) -> Staging:
+    """Copy kernels that route `operands` (values read as whole buffers) and the step's result
+    through scratch, those of them whose addresses move; an operand's view keeps its layout."""
+    staging = Staging()
+    for value in operands:
+        if value in staging.operands or not _moves(ctx, ctx.view(value).base):
+            continue
+        span = _span(ctx, value)
+        offset = staging.operands[value] = ctx.scratch(span * ctx.itemsize(value))
+        source, storage = ctx.view_expression(value), ctx.storage(value)
+        kernel = copy_kernel(ctx, source, f"scratch + {offset}", storage, span)
+        staging.copies_in.append((kernel, blocks_for(span)))
+    op = ctx.step.op
+    result = op.results[0]
+    if _moves(ctx, result):
+        staging.result = ctx.scratch(op.type.nbytes)
+        source, target = f"scratch + {staging.result}", ctx.slot_expression(result)
+        kernel = copy_kernel(ctx, source, target, ctx.storage(result), op.type.size)
+        staging.copies_out.append((kernel, blocks_for(op.type.size)))
+    return staging
+
+
 def _kernel_call(ctx: StepContext):
     """The registered CUDA kernel of a custom_call, checked against the call's types."""
     op = ctx.step.op
@@ -436,45 +496,19 @@ def emit_custom_call(ctx: StepContext) -> StepCode:
     through scratch (copied in before, out after)."""
     op = ctx.step.op
     call = _kernel_call(ctx)
-    staged_in, staged_out, before, after = {}, None, [], []
-    for value in op.operands:
-        if ctx.plan.slots[ctx.view(value).base].storage != "workspace":
-            t = ctx.plan.program.type_of(value)
-            staged_in[value] = ctx.scratch(t.nbytes)
-            kernel = copy_kernel(
-                ctx,
-                ctx.view_expression(value),
-                f"scratch + {staged_in[value]}",
-                ctx.storage(value),
-                t.size,
-            )
-            before.append((kernel, blocks_for(t.size)))
-    result = op.results[0]
-    if ctx.plan.slots[result].storage != "workspace":
-        staged_out = ctx.scratch(op.type.nbytes)
-        source = f"scratch + {staged_out}"
-        kernel = copy_kernel(
-            ctx, source, ctx.slot_expression(result), ctx.storage(result), op.type.size
-        )
-        after.append((kernel, blocks_for(op.type.size)))
+    staging = stage_moving_buffers(ctx, op.operands)
 
     def schedule_call(level: Level, schedule: Schedule) -> None:
-        launches(*before)(level, schedule)
+        launches(*staging.copies_in)(level, schedule)
         operands = iter(op.operands)
-        arguments = []
-        for name, _ in call.parameters:
-            if name == "dst":
-                fixed = staged_out is None
-                arguments.append(
-                    ctx.slot_address(level, result) if fixed else Address(SCRATCH, staged_out)
-                )
-            else:
-                value = next(operands)
-                staged = staged_in.get(value)
-                where = ctx.view_address(level, value) if staged is None else None
-                arguments.append(Address(SCRATCH, staged) if where is None else where)
+        arguments = [
+            staging.result_address(ctx, level)
+            if name == "dst"
+            else staging.address(ctx, level, next(operands))
+            for name, _ in call.parameters
+        ]
         schedule.add(External(call.kernel_name, call.grid, call.block, tuple(arguments)))
-        launches(*after)(level, schedule)
+        launches(*staging.copies_out)(level, schedule)
 
     return schedule_call
 

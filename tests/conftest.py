@@ -14,7 +14,7 @@ import threading
 import pytest
 
 import accy
-from accy.trace.builder import Builder
+from accy.core.builder import Builder
 
 _checking = threading.local()
 
@@ -23,7 +23,7 @@ def _round_trip_failure(program) -> str | None:
     """None if `program` prints, parses and prints back to the same text; else what went wrong."""
     text = str(program)
     try:
-        again = str(accy.program.parse(text))
+        again = str(accy.core.parse(text))
     except Exception as error:  # a ParseError, or a crash of the parser: both are failures
         kind = type(error).__name__
         return f"program {program.name!r} does not parse back ({kind}): {error}\n{text}"

@@ -8,18 +8,19 @@
 """
 
 from . import (
+    core,
     errors,
     gradient,
     interpret,
     nn,
-    ops,
     optim,
-    program,
     reference,
     testing,
     trace,
     transforms,
 )
+from .core import SYNTHETIC_ID, Operation, Program
+from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
 from .errors import (
     AccyError,
     AxisError,
@@ -44,11 +45,9 @@ from .gradient import (
     value_and_grad,
     vjp,
 )
-from .program import SYNTHETIC_ID, Operation, Program
 from .trace import Builder, Value
 from .transforms.linearize import Dual
 from .transforms.simplify import simplify
-from .types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
 
 __all__ = [
     "SYNTHETIC_ID",
@@ -73,6 +72,7 @@ __all__ = [
     "Value",
     "bf16",
     "bool_",
+    "core",
     "errors",
     "f16",
     "f32",
@@ -88,9 +88,7 @@ __all__ = [
     "jvp",
     "linear_transpose",
     "linearize",
-    "ops",
     "optim",
-    "program",
     "reference",
     "simplify",
     "spec",

@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 
 from .boundary import address_of
+from .core import Program
+from .core.types import TensorType, bf16, round_to_bf16
 from .errors import AccyError, InvalidInput
-from .ops.elementwise import round_to_bf16
-from .program import Program
-from .types import TensorType, bf16
 
 
 def _from_dlpack(value: Any, where: str) -> np.ndarray:

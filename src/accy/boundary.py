@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from .core.types import DType, TensorType, bf16
 from .errors import AccyError, InvalidInput
-from .types import DType, TensorType, bf16
 
 RAW_BYTES = np.dtype(np.uint8)
 BF16_BIT_PATTERNS = (np.dtype(np.uint16), np.dtype(np.int16))

@@ -28,9 +28,9 @@ from .boundary import (
     numpy_data_offset,
     output_addresses,
 )
+from .core import Program
 from .errors import AccyError
 from .lower.buffers import ALIGNMENT
-from .program import Program
 
 
 def _aligned_workspace(nbytes: int) -> tuple[np.ndarray, int]:

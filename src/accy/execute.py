@@ -11,10 +11,10 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from .core import Program
 from .executable import Fragment, invoke, load_fragment
 from .gpu.cpu import State
 from .lower.fragment import FragmentCompilerOptions, compile_fragment
-from .program import Program
 
 # (id of program, id of registry) -> (weak program, registry, fragment); the registry is held so
 # that its id cannot be reused by another while the entry exists.

@@ -25,11 +25,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .core import Operation, Program
+from .core.builder import Builder
 from .errors import GradientRequiresScalarOutput
 from .interpret import Emitter, Graph, attach
 from .interpret import run as interpret_run
-from .program import Operation, Program
-from .trace.builder import Builder
 from .transforms.linearize import Linearized, check_wrt
 from .transforms.linearize import linearize as _linearize
 from .transforms.pullback import Pullback, pullback

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from .trace.builder import Value
+from .core.builder import Value
 
 
 def stop_gradient(x: Value) -> Value:
@@ -95,7 +95,7 @@ def cross_entropy(logits: Value, labels: Value, axis: str) -> Value:
 
 def one_hot(builder, indices: Value, axis: str, extent: int, dtype) -> Value:
     """A `dtype` tensor with a new axis `axis` that is 1 where its position equals the index."""
-    from .types import TensorType
+    from .core.types import TensorType
 
     positions = builder.iota(
         TensorType(indices.dtype, (*indices.ty.named_extents, (axis, extent))), axis

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .core import Program
+from .core.builder import Builder, Value, define
+from .core.types import TensorType, f32
 from .errors import AccyError
 from .gradient import value_and_grad
-from .program import Program
-from .trace.builder import Builder, Value, define
-from .types import TensorType, f32
 
 
 @dataclass(frozen=True)

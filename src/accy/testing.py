@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from .core import Program
+from .core.types import f64
 from .errors import AccyError
 from .gradient import jvp, vjp
-from .program import Program
 from .reference import run
 from .transforms.linearize import check_wrt
 from .transforms.retype import promote_floats
-from .types import f64
 
 
 def _evaluate(program: Program, args: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -18,7 +18,7 @@ import numpy as np
 
 import accy
 from accy import bf16, bool_, f16, f32, f64, i32, i64, spec, u8
-from accy.ops.elementwise import UNARY
+from accy.core.kinds.elementwise import UNARY
 
 Inputs = Callable[[np.random.Generator, accy.Program], list[np.ndarray]]
 POSITIVE_ONLY = {"log", "log1p", "sqrt", "rsqrt"}

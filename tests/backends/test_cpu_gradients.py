@@ -8,7 +8,7 @@ import numpy as np
 
 import accy
 from accy import f32, f64, i32, nn, spec
-from accy.ops.elementwise import UNARY
+from accy.core.kinds.elementwise import UNARY
 
 from .conftest import assert_matches_reference
 

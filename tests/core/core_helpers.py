@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 import accy
-from accy.types import TensorType
+from accy.core.types import TensorType
 
 
 def trace(specs: Sequence[TensorType], body: Callable, name: str = "test") -> accy.Program:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import accy
+from accy.core import SYNTHETIC_ID, parse
 from accy.interpret import Emitter, Graph, Layer, attach, bind, run
-from accy.program import SYNTHETIC_ID, parse
 from accy.trace import Builder
 
 from .core_helpers import assert_same, evaluate, evaluate_one, random_array, trace
@@ -59,7 +59,7 @@ def test_run_with_abstract_values_computes_types_through_the_rules():
         """An abstract interpretation: values are TensorTypes, computed by the type rules."""
 
         def bind(self, op, args):
-            return accy.ops.rule_for(op.kind).infer(tuple(args), op.attrs)
+            return accy.core.rule_for(op.kind).infer(tuple(args), op.attrs)
 
         def finish(self, outputs):
             return outputs
@@ -112,7 +112,7 @@ def test_graph_preserves_ids_that_differ_from_positions():
 
 
 def test_traced_operations_have_their_own_ids_and_synthetic_id_is_minus_one():
-    assert accy.SYNTHETIC_ID == accy.program.SYNTHETIC_ID == accy.interpret.SYNTHETIC_ID == -1
+    assert accy.SYNTHETIC_ID == accy.core.SYNTHETIC_ID == accy.interpret.SYNTHETIC_ID == -1
     program = elementwise_loss()
     assert [op.id for op in program.operations] == list(range(5))
     assert not any(op.is_synthetic for op in program.operations)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import accy
-from accy.ops import RULES
-from accy.ops.elementwise import UNARY
-from accy.types import TensorType
+from accy.core.kinds import RULES
+from accy.core.kinds.elementwise import UNARY
+from accy.core.types import TensorType
 
 from .core_helpers import assert_same, evaluate, evaluate_one, random_array, trace
 
@@ -369,8 +369,8 @@ def test_binary_type_rule_rejects(kind, dtype, message):
 def test_binary_type_rule_needs_the_same_axes_in_the_same_order_at_ir_level():
     x, y = spec(f32, a=2, b=3), spec(f32, b=3, a=2)
     with pytest.raises(accy.AxisError, match="same axes in the same order at the IR level"):
-        RULES["add"].infer((x, y), accy.program.Attrs())
-    assert RULES["add"].infer((x, x), accy.program.Attrs()) == x
+        RULES["add"].infer((x, y), accy.core.Attrs())
+    assert RULES["add"].infer((x, x), accy.core.Attrs()) == x
 
 
 def test_python_scalars_become_constants_of_the_other_operands_dtype():
@@ -573,10 +573,10 @@ def test_broadcast_to_places_existing_axes_by_name(rng):
 
 def test_broadcast_in_dim_type_rule_only_adds_axes():
     x = spec(f32, a=2, b=3)
-    attrs = accy.program.Attrs(shape=(("a", 2), ("c", 5)))
+    attrs = accy.core.Attrs(shape=(("a", 2), ("c", 5)))
     with pytest.raises(accy.AxisError, match="axis 'b' of the operand .* is not in the result"):
         RULES["broadcast_in_dim"].infer((x,), attrs)
-    attrs = accy.program.Attrs(shape=(("b", 4), ("a", 2)))
+    attrs = accy.core.Attrs(shape=(("b", 4), ("a", 2)))
     with pytest.raises(accy.AxisError, match="axis 'b' has extent 3 in the operand"):
         RULES["broadcast_in_dim"].infer((x,), attrs)
 
@@ -820,9 +820,7 @@ def test_dot_general_type_rule_rejects():
     infer = RULES["dot_general"].infer
 
     def attrs(lc, rc, lb=(), rb=()):
-        return accy.program.Attrs(
-            lhs_contracting=lc, rhs_contracting=rc, lhs_batch=lb, rhs_batch=rb
-        )
+        return accy.core.Attrs(lhs_contracting=lc, rhs_contracting=rc, lhs_batch=lb, rhs_batch=rb)
 
     with pytest.raises(
         accy.AxisError, match="contracting axes 'b' of .* 'c' of .* different extents"

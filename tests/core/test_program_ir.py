@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy.program import SYNTHETIC_ID, Attrs, Operation, Program
+from accy.core import SYNTHETIC_ID, Attrs, Operation, Program
 
 from .core_helpers import assert_same, evaluate, trace
 
@@ -109,7 +109,7 @@ def test_operations_emitted_with_list_and_numpy_attributes_print_and_parse():
     total = builder.emit("reduce", [x, init], {"op": "sum", "axes": ["b", "a"]})
     program = builder.build([total])
     assert "{axes=[b, a], op=sum}" in str(program)
-    assert str(accy.program.parse(str(program))) == str(program)
+    assert str(accy.core.parse(str(program))) == str(program)
 
 
 def test_synthetic_id_marks_generated_operations():

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import accy
-from accy.program import SYNTHETIC_ID, parse
-from accy.types import DTYPES, TensorType
+from accy.core import SYNTHETIC_ID, parse
+from accy.core.types import DTYPES, TensorType
 
 from .core_helpers import evaluate, random_array, trace
 
@@ -432,7 +432,7 @@ def test_random_token_mutations_raise_only_parse_errors():
     """Deleting, replacing or inserting tokens never raises anything but ParseError; a mutant that
     parses prints back to text that parses to the same program."""
     rng = random.Random(7)
-    tokenize = accy.program.text._tokenize
+    tokenize = accy.core.text._tokenize
     for source in _fuzz_sources():
         tokens = [t for t in tokenize(source) if t.kind != "end"]
         starts = [source.split("\n")[: t.line - 1] for t in tokens]
@@ -486,7 +486,7 @@ def test_every_built_program_is_round_tripped_by_the_conftest_fixture(
         return accy.trace.Builder("renamed").build([])
 
     with monkeypatch.context() as patch:
-        patch.setattr(accy.program, "parse", lossy_parse)
+        patch.setattr(accy.core, "parse", lossy_parse)
         elementwise_loss()
     assert len(failures) == 1
     assert "program 'grad_elementwise' prints differently after parsing" in failures[0]
@@ -495,7 +495,7 @@ def test_every_built_program_is_round_tripped_by_the_conftest_fixture(
         raise ValueError("parser bug")
 
     with monkeypatch.context() as patch:
-        patch.setattr(accy.program, "parse", crashing_parse)
+        patch.setattr(accy.core, "parse", crashing_parse)
         elementwise_loss()
     assert len(failures) == 2
     assert "does not parse back (ValueError): parser bug" in failures[1]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy.types import DTYPES, TensorType, dtype_named, dtype_of_numpy
+from accy.core.types import DTYPES, TensorType, dtype_named, dtype_of_numpy
 
 
 def test_spec_keeps_the_layout_order_of_its_axes():

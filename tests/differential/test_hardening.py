@@ -150,4 +150,4 @@ def test_extents_past_32_bit_indexing_use_64_bit_loops():
 )
 def test_malformed_program_text_is_a_parse_error_with_a_position(text):
     with pytest.raises(accy.ParseError, match=r"line \d+, column \d+"):
-        accy.program.parse(text)
+        accy.core.parse(text)

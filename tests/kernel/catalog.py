@@ -12,12 +12,11 @@ from dataclasses import dataclass
 import numpy as np
 
 import accy
+from accy.core.types import DType, bf16, bool_, f16, f32, f64, i32, i64, round_to_bf16, u8
 from accy.kernel import Index2D, Limits, dynamic_buffer, examples, ops
 from accy.kernel.dtypes import c_type
 from accy.kernel.examples import custom_double_kernel
 from accy.kernel.logical import Program, schedule
-from accy.ops.elementwise import round_to_bf16
-from accy.types import DType, bf16, bool_, f16, f32, f64, i32, i64, u8
 
 EXTENT = 64
 ROWS, COLS = 6, 10

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from accy.core.types import TensorType
 from accy.kernel import KernelCall
 from accy.kernel.cpu import _from_storage, _tensor_type, _to_storage
 from accy.kernel.dtypes import c_type
 from accy.kernel.logical import RESULT
-from accy.types import TensorType
 
 
 class DriverUnavailable(Exception):

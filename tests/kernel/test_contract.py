@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import accy
+from accy.core.types import f32, i32
 from accy.kernel import KernelCallRegistry, Limits, dynamic_buffer, toolchain
 from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
 from accy.kernel.logical import Program
-from accy.types import f32, i32
 
 
 def _build(program, target="t", version=1, format="cpu_object"):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import accy
+from accy.core.types import bool_, f32, f64, i32
 from accy.kernel import (
     Index1D,
     KernelCallMismatch,
@@ -21,7 +22,6 @@ from accy.kernel import (
 )
 from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
 from accy.kernel.logical import Program, schedule
-from accy.types import bool_, f32, f64, i32
 
 from .catalog import map_kernel
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from accy.core.types import bf16, f16, f32, round_to_bf16
 from accy.kernel import Limits
-from accy.ops.elementwise import round_to_bf16
-from accy.types import bf16, f16, f32
 
 from .catalog import HARD_FLOAT_COUNT, conversion_program
 

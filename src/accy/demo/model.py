@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import nn
-from ..trace.builder import Builder, Value, define
-from ..types import TensorType, f32, i32, spec
+from ..core.builder import Builder, Value, define
+from ..core.types import TensorType, f32, i32, spec
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import optim
+from ..core import Program
 from ..errors import AccyError
-from ..program import Program
 from .data import VOCAB, SortingTask
 from .model import Config, initial_parameters, loss_program, parameter_specs, predict_program
 

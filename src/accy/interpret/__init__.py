@@ -14,36 +14,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..errors import AccyError
-from ..ops.registry import rule_for
-from ..program import SYNTHETIC_ID, Attrs, Operation, Program
-from ..trace.api import OpsApi
-from ..trace.builder import Builder
+from ..core.builder import Builder, check_operation, define
+from ..core.ir import SYNTHETIC_ID, Operation, Program
+from ..core.operations import OpsApi
+from ..core.walk import Inline, run
 
 
 class Semantics(Protocol):
     def bind(self, op: Operation, args: list[Any]) -> Any: ...
 
     def finish(self, outputs: list[Any]) -> Any: ...
-
-
-def run(program: Program, semantics: Any) -> Any:
-    """Interpret `program` with `semantics`; returns `semantics.finish(outputs)`.
-
-    >>> import accy
-    >>> p = accy.trace.define("twice", [accy.spec(accy.f32, lane=2)], lambda b, a: a[0] * 2.0)
-    >>> copy = accy.interpret.run(p, accy.interpret.Graph(accy.trace.Builder("copy")))
-    >>> copy.count("mul")
-    1
-    """
-    env: dict[int, Any] = {}
-    for op in program.operations:
-        result = semantics.bind(op, [env[v] for v in op.operands])
-        if len(op.results) == 1:
-            env[op.results[0]] = result
-        else:
-            env.update(zip(op.results, result, strict=True))
-    return semantics.finish([env[v] for v in program.outputs])
 
 
 class Layer:
@@ -78,35 +58,6 @@ class Graph:
         return self.builder
 
 
-class Inline(Layer):
-    """Emits a program's operations into another emitter, its parameters bound to `args`."""
-
-    def __init__(self, emitter: OpsApi, args: list[Any], program: Program):
-        if len(args) != len(program.parameters):
-            given = ", ".join(str(getattr(arg, "ty", repr(arg))) for arg in args) or "none"
-            raise AccyError(
-                f"call {program.name!r}: it takes {len(program.parameters)} arguments "
-                f"({', '.join(map(str, program.parameter_types))}), got {len(args)} ({given})"
-            )
-        for position, (arg, expected) in enumerate(zip(args, program.parameter_types, strict=True)):
-            if arg.ty != expected:
-                raise AccyError(
-                    f"call {program.name!r}: argument {position} has type {arg.ty} but the "
-                    f"program's parameter {position} has type {expected}"
-                )
-        super().__init__(None)
-        self.emitter = emitter
-        self.args = args
-
-    def bind(self, op: Operation, args: list[Any]) -> Any:
-        if op.kind == "parameter":
-            return self.args[op.attrs["index"]]
-        return self.emitter.emit(op.kind, args, op.attrs)
-
-    def finish(self, outputs: list[Any]) -> list[Any]:
-        return outputs
-
-
 class Emitter(OpsApi):
     """Builds operations through a semantics stack (so hooks see them), marked SYNTHETIC_ID."""
 
@@ -114,18 +65,15 @@ class Emitter(OpsApi):
         self.semantics = semantics
 
     def emit(self, kind: str, operands, attrs=None, id: int | None = None):
-        rule = rule_for(kind)
         operands = list(operands)
-        attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
         operand_types = tuple(v.ty for v in operands)
-        inferred = rule.infer(operand_types, attrs)
-        result_types = inferred if rule.multiple_results else (inferred,)
+        _, attrs, result_types = check_operation(kind, operand_types, attrs)
         op = Operation(
             SYNTHETIC_ID if id is None else id,
             kind,
             tuple(getattr(v, "index", -1) for v in operands),
             (),
-            tuple(result_types),
+            result_types,
             attrs,
             operand_types,
         )
@@ -133,6 +81,9 @@ class Emitter(OpsApi):
 
     def builder_handle(self) -> Builder:
         return self.semantics.builder_handle()
+
+    def subprogram(self, name: str, specs, body) -> Program:
+        return define(name, specs, body)
 
 
 class Context:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..types import DType, TensorType
+from ..core.types import DType, TensorType
 from .errors import KernelCallMismatch, KernelCallNotFound, KernelError
 from .ir import RESULT
 

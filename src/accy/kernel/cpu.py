@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..ops.elementwise import round_to_bf16
-from ..types import DType, TensorType, bf16, bool_, f16
+from ..core.types import DType, TensorType, bf16, bool_, f16, round_to_bf16
 from .dtypes import c_type
 from .errors import KernelCallMismatch
 from .ir import RESULT

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..types import DType, f32
+from ..core.types import DType, f32
 from .ir import Index, dynamic_buffer
 from .limits import Limits
 from .logical import Args, Program, Scope, Value, schedule

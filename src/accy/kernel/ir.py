@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..types import DType
+from ..core.types import DType
 
 if TYPE_CHECKING:
     from .logical.scope import Scope

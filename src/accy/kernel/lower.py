@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..types import DType
+from ..core.types import DType
 from . import ops
 from .dtypes import c_type, literal
 from .ir import (

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import DType, bool_
+from ..core.types import DType, bool_
 from .dtypes import C_TYPES, c_type, literal
 from .errors import KernelError
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..ops.contraction import dimensions, free_dimensions
-from ..program import Operation
+from ..core import Operation
+from ..core.kinds.contraction import dimensions, free_dimensions
 from .views import StridedView, row_major
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..program import Program
+from ..core import Program
 from .plan import Plan, Step, build_plan
 
 

@@ -12,8 +12,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import Program
 from ..errors import AccyError
-from ..program import Program
 
 ARTIFACT_COMPILERS: dict[str, str] = {
     "cpu_object": "accy.backends.cpu.compile:compile_program",

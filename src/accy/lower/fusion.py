@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..program import Operation, Program
+from ..core import Operation, Program
 from .views import VIEW_KINDS
 
 ROOT_KINDS = frozenset({"reduce", "dot_general", "scatter_add", "custom_call", "scan"})

@@ -12,7 +12,7 @@ later step needs is never stored at all.
 
 from __future__ import annotations
 
-from ..program import Operation
+from ..core import Operation
 
 SAME_INDEX_KINDS = frozenset(
     {"unary", "add", "sub", "mul", "div", "pow", "max", "min", "compare", "select", "convert"}

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..program import Operation, Program
-from ..types import TensorType, bf16, f32, f64
+from ..core import Operation, Program
+from ..core.types import TensorType, bf16, f32, f64
 from . import fusion
 from .buffers import Lifetime, place
 from .contraction import Gemm, gemm_layout

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..program import Operation
-from ..types import TensorType, bf16, f16
+from ..core import Operation
+from ..core.types import TensorType, bf16, f16
 
 HALF_FLOATS = (f16, bf16)
 

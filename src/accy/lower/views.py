@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..program import Operation
-from ..types import TensorType
+from ..core import Operation
+from ..core.types import TensorType
 
 VIEW_KINDS = frozenset({"transpose", "reshape", "broadcast_in_dim", "slice"})
 

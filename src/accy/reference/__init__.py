@@ -1,7 +1,7 @@
 """The reference evaluator: every kind evaluated with NumPy, operation by operation.
 
 It is the oracle the other backends are tested against, not the fast path. Each kind's NumPy
-evaluation lives with its other rules in `accy.ops`; this module walks the program.
+evaluation lives with its other rules in `accy.core.kinds`; this module walks the program.
 """
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from ..core import Operation, Program
+from ..core.kinds.registry import rule_for
+from ..core.types import TensorType, bf16, round_to_bf16
 from ..errors import AccyError, InvalidInput
 from ..interpret import run as interpret
-from ..ops.elementwise import round_to_bf16
-from ..ops.registry import rule_for
-from ..program import Operation, Program
-from ..types import TensorType, bf16
 
 CustomCalls = Mapping[Any, Callable[..., np.ndarray]]
 _REGISTERED: dict[Any, Callable[..., np.ndarray]] = {}

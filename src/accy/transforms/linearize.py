@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import Operation, Program
+from ..core.builder import Builder
+from ..core.kinds.registry import Zero, rule_for
 from ..errors import AccyError, NotDifferentiable
 from ..interpret import Emitter, Graph, attach, run
-from ..ops.registry import Zero, rule_for
-from ..program import Operation, Program
-from ..trace.builder import Builder
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from ..core import Operation, Program
+from ..core.builder import Builder
+from ..core.kinds.registry import Linear, rule_for
 from ..errors import AccyError, CustomCallRequiresVjpContract
 from ..interpret import Emitter, Graph
-from ..ops.registry import Linear, rule_for
-from ..program import Operation, Program
-from ..trace.builder import Builder
 from .linearize import Linearized
 from .simplify import eliminate_dead_code
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..core import Operation, Program
+from ..core.builder import Builder
+from ..core.types import DType, TensorType
 from ..interpret import Graph, Layer, run
-from ..program import Operation, Program
-from ..trace.builder import Builder
-from ..types import DType, TensorType
 
 
 class _Retype(Layer):

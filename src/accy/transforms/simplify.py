@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..core import Operation, Program
+from ..core.builder import Builder
 from ..interpret import Emitter, Graph, Layer, run
-from ..program import Operation, Program
-from ..trace.builder import Builder
 
 
 class _Simplify(Layer):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core import Operation, Program
+from ..core.builder import Builder
 from ..interpret import Emitter, Graph, Inline, Layer, run
-from ..program import Operation, Program
-from ..trace.builder import Builder
 
 
 class _Unroll(Layer):

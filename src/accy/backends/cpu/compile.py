@@ -6,8 +6,8 @@ import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...core import Program
 from ...lower.plan import Plan, build_plan
-from ...program import Program
 from . import toolchain
 from .blas import Blas, find_blas
 from .library import load_library

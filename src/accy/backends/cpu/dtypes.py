@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ops.elementwise import round_to_bf16
-from ...types import DType, bf16, bool_, f16, f32, f64, i32, i64, u8
+from ...core.types import DType, bf16, bool_, f16, f32, f64, i32, i64, round_to_bf16, u8
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,11 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...core import Operation
+from ...core.types import DType, TensorType, bool_
 from ...lower.grouping import keeps_flat_order
 from ...lower.plan import Plan
 from ...lower.views import StridedView, row_major
-from ...program import Operation
-from ...types import DType, TensorType, bool_
 from . import templates
 from .dtypes import c_type, highest, literal, lowest
 

@@ -7,8 +7,8 @@ small step must not contain one at all.
 
 from __future__ import annotations
 
-from ...program import Operation
-from ...types import TensorType
+from ...core import Operation
+from ...core.types import TensorType
 
 PARALLEL_WORK = 1 << 20  # element-operations below which one thread is faster
 EXPENSIVE_UNARY = {"exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "logistic"}

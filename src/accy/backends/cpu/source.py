@@ -9,9 +9,9 @@ the same code. `accy_set_blas` receives the GEMM function pointers once, after l
 
 from __future__ import annotations
 
+from ...core import Operation
 from ...errors import AccyError
 from ...lower.plan import Plan
-from ...program import Operation
 from .blas import Blas
 from .expressions import Unit
 from .steps import STEP_EMITTERS, StepContext

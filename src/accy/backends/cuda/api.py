@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from ...api_compile import as_argument
+from ...core import Program
+from ...core.types import TensorType, bf16
 from ...errors import InvalidInput
 from ...lower.fragment import FragmentCompilerOptions, compile_fragment
-from ...program import Program
-from ...types import TensorType, bf16
 from .arrays import as_cupy, on_device
 from .runtime import CudaFragment, cupy_module
 

@@ -20,8 +20,8 @@ from ...boundary import (
     check_no_overlap,
     check_readable,
 )
+from ...core.types import TensorType
 from ...errors import InvalidInput
-from ...types import TensorType
 from .runtime import CudaFragment, cupy_module
 
 DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...core import Program
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, build_plan
-from ...program import Program
 from .kernels import Module
 from .prelude import PRELUDE
 from .schedule import Address, Level, Schedule

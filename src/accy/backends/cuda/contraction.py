@@ -19,10 +19,10 @@ from __future__ import annotations
 import itertools
 import math
 
+from ...core.types import f32
 from ...lower.contraction import Gemm as Layout
 from ...lower.contraction import MatrixOperand
 from ...lower.plan import BLAS_DTYPES
-from ...types import f32
 from ..cpu.dtypes import c_type
 from ..cpu.expressions import offset_expression
 from ..cpu.loops import nest

@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ...core import Operation
+from ...core.types import DType, TensorType
 from ...lower.plan import Plan, Slot
 from ...lower.views import row_major
-from ...program import Operation
-from ...types import DType, TensorType
 from ..cpu.dtypes import c_type, literal
 from ..cpu.expressions import Unit
 

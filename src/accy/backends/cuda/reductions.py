@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...types import DType
+from ...core.types import DType
 from ..cpu import templates
 from ..cpu.dtypes import c_type, highest, lowest
 from .kernels import BLOCK, WARP, grid_stride

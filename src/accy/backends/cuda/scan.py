@@ -11,7 +11,7 @@ from its own small table.
 
 from __future__ import annotations
 
-from ...types import TensorType
+from ...core.types import TensorType
 from ..cpu.expressions import offset_expression
 from .context import StepCode, StepContext, launches
 from .kernels import axis_names, blocks_for, decompose, grid_stride

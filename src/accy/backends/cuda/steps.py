@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...core.types import bf16, bool_, f16, f32, f64, i32, i64, u8
 from ...errors import AccyError
 from ...lower.plan import Plan, Step
-from ...types import bf16, bool_, f16, f32, f64, i32, i64, u8
 from ..cpu.dtypes import c_type
 from ..cpu.expressions import EMITTERS, Body, Flat, NotFlat, linear
 from .context import StepCode, StepContext, launches, nothing

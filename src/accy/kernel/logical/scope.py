@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
-from ...types import DType, i64
+from ...core.types import DType, i64
 from .. import ops
 from ..dtypes import c_type, check_representable
 from ..errors import KernelError

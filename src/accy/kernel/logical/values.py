@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...types import DType
+from ...core.types import DType
 
 if TYPE_CHECKING:
     from .scope import Scope

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
+from ....core.kinds.contraction import dimensions, free_dimensions
+from ....core.types import TensorType, f32
 from ....lower.contraction import Gemm, MatrixOperand
 from ....lower.plan import BLAS_DTYPES
-from ....ops.contraction import dimensions, free_dimensions
-from ....types import TensorType, f32
 from ..dtypes import c_type
 from ..expressions import linear, offset_expression
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ....types import TensorType
+from ....core.types import TensorType
 from ..dtypes import c_type
 from ..expressions import linear, offset_expression
 from ..loops import axis_index, axis_loops, nest

@@ -10,8 +10,8 @@ the work.
 
 from __future__ import annotations
 
+from ....core.types import TensorType, bf16
 from ....errors import AccyError
-from ....types import TensorType, bf16
 from ..dtypes import c_type
 from ..expressions import Flat, NotFlat, linear
 from ..loops import axis_index, axis_loops, nest, worth_threads

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import (
+from ...errors import (
     AxisError,
     CustomCallRequiresJvpContract,
     CustomCallRequiresVjpContract,
     TypeRuleError,
 )
-from ..program.ir import Program
+from ..ir import Program
 from ..types import TensorType
 from .registry import Rule, attr, register
 

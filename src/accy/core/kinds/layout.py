@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AxisError, TypeRuleError
+from ...errors import AxisError, TypeRuleError
 from ..types import TensorType
 from .registry import (
     Linear,

@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import AccyError, AxisError, DTypeError
-from ..ops.creation import normalize_scalar
-from ..ops.registry import Zero
-from ..types import DType, TensorType, bool_
+from .ir import Program
+from .kinds.creation import normalize_scalar
+from .kinds.registry import Zero
+from .types import DType, TensorType, bool_
+from .walk import Inline, run
 
 Scalar = bool | int | float
 
@@ -29,7 +31,7 @@ def axis_tuple(axes) -> tuple[str, ...]:
     return tuple(axes)
 
 
-def _is_axis_argument(x: Any) -> bool:
+def is_axis_argument(x: Any) -> bool:
     """An axis name or a sequence of them (an empty one reduces over no axes)."""
     return isinstance(x, str) or (
         isinstance(x, tuple | list) and all(isinstance(a, str) for a in x)
@@ -40,6 +42,11 @@ class OpsApi:
     """Named-axis operations over traced values; subclasses provide `emit`."""
 
     def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
+        """Build one operation of `kind` (type-checked by `builder.check_operation`)."""
+        raise NotImplementedError
+
+    def subprogram(self, name: str, specs: Sequence[TensorType], body):
+        """Trace the Python function `body(builder, args)` into a Program of its own."""
         raise NotImplementedError
 
     # -- creation ---------------------------------------------------------------------------
@@ -374,14 +381,11 @@ class OpsApi:
         )
 
     def scan(self, body, consts=(), carries=(), xs=(), axis: str = "step", reverse: bool = False):
-        """Loop `body` over `axis` of the `xs`, threading `carries`; see `accy.ops.control`.
+        """Loop `body` over `axis` of the `xs`, threading `carries`; see `accy.core.kinds.control`.
 
         `body` is a Program, or a function `body(builder, args)` traced on the fly. Returns
         (final carries, stacked ys) as two tuples.
         """
-        from ..program import Program
-        from .builder import define
-
         consts, carries, xs = list(consts), list(carries), list(xs)
         if not xs:
             raise AxisError("scan needs at least one x to scan over")
@@ -390,7 +394,7 @@ class OpsApi:
         length = xs[0].ty.extent(axis)
         if not isinstance(body, Program):
             specs = [v.ty for v in consts + carries] + [x.ty.without([axis]) for x in xs]
-            body = define("scan_body", specs, body)
+            body = self.subprogram("scan_body", specs, body)
         results = self.emit(
             "scan",
             consts + carries + xs,
@@ -411,8 +415,6 @@ class OpsApi:
 
         An argument with the parameter's axes in another layout order is transposed to it.
         """
-        from ..interpret import Inline, run
-
         args = list(args)
         expected_types = program.parameter_types
         for position, (arg, expected) in enumerate(zip(args, expected_types, strict=False)):

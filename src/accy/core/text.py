@@ -16,106 +16,14 @@ golden format of tests. Every malformed text raises `ParseError` with a line and
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from ..errors import AccyError, ParseError
-from ..types import DTYPES, TensorType
+from .builder import Builder
 from .ir import SYNTHETIC_ID, Attrs, Program
-
-RESERVED = {"true", "false", "inf", "nan", "program", "return"}
-
-
-# ---------------------------------------------------------------------------------------------
-# printing
-
-
-def _format_type(t: TensorType) -> str:
-    return str(t)
-
-
-def _format_name(name: str) -> str:
-    # Bare only if the tokenizer reads it back as one name token (ASCII identifiers).
-    bare = name.isascii() and name.isidentifier() and name not in RESERVED
-    return name if bare else _quote(name)
-
-
-def _quote(s: str) -> str:
-    escaped = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
-
-
-def _format_value(value: Any, indent: str) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        return _format_name(value)
-    if isinstance(value, TensorType):
-        return _format_type(value)
-    if isinstance(value, Program):
-        return _format(value, indent + "  ").rstrip("\n")
-    if isinstance(value, tuple):
-        items = []
-        for item in value:
-            if (
-                isinstance(item, tuple)
-                and len(item) == 2
-                and isinstance(item[0], str)
-                and isinstance(item[1], int)
-                and not isinstance(item[1], bool)
-            ):
-                items.append(f"{_format_name(item[0])}={item[1]}")
-            else:
-                items.append(_format_value(item, indent))
-        return "[" + ", ".join(items) + "]"
-    raise AccyError(f"cannot print attribute value {value!r}")
-
-
-def _format(program: Program, indent: str) -> str:
-    from ..ops.registry import rule_for
-
-    lines = [f"program {_format_name(program.name)} {{"]
-    for position, op in enumerate(program.operations):
-        results = ", ".join(f"%{r}" for r in op.results)
-        operands = ", ".join(f"%{v}" for v in op.operands)
-        shown = {
-            k: v
-            for k, v in op.attrs.items()
-            if not (k == "type" and rule_for(op.kind).result_type_is_attr)
-        }
-        attrs = ""
-        if shown:
-            attrs = (
-                " {"
-                + ", ".join(f"{k}={_format_value(v, indent + '  ')}" for k, v in shown.items())
-                + "}"
-            )
-        types = ", ".join(_format_type(t) for t in op.result_types)
-        line = f"{indent}  {results} = {op.kind}({operands}){attrs} : {types}"
-        if op.id == SYNTHETIC_ID:
-            line += " @synthetic"
-        elif op.id != position:
-            line += f" @{op.id}"
-        lines.append(line)
-    outputs = ", ".join(f"%{v}" for v in program.outputs)
-    lines.append(f"{indent}  return {outputs}".rstrip())
-    lines.append(f"{indent}}}")
-    return "\n".join(lines) + "\n"
-
-
-def format_program(program: Program) -> str:
-    """The text form of `program` (what `str(program)` gives)."""
-    return _format(program, "")
-
+from .kinds.registry import RULES
+from .types import DTYPES, TensorType
 
 # ---------------------------------------------------------------------------------------------
 # parsing
@@ -207,8 +115,6 @@ class _Parser:
 
     # program := 'program' NAME '{' statement* 'return' values '}'
     def program(self, depth: int = 0) -> Program:
-        from ..trace.builder import Builder
-
         if depth > 32:
             raise self.fail("programs are nested too deeply")
         start = self.token
@@ -245,8 +151,6 @@ class _Parser:
         return values[token.text]
 
     def statement(self, builder, values: dict[str, Any], depth: int) -> None:
-        from ..ops.registry import RULES
-
         start = self.token
         results = [self.result_name(values)]
         while self.accept(","):
@@ -391,7 +295,7 @@ def parse(text: str) -> Program:
 
     >>> import accy
     >>> p = accy.trace.define("neg", [accy.spec(accy.f32, lane=2)], lambda b, a: -a[0])
-    >>> str(accy.program.parse(str(p))) == str(p)
+    >>> str(accy.core.parse(str(p))) == str(p)
     True
     """
     if not isinstance(text, str):

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import AxisError, DTypeError, TypeRuleError
+from ...errors import AxisError, DTypeError, TypeRuleError
 from ..types import bool_, dtype_named
 from .registry import (
     Linear,
@@ -389,15 +389,3 @@ register(
         arity=1,
     )
 )
-
-
-def round_to_bf16(x: np.ndarray) -> np.ndarray:
-    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32."""
-    # ascontiguousarray makes 0-d arrays 1-d: keep the shape of `x`.
-    shape = np.shape(x)
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    rounded = np.where(
-        np.isnan(bits.view(np.float32)), bits, (bits + rounding) & np.uint32(0xFFFF0000)
-    )
-    return rounded.astype(np.uint32).view(np.float32).reshape(shape)

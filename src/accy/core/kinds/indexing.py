@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AxisError, DTypeError
+from ...errors import AxisError, DTypeError
 from ..types import TensorType, i32, i64
 from .registry import Linear, Rule, attr, check_arity, check_has_axes, register
 

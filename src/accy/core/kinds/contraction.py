@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AxisError, TypeRuleError
+from ...errors import AxisError, TypeRuleError
 from ..types import bool_
 from .registry import Linear, Rule, Zero, attr, check_arity, check_same_dtype, describe, register
 

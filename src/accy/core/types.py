@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import AxisError, DTypeError
+from ..errors import AxisError, DTypeError
 
 
 @dataclass(frozen=True)
@@ -169,3 +169,15 @@ def spec(dtype: DType, shape: dict[str, int] | None = None, /, **axes: int) -> T
             raise AxisError(f"axis {name!r} is given twice to spec")
         named[name] = extent
     return TensorType(dtype, tuple(named.items()))
+
+
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32."""
+    # ascontiguousarray makes 0-d arrays 1-d: keep the shape of `x`.
+    shape = np.shape(x)
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    rounded = np.where(
+        np.isnan(bits.view(np.float32)), bits, (bits + rounding) & np.uint32(0xFFFF0000)
+    )
+    return rounded.astype(np.uint32).view(np.float32).reshape(shape)

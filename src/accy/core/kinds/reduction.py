@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AxisError, DTypeError, TypeRuleError
+from ...errors import AxisError, DTypeError, TypeRuleError
 from ..types import bool_
 from .registry import (
     Linear,

@@ -1,4 +1,4 @@
-"""Immutable IR records: `Attrs`, `Operation`, `Program`.
+"""Immutable IR records (`Attrs`, `Operation`, `Program`) and their canonical text form.
 
 Values are numbered in the order they are defined (`%0`, `%1`, ...). Every operation defines one
 value, except those whose kind has several results (`scan`). Parameters are operations of kind
@@ -7,13 +7,15 @@ value, except those whose kind has several results (`scan`). Parameters are oper
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..types import TensorType
+from ..errors import AccyError
+from .types import TensorType
 
 SYNTHETIC_ID = -1
 """The id of an operation that a transformation generated rather than traced from user code."""
@@ -136,8 +138,6 @@ class Program:
         return sum(op.kind == kind for op in self.operations)
 
     def __str__(self) -> str:
-        from .text import format_program
-
         return format_program(self)
 
     def __repr__(self) -> str:
@@ -148,3 +148,96 @@ class Program:
 
     def __hash__(self) -> int:
         return hash(str(self))
+
+
+RESERVED = {"true", "false", "inf", "nan", "program", "return"}
+
+
+# ---------------------------------------------------------------------------------------------
+# printing: the canonical text form (the parser is in text.py)
+
+
+def _format_type(t: TensorType) -> str:
+    return str(t)
+
+
+def _format_name(name: str) -> str:
+    # Bare only if the tokenizer reads it back as one name token (ASCII identifiers).
+    bare = name.isascii() and name.isidentifier() and name not in RESERVED
+    return name if bare else _quote(name)
+
+
+def _quote(s: str) -> str:
+    escaped = s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _format_value(value: Any, indent: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _format_name(value)
+    if isinstance(value, TensorType):
+        return _format_type(value)
+    if isinstance(value, Program):
+        return _format(value, indent + "  ").rstrip("\n")
+    if isinstance(value, tuple):
+        items = []
+        for item in value:
+            if (
+                isinstance(item, tuple)
+                and len(item) == 2
+                and isinstance(item[0], str)
+                and isinstance(item[1], int)
+                and not isinstance(item[1], bool)
+            ):
+                items.append(f"{_format_name(item[0])}={item[1]}")
+            else:
+                items.append(_format_value(item, indent))
+        return "[" + ", ".join(items) + "]"
+    raise AccyError(f"cannot print attribute value {value!r}")
+
+
+def _format(program: Program, indent: str) -> str:
+    lines = [f"program {_format_name(program.name)} {{"]
+    for position, op in enumerate(program.operations):
+        results = ", ".join(f"%{r}" for r in op.results)
+        operands = ", ".join(f"%{v}" for v in op.operands)
+        shown = {
+            k: v
+            for k, v in op.attrs.items()
+            # A result type held as an attribute (parameter, constant, iota, custom_call) is
+            # shown once, after the colon; the parser puts it back.
+            if not (k == "type" and op.result_types == (v,))
+        }
+        attrs = ""
+        if shown:
+            attrs = (
+                " {"
+                + ", ".join(f"{k}={_format_value(v, indent + '  ')}" for k, v in shown.items())
+                + "}"
+            )
+        types = ", ".join(_format_type(t) for t in op.result_types)
+        line = f"{indent}  {results} = {op.kind}({operands}){attrs} : {types}"
+        if op.id == SYNTHETIC_ID:
+            line += " @synthetic"
+        elif op.id != position:
+            line += f" @{op.id}"
+        lines.append(line)
+    outputs = ", ".join(f"%{v}" for v in program.outputs)
+    lines.append(f"{indent}  return {outputs}".rstrip())
+    lines.append(f"{indent}}}")
+    return "\n".join(lines) + "\n"
+
+
+def format_program(program: Program) -> str:
+    """The text form of `program` (what `str(program)` gives)."""
+    return _format(program, "")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import AccyError, AxisError, DTypeError, TypeRuleError
+from ...errors import AxisError, DTypeError, TypeRuleError
 from ..types import TensorType
 
 
@@ -113,7 +113,3 @@ def attr(kind: str, attrs, name: str):
     if name not in attrs:
         raise TypeRuleError(f"{kind} needs the attribute {name!r}; it has {sorted(attrs)}")
     return attrs[name]
-
-
-class CustomCallMissing(AccyError):
-    """No implementation of a custom call target is known to the evaluator."""

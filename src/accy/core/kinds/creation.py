@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import AxisError, DTypeError, TypeRuleError
+from ...errors import AxisError, DTypeError, TypeRuleError
 from ..types import TensorType, bool_
 from .registry import Rule, Zero, attr, check_arity, register
 

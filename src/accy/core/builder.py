@@ -1,0 +1,136 @@
+"""Building programs: the one type-checked emission, `Builder`, and `define`.
+
+`check_operation` runs a kind's arity check and type rule; every operation that enters a
+program goes through it, whether traced (`Builder.emit`), parsed (`accy.core.text`) or emitted
+by a transformation (`accy.interpret.Emitter`). `Builder` records checked operations into a
+`Program`; `define(name, specs, body)` traces a Python function into one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import AccyError, attach_user_location
+from .ir import Attrs, Operation, Program
+from .kinds.registry import Rule, check_arity, rule_for
+from .operations import OpsApi
+from .types import TensorType
+from .value import Value
+
+
+def check_operation(
+    kind: str, operand_types: tuple[TensorType, ...], attrs: Any
+) -> tuple[Rule, Attrs, tuple[TensorType, ...]]:
+    """Check an operation of `kind` on operands of `operand_types`: its rule, its attributes as
+    `Attrs`, and its result types. Raises the kind's `TypeRuleError` when it is ill-typed.
+
+    >>> from accy import f32, spec
+    >>> _, _, results = check_operation("add", (spec(f32, lane=2),) * 2, {})
+    >>> [str(t) for t in results]
+    ['f32[lane=2]']
+    """
+    rule = rule_for(kind)
+    attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
+    if rule.arity is not None:
+        check_arity(kind, operand_types, rule.arity)
+    inferred = rule.infer(operand_types, attrs)
+    return rule, attrs, (tuple(inferred) if rule.multiple_results else (inferred,))
+
+
+class Builder(OpsApi):
+    """Records operations into a Program. Every type rule runs here, while tracing."""
+
+    def __init__(self, name: str = "program"):
+        self.name = name
+        self._operations: list[Operation] = []
+        self._types: list[TensorType] = []
+        self._parameter_count = 0
+        self._producers: dict[int, Operation] = {}
+
+    def parameter(self, type: TensorType, index: int | None = None, id: int | None = None) -> Value:
+        """A new parameter of `type` (index: the next free one unless given)."""
+        index = self._parameter_count if index is None else index
+        return self.emit("parameter", [], {"index": index, "type": type}, id=id)
+
+    def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
+        """Check and record one operation; returns its result Value (a tuple if several)."""
+        operands = list(operands)
+        for position, value in enumerate(operands):
+            if not isinstance(value, Value) or value.builder is not self:
+                raise AccyError(
+                    f"{kind}: operand {position} ({value!r}) is not a value of the program "
+                    f"{self.name!r} being traced; values from another trace cannot be mixed in"
+                )
+        operand_types = tuple(v.ty for v in operands)
+        rule, attrs, result_types = check_operation(kind, operand_types, attrs)
+        results = tuple(range(len(self._types), len(self._types) + len(result_types)))
+        self._types.extend(result_types)
+        if kind == "parameter":
+            self._parameter_count = max(self._parameter_count, attrs["index"] + 1)
+        op = Operation(
+            len(self._operations) if id is None else id,
+            kind,
+            tuple(v.index for v in operands),
+            results,
+            result_types,
+            attrs,
+            operand_types,
+        )
+        self._operations.append(op)
+        self._producers.update((r, op) for r in results)
+        values = tuple(Value(self, r, t) for r, t in zip(results, result_types, strict=True))
+        return values if rule.multiple_results else values[0]
+
+    def subprogram(self, name: str, specs: Sequence[TensorType], body: Callable) -> Program:
+        """Trace `body(builder, args)` into a Program of its own (a scan's body)."""
+        return define(name, specs, body)
+
+    def splat_value(self, value: Value):
+        """The scalar every element of `value` holds, when it is a splat constant; else None."""
+        op = self._producers.get(value.index)
+        if op is None or op.kind != "constant" or isinstance(op.attrs["value"], tuple):
+            return None
+        return op.attrs["value"]
+
+    def build(self, outputs) -> Program:
+        """The finished Program whose outputs are `outputs` (a Value or a sequence of Values)."""
+        outputs = list(outputs) if isinstance(outputs, tuple | list) else [outputs]
+        for position, value in enumerate(outputs):
+            if not isinstance(value, Value) or value.builder is not self:
+                raise AccyError(
+                    f"program {self.name!r}: output {position} ({value!r}) is not a traced value "
+                    "of this program; return Values made from the body's arguments"
+                )
+        indices = sorted(op.attrs["index"] for op in self._operations if op.kind == "parameter")
+        if indices != list(range(len(indices))):
+            raise AccyError(f"program {self.name!r}: parameter indices {indices} are not 0..n-1")
+        return Program(
+            self.name,
+            tuple(self._operations),
+            tuple(v.index for v in outputs),
+            tuple(self._types),
+        )
+
+
+def define(
+    name: str,
+    specs: Sequence[TensorType],
+    body: Callable[[Builder, list[Value]], Any],
+) -> Program:
+    """Trace `body(builder, args)` with one traced Value per spec and return the Program.
+
+    >>> import accy
+    >>> p = accy.trace.define("loss", [accy.spec(accy.f32, lane=4)] * 2,
+    ...                       lambda b, args: (args[0] * args[1]).sum("lane"))
+    >>> [float(v) for v in accy.reference.run(p, [[1, 2, 3, 4], [1, 1, 1, 1]])]
+    [10.0]
+    """
+    builder = Builder(name)
+    args = [builder.parameter(spec) for spec in specs]
+    try:
+        outputs = body(builder, args)
+        return builder.build(outputs)
+    except AccyError as error:
+        attach_user_location(error)
+        raise

@@ -211,23 +211,22 @@ def _check_private(folder: Path) -> None:
 
 
 def _make_private_folder(folder: Path, checked_from: Path) -> None:
-    """Create `folder` and its missing parents (mode 0700), and check that each folder created,
-    and each from `checked_from` down to `folder`, is the user's own and only the user's to
-    write; `_UnsafeFolder` (an OSError) if one is not."""
-    missing = []
-    current = folder
+    """Create `folder` and its missing parents (mode 0700); check that each folder created, and
+    each from `checked_from` down to `folder`, is the user's own and only the user's to write.
+    Raises `_UnsafeFolder` (an OSError) for one that is not, before anything is made in it."""
+    above = []  # missing parents of `checked_from`: accy creates them, so they are checked too
+    current = checked_from.parent
     while not os.path.lexists(current) and current != current.parent:
-        missing.append(current)
+        above.append(current)
         current = current.parent
-    for created in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another process made it first: checked
-            os.mkdir(created, 0o700)
-        _check_private(created)
-    current = checked_from
-    _check_private(current)
+    chain = [*reversed(above), checked_from]
     for part in folder.relative_to(checked_from).parts:
-        current = current / part
-        _check_private(current)
+        chain.append(chain[-1] / part)
+    for each in chain:
+        if not os.path.lexists(each):
+            with contextlib.suppress(FileExistsError):  # another process made it first: checked
+                os.mkdir(each, 0o700)
+        _check_private(each)
 
 
 @contextlib.contextmanager

@@ -346,35 +346,38 @@ class _Folder:
 
 
 class Cache:
-    """The built libraries of one namespace, in the disk cache (see the module's docstring).
+    """The built libraries of one namespace, in the disk cache (see the module's docstring),
+    under `root`, or `cache_root()` (read at each use) when `root` is None.
 
     `compile(output)` builds a library at `output` (a path in a temporary folder of its own,
     which it may use for other files, such as its source) and raises `CompileError` if it
     cannot.
 
     >>> import tempfile
-    >>> cache = Cache("example")
+    >>> cache = Cache("example", root=Path(tempfile.mkdtemp()))
     >>> def compile(output):
     ...     output.write_bytes(b"a library")
     >>> library = cache.build(key("example source"), compile)
-    >>> library.read_bytes(), is_valid(library)
-    (b'a library', True)
+    >>> library.read_bytes(), is_valid(library), library.parents[1] == cache.folder()
+    (b'a library', True, True)
     """
 
-    def __init__(self, namespace: str, suffix: str = ".so"):
+    def __init__(self, namespace: str, suffix: str = ".so", root: Path | None = None):
         self.namespace = namespace
         self.suffix = suffix
+        self.root = root
         self._lock = threading.RLock()
         self._folders: dict[Path, _Folder] = {}  # by root: $ACCY_CACHE_DIR may change
         self._private: _Folder | None = None
         self._unloadable: set[Path] = set()  # folders whose libraries could not be loaded
 
     def folder(self) -> Path:
-        """The folder where new entries go: `<cache_root()>/<namespace>`, or a private
-        temporary folder where that one cannot be used.
+        """The folder where new entries go: `<root>/<namespace>`, or a private temporary
+        folder where that one cannot be used.
 
-        >>> Cache("example").folder().name.startswith(("example", "accy-example-"))
-        True
+        >>> import tempfile
+        >>> Cache("example", root=Path(tempfile.mkdtemp())).folder().name
+        'example'
         """
         return self._current().path
 
@@ -440,7 +443,7 @@ class Cache:
             ) from error
 
     def _current(self) -> _Folder:
-        root = cache_root()
+        root = self.root or cache_root()
         with self._lock:
             folder = self._folders.get(root)
             if folder is None:

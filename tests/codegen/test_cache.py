@@ -10,6 +10,7 @@ import hashlib
 import os
 import shutil
 import stat
+import tempfile
 import time
 from pathlib import Path
 
@@ -138,6 +139,23 @@ def test_a_full_disk_falls_back_to_a_private_folder(root, monkeypatch):
         library = cache.Cache("t").build(cache.key("a"), writes(b"A"))
     assert root not in library.parents and library.read_bytes() == b"A"
     assert leftovers(root) == [] and not list(root.rglob("*.so"))
+
+
+def test_a_disk_full_everywhere_is_an_error_that_says_what_to_do(root, monkeypatch):
+    real_write = os.write
+    private_prefix = os.path.join(tempfile.gettempdir(), "accy-t-")
+
+    def full_disk(handle, data):
+        if os.readlink(f"/proc/self/fd/{handle}").startswith((str(root), private_prefix)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(handle, data)
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with (
+        pytest.warns(CacheWarning, match="No space left on device"),
+        pytest.raises(accy.RuntimeUnavailable, match="set ACCY_CACHE_DIR to a folder"),
+    ):
+        cache.Cache("t").build(cache.key("a"), writes(b"A"))
 
 
 def read_only(monkeypatch, folder: Path) -> None:

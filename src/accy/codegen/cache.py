@@ -421,15 +421,16 @@ class Cache:
         with self._lock:
             if isinstance(failure, OSError):
                 self._unloadable.add(library.parent.parent)
-            fresh = _Folder(Path(tempfile.mkdtemp(dir=self._private_folder().path)), True)
+            private = self._private_folder()
         self._warn(
             f"cannot load {library} ({failure}); building it again in a private temporary "
-            f"folder, {fresh.path}. If this repeats, {ADVICE}"
+            f"folder, under {private.path}. If this repeats, {ADVICE}"
         )
         try:
+            fresh = _Folder(Path(tempfile.mkdtemp(dir=private.path)), private=True)
             library = self._build_in(fresh, entry_key, compile)
         except OSError as error:
-            raise self._cannot_store(fresh, error) from error
+            raise self._cannot_store(private, error) from error
         try:
             return open_library(library)
         except AttributeError as error:
@@ -467,7 +468,13 @@ class Cache:
     def _private_folder(self) -> _Folder:
         with self._lock:
             if self._private is None:
-                path = Path(tempfile.mkdtemp(prefix=f"accy-{self.namespace}-"))
+                try:
+                    path = Path(tempfile.mkdtemp(prefix=f"accy-{self.namespace}-"))
+                except OSError as error:
+                    raise RuntimeUnavailable(
+                        f"cannot make a private temporary folder for built libraries "
+                        f"({error}); {ADVICE}"
+                    ) from error
                 atexit.register(shutil.rmtree, path, True)
                 self._private = _Folder(path, private=True)
             return self._private

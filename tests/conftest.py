@@ -35,6 +35,15 @@ def _round_trip_failure(program) -> str | None:
     return f"program {program.name!r} prints differently after parsing:\n{diff}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory):
+    """Every test compiles into one fresh cache, never the user's ~/.cache/accy."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("ACCY_CACHE_DIR", str(tmp_path_factory.mktemp("accy-cache")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(autouse=True)
 def round_trip_every_built_program(monkeypatch):
     failures: list[str] = []

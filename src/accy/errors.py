@@ -66,6 +66,18 @@ class CompileError(AccyError):
     """Generated code failed to compile: this is a bug in accy, reported with the source path."""
 
 
+class ConfigurationError(AccyError):
+    """An environment variable accy reads (such as `ACCY_CACHE_MAX_BYTES`) has an unusable value."""
+
+
+class AccyWarning(UserWarning):
+    """Base class of the warnings accy gives: it worked, but not in the way that was asked."""
+
+
+class CacheWarning(AccyWarning):
+    """The compile cache folder could not be used; built libraries went to a private folder."""
+
+
 def _is_user_frame(frame) -> bool:
     """A frame outside accy, and not hidden (pytest's `__tracebackhide__`, as wrappers set)."""
     inside = os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep)

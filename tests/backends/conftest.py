@@ -1,4 +1,5 @@
-"""Fixtures of the backend tests: a private compile cache, and the native-CPU gate."""
+"""Fixtures of the backend tests: the native-CPU gate (the private compile cache every test
+uses is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,6 @@ import numpy as np
 import pytest
 
 import accy
-
-
-@pytest.fixture(scope="session", autouse=True)
-def private_cache_dir(tmp_path_factory):
-    """Every backend test compiles into one fresh cache, never the user's ~/.cache/accy."""
-    patch = pytest.MonkeyPatch()
-    patch.setenv("ACCY_CACHE_DIR", str(tmp_path_factory.mktemp("accy-cache")))
-    yield
-    patch.undo()
 
 
 @pytest.fixture

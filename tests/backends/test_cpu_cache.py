@@ -3,12 +3,15 @@ clear error where no C compiler exists."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,14 +96,20 @@ def test_a_corrupt_entry_is_rebuilt_not_trusted(native_cpu):
     assert toolchain.is_valid(library)
 
 
-def test_an_entry_that_does_not_load_is_rebuilt_once(native_cpu):
+def _bound_digest(library) -> str:
+    """The digest an entry must have: sha256 over its key (the file's stem), a zero byte and
+    the library's bytes."""
+    key = library.name.split(".")[0]
+    return hashlib.sha256(key.encode() + b"\0" + library.read_bytes()).hexdigest()
+
+
+def test_an_entry_that_does_not_load_is_rebuilt_in_a_private_folder(native_cpu):
     program = accy.trace.define("unloadable", [spec(f32, lane=3)], lambda b, a: a[0] * 7.0)
     compiled = compile_program(program)
-    garbage = b"not a shared object"
-    compiled.library_path.write_bytes(garbage)
-    digest = hashlib.sha256(garbage).hexdigest()
-    compiled.library_path.with_suffix(".sha256").write_text(digest)  # a matching digest
-    fragment = accy.executable.load_fragment(None, compiled)
+    compiled.library_path.write_bytes(b"not a shared object")
+    compiled.library_path.with_suffix(".sha256").write_text(_bound_digest(compiled.library_path))
+    with pytest.warns(accy.errors.CacheWarning, match="cannot load"):
+        fragment = accy.executable.load_fragment(None, compiled)
     out = np.zeros(3, np.float32)
     accy.executable.invoke(fragment, [np.ones(3, np.float32)], [out])
     assert out.tolist() == [7.0, 7.0, 7.0]
@@ -127,5 +136,117 @@ def test_a_cache_that_cannot_be_written_falls_back_to_a_temporary_folder(native_
     source = _fresh_source("unwritable_cache") + "/* fallback */\n"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ACCY_CACHE_DIR", str(blocked))
-        library = toolchain.build(source)
+        with pytest.warns(accy.errors.CacheWarning, match="cannot use the compile cache folder"):
+            library = toolchain.build(source)
     assert library.exists() and blocked not in library.parents
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A fresh cache root for one test."""
+    root = tmp_path / "own-cache"
+    monkeypatch.setenv("ACCY_CACHE_DIR", str(root))
+    return root
+
+
+def _times(name: str, factor: float):
+    return accy.trace.define(name, [spec(f32, lane=3)], lambda b, a: a[0] * factor)
+
+
+def test_an_entry_copied_from_another_program_is_rebuilt(native_cpu, own_cache):
+    a = compile_program(_times("copied_from", 2.0))
+    program_b = _times("copied_over", 3.0)
+    b = compile_program(program_b)
+    shutil.copyfile(a.library_path, b.library_path)
+    shutil.copyfile(a.library_path.with_suffix(".sha256"), b.library_path.with_suffix(".sha256"))
+    (out,) = accy.compile(program_b)(np.ones(3, np.float32))
+    assert out.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_a_valid_entry_without_the_entry_point_is_rebuilt(native_cpu, own_cache, tmp_path):
+    program = _times("without_entry_point", 4.0)
+    library = compile_program(program).library_path
+    other = tmp_path / "other.c"
+    other.write_text("int accy_other(void) { return 0; }\n")
+    built = tmp_path / "other.so"
+    real = toolchain.find_compiler().path
+    subprocess.run([real, "-shared", "-fPIC", str(other), "-o", str(built)], check=True)
+    shutil.copyfile(built, library)
+    library.with_suffix(".sha256").write_text(_bound_digest(library))
+    with pytest.warns(accy.errors.CacheWarning, match="accy_run"):
+        (out,) = accy.compile(program)(np.ones(3, np.float32))
+    assert out.tolist() == [4.0, 4.0, 4.0]
+
+
+@pytest.fixture
+def wrong_compiler(native_cpu, tmp_path):
+    """A compiler that builds a library without accy's entry point, whatever it is given."""
+    real = toolchain.find_compiler().path
+    wrapper = tmp_path / "wrong-cc"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        'while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done\n'
+        f"echo 'int accy_other(void) {{ return 0; }}' | "
+        f'exec "{real}" -shared -fPIC -x c - -o "$out"\n'
+    )
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+    return wrapper
+
+
+def test_a_built_library_without_the_entry_point_is_a_compile_error(
+    wrong_compiler, own_cache, monkeypatch
+):
+    monkeypatch.setenv("CC", str(wrong_compiler))
+    with (
+        pytest.warns(accy.errors.CacheWarning, match="accy_run"),
+        pytest.raises(accy.CompileError, match="lacks a symbol accy calls"),
+    ):
+        accy.compile(_times("wrong_compiler", 5.0))
+
+
+def test_a_cache_folder_that_cannot_load_libraries_falls_back(native_cpu, own_cache, monkeypatch):
+    real_cdll = ctypes.CDLL
+
+    def noexec(name, *args, **kwargs):
+        if str(name).startswith(str(own_cache)):
+            raise OSError(f"{name}: failed to map segment from shared object")
+        return real_cdll(name, *args, **kwargs)
+
+    monkeypatch.setattr(ctypes, "CDLL", noexec)
+    with pytest.warns(accy.errors.CacheWarning, match="failed to map segment"):
+        (out,) = accy.compile(_times("noexec_cache", 6.0))(np.ones(3, np.float32))
+    assert out.tolist() == [6.0, 6.0, 6.0]
+
+
+def _files(root) -> set[str]:
+    """The files and folders under `root`, but for the entries' two-letter folders."""
+    return {name for _, dirs, names in os.walk(root) for name in dirs + names if len(name) != 2}
+
+
+def test_a_compiler_failure_leaves_no_files_in_the_cache(native_cpu, own_cache, tmp_path):
+    failing = tmp_path / "failing-cc"
+    failing.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = "-o" ] && echo half > "$2"; shift; done\n'
+        "echo 'error: no' >&2\nexit 1\n"
+    )
+    failing.chmod(failing.stat().st_mode | stat.S_IEXEC)
+    source = _fresh_source("compiler_fails")
+    before = _files(own_cache)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CC", str(failing))
+        with pytest.raises(accy.CompileError, match="source kept at"):
+            toolchain.build(source)
+    assert all(name.endswith(".lock") for name in _files(own_cache) - before)
+
+
+def test_an_interrupted_build_leaves_no_files_in_the_cache(native_cpu, own_cache, monkeypatch):
+    def interrupted(command, **kwargs):
+        Path(command[command.index("-o") + 1]).write_bytes(b"half a library")
+        raise KeyboardInterrupt
+
+    source = _fresh_source("interrupted") + "/* not built yet */\n"
+    before = _files(own_cache)
+    monkeypatch.setattr(toolchain.subprocess, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        toolchain.build(source)
+    assert all(name.endswith(".lock") for name in _files(own_cache) - before)

@@ -15,7 +15,7 @@ from ..core.types import DType, TensorType, bf16, bool_, f16, round_to_bf16
 from .dtypes import c_type
 from .errors import KernelCallMismatch
 from .ir import RESULT
-from .toolchain import build_shared_library
+from .toolchain import load_shared_library
 
 if TYPE_CHECKING:
     from .call import KernelCall
@@ -38,7 +38,8 @@ class CpuLibrary:
         self.calls = tuple(calls)
         source = "".join(call.c_source for call in self.calls)
         symbols = ", ".join(call.symbol for call in self.calls)
-        self._library = ctypes.CDLL(str(build_shared_library(source, f"kernels {symbols}")))
+        names = [call.symbol for call in self.calls]
+        self._library = load_shared_library(source, f"kernels {symbols}", names)
 
     def run(
         self,

@@ -2,11 +2,14 @@
 
 A compiler that is missing raises `accy.RuntimeUnavailable`; generated code that fails to
 compile raises `accy.CompileError` with the compiler's message and the path of the source, which
-is kept on disk for inspection.
+is kept on disk for inspection. Generated sources go to a per-process folder
+(`work_directory`); built shared libraries go to the disk cache, `accy.codegen.cache`
+(namespace "kernel").
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -14,9 +17,14 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
+from ..codegen import cache
 from ..errors import CompileError, RuntimeUnavailable
+
+CACHE = cache.Cache("kernel")
+CACHE_VERSION = "accy-kernel-1"
 
 # -Werror makes a warning in generated code fail loudly in accy's tests, where it is a bug.
 STRICT_C_FLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror")
@@ -82,20 +90,45 @@ def check_c_source(source: str, what: str, *, strict: bool = False) -> None:
     _run([c_compiler(), *flags, "-fsyntax-only", str(path)], what, path)
 
 
+def _library_step(source: str, what: str):
+    compiler = c_compiler()
+    flags = (*STRICT_C_FLAGS, "-O1", "-shared", "-fPIC")
+    entry_key = cache.key(CACHE_VERSION, cache.file_identity(compiler), " ".join(flags), source)
+
+    def compile(output: Path) -> None:
+        path = _source_file(source, ".c")
+        _run([compiler, *flags, str(path), "-o", str(output), "-lm"], what, path)
+
+    return entry_key, compile
+
+
 def build_shared_library(source: str, what: str) -> Path:
-    """Compile `source` into a shared library (cached by content) and return its path.
+    """Compile `source` into a shared library (cached on disk by content) and return its path.
 
     >>> build_shared_library("int accy_example_one(void) { return 1; }", "example").suffix
     '.so'
     """
-    path = _source_file(source, ".c")
-    library = path.with_suffix(".so")
-    if not library.exists():
-        partial = _partial(library)
-        command = [c_compiler(), *STRICT_C_FLAGS, "-O1", "-shared", "-fPIC", str(path)]
-        _run([*command, "-o", str(partial), "-lm"], what, path)
-        partial.replace(library)
-    return library
+    return CACHE.build(*_library_step(source, what))
+
+
+def load_shared_library(source: str, what: str, symbols: Iterable[str] = ()) -> ctypes.CDLL:
+    """The shared library built from `source`, loaded, with each of `symbols` looked up; one
+    that cannot be loaded or lacks a symbol is built again into a private folder
+    (`accy.codegen.cache.Cache.load`).
+
+    >>> load_shared_library("int accy_example_two(void) { return 2; }", "example",
+    ...                     ["accy_example_two"]).accy_example_two()
+    2
+    """
+    names = tuple(symbols)
+
+    def open_library(path: Path) -> ctypes.CDLL:
+        library = ctypes.CDLL(str(path))
+        for name in names:
+            getattr(library, name)  # AttributeError if it is missing
+        return library
+
+    return CACHE.load(*_library_step(source, what), open_library)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,13 +30,9 @@ class CompiledFragment:
         return self.plan.workspace_bytes
 
     def load(self) -> ctypes.CDLL:
-        """The loaded library; an entry that fails to load is rebuilt once."""
-        try:
-            return load_library(self.library_path, self.blas)
-        except OSError:
-            toolchain.discard(self.library_path)
-            toolchain.build(self.source)
-            return load_library(self.library_path, self.blas)
+        """The loaded library: the cache's entry (checked again, and rebuilt if it changed), or
+        one built into a private folder where the entry cannot be loaded."""
+        return toolchain.load(self.source, lambda path: load_library(path, self.blas))
 
 
 def compile_program(program: Program, kernel_call_registry=None) -> CompiledFragment:

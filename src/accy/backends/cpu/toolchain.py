@@ -1,27 +1,31 @@
-"""The system C compiler and the on-disk cache of the shared objects it builds.
+"""The system C compiler, and how the shared objects it builds are keyed in the disk cache.
 
 An entry's key is a sha256 of the code generator's version, the compiler's identity (its
 resolved path, size and modification time: no process is started to learn it), the CPU's
-identity (for `-march=native`), the flags and the source. An entry is `<key>.so` beside
-`<key>.sha256`, the digest of the `.so`; an entry whose digest does not match is rebuilt, not
-trusted. Files are written under temporary names and moved into place with `os.replace`, and a
-lock file per key makes a second process wait for the first one's build rather than repeat it.
-The cache lives in `$ACCY_CACHE_DIR`, or `~/.cache/accy`.
+identity (for `-march=native`), the flags and the source. Where and how entries are stored,
+verified, locked and evicted is `accy.codegen.cache` (namespace "cpu").
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
+import functools
 import os
 import shutil
 import subprocess
 import tempfile
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
+from ...codegen import cache
+from ...codegen.cache import discard as discard
+from ...codegen.cache import is_valid as is_valid
 from ...errors import CompileError, RuntimeUnavailable
+
+T = TypeVar("T")
+CACHE = cache.Cache("cpu")
 
 CODEGEN_VERSION = "accy-cpu-2"
 BASE_FLAGS = (
@@ -78,9 +82,7 @@ def find_compiler() -> Compiler:
     for name in names:
         path = shutil.which(name)
         if path:
-            real = os.path.realpath(path)
-            stat = os.stat(real)
-            return Compiler(path, f"{real}:{stat.st_size}:{stat.st_mtime_ns}")
+            return Compiler(path, cache.file_identity(path))
     looked = f"$CC={requested!r}" if requested else "gcc, cc or clang on the PATH"
     raise RuntimeUnavailable(
         f"native CPU backend: no C compiler found (looked for {looked}); install gcc, or run "
@@ -88,6 +90,7 @@ def find_compiler() -> Compiler:
     )
 
 
+@functools.cache
 def cpu_identity() -> str:
     """What `-march=native` depends on: the CPU's model and feature flags."""
     try:
@@ -107,108 +110,53 @@ def flags_for(source: str) -> tuple[str, ...]:
     return (*BASE_FLAGS, openmp, *vector_math, *LIBRARIES)
 
 
-def cache_directory() -> Path:
-    """Where built libraries are kept: `$ACCY_CACHE_DIR/cpu` or `~/.cache/accy/cpu`."""
-    root = os.environ.get("ACCY_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "accy"
-    )
-    return Path(root) / "cpu"
-
-
-def _entry_directory(key: str) -> Path:
-    """The folder of a cache entry, created; a cache that cannot be written (a read-only home)
-    falls back to a per-user folder in the temporary directory."""
-    try:
-        directory = cache_directory() / key[:2]
-        directory.mkdir(parents=True, exist_ok=True)
-        return directory
-    except OSError:
-        fallback = Path(tempfile.gettempdir()) / f"accy-{os.getuid()}" / "cpu" / key[:2]
-        fallback.mkdir(parents=True, exist_ok=True)
-        return fallback
-
-
 def cache_key(compiler: Compiler, flags: tuple[str, ...], source: str) -> str:
     """The sha256 (hex) naming the cache entry of `source` built with `flags`."""
-    digest = hashlib.sha256()
-    for part in (CODEGEN_VERSION, compiler.identity, cpu_identity(), " ".join(flags), source):
-        digest.update(part.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
+    return cache.key(CODEGEN_VERSION, compiler.identity, cpu_identity(), " ".join(flags), source)
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def is_valid(library: Path) -> bool:
-    """Whether a cache entry is complete and its digest matches."""
-    recorded = library.with_suffix(".sha256")
-    try:
-        return recorded.read_text().strip() == _digest(library)
-    except OSError:
-        return False
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(handle, "wb") as file:
-        file.write(data)
-    os.replace(temporary, path)
-
-
-@contextmanager
-def _locked(path: Path):
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _run_compiler(compiler: Compiler, flags, source_path: Path, output: Path) -> None:
+def _run_compiler(compiler: Compiler, flags, source: str, output: Path) -> None:
     global _compiles
     _compiles += 1
+    source_path = output.with_suffix(".c")
+    source_path.write_text(source)
     libraries = [flag for flag in flags if flag.startswith("-l")]
     options = [flag for flag in flags if not flag.startswith("-l")]
     command = [compiler.path, *options, str(source_path), "-o", str(output), *libraries]
-    result = subprocess.run(command, capture_output=True, text=True)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True)
+    except OSError as error:  # not a file the cache failed to write: the compiler did not start
+        raise RuntimeUnavailable(
+            f"native CPU backend: cannot run the C compiler {compiler.path} ({error}); set $CC "
+            f"to a working C compiler"
+        ) from error
     if result.returncode != 0:
+        # The build's folder is removed on the way out: the source is kept elsewhere.
+        handle, kept = tempfile.mkstemp(prefix="accy-failed-", suffix=".c")
+        with os.fdopen(handle, "w") as file:
+            file.write(source)
         raise CompileError(
-            f"the C compiler rejected generated code (a bug in accy): {' '.join(command)}\n"
-            f"{result.stderr[-4000:]}"
+            f"the C compiler rejected generated code (a bug in accy; source kept at {kept}): "
+            f"{' '.join(command)}\n{result.stderr[-4000:]}"
         )
 
 
-def build(source: str) -> Path:
-    """The path of a shared object built from `source`, from the cache when it is there."""
+def _compile_step(source: str) -> tuple[str, Callable[[Path], None]]:
     compiler = find_compiler()
     flags = flags_for(source)
-    key = cache_key(compiler, flags, source)
-    directory = _entry_directory(key)
-    library = directory / f"{key}.so"
-    if is_valid(library):
-        return library
-    with _locked(directory / f"{key}.lock"):
-        if is_valid(library):
-            return library
-        source_path = directory / f"{key}.c"
-        _write_atomically(source_path, source.encode())
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f"{key}.", suffix=".so.tmp")
-        os.close(handle)
-        try:
-            _run_compiler(compiler, flags, source_path, Path(temporary))
-            digest = _digest(Path(temporary))
-            os.replace(temporary, library)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-        _write_atomically(library.with_suffix(".sha256"), digest.encode())
-    return library
+    return cache_key(compiler, flags, source), partial(_run_compiler, compiler, flags, source)
 
 
-def discard(library: Path) -> None:
-    """Remove a cache entry that failed to load, so that the next build replaces it."""
-    for path in (library, library.with_suffix(".sha256")):
-        path.unlink(missing_ok=True)
+def build(source: str) -> Path:
+    """The path of a shared object built from `source`, from the cache when it is there.
+
+    >>> build("int accy_example(void) { return 1; }").suffix
+    '.so'
+    """
+    return CACHE.build(*_compile_step(source))
+
+
+def load(source: str, open_library: Callable[[Path], T]) -> T:
+    """`open_library` of the shared object built from `source`; one that cannot be opened is
+    built again into a private folder (`accy.codegen.cache.Cache.load`)."""
+    return CACHE.load(*_compile_step(source), open_library)

@@ -173,13 +173,21 @@ def _div_jvp(e, op, p, t, out):
 
 
 def _pow_jvp(e, op, p, t, out):
+    """d(x^y) = y x^(y-1) dx + log(x) x^y dy, with JAX's conventions where that is 0 * inf:
+    the base term is 0 where y == 0 (x^0 is constant in x, even at x = 0), and the exponent
+    term is 0 where x == 0 (log(x) is taken at 1 there: 0^y is constant in y for y > 0), so
+    a learnable exponent on a ReLU output gets no NaN."""
     base, exponent = p
     d_base = t[0]
     if not isinstance(d_base, Zero):
-        d_base = e.mul(d_base, e.mul(exponent, e.pow(base, e.sub(exponent, 1.0))))
+        # As JAX's _pow_jvp_lhs: y * x^(y == 0 ? 1 : y - 1), which is 0 at y == 0.
+        lowered = e.select(e.compare("eq", exponent, 0.0), 1.0, e.sub(exponent, 1.0))
+        d_base = e.mul(d_base, e.mul(exponent, e.pow(base, lowered)))
     d_exponent = t[1]
     if not isinstance(d_exponent, Zero):
-        d_exponent = e.mul(d_exponent, e.mul(e.unary("log", base), out))
+        # As JAX's _pow_jvp_rhs: log(x == 0 ? 1 : x) * x^y, which is 0 at x == 0.
+        safe_base = e.select(e.compare("eq", base, 0.0), 1.0, base)
+        d_exponent = e.mul(d_exponent, e.mul(e.unary("log", safe_base), out))
     return e.add_tangents(d_base, d_exponent)
 
 

@@ -70,3 +70,93 @@ def test_pow_matches_finite_differences_away_from_zero():
     base = RNG.uniform(0.3, 2.0, 3)
     exponent = RNG.uniform(-1.5, 2.5, 3)
     check_grads(POWER, [base, exponent], wrt=(0, 1), order=2)
+
+
+# -- prod -------------------------------------------------------------------------------------
+
+
+def products_of_the_others(x, axes):
+    """NumPy: for each element, the product over `axes` of the others (that element set to 1)."""
+    result = np.empty_like(x)
+    for index in np.ndindex(x.shape):
+        masked = x.copy()
+        masked[index] = 1.0
+        # Only the elements that share index's position on the kept axes are in its product.
+        keep = tuple(slice(None) if i in axes else index[i] for i in range(x.ndim))
+        result[index] = np.prod(masked[keep])
+    return result
+
+
+def prod_program(axes):
+    return define(
+        "prod_loss",
+        [spec(f32, a=2, b=3, c=4), spec(f32, a=2, b=3, c=4)],
+        # A weighted sum of the products, so that each kept position has its own cotangent.
+        lambda b, x: (x[0].prod(axes) * x[1].sum(axes)).sum(),
+    )
+
+
+def prod_inputs():
+    x = RNG.uniform(0.5, 1.5, (2, 3, 4)) * RNG.choice([-1.0, 1.0], (2, 3, 4))
+    x[0, 0, 0] = 0.0  # one zero in the (a=0, b=0) row and the a=0 slab
+    x[1, 2, 1] = x[1, 2, 3] = 0.0  # two zeros in the (a=1, b=2) row
+    x[1, 0, 2] = 0.0  # with the one above, two zeros in the a=1 slab
+    return x.astype(np.float32), RNG.uniform(0.5, 1.5, (2, 3, 4)).astype(np.float32)
+
+
+@pytest.mark.parametrize("axes", [("c",), ("a",), ("b", "c"), ("a", "c"), ("a", "b", "c")])
+def test_prod_gradient_is_exact_with_zeros(axes):
+    x, w = prod_inputs()
+    program = prod_program(axes)
+    (d_x,) = gradients(program, [x, w], wrt=(0,))
+    positions = tuple("abc".index(a) for a in axes)
+    weight = np.sum(w.astype(np.float64), axis=positions, keepdims=True)
+    expected = products_of_the_others(x.astype(np.float64), positions) * weight
+    assert np.isfinite(d_x).all()
+    np.testing.assert_allclose(d_x, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_prod_gradient_of_the_worked_examples():
+    # d prod / dx_i is the product of the others: [0, 2, 3] -> [6, 0, 0]; [0, 0, 3] -> 0.
+    program = define("prod", [spec(f32, n=3)], lambda b, x: x[0].prod("n"))
+    (one_zero,) = gradients(program, [np.array([0.0, 2.0, 3.0], np.float32)], wrt=(0,))
+    (two_zeros,) = gradients(program, [np.array([0.0, 0.0, 3.0], np.float32)], wrt=(0,))
+    np.testing.assert_array_equal(one_zero, [6.0, 0.0, 0.0])
+    np.testing.assert_array_equal(two_zeros, [0.0, 0.0, 0.0])
+
+
+def test_prod_with_a_zero_init_parameter():
+    # init * prod(x): d/d init = prod(x) = 6 and d/dx = init * (others) = 0, with init = 0
+    # (the old rule divided by init as well).
+    program = define(
+        "prod_init", [spec(f32, n=3), spec(f32)], lambda b, x: x[0].reduce(x[1], "prod", "n")
+    )
+    d_x, d_init = gradients(program, [np.array([1.0, 2.0, 3.0], np.float32), np.float32(0)], (0, 1))
+    np.testing.assert_array_equal(d_x, [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(d_init, 6.0)
+
+
+@pytest.mark.parametrize("axes", [("c",), ("a", "c"), ("a", "b", "c")])
+def test_prod_matches_finite_differences_to_second_order(axes):
+    x = RNG.uniform(0.5, 1.5, (2, 3, 4)) * RNG.choice([-1.0, 1.0], (2, 3, 4))
+    check_grads(prod_program(axes), [x, RNG.uniform(0.5, 1.5, (2, 3, 4))], wrt=(0, 1), order=2)
+
+
+def test_prod_second_derivative_is_exact_with_zeros():
+    # f = x0 x1 x2: d2f/dx0 dx1 = x2, at x = [0, 0, 3] that is 3 (the old rule gave NaN).
+    # Checked through the gradient of the first partial: grad(df/dx0) = [0, x2, x1] = [0, 3, 0].
+    def first_partial(b, x):
+        inner = define("prod", [spec(f32, n=3)], lambda b, y: y[0].prod("n"))
+        g = b.call(accy.grad(inner, wrt=(0,)), [x[0]])
+        return g.slice("n", 0, 1).sum("n")
+
+    program = define("d_prod_d_x0", [spec(f32, n=3)], first_partial)
+    (hessian_row,) = gradients(program, [np.array([0.0, 0.0, 3.0], np.float32)], wrt=(0,))
+    np.testing.assert_array_equal(hessian_row, [0.0, 3.0, 0.0])
+
+
+def test_prod_over_an_axis_of_one_element():
+    # prod over b (extent 1) is x itself: the gradient is 1 everywhere, zeros included.
+    program = define("prod1", [spec(f32, a=3, b=1)], lambda b, x: x[0].prod("b").sum("a"))
+    (d_x,) = gradients(program, [np.array([[0.0], [2.0], [-1.0]], np.float32)], wrt=(0,))
+    np.testing.assert_array_equal(d_x, np.ones((3, 1)))

@@ -160,3 +160,72 @@ def test_prod_over_an_axis_of_one_element():
     program = define("prod1", [spec(f32, a=3, b=1)], lambda b, x: x[0].prod("b").sum("a"))
     (d_x,) = gradients(program, [np.array([[0.0], [2.0], [-1.0]], np.float32)], wrt=(0,))
     np.testing.assert_array_equal(d_x, np.ones((3, 1)))
+
+
+# -- abs, relu, max ---------------------------------------------------------------------------
+
+
+def test_abs_derivative_at_zero_is_zero():
+    # sign(0) = 0: the even tie split of abs(x) = max(x, -x), 0.5 * 1 + 0.5 * (-1). JAX differs
+    # deliberately here (its _abs_jvp_rule is select(x >= 0, g, -g): 1 at 0); PyTorch gives 0.
+    program = define("abs", [spec(f32, n=3)], lambda b, x: x[0].abs().sum("n"))
+    as_max = define("abs_max", [spec(f32, n=3)], lambda b, x: x[0].max(-x[0]).sum("n"))
+    x = np.array([-2.0, 0.0, 3.0], np.float32)
+    for source in (program, as_max):
+        (d_x,) = gradients(source, [x], wrt=(0,))
+        np.testing.assert_array_equal(d_x, [-1.0, 0.0, 1.0])
+
+
+def test_relu_derivative_at_zero_is_zero_while_max_ties_split():
+    # jax.nn.relu's custom JVP is select(x > 0, g, 0): 0 at x = 0, as PyTorch's relu. max(x, 0)
+    # itself keeps the even split at the tie (0.5), as JAX's maximum does.
+    relu = define("relu", [spec(f32, n=4)], lambda b, x: accy.nn.relu(x[0]).sum("n"))
+    maximum = define("max0", [spec(f32, n=4)], lambda b, x: x[0].max(0.0).sum("n"))
+    x = np.array([-1.0, 0.0, 2.0, 3.0], np.float32)
+    (d_relu,) = gradients(relu, [x], wrt=(0,))
+    (d_max,) = gradients(maximum, [x], wrt=(0,))
+    np.testing.assert_array_equal(d_relu, [0.0, 0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(d_max, [0.0, 0.5, 1.0, 1.0])
+
+
+def test_relu_values_at_the_edges():
+    program = define("relu", [spec(f32, n=5)], lambda b, x: accy.nn.relu(x[0]))
+    x = np.array([-np.inf, -0.0, 0.0, np.inf, np.nan], np.float32)
+    (y,) = accy.reference.run(program, [x])
+    np.testing.assert_array_equal(y, [0.0, 0.0, 0.0, np.inf, np.nan])
+
+
+# -- cross_entropy ----------------------------------------------------------------------------
+
+
+def log_softmax(x):
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+CROSS_ENTROPY = define(
+    "cross_entropy",
+    [spec(f32, batch=2, out=3), spec(f32, batch=2, out=3)],
+    lambda b, x: accy.nn.cross_entropy(x[0], x[1], "out").sum("batch"),
+)
+
+
+def test_cross_entropy_label_gradient_is_minus_log_softmax():
+    # optax.softmax_cross_entropy(logits, labels) = -sum(labels * log_softmax(logits)): labels
+    # are differentiable, with gradient -log_softmax(logits); the logits get
+    # softmax * sum(labels) - labels. The second row's labels do not sum to 1 on purpose.
+    logits = np.array([[1.0, 2.0, 0.5], [-1.0, 0.0, 3.0]], np.float32)
+    labels = np.array([[0.0, 1.0, 0.0], [0.2, 0.3, 0.1]], np.float32)
+    value = accy.reference.run(CROSS_ENTROPY, [logits, labels])[0]
+    d_logits, d_labels = gradients(CROSS_ENTROPY, [logits, labels], wrt=(0, 1))
+    log_p = log_softmax(logits.astype(np.float64))
+    np.testing.assert_allclose(value, -(labels * log_p).sum(), rtol=1e-6)
+    np.testing.assert_allclose(d_labels, -log_p, rtol=1e-6)
+    expected = np.exp(log_p) * labels.sum(axis=-1, keepdims=True) - labels
+    np.testing.assert_allclose(d_logits, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_cross_entropy_matches_finite_differences_in_both_arguments():
+    logits = RNG.normal(size=(2, 3))
+    labels = RNG.uniform(0.0, 1.0, (2, 3))
+    check_grads(CROSS_ENTROPY, [logits, labels], wrt=(0, 1), order=2)

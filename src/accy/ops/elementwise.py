@@ -73,6 +73,7 @@ UNARY: dict[str, UnaryOp] = {
     "logistic": UnaryOp(_logistic, lambda e, t, x, y: e.mul(t, e.mul(y, e.sub(1.0, y)))),
     "sqrt": UnaryOp(np.sqrt, lambda e, t, x, y: e.div(t, e.mul(y, 2.0))),
     "rsqrt": UnaryOp(_rsqrt, lambda e, t, x, y: e.mul(t, e.mul(e.div(y, x), -0.5))),
+    # abs'(0) = sign(0) = 0, as max(x, -x) with ties split; JAX gives 1 (see Value.abs).
     "abs": UnaryOp(np.abs, lambda e, t, x, y: e.mul(t, e.unary("sign", x)), float_only=False),
     "sign": UnaryOp(np.sign, float_only=False),
     "floor": UnaryOp(np.floor),

@@ -2,7 +2,8 @@
 `init` operand: `reduce(x, init) {op=sum, axes=[lane]}` is `init + sum over lane of x`.
 
 Ties in max and min: the derivative is split evenly among every element equal to the result,
-the init operand included (as JAX and PyTorch's `amax` do).
+the init operand included (as JAX and PyTorch's `amax` do). Prod: each element's derivative is
+the product of the others, computed without dividing by it, so it is exact where x has zeros.
 """
 
 from __future__ import annotations

@@ -21,14 +21,21 @@ def stop_gradient(x: Value) -> Value:
 
 
 def relu(x: Value) -> Value:
-    """max(x, 0).
+    """max(x, 0), with derivative 0 at x = 0 (as JAX's `jax.nn.relu` and PyTorch).
+
+    It is `select(x <= 0, 0, x)` rather than `max(x, 0)`: max splits ties evenly, which would
+    give relu'(0) = 0.5. A NaN input stays NaN (the comparison is false), as with max.
 
     >>> import accy
     >>> p = accy.trace.define("r", [accy.spec(accy.f32, n=3)], lambda b, a: accy.nn.relu(a[0]))
     >>> accy.reference.run(p, [[-1.0, 0.0, 2.0]])[0].tolist()
     [0.0, 0.0, 2.0]
+    >>> loss = accy.trace.define(
+    ...     "l", [accy.spec(accy.f32, n=3)], lambda b, a: accy.nn.relu(a[0]).sum("n"))
+    >>> accy.reference.run(accy.grad(loss), [[-1.0, 0.0, 2.0]])[0].tolist()
+    [0.0, 0.0, 1.0]
     """
-    return x.max(0.0)
+    return x.builder.select(x <= 0.0, 0.0, x)
 
 
 def logsumexp(x: Value, axis: str) -> Value:
@@ -88,9 +95,20 @@ def gelu_tanh(x: Value) -> Value:
 
 
 def cross_entropy(logits: Value, labels: Value, axis: str) -> Value:
-    """Softmax cross-entropy per example: logsumexp(logits) - sum(logits * labels) over `axis`,
-    with `labels` a probability distribution (e.g. one-hot) along `axis`."""
-    return logsumexp(logits, axis) - (logits * labels).sum(axis)
+    """Softmax cross-entropy per example, -sum(labels * log_softmax(logits)) over `axis`, with
+    `labels` a probability distribution (e.g. one-hot) along `axis`.
+
+    As optax's `softmax_cross_entropy`, both arguments are differentiable: the derivative with
+    respect to the labels is -log_softmax(logits), and with respect to the logits
+    softmax(logits) * sum(labels) - labels (softmax - labels when the labels sum to 1).
+
+    >>> import accy
+    >>> p = accy.trace.define("x", [accy.spec(accy.f32, n=2)] * 2,
+    ...                       lambda b, a: accy.nn.cross_entropy(a[0], a[1], "n"))
+    >>> round(float(accy.reference.run(p, [[0.0, 0.0], [1.0, 0.0]])[0]), 4)  # log 2
+    0.6931
+    """
+    return -(labels * log_softmax(logits, axis)).sum(axis)
 
 
 def one_hot(builder, indices: Value, axis: str, extent: int, dtype) -> Value:

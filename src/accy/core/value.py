@@ -164,6 +164,18 @@ class Value:
         return self._unary("rsqrt")
 
     def abs(self):
+        """|x|, with derivative sign(x): 0 at x = 0.
+
+        PyTorch agrees; JAX gives 1 at 0 (select(x >= 0, g, -g)). accy keeps 0 because it is
+        what abs(x) = max(x, -x) gives under max's even tie split, and it is symmetric
+        (abs(x) and abs(-x) have the same derivative at 0).
+
+        >>> import accy
+        >>> p = accy.trace.define(
+        ...     "a", [accy.spec(accy.f32, n=3)], lambda b, x: x[0].abs().sum("n"))
+        >>> accy.reference.run(accy.grad(p), [[-2.0, 0.0, 3.0]])[0].tolist()
+        [-1.0, 0.0, 1.0]
+        """
         return self._unary("abs")
 
     def sign(self):

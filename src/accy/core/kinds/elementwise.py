@@ -73,6 +73,7 @@ UNARY: dict[str, UnaryOp] = {
     "logistic": UnaryOp(_logistic, lambda e, t, x, y: e.mul(t, e.mul(y, e.sub(1.0, y)))),
     "sqrt": UnaryOp(np.sqrt, lambda e, t, x, y: e.div(t, e.mul(y, 2.0))),
     "rsqrt": UnaryOp(_rsqrt, lambda e, t, x, y: e.mul(t, e.mul(e.div(y, x), -0.5))),
+    # abs'(0) = sign(0) = 0, as max(x, -x) with ties split; JAX gives 1 (see Value.abs).
     "abs": UnaryOp(np.abs, lambda e, t, x, y: e.mul(t, e.unary("sign", x)), float_only=False),
     "sign": UnaryOp(np.sign, float_only=False),
     "floor": UnaryOp(np.floor),
@@ -173,13 +174,22 @@ def _div_jvp(e, op, p, t, out):
 
 
 def _pow_jvp(e, op, p, t, out):
+    """d(x^y) = y x^(y-1) dx + log(x) x^y dy, with 0 where a term would be 0 * inf: the base
+    term is 0 where y == 0 (x^0 is constant in x, even at x = 0), and the exponent term is 0
+    where x == 0 (log(x) is taken at 1 there, as JAX's _pow_jvp_rhs does: 0^y is constant in y
+    for y > 0), so a learnable exponent on a ReLU output gets no NaN."""
     base, exponent = p
     d_base = t[0]
     if not isinstance(d_base, Zero):
-        d_base = e.mul(d_base, e.mul(exponent, e.pow(base, e.sub(exponent, 1.0))))
+        # y * x^(y == 0 ? 1 : y - 1), which is 0 at y == 0. Older JAX did this; JAX 0.11's
+        # _pow_jvp_lhs does it for integer exponents only and gives NaN (0 * 0^-1) at x = y = 0.
+        lowered = e.select(e.compare("eq", exponent, 0.0), 1.0, e.sub(exponent, 1.0))
+        d_base = e.mul(d_base, e.mul(exponent, e.pow(base, lowered)))
     d_exponent = t[1]
     if not isinstance(d_exponent, Zero):
-        d_exponent = e.mul(d_exponent, e.mul(e.unary("log", base), out))
+        # As JAX's _pow_jvp_rhs: log(x == 0 ? 1 : x) * x^y, which is 0 at x == 0.
+        safe_base = e.select(e.compare("eq", base, 0.0), 1.0, base)
+        d_exponent = e.mul(d_exponent, e.mul(e.unary("log", safe_base), out))
     return e.add_tangents(d_base, d_exponent)
 
 

@@ -2,7 +2,8 @@
 `init` operand: `reduce(x, init) {op=sum, axes=[lane]}` is `init + sum over lane of x`.
 
 Ties in max and min: the derivative is split evenly among every element equal to the result,
-the init operand included (as JAX and PyTorch's `amax` do).
+the init operand included (as JAX and PyTorch's `amax` do). Prod: each element's derivative is
+the product of the others, computed without dividing by it, so it is exact where x has zeros.
 """
 
 from __future__ import annotations
@@ -84,14 +85,64 @@ def _is_infinite_constant(value) -> bool:
 
 
 def _prod_jvp(e, x, init, t_x, t_init, out):
-    # d(prod) = prod * sum(dx / x): undefined (NaN) where an element is exactly zero.
+    """d(init * prod x) = init * sum_i (prod_{j != i} x_j) dx_i + prod(x) d(init).
+
+    The products of the others are computed without dividing by x (prod / x_i is NaN where
+    x_i is zero), so [0, 2, 3] gets the derivative [6, 0, 0] and [0, 0, 3] gets [0, 0, 0].
+    """
+    reduced = x.ty.axes_not_in(out.ty)
     result = Zero(out.ty)
-    if not isinstance(t_x, Zero):
-        relative = e.sum(e.div(t_x, x), x.ty.axes_not_in(out.ty))
-        result = e.mul(relative, out)
+    if not isinstance(t_x, Zero) and x.ty.size > 0:
+        others = e.mul(_products_of_the_others(e, x, reduced), init)
+        result = e.sum(e.mul(t_x, others), reduced)
     if not isinstance(t_init, Zero):
-        result = e.add_tangents(result, e.mul(e.broadcast_to(e.div(t_init, init), out.ty), out))
+        product = e.reduce(x, 1.0, "prod", reduced)
+        result = e.add_tangents(result, e.mul(e.broadcast_to(t_init, out.ty), product))
     return result
+
+
+def _products_of_the_others(e, x, reduced):
+    """For each element of `x`, the product of the other elements along the `reduced` axes:
+    the exclusive prefix product times the exclusive suffix product along those axes merged
+    into one. Built from slice, pad and mul only, so it is exact with zeros, differentiable
+    again (higher-order derivatives) and runs on every backend."""
+    length = int(np.prod([x.ty.extent(a) for a in reduced], dtype=np.int64))
+    if length == 1:
+        return e.full(x.ty, 1.0)
+    if len(reduced) == 1:
+        (axis,) = reduced
+        flat = x
+    else:
+        axis = "reduced"
+        while x.ty.has(axis):
+            axis += "_"
+        flat = e.merge(x, reduced, axis)
+    others = e.mul(
+        _exclusive_product(e, flat, axis, False), _exclusive_product(e, flat, axis, True)
+    )
+    if flat is x:
+        return others
+    parts = {a: x.ty.extent(a) for a in reduced}
+    return e.transpose(e.split(others, axis, parts), x.ty.axes)
+
+
+def _exclusive_product(e, x, axis, reverse):
+    """Position i along `axis` holds the product of the elements before it (after it when
+    `reverse`): the inclusive scan (Hillis-Steele, log2 n doubling steps) of x shifted by one."""
+    length = x.ty.extent(axis)
+
+    def shifted(y, by):
+        # y moved `by` places toward the end (the start when reverse), filled with ones.
+        if reverse:
+            return e.pad(e.slice(y, axis, by, length), axis, high=by, value=1.0)
+        return e.pad(e.slice(y, axis, 0, length - by), axis, low=by, value=1.0)
+
+    scan = shifted(x, 1)
+    step = 1
+    while step < length - 1:
+        scan = e.mul(scan, shifted(scan, step))
+        step *= 2
+    return scan
 
 
 _JVPS = {"sum": _sum_jvp, "max": _chooser_jvp, "min": _chooser_jvp, "prod": _prod_jvp}

@@ -107,7 +107,7 @@ def grad(source: Program, wrt: Wrt = (0,)) -> Program:
     [[5.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 4.0]]
     """
     source, wrt = _prepare(source, wrt)
-    transposed = pullback(_linearize(source, wrt))
+    transposed = pullback(_linearize(source, wrt, reverse=True))
     return simplify(_seed_into(transposed, Graph(Builder(source.name))))
 
 
@@ -121,13 +121,17 @@ def value_and_grad(source: Program, wrt: Wrt = (0,)) -> Program:
     [5.0, [2.0, 4.0]]
     """
     source, wrt = _prepare(source, wrt)
-    transposed = pullback(_linearize(source, wrt), keep_primal_outputs=True)
+    transposed = pullback(_linearize(source, wrt, reverse=True), keep_primal_outputs=True)
     return simplify(_seed_into(transposed, Graph(Builder(source.name))))
 
 
 def _linearize_with(source: Program, wrt, hooks: Any) -> Linearized:
     return _linearize(
-        source, wrt, linearize_hook=_hook(hooks, "linearize"), jvp_rules=_hook(hooks, "jvp")
+        source,
+        wrt,
+        linearize_hook=_hook(hooks, "linearize"),
+        jvp_rules=_hook(hooks, "jvp"),
+        reverse=True,
     )
 
 
@@ -221,7 +225,7 @@ def vjp(source: Program, wrt: Wrt = (0,)) -> Program:
     """
     source = unroll(source)
     check_wrt(source, wrt)
-    transposed = pullback(_linearize(source, wrt), keep_primal_outputs=True)
+    transposed = pullback(_linearize(source, wrt, reverse=True), keep_primal_outputs=True)
     return simplify(transposed.program)
 
 

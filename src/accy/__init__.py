@@ -9,6 +9,7 @@
 
 from . import (
     core,
+    custom,
     errors,
     gradient,
     interpret,
@@ -21,10 +22,13 @@ from . import (
 )
 from .core import SYNTHETIC_ID, Operation, Program
 from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
+from .custom import CustomCall
 from .errors import (
     AccyError,
     AxisError,
     CompileError,
+    CustomCallConflict,
+    CustomCallError,
     CustomCallRequiresJvpContract,
     CustomCallRequiresVjpContract,
     DTypeError,
@@ -55,6 +59,9 @@ __all__ = [
     "AxisError",
     "Builder",
     "CompileError",
+    "CustomCall",
+    "CustomCallConflict",
+    "CustomCallError",
     "CustomCallRequiresJvpContract",
     "CustomCallRequiresVjpContract",
     "DType",
@@ -73,6 +80,7 @@ __all__ = [
     "bf16",
     "bool_",
     "core",
+    "custom",
     "errors",
     "f16",
     "f32",

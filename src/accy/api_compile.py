@@ -20,6 +20,7 @@ import numpy as np
 from .boundary import address_of
 from .core import Program
 from .core.types import TensorType, bf16, round_to_bf16
+from .custom import kernel_registry_for
 from .errors import AccyError, InvalidInput
 
 
@@ -196,7 +197,8 @@ def compile(
     program: Program, device: str = "cpu", *, kernel_call_registry: Any = None
 ) -> CompiledProgram:
     """Compile `program` for `device` ("cpu", "cuda" or "reference"); returns a callable on
-    arrays.
+    arrays. Custom calls link to the kernels of `kernel_call_registry`, else to those of their
+    registered `accy.CustomCall` records.
 
     >>> import accy, numpy as np
     >>> p = accy.trace.define("dot", [accy.spec(accy.f32, k=2)] * 2,
@@ -210,6 +212,8 @@ def compile(
         )
     if device not in DEVICES:
         raise AccyError(f"unknown device {device!r}; the devices are {', '.join(DEVICES)}")
+    if device != "reference":  # the kernels of registered accy.CustomCall records join in
+        kernel_call_registry = kernel_registry_for(program, device, kernel_call_registry)
     return CompiledProgram(program, device, DEVICES[device](program, kernel_call_registry))
 
 

@@ -50,6 +50,14 @@ class CustomCallRequiresVjpContract(AccyError):
     """A custom call was transposed without a VJP rule for its target."""
 
 
+class CustomCallError(AccyError):
+    """An `accy.CustomCall` was declared with a bad field, or cannot do what was asked of it."""
+
+
+class CustomCallConflict(CustomCallError):
+    """A custom call's (target, version) was registered again with a different definition."""
+
+
 class NotDifferentiable(AccyError):
     """The requested derivative does not exist (integer inputs, a wrt index out of range, ...)."""
 

@@ -14,6 +14,10 @@ Hooks (`grad_with`): a mapping (or object) with any of
 - `vjp`: an object whose `custom_call(ctx)` transposes custom calls (`ctx.custom.target`,
   `ctx.cotangent`, `ctx.operand_is_active(i)`, `ctx.contribute(i, value)`).
 
+Custom calls are differentiated by the rules of their `accy.CustomCall` records (forward mode:
+the JVP rule, else the fallback; reverse mode: the VJP rule, else the transposed JVP rule, else
+the fallback); the `jvp` and `vjp` hooks above are consulted before the record.
+
 Derivative conventions: ties in max/min (binary and reductions) split the derivative evenly
 among the tied operands; select sends the cotangent to the branch that was taken and an exact
 zero to the other (so a NaN in the untaken branch's derivative still poisons nothing unless it
@@ -107,7 +111,7 @@ def grad(source: Program, wrt: Wrt = (0,)) -> Program:
     [[5.0, 6.0, 7.0, 8.0], [1.0, 2.0, 3.0, 4.0]]
     """
     source, wrt = _prepare(source, wrt)
-    transposed = pullback(_linearize(source, wrt))
+    transposed = pullback(_linearize(source, wrt, reverse=True))
     return simplify(_seed_into(transposed, Graph(Builder(source.name))))
 
 
@@ -121,13 +125,17 @@ def value_and_grad(source: Program, wrt: Wrt = (0,)) -> Program:
     [5.0, [2.0, 4.0]]
     """
     source, wrt = _prepare(source, wrt)
-    transposed = pullback(_linearize(source, wrt), keep_primal_outputs=True)
+    transposed = pullback(_linearize(source, wrt, reverse=True), keep_primal_outputs=True)
     return simplify(_seed_into(transposed, Graph(Builder(source.name))))
 
 
 def _linearize_with(source: Program, wrt, hooks: Any) -> Linearized:
     return _linearize(
-        source, wrt, linearize_hook=_hook(hooks, "linearize"), jvp_rules=_hook(hooks, "jvp")
+        source,
+        wrt,
+        linearize_hook=_hook(hooks, "linearize"),
+        jvp_rules=_hook(hooks, "jvp"),
+        reverse=True,
     )
 
 
@@ -167,7 +175,8 @@ def grad_with_rules(
 ) -> Program:
     """`grad` with custom JVP and VJP rules (objects with methods named after kinds).
 
-    A custom call without a rule raises `CustomCallRequiresJvpContract` or
+    The rules are consulted first, then the custom call's `accy.CustomCall` record. A custom
+    call without either raises `CustomCallRequiresJvpContract` or
     `CustomCallRequiresVjpContract`, naming its target.
     """
     return grad_with(source, wrt, {"jvp": jvp_rules, "vjp": vjp_rules})
@@ -221,7 +230,7 @@ def vjp(source: Program, wrt: Wrt = (0,)) -> Program:
     """
     source = unroll(source)
     check_wrt(source, wrt)
-    transposed = pullback(_linearize(source, wrt), keep_primal_outputs=True)
+    transposed = pullback(_linearize(source, wrt, reverse=True), keep_primal_outputs=True)
     return simplify(transposed.program)
 
 

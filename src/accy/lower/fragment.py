@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Program
+from ..custom import kernel_registry_for
 from ..errors import AccyError
 
 ARTIFACT_COMPILERS: dict[str, str] = {
@@ -57,4 +58,6 @@ def compile_fragment(handle: Any, program: Program, options: FragmentCompilerOpt
     """
     options = options or FragmentCompilerOptions()
     compile_program = _compiler_for(options.artifact_format)
-    return compile_program(program, options.kernel_call_registry)
+    # Custom calls without a kernel in the options' registry link to their records' kernels.
+    registry = kernel_registry_for(program, options.artifact_format, options.kernel_call_registry)
+    return compile_program(program, registry)

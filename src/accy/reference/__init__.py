@@ -12,18 +12,20 @@ from typing import Any
 import numpy as np
 
 from ..core import Operation, Program
+from ..core.kinds.control import custom_call_record
 from ..core.kinds.registry import rule_for
 from ..core.types import TensorType, bf16, round_to_bf16
+from ..custom import define_reference
 from ..errors import AccyError, InvalidInput
 from ..interpret import run as interpret
 
 CustomCalls = Mapping[Any, Callable[..., np.ndarray]]
-_REGISTERED: dict[Any, Callable[..., np.ndarray]] = {}
 
 
 def register_custom_call(target: str, version: int, implementation: Callable[..., np.ndarray]):
-    """Make `implementation(*arrays) -> array` the reference evaluation of a custom call."""
-    _REGISTERED[(target, version)] = implementation
+    """Make `implementation(*arrays) -> array` the reference evaluation of a custom call: the
+    `reference` of its `accy.CustomCall` record, which is registered if there is none."""
+    define_reference(target, version, implementation)
 
 
 def as_input_array(value: Any, expected: TensorType, where: str) -> np.ndarray:
@@ -50,7 +52,7 @@ class Evaluate:
 
     def __init__(self, inputs: Sequence[np.ndarray], custom_calls: CustomCalls | None = None):
         self.inputs = list(inputs)
-        self.custom_calls = {**_REGISTERED, **dict(custom_calls or {})}
+        self.custom_calls = dict(custom_calls or {})
         self.operand_types: tuple[TensorType, ...] = ()
         self.result_types: tuple[TensorType, ...] = ()
 
@@ -69,13 +71,22 @@ class Evaluate:
         return self.inputs[index]
 
     def custom_call(self, attrs, args: list[np.ndarray]) -> np.ndarray:
-        key = (attrs["target"], attrs["version"])
-        implementation = self.custom_calls.get(key) or self.custom_calls.get(attrs["target"])
+        target, version = attrs["target"], attrs["version"]
+        if attrs.get("linearized", False):
+            raise AccyError(
+                f"custom_call {target!r} version {version} is linearized for its VJP rule: it "
+                "only exists inside reverse-mode differentiation and cannot be evaluated"
+            )
+        # Per-call overrides first, then the registered record (accy.CustomCall).
+        implementation = self.custom_calls.get((target, version)) or self.custom_calls.get(target)
+        if implementation is None:
+            implementation = getattr(custom_call_record(attrs), "reference", None)
         if implementation is None:
             raise AccyError(
-                f"custom_call {attrs['target']!r} version {attrs['version']} has no reference "
-                f"implementation; pass custom_calls={{({attrs['target']!r}, "
-                f"{attrs['version']}): function}} to accy.reference.run"
+                f"custom_call {target!r} version {version} has no reference implementation; "
+                f"declare one with accy.CustomCall({target!r}, version={version}, "
+                f"reference=...), or pass custom_calls={{({target!r}, {version}): function}} "
+                "to accy.reference.run"
             )
         result = np.asarray(implementation(*args))
         expected = self.result_types[0]

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core import Operation, Program
 from ..core.builder import Builder
+from ..core.kinds.control import custom_call_jvp
 from ..core.kinds.registry import Zero, rule_for
 from ..errors import AccyError, NotDifferentiable
 from ..interpret import Emitter, Graph, attach, run
@@ -66,11 +67,14 @@ def check_wrt(source: Program, wrt) -> tuple[int, ...]:
 class JvpSemantics:
     """Semantics on `Dual` values; emits primal and tangent operations into `next`."""
 
-    def __init__(self, source: Program, next: Any, wrt: tuple[int, ...]):
+    def __init__(
+        self, source: Program, next: Any, wrt: tuple[int, ...], reverse: bool = False
+    ) -> None:
         self.next = next
         self.emit = Emitter(next)
         self.parameter_count = len(source.parameters)
         self.wrt = wrt
+        self.reverse = reverse
 
     def bind(self, op: Operation, args: list[Dual]) -> Any:
         primals = [a.primal for a in args]
@@ -87,6 +91,11 @@ class JvpSemantics:
             raise AccyError(
                 f"{op.kind} has no JVP rule; programs with scan are unrolled before "
                 "differentiation (accy.transforms.unroll.apply)"
+            )
+        elif op.kind == "custom_call":
+            # The record's rules: in reverse mode a VJP rule is preferred to a JVP rule.
+            tangent = custom_call_jvp(
+                self.emit, op, primals, tangents, outputs, reverse=self.reverse
             )
         else:
             tangent = rule.jvp(self.emit, op, primals, tangents, outputs)
@@ -145,12 +154,16 @@ def linearize(
     *,
     linearize_hook: Any = None,
     jvp_rules: Any = None,
+    reverse: bool = False,
 ) -> Linearized:
     """Forward-mode linearization of `source` with respect to the parameters `wrt`.
 
     `linearize_hook` is a semantics layer over the graph of this phase (it sees every emitted
     operation); `jvp_rules` is a layer over the dual semantics (`accy.interpret.bind(rules)` or
-    an object with methods named after kinds), which is how custom calls get derivatives.
+    an object with methods named after kinds), which is how custom calls get derivatives
+    besides their `accy.CustomCall` records. `reverse=True` says the result will be transposed
+    (`pullback`): custom calls with a VJP rule are then linearized into calls that only that
+    rule can transpose, so the program cannot be evaluated in forward mode.
 
     >>> import accy
     >>> p = accy.trace.define("sq", [accy.spec(accy.f32, lane=2)], lambda b, a: a[0] * a[0])
@@ -160,6 +173,6 @@ def linearize(
     """
     wrt = check_wrt(source, wrt)
     graph = attach(linearize_hook, Graph(Builder(source.name)))
-    semantics = _DualResults(attach(jvp_rules, JvpSemantics(source, graph, wrt)))
+    semantics = _DualResults(attach(jvp_rules, JvpSemantics(source, graph, wrt, reverse)))
     program = run(source, semantics)
     return Linearized(program, len(source.parameters), len(source.outputs), wrt)

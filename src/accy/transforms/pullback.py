@@ -4,7 +4,8 @@ The walk is JAX's backward pass. Values that depend on a tangent parameter are l
 other operation (primal outputs, residuals) is re-emitted in a forward sweep. Then the linear
 operations are visited backwards: each kind's transpose rule turns the cotangent of its result
 into cotangents of its linear operands, which accumulate by addition. Custom calls are
-transposed by user VJP rules.
+transposed by user VJP rules (`vjp_rules`), else by the VJP rule of their `accy.CustomCall`
+record.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from ..core import Operation, Program
 from ..core.builder import Builder
 from ..core.kinds.registry import Linear, rule_for
-from ..errors import AccyError, CustomCallRequiresVjpContract
+from ..errors import AccyError
 from ..interpret import Emitter, Graph
 from .linearize import Linearized
 from .simplify import eliminate_dead_code
@@ -82,14 +83,9 @@ class _Backward:
             user_rule(VjpContext(self, op, cotangent, operands))
             return
         rule = rule_for(op.kind)
-        if op.kind == "custom_call" or rule.transpose is None:
-            if op.kind == "custom_call":
-                raise CustomCallRequiresVjpContract(
-                    f"custom_call {op.attrs['target']!r} (version {op.attrs['version']}) has "
-                    "no VJP rule; give one through grad_with(hooks={'vjp': ...}) or "
-                    "grad_with_rules(vjp_rules=...)"
-                )
+        if rule.transpose is None:
             raise AccyError(f"{op.kind} is not linear in its tangent operands: no transpose rule")
+        # A custom call's transpose rule asks its record (accy.CustomCall) for the VJP rule.
         contributions = rule.transpose(self.emit, op, cotangent, operands)
         for value, operand, contribution in zip(op.operands, operands, contributions, strict=True):
             if contribution is not None and isinstance(operand, Linear):

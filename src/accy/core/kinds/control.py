@@ -1,9 +1,15 @@
 """`custom_call` (an opaque call to a named target) and `scan` (a loop over a named axis).
 
 custom_call: `custom_call(args...) {target="accy.custom.double", version=1}`; its result type
-is an attribute. It has no built-in derivative: differentiating it needs user JVP/VJP rules
-(`accy.grad_with`, `accy.grad_with_rules`), and evaluating it needs an implementation
-(`accy.reference.run(..., custom_calls=...)` or a kernel from `accy.kernel`).
+is an attribute. Its rules come from the record registered for (target, version) in
+`CUSTOM_CALLS` (an `accy.CustomCall`; the core only knows the methods it calls, see
+`CustomCallRecord`), or from user rules (`accy.grad_with`, `accy.grad_with_rules`), which are
+consulted first. Without either, differentiating it raises `CustomCallRequiresJvpContract` /
+`CustomCallRequiresVjpContract`, naming the target.
+
+A custom call with a VJP rule is linearized (for reverse mode) into a `custom_call` marked
+`linearized=true` whose operands are `primals..., result, tangents...`; it is linear in the
+tangents and only exists to be transposed by that VJP rule.
 
 scan: operands are `consts..., carries..., xs...`; attribute `body` is a Program taking
 `consts..., carries..., x slices...` and returning `new carries..., y slices...`. Each x has the
@@ -13,6 +19,9 @@ results are the final carries, then the stacked ys. `reverse=true` walks the axi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Protocol
+
 import numpy as np
 
 from ...errors import (
@@ -21,9 +30,53 @@ from ...errors import (
     CustomCallRequiresVjpContract,
     TypeRuleError,
 )
-from ..ir import Program
+from ..ir import Operation, Program
 from ..types import TensorType
 from .registry import Rule, attr, register
+
+
+class CustomCallRecord(Protocol):
+    """What the kind table asks of a registered custom-call record (`accy.CustomCall`)."""
+
+    def tangent(
+        self, e: Any, op: Operation, primals: list, tangents: list, result: Any, *, reverse: bool
+    ) -> Any:
+        """The tangent of the call's result (`reverse`: the linearization is for transposing)."""
+        ...
+
+    def transpose(self, e: Any, op: Operation, cotangent: Any, operands: list) -> list:
+        """One cotangent (or None) per operand of a call that is linear in some operands."""
+        ...
+
+
+CUSTOM_CALLS: dict[tuple[str, int], CustomCallRecord] = {}
+"""The one process-wide table of custom-call records by (target, version); `accy.custom`
+registers into it, and the kind table, the transforms and the evaluators look records up here."""
+
+
+def custom_call_record(attrs: Any) -> CustomCallRecord | None:
+    """The record registered for the (target, version) of a custom call's attributes, or None."""
+    return CUSTOM_CALLS.get((attrs["target"], attrs["version"]))
+
+
+def missing_jvp(attrs: Any, detail: str = "") -> CustomCallRequiresJvpContract:
+    """The error for a custom call differentiated in forward mode without a JVP rule."""
+    target, version = attrs["target"], attrs["version"]
+    return CustomCallRequiresJvpContract(
+        f"custom_call {target!r} (version {version}) has no JVP rule{detail}; declare it with "
+        f"accy.CustomCall({target!r}, version={version}, jvp=... or fallback=...), or give one "
+        "through grad_with(hooks={'jvp': ...}) or grad_with_rules(jvp_rules=...)"
+    )
+
+
+def missing_vjp(attrs: Any, detail: str = "") -> CustomCallRequiresVjpContract:
+    """The error for a custom call transposed without a VJP rule."""
+    target, version = attrs["target"], attrs["version"]
+    return CustomCallRequiresVjpContract(
+        f"custom_call {target!r} (version {version}) has no VJP rule{detail}; declare it with "
+        f"accy.CustomCall({target!r}, version={version}, vjp=...), or give one through "
+        "grad_with(hooks={'vjp': ...}) or grad_with_rules(vjp_rules=...)"
+    )
 
 
 def _custom_call_infer(types, attrs):
@@ -39,18 +92,28 @@ def _custom_call_infer(types, attrs):
     return result
 
 
-def _custom_call_jvp(e, op, primals, tangents, out):
-    raise CustomCallRequiresJvpContract(
-        f"custom_call {op.attrs['target']!r} (version {op.attrs['version']}) has no JVP rule; "
-        "give one through grad_with(hooks={'jvp': ...}) or grad_with_rules(jvp_rules=...)"
-    )
+def custom_call_jvp(
+    e: Any,
+    op: Operation,
+    primals: Sequence[Any],
+    tangents: Sequence[Any],
+    out: Any,
+    *,
+    reverse: bool = False,
+) -> Any:
+    """The tangent of a custom call, by its record's rules; `reverse` when the linearization
+    will be transposed (then a VJP rule is preferred to a JVP rule)."""
+    record = custom_call_record(op.attrs)
+    if record is None:
+        raise missing_jvp(op.attrs)
+    return record.tangent(e, op, list(primals), list(tangents), out, reverse=reverse)
 
 
 def _custom_call_transpose(e, op, ct, operands):
-    raise CustomCallRequiresVjpContract(
-        f"custom_call {op.attrs['target']!r} (version {op.attrs['version']}) has no VJP rule; "
-        "give one through grad_with(hooks={'vjp': ...}) or grad_with_rules(vjp_rules=...)"
-    )
+    record = custom_call_record(op.attrs)
+    if record is None:
+        raise missing_vjp(op.attrs)
+    return record.transpose(e, op, ct, operands)
 
 
 register(
@@ -58,7 +121,7 @@ register(
         "custom_call",
         _custom_call_infer,
         lambda attrs, args, ev: ev.custom_call(attrs, args),
-        _custom_call_jvp,
+        custom_call_jvp,
         _custom_call_transpose,
         result_type_is_attr=True,
     )

@@ -9,11 +9,11 @@ the same code. `accy_set_blas` receives the GEMM function pointers once, after l
 
 from __future__ import annotations
 
+from ...codegen.c.expressions import Unit
 from ...core import Operation
 from ...errors import AccyError
 from ...lower.plan import Plan
 from .blas import Blas
-from .expressions import Unit
 from .steps import STEP_EMITTERS, StepContext
 from .vector_math import vector_declarations
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...codegen.c.expressions import Body
+from ...codegen.c.types import c_type
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, Slot, Step
 from ...lower.views import StridedView
-from ..cpu.dtypes import c_type
-from ..cpu.expressions import Body
 from .kernels import BLOCK, Module, Pointers, pointer_declaration, slot_expression
 from .schedule import WORKSPACE, Address, Launch, Level, Schedule
 

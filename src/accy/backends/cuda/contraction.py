@@ -19,12 +19,12 @@ from __future__ import annotations
 import itertools
 import math
 
+from ...codegen.c.expressions import offset_expression
+from ...codegen.c.types import c_type
 from ...core.types import f32
 from ...lower.contraction import Gemm as Layout
 from ...lower.contraction import MatrixOperand
 from ...lower.plan import BLAS_DTYPES
-from ..cpu.dtypes import c_type
-from ..cpu.expressions import offset_expression
 from ..cpu.loops import nest
 from ..cpu.steps.dot import loop_indices
 from .context import StepCode, StepContext, launches, nothing

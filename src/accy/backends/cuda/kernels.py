@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from ...codegen.c.expressions import Unit
+from ...codegen.c.types import c_type, literal
 from ...core import Operation
 from ...core.types import DType, TensorType
 from ...lower.plan import Plan, Slot
 from ...lower.views import row_major
-from ..cpu.dtypes import c_type, literal
-from ..cpu.expressions import Unit
 
 BLOCK = 256  # threads per block of every generated kernel
 WARP = 32

@@ -18,9 +18,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...codegen.c import templates
+from ...codegen.c.types import c_type, highest, lowest
 from ...core.types import DType
-from ..cpu import templates
-from ..cpu.dtypes import c_type, highest, lowest
 from .kernels import BLOCK, WARP, grid_stride
 
 BUSY_THREADS = 1 << 19  # threads that keep an H200 busy: 132 SMs x 2048 threads, twice over

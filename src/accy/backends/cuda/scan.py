@@ -11,8 +11,8 @@ from its own small table.
 
 from __future__ import annotations
 
+from ...codegen.c.expressions import offset_expression
 from ...core.types import TensorType
-from ..cpu.expressions import offset_expression
 from .context import StepCode, StepContext, launches
 from .kernels import axis_names, blocks_for, decompose, grid_stride
 from .schedule import WORKSPACE, Address, Launch, Level, Schedule

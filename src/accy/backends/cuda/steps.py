@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...codegen.c.expressions import EMITTERS, Body, Flat, NotFlat, linear
+from ...codegen.c.types import c_type
 from ...core.types import bf16, bool_, f16, f32, f64, i32, i64, u8
 from ...errors import AccyError
 from ...lower.plan import Plan, Step
-from ..cpu.dtypes import c_type
-from ..cpu.expressions import EMITTERS, Body, Flat, NotFlat, linear
 from .context import StepCode, StepContext, launches, nothing
 from .kernels import Module, axis_names, blocks_for, compute_bytes, decompose, grid_stride
 from .reductions import Accumulator, Cut, Finish, choose_cut, reduction_lines

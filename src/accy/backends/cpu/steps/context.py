@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ....codegen.c.expressions import Body, Unit
+from ....codegen.c.types import c_type
 from ....lower.plan import Plan, Step
-from ..dtypes import c_type
-from ..expressions import Body, Unit
 
 CHUNKS = 8  # fixed, so that a parallel reduction adds in the same order on any thread count
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
+from ....codegen.c.expressions import linear, offset_expression
+from ....codegen.c.types import c_type
 from ....core.kinds.contraction import dimensions, free_dimensions
 from ....core.types import TensorType, f32
 from ....lower.contraction import Gemm, MatrixOperand
 from ....lower.plan import BLAS_DTYPES
-from ..dtypes import c_type
-from ..expressions import linear, offset_expression
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest
 from .context import StepContext, store_element
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ....codegen.c import templates
+from ....codegen.c.expressions import EMITTERS, Body, Flat
+from ....codegen.c.types import c_type
 from ....lower.plan import Step
-from .. import templates
-from ..dtypes import c_type
-from ..expressions import EMITTERS, Body, Flat
 from ..loops import PARALLEL_FOR, SIMD, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
 from .reduce import identity

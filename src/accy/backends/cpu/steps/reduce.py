@@ -6,9 +6,9 @@ results are combined in chunk order: the same sum on any number of threads.
 
 from __future__ import annotations
 
-from .. import templates
-from ..dtypes import c_type, highest, lowest
-from ..expressions import linear
+from ....codegen.c import templates
+from ....codegen.c.expressions import linear
+from ....codegen.c.types import c_type, highest, lowest
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ....codegen.c.expressions import linear, offset_expression
+from ....codegen.c.types import c_type
 from ....core.types import TensorType
-from ..dtypes import c_type
-from ..expressions import linear, offset_expression
 from ..loops import axis_index, axis_loops, nest
 from .context import StepContext
 

@@ -10,10 +10,10 @@ the work.
 
 from __future__ import annotations
 
+from ....codegen.c.expressions import Flat, NotFlat, linear
+from ....codegen.c.types import c_type
 from ....core.types import TensorType, bf16
 from ....errors import AccyError
-from ..dtypes import c_type
-from ..expressions import Flat, NotFlat, linear
 from ..loops import axis_index, axis_loops, nest, worth_threads
 from .context import StepContext, store_element
 

@@ -11,7 +11,7 @@ sends NaN to 0 and saturates.
 from __future__ import annotations
 
 from ...errors import AccyError
-from .dtypes import CType
+from .types import CType
 
 UNARY = {
     "neg": {"*": "-{x}"},
@@ -70,7 +70,7 @@ def unary(name: str, ctype: CType, x: str) -> str:
     """The C expression of unary `name` on `x`.
 
     >>> from accy import f32, i32
-    >>> from accy.backends.cpu.dtypes import c_type
+    >>> from accy.codegen.c.types import c_type
     >>> unary("exp", c_type(f32), "t0"), unary("abs", c_type(i32), "t0")
     ('expf(t0)', '(t0 < 0 ? -t0 : t0)')
     """

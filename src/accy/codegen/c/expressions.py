@@ -24,7 +24,7 @@ from ...lower.grouping import keeps_flat_order
 from ...lower.plan import Plan
 from ...lower.views import StridedView, row_major
 from . import templates
-from .dtypes import c_type, highest, literal, lowest
+from .types import c_type, highest, literal, lowest
 
 
 class NotFlat(Exception):

@@ -1,0 +1,1 @@
+"""Code generation shared by every backend."""

@@ -51,6 +51,7 @@ class StepContext:
     plan: Plan
     index: int
     step: Step
+    emit_plan: Callable[[Module, Plan], StepCode]  # writes a nested plan (a scan's body)
     scratch_used: int = 0
 
     def pointers(self) -> Pointers:

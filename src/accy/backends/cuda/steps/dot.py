@@ -19,18 +19,18 @@ from __future__ import annotations
 import itertools
 import math
 
-from ...codegen.c.expressions import offset_expression
-from ...codegen.c.types import c_type
-from ...core.types import f32
-from ...lower.contraction import Gemm as Layout
-from ...lower.contraction import MatrixOperand
-from ...lower.plan import BLAS_DTYPES
-from ..cpu.loops import nest
-from ..cpu.steps.dot import loop_indices
-from .context import StepCode, StepContext, launches, nothing
-from .kernels import axis_names, blocks_for, decompose, grid_stride
-from .schedule import WORKSPACE, Address, Gemm, Level, Schedule
-from .steps import Staging, indent, rounded, stage_moving_buffers, store
+from ....codegen.c.expressions import offset_expression
+from ....codegen.c.types import c_type
+from ....core.types import f32
+from ....lower.contraction import Gemm as Layout
+from ....lower.contraction import MatrixOperand
+from ....lower.plan import BLAS_DTYPES
+from ...cpu.loops import nest
+from ...cpu.steps.dot import loop_indices
+from ..context import StepCode, StepContext, launches, nothing
+from ..kernels import axis_names, blocks_for, decompose, grid_stride
+from ..schedule import WORKSPACE, Address, Gemm, Level, Schedule
+from .common import Staging, indent, rounded, stage_moving_buffers, store
 
 OP_N, OP_T = 0, 1  # cublasOperation_t
 # A contraction this short over a result this large is a few multiply-adds per element of a big

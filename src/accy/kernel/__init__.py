@@ -23,13 +23,13 @@ against. See README.md in this directory for the design.
 'accy_kernel_accy_custom_double_4_f32'
 """
 
-from . import dtypes, examples, logical, lower, ops
+from . import examples, logical, lower, ops
 from .artifact import FORMATS, KernelCallArtifact
 from .call import KernelCall, KernelCallRegistry
-from .dtypes import c_storage_type
 from .errors import KernelCallMismatch, KernelCallNotFound, KernelError, KernelLimitExceeded
 from .ir import Buffer, Index1D, Index2D, dynamic_buffer
 from .limits import Limits
+from .lower import c_storage_type
 
 __all__ = [
     "FORMATS",
@@ -45,7 +45,6 @@ __all__ = [
     "KernelLimitExceeded",
     "Limits",
     "c_storage_type",
-    "dtypes",
     "dynamic_buffer",
     "examples",
     "logical",

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...codegen.c.dialect import CUDA
 from ...codegen.c.expressions import Body
-from ...codegen.c.types import c_type
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, Slot, Step
 from ...lower.views import StridedView
@@ -82,7 +82,7 @@ class StepContext:
         return offset
 
     def storage(self, value: int) -> str:
-        return c_type(self.plan.program.type_of(value).dtype).storage
+        return CUDA.c_type(self.plan.program.type_of(value).dtype).storage
 
     def itemsize(self, value: int) -> int:
         return self.plan.program.type_of(value).dtype.itemsize

@@ -17,9 +17,8 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping
 
-from .. import lower
+from .. import lower, ops
 from ..artifact import KernelCallArtifact, compile_kernel_call
-from ..dtypes import c_type
 from ..errors import KernelError
 from ..ir import RESULT, Buffer, Launch, TracedKernel
 from ..limits import Limits
@@ -193,7 +192,7 @@ def _check_parameters(kernel: str, parameters: object) -> None:
                 f"kernel {kernel!r}: parameter {name!r} must be a buffer such as "
                 f"accy.kernel.dynamic_buffer(accy.f32), got {buffer!r}"
             )
-        c_type(buffer.dtype)
+        ops.check_dtype(buffer.dtype)
     if RESULT not in parameters:
         raise KernelError(
             f"kernel {kernel!r} needs a parameter named {RESULT!r}: the call's result, which "

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import Body, Flat, NotFlat
-from ....codegen.c.types import c_type
 from ....errors import AccyError
 from ..context import StepContext
 from ..kernels import axis_names, blocks_for, decompose, grid_stride
@@ -20,11 +20,11 @@ def indent(lines: list[str]) -> list[str]:
 
 
 def store(dtype, pointer: str, position: str, x: str) -> str:
-    return f"{pointer}[{position}] = {c_type(dtype).store.format(x=x)};"
+    return f"{pointer}[{position}] = {CUDA.c_type(dtype).store.format(x=x)};"
 
 
 def rounded(dtype, x: str) -> str:
-    return c_type(dtype).round.format(x=x)
+    return CUDA.c_type(dtype).round.format(x=x)
 
 
 def elementwise(ctx: StepContext, size: int, make) -> str:

@@ -19,8 +19,8 @@ from __future__ import annotations
 import itertools
 import math
 
+from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import offset_expression
-from ....codegen.c.types import c_type
 from ....core.types import f32
 from ....lower.contraction import Gemm as Layout
 from ....lower.contraction import MatrixOperand
@@ -57,7 +57,7 @@ def _pack(ctx: StepContext, value: int, matrix: MatrixOperand, name: str) -> tup
     names = axis_names(t, "p")
     head = decompose("i", t.extents, names)
     x = body.value(value, names)
-    storage = c_type(t.dtype).storage
+    storage = CUDA.c_type(t.dtype).storage
     offset = ctx.workspace_scratch(name)
     position = offset_expression(names, matrix.view.strides)
     lines = [
@@ -183,7 +183,7 @@ def _emit_loops(ctx: StepContext) -> StepCode:
     body = ctx.body(pointers)
     a = body.value(op.operands[0], lhs_index)
     b = body.value(op.operands[1], rhs_index)
-    compute = c_type(op.type.dtype).compute
+    compute = CUDA.c_type(op.type.dtype).compute
     inner = [
         f"{compute} acc = 0;",
         *nest(loops, body.lines + [f"acc = acc + {a} * {b};"]),

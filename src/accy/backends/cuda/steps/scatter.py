@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ....codegen.c.expressions import Body, linear
-from ....codegen.c.types import c_type
+from ....codegen.c.dialect import CUDA
+from ....codegen.c.expressions import Body, clamp, linear
 from ....core.types import bf16, bool_, f16, f32, f64, i32, i64, u8
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import axis_names, blocks_for, decompose, grid_stride
@@ -25,7 +25,7 @@ def _scatter_target(ctx: StepContext, pointers) -> tuple[str, list[str], str, st
     the result, or for bf16 a float32 accumulator that is rounded once at the end."""
     op = ctx.step.op
     if op.type.dtype != bf16:
-        ctype = c_type(op.type.dtype)
+        ctype = CUDA.c_type(op.type.dtype)
         return pointers[op.results[0]], [], ctype.load, ctype.store
     offset = ctx.workspace_scratch("accumulator")
     declaration = f"float *__restrict__ sum = (float *)(ws + {offset});"
@@ -53,7 +53,7 @@ def _scatter_row(ctx: StepContext, body: Body, index: tuple[str, ...]) -> str:
     position = result.position(op.attrs["axis"])
     extent = result.extents[position]
     row = body.value(op.operands[1], index[position : position + indices.rank])
-    clamped = body.index_temp(f"ACCY_CPU_CLAMP((int64_t){row}, {extent - 1})")
+    clamped = body.index_temp(clamp(f"(int64_t){row}", extent))
     at = index[:position] + (clamped,) + index[position + indices.rank :]
     return linear(at, result.extents)
 

@@ -61,7 +61,7 @@ from .core.types import TensorType
 from .core.value import Value
 from .core.walk import Inline, run
 from .errors import AccyError, CustomCallConflict, CustomCallError, TypeRuleError
-from .kernel.artifact import KernelCallArtifact, create_kernel_call_artifact
+from .kernel.artifact import KernelCallArtifact
 from .kernel.call import KernelCall, KernelCallRegistry
 from .kernel.errors import KernelCallNotFound, KernelError
 from .kernel.limits import Limits
@@ -425,8 +425,7 @@ class CustomCall:
         if isinstance(source, KernelProgram):
             built = self._built.get((fmt, id(source)))
             if built is None or built[0] is not source:
-                artifact = create_kernel_call_artifact(
-                    source,
+                artifact = source.create_kernel_call_artifact(
                     Limits.default,
                     None,
                     target=self.target,

@@ -12,7 +12,7 @@ import pytest
 
 import accy
 from accy import bf16, f32, i32, spec
-from accy.backends.cpu import templates
+from accy.codegen.c import templates
 from accy.core.kinds.elementwise import BINARY, UNARY
 
 from .conftest import assert_matches_reference

@@ -14,7 +14,6 @@ import numpy as np
 import accy
 from accy.core.types import DType, bf16, bool_, f16, f32, f64, i32, i64, round_to_bf16, u8
 from accy.kernel import Index2D, Limits, dynamic_buffer, examples, ops
-from accy.kernel.dtypes import c_type
 from accy.kernel.examples import custom_double_kernel
 from accy.kernel.logical import Program, schedule
 
@@ -95,7 +94,7 @@ def map_kernel(
 
 def applies(op: str, dtype: DType) -> bool:
     """Whether the op table defines `op` for `dtype` (the error tests cover the rest)."""
-    return c_type(dtype).family in ops.OPS[op].templates
+    return ops.applies(op, dtype)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,8 +13,7 @@ import numpy as np
 
 from accy.core.types import TensorType
 from accy.kernel import KernelCall
-from accy.kernel.cpu import _from_storage, _tensor_type, _to_storage
-from accy.kernel.dtypes import c_type
+from accy.kernel.cpu import _from_storage, _tensor_type, _to_storage, storage_numpy
 from accy.kernel.logical import RESULT
 
 
@@ -76,7 +75,7 @@ class Driver:
             name: _to_storage(np.asarray(a), t)
             for (name, _), a, t in zip(call.operand_parameters, operands, types, strict=True)
         }
-        hosts[RESULT] = np.zeros(result_type.size, c_type(result_type.dtype).storage_numpy)
+        hosts[RESULT] = np.zeros(result_type.size, storage_numpy(result_type.dtype))
         devices = {name: self._upload(host) for name, host in hosts.items()}
         try:
             self._launch(module, call, [devices[name] for name, _ in call.parameters])

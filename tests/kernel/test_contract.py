@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import accy
+from accy.codegen.c.dialect import GCC
 from accy.core.types import f32, i32
 from accy.kernel import KernelCallRegistry, Limits, dynamic_buffer, toolchain
 from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
@@ -59,7 +60,7 @@ def test_the_double_kernel_call_has_every_field_of_the_contract():
 def test_pointers_follow_declaration_order_wherever_dst_is():
     call = _build(_scale_by_index_kernel())
     assert call.c_signature == (
-        "void accy_kernel_scale_by(const float* p_x, float* p_dst, const int* p_n)"
+        "void accy_kernel_scale_by(const float* p_x, float* p_dst, const int32_t* p_n)"
     )
     assert call.operand_parameters == (("x", f32), ("n", i32))
     assert (call.block, call.grid) == (None, None)  # no schedule: fine for the CPU
@@ -70,14 +71,17 @@ def test_pointers_follow_declaration_order_wherever_dst_is():
 
 def test_c_source_stands_alone_and_matches_its_signature():
     call = _build(_scale_by_index_kernel())
-    # A backend may declare the prototype first, then include the definition.
-    toolchain.check_c_source(call.c_signature + ";\n" + call.c_source, "contract", strict=True)
+    toolchain.check_c_source(call.c_source, "contract", strict=True)
+    # A backend may declare the prototype first (after the dialect's prelude, which names the
+    # element types), then include the definition.
+    prototype = GCC.prelude + call.c_signature + ";\n"
+    toolchain.check_c_source(prototype + call.c_source, "contract", strict=True)
 
 
 def test_kernels_share_one_translation_unit():
     double, scale = _build(custom_double_kernel()), _build(_scale_by_index_kernel())
     source = double.c_source + scale.c_source
-    assert source.count("#define ACCY_KERNEL_PRELUDE") == 2  # guarded: only the first counts
+    assert source.count("#define ACCY_PRELUDE") == 2  # guarded: only the first counts
     toolchain.check_c_source(source, "two kernels", strict=True)
 
 

@@ -1,2 +1,2 @@
-"""Code generation shared by every backend: the disk cache of built libraries (the C dialect
-will live here too)."""
+"""Code generation shared by every backend: the C dialect (`c/`) and the disk cache of built
+libraries (`cache.py`)."""

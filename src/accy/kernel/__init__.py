@@ -1,6 +1,6 @@
 """`accy.kernel`: a small language for custom-call kernels, lowered to C and to CUDA C.
 
-A kernel is a `logical.Program` over named buffers; `create_kernel_call_artifact` builds it for
+A kernel is a `logical.Program` over named buffers; its `create_kernel_call_artifact` builds it for
 a custom-call target, and the artifact's `registry()` is what the backends link custom calls
 against. See README.md in this directory for the design.
 
@@ -23,13 +23,13 @@ against. See README.md in this directory for the design.
 'accy_kernel_accy_custom_double_4_f32'
 """
 
-from . import dtypes, examples, logical, lower, ops
-from .artifact import FORMATS, KernelCallArtifact, create_kernel_call_artifact
+from . import examples, logical, lower, ops
+from .artifact import FORMATS, KernelCallArtifact
 from .call import KernelCall, KernelCallRegistry
-from .dtypes import c_storage_type
 from .errors import KernelCallMismatch, KernelCallNotFound, KernelError, KernelLimitExceeded
 from .ir import Buffer, Index1D, Index2D, dynamic_buffer
 from .limits import Limits
+from .lower import c_storage_type
 
 __all__ = [
     "FORMATS",
@@ -45,8 +45,6 @@ __all__ = [
     "KernelLimitExceeded",
     "Limits",
     "c_storage_type",
-    "create_kernel_call_artifact",
-    "dtypes",
     "dynamic_buffer",
     "examples",
     "logical",

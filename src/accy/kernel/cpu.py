@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core.types import DType, TensorType, bf16, bool_, f16, round_to_bf16
-from .dtypes import c_type
 from .errors import KernelCallMismatch
 from .ir import RESULT
 from .toolchain import load_shared_library
@@ -60,7 +59,7 @@ class CpuLibrary:
             name: _to_storage(array, t)
             for (name, _), array, t in zip(call.operand_parameters, arrays, types, strict=True)
         }
-        buffers[RESULT] = np.zeros(result_type.size, c_type(result_type.dtype).storage_numpy)
+        buffers[RESULT] = np.zeros(result_type.size, storage_numpy(result_type.dtype))
         function = getattr(self._library, call.symbol)
         function.restype = None
         function(*(buffers[name].ctypes.data_as(ctypes.c_void_p) for name, _ in call.parameters))
@@ -97,6 +96,19 @@ def _tensor_type(call: KernelCall, name: str, dtype: DType, array: np.ndarray) -
     return TensorType(dtype, tuple((f"axis{k}", n) for k, n in enumerate(array.shape)))
 
 
+def storage_numpy(dtype: DType) -> np.dtype:
+    """The NumPy dtype of a kernel buffer's elements: 16-bit floats as their raw bits, bool as
+    one byte.
+
+    >>> import accy
+    >>> storage_numpy(accy.f16), storage_numpy(accy.bool_)
+    (dtype('uint16'), dtype('uint8'))
+    """
+    if dtype in (f16, bf16):
+        return np.dtype(np.uint16)
+    return np.dtype(np.uint8) if dtype == bool_ else np.dtype(dtype.numpy)
+
+
 def _to_storage(array: np.ndarray, t: TensorType) -> np.ndarray:
     flat = np.ascontiguousarray(array).reshape(-1)
     if t.dtype == bf16:
@@ -104,7 +116,7 @@ def _to_storage(array: np.ndarray, t: TensorType) -> np.ndarray:
         return (round_to_bf16(flat).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
     if t.dtype == f16:
         return flat.view(np.uint16)
-    return flat.astype(c_type(t.dtype).storage_numpy)
+    return flat.astype(storage_numpy(t.dtype))
 
 
 def _from_storage(buffer: np.ndarray, dtype: DType) -> np.ndarray:

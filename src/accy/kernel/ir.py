@@ -183,6 +183,14 @@ Statement = Constant | Load | IndexValue | Apply | Store | ParallelLoop | Reduct
 
 
 @dataclass(frozen=True)
+class Launch:
+    """CUDA launch dimensions: `grid` blocks of `block` threads."""
+
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
 class TracedKernel:
     """A kernel body after tracing, with what it reads and writes, ready to lower."""
 

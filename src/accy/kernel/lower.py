@@ -1,6 +1,7 @@
 """Lowering a traced kernel to C (the CPU backend) and to CUDA C (compiled to PTX).
 
-Both targets print the same statements; they differ only in the entry function and in how a
+Both targets print the same statements in their own dialect of C (`accy.codegen.c.dialect`:
+`GCC` for C, `CUDA` for CUDA C); they differ only in the entry function and in how a
 parallel loop is run (`TARGETS`): C runs it as nested `for` loops, CUDA gives each position its
 own thread and guards the thread index against the loop's extent, so a thread past the end
 touches nothing. Every other statement is printed from a table (`STATEMENTS`).
@@ -11,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..codegen.c.dialect import CUDA, GCC, Dialect
 from ..core.types import DType
 from . import ops
-from .dtypes import c_type, literal
 from .ir import (
     Apply,
     Constant,
@@ -28,7 +29,6 @@ from .ir import (
     Store,
     TracedKernel,
 )
-from .prelude import PRELUDE
 
 INDENT = "  "
 INDEX_TYPE = "long long"  # loop positions and offsets: 64-bit, so extents past 2^31 index safely
@@ -38,13 +38,13 @@ def c_source(kernel: TracedKernel) -> str:
     """C text defining `void accy_kernel_<name>(<one pointer per parameter>)`, for the CPU.
 
     >>> from accy.kernel.examples import custom_double_kernel
-    >>> print(c_source(custom_double_kernel().traced).split("#endif /* ACCY_KERNEL_PRELUDE */")[1])
+    >>> print(c_source(custom_double_kernel().traced).split("#endif /* ACCY_PRELUDE */")[1])
     <BLANKLINE>
     void accy_kernel_accy_custom_double_4_f32(float* p_dst, const float* p_x) {
       /* for_each e over 4 */
       for (long long i0 = 0; i0 < 4LL; ++i0) {
         const float v1 = p_x[i0];
-        const float v2 = (v1 + v1);
+        const float v2 = v1 + v1;
         p_dst[i0] = v2;
       }
     }
@@ -58,7 +58,7 @@ def cuda_source(kernel: TracedKernel) -> str:
 
     >>> from accy.kernel.examples import custom_double_kernel
     >>> source = cuda_source(custom_double_kernel().traced)
-    >>> print(source.split("#endif /* ACCY_KERNEL_PRELUDE */")[1].split("{")[0].strip())
+    >>> print(source.split("#endif /* ACCY_PRELUDE */")[1].split("{")[0].strip())
     extern "C" __global__ void accy_kernel_accy_custom_double_4_f32(float* p_dst, const float* p_x)
     >>> "if (accy_thread < 4LL) {" in source
     True
@@ -66,17 +66,30 @@ def cuda_source(kernel: TracedKernel) -> str:
     return _source(kernel, TARGETS["cuda"])
 
 
-def c_parameter_list(kernel: TracedKernel) -> str:
+def c_parameter_list(kernel: TracedKernel, dialect: Dialect = GCC) -> str:
     """The C parameters: written ones are `T*`, the others `const T*`, in declaration order.
 
     >>> from accy.kernel.examples import custom_double_kernel
     >>> c_parameter_list(custom_double_kernel().traced)
     'float* p_dst, const float* p_x'
     """
-    return ", ".join(
-        f"{'' if name in kernel.written else 'const '}{c_type(dtype).storage}* {pointer(name)}"
-        for name, dtype in kernel.parameters
-    )
+
+    def declaration(name: str, dtype: DType) -> str:
+        const = "" if name in kernel.written else "const "
+        return f"{const}{dialect.c_type(dtype).storage}* {pointer(name)}"
+
+    return ", ".join(declaration(name, dtype) for name, dtype in kernel.parameters)
+
+
+def c_storage_type(dtype: DType) -> str:
+    """The C element type of a kernel buffer of `dtype` (what a caller's pointer points to).
+
+    >>> import accy
+    >>> accy.kernel.c_storage_type(accy.i64), accy.kernel.c_storage_type(accy.f16)
+    ('int64_t', '_Float16')
+    """
+    ops.check_dtype(dtype)
+    return GCC.c_type(dtype).storage
 
 
 def symbol(kernel: str) -> str:
@@ -106,7 +119,7 @@ def _source(kernel: TracedKernel, target: Target) -> str:
     lines += [f"{INDENT}(void){pointer(name)};" for name in _unused(kernel)]
     lines += _statements(kernel.body, 1, target)
     lines.append("}")
-    return header + PRELUDE + "\n".join(lines) + "\n"
+    return header + target.dialect.prelude + "\n".join(lines) + "\n"
 
 
 def _unused(kernel: TracedKernel) -> list[str]:
@@ -126,8 +139,8 @@ def _line(depth: int, text: str) -> list[str]:
     return [INDENT * depth + text]
 
 
-def _declare(depth: int, var: str, dtype: DType, expression: str) -> list[str]:
-    return _line(depth, f"const {c_type(dtype).compute} {var} = {expression};")
+def _declare(depth: int, var: str, dtype: DType, expression: str, target: Target) -> list[str]:
+    return _line(depth, f"const {target.dialect.c_type(dtype).compute} {var} = {expression};")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,41 +160,45 @@ def offset(index: Index) -> str:
 
 
 def _constant(s: Constant, depth: int, target: Target) -> list[str]:
-    return _declare(depth, s.var, s.dtype, literal(s.value, s.dtype))
+    return _declare(depth, s.var, s.dtype, ops.constant(s.value, s.dtype), target)
 
 
 def _load(s: Load, depth: int, target: Target) -> list[str]:
     element = f"{pointer(s.param)}[{offset(s.index)}]"
-    return _declare(depth, s.var, s.dtype, c_type(s.dtype).load.format(x=element))
+    load = target.dialect.c_type(s.dtype).load
+    return _declare(depth, s.var, s.dtype, load.format(x=element), target)
 
 
 def _index_value(s: IndexValue, depth: int, target: Target) -> list[str]:
-    return _declare(depth, s.var, s.dtype, f"(({c_type(s.dtype).compute}){s.index.var})")
+    compute = target.dialect.c_type(s.dtype).compute
+    return _declare(depth, s.var, s.dtype, f"(({compute}){s.index.var})", target)
 
 
 def _apply(s: Apply, depth: int, target: Target) -> list[str]:
     names = tuple(o.var for o in s.operands)
     dtypes = tuple(o.dtype for o in s.operands)
     if s.op == "cast":
-        return _declare(depth, s.var, s.dtype, ops.render_cast(names[0], dtypes[0], s.dtype))
-    return _declare(depth, s.var, s.dtype, ops.render(s.op, names, dtypes, s.dtype))
+        expression = ops.render_cast(names[0], dtypes[0], s.dtype, target.dialect)
+    else:
+        expression = ops.render(s.op, names, dtypes, s.dtype, target.dialect)
+    return _declare(depth, s.var, s.dtype, expression, target)
 
 
 def _store(s: Store, depth: int, target: Target) -> list[str]:
-    value = c_type(s.dtype).store.format(x=s.value)
+    value = target.dialect.c_type(s.dtype).store.format(x=s.value)
     return _line(depth, f"{pointer(s.param)}[{offset(s.index)}] = {value};")
 
 
 def _reduction(s: Reduction, depth: int, target: Target) -> list[str]:
-    compute = c_type(s.dtype).compute
-    step = ops.render_combine(s.combine, s.var, s.term, s.dtype)
+    ctype = target.dialect.c_type(s.dtype)
+    step = ops.render_combine(s.combine, s.var, s.term, s.dtype, target.dialect)
     lines = _line(depth, f"/* reduce_1d {s.label} ({s.combine}) over {s.index.extent} */")
-    lines += _line(depth, f"{compute} {s.var} = {ops.identity(s.combine, s.dtype)};")
+    lines += _line(depth, f"{ctype.compute} {s.var} = {ops.identity(s.combine, s.dtype)};")
     lines += _line(depth, _for_header(s.index))
     lines += _statements(s.body, depth + 1, target)
     lines += _line(depth + 1, f"{s.var} = {step};")
     lines += _line(depth, "}")
-    rounded = c_type(s.dtype).round.format(x=s.var)
+    rounded = ctype.round.format(x=s.var)
     return lines + ([] if rounded == s.var else _line(depth, f"{s.var} = {rounded};"))
 
 
@@ -211,6 +228,7 @@ STATEMENTS: dict[type, Callable[..., list[str]]] = {
 
 @dataclass(frozen=True)
 class Target:
+    dialect: Dialect
     signature: Callable[[TracedKernel], str]
     preamble: tuple[str, ...]
     loop: Callable[[ParallelLoop, int, Target], list[str]]
@@ -238,7 +256,8 @@ def _c_loop(s: ParallelLoop, depth: int, target: Target) -> list[str]:
 
 
 def _cuda_signature(kernel: TracedKernel) -> str:
-    return f'extern "C" __global__ void {symbol(kernel.name)}({c_parameter_list(kernel)})'
+    parameters = c_parameter_list(kernel, CUDA)
+    return f'extern "C" __global__ void {symbol(kernel.name)}({parameters})'
 
 
 _THREAD = "accy_thread"
@@ -269,6 +288,6 @@ def _cuda_positions(index: Index, depth: int) -> list[str]:
 
 
 TARGETS = {
-    "c": Target(c_signature, (), _c_loop),
-    "cuda": Target(_cuda_signature, _CUDA_PREAMBLE, _cuda_loop),
+    "c": Target(GCC, c_signature, (), _c_loop),
+    "cuda": Target(CUDA, _cuda_signature, _CUDA_PREAMBLE, _cuda_loop),
 }

@@ -1,13 +1,10 @@
-"""The kernel DSL's closed set of elementwise ops, each a row: C template per family, type rule.
+"""The kernel DSL's closed set of elementwise ops: which dtypes each takes, its type rule, and
+its C (and CUDA C), which is the shared dialect's (`accy.codegen.c.templates`).
 
-A template is C (and CUDA C: they share every expression) with the operands as `{a}`, `{b}`
-(and the predicate of select as `{p}`), and these dtype fields: `{c}` the compute type, `{u}` the
-unsigned type of the same width, `{f}` the math suffix (`expf` / `exp`), `{n}` the dtype name.
-Operands are always variables, so a template may read one more than once.
-
-Semantics follow accy's reference evaluator (NumPy): integer arithmetic wraps (done in unsigned
-types, where C defines overflow), integer division truncates and gives 0 for a zero divisor,
-max/min propagate NaN, round goes half to even.
+Semantics follow accy's reference evaluator (NumPy): integer arithmetic wraps, integer division
+truncates and gives 0 for a zero divisor, max/min propagate NaN, round goes half to even, and
+f16/bf16 results are rounded after every op. Operands are always variables, so a template may
+read one more than once.
 """
 
 from __future__ import annotations
@@ -17,11 +14,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..codegen.c import templates
+from ..codegen.c.dialect import GCC, Dialect
+from ..codegen.c.literals import highest, literal, lowest
 from ..core.types import DType, bool_
-from .dtypes import C_TYPES, c_type, literal
 from .errors import KernelError
 
-FLOAT = ("f32", "f64")
+FLOAT = ("float",)
 SIGNED = ("signed",)
 UNSIGNED = ("unsigned",)
 INTEGER = SIGNED + UNSIGNED
@@ -32,90 +31,86 @@ ANY = NUMBER + BOOL
 
 @dataclass(frozen=True)
 class ElementOp:
-    """One op: its templates by operand family and its signature (see `SIGNATURES`)."""
+    """One op: the dtype families it takes and its signature (see `SIGNATURES`)."""
 
-    templates: dict[str, str]
+    families: tuple[str, ...]
     signature: str  # "unary", "binary", "compare" or "select"
 
 
-def _op(signature: str, groups: dict[tuple[str, ...], str]) -> ElementOp:
-    templates = {family: text for families, text in groups.items() for family in families}
-    return ElementOp(templates, signature)
-
-
-def _wrapping(symbol: str) -> str:
-    # Signed overflow is undefined in C; unsigned arithmetic wraps, and converting back is
-    # modular on every compiler accy targets (and defined from C++20).
-    return f"({{c}})(({{u}}){{a}} {symbol} ({{u}}){{b}})"
-
-
-_NAN_AWARE_MAX = "({a} != {a} || {a} > {b} ? {a} : {b})"
-_NAN_AWARE_MIN = "({a} != {a} || {a} < {b} ? {a} : {b})"
-
 BINARY = {
-    "add": _op("binary", {FLOAT: "({a} + {b})", INTEGER: _wrapping("+")}),
-    "sub": _op("binary", {FLOAT: "({a} - {b})", INTEGER: _wrapping("-")}),
-    "mul": _op("binary", {FLOAT: "({a} * {b})", INTEGER: _wrapping("*")}),
-    "div": _op("binary", {FLOAT: "({a} / {b})", INTEGER: "accy_div_{n}({a}, {b})"}),
-    "pow": _op("binary", {FLOAT: "pow{f}({a}, {b})"}),
-    "max": _op(
-        "binary", {FLOAT: _NAN_AWARE_MAX, INTEGER: "({a} > {b} ? {a} : {b})", BOOL: "({a} | {b})"}
-    ),
-    "min": _op(
-        "binary", {FLOAT: _NAN_AWARE_MIN, INTEGER: "({a} < {b} ? {a} : {b})", BOOL: "({a} & {b})"}
-    ),
+    "add": ElementOp(NUMBER, "binary"),
+    "sub": ElementOp(NUMBER, "binary"),
+    "mul": ElementOp(NUMBER, "binary"),
+    "div": ElementOp(NUMBER, "binary"),
+    "pow": ElementOp(FLOAT, "binary"),
+    "max": ElementOp(ANY, "binary"),
+    "min": ElementOp(ANY, "binary"),
 }
 
-_WRAPPING_NEG = "({c})(({u})0 - ({u}){a})"
-
+_FLOAT_UNARY = (
+    "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "logistic", "sqrt", "rsqrt",
+    "floor", "ceil", "round",
+)  # fmt: skip
 UNARY = {
-    "neg": _op("unary", {FLOAT: "(-{a})", INTEGER: _WRAPPING_NEG}),
-    "abs": _op(
-        "unary",
-        {FLOAT: "fabs{f}({a})", SIGNED: f"({{a}} < 0 ? {_WRAPPING_NEG} : {{a}})", UNSIGNED: "{a}"},
-    ),
-    "sign": _op(
-        "unary",
-        {
-            # NaN and signed zeros come back unchanged, as NumPy's sign gives them.
-            FLOAT: "({a} > 0 ? ({c})1 : ({a} < 0 ? ({c})-1 : {a}))",
-            SIGNED: "({c})(({a} > 0) - ({a} < 0))",
-            UNSIGNED: "({c})({a} > 0)",
-        },
-    ),
-    "exp": _op("unary", {FLOAT: "exp{f}({a})"}),
-    "log": _op("unary", {FLOAT: "log{f}({a})"}),
-    "log1p": _op("unary", {FLOAT: "log1p{f}({a})"}),
-    "expm1": _op("unary", {FLOAT: "expm1{f}({a})"}),
-    "sin": _op("unary", {FLOAT: "sin{f}({a})"}),
-    "cos": _op("unary", {FLOAT: "cos{f}({a})"}),
-    "tan": _op("unary", {FLOAT: "tan{f}({a})"}),
-    "tanh": _op("unary", {FLOAT: "tanh{f}({a})"}),
-    "logistic": _op("unary", {FLOAT: "accy_logistic{f}({a})"}),
-    "sqrt": _op("unary", {FLOAT: "sqrt{f}({a})"}),
-    "rsqrt": _op("unary", {FLOAT: "(({c})1 / sqrt{f}({a}))"}),
-    "floor": _op("unary", {FLOAT: "floor{f}({a})"}),
-    "ceil": _op("unary", {FLOAT: "ceil{f}({a})"}),
-    # rint rounds in the default mode, half to even, as NumPy's round does.
-    "round": _op("unary", {FLOAT: "rint{f}({a})"}),
-    "not": _op("unary", {BOOL: "(unsigned char)!{a}"}),
+    "neg": ElementOp(NUMBER, "unary"),
+    "abs": ElementOp(NUMBER, "unary"),
+    "sign": ElementOp(NUMBER, "unary"),
+    **{name: ElementOp(FLOAT, "unary") for name in _FLOAT_UNARY},
+    "not": ElementOp(BOOL, "unary"),
 }
 
-COMPARE = {
-    name: _op("compare", {ANY: f"(unsigned char)({{a}} {symbol} {{b}})"})
-    for name, symbol in {
-        "eq": "==",
-        "ne": "!=",
-        "lt": "<",
-        "le": "<=",
-        "gt": ">",
-        "ge": ">=",
-    }.items()
-}
+COMPARE = {name: ElementOp(ANY, "compare") for name in templates.COMPARE}
 
-SELECT = {"select": _op("select", {ANY: "({p} ? {a} : {b})"})}
+SELECT = {"select": ElementOp(ANY, "select")}
 
 OPS: dict[str, ElementOp] = {**BINARY, **UNARY, **COMPARE, **SELECT}
+
+
+def check_dtype(dtype: object) -> None:
+    """Reject anything that is not one of accy's dtypes.
+
+    >>> check_dtype("float")
+    Traceback (most recent call last):
+    ...
+    accy.kernel.errors.KernelError: dtype 'float' has no kernel representation; use one of f32, f64, f16, bf16, i32, i64, u8, bool
+    """  # noqa: E501
+    if dtype not in GCC.types:
+        names = ", ".join(d.name for d in GCC.types)
+        raise KernelError(f"dtype {dtype!r} has no kernel representation; use one of {names}")
+
+
+def check_representable(value: float | int | bool, dtype: DType) -> None:
+    """Reject constants that would silently change: 0.5 as an int, 300 as a u8, 2 as a bool.
+
+    >>> import accy
+    >>> check_representable(300, accy.u8)
+    Traceback (most recent call last):
+    ...
+    accy.kernel.errors.KernelError: constant 300 is outside the range of u8 [0, 255]
+    """
+    if not isinstance(value, int | float | bool | np.number | np.bool_):
+        raise KernelError(f"a kernel constant must be a Python number, got {value!r}")
+    if dtype.is_float:
+        return
+    if isinstance(value, float | np.floating) and not float(value).is_integer():
+        raise KernelError(f"constant {value!r} is not an integer, so it cannot be a {dtype.name}")
+    info = (0, 1) if dtype == bool_ else np.iinfo(dtype.numpy)
+    low, high = (0, 1) if dtype == bool_ else (info.min, info.max)
+    if not low <= int(value) <= high:
+        raise KernelError(
+            f"constant {value!r} is outside the range of {dtype.name} [{low}, {high}]"
+        )
+
+
+def constant(value: float | int | bool, dtype: DType) -> str:
+    """A C literal of `dtype`'s compute type holding `value` (rounded to `dtype` first).
+
+    >>> import accy
+    >>> constant(0.5, accy.f32)
+    '0.5f'
+    """
+    check_representable(value, dtype)
+    return literal(value, dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,13 +181,23 @@ def result_dtype(kernel: str, name: str, dtypes: tuple[DType, ...]) -> DType:
             f"kernel {kernel!r}: {name} takes {len(signature.operands)} operands, got {len(dtypes)}"
         )
     family_dtype, result = signature.rule(kernel, name, dtypes)
-    if c_type(family_dtype).family not in op.templates:
-        accepted = ", ".join(d.name for d, t in C_TYPES.items() if t.family in op.templates)
+    if not applies(name, family_dtype):
+        accepted = ", ".join(d.name for d in GCC.types if applies(name, d))
         raise KernelError(
             f"kernel {kernel!r}: {name} does not apply to {family_dtype.name} values; it takes "
             f"{accepted} (convert with value.cast(inner, dtype) first)"
         )
     return result
+
+
+def applies(name: str, dtype: DType) -> bool:
+    """Whether op `name` takes operands of `dtype`.
+
+    >>> import accy
+    >>> applies("add", accy.bool_), applies("max", accy.bool_)
+    (False, True)
+    """
+    return GCC.c_type(dtype).family in OPS[name].families
 
 
 def operation(kernel: str, name: str) -> ElementOp:
@@ -206,86 +211,59 @@ def operation(kernel: str, name: str) -> ElementOp:
     return OPS[name]
 
 
-def render(name: str, operands: tuple[str, ...], dtypes: tuple[DType, ...], result: DType) -> str:
+def render(
+    name: str,
+    operands: tuple[str, ...],
+    dtypes: tuple[DType, ...],
+    result: DType,
+    dialect: Dialect = GCC,
+) -> str:
     """The C expression of an op whose type `result_dtype` has already accepted.
 
     >>> import accy
     >>> render("add", ("v1", "v2"), (accy.i32, accy.i32), accy.i32)
-    '(int)((unsigned int)v1 + (unsigned int)v2)'
+    '(int32_t)((uint32_t)v1 + (uint32_t)v2)'
     >>> render("mul", ("v1", "v2"), (accy.f16, accy.f16), accy.f16)
-    'accy_round_f16((v1 * v2))'
+    'accy_round_f16(v1 * v2)'
     """
-    op = OPS[name]
-    signature = SIGNATURES[op.signature]
-    family_dtype = dtypes[-1]  # select's predicate comes first; the others share one dtype
-    text = _fill(op.templates[c_type(family_dtype).family], family_dtype, signature, operands)
-    return text if result == bool_ and op.signature == "compare" else _rounded(text, result)
+    ctype = dialect.c_type(dtypes[-1])  # select's predicate comes first; the others share one
+    signature = OPS[name].signature
+    if signature == "compare":
+        return templates.compare(name, *operands)
+    if signature == "select":
+        text = templates.select(*operands)
+    elif signature == "unary":
+        text = templates.unary(name, ctype, *operands)
+    else:
+        text = templates.binary(name, ctype, *operands)
+    return dialect.c_type(result).round.format(x=text)
 
 
-def _fill(template: str, dtype: DType, signature: Signature, operands: tuple[str, ...]) -> str:
-    ctype = c_type(dtype)
-    fields = dict(zip(signature.operands, operands, strict=True))
-    return template.format(
-        **fields, c=ctype.compute, u=ctype.unsigned, f=ctype.math_suffix, n=dtype.name
-    )
-
-
-def _rounded(text: str, dtype: DType) -> str:
-    return c_type(dtype).round.format(x=text)
-
-
-# ---------------------------------------------------------------------------------------------
-# casts: (from family, to family) -> template; `{ff}` is the source float family
-
-
-_FLOAT_TO_INT = "accy_{ff}_to_{n}({a})"  # saturating: C leaves out-of-range conversions undefined
-
-CASTS: dict[tuple[str, str], str] = {
-    **{(source, target): _FLOAT_TO_INT for source in FLOAT for target in INTEGER},
-    **{(source, "bool"): "(unsigned char)({a} != 0)" for source in ANY},
-}
-_PLAIN_CAST = "(({c}){a})"
-
-
-def render_cast(operand: str, source: DType, target: DType) -> str:
+def render_cast(operand: str, source: DType, target: DType, dialect: Dialect = GCC) -> str:
     """The C expression converting `operand` from `source` to `target`, as NumPy's astype.
 
     >>> import accy
     >>> render_cast("v1", accy.f32, accy.i32)
-    'accy_f32_to_i32(v1)'
+    'ACCY_SATURATE(v1, (-2147483648), 2147483647, int32_t)'
     >>> render_cast("v1", accy.i32, accy.f64)
-    '((double)v1)'
+    '(double)(v1)'
     """
     if source == target:
         return operand
-    template = CASTS.get((c_type(source).family, c_type(target).family), _PLAIN_CAST)
-    text = template.format(
-        a=operand, c=c_type(target).compute, n=target.name, ff=c_type(source).family
-    )
-    return _rounded(text, target)
+    c_source, c_target = dialect.c_type(source), dialect.c_type(target)
+    text = templates.convert(operand, c_source, c_target, templates.bounds(target))
+    return c_target.round.format(x=text)
 
 
 # ---------------------------------------------------------------------------------------------
-# reductions: combine op -> identity (a Python number, turned into a literal of the dtype)
+# reductions: combine op -> identity
 
 
-def _lowest(dtype: DType) -> float | int:
-    if dtype.is_float:
-        return -np.inf
-    return 0 if dtype == bool_ else int(np.iinfo(dtype.numpy).min)
-
-
-def _highest(dtype: DType) -> float | int:
-    if dtype.is_float:
-        return np.inf
-    return 1 if dtype == bool_ else int(np.iinfo(dtype.numpy).max)
-
-
-COMBINES = {
-    "add": lambda dtype: 0,
-    "mul": lambda dtype: 1,
-    "max": _lowest,
-    "min": _highest,
+COMBINES: dict[str, Callable[[DType], str]] = {
+    "add": lambda dtype: literal(0, dtype),
+    "mul": lambda dtype: literal(1, dtype),
+    "max": lowest,
+    "min": highest,
 }
 
 
@@ -307,19 +285,18 @@ def identity(combine: str, dtype: DType) -> str:
 
     >>> import accy
     >>> identity("max", accy.f32), identity("min", accy.u8)
-    ('(-ACCY_INF_F32)', '((unsigned char)255LL)')
+    ('(-INFINITY)', '255')
     """
-    return literal(COMBINES[combine](dtype), dtype)
+    return COMBINES[combine](dtype)
 
 
-def render_combine(combine: str, accumulator: str, term: str, dtype: DType) -> str:
+def render_combine(
+    combine: str, accumulator: str, term: str, dtype: DType, dialect: Dialect = GCC
+) -> str:
     """One reduction step, at the compute type's precision (f16 sums round once, at the end).
 
     >>> import accy
     >>> render_combine("add", "v3", "v7", accy.f16)
-    '(v3 + v7)'
+    'v3 + v7'
     """
-    op = OPS[combine]
-    return _fill(
-        op.templates[c_type(dtype).family], dtype, SIGNATURES["binary"], (accumulator, term)
-    )
+    return templates.binary(combine, dialect.c_type(dtype), accumulator, term)

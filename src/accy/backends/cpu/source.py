@@ -9,86 +9,20 @@ the same code. `accy_set_blas` receives the GEMM function pointers once, after l
 
 from __future__ import annotations
 
+from ...codegen.c.dialect import GCC
+from ...codegen.c.expressions import Unit
 from ...core import Operation
 from ...errors import AccyError
 from ...lower.plan import Plan
 from .blas import Blas
-from .expressions import Unit
 from .steps import STEP_EMITTERS, StepContext
 from .vector_math import vector_declarations
 
-PRELUDE = r"""
-/* No system headers: parsing <math.h>, <stdint.h>, <string.h> and <omp.h> is a third of the
-   compile time of a small program. These are the few names the generated code uses, declared
-   with glibc's types; a program with custom-call kernels (which may include headers) has the
-   headers included first, and the macros below then keep theirs. GCC still treats the math and
-   memory functions as its builtins (sqrtf inlines, memcpy of 4 bytes is a move). */
-typedef __INT8_TYPE__ int8_t;
-typedef __INT16_TYPE__ int16_t;
-typedef __INT32_TYPE__ int32_t;
-typedef __INT64_TYPE__ int64_t;
-typedef __UINT8_TYPE__ uint8_t;
-typedef __UINT16_TYPE__ uint16_t;
-typedef __UINT32_TYPE__ uint32_t;
-typedef __UINT64_TYPE__ uint64_t;
-typedef __SIZE_TYPE__ size_t;
-void *memcpy(void *, const void *, size_t);
-void *memset(void *, int, size_t);
-#define ACCY_CPU_MATH(name) float name##f(float); double name(double);
-ACCY_CPU_MATH(exp) ACCY_CPU_MATH(log) ACCY_CPU_MATH(log1p) ACCY_CPU_MATH(expm1)
-ACCY_CPU_MATH(sin) ACCY_CPU_MATH(cos) ACCY_CPU_MATH(tan) ACCY_CPU_MATH(tanh)
-ACCY_CPU_MATH(sqrt) ACCY_CPU_MATH(fabs) ACCY_CPU_MATH(floor) ACCY_CPU_MATH(ceil)
-ACCY_CPU_MATH(rint)
-float powf(float, float);
-double pow(double, double);
-#ifndef INFINITY
-#define INFINITY (__builtin_inff())
-#define NAN (__builtin_nanf(""))
-#endif
-#ifndef INT64_MIN
-#define INT64_MIN (-9223372036854775807LL - 1)
-#endif
+OPENMP = """
 #ifdef _OPENMP
 int omp_get_thread_num(void);
 int omp_get_num_threads(void);
 #endif
-
-#define ACCY_CPU_CLAMP(i, high) ((i) < 0 ? 0 : (i) > (high) ? (high) : (i))
-/* float -> integer: truncate, NaN -> 0, saturate at the bounds (as the reference does). */
-#define ACCY_CPU_SATURATE(x, low, high, T) \
-  ((x) != (x) ? (T)0 : (x) <= (low) ? (T)(low) : (x) >= (high) ? (T)(high) : (T)(x))
-#define accy_cpu_round_f16(x) ((float)(_Float16)(x))
-
-static inline float accy_cpu_bf16_load(uint16_t bits) {
-  uint32_t wide = (uint32_t)bits << 16;
-  float x;
-  memcpy(&x, &wide, 4);
-  return x;
-}
-
-/* Round to nearest even, as the reference's round_to_bf16; NaN stays a (quiet) NaN. */
-static inline uint16_t accy_cpu_bf16_store(float x) {
-  uint32_t bits;
-  memcpy(&bits, &x, 4);
-  if (x != x) return (uint16_t)((bits >> 16) | 0x40);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return (uint16_t)(bits >> 16);
-}
-
-static inline float accy_cpu_round_bf16(float x) {
-  return accy_cpu_bf16_load(accy_cpu_bf16_store(x));
-}
-
-/* Written with exp of a non-positive number, so that neither branch overflows. */
-static inline float accy_cpu_logisticf(float x) {
-  const float e = expf(-fabsf(x));
-  return x >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
-}
-
-static inline double accy_cpu_logistic(double x) {
-  const double e = exp(-fabs(x));
-  return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
-}
 """
 
 BLAS_DECLARATIONS = """
@@ -151,7 +85,13 @@ void accy_run_arrays(void *const *call) {{
 
 
 class Translation(Unit):
-    """A unit that also writes plan functions and links custom-call kernels."""
+    """A unit in C for gcc that also writes plan functions, links custom-call kernels and
+    calls BLAS through `blas`."""
+
+    def __init__(self, registry=None, blas: Blas | None = None):
+        super().__init__(GCC, registry)
+        self.blas = blas
+        self.kernel_sources: dict[str, str] = {}
 
     def write_function(self, plan: Plan, name: str | None = None, exported: bool = False) -> str:
         name = name or self.fresh("accy_body")
@@ -227,11 +167,9 @@ def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str
     unit = Translation(registry, blas)
     unit.write_function(plan, "accy_run", exported=True)
     blas_part = NO_BLAS if blas is None else BLAS_DECLARATIONS.format(blasint=blas.c_int_type)
-    # Kernel sources may include system headers: those go first, before the prelude's macros.
-    headers = "#include <math.h>\n#include <stdint.h>\n#include <string.h>"
     parts = [
-        headers if unit.kernel_sources else "",
-        PRELUDE.strip(),
+        GCC.prelude.strip(),
+        OPENMP.strip(),
         "\n".join(vector_declarations()),
         blas_part.strip(),
         *unit.kernel_sources.values(),

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...codegen.c.dialect import CUDA
+from ...codegen.c.expressions import Body
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, Slot, Step
 from ...lower.views import StridedView
-from ..cpu.dtypes import c_type
-from ..cpu.expressions import Body
 from .kernels import BLOCK, Module, Pointers, pointer_declaration, slot_expression
 from .schedule import WORKSPACE, Address, Launch, Level, Schedule
 
@@ -51,6 +51,7 @@ class StepContext:
     plan: Plan
     index: int
     step: Step
+    emit_plan: Callable[[Module, Plan], StepCode]  # writes a nested plan (a scan's body)
     scratch_used: int = 0
 
     def pointers(self) -> Pointers:
@@ -81,7 +82,7 @@ class StepContext:
         return offset
 
     def storage(self, value: int) -> str:
-        return c_type(self.plan.program.type_of(value).dtype).storage
+        return CUDA.c_type(self.plan.program.type_of(value).dtype).storage
 
     def itemsize(self, value: int) -> int:
         return self.plan.program.type_of(value).dtype.itemsize

@@ -15,12 +15,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ...core import Operation
+from ...codegen.c.dialect import CUDA
+from ...codegen.c.expressions import Unit
 from ...core.types import DType, TensorType
 from ...lower.plan import Plan, Slot
 from ...lower.views import row_major
-from ..cpu.dtypes import c_type, literal
-from ..cpu.expressions import Unit
 
 BLOCK = 256  # threads per block of every generated kernel
 WARP = 32
@@ -40,25 +39,12 @@ class Module(Unit):
     """
 
     def __init__(self, registry=None, prefix: str = "accy_"):
-        super().__init__(registry, None)
-        self.prefix = prefix
+        super().__init__(CUDA, registry, prefix)
         self.kernel_names: list[str] = []
         self.kernel_comments: dict[str, str] = {}
         self.scratch_bytes = 0
         self.externals: dict[str, object] = {}
         self.plan_code: dict[int, Callable] = {}
-
-    def constant_array(self, plan: Plan, op: Operation) -> str:
-        """A constant's elements in device memory (a host array is not visible to kernels)."""
-        key = (id(plan), op.results[0])
-        if key not in self._constants:
-            name = self.fresh(f"{self.prefix}constant")
-            dtype = op.type.dtype
-            items = ", ".join(literal(x, dtype) for x in op.attrs["value"]) or "0"
-            compute = c_type(dtype).compute
-            self.declare(f"static __device__ const {compute} {name}[] = {{{items}}};")
-            self._constants[key] = name
-        return self._constants[key]
 
     def kernel(self, lines: list[str], comment: str = "") -> str:
         """Declare a kernel whose body is `lines`; return its name."""
@@ -101,7 +87,7 @@ def slot_expression(plan: Plan, slot: Slot) -> str:
 
 
 def pointer_declaration(plan: Plan, value: int, name: str, writable: bool) -> str:
-    storage = c_type(plan.program.type_of(value).dtype).storage
+    storage = CUDA.c_type(plan.program.type_of(value).dtype).storage
     const = "" if writable else "const "
     where = slot_expression(plan, plan.slots[value])
     return f"{const}{storage} *__restrict__ {name} = ({const}{storage} *){where};"
@@ -168,4 +154,4 @@ COMPUTE_BYTES = {"float": 4, "double": 8, "int32_t": 4, "int64_t": 8, "uint8_t":
 
 def compute_bytes(dtype: DType) -> int:
     """Bytes of one value of `dtype`'s compute type (partial results are kept in it)."""
-    return COMPUTE_BYTES[c_type(dtype).compute]
+    return COMPUTE_BYTES[CUDA.c_type(dtype).compute]

@@ -18,9 +18,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...codegen.c import templates
+from ...codegen.c.dialect import CUDA
+from ...codegen.c.literals import highest, lowest
 from ...core.types import DType
-from ..cpu import templates
-from ..cpu.dtypes import c_type, highest, lowest
 from .kernels import BLOCK, WARP, grid_stride
 
 BUSY_THREADS = 1 << 19  # threads that keep an H200 busy: 132 SMs x 2048 threads, twice over
@@ -93,10 +94,10 @@ class Accumulator:
 
     @property
     def compute(self) -> str:
-        return c_type(self.dtype).compute
+        return CUDA.c_type(self.dtype).compute
 
     def combine(self, a: str, b: str) -> str:
-        return templates.binary(templates.REDUCERS[self.reducer], c_type(self.dtype), a, b)
+        return templates.binary(templates.REDUCERS[self.reducer], CUDA.c_type(self.dtype), a, b)
 
 
 Element = Callable[[str], tuple[list[str], list[str]]]  # counter -> (statements, one value each)

@@ -5,10 +5,10 @@
 4
 """
 
-from ..ir import RESULT
+from ..ir import RESULT, Launch
 from . import schedule
 from .params import Args, Param
-from .program import Launch, Program
+from .program import Program
 from .scope import Scope
 from .values import Value
 

@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .. import lower
-from ..dtypes import c_type
+from .. import lower, ops
+from ..artifact import KernelCallArtifact, compile_kernel_call
 from ..errors import KernelError
-from ..ir import RESULT, Buffer, TracedKernel
+from ..ir import RESULT, Buffer, Launch, TracedKernel
 from ..limits import Limits
 from .params import Args
 from .schedule import ThreadBlocks
 from .scope import Scope, Trace
-
-if TYPE_CHECKING:
-    from ..artifact import KernelCallArtifact
 
 Body = Callable[[Scope, Args], object]
 
@@ -54,14 +49,6 @@ def trace_kernel(name: str, parameters: Mapping[str, Buffer], body: Body) -> Tra
 
 # ---------------------------------------------------------------------------------------------
 # the program
-
-
-@dataclass(frozen=True)
-class Launch:
-    """CUDA launch dimensions: `grid` blocks of `block` threads."""
-
-    block: tuple[int, int, int]
-    grid: tuple[int, int, int]
 
 
 class Program:
@@ -156,13 +143,32 @@ class Program:
     ) -> KernelCallArtifact:
         """Build this kernel as the implementation of custom call `(target, version)`.
 
-        See `accy.kernel.create_kernel_call_artifact`.
-        """
-        from ..artifact import create_kernel_call_artifact
+        `format` is "cpu_object" (C for the CPU backend) or "cuda_ptx" (PTX for the CUDA
+        backend; the kernel needs a schedule). `arch` picks the PTX's virtual architecture
+        ("compute_90"); None leaves the compiler's default. `handle` is kept, not inspected.
 
-        return create_kernel_call_artifact(
-            self, limits, handle, target=target, version=version, format=format, arch=arch
+        >>> import accy
+        >>> from accy.kernel import Limits, dynamic_buffer, logical
+        >>> def body(k, args):
+        ...     k.for_each_1d("e", 4, args, lambda inner, i, a: a.param("dst").store(
+        ...         inner, a.param("x").load(inner, i).mul(inner, 2.0), i))
+        >>> double = logical.Program(
+        ...     name="double4", body=body,
+        ...     parameters={"dst": dynamic_buffer(accy.f32), "x": dynamic_buffer(accy.f32)})
+        >>> artifact = double.create_kernel_call_artifact(
+        ...     Limits.testing, None, target="accy.custom.double", version=1)
+        >>> artifact.registry().require("accy.custom.double", 1).c_signature
+        'void accy_kernel_double4(float* p_dst, const float* p_x)'
+        """
+        call = compile_kernel_call(
+            self.traced,
+            self.launch(limits),
+            target=target,
+            version=version,
+            format=format,
+            arch=arch,
         )
+        return KernelCallArtifact(call, handle)
 
 
 def _check_identifier(kernel: str, what: str, name: object) -> None:
@@ -186,7 +192,7 @@ def _check_parameters(kernel: str, parameters: object) -> None:
                 f"kernel {kernel!r}: parameter {name!r} must be a buffer such as "
                 f"accy.kernel.dynamic_buffer(accy.f32), got {buffer!r}"
             )
-        c_type(buffer.dtype)
+        ops.check_dtype(buffer.dtype)
     if RESULT not in parameters:
         raise KernelError(
             f"kernel {kernel!r} needs a parameter named {RESULT!r}: the call's result, which "

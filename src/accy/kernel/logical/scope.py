@@ -15,7 +15,6 @@ import numpy as np
 
 from ...core.types import DType, i64
 from .. import ops
-from ..dtypes import c_type, check_representable
 from ..errors import KernelError
 from ..ir import (
     Apply,
@@ -185,9 +184,9 @@ class Scope:
         [11, 12]
         """
         self._require_active("constant")
-        c_type(dtype)
+        ops.check_dtype(dtype)
         try:
-            check_representable(value, dtype)
+            ops.check_representable(value, dtype)
         except KernelError as error:
             self._trace.fail(str(error))
         return self._emit(dtype, lambda var: Constant(var, dtype, value))
@@ -257,7 +256,7 @@ class Scope:
         """
         self._require_active("cast")
         source = self._visible(value, "cast")
-        c_type(dtype)
+        ops.check_dtype(dtype)
         args = (Operand(source.var, source.dtype),)
         return self._emit(dtype, lambda var: Apply(var, dtype, "cast", args))
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ....codegen.c.dialect import GCC
+from ....codegen.c.expressions import Body, Unit
 from ....lower.plan import Plan, Step
-from ..dtypes import c_type
-from ..expressions import Body, Unit
 
 CHUNKS = 8  # fixed, so that a parallel reduction adds in the same order on any thread count
 
@@ -39,12 +39,12 @@ class StepContext:
 
     def value_pointers(self) -> None:
         for value in self.step.writes:
-            storage = c_type(self.plan.program.type_of(value).dtype).storage
+            storage = GCC.c_type(self.plan.program.type_of(value).dtype).storage
             self.pointers[value] = self.parameter(
                 storage, f"v{value}", self.slot_pointer(value), True
             )
         for value in self.step.reads:
-            storage = c_type(self.plan.program.type_of(value).dtype).storage
+            storage = GCC.c_type(self.plan.program.type_of(value).dtype).storage
             self.pointers[value] = self.parameter(
                 storage, f"v{value}", self.slot_pointer(value), False
             )
@@ -58,4 +58,4 @@ class StepContext:
 
 def store_element(dtype, pointer: str, position: str, x: str) -> str:
     """The C statement storing compute value `x` at `pointer[position]`, in `dtype`'s layout."""
-    return f"{pointer}[{position}] = {c_type(dtype).store.format(x=x)};"
+    return f"{pointer}[{position}] = {GCC.c_type(dtype).store.format(x=x)};"

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 
+from ....codegen.c.dialect import GCC
+from ....codegen.c.expressions import linear, offset_expression
 from ....core.kinds.contraction import dimensions, free_dimensions
 from ....core.types import TensorType, f32
 from ....lower.contraction import Gemm, MatrixOperand
 from ....lower.plan import BLAS_DTYPES
-from ..dtypes import c_type
-from ..expressions import linear, offset_expression
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest
 from .context import StepContext, store_element
 
@@ -19,7 +19,7 @@ PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared amo
 
 def _pack(ctx: StepContext, value: int, t: TensorType, matrix: MatrixOperand, name: str) -> str:
     """Copy an operand BLAS cannot read as it is into scratch laid out batch, rows, columns."""
-    pointer = ctx.scratch(c_type(t.dtype).storage, name)
+    pointer = ctx.scratch(GCC.c_type(t.dtype).storage, name)
     body = ctx.body()
     index = axis_index(t, "p")
     x = body.value(value, index)
@@ -77,7 +77,7 @@ def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
     lhs_type, rhs_type = op.operand_types
     a, a_offset, a_batch = _gemm_operand(ctx, op.operands[0], lhs_type, gemm.lhs, "lhs")
     b, b_offset, b_batch = _gemm_operand(ctx, op.operands[1], rhs_type, gemm.rhs, "rhs")
-    out = f"({c_type(op.type.dtype).storage} *){ctx.pointers[op.results[0]]}"
+    out = f"({GCC.c_type(op.type.dtype).storage} *){ctx.pointers[op.results[0]]}"
     count = math.prod(gemm.batch_extents)
     if gemm.m == 0 or gemm.n == 0 or count == 0:
         return []
@@ -149,7 +149,7 @@ def _emit_dot_loops(ctx: StepContext) -> list[str]:
     body = ctx.body()
     a = body.value(op.operands[0], lhs_index)
     b = body.value(op.operands[1], rhs_index)
-    ctype = c_type(op.type.dtype)
+    ctype = GCC.c_type(op.type.dtype)
     inner = nest(contract_loops, body.lines + [f"acc = acc + {a} * {b};"])
     store = store_element(
         op.type.dtype,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ....codegen.c import templates
+from ....codegen.c.dialect import GCC
+from ....codegen.c.expressions import EMITTERS, Body, Flat
 from ....lower.plan import Step
-from .. import templates
-from ..dtypes import c_type
-from ..expressions import EMITTERS, Body, Flat
 from ..loops import PARALLEL_FOR, SIMD, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
 from .reduce import identity
@@ -36,10 +36,12 @@ def _group_member(ctx: StepContext, body: Body, member: Step, accumulators: list
     init_body = ctx.body()
     init = init_body.value(op.operands[1], ())
     name = ctx.unit.fresh("acc")
-    compute = c_type(op.type.dtype).compute
+    compute = GCC.c_type(op.type.dtype).compute
     ctx.prologue += init_body.lines + [f"const {compute} {name}_init = {init};"]
     x = body.value(op.operands[0], Flat("i", op.operand_types[0]))
-    combined = templates.binary(templates.REDUCERS[op.attrs["op"]], c_type(op.type.dtype), name, x)
+    combined = templates.binary(
+        templates.REDUCERS[op.attrs["op"]], GCC.c_type(op.type.dtype), name, x
+    )
     body.lines.append(f"{name} = {combined};")
     accumulators.append(
         Accumulator(
@@ -51,9 +53,9 @@ def _group_member(ctx: StepContext, body: Body, member: Step, accumulators: list
 def _chunked_loop(size: int, inner: list[str], accumulators: list, parallel: bool) -> list[str]:
     """A flat loop cut into fixed chunks, each with its own partial results; the partials are
     combined in chunk order, so the sum is the same on any number of threads."""
-    declare = [f"{c_type(a.dtype).compute} {a.name}_part[{CHUNKS}];" for a in accumulators]
+    declare = [f"{GCC.c_type(a.dtype).compute} {a.name}_part[{CHUNKS}];" for a in accumulators]
     start = [
-        f"{c_type(a.dtype).compute} {a.name} = {identity(a.reducer, a.dtype)};"
+        f"{GCC.c_type(a.dtype).compute} {a.name} = {identity(a.reducer, a.dtype)};"
         for a in accumulators
     ]
     simd = None
@@ -67,7 +69,7 @@ def _chunked_loop(size: int, inner: list[str], accumulators: list, parallel: boo
     chunk += [f"{a.name}_part[c] = {a.name};" for a in accumulators]
     lines = declare + nest([("c", CHUNKS)], chunk, PARALLEL_FOR if parallel else None)
     for a in accumulators:
-        ctype = c_type(a.dtype)
+        ctype = GCC.c_type(a.dtype)
         combined = templates.binary(
             templates.REDUCERS[a.reducer], ctype, a.name, f"{a.name}_part[c]"
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..expressions import EMITTERS, Flat, NotFlat, linear
+from ....codegen.c.expressions import EMITTERS, Flat, NotFlat, linear
 from ..loops import PARALLEL_FOR, SIMD, axis_index, axis_loops, nest, worth_threads
 from .context import StepContext, store_element
 

@@ -6,9 +6,10 @@ results are combined in chunk order: the same sum on any number of threads.
 
 from __future__ import annotations
 
-from .. import templates
-from ..dtypes import c_type, highest, lowest
-from ..expressions import linear
+from ....codegen.c import templates
+from ....codegen.c.dialect import GCC
+from ....codegen.c.expressions import linear
+from ....codegen.c.literals import highest, lowest
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
 
@@ -18,7 +19,7 @@ def _reduce_setup(ctx: StepContext):
     op = ctx.step.op
     init_body = ctx.body()
     init = init_body.value(op.operands[1], ())
-    compute = c_type(op.type.dtype).compute
+    compute = GCC.c_type(op.type.dtype).compute
     return op, init_body.lines + [f"const {compute} init = {init};"], compute
 
 
@@ -42,9 +43,9 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
     out_position = linear(tuple(index[p] for p in layout.kept), op.type.extents)
     body = ctx.body()
     x = body.value(op.operands[0], index)
-    combine = f"acc = {templates.binary(templates.REDUCERS[reducer], c_type(dtype), 'acc', x)};"
+    combine = f"acc = {templates.binary(templates.REDUCERS[reducer], GCC.c_type(dtype), 'acc', x)};"
     store = store_element(
-        dtype, ctx.pointers[op.results[0]], out_position, c_type(dtype).round.format(x="acc")
+        dtype, ctx.pointers[op.results[0]], out_position, GCC.c_type(dtype).round.format(x="acc")
     )
     large = worth_threads(x_type.size, ctx.step.fused)
     if not kept_loops and large and reduced_loops and reduced_loops[0][1] >= 2 * CHUNKS:
@@ -63,7 +64,9 @@ def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> lis
     counter, extent = loops[0]
     bounds = {counter: (f"c * {extent}LL / {CHUNKS}", f"(c + 1) * {extent}LL / {CHUNKS}")}
     chunk = nest(loops, inner, inner_pragma=_simd(reducer), bounds=bounds)
-    combine_parts = templates.binary(templates.REDUCERS[reducer], c_type(dtype), "acc", "part[c]")
+    combine_parts = templates.binary(
+        templates.REDUCERS[reducer], GCC.c_type(dtype), "acc", "part[c]"
+    )
     return [
         f"{compute} part[{CHUNKS}];",
         PARALLEL_FOR,
@@ -82,7 +85,7 @@ def _reduce_columns(ctx: StepContext) -> list[str]:
     op, lines, compute = _reduce_setup(ctx)
     layout = ctx.step.detail
     x_type, dtype, reducer = layout.input, op.type.dtype, op.attrs["op"]
-    ctype = c_type(dtype)
+    ctype = GCC.c_type(dtype)
     out = ctx.pointers[op.results[0]]
     if layout.needs_accumulator:
         accumulator, load, store = ctx.scratch("float", "accumulator"), "{x}", "{x}"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from ....codegen.c.dialect import GCC
+from ....codegen.c.expressions import linear, offset_expression
 from ....core.types import TensorType
-from ..dtypes import c_type
-from ..expressions import linear, offset_expression
 from ..loops import axis_index, axis_loops, nest
 from .context import StepContext
 
@@ -17,7 +17,7 @@ def _address(ctx: StepContext, value: int) -> str:
 
 def _slice_copy(ctx: StepContext, x: int, t: TensorType, axis: str, target: str) -> list[str]:
     """Copy step `s` of `x` along `axis` into the contiguous scratch `target`."""
-    storage = c_type(t.dtype).storage
+    storage = GCC.c_type(t.dtype).storage
     position = t.position(axis)
     sliced = t.without([axis])
     index = axis_index(sliced, "q")

@@ -10,10 +10,10 @@ the work.
 
 from __future__ import annotations
 
+from ....codegen.c.dialect import GCC
+from ....codegen.c.expressions import Flat, NotFlat, linear
 from ....core.types import TensorType, bf16
 from ....errors import AccyError
-from ..dtypes import c_type
-from ..expressions import Flat, NotFlat, linear
 from ..loops import axis_index, axis_loops, nest, worth_threads
 from .context import StepContext, store_element
 
@@ -58,7 +58,7 @@ def emit_scatter(ctx: StepContext) -> list[str]:
     ctx.value_pointers()
     op = ctx.step.op
     result, indices, updates = op.type, op.operand_types[1], op.operand_types[2]
-    ctype = c_type(result.dtype)
+    ctype = GCC.c_type(result.dtype)
     out = ctx.pointers[op.results[0]]
     if result.dtype == bf16:
         target, load, store, rounded = ctx.scratch("float", "accumulator"), "{x}", "{x}", "{x}"
@@ -72,7 +72,7 @@ def emit_scatter(ctx: StepContext) -> list[str]:
         body = ctx.body()
         index = axis_index(updates, "u")
         row = body.value(op.operands[1], index[position : position + indices.rank])
-        clamped = body.index_temp(f"ACCY_CPU_CLAMP((int64_t){row}, {extent - 1})")
+        clamped = body.index_temp(f"ACCY_CLAMP((int64_t){row}, {extent - 1})")
         if banded:
             body.lines.append(f"if ({clamped} < row_lo || {clamped} >= row_hi) continue;")
         update = body.value(op.operands[2], index)

@@ -19,18 +19,18 @@ from __future__ import annotations
 import itertools
 import math
 
-from ...core.types import f32
-from ...lower.contraction import Gemm as Layout
-from ...lower.contraction import MatrixOperand
-from ...lower.plan import BLAS_DTYPES
-from ..cpu.dtypes import c_type
-from ..cpu.expressions import offset_expression
-from ..cpu.loops import nest
-from ..cpu.steps.dot import loop_indices
-from .context import StepCode, StepContext, launches, nothing
-from .kernels import axis_names, blocks_for, decompose, grid_stride
-from .schedule import WORKSPACE, Address, Gemm, Level, Schedule
-from .steps import Staging, indent, rounded, stage_moving_buffers, store
+from ....codegen.c.dialect import CUDA
+from ....codegen.c.expressions import offset_expression
+from ....core.types import f32
+from ....lower.contraction import Gemm as Layout
+from ....lower.contraction import MatrixOperand
+from ....lower.plan import BLAS_DTYPES
+from ...cpu.loops import nest
+from ...cpu.steps.dot import loop_indices
+from ..context import StepCode, StepContext, launches, nothing
+from ..kernels import axis_names, blocks_for, decompose, grid_stride
+from ..schedule import WORKSPACE, Address, Gemm, Level, Schedule
+from .common import Staging, indent, rounded, stage_moving_buffers, store
 
 OP_N, OP_T = 0, 1  # cublasOperation_t
 # A contraction this short over a result this large is a few multiply-adds per element of a big
@@ -57,7 +57,7 @@ def _pack(ctx: StepContext, value: int, matrix: MatrixOperand, name: str) -> tup
     names = axis_names(t, "p")
     head = decompose("i", t.extents, names)
     x = body.value(value, names)
-    storage = c_type(t.dtype).storage
+    storage = CUDA.c_type(t.dtype).storage
     offset = ctx.workspace_scratch(name)
     position = offset_expression(names, matrix.view.strides)
     lines = [
@@ -183,7 +183,7 @@ def _emit_loops(ctx: StepContext) -> StepCode:
     body = ctx.body(pointers)
     a = body.value(op.operands[0], lhs_index)
     b = body.value(op.operands[1], rhs_index)
-    compute = c_type(op.type.dtype).compute
+    compute = CUDA.c_type(op.type.dtype).compute
     inner = [
         f"{compute} acc = 0;",
         *nest(loops, body.lines + [f"acc = acc + {a} * {b};"]),

@@ -24,7 +24,9 @@ from ...lower.grouping import keeps_flat_order
 from ...lower.plan import Plan
 from ...lower.views import StridedView, row_major
 from . import templates
-from .dtypes import c_type, highest, literal, lowest
+from .dialect import Dialect
+from .literals import literal
+from .types import CType
 
 
 class NotFlat(Exception):
@@ -75,7 +77,7 @@ def linear(index: tuple[str, ...], extents) -> str:
 
 def clamp(expression: str, extent: int) -> str:
     """`expression` clamped into [0, extent - 1], as C."""
-    return f"ACCY_CPU_CLAMP({expression}, {extent - 1})"
+    return f"ACCY_CLAMP({expression}, {extent - 1})"
 
 
 def _memo_key(v: int, index: Index) -> tuple:
@@ -85,15 +87,20 @@ def _memo_key(v: int, index: Index) -> tuple:
 
 
 class Unit:
-    """File-scope state of one translation unit: fresh names and declarations."""
+    """File-scope state of one translation unit in `dialect`: fresh names and declarations;
+    `registry` holds the kernels of custom calls, and file-scope names start with `prefix`."""
 
-    def __init__(self, registry=None, blas=None):
+    def __init__(self, dialect: Dialect, registry=None, prefix: str = "accy_"):
+        self.dialect = dialect
         self.registry = registry
-        self.blas = blas
+        self.prefix = prefix
         self.declarations: list[str] = []
-        self.kernel_sources: dict[str, str] = {}
         self._counter = itertools.count()
         self._constants: dict[tuple[int, int], str] = {}
+
+    def c_type(self, dtype: DType) -> CType:
+        """How `dtype` looks in this unit's dialect."""
+        return self.dialect.c_type(dtype)
 
     def fresh(self, prefix: str) -> str:
         return f"{prefix}{next(self._counter)}"
@@ -105,10 +112,11 @@ class Unit:
         """The name of a file-scope array holding constant `op`'s elements (declared once)."""
         key = (id(plan), op.results[0])
         if key not in self._constants:
-            name = self.fresh("accy_constant")
+            name = self.fresh(f"{self.prefix}constant")
             dtype = op.type.dtype
             items = ", ".join(literal(x, dtype) for x in op.attrs["value"]) or "0"
-            self.declare(f"static const {c_type(dtype).compute} {name}[] = {{{items}}};")
+            qualifiers, compute = self.dialect.constant_qualifiers, self.c_type(dtype).compute
+            self.declare(f"{qualifiers} {compute} {name}[] = {{{items}}};")
             self._constants[key] = name
         return self._constants[key]
 
@@ -139,7 +147,7 @@ class Body:
         self._memo[_memo_key(v, index)] = operand
 
     def temp(self, dtype: DType, expression: str, rounded: bool = True) -> str:
-        ctype = c_type(dtype)
+        ctype = self.unit.c_type(dtype)
         name = self.unit.fresh("t")
         if rounded:
             expression = ctype.round.format(x=expression)
@@ -168,7 +176,7 @@ class Body:
 
     def _load(self, v: int, view: StridedView, index: Index) -> str:
         dtype = self.plan.program.type_of(v).dtype
-        loaded = c_type(dtype).load.format(x=self.element(v, view, index))
+        loaded = self.unit.c_type(dtype).load.format(x=self.element(v, view, index))
         return self.temp(dtype, loaded, rounded=False)
 
 
@@ -177,12 +185,14 @@ class Body:
 
 def _unary(body: Body, op: Operation, index: Index) -> str:
     x = body.value(op.operands[0], index)
-    return body.temp(op.type.dtype, templates.unary(op.attrs["op"], c_type(op.type.dtype), x))
+    ctype = body.unit.c_type(op.type.dtype)
+    return body.temp(op.type.dtype, templates.unary(op.attrs["op"], ctype, x))
 
 
 def _binary(body: Body, op: Operation, index: Index) -> str:
     a, b = (body.value(v, index) for v in op.operands)
-    return body.temp(op.type.dtype, templates.binary(op.kind, c_type(op.type.dtype), a, b))
+    ctype = body.unit.c_type(op.type.dtype)
+    return body.temp(op.type.dtype, templates.binary(op.kind, ctype, a, b))
 
 
 def _compare(body: Body, op: Operation, index: Index) -> str:
@@ -192,16 +202,14 @@ def _compare(body: Body, op: Operation, index: Index) -> str:
 
 def _select(body: Body, op: Operation, index: Index) -> str:
     p, a, b = (body.value(v, index) for v in op.operands)
-    return body.temp(op.type.dtype, f"{p} ? {a} : {b}", rounded=False)
+    return body.temp(op.type.dtype, templates.select(p, a, b), rounded=False)
 
 
 def _convert(body: Body, op: Operation, index: Index) -> str:
     source, target = op.operand_types[0].dtype, op.type.dtype
     x = body.value(op.operands[0], index)
-    bounds = None
-    if not target.is_float and target != bool_:
-        bounds = (lowest(target), highest(target))
-    return body.temp(target, templates.convert(x, c_type(source), c_type(target), bounds))
+    c_source, c_target = body.unit.c_type(source), body.unit.c_type(target)
+    return body.temp(target, templates.convert(x, c_source, c_target, templates.bounds(target)))
 
 
 # creation kinds ------------------------------------------------------------------------------
@@ -218,7 +226,7 @@ def _constant(body: Body, op: Operation, index: Index) -> str:
 
 def _iota(body: Body, op: Operation, index: Index) -> str:
     axis = components(index)[op.type.position(op.attrs["axis"])]
-    return body.temp(op.type.dtype, f"({c_type(op.type.dtype).compute})({axis})")
+    return body.temp(op.type.dtype, f"({body.unit.c_type(op.type.dtype).compute})({axis})")
 
 
 # layout kinds (reached only when the operand is computed, not stored) ------------------------

@@ -2,19 +2,30 @@
 
 A row maps a dtype family (`float`, `signed`, `unsigned`, `bool`, or `*` for any) to a template
 whose `{x}`, `{a}`, `{b}` are operands (C names or literals, never expressions with side
-effects) and whose `{f}` is the math-function suffix of the compute type. Each template is the
-reference evaluator's NumPy semantics written in C: integer division truncates and gives 0 for
+effects), `{f}` the math-function suffix of the compute type, `{c}` the compute type and `{u}`
+the unsigned type of a signed integer's width. Each template is the reference evaluator's NumPy
+semantics written in C without undefined behaviour: signed integers wrap (their arithmetic is
+done in the unsigned type, where C defines overflow), integer division truncates and gives 0 for
 x/0 (and wraps for MIN/-1), max and min propagate NaN, float-to-integer conversion truncates,
 sends NaN to 0 and saturates.
 """
 
 from __future__ import annotations
 
+from ...core.types import DType, bool_
 from ...errors import AccyError
-from .dtypes import CType
+from .literals import highest, lowest
+from .types import CType
+
+
+def _wrapping(symbol: str) -> str:
+    return f"({{c}})(({{u}}){{a}} {symbol} ({{u}}){{b}})"
+
+
+_WRAPPING_NEG = "({c})(({u})0 - ({u}){x})"
 
 UNARY = {
-    "neg": {"*": "-{x}"},
+    "neg": {"signed": _WRAPPING_NEG, "*": "-{x}"},
     "exp": {"float": "exp{f}({x})"},
     "log": {"float": "log{f}({x})"},
     "log1p": {"float": "log1p{f}({x})"},
@@ -23,10 +34,14 @@ UNARY = {
     "cos": {"float": "cos{f}({x})"},
     "tan": {"float": "tan{f}({x})"},
     "tanh": {"float": "tanh{f}({x})"},
-    "logistic": {"float": "accy_cpu_logistic{f}({x})"},
+    "logistic": {"float": "accy_logistic{f}({x})"},
     "sqrt": {"float": "sqrt{f}({x})"},
     "rsqrt": {"float": "1 / sqrt{f}({x})"},
-    "abs": {"float": "fabs{f}({x})", "signed": "({x} < 0 ? -{x} : {x})", "unsigned": "{x}"},
+    "abs": {
+        "float": "fabs{f}({x})",
+        "signed": f"({{x}} < 0 ? {_WRAPPING_NEG} : {{x}})",
+        "unsigned": "{x}",
+    },
     "sign": {
         "float": "({x} > 0 ? 1 : {x} < 0 ? -1 : {x})",
         "signed": "(({x} > 0) - ({x} < 0))",
@@ -40,12 +55,12 @@ UNARY = {
 }
 
 BINARY = {
-    "add": {"*": "{a} + {b}"},
-    "sub": {"*": "{a} - {b}"},
-    "mul": {"*": "{a} * {b}"},
+    "add": {"signed": _wrapping("+"), "*": "{a} + {b}"},
+    "sub": {"signed": _wrapping("-"), "*": "{a} - {b}"},
+    "mul": {"signed": _wrapping("*"), "*": "{a} * {b}"},
     "div": {
         "float": "{a} / {b}",
-        "signed": "({b} == 0 ? 0 : {b} == -1 ? -{a} : {a} / {b})",
+        "signed": "({b} == 0 ? 0 : {b} == -1 ? ({c})(({u})0 - ({u}){a}) : {a} / {b})",
         "unsigned": "({b} == 0 ? 0 : {a} / {b})",
     },
     "pow": {"float": "pow{f}({a}, {b})"},
@@ -70,21 +85,40 @@ def unary(name: str, ctype: CType, x: str) -> str:
     """The C expression of unary `name` on `x`.
 
     >>> from accy import f32, i32
-    >>> from accy.backends.cpu.dtypes import c_type
-    >>> unary("exp", c_type(f32), "t0"), unary("abs", c_type(i32), "t0")
-    ('expf(t0)', '(t0 < 0 ? -t0 : t0)')
+    >>> from accy.codegen.c.dialect import GCC
+    >>> unary("exp", GCC.c_type(f32), "t0"), unary("abs", GCC.c_type(i32), "t0")
+    ('expf(t0)', '(t0 < 0 ? (int32_t)((uint32_t)0 - (uint32_t)t0) : t0)')
     """
-    return _pick(UNARY, name, ctype, "unary").format(x=x, f=ctype.suffix)
+    template = _pick(UNARY, name, ctype, "unary")
+    return template.format(x=x, f=ctype.suffix, c=ctype.compute, u=ctype.unsigned)
 
 
 def binary(name: str, ctype: CType, a: str, b: str) -> str:
     """The C expression of binary kind `name` on `a` and `b`."""
-    return _pick(BINARY, name, ctype, "binary").format(a=a, b=b, f=ctype.suffix)
+    template = _pick(BINARY, name, ctype, "binary")
+    return template.format(a=a, b=b, f=ctype.suffix, c=ctype.compute, u=ctype.unsigned)
 
 
 def compare(direction: str, a: str, b: str) -> str:
     """The C comparison of `a` and `b` in `direction` (eq, ne, lt, le, gt, ge)."""
     return f"{a} {COMPARE[direction]} {b}"
+
+
+def select(p: str, a: str, b: str) -> str:
+    """`a` where `p` holds, else `b`."""
+    return f"{p} ? {a} : {b}"
+
+
+def bounds(dtype: DType) -> tuple[str, str] | None:
+    """An integer dtype's range as C literals (what a float converted to it saturates at).
+
+    >>> from accy import f32, u8
+    >>> bounds(u8), bounds(f32)
+    (('0', '255'), None)
+    """
+    if dtype.is_float or dtype == bool_:
+        return None
+    return lowest(dtype), highest(dtype)
 
 
 def convert(x: str, source: CType, target: CType, bounds: tuple[str, str] | None) -> str:
@@ -94,10 +128,5 @@ def convert(x: str, source: CType, target: CType, bounds: tuple[str, str] | None
         return f"{x} != 0"
     if source.family == "float" and target.family in ("signed", "unsigned"):
         low, high = bounds
-        return f"ACCY_CPU_SATURATE({x}, {low}, {high}, {target.compute})"
-    if target.storage == "_Float16":
-        # Straight to half precision: a detour through float would round twice.
-        return f"(_Float16)({x})"
-    if target.storage == "uint16_t" and source.compute == "double":
-        return f"(float)({x})"
-    return f"({target.compute})({x})"
+        return f"ACCY_SATURATE({x}, {low}, {high}, {target.compute})"
+    return (target.convert or f"({target.compute})({{x}})").format(x=x)

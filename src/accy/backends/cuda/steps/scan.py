@@ -11,12 +11,12 @@ from its own small table.
 
 from __future__ import annotations
 
-from ...core.types import TensorType
-from ..cpu.expressions import offset_expression
-from .context import StepCode, StepContext, launches
-from .kernels import axis_names, blocks_for, decompose, grid_stride
-from .schedule import WORKSPACE, Address, Launch, Level, Schedule
-from .steps import copy_kernel, emit_plan, indent
+from ....codegen.c.expressions import offset_expression
+from ....core.types import TensorType
+from ..context import StepCode, StepContext, launches
+from ..kernels import axis_names, blocks_for, decompose, grid_stride
+from ..schedule import WORKSPACE, Address, Launch, Level, Schedule
+from .common import copy_kernel, indent
 
 
 def _slice_kernel(ctx: StepContext, x: int, t: TensorType, axis: str) -> str:
@@ -42,7 +42,7 @@ def emit_scan(ctx: StepContext) -> StepCode:
     program = ctx.plan.program
     length, axis = attrs["length"], attrs["axis"]
     num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
-    body = emit_plan(ctx.module, ctx.step.body)
+    body = ctx.emit_plan(ctx.module, ctx.step.body)
     consts = op.operands[:num_consts]
     inits = op.operands[num_consts : num_consts + num_carry]
     xs = op.operands[num_consts + num_carry :]

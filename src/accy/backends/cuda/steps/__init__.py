@@ -1,0 +1,54 @@
+"""CUDA for each kind of plan step, one module per kind, looked up in `STEP_EMITTERS`.
+
+Elementwise work is a grid-stride loop whose counter is the element's flat position; values are
+computed by the shared C expression builder (`accy.codegen.c.expressions.Body`), so fused
+producers, views, gathers and padding mean the same on both backends. Reductions go through
+`..reductions`, contractions through cuBLAS (`dot`), scans through `scan`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ....lower.plan import Plan
+from ..context import StepCode, StepContext
+from ..kernels import Module
+from ..schedule import Level, Schedule
+from .calls import emit_copy, emit_custom_call
+from .dot import emit_dot
+from .group import emit_group
+from .loop import emit_loop
+from .reduce import emit_reduce
+from .scan import emit_scan
+from .scatter import emit_scatter
+
+STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
+    "loop": emit_loop,
+    "reduce": emit_reduce,
+    "group": emit_group,
+    "scatter": emit_scatter,
+    "dot": emit_dot,
+    "custom_call": emit_custom_call,
+    "copy": emit_copy,
+    "scan": emit_scan,
+}
+
+
+def emit_plan(module: Module, plan: Plan) -> StepCode:
+    """The kernels of every step of `plan` (written once per plan), and the code that
+    schedules them in order."""
+    if id(plan) not in module.plan_code:
+        codes = [
+            STEP_EMITTERS[step.kind](StepContext(module, plan, index, step, emit_plan))
+            for index, step in enumerate(plan.steps)
+        ]
+
+        def schedule_plan(level: Level, schedule: Schedule) -> None:
+            for code in codes:
+                code(level, schedule)
+
+        module.plan_code[id(plan)] = (plan, schedule_plan)
+    return module.plan_code[id(plan)][1]
+
+
+__all__ = ["STEP_EMITTERS", "StepContext", "emit_plan"]

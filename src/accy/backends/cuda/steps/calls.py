@@ -1,0 +1,65 @@
+"""CUDA for copies of outputs and for custom calls (a registered kernel on its own grid)."""
+
+from __future__ import annotations
+
+from ....errors import AccyError
+from ..context import StepCode, StepContext, launches, nothing
+from ..kernels import blocks_for
+from ..schedule import External, Level, Schedule
+from .common import copy_kernel, stage_moving_buffers
+
+
+def emit_copy(ctx: StepContext) -> StepCode:
+    """An output that is an input or another output: a copy."""
+    (value,) = ctx.step.reads
+    t = ctx.plan.program.type_of(value)
+    if t.size == 0:
+        return nothing
+    output = len(ctx.plan.program.parameters) + ctx.step.output
+    source = ctx.slot_expression(value)
+    kernel = copy_kernel(ctx, source, f"(char *)io[{output}]", ctx.storage(value), t.size)
+    return launches((kernel, blocks_for(t.size)))
+
+
+def _kernel_call(ctx: StepContext):
+    """The registered CUDA kernel of a custom_call, checked against the call's types."""
+    op = ctx.step.op
+    target, version = op.attrs["target"], op.attrs["version"]
+    registry = ctx.module.registry
+    call = None if registry is None else registry.lookup(target, version)
+    if call is None:
+        raise AccyError(
+            f"custom_call {target!r} version {version} has no kernel to link to: pass a "
+            f"registry that has it as FragmentCompilerOptions(kernel_call_registry=...)"
+        )
+    call.check_call(op.operand_types, op.type)
+    if call.ptx is None or call.grid is None:
+        raise AccyError(
+            f"custom_call {target!r} version {version}: kernel {call.symbol} was built as "
+            f"{call.format!r}; the CUDA backend needs format='cuda_ptx' (PTX and a schedule)"
+        )
+    ctx.module.externals[call.kernel_name] = call
+    return call
+
+
+def emit_custom_call(ctx: StepContext) -> StepCode:
+    """The kernel the registry links to the target, launched on its own grid. Its pointers are
+    fixed in the graph, so operands and a result that live in the invocation's buffers pass
+    through scratch (copied in before, out after)."""
+    op = ctx.step.op
+    call = _kernel_call(ctx)
+    staging = stage_moving_buffers(ctx, op.operands)
+
+    def schedule_call(level: Level, schedule: Schedule) -> None:
+        launches(*staging.copies_in)(level, schedule)
+        operands = iter(op.operands)
+        arguments = [
+            staging.result_address(ctx, level)
+            if name == "dst"
+            else staging.address(ctx, level, next(operands))
+            for name, _ in call.parameters
+        ]
+        schedule.add(External(call.kernel_name, call.grid, call.block, tuple(arguments)))
+        launches(*staging.copies_out)(level, schedule)
+
+    return schedule_call

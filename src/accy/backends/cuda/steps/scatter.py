@@ -1,0 +1,133 @@
+"""CUDA for scatter_add: copy the operand, then add the updates (atomically, or in order)."""
+
+from __future__ import annotations
+
+from ....codegen.c.dialect import CUDA
+from ....codegen.c.expressions import Body, clamp, linear
+from ....core.types import bf16, bool_, f16, f32, f64, i32, i64, u8
+from ..context import StepCode, StepContext, launches, nothing
+from ..kernels import axis_names, blocks_for, decompose, grid_stride
+from .common import element_index, elementwise, indent, rounded, store
+
+ATOMIC_ADD = {
+    f32: "atomicAdd(&{at}, {x});",
+    f64: "atomicAdd(&{at}, {x});",
+    i32: "atomicAdd((int *)&{at}, (int){x});",
+    i64: "atomicAdd((unsigned long long *)&{at}, (unsigned long long){x});",
+    u8: "accy_atomic_add_u8(&{at}, (uint8_t){x});",
+    bool_: "accy_atomic_or_u8(&{at}, (uint8_t)({x} != 0));",
+}
+ORDERED = (f16, bf16)  # rounded after every addition: added in index order, as NumPy does
+
+
+def _scatter_target(ctx: StepContext, pointers) -> tuple[str, list[str], str, str]:
+    """(pointer name, declarations, load template, store template) of what updates add into:
+    the result, or for bf16 a float32 accumulator that is rounded once at the end."""
+    op = ctx.step.op
+    if op.type.dtype != bf16:
+        ctype = CUDA.c_type(op.type.dtype)
+        return pointers[op.results[0]], [], ctype.load, ctype.store
+    offset = ctx.workspace_scratch("accumulator")
+    declaration = f"float *__restrict__ sum = (float *)(ws + {offset});"
+    return "sum", [declaration], "{x}", "{x}"
+
+
+def _scatter_copy(ctx: StepContext) -> str:
+    """The kernel that copies the operand into the scatter's target."""
+    op = ctx.step.op
+    t = op.type
+
+    def make(body: Body, flat: bool) -> list[str]:
+        target, declarations, _, store_template = _scatter_target(ctx, body.pointers)
+        index, head = element_index(body, t, flat)
+        x = body.value(op.operands[0], index)
+        return declarations + head + body.lines + [f"{target}[i] = {store_template.format(x=x)};"]
+
+    return elementwise(ctx, t.size, make)
+
+
+def _scatter_row(ctx: StepContext, body: Body, index: tuple[str, ...]) -> str:
+    """The flat position in the result where the update at `index` goes (its row clamped)."""
+    op = ctx.step.op
+    result, indices = op.type, op.operand_types[1]
+    position = result.position(op.attrs["axis"])
+    extent = result.extents[position]
+    row = body.value(op.operands[1], index[position : position + indices.rank])
+    clamped = body.index_temp(clamp(f"(int64_t){row}", extent))
+    at = index[:position] + (clamped,) + index[position + indices.rank :]
+    return linear(at, result.extents)
+
+
+def _scatter_atomic(ctx: StepContext) -> tuple[str, int]:
+    """One thread per update, added with an atomic operation (integers add exactly in any
+    order; f32 and f64 sums may differ in the last bits from run to run)."""
+    op = ctx.step.op
+    updates = op.operand_types[2]
+    pointers = ctx.pointers()
+    body = ctx.body(pointers)
+    names = axis_names(updates, "u")
+    head = decompose("i", updates.extents, names)
+    at = _scatter_row(ctx, body, names)
+    update = body.value(op.operands[2], names)
+    target = pointers[op.results[0]]
+    atomic = ATOMIC_ADD[op.type.dtype].format(at=f"{target}[{at}]", x=update)
+    lines = [grid_stride("i", updates.size), *indent(head + body.lines + [atomic]), "}"]
+    return ctx.kernel(pointers, lines, "(add)"), blocks_for(updates.size)
+
+
+def _scatter_ordered(ctx: StepContext) -> tuple[str, int]:
+    """One thread per column (the non-index axes of the updates), walking the indices in
+    order: 16-bit results round after every addition, so the order must be NumPy's."""
+    op = ctx.step.op
+    result, indices, updates = op.type, op.operand_types[1], op.operand_types[2]
+    position = result.position(op.attrs["axis"])
+    index_positions = range(position, position + indices.rank)
+    columns = [p for p in range(updates.rank) if p not in index_positions]
+    pointers = ctx.pointers()
+    body = ctx.body(pointers)
+    target, declarations, load, store_template = _scatter_target(ctx, pointers)
+    names = axis_names(updates, "u")
+    column_extents = tuple(updates.extents[p] for p in columns)
+    head = decompose("c", column_extents, tuple(names[p] for p in columns))
+    inner = decompose("t", indices.extents, tuple(names[p] for p in index_positions))
+    at = _scatter_row(ctx, body, names)
+    update = body.value(op.operands[2], names)
+    element = f"{target}[{at}]"
+    total = f"{load.format(x=element)} + {update}"
+    if op.type.dtype != bf16:
+        total = rounded(op.type.dtype, total)
+    add = f"{element} = {store_template.format(x=total)};"
+    count = max(1, updates.size // max(indices.size, 1))
+    loop = [f"for (int64_t t = 0; t < {indices.size}LL; ++t) {{", *indent(inner + body.lines)]
+    lines = declarations + [grid_stride("c", count), *indent(head + loop + ["  " + add, "}"]), "}"]
+    return ctx.kernel(pointers, lines, "(ordered add)"), blocks_for(count)
+
+
+def _scatter_round(ctx: StepContext) -> tuple[str, int]:
+    """bf16: the float32 sums rounded once into the result."""
+    op = ctx.step.op
+    pointers = ctx.pointers()
+    offset = ctx.workspace_scratch("accumulator")
+    out = pointers[op.results[0]]
+    lines = [
+        f"const float *__restrict__ sum = (const float *)(ws + {offset});",
+        grid_stride("i", op.type.size),
+        "  " + store(bf16, out, "i", "sum[i]"),
+        "}",
+    ]
+    return ctx.kernel(pointers, lines, "(round)"), blocks_for(op.type.size)
+
+
+def emit_scatter(ctx: StepContext) -> StepCode:
+    """Copy the operand into the result, then add each update at its (clamped) row."""
+    op = ctx.step.op
+    result, updates = op.type, op.operand_types[2]
+    if result.size == 0:
+        return nothing
+    kernels = [(_scatter_copy(ctx), blocks_for(result.size))]
+    if updates.size:
+        ordered = result.dtype in ORDERED
+        kernels.append(_scatter_ordered(ctx) if ordered else _scatter_atomic(ctx))
+    if result.dtype == bf16:
+        kernels.append(_scatter_round(ctx))
+    return launches(*kernels)

@@ -1,0 +1,39 @@
+"""The C dialect of each target: its dtype table, its prelude, and how it declares constants.
+
+Everything else (templates, literals, the expression builder) is the same for every target;
+a target differs only in these fields, as tinygrad's `CStyleLanguage` subclasses override a few
+of its entries. `GCC` is C for the CPU (gcc or clang), `CUDA` is CUDA C for NVRTC and nvcc.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ...core.types import DType
+from .prelude import CUDA_TARGET, GCC_TARGET, prelude
+from .types import CType, c_types
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One target's C: `types` per dtype, the `prelude` text, and the qualifiers of a
+    file-scope constant array (`static const` on the CPU, in device memory on CUDA)."""
+
+    name: str
+    types: Mapping[DType, CType]
+    prelude: str
+    constant_qualifiers: str
+
+    def c_type(self, dtype: DType) -> CType:
+        """How `dtype` looks in this dialect.
+
+        >>> from accy import f16
+        >>> GCC.c_type(f16).storage, CUDA.c_type(f16).storage
+        ('_Float16', 'accy_half')
+        """
+        return self.types[dtype]
+
+
+GCC = Dialect("c", c_types("_Float16"), prelude(GCC_TARGET), "static const")
+CUDA = Dialect("cuda", c_types("accy_half"), prelude(CUDA_TARGET), "static __device__ const")

@@ -3,7 +3,10 @@ extents past 32-bit indexing, malformed program text."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -151,3 +154,42 @@ def test_extents_past_32_bit_indexing_use_64_bit_loops():
 def test_malformed_program_text_is_a_parse_error_with_a_position(text):
     with pytest.raises(accy.ParseError, match=r"line \d+, column \d+"):
         accy.program.parse(text)
+
+
+NO_BUFFERS_SCRIPT = """
+import numpy as np
+import accy
+from accy import f32, spec
+from accy.trace import define
+
+nothing = define("nothing", [], lambda b, x: ())
+assert accy.compile(nothing, device="cpu")() == []
+fragment = accy.executable.load_fragment(None, accy.lower.compile_fragment(None, nothing))
+accy.executable.invoke(fragment, [], [])
+constant = define("constant", [], lambda b, x: b.scalar(f32, 2.5) * 2.0)
+(four,) = accy.compile(constant, device="cpu")()
+assert four.shape == () and four == np.float32(5.0), four
+sink = define("sink", [spec(f32, n=3)], lambda b, x: ())
+assert accy.compile(sink, device="cpu")(np.ones(3, np.float32)) == []
+print("ok")
+"""
+
+
+def test_programs_without_inputs_or_outputs_run_on_the_cpu():
+    # In a process of its own: the defect was a segmentation fault, which would end pytest.
+    try:
+        accy.backends.cpu.find_compiler()
+    except accy.RuntimeUnavailable:
+        pytest.skip("native CPU backend: no C compiler")
+    source_root = os.path.dirname(os.path.dirname(accy.__file__))
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([source_root, *sys.path])}
+    result = subprocess.run(
+        [sys.executable, "-c", NO_BUFFERS_SCRIPT],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", (
+        f"exit status {result.returncode}\n{result.stderr}"
+    )

@@ -142,7 +142,7 @@ ARRAYS_ENTRY = """
    costs more than the whole call, and so does each argument of a ctypes call. */
 void accy_run_arrays(void *const *call) {{
   const int64_t data_offset = (int64_t)call[1];
-  void *buffers[{count}];
+  void *buffers[{count} + 1]; /* + 1: C has no empty arrays, and a program may have no buffers */
   for (int64_t i = 0; i < {count}; ++i)
     buffers[i] = *(void *const *)((const char *)call[2 + i] + data_offset);
   accy_run(buffers, call[0]);
@@ -236,6 +236,6 @@ def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str
         blas_part.strip(),
         *unit.kernel_sources.values(),
         *unit.declarations,
-        ARRAYS_ENTRY.format(count=max(len(plan.program.parameters) + len(plan.output_slots), 1)),
+        ARRAYS_ENTRY.format(count=len(plan.program.parameters) + len(plan.output_slots)),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"

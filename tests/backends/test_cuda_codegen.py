@@ -51,6 +51,21 @@ def test_the_cuda_c_of_every_test_program_compiles_with_nvcc():
 
 
 @needs_nvcc
+def test_the_cuda_c_of_a_chain_of_thousands_of_operations_compiles():
+    # The expression builder (shared with the CPU) recursed once per fused operation.
+    def body(b, args):
+        x, a = args
+        for i in range(1000):
+            x = (x * a).tanh() if i % 4 == 0 else x * a + 0.5
+        return x
+
+    program = accy.trace.define("long_chain", [spec(f32, n=8)] * 2, body)
+    compiled = compile_program(program)
+    ptx = toolchain.ptx_with_nvcc(compiled.source, "a long chain", arch="compute_90")
+    assert all(f".entry {kernel}(" in ptx for kernel in compiled.kernels)
+
+
+@needs_nvcc
 def test_a_custom_call_is_an_external_launch_with_staged_buffers():
     compiled = compile_program(_custom_call_program(), _registry())
     (external,) = [a for a in compiled.schedule.actions if isinstance(a, External)]

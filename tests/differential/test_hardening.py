@@ -3,6 +3,7 @@ extents past 32-bit indexing, malformed program text."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -193,3 +194,66 @@ def test_programs_without_inputs_or_outputs_run_on_the_cpu():
     assert result.returncode == 0 and result.stdout.strip() == "ok", (
         f"exit status {result.returncode}\n{result.stderr}"
     )
+
+
+def _long_chain(v, a, c, steps, tanh):
+    for i in range(steps):
+        v = tanh(v * a) if i % 4 == 0 else v * a + c
+    return v
+
+
+@functools.cache
+def _long_chain_program(steps: int):
+    return define(
+        "long_chain", [spec(f32, n=6)] * 3, lambda b, x: _long_chain(*x, steps, lambda y: y.tanh())
+    )
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+def test_a_chain_of_ten_thousand_elementwise_operations_runs(executor):
+    # Lowering and code generation walk expressions recursively: fusion bounds their depth.
+    steps = 5_000  # ten thousand operations, thirty times past the old recursion failure
+    program = _long_chain_program(steps)
+    assert len(program.operations) > 10_000
+    x = np.linspace(-2, 2, 6, dtype=np.float32)
+    a = np.linspace(0.9, 1.01, 6, dtype=np.float32)
+    c = np.full(6, 0.01, np.float32)
+    (got,) = executor(program, [x, a, c])
+    np.testing.assert_allclose(got, _long_chain(x, a, c, steps, np.tanh), rtol=1e-4, atol=1e-6)
+
+
+@functools.cache
+def _scan_gradient(steps: int):
+    def step(_, values):
+        weight, carry, x = values
+        new = (carry * weight + x).tanh()
+        return new, new
+
+    def body(b, args):
+        weight, h0, xs = args
+        (final,), _ = b.scan(step, consts=[weight], carries=[h0], xs=[xs], axis="time")
+        return final.sum("h")
+
+    types = [spec(f32, h=2), spec(f32, h=2), spec(f32, time=steps, h=2)]
+    return accy.grad(define("long_scan", types, body), wrt=(0, 1))
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+def test_the_gradient_of_a_scan_of_three_hundred_steps_runs(executor):
+    # The gradient unrolls the scan: a program of thousands of operations, one long chain.
+    steps = 300
+    rng = np.random.default_rng(7)
+    weight = rng.uniform(0.5, 0.9, 2).astype(np.float32)
+    h0 = rng.uniform(-1, 1, 2).astype(np.float32)
+    xs = rng.uniform(-0.5, 0.5, (steps, 2)).astype(np.float32)
+    d_weight, d_h0 = executor(_scan_gradient(steps), [weight, h0, xs])
+    hs = [h0.astype(np.float64)]
+    for x in xs:
+        hs.append(np.tanh(hs[-1] * weight + x))
+    carry, expected_weight = np.ones(2), np.zeros(2)
+    for t in reversed(range(steps)):
+        local = carry * (1 - hs[t + 1] ** 2)
+        expected_weight += local * hs[t]
+        carry = local * weight
+    np.testing.assert_allclose(d_weight, expected_weight, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(d_h0, carry, rtol=1e-4, atol=1e-7)

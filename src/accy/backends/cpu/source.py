@@ -155,7 +155,8 @@ class Translation(Unit):
 
     def write_function(self, plan: Plan, name: str | None = None, exported: bool = False) -> str:
         name = name or self.fresh("accy_body")
-        calls = [self._step(plan, index) for index in range(len(plan.steps))]
+        inputs = len(plan.program.parameters)  # a walk over every operation: once, not per step
+        calls = [self._step(plan, index, inputs) for index in range(len(plan.steps))]
         visibility = "" if exported else "static "
         self.declare(
             f"{visibility}void {name}(void *const *buffers, char *workspace) {{\n"
@@ -164,9 +165,8 @@ class Translation(Unit):
         )
         return name
 
-    def _step(self, plan: Plan, index: int) -> str:
+    def _step(self, plan: Plan, index: int, inputs: int) -> str:
         step = plan.steps[index]
-        inputs = len(plan.program.parameters)
 
         def slot_pointer(value: int) -> str:
             slot = plan.slots[value]

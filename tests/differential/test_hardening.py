@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy import f32, i32, spec, u8
+from accy import bf16, f16, f32, i32, spec, u8
 from accy.trace import define
 
 from ..executors import available_backends
@@ -257,3 +257,27 @@ def test_the_gradient_of_a_scan_of_three_hundred_steps_runs(executor):
         carry = local * weight
     np.testing.assert_allclose(d_weight, expected_weight, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(d_h0, carry, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+@pytest.mark.parametrize(
+    ("dtype", "held", "scale"),
+    [(f16, np.float16, -1e9), (f16, np.float16, 70000.0), (f32, np.float32, 1e39)]
+    + [(bf16, np.float32, 1e39), (bf16, np.float32, -3.4e38)],
+)
+def test_float_constants_beyond_their_dtype_round_to_infinity(executor, dtype, held, scale):
+    def body(b, x):
+        (a,) = x
+        table = b.constant([scale, 1.0, -scale], spec(dtype, n=3))
+        return a * scale, a * table, a + scale
+
+    program = define("beyond_range", [spec(dtype, n=3)], body)
+    a = np.array([1.0, -2.0, 0.0], held)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # bf16's largest finite value is below float32's: 3.4e38 rounds up to infinity in it.
+        constant = np.float32(np.sign(scale) * np.inf) if dtype == bf16 else held(scale)
+        table = np.array([constant, 1, -constant], held)
+        expected = [a * constant, a * table, a + constant]
+    assert np.isinf(constant)
+    for got, want in zip(executor(program, [a]), expected, strict=True):
+        np.testing.assert_array_equal(got, want)

@@ -62,18 +62,19 @@ def c_type(dtype: DType) -> CType:
 
 
 def _float_literal(value: float, dtype: DType) -> str:
-    if math.isnan(value):
-        return "NAN"
-    if math.isinf(value):
-        return "INFINITY" if value > 0 else "(-INFINITY)"
-    if dtype == f64:
-        text = repr(float(value))
-    else:
+    # Rounded to the dtype first, as the reference evaluator does: beyond its range is ±inf.
+    with np.errstate(over="ignore"):
         if dtype == f16:
             value = float(np.float16(value))
         elif dtype == bf16:
             value = float(round_to_bf16(np.array([value], np.float32))[0])
-        text = repr(float(np.float32(value))) + "f"
+        elif dtype != f64:
+            value = float(np.float32(value))
+    if math.isnan(value):
+        return "NAN"
+    if math.isinf(value):
+        return "INFINITY" if value > 0 else "(-INFINITY)"
+    text = repr(value) if dtype == f64 else repr(value) + "f"
     return f"({text})" if text.startswith("-") else text
 
 
@@ -85,11 +86,14 @@ def _int_literal(value: int, dtype: DType) -> str:
 
 
 def literal(value, dtype: DType) -> str:
-    """`value` as a C constant of `dtype`'s compute type (16-bit floats already rounded).
+    """`value` as a C constant of `dtype`'s compute type, rounded to `dtype` (a float beyond
+    its range is infinite, as in the reference evaluator).
 
-    >>> from accy import f32, f64, i64
+    >>> from accy import f16, f32, f64, i64
     >>> literal(0.1, f32), literal(0.1, f64), literal(-1, i64), literal(float("-inf"), f32)
     ('0.10000000149011612f', '0.1', '(-1LL)', '(-INFINITY)')
+    >>> literal(1e39, f32), literal(-1e9, f16)
+    ('INFINITY', '(-INFINITY)')
     """
     if dtype.is_float:
         return _float_literal(float(value), dtype)

@@ -281,3 +281,32 @@ def test_float_constants_beyond_their_dtype_round_to_infinity(executor, dtype, h
     assert np.isinf(constant)
     for got, want in zip(executor(program, [a]), expected, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def empty_scatter_program(dtype):
+    """scatter_add into tables with an empty leading axis: the scattered one, then another."""
+
+    def body(b, x):
+        table, ids, updates, wide, wide_updates = x
+        return table.scatter_add(ids, updates, "vocab"), wide.scatter_add(
+            ids, wide_updates, "vocab"
+        )
+
+    types = [spec(dtype, vocab=0, c=2), spec(i32, token=3), spec(dtype, token=3, c=2)]
+    types += [spec(dtype, c=0, vocab=4), spec(dtype, c=0, token=3)]
+    return define(f"empty_scatter_{dtype}", types, body)
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+@pytest.mark.parametrize("dtype", [f32, f16, bf16, i32])
+def test_scatter_add_into_an_empty_leading_axis_gives_an_empty_result(executor, dtype):
+    held = np.float32 if dtype == bf16 else dtype.numpy
+    table = np.zeros((0, 2), held)
+    ids = np.array([0, 5, -1], np.int32)
+    updates = np.ones((3, 2), held)
+    wide, wide_updates = np.zeros((0, 4), held), np.zeros((0, 3), held)
+    expected = wide.copy()
+    np.add.at(expected, (slice(None), np.clip(ids, 0, 3)), wide_updates)
+    got = executor(empty_scatter_program(dtype), [table, ids, updates, wide, wide_updates])
+    assert got[0].shape == (0, 2) and got[0].dtype == table.dtype
+    assert got[1].shape == expected.shape and got[1].dtype == expected.dtype

@@ -10,6 +10,8 @@ the work.
 
 from __future__ import annotations
 
+import math
+
 from ....errors import AccyError
 from ....types import TensorType, bf16
 from ..dtypes import c_type
@@ -29,7 +31,7 @@ def _copy_operand_into(
 ) -> list[str]:
     """Copy the operand into `out`; `banded`: only rows row_lo to row_hi (outermost axis)."""
     op = ctx.step.op
-    row = t.size // t.extents[0] if t.rank else 1
+    row = math.prod(t.extents[1:])  # elements per outermost index (any extent may be 0)
     for flat in (True, False):
         body = ctx.body()
         index = Flat("i", t) if flat else axis_index(t)
@@ -58,6 +60,8 @@ def emit_scatter(ctx: StepContext) -> list[str]:
     ctx.value_pointers()
     op = ctx.step.op
     result, indices, updates = op.type, op.operand_types[1], op.operand_types[2]
+    if result.size == 0:  # no element to write: updates have nowhere to go
+        return []
     ctype = c_type(result.dtype)
     out = ctx.pointers[op.results[0]]
     if result.dtype == bf16:

@@ -53,6 +53,24 @@ int omp_get_thread_num(void);
 int omp_get_num_threads(void);
 #endif
 
+/* State shared by every library accy loads (accy_set_shared hands each one the same block,
+   `accy.backends.cpu.compile.SHARED`). Parallel regions run only while `parallel` is nonzero:
+   accy clears it in a child made by fork(), where the parent's OpenMP threads do not exist and
+   libgomp would wait for them forever (an `if(0)` region runs on the calling thread alone).
+   `blas_lock` (a glibc mutex: zero bytes are an unlocked one) makes every GEMM section of every
+   library run alone, as BLAS's thread count is process-global. */
+typedef struct {
+  int parallel;
+  int reserved[15];
+  char blas_lock[64];
+} accy_shared_t;
+static accy_shared_t accy_shared_default = {1, {0}, {0}};
+static accy_shared_t *accy_shared = &accy_shared_default;
+
+void accy_set_shared(void *shared) {
+  accy_shared = (accy_shared_t *)shared;
+}
+
 #define ACCY_CPU_CLAMP(i, high) ((i) < 0 ? 0 : (i) > (high) ? (high) : (i))
 /* float -> integer: truncate, NaN -> 0, saturate at the bounds (as the reference does). */
 #define ACCY_CPU_SATURATE(x, low, high, T) \
@@ -111,9 +129,16 @@ void accy_set_blas(void *sgemm, void *dgemm, void *set_threads, void *get_thread
   accy_blas_get_threads = (int (*)(void))get_threads;
 }}
 
+/* Declared under names of our own: a custom kernel may include <pthread.h>. */
+int accy_mutex_lock(void *mutex) __asm__("pthread_mutex_lock");
+int accy_mutex_unlock(void *mutex) __asm__("pthread_mutex_unlock");
+
 /* GEMMs run with BLAS's threads off (threads of our own share large ones out): two pools of
-   spinning threads fight over the cores. The library's count is global: restored right after. */
+   spinning threads fight over the cores, and OpenBLAS's results depend on its thread count.
+   That count is global: a GEMM section sets it to one and restores it holding the shared lock,
+   so that a concurrent call in another thread never finds (or leaves) another count. */
 static int accy_blas_serial(void) {{
+  accy_mutex_lock(accy_shared->blas_lock);
   const int threads = accy_blas_get_threads ? accy_blas_get_threads() : 1;
   if (threads > 1) accy_blas_set_threads(1);
   return threads;
@@ -121,6 +146,7 @@ static int accy_blas_serial(void) {{
 
 static void accy_blas_restore(int threads) {{
   if (threads > 1) accy_blas_set_threads(threads);
+  accy_mutex_unlock(accy_shared->blas_lock);
 }}
 """
 

@@ -16,7 +16,7 @@ from ....errors import AccyError
 from ....types import TensorType, bf16
 from ..dtypes import c_type
 from ..expressions import Flat, NotFlat, linear
-from ..loops import axis_index, axis_loops, nest, worth_threads
+from ..loops import PARALLEL, axis_index, axis_loops, nest, worth_threads
 from .context import StepContext, store_element
 
 # The band of rows (outermost indices) that one thread owns, inside a parallel region.
@@ -87,7 +87,7 @@ def emit_scatter(ctx: StepContext) -> list[str]:
         lines += nest(axis_loops(updates, "u"), body.lines)
     if banded:
         band = [line.format(rows=extent) for line in BAND]
-        lines = ["#pragma omp parallel", "{", *(f"  {line}" for line in band + lines), "}"]
+        lines = [PARALLEL, "{", *(f"  {line}" for line in band + lines), "}"]
     if result.dtype == bf16:
         final = store_element(result.dtype, out, "i", f"{target}[i]")
         lines += nest([("i", result.size)], [final])

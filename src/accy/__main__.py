@@ -54,8 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from .demo.train import main as demo
+        from .errors import AccyError
 
-        return demo(argv[1:])
+        try:
+            return demo(argv[1:])
+        except AccyError as error:  # a missing extra, a damaged checkpoint: the message says all
+            print(f"accy demo: {error}", file=sys.stderr)
+            return 1
     arguments = parser.parse_args(argv)
     if arguments.command in (None, "example"):
         example()

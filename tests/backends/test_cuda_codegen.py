@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import accy
-from accy import f32, spec
+from accy import bf16, f16, f32, spec
 from accy.backends.cuda import compile_program, cublas
 from accy.backends.cuda.reductions import choose_cut
 from accy.backends.cuda.schedule import SCRATCH, External, Gemm, Launch
@@ -48,6 +48,33 @@ def test_the_cuda_c_of_every_test_program_compiles_with_nvcc():
     for c in compiled:
         for kernel in c.kernels:
             assert f".entry {kernel}(" in ptx
+
+
+@needs_nvcc
+def test_the_cuda_c_of_a_chain_of_thousands_of_operations_compiles():
+    # The expression builder (shared with the CPU) recursed once per fused operation.
+    def body(b, args):
+        x, a = args
+        for i in range(1000):
+            x = (x * a).tanh() if i % 4 == 0 else x * a + 0.5
+        return x
+
+    program = accy.trace.define("long_chain", [spec(f32, n=8)] * 2, body)
+    compiled = compile_program(program)
+    ptx = toolchain.ptx_with_nvcc(compiled.source, "a long chain", arch="compute_90")
+    assert all(f".entry {kernel}(" in ptx for kernel in compiled.kernels)
+
+
+@needs_nvcc
+def test_the_cuda_c_of_scatters_into_empty_tables_compiles():
+    from ..differential.test_hardening import empty_scatter_program
+
+    compiled = [
+        compile_program(empty_scatter_program(dtype), prefix=f"p{n}_")
+        for n, dtype in enumerate((f32, f16, bf16))
+    ]
+    source = "".join(c.source for c in compiled)
+    toolchain.ptx_with_nvcc(source, "scatters into empty tables", arch="compute_90")
 
 
 @needs_nvcc

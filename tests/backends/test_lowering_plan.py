@@ -8,6 +8,8 @@ import accy
 from accy import f32, spec
 from accy.lower import build_plan, explain
 from accy.lower.buffers import Lifetime, place
+from accy.lower.fusion import MAX_INLINE_DEPTH
+from accy.lower.grouping import MAX_GROUP_OPERATIONS
 from accy.lower.views import reshaped_strides
 
 
@@ -170,3 +172,52 @@ def test_unused_results_are_not_computed():
 
     plan = build_plan(accy.trace.define("unused", [spec(f32, n=4)], body))
     assert kinds(plan) == ["loop"]
+
+
+def _fused_depth(step) -> int:
+    """The most operations between the step's root and a leaf of its inline expression."""
+    inside = {op.results[0]: op for op in step.fused}
+    depth = {}
+    for op in step.fused + (step.op,):  # in program order: operands first
+        depth[op.results[0]] = 1 + max(
+            (depth.get(v, 0) for v in op.operands if v in inside), default=0
+        )
+    return depth[step.op.results[0]]
+
+
+def test_a_long_chain_is_cut_into_steps_of_bounded_depth_and_groups_of_bounded_size():
+    def body(b, args):
+        x, a = args
+        for _ in range(1500):
+            x = x * a + 0.5
+        return x
+
+    plan = build_plan(accy.trace.define("chain", [spec(f32, n=8)] * 2, body))
+    steps = [m for step in plan.steps for m in (step.members or (step,))]
+    assert sum(len(s.fused) + 1 for s in steps) >= 3000
+    assert max(map(_fused_depth, steps)) <= 2 * MAX_INLINE_DEPTH
+    for group in plan.steps:
+        assert sum(len(m.fused) + 1 for m in group.members) <= MAX_GROUP_OPERATIONS
+
+
+def test_planning_an_expression_that_reuses_values_takes_linear_time(monkeypatch):
+    # x + x at every level: following each use separately visits 2**levels paths.
+    calls = 0
+    is_stored = accy.lower.fusion.Fusion.is_stored
+
+    def counted(self, value):
+        nonlocal calls
+        calls += 1
+        return is_stored(self, value)
+
+    monkeypatch.setattr(accy.lower.fusion.Fusion, "is_stored", counted)
+
+    def body(b, args):
+        x = args[0]
+        for _ in range(20):
+            x = (x + x) * 0.5
+        return x
+
+    program = accy.trace.define("doubling", [spec(f32, n=8)], body)
+    build_plan(program)
+    assert calls < 20 * len(program.operations)

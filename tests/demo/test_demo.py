@@ -3,10 +3,13 @@ and its command line runs end to end."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
 import accy
+from accy.__main__ import main as accy_main
 from accy.demo.train import TrainingState, load_checkpoint, main, save_checkpoint, train
 
 
@@ -57,3 +60,32 @@ def test_the_command_line_trains_reports_and_plots(tmp_path, capsys):
     assert "held-out accuracy" in printed
     assert (tmp_path / "loss.png").stat().st_size > 0
     assert (tmp_path / "checkpoint.npz").exists()
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.5, 0.99], ids=["empty", "half", "nearly_whole"])
+def test_resuming_from_a_truncated_checkpoint_says_how_to_start_over(tmp_path, keep):
+    path = tmp_path / "checkpoint.npz"
+    save_checkpoint(path, TrainingState(3, [np.ones(64, np.float32)], [np.ones(64)], [1.0]))
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(accy.AccyError, match="damaged") as raised:
+        load_checkpoint(path, 1, 1)
+    assert str(path) in str(raised.value) and "without --resume" in str(raised.value)
+
+
+def test_the_command_line_reports_a_damaged_checkpoint_without_a_traceback(tmp_path, capsys):
+    (tmp_path / "checkpoint.npz").write_bytes(b"")
+    arguments = ["demo", "--resume", "--steps", "1", "--device", "reference", "--out"]
+    assert accy_main([*arguments, str(tmp_path)]) == 1
+    error = capsys.readouterr().err
+    assert str(tmp_path / "checkpoint.npz") in error and "delete it" in error
+
+
+@pytest.mark.parametrize("missing", ["tqdm", "matplotlib"])
+def test_the_demo_without_its_extra_says_which_to_install(tmp_path, capsys, monkeypatch, missing):
+    monkeypatch.setitem(sys.modules, missing, None)  # `import missing` now fails
+    arguments = ["demo", "--steps", "1", "--device", "reference", "--out", str(tmp_path)]
+    assert accy_main(arguments) == 1
+    error = capsys.readouterr().err
+    assert missing in error and "pip install 'accy[demo]'" in error
+    assert not (tmp_path / "checkpoint.npz").exists()  # refused before any training

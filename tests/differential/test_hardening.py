@@ -3,13 +3,17 @@ extents past 32-bit indexing, malformed program text."""
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import accy
-from accy import f32, i32, spec, u8
+from accy import bf16, f16, f32, i32, spec, u8
 from accy.trace import define
 
 from ..executors import available_backends
@@ -151,3 +155,158 @@ def test_extents_past_32_bit_indexing_use_64_bit_loops():
 def test_malformed_program_text_is_a_parse_error_with_a_position(text):
     with pytest.raises(accy.ParseError, match=r"line \d+, column \d+"):
         accy.core.parse(text)
+
+
+NO_BUFFERS_SCRIPT = """
+import numpy as np
+import accy
+from accy import f32, spec
+from accy.trace import define
+
+nothing = define("nothing", [], lambda b, x: ())
+assert accy.compile(nothing, device="cpu")() == []
+fragment = accy.executable.load_fragment(None, accy.lower.compile_fragment(None, nothing))
+accy.executable.invoke(fragment, [], [])
+constant = define("constant", [], lambda b, x: b.scalar(f32, 2.5) * 2.0)
+(four,) = accy.compile(constant, device="cpu")()
+assert four.shape == () and four == np.float32(5.0), four
+sink = define("sink", [spec(f32, n=3)], lambda b, x: ())
+assert accy.compile(sink, device="cpu")(np.ones(3, np.float32)) == []
+print("ok")
+"""
+
+
+def test_programs_without_inputs_or_outputs_run_on_the_cpu():
+    # In a process of its own: the defect was a segmentation fault, which would end pytest.
+    try:
+        accy.backends.cpu.find_compiler()
+    except accy.RuntimeUnavailable:
+        pytest.skip("native CPU backend: no C compiler")
+    source_root = os.path.dirname(os.path.dirname(accy.__file__))
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([source_root, *sys.path])}
+    result = subprocess.run(
+        [sys.executable, "-c", NO_BUFFERS_SCRIPT],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", (
+        f"exit status {result.returncode}\n{result.stderr}"
+    )
+
+
+def _long_chain(v, a, c, steps, tanh):
+    for i in range(steps):
+        v = tanh(v * a) if i % 4 == 0 else v * a + c
+    return v
+
+
+@functools.cache
+def _long_chain_program(steps: int):
+    return define(
+        "long_chain", [spec(f32, n=6)] * 3, lambda b, x: _long_chain(*x, steps, lambda y: y.tanh())
+    )
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+def test_a_chain_of_ten_thousand_elementwise_operations_runs(executor):
+    # Lowering and code generation walk expressions recursively: fusion bounds their depth.
+    steps = 5_000  # ten thousand operations, thirty times past the old recursion failure
+    program = _long_chain_program(steps)
+    assert len(program.operations) > 10_000
+    x = np.linspace(-2, 2, 6, dtype=np.float32)
+    a = np.linspace(0.9, 1.01, 6, dtype=np.float32)
+    c = np.full(6, 0.01, np.float32)
+    (got,) = executor(program, [x, a, c])
+    np.testing.assert_allclose(got, _long_chain(x, a, c, steps, np.tanh), rtol=1e-4, atol=1e-6)
+
+
+@functools.cache
+def _scan_gradient(steps: int):
+    def step(_, values):
+        weight, carry, x = values
+        new = (carry * weight + x).tanh()
+        return new, new
+
+    def body(b, args):
+        weight, h0, xs = args
+        (final,), _ = b.scan(step, consts=[weight], carries=[h0], xs=[xs], axis="time")
+        return final.sum("h")
+
+    types = [spec(f32, h=2), spec(f32, h=2), spec(f32, time=steps, h=2)]
+    return accy.grad(define("long_scan", types, body), wrt=(0, 1))
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+def test_the_gradient_of_a_scan_of_three_hundred_steps_runs(executor):
+    # The gradient unrolls the scan: a program of thousands of operations, one long chain.
+    steps = 300
+    rng = np.random.default_rng(7)
+    weight = rng.uniform(0.5, 0.9, 2).astype(np.float32)
+    h0 = rng.uniform(-1, 1, 2).astype(np.float32)
+    xs = rng.uniform(-0.5, 0.5, (steps, 2)).astype(np.float32)
+    d_weight, d_h0 = executor(_scan_gradient(steps), [weight, h0, xs])
+    hs = [h0.astype(np.float64)]
+    for x in xs:
+        hs.append(np.tanh(hs[-1] * weight + x))
+    carry, expected_weight = np.ones(2), np.zeros(2)
+    for t in reversed(range(steps)):
+        local = carry * (1 - hs[t + 1] ** 2)
+        expected_weight += local * hs[t]
+        carry = local * weight
+    np.testing.assert_allclose(d_weight, expected_weight, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(d_h0, carry, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+@pytest.mark.parametrize(
+    ("dtype", "held", "scale"),
+    [(f16, np.float16, -1e9), (f16, np.float16, 70000.0), (f32, np.float32, 1e39)]
+    + [(bf16, np.float32, 1e39), (bf16, np.float32, -3.4e38)],
+)
+def test_float_constants_beyond_their_dtype_round_to_infinity(executor, dtype, held, scale):
+    def body(b, x):
+        (a,) = x
+        table = b.constant([scale, 1.0, -scale], spec(dtype, n=3))
+        return a * scale, a * table, a + scale
+
+    program = define("beyond_range", [spec(dtype, n=3)], body)
+    a = np.array([1.0, -2.0, 0.0], held)
+    with np.errstate(over="ignore", invalid="ignore"):
+        # bf16's largest finite value is below float32's: 3.4e38 rounds up to infinity in it.
+        constant = np.float32(np.sign(scale) * np.inf) if dtype == bf16 else held(scale)
+        table = np.array([constant, 1, -constant], held)
+        expected = [a * constant, a * table, a + constant]
+    assert np.isinf(constant)
+    for got, want in zip(executor(program, [a]), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def empty_scatter_program(dtype):
+    """scatter_add into tables with an empty leading axis: the scattered one, then another."""
+
+    def body(b, x):
+        table, ids, updates, wide, wide_updates = x
+        return table.scatter_add(ids, updates, "vocab"), wide.scatter_add(
+            ids, wide_updates, "vocab"
+        )
+
+    types = [spec(dtype, vocab=0, c=2), spec(i32, token=3), spec(dtype, token=3, c=2)]
+    types += [spec(dtype, c=0, vocab=4), spec(dtype, c=0, token=3)]
+    return define(f"empty_scatter_{dtype}", types, body)
+
+
+@pytest.mark.parametrize("executor", BACKENDS)
+@pytest.mark.parametrize("dtype", [f32, f16, bf16, i32])
+def test_scatter_add_into_an_empty_leading_axis_gives_an_empty_result(executor, dtype):
+    held = np.float32 if dtype == bf16 else dtype.numpy
+    table = np.zeros((0, 2), held)
+    ids = np.array([0, 5, -1], np.int32)
+    updates = np.ones((3, 2), held)
+    wide, wide_updates = np.zeros((0, 4), held), np.zeros((0, 3), held)
+    expected = wide.copy()
+    np.add.at(expected, (slice(None), np.clip(ids, 0, 3)), wide_updates)
+    got = executor(empty_scatter_program(dtype), [table, ids, updates, wide, wide_updates])
+    assert got[0].shape == (0, 2) and got[0].dtype == table.dtype
+    assert got[1].shape == expected.shape and got[1].dtype == expected.dtype

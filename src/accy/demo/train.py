@@ -7,18 +7,21 @@ and the Adam update); another gives the logits used to decode held-out samples g
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
 from .. import optim
 from ..core import Program
-from ..errors import AccyError
+from ..errors import AccyError, RuntimeUnavailable
 from .data import VOCAB, SortingTask
 from .model import Config, initial_parameters, loss_program, parameter_specs, predict_program
 
@@ -34,6 +37,17 @@ class TrainingState:
     parameters: list[np.ndarray]
     optimizer_state: list[np.ndarray]
     losses: list[float]
+
+
+def demo_dependency(name: str) -> ModuleType:
+    """Module `name` of the `demo` extra (tqdm, matplotlib), or an error saying how to get it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise RuntimeUnavailable(
+            f"accy demo needs {name}, which is part of accy's 'demo' extra; install it with "
+            f"pip install 'accy[demo]'"
+        ) from None
 
 
 def executable(program: Program, device: str) -> Callable[..., list[np.ndarray]]:
@@ -72,16 +86,24 @@ def save_checkpoint(path: Path, state: TrainingState) -> None:
 
 
 def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
+    """The state saved at `path`; a file that is not a whole checkpoint (empty, truncated,
+    corrupted, or from another model) is an `AccyError` that says how to start over."""
     try:
-        with np.load(path) as data:
+        # Opened here, not by np.load, which leaves the file open when the archive is damaged.
+        with open(path, "rb") as file, np.load(file) as data:
             return TrainingState(
                 step=int(data["step"]),
                 parameters=[data[f"param_{i}"] for i in range(parameters)],
                 optimizer_state=[data[f"opt_{i}"] for i in range(slots)],
                 losses=[float(x) for x in data["losses"]],
             )
-    except (OSError, KeyError, ValueError) as error:
-        raise AccyError(f"cannot resume from {path}: {error}") from None
+    # np.load reads the archive lazily: a damaged one fails in any of these, as any member is read.
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        raise AccyError(
+            f"cannot resume: the checkpoint at {path} is damaged or incomplete ({reason}); "
+            f"delete it to start over, or run without --resume (which overwrites it)"
+        ) from None
 
 
 def decode(logits_of, parameters, task: SortingTask, inputs: np.ndarray) -> np.ndarray:
@@ -116,8 +138,7 @@ def evaluate(logits_of, parameters, task, config, seed, batches=8):
 
 
 def plot_losses(losses: list[float], path: Path) -> None:
-    import matplotlib
-
+    matplotlib = demo_dependency("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -135,7 +156,7 @@ def plot_losses(losses: list[float], path: Path) -> None:
 
 def train(steps: int, seed: int, device: str, out: Path, resume: bool, quiet: bool = False):
     """Train, checkpointing to `out`; returns (state, token accuracy, sequence accuracy)."""
-    from tqdm import tqdm
+    tqdm = demo_dependency("tqdm").tqdm
 
     task = SortingTask()
     config = Config(vocab=VOCAB, tokens=task.tokens)
@@ -207,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("out"), help="folder for outputs")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     arguments = parser.parse_args(argv)
+    for name in ("tqdm", "matplotlib"):  # checked now, not after training
+        demo_dependency(name)
     state, token_accuracy, sequence_accuracy, examples = train(
         arguments.steps, arguments.seed, arguments.device, arguments.out, arguments.resume
     )

@@ -21,7 +21,13 @@ input in its main loop and its init once). From the needs of a value:
   (`is_light`: one add, multiply, comparison...) needed in a few steps, element by element:
   writing it and reading it back costs more memory traffic than doing it again;
 - a value needed as a `buffer` is stored, unless it is a layout operation (`VIEW_KINDS`), which
-  is then a strided view of its operand's buffer and passes the need on.
+  is then a strided view of its operand's buffer and passes the need on;
+- a value that would be computed `MAX_INLINE_DEPTH` operations deep inside its step's
+  expression is stored, and starts a new expression (layout and creation operations, which
+  end most chains as broadcast constants, get twice the depth; constants and iotas, which read
+  nothing, any depth): a chain of a hundred thousand elementwise operations becomes steps of
+  bounded depth, which `grouping` joins into one loop again, and no later pass, each walking an
+  expression from its root, nests without bound.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "con
 LIGHT_KINDS = frozenset({"add", "sub", "mul", "max", "min", "compare", "select", "convert"})
 LIGHT_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round", "not", "stop_gradient"})
 LIGHT_RECOMPUTE_STEPS = 3  # at most this many steps recompute a light value
+# Operations between a step's root and its deepest inline operand. Code generators walk an
+# expression recursively; this bounds their depth (a few frames per level) far below Python's
+# recursion limit, while a longer fused chain would save little (one load and store per element).
+MAX_INLINE_DEPTH = 64
 
 STORED, INLINE, INPUT, DEAD = "stored", "inline", "input", "dead"
 
@@ -134,15 +144,28 @@ def decide(program: Program) -> Fusion:
             position[value] = index
     fusion = Fusion(program, {}, producer, position)
     needs: dict[int, set[Need]] = {}
+    # depth[v]: the most operations between v and the root of a step that computes it inline.
+    depth: dict[int, int] = {}
     outputs = set(program.outputs)
     for index in reversed(range(len(program.operations))):
         op = program.operations[index]
         decision = _decide_op(op, index, needs, outputs)
+        own_depth = max((depth.get(v, 0) for v in op.results), default=0)
+        if decision == INLINE and op.operands and own_depth >= _depth_limit(op):
+            decision = STORED
         for value in op.results:
             fusion.decision[value] = decision
         if decision in (STORED, INLINE):
             _pass_needs(op, index, decision, needs)
+            operand_depth = 1 if decision == STORED else own_depth + 1
+            for value in op.operands:
+                depth[value] = max(depth.get(value, 0), operand_depth)
     return fusion
+
+
+def _depth_limit(op: Operation) -> int:
+    """How deep inside an expression `op` may be computed inline (see the module docstring)."""
+    return 2 * MAX_INLINE_DEPTH if op.kind in CHEAP_KINDS else MAX_INLINE_DEPTH
 
 
 def _decide_op(op: Operation, index: int, needs: dict[int, set[Need]], outputs: set[int]) -> str:

@@ -8,11 +8,17 @@ stored reads are all at the element's own position (contiguous buffers of as man
 reached only through elementwise work, reshapes and broadcasts of scalars). In one flat loop,
 element `i` of every member is computed in the same iteration, so a member's result that no
 later step needs is never stored at all.
+
+A group holds at most `MAX_GROUP_OPERATIONS` operations: C compilers take time quadratic in the
+length of one loop body (register allocation), and past a few hundred operations per element
+one more pass over memory costs little.
 """
 
 from __future__ import annotations
 
 from ..core import Operation
+
+MAX_GROUP_OPERATIONS = 512
 
 SAME_INDEX_KINDS = frozenset(
     {"unary", "add", "sub", "mul", "div", "pow", "max", "min", "compare", "select", "convert"}
@@ -43,16 +49,29 @@ class FlatCheck:
         self.type_of = type_of
 
     def readable(self, value: int, size: int) -> bool:
-        if self.is_stored(value):
-            return self.type_of(value).size == size  # its own buffer, in row-major order
-        op = self.producers[value]
-        if op.kind in SAME_INDEX_KINDS or keeps_flat_order(op):
-            return all(self.readable(v, size) for v in op.operands)
-        if op.kind == "constant":
-            return True
-        if op.kind == "broadcast_in_dim":
-            return op.operand_types[0].rank == 0  # a scalar, read once
-        return False
+        """Whether `value` can be read at the flat position of an element of `size` elements.
+
+        A walk with a stack and a visited set: an expression that reuses a value (`x + x`) is a
+        graph, and following each use separately would take time exponential in its depth.
+        """
+        pending, seen = [value], {value}
+        while pending:
+            value = pending.pop()
+            if self.is_stored(value):
+                if self.type_of(value).size != size:  # its own buffer, in row-major order
+                    return False
+                continue
+            op = self.producers[value]
+            if op.kind in SAME_INDEX_KINDS or keeps_flat_order(op):
+                fresh = [v for v in op.operands if v not in seen]
+                seen.update(fresh)
+                pending.extend(fresh)
+            elif op.kind == "broadcast_in_dim":
+                if op.operand_types[0].rank != 0:  # only a scalar is read once, anywhere
+                    return False
+            elif op.kind != "constant":
+                return False
+        return True
 
     def domain(self, step) -> int | None:
         """The element count a flat step walks, or None if the step is not flat."""
@@ -76,17 +95,24 @@ def consecutive_groups(steps, check: FlatCheck) -> list[list[int]]:
     """Runs of consecutive flat steps with equal element counts (indices into `steps`).
 
     A reduction's result is complete only when the loop ends, so a step that reads it starts a
-    new group.
+    new group; so does a step that would take the group past `MAX_GROUP_OPERATIONS`.
     """
     groups: list[list[int]] = []
-    previous, reduced = None, set()
+    previous, reduced, operations = None, set(), 0
     for index, step in enumerate(steps):
         domain = check.domain(step)
-        if domain is not None and domain == previous and not reduced & set(step.reads):
+        size = len(step.fused) + 1
+        if (
+            domain is not None
+            and domain == previous
+            and not reduced & set(step.reads)
+            and operations + size <= MAX_GROUP_OPERATIONS
+        ):
             groups[-1].append(index)
+            operations += size
         elif domain is not None:
             groups.append([index])
-            reduced = set()
+            reduced, operations = set(), size
         if domain is not None and step.kind == "reduce":
             reduced |= set(step.writes)
         previous = domain

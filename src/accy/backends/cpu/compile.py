@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,30 @@ from . import toolchain
 from .blas import Blas, find_blas
 from .library import load_library
 from .source import translation_unit
+
+
+class Shared(ctypes.Structure):
+    """The block every loaded library reads (`accy_shared_t` in `source.PRELUDE`)."""
+
+    _fields_ = [
+        ("parallel", ctypes.c_int),
+        ("reserved", ctypes.c_int * 15),
+        ("blas_lock", ctypes.c_char * 64),
+    ]
+
+
+SHARED = Shared(parallel=1)
+
+
+def _after_fork_in_child() -> None:
+    """A child made by fork() runs every loaded and future library on one thread: the parent's
+    OpenMP threads are not in the child, and GNU libgomp waits for them forever. The GEMM lock is
+    reset too, in case a thread of the parent (absent from the child) held it."""
+    SHARED.parallel = 0
+    ctypes.memset(ctypes.addressof(SHARED) + Shared.blas_lock.offset, 0, Shared.blas_lock.size)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,9 +55,12 @@ class CompiledFragment:
         return self.plan.workspace_bytes
 
     def load(self) -> ctypes.CDLL:
-        """The loaded library: the cache's entry (checked again, and rebuilt if it changed), or
-        one built into a private folder where the entry cannot be loaded."""
-        return toolchain.load(self.source, lambda path: load_library(path, self.blas))
+        """The loaded library, given the process's shared block (`SHARED`): the cache's entry
+        (checked again, and rebuilt if it changed), or one built into a private folder where
+        the entry cannot be loaded."""
+        library = toolchain.load(self.source, lambda path: load_library(path, self.blas))
+        library.accy_set_shared(ctypes.byref(SHARED))
+        return library
 
 
 def compile_program(program: Program, kernel_call_registry=None) -> CompiledFragment:

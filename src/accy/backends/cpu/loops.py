@@ -75,8 +75,11 @@ def nest(
     return lines
 
 
-PARALLEL_FOR = "#pragma omp parallel for schedule(static)"
+# Every parallel region is conditional: after fork() it runs on one thread (source.PRELUDE).
+IF_PARALLEL = "if(accy_shared->parallel)"
+PARALLEL = f"#pragma omp parallel {IF_PARALLEL}"
+PARALLEL_FOR = f"#pragma omp parallel for schedule(static) {IF_PARALLEL}"
 # For loops whose iterations are independent; GCC does not vectorize an OpenMP-outlined loop
 # body by itself (the pointers' `restrict` does not survive outlining).
 SIMD = "#pragma omp simd"
-PARALLEL_FOR_SIMD = "#pragma omp parallel for simd schedule(static)"
+PARALLEL_FOR_SIMD = f"#pragma omp parallel for simd schedule(static) {IF_PARALLEL}"

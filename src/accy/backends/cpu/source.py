@@ -23,6 +23,24 @@ OPENMP = """
 int omp_get_thread_num(void);
 int omp_get_num_threads(void);
 #endif
+
+/* State shared by every library accy loads (accy_set_shared hands each one the same block,
+   `accy.backends.cpu.compile.SHARED`). Parallel regions run only while `parallel` is nonzero:
+   accy clears it in a child made by fork(), where the parent's OpenMP threads do not exist and
+   libgomp would wait for them forever (an `if(0)` region runs on the calling thread alone).
+   `blas_lock` (a glibc mutex: zero bytes are an unlocked one) makes every GEMM section of every
+   library run alone, as BLAS's thread count is process-global. */
+typedef struct {
+  int parallel;
+  int reserved[15];
+  char blas_lock[64];
+} accy_shared_t;
+static accy_shared_t accy_shared_default = {1, {0}, {0}};
+static accy_shared_t *accy_shared = &accy_shared_default;
+
+void accy_set_shared(void *shared) {
+  accy_shared = (accy_shared_t *)shared;
+}
 """
 
 BLAS_DECLARATIONS = """
@@ -45,9 +63,16 @@ void accy_set_blas(void *sgemm, void *dgemm, void *set_threads, void *get_thread
   accy_blas_get_threads = (int (*)(void))get_threads;
 }}
 
+/* Declared under names of our own: a custom kernel may include <pthread.h>. */
+int accy_mutex_lock(void *mutex) __asm__("pthread_mutex_lock");
+int accy_mutex_unlock(void *mutex) __asm__("pthread_mutex_unlock");
+
 /* GEMMs run with BLAS's threads off (threads of our own share large ones out): two pools of
-   spinning threads fight over the cores. The library's count is global: restored right after. */
+   spinning threads fight over the cores, and OpenBLAS's results depend on its thread count.
+   That count is global: a GEMM section sets it to one and restores it holding the shared lock,
+   so that a concurrent call in another thread never finds (or leaves) another count. */
 static int accy_blas_serial(void) {{
+  accy_mutex_lock(accy_shared->blas_lock);
   const int threads = accy_blas_get_threads ? accy_blas_get_threads() : 1;
   if (threads > 1) accy_blas_set_threads(1);
   return threads;
@@ -55,6 +80,7 @@ static int accy_blas_serial(void) {{
 
 static void accy_blas_restore(int threads) {{
   if (threads > 1) accy_blas_set_threads(threads);
+  accy_mutex_unlock(accy_shared->blas_lock);
 }}
 """
 
@@ -76,7 +102,7 @@ ARRAYS_ENTRY = """
    costs more than the whole call, and so does each argument of a ctypes call. */
 void accy_run_arrays(void *const *call) {{
   const int64_t data_offset = (int64_t)call[1];
-  void *buffers[{count}];
+  void *buffers[{count} + 1]; /* + 1: C has no empty arrays, and a program may have no buffers */
   for (int64_t i = 0; i < {count}; ++i)
     buffers[i] = *(void *const *)((const char *)call[2 + i] + data_offset);
   accy_run(buffers, call[0]);
@@ -95,7 +121,8 @@ class Translation(Unit):
 
     def write_function(self, plan: Plan, name: str | None = None, exported: bool = False) -> str:
         name = name or self.fresh("accy_body")
-        calls = [self._step(plan, index) for index in range(len(plan.steps))]
+        inputs = len(plan.program.parameters)  # a walk over every operation: once, not per step
+        calls = [self._step(plan, index, inputs) for index in range(len(plan.steps))]
         visibility = "" if exported else "static "
         self.declare(
             f"{visibility}void {name}(void *const *buffers, char *workspace) {{\n"
@@ -104,9 +131,8 @@ class Translation(Unit):
         )
         return name
 
-    def _step(self, plan: Plan, index: int) -> str:
+    def _step(self, plan: Plan, index: int, inputs: int) -> str:
         step = plan.steps[index]
-        inputs = len(plan.program.parameters)
 
         def slot_pointer(value: int) -> str:
             slot = plan.slots[value]
@@ -174,6 +200,6 @@ def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str
         blas_part.strip(),
         *unit.kernel_sources.values(),
         *unit.declarations,
-        ARRAYS_ENTRY.format(count=max(len(plan.program.parameters) + len(plan.output_slots), 1)),
+        ARRAYS_ENTRY.format(count=len(plan.program.parameters) + len(plan.output_slots)),
     ]
     return "\n\n".join(part for part in parts if part) + "\n"

@@ -24,10 +24,10 @@ def _float_literal(value: float, dtype: DType) -> str:
 
 
 def _rounded_to(value: float, dtype: DType) -> float:
-    if dtype == bf16:
-        return float(round_to_bf16(np.array([value], np.float32))[0])
-    # Out of range becomes an infinity, as a conversion in C makes it: not worth a warning.
+    # Out of range becomes an infinity, as in the reference evaluator: not worth a warning.
     with np.errstate(over="ignore"):
+        if dtype == bf16:
+            return float(round_to_bf16(np.array([value], np.float32))[0])
         return float(np.array(value).astype(dtype.numpy))
 
 
@@ -39,11 +39,14 @@ def _int_literal(value: int, dtype: DType) -> str:
 
 
 def literal(value, dtype: DType) -> str:
-    """`value` as a C constant of `dtype`'s compute type (16-bit floats already rounded).
+    """`value` as a C constant of `dtype`'s compute type, rounded to `dtype` (a float beyond
+    its range is infinite, as in the reference evaluator).
 
-    >>> from accy import f32, f64, i64
+    >>> from accy import f16, f32, f64, i64
     >>> literal(0.1, f32), literal(0.1, f64), literal(-1, i64), literal(float("-inf"), f32)
     ('0.10000000149011612f', '0.1', '(-1LL)', '(-INFINITY)')
+    >>> literal(1e39, f32), literal(-1e9, f16)
+    ('INFINITY', '(-INFINITY)')
     """
     if dtype.is_float:
         return _float_literal(float(value), dtype)

@@ -1,7 +1,9 @@
 """Kinds that make values from nothing: `parameter`, `constant`, `iota`.
 
 Their result type is an attribute (`type`). A constant is a splat of one scalar `value`, or a
-flat row-major tuple of values with one entry per element.
+flat row-major tuple of values with one entry per element. A float value is rounded to its
+dtype when the program runs, as NumPy casts it: one beyond the dtype's range is ±inf
+(`x * 1e39` in f32, `x * -1e9` in f16), on every backend.
 """
 
 from __future__ import annotations
@@ -73,9 +75,11 @@ def _constant_infer(types, attrs):
 def _constant_evaluate(attrs, args, _):
     t = attrs["type"]
     value = attrs["value"]
-    if isinstance(value, tuple):
-        return np.array(value, dtype=t.dtype.numpy).reshape(t.extents)
-    return np.full(t.extents, value, dtype=t.dtype.numpy)
+    # A float beyond the dtype's range is ±inf (the module docstring): chosen, not worth a warning.
+    with np.errstate(over="ignore"):
+        if isinstance(value, tuple):
+            return np.array(value, dtype=t.dtype.numpy).reshape(t.extents)
+        return np.full(t.extents, value, dtype=t.dtype.numpy)
 
 
 register(

@@ -11,7 +11,7 @@ from ....core.types import TensorType, f32
 from ....lower.contraction import Gemm, MatrixOperand
 from ....lower.plan import BLAS_DTYPES
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest
-from .context import StepContext, store_element
+from .context import CHUNKS, StepContext, store_element
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared among threads
@@ -49,7 +49,9 @@ def _gemm_call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
 
 
 def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str) -> list[str]:
-    """One GEMM shared by the threads: each computes a band of rows (or of columns)."""
+    """One GEMM shared by the threads as GEMMs over bands of rows (or of columns). How many
+    bands depends on the shape alone, never on the thread count: BLAS's results may depend on
+    the extents it is given, and must not change with the threads available."""
     if gemm.m >= gemm.n:
         a_band = f"{a} + first" if gemm.lhs.transposed else f"{a} + first * {gemm.lhs.leading}"
         call = _gemm_call(
@@ -60,14 +62,12 @@ def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str) -> list[str]:
         b_band = f"{b} + first * {gemm.rhs.leading}" if gemm.rhs.transposed else f"{b} + first"
         call = _gemm_call(op, gemm, str(gemm.m), "last - first", a, b_band, f"{c} + first")
         extent = gemm.n
-    return [
-        "#pragma omp parallel",
-        "{",
-        "  const int64_t part = omp_get_thread_num(), parts = omp_get_num_threads();",
-        f"  const int64_t first = {extent} * part / parts, last = {extent} * (part + 1) / parts;",
-        f"  if (last > first) {call}",
-        "}",
+    parts = min(CHUNKS, extent)
+    band = [
+        f"const int64_t first = {extent} * part / {parts}, last = {extent} * (part + 1) / {parts};",
+        f"if (last > first) {call}",
     ]
+    return nest([("part", parts)], band, PARALLEL_FOR)
 
 
 def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:

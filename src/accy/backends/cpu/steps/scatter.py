@@ -10,11 +10,13 @@ the work.
 
 from __future__ import annotations
 
+import math
+
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import Flat, NotFlat, linear
 from ....core.types import TensorType, bf16
 from ....errors import AccyError
-from ..loops import axis_index, axis_loops, nest, worth_threads
+from ..loops import PARALLEL, axis_index, axis_loops, nest, worth_threads
 from .context import StepContext, store_element
 
 # The band of rows (outermost indices) that one thread owns, inside a parallel region.
@@ -29,7 +31,7 @@ def _copy_operand_into(
 ) -> list[str]:
     """Copy the operand into `out`; `banded`: only rows row_lo to row_hi (outermost axis)."""
     op = ctx.step.op
-    row = t.size // t.extents[0] if t.rank else 1
+    row = math.prod(t.extents[1:])  # elements per outermost index (any extent may be 0)
     for flat in (True, False):
         body = ctx.body()
         index = Flat("i", t) if flat else axis_index(t)
@@ -58,6 +60,8 @@ def emit_scatter(ctx: StepContext) -> list[str]:
     ctx.value_pointers()
     op = ctx.step.op
     result, indices, updates = op.type, op.operand_types[1], op.operand_types[2]
+    if result.size == 0:  # no element to write: updates have nowhere to go
+        return []
     ctype = GCC.c_type(result.dtype)
     out = ctx.pointers[op.results[0]]
     if result.dtype == bf16:
@@ -83,7 +87,7 @@ def emit_scatter(ctx: StepContext) -> list[str]:
         lines += nest(axis_loops(updates, "u"), body.lines)
     if banded:
         band = [line.format(rows=extent) for line in BAND]
-        lines = ["#pragma omp parallel", "{", *(f"  {line}" for line in band + lines), "}"]
+        lines = [PARALLEL, "{", *(f"  {line}" for line in band + lines), "}"]
     if result.dtype == bf16:
         final = store_element(result.dtype, out, "i", f"{target}[i]")
         lines += nest([("i", result.size)], [final])

@@ -4,8 +4,8 @@
 `compile_fragment(handle, program, options)` lowers and compiles a program for a device.
 """
 
+from .artifacts import FragmentCompilerOptions, compile_fragment
 from .explain import explain
-from .fragment import FragmentCompilerOptions, compile_fragment
 from .plan import Plan, Scratch, Slot, Step, build_plan
 
 __all__ = [

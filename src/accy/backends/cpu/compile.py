@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from ...core import Program
 from ...lower.plan import Plan, build_plan
 from . import toolchain
 from .blas import Blas, find_blas
-from .library import load_library
+from .native import NativeLibrary
 from .source import translation_unit
 
 
@@ -29,14 +28,15 @@ class CompiledFragment:
     def workspace_bytes(self) -> int:
         return self.plan.workspace_bytes
 
-    def load(self) -> ctypes.CDLL:
-        """The loaded library; an entry that fails to load is rebuilt once."""
+    def load(self) -> NativeLibrary:
+        """The library, opened (closed when the result is collected); an entry of the disk
+        cache that fails to load is rebuilt once."""
         try:
-            return load_library(self.library_path, self.blas)
+            return NativeLibrary(self.library_path, self.blas)
         except OSError:
             toolchain.discard(self.library_path)
             toolchain.build(self.source)
-            return load_library(self.library_path, self.blas)
+            return NativeLibrary(self.library_path, self.blas)
 
 
 def compile_program(program: Program, kernel_call_registry=None) -> CompiledFragment:

@@ -96,10 +96,9 @@ class Outputs:
 
 
 def _pointers(layout: Layout, inputs, outputs) -> list[int]:
-    ins = [a.data.ptr for a in inputs]
-    outs = [a.data.ptr for a in outputs]
-    layout.check_no_overlap(ins, outs)
-    return ins + outs
+    addresses = [a.data.ptr for a in (*inputs, *outputs)]
+    layout.check_disjoint(addresses)
+    return addresses
 
 
 def _inputs(layout: Layout, inputs: Sequence[Any]) -> list:

@@ -17,13 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from .backends.base import CompileOptions, Executable, executable_for
+from .core import Program
 
 CompiledProgram = Executable
 """The type `accy.compile` returns (the name is kept for compatibility)."""
 
 
 def compile(
-    program: Any,
+    program: Program,
     device: str = "cpu",
     *,
     kernel_call_registry: Any = None,
@@ -46,7 +47,7 @@ def compile(
 
 
 def run(
-    program: Any,
+    program: Program,
     *arrays: Any,
     device: str = "cpu",
     kernel_call_registry: Any = None,

@@ -9,23 +9,6 @@ import pytest
 import accy
 from accy import bool_, f32, i32, spec, u8
 
-from ..executors import cuda_gate
-
-DEVICES = ["reference", "cpu", "cuda"]
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-    """A device name, or a skip saying why it cannot run here."""
-    if request.param == "cpu":
-        try:
-            accy.backends.cpu.find_compiler()
-        except accy.RuntimeUnavailable:
-            pytest.skip("native CPU backend: no C compiler")
-    if request.param == "cuda" and (reason := cuda_gate()) is not None:
-        pytest.skip(reason)
-    return request.param
-
 
 def host(values) -> list[np.ndarray]:
     return [v.get() if hasattr(v, "get") else np.asarray(v) for v in values]

@@ -17,8 +17,6 @@ from accy import f32, spec
 from accy.backends import base
 from accy.backends.cpu import compile_count
 
-from .test_arguments import device  # noqa: F401  (the fixture)
-
 
 def rss_bytes() -> int:
     """This process's resident memory (/proc/self/statm counts pages)."""
@@ -132,7 +130,7 @@ def test_a_program_without_inputs_and_outputs_runs_in_a_fresh_process(native_cpu
     assert result.stdout.split() == ["[]", "[]", "ran"]
 
 
-def test_run_buffers_is_the_same_on_every_device(device):  # noqa: F811
+def test_run_buffers_is_the_same_on_every_device(device):
     program = accy.trace.define(
         "buffers", [spec(f32, n=3), spec(accy.bf16, n=2)], lambda b, a: (a[0] * 2.0, a[1] * 3.0)
     )

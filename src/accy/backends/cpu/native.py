@@ -58,10 +58,11 @@ class NativeLibrary:
             pointers = (blas.sgemm, blas.dgemm, blas.set_threads, blas.get_threads)
             self._library.accy_set_blas(*(ctypes.c_void_p(p) for p in pointers))
 
-    def __del__(self) -> None:
+    # dlclose is bound here, as a default: at interpreter exit module globals may be gone.
+    def __del__(self, _dlclose=_ctypes.dlclose) -> None:
         library = getattr(self, "_library", None)
         if library is not None:
-            _ctypes.dlclose(library._handle)
+            _dlclose(library._handle)
 
 
 __all__ = ["NativeLibrary", "pin_openmp_runtime"]

@@ -141,9 +141,15 @@ def test_run_buffers_is_the_same_on_every_device(device):
     assert doubled.tolist() == [2.0, 4.0, 6.0]
     widened = np.frombuffer(tripled, np.uint16).astype(np.uint32) << 16
     assert widened.view(np.float32).tolist() == [4.5, -6.0]
-    with pytest.raises(accy.InvalidInput, match="output 0 overlaps input 0"):
-        shared = np.zeros(3, np.float32)
-        executable.run_buffers([shared, bits], [shared, bytearray(4)])
+    shared = np.zeros(3, np.float32)
+    for output in (shared, shared[:]):  # the same array, or a view of it
+        with pytest.raises(accy.InvalidInput, match="output 0 overlaps input 0"):
+            executable.run_buffers([shared, bits], [output, bytearray(4)])
+    twice = np.zeros(2, np.uint16)
+    with pytest.raises(accy.InvalidInput, match="output 1 overlaps input 1"):
+        executable.run_buffers([shared, twice], [doubled, twice])
+    executable.run_buffers([doubled, bits], [shared, np.zeros(2, np.uint16)])  # owned arrays
+    assert shared.tolist() == [4.0, 8.0, 12.0]
     bindings = executable.bind([np.array([1, 1, 1], np.float32), bits])
     bindings.launch()
     out = np.zeros(3, np.float32)

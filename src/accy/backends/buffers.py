@@ -173,23 +173,45 @@ class Layout:
             check_buffer_count("input", inputs, self.input_types, self.name)
             check_buffer_count("output", outputs, self.output_types, self.name)
         values = [*inputs, *outputs]
+        if self._all_fit(values, owning=False):
+            return values
+        return self.inputs(inputs) + self.outputs(outputs)
+
+    def separate_arrays(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> list | None:
+        """The buffers, inputs first, if each is a NumPy array that passes the checks and owns
+        its memory, and no output is passed twice or also as an input; else None.
+
+        Arrays that own their memory are separate allocations, so such buffers cannot
+        overlap: they need no addresses to be checked, and native code can read those itself.
+        """
+        if len(inputs) != len(self.input_types) or len(outputs) != len(self.output_types):
+            return None
+        values = [*inputs, *outputs]
+        if not self._all_fit(values, owning=True):
+            return None
+        written = set(map(id, outputs))
+        if len(written) != len(outputs) or not written.isdisjoint(map(id, inputs)):
+            return None
+        return values
+
+    def _all_fit(self, values: list[Any], owning: bool) -> bool:
+        """The common case, in a few comparisons per buffer: contiguous NumPy arrays of an
+        accepted dtype and the right size, writable if they are outputs (owning their
+        memory, if asked)."""
         ndarray = np.ndarray
-        # The common case, in a few comparisons per buffer: contiguous NumPy arrays of an
-        # accepted dtype and the right size, writable if they are outputs.
         for value, (nbytes, dtypes, writable) in zip(values, self._expected, strict=True):
             if type(value) is not ndarray:
-                break
+                return False
             flags = value.flags
             if not (
                 flags.c_contiguous
                 and (flags.writeable or not writable)
+                and (flags.owndata or not owning)
                 and value.nbytes == nbytes
                 and value.dtype in dtypes
             ):
-                break
-        else:
-            return values
-        return self.inputs(inputs) + self.outputs(outputs)
+                return False
+        return True
 
     def inputs(self, values: Sequence[Any]) -> list[np.ndarray]:
         """Checked input buffers, as NumPy arrays (views, not copies)."""

@@ -26,7 +26,8 @@ from ..base import CompileOptions, Executable, register_backend
 from ..buffers import addresses_of, numpy_data_offset
 from .compile import CompiledFragment, compile_program
 
-POINTER = ctypes.sizeof(ctypes.c_void_p)
+IDS_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
+"""Where the arrays' ids start in accy_run_arrays's argument (after workspace, data offset)."""
 
 
 def _aligned_workspace(nbytes: int) -> tuple[np.ndarray, int]:
@@ -74,6 +75,16 @@ class CpuExecutable(Executable):
         self._buffers = (ctypes.c_void_p * max(count, 1))()
         self._buffers_address = ctypes.addressof(self._buffers)
         self._pack_buffers = struct.Struct(f"{count}P").pack_into
+        # The one argument of accy_run_arrays: workspace, data offset, then the arrays' ids.
+        self._arrays_call = (ctypes.c_void_p * (2 + count))(
+            self._workspace_address, numpy_data_offset()
+        )
+        self._arrays_call_address = ctypes.addressof(self._arrays_call)
+        self._pack_ids = struct.Struct(f"{count}P").pack_into
+        self.native_arrays_entry = self.library.run_arrays
+        # accy_run_arrays may be used: this NumPy's array layout was recognized, and there is
+        # at least one array (its generated code reads one even when there is none).
+        self.takes_arrays = numpy_data_offset() is not None and count > 0
         self._lock = threading.Lock()
         self._call = self._array_call()
 
@@ -81,6 +92,13 @@ class CpuExecutable(Executable):
         return self._call(*arrays)
 
     def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        if self.takes_arrays:
+            arrays = self.layout.separate_arrays(inputs, outputs)
+            if arrays is not None:
+                with self._lock:
+                    self._pack_ids(self._arrays_call, IDS_OFFSET, *map(id, arrays))
+                    self.native_arrays_entry(self._arrays_call_address)
+                return
         addresses = addresses_of(self.layout.buffers(inputs, outputs))
         self.layout.check_disjoint(addresses)
         self.run_addresses(addresses)
@@ -129,19 +147,15 @@ class CpuExecutable(Executable):
 
     def _runner(self, bf16_inputs: list[bool], bf16_outputs: list[bool]):
         """`run(inputs, outputs) -> results` on checked arrays, by the fastest way there is."""
-        if any(bf16_inputs) or any(bf16_outputs) or not self._takes_arrays():
+        if any(bf16_inputs) or any(bf16_outputs) or not self.takes_arrays:
             return self._converting_runner(bf16_inputs, bf16_outputs)
-        count = self.input_count() + self.output_count()
-        # The one argument of accy_run_arrays: workspace, data offset, then the arrays' ids.
-        call = (ctypes.c_void_p * (2 + count))(self._workspace_address, numpy_data_offset())
-        address, lock = ctypes.addressof(call), self._lock
-        pack = struct.Struct(f"{count}P").pack_into
-        entry = self.library.run_arrays
+        call, address, lock = self._arrays_call, self._arrays_call_address, self._lock
+        pack, entry, offset = self._pack_ids, self.library.run_arrays, IDS_OFFSET
         holds = (self.library, self._workspace)  # the code and memory must outlive every call
 
         def run(inputs: list, outputs: list, _holds=holds) -> list[np.ndarray]:
             with lock:
-                pack(call, 2 * POINTER, *map(id, inputs), *map(id, outputs))
+                pack(call, offset, *map(id, inputs), *map(id, outputs))
                 entry(address)
             return outputs
 
@@ -164,12 +178,6 @@ class CpuExecutable(Executable):
             return [_bf16_values(o) if b else o for o, b in zip(outputs, bf16_outputs, strict=True)]
 
         return run
-
-    def _takes_arrays(self) -> bool:
-        """Whether `accy_run_arrays` may be used: this NumPy's array layout was recognized,
-        and there is at least one array (its generated code reads one even when there is
-        none)."""
-        return numpy_data_offset() is not None and self.input_count() + self.output_count() > 0
 
 
 class CpuBackend:

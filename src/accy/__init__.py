@@ -108,14 +108,14 @@ __all__ = [
     "vjp",
 ]
 
-# The native CPU backend and the execution API (issue 4).
-from . import backends, boundary, executable, execute, gpu, lower  # noqa: E402
-from .api_compile import CompiledProgram, compile, run  # noqa: E402
+# The backends and the one way to run a program; the seed's names over it (compat).
+from . import backends, compat, executable, execute, gpu, lower  # noqa: E402
+from .api import CompiledProgram, compile, run  # noqa: E402
 
 __all__ += [
     "CompiledProgram",
     "backends",
-    "boundary",
+    "compat",
     "compile",
     "executable",
     "execute",

@@ -8,6 +8,8 @@ import pytest
 
 import accy
 
+from ..executors import cuda_gate
+
 
 @pytest.fixture
 def native_cpu():
@@ -16,6 +18,19 @@ def native_cpu():
         accy.backends.cpu.find_compiler()
     except accy.RuntimeUnavailable:
         pytest.skip("native CPU backend: no C compiler")
+
+
+@pytest.fixture(params=["reference", "cpu", "cuda"])
+def device(request):
+    """Each device name in turn, or a skip saying why it cannot run here."""
+    if request.param == "cpu":
+        try:
+            accy.backends.cpu.find_compiler()
+        except accy.RuntimeUnavailable:
+            pytest.skip("native CPU backend: no C compiler")
+    if request.param == "cuda" and (reason := cuda_gate()) is not None:
+        pytest.skip(reason)
+    return request.param
 
 
 def assert_matches_reference(program, inputs, rtol=1e-5, atol=1e-6):

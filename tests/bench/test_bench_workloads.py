@@ -222,3 +222,20 @@ def test_a_wrong_gradient_stops_the_workload_with_a_message_naming_it(tmp_path):
     assert run.result.status == "mismatch"
     assert "accy (test) vs JAX on d/dy: normwise error 3.33e-01 > tolerance" in run.result.message
     assert "d/dx" not in run.result.message
+
+
+def test_call_paths_prints_microseconds_per_call_for_each_path(capsys):
+    from bench import call_paths
+
+    try:
+        accy.backends.cpu.find_compiler()
+    except accy.RuntimeUnavailable:
+        pytest.skip("native CPU backend: no C compiler")
+    assert call_paths.main(["--calls", "3", "--rounds", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[0].strip() for line in lines] == [
+        "compile(p)(*arrays)",
+        "Cpu(p).launch(buffers)",
+        "compile(p).run_buffers",
+    ]
+    assert all(line.endswith("µs per call") for line in lines)

@@ -1,6 +1,35 @@
-"""Code generators and runtimes, one subpackage per device (`cpu`: generated C; `cuda`:
-generated CUDA C, cuBLAS and CUDA graphs)."""
+"""Backends: one protocol (`base`), one argument rule (`arguments`), one set of raw-buffer checks
+(`buffers`), and one subpackage or module per device: `reference` (the NumPy evaluator),
+`cpu` (generated C) and `cuda` (generated CUDA C, cuBLAS and CUDA graphs). Importing a
+backend registers it under its device name; `accy.compile` looks devices up there."""
 
-from . import cpu, cuda
+from . import arguments, base, buffers, cpu, cuda, reference
+from .base import (
+    CACHE,
+    DEVICES,
+    Backend,
+    Bindings,
+    CompileOptions,
+    Executable,
+    backend_for,
+    executable_for,
+    register_backend,
+)
 
-__all__ = ["cpu", "cuda"]
+__all__ = [
+    "CACHE",
+    "DEVICES",
+    "Backend",
+    "Bindings",
+    "CompileOptions",
+    "Executable",
+    "arguments",
+    "backend_for",
+    "base",
+    "buffers",
+    "cpu",
+    "cuda",
+    "executable_for",
+    "reference",
+    "register_backend",
+]

@@ -1,5 +1,5 @@
-"""Device states: `cpu.State()` for the native CPU backend, `cuda.State.init_device(0)` for a
-GPU (neither imports CuPy)."""
+"""Device states, kept for compatibility (see `accy.compat.seed`): `cpu.State()` and
+`cuda.State.init_device(0)`, whose `handle()` names a device."""
 
 from . import cpu, cuda
 

@@ -1,26 +1,6 @@
-"""The CPU as a device: it needs no setup, but has the same `State().handle()` shape as CUDA."""
+"""The CPU's device state, kept for compatibility (see `accy.compat.seed`)."""
 
-from __future__ import annotations
+from ..compat.seed import CpuHandle as Handle
+from ..compat.seed import CpuState as State
 
-from dataclasses import dataclass
-
-from . import device
-
-
-@dataclass(frozen=True)
-class Handle(device.Handle):
-    """The CPU's handle."""
-
-    kind: str = "cpu"
-
-
-class State(device.DeviceState):
-    """The CPU device's state (the seed's `gpu.cpu.State`).
-
-    >>> from accy.gpu.cpu import State
-    >>> State().handle().kind
-    'cpu'
-    """
-
-    def __init__(self) -> None:
-        super().__init__(Handle())
+__all__ = ["Handle", "State"]

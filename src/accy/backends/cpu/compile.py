@@ -11,7 +11,7 @@ from ...core import Program
 from ...lower.plan import Plan, build_plan
 from . import toolchain
 from .blas import Blas, find_blas
-from .library import load_library
+from .native import NativeLibrary
 from .source import translation_unit
 
 
@@ -54,12 +54,12 @@ class CompiledFragment:
     def workspace_bytes(self) -> int:
         return self.plan.workspace_bytes
 
-    def load(self) -> ctypes.CDLL:
-        """The loaded library, given the process's shared block (`SHARED`): the cache's entry
-        (checked again, and rebuilt if it changed), or one built into a private folder where
-        the entry cannot be loaded."""
-        library = toolchain.load(self.source, lambda path: load_library(path, self.blas))
-        library.accy_set_shared(ctypes.byref(SHARED))
+    def load(self) -> NativeLibrary:
+        """The library, opened (closed when the result is collected) and given the process's
+        shared block (`SHARED`): the disk cache's entry (checked again, and rebuilt if it
+        changed), or one built into a private folder where the entry cannot be opened."""
+        library = toolchain.load(self.source, lambda path: NativeLibrary(path, self.blas))
+        library.set_shared(ctypes.byref(SHARED))
         return library
 
 

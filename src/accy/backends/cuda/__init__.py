@@ -5,5 +5,14 @@ Code generation (`compile_program`) needs neither a GPU nor CuPy; loading and ru
 """
 
 from .compile import CompiledFragment, compile_program
+from .device import open_device, platform_supported
+from .executable import CudaBackend, CudaExecutable
 
-__all__ = ["CompiledFragment", "compile_program"]
+__all__ = [
+    "CompiledFragment",
+    "CudaBackend",
+    "CudaExecutable",
+    "compile_program",
+    "open_device",
+    "platform_supported",
+]

@@ -2,9 +2,9 @@
 
 A device array is a CuPy array, or anything CuPy reads without a copy: an object with
 `__cuda_array_interface__` (a CUDA tensor of PyTorch, Numba) or a DLPack producer on a CUDA
-device (PyTorch, JAX). A host buffer (bytes, bytearray, memoryview, NumPy) is checked as the CPU
-backend checks it (`accy.boundary`) and copied to the device; host outputs are copied back when
-the run is done. Every failure is an `InvalidInput` naming the program and the argument.
+device (PyTorch, JAX). A host buffer (bytes, bytearray, memoryview, NumPy) is checked by
+`accy.backends.buffers`, as on the CPU, and copied to the device; host outputs are copied back
+when the run is done. Every failure is an `InvalidInput` naming the program and the argument.
 """
 
 from __future__ import annotations
@@ -14,14 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from ...boundary import (
-    _as_bytes,
-    _check,
-    check_no_overlap,
-    check_readable,
-)
 from ...core.types import TensorType
 from ...errors import InvalidInput
+from ..buffers import Layout, as_bytes, check_buffer_count, check_raw, check_readable
 from .runtime import CudaFragment, cupy_module
 
 DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -61,7 +56,7 @@ def _raw_device(array, t: TensorType, where: str):
     """Check a device array as a raw buffer of `t` (the seed API's rules, as on the host)."""
     if not array.flags.c_contiguous:
         raise InvalidInput(f"{where}: the device array is not contiguous; pass a contiguous copy")
-    _check(array, t, where)
+    check_raw(array, t, where)
     return array
 
 
@@ -69,8 +64,8 @@ def raw_input(value: Any, t: TensorType, where: str):
     """A raw device buffer holding input `value` (uploaded if it is on the host)."""
     if on_device(value):
         return _raw_device(as_cupy(value, where), t, where)
-    host = _as_bytes(value, where)
-    _check(host, t, where)
+    host = as_bytes(value, where)
+    check_raw(host, t, where)
     return cupy_module().asarray(host.reshape(-1).view(np.uint8))
 
 
@@ -86,10 +81,10 @@ class Outputs:
                 self.device.append(_raw_device(as_cupy(value, where), t, where))
                 self.host.append(None)
                 continue
-            host = _as_bytes(value, where)
+            host = as_bytes(value, where)
             if not host.flags.writeable:
                 raise InvalidInput(f"{where}: the buffer is read-only; outputs must be writable")
-            _check(host, t, where)
+            check_raw(host, t, where)
             self.device.append(cupy.empty(t.nbytes, dtype=cupy.uint8))
             self.host.append(host)
 
@@ -100,30 +95,28 @@ class Outputs:
                 host.reshape(-1).view(np.uint8)[...] = device.get()
 
 
-def _count(kind: str, values: Sequence[Any], types, program: str) -> None:
-    if len(values) != len(types):
-        raise InvalidInput(f"program {program!r} takes {len(types)} {kind}s, got {len(values)}")
+def _pointers(layout: Layout, inputs, outputs) -> list[int]:
+    addresses = [a.data.ptr for a in (*inputs, *outputs)]
+    layout.check_disjoint(addresses)
+    return addresses
 
 
-def _pointers(fragment: CudaFragment, inputs, outputs) -> list[int]:
-    name = fragment.program.name
-    ins = [a.data.ptr for a in inputs]
-    outs = [a.data.ptr for a in outputs]
-    check_no_overlap(name, ins, fragment.parameter_types, outs, fragment.output_types)
-    return ins + outs
-
-
-def invoke(fragment: CudaFragment, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-    """Check the buffers and run once; host outputs are filled when this returns."""
-    name = fragment.program.name
-    _count("input", inputs, fragment.parameter_types, name)
-    _count("output", outputs, fragment.output_types, name)
-    arrays = [
-        raw_input(v, t, f"program {name!r}, input {i}")
-        for i, (v, t) in enumerate(zip(inputs, fragment.parameter_types, strict=True))
+def _inputs(layout: Layout, inputs: Sequence[Any]) -> list:
+    check_buffer_count("input", inputs, layout.input_types, layout.name)
+    return [
+        raw_input(v, t, f"program {layout.name!r}, input {i}")
+        for i, (v, t) in enumerate(zip(inputs, layout.input_types, strict=True))
     ]
-    written = Outputs(outputs, fragment.output_types, name)
-    fragment.run(_pointers(fragment, arrays, written.device))
+
+
+def invoke(
+    fragment: CudaFragment, layout: Layout, inputs: Sequence[Any], outputs: Sequence[Any]
+) -> None:
+    """Check the buffers and run once; host outputs are filled when this returns."""
+    check_buffer_count("output", outputs, layout.output_types, layout.name)
+    arrays = _inputs(layout, inputs)
+    written = Outputs(outputs, layout.output_types, layout.name)
+    fragment.run(_pointers(layout, arrays, written.device))
     written.copy_back()
 
 
@@ -131,17 +124,12 @@ class Bindings:
     """Inputs bound to a CUDA fragment (copied to the device once), with device outputs of its
     own: `launch()` is one graph launch; `read_output(i, buffer)` copies output `i` out."""
 
-    def __init__(self, fragment: CudaFragment, inputs: Sequence[Any]):
+    def __init__(self, fragment: CudaFragment, layout: Layout, inputs: Sequence[Any]):
         cupy = cupy_module()
-        name = fragment.program.name
-        _count("input", inputs, fragment.parameter_types, name)
-        self.fragment = fragment
-        self._inputs = [
-            raw_input(v, t, f"program {name!r}, input {i}")
-            for i, (v, t) in enumerate(zip(inputs, fragment.parameter_types, strict=True))
-        ]
-        self._outputs = [cupy.empty(t.nbytes, dtype=cupy.uint8) for t in fragment.output_types]
-        self._pointers = _pointers(fragment, self._inputs, self._outputs)
+        self.fragment, self.layout = fragment, layout
+        self._inputs = _inputs(layout, inputs)
+        self._outputs = [cupy.empty(t.nbytes, dtype=cupy.uint8) for t in layout.output_types]
+        self._pointers = _pointers(layout, self._inputs, self._outputs)
         self._launched = False
 
     def launch(self, options: Any = None) -> None:
@@ -154,6 +142,6 @@ class Bindings:
     def read_output(self, index: int, buffer: Any) -> None:
         """Copy output `index` of the last launch into `buffer` (host or device)."""
         check_readable(self._launched, index, len(self._outputs))
-        written = Outputs([buffer], [self.fragment.output_types[index]], self.fragment.program.name)
+        written = Outputs([buffer], [self.layout.output_types[index]], self.layout.name)
         written.device[0].reshape(-1).view(self._outputs[index].dtype)[...] = self._outputs[index]
         written.copy_back()

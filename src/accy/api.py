@@ -1,0 +1,69 @@
+"""`accy.compile` and `accy.run`: programs as functions of arrays, on a chosen device.
+
+Arrays go in (NumPy, or any DLPack producer such as a CPU tensor of PyTorch or JAX, without a
+copy when it is contiguous), fresh arrays come out, one per output, axes in layout order. Every
+device takes and refuses the same arguments (`accy.backends.arguments`): an array must have the
+parameter's dtype and extents; Python lists and scalars are converted only where nothing is
+lost. bf16 values are float32 arrays on both sides.
+
+Devices are those registered in `accy.backends.base.DEVICES`: "cpu" (native code), "cuda" (a
+GPU: CuPy arrays come out) and "reference" (the NumPy evaluator). Compiled programs are kept in
+one cache keyed by the program's content, so compiling or running a program traced again costs
+a lookup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .backends.base import CompileOptions, Executable, executable_for
+from .core import Program
+
+CompiledProgram = Executable
+"""The type `accy.compile` returns (the name is kept for compatibility)."""
+
+
+def compile(
+    program: Program,
+    device: str = "cpu",
+    *,
+    kernel_call_registry: Any = None,
+    custom_calls: Any = None,
+) -> Executable:
+    """Compile `program` for `device` ("cpu", "cuda" or "reference"); returns a callable on
+    arrays (which also runs on raw buffers: `run_buffers(inputs, outputs)`).
+
+    `kernel_call_registry` gives native code its custom-call kernels, `custom_calls` the
+    reference evaluator their NumPy implementations.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("dot", [accy.spec(accy.f32, k=2)] * 2,
+    ...                       lambda b, a: a[0].contract(a[1], "k"))
+    >>> accy.compile(p, device="cpu")(np.ones(2, np.float32), np.ones(2, np.float32))[0]
+    array(2., dtype=float32)
+    """
+    options = CompileOptions(kernel_call_registry, custom_calls)
+    return executable_for(program, device, options)
+
+
+def run(
+    program: Program,
+    *arrays: Any,
+    device: str = "cpu",
+    kernel_call_registry: Any = None,
+    custom_calls: Any = None,
+) -> list[Any]:
+    """Run `program` once on `arrays`; its compilation is cached by the program's content.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("total", [accy.spec(accy.f32, lane=3)], lambda b, a: a[0].sum())
+    >>> accy.run(p, np.array([1, 2, 3], np.float32))[0].item()
+    6.0
+    """
+    compiled = compile(
+        program, device, kernel_call_registry=kernel_call_registry, custom_calls=custom_calls
+    )
+    return compiled(*arrays)
+
+
+__all__ = ["CompiledProgram", "compile", "run"]

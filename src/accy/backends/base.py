@@ -1,0 +1,266 @@
+"""The backend protocol, the device registry and the one in-memory cache of executables.
+
+A `Backend` compiles a `Program` into an `Executable`. An executable is called two ways:
+
+- with arrays, `executable(*arrays) -> list of arrays` (`accy.compile`'s call): every argument
+  passes the one conversion rule of `accy.backends.arguments`;
+- with raw buffers, `executable.run_buffers(inputs, outputs)`: buffers are checked as
+  `accy.backends.buffers` says and the outputs are written in place; `bind(inputs)` checks the
+  inputs once and returns `Bindings` that `launch()` and `read_output(i, buffer)`.
+
+Backends register themselves under a device name (`register_backend`); "reference", "cpu" and
+"cuda" are those of accy. `executable_for(program, device, options)` is the way in: it looks the
+device up and keeps the executables it made in `CACHE`, keyed by the program's content digest,
+the device and the options, so that tracing the same function again reuses its compilation.
+The cache holds the `CACHE_SIZE` most recently used executables; an executable nothing else
+refers to is then released with everything it owns (its native library, its workspace).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..core import Program
+from ..custom import kernel_registry_for
+from ..errors import AccyError
+from ..lower.artifacts import register_artifact_compiler
+from .buffers import Layout, addresses_of, check_readable
+
+CACHE_SIZE = 64
+"""How many executables `CACHE` keeps (least recently used first out)."""
+
+
+@dataclass(frozen=True, eq=False)
+class CompileOptions:
+    """What a compilation depends on besides the program: where custom calls find their
+    kernels (`kernel_call_registry`, for native code) and their NumPy implementations
+    (`custom_calls`, for the reference evaluator).
+
+    >>> CompileOptions().key()
+    (None, None)
+    """
+
+    kernel_call_registry: Any = None
+    custom_calls: Any = None
+
+    def key(self) -> tuple[int | None, int | None]:
+        """The options' identity in cache keys (registries are compared by identity)."""
+        registry, calls = self.kernel_call_registry, self.custom_calls
+        return (None if registry is None else id(registry), None if calls is None else id(calls))
+
+
+class Executable:
+    """A program compiled for one device (see the module doc); subclasses implement
+    `__call__`, and `run_checked` or their own `run_buffers` and `bind`."""
+
+    device = ""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.parameter_types = program.parameter_types
+        self.output_types = program.output_types
+        self.layout = Layout(program.name, self.parameter_types, self.output_types)
+
+    def __call__(self, *arrays: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def run_checked(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        """Run on buffers that `layout` has checked, writing `outputs` in place."""
+        raise NotImplementedError
+
+    def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        """Check the buffers (`accy.backends.buffers`), then run once, writing every output.
+
+        >>> import accy, numpy as np
+        >>> p = accy.trace.define("twice", [accy.spec(accy.f32, n=2)], lambda b, a: a[0] * 2.0)
+        >>> out = bytearray(8)
+        >>> accy.compile(p, "reference").run_buffers([np.array([1, 2], np.float32)], [out])
+        >>> np.frombuffer(out, np.float32).tolist()
+        [2.0, 4.0]
+        """
+        buffers = self.layout.buffers(inputs, outputs)
+        self.layout.check_disjoint(addresses_of(buffers))
+        count = self.input_count()
+        self.run_checked(buffers[:count], buffers[count:])
+
+    def bind(self, inputs: Sequence[Any]) -> Bindings:
+        """Check and bind `inputs`; the bindings `launch()` and `read_output(i, buffer)`."""
+        return Bindings(self, inputs)
+
+    def input_count(self) -> int:
+        return len(self.parameter_types)
+
+    def output_count(self) -> int:
+        return len(self.output_types)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.program.name!r} on {self.device}: "
+            f"{self.input_count()} in, {self.output_count()} out>"
+        )
+
+
+class Bindings:
+    """Inputs bound to an executable in host memory, with output buffers of its own."""
+
+    def __init__(self, executable: Executable, inputs: Sequence[Any]):
+        self.executable = executable
+        self._inputs = executable.layout.inputs(inputs)
+        self._outputs = [np.empty(t.nbytes, dtype=np.uint8) for t in executable.output_types]
+        self._launched = False
+
+    def launch(self, options: Any = None) -> None:
+        """Run the program on the bound inputs (`options` is accepted and unused)."""
+        self.executable.run_checked(self._inputs, self._outputs)
+        self._launched = True
+
+    launch_with_options = launch
+
+    def read_output(self, index: int, buffer: Any) -> None:
+        """Copy output `index` of the last launch into the writable `buffer`."""
+        check_readable(self._launched, index, len(self._outputs))
+        layout = self.executable.layout
+        lone = Layout(layout.name, (), (layout.output_types[index],))
+        (target,) = lone.outputs([buffer])
+        target.reshape(-1).view(np.uint8)[...] = self._outputs[index]
+
+
+class Backend(Protocol):
+    """Compiles programs for one device."""
+
+    device: str
+
+    def compile(self, program: Program, options: CompileOptions) -> Executable: ...
+
+
+class NativeBackend(Backend, Protocol):
+    """A backend that compiles through an artifact (generated code) and loads it."""
+
+    artifact_format: str
+
+    def compile_artifact(self, program: Program, kernel_call_registry: Any = None) -> Any: ...
+
+    def load(self, artifact: Any, ordinal: int = 0) -> Executable: ...
+
+
+DEVICES: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> None:
+    """Make `backend` the one for its device; a native backend's artifact compiler is
+    registered with `accy.lower.compile_fragment` too."""
+    DEVICES[backend.device] = backend
+    artifact_format = getattr(backend, "artifact_format", None)
+    if artifact_format is not None:
+        register_artifact_compiler(
+            artifact_format, lambda program, registry: compile_artifact(backend, program, registry)
+        )
+
+
+def compile_artifact(backend: NativeBackend, program: Program, kernel_call_registry: Any) -> Any:
+    """`backend`'s artifact of `program`: custom calls link to the kernels of
+    `kernel_call_registry`, else to those of their registered `accy.CustomCall` records."""
+    registry = kernel_registry_for(program, backend.artifact_format, kernel_call_registry)
+    return backend.compile_artifact(program, registry)
+
+
+def backend_for(device: str) -> Backend:
+    """The backend registered for `device`.
+
+    >>> backend_for("tpu")
+    Traceback (most recent call last):
+    accy.errors.AccyError: unknown device 'tpu'; the devices are cpu, cuda, reference
+    """
+    backend = DEVICES.get(device)
+    if backend is None:
+        raise AccyError(f"unknown device {device!r}; the devices are {', '.join(sorted(DEVICES))}")
+    return backend
+
+
+def native_backend_for(artifact_format: str) -> NativeBackend:
+    """The backend that loads artifacts of `artifact_format`."""
+    for backend in DEVICES.values():
+        if getattr(backend, "artifact_format", None) == artifact_format:
+            return backend  # type: ignore[return-value]
+    formats = sorted(f for b in DEVICES.values() if (f := getattr(b, "artifact_format", None)))
+    raise AccyError(
+        f"no backend loads artifacts of format {artifact_format!r}; the formats are "
+        f"{', '.join(formats)}"
+    )
+
+
+class ExecutableCache:
+    """The executables made most recently, by (program digest, device, options); at most
+    `size` of them (least recently used first out)."""
+
+    def __init__(self, size: int = CACHE_SIZE):
+        self.size = size
+        self._entries: OrderedDict[tuple, tuple[Executable, CompileOptions]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, program: Program, device: str, options: CompileOptions) -> Executable:
+        """The executable of `program` on `device`, compiled unless it is cached."""
+        key = (program.digest, device, options.key())
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                return entry[0]
+        executable = backend_for(device).compile(program, options)
+        with self._lock:
+            # The options are held with the entry, so that the ids in its key stay theirs.
+            self._entries[key] = (executable, options)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return executable
+
+    def clear(self) -> None:
+        """Forget every executable (each is released once nothing else refers to it)."""
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+CACHE = ExecutableCache()
+
+
+def executable_for(
+    program: Program, device: str = "cpu", options: CompileOptions | None = None
+) -> Executable:
+    """The executable of `program` on `device`, from `CACHE` or compiled now.
+
+    >>> import accy
+    >>> def make():
+    ...     return accy.trace.define("inc", [accy.spec(accy.f32, n=2)], lambda b, a: a[0] + 1.0)
+    >>> executable_for(make(), "reference") is executable_for(make(), "reference")
+    True
+    """
+    if not isinstance(program, Program):
+        raise AccyError(f"expected a Program (accy.trace.define makes one), got {program!r}")
+    return CACHE.get(program, device, options or CompileOptions())
+
+
+__all__ = [
+    "CACHE",
+    "CACHE_SIZE",
+    "DEVICES",
+    "Backend",
+    "Bindings",
+    "CompileOptions",
+    "Executable",
+    "ExecutableCache",
+    "NativeBackend",
+    "backend_for",
+    "executable_for",
+    "native_backend_for",
+    "register_backend",
+]

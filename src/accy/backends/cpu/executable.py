@@ -1,0 +1,203 @@
+"""A program compiled for the native CPU (device "cpu"), and the backend that makes it.
+
+One call is one native call, which runs the whole program. `accy_run(buffers, workspace)` takes
+the buffers' addresses; `accy_run_arrays(call)` takes NumPy array objects and reads their
+addresses itself (`accy.backends.buffers.numpy_data_offset`), which makes the array call cost
+little more than the checks of its arguments. The executable owns one workspace for the
+program's intermediates, so calls on one executable are serialized by a lock; separate
+executables run concurrently. Every call path holds the `NativeLibrary` it calls into.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...core import Program
+from ...core.types import bf16, round_to_bf16
+from ...lower.buffers import ALIGNMENT
+from ..arguments import check_count, held_dtype, host_array, where
+from ..base import CompileOptions, Executable, compile_artifact, register_backend
+from ..buffers import addresses_of, numpy_data_offset
+from .compile import CompiledFragment, compile_program
+
+IDS_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
+"""Where the arrays' ids start in accy_run_arrays's argument (after workspace, data offset)."""
+
+
+def _aligned_workspace(nbytes: int) -> tuple[np.ndarray, int]:
+    raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
+    address = raw.__array_interface__["data"][0]
+    return raw, address + (-address % ALIGNMENT)
+
+
+def _raw_dtype(t) -> np.dtype:
+    """The dtype native code reads and writes for `t` (bf16 as uint16 bit patterns)."""
+    return np.dtype(np.uint16) if t.dtype == bf16 else np.dtype(t.dtype.numpy)
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    return (round_to_bf16(values).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+
+
+def _bf16_values(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+class CpuExecutable(Executable):
+    """A compiled program loaded into this process (see the module doc).
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("twice", [accy.spec(accy.f32, n=2)], lambda b, a: a[0] * 2.0)
+    >>> twice = accy.compile(p, device="cpu")
+    >>> twice(np.array([1, 2], np.float32))[0].tolist()
+    [2.0, 4.0]
+    >>> out = np.zeros(2, np.float32)
+    >>> twice.run_buffers([np.array([3, 4], np.float32)], [out])
+    >>> out.tolist()
+    [6.0, 8.0]
+    """
+
+    device = "cpu"
+
+    def __init__(self, compiled: CompiledFragment):
+        super().__init__(compiled.program)
+        self.compiled = compiled
+        self.library = compiled.load()
+        self.native_entry = self.library.run
+        self._workspace, self._workspace_address = _aligned_workspace(compiled.workspace_bytes)
+        count = self.input_count() + self.output_count()
+        self._buffers = (ctypes.c_void_p * max(count, 1))()
+        self._buffers_address = ctypes.addressof(self._buffers)
+        self._pack_buffers = struct.Struct(f"{count}P").pack_into
+        # The one argument of accy_run_arrays: workspace, data offset, then the arrays' ids.
+        self._arrays_call = (ctypes.c_void_p * (2 + count))(
+            self._workspace_address, numpy_data_offset()
+        )
+        self._arrays_call_address = ctypes.addressof(self._arrays_call)
+        self._pack_ids = struct.Struct(f"{count}P").pack_into
+        self.native_arrays_entry = self.library.run_arrays
+        # accy_run_arrays may be used: this NumPy's array layout was recognized, and there is
+        # at least one array (its generated code reads one even when there is none).
+        self.takes_arrays = numpy_data_offset() is not None and count > 0
+        self._lock = threading.Lock()
+        self._call = self._array_call()
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        return self._call(*arrays)
+
+    def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        if self.takes_arrays:
+            arrays = self.layout.separate_arrays(inputs, outputs)
+            if arrays is not None:
+                with self._lock:
+                    self._pack_ids(self._arrays_call, IDS_OFFSET, *map(id, arrays))
+                    self.native_arrays_entry(self._arrays_call_address)
+                return
+        addresses = addresses_of(self.layout.buffers(inputs, outputs))
+        self.layout.check_disjoint(addresses)
+        self.run_addresses(addresses)
+
+    def run_checked(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        self.run_addresses(addresses_of([*inputs, *outputs]))
+
+    def run_addresses(self, addresses: Sequence[int]) -> None:
+        """Run on checked buffer addresses (inputs, then outputs): one native call."""
+        with self._lock:
+            self._pack_buffers(self._buffers, 0, *addresses)
+            self.native_entry(self._buffers_address, self._workspace_address)
+
+    # -- the call on arrays ---------------------------------------------------------------------
+
+    def _array_call(self) -> Callable[..., list[np.ndarray]]:
+        """The function `__call__` runs: arrays of the right dtype, shape and layout pass with
+        four comparisons each; anything else goes through `host_array`'s rule, which raises
+        `InvalidInput` before native code runs."""
+        name, types = self.program.name, self.parameter_types
+        checks = [(t.extents, held_dtype(t)) for t in types]
+        shapes = [(t.extents, _raw_dtype(t)) for t in self.output_types]
+        count, ndarray, empty = len(checks), np.ndarray, np.empty
+        bf16_inputs = [t.dtype == bf16 for t in types]
+        bf16_outputs = [t.dtype == bf16 for t in self.output_types]
+        run = self._runner(bf16_inputs, bf16_outputs)
+
+        def call(*arrays: Any) -> list[np.ndarray]:
+            if len(arrays) != count:
+                check_count(name, types, len(arrays))
+            objects = []
+            # Lengths are equal (checked above): strict=True would only add its own check.
+            for position, (value, (extents, dtype)) in enumerate(zip(arrays, checks, strict=False)):
+                if not (
+                    type(value) is ndarray
+                    and value.dtype == dtype
+                    and value.shape == extents
+                    and value.flags.c_contiguous
+                ):
+                    value = host_array(value, types[position], where(name, position))
+                objects.append(value)
+            outputs = [empty(extents, dtype) for extents, dtype in shapes]
+            return run(objects, outputs)
+
+        return call
+
+    def _runner(self, bf16_inputs: list[bool], bf16_outputs: list[bool]):
+        """`run(inputs, outputs) -> results` on checked arrays, by the fastest way there is."""
+        if any(bf16_inputs) or any(bf16_outputs) or not self.takes_arrays:
+            return self._converting_runner(bf16_inputs, bf16_outputs)
+        call, address, lock = self._arrays_call, self._arrays_call_address, self._lock
+        pack, entry, offset = self._pack_ids, self.library.run_arrays, IDS_OFFSET
+        holds = (self.library, self._workspace)  # the code and memory must outlive every call
+
+        def run(inputs: list, outputs: list, _holds=holds) -> list[np.ndarray]:
+            with lock:
+                pack(call, offset, *map(id, inputs), *map(id, outputs))
+                entry(address)
+            return outputs
+
+        return run
+
+    def _converting_runner(self, bf16_inputs: list[bool], bf16_outputs: list[bool]):
+        """The runner through buffer addresses, with bf16 values converted to and from bits."""
+        # Held by the closure (not through `self`, which would make a cycle that only the
+        # garbage collector breaks): the code and the memory must outlive every call.
+        library, workspace, lock = self.library, self._workspace, self._lock
+        buffers, pack, entry = self._buffers, self._pack_buffers, library.run
+        arguments = (self._buffers_address, self._workspace_address)
+
+        def run(inputs: list, outputs: list, _holds=(library, workspace)) -> list[np.ndarray]:
+            raw = [_bf16_bits(a) if b else a for a, b in zip(inputs, bf16_inputs, strict=True)]
+            addresses = addresses_of([*raw, *outputs])
+            with lock:
+                pack(buffers, 0, *addresses)
+                entry(*arguments)
+            return [_bf16_values(o) if b else o for o, b in zip(outputs, bf16_outputs, strict=True)]
+
+        return run
+
+
+class CpuBackend:
+    """Compiles programs to native shared objects (generated C, the system compiler)."""
+
+    device = "cpu"
+    artifact_format = "cpu_object"
+
+    def compile_artifact(
+        self, program: Program, kernel_call_registry: Any = None
+    ) -> CompiledFragment:
+        return compile_program(program, kernel_call_registry)
+
+    def load(self, artifact: CompiledFragment, ordinal: int = 0) -> CpuExecutable:
+        return CpuExecutable(artifact)
+
+    def compile(self, program: Program, options: CompileOptions) -> CpuExecutable:
+        return self.load(compile_artifact(self, program, options.kernel_call_registry))
+
+
+register_backend(CpuBackend())
+
+__all__ = ["CpuBackend", "CpuExecutable"]

@@ -16,7 +16,14 @@ import numpy as np
 
 from ...core.types import TensorType
 from ...errors import InvalidInput
-from ..buffers import Layout, as_bytes, check_buffer_count, check_raw, check_readable
+from ..buffers import (
+    Layout,
+    address_of,
+    as_bytes,
+    check_buffer_count,
+    check_raw,
+    check_readable,
+)
 from .runtime import CudaFragment, cupy_module
 
 DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -101,6 +108,13 @@ def _pointers(layout: Layout, inputs, outputs) -> list[int]:
     return addresses
 
 
+def _address_as_given(value: Any) -> int:
+    """Where the caller's buffer lives (host or device: CUDA's unified addressing keeps the two
+    apart), so that overlapping buffers are refused as on every other device, even though host
+    buffers are copied to separate device memory before the run."""
+    return as_cupy(value, "").data.ptr if on_device(value) else address_of(as_bytes(value, ""))
+
+
 def _inputs(layout: Layout, inputs: Sequence[Any]) -> list:
     check_buffer_count("input", inputs, layout.input_types, layout.name)
     return [
@@ -116,6 +130,7 @@ def invoke(
     check_buffer_count("output", outputs, layout.output_types, layout.name)
     arrays = _inputs(layout, inputs)
     written = Outputs(outputs, layout.output_types, layout.name)
+    layout.check_disjoint([_address_as_given(v) for v in (*inputs, *outputs)])
     fragment.run(_pointers(layout, arrays, written.device))
     written.copy_back()
 

@@ -171,8 +171,8 @@ def _wrt_leaves(
             where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
             raise TransformError(
                 f"accy.{transform}: the gradient with respect to {where} "
-                f"({leaves[i].ty}) does not exist: it is not floating-point; convert it, or move it "
-                f"to an argument outside argnums={argnums!r}"
+                f"({leaves[i].ty}) does not exist: it is not floating-point; convert it, or "
+                f"move it to an argument outside argnums={argnums!r}"
             )
     return chosen
 

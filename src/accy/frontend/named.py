@@ -163,7 +163,7 @@ def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedAr
            [1., 1., 1.]], dtype=float32), device='cpu')
     >>> accy.named(np.ones(3), ("a", "b"))
     Traceback (most recent call last):
-    accy.errors.AxisError: named: the array has 1 axis (shape (3,)) but 2 names were given ('a', 'b')
+    accy.errors.AxisError: named: the array has 1 axis (shape (3,)) but 2 names were ...
     """
     if isinstance(axes, str):
         axes = (axes,)
@@ -175,11 +175,14 @@ def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedAr
         array = _host_array(array) if hasattr(array, "__dlpack__") else np.asarray(array)
     if array.ndim != len(axes):
         raise AxisError(
-            f"named: the array has {array.ndim} axis{'es' if array.ndim != 1 else ''} "
-            f"(shape {tuple(array.shape)}) but {len(axes)} name{'s' if len(axes) != 1 else ''} "
-            f"were given {axes}"
+            f"named: the array has {array.ndim} {'axis' if array.ndim == 1 else 'axes'} "
+            f"(shape {tuple(array.shape)}) but {len(axes)} "
+            f"{'name was' if len(axes) == 1 else 'names were'} given {axes}; give one name "
+            "per axis, in layout order"
         )
-    ty = TensorType(dtype_of_numpy(np.dtype(array.dtype)), tuple(zip(axes, array.shape)))
+    ty = TensorType(
+        dtype_of_numpy(np.dtype(array.dtype)), tuple(zip(axes, array.shape, strict=True))
+    )
     device = _check_device(device or own)
     if device == "cuda" and own != "cuda":
         array = _on_device(array, device)

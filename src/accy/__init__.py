@@ -132,6 +132,7 @@ from .frontend import (  # noqa: E402
     TransformError,
     jit,
     named,
+    vmap,
 )
 from .frontend.functions import (  # noqa: E402, F811
     grad,
@@ -150,4 +151,5 @@ __all__ += [
     "frontend",
     "jit",
     "named",
+    "vmap",
 ]

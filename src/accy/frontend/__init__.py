@@ -10,6 +10,7 @@ Program-level transforms of `accy.gradient` and `accy.transforms`.
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TransformError
 from .functions import grad, jit, jvp, linearize, value_and_grad, vjp
 from .named import NamedArray, named
+from .vmap import vmap
 
 __all__ = [
     "DeviceMismatch",
@@ -24,4 +25,5 @@ __all__ = [
     "named",
     "value_and_grad",
     "vjp",
+    "vmap",
 ]

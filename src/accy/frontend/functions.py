@@ -86,13 +86,17 @@ class Jitted:
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.statics.names:  # the common case, kept short: it is per-call overhead
+            staged = self._staged.get(())
+            if staged is not None:
+                return staged.call(args, kwargs)
         args, kwargs, statics = self.statics.split(args, kwargs)
         staged = self._staged.get(statics)
         if staged is None:
             staged = self._staged[statics] = Staged(
                 functools.partial(self._build, statics), self.device
             )
-        return staged((args, kwargs))
+        return staged.call(args, kwargs)
 
     def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -58,6 +58,16 @@ def _check_device(device: str) -> str:
     return device
 
 
+_INTERNED: dict[TensorType, TensorType] = {}
+_identity = id  # `emit` has a parameter named id
+
+
+def intern(ty: TensorType) -> TensorType:
+    """The one shared TensorType object equal to `ty`: NamedArrays hold interned types, so
+    that caches can key on their identity (hashing a TensorType by value is slow)."""
+    return _INTERNED.setdefault(ty, ty)
+
+
 class NamedArray:
     """An array whose axes have names: the concrete counterpart of a traced `accy.Value`.
 
@@ -180,9 +190,12 @@ def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedAr
             f"{'name was' if len(axes) == 1 else 'names were'} given {axes}; give one name "
             "per axis, in layout order"
         )
-    ty = TensorType(
-        dtype_of_numpy(np.dtype(array.dtype)), tuple(zip(axes, array.shape, strict=True))
+    ty = intern(
+        TensorType(
+            dtype_of_numpy(np.dtype(array.dtype)), tuple(zip(axes, array.shape, strict=True))
+        )
     )
+
     device = _check_device(device or own)
     if device == "cuda" and own != "cuda":
         array = _on_device(array, device)
@@ -205,7 +218,8 @@ def scalar_dtype(value: Any) -> DType:
 def named_scalar(value: Any, device: str = "cpu") -> NamedArray:
     """A rank-0 NamedArray holding the Python or NumPy scalar `value` (see `scalar_dtype`)."""
     dtype = scalar_dtype(value)
-    return NamedArray(_on_device(np.asarray(value, dtype.numpy), device), TensorType(dtype), device)
+    host = np.asarray(value, dtype.numpy)
+    return NamedArray(_on_device(host, device), intern(TensorType(dtype)), device)
 
 
 # -- eager execution ---------------------------------------------------------------------------
@@ -217,18 +231,67 @@ class EagerOps(OpsApi):
 
     def __init__(self, device: str):
         self.device = device
+        # (kind, attrs, ids of the operand types) -> (call, result types, several, the
+        # operand types, kept so that their ids stay theirs)
+        self._by_id: dict[tuple, tuple[Any, tuple[TensorType, ...], bool, tuple]] = {}
         self._cache: dict[tuple, tuple[Any, tuple[TensorType, ...], bool]] = {}
+        self._created: dict[tuple, NamedArray] = {}  # scalar constants, by attributes
+
+    def align(self, kind: str, *values):
+        """Operands of one type need no broadcast: skip building the target types."""
+        first = values[0].ty
+        if all(v.ty is first for v in values):
+            return list(values)
+        return super().align(kind, *values)
 
     def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
         """Run one operation of `kind` on NamedArrays now; returns its NamedArray result(s).
 
         An operand that is a traced Value sends the operation to that value's trace instead.
         """
+        device = self.device
+        arrays, key = [], [kind, _attrs_key(attrs)]
+        for operand in operands:
+            if type(operand) is not NamedArray or operand.device is not device:
+                return self._emit_other(kind, operands, attrs)
+            arrays.append(operand.array)
+            key.append(_identity(operand.ty))
+        if not operands:
+            created = self._created.get(tuple(key)) if key[1] is not None else None
+            if created is None:
+                created = self._create(kind, attrs if isinstance(attrs, Attrs) else Attrs(attrs))
+                if created.ty.rank == 0 and key[1] is not None:  # splat scalars repeat a lot
+                    self._created[tuple(key)] = created
+            return created
+        entry = self._by_id.get(tuple(key)) if key[1] is not None else None
+        if entry is None:
+            entry = self._lookup(kind, attrs, operands, tuple(key))
+        call, result_types, several, _ = entry
+        outputs = call(*arrays)
+        if not several:
+            return NamedArray(outputs[0], result_types[0], device)
+        return tuple(NamedArray(o, t, device) for o, t in zip(outputs, result_types, strict=True))
+
+    def _lookup(self, kind: str, attrs: Any, operands: Sequence[Any], fast: tuple) -> tuple:
+        """The compiled operation for these operand types: by value, then remembered by the
+        identity of the (interned) types for the next call."""
+        attrs = attrs if isinstance(attrs, Attrs) else (Attrs(attrs) if attrs else _NO_ATTRS)
+        types = tuple(operand.ty for operand in operands)
+        entry = self._cache.get((kind, attrs, types))
+        if entry is None:
+            entry = self._cache[(kind, attrs, types)] = self._compile(kind, attrs, types)
+        entry = (*entry, types)
+        if fast[1] is not None:
+            self._by_id[fast] = entry
+        return entry
+
+    def _emit_other(self, kind: str, operands: Sequence[Any], attrs: Any) -> Any:
+        """Operands that are traced values (the operation then belongs to the innermost of
+        their traces), or misuse: a non-array operand, or one on another device."""
         traced = [o for o in operands if isinstance(o, Value)]
-        if traced:  # the most deeply nested trace among the operands' records it
+        if traced:
             inner = max(traced, key=lambda v: getattr(v.builder, "depth", -1))
             return inner.builder.emit(kind, operands, attrs)
-        arrays = []
         for position, operand in enumerate(operands):
             if not isinstance(operand, NamedArray):
                 raise AccyError(f"{kind}: operand {position} ({operand!r}) is not a NamedArray")
@@ -237,20 +300,7 @@ class EagerOps(OpsApi):
                     f"{kind}: operand {position} is on {operand.device!r} but the operation "
                     f"runs on {self.device!r}; move it with .to({self.device!r})"
                 )
-            arrays.append(operand.array)
-        attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
-        if not operands:
-            return self._create(kind, attrs)
-        key = (kind, attrs, tuple(operand.ty for operand in operands))
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._cache[key] = self._compile(kind, attrs, key[2])
-        call, result_types, several = entry
-        outputs = call(*arrays)
-        results = tuple(
-            NamedArray(o, t, self.device) for o, t in zip(outputs, result_types, strict=True)
-        )
-        return results if several else results[0]
+        raise AccyError(f"{kind}: internal: unexpected operands {operands!r}")  # unreachable
 
     def _compile(self, kind: str, attrs: Attrs, types: tuple[TensorType, ...]):
         rule, attrs, result_types = check_operation(kind, types, attrs)
@@ -258,7 +308,8 @@ class EagerOps(OpsApi):
         parameters = [builder.parameter(t) for t in types]
         result = builder.emit(kind, parameters, attrs)
         program = builder.build(result)
-        return compile_program(program, self.device), result_types, rule.multiple_results
+        results = tuple(intern(t) for t in result_types)
+        return compile_program(program, self.device), results, rule.multiple_results
 
     def _create(self, kind: str, attrs: Attrs) -> NamedArray:
         """Creation kinds (constants, iota) are evaluated with NumPy, not compiled: their
@@ -271,12 +322,30 @@ class EagerOps(OpsApi):
 
             builder = Builder(f"eager_{kind}")
             host = reference_run(builder.build(builder.emit(kind, [], attrs)), [])[0]
-        return NamedArray(_on_device(host, self.device), ty, self.device)
+        return NamedArray(_on_device(host, self.device), intern(ty), self.device)
 
     def subprogram(self, name: str, specs: Sequence[TensorType], body):
         from ..core.builder import define
 
         return define(name, specs, body)
+
+
+_NO_ATTRS = Attrs()
+
+
+def _attrs_key(attrs: Any) -> Any:
+    """A cheap hashable stand-in for `attrs` (a dict of plain values, as the operation library
+    passes them), or None when its values do not hash (lists): then `Attrs` normalizes them."""
+    if not attrs:
+        return _NO_ATTRS
+    if isinstance(attrs, Attrs):
+        return attrs
+    key = tuple(attrs.items())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 EAGER: dict[str, EagerOps] = {device: EagerOps(device) for device in DEVICES}

@@ -27,7 +27,7 @@ from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, attach_user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError
-from .named import NamedArray, index_by_name, named_scalar
+from .named import NamedArray, index_by_name, intern, named_scalar
 
 NAMESPACE = "accy"
 # Closed-over arrays with at most this many elements become constants of the program; larger
@@ -53,6 +53,8 @@ def flatten(tree: Any) -> tuple[list[Any], Any]:
     sight, registered then) dataclass instances are nodes; None is an empty node."""
     leaves, treedef = optree.tree_flatten(tree, namespace=NAMESPACE)
     for leaf in leaves:
+        if type(leaf) is NamedArray:
+            continue
         if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
             _register_dataclass(type(leaf))
             return flatten(tree)
@@ -340,8 +342,9 @@ class Entry:
     compiled: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.out_types = self.program.output_types
+        self.out_types = tuple(intern(t) for t in self.program.output_types)
         self.captured_arrays: dict[str, list[Any]] = {}
+        self.single = self.out_treedef.is_leaf()
 
 
 Builds = Callable[[list[Any], Any], Entry]
@@ -358,6 +361,9 @@ class Staged:
         # becoming traced inputs: how grad and vmap treat the arguments they do not transform.
         self.static_scalars = static_scalars
         self.cache: dict[tuple, Entry] = {}
+        # Positional NamedArrays only, no keywords (the usual call): (device, ids of the
+        # argument types) -> (those types, kept alive so that the ids stay theirs; the entry).
+        self.flat: dict[tuple, tuple[tuple, Entry]] = {}
         self.traces = 0  # how many times a program was built (a cache miss): for tests
 
     def entry(self, leaves: Sequence[Any], treedef: Any, key: tuple) -> Entry:
@@ -368,6 +374,42 @@ class Staged:
             if not entry.foreign:
                 self.cache[key] = entry
         return entry
+
+    def call(self, args: tuple, kwargs: dict) -> Any:
+        """Run on `(args, kwargs)`. The fast path, where the call overhead matters: every
+        argument a NamedArray on one device, and no keywords."""
+        if not kwargs and args:
+            device = args[0].device if type(args[0]) is NamedArray else None
+            key = [device]
+            for a in args:
+                if type(a) is not NamedArray or a.device is not device:
+                    break
+                key.append(id(a.ty))
+            else:
+                found = self.flat.get(tuple(key))
+                if found is not None and (self.device is None or self.device == device):
+                    _, entry, compiled, captured = found
+                    outputs = compiled(*[a.array for a in args], *captured)
+                    if entry.single:
+                        return NamedArray(outputs[0], entry.out_types[0], device)
+                    return unflatten(
+                        entry.out_treedef,
+                        [
+                            NamedArray(o, t, device)
+                            for o, t in zip(outputs, entry.out_types, strict=True)
+                        ],
+                    )
+                result = self((args, kwargs))
+                entry = self.cache.get((structure((args, kwargs)), tuple(a.ty for a in args)))
+                if entry is not None and device in entry.compiled:
+                    self.flat[tuple(key)] = (
+                        tuple(a.ty for a in args),
+                        entry,
+                        entry.compiled[device],
+                        entry.captured_arrays[device],
+                    )
+                return result
+        return self((args, kwargs))
 
     def __call__(self, tree: Any) -> Any:
         """Run on `tree` (the arguments): its leaves must be arrays or scalars."""

@@ -290,3 +290,25 @@ def test_mismatched_tangents_and_cotangents():
     _, back = accy.vjp(lambda x: x * 2.0, x)
     with pytest.raises(accy.TransformError, match="cotangents leaf 0 has type"):
         back(arr([1.0, 2.0, 3.0], ("lane",)))
+
+
+def test_keyword_array_arguments_and_an_explicit_device():
+    x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",), device=R)
+    f = accy.jit(lambda x, *, scale: (x * scale).sum())
+    assert f(x, scale=accy.named(np.float32(3.0), (), device=R)).item() == 9.0
+    on_reference = accy.jit(lambda x: x * 2.0, device=R)
+    doubled = on_reference(accy.named(np.array([1.0], np.float32), ("lane",)))  # a cpu array
+    assert doubled.device == R and doubled.array.tolist() == [2.0]
+
+
+def test_a_leaked_traced_value_is_refused():
+    leaked = []
+
+    def f(x):
+        leaked.append(x)
+        return x
+
+    x = arr([1.0], ("a",))
+    accy.jit(f)(x)
+    with pytest.raises(accy.AccyError, match="used after its function returned"):
+        leaked[0] + 1.0

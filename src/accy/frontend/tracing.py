@@ -163,6 +163,7 @@ class FunctionBuilder(Builder):
     def __init__(self, name: str, depth: int = 0):
         super().__init__(name)
         self.depth = depth  # how many traces enclose this one
+        self.finished = False
         self.captured: list[Any] = []  # what each extra input is bound to, in order
         self.foreign = False  # whether a value of another trace was captured
         self._lifted: dict[int, Value] = {}
@@ -190,6 +191,12 @@ class FunctionBuilder(Builder):
     def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
         # An operation on a value of a trace nested inside this one belongs to that trace
         # (`x * y` with x from an outer function and y from the inner one it differentiates).
+        if self.finished:
+            raise AccyError(
+                f"{kind}: a traced value of {self.name!r} was used after its function returned "
+                "(kept in a global or an attribute while tracing?); traced values only exist "
+                "inside the transformed function: return it instead"
+            )
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
@@ -258,6 +265,7 @@ def trace(
         raise
     finally:
         _ACTIVE.pop()
+        builder.finished = True
     return Traced(program, output, out_treedef, builder.captured, builder.foreign)
 
 

@@ -5,6 +5,8 @@ in the cache, wrap the outputs) with calling the `accy.compile`d program on NumP
 times one eager NamedArray operation. Medians of `timeit` repeats, in microseconds.
 
     PYTHONPATH=src python -m bench.frontend_overhead
+
+With JAX installed (`.[bench]`), the same calls in JAX are timed in the same rounds.
 """
 
 from __future__ import annotations
@@ -29,6 +31,26 @@ def medians_us(calls: list, number: int = 2000, rounds: int = 25) -> list[float]
     return [statistics.median(t) for t in times]
 
 
+def jax_cases(x_np: np.ndarray, y_np: np.ndarray) -> list:
+    """The same calls in JAX, when it is installed (timed in the same interleaved rounds)."""
+    try:
+        import jax
+    except ImportError:
+        return []
+    x, y = jax.numpy.asarray(x_np), jax.numpy.asarray(y_np)
+
+    def loss(x, y):
+        return (x * y).sum()
+
+    forward, vg = jax.jit(loss), jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    return [
+        ("JAX: jax.jit(loss)(x, y)", lambda: forward(x, y).block_until_ready()),
+        ("JAX: jax.jit(value_and_grad)", lambda: jax.block_until_ready(vg(x, y))),
+        ("JAX: eager x * y", lambda: (x * y).block_until_ready()),
+        ("JAX: eager x.sum()", lambda: x.sum().block_until_ready()),
+    ]
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     x_np, y_np = (rng.normal(size=4).astype(np.float32) for _ in range(2))
@@ -50,8 +72,9 @@ def main() -> None:
         ("value_and_grad: accy.compile(program)", lambda: compiled_vg(x_np, y_np)),
         ("value_and_grad: accy.jit(value_and_grad)", lambda: jit_vg(x, y)),
         ("eager x * y (NamedArray, cpu)", lambda: x * y),
-        ("eager x.sum('lane') (two one-op programs)", lambda: x.sum("lane")),
+        ("eager x.sum('lane')", lambda: x.sum("lane")),
     ]
+    cases += jax_cases(x_np, y_np)
     rows = list(zip([name for name, _ in cases], medians_us([c for _, c in cases]), strict=True))
     for name, us in rows:
         print(f"{name:45s} {us:8.2f} us")

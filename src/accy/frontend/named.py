@@ -88,14 +88,18 @@ class NamedArray:
     (('batch', 'channel'), [0.0, 1.0, 2.0])
     """
 
-    __slots__ = ("array", "ty", "device", "builder", "__weakref__")
+    __slots__ = ("array", "ty", "device", "__weakref__")
     __array_priority__ = 100  # so that `np.float32(2) * x` defers to NamedArray.__rmul__
 
     def __init__(self, array: Any, ty: TensorType, device: str):
         self.array = array
         self.ty = ty
         self.device = device
-        self.builder = EAGER[device]
+
+    @property
+    def builder(self) -> EagerOps:
+        """The eager operation library of this array's device (the `Value` methods call it)."""
+        return EAGER[self.device]
 
     @property
     def dtype(self) -> DType:
@@ -236,6 +240,22 @@ class EagerOps(OpsApi):
         self._by_id: dict[tuple, tuple[Any, tuple[TensorType, ...], bool, tuple]] = {}
         self._cache: dict[tuple, tuple[Any, tuple[TensorType, ...], bool]] = {}
         self._created: dict[tuple, NamedArray] = {}  # scalar constants, by attributes
+        self._scalars: dict[tuple, NamedArray] = {}
+
+    def scalar(self, dtype: DType, value: Any):
+        """A rank-0 constant; the ones reductions and arithmetic use repeat, so they are kept
+        by (dtype, value)."""
+        key = (dtype.name, type(value), value)
+        try:
+            found = self._scalars.get(key)
+        except TypeError:  # an unhashable value: the operation library reports it
+            return super().scalar(dtype, value)
+        if found is None:
+            found = super().scalar(dtype, value)
+            if len(self._scalars) > 4096:
+                self._scalars.clear()
+            self._scalars[key] = found
+        return found
 
     def align(self, kind: str, *values):
         """Operands of one type need no broadcast: skip building the target types."""
@@ -261,6 +281,8 @@ class EagerOps(OpsApi):
             if created is None:
                 created = self._create(kind, attrs if isinstance(attrs, Attrs) else Attrs(attrs))
                 if created.ty.rank == 0 and key[1] is not None:  # splat scalars repeat a lot
+                    if len(self._created) > 4096:  # many distinct values: start afresh
+                        self._created.clear()
                     self._created[tuple(key)] = created
             return created
         entry = self._by_id.get(tuple(key)) if key[1] is not None else None

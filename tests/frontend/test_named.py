@@ -93,3 +93,12 @@ def test_misuse():
         x + accy.named(np.ones(3), ("row",), device="reference")
     with pytest.raises(accy.AccyError, match="unknown device"):
         x.to("tpu")
+
+
+def test_moving_to_cuda_without_cupy_is_a_clear_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # as if CuPy were not installed
+    x = accy.named(np.ones(2, np.float32), ("a",))
+    with pytest.raises(accy.RuntimeUnavailable, match="needs CuPy"):
+        x.to("cuda")

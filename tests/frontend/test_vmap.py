@@ -161,3 +161,13 @@ def test_vmap_misuse():
         accy.vmap(lambda x: (x.sum() * inner).sum(), "example")(x)
     with pytest.raises(accy.TransformError, match="size="):
         accy.vmap(accy.trace.define("p", [accy.spec(accy.f32)], lambda b, a: a[0]), "e")
+
+
+def test_a_custom_call_cannot_be_vmapped():
+    program = accy.trace.define(
+        "p",
+        [accy.spec(accy.f32, d=2)],
+        lambda b, a: b.custom_call("my.kernel", 1, [a[0]], accy.spec(accy.f32, d=2)),
+    )
+    with pytest.raises(accy.AccyError, match="custom_call my.kernel has no batching rule"):
+        accy.vmap(program, "example", size=3)

@@ -23,7 +23,7 @@ from ..core import Attrs, Value, check_operation
 from ..core.builder import Builder
 from ..core.operations import OpsApi
 from ..core.types import DType, TensorType, bool_, dtype_of_numpy, f32, i32
-from ..errors import AccyError, AxisError
+from ..errors import AccyError, AxisError, RuntimeUnavailable
 from .errors import DeviceMismatch
 
 DEVICES = ("cpu", "cuda", "reference")
@@ -46,8 +46,12 @@ def _host_array(array: Any) -> np.ndarray:
 
 def _on_device(array: np.ndarray, device: str) -> Any:
     if device == "cuda":
-        import cupy  # an optional dependency: accy[cuda]
-
+        try:
+            import cupy  # an optional dependency: accy[cuda]
+        except ImportError:
+            raise RuntimeUnavailable(
+                "device 'cuda' needs CuPy (pip install 'accy[cuda]'), which is not installed"
+            ) from None
         return cupy.asarray(array)
     return array
 

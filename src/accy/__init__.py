@@ -128,3 +128,36 @@ __all__ += [
 from . import kernel  # noqa: E402
 
 __all__ += ["kernel"]
+
+# The Python-first front end (issue 18): named arrays and function transforms over trees. The
+# transforms take a Program too, and then are exactly `accy.gradient`'s.
+from . import frontend  # noqa: E402
+from .frontend import (  # noqa: E402
+    DeviceMismatch,
+    NamedArray,
+    NonArrayLeaf,
+    StaticArgumentError,
+    TransformError,
+    jit,
+    named,
+    vmap,
+)
+from .frontend.functions import (  # noqa: E402, F811
+    grad,
+    jvp,
+    linearize,
+    value_and_grad,
+    vjp,
+)
+
+__all__ += [
+    "DeviceMismatch",
+    "NamedArray",
+    "NonArrayLeaf",
+    "StaticArgumentError",
+    "TransformError",
+    "frontend",
+    "jit",
+    "named",
+    "vmap",
+]

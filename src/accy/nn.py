@@ -1,7 +1,13 @@
 """Neural-network building blocks as compositions of the closed set of kinds.
 
 Nothing here is a new operation kind: each function records ordinary operations, so
-differentiation and every backend handle it without special rules.
+differentiation and every backend handle it without special rules. The functions take traced
+values and `accy.NamedArray`s alike (on a NamedArray they run eagerly):
+
+>>> import accy, numpy as np
+>>> x = accy.named(np.array([0.0, 0.0], np.float32), ("vocab",), device="reference")
+>>> accy.nn.softmax(x, "vocab").array.tolist()
+[0.5, 0.5]
 """
 
 from __future__ import annotations

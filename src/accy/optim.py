@@ -9,6 +9,20 @@ its gradient and the update into a single program: one call per step.
 
 The step number and the learning rate are scalar inputs, so a schedule needs no recompiling;
 an optimizer's own `learning_rate` is the value to pass when there is no schedule.
+
+Over trees (the front end's way): `state = optimizer.init(params)` and
+`params, state = optimizer.apply(params, grads, state)`, where params and grads are trees
+(dicts, lists, dataclasses, ...) of `accy.NamedArray`s, or of traced values inside `accy.jit`;
+parameters may be of any float dtype.
+
+    >>> import accy, numpy as np
+    >>> params = {"w": accy.named(np.array([1.0, 2.0]), ("lane",), device="reference")}
+    >>> sgd = accy.optim.SGD(learning_rate=0.25, momentum=0.0)
+    >>> state = sgd.init(params)
+    >>> grads = accy.grad(lambda p: (p["w"] * p["w"]).sum())(params)
+    >>> params, state = sgd.apply(params, grads, state)
+    >>> params["w"].array.tolist(), params["w"].dtype
+    ([0.5, 1.0], accy.f64)
 """
 
 from __future__ import annotations
@@ -16,8 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
+import optree
 
 from .core import Program
 from .core.builder import Builder, Value, define
@@ -26,8 +42,90 @@ from .errors import AccyError
 from .gradient import value_and_grad
 
 
+class OptState(NamedTuple):
+    """An optimizer's state over a tree of parameters: the number of steps taken (a float32
+    scalar) and, per state slot (velocity; first and second moments), a tree like the
+    parameters."""
+
+    step: Any
+    slots: tuple
+
+
+_NAMESPACE = "accy"  # the front end's tree namespace (dataclasses are registered there)
+
+
+class TreeOptimizer:
+    """`init` and `apply` over trees, shared by the optimizers (which define `slots` and the
+    per-parameter `update`)."""
+
+    slots: int
+    learning_rate: float
+
+    def init(self, params: Any) -> OptState:
+        """The initial state for `params`: step 0 and zeros like every parameter per slot."""
+        from .frontend.tracing import flatten
+
+        leaves, _ = flatten(params)
+        zeros = optree.tree_map(_zeros_like, params, namespace=_NAMESPACE)
+        return OptState(_scalar_like(leaves[0] if leaves else None, 0.0), (zeros,) * self.slots)
+
+    def apply(
+        self, params: Any, grads: Any, state: OptState, learning_rate: Any = None
+    ) -> tuple[Any, OptState]:
+        """One update: `(new params, new state)`, trees like `params` and `state`.
+        `learning_rate` (a Python float or a scalar array, e.g. from a schedule) defaults to
+        the optimizer's own; it and the step count are converted to each parameter's dtype."""
+        from .frontend.tracing import flatten, unflatten
+
+        param_leaves, treedef = flatten(params)
+        grad_leaves, grad_def = flatten(grads)
+        if grad_def != treedef:
+            raise AccyError(
+                f"{type(self).__name__}.apply: the gradients' tree {grad_def} does not have the "
+                f"parameters' structure {treedef}"
+            )
+        slot_leaves = [flatten(slot)[0] for slot in state.slots]
+        step = state.step + 1.0
+        rate = self.learning_rate if learning_rate is None else learning_rate
+        new_params, new_slots = [], [[] for _ in state.slots]
+        for i, (param, grad) in enumerate(zip(param_leaves, grad_leaves, strict=True)):
+            if not param.dtype.is_float:
+                raise AccyError(
+                    f"{type(self).__name__}.apply: parameter {i} is {param.ty}; only "
+                    "floating-point parameters can be trained"
+                )
+            b = param.builder
+            lr = rate.convert(param.dtype) if hasattr(rate, "ty") else b.scalar(param.dtype, rate)
+            updated, slots = self.update(
+                b, param, grad, [s[i] for s in slot_leaves], step.convert(param.dtype), lr
+            )
+            new_params.append(updated)
+            for collected, slot in zip(new_slots, slots, strict=True):
+                collected.append(slot)
+        state = OptState(step, tuple(unflatten(treedef, slot) for slot in new_slots))
+        return unflatten(treedef, new_params), state
+
+
+def _zeros_like(leaf: Any) -> Any:
+    if hasattr(leaf, "device"):  # a NamedArray
+        from .frontend.named import named
+
+        return named(np.zeros(leaf.ty.extents, leaf.dtype.numpy), leaf.axes, device=leaf.device)
+    return leaf.builder.zeros(leaf.ty)
+
+
+def _scalar_like(leaf: Any, value: float) -> Any:
+    """A float32 scalar where `leaf` lives (its device, or its trace)."""
+    from .frontend.named import named
+
+    if leaf is not None and not hasattr(leaf, "device"):
+        return leaf.builder.scalar(f32, value)
+    device = "cpu" if leaf is None else leaf.device
+    return named(np.asarray(value, np.float32), (), device=device)
+
+
 @dataclass(frozen=True)
-class SGD:
+class SGD(TreeOptimizer):
     """Stochastic gradient descent with momentum and (coupled, L2) weight decay.
 
     velocity = momentum * velocity + grad + weight_decay * param; param -= lr * velocity.
@@ -56,7 +154,7 @@ class SGD:
 
 
 @dataclass(frozen=True)
-class Adam:
+class Adam(TreeOptimizer):
     """Adam with decoupled weight decay (AdamW when weight_decay > 0).
 
     m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -94,7 +192,15 @@ class Adam:
 
 def initial_state(optimizer, parameters: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Zeros for every state slot of every parameter, flattened in parameter order."""
-    return [np.zeros(np.shape(p), np.float32) for p in parameters for _ in range(optimizer.slots)]
+    return [
+        np.zeros(np.shape(p), _state_dtype(p)) for p in parameters for _ in range(optimizer.slots)
+    ]
+
+
+def _state_dtype(parameter: Any) -> np.dtype:
+    """The dtype of a parameter's state: its own, when it is a floating-point array."""
+    dtype = getattr(parameter, "dtype", None)
+    return dtype if isinstance(dtype, np.dtype) and dtype.kind == "f" else np.dtype(np.float32)
 
 
 def training_step(loss: Program, parameter_count: int, optimizer) -> Program:
@@ -131,8 +237,15 @@ def training_step(loss: Program, parameter_count: int, optimizer) -> Program:
         loss_value, *grads = b.call(combined, inputs)
         new_params, new_state = [], []
         for i, (param, grad) in enumerate(zip(params, grads, strict=True)):
+            # The step number and learning rate are float32 inputs: each parameter's update
+            # uses them in its own dtype (float64 parameters train too).
             updated, slots_out = optimizer.update(
-                b, param, grad, state[i * slots : (i + 1) * slots], step, learning_rate
+                b,
+                param,
+                grad,
+                state[i * slots : (i + 1) * slots],
+                step.convert(param.dtype),
+                learning_rate.convert(param.dtype),
             )
             new_params.append(updated)
             new_state.extend(slots_out)

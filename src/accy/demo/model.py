@@ -1,4 +1,5 @@
-"""A small decoder-only transformer written with named axes.
+"""A small decoder-only transformer written with named axes, as plain functions of a dict of
+parameters: they run eagerly on `accy.NamedArray`s and are traced by `accy.jit`.
 
 Axes: batch, token (query position), key (attended position), channel (model width), head,
 dim (per-head width), hidden (MLP width), vocab. Every parameter has named axes, so the code
@@ -13,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import nn
-from ..core.builder import Builder, Value, define
-from ..core.types import TensorType, f32, i32, spec
+from ..core.types import TensorType, f32, spec
+from ..frontend import named
 
 
 @dataclass(frozen=True)
@@ -59,15 +60,6 @@ def parameter_specs(c: Config) -> dict[str, TensorType]:
     return specs
 
 
-def batch_specs(c: Config) -> list[TensorType]:
-    """Inputs of one step: token ids, target ids, and the weight of each scored position."""
-    return [
-        spec(i32, batch=c.batch, token=c.tokens),
-        spec(i32, batch=c.batch, token=c.tokens),
-        spec(f32, batch=c.batch, token=c.tokens),
-    ]
-
-
 def initial_parameters(c: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Gains start at one, biases at zero, matrices scaled by 1/sqrt(fan-in)."""
     values = {}
@@ -87,11 +79,11 @@ def initial_parameters(c: Config, rng: np.random.Generator) -> dict[str, np.ndar
     return values
 
 
-def _norm(x: Value, gain: Value, bias: Value) -> Value:
+def _norm(x, gain, bias):
     return nn.layer_norm(x, "channel") * gain + bias
 
 
-def _attention(b: Builder, x: Value, p: dict[str, Value], layer: int, c: Config) -> Value:
+def _attention(x, p: dict, layer: int, c: Config):
     h = _norm(x, p[f"l{layer}_norm1_gain"], p[f"l{layer}_norm1_bias"])
     queries = h.contract(p[f"l{layer}_query"], "channel")
     keys = h.contract(p[f"l{layer}_key"], "channel").rename("token", "key")
@@ -99,48 +91,31 @@ def _attention(b: Builder, x: Value, p: dict[str, Value], layer: int, c: Config)
     scores = queries.contract(keys, "dim") * (1.0 / math.sqrt(c.head_dim))
     rows, cols = np.indices((c.tokens, c.tokens))
     causal = np.where(cols <= rows, 0.0, -1e9).astype(np.float32)
-    scores = scores + b.constant(causal, spec(f32, token=c.tokens, key=c.tokens))
+    scores = scores + named(causal, ("token", "key"))  # closed over: an input of the program
     mixed = nn.softmax(scores, "key").contract(values, "key")
     return mixed.contract(p[f"l{layer}_out"], ("head", "dim"))
 
 
-def _mlp(x: Value, p: dict[str, Value], layer: int) -> Value:
+def _mlp(x, p: dict, layer: int):
     h = _norm(x, p[f"l{layer}_norm2_gain"], p[f"l{layer}_norm2_bias"])
     return nn.gelu_tanh(h.contract(p[f"l{layer}_up"], "channel")).contract(
         p[f"l{layer}_down"], "hidden"
     )
 
 
-def logits(b: Builder, p: dict[str, Value], ids: Value, c: Config) -> Value:
-    """Next-token logits {batch, token, vocab}."""
+def logits(p: dict, ids, c: Config):
+    """Next-token logits {batch, token, vocab} from the parameters `p` (a dict of named arrays,
+    or of traced values inside `accy.jit`) and token ids {batch, token}."""
     x = p["embed"].gather(ids, "vocab") + p["position"]
     for layer in range(c.layers):
-        x = x + _attention(b, x, p, layer, c)
+        x = x + _attention(x, p, layer, c)
         x = x + _mlp(x, p, layer)
     return _norm(x, p["final_gain"], p["final_bias"]).contract(p["unembed"], "channel")
 
 
-def loss_program(c: Config):
-    """Mean cross-entropy over the scored positions: (params..., ids, targets, weights) -> loss."""
-    names = list(parameter_specs(c))
-
-    def body(b: Builder, args: list[Value]) -> Value:
-        p = dict(zip(names, args, strict=False))
-        ids, targets, weights = args[len(names) :]
-        scores = logits(b, p, ids, c)
-        labels = nn.one_hot(b, targets, "vocab", c.vocab, f32)
-        per_position = nn.cross_entropy(scores, labels, "vocab")
-        return (per_position * weights).sum(("batch", "token")) / weights.sum(("batch", "token"))
-
-    return define("transformer_loss", [*parameter_specs(c).values(), *batch_specs(c)], body)
-
-
-def predict_program(c: Config):
-    """(params..., ids) -> predicted next token at each position {batch, token}, as logits."""
-    names = list(parameter_specs(c))
-
-    def body(b: Builder, args: list[Value]) -> Value:
-        p = dict(zip(names, args, strict=False))
-        return logits(b, p, args[len(names)], c)
-
-    return define("transformer_logits", [*parameter_specs(c).values(), batch_specs(c)[0]], body)
+def loss(p: dict, ids, targets, weights, c: Config):
+    """Mean cross-entropy over the scored positions (those with weight 1)."""
+    scores = logits(p, ids, c)
+    labels = nn.one_hot(targets.builder, targets, "vocab", c.vocab, f32)
+    per_position = nn.cross_entropy(scores, labels, "vocab")
+    return (per_position * weights).sum(("batch", "token")) / weights.sum(("batch", "token"))

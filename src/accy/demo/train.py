@@ -1,7 +1,9 @@
 """`accy demo`: train the named-axis transformer on the sorting task, end to end.
 
-One compiled program does a whole training step (loss, gradients through `value_and_grad`,
-and the Adam update); another gives the logits used to decode held-out samples greedily.
+The training step is one jitted function, so one compiled program: the loss, its gradient
+through `accy.value_and_grad`, and the Adam update over the tree of parameters
+(`accy.optim.Adam.apply`); the learning rate of the warmup + cosine schedule is one of its
+inputs. Another jitted function gives the logits used to decode held-out samples greedily.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import os
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -20,10 +21,10 @@ from types import ModuleType
 import numpy as np
 
 from .. import optim
-from ..core import Program
 from ..errors import AccyError, RuntimeUnavailable
+from ..frontend import NamedArray, jit, named, value_and_grad
 from .data import VOCAB, SortingTask
-from .model import Config, initial_parameters, loss_program, parameter_specs, predict_program
+from .model import Config, initial_parameters, logits, loss, parameter_specs
 
 DEFAULT_STEPS = 2000
 PEAK_LEARNING_RATE = 3e-3
@@ -48,17 +49,6 @@ def demo_dependency(name: str) -> ModuleType:
             f"accy demo needs {name}, which is part of accy's 'demo' extra; install it with "
             f"pip install 'accy[demo]'"
         ) from None
-
-
-def executable(program: Program, device: str) -> Callable[..., list[np.ndarray]]:
-    """A function running `program` on `device` ("cpu", "cuda" or "reference")."""
-    if device == "reference":
-        from .. import reference
-
-        return lambda *arrays: reference.run(program, arrays)
-    from .. import compile as compile_program
-
-    return compile_program(program, device=device)
 
 
 def host(array) -> np.ndarray:
@@ -106,12 +96,13 @@ def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
         ) from None
 
 
-def decode(logits_of, parameters, task: SortingTask, inputs: np.ndarray) -> np.ndarray:
-    """Greedy decoding: fill in the sorted half one token at a time from the model's choices."""
+def decode(logits_of, task: SortingTask, inputs: np.ndarray) -> np.ndarray:
+    """Greedy decoding: fill in the sorted half one token at a time from the model's choices.
+    `logits_of(ids)` gives the logits {batch, token, vocab} for ids {batch, token}."""
     ids = inputs.copy()
     ids[:, task.length + 1 :] = 0  # hide the answer
     for position in range(task.length, task.tokens):
-        (scores,) = logits_of(*parameters, ids)
+        scores = logits_of(ids)
         choice = host(scores)[:, position, :].argmax(axis=-1)
         if position + 1 < task.tokens:
             ids[:, position + 1] = choice
@@ -128,7 +119,7 @@ def evaluate(logits_of, parameters, task, config, seed, batches=8):
     examples = []
     for _ in range(batches):
         inputs, targets, _ = task.batch(rng, config.batch)
-        answer = decode(logits_of, parameters, task, inputs)
+        answer = decode(lambda ids: logits_of(parameters, ids), task, inputs)
         truth = targets[:, task.length :]
         token_hits += int((answer == truth).sum())
         sequence_hits += int((answer == truth).all(axis=1).sum())
@@ -154,6 +145,55 @@ def plot_losses(losses: list[float], path: Path) -> None:
     plt.close(figure)
 
 
+class Model:
+    """The demo's jitted functions over named arrays on one device, and the conversions between
+    the flat lists of a checkpoint and the trees the functions take."""
+
+    def __init__(self, config: Config, optimizer: optim.Adam, device: str):
+        self.config = config
+        self.optimizer = optimizer
+        self.device = device
+        self.specs = parameter_specs(config)
+
+        def batch_loss(params, ids, targets, weights):
+            return loss(params, ids, targets, weights, config)
+
+        def train_step(params, state, ids, targets, weights, learning_rate):
+            value, grads = value_and_grad(batch_loss)(params, ids, targets, weights)
+            params, state = optimizer.apply(params, grads, state, learning_rate)
+            return value, params, state
+
+        self.step = jit(train_step)
+        self.logits = jit(lambda params, ids: logits(params, ids, config))
+
+    def named(self, array: np.ndarray, axes) -> NamedArray:
+        return named(array, axes, device=self.device)
+
+    def tree(self, state: TrainingState) -> tuple[dict, optim.OptState]:
+        """The parameters and the optimizer state of `state` as trees of named arrays."""
+        names, slots = list(self.specs), self.optimizer.slots
+        params = {
+            n: self.named(p, self.specs[n].axes)
+            for n, p in zip(names, state.parameters, strict=True)
+        }
+        moments = tuple(
+            {
+                n: self.named(state.optimizer_state[i * slots + k], self.specs[n].axes)
+                for i, n in enumerate(names)
+            }
+            for k in range(slots)
+        )
+        step = self.named(np.float32(state.step), ())
+        return params, optim.OptState(step, moments)
+
+    def flat(self, params: dict, opt_state: optim.OptState) -> tuple[list, list]:
+        """The inverse of `tree`: host arrays in checkpoint order (per parameter, its slots)."""
+        names = list(self.specs)
+        parameters = [host(params[n].array) for n in names]
+        slots = [host(slot[n].array) for n in names for slot in opt_state.slots]
+        return parameters, slots
+
+
 def train(steps: int, seed: int, device: str, out: Path, resume: bool, quiet: bool = False):
     """Train, checkpointing to `out`; returns (state, token accuracy, sequence accuracy)."""
     tqdm = demo_dependency("tqdm").tqdm
@@ -161,11 +201,8 @@ def train(steps: int, seed: int, device: str, out: Path, resume: bool, quiet: bo
     task = SortingTask()
     config = Config(vocab=VOCAB, tokens=task.tokens)
     optimizer = optim.Adam(learning_rate=PEAK_LEARNING_RATE)
-    names = list(parameter_specs(config))
+    model = Model(config, optimizer, device)
     started = time.perf_counter()
-    step_program = optim.training_step(loss_program(config), len(names), optimizer)
-    run_step = executable(step_program, device)
-    logits_of = executable(predict_program(config), device)
     checkpoint = out / "checkpoint.npz"
     parameters = list(initial_parameters(config, np.random.default_rng(seed)).values())
     slots = len(parameters) * optimizer.slots
@@ -173,39 +210,45 @@ def train(steps: int, seed: int, device: str, out: Path, resume: bool, quiet: bo
         state = load_checkpoint(checkpoint, len(parameters), slots)
     else:
         state = TrainingState(0, parameters, optim.initial_state(optimizer, parameters), [])
-    if not quiet:
-        print(
-            f"compiled the training step ({len(step_program.operations)} operations) and the "
-            f"decoder on {device} in {time.perf_counter() - started:.1f} s"
-        )
+    params, opt_state = model.tree(state)
     tokens_per_step = config.batch * task.tokens
     progress = tqdm(total=steps, initial=state.step, disable=quiet, unit="step", mininterval=0.5)
     while state.step < steps:
         # Each step's batch depends only on (seed, step), so a resumed run sees the same data.
-        batch = task.batch(np.random.default_rng([seed, state.step]), config.batch)
+        ids, targets, weights = task.batch(np.random.default_rng([seed, state.step]), config.batch)
         tick = time.perf_counter()
         learning_rate = optim.warmup_cosine(state.step + 1, steps, PEAK_LEARNING_RATE, WARMUP)
-        loss, *rest = run_step(
-            *state.parameters,
-            *batch,
-            *state.optimizer_state,
-            np.float32(state.step + 1),
-            np.float32(learning_rate),
+        value, params, opt_state = model.step(
+            params,
+            opt_state,
+            model.named(ids, ("batch", "token")),
+            model.named(targets, ("batch", "token")),
+            model.named(weights, ("batch", "token")),
+            model.named(np.float32(learning_rate), ()),
         )
-        state.parameters = rest[: len(parameters)]
-        state.optimizer_state = rest[len(parameters) :]
+        if state.step == 0 and not quiet:
+            progress.write(
+                f"traced and compiled the training step on {device} in "
+                f"{time.perf_counter() - started:.1f} s"
+            )
         state.step += 1
-        state.losses.append(float(loss))
+        state.losses.append(float(value))
         progress.set_postfix(
-            loss=f"{float(loss):.4f}",
+            loss=f"{float(value):.4f}",
             tokens_per_s=f"{tokens_per_step / (time.perf_counter() - tick):,.0f}",
         )
         progress.update(1)
         if state.step % 200 == 0 or state.step == steps:
+            state.parameters, state.optimizer_state = model.flat(params, opt_state)
             save_checkpoint(checkpoint, state)
     progress.close()
+    state.parameters, state.optimizer_state = model.flat(params, opt_state)
     token_accuracy, sequence_accuracy, examples = evaluate(
-        logits_of, state.parameters, task, config, seed
+        lambda params, ids: model.logits(params, model.named(ids, ("batch", "token"))).array,
+        params,
+        task,
+        config,
+        seed,
     )
     return state, token_accuracy, sequence_accuracy, examples
 

@@ -10,7 +10,17 @@ import numpy as np
 
 from ...errors import AxisError, TypeRuleError
 from ..types import bool_
-from .registry import Linear, Rule, Zero, attr, check_arity, check_same_dtype, describe, register
+from .registry import (
+    Linear,
+    Rule,
+    Zero,
+    attr,
+    batch_first,
+    check_arity,
+    check_same_dtype,
+    describe,
+    register,
+)
 
 DIMENSION_ATTRS = ("lhs_contracting", "rhs_contracting", "lhs_batch", "rhs_batch")
 
@@ -144,6 +154,31 @@ def _dot_transpose(e, op, ct, operands):
     return [None, _cotangent_of(e, ct, rhs.type, lhs, (rc, rb), (lc, lb), False)]
 
 
+def _dot_batch(e, op, operands, batched, ctx):
+    """Both batched: the batch axis becomes the first batch dimension (so it comes out first).
+    One batched: it is a free axis of that operand, moved to the front afterwards."""
+    lc, rc, lb, rb = dimensions(op.attrs)
+    lhs, rhs = operands
+
+    def shifted(dims, by):
+        return tuple(d + by for d in dims)
+
+    if all(batched):
+        return e.dot_general(
+            lhs, rhs, shifted(lc, 1), shifted(rc, 1), (0, *shifted(lb, 1)), (0, *shifted(rb, 1))
+        )
+    left, right = batched
+    product = e.dot_general(
+        lhs,
+        rhs,
+        shifted(lc, left),
+        shifted(rc, right),
+        shifted(lb, left),
+        shifted(rb, right),
+    )
+    return batch_first(e, product, ctx)
+
+
 register(
     Rule(
         "dot_general",
@@ -152,5 +187,6 @@ register(
         _dot_jvp,
         _dot_transpose,
         arity=2,
+        batch=_dot_batch,
     )
 )

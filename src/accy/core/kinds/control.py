@@ -32,7 +32,7 @@ from ...errors import (
 )
 from ..ir import Operation, Program
 from ..types import TensorType
-from .registry import Rule, attr, register
+from .registry import Rule, attr, batch_first, batched_operand, register
 
 
 class CustomCallRecord(Protocol):
@@ -204,4 +204,15 @@ def _scan_evaluate(attrs, args, ev):
     return tuple(carries + stacked)
 
 
-register(Rule("scan", _scan_infer, _scan_evaluate, multiple_results=True))
+def _scan_batch(e, op, operands, batched, ctx):
+    """Every operand made batched, the body batched in all its parameters; the stacked ys come
+    out with the scanned axis first, and are laid out with the batch axis first."""
+    operands = [batched_operand(e, x, b, ctx) for x, b in zip(operands, batched, strict=True)]
+    body = ctx.batch_program(op.attrs["body"], [True] * len(op.attrs["body"].parameters))
+    results = e.emit("scan", operands, op.attrs.replace(body=body))
+    results = results if isinstance(results, tuple) else (results,)
+    carries = op.attrs["num_carry"]
+    return tuple(results[:carries]) + tuple(batch_first(e, y, ctx) for y in results[carries:])
+
+
+register(Rule("scan", _scan_infer, _scan_evaluate, multiple_results=True, batch=_scan_batch))

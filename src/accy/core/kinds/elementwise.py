@@ -18,6 +18,7 @@ from .registry import (
     Rule,
     Zero,
     attr,
+    batch_same_kind,
     check_arity,
     check_float,
     check_same_dtype,
@@ -120,7 +121,17 @@ def _unary_transpose(e, op, ct, operands):
     return [e.unary(op.attrs["op"], ct)]
 
 
-register(Rule("unary", _unary_infer, _unary_evaluate, _unary_jvp, _unary_transpose, arity=1))
+register(
+    Rule(
+        "unary",
+        _unary_infer,
+        _unary_evaluate,
+        _unary_jvp,
+        _unary_transpose,
+        arity=1,
+        batch=batch_same_kind,
+    )
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,7 +276,7 @@ def _binary_rule(kind: str, binary: BinaryOp) -> Rule:
         with np.errstate(all="ignore"):
             return binary.evaluate(*args)
 
-    return Rule(kind, infer, evaluate, binary.jvp, binary.transpose, arity=2)
+    return Rule(kind, infer, evaluate, binary.jvp, binary.transpose, arity=2, batch=batch_same_kind)
 
 
 for _kind, _binary in BINARY.items():
@@ -308,6 +319,7 @@ register(
         _compare_evaluate,
         lambda e, op, p, t, out: Zero(op.type),
         arity=2,
+        batch=batch_same_kind,
     )
 )
 
@@ -350,6 +362,7 @@ register(
         _select_jvp,
         _select_transpose,
         arity=3,
+        batch=batch_same_kind,
     )
 )
 
@@ -397,5 +410,6 @@ register(
         _convert_jvp,
         _convert_transpose,
         arity=1,
+        batch=batch_same_kind,
     )
 )

@@ -15,7 +15,16 @@ import numpy as np
 
 from ...errors import AxisError, DTypeError
 from ..types import TensorType, i32, i64
-from .registry import Linear, Rule, attr, check_arity, check_has_axes, register
+from .registry import (
+    Linear,
+    Rule,
+    attr,
+    batch_first,
+    batched_operand,
+    check_arity,
+    check_has_axes,
+    register,
+)
 
 
 def gathered_type(kind: str, table: TensorType, indices: TensorType, axis: str) -> TensorType:
@@ -64,7 +73,40 @@ def _gather_transpose(e, op, ct, operands):
     return [e.scatter_add(zeros, indices, ct, op.attrs["axis"]), None]
 
 
-register(Rule("gather", _gather_infer, _gather_evaluate, _gather_jvp, _gather_transpose, arity=2))
+def _flattened(e, table, indices, axis, ctx):
+    """For per-example gathers and scatters: `table` with its batch axis and `axis` merged into
+    one axis, and `indices` (clamped per example, as gather clamps) offset into it."""
+    extent = table.ty.extent(axis)
+    flat = f"{ctx.name}_{axis}_flat"
+    rest = [a for a in table.ty.axes if a not in (ctx.name, axis)]
+    merged = e.merge(e.transpose(table, (ctx.name, axis, *rest)), (ctx.name, axis), flat)
+    clamped = e.minimum(e.maximum(indices, 0), max(extent - 1, 0))
+    offsets = e.mul(e.iota(indices.ty, ctx.name), extent)
+    return merged, e.add(clamped, offsets), flat
+
+
+def _gather_batch(e, op, operands, batched, ctx):
+    table, indices = operands
+    axis = op.attrs["axis"]
+    if not batched[1]:
+        return e.emit("gather", [table, indices], op.attrs)
+    if not batched[0]:
+        return batch_first(e, e.emit("gather", [table, indices], op.attrs), ctx)
+    merged, offset, flat = _flattened(e, table, indices, axis, ctx)
+    return e.transpose(e.gather(merged, offset, flat), (ctx.name, *op.type.axes))
+
+
+register(
+    Rule(
+        "gather",
+        _gather_infer,
+        _gather_evaluate,
+        _gather_jvp,
+        _gather_transpose,
+        arity=2,
+        batch=_gather_batch,
+    )
+)
 
 
 def _scatter_infer(types, attrs):
@@ -109,6 +151,19 @@ def _scatter_transpose(e, op, ct, operands):
     ]
 
 
+def _scatter_batch(e, op, operands, batched, ctx):
+    operand, indices, updates = operands
+    axis = op.attrs["axis"]
+    operand = batched_operand(e, operand, batched[0], ctx)
+    updates = batched_operand(e, updates, batched[2], ctx)
+    if not batched[1]:
+        return e.emit("scatter_add", [operand, indices, updates], op.attrs)
+    merged, offset, flat = _flattened(e, operand, indices, axis, ctx)
+    scattered = e.scatter_add(merged, offset, updates, flat)
+    parts = {ctx.name: ctx.extent, axis: operand.ty.extent(axis)}
+    return e.transpose(e.split(scattered, flat, parts), operand.ty.axes)
+
+
 register(
     Rule(
         "scatter_add",
@@ -117,5 +172,6 @@ register(
         _scatter_jvp,
         _scatter_transpose,
         arity=3,
+        batch=_scatter_batch,
     )
 )

@@ -15,6 +15,8 @@ from .registry import (
     Linear,
     Rule,
     attr,
+    batch_same_kind,
+    batched_operand,
     check_arity,
     check_same_dtype,
     check_scalar,
@@ -74,6 +76,17 @@ def _broadcast_transpose(e, op, ct, operands):
     return [e.transpose(summed, x.type.axes)]
 
 
+def _batch_leading(name: str, value):
+    """A batching rule for a kind whose attribute `name` has one entry per axis in layout
+    order: the batch axis, first, gets `value(ctx)`."""
+
+    def rule(e, op, operands, batched, ctx):
+        attrs = op.attrs.replace(**{name: (value(ctx), *op.attrs[name])})
+        return e.emit(op.kind, operands, attrs)
+
+    return rule
+
+
 register(
     Rule(
         "broadcast_in_dim",
@@ -84,6 +97,7 @@ register(
         _linear_jvp,
         _broadcast_transpose,
         arity=1,
+        batch=_batch_leading("shape", lambda ctx: (ctx.name, ctx.extent)),
     )
 )
 
@@ -117,6 +131,7 @@ register(
         _linear_jvp,
         _transpose_transpose,
         arity=1,
+        batch=_batch_leading("order", lambda ctx: ctx.name),
     )
 )
 
@@ -147,6 +162,7 @@ register(
         _linear_jvp,
         _reshape_transpose,
         arity=1,
+        batch=_batch_leading("shape", lambda ctx: (ctx.name, ctx.extent)),
     )
 )
 
@@ -211,7 +227,26 @@ def _slice_transpose(e, op, ct, operands):
     return [e.pad_positional(ct, zero, tuple(low), tuple(high), tuple(interior))]
 
 
-register(Rule("slice", _slice_infer, _slice_evaluate, _linear_jvp, _slice_transpose, arity=1))
+def _slice_batch(e, op, operands, batched, ctx):
+    attrs = op.attrs.replace(
+        starts=(0, *op.attrs["starts"]),
+        limits=(ctx.extent, *op.attrs["limits"]),
+        strides=(1, *op.attrs["strides"]),
+    )
+    return e.emit("slice", operands, attrs)
+
+
+register(
+    Rule(
+        "slice",
+        _slice_infer,
+        _slice_evaluate,
+        _linear_jvp,
+        _slice_transpose,
+        arity=1,
+        batch=_slice_batch,
+    )
+)
 
 
 # pad -----------------------------------------------------------------------------------------
@@ -257,7 +292,25 @@ def _pad_transpose(e, op, ct, operands):
     return [ct_x if isinstance(x, Linear) else None, ct_value]
 
 
-register(Rule("pad", _pad_infer, _pad_evaluate, _linear_jvp, _pad_transpose, arity=2))
+def _pad_batch(e, op, operands, batched, ctx):
+    x, value = operands
+    unpadded = {"low": (0, *op.attrs["low"]), "high": (0, *op.attrs["high"])}
+    attrs = op.attrs.replace(interior=(0, *op.attrs["interior"]), **unpadded)
+    x = batched_operand(e, x, batched[0], ctx)
+    if not batched[1]:
+        return e.emit("pad", [x, value], attrs)
+    # One padding value per example: pad with zeros, then add the value where the padding is
+    # (a mask that is 1 on padding and 0 on the data).
+    zero, one = e.scalar(value.ty.dtype, 0), e.scalar(value.ty.dtype, 1)
+    padded = e.emit("pad", [x, zero], attrs)
+    mask = e.emit("pad", [e.zeros(x.ty), one], attrs)
+    values = e.broadcast_to(value, padded.ty)
+    return e.select(e.compare("eq", mask, e.full(mask.ty, 1)), values, padded)
+
+
+register(
+    Rule("pad", _pad_infer, _pad_evaluate, _linear_jvp, _pad_transpose, arity=2, batch=_pad_batch)
+)
 
 
 # concatenate ---------------------------------------------------------------------------------
@@ -314,5 +367,6 @@ register(
         _concatenate_evaluate,
         _linear_jvp,
         _concatenate_transpose,
+        batch=batch_same_kind,
     )
 )

@@ -17,6 +17,7 @@ from .registry import (
     Rule,
     Zero,
     attr,
+    batched_operand,
     check_arity,
     check_has_axes,
     check_same_dtype,
@@ -164,4 +165,40 @@ def _reduce_transpose(e, op, ct, operands):
     ]
 
 
-register(Rule("reduce", _reduce_infer, _reduce_evaluate, _reduce_jvp, _reduce_transpose, arity=2))
+_COMBINE = {"sum": "add", "max": "max", "min": "min", "prod": "mul"}
+
+
+def _identity(op: str, dtype):
+    """The value that `op` leaves unchanged (the init that adds nothing)."""
+    if op in ("sum", "prod"):
+        return 0 if op == "sum" else 1
+    if dtype.is_float:
+        return float("-inf") if op == "max" else float("inf")
+    if dtype == bool_:
+        return op == "min"
+    info = np.iinfo(dtype.numpy)
+    return int(info.min) if op == "max" else int(info.max)
+
+
+def _reduce_batch(e, op, operands, batched, ctx):
+    x, init = operands
+    x = batched_operand(e, x, batched[0], ctx)
+    if not batched[1]:
+        return e.emit("reduce", [x, init], op.attrs)
+    # One init per example: reduce from the identity, then combine with the inits.
+    identity = e.scalar(x.ty.dtype, _identity(op.attrs["op"], x.ty.dtype))
+    reduced = e.emit("reduce", [x, identity], op.attrs)
+    return e.emit(_COMBINE[op.attrs["op"]], [reduced, e.broadcast_to(init, reduced.ty)])
+
+
+register(
+    Rule(
+        "reduce",
+        _reduce_infer,
+        _reduce_evaluate,
+        _reduce_jvp,
+        _reduce_transpose,
+        arity=2,
+        batch=_reduce_batch,
+    )
+)

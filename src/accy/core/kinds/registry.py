@@ -14,6 +14,10 @@ Rule signatures:
   tangent is a traced value or `Zero`. Not called when every tangent is `Zero`.
 - `transpose(emit, op, cotangent, operands) -> list` of one cotangent (or `None`) per operand;
   an operand that is linear is given as `Linear(type)`, any other as its traced value.
+- `batch(emit, op, operands, batched, ctx) -> result(s)` (vmap): `batched[i]` says whether
+  operand i carries the batch axis `ctx.name` (extent `ctx.extent`), always first in its
+  layout; the results must carry it first too. Not called when no operand is batched; a kind
+  without one (custom_call) cannot be vmapped.
 """
 
 from __future__ import annotations
@@ -48,10 +52,43 @@ class Rule:
     jvp: Callable[..., Any] | None = None
     transpose: Callable[..., Any] | None = None
     arity: int | None = None
+    batch: Callable[..., Any] | None = None
     multiple_results: bool = False
     # For parameter, constant, iota and custom_call the result type is an attribute ("type"):
     # the printer shows it once, after the colon.
     result_type_is_attr: bool = False
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What a batching rule needs beyond its operands: the batch axis, and a way to batch a
+    nested program (a scan's body) with the given parameters batched."""
+
+    name: str
+    extent: int
+    batch_program: Callable[..., Any]
+
+
+def batch_type(t: TensorType, ctx: BatchContext) -> TensorType:
+    """`t` with the batch axis first."""
+    return t.with_axes(((ctx.name, ctx.extent), *t.named_extents))
+
+
+def batched_operand(e, x, batched: bool, ctx: BatchContext):
+    """`x` with the batch axis first: repeated along it when `x` is not batched."""
+    return x if batched else e.broadcast_to(x, batch_type(x.ty, ctx))
+
+
+def batch_first(e, x, ctx: BatchContext):
+    """`x` (which has the batch axis somewhere) laid out with the batch axis first."""
+    return e.transpose(x, (ctx.name, *(a for a in x.ty.axes if a != ctx.name)))
+
+
+def batch_same_kind(e, op, operands, batched, ctx: BatchContext):
+    """The batching rule of kinds that act on each element alike (elementwise kinds): make
+    every operand batched, then the same operation."""
+    operands = [batched_operand(e, x, b, ctx) for x, b in zip(operands, batched, strict=True)]
+    return e.emit(op.kind, operands, op.attrs)
 
 
 RULES: dict[str, Rule] = {}

@@ -1,0 +1,541 @@
+"""Function transforms over trees of arrays: `jit`, `grad`, `value_and_grad`, `jvp`, `vjp`,
+`linearize`.
+
+Each one traces the Python function once per signature (tree structure, dtypes, axis names and
+extents, static values), builds a Program from the trace with the Program-level transform of
+`accy.gradient`, and caches it; on concrete arrays the program is compiled once per device, on
+traced values (inside another transform) it is inlined, so transforms nest freely. Given a
+Program instead of a function, `grad`, `value_and_grad`, `jvp`, `vjp` and `linearize` are the
+Program transforms of `accy.gradient`, unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from .. import gradient
+from ..core import Program, Value
+from ..core.builder import define
+from ..errors import GradientRequiresScalarOutput
+from ..transforms.simplify import simplify
+from .errors import TransformError
+from .named import NamedArray
+from .tracing import (
+    NAMESPACE,
+    PYTHON_SCALARS,
+    Entry,
+    Staged,
+    Statics,
+    argument_path,
+    flatten,
+    is_array,
+    leaf_paths,
+    structure,
+    trace,
+    unflatten,
+)
+
+# fn -> {(transform, options): wrapper}: `accy.grad(loss)` called again in a loop finds the
+# same wrapper, and so its compiled programs, as long as `loss` lives.
+_WRAPPERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _memoized(fn: Callable, key: tuple, make: Callable[[], Any]) -> Any:
+    try:
+        per_function = _WRAPPERS.setdefault(fn, {})
+    except TypeError:  # not weakly referenceable: no memo
+        return make()
+    wrapper = per_function.get(key)
+    if wrapper is None:
+        wrapper = per_function[key] = make()
+    return wrapper
+
+
+def _name(fn: Callable) -> str:
+    name = getattr(fn, "__name__", "function")
+    return name if name.isidentifier() else "function"
+
+
+def _check_callable(fn: Any, transform: str) -> None:
+    if not callable(fn):
+        raise TransformError(
+            f"accy.{transform} needs a function (or a Program), got {type(fn).__name__} {fn!r}"
+        )
+
+
+# -- jit ---------------------------------------------------------------------------------------
+
+
+class Jitted:
+    """A function traced and compiled once per signature; call it like the function."""
+
+    def __init__(
+        self, fn: Callable, device: str | None = None, static_argnames: Sequence[str] = ()
+    ):
+        _check_callable(fn, "jit")
+        self.fn = fn
+        self.device = device
+        self.statics = Statics(fn, static_argnames)
+        self._staged: dict[tuple, Staged] = {}
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.statics.names:  # the common case, kept short: it is per-call overhead
+            staged = self._staged.get(())
+            if staged is not None:
+                return staged.call(args, kwargs)
+        args, kwargs, statics = self.statics.split(args, kwargs)
+        staged = self._staged.get(statics)
+        if staged is None:
+            staged = self._staged[statics] = Staged(
+                functools.partial(self._build, statics), self.device
+            )
+        return staged.call(args, kwargs)
+
+    def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = Statics.merge(args, kwargs, statics)
+            return self.fn(*args, **kwargs)
+
+        traced = trace(call, leaves, treedef, _name(self.fn))
+        return Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
+
+    @property
+    def traces(self) -> int:
+        """How many times the function was traced (once per new signature)."""
+        return sum(staged.traces for staged in self._staged.values())
+
+    def __repr__(self) -> str:
+        return f"<accy.jit of {self.fn!r}>"
+
+
+def jit(
+    fn: Callable | None = None,
+    *,
+    device: str | None = None,
+    static_argnames: Sequence[str] | str = (),
+) -> Any:
+    """`fn`, traced on its first call for each input signature (tree structure, dtypes, axis
+    names and extents, static values), compiled once for the device of its inputs (or
+    `device`) and cached. Arguments are trees of `accy.NamedArray`s and scalars; arguments
+    named in `static_argnames` are Python values that key the cache (so Python control flow on
+    them works); arrays the function closes over are baked in.
+
+    >>> import accy, numpy as np
+    >>> @accy.jit
+    ... def predict(params, x):
+    ...     return (x.contract(params["w"], "input") + params["b"]).tanh()
+    >>> params = {"w": accy.named(np.zeros((3, 2), np.float32), ("input", "output")),
+    ...           "b": accy.named(np.ones(2, np.float32), ("output",))}
+    >>> x = accy.named(np.ones((4, 3), np.float32), ("batch", "input"))
+    >>> predict(params, x).shape
+    {'batch': 4, 'output': 2}
+    >>> y = predict(params, x); predict.traces  # a second call with the same signature: cached
+    1
+    """
+    if fn is None:
+        return functools.partial(jit, device=device, static_argnames=static_argnames)
+    return Jitted(fn, device, static_argnames)
+
+
+# -- grad and value_and_grad -------------------------------------------------------------------
+
+
+def _argument_ranges(treedef: Any) -> list[range]:
+    """For `(args, kwargs)` flattened with structure `treedef`: the leaf range of each arg."""
+    args_def = treedef.children()[0]
+    ranges, start = [], 0
+    for child in args_def.children():
+        ranges.append(range(start, start + child.num_leaves))
+        start += child.num_leaves
+    return ranges
+
+
+def _wrt_leaves(
+    transform: str, argnums: int | tuple[int, ...], leaves: list[Any], treedef: Any
+) -> list[int]:
+    """The leaf indices of the arguments `argnums`; each must hold floating-point arrays."""
+    ranges = _argument_ranges(treedef)
+    numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for number in numbers:
+        if not isinstance(number, int) or not -len(ranges) <= number < len(ranges):
+            raise TransformError(
+                f"accy.{transform}: argnums={argnums!r}, but the function was called with "
+                f"{len(ranges)} positional argument{'s' if len(ranges) != 1 else ''}"
+            )
+    chosen = [i for n in numbers for i in ranges[n]]
+    for i in chosen:
+        if not leaves[i].ty.dtype.is_float:
+            where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
+            raise TransformError(
+                f"accy.{transform}: the gradient with respect to {where} "
+                f"({leaves[i].ty}) does not exist: it is not floating-point; convert it, or "
+                f"move it to an argument outside argnums={argnums!r}"
+            )
+    return chosen
+
+
+def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[Any, Any]:
+    """(loss, aux) from what the function returned, checked."""
+    if has_aux:
+        if not isinstance(output, tuple | list) or len(output) != 2:
+            got = f"a {type(output).__name__}" + (
+                f" of length {len(output)}" if isinstance(output, tuple | list) else ""
+            )
+            raise TransformError(
+                f"accy.{transform}(..., has_aux=True): the function must return a pair "
+                f"(value, aux), got {got}"
+            )
+        loss, aux = output
+    else:
+        loss, aux = output, None
+    if not isinstance(loss, Value | NamedArray):
+        hint = " (with has_aux=True, return (value, aux))" if not has_aux else ""
+        raise TransformError(
+            f"accy.{transform}: the function must return one scalar array{hint}, got "
+            f"{type(loss).__name__}"
+        )
+    if loss.ty.rank != 0:
+        raise GradientRequiresScalarOutput(
+            f"accy.{transform}: the function must return a scalar (rank 0), but it returned "
+            f"{loss.ty}; reduce it (e.g. .sum() or .mean()), or use accy.vjp"
+        )
+    if not loss.ty.dtype.is_float:
+        raise TransformError(
+            f"accy.{transform}: the function returned {loss.ty}; gradients need a "
+            "floating-point value"
+        )
+    return loss, aux
+
+
+class Differentiated:
+    """The function behind `accy.grad(fn)` and `accy.value_and_grad(fn)`."""
+
+    def __init__(self, fn: Callable, argnums, has_aux: bool, with_value: bool):
+        self.fn = fn
+        self.argnums = argnums
+        self.has_aux = has_aux
+        self.with_value = with_value
+        self.transform = "value_and_grad" if with_value else "grad"
+        self.staged = Staged(self._build, static_scalars=True)
+        self.numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Python scalars are differentiated where argnums points (as floats), and kept as
+        # Python values elsewhere (JAX's grad passes them through untouched too).
+        count = len(args)
+        if any(type(a) in PYTHON_SCALARS for a in args) or any(
+            isinstance(a, tuple | list | dict) for a in args
+        ):
+            args = tuple(
+                optree.tree_map(_scalar_to_array, a, namespace=NAMESPACE)
+                if (i in self.numbers or i - count in self.numbers)
+                else a
+                for i, a in enumerate(args)
+            )
+        return self.staged((args, kwargs))
+
+    def _build(self, leaves: list[Any], treedef: Any) -> Entry:
+        wrt = _wrt_leaves(self.transform, self.argnums, leaves, treedef)
+        traced = trace(
+            self.fn,
+            leaves,
+            treedef,
+            _name(self.fn),
+            finish=lambda b, out: _check_scalar_output(self.transform, out, self.has_aux),
+        )
+        source = traced.program
+        parameter_of = {
+            leaf: p for p, leaf in enumerate(i for i, l in enumerate(leaves) if is_array(l))
+        }
+        wrt_parameters = [parameter_of[i] for i in wrt]
+        loss_only = Program(source.name, source.operations, source.outputs[:1], source.value_types)
+        aux_part = Program(source.name, source.operations, source.outputs[1:], source.value_types)
+        combined = (
+            gradient.value_and_grad(loss_only, wrt=tuple(wrt_parameters)) if wrt else loss_only
+        )
+        ranges = _argument_ranges(treedef)
+        numbers = (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
+        arg_defs = treedef.children()[0].children()
+        aux_def = structure(traced.output[1]) if self.has_aux else None
+        shape: dict[str, Any] = {}
+
+        def body(b, params):
+            loss, *grads = _as_list(b.call(combined, params))
+            aux = unflatten(aux_def, _as_list(b.call(aux_part, params))) if self.has_aux else None
+            by_leaf = dict(zip(wrt, grads, strict=True))
+            trees = [unflatten(arg_defs[n], [by_leaf[i] for i in ranges[n]]) for n in numbers]
+            grads_tree = trees[0] if isinstance(self.argnums, int) else tuple(trees)
+            value = (loss, aux) if self.has_aux else loss
+            if self.with_value:
+                result = (value, grads_tree)
+            else:
+                result = (grads_tree, aux) if self.has_aux else grads_tree
+            out_leaves, shape["treedef"] = flatten(result)
+            return out_leaves
+
+        program = simplify(define(f"{self.transform}_{source.name}", source.parameter_types, body))
+        return Entry(program, shape["treedef"], traced.captured, traced.foreign)
+
+    def __repr__(self) -> str:
+        return f"<accy.{self.transform} of {self.fn!r}>"
+
+
+def _scalar_to_array(leaf: Any) -> Any:
+    return np.float32(leaf) if type(leaf) in PYTHON_SCALARS else leaf
+
+
+def _as_list(outputs: Any) -> list[Any]:
+    return list(outputs) if isinstance(outputs, tuple) else [outputs]
+
+
+def grad(fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, **kwargs: Any):
+    """The gradient of a scalar-valued function with respect to its argument(s) `argnums`.
+
+    `accy.grad(fn)` returns a function with `fn`'s arguments whose result has the tree
+    structure of argument `argnums` (a tuple of such trees when `argnums` is a tuple); with
+    `has_aux=True`, `fn` returns `(value, aux)` and the result is `(gradient, aux)`. Given a
+    Program, `accy.grad(program, wrt=...)` is `accy.gradient.grad`: the gradient Program.
+
+    >>> import accy, numpy as np
+    >>> def loss(params, x):
+    ...     return ((x * params["w"]).sum() - params["b"]) ** 2.0
+    >>> params = {"w": accy.named(np.array([1.0, 2.0], np.float32), ("lane",)),
+    ...           "b": accy.named(np.float32(1.0), ())}
+    >>> x = accy.named(np.array([3.0, 4.0], np.float32), ("lane",))
+    >>> g = accy.grad(loss)(params, x)  # d/dw = 2 (x.w - b) x = 2 * 10 * x
+    >>> g["w"].array.tolist(), g["b"].array.tolist()
+    ([60.0, 80.0], -20.0)
+    """
+    if isinstance(fn, Program):
+        return gradient.grad(fn, *args, **kwargs)
+    _function_only("grad", args, kwargs)
+    _check_callable(fn, "grad")
+    return _memoized(
+        fn,
+        ("grad", _hashable_argnums(argnums), has_aux),
+        lambda: Differentiated(fn, argnums, has_aux, with_value=False),
+    )
+
+
+def value_and_grad(
+    fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, **kwargs: Any
+):
+    """Like `grad`, returning `(value, gradient)` (`((value, aux), gradient)` with `has_aux`).
+    Given a Program, it is `accy.gradient.value_and_grad`.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",))
+    >>> value, g = accy.value_and_grad(lambda x: (x * x).sum())(x)
+    >>> value.item(), g.array.tolist()
+    (5.0, [2.0, 4.0])
+    """
+    if isinstance(fn, Program):
+        return gradient.value_and_grad(fn, *args, **kwargs)
+    _function_only("value_and_grad", args, kwargs)
+    _check_callable(fn, "value_and_grad")
+    return _memoized(
+        fn,
+        ("value_and_grad", _hashable_argnums(argnums), has_aux),
+        lambda: Differentiated(fn, argnums, has_aux, with_value=True),
+    )
+
+
+def _hashable_argnums(argnums: Any) -> Any:
+    return tuple(argnums) if isinstance(argnums, list) else argnums
+
+
+def _function_only(transform: str, args: tuple, kwargs: dict) -> None:
+    if args or kwargs:
+        given = ", ".join([*map(repr, args), *kwargs])
+        raise TransformError(
+            f"accy.{transform} of a function takes argnums= and has_aux= only (got {given}); "
+            f"wrt= is for Programs"
+        )
+
+
+# -- jvp, vjp, linearize -----------------------------------------------------------------------
+
+
+def _float_leaves(leaves: Sequence[Any]) -> list[int]:
+    return [i for i, leaf in enumerate(leaves) if leaf.ty.dtype.is_float]
+
+
+def _trace_on(fn: Callable, leaves: list[Any], primal_def: Any):
+    """Trace `fn(*primals)`, the primals being the tuple of trees `primal_def` describes."""
+    return trace(fn, leaves, structure((unflatten(primal_def, leaves), {})), _name(fn))
+
+
+def _split_primals_and_other(treedef: Any, leaves: list[Any]):
+    """For a staged call on `(primals, other)`: (primal leaves, their structure, other
+    leaves, their structure)."""
+    primal_def, other_def = treedef.children()
+    count = primal_def.num_leaves
+    return leaves[:count], primal_def, leaves[count:], other_def
+
+
+def _check_like(
+    transform: str, what: str, given: list[Any], given_def: Any, types: list[Any], like_def: Any
+) -> None:
+    """`given` must have the structure `like_def`, and each floating-point leaf its type."""
+    like = "primals" if what == "tangents" else "function's outputs"
+    if given_def != like_def:
+        raise TransformError(
+            f"accy.{transform}: the {what} must have the structure of the {like}: expected "
+            f"{like_def}, got {given_def}"
+        )
+    for i, (leaf, expected) in enumerate(zip(given, types, strict=True)):
+        if expected.dtype.is_float and leaf.ty != expected:
+            raise TransformError(
+                f"accy.{transform}: {what} leaf {i} has type {leaf.ty}, but the {like} have "
+                f"{expected} there"
+            )
+
+
+class _Jvp:
+    """(primals, tangents) -> (outputs, output tangents), traced per signature."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.staged = Staged(self._build)
+
+    def __call__(self, primals: tuple, tangents: tuple) -> Any:
+        return self.staged((tuple(primals), tuple(tangents)))
+
+    def _build(self, leaves: list[Any], treedef: Any) -> Entry:
+        primal_leaves, primal_def, tangent_leaves, tangent_def = _split_primals_and_other(
+            treedef, leaves
+        )
+        primal_types = [leaf.ty for leaf in primal_leaves]
+        _check_like("jvp", "tangents", tangent_leaves, tangent_def, primal_types, primal_def)
+        traced = _trace_on(self.fn, primal_leaves, primal_def)
+        source = traced.program
+        wrt = _float_leaves(primal_leaves)
+        forward = gradient.jvp(source, wrt=tuple(wrt))
+        count, outputs = len(primal_leaves), len(source.outputs)
+        specs = [leaf.ty for leaf in leaves] + list(source.parameter_types[count:])
+
+        def body(b, params):
+            primals, tangents, captured = (
+                params[:count],
+                params[count : 2 * count],
+                params[2 * count :],
+            )
+            return _as_list(b.call(forward, [*primals, *captured, *(tangents[i] for i in wrt)]))
+
+        program = simplify(define(f"jvp_{source.name}", specs, body))
+        pair = structure((unflatten(traced.out_treedef, list(range(outputs))),) * 2)
+        return Entry(program, pair, traced.captured, traced.foreign)
+
+
+class _Vjp:
+    """(primals, output cotangents) -> one cotangent tree per primal, traced per signature."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.staged = Staged(self._build)
+
+    def _build(self, leaves: list[Any], treedef: Any) -> Entry:
+        primal_leaves, primal_def, ct_leaves, ct_def = _split_primals_and_other(treedef, leaves)
+        traced = _trace_on(self.fn, primal_leaves, primal_def)
+        source = traced.program
+        out_types = list(source.output_types)
+        _check_like("vjp", "cotangents", ct_leaves, ct_def, out_types, traced.out_treedef)
+        wrt = _float_leaves(primal_leaves)
+        backward = gradient.vjp(source, wrt=tuple(wrt))
+        count, outputs = len(primal_leaves), len(source.outputs)
+        specs = [leaf.ty for leaf in leaves] + list(source.parameter_types[count:])
+
+        def body(b, params):
+            primals = params[:count]
+            cts = params[count : count + len(ct_leaves)]
+            captured = params[count + len(ct_leaves) :]
+            results = _as_list(b.call(backward, [*primals, *captured, *cts]))[outputs:]
+            by_leaf = dict(zip(wrt, results, strict=True))
+            return [by_leaf[i] if i in by_leaf else b.zeros(primals[i].ty) for i in range(count)]
+
+        program = simplify(define(f"vjp_{source.name}", specs, body))
+        return Entry(program, primal_def, traced.captured, traced.foreign)
+
+
+def jvp(fn: Callable | Program, primals: Any = None, tangents: Any = None, **kwargs: Any):
+    """Forward mode: `(fn(*primals), the derivative of fn at primals along tangents)`.
+
+    `primals` and `tangents` are tuples of argument trees of one structure; the tangent of an
+    integer leaf is ignored. Given a Program, `accy.jvp(program, wrt)` is `accy.gradient.jvp`.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",))
+    >>> t = accy.named(np.array([1.0, 0.0], np.float32), ("lane",))
+    >>> y, dy = accy.jvp(lambda x: x * x, (x,), (t,))
+    >>> y.array.tolist(), dy.array.tolist()
+    ([1.0, 4.0], [2.0, 0.0])
+    """
+    if isinstance(fn, Program):
+        return gradient.jvp(fn, *(() if primals is None else (primals,)), **kwargs)
+    _check_callable(fn, "jvp")
+    if not isinstance(primals, tuple | list) or not isinstance(tangents, tuple | list):
+        raise TransformError(
+            "accy.jvp(fn, primals, tangents): primals and tangents are tuples of arguments, "
+            f"got {type(primals).__name__} and {type(tangents).__name__}"
+        )
+    return _memoized(fn, ("jvp",), lambda: _Jvp(fn))(primals, tangents)
+
+
+def vjp(fn: Callable | Program, *primals: Any, **kwargs: Any):
+    """Reverse mode: `(fn(*primals), vjp_fn)`, where `vjp_fn(cotangent)` (one tree shaped like
+    fn's output) returns a tuple with one cotangent tree per primal (zeros for integer
+    leaves). Given a Program, `accy.vjp(program, wrt)` is `accy.gradient.vjp`.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",))
+    >>> y, back = accy.vjp(lambda x: x * x, x)
+    >>> (ct,) = back(accy.named(np.ones(2, np.float32), ("lane",)))
+    >>> ct.array.tolist()
+    [2.0, 4.0]
+    """
+    if isinstance(fn, Program):
+        return gradient.vjp(fn, *primals, **kwargs)
+    _check_callable(fn, "vjp")
+    if kwargs:
+        raise TransformError(f"accy.vjp of a function takes no keywords, got {', '.join(kwargs)}")
+    output = _memoized(fn, ("jit",), lambda: Jitted(fn))(*primals)
+    backward = _memoized(fn, ("vjp",), lambda: _Vjp(fn))
+
+    def vjp_fn(cotangent: Any) -> tuple:
+        return tuple(backward.staged((tuple(primals), cotangent)))
+
+    return output, vjp_fn
+
+
+def linearize(fn: Callable | Program, *primals: Any, **kwargs: Any):
+    """`(fn(*primals), f_jvp)`, where `f_jvp(*tangents)` is the derivative of fn at primals
+    along the tangents. Given a Program, `accy.linearize(program, wrt)` is
+    `accy.gradient.linearize`.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",))
+    >>> y, f_jvp = accy.linearize(lambda x: x * x, x)
+    >>> f_jvp(accy.named(np.array([0.0, 1.0], np.float32), ("lane",))).array.tolist()
+    [0.0, 4.0]
+    """
+    if isinstance(fn, Program):
+        return gradient.linearize(fn, *primals, **kwargs)
+    _check_callable(fn, "linearize")
+    forward = _memoized(fn, ("jvp",), lambda: _Jvp(fn))
+    output = _memoized(fn, ("jit",), lambda: Jitted(fn))(*primals)
+
+    def f_jvp(*tangents: Any) -> Any:
+        return forward(primals, tangents)[1]
+
+    return output, f_jvp
+
+
+__all__ = ["Jitted", "grad", "jit", "jvp", "linearize", "value_and_grad", "vjp"]

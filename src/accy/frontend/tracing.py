@@ -1,0 +1,513 @@
+"""Tracing Python functions over trees of arrays, and running what was traced.
+
+`trace(fn, args, kwargs)` calls `fn` on traced values in place of the array leaves of its
+arguments and records a Program whose parameters are those leaves (then any arrays the function
+closed over and that became inputs) and whose outputs are the leaves of what it returned.
+
+`Staged` is what every function transform shares: a cache from a call's signature (tree
+structure, each leaf's dtype and named axes, static values) to a Program built for it, and two
+ways to run it: on concrete NamedArrays (compiled once per device and cached), or, when the
+arguments are traced values of an enclosing transform, inlined into that trace. So transforms
+compose: `accy.jit(accy.grad(f))` and `accy.grad(accy.grad(f))` are plain nesting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from ..api_compile import compile as compile_program
+from ..core import Program, Value
+from ..core.builder import Builder
+from ..core.types import TensorType
+from ..errors import AccyError, attach_user_location
+from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError
+from .named import NamedArray, index_by_name, intern, named_scalar
+
+NAMESPACE = "accy"
+# Closed-over arrays with at most this many elements become constants of the program; larger
+# ones become extra inputs, so that big weights are not copied into the program text.
+CONSTANT_LIMIT = 64
+
+
+# -- trees -------------------------------------------------------------------------------------
+
+
+def _register_dataclass(cls: type) -> None:
+    names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
+    optree.register_pytree_node(
+        cls,
+        lambda obj: (tuple(getattr(obj, n) for n in names), names, names),
+        lambda keys, children: cls(**dict(zip(keys, children, strict=True))),
+        namespace=NAMESPACE,
+    )
+
+
+def flatten(tree: Any) -> tuple[list[Any], Any]:
+    """The leaves of `tree` and its structure. Dicts, lists, tuples, named tuples and (on first
+    sight, registered then) dataclass instances are nodes; None is an empty node."""
+    leaves, treedef = optree.tree_flatten(tree, namespace=NAMESPACE)
+    for leaf in leaves:
+        if type(leaf) is NamedArray:
+            continue
+        if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            _register_dataclass(type(leaf))
+            return flatten(tree)
+    return leaves, treedef
+
+
+def unflatten(treedef: Any, leaves: Sequence[Any]) -> Any:
+    return optree.tree_unflatten(treedef, leaves)
+
+
+def structure(tree: Any) -> Any:
+    return flatten(tree)[1]
+
+
+def leaf_paths(tree: Any) -> list[str]:
+    """A readable path for each leaf of `tree`: `args[0]['w'][1]`."""
+    paths, _, _ = optree.tree_flatten_with_path(tree, namespace=NAMESPACE)
+    return ["".join(f"[{p!r}]" for p in path) for path in paths]
+
+
+def argument_path(path: str) -> str:
+    """A leaf path of an `(args, kwargs)` tree as the user wrote it: `args[0]['w']`."""
+    if path.startswith("[0]"):
+        return "args" + path[3:]
+    if path.startswith("[1]"):
+        return "kwargs" + path[3:]
+    return path
+
+
+def describe_leaf(leaf: Any) -> str:
+    if isinstance(leaf, np.ndarray):
+        return f"a NumPy array of shape {leaf.shape} without axis names"
+    return f"{type(leaf).__name__} {leaf!r}"[:120]
+
+
+def non_array_leaf(where: str, leaf: Any) -> NonArrayLeaf:
+    if isinstance(leaf, np.ndarray):
+        names = tuple(f"axis{i}" for i in range(leaf.ndim))
+        hint = f"name its axes with accy.named(array, {names})"
+    else:
+        hint = (
+            "pass it as a static argument (static_argnames=...), close over it, or remove it "
+            "from the tree"
+        )
+    return NonArrayLeaf(
+        f"{where} is {describe_leaf(leaf)}, which is not an array; the leaves of argument "
+        f"trees must be accy.NamedArray values or scalars: {hint}"
+    )
+
+
+def as_array_leaf(leaf: Any, where: str, device: str = "cpu") -> Any:
+    """`leaf` as a NamedArray or traced Value: scalars and rank-0 NumPy arrays become rank-0
+    NamedArrays; anything else that is not an array raises `NonArrayLeaf`."""
+    if isinstance(leaf, NamedArray | Value):
+        return leaf
+    if isinstance(leaf, bool | int | float | np.generic) or (
+        isinstance(leaf, np.ndarray) and leaf.ndim == 0
+    ):
+        try:
+            return named_scalar(leaf, device)
+        except AccyError:
+            raise non_array_leaf(where, leaf) from None
+    raise non_array_leaf(where, leaf)
+
+
+PYTHON_SCALARS = (bool, int, float)
+
+
+def is_array(leaf: Any) -> bool:
+    return isinstance(leaf, NamedArray | Value)
+
+
+# -- traced values -----------------------------------------------------------------------------
+
+
+class TracedArray(Value):
+    """A traced value of a function being transformed: a `Value` that also slices by name."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Value:
+        return index_by_name(self.builder, self, key)
+
+    @property
+    def array(self):
+        raise AccyError(
+            "a traced value has no data while its function is being traced (inside accy.jit, "
+            "accy.grad, accy.vmap, ...); return it from the function to see its value"
+        )
+
+    def __array__(self, dtype=None, copy=None):
+        raise AccyError(
+            "cannot turn a traced value into a NumPy array while its function is being traced "
+            "(inside accy.jit, accy.grad, ...); use accy operations on it, or return it"
+        )
+
+
+class FunctionBuilder(Builder):
+    """A Builder that accepts NamedArrays and values of enclosing traces as operands.
+
+    A NamedArray the function closed over becomes a constant (small) or an extra input (large);
+    a value of an enclosing trace becomes an extra input, bound to that value when the program
+    is inlined there. Results are `TracedArray`s.
+    """
+
+    def __init__(self, name: str, depth: int = 0):
+        super().__init__(name)
+        self.depth = depth  # how many traces enclose this one
+        self.finished = False
+        self.captured: list[Any] = []  # what each extra input is bound to, in order
+        self.foreign = False  # whether a value of another trace was captured
+        self._lifted: dict[int, Value] = {}
+        self._alive: list[Any] = []  # lifted operands, kept so that their ids stay unique
+
+    def lift(self, operand: Any) -> Any:
+        """`operand` as a value of this trace (operands that already are, unchanged)."""
+        if isinstance(operand, Value) and operand.builder is self:
+            return operand
+        known = self._lifted.get(id(operand))
+        if known is not None:
+            return known
+        if isinstance(operand, NamedArray) and operand.ty.size <= CONSTANT_LIMIT:
+            lifted = self.constant(np.asarray(operand), operand.ty)
+        elif isinstance(operand, NamedArray | Value):
+            self.foreign = self.foreign or isinstance(operand, Value)
+            self.captured.append(operand)
+            lifted = self.parameter(operand.ty)
+        else:
+            return operand
+        self._lifted[id(operand)] = lifted
+        self._alive.append(operand)
+        return lifted
+
+    def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
+        # An operation on a value of a trace nested inside this one belongs to that trace
+        # (`x * y` with x from an outer function and y from the inner one it differentiates).
+        if self.finished:
+            raise AccyError(
+                f"{kind}: a traced value of {self.name!r} was used after its function returned "
+                "(kept in a global or an attribute while tracing?); traced values only exist "
+                "inside the transformed function: return it instead"
+            )
+        inner = innermost(operands)
+        if inner is not None and inner.depth > self.depth:
+            return inner.emit(kind, operands, attrs, id)
+        results = super().emit(kind, [self.lift(o) for o in operands], attrs, id)
+        if isinstance(results, tuple):
+            return tuple(TracedArray(self, v.index, v.ty) for v in results)
+        return TracedArray(self, results.index, results.ty)
+
+    def full(self, type: TensorType, value: Any):
+        if isinstance(value, np.ndarray) and value.ndim > 0:
+            raise NonArrayLeaf(
+                f"a NumPy array of shape {value.shape} was used in an accy operation; name its "
+                f"axes first: accy.named(array, {tuple(f'axis{i}' for i in range(value.ndim))})"
+            )
+        return super().full(type, value)
+
+
+def innermost(operands: Sequence[Any]) -> Any:
+    """The builder of the most deeply nested trace among the operands' (None if none)."""
+    found = None
+    for operand in operands:
+        builder = getattr(operand, "builder", None)
+        if isinstance(builder, FunctionBuilder) and (found is None or builder.depth > found.depth):
+            found = builder
+    return found
+
+
+_ACTIVE: list[FunctionBuilder] = []  # the traces under way, outermost first
+
+
+@dataclasses.dataclass
+class Traced:
+    """A traced function: its Program (parameters: the argument leaves, then `captured`), the
+    structure of its output, and the raw output (traced values in the function's own tree)."""
+
+    program: Program
+    output: Any
+    out_treedef: Any
+    captured: list[Any]
+    foreign: bool
+
+
+def trace(
+    fn: Callable, leaves: Sequence[Any], treedef: Any, name: str | None = None, finish=None
+) -> Traced:
+    """Trace `fn(*args, **kwargs)`, where `(args, kwargs) = unflatten(treedef, leaves)` with
+    each array leaf replaced by a traced parameter of the same type (other leaves, already
+    substituted statics, pass through). `finish(builder, output)` may post-process the output
+    before its leaves become the program's outputs."""
+    builder = FunctionBuilder(name or getattr(fn, "__name__", "function"), len(_ACTIVE))
+    parameters = [builder.parameter(leaf.ty) if is_array(leaf) else leaf for leaf in leaves]
+    args, kwargs = unflatten(treedef, parameters)
+    _ACTIVE.append(builder)
+    try:
+        output = fn(*args, **kwargs)
+        if finish is not None:
+            output = finish(builder, output)
+        out_leaves, out_treedef = flatten(output)
+        values = [
+            builder.lift(as_array_leaf(leaf, f"the output{path}"))
+            for leaf, path in zip(out_leaves, leaf_paths(output), strict=True)
+        ]
+        program = builder.build(values)
+    except AccyError as error:
+        attach_user_location(error)
+        raise
+    finally:
+        _ACTIVE.pop()
+        builder.finished = True
+    return Traced(program, output, out_treedef, builder.captured, builder.foreign)
+
+
+# -- static arguments --------------------------------------------------------------------------
+
+
+class Statics:
+    """Where a function's static arguments sit: by name, and by position when passed so."""
+
+    def __init__(self, fn: Callable, static_argnames: Sequence[str] | str):
+        names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        self.names = names
+        self.positions: dict[str, int] = {}
+        if not names:
+            return
+        try:
+            parameters = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            parameters = []
+        known = {p.name: i for i, p in enumerate(parameters)}
+        has_kwargs = any(p.kind is p.VAR_KEYWORD for p in parameters)
+        for name in names:
+            if name not in known and not has_kwargs:
+                raise StaticArgumentError(
+                    f"static_argnames names {name!r}, but {getattr(fn, '__name__', fn)!r} has no "
+                    f"parameter {name!r}; its parameters are {', '.join(known) or 'none'}"
+                )
+            kind = parameters[known[name]].kind if name in known else None
+            if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+                self.positions[name] = known[name]
+
+    def split(self, args: tuple, kwargs: dict) -> tuple[tuple, dict, tuple]:
+        """(dynamic args, dynamic kwargs, statics): statics are (name, value, position or
+        None) triples, their values checked hashable (they key the compile cache)."""
+        if not self.names:
+            return args, kwargs, ()
+        kwargs = dict(kwargs)
+        statics = []
+        for name in self.names:
+            position = self.positions.get(name)
+            if name in kwargs:
+                statics.append((name, kwargs.pop(name), None))
+            elif position is not None and position < len(args):
+                statics.append((name, args[position], position))
+        for name, value, _ in statics:
+            try:
+                hash(value)
+            except TypeError:
+                raise StaticArgumentError(
+                    f"static argument {name!r} is {describe_leaf(value)}, which is unhashable; "
+                    "static values key the compile cache, so pass a hashable one (a tuple "
+                    "rather than a list, a frozen dataclass), or make it an array argument"
+                ) from None
+        taken = {position for _, _, position in statics}
+        dynamic = tuple(a for i, a in enumerate(args) if i not in taken)
+        return dynamic, kwargs, tuple(statics)
+
+    @staticmethod
+    def merge(args: Sequence[Any], kwargs: dict, statics: tuple) -> tuple[tuple, dict]:
+        """The inverse of `split`: static values back where the function expects them."""
+        args, kwargs = list(args), dict(kwargs)
+        for _, value, position in sorted(
+            (s for s in statics if s[2] is not None), key=lambda s: s[2]
+        ):
+            args.insert(position, value)
+        kwargs.update((name, value) for name, value, position in statics if position is None)
+        return tuple(args), kwargs
+
+
+# -- staged programs ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Entry:
+    """A program built for one signature, and how to read its outputs."""
+
+    program: Program
+    out_treedef: Any
+    captured: list[Any]
+    foreign: bool
+    out_types: tuple[TensorType, ...] = ()
+    compiled: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.out_types = tuple(intern(t) for t in self.program.output_types)
+        self.captured_arrays: dict[str, list[Any]] = {}
+        self.single = self.out_treedef.is_leaf()
+
+
+Builds = Callable[[list[Any], Any], Entry]
+
+
+class Staged:
+    """Programs built per signature by `build(leaves, treedef)` (leaves: NamedArrays or
+    Values, only their types matter) and run on concrete arrays or inlined into a trace."""
+
+    def __init__(self, build: Builds, device: str | None = None, static_scalars: bool = False):
+        self.build = build
+        self.device = device
+        # Python scalars in the arguments stay Python values (keying the cache) rather than
+        # becoming traced inputs: how grad and vmap treat the arguments they do not transform.
+        self.static_scalars = static_scalars
+        self.cache: dict[tuple, Entry] = {}
+        # Positional NamedArrays only, no keywords (the usual call): (device, ids of the
+        # argument types) -> (those types, kept alive so that the ids stay theirs; the entry).
+        self.flat: dict[tuple, tuple[tuple, Entry]] = {}
+        self.traces = 0  # how many times a program was built (a cache miss): for tests
+
+    def entry(self, leaves: Sequence[Any], treedef: Any, key: tuple) -> Entry:
+        entry = self.cache.get(key)
+        if entry is None:
+            self.traces += 1
+            entry = self.build(list(leaves), treedef)
+            if not entry.foreign:
+                self.cache[key] = entry
+        return entry
+
+    def call(self, args: tuple, kwargs: dict) -> Any:
+        """Run on `(args, kwargs)`. The fast path, where the call overhead matters: every
+        argument a NamedArray on one device, and no keywords."""
+        if not kwargs and args:
+            device = args[0].device if type(args[0]) is NamedArray else None
+            key = [device]
+            for a in args:
+                if type(a) is not NamedArray or a.device is not device:
+                    break
+                key.append(id(a.ty))
+            else:
+                found = self.flat.get(tuple(key))
+                if found is not None and (self.device is None or self.device == device):
+                    _, entry, compiled, captured = found
+                    outputs = compiled(*[a.array for a in args], *captured)
+                    if entry.single:
+                        return NamedArray(outputs[0], entry.out_types[0], device)
+                    return unflatten(
+                        entry.out_treedef,
+                        [
+                            NamedArray(o, t, device)
+                            for o, t in zip(outputs, entry.out_types, strict=True)
+                        ],
+                    )
+                result = self((args, kwargs))
+                entry = self.cache.get((structure((args, kwargs)), tuple(a.ty for a in args)))
+                if entry is not None and device in entry.compiled:
+                    self.flat[tuple(key)] = (
+                        tuple(a.ty for a in args),
+                        entry,
+                        entry.compiled[device],
+                        entry.captured_arrays[device],
+                    )
+                return result
+        return self((args, kwargs))
+
+    def __call__(self, tree: Any) -> Any:
+        """Run on `tree` (the arguments): its leaves must be arrays or scalars."""
+        leaves, treedef = flatten(tree)
+        # The fast path: every leaf a NamedArray on one device.
+        device = self.device
+        types = []
+        for leaf in leaves:
+            if type(leaf) is not NamedArray:
+                return self._call_general(tree, leaves, treedef)
+            if device is None:
+                device = leaf.device
+            elif leaf.device is not device and leaf.device != device:
+                return self._call_general(tree, leaves, treedef)
+            types.append(leaf.ty)
+        device = device or "cpu"
+        entry = self.entry(leaves, treedef, (treedef, tuple(types)))
+        return self.run_concrete(entry, [leaf.array for leaf in leaves], device)
+
+    def run_concrete(self, entry: Entry, arrays: list[Any], device: str) -> Any:
+        compiled = entry.compiled.get(device)
+        if compiled is None:
+            compiled = entry.compiled[device] = compile_program(entry.program, device)
+            entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
+        outputs = compiled(*arrays, *entry.captured_arrays[device])
+        return unflatten(
+            entry.out_treedef,
+            [NamedArray(o, t, device) for o, t in zip(outputs, entry.out_types, strict=True)],
+        )
+
+    def _call_general(self, tree: Any, leaves: list[Any], treedef: Any) -> Any:
+        paths = None
+        converted = []
+        for position, leaf in enumerate(leaves):
+            if self.static_scalars and type(leaf) in PYTHON_SCALARS:
+                pass
+            elif not isinstance(leaf, NamedArray | Value):
+                paths = paths or leaf_paths(tree)
+                leaf = as_array_leaf(leaf, argument_path(paths[position]))
+            converted.append(leaf)
+        traced = [leaf for leaf in converted if isinstance(leaf, Value)]
+        key = (
+            treedef,
+            tuple(leaf.ty if is_array(leaf) else (type(leaf), leaf) for leaf in converted),
+        )
+        if traced:
+            entry = self.entry(converted, treedef, key)
+            return inline(entry, traced[0].builder, [c for c in converted if is_array(c)])
+        arrays = [leaf for leaf in converted if is_array(leaf)]
+        # Scalars given as Python or NumPy numbers follow the arrays' device.
+        devices = {leaf.device for leaf in leaves if isinstance(leaf, NamedArray)}
+        device = self.device
+        if device is None and len(devices) > 1:
+            paths = leaf_paths(tree)
+            where = ", ".join(
+                f"{argument_path(p)} on {leaf.device!r}"
+                for p, leaf in zip(paths, converted, strict=True)
+                if isinstance(leaf, NamedArray)
+            )
+            raise DeviceMismatch(
+                f"arrays on different devices were passed together ({where}); move them with "
+                ".to(device), or give the transform a device"
+            )
+        device = device or (devices.pop() if devices else "cpu")
+        entry = self.entry(converted, treedef, key)
+        return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
+
+
+def inline(entry: Entry, builder: Any, leaves: list[Any]) -> Any:
+    """Emit `entry`'s program into the trace of `builder`, bound to `leaves` and its captures."""
+    if not hasattr(builder, "call"):
+        raise AccyError(f"cannot inline into {builder!r}")
+    arguments = [builder.lift(leaf) if hasattr(builder, "lift") else leaf for leaf in leaves]
+    arguments += [builder.lift(c) if hasattr(builder, "lift") else c for c in entry.captured]
+    outputs = builder.call(entry.program, arguments)
+    outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+    return unflatten(entry.out_treedef, outputs)
+
+
+__all__ = [
+    "Entry",
+    "FunctionBuilder",
+    "NonArrayLeaf",
+    "Staged",
+    "Statics",
+    "TracedArray",
+    "as_array_leaf",
+    "flatten",
+    "inline",
+    "leaf_paths",
+    "trace",
+    "unflatten",
+]

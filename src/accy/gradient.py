@@ -38,7 +38,6 @@ from .transforms.linearize import Linearized, check_wrt
 from .transforms.linearize import linearize as _linearize
 from .transforms.pullback import Pullback, pullback
 from .transforms.simplify import simplify
-from .transforms.unroll import apply as unroll
 
 Wrt = int | tuple[int, ...] | list[int]
 
@@ -94,7 +93,7 @@ def _seed_into(transposed: Pullback, semantics: Any) -> Any:
 
 def _prepare(source: Program, wrt: Wrt) -> tuple[Program, tuple[int, ...]]:
     validate(source, wrt)
-    return unroll(source), check_wrt(source, wrt)
+    return source, check_wrt(source, wrt)
 
 
 def grad(source: Program, wrt: Wrt = (0,)) -> Program:
@@ -204,7 +203,7 @@ def interpret(source: Program, wrt: Wrt, initial: Any) -> Any:
 
 def linearize(source: Program, wrt: Wrt = (0,)) -> Linearized:
     """The JVP program of `source` and how to read it (see `Linearized`)."""
-    return _linearize(unroll(source), wrt)
+    return _linearize(source, wrt)
 
 
 def jvp(source: Program, wrt: Wrt = (0,)) -> Program:
@@ -228,7 +227,6 @@ def vjp(source: Program, wrt: Wrt = (0,)) -> Program:
     >>> [x.tolist() for x in accy.reference.run(accy.vjp(p), [[1, 2], [1, 1]])]
     [[1.0, 4.0], [2.0, 4.0]]
     """
-    source = unroll(source)
     check_wrt(source, wrt)
     transposed = pullback(_linearize(source, wrt, reverse=True), keep_primal_outputs=True)
     return simplify(transposed.program)
@@ -243,7 +241,6 @@ def linear_transpose(source: Program) -> Program:
     >>> [x.tolist() for x in accy.reference.run(accy.linear_transpose(p), [[1, 3]])]
     [[2.0, 6.0]]
     """
-    source = unroll(source)
     wrt = check_wrt(source, tuple(range(len(source.parameters))))
     linearized = Linearized(source, 0, 0, wrt)
     return simplify(pullback(linearized).program)

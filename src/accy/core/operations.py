@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AccyError, AxisError, DTypeError
-from .ir import Program
+from .ir import Program, permute_parameters
 from .kinds.creation import normalize_scalar
 from .kinds.registry import Zero
 from .types import DType, TensorType, bool_
@@ -48,6 +48,11 @@ class OpsApi:
     def subprogram(self, name: str, specs: Sequence[TensorType], body):
         """Trace the Python function `body(builder, args)` into a Program of its own."""
         raise NotImplementedError
+
+    def capturing_subprogram(self, name: str, specs: Sequence[TensorType], body):
+        """Like `subprogram`, also returning the enclosing values the body used (closures),
+        which the program takes as extra parameters after `specs`; none by default."""
+        return self.subprogram(name, specs, body), []
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -380,11 +385,34 @@ class OpsApi:
             "custom_call", list(args), {"target": target, "version": version, "type": result_type}
         )
 
-    def scan(self, body, consts=(), carries=(), xs=(), axis: str = "step", reverse: bool = False):
+    def scan(
+        self,
+        body,
+        consts=(),
+        carries=(),
+        xs=(),
+        axis: str = "step",
+        reverse: bool = False,
+        remat: bool = False,
+    ):
         """Loop `body` over `axis` of the `xs`, threading `carries`; see `accy.core.kinds.control`.
 
-        `body` is a Program, or a function `body(builder, args)` traced on the fly. Returns
-        (final carries, stacked ys) as two tuples.
+        `body` is a Program, or a function `body(builder, args)` traced on the fly, which may use
+        values of the enclosing program (they become extra consts, and are differentiable).
+        `remat=True` makes reverse-mode differentiation store only the carries of each step and
+        recompute the body's intermediates in the backward scan. Returns (final carries,
+        stacked ys) as two tuples.
+
+        >>> import accy
+        >>> def program(b, args):
+        ...     w, h, xs = args
+        ...     (final,), _ = b.scan(lambda b, a: ((a[0] * w + a[1]).tanh(),), carries=[h],
+        ...                          xs=[xs], axis="time")
+        ...     return final.sum("lane")
+        >>> p = accy.trace.define("rnn", [accy.spec(accy.f32, lane=2)] * 2
+        ...                       + [accy.spec(accy.f32, time=3, lane=2)], program)
+        >>> p.count("scan")
+        1
         """
         consts, carries, xs = list(consts), list(carries), list(xs)
         if not xs:
@@ -394,19 +422,25 @@ class OpsApi:
         length = xs[0].ty.extent(axis)
         if not isinstance(body, Program):
             specs = [v.ty for v in consts + carries] + [x.ty.without([axis]) for x in xs]
-            body = self.subprogram("scan_body", specs, body)
-        results = self.emit(
-            "scan",
-            consts + carries + xs,
-            {
-                "body": body,
-                "axis": axis,
-                "length": length,
-                "num_consts": len(consts),
-                "num_carry": len(carries),
-                "reverse": reverse,
-            },
-        )
+            body, captured = self.capturing_subprogram("scan_body", specs, body)
+            if captured:
+                # The captured values are consts, placed after the given ones.
+                given, extra = len(consts), len(captured)
+                rest = range(given, len(specs))
+                order = [*range(given), *range(len(specs), len(specs) + extra), *rest]
+                body = permute_parameters(body, order)
+                consts = consts + list(captured)
+        attrs = {
+            "body": body,
+            "axis": axis,
+            "length": length,
+            "num_consts": len(consts),
+            "num_carry": len(carries),
+            "reverse": reverse,
+        }
+        if remat:
+            attrs["remat"] = True
+        results = self.emit("scan", consts + carries + xs, attrs)
         results = results if isinstance(results, tuple) else (results,)
         return tuple(results[: len(carries)]), tuple(results[len(carries) :])
 

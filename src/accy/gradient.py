@@ -246,7 +246,28 @@ def linear_transpose(source: Program) -> Program:
     return simplify(pullback(linearized).program)
 
 
+def checkpoint(function: Any) -> Any:
+    """`function(builder, args)` as a checkpointed region: reverse mode keeps only its
+    arguments and recomputes its intermediates in the backward pass, trading compute for
+    memory (`jax.checkpoint`). Use it while tracing: `accy.checkpoint(layer)(builder, args)`,
+    the same as `builder.checkpoint(layer, args)`.
+
+    >>> import accy
+    >>> layer = accy.checkpoint(lambda b, a: (a[0] * a[1]).tanh())
+    >>> p = accy.trace.define("loss", [accy.spec(accy.f32, lane=2)] * 2,
+    ...                       lambda b, a: layer(b, a).sum("lane"))
+    >>> p.count("scan"), [x.shape for x in accy.reference.run(accy.grad(p, (0, 1)), [[1, 2]] * 2)]
+    (1, [(2,), (2,)])
+    """
+
+    def checkpointed(builder: Any, args: Any) -> Any:
+        return builder.checkpoint(function, list(args))
+
+    return checkpointed
+
+
 __all__ = [
+    "checkpoint",
     "grad",
     "grad_with",
     "grad_with_rules",

@@ -215,3 +215,45 @@ def test_vjp_and_linear_transpose_of_scans():
         accy.reference.run(transposed, cts), accy.reference.run(oracle, cts), strict=True
     ):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_checkpoint_recomputes_its_region_in_the_backward_pass():
+    layer = accy.checkpoint(lambda b, a: ((a[0] * a[1]).tanh() * a[1]).sin())
+
+    def loss(b, args):
+        x, w = args
+        return (layer(b, [x, w]) * x).sum("lane")
+
+    program = accy.trace.define("checkpointed", [spec(f32, lane=3)] * 2, loss)
+    plain = accy.trace.define(
+        "plain",
+        [spec(f32, lane=3)] * 2,
+        lambda b, a: (((a[0] * a[1]).tanh() * a[1]).sin() * a[0]).sum("lane"),
+    )
+    inputs = _inputs(program)
+    gradient = _check(program, wrt=(0, 1), cpu=True)
+    for g, w in zip(
+        accy.reference.run(gradient, inputs),
+        accy.reference.run(accy.value_and_grad(plain, (0, 1)), inputs),
+        strict=True,
+    ):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    # Nothing is stacked: the backward scan's body computes the tanh again.
+    backward = [op for op in gradient.operations if op.kind == "scan" and op.attrs["reverse"]]
+    assert backward and backward[0].attrs["body"].count("unary") >= 2
+
+
+def test_checkpoint_inside_a_scan_body_and_with_several_results():
+    def loss(b, args):
+        h0, xs = args
+
+        def step(b, a):
+            h, x = a
+            new, extra = b.checkpoint(lambda b, v: ((v[0] * v[1]).tanh(), v[0] * 2.0), [h, x])
+            return new + extra * 0.1, new.sum("h")
+
+        (final,), (ys,) = b.scan(step, carries=[h0], xs=[xs], axis="t", remat=True)
+        return final.sum("h") + ys.sum("t")
+
+    program = accy.trace.define("scan_checkpoint", [spec(f32, h=2), spec(f32, t=3, h=2)], loss)
+    _check(program, wrt=(0, 1), cpu=True)

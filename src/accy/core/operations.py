@@ -23,6 +23,9 @@ from .walk import Inline, run
 
 Scalar = bool | int | float
 
+CHECKPOINT_AXIS = "checkpoint_"
+"""The axis of the one-step scan that `OpsApi.checkpoint` makes of a region."""
+
 
 def axis_tuple(axes) -> tuple[str, ...]:
     """Normalize an axis argument: one name, or a sequence of names."""
@@ -443,6 +446,53 @@ class OpsApi:
         results = self.emit("scan", consts + carries + xs, attrs)
         results = results if isinstance(results, tuple) else (results,)
         return tuple(results[: len(carries)]), tuple(results[len(carries) :])
+
+    def checkpoint(self, body, args: Sequence[Any]):
+        """Apply `body(builder, args)` as a region whose intermediates reverse mode does not
+        store: the backward pass recomputes them from `args` (JAX's `jax.checkpoint`).
+
+        The region is a one-step scan with `remat=True` over the axis `checkpoint_`; its
+        results come back without that axis. It may use enclosing values (closures). Returns
+        what `body` returns (a Value, or a tuple).
+
+        >>> import accy
+        >>> def loss(b, a):
+        ...     hidden = b.checkpoint(lambda b, x: (x[0] * x[0]).sin(), [a[0]])
+        ...     return hidden.sum("lane")
+        >>> p = accy.trace.define("loss", [accy.spec(accy.f32, lane=2)], loss)
+        >>> [round(float(v), 4) for v in accy.reference.run(accy.grad(p), [[0.5, 1.0]])[0]]
+        [0.9689, 1.0806]
+        """
+        args = list(args)
+        single = []
+
+        def region(b, values):
+            outputs = body(b, values)
+            single.append(not isinstance(outputs, tuple | list))
+            return list(outputs) if not single[0] else [outputs]
+
+        program, captured = self.capturing_subprogram(
+            "checkpoint", [a.ty for a in args], region
+        )
+        results = self.emit(
+            "scan",
+            args + list(captured),
+            {
+                "body": program,
+                "axis": CHECKPOINT_AXIS,
+                "length": 1,
+                "num_consts": len(args) + len(captured),
+                "num_carry": 0,
+                "reverse": False,
+                "remat": True,
+            },
+        )
+        results = results if isinstance(results, tuple) else (results,)
+        outputs = tuple(
+            self.reshape(r, [(a, e) for a, e in r.ty.named_extents if a != CHECKPOINT_AXIS])
+            for r in results
+        )
+        return outputs[0] if single[0] else outputs
 
     def call(self, program, args: Sequence[Any]):
         """Inline `program` applied to `args`; returns its output (a tuple if it has several).

@@ -114,7 +114,9 @@ def test_closure_cotangents_are_summed_over_steps():
         )
         return final.sum("h")
 
-    program = accy.trace.define("closure", [spec(f32, h=2), spec(f32, h=2), spec(f32, t=4, h=2)], loss)
+    program = accy.trace.define(
+        "closure", [spec(f32, h=2), spec(f32, h=2), spec(f32, t=4, h=2)], loss
+    )
     assert program.operations[3].attrs["num_consts"] == 1
     _check(program, wrt=(0, 1, 2), cpu=True)
 
@@ -149,9 +151,7 @@ def test_integer_carries_and_xs_are_not_differentiated():
             shifted = h * (i.convert(f32) + 1.0) + x
             return shifted.tanh(), count + 1, shifted
 
-        (final, count), (ys,) = b.scan(
-            step, carries=[h0, b.scalar(i32, 0)], xs=[xs, ids], axis="t"
-        )
+        (final, count), (ys,) = b.scan(step, carries=[h0, b.scalar(i32, 0)], xs=[xs, ids], axis="t")
         return final.sum("h") * count.convert(f32) + ys.sum(("t", "h"))
 
     types = [spec(f32, h=2), spec(f32, t=3, h=2), spec(i32, t=3)]
@@ -167,9 +167,7 @@ def test_unused_results_and_zero_tangent_carries():
             h, other, x = a
             return h * x, other + 1.0, x * 2.0
 
-        (final, _), _ = b.scan(
-            step, carries=[h0, b.full(spec(f32, h=2), 0.0)], xs=[xs], axis="t"
-        )
+        (final, _), _ = b.scan(step, carries=[h0, b.full(spec(f32, h=2), 0.0)], xs=[xs], axis="t")
         return final.sum("h")
 
     program = accy.trace.define("unused", [spec(f32, h=2), spec(f32, t=3, h=2)], loss)

@@ -447,6 +447,86 @@ class OpsApi:
         results = results if isinstance(results, tuple) else (results,)
         return tuple(results[: len(carries)]), tuple(results[len(carries) :])
 
+    def _branches(self, name: str, functions: Sequence[Any], specs: list) -> tuple[list, list]:
+        """Trace functions over the same `specs` into programs that share their captured
+        enclosing values: every program takes `specs`, then all the captured values."""
+        traced = [
+            f if isinstance(f, Program) else self.capturing_subprogram(name, specs, _as_list(f))
+            for f in functions
+        ]
+        traced = [(t, []) if isinstance(t, Program) else t for t in traced]
+        captured: list = []
+        for _, values in traced:
+            captured += [v for v in values if not any(v is c for c in captured)]
+        if not captured:
+            return [t for t, _ in traced], []
+        programs = []
+        for program, values in traced:
+            extra = [c.ty for c in captured]
+            positions = [next(i for i, c in enumerate(captured) if c is v) for v in values]
+
+            def widened(b, args, program=program, positions=positions):
+                inputs = list(args[: len(specs)]) + [args[len(specs) + i] for i in positions]
+                return run(program, Inline(b, inputs, program))
+
+            programs.append(_define_program(self, program.name, specs + extra, widened))
+        return programs, captured
+
+    def cond(self, predicate, on_true, on_false, args: Sequence[Any]):
+        """`on_true(builder, args)` if the bool scalar `predicate` holds, else
+        `on_false(builder, args)`: only the selected branch runs. The branches (functions or
+        Programs) return the same types and may use enclosing values. Returns a Value, or a
+        tuple when the branches return several.
+
+        >>> import accy
+        >>> def f(b, a):
+        ...     return b.cond(a[0].sum("lane") > 0.0, lambda b, v: v[0] * 2.0,
+        ...                   lambda b, v: -v[0], [a[0]])
+        >>> p = accy.trace.define("f", [accy.spec(accy.f32, lane=2)], f)
+        >>> [x.tolist() for x in accy.reference.run(p, [[1.0, 2.0]])]
+        [[2.0, 4.0]]
+        """
+        args = list(args)
+        specs = [a.ty for a in args]
+        (true_body, false_body), captured = self._branches(
+            "cond_branch", [on_true, on_false], specs
+        )
+        results = self.emit(
+            "cond",
+            [predicate, *args, *captured],
+            {"true_body": true_body, "false_body": false_body},
+        )
+        results = results if isinstance(results, tuple) else (results,)
+        return results[0] if len(results) == 1 else results
+
+    def while_loop(self, condition, body, carries: Sequence[Any]):
+        """Run `body(builder, carries) -> new carries` while `condition(builder, carries)` (a
+        bool scalar) holds; returns the final carries as a tuple. The functions may use
+        enclosing values. Forward mode differentiates it; reverse mode does not (the number
+        of steps is not known ahead): use `scan` over a fixed number of steps instead.
+
+        >>> import accy
+        >>> def f(b, a):
+        ...     return b.while_loop(lambda b, c: c[0] < 10.0, lambda b, c: [c[0] * 2.0], a)[0]
+        >>> p = accy.trace.define("f", [accy.spec(accy.f32)], f)
+        >>> float(accy.reference.run(p, [1.0])[0])
+        16.0
+        """
+        carries = list(carries)
+        specs = [c.ty for c in carries]
+        (condition, body), captured = self._branches("while_body", [condition, body], specs)
+        # The captured values are consts: reorder (carries, captured) -> (captured, carries).
+        if captured:
+            order = [*range(len(specs), len(specs) + len(captured)), *range(len(specs))]
+            condition = permute_parameters(condition, order)
+            body = permute_parameters(body, order)
+        results = self.emit(
+            "while_loop",
+            [*captured, *carries],
+            {"cond_body": condition, "body": body, "num_consts": len(captured)},
+        )
+        return results if isinstance(results, tuple) else (results,)
+
     def checkpoint(self, body, args: Sequence[Any]):
         """Apply `body(builder, args)` as a region whose intermediates reverse mode does not
         store: the backward pass recomputes them from `args` (JAX's `jax.checkpoint`).
@@ -471,9 +551,7 @@ class OpsApi:
             single.append(not isinstance(outputs, tuple | list))
             return list(outputs) if not single[0] else [outputs]
 
-        program, captured = self.capturing_subprogram(
-            "checkpoint", [a.ty for a in args], region
-        )
+        program, captured = self.capturing_subprogram("checkpoint", [a.ty for a in args], region)
         results = self.emit(
             "scan",
             args + list(captured),
@@ -533,6 +611,21 @@ class OpsApi:
                     f"{kind}: axis {axis!r} is not on {x.ty}; its axes are "
                     f"{', '.join(x.ty.axes) or '(none, it is a scalar)'}"
                 )
+
+
+def _as_list(function: Any) -> Any:
+    """A traced function whose result (a Value or a sequence of them) comes back as a list."""
+
+    def listed(b, args):
+        outputs = function(b, args)
+        return list(outputs) if isinstance(outputs, tuple | list) else [outputs]
+
+    return listed
+
+
+def _define_program(api: OpsApi, name: str, specs: list, function: Any) -> Program:
+    program, _ = api.capturing_subprogram(name, specs, function)
+    return program
 
 
 def _lowest(dtype: DType):

@@ -18,7 +18,7 @@ from ..core.kinds.control import custom_call_jvp
 from ..core.kinds.registry import Zero, rule_for
 from ..errors import AccyError, NotDifferentiable
 from ..interpret import Emitter, Graph, Inline, attach, run
-from .loops import Roles, Source, carry_fixpoint, dependents, split
+from .loops import Roles, Source, carry_fixpoint, dependents, inline_cond, split
 from .simplify import simplify
 
 
@@ -316,6 +316,107 @@ def _emit_split(s: JvpSemantics, op: Operation, body: Program, roles, operands, 
     return [outputs[i] for i in range(len(body.outputs))]
 
 
-LOOP_JVPS = {"scan": _scan_jvp}
+def _cond_jvp(s: JvpSemantics, op: Operation, primals: list, tangents: list) -> tuple:
+    """Forward mode: a cond over the branches' JVP programs (only the taken branch runs).
+    Reverse mode: both branches inlined and their results selected by the predicate, which
+    `pullback` transposes like any select (the untaken branch gets a zero cotangent)."""
+    if s.reverse:
+        selected = inline_cond(op.attrs, op.operand_types)
+        return tuple(
+            run(selected, _Bound(s, [Dual(p, t) for p, t in zip(primals, tangents, strict=True)]))
+        )
+    args = list(range(1, len(primals)))
+    wrt = tuple(
+        i - 1
+        for i in args
+        if not isinstance(tangents[i], Zero) and op.operand_types[i].dtype.is_float
+    )
+    bodies = []
+    for role in ("true_body", "false_body"):
+        inner = linearize(op.attrs[role], wrt, jvp_rules=s.jvp_rules).program
+        bodies.append(simplify(inner))
+    operands = list(primals) + [s.emit.instantiate(tangents[i + 1]) for i in wrt]
+    attrs = op.attrs.replace(true_body=bodies[0], false_body=bodies[1])
+    results = s.emit.emit("cond", operands, attrs, id=op.id)
+    results = results if isinstance(results, tuple) else (results,)
+    count = len(op.results)
+    return tuple(Dual(results[k], results[count + k]) for k in range(count))
+
+
+def _while_jvp(s: JvpSemantics, op: Operation, primals: list, tangents: list) -> tuple:
+    """Forward mode: one while_loop over primal and tangent carries. Reverse mode is refused:
+    the number of steps is only known at run time, so no residuals can be stacked for it."""
+    if s.reverse:
+        raise NotDifferentiable(
+            "while_loop cannot be differentiated in reverse mode (grad, vjp): its number of "
+            "steps is only known when it runs. Use builder.scan over a fixed number of steps "
+            "(with a select to stop early) for gradients; forward mode (accy.jvp) works"
+        )
+    attrs = op.attrs
+    num_consts = attrs["num_consts"]
+    count = len(op.operands)
+    roles = Roles(num_consts, count - num_consts, count)
+    body: Program = attrs["body"]
+    nonzero = [
+        not isinstance(t, Zero) and op.operand_types[i].dtype.is_float
+        for i, t in enumerate(tangents)
+    ]
+    nonzero = carry_fixpoint(body, roles, nonzero, floats_only=True)
+    wrt = tuple(i for i, flag in enumerate(nonzero) if flag)
+    inner = linearize(body, wrt, jvp_rules=s.jvp_rules).program
+    order = []
+    for group in (roles.consts, roles.carries):
+        order += list(group)
+        order += [count + wrt.index(i) for i in group if nonzero[i]]
+    tangent_carries = [j for j, i in enumerate(roles.carries) if nonzero[i]]
+    carries = roles.num_carry
+
+    def jvp_body(b, args):
+        bound: list[Any] = [None] * len(order)
+        for slot, position in enumerate(order):
+            bound[position] = args[slot]
+        results = run(inner, Inline(b, bound, inner))
+        return results[:carries] + [results[carries + j] for j in tangent_carries]
+
+    def condition(b, args):
+        primal = [args[slot] for slot, position in enumerate(order) if position < count]
+        return run(attrs["cond_body"], Inline(b, primal, attrs["cond_body"]))
+
+    types = [inner.parameter_types[p] for p in order]
+    operands = []
+    for group in (roles.consts, roles.carries):
+        operands += [primals[i] for i in group]
+        operands += [s.emit.instantiate(tangents[i]) for i in group if nonzero[i]]
+    new_consts = num_consts + sum(nonzero[i] for i in roles.consts)
+    new_attrs = attrs.replace(
+        body=simplify(define(body.name + "_jvp", types, jvp_body)),
+        cond_body=define(attrs["cond_body"].name + "_jvp", types, condition),
+        num_consts=new_consts,
+    )
+    results = s.emit.emit("while_loop", operands, new_attrs, id=op.id)
+    results = results if isinstance(results, tuple) else (results,)
+    carry_tangents = dict(zip(tangent_carries, results[carries:], strict=True))
+    return tuple(
+        Dual(results[j], carry_tangents.get(j, Zero(results[j].ty))) for j in range(carries)
+    )
+
+
+class _Bound:
+    """Runs a program's operations through `semantics`, its parameters bound to `args`."""
+
+    def __init__(self, semantics: Any, args: list):
+        self.semantics = semantics
+        self.args = args
+
+    def bind(self, op: Operation, args: list) -> Any:
+        if op.kind == "parameter":
+            return self.args[op.attrs["index"]]
+        return self.semantics.bind(op, args)
+
+    def finish(self, outputs: list) -> list:
+        return outputs
+
+
+LOOP_JVPS = {"scan": _scan_jvp, "cond": _cond_jvp, "while_loop": _while_jvp}
 """JVP rules of the kinds with sub-programs: they linearize their bodies with `linearize`
 itself, which the kind table (in `accy.core`, below the transforms) cannot call."""

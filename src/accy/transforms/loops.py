@@ -22,12 +22,13 @@ linear in the size of the body and independent of the scan's length.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core import Program
-from ..core.builder import define
+from ..core.builder import Builder, define
 from ..core.kinds.registry import rule_for
+from ..interpret import Emitter, Graph, Inline, Layer, run
 from .simplify import eliminate_dead_code
 
 
@@ -323,4 +324,62 @@ def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:
         env.update(zip(op.results, results, strict=True))
 
 
-__all__ = ["Roles", "Source", "Split", "carry_fixpoint", "dependents", "split"]
+def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
+    """A program (predicate, args...) -> outputs computing both branches of a cond and
+    selecting each output by the predicate: how reverse mode differentiates a cond, and how
+    the backends run one (no data-dependent control flow in the generated code).
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.bool_), accy.spec(accy.f32)],
+    ...     lambda b, a: b.cond(a[0], lambda b, v: v[0] + 1.0, lambda b, v: v[0], [a[1]]))
+    >>> inlined = inline_cond(p.operations[2].attrs, p.operations[2].operand_types)
+    >>> inlined.count("select"), [float(x) for x in accy.reference.run(inlined, [True, 2.0])]
+    (1, [3.0])
+    """
+
+    def both(b, args):
+        predicate, values = args[0], list(args[1:])
+        on_true = run(attrs["true_body"], Inline(b, values, attrs["true_body"]))
+        on_false = run(attrs["false_body"], Inline(b, values, attrs["false_body"]))
+        return [b.select(predicate, t, f) for t, f in zip(on_true, on_false, strict=True)]
+
+    return define("cond_inlined", list(operand_types), both)
+
+
+def inline_conds(program: Program) -> Program:
+    """`program` with every cond (nested ones too) replaced by both branches and selects."""
+    if not any(op.kind in ("cond", "scan", "while_loop") for op in program.operations):
+        return program
+
+    class _Inline(Layer):
+        def __init__(self, next: Any):
+            super().__init__(next)
+            self.emit = Emitter(self)
+
+        def bind(self, op: Any, args: list) -> Any:
+            if op.kind in ("scan", "while_loop"):
+                changes = {
+                    name: inline_conds(value)
+                    for name, value in op.attrs.items()
+                    if isinstance(value, Program)
+                }
+                op = replace(op, attrs=op.attrs.replace(**changes))
+            if op.kind != "cond":
+                return self.next.bind(op, args)
+            selected = inline_cond(op.attrs, op.operand_types)
+            outputs = run(inline_conds(selected), Inline(self.emit, args, selected))
+            return tuple(outputs)
+
+    return run(program, _Inline(Graph(Builder(program.name))))
+
+
+__all__ = [
+    "Roles",
+    "Source",
+    "Split",
+    "carry_fixpoint",
+    "dependents",
+    "inline_cond",
+    "inline_conds",
+    "split",
+]

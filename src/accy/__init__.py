@@ -40,6 +40,7 @@ from .errors import (
     TypeRuleError,
 )
 from .gradient import (
+    checkpoint,
     grad,
     grad_with,
     grad_with_rules,
@@ -88,6 +89,7 @@ __all__ = [
     "grad",
     "grad_with",
     "grad_with_rules",
+    "checkpoint",
     "gradient",
     "i32",
     "i64",

@@ -38,7 +38,6 @@ from .transforms.linearize import Linearized, check_wrt
 from .transforms.linearize import linearize as _linearize
 from .transforms.pullback import Pullback, pullback
 from .transforms.simplify import simplify
-from .transforms.unroll import apply as unroll
 
 Wrt = int | tuple[int, ...] | list[int]
 
@@ -94,7 +93,7 @@ def _seed_into(transposed: Pullback, semantics: Any) -> Any:
 
 def _prepare(source: Program, wrt: Wrt) -> tuple[Program, tuple[int, ...]]:
     validate(source, wrt)
-    return unroll(source), check_wrt(source, wrt)
+    return source, check_wrt(source, wrt)
 
 
 def grad(source: Program, wrt: Wrt = (0,)) -> Program:
@@ -204,7 +203,7 @@ def interpret(source: Program, wrt: Wrt, initial: Any) -> Any:
 
 def linearize(source: Program, wrt: Wrt = (0,)) -> Linearized:
     """The JVP program of `source` and how to read it (see `Linearized`)."""
-    return _linearize(unroll(source), wrt)
+    return _linearize(source, wrt)
 
 
 def jvp(source: Program, wrt: Wrt = (0,)) -> Program:
@@ -228,7 +227,6 @@ def vjp(source: Program, wrt: Wrt = (0,)) -> Program:
     >>> [x.tolist() for x in accy.reference.run(accy.vjp(p), [[1, 2], [1, 1]])]
     [[1.0, 4.0], [2.0, 4.0]]
     """
-    source = unroll(source)
     check_wrt(source, wrt)
     transposed = pullback(_linearize(source, wrt, reverse=True), keep_primal_outputs=True)
     return simplify(transposed.program)
@@ -243,13 +241,33 @@ def linear_transpose(source: Program) -> Program:
     >>> [x.tolist() for x in accy.reference.run(accy.linear_transpose(p), [[1, 3]])]
     [[2.0, 6.0]]
     """
-    source = unroll(source)
     wrt = check_wrt(source, tuple(range(len(source.parameters))))
     linearized = Linearized(source, 0, 0, wrt)
     return simplify(pullback(linearized).program)
 
 
+def checkpoint(function: Any) -> Any:
+    """`function(builder, args)` as a checkpointed region: reverse mode keeps only its
+    arguments and recomputes its intermediates in the backward pass, trading compute for
+    memory (`jax.checkpoint`). Use it while tracing: `accy.checkpoint(layer)(builder, args)`,
+    the same as `builder.checkpoint(layer, args)`.
+
+    >>> import accy
+    >>> layer = accy.checkpoint(lambda b, a: (a[0] * a[1]).tanh())
+    >>> p = accy.trace.define("loss", [accy.spec(accy.f32, lane=2)] * 2,
+    ...                       lambda b, a: layer(b, a).sum("lane"))
+    >>> p.count("scan"), [x.shape for x in accy.reference.run(accy.grad(p, (0, 1)), [[1, 2]] * 2)]
+    (1, [(2,), (2,)])
+    """
+
+    def checkpointed(builder: Any, args: Any) -> Any:
+        return builder.checkpoint(function, list(args))
+
+    return checkpointed
+
+
 __all__ = [
+    "checkpoint",
     "grad",
     "grad_with",
     "grad_with_rules",

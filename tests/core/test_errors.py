@@ -227,13 +227,26 @@ def test_returning_a_value_of_another_trace_is_an_error():
         accy.trace.define("inner", [spec(f32, lane=4)], lambda b, a: stray)
 
 
-def test_a_scan_body_cannot_capture_values_of_the_enclosing_trace():
+def test_a_scan_body_captures_values_of_the_enclosing_trace_as_consts():
     def body(b, a):
         return b.scan(
             lambda inner, args: (args[0] + a[0], args[1]),
             carries=[a[0]],
             xs=[a[1]],
             axis="t",
+        )[0][0]
+
+    program = trace([spec(f32, c=2), spec(f32, t=3, c=2)], body)
+    (scan,) = [op for op in program.operations if op.kind == "scan"]
+    assert scan.attrs["num_consts"] == 1 and scan.operands[0] == program.parameters[0]
+
+
+def test_a_scan_body_cannot_use_values_of_an_unrelated_trace():
+    stray = accy.trace.Builder("other").parameter(spec(f32, c=2))
+
+    def body(b, a):
+        return b.scan(
+            lambda inner, args: (args[0] + stray, args[1]), carries=[a[0]], xs=[a[1]], axis="t"
         )[0][0]
 
     with pytest.raises(accy.AccyError, match="not a value of the program 'scan_body'"):

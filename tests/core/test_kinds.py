@@ -1049,6 +1049,29 @@ def test_scan_body_must_fit_its_operands():
         trace([spec(f32, c=2)], lambda b, a: b.scan(body, xs=[a[0]], axis="t"))
 
 
+@kind_test("cond")
+def test_cond_runs_the_selected_branch():
+    program = trace(
+        [spec(accy.bool_), spec(f32, c=2)],
+        lambda b, a: b.cond(a[0], lambda b, v: v[0] * 2.0, lambda b, v: v[0] - 1.0, [a[1]]),
+    )
+    traced_once(program, "cond")
+    x = np.array([1.0, 3.0], np.float32)
+    assert_same(evaluate_one(program, np.bool_(True), x), x * 2.0)
+    assert_same(evaluate_one(program, np.bool_(False), x), x - 1.0)
+
+
+@kind_test("while_loop")
+def test_while_loop_repeats_until_the_condition_fails():
+    program = trace(
+        [spec(i32)],
+        lambda b, a: b.while_loop(lambda b, c: c[0] < 100, lambda b, c: [c[0] * 3], a)[0],
+    )
+    traced_once(program, "while_loop")
+    assert_same(evaluate_one(program, np.int32(2)), np.int32(162))
+    assert_same(evaluate_one(program, np.int32(500)), np.int32(500))
+
+
 # ---------------------------------------------------------------------------------------------
 
 

@@ -41,12 +41,18 @@ def check_operation(
 class Builder(OpsApi):
     """Records operations into a Program. Every type rule runs here, while tracing."""
 
-    def __init__(self, name: str = "program"):
+    def __init__(self, name: str = "program", parent: Builder | None = None):
         self.name = name
         self._operations: list[Operation] = []
         self._types: list[TensorType] = []
         self._parameter_count = 0
         self._producers: dict[int, Operation] = {}
+        # A sub-program's builder (a scan body) may use values of its enclosing builders:
+        # each such value becomes one extra parameter, listed in `captured` (closures).
+        self.parent = parent
+        self.depth = 0 if parent is None else parent.depth + 1
+        self.captured: list[Value] = []
+        self._captures: dict[tuple[int, int], Value] = {}
 
     def parameter(self, type: TensorType, index: int | None = None, id: int | None = None) -> Value:
         """A new parameter of `type` (index: the next free one unless given)."""
@@ -56,6 +62,12 @@ class Builder(OpsApi):
     def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
         """Check and record one operation; returns its result Value (a tuple if several)."""
         operands = list(operands)
+        inner = self._innermost(operands)
+        if inner is not self:
+            # `w * x` with `w` from an enclosing program and `x` from a scan body being traced:
+            # the operation belongs to the body (which captures `w`).
+            return inner.emit(kind, operands, attrs, id)
+        operands = [self._capture(v) for v in operands]
         for position, value in enumerate(operands):
             if not isinstance(value, Value) or value.builder is not self:
                 raise AccyError(
@@ -86,6 +98,50 @@ class Builder(OpsApi):
         """Trace `body(builder, args)` into a Program of its own (a scan's body)."""
         return define(name, specs, body)
 
+    def capturing_subprogram(
+        self, name: str, specs: Sequence[TensorType], body: Callable
+    ) -> tuple[Program, list[Value]]:
+        """Trace `body(builder, args)` into a Program that may use this builder's values (and
+        its enclosing builders'): each one used becomes an extra parameter after `specs`, and
+        is returned, in parameter order, beside the program.
+
+        >>> import accy
+        >>> b = accy.trace.Builder("outer")
+        >>> w = b.parameter(accy.spec(accy.f32, lane=2))
+        >>> body, captured = b.capturing_subprogram(
+        ...     "body", [accy.spec(accy.f32, lane=2)], lambda inner, a: a[0] * w)
+        >>> len(body.parameters), captured == [w]
+        (2, True)
+        """
+        return _define(Builder(name, parent=self), specs, body)
+
+    def _innermost(self, operands: list[Any]) -> Builder:
+        inner = self
+        for value in operands:
+            other = getattr(value, "builder", None)
+            if isinstance(other, Builder) and other.depth > inner.depth:
+                ancestor = other
+                while ancestor is not None and ancestor is not self:
+                    ancestor = ancestor.parent
+                if ancestor is self:
+                    inner = other
+        return inner
+
+    def _capture(self, value: Any) -> Any:
+        """`value` itself, or the parameter standing for it when it is an enclosing value."""
+        if not isinstance(value, Value) or value.builder is self:
+            return value
+        ancestor = self.parent
+        while ancestor is not None and ancestor is not value.builder:
+            ancestor = ancestor.parent
+        if ancestor is None:
+            return value  # not ours: the check in `emit` explains the mistake
+        key = (id(value.builder), value.index)
+        if key not in self._captures:
+            self._captures[key] = self.parameter(value.ty)
+            self.captured.append(value)
+        return self._captures[key]
+
     def splat_value(self, value: Value):
         """The scalar every element of `value` holds, when it is a splat constant; else None."""
         op = self._producers.get(value.index)
@@ -96,6 +152,7 @@ class Builder(OpsApi):
     def build(self, outputs) -> Program:
         """The finished Program whose outputs are `outputs` (a Value or a sequence of Values)."""
         outputs = list(outputs) if isinstance(outputs, tuple | list) else [outputs]
+        outputs = [self._capture(v) for v in outputs]
         for position, value in enumerate(outputs):
             if not isinstance(value, Value) or value.builder is not self:
                 raise AccyError(
@@ -126,11 +183,15 @@ def define(
     >>> [float(v) for v in accy.reference.run(p, [[1, 2, 3, 4], [1, 1, 1, 1]])]
     [10.0]
     """
-    builder = Builder(name)
+    program, _ = _define(Builder(name), specs, body)
+    return program
+
+
+def _define(builder: Builder, specs: Sequence[TensorType], body: Callable) -> tuple[Program, list]:
     args = [builder.parameter(spec) for spec in specs]
     try:
         outputs = body(builder, args)
-        return builder.build(outputs)
+        return builder.build(outputs), list(builder.captured)
     except AccyError as error:
         attach_user_location(error)
         raise

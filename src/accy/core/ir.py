@@ -256,3 +256,32 @@ def _format(program: Program, indent: str) -> str:
 def format_program(program: Program) -> str:
     """The text form of `program` (what `str(program)` gives)."""
     return _format(program, "")
+
+
+def permute_parameters(program: Program, order: list[int] | tuple[int, ...]) -> Program:
+    """`program` whose parameter `i` is the old parameter `order[i]` (operations unchanged).
+
+    >>> import accy
+    >>> p = accy.trace.define("sub", [accy.spec(accy.f32)] * 2, lambda b, a: a[0] - a[1])
+    >>> [float(x) for x in accy.reference.run(permute_parameters(p, [1, 0]), [1.0, 3.0])]
+    [2.0]
+    """
+    count = len(program.parameters)
+    if sorted(order) != list(range(count)):
+        raise AccyError(f"permute_parameters: {list(order)} is not a permutation of 0..{count - 1}")
+    new_index = {old: new for new, old in enumerate(order)}
+    operations = tuple(
+        Operation(
+            op.id,
+            op.kind,
+            op.operands,
+            op.results,
+            op.result_types,
+            op.attrs.replace(index=new_index[op.attrs["index"]]),
+            op.operand_types,
+        )
+        if op.kind == "parameter"
+        else op
+        for op in program.operations
+    )
+    return Program(program.name, operations, program.outputs, program.value_types)

@@ -15,13 +15,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import AccyError, AxisError, DTypeError
-from .ir import Program
+from .ir import Program, permute_parameters
 from .kinds.creation import normalize_scalar
 from .kinds.registry import Zero
 from .types import DType, TensorType, bool_
 from .walk import Inline, run
 
 Scalar = bool | int | float
+
+CHECKPOINT_AXIS = "checkpoint_"
+"""The axis of the one-step scan that `OpsApi.checkpoint` makes of a region."""
 
 
 def axis_tuple(axes) -> tuple[str, ...]:
@@ -48,6 +51,11 @@ class OpsApi:
     def subprogram(self, name: str, specs: Sequence[TensorType], body):
         """Trace the Python function `body(builder, args)` into a Program of its own."""
         raise NotImplementedError
+
+    def capturing_subprogram(self, name: str, specs: Sequence[TensorType], body):
+        """Like `subprogram`, also returning the enclosing values the body used (closures),
+        which the program takes as extra parameters after `specs`; none by default."""
+        return self.subprogram(name, specs, body), []
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -380,11 +388,34 @@ class OpsApi:
             "custom_call", list(args), {"target": target, "version": version, "type": result_type}
         )
 
-    def scan(self, body, consts=(), carries=(), xs=(), axis: str = "step", reverse: bool = False):
+    def scan(
+        self,
+        body,
+        consts=(),
+        carries=(),
+        xs=(),
+        axis: str = "step",
+        reverse: bool = False,
+        remat: bool = False,
+    ):
         """Loop `body` over `axis` of the `xs`, threading `carries`; see `accy.core.kinds.control`.
 
-        `body` is a Program, or a function `body(builder, args)` traced on the fly. Returns
-        (final carries, stacked ys) as two tuples.
+        `body` is a Program, or a function `body(builder, args)` traced on the fly, which may use
+        values of the enclosing program (they become extra consts, and are differentiable).
+        `remat=True` makes reverse-mode differentiation store only the carries of each step and
+        recompute the body's intermediates in the backward scan. Returns (final carries,
+        stacked ys) as two tuples.
+
+        >>> import accy
+        >>> def program(b, args):
+        ...     w, h, xs = args
+        ...     (final,), _ = b.scan(lambda b, a: ((a[0] * w + a[1]).tanh(),), carries=[h],
+        ...                          xs=[xs], axis="time")
+        ...     return final.sum("lane")
+        >>> p = accy.trace.define("rnn", [accy.spec(accy.f32, lane=2)] * 2
+        ...                       + [accy.spec(accy.f32, time=3, lane=2)], program)
+        >>> p.count("scan")
+        1
         """
         consts, carries, xs = list(consts), list(carries), list(xs)
         if not xs:
@@ -394,21 +425,152 @@ class OpsApi:
         length = xs[0].ty.extent(axis)
         if not isinstance(body, Program):
             specs = [v.ty for v in consts + carries] + [x.ty.without([axis]) for x in xs]
-            body = self.subprogram("scan_body", specs, body)
+            body, captured = self.capturing_subprogram("scan_body", specs, body)
+            if captured:
+                # The captured values are consts, placed after the given ones.
+                given, extra = len(consts), len(captured)
+                rest = range(given, len(specs))
+                order = [*range(given), *range(len(specs), len(specs) + extra), *rest]
+                body = permute_parameters(body, order)
+                consts = consts + list(captured)
+        attrs = {
+            "body": body,
+            "axis": axis,
+            "length": length,
+            "num_consts": len(consts),
+            "num_carry": len(carries),
+            "reverse": reverse,
+        }
+        if remat:
+            attrs["remat"] = True
+        results = self.emit("scan", consts + carries + xs, attrs)
+        results = results if isinstance(results, tuple) else (results,)
+        return tuple(results[: len(carries)]), tuple(results[len(carries) :])
+
+    def _branches(self, name: str, functions: Sequence[Any], specs: list) -> tuple[list, list]:
+        """Trace functions over the same `specs` into programs that share their captured
+        enclosing values: every program takes `specs`, then all the captured values."""
+        traced = [
+            f if isinstance(f, Program) else self.capturing_subprogram(name, specs, _as_list(f))
+            for f in functions
+        ]
+        traced = [(t, []) if isinstance(t, Program) else t for t in traced]
+        captured: list = []
+        for _, values in traced:
+            captured += [v for v in values if not any(v is c for c in captured)]
+        if not captured:
+            return [t for t, _ in traced], []
+        programs = []
+        for program, values in traced:
+            extra = [c.ty for c in captured]
+            positions = [next(i for i, c in enumerate(captured) if c is v) for v in values]
+
+            def widened(b, args, program=program, positions=positions):
+                inputs = list(args[: len(specs)]) + [args[len(specs) + i] for i in positions]
+                return run(program, Inline(b, inputs, program))
+
+            programs.append(_define_program(self, program.name, specs + extra, widened))
+        return programs, captured
+
+    def cond(self, predicate, on_true, on_false, args: Sequence[Any]):
+        """`on_true(builder, args)` if the bool scalar `predicate` holds, else
+        `on_false(builder, args)`: only the selected branch runs. The branches (functions or
+        Programs) return the same types and may use enclosing values. Returns a Value, or a
+        tuple when the branches return several.
+
+        >>> import accy
+        >>> def f(b, a):
+        ...     return b.cond(a[0].sum("lane") > 0.0, lambda b, v: v[0] * 2.0,
+        ...                   lambda b, v: -v[0], [a[0]])
+        >>> p = accy.trace.define("f", [accy.spec(accy.f32, lane=2)], f)
+        >>> [x.tolist() for x in accy.reference.run(p, [[1.0, 2.0]])]
+        [[2.0, 4.0]]
+        """
+        args = list(args)
+        specs = [a.ty for a in args]
+        (true_body, false_body), captured = self._branches(
+            "cond_branch", [on_true, on_false], specs
+        )
+        results = self.emit(
+            "cond",
+            [predicate, *args, *captured],
+            {"true_body": true_body, "false_body": false_body},
+        )
+        results = results if isinstance(results, tuple) else (results,)
+        return results[0] if len(results) == 1 else results
+
+    def while_loop(self, condition, body, carries: Sequence[Any]):
+        """Run `body(builder, carries) -> new carries` while `condition(builder, carries)` (a
+        bool scalar) holds; returns the final carries as a tuple. The functions may use
+        enclosing values. Forward mode differentiates it; reverse mode does not (the number
+        of steps is not known ahead): use `scan` over a fixed number of steps instead.
+
+        >>> import accy
+        >>> def f(b, a):
+        ...     return b.while_loop(lambda b, c: c[0] < 10.0, lambda b, c: [c[0] * 2.0], a)[0]
+        >>> p = accy.trace.define("f", [accy.spec(accy.f32)], f)
+        >>> float(accy.reference.run(p, [1.0])[0])
+        16.0
+        """
+        carries = list(carries)
+        specs = [c.ty for c in carries]
+        (condition, body), captured = self._branches("while_body", [condition, body], specs)
+        # The captured values are consts: reorder (carries, captured) -> (captured, carries).
+        if captured:
+            order = [*range(len(specs), len(specs) + len(captured)), *range(len(specs))]
+            condition = permute_parameters(condition, order)
+            body = permute_parameters(body, order)
+        results = self.emit(
+            "while_loop",
+            [*captured, *carries],
+            {"cond_body": condition, "body": body, "num_consts": len(captured)},
+        )
+        return results if isinstance(results, tuple) else (results,)
+
+    def checkpoint(self, body, args: Sequence[Any]):
+        """Apply `body(builder, args)` as a region whose intermediates reverse mode does not
+        store: the backward pass recomputes them from `args` (JAX's `jax.checkpoint`).
+
+        The region is a one-step scan with `remat=True` over the axis `checkpoint_`; its
+        results come back without that axis. It may use enclosing values (closures). Returns
+        what `body` returns (a Value, or a tuple).
+
+        >>> import accy
+        >>> def loss(b, a):
+        ...     hidden = b.checkpoint(lambda b, x: (x[0] * x[0]).sin(), [a[0]])
+        ...     return hidden.sum("lane")
+        >>> p = accy.trace.define("loss", [accy.spec(accy.f32, lane=2)], loss)
+        >>> [round(float(v), 4) for v in accy.reference.run(accy.grad(p), [[0.5, 1.0]])[0]]
+        [0.9689, 1.0806]
+        """
+        args = list(args)
+        single = []
+
+        def region(b, values):
+            outputs = body(b, values)
+            single.append(not isinstance(outputs, tuple | list))
+            return list(outputs) if not single[0] else [outputs]
+
+        program, captured = self.capturing_subprogram("checkpoint", [a.ty for a in args], region)
         results = self.emit(
             "scan",
-            consts + carries + xs,
+            args + list(captured),
             {
-                "body": body,
-                "axis": axis,
-                "length": length,
-                "num_consts": len(consts),
-                "num_carry": len(carries),
-                "reverse": reverse,
+                "body": program,
+                "axis": CHECKPOINT_AXIS,
+                "length": 1,
+                "num_consts": len(args) + len(captured),
+                "num_carry": 0,
+                "reverse": False,
+                "remat": True,
             },
         )
         results = results if isinstance(results, tuple) else (results,)
-        return tuple(results[: len(carries)]), tuple(results[len(carries) :])
+        outputs = tuple(
+            self.reshape(r, [(a, e) for a, e in r.ty.named_extents if a != CHECKPOINT_AXIS])
+            for r in results
+        )
+        return outputs[0] if single[0] else outputs
 
     def call(self, program, args: Sequence[Any]):
         """Inline `program` applied to `args`; returns its output (a tuple if it has several).
@@ -449,6 +611,21 @@ class OpsApi:
                     f"{kind}: axis {axis!r} is not on {x.ty}; its axes are "
                     f"{', '.join(x.ty.axes) or '(none, it is a scalar)'}"
                 )
+
+
+def _as_list(function: Any) -> Any:
+    """A traced function whose result (a Value or a sequence of them) comes back as a list."""
+
+    def listed(b, args):
+        outputs = function(b, args)
+        return list(outputs) if isinstance(outputs, tuple | list) else [outputs]
+
+    return listed
+
+
+def _define_program(api: OpsApi, name: str, specs: list, function: Any) -> Program:
+    program, _ = api.capturing_subprogram(name, specs, function)
+    return program
 
 
 def _lowest(dtype: DType):

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import AccyError
 from .ir import Operation, Program
+from .kinds.registry import RULES
 
 
 def run(program: Program, semantics: Any) -> Any:
@@ -25,7 +26,7 @@ def run(program: Program, semantics: Any) -> Any:
     env: dict[int, Any] = {}
     for op in program.operations:
         result = semantics.bind(op, [env[v] for v in op.operands])
-        if len(op.results) == 1:
+        if len(op.results) == 1 and not RULES[op.kind].multiple_results:
             env[op.results[0]] = result
         else:
             env.update(zip(op.results, result, strict=True))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ..api_compile import compile as compile_program
+from ..api import compile as compile_program
 from ..core import Attrs, Value, check_operation
 from ..core.builder import Builder
 from ..core.operations import OpsApi

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import optree
 
-from ..api_compile import compile as compile_program
+from ..api import compile as compile_program
 from ..core import Program, Value
 from ..core.builder import Builder
 from ..core.types import TensorType

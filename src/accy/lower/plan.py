@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from ..core import Operation, Program
 from ..core.types import TensorType, bf16, f32, f64
+from ..errors import AccyError
+from ..transforms.loops import inline_conds
 from . import fusion
 from .buffers import Lifetime, place
 from .contraction import Gemm, gemm_layout
@@ -107,6 +109,9 @@ def build_plan(program: Program) -> Plan:
     >>> [step.kind for step in build_plan(p).steps]
     ['loop']
     """
+    # A cond runs as both branches and a select: no data-dependent control flow is generated.
+    program = inline_conds(program)
+    _refuse_while_loops(program)
     decisions = fusion.decide(program)
     views = _views_for_buffer_consumers(decisions)
     steps, internal = _group(program, _steps(decisions, views), decisions, views)
@@ -120,6 +125,15 @@ def build_plan(program: Program) -> Plan:
     return Plan(
         program, tuple(steps), slots, outputs, views, decisions.producer, scratch, workspace
     )
+
+
+def _refuse_while_loops(program: Program) -> None:
+    for op in program.operations:
+        if op.kind == "while_loop":
+            raise AccyError(
+                "while_loop is not lowered to native code yet: run the program with "
+                "accy.reference, or use scan over a fixed number of steps on cpu and cuda"
+            )
 
 
 # views ---------------------------------------------------------------------------------------

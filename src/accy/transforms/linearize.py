@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Operation, Program
-from ..core.builder import Builder
+from ..core.builder import Builder, define
 from ..core.kinds.control import custom_call_jvp
 from ..core.kinds.registry import Zero, rule_for
 from ..errors import AccyError, NotDifferentiable
-from ..interpret import Emitter, Graph, attach, run
+from ..interpret import Emitter, Graph, Inline, attach, run
+from .loops import Roles, Source, carry_fixpoint, dependents, inline_cond, split
+from .simplify import simplify
 
 
 @dataclass(frozen=True)
@@ -75,23 +77,23 @@ class JvpSemantics:
         self.parameter_count = len(source.parameters)
         self.wrt = wrt
         self.reverse = reverse
+        self.jvp_rules: Any = None  # the user's layer, also used inside scan bodies
 
     def bind(self, op: Operation, args: list[Dual]) -> Any:
         primals = [a.primal for a in args]
+        tangents = [a.tangent for a in args]
+        if op.kind in LOOP_JVPS and not all(isinstance(t, Zero) for t in tangents):
+            return LOOP_JVPS[op.kind](self, op, primals, tangents)
         outputs = self.next.bind(op, primals)
         if op.kind == "parameter":
             return Dual(outputs, self._tangent_parameter(op))
-        tangents = [a.tangent for a in args]
         rule = rule_for(op.kind)
         if all(isinstance(t, Zero) for t in tangents):
             tangent = (
                 tuple(Zero(t) for t in op.result_types) if rule.multiple_results else Zero(op.type)
             )
         elif rule.jvp is None:
-            raise AccyError(
-                f"{op.kind} has no JVP rule; programs with scan are unrolled before "
-                "differentiation (accy.transforms.unroll.apply)"
-            )
+            raise AccyError(f"{op.kind} has no JVP rule")
         elif op.kind == "custom_call":
             # The record's rules: in reverse mode a VJP rule is preferred to a JVP rule.
             tangent = custom_call_jvp(
@@ -173,6 +175,248 @@ def linearize(
     """
     wrt = check_wrt(source, wrt)
     graph = attach(linearize_hook, Graph(Builder(source.name)))
-    semantics = _DualResults(attach(jvp_rules, JvpSemantics(source, graph, wrt, reverse)))
+    dual = JvpSemantics(source, graph, wrt, reverse)
+    dual.jvp_rules = jvp_rules
+    semantics = _DualResults(attach(jvp_rules, dual))
     program = run(source, semantics)
     return Linearized(program, len(source.parameters), len(source.outputs), wrt)
+
+
+# -- scan: differentiated as a scan ------------------------------------------------------------
+
+
+def _scan_jvp(s: JvpSemantics, op: Operation, primals: list, tangents: list) -> tuple:
+    """The JVP of a scan, as scans (never unrolled).
+
+    Forward mode emits one scan over primal and tangent carries together. For reverse mode
+    (`s.reverse`), that JVP body is split (`loops.split`) into a primal scan, which also
+    stacks the residuals the tangents need, and a linear scan over the tangents, which
+    `pullback` transposes into a reverse scan (JAX's `_scan_linearize`).
+    """
+    attrs = op.attrs
+    body: Program = attrs["body"]
+    roles = Roles.of(attrs, len(op.operands))
+    operand_types = op.operand_types
+    nonzero = [
+        not isinstance(t, Zero) and operand_types[i].dtype.is_float for i, t in enumerate(tangents)
+    ]
+    nonzero = carry_fixpoint(body, roles, nonzero, floats_only=True)
+    wrt = tuple(i for i, flag in enumerate(nonzero) if flag)
+    found = dependents(body, set(wrt))
+    num_carry = roles.num_carry
+    y_nonzero = [
+        v in found and t.dtype.is_float
+        for v, t in zip(body.outputs[num_carry:], body.output_types[num_carry:], strict=True)
+    ]
+    jvp_body = _jvp_body(body, roles, nonzero, y_nonzero, wrt, s)
+    groups = (roles.consts, roles.carries, roles.xs)
+    operands = []
+    for group in groups:
+        operands += [primals[i] for i in group]
+        operands += [s.emit.instantiate(tangents[i]) for i in group if nonzero[i]]
+    counts = [len(g) + sum(nonzero[i] for i in g) for g in groups]
+    jvp_attrs = attrs.replace(body=jvp_body, num_consts=counts[0], num_carry=counts[1])
+    tangent_carries = [j for j, i in enumerate(roles.carries) if nonzero[i]]
+    tangent_ys = [k for k, flag in enumerate(y_nonzero) if flag]
+    if not s.reverse:
+        results = s.emit.emit("scan", operands, jvp_attrs, id=op.id)
+    else:
+        results = _emit_split(s, op, jvp_body, Roles.of(jvp_attrs, len(operands)), operands, wrt)
+    # The JVP body's outputs: carries, tangent carries, ys, tangent ys.
+    carries = list(results[:num_carry])
+    carry_tangents = dict(zip(tangent_carries, results[num_carry : counts[1]], strict=True))
+    rest = results[counts[1] :]
+    ys = list(rest[: len(y_nonzero)])
+    y_tangents = dict(zip(tangent_ys, rest[len(y_nonzero) :], strict=True))
+    duals = [Dual(c, carry_tangents.get(j, Zero(c.ty))) for j, c in enumerate(carries)]
+    duals += [Dual(y, y_tangents.get(k, Zero(y.ty))) for k, y in enumerate(ys)]
+    return tuple(duals)
+
+
+def _jvp_body(body, roles, nonzero, y_nonzero, wrt, s) -> Program:
+    """The body of the JVP scan: parameters (consts, their tangents, carries, their tangents,
+    x slices, their tangents), outputs (carries, their tangents, ys, their tangents)."""
+    inner = linearize(body, wrt, jvp_rules=s.jvp_rules, reverse=s.reverse).program
+    count = len(body.parameters)
+    order = []
+    for group in (roles.consts, roles.carries, roles.xs):
+        order += list(group)
+        order += [count + wrt.index(i) for i in group if nonzero[i]]
+    outputs = len(body.outputs)
+    num_carry = roles.num_carry
+
+    def fn(b, args):
+        bound: list[Any] = [None] * len(order)
+        for slot, position in enumerate(order):
+            bound[position] = args[slot]
+        results = run(inner, Inline(b, bound, inner))
+        primal, tangent = results[:outputs], results[outputs:]
+        carry_tangents = [tangent[j] for j, i in enumerate(roles.carries) if nonzero[i]]
+        y_tangents = [tangent[num_carry + k] for k, flag in enumerate(y_nonzero) if flag]
+        return primal[:num_carry] + carry_tangents + primal[num_carry:] + y_tangents
+
+    types = [inner.parameter_types[p] for p in order]
+    return simplify(define(body.name + "_jvp", types, fn))
+
+
+def _emit_split(s: JvpSemantics, op: Operation, body: Program, roles, operands, wrt) -> list:
+    """Emit the JVP scan as a primal scan (with stacked residuals) and a linear scan; return
+    the JVP scan's results (the primal scan's and the linear scan's, in the body's order)."""
+    attrs = op.attrs
+    linear = [False] * roles.count
+    # The tangent parameters of the JVP body: those after each group's primal parameters.
+    for group, original in zip(
+        (roles.consts, roles.carries, roles.xs),
+        (
+            range(attrs["num_consts"]),
+            range(attrs["num_carry"]),
+            range(attrs["num_consts"] + attrs["num_carry"], len(op.operands)),
+        ),
+        strict=True,
+    ):
+        for i in list(group)[len(original) :]:
+            linear[i] = True
+    parts = split(body, roles, linear, remat=bool(attrs.get("remat", False)))
+    outputs: dict[int, Any] = {}
+    hoisted: list = []
+    if parts.hoist is not None:
+        hoisted = run(
+            parts.hoist, Inline(s.emit, [operands[i] for i in parts.hoist_operands], parts.hoist)
+        )
+    residuals: list = []
+    if parts.needs_primal_scan:
+        primal_attrs = attrs.replace(
+            body=parts.primal_body,
+            num_consts=parts.primal_num_consts,
+            num_carry=parts.primal_num_carry,
+        )
+        results = s.emit.emit(
+            "scan", [operands[i] for i in parts.primal_operands], primal_attrs, id=op.id
+        )
+        outputs.update(zip(parts.primal_outputs, results, strict=False))
+        residuals = list(results[len(parts.primal_outputs) :])
+
+    def source(src: Source) -> Any:
+        if src.where == "operand":
+            return operands[src.index]
+        return hoisted[src.index] if src.where == "hoisted" else residuals[src.index]
+
+    if parts.linear_outputs:
+        consts = [source(c) for c in parts.linear_consts]
+        linear_operands = (
+            consts
+            + [operands[i] for i in parts.linear_carries]
+            + [source(x) for x in parts.linear_xs]
+        )
+        linear_attrs = attrs.replace(
+            body=parts.linear_body, num_consts=len(consts), num_carry=len(parts.linear_carries)
+        )
+        results = s.emit.emit("scan", linear_operands, linear_attrs)
+        outputs.update(zip(parts.linear_outputs, results, strict=True))
+    return [outputs[i] for i in range(len(body.outputs))]
+
+
+def _cond_jvp(s: JvpSemantics, op: Operation, primals: list, tangents: list) -> tuple:
+    """Forward mode: a cond over the branches' JVP programs (only the taken branch runs).
+    Reverse mode: both branches inlined and their results selected by the predicate, which
+    `pullback` transposes like any select (the untaken branch gets a zero cotangent)."""
+    if s.reverse:
+        selected = inline_cond(op.attrs, op.operand_types)
+        return tuple(
+            run(selected, _Bound(s, [Dual(p, t) for p, t in zip(primals, tangents, strict=True)]))
+        )
+    args = list(range(1, len(primals)))
+    wrt = tuple(
+        i - 1
+        for i in args
+        if not isinstance(tangents[i], Zero) and op.operand_types[i].dtype.is_float
+    )
+    bodies = []
+    for role in ("true_body", "false_body"):
+        inner = linearize(op.attrs[role], wrt, jvp_rules=s.jvp_rules).program
+        bodies.append(simplify(inner))
+    operands = list(primals) + [s.emit.instantiate(tangents[i + 1]) for i in wrt]
+    attrs = op.attrs.replace(true_body=bodies[0], false_body=bodies[1])
+    results = s.emit.emit("cond", operands, attrs, id=op.id)
+    results = results if isinstance(results, tuple) else (results,)
+    count = len(op.results)
+    return tuple(Dual(results[k], results[count + k]) for k in range(count))
+
+
+def _while_jvp(s: JvpSemantics, op: Operation, primals: list, tangents: list) -> tuple:
+    """Forward mode: one while_loop over primal and tangent carries. Reverse mode is refused:
+    the number of steps is only known at run time, so no residuals can be stacked for it."""
+    if s.reverse:
+        raise NotDifferentiable(
+            "while_loop cannot be differentiated in reverse mode (grad, vjp): its number of "
+            "steps is only known when it runs. Use builder.scan over a fixed number of steps "
+            "(with a select to stop early) for gradients; forward mode (accy.jvp) works"
+        )
+    attrs = op.attrs
+    num_consts = attrs["num_consts"]
+    count = len(op.operands)
+    roles = Roles(num_consts, count - num_consts, count)
+    body: Program = attrs["body"]
+    nonzero = [
+        not isinstance(t, Zero) and op.operand_types[i].dtype.is_float
+        for i, t in enumerate(tangents)
+    ]
+    nonzero = carry_fixpoint(body, roles, nonzero, floats_only=True)
+    wrt = tuple(i for i, flag in enumerate(nonzero) if flag)
+    inner = linearize(body, wrt, jvp_rules=s.jvp_rules).program
+    order = []
+    for group in (roles.consts, roles.carries):
+        order += list(group)
+        order += [count + wrt.index(i) for i in group if nonzero[i]]
+    tangent_carries = [j for j, i in enumerate(roles.carries) if nonzero[i]]
+    carries = roles.num_carry
+
+    def jvp_body(b, args):
+        bound: list[Any] = [None] * len(order)
+        for slot, position in enumerate(order):
+            bound[position] = args[slot]
+        results = run(inner, Inline(b, bound, inner))
+        return results[:carries] + [results[carries + j] for j in tangent_carries]
+
+    def condition(b, args):
+        primal = [args[slot] for slot, position in enumerate(order) if position < count]
+        return run(attrs["cond_body"], Inline(b, primal, attrs["cond_body"]))
+
+    types = [inner.parameter_types[p] for p in order]
+    operands = []
+    for group in (roles.consts, roles.carries):
+        operands += [primals[i] for i in group]
+        operands += [s.emit.instantiate(tangents[i]) for i in group if nonzero[i]]
+    new_consts = num_consts + sum(nonzero[i] for i in roles.consts)
+    new_attrs = attrs.replace(
+        body=simplify(define(body.name + "_jvp", types, jvp_body)),
+        cond_body=define(attrs["cond_body"].name + "_jvp", types, condition),
+        num_consts=new_consts,
+    )
+    results = s.emit.emit("while_loop", operands, new_attrs, id=op.id)
+    results = results if isinstance(results, tuple) else (results,)
+    carry_tangents = dict(zip(tangent_carries, results[carries:], strict=True))
+    return tuple(
+        Dual(results[j], carry_tangents.get(j, Zero(results[j].ty))) for j in range(carries)
+    )
+
+
+class _Bound:
+    """Runs a program's operations through `semantics`, its parameters bound to `args`."""
+
+    def __init__(self, semantics: Any, args: list):
+        self.semantics = semantics
+        self.args = args
+
+    def bind(self, op: Operation, args: list) -> Any:
+        if op.kind == "parameter":
+            return self.args[op.attrs["index"]]
+        return self.semantics.bind(op, args)
+
+    def finish(self, outputs: list) -> list:
+        return outputs
+
+
+LOOP_JVPS = {"scan": _scan_jvp, "cond": _cond_jvp, "while_loop": _while_jvp}
+"""JVP rules of the kinds with sub-programs: they linearize their bodies with `linearize`
+itself, which the kind table (in `accy.core`, below the transforms) cannot call."""

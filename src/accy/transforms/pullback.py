@@ -15,12 +15,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..core import Operation, Program
-from ..core.builder import Builder
+from ..core.builder import Builder, define
+from ..core.ir import Attrs, permute_parameters
 from ..core.kinds.registry import Linear, rule_for
 from ..errors import AccyError
-from ..interpret import Emitter, Graph
+from ..interpret import Emitter, Graph, Inline, run
 from .linearize import Linearized
-from .simplify import eliminate_dead_code
+from .loops import Roles, Source, carry_fixpoint, split
+from .simplify import eliminate_dead_code, simplify
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ class _PrimalSweep:
             for op in self._missing_operations(value):
                 args = [self.env[v] for v in op.operands]
                 result = self.semantics.bind(op, args)
-                results = result if len(op.results) > 1 else (result,)
+                results = result if rule_for(op.kind).multiple_results else (result,)
                 self.env.update(zip(op.results, results, strict=True))
         return self.env[value]
 
@@ -175,8 +177,23 @@ def pullback(
     for op in reversed(source.operations):
         if op.kind == "parameter" or op.results[0] not in linear:
             continue
+        if op.kind in LOOP_TRANSPOSES:
+            cotangents = [backward.cotangents.pop(r, None) for r in op.results]
+            if all(c is None for c in cotangents):
+                continue
+            operands = [
+                Linear(t) if v in linear else primal.value(v)
+                for v, t in zip(op.operands, op.operand_types, strict=True)
+            ]
+            contributions = LOOP_TRANSPOSES[op.kind](backward, op, cotangents, operands)
+            for value, operand, contribution in zip(
+                op.operands, operands, contributions, strict=True
+            ):
+                if contribution is not None and isinstance(operand, Linear):
+                    backward.accumulate(value, contribution)
+            continue
         if len(op.results) != 1:
-            raise AccyError(f"{op.kind} with several results cannot be transposed (unroll scans)")
+            raise AccyError(f"{op.kind} with several results has no transpose rule")
         cotangent = backward.cotangents.pop(op.results[0], None)
         if cotangent is None:
             continue
@@ -199,3 +216,175 @@ def pullback(
         # no transpose rule used (a reduce's init, say).
         program = eliminate_dead_code(program)
     return Pullback(program, n, len(tangent_outputs), keep_primal_outputs)
+
+
+# -- scan: transposed into a scan running the other way ----------------------------------------
+
+
+def _transpose_scan(backward: _Backward, op: Operation, cotangents: list, operands: list) -> list:
+    """The cotangents of a scan's linear operands, from a scan that runs the other way.
+
+    A scan whose carries are all linear is transposed directly: the reverse scan's body is the
+    pullback of the scan's body (primal work in the body is recomputed there, which is what
+    `remat=True` asks for). A scan with primal carries is first split (`loops.split`) into a
+    primal scan, emitted here to stack the residuals, and a linear scan, transposed as above.
+    The reverse scan carries the cotangents of the carries and accumulates those of the linear
+    consts (closures included: summed over the steps); the cotangents of the linear xs come out
+    as its ys (JAX's `_scan_transpose`).
+    """
+    emit = backward.emit
+    attrs = op.attrs
+    body: Program = attrs["body"]
+    roles = Roles.of(attrs, len(op.operands))
+    linear = carry_fixpoint(
+        body, roles, [isinstance(o, Linear) for o in operands], floats_only=False
+    )
+    if all(linear[i] for i in roles.carries):
+        return _transpose_linear_scan(backward, attrs, body, roles, linear, cotangents, operands)
+    parts = split(body, roles, linear, remat=bool(attrs.get("remat", False)))
+    hoisted: list = []
+    if parts.hoist is not None:
+        values = [operands[i] for i in parts.hoist_operands]
+        hoisted = run(parts.hoist, Inline(emit, values, parts.hoist))
+    residuals: list = []
+    if parts.residual_count:
+        primal_attrs = attrs.replace(
+            body=parts.primal_body,
+            num_consts=parts.primal_num_consts,
+            num_carry=parts.primal_num_carry,
+        )
+        results = emit.emit("scan", [operands[i] for i in parts.primal_operands], primal_attrs)
+        residuals = list(results[len(parts.primal_outputs) :])
+
+    def source(src: Source) -> Any:
+        if src.where == "operand":
+            return operands[src.index]
+        return hoisted[src.index] if src.where == "hoisted" else residuals[src.index]
+
+    consts = [source(c) for c in parts.linear_consts]
+    xs = [source(x) for x in parts.linear_xs]
+    inner_operands = consts + [operands[i] for i in parts.linear_carries] + xs
+    inner_roles = Roles(len(consts), len(parts.linear_carries), len(inner_operands))
+    inner_linear = [isinstance(o, Linear) for o in inner_operands]
+    for i in inner_roles.carries:
+        inner_linear[i] = True
+    inner_cotangents = [cotangents[o] for o in parts.linear_outputs]
+    inner_attrs = attrs.replace(
+        body=parts.linear_body, num_consts=len(consts), num_carry=len(parts.linear_carries)
+    )
+    inner = _transpose_linear_scan(
+        backward,
+        inner_attrs,
+        parts.linear_body,
+        inner_roles,
+        inner_linear,
+        inner_cotangents,
+        inner_operands,
+    )
+    # Back to the original operands: linear consts, carries and xs are original operands.
+    contributions: list = [None] * len(operands)
+    sources = (
+        list(parts.linear_consts)
+        + [Source("operand", i) for i in parts.linear_carries]
+        + list(parts.linear_xs)
+    )
+    for src, contribution in zip(sources, inner, strict=True):
+        if contribution is not None and src.where == "operand":
+            contributions[src.index] = contribution
+    return contributions
+
+
+def _transpose_linear_scan(
+    backward: _Backward,
+    attrs: Any,
+    body: Program,
+    roles: Roles,
+    linear: list[bool],
+    cotangents: list,
+    operands: list,
+) -> list:
+    """Transpose a scan whose carries are all linear (`linear`: one flag per operand)."""
+    emit = backward.emit
+    primal_consts = [i for i in roles.consts if not linear[i]]
+    primal_xs = [i for i in roles.xs if not linear[i]]
+    linear_consts = [i for i in roles.consts if linear[i]]
+    linear_xs = [i for i in roles.xs if linear[i]]
+    carries = list(roles.carries)
+    num_carry = roles.num_carry
+    order = primal_consts + primal_xs + linear_consts + carries + linear_xs
+    reordered = permute_parameters(body, order)
+    first_linear = len(primal_consts) + len(primal_xs)
+    transposed = pullback(
+        Linearized(reordered, first_linear, 0, ()), vjp_rules=backward.vjp_rules
+    ).program
+    # transposed: (primal consts, primal x slices, seeds per body output) ->
+    #             (cotangents of linear consts, of carries, of linear x slices)
+    body_types = body.parameter_types
+    outputs = body.output_types
+    given_ys = [k for k in range(len(outputs) - num_carry) if cotangents[num_carry + k] is not None]
+
+    def reverse_body(b, args):
+        n_pc, n_px, n_lc = len(primal_consts), len(primal_xs), len(linear_consts)
+        pc = args[:n_pc]
+        accumulators = args[n_pc : n_pc + n_lc]
+        carry_cts = args[n_pc + n_lc : n_pc + n_lc + num_carry]
+        px = args[n_pc + n_lc + num_carry : n_pc + n_lc + num_carry + n_px]
+        y_cts = dict(zip(given_ys, args[n_pc + n_lc + num_carry + n_px :], strict=True))
+        seeds = list(carry_cts) + [
+            y_cts[k] if k in y_cts else b.zeros(outputs[num_carry + k])
+            for k in range(len(outputs) - num_carry)
+        ]
+        results = run(transposed, Inline(b, list(pc) + list(px) + seeds, transposed))
+        const_cts = results[:n_lc]
+        new_carry_cts = results[n_lc : n_lc + num_carry]
+        x_cts = results[n_lc + num_carry :]
+        sums = [b.add(a, c) for a, c in zip(accumulators, const_cts, strict=True)]
+        return sums + list(new_carry_cts) + list(x_cts)
+
+    types = (
+        [body_types[i] for i in primal_consts]
+        + [body_types[i] for i in linear_consts]
+        + [body_types[i] for i in carries]
+        + [body_types[i] for i in primal_xs]
+        + [outputs[num_carry + k] for k in given_ys]
+    )
+    reverse_program = simplify(define(body.name + "_transposed", types, reverse_body))
+    operand_types = [o.type if isinstance(o, Linear) else o.ty for o in operands]
+    scan_operands = (
+        [operands[i] for i in primal_consts]
+        + [emit.zeros(operand_types[i]) for i in linear_consts]
+        + [
+            cotangents[j] if cotangents[j] is not None else emit.zeros(outputs[j])
+            for j in range(num_carry)
+        ]
+        + [operands[i] for i in primal_xs]
+        + [cotangents[num_carry + k] for k in given_ys]
+    )
+    reverse_attrs = Attrs(
+        {
+            "body": reverse_program,
+            "axis": attrs["axis"],
+            "length": attrs["length"],
+            "num_consts": len(primal_consts),
+            "num_carry": len(linear_consts) + num_carry,
+            "reverse": not attrs["reverse"],
+        }
+    )
+    results = emit.emit("scan", scan_operands, reverse_attrs)
+    results = results if isinstance(results, tuple) else (results,)
+    contributions: list = [None] * len(operands)
+    for position, i in enumerate(linear_consts):
+        contributions[i] = results[position]
+    for j, i in enumerate(carries):
+        if linear[i] and isinstance(operands[i], Linear):
+            contributions[i] = results[len(linear_consts) + j]
+    stacked = results[len(linear_consts) + num_carry :]
+    for position, i in enumerate(linear_xs):
+        wanted = operand_types[i].axes
+        value = stacked[position]
+        contributions[i] = value if value.ty.axes == wanted else emit.transpose(value, wanted)
+    return contributions
+
+
+LOOP_TRANSPOSES = {"scan": _transpose_scan}
+"""Transpose rules of the kinds with sub-programs (they call `pullback` on their bodies)."""

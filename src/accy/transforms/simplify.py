@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core import Operation, Program
 from ..core.builder import Builder
+from ..core.kinds.registry import rule_for
 from ..interpret import Emitter, Graph, Layer, run
 
 
@@ -178,7 +179,7 @@ class _SkipDead(Layer):
 
     def bind(self, op: Operation, args: list[Any]) -> Any:
         if not any(r in self.live for r in op.results):
-            return tuple(None for _ in op.results) if len(op.results) > 1 else None
+            return tuple(None for _ in op.results) if rule_for(op.kind).multiple_results else None
         return self.next.bind(op, args)
 
 

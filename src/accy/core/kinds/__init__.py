@@ -8,7 +8,7 @@
 | reduction   | reduce                                                           |
 | contraction | dot_general                                                      |
 | indexing    | gather, scatter_add                                              |
-| control     | custom_call, scan                                                |
+| control     | custom_call, scan, cond, while_loop                              |
 """
 
 from . import contraction, control, creation, elementwise, indexing, layout, reduction

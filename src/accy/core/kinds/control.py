@@ -216,3 +216,88 @@ def _scan_batch(e, op, operands, batched, ctx):
 
 
 register(Rule("scan", _scan_infer, _scan_evaluate, multiple_results=True, batch=_scan_batch))
+
+
+# -- cond and while_loop -----------------------------------------------------------------------
+#
+# cond: operands `predicate, args...`; attributes `true_body` and `false_body`, two Programs
+# that take the args' types and return the same types. The results are the outputs of the
+# branch that the (bool, rank-0) predicate selects; only that branch runs.
+#
+# while_loop: operands `consts..., carries...`; attributes `cond_body` (consts, carries ->
+# bool scalar) and `body` (consts, carries -> new carries), `num_consts`. The carries are
+# updated while `cond_body` holds; the results are the final carries.
+
+
+def _check_branch(kind: str, role: str, program: Any, expected: list) -> Program:
+    if not isinstance(program, Program):
+        raise TypeRuleError(f"{kind}: attribute {role!r} must be a program, got {program!r}")
+    parameters = list(program.parameter_types)
+    if parameters != list(expected):
+        raise TypeRuleError(
+            f"{kind}: the {role} {program.name!r} takes ({', '.join(map(str, parameters))}) "
+            f"but is given ({', '.join(map(str, expected))})"
+        )
+    return program
+
+
+def _cond_infer(types, attrs):
+    if not types:
+        raise TypeRuleError("cond needs a predicate operand")
+    predicate = types[0]
+    if predicate.dtype.name != "bool" or predicate.rank != 0:
+        raise TypeRuleError(f"cond: the predicate must be a bool scalar, got {predicate}")
+    args = list(types[1:])
+    true_body = _check_branch("cond", "true_body", attr("cond", attrs, "true_body"), args)
+    false_body = _check_branch("cond", "false_body", attr("cond", attrs, "false_body"), args)
+    if list(true_body.output_types) != list(false_body.output_types):
+        raise TypeRuleError(
+            f"cond: the branches return different types: "
+            f"({', '.join(map(str, true_body.output_types))}) when true, "
+            f"({', '.join(map(str, false_body.output_types))}) when false"
+        )
+    return tuple(true_body.output_types)
+
+
+def _cond_evaluate(attrs, args, ev):
+    branch = attrs["true_body"] if bool(args[0]) else attrs["false_body"]
+    return tuple(ev.run_program(branch, list(args[1:])))
+
+
+register(Rule("cond", _cond_infer, _cond_evaluate, multiple_results=True))
+
+
+def _while_infer(types, attrs):
+    num_consts = attr("while_loop", attrs, "num_consts")
+    if not isinstance(num_consts, int) or isinstance(num_consts, bool) or num_consts < 0:
+        raise TypeRuleError(f"while_loop: num_consts must be an int >= 0, got {num_consts!r}")
+    if num_consts > len(types):
+        raise TypeRuleError(f"while_loop: {num_consts} consts but {len(types)} operands")
+    condition = _check_branch(
+        "while_loop", "cond_body", attr("while_loop", attrs, "cond_body"), types
+    )
+    body = _check_branch("while_loop", "body", attr("while_loop", attrs, "body"), types)
+    outputs = condition.output_types
+    if len(outputs) != 1 or outputs[0].dtype.name != "bool" or outputs[0].rank != 0:
+        raise TypeRuleError(
+            f"while_loop: cond_body must return one bool scalar, got "
+            f"({', '.join(map(str, outputs))})"
+        )
+    carries = list(types[num_consts:])
+    if list(body.output_types) != carries:
+        raise TypeRuleError(
+            f"while_loop: the body must return the carries' types "
+            f"({', '.join(map(str, carries))}), got ({', '.join(map(str, body.output_types))})"
+        )
+    return tuple(carries)
+
+
+def _while_evaluate(attrs, args, ev):
+    num_consts = attrs["num_consts"]
+    consts, carries = list(args[:num_consts]), list(args[num_consts:])
+    while bool(ev.run_program(attrs["cond_body"], consts + carries)[0]):
+        carries = list(ev.run_program(attrs["body"], consts + carries))
+    return tuple(carries)
+
+
+register(Rule("while_loop", _while_infer, _while_evaluate, multiple_results=True))

@@ -1,0 +1,196 @@
+"""The gradient of a tanh RNN over a scan: compile time, step time and peak memory against
+the number of steps, for accy (always) and JAX's `lax.scan` (when JAX is importable).
+
+    python -m bench.scan_rnn                       # 64, 1024 and 16384 steps, on the CPU
+    python -m bench.scan_rnn --steps 64,1024 --device cuda --json out/scan_rnn.json
+
+The RNN: h' = tanh(h W + x U), carry 256, input 256, batch 1; the loss is the sum of the final
+carry and of every step's carry; its gradient with respect to W, U, h0 and the inputs. Each
+(system, steps, remat) runs in a fresh process (`--worker`), so that compile caches and peak
+memory (the process's maximum resident set, `ru_maxrss`, which covers native workspaces too)
+are its own. `compile_s` includes the first call (as JAX's jit compiles on it); accy's
+`build_s` is grad + `accy.compile` alone. accy compiles with its disk cache in a fresh
+private folder, so the compile time is a real build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+CARRY = 256
+INPUT = 256
+
+
+def _inputs(steps: int):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    scale = 1.0 / np.sqrt(CARRY)
+    return [
+        (rng.standard_normal((CARRY, CARRY)) * scale).astype(np.float32),
+        (rng.standard_normal((INPUT, CARRY)) * scale).astype(np.float32),
+        (rng.standard_normal(CARRY) * 0.1).astype(np.float32),
+        rng.standard_normal((steps, INPUT)).astype(np.float32),
+    ]
+
+
+def accy_program(steps: int, remat: bool):
+    """The RNN loss in accy: the weights are closures of the scan body."""
+    import accy
+    from accy import f32, spec
+
+    def loss(b, args):
+        w, u, h0, xs = args
+
+        def step(_, a):
+            h, x = a
+            new = (h.contract(w, "h") + x.contract(u, "i")).rename("o", "h").tanh()
+            return new, new
+
+        (final,), (hs,) = b.scan(step, carries=[h0], xs=[xs], axis="t", remat=remat)
+        return final.sum("h") + hs.sum(("t", "h"))
+
+    types = [
+        spec(f32, h=CARRY, o=CARRY),
+        spec(f32, i=INPUT, o=CARRY),
+        spec(f32, h=CARRY),
+        spec(f32, t=steps, i=INPUT),
+    ]
+    return accy.trace.define("rnn", types, loss)
+
+
+def run_accy(steps: int, remat: bool, device: str, repeat: int) -> dict:
+    import accy
+
+    start = time.perf_counter()
+    gradient = accy.grad(accy_program(steps, remat), (0, 1, 2, 3))
+    compiled = accy.compile(gradient, device=device)
+    build_s = time.perf_counter() - start
+    inputs = _inputs(steps)
+    if device == "cuda":
+        import cupy
+
+        inputs = [cupy.asarray(x) for x in inputs]
+        sync = cupy.cuda.get_current_stream().synchronize
+    else:
+        sync = lambda: None  # noqa: E731
+    compiled(*inputs)
+    sync()
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        compiled(*inputs)
+        sync()
+        times.append(time.perf_counter() - t)
+    median = sorted(times)[len(times) // 2]
+    return {"compile_s": compile_s, "build_s": build_s, "step_s": median}
+
+
+def run_jax(steps: int, remat: bool, device: str, repeat: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    def loss(w, u, h0, xs):
+        def step(h, x):
+            new = jnp.tanh(h @ w + x @ u)
+            return new, new
+
+        body = jax.checkpoint(step) if remat else step
+        final, hs = jax.lax.scan(body, h0, xs)
+        return final.sum() + hs.sum()
+
+    start = time.perf_counter()
+    target = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+    inputs = [jax.device_put(x, target) for x in _inputs(steps)]
+    function = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+    jax.block_until_ready(function(*inputs))
+    compile_s = time.perf_counter() - start
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        jax.block_until_ready(function(*inputs))
+        times.append(time.perf_counter() - t)
+    return {"compile_s": compile_s, "step_s": sorted(times)[len(times) // 2]}
+
+
+def worker(system: str, steps: int, remat: bool, device: str, repeat: int) -> dict:
+    """One measurement in this process; peak memory is this process's maximum resident set."""
+    result = (run_accy if system == "accy" else run_jax)(steps, remat, device, repeat)
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result.update(system=system, steps=steps, remat=remat, device=device)
+    return result
+
+
+def _jax_available() -> bool:
+    try:
+        import jax  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default="64,1024,16384")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--worker", nargs=3, metavar=("SYSTEM", "STEPS", "REMAT"))
+    args = parser.parse_args(argv)
+    if args.worker:
+        system, steps, remat = args.worker
+        print(json.dumps(worker(system, int(steps), remat == "1", args.device, args.repeat)))
+        return 0
+    systems = ["accy"] + (["jax"] if _jax_available() else [])
+    if "jax" not in systems:
+        print("JAX is not importable here: measuring accy only", file=sys.stderr)
+    results = []
+    for steps in [int(s) for s in args.steps.split(",")]:
+        for remat in (False, True):
+            for system in systems:
+                with tempfile.TemporaryDirectory() as cache:
+                    environment = dict(os.environ, ACCY_CACHE_DIR=cache)
+                    command = [sys.executable, "-m", "bench.scan_rnn", "--device", args.device]
+                    command += ["--repeat", str(args.repeat)]
+                    command += ["--worker", system, str(steps), "1" if remat else "0"]
+                    done = subprocess.run(
+                        command, capture_output=True, text=True, env=environment, check=False
+                    )
+                if done.returncode != 0:
+                    print(done.stderr, file=sys.stderr)
+                    results.append(
+                        {
+                            "system": system,
+                            "steps": steps,
+                            "remat": remat,
+                            "error": done.stderr[-2000:],
+                        }
+                    )
+                    continue
+                result = json.loads(done.stdout.strip().splitlines()[-1])
+                results.append(result)
+                build = result.get("build_s")
+                print(
+                    f"{system:5} steps={steps:6} remat={remat!s:5} "
+                    f"compile+first call {result['compile_s']:7.2f} s "
+                    + (f"(build {build:5.2f} s) " if build is not None else "")
+                    + f"step {result['step_s'] * 1e3:9.2f} ms "
+                    f"peak RSS {result['peak_rss_mib']:8.1f} MiB",
+                    flush=True,
+                )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,385 @@
+"""Scan bodies taken apart for differentiation: dependence, and the primal/linear split.
+
+Reverse mode differentiates a `scan` without unrolling it (JAX's `_scan_partial_eval` and
+`_scan_transpose`): the JVP body (primal and tangent carries together) is split into
+
+- a *primal* body: the operations that do not depend on a tangent. Run forward as a scan, it
+  gives the primal results and, as extra ys stacked along the scanned axis, the *residuals*
+  (the primal values the tangent work reads at each step);
+- a *linear* body: the operations that depend on a tangent, reading the residuals as x slices.
+  `pullback` transposes it into a scan that runs in the opposite direction.
+
+Residuals cost memory, so not every primal value read by the linear body is stacked:
+constants are recomputed in the linear body, consts and x slices are read from the scan's own
+operands, and values computed from consts alone are hoisted out of the loop and computed once.
+With `remat=True` only the carries are stacked: the linear body recomputes, from each step's
+carries, consts and x slices, the primal values it reads.
+
+Every walk here is a loop over the body's operations (no recursion over values), so the cost is
+linear in the size of the body and independent of the scan's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..core import Program
+from ..core.builder import Builder, define
+from ..core.kinds.registry import rule_for
+from ..interpret import Emitter, Graph, Inline, Layer, run
+from .simplify import eliminate_dead_code
+
+
+def dependents(program: Program, sources: set[int]) -> set[int]:
+    """The values of `program` that depend on any of the parameter positions in `sources`.
+
+    >>> import accy
+    >>> p = accy.trace.define("p", [accy.spec(accy.f32)] * 2, lambda b, a: (a[0] * 2.0, a[1]))
+    >>> sorted(dependents(p, {0})) == sorted([p.parameters[0], p.outputs[0]])
+    True
+    """
+    parameters = program.parameters
+    found = {parameters[i] for i in sources}
+    for op in program.operations:
+        if op.kind != "parameter" and any(v in found for v in op.operands):
+            found.update(op.results)
+    return found
+
+
+@dataclass(frozen=True)
+class Roles:
+    """How a scan's operands (and its body's parameters) divide: consts, carries, xs."""
+
+    num_consts: int
+    num_carry: int
+    count: int
+
+    @staticmethod
+    def of(attrs: Any, count: int) -> Roles:
+        return Roles(attrs["num_consts"], attrs["num_carry"], count)
+
+    @property
+    def consts(self) -> range:
+        return range(self.num_consts)
+
+    @property
+    def carries(self) -> range:
+        return range(self.num_consts, self.num_consts + self.num_carry)
+
+    @property
+    def xs(self) -> range:
+        return range(self.num_consts + self.num_carry, self.count)
+
+
+def carry_fixpoint(body: Program, roles: Roles, active: Sequence[bool], floats_only: bool) -> list:
+    """`active` (one flag per body parameter) closed under the loop: a carry becomes active
+    when the body's new value for it depends on an active parameter. Converges in at most
+    `num_carry + 1` passes (JAX's `_scan_jvp` fixpoint)."""
+    active = list(active)
+    while True:
+        found = dependents(body, {i for i, a in enumerate(active) if a})
+        changed = False
+        for j, position in enumerate(roles.carries):
+            output_type = body.output_types[j]
+            if active[position] or body.outputs[j] not in found:
+                continue
+            if floats_only and not output_type.dtype.is_float:
+                continue
+            active[position] = True
+            changed = True
+        if not changed:
+            return active
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the linear scan reads one of its primal operands: `operand` (the original scan's
+    operand at `index`), `hoisted` (output `index` of the hoisted program) or `residual` (the
+    stacked residual `index`, an extra y of the primal scan)."""
+
+    where: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Split:
+    """A scan body split into a primal scan and a linear scan (see the module docstring).
+
+    The primal scan takes the original operands at `primal_operands` (consts, carries, xs) and
+    returns `primal_outputs` (indices of body outputs: its carries, then its ys), then the
+    stacked residuals. The hoisted program takes the original operands at `hoist_operands`.
+    The linear scan's operands are `linear_consts` (primal sources, then original operands),
+    `linear_carries` (original operand indices), `linear_xs` (likewise); it returns the body
+    outputs `linear_outputs`.
+    """
+
+    primal_body: Program
+    primal_operands: tuple[int, ...]
+    primal_num_consts: int
+    primal_num_carry: int
+    primal_outputs: tuple[int, ...]
+    residual_count: int
+    hoist: Program | None
+    hoist_operands: tuple[int, ...]
+    linear_body: Program
+    linear_consts: tuple[Source, ...]
+    linear_carries: tuple[int, ...]
+    linear_xs: tuple[Source, ...]
+    linear_outputs: tuple[int, ...]
+
+    @property
+    def needs_primal_scan(self) -> bool:
+        return bool(self.primal_outputs) or self.residual_count > 0
+
+
+def split(body: Program, roles: Roles, linear: Sequence[bool], remat: bool) -> Split:
+    """Split `body` given which parameters are linear (a fixpoint over carries is applied)."""
+    linear = carry_fixpoint(body, roles, linear, floats_only=False)
+    parameters = body.parameters
+    linear_params = {i for i, a in enumerate(linear) if a}
+    lv = dependents(body, linear_params)
+    role_of = {}
+    for group, positions in (("const", roles.consts), ("carry", roles.carries), ("x", roles.xs)):
+        for i in positions:
+            role_of[parameters[i]] = (group, i)
+    producer = {}
+    for op in body.operations:
+        for r in op.results:
+            producer[r] = op
+    carry_outputs = body.outputs[: roles.num_carry]
+    y_outputs = body.outputs[roles.num_carry :]
+    linear_carry_positions = [j for j, i in enumerate(roles.carries) if linear[i]]
+    primal_carry_positions = [j for j, i in enumerate(roles.carries) if not linear[i]]
+    linear_y_positions = [k for k, v in enumerate(y_outputs) if v in lv]
+    primal_y_positions = [k for k, v in enumerate(y_outputs) if v not in lv]
+
+    # Primal values that the linear body reads.
+    needed: list[int] = []
+    seen: set[int] = set()
+
+    def need(value: int) -> None:
+        if value not in lv and value not in seen:
+            seen.add(value)
+            needed.append(value)
+
+    for op in body.operations:
+        if op.kind != "parameter" and op.results[0] in lv:
+            for v in op.operands:
+                need(v)
+    for j in linear_carry_positions:
+        need(carry_outputs[j])
+    for k in linear_y_positions:
+        need(y_outputs[k])
+
+    # Which primal work the linear body redoes itself.
+    recompute: set[int] = set()
+    if remat:
+        stack = list(needed)
+        while stack:
+            v = stack.pop()
+            if v in recompute or v in role_of:
+                continue
+            recompute.add(v)
+            stack.extend(producer[v].operands)
+    else:
+        for v in needed:
+            if v not in role_of and not producer[v].operands:
+                recompute.add(v)  # constants, iota: cheaper to recompute than to store
+
+    invariant: set[int] = {parameters[i] for i in roles.consts if not linear[i]}
+    for op in body.operations:
+        if op.kind != "parameter" and all(v in invariant for v in op.operands):
+            invariant.update(op.results)
+
+    # Where each primal value the linear body reads (and does not recompute) comes from.
+    boundary: list[int] = []  # values, in definition order
+    seen_boundary: set[int] = set()
+    for v in needed if not remat else sorted(recompute_inputs(body, recompute, role_of, needed)):
+        if v in recompute or v in seen_boundary:
+            continue
+        seen_boundary.add(v)
+        boundary.append(v)
+
+    const_sources: list[tuple[int, Source]] = []
+    x_sources: list[tuple[int, Source]] = []
+    hoisted: list[int] = []
+    residuals: list[int] = []
+    for v in boundary:
+        group = role_of.get(v, (None, None))
+        if group[0] == "const":
+            const_sources.append((v, Source("operand", group[1])))
+        elif group[0] == "x":
+            x_sources.append((v, Source("operand", group[1])))
+        elif v in invariant and group[0] is None:
+            const_sources.append((v, Source("hoisted", len(hoisted))))
+            hoisted.append(v)
+        else:
+            x_sources.append((v, Source("residual", len(residuals))))
+            residuals.append(v)
+
+    # -- the primal body: nonlinear parameters -> primal carries, primal ys, residuals --------
+    primal_params = [i for i in range(roles.count) if not linear[i]]
+    primal_consts = [i for i in primal_params if i in roles.consts]
+    primal_carries = [i for i in primal_params if i in roles.carries]
+    primal_outputs = tuple(primal_carry_positions) + tuple(
+        roles.num_carry + k for k in primal_y_positions
+    )
+
+    def primal_fn(b, args):
+        env = {parameters[i]: a for i, a in zip(primal_params, args, strict=True)}
+        _replay(b, body, env, lambda op: op.results[0] not in lv)
+        return [env[body.outputs[o]] for o in primal_outputs] + [env[v] for v in residuals]
+
+    primal_body = eliminate_dead_code(
+        define(
+            body.name + "_primal", [body.type_of(parameters[i]) for i in primal_params], primal_fn
+        )
+    )
+
+    # -- the hoisted program: nonlinear consts -> loop-invariant residuals -------------------
+    hoist = None
+    if hoisted:
+
+        def hoist_fn(b, args):
+            env = {parameters[i]: a for i, a in zip(primal_consts, args, strict=True)}
+            _replay(b, body, env, lambda op: op.results[0] in invariant)
+            return [env[v] for v in hoisted]
+
+        hoist = eliminate_dead_code(
+            define(
+                body.name + "_hoisted",
+                [body.type_of(parameters[i]) for i in primal_consts],
+                hoist_fn,
+            )
+        )
+
+    # -- the linear body: primal sources and linear parameters -> linear outputs --------------
+    linear_const_params = [i for i in roles.consts if linear[i]]
+    linear_carry_params = [i for i in roles.carries if linear[i]]
+    linear_x_params = [i for i in roles.xs if linear[i]]
+    boundary_consts = [v for v, _ in const_sources]
+    boundary_xs = [v for v, _ in x_sources]
+    types = (
+        [body.type_of(v) for v in boundary_consts]
+        + [body.type_of(parameters[i]) for i in linear_const_params]
+        + [body.type_of(parameters[i]) for i in linear_carry_params]
+        + [body.type_of(v) for v in boundary_xs]
+        + [body.type_of(parameters[i]) for i in linear_x_params]
+    )
+    linear_outputs = tuple(linear_carry_positions) + tuple(
+        roles.num_carry + k for k in linear_y_positions
+    )
+
+    def linear_fn(b, args):
+        keys = (
+            boundary_consts
+            + [parameters[i] for i in linear_const_params]
+            + [parameters[i] for i in linear_carry_params]
+            + boundary_xs
+            + [parameters[i] for i in linear_x_params]
+        )
+        env = dict(zip(keys, args, strict=True))
+        _replay(b, body, env, lambda op: op.results[0] in lv or op.results[0] in recompute)
+        return [env[body.outputs[o]] for o in linear_outputs]
+
+    linear_body = define(body.name + "_linear", types, linear_fn)
+    return Split(
+        primal_body=primal_body,
+        primal_operands=tuple(primal_params),
+        primal_num_consts=len(primal_consts),
+        primal_num_carry=len(primal_carries),
+        primal_outputs=primal_outputs,
+        residual_count=len(residuals),
+        hoist=hoist,
+        hoist_operands=tuple(primal_consts),
+        linear_body=linear_body,
+        linear_consts=tuple(s for _, s in const_sources)
+        + tuple(Source("operand", i) for i in linear_const_params),
+        linear_carries=tuple(linear_carry_params),
+        linear_xs=tuple(s for _, s in x_sources)
+        + tuple(Source("operand", i) for i in linear_x_params),
+        linear_outputs=linear_outputs,
+    )
+
+
+def recompute_inputs(body: Program, recompute: set[int], role_of: dict, needed: list) -> set[int]:
+    """Under remat: the parameters that the recomputed work (and the linear body) reads."""
+    inputs = {v for v in needed if v in role_of}
+    for op in body.operations:
+        if op.kind != "parameter" and op.results[0] in recompute:
+            inputs.update(v for v in op.operands if v in role_of)
+    return inputs
+
+
+def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:
+    """Emit into `b`, in order, the operations of `body` that `keep` accepts and whose results
+    are not bound yet; their operands must be bound in `env` (results are added to it)."""
+    for op in body.operations:
+        if op.kind == "parameter" or op.results[0] in env or not keep(op):
+            continue
+        result = b.emit(op.kind, [env[v] for v in op.operands], op.attrs)
+        results = result if rule_for(op.kind).multiple_results else (result,)
+        env.update(zip(op.results, results, strict=True))
+
+
+def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
+    """A program (predicate, args...) -> outputs computing both branches of a cond and
+    selecting each output by the predicate: how reverse mode differentiates a cond, and how
+    the backends run one (no data-dependent control flow in the generated code).
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.bool_), accy.spec(accy.f32)],
+    ...     lambda b, a: b.cond(a[0], lambda b, v: v[0] + 1.0, lambda b, v: v[0], [a[1]]))
+    >>> inlined = inline_cond(p.operations[2].attrs, p.operations[2].operand_types)
+    >>> inlined.count("select"), [float(x) for x in accy.reference.run(inlined, [True, 2.0])]
+    (1, [3.0])
+    """
+
+    def both(b, args):
+        predicate, values = args[0], list(args[1:])
+        on_true = run(attrs["true_body"], Inline(b, values, attrs["true_body"]))
+        on_false = run(attrs["false_body"], Inline(b, values, attrs["false_body"]))
+        return [b.select(predicate, t, f) for t, f in zip(on_true, on_false, strict=True)]
+
+    return define("cond_inlined", list(operand_types), both)
+
+
+def inline_conds(program: Program) -> Program:
+    """`program` with every cond (nested ones too) replaced by both branches and selects."""
+    if not any(op.kind in ("cond", "scan", "while_loop") for op in program.operations):
+        return program
+
+    class _Inline(Layer):
+        def __init__(self, next: Any):
+            super().__init__(next)
+            self.emit = Emitter(self)
+
+        def bind(self, op: Any, args: list) -> Any:
+            if op.kind in ("scan", "while_loop"):
+                changes = {
+                    name: inline_conds(value)
+                    for name, value in op.attrs.items()
+                    if isinstance(value, Program)
+                }
+                op = replace(op, attrs=op.attrs.replace(**changes))
+            if op.kind != "cond":
+                return self.next.bind(op, args)
+            selected = inline_cond(op.attrs, op.operand_types)
+            outputs = run(inline_conds(selected), Inline(self.emit, args, selected))
+            return tuple(outputs)
+
+    return run(program, _Inline(Graph(Builder(program.name))))
+
+
+__all__ = [
+    "Roles",
+    "Source",
+    "Split",
+    "carry_fixpoint",
+    "dependents",
+    "inline_cond",
+    "inline_conds",
+    "split",
+]

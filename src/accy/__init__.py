@@ -110,7 +110,7 @@ __all__ = [
     "vjp",
 ]
 
-# The backends and the one way to run a program; the seed's names over it (compat).
+# The backends and the one way to run a program; older execution names over it (compat).
 from . import backends, compat, executable, execute, gpu, lower  # noqa: E402
 from .api import CompiledProgram, compile, run  # noqa: E402
 
@@ -126,12 +126,12 @@ __all__ += [
     "run",
 ]
 
-# Custom-call kernels (issue 7).
+# The kernel language of custom-call kernels.
 from . import kernel  # noqa: E402
 
 __all__ += ["kernel"]
 
-# The Python-first front end (issue 18): named arrays and function transforms over trees. The
+# The Python-first front end: named arrays and function transforms over trees. The
 # transforms take a Program too, and then are exactly `accy.gradient`'s.
 from . import frontend  # noqa: E402
 from .frontend import (  # noqa: E402

@@ -1,8 +1,8 @@
 """One family of errors: every user mistake accy detects is an `AccyError`.
 
 Messages say what was wrong, where (the operation and, while tracing, the user's source line),
-and what would be right. Each subclass exists so that callers (and the seed's tests) can catch a
-specific failure by type.
+and what would be right. Each subclass exists so that callers can catch a specific failure by
+type.
 """
 
 from __future__ import annotations

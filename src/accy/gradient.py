@@ -1,7 +1,7 @@
 """Gradients: linearize (JVP), then pullback (transpose), then seed the cotangent with 1.0.
 
-This is the seed's `tensor.gradient` module. `grad`, `value_and_grad`, `jvp`, `vjp` and
-`linear_transpose` return ordinary Programs: they print, run on every backend, and can be
+`grad`, `value_and_grad`, `jvp`, `vjp` and `linear_transpose` take a Program and return
+ordinary Programs: they print, run on every backend, and can be
 differentiated again.
 
 Hooks (`grad_with`): a mapping (or object) with any of

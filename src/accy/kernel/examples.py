@@ -1,4 +1,4 @@
-"""Kernels that tests and docstrings share (first, the seed's custom double kernel), and the
+"""Kernels that tests and docstrings share (first, the custom double kernel), and the
 shortest way to run a kernel on NumPy arrays.
 """
 
@@ -17,7 +17,7 @@ CUSTOM_DOUBLE_TARGET = "accy.custom.double"
 
 
 def custom_double_kernel() -> Program:
-    """The seed's `customDoubleKernel`: `dst = x + x` over 4 f32 elements, 4 threads a block.
+    """A kernel doubling its input, `dst = x + x`, over 4 f32 elements, 4 threads a block.
 
     >>> import numpy as np
     >>> import accy

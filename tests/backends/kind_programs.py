@@ -22,6 +22,7 @@ from accy.core.kinds.elementwise import UNARY
 
 Inputs = Callable[[np.random.Generator, accy.Program], list[np.ndarray]]
 POSITIVE_ONLY = {"log", "log1p", "sqrt", "rsqrt"}
+UNIT_INTERVAL = {"asin", "acos", "atanh", "erf_inv"}  # applied to x * 0.3, mostly inside (-1, 1)
 DTYPES = [f32, f64, f16, bf16, i32, i64, u8, bool_]
 
 
@@ -60,11 +61,20 @@ def define(name, types, body) -> Callable[[], accy.Program]:
 
 def _float_elementwise(b, args):
     x, positive, y = args
-    outputs = [b.unary(op, positive if op in POSITIVE_ONLY else x) for op in UNARY if op != "not"]
+    outputs = [b.unary(op, _argument(op, x, positive)) for op in UNARY if op != "not"]
     outputs += [x + y, x - y, x * y, x / y, positive**y, x.max(y), x.min(y)]
+    outputs += [x.atan2(y), x.rem(y), x.copysign(y), x // y, x % y]
     outputs += [b.compare(d, x, y).convert(x.dtype) for d in ("eq", "ne", "lt", "le", "gt", "ge")]
     outputs.append(b.select(x > y, x, y))
     return tuple(outputs)
+
+
+def _argument(op, x, positive):
+    if op in POSITIVE_ONLY:
+        return positive
+    if op in UNIT_INTERVAL:
+        return x * 0.3
+    return positive + 1.0 if op == "acosh" else x
 
 
 def _float_inputs(rng, program):
@@ -91,6 +101,8 @@ def _integer_kinds(b, args):
     x, y = args
     outputs = [b.unary(op, x) for op in ("neg", "abs", "sign")]
     outputs += [x + y, x - y, x * y, x / y, x.max(y), x.min(y)]
+    outputs += [x.rem(y), x // y, x % y, x & y, x | y, x ^ y, ~x]
+    outputs += [x.shift_left(y), x.shift_right_logical(y), x.shift_right_arithmetic(y)]
     outputs += [b.compare(d, x, y) for d in ("eq", "lt", "ge")]
     outputs += [b.select(x > y, x, y), x.sum("n"), x.max("n"), x.min("n"), x.prod("n")]
     return tuple(outputs)
@@ -102,11 +114,14 @@ def _integer_case(dtype) -> Case:
         signed = dtype != u8
         x = [info.min, info.max, -7 if signed else 7, 7, 0, 5, -5 if signed else 250, 9, 100, 3]
         y = [-1 if signed else 1, 2, 2, -2 if signed else 200, 0, 0, 3, -4 if signed else 4, 7, 3]
-        return [np.array(x + [1, 2], dtype.numpy), np.array(y + [1, 0], dtype.numpy)]
+        # The last two shift by 40 (past i32's width) and by 31 or 7 (the top bit).
+        x += [1, 2, -9 if signed else 9, -100 if signed else 200]
+        y += [1, 0, 40, 31 if signed else 7]
+        return [np.array(x, dtype.numpy), np.array(y, dtype.numpy)]
 
     return Case(
         f"integers_{dtype}",
-        define(f"integers_{dtype}", [spec(dtype, n=12)] * 2, _integer_kinds),
+        define(f"integers_{dtype}", [spec(dtype, n=14)] * 2, _integer_kinds),
         inputs,
     )
 
@@ -129,6 +144,20 @@ def _conversion_inputs(rng, program):
 
 def _convert_all(b, args):
     return tuple(x.convert(d) for x in args for d in DTYPES if d != x.dtype)
+
+
+def _bitcasts(b, args):
+    x, y, n, m = args  # f32, f64, i32, i64
+    return (
+        x.bitcast_convert(i32),
+        y.bitcast_convert(i64),
+        n.bitcast_convert(f32),
+        m.bitcast_convert(f64),
+        (x * 2.0).bitcast_convert(i32).bitcast_convert(f32),
+        b.unary("not", x.bitcast_convert(i32)) & n,
+        x.ne(x) | (x > 0.0),
+        (x > 0.0) ^ (y.convert(f32) > 1.0),
+    )
 
 
 # layouts -------------------------------------------------------------------------------------
@@ -431,6 +460,13 @@ CASES = [
         _conversion_inputs,
         1e-2,
         1e-2,
+    ),
+    Case(
+        "bitcasts",
+        define("bitcasts", [spec(d, n=10) for d in (f32, f64, i32, i64)], _bitcasts),
+        _conversion_inputs,
+        0.0,
+        0.0,
     ),
     Case(
         "layouts",

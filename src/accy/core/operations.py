@@ -132,6 +132,47 @@ class OpsApi:
             return x
         return self.emit("convert", [x], {"dtype": dtype.name})
 
+    def bitcast_convert(self, x, dtype: DType):
+        """`x`'s bits reinterpreted as `dtype` of the same width (f32 <-> i32, f64 <-> i64)."""
+        return self.emit("bitcast_convert", [x], {"dtype": dtype.name})
+
+    def floor_divide(self, a, b):
+        """`a // b` as NumPy computes it: the quotient rounded toward -inf (x // 0 is 0 for
+        integers; for floats, NumPy's divmod algorithm, so results agree with it exactly)."""
+        a, b = self._values("floor_divide", a, b)
+        if not a.ty.dtype.is_float:
+            remainder = self.binary("rem", a, b)
+            return self.sub(self.binary("div", a, b), self._remainder_adjustment(remainder, b))
+        mod = self.binary("rem", a, b)
+        quotient = self.div(self.sub(a, mod), b)
+        adjust = self._remainder_adjustment(mod, b)
+        quotient = self.sub(quotient, adjust)
+        floored = self.unary("floor", quotient)
+        floored = self.add(
+            floored, self.convert(self.compare("gt", quotient - floored, 0.5), a.ty.dtype)
+        )
+        zero_quotient = self.binary("copysign", self.zeros(a.ty), self.div(a, b))
+        floored = self.select(self.compare("eq", quotient, 0.0), zero_quotient, floored)
+        return self.select(self.compare("eq", b, 0.0), self.div(a, b), floored)
+
+    def remainder(self, a, b):
+        """`a % b` as NumPy and Python compute it: the sign of the divisor (x % 0 is 0 for
+        integers and NaN for floats)."""
+        a, b = self._values("remainder", a, b)
+        mod = self.binary("rem", a, b)
+        adjust = self.compare("ne", self._remainder_adjustment(mod, b), 0)
+        adjusted = self.select(adjust, self.add(mod, b), mod)
+        if not a.ty.dtype.is_float:
+            return adjusted
+        zero = self.binary("copysign", self.zeros(mod.ty), b)
+        return self.select(self.compare("eq", mod, 0.0), zero, adjusted)
+
+    def _remainder_adjustment(self, mod, b):
+        """1 where a truncated remainder `mod` and the divisor `b` differ in sign, else 0."""
+        nonzero = self.compare("ne", mod, 0)
+        differ = self.compare("ne", self.compare("lt", mod, 0), self.compare("lt", b, 0))
+        return self.convert(self.binary("and", nonzero, differ), mod.ty.dtype)
+
     def _values(self, kind: str, a, b):
         """Make Python scalars into constants of the other operand's dtype; check dtypes."""
         if not hasattr(a, "ty") and not hasattr(b, "ty"):

@@ -190,6 +190,137 @@ class Value:
     def round(self):
         return self._unary("round")
 
+    # more unary math (rows of accy.core.kinds.elementwise.UNARY)
+    def asin(self):
+        """Elementwise arcsin."""
+        return self._unary("asin")
+
+    def acos(self):
+        """Elementwise arccos."""
+        return self._unary("acos")
+
+    def atan(self):
+        """Elementwise arctan."""
+        return self._unary("atan")
+
+    def sinh(self):
+        """Elementwise hyperbolic sine."""
+        return self._unary("sinh")
+
+    def cosh(self):
+        """Elementwise hyperbolic cosine."""
+        return self._unary("cosh")
+
+    def asinh(self):
+        """Elementwise inverse hyperbolic sine."""
+        return self._unary("asinh")
+
+    def acosh(self):
+        """Elementwise inverse hyperbolic cosine."""
+        return self._unary("acosh")
+
+    def atanh(self):
+        """Elementwise inverse hyperbolic tangent."""
+        return self._unary("atanh")
+
+    def erf(self):
+        """Elementwise the error function."""
+        return self._unary("erf")
+
+    def erfc(self):
+        """Elementwise 1 - erf(x), accurate in the tails."""
+        return self._unary("erfc")
+
+    def erf_inv(self):
+        """Elementwise the inverse of erf on [-1, 1] (+-inf at +-1)."""
+        return self._unary("erf_inv")
+
+    def lgamma(self):
+        """Elementwise log |Gamma(x)| (inf at the poles)."""
+        return self._unary("lgamma")
+
+    def digamma(self):
+        """Elementwise d/dx lgamma(x) (NaN at the poles 0, -1, -2, ...)."""
+        return self._unary("digamma")
+
+    # more binary math and integer bit operations (rows of BINARY)
+    def atan2(self, other):
+        """Elementwise arctan(self / other) in the quadrant of (other, self)."""
+        return self.builder.binary("atan2", self, other)
+
+    def rem(self, other):
+        """The remainder of truncated division, with the sign of `self` (C's fmod, lax.rem);
+        `%` is NumPy's remainder (the divisor's sign)."""
+        return self.builder.binary("rem", self, other)
+
+    def copysign(self, other):
+        """|self| with the sign of `other`."""
+        return self.builder.binary("copysign", self, other)
+
+    def floor_divide(self, other):
+        """The quotient rounded toward -inf, as NumPy's `//`."""
+        return self.builder.floor_divide(self, other)
+
+    def remainder(self, other):
+        """NumPy's `%`: the remainder with the sign of the divisor."""
+        return self.builder.remainder(self, other)
+
+    def shift_left(self, bits):
+        """Bits shifted left; shifting by the width or more (or a negative amount) gives 0."""
+        return self.builder.binary("shift_left", self, bits)
+
+    def shift_right_logical(self, bits):
+        """Bits shifted right, filling with zeros."""
+        return self.builder.binary("shift_right_logical", self, bits)
+
+    def shift_right_arithmetic(self, bits):
+        """Bits shifted right, filling with the sign bit."""
+        return self.builder.binary("shift_right_arithmetic", self, bits)
+
+    def bitcast_convert(self, dtype: DType):
+        """The same bits read as `dtype` of the same width (f32 <-> i32, f64 <-> i64)."""
+        return self.builder.bitcast_convert(self, dtype)
+
+    def __and__(self, other):
+        return self.builder.binary("and", self, other)
+
+    def __or__(self, other):
+        return self.builder.binary("or", self, other)
+
+    def __xor__(self, other):
+        return self.builder.binary("xor", self, other)
+
+    def __rand__(self, other):
+        return self.builder.binary("and", other, self)
+
+    def __ror__(self, other):
+        return self.builder.binary("or", other, self)
+
+    def __rxor__(self, other):
+        return self.builder.binary("xor", other, self)
+
+    def __invert__(self):
+        """Bitwise not of integers, logical not of bools."""
+        return self._unary("not")
+
+    def __lshift__(self, bits):
+        return self.shift_left(bits)
+
+    def __rshift__(self, bits):
+        """Arithmetic for signed integers, logical for unsigned ones (as NumPy's `>>`)."""
+        if self.ty.dtype.name == "u8":
+            return self.shift_right_logical(bits)
+        return self.shift_right_arithmetic(bits)
+
+    __floordiv__ = floor_divide
+    __mod__ = remainder
+
+    def __rfloordiv__(self, other):
+        return self.builder.floor_divide(other, self)
+
+    def __rmod__(self, other):
+        return self.builder.remainder(other, self)
+
     def logical_not(self):
         return self._unary("not")
 

@@ -65,7 +65,92 @@ def softmax(x: Value, axis: str) -> Value:
 
 
 def log_softmax(x: Value, axis: str) -> Value:
+    """x - logsumexp(x) over `axis`: the log of softmax, without its underflow.
+
+    >>> import accy
+    >>> p = accy.trace.define(
+    ...     "l", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.log_softmax(a[0], "n"))
+    >>> [round(v, 4) for v in accy.reference.run(p, [[0.0, 0.0]])[0].tolist()]
+    [-0.6931, -0.6931]
+    """
     return x - logsumexp(x, axis)
+
+
+def logaddexp(a: Value, b) -> Value:
+    """log(exp(a) + exp(b)) without overflow, with derivative 1/2 each where a == b (max's
+    even tie split); equal infinities give that infinity (not NaN).
+
+    >>> import accy
+    >>> p = accy.trace.define(
+    ...     "l", [accy.spec(accy.f32, n=2)] * 2, lambda b, a: accy.nn.logaddexp(a[0], a[1]))
+    >>> [round(v, 4) for v in accy.reference.run(p, [[0.0, 1000.0], [0.0, 0.0]])[0].tolist()]
+    [0.6931, 1000.0]
+    """
+    builder = a.builder
+    larger = a.max(b)
+    delta = a - b
+    result = larger + (-delta.abs()).exp().log1p()
+    # Equal infinities: delta is NaN but the answer is that infinity (a + b is it).
+    return builder.select(delta.ne(delta), a + b, result)
+
+
+def softplus(x: Value) -> Value:
+    """log(1 + exp(x)), as logaddexp(x, 0): no overflow, derivative logistic(x).
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.softplus(a[0]))
+    >>> [round(v, 4) for v in accy.reference.run(p, [[0.0, 100.0]])[0].tolist()]
+    [0.6931, 100.0]
+    """
+    return logaddexp(x, 0.0)
+
+
+def silu(x: Value) -> Value:
+    """x * logistic(x) (also called swish).
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=1)], lambda b, a: accy.nn.silu(a[0]))
+    >>> round(float(accy.reference.run(p, [[1.0]])[0][0]), 4)
+    0.7311
+    """
+    return x * x.logistic()
+
+
+def mish(x: Value) -> Value:
+    """x * tanh(softplus(x)).
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.f32, n=1)], lambda b, a: accy.nn.mish(a[0]))
+    >>> round(float(accy.reference.run(p, [[1.0]])[0][0]), 4)
+    0.8651
+    """
+    return x * softplus(x).tanh()
+
+
+def gelu(x: Value, approximate: bool = False) -> Value:
+    """GELU, x * Phi(x) with Phi the standard normal CDF: exact (through erf) by default, the
+    tanh approximation (`gelu_tanh`) when `approximate`.
+
+    >>> import accy
+    >>> p = accy.trace.define("g", [accy.spec(accy.f32, n=1)], lambda b, a: accy.nn.gelu(a[0]))
+    >>> round(float(accy.reference.run(p, [[1.0]])[0][0]), 4)
+    0.8413
+    """
+    if approximate:
+        return gelu_tanh(x)
+    return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
+
+
+def rms_norm(x: Value, axis: str, eps: float = 1e-6) -> Value:
+    """x / sqrt(mean(x^2) + eps) over `axis` (no scale).
+
+    >>> import accy
+    >>> p = accy.trace.define(
+    ...     "r", [accy.spec(accy.f32, c=2)], lambda b, a: accy.nn.rms_norm(a[0], "c"))
+    >>> [round(v, 3) for v in accy.reference.run(p, [[3.0, 4.0]])[0].tolist()]
+    [0.849, 1.131]
+    """
+    return x * ((x * x).mean(axis) + eps).rsqrt()
 
 
 def layer_norm(x: Value, axis: str, eps: float = 1e-5) -> Value:

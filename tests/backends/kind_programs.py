@@ -446,6 +446,45 @@ def _elementwise_grad() -> accy.Program:
     return accy.value_and_grad(program, wrt=(0,))
 
 
+def _compositions(b, args):
+    x, start = args  # x: [n, m]; start: i32 scalar
+    return (
+        x.flip("n"),
+        x.roll(2, "m"),
+        x.tril("n", "m", 1),
+        x.cumsum("n"),
+        x.cumprod("m", reverse=True),
+        x.cummax("n"),
+        x.pad("n", 2, 3, mode="reflect"),
+        x.pad("m", -1, 2, value=0.5),
+        x.argmax("n"),
+        x.argmin("m"),
+        x.dynamic_slice({"n": start}, {"n": 3}),
+        x.dynamic_update_slice(x.slice("n", 0, 2).exp(), {"n": start}),
+        accy.nn.gelu(x),
+        accy.nn.softplus(x * 20.0),
+        accy.nn.mish(x),
+        accy.nn.rms_norm(x, "m"),
+    )
+
+
+def _compositions_grad() -> accy.Program:
+    def loss(b, args):
+        x, start = args
+        window = x.dynamic_slice({"n": start}, {"n": 2})
+        y = accy.nn.logaddexp(x.cumsum("n"), x.flip("m")) + x.pad("n", 1, 1, mode="edge").slice(
+            "n", 1, 7
+        )
+        return (y * y).sum() + (window * window).sum() + accy.nn.silu(x).cummax("m").sum()
+
+    types = [spec(f32, n=6, m=5), spec(i32)]
+    return accy.value_and_grad(accy.trace.define("compositions_loss", types, loss), wrt=(0,))
+
+
+def _composition_inputs(rng, program):
+    return [rng.standard_normal((6, 5)).astype(np.float32), np.array(4, np.int32)]
+
+
 def _outputs_that_are_inputs(b, args):
     x, y = args
     return x, x, y * 2.0, y * 2.0
@@ -535,6 +574,14 @@ CASES = [
         _empty_inputs,
     ),
     Case("elementwise_value_and_grad", _elementwise_grad, normal, 1e-4, 1e-4),
+    Case(
+        "compositions",
+        define("compositions", [spec(f32, n=6, m=5), spec(i32)], _compositions),
+        _composition_inputs,
+        1e-5,
+        1e-5,
+    ),
+    Case("compositions_value_and_grad", _compositions_grad, _composition_inputs, 1e-5, 1e-5),
     Case(
         "outputs_that_are_inputs",
         define(

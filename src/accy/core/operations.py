@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AccyError, AxisError, DTypeError
+from .compositions import Compositions
 from .ir import Program
 from .kinds.creation import normalize_scalar
 from .kinds.registry import Zero
@@ -38,8 +39,9 @@ def is_axis_argument(x: Any) -> bool:
     )
 
 
-class OpsApi:
-    """Named-axis operations over traced values; subclasses provide `emit`."""
+class OpsApi(Compositions):
+    """Named-axis operations over traced values; subclasses provide `emit`. The operations
+    composed of others (flip, cumsum, dynamic_slice, argmax, ...) are in `Compositions`."""
 
     def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
         """Build one operation of `kind` (type-checked by `builder.check_operation`)."""
@@ -282,9 +284,34 @@ class OpsApi:
             {"starts": tuple(starts), "limits": tuple(limits), "strides": tuple(strides)},
         )
 
-    def pad(self, x, axis: str, low: int = 0, high: int = 0, value: Scalar = 0, interior: int = 0):
-        """Pad `axis` with `low` elements before, `high` after and `interior` between each."""
+    def pad(
+        self,
+        x,
+        axis: str,
+        low: int = 0,
+        high: int = 0,
+        value: Scalar = 0,
+        interior: int = 0,
+        mode: str = "constant",
+    ):
+        """Pad `axis` with `low` elements before, `high` after and `interior` between each.
+
+        `mode` "constant" pads with `value`; a negative `low` or `high` removes elements
+        (after interior padding, as StableHLO's pad). "reflect", "symmetric", "edge" and
+        "wrap" take the padding from `x` as NumPy's `np.pad` does (`Compositions`).
+        """
+        if mode != "constant":
+            return self.pad_with_mode(x, axis, low, high, mode)
         self._require_axes("pad", x, [axis])
+        if low < 0 or high < 0:
+            padded = self.pad(x, axis, max(low, 0), max(high, 0), value, interior)
+            extent = padded.ty.extent(axis)
+            if -min(low, 0) - min(high, 0) > extent:
+                raise AxisError(
+                    f"pad: removing {-low} and {-high} elements of axis {axis!r} leaves fewer "
+                    f"than none ({padded.ty})"
+                )
+            return self.slice(padded, axis, -min(low, 0), extent + min(high, 0))
         position = x.ty.position(axis)
 
         def per_axis(v):
@@ -331,6 +358,10 @@ class OpsApi:
 
     def prod(self, x, axes=None):
         return self.reduce(x, 1, "prod", axes)
+
+    def extreme_value(self, dtype: DType, lowest: bool):
+        """The lowest (or highest) value of `dtype`: the identity of max (or min)."""
+        return _lowest(dtype) if lowest else _highest(dtype)
 
     def mean(self, x, axes=None):
         """The mean over `axes`; floats only (an integer mean would truncate silently)."""

@@ -363,8 +363,87 @@ class Value:
     def slice(self, axis: str, start: int = 0, stop: int | None = None, step: int = 1):
         return self.builder.slice(self, axis, start, stop, step)
 
-    def pad(self, axis: str, low: int = 0, high: int = 0, value=0, interior: int = 0):
-        return self.builder.pad(self, axis, low, high, value, interior)
+    def pad(
+        self,
+        axis: str,
+        low: int = 0,
+        high: int = 0,
+        value=0,
+        interior: int = 0,
+        mode: str = "constant",
+    ):
+        """Pad `axis`: `mode` "constant" (with `value`; negative widths remove elements),
+        "reflect", "symmetric", "edge" or "wrap" (as np.pad)."""
+        return self.builder.pad(self, axis, low, high, value, interior, mode)
+
+    # compositions (accy.core.compositions)
+    def flip(self, axis: str):
+        """The elements along `axis` in reverse order."""
+        return self.builder.flip(self, axis)
+
+    def roll(self, shift: int, axis: str):
+        """Elements moved `shift` places along `axis`, wrapping around (np.roll)."""
+        return self.builder.roll(self, shift, axis)
+
+    def tril(self, rows: str, columns: str, k: int = 0):
+        """Zero where column - row > k (np.tril over the axes `rows`, `columns`)."""
+        return self.builder.tril(self, rows, columns, k)
+
+    def triu(self, rows: str, columns: str, k: int = 0):
+        """Zero where column - row < k (np.triu over the axes `rows`, `columns`)."""
+        return self.builder.triu(self, rows, columns, k)
+
+    def cumsum(self, axis: str, reverse: bool = False):
+        """Inclusive cumulative sum along `axis` (from the end when `reverse`).
+
+        >>> import accy
+        >>> p = accy.trace.define("c", [accy.spec(accy.f32, n=4)], lambda b, a: a[0].cumsum("n"))
+        >>> accy.reference.run(p, [[1.0, 2.0, 3.0, 4.0]])[0].tolist()
+        [1.0, 3.0, 6.0, 10.0]
+        """
+        return self.builder.cumulative(self, "sum", axis, reverse)
+
+    def cumprod(self, axis: str, reverse: bool = False):
+        """Inclusive cumulative product along `axis`."""
+        return self.builder.cumulative(self, "prod", axis, reverse)
+
+    def cummax(self, axis: str, reverse: bool = False):
+        """Inclusive cumulative maximum along `axis`."""
+        return self.builder.cumulative(self, "max", axis, reverse)
+
+    def cummin(self, axis: str, reverse: bool = False):
+        """Inclusive cumulative minimum along `axis`."""
+        return self.builder.cumulative(self, "min", axis, reverse)
+
+    def argmax(self, axis: str):
+        """The i32 index of the largest element along `axis` (the first of ties, or of NaNs).
+
+        >>> import accy
+        >>> p = accy.trace.define("a", [accy.spec(accy.f32, n=4)], lambda b, a: a[0].argmax("n"))
+        >>> int(accy.reference.run(p, [[1.0, 3.0, 3.0, 0.0]])[0])
+        1
+        """
+        return self.builder.argmax(self, axis)
+
+    def argmin(self, axis: str):
+        """The i32 index of the smallest element along `axis` (the first of ties, or of NaNs)."""
+        return self.builder.argmin(self, axis)
+
+    def dynamic_slice(self, starts: dict, sizes: dict):
+        """The block of `sizes` (axis -> extent) at traced `starts` (axis -> integer scalar),
+        starts clamped so that the block lies inside (as JAX).
+
+        >>> import accy
+        >>> p = accy.trace.define("d", [accy.spec(accy.f32, n=5), accy.spec(accy.i32)],
+        ...                       lambda b, a: a[0].dynamic_slice({"n": a[1]}, {"n": 2}))
+        >>> accy.reference.run(p, [[0.0, 1.0, 2.0, 3.0, 4.0], 4])[0].tolist()  # start 4 -> 3
+        [3.0, 4.0]
+        """
+        return self.builder.dynamic_slice(self, starts, sizes)
+
+    def dynamic_update_slice(self, update: Value, starts: dict):
+        """This value with `update` written at traced `starts`, clamped as `dynamic_slice`."""
+        return self.builder.dynamic_update_slice(self, update, starts)
 
     def gather(self, indices: Value, axis: str):
         return self.builder.gather(self, indices, axis)

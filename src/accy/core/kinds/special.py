@@ -42,7 +42,7 @@ def _in_double(function: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.nda
 
 def _math(function: Callable[[float], float]) -> Callable[[np.ndarray], np.ndarray]:
     vectorized = np.frompyfunc(function, 1, 1)
-    return lambda x: vectorized(x).astype(np.float64)
+    return lambda x: np.asarray(vectorized(x), np.float64)
 
 
 def _lgamma_scalar(x: float) -> float:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 
+from . import random
 from .core.builder import Value
+from .errors import AccyError
 
 
 def stop_gradient(x: Value) -> Value:
@@ -204,3 +206,23 @@ def one_hot(builder, indices: Value, axis: str, extent: int, dtype) -> Value:
         TensorType(indices.dtype, (*indices.ty.named_extents, (axis, extent))), axis
     )
     return positions.eq(indices).convert(dtype)
+
+
+def dropout(key: Value, x: Value, rate: float) -> Value:
+    """`x` with each element zeroed with probability `rate` and the others scaled by
+    1 / (1 - rate), drawn from `key` (an `accy.random` key): the same key drops the same
+    elements on every backend.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("d", [accy.random.KEY, accy.spec(accy.f32, n=1000)],
+    ...                       lambda b, a: accy.nn.dropout(a[0], a[1], 0.25))
+    >>> out = accy.reference.run(p, [accy.random.key(0), np.ones(1000, np.float32)])[0]
+    >>> sorted({round(float(v), 4) for v in out}), 0.2 < float((out == 0).mean()) < 0.3
+    ([0.0, 1.3333], True)
+    """
+    if not 0.0 <= rate < 1.0:
+        raise AccyError(f"dropout: the rate must be in [0, 1), got {rate}")
+    if rate == 0.0:
+        return x
+    keep = random.bernoulli(key, 1.0 - rate, x.ty.with_dtype(x.dtype))
+    return x.builder.select(keep, x * (1.0 / (1.0 - rate)), 0.0)

@@ -485,6 +485,18 @@ def _composition_inputs(rng, program):
     return [rng.standard_normal((6, 5)).astype(np.float32), np.array(4, np.int32)]
 
 
+def _random(b, args):
+    first, second, third = accy.random.split(args[0], 3)
+    t = spec(f32, row=64, col=100)
+    return (
+        accy.random.bits(first, spec(i32, n=1000)),
+        accy.random.uniform(second, t, -1.0, 3.0),
+        accy.random.uniform(second, spec(f64, n=100)),
+        accy.random.normal(third, t),
+        accy.nn.dropout(first, accy.random.uniform(third, t), 0.5),
+    )
+
+
 def _outputs_that_are_inputs(b, args):
     x, y = args
     return x, x, y * 2.0, y * 2.0
@@ -582,6 +594,15 @@ CASES = [
         1e-5,
     ),
     Case("compositions_value_and_grad", _compositions_grad, _composition_inputs, 1e-5, 1e-5),
+    # Bit for bit on the CPU; normal's erf_inv uses the target's erf and exp (last-bit slack).
+    Case(
+        "random",
+        define("random", [accy.random.KEY], _random),
+        lambda rng, p: [accy.random.key(2026)],
+        1e-6,
+        1e-6,
+        (0.0, 0.0),
+    ),
     Case(
         "outputs_that_are_inputs",
         define(

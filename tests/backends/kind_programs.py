@@ -465,6 +465,8 @@ def _compositions(b, args):
         accy.nn.softplus(x * 20.0),
         accy.nn.mish(x),
         accy.nn.rms_norm(x, "m"),
+        *b.sort([x, x.exp()], "n"),
+        *x.top_k(2, "m"),
     )
 
 
@@ -475,7 +477,9 @@ def _compositions_grad() -> accy.Program:
         y = accy.nn.logaddexp(x.cumsum("n"), x.flip("m")) + x.pad("n", 1, 1, mode="edge").slice(
             "n", 1, 7
         )
-        return (y * y).sum() + (window * window).sum() + accy.nn.silu(x).cummax("m").sum()
+        top, _ = x.top_k(3, "n")
+        extra = accy.nn.silu(x).cummax("m").sum() + (x.sort("m") * top.sum()).sum()
+        return (y * y).sum() + (window * window).sum() + extra
 
     types = [spec(f32, n=6, m=5), spec(i32)]
     return accy.value_and_grad(accy.trace.define("compositions_loss", types, loss), wrt=(0,))

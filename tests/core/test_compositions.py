@@ -157,3 +157,42 @@ def test_composition_errors_name_the_operation():
         accy.trace.define("e", [spec(f32, n=2)], lambda b, a: a[0].pad("n", 1, 1, mode="mirror"))
     with pytest.raises(accy.AxisError, match="removing"):
         accy.trace.define("e", [spec(f32, n=2)], lambda b, a: a[0].pad("n", -2, -1))
+
+
+def test_sort_is_stable_puts_nan_last_and_carries_operands():
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 4, (3, 9)).astype(np.float64)
+    keys[0, 2] = keys[1, 5] = np.nan
+    carried = rng.standard_normal((3, 9))
+
+    def body(b, args):
+        k, c = args
+        return (*b.sort([k, c], "n"), k.argsort("n"), k.argsort("n", descending=True))
+
+    program = accy.trace.define("s", [spec(f64, r=3, n=9)] * 2, body)
+    got_keys, got_carried, order, descending = accy.reference.run(program, [keys, carried])
+    expected = np.argsort(keys, 1, kind="stable")
+    np.testing.assert_array_equal(order, expected)
+    np.testing.assert_array_equal(got_keys, np.take_along_axis(keys, expected, 1))
+    np.testing.assert_array_equal(got_carried, np.take_along_axis(carried, expected, 1))
+    finite = np.where(np.isnan(keys), -np.inf, -keys)  # NaN first when descending
+    np.testing.assert_array_equal(descending, np.argsort(finite, 1, kind="stable"))
+
+
+def test_top_k_takes_the_first_of_equal_elements():
+    x = np.array([[1.0, 5.0, 3.0, 5.0, 0.0], [2.0, 2.0, 2.0, 1.0, 9.0]])
+    program = accy.trace.define("t", [spec(f64, r=2, n=5)], lambda b, a: a[0].top_k(3, "n"))
+    values, positions = accy.reference.run(program, [x])
+    assert positions.tolist() == [[1, 3, 2], [4, 0, 1]]
+    assert values.tolist() == [[5.0, 5.0, 3.0], [9.0, 2.0, 2.0]]
+
+
+def test_sort_and_top_k_derivatives_follow_the_permutation():
+    def body(b, args):
+        values, _ = args[0].top_k(2, "n")
+        return args[0].sort("n") * args[0].sort("n").exp(), values
+
+    program = accy.trace.define("s", [spec(f32, n=5, m=4)], body)
+    check_grads(program, [X], order=1, eps=1e-6)
+    with pytest.raises(accy.AxisError, match="top_k: k=6"):
+        accy.trace.define("e", [spec(f32, n=5)], lambda b, a: a[0].top_k(6, "n"))

@@ -429,6 +429,25 @@ class Value:
         """The i32 index of the smallest element along `axis` (the first of ties, or of NaNs)."""
         return self.builder.argmin(self, axis)
 
+    def sort(self, axis: str, descending: bool = False):
+        """The elements sorted along `axis` (stable; NaN last). `builder.sort` carries other
+        operands along.
+
+        >>> import accy
+        >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=4)], lambda b, a: a[0].sort("n"))
+        >>> accy.reference.run(p, [[3.0, 1.0, 2.0, 0.0]])[0].tolist()
+        [0.0, 1.0, 2.0, 3.0]
+        """
+        return self.builder.sort([self], axis, descending)[0]
+
+    def argsort(self, axis: str, descending: bool = False):
+        """The i32 positions that sort this value along `axis` (stable)."""
+        return self.builder.argsort(self, axis, descending)
+
+    def top_k(self, k: int, axis: str):
+        """(the k largest along `axis`, descending; their i32 positions)."""
+        return self.builder.top_k(self, k, axis)
+
     def dynamic_slice(self, starts: dict, sizes: dict):
         """The block of `sizes` (axis -> extent) at traced `starts` (axis -> integer scalar),
         starts clamped so that the block lies inside (as JAX).

@@ -226,3 +226,28 @@ def dropout(key: Value, x: Value, rate: float) -> Value:
         return x
     keep = random.bernoulli(key, 1.0 - rate, x.ty.with_dtype(x.dtype))
     return x.builder.select(keep, x * (1.0 / (1.0 - rate)), 0.0)
+
+
+def max_pool(x: Value, window: dict, stride=None, padding="valid") -> Value:
+    """The maximum over windows (`window`: axis -> extent; stride defaults to the window).
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.f32, w=4)],
+    ...                       lambda b, a: accy.nn.max_pool(a[0], {"w": 2}))
+    >>> accy.reference.run(p, [[1.0, 3.0, 2.0, 0.0]])[0].tolist()
+    [3.0, 2.0]
+    """
+    return x.reduce_window("max", window, stride, padding)
+
+
+def avg_pool(x: Value, window: dict, stride=None, padding="valid") -> Value:
+    """The mean over windows; padded elements count as zeros (flax's count_include_pad).
+
+    >>> import accy
+    >>> p = accy.trace.define("a", [accy.spec(accy.f32, w=4)],
+    ...                       lambda b, a: accy.nn.avg_pool(a[0], {"w": 2}))
+    >>> accy.reference.run(p, [[1.0, 3.0, 2.0, 0.0]])[0].tolist()
+    [2.0, 1.0]
+    """
+    size = math.prod(window.values())
+    return x.reduce_window("sum", window, stride, padding) / float(size)

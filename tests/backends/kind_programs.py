@@ -501,6 +501,23 @@ def _random(b, args):
     )
 
 
+def _conv_block() -> accy.Program:
+    """A small ResNet basic block (two 3x3 convolutions, a strided one, grouped, pooled):
+    loss and gradients."""
+
+    def loss(b, args):
+        x, k1, k2 = args
+        spatial = ("h", "w")
+        y = accy.nn.relu(x.conv(k1, spatial, "c", "o", padding="same"))
+        y = y.rename("o", "c").conv(k2, spatial, "c", "o", stride=2, padding="same", groups=2)
+        pooled = accy.nn.max_pool(y, {"h": 2, "w": 2}) + accy.nn.avg_pool(y, {"h": 2, "w": 2})
+        return (pooled * pooled).sum()
+
+    types = [spec(f32, n=2, h=8, w=8, c=4), spec(f32, h=3, w=3, c=4, o=4)]
+    types.append(spec(f32, h=3, w=3, c=2, o=4))
+    return accy.value_and_grad(accy.trace.define("conv_block", types, loss), wrt=(0, 1, 2))
+
+
 def _outputs_that_are_inputs(b, args):
     x, y = args
     return x, x, y * 2.0, y * 2.0
@@ -607,6 +624,7 @@ CASES = [
         1e-6,
         (0.0, 0.0),
     ),
+    Case("conv_block_value_and_grad", _conv_block, normal, 1e-4, 1e-4),
     Case(
         "outputs_that_are_inputs",
         define(

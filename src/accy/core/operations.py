@@ -21,6 +21,7 @@ from .kinds.creation import normalize_scalar
 from .kinds.registry import Zero
 from .types import DType, TensorType, bool_
 from .walk import Inline, run
+from .windows import Windows
 
 Scalar = bool | int | float
 
@@ -39,7 +40,7 @@ def is_axis_argument(x: Any) -> bool:
     )
 
 
-class OpsApi(Compositions):
+class OpsApi(Compositions, Windows):
     """Named-axis operations over traced values; subclasses provide `emit`. The operations
     composed of others (flip, cumsum, dynamic_slice, argmax, ...) are in `Compositions`."""
 

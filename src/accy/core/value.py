@@ -429,6 +429,37 @@ class Value:
         """The i32 index of the smallest element along `axis` (the first of ties, or of NaNs)."""
         return self.builder.argmin(self, axis)
 
+    def conv(
+        self,
+        kernel: Value,
+        spatial: Sequence[str],
+        in_axis: str,
+        out_axis: str,
+        stride=1,
+        padding="valid",
+        dilation=1,
+        groups: int = 1,
+    ):
+        """Convolution with `kernel` over the named `spatial` axes (accy.core.windows): stride,
+        padding ("valid", "same" or (low, high) pairs), dilation and groups per spatial axis.
+
+        >>> import accy, numpy as np
+        >>> def body(b, a):
+        ...     return a[0].conv(a[1], ["w"], "c", "o", padding="same")
+        >>> p = accy.trace.define("c", [accy.spec(accy.f32, w=4, c=1),
+        ...                             accy.spec(accy.f32, w=3, c=1, o=1)], body)
+        >>> x, k = np.arange(4.0).reshape(4, 1), np.ones((3, 1, 1))
+        >>> accy.reference.run(p, [x, k])[0][:, 0].tolist()
+        [1.0, 3.0, 6.0, 5.0]
+        """
+        return self.builder.conv(
+            self, kernel, spatial, in_axis, out_axis, stride, padding, dilation, groups
+        )
+
+    def reduce_window(self, op: str, window: dict, stride=None, padding="valid", dilation=1):
+        """Reduce `op` over windows (`window`: axis -> extent; stride defaults to the window)."""
+        return self.builder.reduce_window(self, op, window, stride, padding, dilation)
+
     def sort(self, axis: str, descending: bool = False):
         """The elements sorted along `axis` (stable; NaN last). `builder.sort` carries other
         operands along.

@@ -175,7 +175,9 @@ ACCY_FN double accy_erf_inv(double x) {
     q = 1.00167406 + q * v; q = 2.83297682 + q * v;
     y = q * x;
   }
-  for (int k = 0; k < 2; ++k) y = y - (erf(y) - x) / (1.1283791670955126 * exp(-y * y));
+  /* Two Newton steps on erf(y) = x. */
+  y = y - (erf(y) - x) / (1.1283791670955126 * exp(-y * y));
+  y = y - (erf(y) - x) / (1.1283791670955126 * exp(-y * y));
   return y;
 }
 #define ACCY_PI 3.141592653589793

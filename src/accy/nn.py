@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 
+from . import random
 from .core.builder import Value
+from .errors import AccyError
 
 
 def stop_gradient(x: Value) -> Value:
@@ -71,7 +73,92 @@ def softmax(x: Value, axis: str) -> Value:
 
 
 def log_softmax(x: Value, axis: str) -> Value:
+    """x - logsumexp(x) over `axis`: the log of softmax, without its underflow.
+
+    >>> import accy
+    >>> p = accy.trace.define(
+    ...     "l", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.log_softmax(a[0], "n"))
+    >>> [round(v, 4) for v in accy.reference.run(p, [[0.0, 0.0]])[0].tolist()]
+    [-0.6931, -0.6931]
+    """
     return x - logsumexp(x, axis)
+
+
+def logaddexp(a: Value, b) -> Value:
+    """log(exp(a) + exp(b)) without overflow, with derivative 1/2 each where a == b (max's
+    even tie split); equal infinities give that infinity (not NaN).
+
+    >>> import accy
+    >>> p = accy.trace.define(
+    ...     "l", [accy.spec(accy.f32, n=2)] * 2, lambda b, a: accy.nn.logaddexp(a[0], a[1]))
+    >>> [round(v, 4) for v in accy.reference.run(p, [[0.0, 1000.0], [0.0, 0.0]])[0].tolist()]
+    [0.6931, 1000.0]
+    """
+    builder = a.builder
+    larger = a.max(b)
+    delta = a - b
+    result = larger + (-delta.abs()).exp().log1p()
+    # Equal infinities: delta is NaN but the answer is that infinity (a + b is it).
+    return builder.select(delta.ne(delta), a + b, result)
+
+
+def softplus(x: Value) -> Value:
+    """log(1 + exp(x)), as logaddexp(x, 0): no overflow, derivative logistic(x).
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=2)], lambda b, a: accy.nn.softplus(a[0]))
+    >>> [round(v, 4) for v in accy.reference.run(p, [[0.0, 100.0]])[0].tolist()]
+    [0.6931, 100.0]
+    """
+    return logaddexp(x, 0.0)
+
+
+def silu(x: Value) -> Value:
+    """x * logistic(x) (also called swish).
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=1)], lambda b, a: accy.nn.silu(a[0]))
+    >>> round(float(accy.reference.run(p, [[1.0]])[0][0]), 4)
+    0.7311
+    """
+    return x * x.logistic()
+
+
+def mish(x: Value) -> Value:
+    """x * tanh(softplus(x)).
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.f32, n=1)], lambda b, a: accy.nn.mish(a[0]))
+    >>> round(float(accy.reference.run(p, [[1.0]])[0][0]), 4)
+    0.8651
+    """
+    return x * softplus(x).tanh()
+
+
+def gelu(x: Value, approximate: bool = False) -> Value:
+    """GELU, x * Phi(x) with Phi the standard normal CDF: exact (through erf) by default, the
+    tanh approximation (`gelu_tanh`) when `approximate`.
+
+    >>> import accy
+    >>> p = accy.trace.define("g", [accy.spec(accy.f32, n=1)], lambda b, a: accy.nn.gelu(a[0]))
+    >>> round(float(accy.reference.run(p, [[1.0]])[0][0]), 4)
+    0.8413
+    """
+    if approximate:
+        return gelu_tanh(x)
+    return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1.0)
+
+
+def rms_norm(x: Value, axis: str, eps: float = 1e-6) -> Value:
+    """x / sqrt(mean(x^2) + eps) over `axis` (no scale).
+
+    >>> import accy
+    >>> p = accy.trace.define(
+    ...     "r", [accy.spec(accy.f32, c=2)], lambda b, a: accy.nn.rms_norm(a[0], "c"))
+    >>> [round(v, 3) for v in accy.reference.run(p, [[3.0, 4.0]])[0].tolist()]
+    [0.849, 1.131]
+    """
+    return x * ((x * x).mean(axis) + eps).rsqrt()
 
 
 def layer_norm(x: Value, axis: str, eps: float = 1e-5) -> Value:
@@ -125,3 +212,48 @@ def one_hot(builder, indices: Value, axis: str, extent: int, dtype) -> Value:
         TensorType(indices.dtype, (*indices.ty.named_extents, (axis, extent))), axis
     )
     return positions.eq(indices).convert(dtype)
+
+
+def dropout(key: Value, x: Value, rate: float) -> Value:
+    """`x` with each element zeroed with probability `rate` and the others scaled by
+    1 / (1 - rate), drawn from `key` (an `accy.random` key): the same key drops the same
+    elements on every backend.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("d", [accy.random.KEY, accy.spec(accy.f32, n=1000)],
+    ...                       lambda b, a: accy.nn.dropout(a[0], a[1], 0.25))
+    >>> out = accy.reference.run(p, [accy.random.key(0), np.ones(1000, np.float32)])[0]
+    >>> sorted({round(float(v), 4) for v in out}), 0.2 < float((out == 0).mean()) < 0.3
+    ([0.0, 1.3333], True)
+    """
+    if not 0.0 <= rate < 1.0:
+        raise AccyError(f"dropout: the rate must be in [0, 1), got {rate}")
+    if rate == 0.0:
+        return x
+    keep = random.bernoulli(key, 1.0 - rate, x.ty.with_dtype(x.dtype))
+    return x.builder.select(keep, x * (1.0 / (1.0 - rate)), 0.0)
+
+
+def max_pool(x: Value, window: dict, stride=None, padding="valid") -> Value:
+    """The maximum over windows (`window`: axis -> extent; stride defaults to the window).
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.f32, w=4)],
+    ...                       lambda b, a: accy.nn.max_pool(a[0], {"w": 2}))
+    >>> accy.reference.run(p, [[1.0, 3.0, 2.0, 0.0]])[0].tolist()
+    [3.0, 2.0]
+    """
+    return x.reduce_window("max", window, stride, padding)
+
+
+def avg_pool(x: Value, window: dict, stride=None, padding="valid") -> Value:
+    """The mean over windows; padded elements count as zeros (flax's count_include_pad).
+
+    >>> import accy
+    >>> p = accy.trace.define("a", [accy.spec(accy.f32, w=4)],
+    ...                       lambda b, a: accy.nn.avg_pool(a[0], {"w": 2}))
+    >>> accy.reference.run(p, [[1.0, 3.0, 2.0, 0.0]])[0].tolist()
+    [2.0, 1.0]
+    """
+    size = math.prod(window.values())
+    return x.reduce_window("sum", window, stride, padding) / float(size)

@@ -22,6 +22,7 @@ from accy.core.kinds.elementwise import UNARY
 
 Inputs = Callable[[np.random.Generator, accy.Program], list[np.ndarray]]
 POSITIVE_ONLY = {"log", "log1p", "sqrt", "rsqrt"}
+UNIT_INTERVAL = {"asin", "acos", "atanh", "erf_inv"}  # applied to x * 0.3, mostly inside (-1, 1)
 DTYPES = [f32, f64, f16, bf16, i32, i64, u8, bool_]
 
 
@@ -60,11 +61,20 @@ def define(name, types, body) -> Callable[[], accy.Program]:
 
 def _float_elementwise(b, args):
     x, positive, y = args
-    outputs = [b.unary(op, positive if op in POSITIVE_ONLY else x) for op in UNARY if op != "not"]
+    outputs = [b.unary(op, _argument(op, x, positive)) for op in UNARY if op != "not"]
     outputs += [x + y, x - y, x * y, x / y, positive**y, x.max(y), x.min(y)]
+    outputs += [x.atan2(y), x.rem(y), x.copysign(y), x // y, x % y]
     outputs += [b.compare(d, x, y).convert(x.dtype) for d in ("eq", "ne", "lt", "le", "gt", "ge")]
     outputs.append(b.select(x > y, x, y))
     return tuple(outputs)
+
+
+def _argument(op, x, positive):
+    if op in POSITIVE_ONLY:
+        return positive
+    if op in UNIT_INTERVAL:
+        return x * 0.3
+    return positive + 1.0 if op == "acosh" else x
 
 
 def _float_inputs(rng, program):
@@ -91,6 +101,8 @@ def _integer_kinds(b, args):
     x, y = args
     outputs = [b.unary(op, x) for op in ("neg", "abs", "sign")]
     outputs += [x + y, x - y, x * y, x / y, x.max(y), x.min(y)]
+    outputs += [x.rem(y), x // y, x % y, x & y, x | y, x ^ y, ~x]
+    outputs += [x.shift_left(y), x.shift_right_logical(y), x.shift_right_arithmetic(y)]
     outputs += [b.compare(d, x, y) for d in ("eq", "lt", "ge")]
     outputs += [b.select(x > y, x, y), x.sum("n"), x.max("n"), x.min("n"), x.prod("n")]
     return tuple(outputs)
@@ -102,11 +114,14 @@ def _integer_case(dtype) -> Case:
         signed = dtype != u8
         x = [info.min, info.max, -7 if signed else 7, 7, 0, 5, -5 if signed else 250, 9, 100, 3]
         y = [-1 if signed else 1, 2, 2, -2 if signed else 200, 0, 0, 3, -4 if signed else 4, 7, 3]
-        return [np.array(x + [1, 2], dtype.numpy), np.array(y + [1, 0], dtype.numpy)]
+        # The last two shift by 40 (past i32's width) and by 31 or 7 (the top bit).
+        x += [1, 2, -9 if signed else 9, -100 if signed else 200]
+        y += [1, 0, 40, 31 if signed else 7]
+        return [np.array(x, dtype.numpy), np.array(y, dtype.numpy)]
 
     return Case(
         f"integers_{dtype}",
-        define(f"integers_{dtype}", [spec(dtype, n=12)] * 2, _integer_kinds),
+        define(f"integers_{dtype}", [spec(dtype, n=14)] * 2, _integer_kinds),
         inputs,
     )
 
@@ -129,6 +144,20 @@ def _conversion_inputs(rng, program):
 
 def _convert_all(b, args):
     return tuple(x.convert(d) for x in args for d in DTYPES if d != x.dtype)
+
+
+def _bitcasts(b, args):
+    x, y, n, m = args  # f32, f64, i32, i64
+    return (
+        x.bitcast_convert(i32),
+        y.bitcast_convert(i64),
+        n.bitcast_convert(f32),
+        m.bitcast_convert(f64),
+        (x * 2.0).bitcast_convert(i32).bitcast_convert(f32),
+        b.unary("not", x.bitcast_convert(i32)) & n,
+        x.ne(x) | (x > 0.0),
+        (x > 0.0) ^ (y.convert(f32) > 1.0),
+    )
 
 
 # layouts -------------------------------------------------------------------------------------
@@ -417,6 +446,78 @@ def _elementwise_grad() -> accy.Program:
     return accy.value_and_grad(program, wrt=(0,))
 
 
+def _compositions(b, args):
+    x, start = args  # x: [n, m]; start: i32 scalar
+    return (
+        x.flip("n"),
+        x.roll(2, "m"),
+        x.tril("n", "m", 1),
+        x.cumsum("n"),
+        x.cumprod("m", reverse=True),
+        x.cummax("n"),
+        x.pad("n", 2, 3, mode="reflect"),
+        x.pad("m", -1, 2, value=0.5),
+        x.argmax("n"),
+        x.argmin("m"),
+        x.dynamic_slice({"n": start}, {"n": 3}),
+        x.dynamic_update_slice(x.slice("n", 0, 2).exp(), {"n": start}),
+        accy.nn.gelu(x),
+        accy.nn.softplus(x * 20.0),
+        accy.nn.mish(x),
+        accy.nn.rms_norm(x, "m"),
+        *b.sort([x, x.exp()], "n"),
+        *x.top_k(2, "m"),
+    )
+
+
+def _compositions_grad() -> accy.Program:
+    def loss(b, args):
+        x, start = args
+        window = x.dynamic_slice({"n": start}, {"n": 2})
+        y = accy.nn.logaddexp(x.cumsum("n"), x.flip("m")) + x.pad("n", 1, 1, mode="edge").slice(
+            "n", 1, 7
+        )
+        top, _ = x.top_k(3, "n")
+        extra = accy.nn.silu(x).cummax("m").sum() + (x.sort("m") * top.sum()).sum()
+        return (y * y).sum() + (window * window).sum() + extra
+
+    types = [spec(f32, n=6, m=5), spec(i32)]
+    return accy.value_and_grad(accy.trace.define("compositions_loss", types, loss), wrt=(0,))
+
+
+def _composition_inputs(rng, program):
+    return [rng.standard_normal((6, 5)).astype(np.float32), np.array(4, np.int32)]
+
+
+def _random(b, args):
+    first, second, third = accy.random.split(args[0], 3)
+    t = spec(f32, row=64, col=100)
+    return (
+        accy.random.bits(first, spec(i32, n=1000)),
+        accy.random.uniform(second, t, -1.0, 3.0),
+        accy.random.uniform(second, spec(f64, n=100)),
+        accy.random.normal(third, t),
+        accy.nn.dropout(first, accy.random.uniform(third, t), 0.5),
+    )
+
+
+def _conv_block() -> accy.Program:
+    """A small ResNet basic block (two 3x3 convolutions, a strided one, grouped, pooled):
+    loss and gradients."""
+
+    def loss(b, args):
+        x, k1, k2 = args
+        spatial = ("h", "w")
+        y = accy.nn.relu(x.conv(k1, spatial, "c", "o", padding="same"))
+        y = y.rename("o", "c").conv(k2, spatial, "c", "o", stride=2, padding="same", groups=2)
+        pooled = accy.nn.max_pool(y, {"h": 2, "w": 2}) + accy.nn.avg_pool(y, {"h": 2, "w": 2})
+        return (pooled * pooled).sum()
+
+    types = [spec(f32, n=2, h=8, w=8, c=4), spec(f32, h=3, w=3, c=4, o=4)]
+    types.append(spec(f32, h=3, w=3, c=2, o=4))
+    return accy.value_and_grad(accy.trace.define("conv_block", types, loss), wrt=(0, 1, 2))
+
+
 def _outputs_that_are_inputs(b, args):
     x, y = args
     return x, x, y * 2.0, y * 2.0
@@ -431,6 +532,13 @@ CASES = [
         _conversion_inputs,
         1e-2,
         1e-2,
+    ),
+    Case(
+        "bitcasts",
+        define("bitcasts", [spec(d, n=10) for d in (f32, f64, i32, i64)], _bitcasts),
+        _conversion_inputs,
+        0.0,
+        0.0,
     ),
     Case(
         "layouts",
@@ -499,6 +607,24 @@ CASES = [
         _empty_inputs,
     ),
     Case("elementwise_value_and_grad", _elementwise_grad, normal, 1e-4, 1e-4),
+    Case(
+        "compositions",
+        define("compositions", [spec(f32, n=6, m=5), spec(i32)], _compositions),
+        _composition_inputs,
+        1e-5,
+        1e-5,
+    ),
+    Case("compositions_value_and_grad", _compositions_grad, _composition_inputs, 1e-5, 1e-5),
+    # Bit for bit on the CPU; normal's erf_inv uses the target's erf and exp (last-bit slack).
+    Case(
+        "random",
+        define("random", [accy.random.KEY], _random),
+        lambda rng, p: [accy.random.key(2026)],
+        1e-6,
+        1e-6,
+        (0.0, 0.0),
+    ),
+    Case("conv_block_value_and_grad", _conv_block, normal, 1e-4, 1e-4),
     Case(
         "outputs_that_are_inputs",
         define(

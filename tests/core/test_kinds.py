@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy.core.kinds import RULES
+from accy.core.kinds import RULES, special
 from accy.core.kinds.elementwise import UNARY
 from accy.core.types import TensorType
 
@@ -149,6 +149,21 @@ UNARY_CASES = {
     "ceil": (np.ceil, (-5.0, 5.0)),
     "round": (np.round, (-5.0, 5.0)),
     "stop_gradient": (lambda x: x, None),
+    "asin": (np.arcsin, (-0.99, 0.99)),
+    "acos": (np.arccos, (-0.99, 0.99)),
+    "atan": (np.arctan, None),
+    "sinh": (np.sinh, None),
+    "cosh": (np.cosh, None),
+    "asinh": (np.arcsinh, None),
+    "acosh": (np.arccosh, (1.0, 9.0)),
+    "atanh": (np.arctanh, (-0.99, 0.99)),
+    "erf": (np.frompyfunc(math.erf, 1, 1), None),
+    "erfc": (np.frompyfunc(math.erfc, 1, 1), None),
+    "lgamma": (np.frompyfunc(math.lgamma, 1, 1), (0.1, 9.0)),
+    # Checked independently (inverse of erf, derivative of lgamma) in test_math_ops.
+    "erf_inv": (special.erf_inv, (-0.99, 0.99)),
+    "digamma": (special.digamma, (-5.0, 9.0)),
+    "trigamma": (special.trigamma, (-5.0, 9.0)),
 }
 
 
@@ -195,6 +210,33 @@ def test_unary_not_negates_bools():
     )
 
 
+NEW_BINARY_CASES = {  # kind -> (dtype, NumPy); more cases in test_math_ops
+    "atan2": (f64, np.arctan2),
+    "rem": (f64, np.fmod),
+    "copysign": (f64, np.copysign),
+    "and": (i32, np.bitwise_and),
+    "or": (i64, np.bitwise_or),
+    "xor": (i32, np.bitwise_xor),
+    "shift_left": (i32, lambda a, b: np.left_shift(a, b % 8)),
+    "shift_right_logical": (i64, lambda a, b: np.right_shift(a, b % 8)),
+    "shift_right_arithmetic": (i32, lambda a, b: np.right_shift(a, b % 8)),
+}
+
+
+@kind_test(*NEW_BINARY_CASES, "bitcast_convert")
+@pytest.mark.parametrize("kind", sorted(NEW_BINARY_CASES))
+def test_more_binary_kinds_match_numpy(kind):
+    dtype, reference = NEW_BINARY_CASES[kind]
+    a = np.array([7, 12, 3, 5], dtype.numpy)  # non-negative: shifts of these agree with NumPy
+    b = np.array([2, -3, 1, 6], dtype.numpy) % 8
+    program = trace([spec(dtype, lane=4)] * 2, lambda bld, x: bld.binary(kind, x[0], x[1]))
+    traced_once(program, kind)
+    assert_same(evaluate_one(program, a, b), reference(a, b).astype(dtype.numpy))
+    bits = trace([spec(f32, lane=4)], lambda bld, x: x[0].bitcast_convert(i32))
+    floats = a.astype(np.float32)
+    assert_same(evaluate_one(bits, floats), floats.view(np.int32))
+
+
 def test_round_sends_ties_to_even():
     program = trace([spec(f32, lane=6)], lambda b, a: a[0].round())
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4], dtype=np.float32)
@@ -222,9 +264,9 @@ def test_unary_value_methods_record_the_named_op():
     "op, dtype, message",
     [
         ("exp", i32, "unary exp needs a floating-point operand, got i32"),
-        ("not", f32, "unary not needs a bool operand"),
+        ("not", f32, "unary not needs a bool or integer operand"),
         ("neg", bool_, "unary neg does not apply to bool operands"),
-        ("erf", f32, "unary: unknown op 'erf'; the unary ops are neg, exp"),
+        ("erfx", f32, "unary: unknown op .erfx.; the unary ops are neg, exp"),
     ],
 )
 def test_unary_type_rule_rejects(op, dtype, message):

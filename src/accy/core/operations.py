@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import AccyError, AxisError, DTypeError
+from .compositions import Compositions
 from .ir import Program, permute_parameters
 from .kinds.creation import normalize_scalar
 from .kinds.registry import Zero
 from .types import DType, TensorType, bool_
 from .walk import Inline, run
+from .windows import Windows
 
 Scalar = bool | int | float
 
@@ -41,8 +43,9 @@ def is_axis_argument(x: Any) -> bool:
     )
 
 
-class OpsApi:
-    """Named-axis operations over traced values; subclasses provide `emit`."""
+class OpsApi(Compositions, Windows):
+    """Named-axis operations over traced values; subclasses provide `emit`. The operations
+    composed of others (flip, cumsum, dynamic_slice, argmax, ...) are in `Compositions`."""
 
     def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
         """Build one operation of `kind` (type-checked by `builder.check_operation`)."""
@@ -139,6 +142,47 @@ class OpsApi:
         if x.ty.dtype == dtype:
             return x
         return self.emit("convert", [x], {"dtype": dtype.name})
+
+    def bitcast_convert(self, x, dtype: DType):
+        """`x`'s bits reinterpreted as `dtype` of the same width (f32 <-> i32, f64 <-> i64)."""
+        return self.emit("bitcast_convert", [x], {"dtype": dtype.name})
+
+    def floor_divide(self, a, b):
+        """`a // b` as NumPy computes it: the quotient rounded toward -inf (x // 0 is 0 for
+        integers; for floats, NumPy's divmod algorithm, so results agree with it exactly)."""
+        a, b = self._values("floor_divide", a, b)
+        if not a.ty.dtype.is_float:
+            remainder = self.binary("rem", a, b)
+            return self.sub(self.binary("div", a, b), self._remainder_adjustment(remainder, b))
+        mod = self.binary("rem", a, b)
+        quotient = self.div(self.sub(a, mod), b)
+        adjust = self._remainder_adjustment(mod, b)
+        quotient = self.sub(quotient, adjust)
+        floored = self.unary("floor", quotient)
+        floored = self.add(
+            floored, self.convert(self.compare("gt", quotient - floored, 0.5), a.ty.dtype)
+        )
+        zero_quotient = self.binary("copysign", self.zeros(a.ty), self.div(a, b))
+        floored = self.select(self.compare("eq", quotient, 0.0), zero_quotient, floored)
+        return self.select(self.compare("eq", b, 0.0), self.div(a, b), floored)
+
+    def remainder(self, a, b):
+        """`a % b` as NumPy and Python compute it: the sign of the divisor (x % 0 is 0 for
+        integers and NaN for floats)."""
+        a, b = self._values("remainder", a, b)
+        mod = self.binary("rem", a, b)
+        adjust = self.compare("ne", self._remainder_adjustment(mod, b), 0)
+        adjusted = self.select(adjust, self.add(mod, b), mod)
+        if not a.ty.dtype.is_float:
+            return adjusted
+        zero = self.binary("copysign", self.zeros(mod.ty), b)
+        return self.select(self.compare("eq", mod, 0.0), zero, adjusted)
+
+    def _remainder_adjustment(self, mod, b):
+        """1 where a truncated remainder `mod` and the divisor `b` differ in sign, else 0."""
+        nonzero = self.compare("ne", mod, 0)
+        differ = self.compare("ne", self.compare("lt", mod, 0), self.compare("lt", b, 0))
+        return self.convert(self.binary("and", nonzero, differ), mod.ty.dtype)
 
     def _values(self, kind: str, a, b):
         """Make Python scalars into constants of the other operand's dtype; check dtypes."""
@@ -249,9 +293,34 @@ class OpsApi:
             {"starts": tuple(starts), "limits": tuple(limits), "strides": tuple(strides)},
         )
 
-    def pad(self, x, axis: str, low: int = 0, high: int = 0, value: Scalar = 0, interior: int = 0):
-        """Pad `axis` with `low` elements before, `high` after and `interior` between each."""
+    def pad(
+        self,
+        x,
+        axis: str,
+        low: int = 0,
+        high: int = 0,
+        value: Scalar = 0,
+        interior: int = 0,
+        mode: str = "constant",
+    ):
+        """Pad `axis` with `low` elements before, `high` after and `interior` between each.
+
+        `mode` "constant" pads with `value`; a negative `low` or `high` removes elements
+        (after interior padding, as StableHLO's pad). "reflect", "symmetric", "edge" and
+        "wrap" take the padding from `x` as NumPy's `np.pad` does (`Compositions`).
+        """
+        if mode != "constant":
+            return self.pad_with_mode(x, axis, low, high, mode)
         self._require_axes("pad", x, [axis])
+        if low < 0 or high < 0:
+            padded = self.pad(x, axis, max(low, 0), max(high, 0), value, interior)
+            extent = padded.ty.extent(axis)
+            if -min(low, 0) - min(high, 0) > extent:
+                raise AxisError(
+                    f"pad: removing {-low} and {-high} elements of axis {axis!r} leaves fewer "
+                    f"than none ({padded.ty})"
+                )
+            return self.slice(padded, axis, -min(low, 0), extent + min(high, 0))
         position = x.ty.position(axis)
 
         def per_axis(v):
@@ -298,6 +367,10 @@ class OpsApi:
 
     def prod(self, x, axes=None):
         return self.reduce(x, 1, "prod", axes)
+
+    def extreme_value(self, dtype: DType, lowest: bool):
+        """The lowest (or highest) value of `dtype`: the identity of max (or min)."""
+        return _lowest(dtype) if lowest else _highest(dtype)
 
     def mean(self, x, axes=None):
         """The mean over `axes`; floats only (an integer mean would truncate silently)."""

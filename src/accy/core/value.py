@@ -190,6 +190,137 @@ class Value:
     def round(self):
         return self._unary("round")
 
+    # more unary math (rows of accy.core.kinds.elementwise.UNARY)
+    def asin(self):
+        """Elementwise arcsin."""
+        return self._unary("asin")
+
+    def acos(self):
+        """Elementwise arccos."""
+        return self._unary("acos")
+
+    def atan(self):
+        """Elementwise arctan."""
+        return self._unary("atan")
+
+    def sinh(self):
+        """Elementwise hyperbolic sine."""
+        return self._unary("sinh")
+
+    def cosh(self):
+        """Elementwise hyperbolic cosine."""
+        return self._unary("cosh")
+
+    def asinh(self):
+        """Elementwise inverse hyperbolic sine."""
+        return self._unary("asinh")
+
+    def acosh(self):
+        """Elementwise inverse hyperbolic cosine."""
+        return self._unary("acosh")
+
+    def atanh(self):
+        """Elementwise inverse hyperbolic tangent."""
+        return self._unary("atanh")
+
+    def erf(self):
+        """Elementwise the error function."""
+        return self._unary("erf")
+
+    def erfc(self):
+        """Elementwise 1 - erf(x), accurate in the tails."""
+        return self._unary("erfc")
+
+    def erf_inv(self):
+        """Elementwise the inverse of erf on [-1, 1] (+-inf at +-1)."""
+        return self._unary("erf_inv")
+
+    def lgamma(self):
+        """Elementwise log |Gamma(x)| (inf at the poles)."""
+        return self._unary("lgamma")
+
+    def digamma(self):
+        """Elementwise d/dx lgamma(x) (NaN at the poles 0, -1, -2, ...)."""
+        return self._unary("digamma")
+
+    # more binary math and integer bit operations (rows of BINARY)
+    def atan2(self, other):
+        """Elementwise arctan(self / other) in the quadrant of (other, self)."""
+        return self.builder.binary("atan2", self, other)
+
+    def rem(self, other):
+        """The remainder of truncated division, with the sign of `self` (C's fmod, lax.rem);
+        `%` is NumPy's remainder (the divisor's sign)."""
+        return self.builder.binary("rem", self, other)
+
+    def copysign(self, other):
+        """|self| with the sign of `other`."""
+        return self.builder.binary("copysign", self, other)
+
+    def floor_divide(self, other):
+        """The quotient rounded toward -inf, as NumPy's `//`."""
+        return self.builder.floor_divide(self, other)
+
+    def remainder(self, other):
+        """NumPy's `%`: the remainder with the sign of the divisor."""
+        return self.builder.remainder(self, other)
+
+    def shift_left(self, bits):
+        """Bits shifted left; shifting by the width or more (or a negative amount) gives 0."""
+        return self.builder.binary("shift_left", self, bits)
+
+    def shift_right_logical(self, bits):
+        """Bits shifted right, filling with zeros."""
+        return self.builder.binary("shift_right_logical", self, bits)
+
+    def shift_right_arithmetic(self, bits):
+        """Bits shifted right, filling with the sign bit."""
+        return self.builder.binary("shift_right_arithmetic", self, bits)
+
+    def bitcast_convert(self, dtype: DType):
+        """The same bits read as `dtype` of the same width (f32 <-> i32, f64 <-> i64)."""
+        return self.builder.bitcast_convert(self, dtype)
+
+    def __and__(self, other):
+        return self.builder.binary("and", self, other)
+
+    def __or__(self, other):
+        return self.builder.binary("or", self, other)
+
+    def __xor__(self, other):
+        return self.builder.binary("xor", self, other)
+
+    def __rand__(self, other):
+        return self.builder.binary("and", other, self)
+
+    def __ror__(self, other):
+        return self.builder.binary("or", other, self)
+
+    def __rxor__(self, other):
+        return self.builder.binary("xor", other, self)
+
+    def __invert__(self):
+        """Bitwise not of integers, logical not of bools."""
+        return self._unary("not")
+
+    def __lshift__(self, bits):
+        return self.shift_left(bits)
+
+    def __rshift__(self, bits):
+        """Arithmetic for signed integers, logical for unsigned ones (as NumPy's `>>`)."""
+        if self.ty.dtype.name == "u8":
+            return self.shift_right_logical(bits)
+        return self.shift_right_arithmetic(bits)
+
+    __floordiv__ = floor_divide
+    __mod__ = remainder
+
+    def __rfloordiv__(self, other):
+        return self.builder.floor_divide(other, self)
+
+    def __rmod__(self, other):
+        return self.builder.remainder(other, self)
+
     def logical_not(self):
         return self._unary("not")
 
@@ -232,8 +363,137 @@ class Value:
     def slice(self, axis: str, start: int = 0, stop: int | None = None, step: int = 1):
         return self.builder.slice(self, axis, start, stop, step)
 
-    def pad(self, axis: str, low: int = 0, high: int = 0, value=0, interior: int = 0):
-        return self.builder.pad(self, axis, low, high, value, interior)
+    def pad(
+        self,
+        axis: str,
+        low: int = 0,
+        high: int = 0,
+        value=0,
+        interior: int = 0,
+        mode: str = "constant",
+    ):
+        """Pad `axis`: `mode` "constant" (with `value`; negative widths remove elements),
+        "reflect", "symmetric", "edge" or "wrap" (as np.pad)."""
+        return self.builder.pad(self, axis, low, high, value, interior, mode)
+
+    # compositions (accy.core.compositions)
+    def flip(self, axis: str):
+        """The elements along `axis` in reverse order."""
+        return self.builder.flip(self, axis)
+
+    def roll(self, shift: int, axis: str):
+        """Elements moved `shift` places along `axis`, wrapping around (np.roll)."""
+        return self.builder.roll(self, shift, axis)
+
+    def tril(self, rows: str, columns: str, k: int = 0):
+        """Zero where column - row > k (np.tril over the axes `rows`, `columns`)."""
+        return self.builder.tril(self, rows, columns, k)
+
+    def triu(self, rows: str, columns: str, k: int = 0):
+        """Zero where column - row < k (np.triu over the axes `rows`, `columns`)."""
+        return self.builder.triu(self, rows, columns, k)
+
+    def cumsum(self, axis: str, reverse: bool = False):
+        """Inclusive cumulative sum along `axis` (from the end when `reverse`).
+
+        >>> import accy
+        >>> p = accy.trace.define("c", [accy.spec(accy.f32, n=4)], lambda b, a: a[0].cumsum("n"))
+        >>> accy.reference.run(p, [[1.0, 2.0, 3.0, 4.0]])[0].tolist()
+        [1.0, 3.0, 6.0, 10.0]
+        """
+        return self.builder.cumulative(self, "sum", axis, reverse)
+
+    def cumprod(self, axis: str, reverse: bool = False):
+        """Inclusive cumulative product along `axis`."""
+        return self.builder.cumulative(self, "prod", axis, reverse)
+
+    def cummax(self, axis: str, reverse: bool = False):
+        """Inclusive cumulative maximum along `axis`."""
+        return self.builder.cumulative(self, "max", axis, reverse)
+
+    def cummin(self, axis: str, reverse: bool = False):
+        """Inclusive cumulative minimum along `axis`."""
+        return self.builder.cumulative(self, "min", axis, reverse)
+
+    def argmax(self, axis: str):
+        """The i32 index of the largest element along `axis` (the first of ties, or of NaNs).
+
+        >>> import accy
+        >>> p = accy.trace.define("a", [accy.spec(accy.f32, n=4)], lambda b, a: a[0].argmax("n"))
+        >>> int(accy.reference.run(p, [[1.0, 3.0, 3.0, 0.0]])[0])
+        1
+        """
+        return self.builder.argmax(self, axis)
+
+    def argmin(self, axis: str):
+        """The i32 index of the smallest element along `axis` (the first of ties, or of NaNs)."""
+        return self.builder.argmin(self, axis)
+
+    def conv(
+        self,
+        kernel: Value,
+        spatial: Sequence[str],
+        in_axis: str,
+        out_axis: str,
+        stride=1,
+        padding="valid",
+        dilation=1,
+        groups: int = 1,
+    ):
+        """Convolution with `kernel` over the named `spatial` axes (accy.core.windows): stride,
+        padding ("valid", "same" or (low, high) pairs), dilation and groups per spatial axis.
+
+        >>> import accy, numpy as np
+        >>> def body(b, a):
+        ...     return a[0].conv(a[1], ["w"], "c", "o", padding="same")
+        >>> p = accy.trace.define("c", [accy.spec(accy.f32, w=4, c=1),
+        ...                             accy.spec(accy.f32, w=3, c=1, o=1)], body)
+        >>> x, k = np.arange(4.0).reshape(4, 1), np.ones((3, 1, 1))
+        >>> accy.reference.run(p, [x, k])[0][:, 0].tolist()
+        [1.0, 3.0, 6.0, 5.0]
+        """
+        return self.builder.conv(
+            self, kernel, spatial, in_axis, out_axis, stride, padding, dilation, groups
+        )
+
+    def reduce_window(self, op: str, window: dict, stride=None, padding="valid", dilation=1):
+        """Reduce `op` over windows (`window`: axis -> extent; stride defaults to the window)."""
+        return self.builder.reduce_window(self, op, window, stride, padding, dilation)
+
+    def sort(self, axis: str, descending: bool = False):
+        """The elements sorted along `axis` (stable; NaN last). `builder.sort` carries other
+        operands along.
+
+        >>> import accy
+        >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=4)], lambda b, a: a[0].sort("n"))
+        >>> accy.reference.run(p, [[3.0, 1.0, 2.0, 0.0]])[0].tolist()
+        [0.0, 1.0, 2.0, 3.0]
+        """
+        return self.builder.sort([self], axis, descending)[0]
+
+    def argsort(self, axis: str, descending: bool = False):
+        """The i32 positions that sort this value along `axis` (stable)."""
+        return self.builder.argsort(self, axis, descending)
+
+    def top_k(self, k: int, axis: str):
+        """(the k largest along `axis`, descending; their i32 positions)."""
+        return self.builder.top_k(self, k, axis)
+
+    def dynamic_slice(self, starts: dict, sizes: dict):
+        """The block of `sizes` (axis -> extent) at traced `starts` (axis -> integer scalar),
+        starts clamped so that the block lies inside (as JAX).
+
+        >>> import accy
+        >>> p = accy.trace.define("d", [accy.spec(accy.f32, n=5), accy.spec(accy.i32)],
+        ...                       lambda b, a: a[0].dynamic_slice({"n": a[1]}, {"n": 2}))
+        >>> accy.reference.run(p, [[0.0, 1.0, 2.0, 3.0, 4.0], 4])[0].tolist()  # start 4 -> 3
+        [3.0, 4.0]
+        """
+        return self.builder.dynamic_slice(self, starts, sizes)
+
+    def dynamic_update_slice(self, update: Value, starts: dict):
+        """This value with `update` written at traced `starts`, clamped as `dynamic_slice`."""
+        return self.builder.dynamic_update_slice(self, update, starts)
 
     def gather(self, indices: Value, axis: str):
         return self.builder.gather(self, indices, axis)

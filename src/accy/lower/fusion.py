@@ -42,6 +42,8 @@ ROOT_KINDS = frozenset({"reduce", "dot_general", "scatter_add", "custom_call", "
 CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "concatenate"}
 
 LIGHT_KINDS = frozenset({"add", "sub", "mul", "max", "min", "compare", "select", "convert"})
+LIGHT_KINDS |= {"and", "or", "xor", "shift_left", "shift_right_logical", "copysign"}
+LIGHT_KINDS |= {"shift_right_arithmetic", "bitcast_convert"}
 LIGHT_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round", "not", "stop_gradient"})
 LIGHT_RECOMPUTE_STEPS = 3  # at most this many steps recompute a light value
 # Operations between a step's root and its deepest inline operand. Code generators walk an

@@ -17,11 +17,14 @@ one more pass over memory costs little.
 from __future__ import annotations
 
 from ..core import Operation
+from ..core.kinds.elementwise import BINARY
 
 MAX_GROUP_OPERATIONS = 512
 
 SAME_INDEX_KINDS = frozenset(
     {"unary", "add", "sub", "mul", "div", "pow", "max", "min", "compare", "select", "convert"}
+    | set(BINARY)
+    | {"bitcast_convert"}
 )
 
 

@@ -12,13 +12,16 @@ from ...core.types import TensorType
 
 PARALLEL_WORK = 1 << 20  # element-operations below which one thread is faster
 EXPENSIVE_UNARY = {"exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "logistic"}
+# Special functions without vector variants, some of them loops: weigh them heavily.
+EXPENSIVE_UNARY |= {"asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf"}
+EXPENSIVE_UNARY |= {"erfc", "lgamma", "erf_inv", "digamma", "trigamma"}
 
 
 def work_per_element(ops: tuple[Operation, ...]) -> int:
     """A rough count of operations per element: transcendentals weigh more than arithmetic."""
     weight = 1
     for op in ops:
-        if op.kind == "unary" and op.attrs["op"] in EXPENSIVE_UNARY or op.kind == "pow":
+        if op.kind == "unary" and op.attrs["op"] in EXPENSIVE_UNARY or op.kind in ("pow", "atan2"):
             weight += 8
         else:
             weight += 1

@@ -212,6 +212,12 @@ def _convert(body: Body, op: Operation, index: Index) -> str:
     return body.temp(target, templates.convert(x, c_source, c_target, templates.bounds(target)))
 
 
+def _bitcast(body: Body, op: Operation, index: Index) -> str:
+    x = body.value(op.operands[0], index)
+    expression = templates.bitcast(x, op.operand_types[0].dtype, op.type.dtype)
+    return body.temp(op.type.dtype, expression, rounded=False)
+
+
 # creation kinds ------------------------------------------------------------------------------
 
 
@@ -336,6 +342,7 @@ EMITTERS: dict[str, Emitter] = {
     "compare": _compare,
     "select": _select,
     "convert": _convert,
+    "bitcast_convert": _bitcast,
     "constant": _constant,
     "iota": _iota,
     "broadcast_in_dim": _broadcast,

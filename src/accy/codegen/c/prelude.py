@@ -29,9 +29,11 @@ void *memset(void *, int, size_t);
 ACCY_MATH(exp) ACCY_MATH(log) ACCY_MATH(log1p) ACCY_MATH(expm1)
 ACCY_MATH(sin) ACCY_MATH(cos) ACCY_MATH(tan) ACCY_MATH(tanh)
 ACCY_MATH(sqrt) ACCY_MATH(fabs) ACCY_MATH(floor) ACCY_MATH(ceil)
-ACCY_MATH(rint)
-float powf(float, float);
-double pow(double, double);
+ACCY_MATH(rint) ACCY_MATH(asin) ACCY_MATH(acos) ACCY_MATH(atan)
+ACCY_MATH(sinh) ACCY_MATH(cosh) ACCY_MATH(asinh) ACCY_MATH(acosh) ACCY_MATH(atanh)
+ACCY_MATH(erf) ACCY_MATH(erfc) ACCY_MATH(lgamma)
+#define ACCY_MATH2(name) float name##f(float, float); double name(double, double);
+ACCY_MATH2(pow) ACCY_MATH2(atan2) ACCY_MATH2(fmod) ACCY_MATH2(copysign)
 #ifndef INFINITY
 #define INFINITY (__builtin_inff())
 #define NAN (__builtin_nanf(""))
@@ -49,6 +51,16 @@ ACCY_FN uint32_t accy_float_bits(float x) {
 ACCY_FN float accy_float_from_bits(uint32_t bits) {
   float x;
   memcpy(&x, &bits, 4);
+  return x;
+}
+ACCY_FN uint64_t accy_double_bits(double x) {
+  uint64_t bits;
+  memcpy(&bits, &x, 8);
+  return bits;
+}
+ACCY_FN double accy_double_from_bits(uint64_t bits) {
+  double x;
+  memcpy(&x, &bits, 8);
   return x;
 }
 #define accy_round_f16(x) ((float)(_Float16)(x))
@@ -78,6 +90,10 @@ typedef unsigned long long uint64_t;
 #define ACCY_FN static __device__ __forceinline__
 ACCY_FN uint32_t accy_float_bits(float x) { return __float_as_uint(x); }
 ACCY_FN float accy_float_from_bits(uint32_t bits) { return __uint_as_float(bits); }
+ACCY_FN uint64_t accy_double_bits(double x) { return (uint64_t)__double_as_longlong(x); }
+ACCY_FN double accy_double_from_bits(uint64_t bits) {
+  return __longlong_as_double((long long)bits);
+}
 
 /* Half precision through PTX's round-to-nearest-even `cvt` (cuda_fp16.h needs include paths). */
 ACCY_FN float accy_half_to_float(unsigned short h) {
@@ -136,6 +152,57 @@ ACCY_FN float accy_logisticf(float x) {
 ACCY_FN double accy_logistic(double x) {
   const double e = exp(-fabs(x));
   return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
+/* erf_inv, digamma and trigamma: the algorithms of accy.core.kinds.special (the reference),
+   step for step, in double precision. */
+ACCY_FN double accy_erf_inv(double x) {
+  if (!(fabs(x) < 1.0)) return fabs(x) == 1.0 ? x * INFINITY : NAN;
+  const double w = -log((1.0 - x) * (1.0 + x));
+  double y;
+  if (w < 5.0) {
+    const double v = w - 2.5;
+    double p = 2.81022636e-08;
+    p = 3.43273939e-07 + p * v; p = -3.5233877e-06 + p * v; p = -4.39150654e-06 + p * v;
+    p = 0.00021858087 + p * v; p = -0.00125372503 + p * v; p = -0.00417768164 + p * v;
+    p = 0.246640727 + p * v; p = 1.50140941 + p * v;
+    y = p * x;
+  } else {
+    const double v = sqrt(w) - 3.0;
+    double q = -0.000200214257;
+    q = 0.000100950558 + q * v; q = 0.00134934322 + q * v; q = -0.00367342844 + q * v;
+    q = 0.00573950773 + q * v; q = -0.0076224613 + q * v; q = 0.00943887047 + q * v;
+    q = 1.00167406 + q * v; q = 2.83297682 + q * v;
+    y = q * x;
+  }
+  /* Two Newton steps on erf(y) = x. */
+  y = y - (erf(y) - x) / (1.1283791670955126 * exp(-y * y));
+  y = y - (erf(y) - x) / (1.1283791670955126 * exp(-y * y));
+  return y;
+}
+#define ACCY_PI 3.141592653589793
+ACCY_FN double accy_digamma(double x) {
+  if (x != x || (x <= 0.0 && x == floor(x))) return NAN;
+  double shift = 0.0, steps = 0.0;
+  if (x < 0.5) { shift = -ACCY_PI / tan(ACCY_PI * x); x = 1.0 - x; }
+  while (x < 10.0) { steps = steps + 1.0 / x; x = x + 1.0; }
+  const double r = 1.0 / (x * x);
+  const double series =
+      r * (1.0 / 12 - r * (1.0 / 120 - r * (1.0 / 252 - r * (1.0 / 240 - r * (1.0 / 132)))));
+  return shift - steps + (log(x) - 0.5 / x - series);
+}
+ACCY_FN double accy_trigamma(double x) {
+  if (x != x || (x <= 0.0 && x == floor(x))) return NAN;
+  double shift = 0.0, sign = 1.0, steps = 0.0;
+  if (x < 0.5) {
+    const double s = sin(ACCY_PI * x);
+    shift = ACCY_PI * ACCY_PI / (s * s); sign = -1.0; x = 1.0 - x;
+  }
+  while (x < 10.0) { steps = steps + 1.0 / (x * x); x = x + 1.0; }
+  const double r = 1.0 / (x * x);
+  const double series =
+      (1.0 / x) * r * (1.0 / 6 - r * (1.0 / 30 - r * (1.0 / 42 - r * (1.0 / 30 - r * (5.0 / 66)))));
+  return shift + sign * (steps + (1.0 / x + 0.5 * r + series));
 }
 """
 

@@ -50,9 +50,27 @@ UNARY = {
     "floor": {"float": "floor{f}({x})"},
     "ceil": {"float": "ceil{f}({x})"},
     "round": {"float": "rint{f}({x})"},  # halves to even in the default rounding mode
-    "not": {"bool": "!{x}"},
+    "not": {"bool": "!{x}", "*": "({c})~{x}"},
     "stop_gradient": {"*": "{x}"},
+    "asin": {"float": "asin{f}({x})"},
+    "acos": {"float": "acos{f}({x})"},
+    "atan": {"float": "atan{f}({x})"},
+    "sinh": {"float": "sinh{f}({x})"},
+    "cosh": {"float": "cosh{f}({x})"},
+    "asinh": {"float": "asinh{f}({x})"},
+    "acosh": {"float": "acosh{f}({x})"},
+    "atanh": {"float": "atanh{f}({x})"},
+    "erf": {"float": "erf{f}({x})"},
+    "erfc": {"float": "erfc{f}({x})"},
+    # Computed in double and rounded, as the reference does (accy.core.kinds.special).
+    "lgamma": {"float": "({c})lgamma((double){x})"},
+    "erf_inv": {"float": "({c})accy_erf_inv((double){x})"},
+    "digamma": {"float": "({c})accy_digamma((double){x})"},
+    "trigamma": {"float": "({c})accy_trigamma((double){x})"},
 }
+
+# The width in bits of the compute type, for shifts (a shift by the width or more is defined).
+_BITS = "8 * sizeof({c})"
 
 BINARY = {
     "add": {"signed": _wrapping("+"), "*": "{a} + {b}"},
@@ -66,6 +84,29 @@ BINARY = {
     "pow": {"float": "pow{f}({a}, {b})"},
     "max": {"float": "({a} > {b} || {a} != {a} ? {a} : {b})", "*": "({a} > {b} ? {a} : {b})"},
     "min": {"float": "({a} < {b} || {a} != {a} ? {a} : {b})", "*": "({a} < {b} ? {a} : {b})"},
+    "atan2": {"float": "atan2{f}({a}, {b})"},
+    "copysign": {"float": "copysign{f}({a}, {b})"},
+    "rem": {
+        "float": "fmod{f}({a}, {b})",
+        "signed": "({b} == 0 || {b} == -1 ? 0 : {a} % {b})",
+        "unsigned": "({b} == 0 ? 0 : {a} % {b})",
+    },
+    "and": {"*": "({a} & {b})"},
+    "or": {"*": "({a} | {b})"},
+    "xor": {"*": "({a} ^ {b})"},
+    "shift_left": {
+        "signed": f"(({{u}}){{b}} >= {_BITS} ? ({{c}})0 : ({{c}})(({{u}}){{a}} << {{b}}))",
+        "unsigned": f"({{b}} >= {_BITS} ? ({{c}})0 : ({{c}})({{a}} << {{b}}))",
+    },
+    "shift_right_logical": {
+        "signed": f"(({{u}}){{b}} >= {_BITS} ? ({{c}})0 : ({{c}})(({{u}}){{a}} >> {{b}}))",
+        "unsigned": f"({{b}} >= {_BITS} ? ({{c}})0 : ({{c}})({{a}} >> {{b}}))",
+    },
+    # >> of a negative signed value is arithmetic on gcc, clang and nvcc (C23 defines it so).
+    "shift_right_arithmetic": {
+        "signed": f"({{a}} >> (({{u}}){{b}} >= {_BITS} ? {_BITS} - 1 : {{b}}))",
+        "unsigned": f"({{b}} >= {_BITS} ? ({{c}})0 : ({{c}})({{a}} >> {{b}}))",
+    },
 }
 
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -130,3 +171,24 @@ def convert(x: str, source: CType, target: CType, bounds: tuple[str, str] | None
         low, high = bounds
         return f"ACCY_SATURATE({x}, {low}, {high}, {target.compute})"
     return (target.convert or f"({target.compute})({{x}})").format(x=x)
+
+
+# bitcast_convert between dtypes of one width, by (source, target) dtype names.
+BITCAST = {
+    ("f32", "i32"): "(int32_t)accy_float_bits({x})",
+    ("i32", "f32"): "accy_float_from_bits((uint32_t){x})",
+    ("f64", "i64"): "(int64_t)accy_double_bits({x})",
+    ("i64", "f64"): "accy_double_from_bits((uint64_t){x})",
+}
+
+
+def bitcast(x: str, source: DType, target: DType) -> str:
+    """`x`'s bits reinterpreted from `source` to `target` (of the same width).
+
+    >>> from accy import f32, i32
+    >>> bitcast("t0", f32, i32)
+    '(int32_t)accy_float_bits(t0)'
+    """
+    if source == target:
+        return x
+    return BITCAST[(source.name, target.name)].format(x=x)

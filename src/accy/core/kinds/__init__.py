@@ -4,6 +4,8 @@
 | ----------- | ---------------------------------------------------------------- |
 | creation    | parameter, constant, iota                                        |
 | elementwise | unary, add, sub, mul, div, pow, max, min, compare, select, convert |
+|             | atan2, rem, copysign, and, or, xor, shift_left,                  |
+|             | shift_right_logical, shift_right_arithmetic, bitcast_convert     |
 | layout      | broadcast_in_dim, transpose, reshape, slice, pad, concatenate    |
 | reduction   | reduce                                                           |
 | contraction | dot_general                                                      |

@@ -13,6 +13,7 @@ import numpy as np
 
 from ...errors import AxisError, DTypeError, TypeRuleError
 from ..types import bool_, dtype_named
+from . import special
 from .registry import (
     Linear,
     Rule,
@@ -80,10 +81,47 @@ UNARY: dict[str, UnaryOp] = {
     "floor": UnaryOp(np.floor),
     "ceil": UnaryOp(np.ceil),
     "round": UnaryOp(np.round),  # halves to even, like NumPy and IEEE roundeven
-    "not": UnaryOp(np.logical_not, float_only=False),
+    # On bool operands logical, on integers bitwise (np.invert does both).
+    "not": UnaryOp(np.invert, float_only=False),
     # The identity with a zero derivative: what is computed but not differentiated through.
     "stop_gradient": UnaryOp(lambda x: x.copy(), float_only=False),
+    # Inverse trigonometric and hyperbolic functions.
+    "asin": UnaryOp(
+        np.arcsin, lambda e, t, x, y: e.mul(t, e.unary("rsqrt", e.sub(1.0, e.mul(x, x))))
+    ),
+    "acos": UnaryOp(
+        np.arccos, lambda e, t, x, y: e.neg(e.mul(t, e.unary("rsqrt", e.sub(1.0, e.mul(x, x)))))
+    ),
+    "atan": UnaryOp(np.arctan, lambda e, t, x, y: e.div(t, e.add(e.mul(x, x), 1.0))),
+    "sinh": UnaryOp(np.sinh, lambda e, t, x, y: e.mul(t, e.unary("cosh", x))),
+    "cosh": UnaryOp(np.cosh, lambda e, t, x, y: e.mul(t, e.unary("sinh", x))),
+    "asinh": UnaryOp(
+        np.arcsinh, lambda e, t, x, y: e.mul(t, e.unary("rsqrt", e.add(e.mul(x, x), 1.0)))
+    ),
+    # As JAX: 1 / (sqrt(x - 1) sqrt(x + 1)), which does not overflow where x * x would.
+    "acosh": UnaryOp(
+        np.arccosh,
+        lambda e, t, x, y: e.div(
+            t, e.mul(e.unary("sqrt", e.sub(x, 1.0)), e.unary("sqrt", e.add(x, 1.0)))
+        ),
+    ),
+    "atanh": UnaryOp(np.arctanh, lambda e, t, x, y: e.div(t, e.sub(1.0, e.mul(x, x)))),
+    # Special functions (accy.core.kinds.special: the reference, and the C of `codegen.c`).
+    "erf": UnaryOp(special.erf, lambda e, t, x, y: e.mul(t, _erf_slope(e, x))),
+    "erfc": UnaryOp(special.erfc, lambda e, t, x, y: e.neg(e.mul(t, _erf_slope(e, x)))),
+    "erf_inv": UnaryOp(
+        special.erf_inv,
+        lambda e, t, x, y: e.mul(t, e.mul(e.unary("exp", e.mul(y, y)), special.HALF_SQRT_PI)),
+    ),
+    "lgamma": UnaryOp(special.lgamma, lambda e, t, x, y: e.mul(t, e.unary("digamma", x))),
+    "digamma": UnaryOp(special.digamma, lambda e, t, x, y: e.mul(t, e.unary("trigamma", x))),
+    "trigamma": UnaryOp(special.trigamma, special.no_tangent("trigamma")),
 }
+
+
+def _erf_slope(e, x):
+    """erf'(x) = 2 / sqrt(pi) exp(-x^2)."""
+    return e.mul(e.unary("exp", e.neg(e.mul(x, x))), special.TWO_OVER_SQRT_PI)
 
 
 def _unary_infer(types, attrs):
@@ -92,8 +130,8 @@ def _unary_infer(types, attrs):
     if name not in UNARY:
         raise TypeRuleError(f"unary: unknown op {name!r}; the unary ops are {', '.join(UNARY)}")
     (t,) = types
-    if name == "not" and t.dtype != bool_:
-        raise DTypeError(f"unary not needs a bool operand, got {t}")
+    if name == "not" and t.dtype.is_float:
+        raise DTypeError(f"unary not needs a bool or integer operand, got {t}")
     if name != "not" and t.dtype == bool_:
         raise DTypeError(f"unary {name} does not apply to bool operands ({t})")
     if UNARY[name].float_only:
@@ -241,6 +279,61 @@ def _div_transpose(e, op, ct, operands):
     return [e.div(ct, b), None]
 
 
+def _atan2_jvp(e, op, p, t, out):
+    """d atan2(a, b) = (b da - a db) / (a^2 + b^2)."""
+    a, b = p
+    norm = e.add(e.mul(a, a), e.mul(b, b))
+    return e.add_tangents(
+        e.scale_tangent(t[0], e.div(b, norm)), e.scale_tangent(t[1], e.neg(e.div(a, norm)))
+    )
+
+
+def _rem_jvp(e, op, p, t, out):
+    """rem(a, b) = a - b trunc(a / b): da - trunc(a / b) db (as JAX's rem)."""
+    a, b = p
+    if isinstance(t[1], Zero):
+        return t[0]
+    quotient = e.div(e.sub(a, out), b)  # exactly trunc(a / b) where the division is exact
+    return e.add_tangents(t[0], e.neg(e.mul(t[1], e.unary("round", quotient))))
+
+
+def _copysign_jvp(e, op, p, t, out):
+    """copysign(a, b) is |a| with b's sign: da times sign(a) copysign(1, b); nothing from b."""
+    a, b = p
+    return e.scale_tangent(t[0], e.mul(e.unary("sign", a), e.binary("copysign", 1.0, b)))
+
+
+def _no_tangent(e, op, p, t, out):
+    return Zero(op.type)
+
+
+def _rem(a, b):
+    """C's fmod for floats (the sign of `a`); for integers truncated, with x rem 0 = 0."""
+    if a.dtype.kind == "f":
+        return np.fmod(a, b)
+    safe = np.where(b == 0, 1, b).astype(a.dtype)
+    return np.where(b == 0, 0, a - _int_divide(a, safe) * safe).astype(a.dtype)
+
+
+def _shift(operation, fill_negative: bool):
+    """A shift by `b` bits; a shift by a negative amount or by the width or more gives 0 (or
+    -1 for a negative `a` shifted right arithmetically), as StableHLO defines."""
+
+    def shift(a, b):
+        bits = a.dtype.itemsize * 8
+        outside = (b < 0) | (b >= bits)
+        shifted = operation(a, np.where(outside, 0, b).astype(a.dtype))
+        fill = np.where(a < 0, -1, 0) if fill_negative else 0
+        return np.where(outside, fill, shifted).astype(a.dtype)
+
+    return shift
+
+
+def _logical_right(a, b):
+    unsigned = a.view(np.dtype(f"u{a.dtype.itemsize}"))
+    return (unsigned >> b.astype(unsigned.dtype)).view(a.dtype)
+
+
 @dataclass(frozen=True)
 class BinaryOp:
     evaluate: Any
@@ -248,6 +341,7 @@ class BinaryOp:
     transpose: Any = None
     allows_bool: bool = False
     float_only: bool = False
+    integer_only: bool = False
 
 
 BINARY: dict[str, BinaryOp] = {
@@ -258,6 +352,17 @@ BINARY: dict[str, BinaryOp] = {
     "pow": BinaryOp(_power, _pow_jvp, float_only=True),
     "max": BinaryOp(np.maximum, _chooser_jvp("gt"), allows_bool=True),
     "min": BinaryOp(np.minimum, _chooser_jvp("lt"), allows_bool=True),
+    "atan2": BinaryOp(np.arctan2, _atan2_jvp, float_only=True),
+    "rem": BinaryOp(_rem, _rem_jvp),
+    "copysign": BinaryOp(np.copysign, _copysign_jvp, float_only=True),
+    "and": BinaryOp(np.bitwise_and, _no_tangent, allows_bool=True, integer_only=True),
+    "or": BinaryOp(np.bitwise_or, _no_tangent, allows_bool=True, integer_only=True),
+    "xor": BinaryOp(np.bitwise_xor, _no_tangent, allows_bool=True, integer_only=True),
+    "shift_left": BinaryOp(_shift(np.left_shift, False), _no_tangent, integer_only=True),
+    "shift_right_logical": BinaryOp(_shift(_logical_right, False), _no_tangent, integer_only=True),
+    "shift_right_arithmetic": BinaryOp(
+        _shift(np.right_shift, True), _no_tangent, integer_only=True
+    ),
 }
 
 
@@ -270,6 +375,8 @@ def _binary_rule(kind: str, binary: BinaryOp) -> Rule:
             raise DTypeError(f"{kind} does not apply to bool operands ({describe(types)})")
         if binary.float_only:
             check_float(kind, types[0])
+        if binary.integer_only and types[0].dtype.is_float:
+            raise DTypeError(f"{kind} needs integer or bool operands, got {describe(types)}")
         return types[0]
 
     def evaluate(attrs, args, _):
@@ -409,6 +516,42 @@ register(
         _convert_evaluate,
         _convert_jvp,
         _convert_transpose,
+        arity=1,
+        batch=batch_same_kind,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# bitcast_convert
+
+# The pairs of dtypes of one width between which bits can be reinterpreted (no 16-bit integers
+# exist for f16 and bf16).
+BITCASTS = {("f32", "i32"), ("i32", "f32"), ("f64", "i64"), ("i64", "f64")}
+
+
+def _bitcast_infer(types, attrs):
+    check_arity("bitcast_convert", types, 1)
+    (t,) = types
+    target = dtype_named(attr("bitcast_convert", attrs, "dtype"))
+    if t.dtype != target and (t.dtype.name, target.name) not in BITCASTS:
+        pairs = ", ".join(f"{a}->{b}" for a, b in sorted(BITCASTS))
+        raise DTypeError(
+            f"bitcast_convert: cannot reinterpret {t} as {target}; the bit casts are {pairs}"
+        )
+    return t.with_dtype(target)
+
+
+def _bitcast_evaluate(attrs, args, _):
+    return np.ascontiguousarray(args[0]).view(dtype_named(attrs["dtype"]).numpy)
+
+
+register(
+    Rule(
+        "bitcast_convert",
+        _bitcast_infer,
+        _bitcast_evaluate,
+        lambda e, op, p, t, out: Zero(op.type),
         arity=1,
         batch=batch_same_kind,
     )

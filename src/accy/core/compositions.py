@@ -1,0 +1,251 @@
+"""Array operations built from the closed set of kinds: no new kind, so differentiation and
+every backend handle them through the rules of the kinds they record.
+
+`Compositions` is a mixin of `OpsApi` (`accy.core.operations`): flip, roll, tril/triu,
+cumulative sums, products, maxima and minima, padding modes, dynamic slices with traced
+starts, and argmax/argmin.
+
+- Cumulative operations are Hillis-Steele scans: log2(n) rounds of `x op shifted(x)`, each a
+  slice and a pad, which fuse into elementwise loops; a float sum may differ from a
+  sequential one in the last bits.
+- Dynamic slices clamp their start indices as JAX's `lax.dynamic_slice` does: the slice always
+  lies inside the operand (a start past the end is moved back).
+- Sorting is by ranks: element i goes to the number of elements that precede it (smaller, or
+  equal and earlier: stable; NaN after every number, as NumPy), and the sorted values are
+  picked by comparing ranks with positions. That is O(n^2) elementwise work per sorted row,
+  which fuses into loops on every backend and differentiates through `select` (the
+  cotangent follows the permutation); long rows need a sort kind (not built yet).
+- argmax/argmin return the first index of the extreme value (as NumPy), and of the first NaN
+  where there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..errors import AxisError, TypeRuleError
+from .types import TensorType, i32
+
+_IDENTITIES = {"sum": 0, "prod": 1}
+_COMBINE = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}
+
+
+class Compositions:
+    """Compositions over `OpsApi`'s primitives (this class only adds methods)."""
+
+    def _index_vector(self, indices, axis: str):
+        """A constant i32 vector along `axis` (for gathers with indices known when tracing)."""
+        indices = np.asarray(indices, np.int64)
+        return self.constant(indices, TensorType(i32, ((axis, len(indices)),)))
+
+    def _positions(self, x, axis: str, dtype=i32):
+        """0, 1, 2, ... along `axis` of `x`, over `x`'s axis alone."""
+        return self.iota(TensorType(dtype, ((axis, x.ty.extent(axis)),)), axis)
+
+    def flip(self, x, axis: str):
+        """`x` with the order of its elements along `axis` reversed."""
+        self._require_axes("flip", x, [axis])
+        n = x.ty.extent(axis)
+        return self.gather(x, self._index_vector(np.arange(n)[::-1], axis), axis)
+
+    def roll(self, x, shift: int, axis: str):
+        """Elements moved `shift` places forward along `axis`, wrapping around (np.roll)."""
+        self._require_axes("roll", x, [axis])
+        n = x.ty.extent(axis)
+        shift = shift % n if n else 0
+        if shift == 0:
+            return x
+        return self.concatenate(
+            [self.slice(x, axis, n - shift, n), self.slice(x, axis, 0, n - shift)], axis
+        )
+
+    def triangle(self, x, rows: str, columns: str, k: int = 0, lower: bool = True):
+        """`x` where column - row <= k (lower) or >= k (upper), zero elsewhere."""
+        self._require_axes("tril" if lower else "triu", x, [rows, columns])
+        offset = self.sub(self._positions(x, columns), self._positions(x, rows))
+        keep = self.compare("le" if lower else "ge", offset, k)
+        kept = self.select(keep, x, self.zeros(TensorType(x.ty.dtype, ())))
+        return self.transpose(kept, x.ty.axes)
+
+    def tril(self, x, rows: str, columns: str, k: int = 0):
+        """The lower triangle of `x` over (`rows`, `columns`): column - row <= k, else 0."""
+        return self.triangle(x, rows, columns, k, lower=True)
+
+    def triu(self, x, rows: str, columns: str, k: int = 0):
+        """The upper triangle of `x` over (`rows`, `columns`): column - row >= k, else 0."""
+        return self.triangle(x, rows, columns, k, lower=False)
+
+    def cumulative(self, x, op: str, axis: str, reverse: bool = False):
+        """Inclusive cumulative `op` (sum, prod, max, min) along `axis`; from the end when
+        `reverse`."""
+        if op not in _COMBINE:
+            raise TypeRuleError(f"cumulative: unknown op {op!r}; use one of {', '.join(_COMBINE)}")
+        self._require_axes(f"cumulative {op}", x, [axis])
+        n = x.ty.extent(axis)
+        fill = _IDENTITIES.get(op)
+        if fill is None:
+            fill = self.extreme_value(x.ty.dtype, lowest=op == "max")
+        shift = 1
+        while shift < n:
+            if reverse:
+                moved = self.pad(self.slice(x, axis, shift, n), axis, 0, shift, fill)
+            else:
+                moved = self.pad(self.slice(x, axis, 0, n - shift), axis, shift, 0, fill)
+            x = self.binary(_COMBINE[op], x, moved)
+            shift *= 2
+        return x
+
+    def pad_with_mode(self, x, axis: str, low: int, high: int, mode: str):
+        """Padding whose values come from `x` itself, as NumPy's np.pad modes: "reflect"
+        (mirrored, the edge not repeated), "symmetric" (the edge repeated), "edge", "wrap"."""
+        self._require_axes("pad", x, [axis])
+        if mode not in ("reflect", "symmetric", "edge", "wrap"):
+            raise TypeRuleError(
+                f"pad: unknown mode {mode!r}; use constant, reflect, symmetric, edge or wrap"
+            )
+        n = x.ty.extent(axis)
+        if low < 0 or high < 0:
+            raise AxisError(f"pad: mode {mode!r} needs low and high >= 0, got {low} and {high}")
+        if n == 0 and low + high:
+            raise AxisError(f"pad: mode {mode!r} cannot pad the empty axis {axis!r} of {x.ty}")
+        source = np.pad(np.arange(n), (low, high), mode=mode)
+        return self.gather(x, self._index_vector(source, axis), axis)
+
+    def dynamic_slice(self, x, starts: Mapping[str, object], sizes: Mapping[str, int]):
+        """The block of `x` of `sizes` (axis -> extent) starting at `starts` (axis -> a traced
+        integer scalar or an int), each start clamped into [0, extent - size] as JAX does."""
+        for axis, size in sizes.items():
+            self._require_axes("dynamic_slice", x, [axis])
+            extent = x.ty.extent(axis)
+            if not 0 <= size <= extent:
+                raise AxisError(
+                    f"dynamic_slice: size {size} of axis {axis!r} must be in [0, {extent}] ({x.ty})"
+                )
+            start = self._clamped_start(starts.get(axis, 0), extent - size)
+            positions = self.iota(TensorType(i32, ((axis, size),)), axis)
+            x = self.gather(x, self.add(positions, start), axis)
+        return x
+
+    def dynamic_update_slice(self, x, update, starts: Mapping[str, object]):
+        """`x` with `update` written at `starts` (axis -> a traced integer scalar or an int;
+        axes not named start at 0), each start clamped into [0, extent - update's extent]."""
+        self._require_axes("dynamic_update_slice", x, update.ty.axes)
+        inside = None
+        for axis in update.ty.axes:
+            extent, size = x.ty.extent(axis), update.ty.extent(axis)
+            if size > extent:
+                raise AxisError(
+                    f"dynamic_update_slice: the update {update.ty} is longer than {x.ty} along "
+                    f"{axis!r}"
+                )
+            start = self._clamped_start(starts.get(axis, 0), extent - size)
+            local = self.sub(self._positions(x, axis), start)
+            update = self.gather(update, local, axis)  # out-of-range rows clamp, then masked
+            here = self.binary("and", self.compare("ge", local, 0), self.compare("lt", local, size))
+            inside = here if inside is None else self.binary("and", inside, here)
+        if inside is None:
+            return x
+        return self.transpose(self.select(inside, update, x), x.ty.axes)
+
+    def _clamped_start(self, start, high: int):
+        if not hasattr(start, "ty"):
+            return self.scalar(i32, min(max(int(start), 0), high))
+        if start.ty.rank != 0 or start.ty.dtype.is_float:
+            raise TypeRuleError(f"a dynamic start index must be an integer scalar, got {start.ty}")
+        return self.convert(self.minimum(self.maximum(start, 0), high), i32)
+
+    def argmax(self, x, axis: str):
+        """The i32 position of the largest element along `axis` (the first of ties, or of
+        NaNs)."""
+        return self._arg_extreme(x, axis, "max")
+
+    def argmin(self, x, axis: str):
+        """The i32 position of the smallest element along `axis` (the first of ties, or of
+        NaNs)."""
+        return self._arg_extreme(x, axis, "min")
+
+    def _arg_extreme(self, x, axis: str, op: str):
+        self._require_axes(f"arg{op}", x, [axis])
+        n = x.ty.extent(axis)
+        extreme = self.reduce_max(x, axis) if op == "max" else self.reduce_min(x, axis)
+        extreme = self.unary("stop_gradient", extreme)
+        hits = self.compare("eq", x, extreme)
+        if x.ty.dtype.is_float:
+            hits = self.binary("or", hits, self.compare("ne", x, x))
+        candidates = self.select(hits, self._positions(x, axis), n)
+        return self.reduce_min(candidates, axis)
+
+    def _fresh_axis(self, x, axis: str) -> str:
+        name = f"{axis}_source"
+        while x.ty.has(name):
+            name += "_"
+        return name
+
+    def _precedes(self, a, b, descending: bool):
+        """Whether `a` sorts strictly before `b`: smaller (larger when descending), NaN last
+        (first when descending, as the largest)."""
+        before = self.compare("gt" if descending else "lt", a, b)
+        if not a.ty.dtype.is_float:
+            return before
+        a_nan, b_nan = self.compare("ne", a, a), self.compare("ne", b, b)
+        nan_order = self.binary("and", a_nan, self.unary("not", b_nan))
+        if not descending:
+            nan_order = self.binary("and", b_nan, self.unary("not", a_nan))
+        return self.binary("or", before, nan_order)
+
+    def argsort(self, x, axis: str, descending: bool = False):
+        """The i32 positions that sort `x` along `axis` (stable: equal elements keep their
+        order; NaN last, or first when `descending`)."""
+        self._require_axes("argsort", x, [axis])
+        source = self._fresh_axis(x, axis)
+        here = self.rename(x, axis, source)  # element i, along `source`
+        other = x  # element j, along `axis`
+        positions = self._positions(x, axis)
+        source_positions = self.rename(positions, axis, source)
+        earlier = self.compare("lt", positions, source_positions)
+        ties = self.unary("not", self._precedes(here, other, descending))
+        ahead = self.binary(
+            "or",
+            self._precedes(other, here, descending),
+            self.binary("and", ties, earlier),
+        )
+        rank = self.sum(self.convert(ahead, i32), axis)  # along `source`
+        lands = self.compare("eq", rank, positions)  # [.., source, axis]
+        picked = self.select(lands, source_positions, 0)
+        order = self.sum(picked, source)
+        return self.transpose(order, x.ty.axes)
+
+    def sort(self, operands, axis: str, descending: bool = False):
+        """Sort along `axis` by the first operand, carrying the others along (a tuple of the
+        sorted operands, each with its own axes); stable, NaN last (first when
+        `descending`). Derivatives follow the permutation."""
+        operands = list(operands) if isinstance(operands, list | tuple) else [operands]
+        order = self.argsort(operands[0], axis, descending)
+        return tuple(self.take_along(x, order, axis) for x in operands)
+
+    def take_along(self, x, order, axis: str):
+        """`x[..., order[..., k], ...]` at each position k of `order`'s `axis` (which may be
+        shorter than `x`'s): `order` holds i32 positions along `axis`, and its other axes are
+        among `x`'s. Out-of-range positions pick nothing (0)."""
+        source = self._fresh_axis(x, axis)
+        here = self.rename(x, axis, source)
+        source_positions = self.rename(self._positions(x, axis), axis, source)
+        lands = self.compare("eq", order, source_positions)
+        if x.ty.dtype.name == "bool":
+            picked = self.reduce_max(self.select(lands, here, False), source)
+        else:
+            picked = self.sum(
+                self.select(lands, here, self.zeros(TensorType(x.ty.dtype, ()))), source
+            )
+        return self.transpose(picked, x.ty.axes)
+
+    def top_k(self, x, k: int, axis: str):
+        """The `k` largest elements along `axis` in descending order and their i32 positions
+        (the first position among equal elements first, as lax.top_k)."""
+        n = x.ty.extent(axis) if x.ty.has(axis) else 0
+        if not 0 <= k <= n:
+            raise AxisError(f"top_k: k={k} must be in [0, {n}] for axis {axis!r} of {x.ty}")
+        order = self.slice(self.argsort(x, axis, descending=True), axis, 0, k)
+        return self.take_along(x, order, axis), order

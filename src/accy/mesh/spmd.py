@@ -41,6 +41,7 @@ from ..core.kinds.contraction import dimensions
 from ..core.types import TensorType, i32
 from ..core.walk import run
 from ..errors import MeshError
+from ..transforms.simplify import simplify
 from .mesh import Mesh, check_axis_mapping
 
 
@@ -163,7 +164,7 @@ class ShardedProgram:
                 )
         return [
             [
-                np.ascontiguousarray(a[self.block(rank, t, s)])
+                a[self.block(rank, t, s)].copy()  # C order; 0-d stays 0-d
                 for a, t, s in zip(arrays, types, self.input_shardings, strict=True)
             ]
             for rank in range(self.mesh.size)
@@ -193,6 +194,11 @@ class _Transform:
         self.source = source
         self.producers = {r: op for op in source.operations for r in op.results}
         self.input_shardings: dict[int, Sharding] = {}
+        self.uses: dict[int, int] = {}
+        for op in source.operations:
+            for v in op.operands:
+                self.uses[v] = self.uses.get(v, 0) + 1
+        self.resolved: dict[int, Sharded] = {}
 
     # -- building blocks ------------------------------------------------------------------------
 
@@ -301,7 +307,16 @@ class _Transform:
             value = self.e.parameter(local_type(t, sharding, self.mesh), op.attrs["index"])
             return Sharded(value, sharding)
         rule = RULES.get(op.kind, _replicated)
-        return rule(self, op, args)
+        return rule(self, op, [self.once(v, x) for v, x in zip(op.operands, args, strict=True)])
+
+    def once(self, source_value: int, x: Sharded) -> Sharded:
+        """A pending sum read by several operations is taken once, where it is first read (each
+        reader carrying it further would take as many sums of different values)."""
+        if not x.sharding.partial or self.uses.get(source_value, 0) < 2:
+            return x
+        if source_value not in self.resolved:
+            self.resolved[source_value] = self.resolve(x)
+        return self.resolved[source_value]
 
     def finish(self, outputs: list[Sharded]) -> tuple[Program, list[Sharding]]:
         values, shardings = [], []
@@ -326,7 +341,14 @@ def _replicated(s: _Transform, op: Operation, args: list[Sharded]) -> Any:
 
 
 def _creation(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
-    return Sharded(s.e.emit(op.kind, [], op.attrs), REPLICATED)
+    """Constants and iotas are made whole, except a splat constant: every block of it is the
+    same, so its mapped axes are split at once."""
+    if op.kind != "constant" or isinstance(op.attrs["value"], tuple):
+        return Sharded(s.e.emit(op.kind, [], op.attrs), REPLICATED)
+    split = s.choose(op.type, s.mapping)
+    local = local_type(op.type, Sharding(tuple(split.items())), s.mesh)
+    value = s.e.emit("constant", [], op.attrs.replace(type=local))
+    return s.with_axes(Sharded(value, REPLICATED), split)
 
 
 def _linear_partials(op: Operation, args: list[Sharded]) -> frozenset[str]:
@@ -362,10 +384,15 @@ def _elementwise(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
 
 
 def _broadcast(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
+    """Axes the broadcast adds are the same on every block: a mapped one is made split at
+    once (each device broadcasts to its block only, no communication)."""
     (x,) = args
-    split = x.sharding.split
+    added = {
+        a: m for a, m in s.mapping.items() if op.type.has(a) and a not in op.operand_types[0].axes
+    }
+    split = {**x.sharding.split, **s.choose(op.type, added, x.sharding.used())}
     value = s.e.emit(op.kind, [x.value], s.local_attrs(op, "shape", split))
-    return Sharded(value, x.sharding)
+    return s.with_axes(Sharded(value, x.sharding), split)
 
 
 def _transpose(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
@@ -584,6 +611,9 @@ def shard_program(program: Program, mesh: Mesh, axis_mapping: Mapping[str, str])
         raise MeshError(f"shard_program needs a Program, got {type(program).__name__}")
     transform = _Transform(program, mesh, mapping, Builder(f"{program.name}_spmd"))
     per_device, output_shardings = run(program, transform)
+    # The rules emit locally what they need (an axis_index per cut, a collective per use):
+    # common subexpressions merged, dead code dropped.
+    per_device = simplify(per_device)
     inputs = tuple(transform.input_shardings[i] for i in range(len(program.parameters)))
     return ShardedProgram(per_device, program, mesh, mapping, inputs, tuple(output_shardings))
 

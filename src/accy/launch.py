@@ -1,7 +1,8 @@
 """`accy launch --gpus N script.py [args...]` / `python -m accy.launch`: one process per GPU.
 
 Starts N copies of `python script.py args...` with the variables torchrun sets (`RANK`,
-`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`), so `accy.mesh.bootstrap` (and
+`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`) and `CUDA_VISIBLE_DEVICES` naming one
+GPU (the rank-th of those visible to the launcher), so `accy.mesh.bootstrap` (and
 `accy.mesh.nccl.Distributed`) find their rank and rank 0's store, through which the NCCL ids
 are shared. When one process fails, the others are stopped and its exit code is returned.
 Several hosts: start the same script with `torchrun --nnodes ... --nproc-per-node ...` or
@@ -41,6 +42,10 @@ def launch(processes: int, command: Sequence[str], port: int | None = None) -> i
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
         )
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        gpus = visible.split(",") if visible else None
+        # One GPU per process, as its GPU 0 (accy's CUDA backend runs there).
+        env["CUDA_VISIBLE_DEVICES"] = gpus[rank % len(gpus)] if gpus else str(rank)
         children.append(subprocess.Popen(list(command), env=env))
     try:
         while True:

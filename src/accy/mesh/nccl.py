@@ -1,14 +1,15 @@
 """Several GPUs: one process per GPU, the per-device program's collectives through NCCL.
 
-`Distributed(mesh)` sets up this process (its rank from the launcher's variables, its GPU
-`LOCAL_RANK`, one NCCL communicator per mesh axis: the devices of this rank's group along it,
-built from an id shared through the bootstrap store). `NcclExecutable(sharded, distributed)`
-runs the per-device program of a `ShardedProgram`: the program is cut at its collectives
-(`accy.mesh.segments`); every segment is compiled by the CUDA backend (one CUDA graph per
-segment, launched on the current CuPy stream), and every collective is an NCCL call enqueued on
-that same stream, so the host never waits between segments and collectives (NCCL orders them on
-the stream). Called with this device's arrays (its blocks), it returns this device's outputs
-(CuPy arrays); `local_inputs` cuts them from whole arrays.
+`Distributed(mesh)` sets up this process: its rank from the launcher's variables, its GPU
+`LOCAL_RANK` (the only one it keeps visible), one NCCL communicator per mesh axis (the devices
+of this rank's group along it, built from an id shared through the bootstrap store).
+
+`NcclExecutable(sharded, distributed)` runs the per-device program of a `ShardedProgram`. The
+program is cut at its collectives (`accy.mesh.segments`); every segment is compiled by the CUDA
+backend (one CUDA graph per segment, launched on the current CuPy stream), and every collective
+is an NCCL call enqueued on that same stream, so the host never waits between segments and
+collectives (the stream orders them). Called with this device's arrays (its blocks), it returns
+this device's outputs (CuPy arrays); `local_inputs` cuts them from whole arrays.
 
 NCCL needs its operand contiguous with the gathered or scattered axis first: an axis elsewhere
 is moved first and back (a copy each way); the sharding keeps batch axes first where it can.
@@ -19,12 +20,14 @@ CuPy (`cupy.cuda.nccl`) is imported only here, when a `Distributed` is made.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ..api import compile as compile_program
+from ..core import Program
 from ..errors import MeshError, RuntimeUnavailable
 from .bootstrap import Environment, Store, share_ids
 from .executable import check_mesh_attrs
@@ -40,6 +43,27 @@ _NCCL_TYPES = {
     "int64": "NCCL_INT64",
     "uint8": "NCCL_UINT8",
 }
+
+
+def pin_one_gpu(local_rank: int, environ: dict[str, str] | None = None) -> str:
+    """Keep only this process's GPU visible (CUDA_VISIBLE_DEVICES, read when CUDA starts): the
+    `local_rank`-th of those visible now. Returns the value set.
+
+    >>> pin_one_gpu(1, {"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    '5'
+    """
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(i) for i in range(local_rank + 1)]
+    if len(devices) == 1 and visible:
+        return visible  # already one GPU per process (set by the launcher or the user)
+    if local_rank >= len(devices):
+        raise MeshError(
+            f"LOCAL_RANK {local_rank}, but CUDA_VISIBLE_DEVICES={visible!r} lists "
+            f"{len(devices)} GPUs"
+        )
+    environ["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
+    return devices[local_rank]
 
 
 def _import_nccl():
@@ -66,10 +90,17 @@ class Distributed:
                 f"the mesh has {mesh.size} devices but {self.env.world_size} processes were "
                 "started: one process per device (accy launch --gpus N)"
             )
+        pin_one_gpu(self.env.local_rank)
         self.cupy, self.nccl = _import_nccl()
+        if self.cupy.cuda.runtime.getDeviceCount() != 1:
+            raise MeshError(
+                "this process sees several GPUs: make Distributed(...) before anything uses CUDA "
+                "(it then keeps only GPU LOCAL_RANK visible), or set CUDA_VISIBLE_DEVICES to one "
+                "GPU per process; accy's CUDA backend runs on the process's GPU 0"
+            )
         self.mesh = mesh
         self.rank = self.env.rank
-        self.cupy.cuda.Device(self.env.local_rank).use()
+        self.cupy.cuda.Device(0).use()
         self.store = store or Store.connect(self.env)
         ids = share_ids(self.store, mesh, self.rank, self.nccl.get_unique_id)
         self.communicators = {}
@@ -150,11 +181,12 @@ class Distributed:
 class NcclExecutable:
     """The per-device program of `sharded` on this process's GPU (see the module docstring)."""
 
-    def __init__(self, sharded: ShardedProgram, distributed: Distributed):
-        if sharded.mesh != distributed.mesh:
+    def __init__(self, program: ShardedProgram | Program, distributed: Distributed):
+        sharded = program if isinstance(program, ShardedProgram) else None
+        if sharded is not None and sharded.mesh != distributed.mesh:
             raise MeshError("NcclExecutable: the program was sharded for another mesh")
         self.sharded, self.distributed = sharded, distributed
-        self.program = sharded.program
+        self.program = sharded.program if sharded is not None else program
         for op in self.program.operations:
             if "mesh_axis" in op.attrs:
                 check_mesh_attrs(distributed.mesh, op)
@@ -165,6 +197,8 @@ class NcclExecutable:
 
     def local_inputs(self, arrays: Sequence[Any]) -> list[Any]:
         """This device's blocks of whole arrays (one per parameter of the source program)."""
+        if self.sharded is None:
+            raise MeshError("local_inputs: this executable runs a per-device program as it is")
         return self.sharded.split(arrays)[self.distributed.rank]
 
     def __call__(self, *arrays: Any) -> list[Any]:

@@ -165,3 +165,10 @@ __all__ += [
     "named",
     "vmap",
 ]
+
+# Several devices (issue 21): a named device mesh, the SPMD transform, collectives.
+from . import mesh  # noqa: E402
+from .errors import MeshError  # noqa: E402
+from .mesh import Mesh, shard  # noqa: E402
+
+__all__ += ["Mesh", "MeshError", "mesh", "shard"]

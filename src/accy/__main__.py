@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "demo", help="train a named-axis transformer (accy demo --help)", add_help=False
     )
+    commands.add_parser(
+        "launch",
+        help="run a script in one process per GPU (accy launch --gpus N script.py)",
+        add_help=False,
+    )
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from .demo.train import main as demo
@@ -61,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         except AccyError as error:  # a missing extra, a damaged checkpoint: the message says all
             print(f"accy demo: {error}", file=sys.stderr)
             return 1
+    if argv[:1] == ["launch"]:
+        from .launch import main as launch
+
+        return launch(argv[1:])
     arguments = parser.parse_args(argv)
     if arguments.command in (None, "example"):
         example()

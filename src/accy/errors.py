@@ -62,6 +62,11 @@ class NotDifferentiable(AccyError):
     """The requested derivative does not exist (integer inputs, a wrt index out of range, ...)."""
 
 
+class MeshError(AccyError):
+    """A device mesh, an axis mapping or a sharding does not fit (an unknown mesh axis, an extent
+    the devices cannot split evenly, a collective over a mesh axis the mesh lacks)."""
+
+
 class InvalidInput(AccyError):
     """A buffer or array given to an executor does not fit the program's parameter."""
 

@@ -1114,6 +1114,38 @@ def test_while_loop_repeats_until_the_condition_fails():
     assert_same(evaluate_one(program, np.int32(500)), np.int32(500))
 
 
+@kind_test("psum", "all_gather", "reduce_scatter", "all_to_all", "ppermute", "axis_index")
+def test_collectives_on_one_device_and_on_a_mesh():
+    """Over a mesh axis of one device each collective is the identity (or a reshape) and the plain
+    evaluator runs it; tests/mesh checks them on meshes of 2, 4 and 8 devices."""
+    one = {"mesh_axis": "data", "size": 1}
+
+    def body(b, a):
+        x = a[0]
+        return [
+            b.emit("psum", [x], one),
+            b.emit("all_gather", [x], {**one, "axis": "c"}),
+            b.emit("reduce_scatter", [x], {**one, "axis": "c"}),
+            b.emit("all_to_all", [x], {**one, "split_axis": "c", "concat_axis": "r"}),
+            b.emit("ppermute", [x], {**one, "perm": ((0, 0),)}),
+            b.emit("axis_index", [], one),
+        ]
+
+    program = trace([spec(f32, r=2, c=3)], body)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    *same, index = evaluate(program, x)
+    for result in same:
+        assert_same(result, x)
+    assert_same(index, np.int32(0))
+    two = trace(
+        [spec(f32, c=3)], lambda b, a: b.emit("all_gather", [a[0]], {**one, "size": 2, "axis": "c"})
+    )
+    assert str(two.output_types[0]) == "f32[c=6]"
+    mesh = accy.Mesh(range(2), "data")
+    gathered = accy.mesh.run(two, mesh, [[x[0]], [x[1]]])
+    assert_same(gathered[1][0], x.ravel())
+
+
 # ---------------------------------------------------------------------------------------------
 
 

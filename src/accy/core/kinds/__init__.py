@@ -11,9 +11,19 @@
 | contraction | dot_general                                                      |
 | indexing    | gather, scatter_add                                              |
 | control     | custom_call, scan, cond, while_loop                              |
+| collectives | psum, all_gather, reduce_scatter, all_to_all, ppermute, axis_index |
 """
 
-from . import contraction, control, creation, elementwise, indexing, layout, reduction
+from . import (
+    collectives,
+    contraction,
+    control,
+    creation,
+    elementwise,
+    indexing,
+    layout,
+    reduction,
+)
 from .registry import RULES, Linear, Rule, Zero, rule_for
 
 __all__ = [
@@ -21,6 +31,7 @@ __all__ = [
     "Linear",
     "Rule",
     "Zero",
+    "collectives",
     "contraction",
     "control",
     "creation",

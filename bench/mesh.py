@@ -1,0 +1,149 @@
+"""Several GPUs: the bus bandwidth of a 256 MB all-reduce, and data-parallel scaling.
+
+Run one process per GPU through accy's launcher (rank 0 prints and writes the JSON):
+
+    python -m accy.launch --gpus 2 bench/mesh.py --json bench/results/mesh-2gpu.json
+    python -m accy.launch --gpus 1 bench/mesh.py --json bench/results/mesh-1gpu.json
+
+1. all-reduce: a `psum` program of float32[64 Mi] (256 MB) run by `NcclExecutable`, and the same
+   NCCL `allReduce` called directly; bus bandwidth = size / time * 2 (n - 1) / n, the figure
+   NCCL's `all_reduce_perf` reports (on one GPU there is nothing to move: skipped).
+2. data parallel: a GPT-2-sized MLP block trained with SGD (value_and_grad and the update in
+   one program), sharded `{"batch": "data"}`, at the same batch per GPU; tokens per second of
+   the whole mesh. Scaling = tokens/s on N GPUs / tokens/s on one (the two JSON files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import accy
+from accy import f32, spec
+from accy.mesh import Mesh, shard_program
+from accy.mesh.bootstrap import Environment
+from accy.mesh.nccl import Distributed, NcclExecutable
+
+
+def timed(cupy, run, repeat: int, warmup: int = 3) -> float:
+    """Median seconds of `run()` (each one synchronized)."""
+    for _ in range(warmup):
+        run()
+    cupy.cuda.get_current_stream().synchronize()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run()
+        cupy.cuda.get_current_stream().synchronize()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def all_reduce(distributed: Distributed, megabytes: int, repeat: int) -> dict:
+    cupy, n = distributed.cupy, distributed.mesh.size
+    elements = megabytes * 2**20 // 4
+    program = accy.trace.define(
+        "psum",
+        [spec(f32, n=elements)],
+        lambda b, a: b.emit("psum", [a[0]], {"mesh_axis": "data", "size": n}),
+    )
+    executable = NcclExecutable(program, distributed)
+    x = cupy.ones(elements, cupy.float32)
+    out = cupy.empty_like(x)
+    communicator = distributed.communicators["data"]
+    stream = cupy.cuda.get_current_stream()
+
+    def raw() -> None:
+        communicator.allReduce(
+            x.data.ptr, out.data.ptr, elements, distributed.nccl.NCCL_FLOAT32,
+            distributed.nccl.NCCL_SUM, stream.ptr,
+        )  # fmt: skip
+
+    result = {}
+    for name, run in (("accy_psum", lambda: executable(x)), ("nccl_allreduce", raw)):
+        seconds = timed(cupy, run, repeat)
+        algbw = elements * 4 / seconds / 1e9
+        result[name] = {
+            "seconds": seconds,
+            "algbw_GBps": algbw,
+            "busbw_GBps": algbw * 2 * (n - 1) / n,
+        }
+    (check,) = executable(x)
+    assert float(check[0]) == n, "psum of ones is the number of devices"
+    return result
+
+
+def mlp_block(b, a):
+    x, w_in, w_out = a
+    h = x.contract(w_in, "channel")
+    h = h * (h * 1.702).logistic()  # GELU (sigmoid form)
+    y = h.contract(w_out, "hidden")
+    return (y * y).mean(("batch", "token", "out"))
+
+
+def data_parallel(distributed: Distributed, batch: int, tokens: int, repeat: int) -> dict:
+    cupy, n = distributed.cupy, distributed.mesh.size
+    channel, hidden = 768, 3072
+    specs = [
+        spec(f32, batch=batch * n, token=tokens, channel=channel),
+        spec(f32, channel=channel, hidden=hidden),
+        spec(f32, hidden=hidden, out=channel),
+    ]
+    loss = accy.trace.define("mlp_block", specs, mlp_block)
+    grads = accy.gradient.value_and_grad(loss, (1, 2))
+
+    def step(b, a):  # value_and_grad and an SGD update in one program
+        value, g_in, g_out = b.call(grads, a)
+        return value, a[1] - g_in * 0.01, a[2] - g_out * 0.01
+
+    program = accy.trace.define("train_step", specs, step)
+    sharded = shard_program(program, distributed.mesh, {"batch": "data"})
+    executable = NcclExecutable(sharded, distributed)
+    rng = np.random.default_rng(0)
+    whole = [rng.standard_normal(t.extents).astype(np.float32) * 0.02 for t in specs]
+    local = [cupy.asarray(a) for a in executable.local_inputs(whole)]
+    state = {"params": local[1:]}
+
+    def run() -> None:
+        _, *state["params"] = executable(local[0], *state["params"])
+
+    seconds = timed(cupy, run, repeat)
+    return {
+        "devices": n,
+        "batch_per_device": batch,
+        "tokens": tokens,
+        "step_seconds": seconds,
+        "tokens_per_second": n * batch * tokens / seconds,
+        "psums": sharded.program.count("psum"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--megabytes", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=8, help="per GPU")
+    parser.add_argument("--tokens", type=int, default=512)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--json", default=None)
+    arguments = parser.parse_args()
+    env = Environment.from_env()
+    distributed = Distributed(Mesh(range(env.world_size), "data"), env)
+    results = {"devices": env.world_size}
+    if env.world_size > 1:
+        results["all_reduce"] = all_reduce(distributed, arguments.megabytes, arguments.repeat)
+    results["data_parallel"] = data_parallel(
+        distributed, arguments.batch, arguments.tokens, arguments.repeat
+    )
+    if env.rank == 0:
+        print(json.dumps(results, indent=2))
+        if arguments.json:
+            with open(arguments.json, "w") as out:
+                json.dump(results, out, indent=2)
+    distributed.store.close()
+
+
+if __name__ == "__main__":
+    main()

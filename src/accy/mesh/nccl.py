@@ -1,0 +1,234 @@
+"""Several GPUs: one process per GPU, the per-device program's collectives through NCCL.
+
+`Distributed(mesh)` sets up this process: its rank from the launcher's variables, its GPU
+`LOCAL_RANK` (the only one it keeps visible), one NCCL communicator per mesh axis (the devices
+of this rank's group along it, built from an id shared through the bootstrap store).
+
+`NcclExecutable(sharded, distributed)` runs the per-device program of a `ShardedProgram`. The
+program is cut at its collectives (`accy.mesh.segments`); every segment is compiled by the CUDA
+backend (one CUDA graph per segment, launched on the current CuPy stream), and every collective
+is an NCCL call enqueued on that same stream, so the host never waits between segments and
+collectives (the stream orders them). Called with this device's arrays (its blocks), it returns
+this device's outputs (CuPy arrays); `local_inputs` cuts them from whole arrays.
+
+NCCL needs its operand contiguous with the gathered or scattered axis first: an axis elsewhere
+is moved first and back (a copy each way); the sharding keeps batch axes first where it can.
+bf16 values travel as float32 (the CUDA backend's boundary type for bf16).
+
+CuPy (`cupy.cuda.nccl`) is imported only here, when a `Distributed` is made.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..api import compile as compile_program
+from ..core import Program
+from ..errors import MeshError, RuntimeUnavailable
+from .bootstrap import Environment, Store, share_ids
+from .executable import check_mesh_attrs
+from .mesh import Mesh
+from .segments import MeshStep, Segment, split_program
+from .spmd import ShardedProgram
+
+_NCCL_TYPES = {
+    "float32": "NCCL_FLOAT32",
+    "float64": "NCCL_FLOAT64",
+    "float16": "NCCL_FLOAT16",
+    "int32": "NCCL_INT32",
+    "int64": "NCCL_INT64",
+    "uint8": "NCCL_UINT8",
+}
+
+
+def pin_one_gpu(local_rank: int, environ: dict[str, str] | None = None) -> str:
+    """Keep only this process's GPU visible (CUDA_VISIBLE_DEVICES, read when CUDA starts): the
+    `local_rank`-th of those visible now. Returns the value set.
+
+    >>> pin_one_gpu(1, {"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    '5'
+    """
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    devices = visible.split(",") if visible else [str(i) for i in range(local_rank + 1)]
+    if len(devices) == 1 and visible:
+        return visible  # already one GPU per process (set by the launcher or the user)
+    if local_rank >= len(devices):
+        raise MeshError(
+            f"LOCAL_RANK {local_rank}, but CUDA_VISIBLE_DEVICES={visible!r} lists "
+            f"{len(devices)} GPUs"
+        )
+    environ["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
+    return devices[local_rank]
+
+
+def _import_nccl():
+    try:
+        import cupy
+        from cupy.cuda import nccl
+    except ImportError as error:  # CuPy absent, or built without NCCL
+        raise RuntimeUnavailable(
+            f"several GPUs need CuPy with NCCL (pip install cupy-cuda12x): {error}"
+        ) from error
+    if not getattr(nccl, "available", True):
+        raise RuntimeUnavailable("CuPy was built without NCCL: several GPUs need it")
+    return cupy, nccl
+
+
+class Distributed:
+    """This process's GPU and its NCCL communicators, one per mesh axis (see the module
+    docstring). `mesh` has one device per process, in rank order."""
+
+    def __init__(self, mesh: Mesh, env: Environment | None = None, store: Store | None = None):
+        self.env = env or Environment.from_env()
+        if mesh.size != self.env.world_size:
+            raise MeshError(
+                f"the mesh has {mesh.size} devices but {self.env.world_size} processes were "
+                "started: one process per device (accy launch --gpus N)"
+            )
+        pin_one_gpu(self.env.local_rank)
+        self.cupy, self.nccl = _import_nccl()
+        if self.cupy.cuda.runtime.getDeviceCount() != 1:
+            raise MeshError(
+                "this process sees several GPUs: make Distributed(...) before anything uses CUDA "
+                "(it then keeps only GPU LOCAL_RANK visible), or set CUDA_VISIBLE_DEVICES to one "
+                "GPU per process; accy's CUDA backend runs on the process's GPU 0"
+            )
+        self.mesh = mesh
+        self.rank = self.env.rank
+        self.cupy.cuda.Device(0).use()
+        self.store = store or Store.connect(self.env)
+        ids = share_ids(self.store, mesh, self.rank, self.nccl.get_unique_id)
+        self.communicators = {}
+        for mesh_axis in mesh.axis_names:  # the same order on every rank: no deadlock
+            group = mesh.group(self.rank, mesh_axis)
+            self.communicators[mesh_axis] = self.nccl.NcclCommunicator(
+                len(group), tuple(ids[mesh_axis]), group.index(self.rank)
+            )
+        self.store.barrier("communicators")
+
+    def position(self, mesh_axis: str) -> int:
+        return self.mesh.coordinates(self.rank)[mesh_axis]
+
+    def dtype(self, array: Any) -> int:
+        name = _NCCL_TYPES.get(np.dtype(array.dtype).name)
+        if name is None:
+            raise MeshError(f"NCCL has no type for {array.dtype}")
+        return getattr(self.nccl, name)
+
+    # -- the collectives, on `stream` -----------------------------------------------------------
+
+    def psum(self, x: Any, attrs, stream: Any) -> Any:
+        x = self.cupy.ascontiguousarray(x)
+        out = self.cupy.empty_like(x)
+        self.communicators[attrs["mesh_axis"]].allReduce(
+            x.data.ptr, out.data.ptr, x.size, self.dtype(x), self.nccl.NCCL_SUM, stream.ptr
+        )
+        return out
+
+    def all_gather(self, x: Any, attrs, stream: Any, position: int) -> Any:
+        cupy, size = self.cupy, attrs["size"]
+        front = cupy.ascontiguousarray(cupy.moveaxis(x, position, 0))
+        out = cupy.empty((size * front.shape[0], *front.shape[1:]), front.dtype)
+        self.communicators[attrs["mesh_axis"]].allGather(
+            front.data.ptr, out.data.ptr, front.size, self.dtype(front), stream.ptr
+        )
+        return cupy.ascontiguousarray(cupy.moveaxis(out, 0, position))
+
+    def reduce_scatter(self, x: Any, attrs, stream: Any, position: int) -> Any:
+        cupy, size = self.cupy, attrs["size"]
+        front = cupy.ascontiguousarray(cupy.moveaxis(x, position, 0))
+        out = cupy.empty((front.shape[0] // size, *front.shape[1:]), front.dtype)
+        self.communicators[attrs["mesh_axis"]].reduceScatter(
+            front.data.ptr, out.data.ptr, out.size, self.dtype(front), self.nccl.NCCL_SUM,
+            stream.ptr,
+        )  # fmt: skip
+        return cupy.ascontiguousarray(cupy.moveaxis(out, 0, position))
+
+    def all_to_all(self, x: Any, attrs, stream: Any, split: int, concat: int) -> Any:
+        """Block j of the split axis to position j, by grouped sends and receives."""
+        cupy, size = self.cupy, attrs["size"]
+        communicator = self.communicators[attrs["mesh_axis"]]
+        blocks = [cupy.ascontiguousarray(b) for b in cupy.split(x, size, axis=split)]
+        received = [cupy.empty_like(b) for b in blocks]
+        self.nccl.groupStart()
+        for peer in range(size):
+            dtype = self.dtype(blocks[peer])
+            communicator.send(blocks[peer].data.ptr, blocks[peer].size, dtype, peer, stream.ptr)
+            communicator.recv(received[peer].data.ptr, received[peer].size, dtype, peer, stream.ptr)
+        self.nccl.groupEnd()
+        return cupy.concatenate(received, axis=concat)
+
+    def ppermute(self, x: Any, attrs, stream: Any) -> Any:
+        me = self.position(attrs["mesh_axis"])
+        communicator = self.communicators[attrs["mesh_axis"]]
+        x = self.cupy.ascontiguousarray(x)
+        out = self.cupy.zeros_like(x)
+        self.nccl.groupStart()
+        for source, destination in attrs["perm"]:
+            if source == me:
+                communicator.send(x.data.ptr, x.size, self.dtype(x), destination, stream.ptr)
+            if destination == me:
+                communicator.recv(out.data.ptr, out.size, self.dtype(x), source, stream.ptr)
+        self.nccl.groupEnd()
+        return out
+
+
+class NcclExecutable:
+    """The per-device program of `sharded` on this process's GPU (see the module docstring)."""
+
+    def __init__(self, program: ShardedProgram | Program, distributed: Distributed):
+        sharded = program if isinstance(program, ShardedProgram) else None
+        if sharded is not None and sharded.mesh != distributed.mesh:
+            raise MeshError("NcclExecutable: the program was sharded for another mesh")
+        self.sharded, self.distributed = sharded, distributed
+        self.program = sharded.program if sharded is not None else program
+        for op in self.program.operations:
+            if "mesh_axis" in op.attrs:
+                check_mesh_attrs(distributed.mesh, op)
+        self.steps = split_program(self.program)
+        self.compiled = {
+            id(s): compile_program(s.program, "cuda") for s in self.steps if isinstance(s, Segment)
+        }
+
+    def local_inputs(self, arrays: Sequence[Any]) -> list[Any]:
+        """This device's blocks of whole arrays (one per parameter of the source program)."""
+        if self.sharded is None:
+            raise MeshError("local_inputs: this executable runs a per-device program as it is")
+        return self.sharded.split(arrays)[self.distributed.rank]
+
+    def __call__(self, *arrays: Any) -> list[Any]:
+        cupy = self.distributed.cupy
+        stream = cupy.cuda.get_current_stream()
+        env = {v: cupy.asarray(a) for v, a in zip(self.program.parameters, arrays, strict=True)}
+        for step in self.steps:
+            if isinstance(step, MeshStep):
+                env[step.op.results[0]] = self._collective(step, env, stream)
+            else:
+                outputs = self.compiled[id(step)](*[env[v] for v in step.inputs])
+                env.update(zip(step.outputs, outputs, strict=True))
+        return [env[v] for v in self.program.outputs]
+
+    def _collective(self, step: MeshStep, env: dict[int, Any], stream: Any) -> Any:
+        op, d = step.op, self.distributed
+        if op.kind == "axis_index":
+            return d.cupy.asarray(np.int32(d.position(op.attrs["mesh_axis"])))
+        x = env[op.operands[0]]
+        t = op.operand_types[0]
+        if op.kind == "psum":
+            return d.psum(x, op.attrs, stream)
+        if op.kind == "all_gather":
+            return d.all_gather(x, op.attrs, stream, t.position(op.attrs["axis"]))
+        if op.kind == "reduce_scatter":
+            return d.reduce_scatter(x, op.attrs, stream, t.position(op.attrs["axis"]))
+        if op.kind == "all_to_all":
+            split, concat = t.position(op.attrs["split_axis"]), t.position(op.attrs["concat_axis"])
+            return d.all_to_all(x, op.attrs, stream, split, concat)
+        return d.ppermute(x, op.attrs, stream)
+
+
+__all__ = ["Distributed", "NcclExecutable"]

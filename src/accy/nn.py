@@ -14,7 +14,21 @@ from __future__ import annotations
 
 import math
 
+from .attention import attention
 from .core.builder import Value
+
+__all__ = [
+    "attention",
+    "cross_entropy",
+    "gelu_tanh",
+    "layer_norm",
+    "log_softmax",
+    "logsumexp",
+    "one_hot",
+    "relu",
+    "softmax",
+    "stop_gradient",
+]
 
 
 def stop_gradient(x: Value) -> Value:

@@ -3,7 +3,7 @@
 `attention(query, key, value)` is softmax(scale q·kᵀ + bias, masked) v over named axes. It is
 declared once as custom-call records (`records.py`): type rule (`signature.py`), the
 composition as reference and fallback (`composition.py`), a flash-attention kernel on the CPU
-(`cpu.py`), cuDNN's fused attention on CUDA (`cuda.py`), and JVP and VJP rules built on the
+(`cpu.py`), the composition on CUDA for now (`cuda.py`), and JVP and VJP rules built on the
 forward's logsumexp and a backward kernel.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import composition
+from . import signature as signature_module
 from .records import records_for
 from .signature import Signature, check, reject_options
 
@@ -36,12 +38,13 @@ def attention(
     `scale` defaults to 1/sqrt(dim extent); `bias` is added to the scores and may have any of
     the scores' axes (the shared ones, `query_axis`, `key_axis`), in any order.
 
-    Runs as a custom call: on the CPU a blocked online-softmax kernel (FlashAttention-2) whose
-    extra memory is O(block²), not O(tokens × keys); on CUDA cuDNN's fused attention for bf16
-    and f16 (f32 and f64 run as the composition there); on the reference evaluator the NumPy
-    composition. Reverse mode uses the backward kernel (and the composition for a bias's
-    gradient), forward mode a JVP rule on the forward's logsumexp; derivatives of second and
-    higher order go through the composition (the backward record's fallback).
+    Up to `FUSED_MIN_SCORES` scores per batch entry it is recorded as the composition, which is
+    faster there. Above, it runs as a custom call: on the CPU a blocked online-softmax kernel
+    (FlashAttention-2) whose extra memory is O(block²), not O(tokens × keys); on CUDA, for now,
+    the composition (cuDNN's fused attention for bf16/f16 is not wired yet); on the reference
+    evaluator the NumPy composition. Reverse mode uses the backward kernel (and the composition
+    for a bias's gradient), forward mode a JVP rule on the forward's logsumexp; derivatives of
+    second and higher order go through the composition (the backward record's fallback).
 
     >>> import accy, numpy as np
     >>> spec = accy.spec(accy.f32, token=3, dim=2)
@@ -70,8 +73,11 @@ def attention(
     shape = check(signature, *types)
     operands = [query, key, value] + ([] if bias is None else [bias])
     builder = query.builder
-    packed = records_for(signature).register().forward.call(builder, *operands)
-    out = builder.slice(packed, dim_axis, 0, shape.dim)  # the last entry is the logsumexp
+    if shape.tokens * shape.keys <= signature_module.FUSED_MIN_SCORES:
+        out, _ = composition.softmax_parts(builder, signature, shape, *operands)
+    else:
+        packed = records_for(signature).register().forward.call(builder, *operands)
+        out = builder.slice(packed, dim_axis, 0, shape.dim)  # the last entry is the logsumexp
     return builder.convert(out, query.ty.dtype)
 
 

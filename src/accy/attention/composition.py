@@ -45,15 +45,20 @@ def causal_mask(e: Any, s: Signature, shape: Shape) -> Any:
     return e.compare("ge", e.iota(t, s.query_axis), e.iota(t, s.key_axis))
 
 
-def forward(e: Any, s: Signature, shape: Shape, q: Any, k: Any, v: Any, bias: Any = None) -> Any:
-    """The forward record's packed result: [output | logsumexp] along the dim axis."""
+def softmax_parts(e: Any, s: Signature, shape: Shape, q, k, v, bias=None) -> tuple[Any, Any]:
+    """(output {batch..., query, dim}, a function giving the logsumexp {batch..., query})."""
     logits = scores(e, s, shape, q, k, bias)
     peak = e.unary("stop_gradient", e.reduce_max(logits, s.key_axis))
     weights = e.unary("exp", e.sub(logits, peak))
     total = e.sum(weights, s.key_axis)
     out = e.contract(e.div(weights, total), e.convert(v, shape.accumulation), s.key_axis)
-    lse = e.add(e.unary("log", total), peak)
-    return pack(e, s, out, lse)
+    return out, lambda: e.add(e.unary("log", total), peak)
+
+
+def forward(e: Any, s: Signature, shape: Shape, q: Any, k: Any, v: Any, bias: Any = None) -> Any:
+    """The forward record's packed result: [output | logsumexp] along the dim axis."""
+    out, lse = softmax_parts(e, s, shape, q, k, v, bias)
+    return pack(e, s, out, lse())
 
 
 def pack(e: Any, s: Signature, out: Any, rows: Any) -> Any:
@@ -87,32 +92,19 @@ def score_gradient(e: Any, s: Signature, shape: Shape, operands: list, packed, d
     return e.mul(p, e.sub(dp, delta)), p
 
 
-def backward_query(e: Any, s: Signature, shape: Shape, operands: list, packed, dpacked) -> Any:
-    """dQ = scale dS K, {batch..., query, dim} (the backward_query record's result)."""
-    ds, _ = score_gradient(e, s, shape, operands, packed, dpacked)
-    k = e.convert(operands[1], shape.accumulation)
-    return e.mul(e.contract(ds, k, s.key_axis), shape_scale(s, shape))
-
-
-def backward_key_value(e: Any, s: Signature, shape: Shape, operands: list, packed, dpacked) -> Any:
-    """[dK | dV] along the dim axis, {batch..., key, 2 dim} (the backward_key_value result)."""
-    ds, p = score_gradient(e, s, shape, operands, packed, dpacked)
-    q = e.convert(operands[0], shape.accumulation)
-    dout, _ = unpack(e, s, shape, dpacked)
-    dk = e.mul(e.contract(ds, q, s.query_axis), shape_scale(s, shape))
-    dv = e.contract(p, dout, s.query_axis)
-    return e.concatenate([dk, dv], s.dim_axis)
-
-
 def backward(e: Any, s: Signature, shape: Shape, operands: list, packed, dpacked) -> Any:
     """The backward record's result {batch..., query: tokens + keys, dim: 2 dim}: rows
     [0, tokens) hold dQ in their first `dim` entries (zeros after), the rows after hold
     [dK | dV] (see `signature.backward_type`)."""
-    dq = e.pad(backward_query(e, s, shape, operands, packed, dpacked), s.dim_axis, 0, shape.dim)
-    dkv = e.rename(
-        backward_key_value(e, s, shape, operands, packed, dpacked), s.key_axis, s.query_axis
-    )
-    return e.concatenate([dq, dkv], s.query_axis)
+    acc, scale = shape.accumulation, shape_scale(s, shape)
+    ds, p = score_gradient(e, s, shape, operands, packed, dpacked)
+    q, k = e.convert(operands[0], acc), e.convert(operands[1], acc)
+    dout, _ = unpack(e, s, shape, dpacked)
+    dq = e.mul(e.contract(ds, k, s.key_axis), scale)
+    dk = e.mul(e.contract(ds, q, s.query_axis), scale)
+    dv = e.contract(p, dout, s.query_axis)
+    dkv = e.rename(e.concatenate([dk, dv], s.dim_axis), s.key_axis, s.query_axis)
+    return e.concatenate([e.pad(dq, s.dim_axis, 0, shape.dim), dkv], s.query_axis)
 
 
 def bias_gradient(e: Any, s: Signature, shape: Shape, operands: list, packed, dpacked) -> Any:

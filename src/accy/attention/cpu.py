@@ -54,7 +54,7 @@ def kernel_factory(
 ) -> Callable[[Sequence[TensorType], TensorType], KernelCall]:
     """The `kernels["cpu"]` entry of record `part` ("forward" or "backward") of `s`."""
 
-    def factory(operand_types: Sequence[TensorType], result_type: TensorType) -> KernelCall:
+    def factory(operand_types: Sequence[TensorType], result_type: TensorType) -> KernelCall | None:
         return _kernel(s, part, tuple(operand_types), result_type)
 
     return factory
@@ -220,11 +220,10 @@ def _forward(layout: _Layout) -> str:
           for (int64_t j = 0; j < nk; ++j) peak = s[i][j] > peak ? s[i][j] : peak;
           if (peak == -INFINITY) continue; /* every key so far is masked */
           const {t} correction = exp{fn}(m[i] - peak);
+          /* Two loops: the first vectorizes (libmvec's exp), a sum in order would stop it. */
+          for (int64_t j = 0; j < nk; ++j) s[i][j] = exp{fn}(s[i][j] - peak);
           {t} total = 0;
-          for (int64_t j = 0; j < nk; ++j) {{
-            s[i][j] = exp{fn}(s[i][j] - peak);
-            total += s[i][j];
-          }}
+          for (int64_t j = 0; j < nk; ++j) total += s[i][j];
           l[i] = l[i] * correction + total;
           m[i] = peak;
           for (int64_t d = 0; d < D; ++d) o[i][d] *= correction;
@@ -274,7 +273,7 @@ def _backward(layout: _Layout) -> str:
     # s becomes P, dp becomes dS.
     probabilities = f"""{layout.scores("q", "nq", "nk")}        for (int64_t i = 0; i < nq; ++i) {{
           for (int64_t j = 0; j < nk; ++j) {{
-            s[i][j] = s[i][j] == -INFINITY ? 0 : exp{fn}(s[i][j] - lse[i]);
+            s[i][j] = exp{fn}(s[i][j] - lse[i]); /* a masked score is -inf: P = 0 */
             dp[i][j] = 0;
           }}
           for (int64_t d = 0; d < D; ++d) {{

@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from ..core.types import DType, TensorType, f32, f64
 from ..errors import AxisError, DTypeError, TypeRuleError
 
+FUSED_MIN_SCORES = 64 * 64
+"""Up to this many scores per batch entry (one 64 x 64 block), `nn.attention` records the
+composition itself: there its scores are small, and differentiating it directly (BLAS GEMMs,
+the softmax reused) is faster than any fused kernel (2.6x on the demo's 21 tokens on a CPU).
+Tests set it to 0 to run the fused records on small shapes."""
+
 
 @dataclass(frozen=True)
 class Signature:

@@ -1,4 +1,5 @@
-"""attention: the seed's causal attention loss, sum((softmax(q k^T + mask) v)^2)."""
+"""attention: the seed's causal attention loss, sum((softmax(q k^T + mask) v)^2), with
+`accy.nn.attention` (the mask is its bias)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,15 @@ def inputs(extents: Extents, rng: np.random.Generator) -> list[np.ndarray]:
 
 def loss(builder: Builder, args: list[Value]) -> Value:
     q, k, v, mask = args
-    scores = q.contract(k.rename("token", "key"), "channel") + mask
-    weights = nn.softmax(scores, "key")
-    mixed = weights.contract(v.rename("token", "key"), "key")
+    # softmax(q k^T + mask) v, fused (accy.nn.attention): the mask is its additive bias.
+    mixed = nn.attention(
+        q,
+        k.rename("token", "key"),
+        v.rename("token", "key"),
+        dim_axis="channel",
+        scale=1.0,
+        bias=mask,
+    )
     return (mixed * mixed).sum()
 
 

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from .core.builder import define
+from .core.builder import Builder, define
 from .core.ir import Operation, Program
 from .core.kinds.control import CUSTOM_CALLS, missing_jvp, missing_vjp
 from .core.kinds.registry import Linear, Zero, describe
@@ -419,7 +419,23 @@ class CustomCall:
             )
         if callable(source) and not isinstance(source, KernelProgram):
             source = source(tuple(operand_types), result_type)
+            if source is None:
+                raise KernelCallNotFound(
+                    f"{self.where}: its {fmt!r} kernel function declines operands "
+                    f"({describe(operand_types)}); accy.compile runs such a call as the "
+                    "record's fallback (inline_declined)"
+                )
         return self._resolve(fmt, source)
+
+    def declines(
+        self, format: str, operand_types: Sequence[TensorType], result_type: TensorType
+    ) -> bool:
+        """True when the record's kernel function for `format` returns None for these operand
+        types (a kernel may serve only some dtypes or sizes) and a fallback can stand in."""
+        source = self.kernels.get(artifact_format(format))
+        if self.fallback is None or not callable(source) or isinstance(source, KernelProgram):
+            return False
+        return source(tuple(operand_types), result_type) is None
 
     def _resolve(self, fmt: str, source: Any) -> KernelCall:
         if isinstance(source, KernelProgram):
@@ -544,6 +560,48 @@ def define_reference(
 # -- kernels for the backends -----------------------------------------------------------------
 
 
+def inline_declined(program: Program, format: str) -> Program:
+    """`program` with each custom call whose record declines it on `format` (see
+    `CustomCall.declines`) replaced by the record's fallback composition; `program` itself when
+    there is none. Calls inside nested programs (scan bodies) are left as they are.
+
+    >>> import accy
+    >>> small = accy.CustomCall("doc.small", result_type=lambda x: x,
+    ...     reference=lambda x: 2 * x, fallback=lambda x: x * 2.0,
+    ...     kernels={"cpu": lambda types, result: None})  # no kernel for any size
+    >>> p = accy.trace.define("p", [accy.spec(accy.f32, lane=2)], lambda b, a: small(a[0]))
+    >>> [op.kind for op in inline_declined(p, "cpu").operations]
+    ['parameter', 'constant', 'broadcast_in_dim', 'mul']
+    >>> small.unregister()
+    """
+    fmt = artifact_format(format)
+    declined = {
+        id(op)
+        for op in program.operations
+        if op.kind == "custom_call"
+        and not op.attrs.get("linearized", False)
+        and (record := lookup(op.attrs["target"], op.attrs["version"])) is not None
+        and record.declines(fmt, op.operand_types, op.type)
+    }
+    if not declined:
+        return program
+    builder = Builder(program.name)
+
+    class Expand:
+        def bind(self, op: Operation, args: list) -> Any:
+            if id(op) not in declined:
+                return builder.emit(op.kind, args, op.attrs, id=op.id)
+            record = lookup(op.attrs["target"], op.attrs["version"])
+            fallback = record.fallback_program(op.operand_types)
+            (result,) = run(fallback, Inline(builder, list(args), fallback))
+            return result
+
+        def finish(self, outputs: list) -> Program:
+            return builder.build(outputs)
+
+    return run(program, Expand())
+
+
 def custom_call_sites(program: Program) -> Iterator[Operation]:
     """The custom_call operations of `program`, those in nested programs (scan bodies) too."""
     for op in program.operations:
@@ -641,6 +699,7 @@ __all__ = [
     "artifact_format",
     "custom_call_sites",
     "define_reference",
+    "inline_declined",
     "kernel_registry_for",
     "lookup",
     "records",

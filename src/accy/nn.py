@@ -15,8 +15,22 @@ from __future__ import annotations
 import math
 
 from . import random
+from .attention import attention
 from .core.builder import Value
 from .errors import AccyError
+
+__all__ = [
+    "attention",
+    "cross_entropy",
+    "gelu_tanh",
+    "layer_norm",
+    "log_softmax",
+    "logsumexp",
+    "one_hot",
+    "relu",
+    "softmax",
+    "stop_gradient",
+]
 
 
 def stop_gradient(x: Value) -> Value:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..core import Program
-from ..custom import kernel_registry_for
+from ..custom import inline_declined, kernel_registry_for
 from ..errors import AccyError
 from ..lower.artifacts import register_artifact_compiler
 from .buffers import Layout, addresses_of, check_readable
@@ -166,6 +166,9 @@ def register_backend(backend: Backend) -> None:
 def compile_artifact(backend: NativeBackend, program: Program, kernel_call_registry: Any) -> Any:
     """`backend`'s artifact of `program`: custom calls link to the kernels of
     `kernel_call_registry`, else to those of their registered `accy.CustomCall` records."""
+    # A call whose record has no kernel for these operands (on this backend) runs as its
+    # fallback composition.
+    program = inline_declined(program, backend.artifact_format)
     registry = kernel_registry_for(program, backend.artifact_format, kernel_call_registry)
     return backend.compile_artifact(program, registry)
 

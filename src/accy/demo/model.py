@@ -15,7 +15,6 @@ import numpy as np
 
 from .. import nn
 from ..core.types import TensorType, f32, spec
-from ..frontend import named
 
 
 @dataclass(frozen=True)
@@ -88,11 +87,8 @@ def _attention(x, p: dict, layer: int, c: Config):
     queries = h.contract(p[f"l{layer}_query"], "channel")
     keys = h.contract(p[f"l{layer}_key"], "channel").rename("token", "key")
     values = h.contract(p[f"l{layer}_value"], "channel").rename("token", "key")
-    scores = queries.contract(keys, "dim") * (1.0 / math.sqrt(c.head_dim))
-    rows, cols = np.indices((c.tokens, c.tokens))
-    causal = np.where(cols <= rows, 0.0, -1e9).astype(np.float32)
-    scores = scores + named(causal, ("token", "key"))  # closed over: an input of the program
-    mixed = nn.softmax(scores, "key").contract(values, "key")
+    # Fused: on the CPU a flash-attention kernel, never the {token, key} scores.
+    mixed = nn.attention(queries, keys, values, causal=True)
     return mixed.contract(p[f"l{layer}_out"], ("head", "dim"))
 
 

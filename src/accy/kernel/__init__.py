@@ -27,11 +27,13 @@ from . import examples, logical, lower, ops
 from .artifact import FORMATS, KernelCallArtifact
 from .call import KernelCall, KernelCallRegistry
 from .errors import KernelCallMismatch, KernelCallNotFound, KernelError, KernelLimitExceeded
+from .handwritten import c_kernel_call
 from .ir import Buffer, Index1D, Index2D, dynamic_buffer
 from .limits import Limits
 from .lower import c_storage_type
 
 __all__ = [
+    "c_kernel_call",
     "FORMATS",
     "Buffer",
     "Index1D",

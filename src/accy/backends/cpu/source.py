@@ -37,6 +37,7 @@ typedef struct {
 } accy_shared_t;
 static accy_shared_t accy_shared_default = {1, {0}, {0}};
 static accy_shared_t *accy_shared = &accy_shared_default;
+#define ACCY_CPU_SHARED 1 /* custom-call kernels test it before reading accy_shared */
 
 void accy_set_shared(void *shared) {
   accy_shared = (accy_shared_t *)shared;

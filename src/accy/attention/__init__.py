@@ -1,0 +1,84 @@
+"""Fused attention: `accy.nn.attention`, a custom call with its own kernels and gradient.
+
+`attention(query, key, value)` is softmax(scale q·kᵀ + bias, masked) v over named axes. It is
+declared once as custom-call records (`records.py`): type rule (`signature.py`), the
+composition as reference and fallback (`composition.py`), a flash-attention kernel on the CPU
+(`cpu.py`), the composition on CUDA for now (`cuda.py`), and JVP and VJP rules built on the
+forward's logsumexp and a backward kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import composition
+from . import signature as signature_module
+from .records import records_for
+from .signature import Signature, check, reject_options
+
+
+def attention(
+    query: Any,
+    key: Any,
+    value: Any,
+    *,
+    query_axis: str = "token",
+    key_axis: str = "key",
+    dim_axis: str = "dim",
+    causal: bool = False,
+    scale: float | None = None,
+    bias: Any = None,
+) -> Any:
+    """softmax(scale · query·key over `dim_axis` + bias) · value over `key_axis`, fused.
+
+    `query` has axes {..., query_axis, dim_axis}, `key` and `value` {..., key_axis, dim_axis};
+    every other axis (batch, head, ...) is shared by name and is a batch axis, in any layout.
+    The result is {..., query_axis, dim_axis} (the shared axes in the query's order), in the
+    query's dtype. `causal` masks the keys after each query position (equal extents needed);
+    `scale` defaults to 1/sqrt(dim extent); `bias` is added to the scores and may have any of
+    the scores' axes (the shared ones, `query_axis`, `key_axis`), in any order.
+
+    Up to `FUSED_MIN_SCORES` scores per batch entry it is recorded as the composition, which is
+    faster there. Above, it runs as a custom call: on the CPU a blocked online-softmax kernel
+    (FlashAttention-2) whose extra memory is O(block²), not O(tokens × keys); on CUDA, for now,
+    the composition (cuDNN's fused attention for bf16/f16 is not wired yet); on the reference
+    evaluator the NumPy composition. Reverse mode uses the backward kernel (and the composition
+    for a bias's gradient), forward mode a JVP rule on the forward's logsumexp; derivatives of
+    second and higher order go through the composition (the backward record's fallback).
+
+    >>> import accy, numpy as np
+    >>> spec = accy.spec(accy.f32, token=3, dim=2)
+    >>> def f(b, a):
+    ...     q, k, v = a
+    ...     return accy.nn.attention(q, k.rename("token", "key"), v.rename("token", "key"),
+    ...                              causal=True)
+    >>> p = accy.trace.define("attend", [spec] * 3, f)
+    >>> v = np.arange(6, dtype=np.float32).reshape(3, 2)
+    >>> accy.reference.run(p, [np.zeros((3, 2), np.float32)] * 2 + [v])[0].tolist()
+    [[0.0, 1.0], [1.0, 2.0], [2.0, 3.0]]
+    """
+    reject_options(causal, scale)
+    signature = Signature(
+        query.ty.axes,
+        key.ty.axes,
+        value.ty.axes,
+        None if bias is None else bias.ty.axes,
+        query_axis,
+        key_axis,
+        dim_axis,
+        causal,
+        None if scale is None else float(scale),
+    )
+    types = [query.ty, key.ty, value.ty] + ([] if bias is None else [bias.ty])
+    shape = check(signature, *types)
+    operands = [query, key, value] + ([] if bias is None else [bias])
+    builder = query.builder
+    if shape.tokens * shape.keys <= signature_module.FUSED_MIN_SCORES:
+        out, _ = composition.softmax_parts(builder, signature, shape, *operands)
+    else:
+        packed = records_for(signature).register().forward.call(builder, *operands)
+        out = builder.slice(packed, dim_axis, 0, shape.dim)  # the last entry is the logsumexp
+    return builder.convert(out, query.ty.dtype)
+
+
+__all__ = ["attention"]

@@ -3,10 +3,12 @@
 It is the oracle the other backends are tested against, not the fast path. Each kind's NumPy
 evaluation lives with its other rules in `accy.core.kinds`; this module walks the program.
 
-bf16 values are `ml_dtypes.bfloat16` arrays. Every backend computes a bf16 operation in float32
-and rounds its result to bf16 once, so the evaluator does exactly that: a kind's evaluation sees
-its bf16 operands widened to float32 (exactly), and its result is rounded to bf16 (to nearest,
-ties to even). f16 is NumPy's float16, whose operations compute in float32 and round the same way.
+bf16 values are `ml_dtypes.bfloat16` arrays, f16 values NumPy's float16. Every backend
+computes a 16-bit float operation in float32 and rounds its result once, so the evaluator does
+exactly that: a kind's evaluation sees its 16-bit operands widened to float32 (exactly), and its
+result is rounded to the result's dtype (to nearest, ties to even). Sums (reduce, dot_general)
+thus accumulate in float32 and round once. The one exception is an f16 scatter_add, which every
+backend rounds after each addition, in index order (as NumPy's float16 `add.at` does).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from ..core import Operation, Program
 from ..core.kinds.control import custom_call_record
 from ..core.kinds.registry import rule_for
-from ..core.types import TensorType, bf16, f32
+from ..core.types import TensorType, bf16, f16, f32
 from ..custom import define_reference
 from ..errors import AccyError, InvalidInput
 from ..interpret import run as interpret
@@ -60,14 +62,17 @@ def _same_kind(given: np.dtype, want: np.dtype) -> bool:
     return np.can_cast(given, want, casting="same_kind")
 
 
+HALVES = (np.dtype(bf16.numpy), np.dtype(f16.numpy))
+
+
 def widened(array: np.ndarray) -> np.ndarray:
-    """bf16 values as the float32 they are computed in (exact); other arrays as they are.
+    """16-bit float values as the float32 they are computed in (exact); others as they are.
 
     >>> import ml_dtypes
     >>> widened(np.array([1.5], ml_dtypes.bfloat16)).dtype
     dtype('float32')
     """
-    return array.astype(f32.numpy) if array.dtype == bf16.numpy else array
+    return array.astype(f32.numpy) if array.dtype in HALVES else array
 
 
 class Evaluate:
@@ -82,7 +87,7 @@ class Evaluate:
     def bind(self, op: Operation, args: list[np.ndarray]) -> Any:
         rule = rule_for(op.kind)
         self.operand_types, self.result_types = op.operand_types, op.result_types
-        if op.kind not in KEEPS_BF16:
+        if op.kind not in KEEPS_HALVES and not (op.kind == "scatter_add" and op.type.dtype == f16):
             args = [widened(a) if isinstance(a, np.ndarray) else a for a in args]
         result = rule.evaluate(op.attrs, args, self)
         if rule.multiple_results:
@@ -127,7 +132,7 @@ class Evaluate:
         return interpret(program, Evaluate(args, self.custom_calls))
 
 
-KEEPS_BF16 = frozenset({"scan", "cond", "while_loop", "custom_call"})
+KEEPS_HALVES = frozenset({"scan", "cond", "while_loop", "custom_call"})
 """Kinds whose operands reach a nested program or user code with their own types: not widened."""
 
 

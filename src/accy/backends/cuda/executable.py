@@ -63,10 +63,10 @@ class CudaExecutable(Executable):
 
     device = "cuda"
 
-    def __init__(self, compiled: CompiledFragment, ordinal: int = 0):
+    def __init__(self, compiled: CompiledFragment, ordinal: int = 0, precision: str = "f32"):
         super().__init__(compiled.program)
         self.compiled = compiled
-        self.fragment = CudaFragment(compiled, ordinal)
+        self.fragment = CudaFragment(compiled, ordinal, tf32=precision == "tf32")
         self._call = _array_call(self.fragment, self.program)
 
     def __call__(self, *arrays: Any) -> list[Any]:
@@ -128,7 +128,9 @@ class CudaBackend:
 
     def compile(self, program: Program, options: CompileOptions) -> CudaExecutable:
         open_device(0)
-        return self.load(compile_artifact(self, program, options.kernel_call_registry))
+        artifact = compile_artifact(self, program, options.kernel_call_registry)
+        # The precision of f32 GEMMs is chosen when cuBLAS calls are captured, not in the code.
+        return CudaExecutable(artifact, 0, options.precision)
 
 
 register_backend(CudaBackend())

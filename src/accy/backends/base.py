@@ -50,7 +50,7 @@ class CompileOptions:
     (None, None, 'f32')
     >>> CompileOptions(precision="fp8")
     Traceback (most recent call last):
-    accy.errors.AccyError: precision 'fp8' is not one of f32, tf32 (f32 GEMMs in exact float32, or in TF32 on a GPU's tensor cores)
+    accy.errors.AccyError: precision 'fp8' is not one of f32, tf32 ...
     """
 
     kernel_call_registry: Any = None

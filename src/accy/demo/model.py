@@ -90,7 +90,7 @@ def _attention(x, p: dict, layer: int, c: Config):
     values = h.contract(p[f"l{layer}_value"], "channel").rename("token", "key")
     scores = queries.contract(keys, "dim") * (1.0 / math.sqrt(c.head_dim))
     rows, cols = np.indices((c.tokens, c.tokens))
-    causal = np.where(cols <= rows, 0.0, -1e9).astype(np.float32)
+    causal = np.where(cols <= rows, 0.0, -1e9).astype(scores.dtype.numpy)
     scores = scores + named(causal, ("token", "key"))  # closed over: an input of the program
     mixed = nn.softmax(scores, "key").contract(values, "key")
     return mixed.contract(p[f"l{layer}_out"], ("head", "dim"))
@@ -113,9 +113,12 @@ def logits(p: dict, ids, c: Config):
     return _norm(x, p["final_gain"], p["final_bias"]).contract(p["unembed"], "channel")
 
 
-def loss(p: dict, ids, targets, weights, c: Config):
-    """Mean cross-entropy over the scored positions (those with weight 1)."""
+def loss(p: dict, ids, targets, weights, c: Config, policy=None):
+    """Mean cross-entropy over the scored positions (those with weight 1); with a
+    mixed-precision `policy` (`accy.nn.mixed_precision`), from logits in its output dtype."""
     scores = logits(p, ids, c)
+    if policy is not None:
+        scores = policy.cast_to_output(scores)
     labels = nn.one_hot(targets.builder, targets, "vocab", c.vocab, f32)
     per_position = nn.cross_entropy(scores, labels, "vocab")
     return (per_position * weights).sum(("batch", "token")) / weights.sum(("batch", "token"))

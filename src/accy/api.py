@@ -4,7 +4,7 @@ Arrays go in (NumPy, or any DLPack producer such as a CPU tensor of PyTorch or J
 copy when it is contiguous), fresh arrays come out, one per output, axes in layout order. Every
 device takes and refuses the same arguments (`accy.backends.arguments`): an array must have the
 parameter's dtype and extents; Python lists and scalars are converted only where nothing is
-lost. bf16 values are float32 arrays on both sides.
+lost. bf16 arrays are `ml_dtypes.bfloat16` arrays on both sides, f16 arrays `numpy.float16`.
 
 Devices are those registered in `accy.backends.base.DEVICES`: "cpu" (native code), "cuda" (a
 GPU: CuPy arrays come out) and "reference" (the NumPy evaluator). Compiled programs are kept in
@@ -29,12 +29,15 @@ def compile(
     *,
     kernel_call_registry: Any = None,
     custom_calls: Any = None,
+    precision: str = "f32",
 ) -> Executable:
     """Compile `program` for `device` ("cpu", "cuda" or "reference"); returns a callable on
     arrays (which also runs on raw buffers: `run_buffers(inputs, outputs)`).
 
     `kernel_call_registry` gives native code its custom-call kernels, `custom_calls` the
-    reference evaluator their NumPy implementations.
+    reference evaluator their NumPy implementations. `precision="tf32"` lets f32 GEMMs on a GPU
+    use TF32 tensor cores (about 1e-3 relative error); the default, "f32", is exact float32.
+    f16 and bf16 GEMMs always accumulate in float32.
 
     >>> import accy, numpy as np
     >>> p = accy.trace.define("dot", [accy.spec(accy.f32, k=2)] * 2,
@@ -42,7 +45,7 @@ def compile(
     >>> accy.compile(p, device="cpu")(np.ones(2, np.float32), np.ones(2, np.float32))[0]
     array(2., dtype=float32)
     """
-    options = CompileOptions(kernel_call_registry, custom_calls)
+    options = CompileOptions(kernel_call_registry, custom_calls, precision)
     return executable_for(program, device, options)
 
 

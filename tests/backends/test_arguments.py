@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -97,11 +98,26 @@ def test_bools_only_for_bool_parameters(device):
         compiled([1, 0])
 
 
-def test_bf16_takes_float32_arrays_and_exact_python_values(device):
+def test_bf16_takes_ml_dtypes_arrays_and_exact_python_values(device):
     program = accy.trace.define("bf", [spec(accy.bf16, n=2)], lambda b, a: a[0] * 2.0)
     compiled = accy.compile(program, device)
+    (doubled,) = host(compiled(np.array([1.5, 256], ml_dtypes.bfloat16)))
+    assert doubled.dtype == ml_dtypes.bfloat16 and doubled.tolist() == [3.0, 512.0]
     assert host(compiled([1.5, 256]))[0].tolist() == [3.0, 512.0]
     with pytest.raises(accy.InvalidInput, match=r"does not hold exactly .* 2\*\*8"):
         compiled([257, 0])
-    with pytest.raises(accy.InvalidInput, match=r"which needs float32"):
-        compiled(np.ones(2, np.float64))
+    with pytest.raises(
+        accy.InvalidInput,
+        match=r"dtype float32 was given for bf16\[n=2\], which needs bfloat16; convert it with "
+        r"\.astype\(ml_dtypes\.bfloat16\)",
+    ):
+        compiled(np.ones(2, np.float32))
+
+
+def test_f16_takes_and_gives_numpy_float16(device):
+    program = accy.trace.define("half", [spec(accy.f16, n=2)], lambda b, a: a[0] * 2.0)
+    compiled = accy.compile(program, device)
+    (doubled,) = host(compiled(np.array([1.5, 1000], np.float16)))
+    assert doubled.dtype == np.float16 and doubled.tolist() == [3.0, 2000.0]
+    with pytest.raises(accy.InvalidInput, match=r"\.astype\(numpy\.float16\)"):
+        compiled(np.ones(2, np.float32))

@@ -3,11 +3,15 @@ the seed's own entry points, then buffers, bad input at the boundary, and `accy.
 
 from __future__ import annotations
 
+import ctypes
+
+import ml_dtypes
 import numpy as np
 import pytest
 
 import accy
 from accy import f32, i32, spec
+from accy.backends.dlpack import KDL_BFLOAT, DLManagedTensor
 from accy.executable import invoke, load_fragment, prepare_invocation
 from accy.gpu.cpu import State
 from accy.lower import FragmentCompilerOptions, compile_fragment
@@ -288,12 +292,46 @@ def test_compile_takes_arrays_lists_and_dlpack_and_returns_arrays(native_cpu):
     assert accy.run(program, x, x, device="reference")[0].item() == 14.0
 
 
-def test_compile_keeps_bf16_as_float32_arrays(native_cpu):
+def test_compile_takes_and_gives_bf16_as_ml_dtypes_arrays(native_cpu):
     program = accy.trace.define("bf16_scale", [spec(accy.bf16, n=3)], lambda b, a: a[0] * 3.0)
-    (result,) = accy.compile(program)(np.array([1.0, 1.01, -2.5], np.float32))
-    expected = accy.reference.run(program, [np.array([1.0, 1.01, -2.5], np.float32)])[0]
-    assert result.dtype == np.float32
-    np.testing.assert_array_equal(result, expected)
+    x = np.array([1.0, 1.01, -2.5], ml_dtypes.bfloat16)
+    (result,) = accy.compile(program)(x)
+    assert result.dtype == ml_dtypes.bfloat16
+    # 1.01 is 1.0078125 in bf16; times 3 is 3.0234375, which rounds to 3.03125 (8 bits).
+    assert result.tolist() == [3.0, 3.03125, -7.5]
+
+
+class Bfloat16Producer:
+    """A DLPack producer of a bf16 host tensor, as a PyTorch bf16 CPU tensor is: NumPy's export
+    of the uint16 bits, with the capsule's dtype code changed to kDLBfloat."""
+
+    def __init__(self, bits: np.ndarray):
+        self.bits = bits
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, **ignored):
+        capsule = self.bits.__dlpack__()
+        get = ctypes.pythonapi.PyCapsule_GetPointer
+        get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        managed = DLManagedTensor.from_address(get(capsule, b"dltensor"))
+        managed.dl_tensor.dtype.code = KDL_BFLOAT
+        return capsule
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "strided"])
+def test_bf16_dlpack_producers_are_read(native_cpu, transposed):
+    program = accy.trace.define(
+        "bf16_rows", [spec(accy.bf16, r=2, c=3)], lambda b, a: a[0].sum("c")
+    )
+    values = np.array([[1.0, 2.0, 3.5], [-1.0, 0.5, 8.0]], ml_dtypes.bfloat16)
+    bits = values.view(np.uint16)
+    if transposed:  # the producer's tensor has strides (3, 1) read through a transposed view
+        bits = np.ascontiguousarray(bits.T).T
+    for device in ("cpu", "reference"):
+        (rows,) = accy.compile(program, device=device)(Bfloat16Producer(bits))
+        assert rows.dtype == ml_dtypes.bfloat16 and rows.tolist() == [6.5, 7.5]
 
 
 def test_compile_refuses_dtype_and_shape_mismatches(native_cpu):

@@ -1,6 +1,6 @@
 """The CUDA backend through its public entry points, on a GPU: the seed's fragment API over
 host and device buffers, `accy.compile` over CuPy, PyTorch and JAX arrays, one graph launch per
-call, bad input, the TF32 switch."""
+call, bad input, the TF32 compile option."""
 
 from __future__ import annotations
 
@@ -167,19 +167,18 @@ def _matmul():
     return accy.trace.define("tf32", types, lambda b, a: a[0].contract(a[1], "k"))
 
 
-def _relative_error(cupy, program):
+def _relative_error(cupy, program, precision="f32"):
     rng = np.random.default_rng(6)
     a, b = (rng.standard_normal(t.extents).astype(np.float32) for t in program.parameter_types)
-    (got,) = accy.compile(program, device="cuda")(cupy.asarray(a), cupy.asarray(b))
+    compiled = accy.compile(program, device="cuda", precision=precision)
+    (got,) = compiled(cupy.asarray(a), cupy.asarray(b))
     exact = a.astype(np.float64) @ b
     return np.linalg.norm(cupy.asnumpy(got) - exact) / np.linalg.norm(exact)
 
 
-def test_f32_contractions_are_true_float32_unless_tf32_is_allowed(cupy, monkeypatch):
-    monkeypatch.delenv("ACCY_CUDA_TF32", raising=False)
+def test_f32_contractions_are_true_float32_unless_compiled_for_tf32(cupy):
     assert _relative_error(cupy, _matmul()) < 1e-6
-    monkeypatch.setenv("ACCY_CUDA_TF32", "1")
-    error = _relative_error(cupy, _matmul())  # a new program: captured with TF32 allowed
+    error = _relative_error(cupy, _matmul(), precision="tf32")  # the same program, another key
     assert 1e-5 < error < 1e-2
 
 

@@ -154,11 +154,32 @@ def test_partial_values_are_combined_by_a_final_pass():
     assert "part0[o * " in combine and "+ g]" not in combine  # reads partials, writes results
 
 
-def test_tf32_is_off_unless_asked_for(monkeypatch):
-    monkeypatch.delenv("ACCY_CUDA_TF32", raising=False)
-    assert not cublas.tf32_allowed()
-    monkeypatch.setenv("ACCY_CUDA_TF32", "1")
-    assert cublas.tf32_allowed()
+@pytest.mark.parametrize(
+    ("dtype", "accumulate", "result"),
+    [(bf16, None, "bf16"), (bf16, f32, "f32"), (f16, None, "f16")],
+)
+def test_half_contractions_are_cublas_gemms_accumulating_in_f32(dtype, accumulate, result):
+    types = [spec(dtype, m=64, k=32), spec(dtype, k=32, n=48)]
+    program = accy.trace.define(
+        "half_gemm", types, lambda b, a: a[0].contract(a[1], "k", accumulate=accumulate)
+    )
+    (gemm,) = [a for a in compile_program(program).schedule.actions if isinstance(a, Gemm)]
+    assert (gemm.dtype, gemm.out) == (dtype.name, result)
+    data, out, compute, scalar = cublas.gemm_types(gemm, tf32=True)
+    assert data == cublas.DATA_TYPES[dtype.name] and out == cublas.DATA_TYPES[result]
+    assert (compute, scalar) == (cublas.COMPUTE_32F, "f32")  # TF32 never touches half GEMMs
+
+
+def test_tf32_is_a_compile_option_and_part_of_the_cache_key():
+    from accy.backends.base import CompileOptions
+
+    at = accy.backends.cuda.schedule.Address(0)
+    gemm = Gemm("f32", 0, 0, 2, 2, 2, at, 2, at, 2, at, 2)
+    assert cublas.gemm_types(gemm)[2] == cublas.COMPUTE_32F
+    assert cublas.gemm_types(gemm, tf32=True)[2] == cublas.COMPUTE_32F_FAST_TF32
+    assert CompileOptions().key() != CompileOptions(precision="tf32").key()
+    with pytest.raises(accy.AccyError, match="precision 'tf16' is not one of f32, tf32"):
+        accy.compile(accy.trace.define("p", [spec(f32)], lambda b, a: a[0]), precision="tf16")
 
 
 def test_without_a_gpu_cuda_tests_skip_naming_the_gate():

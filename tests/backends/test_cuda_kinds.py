@@ -11,6 +11,7 @@ import pytest
 import accy
 
 from ..executors import cuda_device_or_skip, native_cuda
+from ..halves import comparable
 from .kind_programs import CASES, Case
 
 
@@ -24,6 +25,7 @@ def _compare(got: list[np.ndarray], expected: list[np.ndarray], case: Case) -> N
     for position, (g, e) in enumerate(zip(got, expected, strict=True)):
         assert g.dtype == e.dtype, f"output {position}: {g.dtype} != {e.dtype}"
         assert g.shape == e.shape, f"output {position}: {g.shape} != {e.shape}"
+        g, e = comparable(g), comparable(e)
         if e.dtype.kind == "f" and (case.rtol or case.atol):
             np.testing.assert_allclose(
                 g, e, rtol=case.rtol, atol=case.atol, equal_nan=True, err_msg=f"output {position}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -569,7 +570,7 @@ def test_convert_to_bf16_rounds_to_nearest_even():
     program = trace([spec(f32, lane=4)], lambda b, a: a[0].convert(bf16))
     assert program.output_types == (spec(bf16, lane=4),)
     x = np.array([1.0 + 2**-8, 1.0 + 3 * 2**-8, 1.0 + 2**-7, 3.0], dtype=np.float32)
-    expected = np.array([1.0, 1.0 + 2**-6, 1.0 + 2**-7, 3.0], dtype=np.float32)
+    expected = np.array([1.0, 1.0 + 2**-6, 1.0 + 2**-7, 3.0], dtype=ml_dtypes.bfloat16)
     assert_same(evaluate_one(program, x), expected)
 
 
@@ -579,7 +580,7 @@ def test_bf16_arithmetic_rounds_every_result():
     x = np.array([1.0, 256.0], dtype=np.float32)
     y = np.array([2**-9, 1.0], dtype=np.float32)
     # 1 + 2**-9 rounds back to 1; 257 is not a bf16 (8 significant bits) and ties to 256.
-    assert_same(evaluate_one(program, x, y), np.array([1.0, 256.0], dtype=np.float32))
+    assert_same(evaluate_one(program, x, y), np.array([1.0, 256.0], dtype=ml_dtypes.bfloat16))
 
 
 def test_convert_to_the_same_dtype_records_nothing():
@@ -1186,15 +1187,15 @@ def test_custom_call_implementation_of_the_wrong_shape_is_reported_by_target():
 def test_bf16_parameters_round_their_inputs():
     program = trace([spec(bf16, lane=2)], lambda b, a: a[0] * 1.0)
     x = np.array([1.0 + 2**-9, 3.0], np.float32)
-    assert_same(evaluate_one(program, x), np.array([1.0, 3.0], np.float32))
+    assert_same(evaluate_one(program, x), np.array([1.0, 3.0], ml_dtypes.bfloat16))
 
 
 def test_bf16_scalars_keep_rank_zero():
     program = trace([spec(bf16), spec(bf16, lane=3)], lambda b, a: (a[0] + 1.0, a[1].sum()))
     plus_one, total = evaluate(program, np.float32(2.0), np.array([1.0, 2.0, 2**-8], np.float32))
-    assert_same(plus_one, np.float32(3.0).reshape(()))
+    assert_same(plus_one, np.array(3.0, ml_dtypes.bfloat16))
     # 1 + 2 = 3, then 3 + 2**-8 rounds back to 3 in bf16 (8 significant bits).
-    assert_same(total, np.float32(3.0).reshape(()))
+    assert_same(total, np.array(3.0, ml_dtypes.bfloat16))
 
 
 def test_reducing_over_no_axes_combines_each_element_with_the_init():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import accy
-from accy.core.types import DType, bf16, bool_, f16, f32, f64, i32, i64, round_to_bf16, u8
+from accy.core.types import DType, bf16, bool_, f16, f32, f64, i32, i64, u8
 from accy.kernel import Index2D, Limits, dynamic_buffer, examples, ops
 from accy.kernel.examples import custom_double_kernel
 from accy.kernel.logical import Program, schedule
@@ -50,13 +50,12 @@ def random_array(rng: np.random.Generator, dtype: DType, n: int, low=-4.0, high=
     if not dtype.is_float:
         info = np.iinfo(dtype.numpy)
         return rng.integers(info.min, info.max, n, dtype=dtype.numpy, endpoint=True)
-    values = rng.uniform(low, high, n).astype(dtype.numpy)
-    return round_to_bf16(values) if dtype == bf16 else values
+    return rng.uniform(low, high, n).astype(np.float32).astype(dtype.numpy)
 
 
 def with_specials(values: np.ndarray) -> np.ndarray:
     """Floats with NaN, infinities and signed zeros planted at the front."""
-    if values.dtype.kind != "f":
+    if values.dtype.kind != "f" and values.dtype != bf16.numpy:
         return values
     planted = values.copy()
     specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
@@ -71,12 +70,14 @@ def small_ints(rng: np.random.Generator, dtype: DType, n: int) -> np.ndarray:
 
 
 def numpy_of(dtype: DType, function: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    """`function` on NumPy arrays, as accy computes in `dtype`: bf16 rounds each result."""
+    """`function` on NumPy arrays, as accy computes in `dtype`: bf16 computed in float32, each
+    result rounded to bf16."""
 
     def reference(*arrays: np.ndarray) -> np.ndarray:
+        wide = [a.astype(np.float32) if a.dtype == bf16.numpy else a for a in arrays]
         with np.errstate(all="ignore"):
-            result = function(*arrays)
-        return round_to_bf16(result) if dtype == bf16 and result.dtype == np.float32 else result
+            result = function(*wide)
+        return result.astype(bf16.numpy) if dtype == bf16 and result.dtype == np.float32 else result
 
     return reference
 
@@ -267,7 +268,7 @@ CASTS = [
 def _astype(target: DType) -> Callable[[np.ndarray], np.ndarray]:
     def cast(x: np.ndarray) -> np.ndarray:
         if target == bf16:
-            return round_to_bf16(x.astype(np.float32))
+            return x.astype(np.float32).astype(bf16.numpy)
         return x.astype(target.numpy)
 
     return cast

@@ -12,7 +12,11 @@ but only where nothing is lost:
   as a float literal is; a finite float that would overflow to infinity is refused;
 - nothing else (None, strings, ragged lists).
 
-bf16 values travel as float32 arrays (rounded to bf16 when they go in). Every refusal is an
+bf16 arrays are `ml_dtypes.bfloat16` NumPy arrays and f16 arrays `numpy.float16`, both ways; a
+float32 array for a bf16 parameter is refused like any other dtype mismatch (convert it with
+`.astype(ml_dtypes.bfloat16)`, which rounds to nearest even). A DLPack producer's bf16 tensor (a
+PyTorch bf16 CPU tensor) is read through `accy.backends.dlpack`, since NumPy's own DLPack import
+has no bfloat16. Every refusal is an
 `InvalidInput` naming the program, the argument, what was given and what would be right, and
 it is the same on every device: the CUDA backend checks device arrays with `check_array` too.
 """
@@ -23,18 +27,28 @@ from typing import Any
 
 import numpy as np
 
-from ..core.types import TensorType, bf16, round_to_bf16
+from ..core.types import TensorType, bf16
 from ..errors import InvalidInput
+from .dlpack import host_from_dlpack
 
 
 def held_dtype(t: TensorType) -> np.dtype:
-    """The NumPy dtype of the arrays that hold `t`'s values (float32 for bf16).
+    """The NumPy dtype of the arrays that hold `t`'s values (`ml_dtypes.bfloat16` for bf16).
 
     >>> from accy import bf16, i32, spec
     >>> held_dtype(spec(bf16, n=2)), held_dtype(spec(i32, n=2))
-    (dtype('float32'), dtype('int32'))
+    (dtype(bfloat16), dtype('int32'))
     """
-    return np.dtype(np.float32) if t.dtype == bf16 else np.dtype(t.dtype.numpy)
+    return np.dtype(t.dtype.numpy)
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """How to spell `dtype` in Python: `numpy.float32`, `ml_dtypes.bfloat16`.
+
+    >>> dtype_name(np.dtype(np.float16)), dtype_name(held_dtype(TensorType(bf16)))
+    ('numpy.float16', 'ml_dtypes.bfloat16')
+    """
+    return f"{dtype.type.__module__}.{dtype.type.__name__}"
 
 
 def where(program_name: str, position: int) -> str:
@@ -57,21 +71,13 @@ def check_array(dtype: Any, shape: tuple[int, ...], t: TensorType, at: str) -> N
     if dtype != held:
         raise InvalidInput(
             f"{at}: an array of dtype {dtype} was given for {t}, which needs {held}; convert it "
-            f"with .astype(numpy.{held}) (accy does not convert dtypes silently)"
+            f"with .astype({dtype_name(held)}) (accy does not convert dtypes silently)"
         )
     if tuple(shape) != t.extents:
         raise InvalidInput(
             f"{at}: an array of shape {tuple(shape)} was given for {t}, which has shape "
             f"{t.extents} (axes in layout order: {', '.join(t.axes) or 'none, a scalar'})"
         )
-
-
-def from_dlpack(value: Any, at: str) -> np.ndarray:
-    """A DLPack producer's array in host memory, as NumPy (no copy)."""
-    try:
-        return np.from_dlpack(value)
-    except (TypeError, RuntimeError, BufferError, ValueError) as error:
-        raise InvalidInput(f"{at}: cannot read this DLPack array on the CPU ({error})") from None
 
 
 def host_array(value: Any, t: TensorType, at: str) -> np.ndarray:
@@ -86,7 +92,7 @@ def host_array(value: Any, t: TensorType, at: str) -> np.ndarray:
     accy.errors.InvalidInput: x: a Python float was given for i32[n=2]; it takes ints ...
     """
     if not isinstance(value, np.ndarray | np.generic) and hasattr(value, "__dlpack__"):
-        value = from_dlpack(value, at)
+        value = host_from_dlpack(value, at)
     if isinstance(value, np.ndarray | np.generic):
         array = np.asarray(value)
     else:
@@ -133,7 +139,7 @@ _names = {"i": "int", "f": "float"}
 
 
 def _is_float(t: TensorType) -> bool:
-    return held_dtype(t).kind == "f"
+    return t.dtype.is_float
 
 
 def _wanted(t: TensorType) -> str:
@@ -154,10 +160,9 @@ def _holds_exactly(ints: np.ndarray, t: TensorType) -> bool:
 
 
 def _converted(natural: np.ndarray, t: TensorType) -> np.ndarray:
-    """`natural` cast to `t`'s held dtype (bf16 values rounded to bf16)."""
+    """`natural` cast to `t`'s held dtype (to nearest, ties to even, for the floats)."""
     with np.errstate(over="ignore"):
-        converted = natural.astype(held_dtype(t))
-    return round_to_bf16(converted) if t.dtype == bf16 else converted
+        return natural.astype(held_dtype(t))
 
 
 def _range(t: TensorType) -> str:
@@ -174,4 +179,12 @@ def _preview(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-__all__ = ["check_array", "check_count", "held_dtype", "host_array", "python_values", "where"]
+__all__ = [
+    "check_array",
+    "check_count",
+    "dtype_name",
+    "held_dtype",
+    "host_array",
+    "python_values",
+    "where",
+]

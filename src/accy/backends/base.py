@@ -35,24 +35,43 @@ from .buffers import Layout, addresses_of, check_readable
 CACHE_SIZE = 64
 """How many executables `CACHE` keeps (least recently used first out)."""
 
+PRECISIONS = ("f32", "tf32")
+"""The precisions of f32 GEMMs an executable may be compiled for."""
+
 
 @dataclass(frozen=True, eq=False)
 class CompileOptions:
     """What a compilation depends on besides the program: where custom calls find their
     kernels (`kernel_call_registry`, for native code) and their NumPy implementations
-    (`custom_calls`, for the reference evaluator).
+    (`custom_calls`, for the reference evaluator), and the precision of f32 GEMMs
+    (`precision`: "f32", exact float32, or "tf32", which lets a GPU use TF32 tensor cores).
 
     >>> CompileOptions().key()
-    (None, None)
+    (None, None, 'f32')
+    >>> CompileOptions(precision="fp8")
+    Traceback (most recent call last):
+    accy.errors.AccyError: precision 'fp8' is not one of f32, tf32 ...
     """
 
     kernel_call_registry: Any = None
     custom_calls: Any = None
+    precision: str = "f32"
 
-    def key(self) -> tuple[int | None, int | None]:
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise AccyError(
+                f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)} (f32 GEMMs "
+                "in exact float32, or in TF32 on a GPU's tensor cores)"
+            )
+
+    def key(self) -> tuple[int | None, int | None, str]:
         """The options' identity in cache keys (registries are compared by identity)."""
         registry, calls = self.kernel_call_registry, self.custom_calls
-        return (None if registry is None else id(registry), None if calls is None else id(calls))
+        return (
+            None if registry is None else id(registry),
+            None if calls is None else id(calls),
+            self.precision,
+        )
 
 
 class Executable:

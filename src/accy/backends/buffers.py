@@ -3,8 +3,8 @@
 A buffer is any object with the buffer protocol (bytes, bytearray, memoryview, NumPy arrays). It
 must be contiguous and hold exactly the parameter's bytes; an output must also be writable, and
 no output may overlap an input or another output. A NumPy array must have the parameter's dtype
-(bf16 as uint16 bit patterns), or be uint8 (raw bytes). Every failure is an `InvalidInput`
-that names the program, the buffer and what was expected.
+(bf16: `ml_dtypes.bfloat16`, or its uint16 bit patterns), or be uint8 (raw bytes). Every
+failure is an `InvalidInput` that names the program, the buffer and what was expected.
 
 `Layout` holds what the checks compare against, worked out once per executable, so that a
 call costs a few comparisons per buffer.
@@ -31,14 +31,15 @@ def raw_dtypes(dtype: DType) -> tuple[np.dtype, ...]:
 
     >>> from accy import bf16
     >>> raw_dtypes(bf16)
-    (dtype('uint16'), dtype('int16'), dtype('uint8'))
+    (dtype(bfloat16), dtype('uint16'), dtype('int16'), dtype('uint8'))
     """
     held = _element_dtypes(dtype)
     return (*held, RAW_BYTES) if RAW_BYTES not in held else held
 
 
 def _element_dtypes(dtype: DType) -> tuple[np.dtype, ...]:
-    return BF16_BIT_PATTERNS if dtype == bf16 else (np.dtype(dtype.numpy),)
+    bits = BF16_BIT_PATTERNS if dtype == bf16 else ()
+    return (np.dtype(dtype.numpy), *bits)
 
 
 def address_of(array: np.ndarray) -> int:

@@ -2,7 +2,8 @@
 
 Arguments pass the same conversion rule as on every device (`accy.backends.arguments`), then
 `accy.reference.Evaluate` walks the program; raw buffers are viewed as arrays of their
-parameters' types (bf16 bit patterns widened to float32) and the results written back raw.
+parameters' types (bf16 bit patterns are `ml_dtypes.bfloat16` elements as they are) and the
+results written back raw.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..core import Program
-from ..core.types import TensorType, bf16, round_to_bf16
+from ..core.types import TensorType
 from ..interpret import run as interpret
 from ..reference import Evaluate
 from .arguments import check_count, host_array, where
@@ -20,15 +21,10 @@ from .base import CompileOptions, Executable, register_backend
 
 
 def _from_raw(buffer: np.ndarray, t: TensorType) -> np.ndarray:
-    raw = buffer.reshape(-1).view(np.uint16 if t.dtype == bf16 else t.dtype.numpy)
-    if t.dtype == bf16:
-        raw = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    return raw.reshape(t.extents)
+    return buffer.reshape(-1).view(t.dtype.numpy).reshape(t.extents)
 
 
 def _to_raw(values: np.ndarray, t: TensorType, buffer: np.ndarray) -> None:
-    if t.dtype == bf16:  # values are bf16 already (the evaluator rounds): keep the top half
-        values = (np.ascontiguousarray(values).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
     buffer.reshape(-1).view(np.uint8)[...] = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
 
 
@@ -57,19 +53,14 @@ class ReferenceExecutable(Executable):
         return self.evaluate(inputs)
 
     def evaluate(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """Evaluate on checked arrays (bf16 values as float32, rounded to bf16 here)."""
-        rounded = [_bf16_rounded(a, t) for a, t in zip(inputs, self.parameter_types, strict=True)]
-        return interpret(self.program, Evaluate(rounded, self.custom_calls))
+        """Evaluate on checked arrays."""
+        return interpret(self.program, Evaluate(inputs, self.custom_calls))
 
     def run_checked(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         arrays = [_from_raw(b, t) for b, t in zip(inputs, self.parameter_types, strict=True)]
         results = self.evaluate(arrays)
         for result, t, buffer in zip(results, self.output_types, outputs, strict=True):
             _to_raw(result, t, buffer)
-
-
-def _bf16_rounded(array: np.ndarray, t: TensorType) -> np.ndarray:
-    return round_to_bf16(array) if t.dtype == bf16 else array
 
 
 class ReferenceBackend:

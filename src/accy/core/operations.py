@@ -19,7 +19,7 @@ from .compositions import Compositions
 from .ir import Program, permute_parameters
 from .kinds.creation import normalize_scalar
 from .kinds.registry import Zero
-from .types import DType, TensorType, bool_
+from .types import DType, TensorType, bool_, compute_dtype
 from .walk import Inline, run
 from .windows import Windows
 
@@ -355,9 +355,31 @@ class OpsApi(Compositions, Windows):
             init = self.scalar(x.ty.dtype, init)
         return self.emit("reduce", [x, init], {"op": op, "axes": axes})
 
-    def sum(self, x, axes=None):
-        """Sum over `axes` (one name or several; all axes when None)."""
+    def sum(self, x, axes=None, accumulate: DType | None = None):
+        """Sum over `axes` (one name or several; all axes when None).
+
+        f16 and bf16 are summed in f32 and the sum rounded once; `accumulate=accy.f32` keeps
+        the f32 sum (the result is f32): the operand widened, exactly, in the same loop.
+        """
+        if accumulate is not None and accumulate != x.ty.dtype:
+            x = self.convert(x, self._accumulation("sum", x, accumulate))
         return self.reduce(x, 0, "sum", axes)
+
+    def _accumulation(self, kind: str, x, accumulate: DType) -> DType:
+        """Check that `accumulate` may sum `x`'s values: a float no narrower than x's compute
+        dtype (the sum's own precision)."""
+        widths = {"f16": 0, "bf16": 0, "f32": 1, "f64": 2}
+        if not (x.ty.dtype.is_float and isinstance(accumulate, DType) and accumulate.is_float):
+            raise DTypeError(
+                f"{kind}: accumulate={accumulate!r} needs a float operand and a float dtype such "
+                f"as accy.f32 (got {x.ty})"
+            )
+        if widths[accumulate.name] < widths[compute_dtype(x.ty.dtype).name]:
+            raise DTypeError(
+                f"{kind}: accumulate={accumulate} is narrower than {x.ty.dtype}'s compute dtype "
+                f"{compute_dtype(x.ty.dtype)}; a sum is never accumulated in less precision"
+            )
+        return accumulate
 
     def reduce_max(self, x, axes=None):
         return self.reduce(x, _lowest(x.ty.dtype), "max", axes)
@@ -372,8 +394,12 @@ class OpsApi(Compositions, Windows):
         """The lowest (or highest) value of `dtype`: the identity of max (or min)."""
         return _lowest(dtype) if lowest else _highest(dtype)
 
-    def mean(self, x, axes=None):
-        """The mean over `axes`; floats only (an integer mean would truncate silently)."""
+    def mean(self, x, axes=None, accumulate: DType | None = None):
+        """The mean over `axes`; floats only (an integer mean would truncate silently).
+
+        f16 and bf16 are summed and divided in f32, and rounded once; with `accumulate` the
+        mean stays in that dtype.
+        """
         axes = x.ty.axes if axes is None else axis_tuple(axes)
         self._require_axes("mean", x, axes)
         if not x.ty.dtype.is_float:
@@ -382,28 +408,44 @@ class OpsApi(Compositions, Windows):
                 f"x.convert(accy.f32).mean(...)"
             )
         count = int(np.prod([x.ty.extent(a) for a in axes], dtype=np.int64))
-        return self.div(self.sum(x, axes), float(count))
+        wide = compute_dtype(x.ty.dtype) if accumulate is None else accumulate
+        mean = self.div(self.sum(x, axes, accumulate=wide), float(count))
+        return mean if accumulate is not None else self.convert(mean, x.ty.dtype)
 
     # -- contraction ------------------------------------------------------------------------
 
-    def dot_general(self, lhs, rhs, lhs_contracting, rhs_contracting, lhs_batch=(), rhs_batch=()):
-        """StableHLO dot_general with positional dimensions."""
-        return self.emit(
-            "dot_general",
-            [lhs, rhs],
-            {
-                "lhs_contracting": tuple(lhs_contracting),
-                "rhs_contracting": tuple(rhs_contracting),
-                "lhs_batch": tuple(lhs_batch),
-                "rhs_batch": tuple(rhs_batch),
-            },
-        )
+    def dot_general(
+        self,
+        lhs,
+        rhs,
+        lhs_contracting,
+        rhs_contracting,
+        lhs_batch=(),
+        rhs_batch=(),
+        accumulate: DType | None = None,
+    ):
+        """StableHLO dot_general with positional dimensions; `accumulate` is the dtype the
+        products are summed in and the result's (JAX's preferred_element_type)."""
+        attrs = {
+            "lhs_contracting": tuple(lhs_contracting),
+            "rhs_contracting": tuple(rhs_contracting),
+            "lhs_batch": tuple(lhs_batch),
+            "rhs_batch": tuple(rhs_batch),
+        }
+        if accumulate is not None and accumulate != lhs.ty.dtype:
+            if not isinstance(accumulate, DType):
+                raise DTypeError(
+                    f"accumulate must be an accy dtype such as accy.f32, got {accumulate!r}"
+                )
+            attrs["accumulate"] = accumulate.name
+        return self.emit("dot_general", [lhs, rhs], attrs)
 
-    def contract(self, a, b, axes):
+    def contract(self, a, b, axes, accumulate: DType | None = None):
         """Sum the product of `a` and `b` over `axes`, which both must have.
 
         Axes on both operands that are not contracted are batch axes. The result has the batch
-        axes, then `a`'s other axes, then `b`'s other axes.
+        axes, then `a`'s other axes, then `b`'s other axes. f16 and bf16 products are summed in
+        f32 and rounded once; `accumulate=accy.f32` keeps the f32 sum as an f32 result.
         """
         axes = axis_tuple(axes)
         for axis in axes:
@@ -432,6 +474,7 @@ class OpsApi(Compositions, Windows):
             [b.ty.position(n) for n in axes],
             [a.ty.position(n) for n in batch],
             [b.ty.position(n) for n in batch],
+            accumulate=accumulate,
         )
 
     # -- indexing ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import AxisError, DTypeError
@@ -33,9 +34,9 @@ class DType:
 f32 = DType("f32", np.dtype(np.float32), True, 4)
 f64 = DType("f64", np.dtype(np.float64), True, 8)
 f16 = DType("f16", np.dtype(np.float16), True, 2)
-# NumPy has no bfloat16: the reference evaluator holds bf16 values in float32 arrays and rounds
-# every result to bf16 precision; raw buffers carry them as the upper 16 bits of a float32.
-bf16 = DType("bf16", np.dtype(np.float32), True, 2)
+# NumPy has no bfloat16 of its own: bf16 arrays are `ml_dtypes.bfloat16` (the type JAX uses), whose
+# 16 bits are the upper half of a float32, so raw buffers and native code read them as they are.
+bf16 = DType("bf16", np.dtype(ml_dtypes.bfloat16), True, 2)
 i32 = DType("i32", np.dtype(np.int32), False, 4)
 i64 = DType("i64", np.dtype(np.int64), False, 8)
 u8 = DType("u8", np.dtype(np.uint8), False, 1)
@@ -51,8 +52,13 @@ def dtype_named(name: str) -> DType:
 
 
 def dtype_of_numpy(dtype: np.dtype) -> DType:
-    """The accy dtype whose arrays NumPy holds as `dtype` (float32 maps to f32, not bf16)."""
-    for d in (f32, f64, f16, i32, i64, u8, bool_):
+    """The accy dtype whose arrays NumPy holds as `dtype` (`ml_dtypes.bfloat16` maps to bf16).
+
+    >>> import ml_dtypes, numpy as np
+    >>> dtype_of_numpy(np.dtype(ml_dtypes.bfloat16)), dtype_of_numpy(np.dtype(np.float32))
+    (accy.bf16, accy.f32)
+    """
+    for d in DTYPES.values():
         if d.numpy == dtype:
             return d
     raise DTypeError(f"NumPy dtype {dtype} has no accy dtype; use one of {', '.join(DTYPES)}")
@@ -171,8 +177,30 @@ def spec(dtype: DType, shape: dict[str, int] | None = None, /, **axes: int) -> T
     return TensorType(dtype, tuple(named.items()))
 
 
+HALF_FLOATS = (f16, bf16)
+"""The 16-bit floats: stored in 16 bits, computed in float32 (`compute_dtype`)."""
+
+
+def compute_dtype(dtype: DType) -> DType:
+    """The dtype arithmetic on `dtype` is carried out in: f32 for f16 and bf16, else itself.
+
+    Every backend computes a half-precision operation in float32 and rounds its result once
+    (the reference evaluator included), so the compute dtype is part of the semantics.
+
+    >>> compute_dtype(bf16), compute_dtype(f64)
+    (accy.f32, accy.f64)
+    """
+    return f32 if dtype in HALF_FLOATS else dtype
+
+
 def round_to_bf16(x: np.ndarray) -> np.ndarray:
-    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32."""
+    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32.
+
+    The same rounding as `x.astype(ml_dtypes.bfloat16)`, for code that keeps float32 arrays.
+
+    >>> round_to_bf16(np.array([1 + 2**-9, 257.0], np.float32)).tolist()
+    [1.0, 256.0]
+    """
     # ascontiguousarray makes 0-d arrays 1-d: keep the shape of `x`.
     shape = np.shape(x)
     bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)

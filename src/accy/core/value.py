@@ -328,15 +328,15 @@ class Value:
         return self.builder.convert(self, dtype)
 
     # reductions
-    def sum(self, axes=None):
-        """Sum over one axis name or several (all when None)."""
-        return self.builder.sum(self, axes)
+    def sum(self, axes=None, accumulate: DType | None = None):
+        """Sum over one axis name or several (all when None); `accumulate` as `OpsApi.sum`."""
+        return self.builder.sum(self, axes, accumulate)
 
     def prod(self, axes=None):
         return self.builder.prod(self, axes)
 
-    def mean(self, axes=None):
-        return self.builder.mean(self, axes)
+    def mean(self, axes=None, accumulate: DType | None = None):
+        return self.builder.mean(self, axes, accumulate)
 
     def reduce(self, init, op: str, axes=None):
         """Reduce `axes` with `op` (sum, max, min, prod) starting from the scalar `init`."""
@@ -501,5 +501,6 @@ class Value:
     def scatter_add(self, indices: Value, updates: Value, axis: str):
         return self.builder.scatter_add(self, indices, updates, axis)
 
-    def contract(self, other: Value, axes):
-        return self.builder.contract(self, other, axes)
+    def contract(self, other: Value, axes, accumulate: DType | None = None):
+        """Sum of products over `axes`; `accumulate` as `OpsApi.contract`."""
+        return self.builder.contract(self, other, axes, accumulate)

@@ -109,9 +109,12 @@ def logits(p: dict, ids, c: Config):
     return _norm(x, p["final_gain"], p["final_bias"]).contract(p["unembed"], "channel")
 
 
-def loss(p: dict, ids, targets, weights, c: Config):
-    """Mean cross-entropy over the scored positions (those with weight 1)."""
+def loss(p: dict, ids, targets, weights, c: Config, policy=None):
+    """Mean cross-entropy over the scored positions (those with weight 1); with a
+    mixed-precision `policy` (`accy.nn.mixed_precision`), from logits in its output dtype."""
     scores = logits(p, ids, c)
+    if policy is not None:
+        scores = policy.cast_to_output(scores)
     labels = nn.one_hot(targets.builder, targets, "vocab", c.vocab, f32)
     per_position = nn.cross_entropy(scores, labels, "vocab")
     return (per_position * weights).sum(("batch", "token")) / weights.sum(("batch", "token"))

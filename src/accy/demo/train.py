@@ -20,7 +20,8 @@ from types import ModuleType
 
 import numpy as np
 
-from .. import optim
+from .. import nn, optim
+from ..core.types import dtype_named, f32
 from ..errors import AccyError, RuntimeUnavailable
 from ..frontend import NamedArray, jit, named, value_and_grad
 from .data import VOCAB, SortingTask
@@ -149,22 +150,30 @@ class Model:
     """The demo's jitted functions over named arrays on one device, and the conversions between
     the flat lists of a checkpoint and the trees the functions take."""
 
-    def __init__(self, config: Config, optimizer: optim.Adam, device: str):
+    def __init__(self, config: Config, optimizer: optim.Adam, device: str, dtype: str = "f32"):
         self.config = config
         self.optimizer = optimizer
         self.device = device
         self.specs = parameter_specs(config)
+        # f32 master parameters and optimizer state; the model computes in `dtype`; the loss
+        # and the logits come out in f32 (an f16 loss is scaled, its gradients unscaled).
+        policy = nn.mixed_precision(f32, dtype_named(dtype), f32)
 
         def batch_loss(params, ids, targets, weights):
-            return loss(params, ids, targets, weights, config)
+            value = loss(policy.cast_to_compute(params), ids, targets, weights, config, policy)
+            return policy.scale(value)
 
         def train_step(params, state, ids, targets, weights, learning_rate):
             value, grads = value_and_grad(batch_loss)(params, ids, targets, weights)
+            value, grads = value * (1.0 / policy.loss_scale), policy.unscale(grads)
             params, state = optimizer.apply(params, grads, state, learning_rate)
             return value, params, state
 
+        def model_logits(params, ids):
+            return policy.cast_to_output(logits(policy.cast_to_compute(params), ids, config))
+
         self.step = jit(train_step)
-        self.logits = jit(lambda params, ids: logits(params, ids, config))
+        self.logits = jit(model_logits)
 
     def named(self, array: np.ndarray, axes) -> NamedArray:
         return named(array, axes, device=self.device)
@@ -194,14 +203,23 @@ class Model:
         return parameters, slots
 
 
-def train(steps: int, seed: int, device: str, out: Path, resume: bool, quiet: bool = False):
-    """Train, checkpointing to `out`; returns (state, token accuracy, sequence accuracy)."""
+def train(
+    steps: int,
+    seed: int,
+    device: str,
+    out: Path,
+    resume: bool,
+    quiet: bool = False,
+    dtype: str = "f32",
+):
+    """Train, checkpointing to `out`; returns (state, token accuracy, sequence accuracy).
+    `dtype` is the compute dtype of the mixed-precision policy (f32, bf16 or f16)."""
     tqdm = demo_dependency("tqdm").tqdm
 
     task = SortingTask()
     config = Config(vocab=VOCAB, tokens=task.tokens)
     optimizer = optim.Adam(learning_rate=PEAK_LEARNING_RATE)
-    model = Model(config, optimizer, device)
+    model = Model(config, optimizer, device, dtype)
     started = time.perf_counter()
     checkpoint = out / "checkpoint.npz"
     parameters = list(initial_parameters(config, np.random.default_rng(seed)).values())
@@ -270,11 +288,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("out"), help="folder for outputs")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    parser.add_argument(
+        "--dtype",
+        default="f32",
+        choices=("f32", "bf16", "f16"),
+        help="compute dtype (mixed precision: f32 master parameters and optimizer state, the "
+        "loss in f32; f16 scales the loss)",
+    )
     arguments = parser.parse_args(argv)
     for name in ("tqdm", "matplotlib"):  # checked now, not after training
         demo_dependency(name)
     state, token_accuracy, sequence_accuracy, examples = train(
-        arguments.steps, arguments.seed, arguments.device, arguments.out, arguments.resume
+        arguments.steps,
+        arguments.seed,
+        arguments.device,
+        arguments.out,
+        arguments.resume,
+        dtype=arguments.dtype,
     )
     print(f"final training loss {state.losses[-1]:.4f} after {state.step} steps")
     print(

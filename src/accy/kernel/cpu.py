@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..core.types import DType, TensorType, bf16, bool_, f16, round_to_bf16
+from ..core.types import DType, TensorType, bf16, bool_, f16
 from .errors import KernelCallMismatch
 from .ir import RESULT
 from .toolchain import load_shared_library
@@ -87,8 +87,7 @@ def _bind(call: KernelCall, arrays: list[np.ndarray]):
 
 
 def _tensor_type(call: KernelCall, name: str, dtype: DType, array: np.ndarray) -> TensorType:
-    # NumPy cannot tell bf16 from f32 (both float32 arrays): an array matching the parameter's
-    # NumPy dtype is taken as the parameter's dtype; any other dtype is a mismatch.
+    # An array of any dtype but the parameter's (ml_dtypes.bfloat16 for bf16) is a mismatch.
     if array.dtype != dtype.numpy:
         raise KernelCallMismatch(
             f"{call.where}: parameter {name!r} is {dtype.name}, but the array is {array.dtype}"
@@ -111,17 +110,12 @@ def storage_numpy(dtype: DType) -> np.dtype:
 
 def _to_storage(array: np.ndarray, t: TensorType) -> np.ndarray:
     flat = np.ascontiguousarray(array).reshape(-1)
-    if t.dtype == bf16:
-        # A bf16 element is the upper half of the float32 that holds it.
-        return (round_to_bf16(flat).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
-    if t.dtype == f16:
+    if t.dtype in (f16, bf16):
         return flat.view(np.uint16)
     return flat.astype(storage_numpy(t.dtype))
 
 
 def _from_storage(buffer: np.ndarray, dtype: DType) -> np.ndarray:
-    if dtype == bf16:
-        return (buffer.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    if dtype == f16:
-        return buffer.view(np.float16)
+    if dtype in (f16, bf16):
+        return buffer.view(dtype.numpy)
     return buffer.astype(np.bool_) if dtype == bool_ else buffer

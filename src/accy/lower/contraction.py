@@ -88,16 +88,17 @@ def _packed_view(extents, order) -> StridedView:
     return StridedView(-1, 0, tuple(strides))
 
 
-def _operand(view, extents, rows, cols, batch) -> MatrixOperand:
-    matrix = _matrix(view, extents, rows, cols, batch, packed=False)
+def _operand(view, extents, rows, cols, batch, pack: bool = False) -> MatrixOperand:
+    matrix = None if pack else _matrix(view, extents, rows, cols, batch, packed=False)
     if matrix is None:
         packed = _packed_view(extents, tuple(batch) + tuple(rows) + tuple(cols))
         matrix = _matrix(packed, extents, rows, cols, batch, packed=True)
     return matrix
 
 
-def gemm_layout(op: Operation, lhs: StridedView, rhs: StridedView) -> Gemm:
-    """The GEMM that computes `op` from its operands' views (packing those that need it).
+def gemm_layout(op: Operation, lhs: StridedView, rhs: StridedView, pack: bool = False) -> Gemm:
+    """The GEMM that computes `op` from its operands' views (packing those that need it, or
+    both with `pack`: the CPU converts 16-bit float operands to float32 as it packs them).
 
     `MatrixOperand.order` is the operand's axes in the packed layout: batch, rows, columns.
 
@@ -119,6 +120,6 @@ def gemm_layout(op: Operation, lhs: StridedView, rhs: StridedView) -> Gemm:
         math.prod(lhs_type.extents[p] for p in lf),
         math.prod(rhs_type.extents[p] for p in rf),
         math.prod(lhs_type.extents[p] for p in lc),
-        _operand(lhs, lhs_type.extents, lf, list(lc), list(lb)),
-        _operand(rhs, rhs_type.extents, list(rc), rf, list(rb)),
+        _operand(lhs, lhs_type.extents, lf, list(lc), list(lb), pack),
+        _operand(rhs, rhs_type.extents, list(rc), rf, list(rb), pack),
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..core import Operation, Program
-from ..core.types import TensorType, bf16, f32, f64
+from ..core.types import HALF_FLOATS, TensorType, bf16, f32, f64
 from ..errors import AccyError
 from ..transforms.loops import inline_conds
 from . import fusion
@@ -280,9 +280,29 @@ def _gemm_scratch(op: Operation, gemm: Gemm) -> tuple[Scratch, ...]:
     return tuple(Scratch(name, t.nbytes) for name, matrix, t in operands if matrix.packed)
 
 
+def _half_gemm_scratch(op: Operation) -> tuple[Scratch, ...]:
+    """A GEMM of 16-bit floats: room for both operands as float32 (the CPU converts each once,
+    as it packs it; a GPU's GEMM reads them as they are, and packs in their own dtype where it
+    must) and for a float32 result that is rounded to a 16-bit result."""
+    scratch = [
+        Scratch(name, t.size * 4) for name, t in zip(("lhs", "rhs"), op.operand_types, strict=True)
+    ]
+    if op.type.dtype in HALF_FLOATS:
+        scratch.append(Scratch("result", op.type.size * 4))
+    return tuple(scratch)
+
+
+def is_half_gemm(op: Operation) -> bool:
+    """Whether a dot_general multiplies 16-bit floats (into a 16-bit float or an f32 result),
+    which both backends run as a GEMM computing in float32."""
+    return op.operand_types[0].dtype in HALF_FLOATS and op.type.dtype in (*HALF_FLOATS, f32)
+
+
 def _scratch(kind: str, op: Operation, body: Plan | None, detail) -> tuple[Scratch, ...]:
     if kind == "scan":
         return _scan_scratch(op, body)
+    if kind == "dot" and is_half_gemm(op):
+        return _half_gemm_scratch(op)
     if kind == "dot" and op.type.dtype in BLAS_DTYPES:
         return _gemm_scratch(op, detail)
     if kind == "reduce" and detail.needs_accumulator or kind == "scatter" and op.type.dtype == bf16:

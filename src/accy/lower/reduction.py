@@ -14,9 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core import Operation
-from ..core.types import TensorType, bf16, f16
-
-HALF_FLOATS = (f16, bf16)
+from ..core.types import HALF_FLOATS, TensorType
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,13 @@
 
 It is the oracle the other backends are tested against, not the fast path. Each kind's NumPy
 evaluation lives with its other rules in `accy.core.kinds`; this module walks the program.
+
+bf16 values are `ml_dtypes.bfloat16` arrays, f16 values NumPy's float16. Every backend
+computes a 16-bit float operation in float32 and rounds its result once, so the evaluator does
+exactly that: a kind's evaluation sees its 16-bit operands widened to float32 (exactly), and its
+result is rounded to the result's dtype (to nearest, ties to even). Sums (reduce, dot_general)
+thus accumulate in float32 and round once. The one exception is an f16 scatter_add, which every
+backend rounds after each addition, in index order (as NumPy's float16 `add.at` does).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import numpy as np
 from ..core import Operation, Program
 from ..core.kinds.control import custom_call_record
 from ..core.kinds.registry import rule_for
-from ..core.types import TensorType, bf16, round_to_bf16
+from ..core.types import TensorType, bf16, f16, f32
 from ..custom import define_reference
 from ..errors import AccyError, InvalidInput
 from ..interpret import run as interpret
@@ -33,7 +40,7 @@ def as_input_array(value: Any, expected: TensorType, where: str) -> np.ndarray:
     array = np.asarray(value)
     want = expected.dtype.numpy
     if array.dtype != want:
-        if not np.can_cast(array.dtype, want, casting="same_kind"):
+        if not _same_kind(array.dtype, want):
             raise InvalidInput(
                 f"{where}: got an array of dtype {array.dtype}, but the parameter is {expected}; "
                 f"convert it to {want} first"
@@ -44,7 +51,28 @@ def as_input_array(value: Any, expected: TensorType, where: str) -> np.ndarray:
             f"{where}: got an array of shape {array.shape}, but the parameter is {expected} "
             f"(shape {expected.extents}, axes in layout order {expected.axes})"
         )
-    return round_to_bf16(array) if expected.dtype == bf16 else array
+    return array
+
+
+def _same_kind(given: np.dtype, want: np.dtype) -> bool:
+    """Whether `given` converts to `want` as NumPy's "same_kind" casting allows; every float
+    converts to bf16 (ml_dtypes registers no safe casts from the wider floats)."""
+    if want == bf16.numpy:
+        return given.kind in "biuf" or given == want
+    return np.can_cast(given, want, casting="same_kind")
+
+
+HALVES = (np.dtype(bf16.numpy), np.dtype(f16.numpy))
+
+
+def widened(array: np.ndarray) -> np.ndarray:
+    """16-bit float values as the float32 they are computed in (exact); others as they are.
+
+    >>> import ml_dtypes
+    >>> widened(np.array([1.5], ml_dtypes.bfloat16)).dtype
+    dtype('float32')
+    """
+    return array.astype(f32.numpy) if array.dtype in HALVES else array
 
 
 class Evaluate:
@@ -59,6 +87,8 @@ class Evaluate:
     def bind(self, op: Operation, args: list[np.ndarray]) -> Any:
         rule = rule_for(op.kind)
         self.operand_types, self.result_types = op.operand_types, op.result_types
+        if op.kind not in KEEPS_HALVES and not (op.kind == "scatter_add" and op.type.dtype == f16):
+            args = [widened(a) if isinstance(a, np.ndarray) else a for a in args]
         result = rule.evaluate(op.attrs, args, self)
         if rule.multiple_results:
             return tuple(_conform(r, t) for r, t in zip(result, op.result_types, strict=True))
@@ -102,11 +132,18 @@ class Evaluate:
         return interpret(program, Evaluate(args, self.custom_calls))
 
 
+KEEPS_HALVES = frozenset({"scan", "cond", "while_loop", "custom_call"})
+"""Kinds whose operands reach a nested program or user code with their own types: not widened."""
+
+
 def _conform(result: Any, t: TensorType) -> np.ndarray:
-    array = np.asarray(result, dtype=t.dtype.numpy)
+    array = np.asarray(result)
+    if array.dtype != t.dtype.numpy:
+        with np.errstate(over="ignore"):
+            array = array.astype(t.dtype.numpy)  # bf16: rounded to nearest, ties to even
     if array.shape != t.extents:
         raise AccyError(f"internal: evaluation produced shape {array.shape}, expected {t}")
-    return round_to_bf16(array) if t.dtype == bf16 else array
+    return array
 
 
 def run(

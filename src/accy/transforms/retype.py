@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..core import Operation, Program
+from ..core import Attrs, Operation, Program
 from ..core.builder import Builder
 from ..core.types import DType, TensorType
 from ..interpret import Graph, Layer, run
@@ -21,7 +21,9 @@ class _Retype(Layer):
         attrs = {key: self._convert(value) for key, value in op.attrs.items()}
         if op.kind == "convert" and _float_name(attrs["dtype"]):
             attrs["dtype"] = self.dtype.name
-        return self.next.bind(dataclasses.replace(op, attrs=op.attrs.replace(**attrs)), args)
+        if op.kind == "dot_general" and "accumulate" in attrs:
+            del attrs["accumulate"]  # every float is now `dtype`: nothing else to sum in
+        return self.next.bind(dataclasses.replace(op, attrs=Attrs(attrs)), args)
 
     def _convert(self, value: Any) -> Any:
         if isinstance(value, TensorType) and value.dtype.is_float:

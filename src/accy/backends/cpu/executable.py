@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from ...core import Program
-from ...core.types import bf16, round_to_bf16
 from ...lower.buffers import ALIGNMENT
 from ..arguments import check_count, held_dtype, host_array, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
@@ -34,19 +33,6 @@ def _aligned_workspace(nbytes: int) -> tuple[np.ndarray, int]:
     raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
     address = raw.__array_interface__["data"][0]
     return raw, address + (-address % ALIGNMENT)
-
-
-def _raw_dtype(t) -> np.dtype:
-    """The dtype native code reads and writes for `t` (bf16 as uint16 bit patterns)."""
-    return np.dtype(np.uint16) if t.dtype == bf16 else np.dtype(t.dtype.numpy)
-
-
-def _bf16_bits(values: np.ndarray) -> np.ndarray:
-    return (round_to_bf16(values).view(np.uint32) >> np.uint32(16)).astype(np.uint16)
-
-
-def _bf16_values(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 class CpuExecutable(Executable):
@@ -120,11 +106,10 @@ class CpuExecutable(Executable):
         `InvalidInput` before native code runs."""
         name, types = self.program.name, self.parameter_types
         checks = [(t.extents, held_dtype(t)) for t in types]
-        shapes = [(t.extents, _raw_dtype(t)) for t in self.output_types]
+        # bf16 arrays (ml_dtypes) hold the very bits native code reads: no conversion.
+        shapes = [(t.extents, held_dtype(t)) for t in self.output_types]
         count, ndarray, empty = len(checks), np.ndarray, np.empty
-        bf16_inputs = [t.dtype == bf16 for t in types]
-        bf16_outputs = [t.dtype == bf16 for t in self.output_types]
-        run = self._runner(bf16_inputs, bf16_outputs)
+        run = self._runner()
 
         def call(*arrays: Any) -> list[np.ndarray]:
             if len(arrays) != count:
@@ -145,10 +130,10 @@ class CpuExecutable(Executable):
 
         return call
 
-    def _runner(self, bf16_inputs: list[bool], bf16_outputs: list[bool]):
+    def _runner(self):
         """`run(inputs, outputs) -> results` on checked arrays, by the fastest way there is."""
-        if any(bf16_inputs) or any(bf16_outputs) or not self.takes_arrays:
-            return self._converting_runner(bf16_inputs, bf16_outputs)
+        if not self.takes_arrays:
+            return self._address_runner()
         call, address, lock = self._arrays_call, self._arrays_call_address, self._lock
         pack, entry, offset = self._pack_ids, self.library.run_arrays, IDS_OFFSET
         holds = (self.library, self._workspace)  # the code and memory must outlive every call
@@ -161,8 +146,8 @@ class CpuExecutable(Executable):
 
         return run
 
-    def _converting_runner(self, bf16_inputs: list[bool], bf16_outputs: list[bool]):
-        """The runner through buffer addresses, with bf16 values converted to and from bits."""
+    def _address_runner(self):
+        """The runner through buffer addresses (where native code cannot read NumPy's arrays)."""
         # Held by the closure (not through `self`, which would make a cycle that only the
         # garbage collector breaks): the code and the memory must outlive every call.
         library, workspace, lock = self.library, self._workspace, self._lock
@@ -170,12 +155,11 @@ class CpuExecutable(Executable):
         arguments = (self._buffers_address, self._workspace_address)
 
         def run(inputs: list, outputs: list, _holds=(library, workspace)) -> list[np.ndarray]:
-            raw = [_bf16_bits(a) if b else a for a, b in zip(inputs, bf16_inputs, strict=True)]
-            addresses = addresses_of([*raw, *outputs])
+            addresses = addresses_of([*inputs, *outputs])
             with lock:
                 pack(buffers, 0, *addresses)
                 entry(*arguments)
-            return [_bf16_values(o) if b else o for o, b in zip(outputs, bf16_outputs, strict=True)]
+            return outputs
 
         return run
 

@@ -5,12 +5,15 @@ Called with arrays, it takes device arrays (CuPy; PyTorch or JAX through
 `accy.backends.arguments`, then copied to the device); device arrays are checked by the same
 rule's `check_array`, so a call is accepted or refused alike on every device. Results are fresh
 CuPy arrays from CuPy's memory pool, one per output, computed on the current CuPy stream (a call
-returns as soon as the graph is launched); bf16 values are float32 arrays on both sides. Raw
+returns as soon as the graph is launched). bf16 arrays are CuPy `ml_dtypes.bfloat16` arrays on
+both sides (CuPy 14 with ml_dtypes; a PyTorch bf16 CUDA tensor comes in through DLPack); with a
+CuPy that lacks bfloat16 they are `uint16` arrays of the same bits. f16 arrays are float16. Raw
 buffers (`run_buffers`, `bind`) are handled by `accy.backends.cuda.arrays`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,28 +29,33 @@ from .device import open_device
 from .runtime import CudaFragment, cupy_module
 
 
-def to_bf16_bits(cupy, values):
-    """float32 device values as bf16 bit patterns (round to nearest even; NaN stays NaN)."""
-    bits = values.view(cupy.uint32)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(cupy.uint16)
-    quiet = ((bits >> 16) | 0x40).astype(cupy.uint16)
-    return cupy.where(cupy.isnan(values), quiet, rounded)
+@functools.cache
+def cupy_has_bfloat16() -> bool:
+    """Whether this CuPy makes `ml_dtypes.bfloat16` arrays (CuPy 14 with ml_dtypes installed)."""
+    try:
+        cupy_module().empty(1, bf16.numpy)
+    except (TypeError, ValueError, NotImplementedError):
+        return False
+    return True
 
 
-def from_bf16_bits(cupy, bits):
-    return (bits.astype(cupy.uint32) << 16).view(cupy.float32)
+def device_dtype(t: TensorType) -> np.dtype:
+    """The dtype of the device arrays that hold `t`: its held dtype, or for bf16 on a CuPy
+    without bfloat16, the uint16 bit patterns."""
+    if t.dtype == bf16 and not cupy_has_bfloat16():
+        return np.dtype(np.uint16)
+    return held_dtype(t)
 
 
 def device_argument(value: Any, t: TensorType, at: str):
-    """`value` as a contiguous device array in the raw layout of `t` (bf16 as bit patterns)."""
+    """`value` as a contiguous device array of `t` (`device_dtype`)."""
     cupy = cupy_module()
     if on_device(value):
         array = as_cupy(value, at)
         check_array(array.dtype, array.shape, t, at)
-        array = cupy.ascontiguousarray(array)
-    else:
-        array = cupy.asarray(host_array(value, t, at))
-    return to_bf16_bits(cupy, array) if t.dtype == bf16 else array
+        return cupy.ascontiguousarray(array)
+    host = host_array(value, t, at)
+    return cupy.asarray(host.view(device_dtype(t)))
 
 
 class CudaExecutable(Executable):
@@ -55,10 +63,10 @@ class CudaExecutable(Executable):
 
     device = "cuda"
 
-    def __init__(self, compiled: CompiledFragment, ordinal: int = 0):
+    def __init__(self, compiled: CompiledFragment, ordinal: int = 0, precision: str = "f32"):
         super().__init__(compiled.program)
         self.compiled = compiled
-        self.fragment = CudaFragment(compiled, ordinal)
+        self.fragment = CudaFragment(compiled, ordinal, tf32=precision == "tf32")
         self._call = _array_call(self.fragment, self.program)
 
     def __call__(self, *arrays: Any) -> list[Any]:
@@ -80,11 +88,8 @@ def _array_call(fragment: CudaFragment, program: Program) -> Callable[..., list[
     """The function `CudaExecutable.__call__` runs (it holds `fragment`)."""
     cupy = cupy_module()
     name, types, output_types = program.name, program.parameter_types, program.output_types
-    expected = [(t.extents, None if t.dtype == bf16 else held_dtype(t)) for t in types]
-    shapes = [
-        (t.extents, np.dtype(np.uint16) if t.dtype == bf16 else held_dtype(t)) for t in output_types
-    ]
-    any_bf16 = any(t.dtype == bf16 for t in output_types)
+    expected = [(t.extents, held_dtype(t)) for t in types]
+    shapes = [(t.extents, device_dtype(t)) for t in output_types]
 
     def argument(value: Any, position: int):
         extents, dtype = expected[position]
@@ -102,11 +107,6 @@ def _array_call(fragment: CudaFragment, program: Program) -> Callable[..., list[
         inputs = [argument(a, i) for i, a in enumerate(arrays)]
         outputs = [cupy.empty(extents, dtype) for extents, dtype in shapes]
         fragment.run([a.data.ptr for a in inputs] + [o.data.ptr for o in outputs])
-        if any_bf16:
-            return [
-                from_bf16_bits(cupy, o) if t.dtype == bf16 else o
-                for o, t in zip(outputs, output_types, strict=True)
-            ]
         return outputs
 
     return call
@@ -128,9 +128,11 @@ class CudaBackend:
 
     def compile(self, program: Program, options: CompileOptions) -> CudaExecutable:
         open_device(0)
-        return self.load(compile_artifact(self, program, options.kernel_call_registry))
+        artifact = compile_artifact(self, program, options.kernel_call_registry)
+        # The precision of f32 GEMMs is chosen when cuBLAS calls are captured, not in the code.
+        return CudaExecutable(artifact, 0, options.precision)
 
 
 register_backend(CudaBackend())
 
-__all__ = ["CudaBackend", "CudaExecutable", "device_argument", "from_bf16_bits", "to_bf16_bits"]
+__all__ = ["CudaBackend", "CudaExecutable", "cupy_has_bfloat16", "device_argument", "device_dtype"]

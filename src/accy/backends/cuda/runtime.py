@@ -113,9 +113,10 @@ class CudaFragment:
 
     artifact_format = "cuda_ptx"
 
-    def __init__(self, compiled: CompiledFragment, ordinal: int = 0):
+    def __init__(self, compiled: CompiledFragment, ordinal: int = 0, tf32: bool = False):
         cupy = cupy_module()
         self.compiled = compiled
+        self.tf32 = tf32  # f32 GEMMs may use TF32 tensor cores (compiled with precision="tf32")
         self.program = compiled.program
         self.parameter_types = self.program.parameter_types
         self.output_types = self.program.output_types
@@ -279,7 +280,7 @@ class CudaFragment:
         else:
             first = self._pool_device.data.ptr + 8 * action.arrays
             a, b, c = (first + 8 * action.batch * k for k in range(3))
-        self.device.cublas.gemm(action, a, b, c)
+        self.device.cublas.gemm(action, a, b, c, self.tf32)
 
     def _external(self, action: External) -> None:
         _, function = self._externals[action.symbol]

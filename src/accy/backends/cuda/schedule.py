@@ -69,7 +69,7 @@ class Gemm:
     pointers start, followed by the B and C pointers (`cublasGemmBatchedEx`).
     """
 
-    dtype: str
+    dtype: str  # the operands' dtype name: f32, f64, f16 or bf16
     transa: int
     transb: int
     m: int
@@ -86,6 +86,7 @@ class Gemm:
     stride_b: int = 0
     stride_c: int = 0
     arrays: int | None = None
+    out: str = ""  # the result's dtype name, when not the operands' (f32 from f16/bf16)
 
 
 @dataclass(frozen=True)

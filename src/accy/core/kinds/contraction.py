@@ -2,6 +2,12 @@
 
 The result's axes are the batch axes (named as on the left operand), then the left operand's
 free axes, then the right operand's free axes; their names must be distinct.
+
+Products are summed in the operands' compute dtype (f32 for f16 and bf16, whose sums are rounded
+once, at the end). The optional attribute `accumulate` (a float dtype name, JAX's
+`preferred_element_type`) sums in that dtype and makes it the result's: bf16 operands with
+`accumulate=f32` give an f32 result, not rounded to bf16. It is never narrower than the compute
+dtype and never the operands' own dtype (then it is left out).
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AxisError, TypeRuleError
-from ..types import bool_
+from ..types import DType, TensorType, bool_, compute_dtype, dtype_named
 from .registry import (
     Linear,
     Rule,
@@ -23,6 +29,27 @@ from .registry import (
 )
 
 DIMENSION_ATTRS = ("lhs_contracting", "rhs_contracting", "lhs_batch", "rhs_batch")
+
+
+def accumulation(attrs) -> DType | None:
+    """The `accumulate` dtype of a dot_general's attributes, or None."""
+    name = attrs.get("accumulate")
+    return None if name is None else dtype_named(name)
+
+
+def _check_accumulate(types, accumulate: DType) -> None:
+    operand = types[0].dtype
+    widths = {"f16": 0, "bf16": 0, "f32": 1, "f64": 2}
+    if not (operand.is_float and accumulate.is_float) or accumulate == operand:
+        raise TypeRuleError(
+            f"dot_general: accumulate={accumulate} needs float operands of another dtype "
+            f"({describe(types)}); leave it out to sum in the operands' dtype"
+        )
+    if widths[accumulate.name] < widths[compute_dtype(operand).name]:
+        raise TypeRuleError(
+            f"dot_general: accumulate={accumulate} is narrower than {operand}'s compute dtype "
+            f"{compute_dtype(operand)}; a sum is never accumulated in less precision"
+        )
 
 
 def dimensions(attrs):
@@ -67,12 +94,22 @@ def _dot_infer(types, attrs):
             f"dot_general: the result would have axis {', '.join(map(repr, clashes))} twice "
             f"({describe(types)}); rename the axis on one operand, or make it a batch axis"
         )
-    return lhs.with_axes(named)
+    accumulate = accumulation(attrs)
+    if accumulate is None:
+        return lhs.with_axes(named)
+    _check_accumulate(types, accumulate)
+    return TensorType(accumulate, tuple(named))
 
 
 def dot_evaluate(lhs: np.ndarray, rhs: np.ndarray, attrs) -> np.ndarray:
-    """dot_general over NumPy arrays through one batched matmul."""
+    """dot_general over NumPy arrays through one batched matmul, in the accumulation dtype
+    (`accumulate`, else float32 for 16-bit floats; the caller rounds the result)."""
     lc, rc, lb, rb = dimensions(attrs)
+    accumulate = accumulation(attrs)
+    if accumulate is not None:
+        lhs, rhs = lhs.astype(accumulate.numpy), rhs.astype(accumulate.numpy)
+    elif lhs.dtype == np.float16:
+        lhs, rhs = lhs.astype(np.float32), rhs.astype(np.float32)
     lf = free_dimensions(lhs.ndim, lc, lb)
     rf = free_dimensions(rhs.ndim, rc, rb)
     batch_shape = [lhs.shape[i] for i in lb]
@@ -145,13 +182,20 @@ def _fresh_name(taken: set[str]) -> str:
 
 
 def _dot_transpose(e, op, ct, operands):
+    """The cotangent of the linear operand. With `accumulate`, the cotangent (in the wider
+    dtype) meets the other operand widened to it, exactly, and the product is converted back
+    to the linear operand's dtype: the exact transpose, then one rounding."""
     lhs, rhs = operands
     lc, rc, lb, rb = dimensions(op.attrs)
     if isinstance(lhs, Linear) and isinstance(rhs, Linear):
         raise TypeRuleError("dot_general of two linear values is not linear")
     if isinstance(lhs, Linear):
-        return [_cotangent_of(e, ct, lhs.type, rhs, (lc, lb), (rc, rb), True), None]
-    return [None, _cotangent_of(e, ct, rhs.type, lhs, (rc, rb), (lc, lb), False)]
+        linear, other, dims = lhs.type, rhs, ((lc, lb), (rc, rb), True)
+    else:
+        linear, other, dims = rhs.type, lhs, ((rc, rb), (lc, lb), False)
+    other = e.convert(other, ct.ty.dtype)
+    cotangent = e.convert(_cotangent_of(e, ct, linear, other, *dims), linear.dtype)
+    return [cotangent, None] if isinstance(lhs, Linear) else [None, cotangent]
 
 
 def _dot_batch(e, op, operands, batched, ctx):
@@ -163,9 +207,16 @@ def _dot_batch(e, op, operands, batched, ctx):
     def shifted(dims, by):
         return tuple(d + by for d in dims)
 
+    accumulate = accumulation(op.attrs)
     if all(batched):
         return e.dot_general(
-            lhs, rhs, shifted(lc, 1), shifted(rc, 1), (0, *shifted(lb, 1)), (0, *shifted(rb, 1))
+            lhs,
+            rhs,
+            shifted(lc, 1),
+            shifted(rc, 1),
+            (0, *shifted(lb, 1)),
+            (0, *shifted(rb, 1)),
+            accumulate=accumulate,
         )
     left, right = batched
     product = e.dot_general(
@@ -175,6 +226,7 @@ def _dot_batch(e, op, operands, batched, ctx):
         shifted(rc, right),
         shifted(lb, left),
         shifted(rb, right),
+        accumulate=accumulate,
     )
     return batch_first(e, product, ctx)
 

@@ -7,9 +7,9 @@ import math
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import linear, offset_expression
 from ....core.kinds.contraction import dimensions, free_dimensions
-from ....core.types import TensorType, f32
-from ....lower.contraction import Gemm, MatrixOperand
-from ....lower.plan import BLAS_DTYPES
+from ....core.types import TensorType, f32, f64
+from ....lower.contraction import Gemm, MatrixOperand, gemm_layout
+from ....lower.plan import BLAS_DTYPES, is_half_gemm
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest
 from .context import CHUNKS, StepContext, store_element
 
@@ -17,15 +17,19 @@ ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared among threads
 
 
-def _pack(ctx: StepContext, value: int, t: TensorType, matrix: MatrixOperand, name: str) -> str:
-    """Copy an operand BLAS cannot read as it is into scratch laid out batch, rows, columns."""
-    pointer = ctx.scratch(GCC.c_type(t.dtype).storage, name)
+def _pack(
+    ctx: StepContext, value: int, t: TensorType, matrix: MatrixOperand, name: str, to=None
+) -> str:
+    """Copy an operand BLAS cannot read as it is into scratch laid out batch, rows, columns
+    (converted to dtype `to` on the way: 16-bit floats become float32 once, here)."""
+    dtype = to or t.dtype
+    pointer = ctx.scratch(GCC.c_type(dtype).storage, name)
     body = ctx.body()
     index = axis_index(t, "p")
     x = body.value(value, index)
     packed_position = offset_expression(index, matrix.view.strides)
     loops = [(f"p{q}", t.extents[q]) for q in matrix.order if t.extents[q] != 1]
-    ctx.prologue += nest(loops, body.lines + [store_element(t.dtype, pointer, packed_position, x)])
+    ctx.prologue += nest(loops, body.lines + [store_element(dtype, pointer, packed_position, x)])
     return pointer
 
 
@@ -37,7 +41,7 @@ def _gemm_operand(ctx, value, t, matrix: MatrixOperand, name) -> tuple[str, int,
 
 
 def _gemm_call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
-    f32_like = op.type.dtype == f32
+    f32_like = op.type.dtype != f64
     function, one, zero = (
         ("accy_sgemm", "1.0f", "0.0f") if f32_like else ("accy_dgemm", "1.0", "0.0")
     )
@@ -78,11 +82,38 @@ def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
     a, a_offset, a_batch = _gemm_operand(ctx, op.operands[0], lhs_type, gemm.lhs, "lhs")
     b, b_offset, b_batch = _gemm_operand(ctx, op.operands[1], rhs_type, gemm.rhs, "rhs")
     out = f"({GCC.c_type(op.type.dtype).storage} *){ctx.pointers[op.results[0]]}"
+    return _gemm_calls(ctx, gemm, (a, a_offset, a_batch), (b, b_offset, b_batch), out)
+
+
+def _emit_half_gemm(ctx: StepContext) -> list[str]:
+    """A GEMM of f16/bf16 operands: each operand converted to float32 once, as it is packed
+    into scratch, one sgemm, and a 16-bit result rounded once from the float32 product."""
+    op = ctx.step.op
+    views = [ctx.plan.view(v) for v in op.operands]
+    gemm = gemm_layout(op, *views, pack=True)
+    lhs_type, rhs_type = op.operand_types
+    a = _pack(ctx, op.operands[0], lhs_type, gemm.lhs, "lhs", f32)
+    b = _pack(ctx, op.operands[1], rhs_type, gemm.rhs, "rhs", f32)
+    out = ctx.pointers[op.results[0]]
+    operands = (a, 0, gemm.lhs.batch_strides), (b, 0, gemm.rhs.batch_strides)
+    if op.type.dtype == f32:
+        return _gemm_calls(ctx, gemm, *operands, out)
+    product = ctx.scratch("float", "result")
+    calls = _gemm_calls(ctx, gemm, *operands, product)
+    size = op.type.size
+    rounded = store_element(op.type.dtype, out, "i", f"{product}[i]")
+    return [*calls, *nest([("i", size)], [rounded], PARALLEL_FOR if size >= 1 << 16 else None)]
+
+
+def _gemm_calls(ctx: StepContext, gemm: Gemm, lhs, rhs, out: str) -> list[str]:
+    """The BLAS calls of `gemm` from operands (pointer, offset, batch strides) into `out`."""
+    op = ctx.step.op
+    (a, a_offset, a_batch), (b, b_offset, b_batch) = lhs, rhs
     count = math.prod(gemm.batch_extents)
     if gemm.m == 0 or gemm.n == 0 or count == 0:
         return []
     if gemm.k == 0:
-        return [f"memset({out}, 0, {op.type.nbytes});"]
+        return [f"memset({out}, 0, {gemm.m * gemm.n * count} * sizeof(*{out}));"]
     large = count * gemm.m * gemm.n * gemm.k >= PARALLEL_GEMM_MNK
     if not gemm.batch_extents:
         a, b = f"{a} + {a_offset}", f"{b} + {b_offset}"
@@ -150,7 +181,9 @@ def _emit_dot_loops(ctx: StepContext) -> list[str]:
     a = body.value(op.operands[0], lhs_index)
     b = body.value(op.operands[1], rhs_index)
     ctype = GCC.c_type(op.type.dtype)
-    inner = nest(contract_loops, body.lines + [f"acc = acc + {a} * {b};"])
+    # Products in the accumulator's type: an f64 `accumulate` of f32 operands multiplies in f64.
+    product = f"({ctype.compute})({a}) * ({ctype.compute})({b})"
+    inner = nest(contract_loops, body.lines + [f"acc = acc + {product};"])
     store = store_element(
         op.type.dtype,
         ctx.pointers[op.results[0]],
@@ -169,11 +202,11 @@ def emit_dot(ctx: StepContext) -> list[str]:
     """A contraction: BLAS for f32 and f64 where a BLAS was found (and its integers are wide
     enough for the sizes), plain loops otherwise."""
     ctx.value_pointers()
-    blas, gemm = ctx.unit.blas, ctx.step.detail
-    if (
-        blas is not None
-        and ctx.step.op.type.dtype in BLAS_DTYPES
-        and _fits_blas_integers(gemm, blas.integer_bits)
-    ):
+    blas, gemm, op = ctx.unit.blas, ctx.step.detail, ctx.step.op
+    if blas is None or not _fits_blas_integers(gemm, blas.integer_bits):
+        return _emit_dot_loops(ctx)
+    if is_half_gemm(op):
+        return _emit_half_gemm(ctx)
+    if op.type.dtype in BLAS_DTYPES and op.operand_types[0].dtype == op.type.dtype:
         return _emit_gemm(ctx, gemm)
     return _emit_dot_loops(ctx)

@@ -1,5 +1,6 @@
-"""`dot_general` on the GPU: cuBLAS GEMMs for f32 and f64, a kernel for other dtypes and for
-very short contractions.
+"""`dot_general` on the GPU: cuBLAS GEMMs for f32 and f64, and for f16/bf16 operands (read as
+they are, computed in float32 on tensor cores, written as f32 or rounded once to the operands'
+dtype), a kernel for other dtypes and for very short contractions.
 
 The plan lays a contraction out as row-major `C[b] = A[b] @ B[b]` (`accy.lower.contraction`);
 cuBLAS is column-major, so the call computes `C^T = B^T A^T`: the operands swap places and keep
@@ -21,10 +22,9 @@ import math
 
 from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import offset_expression
-from ....core.types import f32
 from ....lower.contraction import Gemm as Layout
 from ....lower.contraction import MatrixOperand
-from ....lower.plan import BLAS_DTYPES
+from ....lower.plan import BLAS_DTYPES, is_half_gemm
 from ...cpu.loops import nest
 from ...cpu.steps.dot import loop_indices
 from ..context import StepCode, StepContext, launches, nothing
@@ -43,7 +43,8 @@ LARGE_RESULT = 1 << 16
 
 def _by_cublas(ctx: StepContext) -> bool:
     op = ctx.step.op
-    if op.type.dtype not in BLAS_DTYPES:
+    same = op.type.dtype in BLAS_DTYPES and op.operand_types[0].dtype == op.type.dtype
+    if not (same or is_half_gemm(op)):
         return False
     return ctx.step.detail.k > SHORT_CONTRACTION or op.type.size < LARGE_RESULT
 
@@ -114,7 +115,8 @@ def _schedule_gemm(
     lhs = _operand(ctx, level, staging, op.operands[0], layout.lhs, "lhs")
     rhs = _operand(ctx, level, staging, op.operands[1], layout.rhs, "rhs")
     out = staging.result_address(ctx, level)
-    size = op.type.dtype.itemsize
+    lhs_type, rhs_type = op.operand_types
+    sizes = (rhs_type.dtype.itemsize, lhs_type.dtype.itemsize, op.type.dtype.itemsize)
     offsets = [
         _batch_offsets(layout.batch_extents, layout.rhs.batch_strides),
         _batch_offsets(layout.batch_extents, layout.lhs.batch_strides),
@@ -124,12 +126,13 @@ def _schedule_gemm(
     fixed = all(address.fixed for address in (lhs, rhs, out))
     arrays = None
     if not fixed or None in strides:
-        bases = zip((rhs, lhs, out), offsets, strict=True)
-        pointers = [base.plus(o * size) for base, column in bases for o in column]
+        bases = zip((rhs, lhs, out), offsets, sizes, strict=True)
+        pointers = [base.plus(o * size) for base, column, size in bases for o in column]
         arrays = schedule.table(pointers)
     schedule.add(
         Gemm(
-            dtype="f32" if op.type.dtype == f32 else "f64",
+            dtype=lhs_type.dtype.name,
+            out=op.type.dtype.name,
             transa=OP_T if layout.rhs.transposed else OP_N,
             transb=OP_T if layout.lhs.transposed else OP_N,
             m=layout.n,
@@ -184,9 +187,11 @@ def _emit_loops(ctx: StepContext) -> StepCode:
     a = body.value(op.operands[0], lhs_index)
     b = body.value(op.operands[1], rhs_index)
     compute = CUDA.c_type(op.type.dtype).compute
+    # Products in the accumulator's type: an f64 `accumulate` of f32 operands multiplies in f64.
+    product = f"({compute})({a}) * ({compute})({b})"
     inner = [
         f"{compute} acc = 0;",
-        *nest(loops, body.lines + [f"acc = acc + {a} * {b};"]),
+        *nest(loops, body.lines + [f"acc = acc + {product};"]),
         store(op.type.dtype, pointers[op.results[0]], "i", rounded(op.type.dtype, "acc")),
     ]
     head = decompose("i", op.type.extents, result)
@@ -195,8 +200,8 @@ def _emit_loops(ctx: StepContext) -> StepCode:
 
 
 def emit_dot(ctx: StepContext) -> StepCode:
-    """cuBLAS for f32 and f64 (but short contractions into large results), else one thread per
-    result element."""
+    """cuBLAS for f32, f64 and 16-bit float operands (but short contractions into large
+    results), else one thread per result element."""
     if _by_cublas(ctx):
         return _emit_gemm(ctx, ctx.step.detail)
     return _emit_loops(ctx)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AccyError, AxisError, DTypeError
+from .arrays import ConstantArray
 from .ir import Program, permute_parameters
 from .kinds.creation import normalize_scalar
 from .kinds.registry import Zero
@@ -79,8 +80,8 @@ class OpsApi:
             raise AxisError(
                 f"constant: values have shape {array.shape} but {type} needs {type.extents}"
             )
-        flat = tuple(normalize_scalar(v, type.dtype) for v in array.ravel().tolist())
-        return self.emit("constant", [], {"type": type, "value": flat})
+        values = ConstantArray.of(array, type.dtype, type.extents)
+        return self.emit("constant", [], {"type": type, "value": values})
 
     def iota(self, type: TensorType, axis: str):
         """Values counting 0, 1, 2, ... along `axis`, repeated over the other axes of `type`."""

@@ -15,7 +15,6 @@ import numpy as np
 
 from .. import nn
 from ..core.types import TensorType, f32, spec
-from ..frontend import named
 
 
 @dataclass(frozen=True)
@@ -89,9 +88,7 @@ def _attention(x, p: dict, layer: int, c: Config):
     keys = h.contract(p[f"l{layer}_key"], "channel").rename("token", "key")
     values = h.contract(p[f"l{layer}_value"], "channel").rename("token", "key")
     scores = queries.contract(keys, "dim") * (1.0 / math.sqrt(c.head_dim))
-    rows, cols = np.indices((c.tokens, c.tokens))
-    causal = np.where(cols <= rows, 0.0, -1e9).astype(np.float32)
-    scores = scores + named(causal, ("token", "key"))  # closed over: an input of the program
+    scores = nn.causal_mask(scores, "token", "key")  # iota and compare: no tokens^2 constant
     mixed = nn.softmax(scores, "key").contract(values, "key")
     return mixed.contract(p[f"l{layer}_out"], ("head", "dim"))
 
@@ -114,8 +111,7 @@ def logits(p: dict, ids, c: Config):
 
 
 def loss(p: dict, ids, targets, weights, c: Config):
-    """Mean cross-entropy over the scored positions (those with weight 1)."""
-    scores = logits(p, ids, c)
-    labels = nn.one_hot(targets.builder, targets, "vocab", c.vocab, f32)
-    per_position = nn.cross_entropy(scores, labels, "vocab")
+    """Mean cross-entropy over the scored positions (those with weight 1); `targets` are
+    integer token ids (no one-hot of batch x tokens x vocab)."""
+    per_position = nn.cross_entropy(logits(p, ids, c), targets, "vocab")
     return (per_position * weights).sum(("batch", "token")) / weights.sum(("batch", "token"))

@@ -14,10 +14,12 @@ a lookup.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .backends.base import CompileOptions, Executable, executable_for
 from .core import Program
+from .errors import DonationError
 
 CompiledProgram = Executable
 """The type `accy.compile` returns (the name is kept for compatibility)."""
@@ -30,6 +32,7 @@ def compile(
     kernel_call_registry: Any = None,
     custom_calls: Any = None,
     precision: str = "f32",
+    donate: Sequence[int] = (),
 ) -> Executable:
     """Compile `program` for `device` ("cpu", "cuda" or "reference"); returns a callable on
     arrays (which also runs on raw buffers: `run_buffers(inputs, outputs)`).
@@ -39,6 +42,12 @@ def compile(
     use TF32 tensor cores (about 1e-3 relative error); the default, "f32", is exact float32.
     f16 and bf16 GEMMs always accumulate in float32.
 
+    `donate` lists inputs the call may overwrite, as JAX's `donate_argnums`: an output that
+    can take a donated input's memory is written there, and the array returned for it IS the
+    donated array (a training step updating parameters and optimizer state in place). Do not
+    use a donated array after the call. On "cpu" only, for now (`DonationError` elsewhere);
+    see `accy.backends.cpu.DonatingExecutable` for what a donated array must be.
+
     >>> import accy, numpy as np
     >>> p = accy.trace.define("dot", [accy.spec(accy.f32, k=2)] * 2,
     ...                       lambda b, a: a[0].contract(a[1], "k"))
@@ -46,7 +55,17 @@ def compile(
     array(2., dtype=float32)
     """
     options = CompileOptions(kernel_call_registry, custom_calls, precision)
-    return executable_for(program, device, options)
+    executable = executable_for(program, device, options)
+    if not donate:
+        return executable
+    if device != "cpu":
+        raise DonationError(
+            f"donate={tuple(donate)}: donation is implemented on the cpu device only; compile "
+            f"for {device!r} without donate"
+        )
+    from .backends.cpu.executable import DonatingExecutable
+
+    return DonatingExecutable(executable, tuple(donate))
 
 
 def run(

@@ -71,6 +71,11 @@ class InvalidInput(AccyError):
     """A buffer or array given to an executor does not fit the program's parameter."""
 
 
+class DonationError(InvalidInput):
+    """A donated argument that cannot be overwritten: not a writable NumPy array that owns its
+    memory, of exactly the parameter's dtype and extents, or a donation a device cannot honour."""
+
+
 class RuntimeUnavailable(AccyError):
     """A runtime (C compiler, CUDA driver or device) that was asked for is not present."""
 

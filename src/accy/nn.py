@@ -21,13 +21,14 @@ import optree
 from . import random
 from .attention import attention
 from .core.builder import Value
-from .core.types import DType, bf16, f16, f32
-from .errors import AccyError, DTypeError
+from .core.types import DType, TensorType, bf16, bool_, f16, f32, i32
+from .errors import AccyError, AxisError, DTypeError
 
 __all__ = [
     "MixedPrecision",
     "attention",
     "avg_pool",
+    "causal_mask",
     "cross_entropy",
     "dropout",
     "gelu",
@@ -40,6 +41,7 @@ __all__ = [
     "mish",
     "mixed_precision",
     "one_hot",
+    "pick",
     "relu",
     "rms_norm",
     "silu",
@@ -218,26 +220,86 @@ def gelu_tanh(x: Value) -> Value:
 
 
 def cross_entropy(logits: Value, labels: Value, axis: str) -> Value:
-    """Softmax cross-entropy per example, -sum(labels * log_softmax(logits)) over `axis`, with
-    `labels` a probability distribution (e.g. one-hot) along `axis`.
+    """Softmax cross-entropy per example over the classes along `axis`; the labels' dtype says
+    which form they take:
 
-    As optax's `softmax_cross_entropy`, both arguments are differentiable: the derivative with
-    respect to the labels is -log_softmax(logits), and with respect to the logits
-    softmax(logits) * sum(labels) - labels (softmax - labels when the labels sum to 1).
+    - integer labels (the class index of each example, without `axis`): logsumexp(logits) minus
+      the logit at the label, as optax's `softmax_cross_entropy_with_integer_labels`. The logit
+      is picked by comparing each class position with the label inside the reduction, so no
+      one-hot tensor of examples x classes is stored; the logits' gradient is
+      softmax(logits) - [position == label]. An index outside [0, classes) picks nothing (its
+      loss is the logsumexp alone).
+    - float labels (a probability distribution along `axis`, e.g. one-hot):
+      -sum(labels * log_softmax(logits)). As optax's `softmax_cross_entropy`, both arguments are
+      differentiable: the derivative with respect to the labels is -log_softmax(logits), with
+      respect to the logits softmax(logits) * sum(labels) - labels.
 
     >>> import accy
     >>> p = accy.trace.define("x", [accy.spec(accy.f32, n=2)] * 2,
     ...                       lambda b, a: accy.nn.cross_entropy(a[0], a[1], "n"))
     >>> round(float(accy.reference.run(p, [[0.0, 0.0], [1.0, 0.0]])[0]), 4)  # log 2
     0.6931
+    >>> q = accy.trace.define("y", [accy.spec(accy.f32, row=2, n=3), accy.spec(accy.i32, row=2)],
+    ...                       lambda b, a: accy.nn.cross_entropy(a[0], a[1], "n"))
+    >>> [round(float(v), 4) for v in accy.reference.run(q, [[[0, 0, 0], [0, 9, 0]], [2, 1]])[0]]
+    [1.0986, 0.0002]
     """
-    return -(labels * log_softmax(logits, axis)).sum(axis)
+    if labels.dtype.is_float:
+        if not labels.ty.has(axis):
+            raise AxisError(
+                f"cross_entropy: float labels are a distribution over {axis!r}, but they have "
+                f"axes {labels.ty.axes}; pass integer class indices for one label per example"
+            )
+        return -(labels * log_softmax(logits, axis)).sum(axis)
+    if labels.dtype == bool_:
+        raise DTypeError("cross_entropy: labels are class indices (integers) or probabilities")
+    if labels.ty.has(axis):
+        raise AxisError(
+            f"cross_entropy: integer labels are one class index per example, so they cannot "
+            f"have the class axis {axis!r} (their axes are {labels.ty.axes})"
+        )
+    return logsumexp(logits, axis) - pick(logits, labels, axis)
+
+
+def pick(x: Value, indices: Value, axis: str) -> Value:
+    """x at position `indices` along `axis`, per element of the other axes (indices have every
+    axis of x but `axis`): the sum over `axis` of x where the position equals the index. The
+    comparison is fused into the reduction, and its gradient is a select, so nothing of x's size
+    is stored beyond x itself. An index out of range picks 0.
+
+    >>> import accy
+    >>> p = accy.trace.define("p", [accy.spec(accy.f32, row=2, n=3), accy.spec(accy.i32, row=2)],
+    ...                       lambda b, a: accy.nn.pick(a[0], a[1], "n"))
+    >>> accy.reference.run(p, [[[1, 2, 3], [4, 5, 6]], [2, 0]])[0].tolist()
+    [3.0, 4.0]
+    """
+    b = x.builder
+    # Positions over all of x's axes (iota is fused, never stored): the mask, and so the
+    # select, keep x's layout whatever the order of the indices' axes.
+    positions = b.iota(TensorType(indices.dtype, x.ty.named_extents), axis)
+    return b.select(positions.eq(indices), x, 0.0).sum(axis)
+
+
+def causal_mask(
+    scores: Value, query: str = "token", key: str = "key", masked: float = float("-inf")
+) -> Value:
+    """`scores` where the key position is at most the query position, `masked` elsewhere (a
+    causal attention mask, from `iota` and `compare`: no tokens x tokens constant is stored).
+    With the default -inf, softmax gives the masked keys exactly zero weight.
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.f32, token=2, key=2)],
+    ...                       lambda b, a: accy.nn.causal_mask(a[0]))
+    >>> accy.reference.run(p, [[[1, 2], [3, 4]]])[0].tolist()
+    [[1.0, -inf], [3.0, 4.0]]
+    """
+    b = scores.builder
+    t = TensorType(i32, scores.ty.named_extents)  # scores' layout (iotas are fused, not stored)
+    return b.select(b.iota(t, key) <= b.iota(t, query), scores, masked)
 
 
 def one_hot(builder, indices: Value, axis: str, extent: int, dtype) -> Value:
     """A `dtype` tensor with a new axis `axis` that is 1 where its position equals the index."""
-    from .core.types import TensorType
-
     positions = builder.iota(
         TensorType(indices.dtype, (*indices.ty.named_extents, (axis, extent))), axis
     )

@@ -66,8 +66,12 @@ class TreeOptimizer:
         from .frontend.tracing import flatten
 
         leaves, _ = flatten(params)
-        zeros = optree.tree_map(_zeros_like, params, namespace=_NAMESPACE)
-        return OptState(_scalar_like(leaves[0] if leaves else None, 0.0), (zeros,) * self.slots)
+        # One tree of fresh zeros per slot (not one shared): a step may then donate the state
+        # (`accy.jit(donate_argnums=...)`), which overwrites each array in place.
+        slots = tuple(
+            optree.tree_map(_zeros_like, params, namespace=_NAMESPACE) for _ in range(self.slots)
+        )
+        return OptState(_scalar_like(leaves[0] if leaves else None, 0.0), slots)
 
     def apply(
         self, params: Any, grads: Any, state: OptState, learning_rate: Any = None

@@ -231,3 +231,68 @@ def test_cross_entropy_matches_finite_differences_in_both_arguments():
     logits = RNG.normal(size=(2, 3))
     labels = RNG.uniform(0.0, 1.0, (2, 3))
     check_grads(CROSS_ENTROPY, [logits, labels], wrt=(0, 1), order=2)
+
+
+INTEGER_CROSS_ENTROPY = define(
+    "integer_cross_entropy",
+    [spec(f32, batch=2, token=3, out=5), spec(accy.i32, batch=2, token=3)],
+    lambda b, x: accy.nn.cross_entropy(x[0], x[1], "out").sum(("batch", "token")),
+)
+
+
+def test_integer_label_cross_entropy_is_logsumexp_minus_the_labels_logit():
+    logits = RNG.normal(size=(2, 3, 5)).astype(np.float32)
+    labels = np.array([[0, 4, 2], [1, 1, 3]], np.int32)
+    value = accy.reference.run(INTEGER_CROSS_ENTROPY, [logits, labels])[0]
+    log_p = log_softmax(logits.astype(np.float64))
+    picked = np.take_along_axis(log_p, labels[..., None], axis=-1)
+    np.testing.assert_allclose(value, -picked.sum(), rtol=1e-6)
+    (d_logits,) = gradients(INTEGER_CROSS_ENTROPY, [logits, labels], wrt=(0,))
+    one_hot = np.eye(5)[labels]
+    np.testing.assert_allclose(d_logits, np.exp(log_p) - one_hot, rtol=1e-5, atol=1e-7)
+    check_grads(INTEGER_CROSS_ENTROPY, [logits, labels], wrt=(0,), order=2)
+
+
+def test_integer_label_cross_entropy_stores_no_one_hot():
+    # The one stored intermediate of the examples x classes size is logsumexp's exp(x - max)
+    # (the softmax numerator): the label comparison is fused, never a stored one-hot.
+    grad = accy.value_and_grad(INTEGER_CROSS_ENTROPY, wrt=(0,))
+    plan = accy.lower.build_plan(grad)
+    full = spec(f32, batch=2, token=3, out=5).size
+    stored = [v for v, slot in plan.slots.items() if slot.storage == "workspace"]
+    large = [op for op in grad.operations if op.results[0] in stored and op.type.size >= full]
+    assert [(op.kind, op.attrs.get("op")) for op in large] == [("unary", "exp")]
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        (spec(f32, batch=2), "float labels are a distribution over 'out'"),
+        (spec(accy.i32, batch=2, out=3), "cannot have the class axis 'out'"),
+        (spec(accy.bool_, batch=2), "class indices"),
+    ],
+)
+def test_cross_entropy_refuses_labels_of_the_wrong_form(labels, message):
+    with pytest.raises((accy.AxisError, accy.DTypeError), match=message):
+        accy.trace.define(
+            "bad",
+            [spec(f32, batch=2, out=3), labels],
+            lambda b, x: accy.nn.cross_entropy(x[0], x[1], "out"),
+        )
+
+
+def test_causal_mask_comes_from_iota_and_compare_and_zeroes_future_keys():
+    def body(b, x):
+        return accy.nn.softmax(accy.nn.causal_mask(x[0]), "key")
+
+    program = accy.trace.define("causal", [spec(f32, head=2, token=4, key=4)], body)
+    assert all(
+        not accy.core.arrays.is_array(op.attrs["value"])
+        for op in program.operations
+        if op.kind == "constant"
+    )
+    scores = RNG.normal(size=(2, 4, 4)).astype(np.float32)
+    (weights,) = accy.reference.run(program, [scores])
+    masked = np.where(np.tril(np.ones((4, 4), bool)), scores, -np.inf)
+    expected = np.exp(masked - masked.max(-1, keepdims=True))
+    np.testing.assert_allclose(weights, expected / expected.sum(-1, keepdims=True), rtol=1e-6)

@@ -261,6 +261,34 @@ def _large_inputs(rng, program):
     return inputs
 
 
+# large constants: data loaded with the code (CPU read-only section, CUDA workspace) ----------
+
+BIG = np.random.default_rng(7).standard_normal((24, 40)).astype(np.float32)  # 960 elements
+
+
+def _large_constants(b, args):
+    x, h = args  # x: [row=24, col=40]; h: [col=40]
+    t = spec(f32, row=24, col=40)
+    table = b.constant(
+        np.arange(960, dtype=np.int32).reshape(24, 40) % 7 - 3, spec(i32, row=24, col=40)
+    )
+    return (
+        x * b.constant(BIG, t) + b.constant(BIG, t).exp(),  # one copy of the same content
+        table.convert(f32) * x,
+        b.constant(BIG.astype(np.float16), spec(f16, row=24, col=40)).convert(f32) - x,
+        b.select(b.constant(BIG > 0, spec(bool_, row=24, col=40)), x, -x),
+        # a scan body that reads a large constant: its place must not move with the body
+        b.scan(
+            lambda inner, a: (
+                (a[0] * inner.constant(BIG[0] + 2.0, spec(f32, col=40)) + a[1]).tanh(),
+            ),
+            carries=[h],
+            xs=[x],
+            axis="row",
+        )[0][0],
+    )
+
+
 # contractions --------------------------------------------------------------------------------
 
 
@@ -561,6 +589,13 @@ CASES = [
         _large_inputs,
         1e-4,
         1e-3,
+    ),
+    Case(
+        "large_constants",
+        define("large_constants", [spec(f32, row=24, col=40), spec(f32, col=40)], _large_constants),
+        normal,
+        1e-4,
+        1e-4,
     ),
     *(_contraction_case(d) for d in (f32, f64, i32, f16)),
     _contraction_case(f32, (3, 64, 96, 48, 5)),

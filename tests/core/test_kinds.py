@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import accy
+from accy.core.arrays import ConstantArray
 from accy.core.kinds import RULES, special
 from accy.core.kinds.elementwise import UNARY
 from accy.core.types import TensorType
@@ -96,10 +97,13 @@ def test_constant_rejects_a_value_of_the_wrong_kind_or_count():
         trace([], lambda b, a: b.full(spec(u8, a=2), 256))
     with pytest.raises(accy.AxisError, match=r"values have shape \(3,\) but i32\[a=2\] needs"):
         trace([], lambda b, a: b.constant([1, 2, 3], spec(i32, a=2)))
-    with pytest.raises(accy.TypeRuleError, match="3 values given for f32\\[a=2\\]"):
+    with pytest.raises(accy.TypeRuleError, match="not a sequence; builder.constant"):
         trace(
             [], lambda b, a: b.emit("constant", [], {"type": spec(f32, a=2), "value": (1.0,) * 3})
         )
+    three = ConstantArray.of([1.0, 2.0, 3.0], f32, (3,))
+    with pytest.raises(accy.TypeRuleError, match=r"values of f32\[3\] given for f32\[a=2\]"):
+        trace([], lambda b, a: b.emit("constant", [], {"type": spec(f32, a=2), "value": three}))
 
 
 @kind_test("iota")

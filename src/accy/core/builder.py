@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import AccyError, attach_user_location
+from .arrays import is_array
 from .ir import Attrs, Operation, Program
 from .kinds.registry import Rule, check_arity, rule_for
 from .operations import OpsApi
@@ -145,7 +146,7 @@ class Builder(OpsApi):
     def splat_value(self, value: Value):
         """The scalar every element of `value` holds, when it is a splat constant; else None."""
         op = self._producers.get(value.index)
-        if op is None or op.kind != "constant" or isinstance(op.attrs["value"], tuple):
+        if op is None or op.kind != "constant" or is_array(op.attrs["value"]):
             return None
         return op.attrs["value"]
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AccyError
+from .arrays import ConstantArray
 from .types import TensorType
 
 SYNTHETIC_ID = -1
@@ -204,6 +205,8 @@ def _format_value(value: Any, indent: str) -> str:
         return _format_type(value)
     if isinstance(value, Program):
         return _format(value, indent + "  ").rstrip("\n")
+    if isinstance(value, ConstantArray):
+        return value.text()
     if isinstance(value, tuple):
         items = []
         for item in value:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import AccyError, AxisError, DTypeError
+from .arrays import ConstantArray
 from .compositions import Compositions
 from .ir import Program, permute_parameters
 from .kinds.creation import normalize_scalar
@@ -82,8 +83,8 @@ class OpsApi(Compositions, Windows):
             raise AxisError(
                 f"constant: values have shape {array.shape} but {type} needs {type.extents}"
             )
-        flat = tuple(normalize_scalar(v, type.dtype) for v in array.ravel().tolist())
-        return self.emit("constant", [], {"type": type, "value": flat})
+        values = ConstantArray.of(array, type.dtype, type.extents)
+        return self.emit("constant", [], {"type": type, "value": values})
 
     def iota(self, type: TensorType, axis: str):
         """Values counting 0, 1, 2, ... along `axis`, repeated over the other axes of `type`."""

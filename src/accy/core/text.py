@@ -16,10 +16,13 @@ golden format of tests. Every malformed text raises `ParseError` with a line and
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from typing import Any
 
 from ..errors import AccyError, ParseError
+from .arrays import ConstantArray
 from .builder import Builder
 from .ir import SYNTHETIC_ID, Attrs, Program
 from .kinds.registry import RULES
@@ -34,6 +37,7 @@ _TOKEN = re.compile(
   | (?P<newline>\n)
   | (?P<value>%[0-9]+)
   | (?P<number>-?(?:[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|[0-9]+)|-inf)
+  | (?P<payload>base64"[A-Za-z0-9+/=]*")
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<punct>[{}()\[\],=:@])
@@ -197,6 +201,8 @@ class _Parser:
             if len(types) != 1:
                 raise self.fail(f"{kind} has one result, {len(types)} types are declared", start)
             attrs["type"] = types[0]
+        if kind == "constant" and isinstance(attrs.get("value"), tuple | _Payload):
+            attrs["value"] = self.constant_array(attrs["value"], types[0], kind_token)
         if len(results) != len(types):
             raise self.fail(f"{len(results)} results but {len(types)} types are declared", start)
         try:
@@ -214,6 +220,17 @@ class _Parser:
                     f"{name} is declared {declared} but {kind} gives {value.ty}", kind_token
                 )
             values[name] = value
+
+    def constant_array(self, value, t: TensorType, token: _Token) -> ConstantArray:
+        """A constant's list of literals or base64 payload as the array of its type."""
+        try:
+            if isinstance(value, _Payload):
+                return ConstantArray.from_bytes(value.decode(), t.dtype, t.extents)
+            if any(not isinstance(v, bool | int | float) for v in value):
+                raise self.fail("a constant's values are numbers", token)
+            return ConstantArray.of(list(value), t.dtype, t.extents)
+        except (AccyError, binascii.Error) as error:
+            raise self.fail(str(error), token) from None
 
     def result_name(self, values: dict[str, Any]) -> str:
         token = self.token
@@ -254,6 +271,8 @@ class _Parser:
             return float(token.text)
         if token.kind == "string":
             return _unquote(self.advance().text)
+        if token.kind == "payload":  # base64"...": a large constant's bytes
+            return _Payload(self.advance().text[len('base64"') : -1])
         if token.kind == "name":
             if token.text == "program":
                 return self.program(depth + 1)
@@ -283,6 +302,13 @@ class _Parser:
             self.expect("=")
             return (name, self.integer("an extent"))
         return self.attribute_value(depth)
+
+
+class _Payload(str):
+    """The text of a `base64"..."` attribute value."""
+
+    def decode(self) -> bytes:
+        return base64.b64decode(self, validate=True)
 
 
 def _unquote(text: str) -> str:

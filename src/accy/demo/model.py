@@ -110,11 +110,11 @@ def logits(p: dict, ids, c: Config):
 
 
 def loss(p: dict, ids, targets, weights, c: Config, policy=None):
-    """Mean cross-entropy over the scored positions (those with weight 1); with a
-    mixed-precision `policy` (`accy.nn.mixed_precision`), from logits in its output dtype."""
+    """Mean cross-entropy over the scored positions (those with weight 1); `targets` are
+    integer token ids (no one-hot of batch x tokens x vocab). With a mixed-precision `policy`
+    (`accy.nn.mixed_precision`), from logits in its output dtype."""
     scores = logits(p, ids, c)
     if policy is not None:
         scores = policy.cast_to_output(scores)
-    labels = nn.one_hot(targets.builder, targets, "vocab", c.vocab, f32)
-    per_position = nn.cross_entropy(scores, labels, "vocab")
+    per_position = nn.cross_entropy(scores, targets, "vocab")
     return (per_position * weights).sum(("batch", "token")) / weights.sum(("batch", "token"))

@@ -76,11 +76,16 @@ class Jitted:
     """A function traced and compiled once per signature; call it like the function."""
 
     def __init__(
-        self, fn: Callable, device: str | None = None, static_argnames: Sequence[str] = ()
+        self,
+        fn: Callable,
+        device: str | None = None,
+        static_argnames: Sequence[str] = (),
+        donate_argnums: Sequence[int] = (),
     ):
         _check_callable(fn, "jit")
         self.fn = fn
         self.device = device
+        self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
         self._staged: dict[tuple, Staged] = {}
         functools.update_wrapper(self, fn, updated=())
@@ -104,7 +109,9 @@ class Jitted:
             return self.fn(*args, **kwargs)
 
         traced = trace(call, leaves, treedef, _name(self.fn))
-        return Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
+        entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
+        entry.donate = _donated_inputs(self.donate_argnums, leaves, treedef)
+        return entry
 
     @property
     def traces(self) -> int:
@@ -115,17 +122,39 @@ class Jitted:
         return f"<accy.jit of {self.fn!r}>"
 
 
+def _donated_inputs(argnums: tuple[int, ...], leaves: list[Any], treedef: Any) -> tuple[int, ...]:
+    """The program inputs of the array leaves of positional arguments `argnums`."""
+    if not argnums:
+        return ()
+    ranges = _argument_ranges(treedef)
+    input_of = {leaf: p for p, leaf in enumerate(i for i, l in enumerate(leaves) if is_array(l))}
+    for n in argnums:
+        if not isinstance(n, int) or not -len(ranges) <= n < len(ranges):
+            raise TransformError(
+                f"jit: donate_argnums={argnums} names argument {n!r}, but the call has "
+                f"{len(ranges)} positional arguments"
+            )
+    return tuple(input_of[i] for n in argnums for i in ranges[n] if i in input_of)
+
+
 def jit(
     fn: Callable | None = None,
     *,
     device: str | None = None,
     static_argnames: Sequence[str] | str = (),
+    donate_argnums: Sequence[int] | int = (),
 ) -> Any:
     """`fn`, traced on its first call for each input signature (tree structure, dtypes, axis
     names and extents, static values), compiled once for the device of its inputs (or
     `device`) and cached. Arguments are trees of `accy.NamedArray`s and scalars; arguments
     named in `static_argnames` are Python values that key the cache (so Python control flow on
     them works); arrays the function closes over are baked in.
+
+    `donate_argnums` (positions among the non-static arguments) lists arguments whose arrays
+    the call may overwrite, as JAX's: an output that can take a donated array's memory (a
+    parameter's update, an optimizer state) is written into it and returned as that same
+    array. The caller must not use a donated argument after the call. CPU only, for now
+    (`accy.DonationError` on other devices); see `accy.compile`.
 
     >>> import accy, numpy as np
     >>> @accy.jit
@@ -139,9 +168,12 @@ def jit(
     >>> y = predict(params, x); predict.traces  # a second call with the same signature: cached
     1
     """
+    donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
     if fn is None:
-        return functools.partial(jit, device=device, static_argnames=static_argnames)
-    return Jitted(fn, device, static_argnames)
+        return functools.partial(
+            jit, device=device, static_argnames=static_argnames, donate_argnums=donate
+        )
+    return Jitted(fn, device, static_argnames, donate)
 
 
 # -- grad and value_and_grad -------------------------------------------------------------------

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..api import compile as compile_program
 from ..core import Attrs, Value, check_operation
+from ..core.arrays import is_array
 from ..core.builder import Builder
 from ..core.operations import OpsApi
 from ..core.types import DType, TensorType, bool_, dtype_of_numpy, f32, i32
@@ -341,7 +342,7 @@ class EagerOps(OpsApi):
         """Creation kinds (constants, iota) are evaluated with NumPy, not compiled: their
         attributes hold values, and one compiled program per value would be wasteful."""
         _, attrs, (ty,) = check_operation(kind, (), attrs)
-        if kind == "constant" and not isinstance(attrs["value"], tuple):
+        if kind == "constant" and not is_array(attrs["value"]):
             host = np.full(ty.extents, attrs["value"], ty.dtype.numpy)
         else:
             from ..reference import run as reference_run

@@ -348,6 +348,7 @@ class Entry:
     foreign: bool
     out_types: tuple[TensorType, ...] = ()
     compiled: dict[str, Any] = dataclasses.field(default_factory=dict)
+    donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
 
     def __post_init__(self) -> None:
         self.out_types = tuple(intern(t) for t in self.program.output_types)
@@ -440,7 +441,9 @@ class Staged:
     def run_concrete(self, entry: Entry, arrays: list[Any], device: str) -> Any:
         compiled = entry.compiled.get(device)
         if compiled is None:
-            compiled = entry.compiled[device] = compile_program(entry.program, device)
+            compiled = entry.compiled[device] = compile_program(
+                entry.program, device, donate=entry.donate
+            )
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
         outputs = compiled(*arrays, *entry.captured_arrays[device])
         return unflatten(

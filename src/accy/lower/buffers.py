@@ -8,7 +8,11 @@ is best fit in a free list of aligned blocks; the workspace is as large as the h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from .grouping import SAME_INDEX_KINDS
 
 ALIGNMENT = 64  # bytes: a cache line, and the widest vector load (AVX-512)
 
@@ -88,3 +92,76 @@ def place(lifetimes: list[Lifetime], step_count: int) -> tuple[dict[object, int]
         for life in ending.get(step, ()):
             arena.release(offsets[life.key], life.nbytes)
     return offsets, arena.end
+
+
+# donation ------------------------------------------------------------------------------------
+
+
+def donation_aliases(plan: Any, donated: Sequence[int]) -> dict[int, int]:
+    """Which outputs may be written into the buffer of a donated input: output position ->
+    input index (each donated input serves at most one output). `plan` is an
+    `accy.lower.plan.Plan`; the code it generates is unchanged, the caller simply passes the
+    input's buffer as the output's.
+
+    An output takes a donated input of the same type when nothing reads the input after the
+    step that writes the output, or when that step is a flat loop (or group of loops) that reads
+    the input only at the element it writes: every fused operation that depends on the input is
+    elementwise over the output's axes, and the output depends on it, so each element of the
+    input is loaded (once, into a temporary) before the output's element is stored over it.
+    That is a training step's `p - lr * g` and Adam's moments updated in place.
+
+    >>> import accy
+    >>> from accy.lower import build_plan
+    >>> t = accy.spec(accy.f32, n=4)
+    >>> p = accy.trace.define("sgd", [t, t], lambda b, a: (a[0] - a[1] * 0.1, a[1].sum()))
+    >>> donation_aliases(build_plan(p), [0]), donation_aliases(build_plan(p), [1])
+    ({0: 0}, {})
+    """
+    program = plan.program
+    parameters, outputs = program.parameters, program.outputs
+    writer: dict[int, int] = {}
+    last_read: dict[int, int] = {}
+    copied = {step.output for step in plan.steps if step.output is not None}
+    for index, step in enumerate(plan.steps):
+        for value in step.writes:
+            writer.setdefault(value, index)
+        for value in step.reads:
+            last_read[value] = index
+    aliases: dict[int, int] = {}
+    free = list(dict.fromkeys(donated))
+    for position, value in enumerate(outputs):
+        if position in copied or value not in writer:
+            continue  # a copy (of an input, or of an output written once already)
+        for input_index in free:
+            source = parameters[input_index]
+            if program.type_of(source) != program.type_of(value):
+                continue
+            read = last_read.get(source, -1)
+            step = plan.steps[writer[value]]
+            if read < writer[value] or (
+                read == writer[value]
+                and _reads_in_place(step, source, value, program.type_of(value).named_extents)
+            ):
+                aliases[position] = input_index
+                free.remove(input_index)
+                break
+    return aliases
+
+
+def _reads_in_place(step: Any, source: int, value: int, extents: tuple) -> bool:
+    """Whether flat loop `step` reads `source` only at the element of `value` it writes, and
+    reads it before that element is stored (see `donation_aliases`)."""
+    if step.kind not in ("loop", "group"):
+        return False
+    operations = [*step.fused, *(m.op for m in step.members)] if step.members else []
+    operations = operations or [*step.fused, step.op]
+    depends = {source}
+    for op in operations:
+        if op is None or not depends.intersection(op.operands):
+            continue
+        if op.kind not in SAME_INDEX_KINDS:
+            return False
+        if op.type.named_extents != extents:
+            return False
+        depends.update(op.results)
+    return value in depends

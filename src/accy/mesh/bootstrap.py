@@ -26,6 +26,9 @@ from typing import Any
 from ..errors import MeshError
 from .mesh import Mesh
 
+REPLY_MARGIN = 60.0
+"""Seconds a request's reply may take beyond the server's own wait."""
+
 _RANK_VARIABLES = (
     ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
@@ -144,6 +147,9 @@ class Store:
         while True:
             try:
                 connection = socket.create_connection((env.master_addr, port), timeout=timeout)
+                # A request waits up to `timeout` on the server (`get`): the reply must be given
+                # longer than that to arrive, or a loaded machine turns a late reply into an error.
+                connection.settimeout(timeout + REPLY_MARGIN)
                 return cls(connection, server, timeout, env)
             except OSError as error:
                 if time.monotonic() > deadline:

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from ..core import Attrs, Operation, Program
+from ..core.arrays import ConstantArray
 from ..core.builder import Builder
 from ..core.types import DType, TensorType
 from ..interpret import Graph, Layer, run
@@ -30,6 +31,8 @@ class _Retype(Layer):
             return value.with_dtype(self.dtype)
         if isinstance(value, Program):
             return promote_floats(value, self.dtype)
+        if isinstance(value, ConstantArray) and value.dtype.is_float:
+            return ConstantArray.of(value.array, self.dtype, value.shape)
         return value
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import Operation, Program
+from ..core.arrays import is_array
 from ..core.builder import Builder
 from ..core.kinds.registry import rule_for
 from ..interpret import Emitter, Graph, Layer, run
@@ -42,7 +43,7 @@ class _Simplify(Layer):
         result = self.next.bind(op, args)
         if key is not None:
             self.seen[key] = result
-        if op.kind == "constant" and not isinstance(op.attrs["value"], tuple):
+        if op.kind == "constant" and not is_array(op.attrs["value"]):
             self.splats[result.index] = op.attrs["value"]
         if op.kind == "unary" and op.attrs["op"] == "neg":
             self.negations[result.index] = args[0]

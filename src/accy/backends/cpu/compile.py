@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...core import Program
@@ -12,7 +13,7 @@ from ...lower.plan import Plan, build_plan
 from . import toolchain
 from .blas import Blas, find_blas
 from .native import NativeLibrary
-from .source import translation_unit
+from .source import translation
 
 
 class Shared(ctypes.Structure):
@@ -49,6 +50,7 @@ class CompiledFragment:
     library_path: Path
     blas: Blas | None
     artifact_format: str = "cpu_object"
+    data: Mapping[str, bytes] = field(default_factory=dict)  # large constants' `.incbin` files
 
     @property
     def workspace_bytes(self) -> int:
@@ -58,7 +60,9 @@ class CompiledFragment:
         """The library, opened (closed when the result is collected) and given the process's
         shared block (`SHARED`): the disk cache's entry (checked again, and rebuilt if it
         changed), or one built into a private folder where the entry cannot be opened."""
-        library = toolchain.load(self.source, lambda path: NativeLibrary(path, self.blas))
+        library = toolchain.load(
+            self.source, lambda path: NativeLibrary(path, self.blas), self.data
+        )
         library.set_shared(ctypes.byref(SHARED))
         return library
 
@@ -74,5 +78,6 @@ def compile_program(program: Program, kernel_call_registry=None) -> CompiledFrag
     """
     plan = build_plan(program)
     blas = find_blas()
-    source = translation_unit(plan, kernel_call_registry, blas)
-    return CompiledFragment(program, plan, source, toolchain.build(source), blas)
+    source, data = translation(plan, kernel_call_registry, blas)
+    library = toolchain.build(source, data)
+    return CompiledFragment(program, plan, source, library, blas, data=data)

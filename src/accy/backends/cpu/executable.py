@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from ...core import Program
-from ...lower.buffers import ALIGNMENT
+from ...errors import DonationError
+from ...lower.buffers import ALIGNMENT, donation_aliases
 from ..arguments import check_count, held_dtype, host_array, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
 from ..buffers import addresses_of, numpy_data_offset
@@ -164,6 +165,88 @@ class CpuExecutable(Executable):
         return run
 
 
+class DonatingExecutable:
+    """`executable` called with some inputs donated (`accy.compile(..., donate=...)`): each
+    output that the plan lets take a donated input's buffer (`accy.lower.buffers.
+    donation_aliases`) is written into that input's array, and that very array is returned.
+    A donated array must not be used by the caller afterwards (its values are the output's,
+    or garbage if no output took it); it must be a writable C-contiguous NumPy array that owns
+    its memory, of exactly the parameter's dtype and extents, else `DonationError`.
+
+    >>> import accy, numpy as np
+    >>> t = accy.spec(accy.f32, n=3)
+    >>> step = accy.trace.define("sgd", [t, t], lambda b, a: a[0] - a[1] * 0.5)
+    >>> update = accy.compile(step, device="cpu", donate=(0,))
+    >>> w = np.ones(3, np.float32)
+    >>> (new,) = update(w, np.ones(3, np.float32))
+    >>> new is w, new.tolist()
+    (True, [0.5, 0.5, 0.5])
+    """
+
+    def __init__(self, executable: CpuExecutable, donate: Sequence[int]):
+        types = executable.parameter_types
+        for i in donate:
+            if not isinstance(i, int) or not 0 <= i < len(types):
+                raise DonationError(
+                    f"program {executable.program.name!r}: donate={tuple(donate)} names input "
+                    f"{i!r}, but its inputs are 0..{len(types) - 1}"
+                )
+        self.executable = executable
+        self.program = executable.program
+        self.donated = tuple(sorted(set(donate)))
+        self.aliases = donation_aliases(executable.compiled.plan, self.donated)
+
+    def __call__(self, *arrays: Any) -> list[np.ndarray]:
+        ex, name = self.executable, self.program.name
+        types = ex.parameter_types
+        if len(arrays) != len(types):
+            check_count(name, types, len(arrays))
+        inputs = [
+            _donated(a, t, where(name, i))
+            if i in self.donated
+            else host_array(a, t, where(name, i))
+            for i, (a, t) in enumerate(zip(arrays, types, strict=True))
+        ]
+        if len({id(inputs[i]) for i in self.donated}) < len(self.donated):
+            raise DonationError(f"program {name!r}: one array is donated twice")
+        outputs = [
+            inputs[self.aliases[k]] if k in self.aliases else np.empty(t.extents, held_dtype(t))
+            for k, t in enumerate(ex.output_types)
+        ]
+        ex.run_checked(inputs, outputs)
+        return outputs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.executable, name)
+
+
+def _donated(value: Any, t, at: str) -> np.ndarray:
+    """A donated argument, checked: the array itself, never a converted copy."""
+    expected = held_dtype(t)
+    if not (
+        type(value) is np.ndarray
+        and value.dtype == expected
+        and value.shape == t.extents
+        and value.flags.c_contiguous
+        and value.flags.writeable
+        and value.flags.owndata
+    ):
+        what = type(value).__name__
+        if isinstance(value, np.ndarray):
+            what = (
+                f"{value.dtype}{list(value.shape)} array"
+                + ("" if value.flags.writeable else ", read-only")
+                + ("" if value.flags.owndata else ", a view of another array")
+                + ("" if value.flags.c_contiguous else ", not C-contiguous")
+            )
+        raise DonationError(
+            f"{at} is donated, so it must be a writable, C-contiguous NumPy array that owns its "
+            f"memory, of dtype {expected} and shape {t.extents} (it is overwritten in place); "
+            f"got a {what}"
+        )
+    return value
+
+
 class CpuBackend:
     """Compiles programs to native shared objects (generated C, the system compiler)."""
 
@@ -184,4 +267,4 @@ class CpuBackend:
 
 register_backend(CpuBackend())
 
-__all__ = ["CpuBackend", "CpuExecutable"]
+__all__ = ["CpuBackend", "CpuExecutable", "DonatingExecutable"]

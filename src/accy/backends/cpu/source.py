@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from ...codegen.c.dialect import GCC
 from ...codegen.c.expressions import Unit
+from ...codegen.c.types import compute_values
 from ...core import Operation
+from ...core.arrays import ConstantArray
 from ...errors import AccyError
 from ...lower.plan import Plan
 from .blas import Blas
@@ -111,14 +113,32 @@ void accy_run_arrays(void *const *call) {{
 """
 
 
+INCBIN = """__asm__(".pushsection .rodata\\n.balign 64\\n.globl {name}\\n.hidden {name}\\n"
+        ".type {name}, @object\\n{name}:\\n.incbin \\"{file}\\"\\n.size {name}, {size}\\n"
+        ".popsection");
+extern const {compute} {name}[] __attribute__((visibility("hidden")));"""
+"""A large constant: its bytes are a file the assembler includes into the library's read-only
+data (mapped from the shared object when it is loaded), declared to C as an array. The file is
+named by the digest of its content, so the source (and the cache key) changes with the data."""
+
+
 class Translation(Unit):
     """A unit in C for gcc that also writes plan functions, links custom-call kernels and
-    calls BLAS through `blas`."""
+    calls BLAS through `blas`. `data` holds the files of large constants, by name."""
 
     def __init__(self, registry=None, blas: Blas | None = None):
         super().__init__(GCC, registry)
         self.blas = blas
         self.kernel_sources: dict[str, str] = {}
+        self.data: dict[str, bytes] = {}
+
+    def constant_data(self, name: str, values: ConstantArray) -> str:
+        ctype = self.c_type(values.dtype)
+        data = compute_values(values.array, ctype)
+        file = f"accy_constant_{values.digest.hex()}.bin"
+        self.data[file] = data.tobytes()
+        self.declare(INCBIN.format(name=name, file=file, size=data.nbytes, compute=ctype.compute))
+        return name
 
     def write_function(self, plan: Plan, name: str | None = None, exported: bool = False) -> str:
         name = name or self.fresh("accy_body")
@@ -190,7 +210,14 @@ class Translation(Unit):
 
 
 def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str:
-    """The complete C source of `plan`."""
+    """The complete C source of `plan` (without the files of its large constants)."""
+    return translation(plan, registry, blas)[0]
+
+
+def translation(
+    plan: Plan, registry=None, blas: Blas | None = None
+) -> tuple[str, dict[str, bytes]]:
+    """The complete C source of `plan`, and the data files it includes (by name)."""
     unit = Translation(registry, blas)
     unit.write_function(plan, "accy_run", exported=True)
     blas_part = NO_BLAS if blas is None else BLAS_DECLARATIONS.format(blasint=blas.c_int_type)
@@ -203,4 +230,4 @@ def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str
         *unit.declarations,
         ARRAYS_ENTRY.format(count=len(plan.program.parameters) + len(plan.output_slots)),
     ]
-    return "\n\n".join(part for part in parts if part) + "\n"
+    return "\n\n".join(part for part in parts if part) + "\n", unit.data

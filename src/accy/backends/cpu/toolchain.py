@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -115,13 +115,19 @@ def cache_key(compiler: Compiler, flags: tuple[str, ...], source: str) -> str:
     return cache.key(CODEGEN_VERSION, compiler.identity, cpu_identity(), " ".join(flags), source)
 
 
-def _run_compiler(compiler: Compiler, flags, source: str, output: Path) -> None:
+def _run_compiler(
+    compiler: Compiler, flags, source: str, data: Mapping[str, bytes], output: Path
+) -> None:
     global _compiles
     _compiles += 1
     source_path = output.with_suffix(".c")
     source_path.write_text(source)
+    for name, payload in data.items():  # the files `.incbin` includes, beside the source
+        (output.parent / name).write_bytes(payload)
     libraries = [flag for flag in flags if flag.startswith("-l")]
     options = [flag for flag in flags if not flag.startswith("-l")]
+    if data:
+        options.append(f"-Wa,-I{output.parent}")
     command = [compiler.path, *options, str(source_path), "-o", str(output), *libraries]
     try:
         result = subprocess.run(command, capture_output=True, text=True)
@@ -141,22 +147,29 @@ def _run_compiler(compiler: Compiler, flags, source: str, output: Path) -> None:
         )
 
 
-def _compile_step(source: str) -> tuple[str, Callable[[Path], None]]:
+def _compile_step(
+    source: str, data: Mapping[str, bytes] | None
+) -> tuple[str, Callable[[Path], None]]:
+    # The data files are named by their content's digest in `source`, so the key covers them.
     compiler = find_compiler()
     flags = flags_for(source)
-    return cache_key(compiler, flags, source), partial(_run_compiler, compiler, flags, source)
+    build_it = partial(_run_compiler, compiler, flags, source, dict(data or {}))
+    return cache_key(compiler, flags, source), build_it
 
 
-def build(source: str) -> Path:
-    """The path of a shared object built from `source`, from the cache when it is there.
+def build(source: str, data: Mapping[str, bytes] | None = None) -> Path:
+    """The path of a shared object built from `source` (with the files `data` beside it, for
+    `.incbin`), from the cache when it is there.
 
     >>> build("int accy_example(void) { return 1; }").suffix
     '.so'
     """
-    return CACHE.build(*_compile_step(source))
+    return CACHE.build(*_compile_step(source, data))
 
 
-def load(source: str, open_library: Callable[[Path], T]) -> T:
+def load(
+    source: str, open_library: Callable[[Path], T], data: Mapping[str, bytes] | None = None
+) -> T:
     """`open_library` of the shared object built from `source`; one that cannot be opened is
     built again into a private folder (`accy.codegen.cache.Cache.load`)."""
-    return CACHE.load(*_compile_step(source), open_library)
+    return CACHE.load(*_compile_step(source, data), open_library)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ...core import Program
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, build_plan
@@ -36,6 +38,8 @@ class CompiledFragment:
     workspace_bytes: int
     kernel_comments: dict[str, str]
     artifact_format: str = "cuda_ptx"
+    # Large constants: (workspace byte offset, elements), copied in once when loaded.
+    constants: tuple[tuple[int, np.ndarray], ...] = ()
 
     def ptx(self, arch: str | None = "compute_90") -> str:
         """The kernels as PTX (NVRTC where cuda.core or CuPy is installed, else nvcc)."""
@@ -69,7 +73,8 @@ def compile_program(
     count = len(program.parameters) + len(program.outputs)
     entries = tuple(Address(k) for k in range(count))
     code(Level(schedule.table(entries), entries, 0), schedule)
-    scratch_offset = aligned(plan.workspace_bytes)
+    scratch_offset = aligned(plan.workspace_bytes) + module.constant_bytes
+    constants = tuple((scratch_offset - below, data) for below, data in module.constants)
     return CompiledFragment(
         program,
         plan,
@@ -80,4 +85,5 @@ def compile_program(
         scratch_offset,
         scratch_offset + aligned(module.scratch_bytes),
         dict(module.kernel_comments),
+        constants=constants,
     )

@@ -15,9 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from ...codegen.c.dialect import CUDA
 from ...codegen.c.expressions import Unit
+from ...codegen.c.types import compute_values
+from ...core.arrays import ConstantArray
 from ...core.types import DType, TensorType
+from ...lower.buffers import aligned
 from ...lower.plan import Plan, Slot
 from ...lower.views import row_major
 
@@ -45,6 +50,19 @@ class Module(Unit):
         self.scratch_bytes = 0
         self.externals: dict[str, object] = {}
         self.plan_code: dict[int, Callable] = {}
+        # Large constants, uploaded once into the workspace, just below the scratch region:
+        # (bytes below scratch, elements in the compute type). `scratch` is the one pointer
+        # every kernel has that does not move with the level it runs in (a scan body's `ws`
+        # does), and counting down from it gives each constant its place as it is declared.
+        self.constants: list[tuple[int, np.ndarray]] = []
+        self.constant_bytes = 0
+
+    def constant_data(self, name: str, values: ConstantArray) -> str:
+        ctype = self.c_type(values.dtype)
+        data = compute_values(values.array, ctype)
+        self.constant_bytes += aligned(data.nbytes)
+        self.constants.append((self.constant_bytes, data))
+        return f"((const {ctype.compute} *)(scratch - {self.constant_bytes}))"
 
     def kernel(self, lines: list[str], comment: str = "") -> str:
         """Declare a kernel whose body is `lines`; return its name."""

@@ -130,6 +130,9 @@ class CudaFragment:
                 name: self._load_ptx(cupy, call) for name, call in compiled.externals.items()
             }
             self.workspace = cupy.empty(max(compiled.workspace_bytes, 1), dtype=cupy.uint8)
+            for offset, data in compiled.constants:  # large constants: uploaded once, here
+                bytes_ = data.reshape(-1).view(np.uint8)
+                self.workspace[offset : offset + bytes_.size].set(bytes_)
             entries = len(compiled.schedule.pool)
             self._pool_device = cupy.empty(max(entries, 1) * 8, dtype=cupy.uint8)
             self._slots = [self._slot(cupy, entries) for _ in range(SLOTS)]

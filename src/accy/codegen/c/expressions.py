@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...core import Operation
+from ...core.arrays import ConstantArray, is_array
 from ...core.types import DType, TensorType, bool_
 from ...lower.grouping import keeps_flat_order
 from ...lower.plan import Plan
@@ -27,6 +28,9 @@ from . import templates
 from .dialect import Dialect
 from .literals import literal
 from .types import CType
+
+INLINE_LIMIT = 256
+"""Constants of at most this many elements are literals in the source; larger ones are data."""
 
 
 class NotFlat(Exception):
@@ -109,16 +113,32 @@ class Unit:
         self.declarations.append(text)
 
     def constant_array(self, plan: Plan, op: Operation) -> str:
-        """The name of a file-scope array holding constant `op`'s elements (declared once)."""
-        key = (id(plan), op.results[0])
-        if key not in self._constants:
+        """A C expression indexable like an array of constant `op`'s elements, declared once per
+        content: a file-scope array of literals when it is small (`INLINE_LIMIT` elements),
+        else the backend's `constant_data` (data loaded with the code, not C source)."""
+        values = op.attrs["value"]
+        if values.digest not in self._constants:
             name = self.fresh(f"{self.prefix}constant")
-            dtype = op.type.dtype
-            items = ", ".join(literal(x, dtype) for x in op.attrs["value"]) or "0"
-            qualifiers, compute = self.dialect.constant_qualifiers, self.c_type(dtype).compute
-            self.declare(f"{qualifiers} {compute} {name}[] = {{{items}}};")
-            self._constants[key] = name
-        return self._constants[key]
+            if values.size > INLINE_LIMIT:
+                name = self.constant_data(name, values)
+            else:
+                self.literal_array(name, values)
+            self._constants[values.digest] = name
+        return self._constants[values.digest]
+
+    def literal_array(self, name: str, values: ConstantArray) -> None:
+        """Declare `name` as a file-scope array of `values`'s elements, written as literals."""
+        items = ", ".join(literal(x, values.dtype) for x in values.array.ravel()) or "0"
+        compute = self.c_type(values.dtype).compute
+        self.declare(f"{self.dialect.constant_qualifiers} {compute} {name}[] = {{{items}}};")
+
+    def constant_data(self, name: str, values: ConstantArray) -> str:
+        """Where a large constant's elements live, as a C expression of type `const compute *`
+        (`compute_values` gives their bytes). A backend places them as data loaded once with
+        its code (the CPU in a read-only section, CUDA in its workspace); this default writes
+        literals, for units that have no such place."""
+        self.literal_array(name, values)
+        return name
 
 
 class Body:
@@ -223,7 +243,7 @@ def _bitcast(body: Body, op: Operation, index: Index) -> str:
 
 def _constant(body: Body, op: Operation, index: Index) -> str:
     value, dtype = op.attrs["value"], op.type.dtype
-    if not isinstance(value, tuple):
+    if not is_array(value):
         return literal(value, dtype)
     name = body.unit.constant_array(body.plan, op)
     position = index.var if isinstance(index, Flat) else linear(index, op.type.extents)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ...core.types import DType, bf16, bool_, f16, f32, f64, i32, i64, u8
 
 
@@ -68,3 +70,24 @@ def c_types(half: str) -> dict[DType, CType]:
         u8: CType("uint8_t", "uint8_t", "unsigned", ""),
         bool_: CType("uint8_t", "int", "bool", "", "({x} != 0)", "(uint8_t){x}"),
     }
+
+
+COMPUTE_NUMPY = {
+    "float": np.dtype(np.float32),
+    "double": np.dtype(np.float64),
+    "int32_t": np.dtype(np.int32),
+    "int64_t": np.dtype(np.int64),
+    "uint8_t": np.dtype(np.uint8),
+    "int": np.dtype(np.int32),
+}
+
+
+def compute_values(values: np.ndarray, ctype: CType) -> np.ndarray:
+    """`values` as a C-contiguous array of `ctype`'s compute type: the bytes native code reads
+    through a `const compute *` (a constant placed as data rather than written as literals).
+
+    >>> from accy import f16
+    >>> compute_values(np.array([1.5], np.float16), c_types("_Float16")[f16]).dtype
+    dtype('float32')
+    """
+    return np.ascontiguousarray(values, dtype=COMPUTE_NUMPY[ctype.compute])

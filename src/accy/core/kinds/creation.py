@@ -1,9 +1,10 @@
 """Kinds that make values from nothing: `parameter`, `constant`, `iota`.
 
 Their result type is an attribute (`type`). A constant is a splat of one scalar `value`, or a
-flat row-major tuple of values with one entry per element. A float value is rounded to its
-dtype when the program runs, as NumPy casts it: one beyond the dtype's range is ±inf
-(`x * 1e39` in f32, `x * -1e9` in f16), on every backend.
+`ConstantArray` (`accy.core.arrays`: a read-only NumPy array, already rounded to the dtype,
+hashed by content). A splat float is rounded to its dtype when the program runs, as NumPy casts
+it: one beyond the dtype's range is ±inf (`x * 1e39` in f32, `x * -1e9` in f16), on every
+backend.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import AxisError, DTypeError, TypeRuleError
+from ..arrays import ConstantArray
 from ..types import TensorType, bool_
 from .registry import Rule, Zero, attr, check_arity, register
 
@@ -62,13 +64,18 @@ def _constant_infer(types, attrs):
     check_arity("constant", types, 0)
     result = _type_attr("constant", attrs)
     value = attr("constant", attrs, "value")
-    values = value if isinstance(value, tuple) else (value,)
-    if isinstance(value, tuple) and len(value) != result.size:
+    if isinstance(value, ConstantArray):
+        if value.dtype != result.dtype or value.shape != result.extents:
+            raise TypeRuleError(
+                f"constant: values of {value.dtype}{list(value.shape)} given for {result}"
+            )
+        return result
+    if isinstance(value, tuple | list):
         raise TypeRuleError(
-            f"constant: {len(value)} values given for {result}, which has {result.size} elements"
+            "constant: 'value' is one scalar (a splat) or a ConstantArray, not a sequence; "
+            "builder.constant(values, type) makes one"
         )
-    for v in values:
-        normalize_scalar(v, result.dtype)
+    normalize_scalar(value, result.dtype)
     return result
 
 
@@ -76,9 +83,9 @@ def _constant_evaluate(attrs, args, _):
     t = attrs["type"]
     value = attrs["value"]
     # A float beyond the dtype's range is ±inf (the module docstring): chosen, not worth a warning.
+    if isinstance(value, ConstantArray):
+        return value.array.copy()  # evaluators may hand results out: never the shared array
     with np.errstate(over="ignore"):
-        if isinstance(value, tuple):
-            return np.array(value, dtype=t.dtype.numpy).reshape(t.extents)
         return np.full(t.extents, value, dtype=t.dtype.numpy)
 
 

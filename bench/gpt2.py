@@ -1,0 +1,496 @@
+"""The `gpt2` workload of WORKLOADS.md ("Real-scale workloads"): one full training step of
+GPT-2 (loss, gradients, AdamW) in accy, JAX and PyTorch, each in a fresh process.
+
+    python -m bench.gpt2                                # the CPU scale, every installed system
+    python -m bench.gpt2 --device cuda                  # the GPU scale (GPT-2 small, 8 x 1024)
+    python -m bench.gpt2 --systems accy --scale check   # a tiny model: seconds, for the tests
+    python -m bench.gpt2 --device cuda --json bench/results/gpt2-cuda.json
+
+The model (same in the three systems): token embedding over a vocab padded to 50304, learned
+position embeddings, pre-LayerNorm blocks (causal attention with biases on the query/key/value
+and output projections, a GELU-tanh MLP 4x wide with biases), a final LayerNorm, logits by the
+token embedding (tied); loss = mean cross-entropy against integer next-token targets. AdamW:
+lr 6e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices (rank >= 2, the embeddings
+included, as nanoGPT; not on gains and biases), f32 master weights.
+Precision: f32 (exact f32 GEMMs: JAX `precision="highest"`, PyTorch TF32 off).
+
+Reported per system: step time (median), tokens/s, model FLOP utilisation, peak memory, and
+the time from a cold start to the end of the first step (tracing, differentiation, compilation
+and the first step; for accy with an empty disk cache), and for accy the same with a warm disk
+cache (a second process). Model FLOPs per step, as WORKLOADS.md:
+
+    6 * N * B * T + 12 * L * B * T^2 * d
+
+with N the parameters without the position embeddings (nanoGPT's count: 123,689,472 for
+GPT-2 small), B the batch, T the tokens, L the layers, d the width. MFU divides the model
+FLOP/s by the peak: 989 TFLOP/s (the H100/H200 dense bf16 peak WORKLOADS.md uses) on cuda, and
+on the CPU `--cpu-peak-gflops` if given (else no MFU). accy updates parameters and optimizer
+state in place where it can (`donate_argnums`, cpu only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 6e-4, 0.9, 0.95, 1e-8, 0.1
+GPU_PEAK_FLOPS = 989e12
+
+
+@dataclass(frozen=True)
+class Scale:
+    layers: int
+    heads: int
+    width: int
+    batch: int
+    tokens: int
+    vocab: int = 50304
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+    @property
+    def hidden(self) -> int:
+        return 4 * self.width
+
+
+SCALES = {
+    "cuda": Scale(layers=12, heads=12, width=768, batch=8, tokens=1024),
+    "cpu": Scale(layers=4, heads=4, width=256, batch=4, tokens=256),
+    "check": Scale(layers=2, heads=2, width=16, batch=2, tokens=8, vocab=64),
+}
+
+
+def parameter_shapes(s: Scale) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Every parameter by name, as named axes (the layout is the order written)."""
+    c, h, k, f = ("channel", s.width), ("head", s.heads), ("dim", s.head_dim), ("hidden", s.hidden)
+    shapes = {"embed": (("vocab", s.vocab), c), "position": (("token", s.tokens), c)}
+    for i in range(s.layers):
+        shapes |= {
+            f"l{i}_ln1_gain": (c,),
+            f"l{i}_ln1_bias": (c,),
+            f"l{i}_qkv": (c, ("part", 3), h, k),
+            f"l{i}_qkv_bias": (("part", 3), h, k),
+            f"l{i}_proj": (h, k, c),
+            f"l{i}_proj_bias": (c,),
+            f"l{i}_ln2_gain": (c,),
+            f"l{i}_ln2_bias": (c,),
+            f"l{i}_fc": (c, f),
+            f"l{i}_fc_bias": (f,),
+            f"l{i}_out": (f, c),
+            f"l{i}_out_bias": (c,),
+        }
+    return shapes | {"final_gain": (c,), "final_bias": (c,)}
+
+
+def decayed(name: str, axes) -> bool:
+    """Weight decay applies to the matrices (rank >= 2), as nanoGPT: not to gains and biases."""
+    return len(axes) >= 2 and not name.endswith("_bias")
+
+
+def model_parameters(s: Scale) -> int:
+    """N of the FLOP formula: the parameters without the position embeddings."""
+    shapes = parameter_shapes(s)
+    return sum(math.prod(n for _, n in a) for name, a in shapes.items() if name != "position")
+
+
+def model_flops(s: Scale) -> float:
+    """6 N B T + 12 L B T^2 d (see the module doc)."""
+    tokens = s.batch * s.tokens
+    return 6.0 * model_parameters(s) * tokens + 12.0 * s.layers * s.batch * s.tokens**2 * s.width
+
+
+def initial_values(s: Scale, seed: int = 0) -> dict[str, np.ndarray]:
+    """GPT-2's initialisation: normal(0, 0.02) matrices, residual projections scaled by
+    1/sqrt(2 L), zero biases, unit gains."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for name, axes in parameter_shapes(s).items():
+        shape = tuple(n for _, n in axes)
+        if name.endswith("gain"):
+            values[name] = np.ones(shape, np.float32)
+        elif name.endswith("bias"):
+            values[name] = np.zeros(shape, np.float32)
+        else:
+            std = 0.02 / math.sqrt(2 * s.layers) if name.endswith(("_proj", "_out")) else 0.02
+            values[name] = (rng.standard_normal(shape) * std).astype(np.float32)
+    return values
+
+
+def batch(s: Scale, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Random token ids {batch, token} and their next-token targets (int32)."""
+    rng = np.random.default_rng(seed)
+    stream = rng.integers(0, s.vocab, (s.batch, s.tokens + 1), dtype=np.int32)
+    return stream[:, :-1].copy(), stream[:, 1:].copy()
+
+
+# -- accy ----------------------------------------------------------------------------------------
+
+
+def accy_loss(p: dict, ids, targets, s: Scale):
+    """The mean next-token cross-entropy, in accy's named-axis API (traced by `accy.jit`)."""
+    from accy import nn
+
+    def norm(x, gain, bias):
+        return nn.layer_norm(x, "channel") * gain + bias
+
+    x = p["embed"].gather(ids, "vocab") + p["position"]
+    for i in range(s.layers):
+        h = norm(x, p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
+        qkv = h.contract(p[f"l{i}_qkv"], "channel") + p[f"l{i}_qkv_bias"]
+        q, k, v = (qkv.slice("part", j, j + 1, 1).sum("part") for j in range(3))
+        scores = q.contract(k.rename("token", "key"), "dim") * (1.0 / math.sqrt(s.head_dim))
+        weights = nn.softmax(nn.causal_mask(scores, "token", "key"), "key")
+        mixed = weights.contract(v.rename("token", "key"), "key")
+        x = x + mixed.contract(p[f"l{i}_proj"], ("head", "dim")) + p[f"l{i}_proj_bias"]
+        h = norm(x, p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
+        u = nn.gelu_tanh(h.contract(p[f"l{i}_fc"], "channel") + p[f"l{i}_fc_bias"])
+        x = x + u.contract(p[f"l{i}_out"], "hidden") + p[f"l{i}_out_bias"]
+    x = norm(x, p["final_gain"], p["final_bias"])
+    logits = x.contract(p["embed"], "channel")  # tied unembedding
+    return nn.cross_entropy(logits, targets, "vocab").mean(("batch", "token"))
+
+
+def accy_step(s: Scale, device: str):
+    """`step(params, state, ids, targets) -> (loss, params, state)`: one jitted function."""
+    import accy
+
+    decay = accy.optim.Adam(LR, BETA1, BETA2, EPS, WEIGHT_DECAY)
+    plain = accy.optim.Adam(LR, BETA1, BETA2, EPS, 0.0)
+
+    def step(params, state, ids, targets):
+        def loss_of(grouped):
+            return accy_loss(grouped["decay"] | grouped["plain"], ids, targets, s)
+
+        loss, grads = accy.value_and_grad(loss_of)(params)
+        new_params, new_state = {}, {}
+        for group, optimizer in (("decay", decay), ("plain", plain)):
+            new_params[group], new_state[group] = optimizer.apply(
+                params[group], grads[group], state[group]
+            )
+        return loss, new_params, new_state
+
+    donate = (0, 1) if device == "cpu" else ()
+    return accy.jit(step, device=device, donate_argnums=donate)
+
+
+def accy_inputs(s: Scale, device: str, seed: int = 0):
+    import accy
+
+    shapes = parameter_shapes(s)
+    groups: dict[str, dict] = {"decay": {}, "plain": {}}
+    for name, value in initial_values(s, seed).items():
+        axes = tuple(a for a, _ in shapes[name])
+        group = "decay" if decayed(name, shapes[name]) else "plain"
+        groups[group][name] = accy.named(value, axes, device=device)
+    decay = accy.optim.Adam(LR, BETA1, BETA2, EPS, WEIGHT_DECAY)
+    state = {g: decay.init(groups[g]) for g in groups}
+    ids, targets = batch(s)
+    return (
+        groups,
+        state,
+        accy.named(ids, ("batch", "token"), device=device),
+        accy.named(targets, ("batch", "token"), device=device),
+    )
+
+
+def run_accy(s: Scale, device: str, steps: int) -> dict:
+    import accy
+
+    start = time.perf_counter()
+    params, state, ids, targets = accy_inputs(s, device)
+    step = accy_step(s, device)
+    made = time.perf_counter()
+    loss, params, state = step(params, state, ids, targets)
+    first = float(np.asarray(_host(loss.array)))
+    done = time.perf_counter()
+    times, losses = [], [first]
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss, params, state = step(params, state, ids, targets)
+        losses.append(float(np.asarray(_host(loss.array))))  # waits for the step
+        times.append(time.perf_counter() - t0)
+    return {
+        "first_step_s": done - made,
+        "setup_s": made - start,
+        "step_times_s": times,
+        "losses": losses,
+        "backend": accy.__name__ + " " + device,
+    }
+
+
+def _host(array):
+    get = getattr(array, "get", None)
+    return get() if callable(get) else array
+
+
+# -- JAX -----------------------------------------------------------------------------------------
+
+
+def run_jax(s: Scale, device: str, steps: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    shapes = parameter_shapes(s)
+    params = {k: jnp.asarray(v) for k, v in initial_values(s).items()}
+    ids, targets = (jnp.asarray(a) for a in batch(s))
+    mask = {k: decayed(k, shapes[k]) for k in params}
+    optimizer = optax.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
+
+    def norm(x, g, b):
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + 1e-5) * g + b
+
+    def loss_fn(p, ids, targets):
+        x = p["embed"][ids] + p["position"]
+        for i in range(s.layers):
+            h = norm(x, p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
+            qkv = jnp.einsum("btc,cphk->pbthk", h, p[f"l{i}_qkv"])
+            qkv = qkv + p[f"l{i}_qkv_bias"][:, None, None]
+            mixed = jax.nn.dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+            x = x + jnp.einsum("bthk,hkc->btc", mixed, p[f"l{i}_proj"]) + p[f"l{i}_proj_bias"]
+            h = norm(x, p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
+            u = jax.nn.gelu(h @ p[f"l{i}_fc"] + p[f"l{i}_fc_bias"], approximate=True)
+            x = x + u @ p[f"l{i}_out"] + p[f"l{i}_out_bias"]
+        logits = norm(x, p["final_gain"], p["final_bias"]) @ p["embed"].T
+        return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
+
+    @jax.jit
+    def step(p, opt, ids, targets):
+        loss, grads = jax.value_and_grad(loss_fn)(p, ids, targets)
+        updates, opt = optimizer.update(grads, opt, p)
+        return loss, optax.apply_updates(p, updates), opt
+
+    start = time.perf_counter()
+    opt = optimizer.init(params)
+    loss, params, opt = step(params, opt, ids, targets)
+    losses = [float(loss)]
+    done = time.perf_counter()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss, params, opt = step(params, opt, ids, targets)
+        losses.append(float(loss))
+        times.append(time.perf_counter() - t0)
+    result = {"first_step_s": done - start, "step_times_s": times, "losses": losses}
+    stats = jax.devices()[0].memory_stats() if device == "cuda" else None
+    if stats:
+        result["peak_device_bytes"] = stats.get("peak_bytes_in_use")
+    return result
+
+
+# -- PyTorch -------------------------------------------------------------------------------------
+
+
+def run_torch(s: Scale, device: str, steps: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    where = torch.device(device)
+    shapes = parameter_shapes(s)
+    params = {
+        k: torch.tensor(v, device=where, requires_grad=True) for k, v in initial_values(s).items()
+    }
+    ids, targets = (torch.tensor(a, device=where, dtype=torch.long) for a in batch(s))
+    groups = [
+        {"params": [p for k, p in params.items() if decayed(k, shapes[k])]},
+        {"params": [p for k, p in params.items() if not decayed(k, shapes[k])], "weight_decay": 0},
+    ]
+    fused = device == "cuda"
+    optimizer = torch.optim.AdamW(
+        groups, LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WEIGHT_DECAY, fused=fused
+    )
+
+    def loss_fn(ids, targets):
+        p = params
+        x = p["embed"][ids] + p["position"]
+        b, t = ids.shape
+        for i in range(s.layers):
+            h = F.layer_norm(x, (s.width,), p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
+            qkv = torch.einsum("btc,cphk->pbhtk", h, p[f"l{i}_qkv"])
+            qkv = qkv + p[f"l{i}_qkv_bias"][:, None, :, None, :]
+            mixed = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+            attended = torch.einsum("bhtk,hkc->btc", mixed, p[f"l{i}_proj"])
+            x = x + attended + p[f"l{i}_proj_bias"]
+            h = F.layer_norm(x, (s.width,), p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
+            u = F.gelu(h @ p[f"l{i}_fc"] + p[f"l{i}_fc_bias"], approximate="tanh")
+            x = x + u @ p[f"l{i}_out"] + p[f"l{i}_out_bias"]
+        x = F.layer_norm(x, (s.width,), p["final_gain"], p["final_bias"])
+        logits = x @ p["embed"].T
+        return F.cross_entropy(logits.view(b * t, -1), targets.view(-1))
+
+    compiled_loss = torch.compile(loss_fn)
+
+    def step():
+        loss = compiled_loss(ids, targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(loss)
+
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    losses = [step()]
+    done = time.perf_counter()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        losses.append(step())  # float() synchronizes
+        times.append(time.perf_counter() - t0)
+    result = {"first_step_s": done - start, "step_times_s": times, "losses": losses}
+    if device == "cuda":
+        result["peak_device_bytes"] = torch.cuda.max_memory_allocated()
+    return result
+
+
+# -- the harness ---------------------------------------------------------------------------------
+
+RUNNERS = {"accy": run_accy, "jax": run_jax, "torch": run_torch}
+MODULES = {"accy": "accy", "jax": "jax", "torch": "torch"}
+
+
+def worker(system: str, scale: str, device: str, steps: int) -> dict:
+    s = SCALES[scale]
+    result = RUNNERS[system](s, device, steps)
+    if device == "cuda" and system == "accy":
+        import cupy
+
+        result["peak_device_bytes"] = cupy.get_default_memory_pool().total_bytes()
+    result["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return result
+
+
+def _installed(system: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(MODULES[system]) is not None
+
+
+def _spawn(system: str, scale: str, device: str, steps: int, cache: str) -> dict:
+    env = dict(os.environ, ACCY_CACHE_DIR=cache)
+    command = [sys.executable, "-m", "bench.gpt2", "--worker", system, "--scale", scale]
+    command += ["--device", device, "--steps", str(steps)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        return {
+            "error": done.stderr.strip().splitlines()[-1:] or ["failed"],
+            "tail": done.stderr[-2000:],
+        }
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def summarize(system: str, result: dict, s: Scale, device: str, peak_flops: float | None) -> dict:
+    """Step time, tokens/s, MFU and memory from one worker's result."""
+    if "error" in result:
+        return {"system": system, **result}
+    step = statistics.median(result["step_times_s"])
+    flops = model_flops(s)
+    summary = {
+        "system": system,
+        "step_ms": step * 1e3,
+        "tokens_per_s": s.batch * s.tokens / step,
+        "model_tflops_per_s": flops / step / 1e12,
+        "mfu": flops / step / peak_flops if peak_flops else None,
+        "first_step_s": result["first_step_s"],
+        "peak_device_bytes": result.get("peak_device_bytes"),
+        "peak_host_rss_bytes": result["peak_host_rss_bytes"],
+        "loss_first": result["losses"][0],
+        "loss_last": result["losses"][-1],
+    }
+    if "warm_first_step_s" in result:
+        summary["warm_first_step_s"] = result["warm_first_step_s"]
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpt2", description=__doc__)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--scale", default=None, choices=sorted(SCALES))
+    parser.add_argument("--systems", default="accy,jax,torch")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
+    parser.add_argument("--cpu-peak-gflops", type=float, default=None)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    scale = args.scale or args.device
+    if args.worker:
+        print(json.dumps(worker(args.worker, scale, args.device, args.steps)))
+        return 0
+    s = SCALES[scale]
+    peak = GPU_PEAK_FLOPS if args.device == "cuda" else (args.cpu_peak_gflops or 0) * 1e9 or None
+    rows = []
+    for system in args.systems.split(","):
+        if not _installed(system):
+            rows.append({"system": system, "error": ["not installed"]})
+            continue
+        with tempfile.TemporaryDirectory(prefix="accy-gpt2-cache-") as cache:
+            result = _spawn(system, scale, args.device, args.steps, cache)
+            if system == "accy" and "error" not in result:
+                warm = _spawn(system, scale, args.device, 1, cache)  # the disk cache is filled
+                result["warm_first_step_s"] = warm.get("first_step_s")
+        rows.append(summarize(system, result, s, args.device, peak))
+    report = {
+        "workload": "gpt2",
+        "device": args.device,
+        "scale": asdict(s),
+        "model_parameters": model_parameters(s),
+        "model_flops_per_step": model_flops(s),
+        "flops_formula": "6*N*B*T + 12*L*B*T^2*d (N without position embeddings)",
+        "peak_flops": peak,
+        "results": rows,
+    }
+    _print(report)
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(report, out, indent=2)
+    return 1 if any("error" in r and r["error"] != ["not installed"] for r in rows) else 0
+
+
+def _print(report: dict) -> None:
+    s = report["scale"]
+    print(
+        f"gpt2 on {report['device']}: {s['layers']} layers, {s['heads']} heads, width "
+        f"{s['width']}, batch {s['batch']} x {s['tokens']} tokens, vocab {s['vocab']}; "
+        f"N = {report['model_parameters']:,}, {report['model_flops_per_step'] / 1e9:.1f} "
+        f"GFLOP a step"
+    )
+    header = (
+        "system | step ms | tokens/s | TFLOP/s | MFU | first step s | warm first s | peak MB | loss"
+    )
+    print(header)
+    for r in report["results"]:
+        if "error" in r:
+            print(f"{r['system']} | error: {' '.join(r['error'])}")
+            continue
+        mfu = f"{r['mfu'] * 100:.1f}%" if r["mfu"] else "-"
+        warm = r.get("warm_first_step_s")
+        peak = r["peak_device_bytes"] or r["peak_host_rss_bytes"]
+        print(
+            f"{r['system']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
+            f"{r['model_tflops_per_s']:.3f} | {mfu} | {r['first_step_s']:.2f} | "
+            f"{'-' if warm is None else f'{warm:.2f}'} | {peak / 2**20:.0f} | "
+            f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

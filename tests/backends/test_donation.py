@@ -1,0 +1,127 @@
+"""Donation on the cpu: outputs written into donated inputs' arrays (results checked against the
+same program without donation and NumPy), what is refused, and `accy.jit(donate_argnums=)`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+from accy import f32, spec
+from accy.lower import build_plan
+from accy.lower.buffers import donation_aliases
+
+T = spec(f32, a=3, b=4)
+RNG = np.random.default_rng(5)
+
+
+def _arrays(n, shape=(3, 4)):
+    return [RNG.standard_normal(shape).astype(np.float32) for _ in range(n)]
+
+
+def _adam(b, args):
+    p, m, v, g = args
+    m2 = m * 0.9 + g * 0.1
+    v2 = v * 0.95 + g * g * 0.05
+    p2 = p - (m2 / ((v2 + 1e-8).sqrt())) * 0.01 - p * 0.001
+    return p2, m2, v2, (g * g).sum()
+
+
+ADAM = accy.trace.define("adam", [T] * 4, _adam)
+
+
+def test_an_adam_update_overwrites_its_donated_state_in_place():
+    p, m, v, g = _arrays(4)
+    expected = [np.asarray(o).copy() for o in accy.compile(ADAM, device="cpu")(p, m, v, g)]
+    update = accy.compile(ADAM, device="cpu", donate=(0, 1, 2))
+    assert update.aliases == {0: 0, 1: 1, 2: 2}
+    donated = [p.copy(), m.copy(), v.copy()]
+    outputs = update(*donated, g)
+    assert all(out is arr for out, arr in zip(outputs, donated, strict=False))  # memory reused
+    for got, want in zip(outputs, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    m2 = m * 0.9 + g * 0.1  # and NumPy agrees
+    np.testing.assert_allclose(outputs[1], m2, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "name, body, aliased",
+    [
+        # each element of p read before its own element is stored: in place
+        ("both", lambda b, a: (a[0] + 1.0, a[0] * 2.0), True),
+        # p read again by a later step (a reduction): the output cannot take its memory early
+        ("later", lambda b, a: (a[0] + 1.0, (a[0] * a[1]).sum()), None),
+        # a transposed read: element (i, j) is stored over (j, i) before that one is read
+        ("transposed", lambda b, a: (_transposed(a[0]) + 1.0,), False),
+    ],
+)
+def test_donation_aliases_only_where_reading_cannot_see_the_writes(name, body, aliased):
+    square = spec(f32, a=4, b=4)
+    program = accy.trace.define(name, [square, square], body)
+    x, y = _arrays(2, (4, 4))
+    expected = [np.asarray(o).copy() for o in accy.reference.run(program, [x, y])]
+    update = accy.compile(program, device="cpu", donate=(0,))
+    if aliased is not None:
+        assert (0 in update.aliases) == aliased
+    outputs = update(x.copy(), y)
+    for got, want in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _transposed(x):
+    swapped = x.rename("a", "t").rename("b", "a").rename("t", "b")  # axes (b, a), values x.T
+    return swapped.transpose("a", "b")
+
+
+def test_an_output_of_another_type_does_not_take_the_donated_memory():
+    program = accy.trace.define("sum", [T], lambda b, a: a[0].sum("b"))
+    assert donation_aliases(build_plan(program), [0]) == {}
+    (x,) = _arrays(1)
+    (out,) = accy.compile(program, device="cpu", donate=(0,))(x.copy())
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "argument, message",
+    [
+        ([[0.0] * 4] * 3, "must be a writable, C-contiguous NumPy array .* got a list"),
+        (np.zeros((3, 4), np.float64), "of dtype float32 .* got a float64"),
+        (np.zeros((4, 3), np.float32).T, "not C-contiguous"),
+        (np.zeros((6, 4), np.float32)[:3], "a view of another array"),
+    ],
+)
+def test_a_donated_argument_that_cannot_be_overwritten_is_refused(argument, message):
+    update = accy.compile(ADAM, device="cpu", donate=(0,))
+    with pytest.raises(accy.DonationError, match=message):
+        update(argument, *_arrays(3))
+
+
+def test_read_only_twice_donated_and_unknown_donations_are_refused():
+    read_only = np.zeros((3, 4), np.float32)
+    read_only.flags.writeable = False
+    with pytest.raises(accy.DonationError, match="read-only"):
+        accy.compile(ADAM, device="cpu", donate=(0,))(read_only, *_arrays(3))
+    shared = np.zeros((3, 4), np.float32)
+    with pytest.raises(accy.DonationError, match="donated twice"):
+        accy.compile(ADAM, device="cpu", donate=(0, 1))(shared, shared, *_arrays(2))
+    with pytest.raises(accy.DonationError, match=r"names input 7, but its inputs are 0..3"):
+        accy.compile(ADAM, device="cpu", donate=(7,))
+    with pytest.raises(accy.DonationError, match="cpu device only"):
+        accy.compile(ADAM, device="reference", donate=(0,))
+
+
+def test_jit_donate_argnums_updates_a_tree_of_parameters_in_place():
+    def sgd(params, grads):
+        return {k: params[k] - grads[k] * 0.5 for k in params}
+
+    step = accy.jit(sgd, donate_argnums=0)
+    names = ("w", "b")
+    params = {n: accy.named(np.ones((3, 2), np.float32), ("i", "o")) for n in names}
+    grads = {n: accy.named(np.full((3, 2), 2.0, np.float32), ("i", "o")) for n in names}
+    before = {n: params[n].array for n in names}
+    new = step(params, grads)
+    for n in names:
+        assert new[n].array is before[n]
+        np.testing.assert_array_equal(new[n].array, np.zeros((3, 2), np.float32))
+    newer = step(new, grads)  # the fast path (cached program) donates as well
+    assert newer["w"].array is before["w"] and float(newer["w"].array[0, 0]) == -1.0

@@ -1,0 +1,82 @@
+"""The gpt2 workload's accy side at the check scale: its loss against an independent NumPy
+forward pass, its training step (AdamW, donated parameters and state) against the same step
+without donation, and the FLOP count of WORKLOADS.md."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import accy
+from accy.frontend.tracing import flatten, unflatten
+from bench import gpt2
+
+S = gpt2.SCALES["check"]
+
+
+def _numpy_loss(p, ids, targets):
+    def norm(x, g, b):
+        mean = x.mean(-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + 1e-5) * g + b
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    x = p["embed"][ids] + p["position"]
+    causal = np.tril(np.ones((S.tokens, S.tokens), bool))
+    for i in range(S.layers):
+        h = norm(x, p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
+        qkv = np.einsum("btc,cphk->pbthk", h, p[f"l{i}_qkv"]) + p[f"l{i}_qkv_bias"][:, None, None]
+        scores = np.einsum("bthk,bshk->bhts", qkv[0], qkv[1]) / math.sqrt(S.head_dim)
+        scores = np.where(causal, scores, -np.inf)
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        weights /= weights.sum(-1, keepdims=True)
+        mixed = np.einsum("bhts,bshk->bthk", weights, qkv[2])
+        x = x + np.einsum("bthk,hkc->btc", mixed, p[f"l{i}_proj"]) + p[f"l{i}_proj_bias"]
+        h = norm(x, p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
+        x = x + gelu(h @ p[f"l{i}_fc"] + p[f"l{i}_fc_bias"]) @ p[f"l{i}_out"] + p[f"l{i}_out_bias"]
+    logits = norm(x, p["final_gain"], p["final_bias"]) @ p["embed"].T
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return -np.take_along_axis(log_p, targets[..., None], -1).mean()
+
+
+def test_the_accy_loss_matches_numpy():
+    values = {k: v.astype(np.float64) for k, v in gpt2.initial_values(S).items()}
+    values = {k: v * (50.0 if not k.endswith(("gain", "bias")) else 1.0) for k, v in values.items()}
+    ids, targets = gpt2.batch(S)
+    shapes = gpt2.parameter_shapes(S)
+    params = {
+        k: accy.named(v.astype(np.float32), tuple(a for a, _ in shapes[k]))
+        for k, v in values.items()
+    }
+    loss = accy.jit(lambda p, i, t: gpt2.accy_loss(p, i, t, S))(
+        params, accy.named(ids, ("batch", "token")), accy.named(targets, ("batch", "token"))
+    )
+    np.testing.assert_allclose(float(loss.array), _numpy_loss(values, ids, targets), rtol=1e-4)
+
+
+def test_a_training_step_updates_in_place_as_without_donation():
+    step = gpt2.accy_step(S, "cpu")
+    params, state, ids, targets = gpt2.accy_inputs(S, "cpu")
+    before = params["decay"]["embed"].array
+    leaves, treedef = flatten((params, state))
+    copies = unflatten(treedef, [accy.named(np.array(a.array), a.axes) for a in leaves])
+    loss, new_params, _ = step(params, state, ids, targets)
+    assert new_params["decay"]["embed"].array is before  # the parameter was updated in place
+    plain = accy.jit(step.fn)  # the same step, nothing donated
+    loss_again, expected, _ = plain(*copies, ids, targets)
+    assert float(loss.array) == float(loss_again.array)
+    for group in ("decay", "plain"):
+        for name, value in expected[group].items():
+            np.testing.assert_array_equal(new_params[group][name].array, value.array)
+    assert abs(float(loss.array) - math.log(S.vocab)) < 0.1
+
+
+def test_model_flops_follow_the_workloads_formula():
+    small = gpt2.SCALES["cuda"]
+    assert gpt2.model_parameters(small) == 123_689_472  # nanoGPT's GPT-2 small count
+    expected = 6 * 123_689_472 * 8 * 1024 + 12 * 12 * 8 * 1024**2 * 768
+    assert gpt2.model_flops(small) == expected

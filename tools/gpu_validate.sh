@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# On the GPU machine: the whole suite with CUDA, a short CUDA demo, and accy's bench steps at
-# an older tree (OLD, default .old) against this one, interleaved. Prints a short table last.
+# On the GPU machine: the whole suite with CUDA, short CUDA demos (f32 and bf16), accy's bench
+# steps at an older tree (OLD, default .old) against this one, interleaved, and the gpt2 bench.
+# Wheels in .whl (packages the machine lacks) are installed first. Prints a short table last.
 set -uo pipefail
-export PYTHONPATH=src PYTHONUNBUFFERED=1 ACCY_CACHE_DIR="${OUT:-/tmp}/accy-cache"
 OUT="${OUT:-/tmp}"
+export PYTHONPATH=src PYTHONUNBUFFERED=1 ACCY_CACHE_DIR="$OUT/accy-cache"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+  export PYTHONPATH="src:/tmp/site"
+fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -m pytest -p no:cacheprovider -q -rfE 2>&1 | tail -40 > "$OUT/pytest.txt"
-python3 -m accy demo --device cuda --steps 400 --out "$OUT/demo" 2>&1 | tr '\r' '\n' \
-  | grep -v '^ *[0-9]*%|' | tail -6 > "$OUT/demo.txt"
+python3 -m pytest -p no:cacheprovider -q -rfE 2>&1 | tail -60 > "$OUT/pytest.txt"
+for dtype in f32 bf16; do
+  python3 -m accy demo --device cuda --dtype "$dtype" --steps 400 --out "$OUT/demo-$dtype" 2>&1 \
+    | tr '\r' '\n' | grep -v '^ *[0-9]*%|' | tail -4 > "$OUT/demo-$dtype.txt"
+done
 if [ -d "${OLD:-.old}" ]; then
   python3 tools/compare_commits.py "${OLD:-.old}" . --device cuda --rounds 1 > "$OUT/bench.txt" 2>&1
 fi
-echo "== pytest"; tail -25 "$OUT/pytest.txt"; echo "== demo"; cat "$OUT/demo.txt"; echo "== bench"
-cat "$OUT/bench.txt" 2>/dev/null
+PYTHONPATH="$PYTHONPATH:." timeout "${GPT2_SECONDS:-150}" python3 -m bench.gpt2 --device cuda \
+  --json "$OUT/gpt2-cuda.json" > "$OUT/gpt2.txt" 2>&1
+echo "== pytest"; tail -40 "$OUT/pytest.txt"
+for dtype in f32 bf16; do echo "== demo $dtype"; cat "$OUT/demo-$dtype.txt"; done
+echo "== bench"; cat "$OUT/bench.txt" 2>/dev/null; echo "== gpt2"; tail -15 "$OUT/gpt2.txt"

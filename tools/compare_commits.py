@@ -26,7 +26,9 @@ def run_bench(tree: Path, device: str, workloads: str, quick: bool) -> dict[str,
         command += ["--workloads", workloads, "--json", str(result)] + (
             ["--quick"] if quick else []
         )
-        environment = {**os.environ, "PYTHONPATH": str(tree / "src")}
+        # The tree's own sources first; what the caller's path adds (installed wheels) after.
+        path = os.pathsep.join(filter(None, [str(tree / "src"), os.environ.get("PYTHONPATH")]))
+        environment = {**os.environ, "PYTHONPATH": path}
         subprocess.run(command, cwd=tree, env=environment, check=False, capture_output=True)
         if not result.exists():
             return {}

@@ -10,15 +10,15 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   export PYTHONPATH="src:/tmp/site"
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -m pytest -p no:cacheprovider -q -rfE 2>&1 | tail -60 > "$OUT/pytest.txt"
+python3 -m pytest -p no:cacheprovider -rfE "${@}" 2>&1 | tail -60 > "$OUT/pytest.txt"
 for dtype in f32 bf16; do
   python3 -m accy demo --device cuda --dtype "$dtype" --steps 400 --out "$OUT/demo-$dtype" 2>&1 \
-    | tr '\r' '\n' | grep -v '^ *[0-9]*%|' | tail -4 > "$OUT/demo-$dtype.txt"
+    | tr '\r' '\n' | grep -E 'compiled|final training loss|accuracy' > "$OUT/demo-$dtype.txt"
 done
 if [ -d "${OLD:-.old}" ]; then
   python3 tools/compare_commits.py "${OLD:-.old}" . --device cuda --rounds 1 > "$OUT/bench.txt" 2>&1
 fi
-PYTHONPATH="$PYTHONPATH:." timeout "${GPT2_SECONDS:-150}" python3 -m bench.gpt2 --device cuda \
+PYTHONPATH="$PYTHONPATH:." timeout "${GPT2_SECONDS:-150}" python3 -m bench.gpt2 --device cuda --systems "${GPT2_SYSTEMS:-accy,jax,torch}" \
   --json "$OUT/gpt2-cuda.json" > "$OUT/gpt2.txt" 2>&1
 echo "== pytest"; tail -40 "$OUT/pytest.txt"
 for dtype in f32 bf16; do echo "== demo $dtype"; cat "$OUT/demo-$dtype.txt"; done

@@ -14,6 +14,7 @@ import accy
 from accy.kernel import Limits, lower, toolchain
 from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
 
+from ..halves import comparable
 from .catalog import CASES, Case, conversion_programs
 from .cuda_driver import Driver, DriverUnavailable
 
@@ -89,6 +90,7 @@ def _mismatch_on_gpu(driver: Driver, module, case: Case) -> str | None:
     got = driver.run(module, call, inputs)
     with np.errstate(all="ignore"):
         expected = np.asarray(case.expected(*inputs)).reshape(-1)
+    got, expected = comparable(got), comparable(expected)  # bf16 NaN == NaN, as for floats
     try:
         if case.tolerance:
             np.testing.assert_allclose(got, expected, rtol=case.tolerance, atol=case.tolerance)

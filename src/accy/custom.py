@@ -75,8 +75,12 @@ VjpRule = Callable[[OpsApi, list, Any, Any], Sequence[Any]]
 KernelSource = KernelProgram | KernelCallArtifact | KernelCall | Callable[..., Any]
 
 # Device names are accepted where an artifact format is meant.
-_FORMATS = {"cpu": "cpu_object", "cuda": "cuda_ptx", "cpu_object": "cpu_object"}
-_FORMATS["cuda_ptx"] = "cuda_ptx"
+_FORMATS = {
+    "cpu": "cpu_object",
+    "cuda": "cuda_ptx",
+    "cpu_object": "cpu_object",
+    "cuda_ptx": "cuda_ptx",
+}
 
 
 def artifact_format(format: str) -> str:

@@ -27,7 +27,10 @@ def scores(e: Any, s: Signature, shape: Shape, q: Any, k: Any, bias: Any = None)
     {batch (the query's order)..., query, key}, in the accumulation dtype."""
     acc = shape.accumulation
     q, k = e.convert(q, acc), e.convert(k, acc)
-    result = e.mul(e.contract(q, k, s.dim_axis), shape_scale(s, shape))
+    result = e.contract(q, k, s.dim_axis)
+    scale = shape_scale(s, shape)
+    if scale != 1.0:  # a multiply by one would still be an operation, and a pass over the scores
+        result = e.mul(result, scale)
     if bias is not None:
         result = e.add(result, e.convert(bias, acc))
     if s.causal:

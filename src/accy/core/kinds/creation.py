@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import AxisError, DTypeError, TypeRuleError
 from ..arrays import ConstantArray
 from ..types import TensorType, bool_
-from .registry import Rule, Zero, attr, check_arity, register
+from .registry import Rule, attr, check_arity, register, zero_tangent
 
 
 def _type_attr(kind, attrs) -> TensorType:
@@ -94,7 +94,7 @@ register(
         "constant",
         _constant_infer,
         _constant_evaluate,
-        lambda e, op, p, t, out: Zero(op.type),
+        zero_tangent,
         arity=0,
         result_type_is_attr=True,
     )
@@ -126,7 +126,7 @@ register(
         "iota",
         _iota_infer,
         _iota_evaluate,
-        lambda e, op, p, t, out: Zero(op.type),
+        zero_tangent,
         arity=0,
         result_type_is_attr=True,
     )

@@ -25,6 +25,7 @@ from .registry import (
     check_same_dtype,
     describe,
     register,
+    zero_tangent,
 )
 
 
@@ -424,7 +425,7 @@ register(
         "compare",
         _compare_infer,
         _compare_evaluate,
-        lambda e, op, p, t, out: Zero(op.type),
+        zero_tangent,
         arity=2,
         batch=batch_same_kind,
     )
@@ -551,7 +552,7 @@ register(
         "bitcast_convert",
         _bitcast_infer,
         _bitcast_evaluate,
-        lambda e, op, p, t, out: Zero(op.type),
+        zero_tangent,
         arity=1,
         batch=batch_same_kind,
     )

@@ -91,6 +91,12 @@ def batch_same_kind(e, op, operands, batched, ctx: BatchContext):
     return e.emit(op.kind, operands, op.attrs)
 
 
+def zero_tangent(e, op, primals, tangents, outputs) -> Zero:
+    """The JVP rule of kinds whose result does not depend smoothly on their operands
+    (constants, comparisons, bit casts, integer results): a symbolic zero."""
+    return Zero(op.type)
+
+
 RULES: dict[str, Rule] = {}
 
 

@@ -13,7 +13,6 @@ from accy import bf16, f16, f32, f64
 from accy.attention import cuda as cudnn_attention
 from accy.attention.records import records_for
 from accy.attention.signature import Signature, check, packed_type
-from accy.core.types import round_to_bf16
 
 from ..executors import cuda_device_or_skip
 
@@ -131,12 +130,10 @@ def _program(dtype, layouts, *, causal, bias_axes=None, loss=False, keys=None):
 
 
 def _inputs(specs, dtype, seed=0):
-    """Random operands rounded to `dtype`: float32 holding bf16 values, or float16."""
+    """Random operands of `dtype` (ml_dtypes.bfloat16, float16 or float32 arrays)."""
     rng = np.random.default_rng(seed)
     arrays = [rng.normal(size=t.extents).astype(np.float32) for t in specs]
-    if dtype == bf16:
-        return [round_to_bf16(x) for x in arrays]
-    return [x.astype(np.float16) for x in arrays]
+    return [x.astype(dtype.numpy) for x in arrays]
 
 
 def _as_f64_program(program_maker, *args, **options):
@@ -254,8 +251,7 @@ def test_f32_and_unsupported_layouts_run_the_composition_on_cuda():
         q_axes = layouts[0]
         k_axes = tuple("key" if a == "token" else a for a in q_axes)
         p, specs = _program(dtype, (q_axes, k_axes), causal=True)
-        inputs = _inputs(specs, bf16 if dtype == bf16 else f16)
-        inputs = [x.astype(np.float32) for x in inputs]
+        inputs = _inputs(specs, dtype)
         executable = accy.compile(p, device="cuda")
         assert not _library_steps(executable)
         (out,) = executable(*inputs)

@@ -26,6 +26,7 @@ and every step of building a graph is logged (logger `accy.attention.cuda`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -33,13 +34,14 @@ import math
 import os
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.types import TensorType, bf16, f16
 from ..kernel.call import KernelCall
-from .signature import Signature, backward_type, check, packed_type
+from .signature import Signature, check
 
 log = logging.getLogger("accy.attention.cuda")
 ALIGN = 256  # bytes: every buffer this step places in its scratch starts at such a boundary
@@ -287,9 +289,20 @@ class Built:
     workspace: int
 
 
+@contextlib.contextmanager
+def _warnings_logged(what: str) -> Iterator[None]:
+    """cuDNN's own warnings (deprecations, ...) are logged, not raised in the caller."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        log.info("%s: warning from cuDNN: %s", what, warning.message)
+
+
 def _cudnn():
     try:
-        import cudnn
+        with _warnings_logged("import cudnn"):
+            import cudnn
     except Exception as error:  # ImportError, or a libcudnn that fails to load
         raise Decline(
             f"cannot import cudnn (pip install nvidia-cudnn-frontend nvidia-cudnn-cu13): {error}"
@@ -320,7 +333,8 @@ def built(problem: Problem) -> Built:
     with _LOCK:
         done = _BUILT.get(problem)
     if done is None:
-        done = _build(problem)
+        with _warnings_logged(f"cuDNN attention {problem.part} {problem.summary}"):
+            done = _build(problem)
         with _LOCK:
             _BUILT[problem] = done
     return done

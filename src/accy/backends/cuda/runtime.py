@@ -7,10 +7,10 @@ The workspace and the pointer pool come from CuPy's memory pool.
 
 The first run captures the whole schedule into a CUDA graph: a copy of the pointer pool from
 pinned host memory, then every kernel, GEMM, custom kernel and host-library step (cuDNN) in
-order; library steps are loaded (plans built, warmed up) when the fragment is. A run fills the pinned
-pool with the addresses of this call's buffers and launches the graph: one launch from Python,
-on the current CuPy stream. Two slots (two pinned pools, two graphs) let a call be issued while
-the previous one is still running; a slot is reused once its last launch has finished.
+order; library steps are loaded (plans built, warmed up) when the fragment is. A run fills
+the pinned pool with the addresses of this call's buffers and launches the graph: one launch
+from Python, on the current CuPy stream. Two slots (two pinned pools, two graphs) let a call be
+issued while the previous one is still running; a slot is reused once its last launch has finished.
 """
 
 from __future__ import annotations
@@ -306,7 +306,6 @@ class CudaFragment:
         _, function = self._externals[action.symbol]
         arguments = tuple(np.uint64(self._address(x)) for x in action.arguments)
         function(action.grid, action.block, arguments)
-
 
     def _library(self, action: Library) -> None:
         issuer = self._libraries[action.symbol]

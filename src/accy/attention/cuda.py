@@ -641,8 +641,9 @@ class Issuer:
             )
 
     def _execute(self, pointers: dict[str, int], workspace: int, h: Any) -> None:
+        # Keyed by uid (the frontend's own key; its tensors need not be hashable).
         tensors = self.graph.tensors
-        pack = {tensors[name]: int(address) for name, address in pointers.items()}
+        pack = {int(tensors[name].uid): int(address) for name, address in pointers.items()}
         self.graph.graph.execute(pack, int(workspace), handle=h)
 
 

@@ -11,8 +11,8 @@ held before it (VmHWM, reset through /proc/self/clear_refs), less its outputs' b
     python -m bench.flash_attention --device cuda --dtype bf16 --batch 8 --heads 12 \\
         --tokens 1024 --dim 64                            # GPT-2 small's attention on a GPU
 
-Missing packages (jax, torch, cupy) are reported as not installed. bf16 on accy's side is a
-float32 array holding bf16 values, as accy's CUDA tests build them.
+Missing packages (jax, torch, cupy) are reported as not installed. bf16 inputs are bf16 values
+(rounded from float32); on CUDA accy gets them as CuPy `ml_dtypes.bfloat16` arrays.
 """
 
 from __future__ import annotations
@@ -160,8 +160,11 @@ def run_one(a: argparse.Namespace) -> dict[str, Any]:
         arrays = prepare(arrays)
     elif a.system.startswith("accy") and a.device == "cuda":
         import cupy
+        import ml_dtypes
 
-        arrays = [cupy.asarray(x) for x in arrays]
+        # The arrays accy holds for the dtype (bfloat16 for bf16): no conversion in the step.
+        held = {"f32": np.float32, "bf16": ml_dtypes.bfloat16, "f16": np.float16}[a.dtype]
+        arrays = [cupy.asarray(x.astype(held)) for x in arrays]
     result: dict[str, Any] = {"system": a.system, "status": "ok"}
     if a.device == "cpu":
         with open("/proc/self/clear_refs", "w") as clear:

@@ -16,7 +16,7 @@ from accy.mesh import shard_program
 from accy.mesh.nccl import Distributed, NcclExecutable
 
 
-def run_checks(distributed: Distributed, segment_device: str = "cuda", lock=None) -> list[str]:
+def run_checks(distributed: Distributed, lock=None) -> list[str]:
     """What went wrong on this rank (empty: everything matched). `lock` serializes compiling
     (ranks that are threads of one process)."""
     cupy, mesh, me = distributed.cupy, distributed.mesh, distributed.rank
@@ -26,7 +26,7 @@ def run_checks(distributed: Distributed, segment_device: str = "cuda", lock=None
 
     def executable(program):
         with lock:
-            return NcclExecutable(program, distributed, segment_device=segment_device)
+            return NcclExecutable(program, distributed)
 
     def host(x) -> np.ndarray:
         return cupy.asnumpy(x) if hasattr(cupy, "asnumpy") else np.asarray(x)

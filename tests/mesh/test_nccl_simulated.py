@@ -30,7 +30,7 @@ def run_ranks(size: int, body) -> list:
         env = Environment(r, size, r, "127.0.0.1", port)
         store = first if r == 0 else Store.connect(env, timeout=60)
         try:
-            distributed = Distributed(mesh, env, store, modules=(cupy, nccl))
+            distributed = Distributed(mesh, env, store, modules=(cupy, nccl), segment_device="cpu")
             results[r] = body(distributed, lock)
             distributed.close()
         except Exception as error:  # noqa: BLE001 - the test reports it
@@ -46,7 +46,7 @@ def run_ranks(size: int, body) -> list:
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_every_collective_and_sharded_program_through_simulated_nccl(size):
-    results = run_ranks(size, lambda d, lock: run_checks(d, segment_device="cpu", lock=lock))
+    results = run_ranks(size, lambda d, lock: run_checks(d, lock=lock))
     for r, result in enumerate(results):
         assert not isinstance(result, Exception), f"rank {r}: {result!r}"
         assert result == [], "\n".join(result)

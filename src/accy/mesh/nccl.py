@@ -114,7 +114,8 @@ def _import_nccl():
 class Distributed:
     """This process's GPU and its NCCL communicators, one per mesh axis (see the module
     docstring). `mesh` has one device per process, in rank order. `modules` replaces
-    `(cupy, cupy.cuda.nccl)`: tests pass NumPy stand-ins that run ranks as threads (and then no
+    `(cupy, cupy.cuda.nccl)` and `segment_device` the backend the segments between collectives
+    are compiled for: tests pass NumPy stand-ins that run ranks as threads, and "cpu" (then no
     GPU is pinned)."""
 
     def __init__(
@@ -124,7 +125,9 @@ class Distributed:
         store: Store | None = None,
         *,
         modules: tuple[Any, Any] | None = None,
+        segment_device: str = "cuda",
     ):
+        self.segment_device = segment_device
         self.env = env or Environment.from_env()
         if mesh.size != self.env.world_size:
             raise MeshError(
@@ -238,8 +241,7 @@ class Distributed:
 
 class NcclExecutable:
     """The per-device program of `sharded` on this process's GPU (see the module docstring).
-    `precision` is the CUDA backend's ("f32", or "tf32" for TF32 f32 GEMMs); `segment_device`
-    compiles the segments for another backend ("cpu" in tests, whose NCCL is simulated)."""
+    `precision` is the CUDA backend's ("f32", or "tf32" for TF32 f32 GEMMs)."""
 
     def __init__(
         self,
@@ -247,7 +249,6 @@ class NcclExecutable:
         distributed: Distributed,
         *,
         precision: str = "f32",
-        segment_device: str = "cuda",
     ):
         sharded = program if isinstance(program, ShardedProgram) else None
         if sharded is not None and sharded.mesh != distributed.mesh:
@@ -259,7 +260,7 @@ class NcclExecutable:
                 check_mesh_attrs(distributed.mesh, op)
         self.steps = split_program(self.program)
         self.compiled = {
-            id(s): compile_program(s.program, segment_device, precision=precision)
+            id(s): compile_program(s.program, distributed.segment_device, precision=precision)
             for s in self.steps
             if isinstance(s, Segment)
         }

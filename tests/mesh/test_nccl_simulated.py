@@ -85,3 +85,26 @@ def test_a_sum_of_a_dtype_nccl_cannot_add_is_an_error_naming_those_it_can():
         return True
 
     assert run_ranks(1, body) == [True]
+
+
+def test_a_data_parallel_step_is_two_segments_around_its_psums_side_by_side():
+    import accy
+    from accy import f32, spec
+    from accy.mesh import shard_program, split_program
+    from accy.mesh.segments import MeshStep
+
+    def loss(b, a):
+        x, w1, w2 = a
+        return (x.contract(w1, "feature").tanh().contract(w2, "hidden") ** 2.0).mean("batch")
+
+    specs = [spec(f32, batch=8, feature=4), spec(f32, feature=4, hidden=6), spec(f32, hidden=6)]
+    grads = accy.gradient.value_and_grad(accy.trace.define("mlp", specs, loss), (1, 2))
+
+    def step(b, a):  # the SGD update of each parameter reads its psum-med gradient
+        value, g1, g2 = b.call(grads, a)
+        return value, a[1] - g1 * 0.1, a[2] - g2 * 0.1
+
+    program = accy.trace.define("train", specs, step)
+    steps = split_program(shard_program(program, Mesh(range(2), "data"), {"batch": "data"}).program)
+    kinds = [s.op.kind if isinstance(s, MeshStep) else "segment" for s in steps]
+    assert kinds == ["segment", "psum", "psum", "psum", "segment"]

@@ -189,6 +189,26 @@ class Distributed:
         )  # fmt: skip
         return out
 
+    def psums(self, items: Sequence[tuple[Any, Any, TensorType]], stream: Any) -> list[Any]:
+        """Several independent psums ((x, attrs, type) each) as one NCCL group: NCCL issues
+        them together (a data-parallel step's gradients: one launch, not one per parameter).
+        The operands stay referenced here until the group is issued."""
+        if len(items) == 1:
+            x, attrs, t = items[0]
+            return [self.psum(x, attrs, stream, t)]
+        operands = [self.cupy.ascontiguousarray(x) for x, _, _ in items]
+        outs = [self.cupy.empty_like(x) for x in operands]
+        self.nccl.groupStart()
+        try:
+            for x, out, (_, attrs, t) in zip(operands, outs, items, strict=True):
+                self.communicators[attrs["mesh_axis"]].allReduce(
+                    x.data.ptr, out.data.ptr, x.size, self.sum_type(t, "psum"),
+                    self.nccl.NCCL_SUM, stream.ptr,
+                )  # fmt: skip
+        finally:
+            self.nccl.groupEnd()
+        return outs
+
     def all_gather(self, x: Any, attrs, stream: Any, position: int) -> Any:
         cupy, size = self.cupy, attrs["size"]
         front = cupy.ascontiguousarray(cupy.moveaxis(x, position, 0))
@@ -276,13 +296,30 @@ class NcclExecutable:
         cupy = self.distributed.cupy
         stream = cupy.cuda.get_current_stream()
         env = {v: cupy.asarray(a) for v, a in zip(self.program.parameters, arrays, strict=True)}
+        psums: list[MeshStep] = []  # independent psums side by side: issued as one group
         for step in self.steps:
+            if isinstance(step, MeshStep) and step.op.kind == "psum":
+                if any(step.op.operands[0] in p.op.results for p in psums):
+                    self._psums(psums, env, stream)
+                psums.append(step)
+                continue
+            self._psums(psums, env, stream)
             if isinstance(step, MeshStep):
                 env[step.op.results[0]] = self._collective(step, env, stream)
             else:
                 outputs = self.compiled[id(step)](*[env[v] for v in step.inputs])
                 env.update(zip(step.outputs, map(cupy.asarray, outputs), strict=True))
+        self._psums(psums, env, stream)
         return [env[v] for v in self.program.outputs]
+
+    def _psums(self, steps: list[MeshStep], env: dict[int, Any], stream: Any) -> None:
+        """Issue the pending psums (one NCCL group) and forget them."""
+        if not steps:
+            return
+        items = [(env[s.op.operands[0]], s.op.attrs, s.op.operand_types[0]) for s in steps]
+        results = self.distributed.psums(items, stream)
+        env.update((s.op.results[0], r) for s, r in zip(steps, results, strict=True))
+        steps.clear()
 
     def _collective(self, step: MeshStep, env: dict[int, Any], stream: Any) -> Any:
         op, d = step.op, self.distributed

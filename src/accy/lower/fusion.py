@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from ..core import Operation, Program
 from .views import VIEW_KINDS
 
-ROOT_KINDS = frozenset({"reduce", "dot_general", "scatter_add", "custom_call", "scan"})
+ROOT_KINDS = frozenset({"reduce", "dot_general", "scatter_add", "scatter", "custom_call", "scan"})
 CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "concatenate"}
 
 LIGHT_KINDS = frozenset({"add", "sub", "mul", "max", "min", "compare", "select", "convert"})
@@ -94,6 +94,7 @@ def _concatenate(op: Operation) -> list[tuple[str, str]]:
 OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
     "reduce": lambda op: [("input", "inline"), ("init", "inline")],
     "scatter_add": lambda op: [("init", "inline"), ("updates", "inline"), ("updates", "inline")],
+    "scatter": lambda op: [("init", "inline"), ("updates", "inline"), ("updates", "inline")],
     "dot_general": _all_buffers,
     "custom_call": _all_buffers,
     "scan": _all_buffers,

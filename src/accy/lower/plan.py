@@ -26,6 +26,7 @@ STEP_KINDS = {
     "reduce": "reduce",
     "dot_general": "dot",
     "scatter_add": "scatter",
+    "scatter": "scatter",
     "custom_call": "custom_call",
     "scan": "scan",
 }

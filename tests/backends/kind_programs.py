@@ -448,6 +448,51 @@ def _scatter_grad_inputs(rng, program):
     return [values[:12].reshape(2, 3, 2), np.zeros(6, np.int32), values[12:].reshape(2, 6, 2), rows]
 
 
+def _sort_case(dtype, n: int = 1000) -> Case:
+    """The kind sort: both directions, carried operands (another dtype, a fused one), argsort
+    and top_k, along an inner and an outer axis; many ties, NaN and -0.0 among floats."""
+
+    def body(b, args):
+        keys, other = args  # keys [r, n]; other [n, r] (i32)
+        values, carried = b.sort([keys, other], "n")
+        return (
+            values,
+            carried,
+            keys.argsort("n", descending=True),
+            *keys.top_k(min(5, n), "n"),
+            keys.sort("r"),
+            b.sort([keys, (other * 3).convert(f32)], "n", descending=True)[1],
+        )
+
+    types = [spec(dtype, r=3, n=n), spec(i32, n=n, r=3)]
+
+    def inputs(rng, program):
+        if dtype == bool_:
+            keys = rng.random((3, n)) < 0.5
+        elif dtype.is_float:
+            keys = held(rng.integers(-40, 40, (3, n)) * 0.5, types[0])
+            keys[0, ::13] = np.nan
+            keys[1, ::7] = -0.0
+        else:
+            keys = rng.integers(0, 50, (3, n)).astype(dtype.numpy)
+        return [keys, rng.integers(-99, 99, (n, 3)).astype(np.int32)]
+
+    name = f"sort_{dtype}_{n}"
+    return Case(name, define(name, types, body), inputs, 0.0, 0.0)
+
+
+def _sort_grad() -> accy.Program:
+    def loss(b, args):
+        x, y = args
+        values, carried = b.sort([x, y], "n", descending=True)
+        top, _ = x.top_k(4, "n")
+        weights = b.iota(spec(f32, n=300), "n").convert(f32) * 0.01
+        return (values * weights).sum() + (carried * carried * weights).sum() + top.sum()
+
+    types = [spec(f32, r=2, n=300), spec(f32, r=2, n=300)]
+    return accy.value_and_grad(accy.trace.define("sort_loss", types, loss), wrt=(0, 1))
+
+
 def _embedding(b, args):
     table, ids = args
     g = table.gather(ids, "vocab")
@@ -666,6 +711,10 @@ CASES = [
     *(_scatter_case(d) for d in (f32, f64, f16, bf16, i32, i64, u8, bool_)),
     *(_scatter_modes_case(d) for d in (f32, f16, bf16, i32, u8, bool_)),
     Case("scatter_modes_grad", _scatter_modes_grad, _scatter_grad_inputs, 1e-5, 1e-5),
+    *(_sort_case(d) for d in (f32, f64, f16, bf16, i32, i64, u8, bool_)),
+    _sort_case(f32, 4096),  # the longest row CUDA sorts
+    _sort_case(i32, 1),
+    Case("sort_value_and_grad", _sort_grad, lambda rng, p: normal(rng, p), 1e-5, 1e-5),
     Case("embedding_value_and_grad", _embedding_grad, _embedding_inputs, 1e-4, 1e-3),
     Case(
         "scans",

@@ -992,6 +992,20 @@ def test_scatter_combines_repeated_and_clamped_indices(rng, dtype, combine):
     assert_same(evaluate_one(program, operand, indices, updates), expected)
 
 
+@kind_test("sort")
+def test_sort_orders_by_the_first_operand_stably_and_carries_the_second():
+    program = trace(
+        [spec(f32, n=5), spec(i32, n=5)],
+        lambda b, a: b.emit("sort", list(a), {"axis": "n", "descending": False}),
+    )
+    traced_once(program, "sort")
+    assert program.output_types == (spec(f32, n=5), spec(i32, n=5))
+    keys = np.array([2.0, np.nan, 1.0, 2.0, -1.0], np.float32)
+    values, carried = evaluate(program, keys, np.arange(5, dtype=np.int32))
+    assert_same(values, np.array([-1.0, 1.0, 2.0, 2.0, np.nan], np.float32))
+    assert_same(carried, np.array([4, 2, 0, 3, 1], np.int32))
+
+
 def test_scatter_add_needs_updates_of_the_gathered_type():
     with pytest.raises(accy.AxisError, match=r"updates must have type f32\[token=2, c=3\]"):
         trace(

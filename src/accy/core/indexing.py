@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import AxisError, DTypeError, TypeRuleError
+from .kinds.registry import check_has_axes
 from .types import TensorType, bool_, i32, i64
 
 GATHER_MODES = ("clip", "fill")
@@ -124,7 +125,7 @@ class Indexing:
     # -- pieces -----------------------------------------------------------------------------
 
     def _check_indexing(self, kind: str, table, indices, axis: str) -> None:
-        self._require_axes(kind, table, [axis])
+        check_has_axes(kind, table.ty, [axis], role="table" if kind == "gather" else "operand")
         if indices.ty.dtype not in (i32, i64):
             raise DTypeError(f"{kind}: indices must be i32 or i64, got {indices.ty}")
         for name in indices.ty.axes:

@@ -89,9 +89,9 @@ def normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0)
 
 
 def _registry() -> dict[str, Workload]:
-    from . import attention, block, elementwise, embedding, mlp, tiny
+    from . import attention, block, conv, elementwise, embedding, mlp, tiny
 
-    modules = (tiny, mlp, attention, embedding, elementwise, block)
+    modules = (tiny, mlp, attention, embedding, elementwise, block, conv)
     return {module.WORKLOAD.name: module.WORKLOAD for module in modules}
 
 

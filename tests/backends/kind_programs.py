@@ -394,6 +394,105 @@ def _scatter_case(dtype) -> Case:
     return Case(name, define(name, types, body), inputs, *tolerance)
 
 
+def _scatter_modes_case(dtype) -> Case:
+    """The kind `scatter` (mul, max, min), scatter-set, dropped indices and batch axes."""
+    combines = ["max", "min", "set"] + ([] if dtype == bool_ else ["multiply", "add"])
+
+    def body(b, args):
+        table, ids, updates, rows = args  # table [r, v, c]; ids [t]; updates [t, c]; rows [r, t]
+        flat = b.reshape(table.slice("r", 0, 1), [("v", 3), ("c", 2)])
+        results = [flat.scatter(ids, updates, "v", combine=c) for c in combines]
+        results += [flat.scatter(ids, updates, "v", combine=c, mode="drop") for c in combines]
+        batch_updates = b.broadcast_to(updates, spec(dtype, r=2, t=6, c=2))
+        results.append(table.scatter(rows, batch_updates, "v", combine=combines[0], mode="drop"))
+        results.append(table.gather(rows, "v", mode="fill"))
+        return tuple(results)
+
+    types = [spec(dtype, r=2, v=3, c=2), spec(i32, t=6), spec(dtype, t=6, c=2), spec(i32, r=2, t=6)]
+
+    def inputs(rng, program):
+        if dtype == bool_:
+            values = [rng.random(t.extents) > 0.5 for t in types[:3]]
+        elif not dtype.is_float:
+            values = [rng.integers(-5, 5, t.extents).astype(dtype.numpy) for t in types[:3]]
+        else:
+            values = [held(rng.uniform(-2, 2, t.extents), t) for t in types[:3]]
+        values[1] = np.array([0, 2, 0, -1, 1, 9], np.int32)
+        return [*values, np.array([[0, 2, 2, 5, 1, -1], [1, 1, 0, 0, 3, 2]], np.int32)]
+
+    name = f"scatter_modes_{dtype}"
+    return Case(name, define(name, types, body), inputs, 0.0, 0.0)
+
+
+def _scatter_modes_grad() -> accy.Program:
+    def loss(b, args):
+        table, ids, updates, rows = args
+        total = table.gather(rows, "v", mode="fill", fill_value=0.0).sum()
+        for combine in ("multiply", "max", "min", "set"):
+            s = table.scatter(rows, updates, "v", combine=combine, mode="drop")
+            total = total + (s * s.sin()).sum()
+        return total
+
+    types = [
+        spec(f32, r=2, v=3, c=2),
+        spec(i32, t=6),
+        spec(f32, r=2, t=6, c=2),
+        spec(i32, r=2, t=6),
+    ]
+    return accy.value_and_grad(accy.trace.define("scatter_modes_loss", types, loss), wrt=(0, 2))
+
+
+def _scatter_grad_inputs(rng, program):
+    values = rng.permutation(np.linspace(0.3, 2.0, 36)).astype(np.float32)
+    rows = np.array([[0, 2, 2, 5, 1, -1], [1, 1, 0, 0, 3, 2]], np.int32)
+    return [values[:12].reshape(2, 3, 2), np.zeros(6, np.int32), values[12:].reshape(2, 6, 2), rows]
+
+
+def _sort_case(dtype, n: int = 1000) -> Case:
+    """The kind sort: both directions, carried operands (another dtype, a fused one), argsort
+    and top_k, along an inner and an outer axis; many ties, NaN and -0.0 among floats."""
+
+    def body(b, args):
+        keys, other = args  # keys [r, n]; other [n, r] (i32)
+        values, carried = b.sort([keys, other], "n")
+        return (
+            values,
+            carried,
+            keys.argsort("n", descending=True),
+            *keys.top_k(min(5, n), "n"),
+            keys.sort("r"),
+            b.sort([keys, (other * 3).convert(f32)], "n", descending=True)[1],
+        )
+
+    types = [spec(dtype, r=3, n=n), spec(i32, n=n, r=3)]
+
+    def inputs(rng, program):
+        if dtype == bool_:
+            keys = rng.random((3, n)) < 0.5
+        elif dtype.is_float:
+            keys = held(rng.integers(-40, 40, (3, n)) * 0.5, types[0])
+            keys[0, ::13] = np.nan
+            keys[1, ::7] = -0.0
+        else:
+            keys = rng.integers(0, 50, (3, n)).astype(dtype.numpy)
+        return [keys, rng.integers(-99, 99, (n, 3)).astype(np.int32)]
+
+    name = f"sort_{dtype}_{n}"
+    return Case(name, define(name, types, body), inputs, 0.0, 0.0)
+
+
+def _sort_grad() -> accy.Program:
+    def loss(b, args):
+        x, y = args
+        values, carried = b.sort([x, y], "n", descending=True)
+        top, _ = x.top_k(4, "n")
+        weights = b.iota(spec(f32, n=300), "n").convert(f32) * 0.01
+        return (values * weights).sum() + (carried * carried * weights).sum() + top.sum()
+
+    types = [spec(f32, r=2, n=300), spec(f32, r=2, n=300)]
+    return accy.value_and_grad(accy.trace.define("sort_loss", types, loss), wrt=(0, 1))
+
+
 def _embedding(b, args):
     table, ids = args
     g = table.gather(ids, "vocab")
@@ -610,6 +709,12 @@ CASES = [
         _indexing_inputs,
     ),
     *(_scatter_case(d) for d in (f32, f64, f16, bf16, i32, i64, u8, bool_)),
+    *(_scatter_modes_case(d) for d in (f32, f16, bf16, i32, u8, bool_)),
+    Case("scatter_modes_grad", _scatter_modes_grad, _scatter_grad_inputs, 1e-5, 1e-5),
+    *(_sort_case(d) for d in (f32, f64, f16, bf16, i32, i64, u8, bool_)),
+    _sort_case(f32, 4096),  # the longest row CUDA sorts
+    _sort_case(i32, 1),
+    Case("sort_value_and_grad", _sort_grad, lambda rng, p: normal(rng, p), 1e-5, 1e-5),
     Case("embedding_value_and_grad", _embedding_grad, _embedding_inputs, 1e-4, 1e-3),
     Case(
         "scans",

@@ -92,8 +92,57 @@ def block(x, w1, w2, gain, bias, eps=1e-5) -> Arrays:
     ]
 
 
+def _patches(x: np.ndarray) -> np.ndarray:
+    """[batch, height, width, 3, 3, channel]: each position's 3x3 neighbourhood (zero padded)."""
+    padded = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    h, w = x.shape[1:3]
+    return np.stack(
+        [np.stack([padded[:, i : i + h, j : j + w] for j in range(3)], 3) for i in range(3)], 3
+    )
+
+
+def _conv_input_gradient(d_out: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """Each output's gradient sent back to the 3x3 inputs that made it."""
+    h, w = d_out.shape[1:3]
+    d_padded = np.zeros((d_out.shape[0], h + 2, w + 2, kernel.shape[2]))
+    for i in range(3):
+        for j in range(3):
+            d_padded[:, i : i + h, j : j + w] += d_out @ kernel[i, j].T
+    return d_padded[:, 1:-1, 1:-1]
+
+
+def conv(x, k1, k2, w, labels) -> Arrays:
+    def convolve(a, kernel):
+        return np.einsum("bhwijc,ijco->bhwo", _patches(a), kernel)
+
+    def kernel_gradient(a, d_out):
+        return np.einsum("bhwijc,bhwo->ijco", _patches(a), d_out)
+
+    first = convolve(x, k1)
+    hidden = np.maximum(first, 0)
+    summed = convolve(hidden, k2) + x
+    block = np.maximum(summed, 0)
+    pooled = block.mean(axis=(1, 2))
+    logits = pooled @ w
+    batch, classes = logits.shape
+    one_hot = np.eye(classes)[labels]
+    peak = logits.max(axis=-1)
+    logsumexp = peak + np.log(np.exp(logits - peak[:, None]).sum(axis=-1))
+    loss = np.mean(logsumexp - (logits * one_hot).sum(axis=-1))
+    d_logits = (softmax(logits) - one_hot) / batch
+    d_pooled = d_logits @ w.T
+    d_summed = (summed > 0) * d_pooled[:, None, None, :] / (x.shape[1] * x.shape[2])
+    d_first = (first > 0) * _conv_input_gradient(d_summed, k2)
+    return [
+        loss,
+        kernel_gradient(x, d_first),
+        kernel_gradient(hidden, d_summed),
+        pooled.T @ d_logits,
+    ]
+
+
 FORMULAS: dict[str, Callable[..., Arrays]] = {
-    f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block)
+    f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block, conv)
 }
 
 
@@ -110,7 +159,15 @@ def in_float64(arrays: Arrays) -> Arrays:
 
 
 def test_every_workload_of_workloads_md_is_here():
-    assert list(WORKLOADS) == ["tiny", "mlp", "attention", "embedding", "elementwise", "block"]
+    assert list(WORKLOADS) == [
+        "tiny",
+        "mlp",
+        "attention",
+        "embedding",
+        "elementwise",
+        "block",
+        "conv",
+    ]
     assert set(FORMULAS) == set(WORKLOADS)
 
 
@@ -148,6 +205,8 @@ def test_the_cpu_scale_is_that_of_workloads_md():
     assert sizes["embedding"] == {"vocab": 32768, "channel": 256, "token": 4096}
     assert sizes["elementwise"] == {"n": 4194304}
     assert sizes["block"] == {"row": 2048, "embed": 512, "ff": 2048}
+    assert sizes["conv"] == {"batch": 16, "height": 32, "width": 32, "channel": 64, "class": 10}
+    assert WORKLOADS["conv"].extents("cuda")["batch"] == 128
 
 
 def test_the_gpu_scale_multiplies_batch_token_row_and_sets_the_vocab():

@@ -926,7 +926,11 @@ def test_gather_type_rule_rejects():
     with pytest.raises(accy.DTypeError, match="gather: indices must be i32 or i64, got f32"):
         trace([spec(f32, v=3), spec(f32, t=2)], lambda b, a: a[0].gather(a[1], "v"))
     with pytest.raises(accy.AxisError, match="share axis 'c'; rename it on one of them"):
-        trace([spec(f32, v=3, c=2), spec(i32, c=2)], lambda b, a: a[0].gather(a[1], "v"))
+        # the kind has no batch axes (OpsApi.gather composes them)
+        trace(
+            [spec(f32, v=3, c=2), spec(i32, c=2)],
+            lambda b, a: b.emit("gather", list(a), {"axis": "v"}),
+        )
 
 
 @kind_test("scatter_add")
@@ -966,6 +970,40 @@ def test_scatter_add_into_a_middle_axis(rng):
     for position, index in enumerate(indices):
         expected[:, index, :] += updates[:, position, :]
     assert_same(evaluate_one(program, operand, indices, updates), expected, rtol=1e-12)
+
+
+@kind_test("scatter")
+@pytest.mark.parametrize("combine", ["mul", "max", "min"])
+@pytest.mark.parametrize("dtype", [f32, f16, i32])
+def test_scatter_combines_repeated_and_clamped_indices(rng, dtype, combine):
+    operand_t, index_t = spec(dtype, vocab=4, channel=3), spec(i32, token=6)
+    updates_t = spec(dtype, token=6, channel=3)
+    program = trace(
+        [operand_t, index_t, updates_t],
+        lambda b, a: b.emit("scatter", list(a), {"axis": "vocab", "combine": combine}),
+    )
+    operand, updates = random_array(rng, operand_t), random_array(rng, updates_t)
+    indices = np.array([1, 3, 1, -2, 7, 0], np.int32)
+    expected = operand.copy()
+    numpy_op = {"mul": np.multiply, "max": np.maximum, "min": np.minimum}[combine]
+    for position, index in enumerate(indices):  # in order, rounding each step as NumPy's .at
+        row = min(max(int(index), 0), 3)
+        expected[row] = numpy_op(expected[row], updates[position])
+    assert_same(evaluate_one(program, operand, indices, updates), expected)
+
+
+@kind_test("sort")
+def test_sort_orders_by_the_first_operand_stably_and_carries_the_second():
+    program = trace(
+        [spec(f32, n=5), spec(i32, n=5)],
+        lambda b, a: b.emit("sort", list(a), {"axis": "n", "descending": False}),
+    )
+    traced_once(program, "sort")
+    assert program.output_types == (spec(f32, n=5), spec(i32, n=5))
+    keys = np.array([2.0, np.nan, 1.0, 2.0, -1.0], np.float32)
+    values, carried = evaluate(program, keys, np.arange(5, dtype=np.int32))
+    assert_same(values, np.array([-1.0, 1.0, 2.0, 2.0, np.nan], np.float32))
+    assert_same(carried, np.array([4, 2, 0, 3, 1], np.int32))
 
 
 def test_scatter_add_needs_updates_of_the_gathered_type():

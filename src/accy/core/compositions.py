@@ -10,11 +10,8 @@ starts, and argmax/argmin.
   sequential one in the last bits.
 - Dynamic slices clamp their start indices as JAX's `lax.dynamic_slice` does: the slice always
   lies inside the operand (a start past the end is moved back).
-- Sorting is by ranks: element i goes to the number of elements that precede it (smaller, or
-  equal and earlier: stable; NaN after every number, as NumPy), and the sorted values are
-  picked by comparing ranks with positions. That is O(n^2) elementwise work per sorted row,
-  which fuses into loops on every backend and differentiates through `select` (the
-  cotangent follows the permutation); long rows need a sort kind (not built yet).
+- sort, argsort and top_k are the kind `sort` (stable, NaN last; `core/kinds/sorting.py`)
+  carrying the operands, or positions (an iota) for argsort and top_k.
 - argmax/argmin return the first index of the extreme value (as NumPy), and of the first NaN
   where there is one.
 """
@@ -26,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..errors import AxisError, TypeRuleError
+from .kinds.registry import check_has_axes
 from .types import TensorType, i32
 
 _IDENTITIES = {"sum": 0, "prod": 1}
@@ -177,69 +175,46 @@ class Compositions:
         candidates = self.select(hits, self._positions(x, axis), n)
         return self.reduce_min(candidates, axis)
 
-    def _fresh_axis(self, x, axis: str) -> str:
-        name = f"{axis}_source"
-        while x.ty.has(name):
-            name += "_"
-        return name
+    def sort(self, operands, axis: str, descending: bool = False):
+        """Sort along `axis` by the first operand, carrying the others along (a tuple of the
+        sorted operands, each with its own axes); stable, NaN last (first when
+        `descending`). Derivatives follow the permutation.
 
-    def _precedes(self, a, b, descending: bool):
-        """Whether `a` sorts strictly before `b`: smaller (larger when descending), NaN last
-        (first when descending, as the largest)."""
-        before = self.compare("gt" if descending else "lt", a, b)
-        if not a.ty.dtype.is_float:
-            return before
-        a_nan, b_nan = self.compare("ne", a, a), self.compare("ne", b, b)
-        nan_order = self.binary("and", a_nan, self.unary("not", b_nan))
-        if not descending:
-            nan_order = self.binary("and", b_nan, self.unary("not", a_nan))
-        return self.binary("or", before, nan_order)
+        >>> import accy
+        >>> p = accy.trace.define("s", [accy.spec(accy.f32, n=3)] * 2,
+        ...                       lambda b, a: b.sort([a[0], a[1]], "n", descending=True))
+        >>> [r.tolist() for r in accy.reference.run(p, [[1, 3, 2], [10, 30, 20]])]
+        [[3.0, 2.0, 1.0], [30.0, 20.0, 10.0]]
+        """
+        operands = list(operands) if isinstance(operands, list | tuple) else [operands]
+        check_has_axes("sort", operands[0].ty, [axis], role="keys")
+        keys = operands[0]
+        # Operands with the keys' axes ride in the kind; one with more axes is gathered by the
+        # permutation (the keys' other axes are then its batch axes).
+        same = [sorted(x.ty.axes) == sorted(keys.ty.axes) for x in operands]
+        for x, carried in zip(operands, same, strict=True):
+            if not carried:
+                check_has_axes("sort", x.ty, keys.ty.axes)
+        aligned = [
+            self.transpose(x, keys.ty.axes) for x, c in zip(operands, same, strict=True) if c
+        ]
+        if not all(same):
+            aligned.append(self.iota(keys.ty.with_dtype(i32), axis))
+        attrs = {"axis": axis, "descending": bool(descending)}
+        results = list(self.emit("sort", aligned, attrs))
+        order = results[-1]
+        out = []
+        for x, carried in zip(operands, same, strict=True):
+            picked = results.pop(0) if carried else self.gather(x, order, axis)
+            out.append(self.transpose(picked, x.ty.axes))
+        return tuple(out)
 
     def argsort(self, x, axis: str, descending: bool = False):
         """The i32 positions that sort `x` along `axis` (stable: equal elements keep their
         order; NaN last, or first when `descending`)."""
         self._require_axes("argsort", x, [axis])
-        source = self._fresh_axis(x, axis)
-        here = self.rename(x, axis, source)  # element i, along `source`
-        other = x  # element j, along `axis`
-        positions = self._positions(x, axis)
-        source_positions = self.rename(positions, axis, source)
-        earlier = self.compare("lt", positions, source_positions)
-        ties = self.unary("not", self._precedes(here, other, descending))
-        ahead = self.binary(
-            "or",
-            self._precedes(other, here, descending),
-            self.binary("and", ties, earlier),
-        )
-        rank = self.sum(self.convert(ahead, i32), axis)  # along `source`
-        lands = self.compare("eq", rank, positions)  # [.., source, axis]
-        picked = self.select(lands, source_positions, 0)
-        order = self.sum(picked, source)
-        return self.transpose(order, x.ty.axes)
-
-    def sort(self, operands, axis: str, descending: bool = False):
-        """Sort along `axis` by the first operand, carrying the others along (a tuple of the
-        sorted operands, each with its own axes); stable, NaN last (first when
-        `descending`). Derivatives follow the permutation."""
-        operands = list(operands) if isinstance(operands, list | tuple) else [operands]
-        order = self.argsort(operands[0], axis, descending)
-        return tuple(self.take_along(x, order, axis) for x in operands)
-
-    def take_along(self, x, order, axis: str):
-        """`x[..., order[..., k], ...]` at each position k of `order`'s `axis` (which may be
-        shorter than `x`'s): `order` holds i32 positions along `axis`, and its other axes are
-        among `x`'s. Out-of-range positions pick nothing (0)."""
-        source = self._fresh_axis(x, axis)
-        here = self.rename(x, axis, source)
-        source_positions = self.rename(self._positions(x, axis), axis, source)
-        lands = self.compare("eq", order, source_positions)
-        if x.ty.dtype.name == "bool":
-            picked = self.reduce_max(self.select(lands, here, False), source)
-        else:
-            picked = self.sum(
-                self.select(lands, here, self.zeros(TensorType(x.ty.dtype, ()))), source
-            )
-        return self.transpose(picked, x.ty.axes)
+        positions = self.iota(x.ty.with_dtype(i32), axis)
+        return self.sort([x, positions], axis, descending)[1]
 
     def top_k(self, x, k: int, axis: str):
         """The `k` largest elements along `axis` in descending order and their i32 positions
@@ -247,5 +222,6 @@ class Compositions:
         n = x.ty.extent(axis) if x.ty.has(axis) else 0
         if not 0 <= k <= n:
             raise AxisError(f"top_k: k={k} must be in [0, {n}] for axis {axis!r} of {x.ty}")
-        order = self.slice(self.argsort(x, axis, descending=True), axis, 0, k)
-        return self.take_along(x, order, axis), order
+        positions = self.iota(x.ty.with_dtype(i32), axis)
+        values, order = self.sort([x, positions], axis, descending=True)
+        return self.slice(values, axis, 0, k), self.slice(order, axis, 0, k)

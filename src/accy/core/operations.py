@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import AccyError, AxisError, DTypeError
 from .arrays import ConstantArray
 from .compositions import Compositions
+from .indexing import Indexing
 from .ir import Program, permute_parameters
 from .kinds.creation import normalize_scalar
 from .kinds.registry import Zero
@@ -44,7 +45,7 @@ def is_axis_argument(x: Any) -> bool:
     )
 
 
-class OpsApi(Compositions, Windows):
+class OpsApi(Compositions, Indexing, Windows):
     """Named-axis operations over traced values; subclasses provide `emit`. The operations
     composed of others (flip, cumsum, dynamic_slice, argmax, ...) are in `Compositions`."""
 
@@ -480,22 +481,14 @@ class OpsApi(Compositions, Windows):
 
     # -- indexing ---------------------------------------------------------------------------
 
-    def gather(self, table, indices, axis: str):
-        """Rows of `table` along `axis` picked by `indices` (clamped into range)."""
-        return self.emit("gather", [table, indices], {"axis": axis})
-
-    def scatter_add(self, operand, indices, updates, axis: str):
-        """`operand` plus each slice of `updates` added at its index along `axis`.
+    def scatter_add(self, operand, indices, updates, axis: str, mode: str = "clip"):
+        """`operand` plus each slice of `updates` added at its index along `axis`: `scatter`
+        with combine="add" (batch axes and modes as there).
 
         `updates` has the axes that `gather` would give (the operand's, with `axis` replaced by
         the indices' axes), matched by name: it is laid out in that order first if needed.
         """
-        gathered = []
-        for name in operand.ty.axes:
-            gathered.extend(indices.ty.axes if name == axis else [name])
-        if sorted(updates.ty.axes) == sorted(gathered):
-            updates = self.transpose(updates, gathered)
-        return self.emit("scatter_add", [operand, indices, updates], {"axis": axis})
+        return self.scatter(operand, indices, updates, axis, "add", mode)
 
     # -- control ----------------------------------------------------------------------------
 

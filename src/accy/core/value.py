@@ -495,11 +495,20 @@ class Value:
         """This value with `update` written at traced `starts`, clamped as `dynamic_slice`."""
         return self.builder.dynamic_update_slice(self, update, starts)
 
-    def gather(self, indices: Value, axis: str):
-        return self.builder.gather(self, indices, axis)
+    def gather(self, indices: Value, axis: str, mode: str = "clip", fill_value=None):
+        """Rows along `axis` picked by `indices` (shared axes are batch axes); see
+        `OpsApi.gather`."""
+        return self.builder.gather(self, indices, axis, mode, fill_value)
 
-    def scatter_add(self, indices: Value, updates: Value, axis: str):
-        return self.builder.scatter_add(self, indices, updates, axis)
+    def scatter_add(self, indices: Value, updates: Value, axis: str, mode: str = "clip"):
+        return self.builder.scatter_add(self, indices, updates, axis, mode)
+
+    def scatter(
+        self, indices: Value, updates: Value, axis: str, combine: str = "add", mode: str = "clip"
+    ):
+        """This value with `updates` combined (add, multiply, max, min, set) at `indices`
+        along `axis`; see `OpsApi.scatter`."""
+        return self.builder.scatter(self, indices, updates, axis, combine, mode)
 
     def contract(self, other: Value, axes, accumulate: DType | None = None):
         """Sum of products over `axes`; `accumulate` as `OpsApi.contract`."""

@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from ..core import Operation, Program
 from .views import VIEW_KINDS
 
-ROOT_KINDS = frozenset({"reduce", "dot_general", "scatter_add", "custom_call", "scan"})
+ROOT_KINDS = frozenset(
+    {"reduce", "dot_general", "scatter_add", "scatter", "sort", "custom_call", "scan"}
+)
 CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "concatenate"}
 
 LIGHT_KINDS = frozenset({"add", "sub", "mul", "max", "min", "compare", "select", "convert"})
@@ -85,6 +87,12 @@ def _gather(op: Operation) -> list[tuple[str, str]]:
     return [("each", table), ("each", "inline")]
 
 
+def _sort(op: Operation) -> list[tuple[str, str]]:
+    # The keys are read twice (into the sort's scratch, and as a result); the others once, at
+    # the permuted position.
+    return [("keys", "expanding")] + [("carried", "inline")] * (len(op.operands) - 1)
+
+
 def _concatenate(op: Operation) -> list[tuple[str, str]]:
     # Every piece is evaluated (at a clamped index) for every element, then one is selected.
     mode = "expanding" if len(op.operands) > 1 else "inline"
@@ -94,6 +102,7 @@ def _concatenate(op: Operation) -> list[tuple[str, str]]:
 OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
     "reduce": lambda op: [("input", "inline"), ("init", "inline")],
     "scatter_add": lambda op: [("init", "inline"), ("updates", "inline"), ("updates", "inline")],
+    "scatter": lambda op: [("init", "inline"), ("updates", "inline"), ("updates", "inline")],
     "dot_general": _all_buffers,
     "custom_call": _all_buffers,
     "scan": _all_buffers,
@@ -101,6 +110,7 @@ OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
     "pad": _expanding_if_larger,
     "gather": _gather,
     "concatenate": _concatenate,
+    "sort": _sort,
 }
 
 

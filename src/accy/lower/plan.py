@@ -26,6 +26,8 @@ STEP_KINDS = {
     "reduce": "reduce",
     "dot_general": "dot",
     "scatter_add": "scatter",
+    "scatter": "scatter",
+    "sort": "sort",
     "custom_call": "custom_call",
     "scan": "scan",
 }
@@ -301,6 +303,9 @@ def is_half_gemm(op: Operation) -> bool:
 def _scratch(kind: str, op: Operation, body: Plan | None, detail) -> tuple[Scratch, ...]:
     if kind == "scan":
         return _scan_scratch(op, body)
+    if kind == "sort":  # the CPU's merge sort: keys in their compute type, two index arrays
+        size = op.operand_types[0].size
+        return tuple(Scratch(name, size * 8) for name in ("keys", "order", "spare"))
     if kind == "dot" and is_half_gemm(op):
         return _half_gemm_scratch(op)
     if kind == "dot" and op.type.dtype in BLAS_DTYPES:

@@ -87,7 +87,9 @@ class Evaluate:
     def bind(self, op: Operation, args: list[np.ndarray]) -> Any:
         rule = rule_for(op.kind)
         self.operand_types, self.result_types = op.operand_types, op.result_types
-        if op.kind not in KEEPS_HALVES and not (op.kind == "scatter_add" and op.type.dtype == f16):
+        if op.kind not in KEEPS_HALVES and not (
+            op.kind in ("scatter_add", "scatter") and op.type.dtype == f16
+        ):
             args = [widened(a) if isinstance(a, np.ndarray) else a for a in args]
         result = rule.evaluate(op.attrs, args, self)
         if rule.multiple_results:

@@ -192,3 +192,17 @@ def bitcast(x: str, source: DType, target: DType) -> str:
     if source == target:
         return x
     return BITCAST[(source.name, target.name)].format(x=x)
+
+
+def precedes(family: str, descending: bool, a: str, b: str) -> str:
+    """Whether `a` sorts strictly before `b` (the kind sort's order): smaller first (larger when
+    `descending`); NaN after every number (before, when descending), as NumPy.
+
+    >>> precedes("signed", False, "x", "y")
+    '(x < y)'
+    """
+    if family != "float":
+        return f"({a} {'>' if descending else '<'} {b})"
+    if descending:
+        return f"({a} > {b} || ({a} != {a} && {b} == {b}))"
+    return f"({a} < {b} || ({b} != {b} && {a} == {a}))"

@@ -9,7 +9,8 @@
 | layout      | broadcast_in_dim, transpose, reshape, slice, pad, concatenate    |
 | reduction   | reduce                                                           |
 | contraction | dot_general                                                      |
-| indexing    | gather, scatter_add                                              |
+| indexing    | gather, scatter_add, scatter                                     |
+| sorting     | sort                                                             |
 | control     | custom_call, scan, cond, while_loop                              |
 | collectives | psum, all_gather, reduce_scatter, all_to_all, ppermute, axis_index |
 """
@@ -23,6 +24,7 @@ from . import (
     indexing,
     layout,
     reduction,
+    sorting,
 )
 from .registry import RULES, Linear, Rule, Zero, rule_for
 
@@ -40,4 +42,5 @@ __all__ = [
     "layout",
     "reduction",
     "rule_for",
+    "sorting",
 ]

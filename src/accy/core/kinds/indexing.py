@@ -1,8 +1,12 @@
-"""`gather` and `scatter_add` along one named axis.
+"""`gather`, `scatter_add` and `scatter` along one named axis.
 
 `gather(table, indices) {axis=vocab}` replaces the table's `vocab` axis, in place, by the axes of
 `indices`. `scatter_add(operand, indices, updates) {axis=vocab}` adds each slice of `updates` to
 the operand's row that its index names; `updates` has the type `gather` would produce.
+`scatter(operand, indices, updates) {axis=vocab, combine=max}` combines instead with `mul`, `max`
+or `min` (not linear, so no transpose; its JVP is written with scatter_add and gather).
+Scatter-set, batch axes and dropping out-of-range indices are compositions
+(`accy/core/indexing.py`).
 
 Out-of-range indices are clamped into [0, extent - 1], as XLA's gather does, on every backend;
 scatter_add clamps the same way, so that it stays the exact transpose of gather. No backend ever
@@ -13,11 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import AxisError, DTypeError
-from ..types import TensorType, i32, i64
+from ...errors import AxisError, DTypeError, TypeRuleError
+from ..types import TensorType, bool_, i32, i64
 from .registry import (
     Linear,
     Rule,
+    Zero,
     attr,
     batch_first,
     batched_operand,
@@ -152,14 +157,17 @@ def _scatter_transpose(e, op, ct, operands):
 
 
 def _scatter_batch(e, op, operands, batched, ctx):
+    """scatter_add and scatter: the batch axis merged into the scattered one."""
     operand, indices, updates = operands
     axis = op.attrs["axis"]
     operand = batched_operand(e, operand, batched[0], ctx)
     updates = batched_operand(e, updates, batched[2], ctx)
     if not batched[1]:
-        return e.emit("scatter_add", [operand, indices, updates], op.attrs)
+        return e.emit(op.kind, [operand, indices, updates], op.attrs)
     merged, offset, flat = _flattened(e, operand, indices, axis, ctx)
-    scattered = e.scatter_add(merged, offset, updates, flat)
+    gathered = [a for name in merged.ty.axes for a in (offset.ty.axes if name == flat else [name])]
+    updates = e.transpose(updates, gathered)
+    scattered = e.emit(op.kind, [merged, offset, updates], op.attrs.replace(axis=flat))
     parts = {ctx.name: ctx.extent, axis: operand.ty.extent(axis)}
     return e.transpose(e.split(scattered, flat, parts), operand.ty.axes)
 
@@ -171,6 +179,110 @@ register(
         _scatter_evaluate,
         _scatter_jvp,
         _scatter_transpose,
+        arity=3,
+        batch=_scatter_batch,
+    )
+)
+
+
+# scatter: mul, max, min ------------------------------------------------------------------------
+
+COMBINES = {"mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _combine_infer(types, attrs):
+    check_arity("scatter", types, 3)
+    combine = attr("scatter", attrs, "combine")
+    if combine not in COMBINES:
+        raise TypeRuleError(
+            f"scatter: combine {combine!r} is not one of {', '.join(COMBINES)} "
+            f"(adding is the kind scatter_add)"
+        )
+    operand, indices, updates = types
+    expected = gathered_type("scatter", operand, indices, attr("scatter", attrs, "axis"))
+    if updates != expected:
+        raise AxisError(
+            f"scatter: updates must have type {expected} (what gather would give for the "
+            f"operand {operand} and indices {indices}), got {updates}"
+        )
+    if combine == "mul" and operand.dtype == bool_:
+        raise DTypeError("scatter: combine 'mul' needs a numeric operand, got bool; use 'min'")
+    return operand
+
+
+def _combine_evaluate(attrs, args, ev):
+    operand, indices, updates = args
+    position = ev.operand_types[0].position(attrs["axis"])
+    result = operand.copy()
+    if operand.shape[position] == 0 or indices.size == 0:
+        return result
+    rows = np.moveaxis(result, position, 0)
+    before = operand.shape[:position]
+    after = operand.shape[position + 1 :]
+    flat_updates = np.moveaxis(updates.reshape(before + (indices.size,) + after), position, 0)
+    combine = COMBINES[attrs["combine"]]
+    with np.errstate(over="ignore", invalid="ignore"):
+        combine.at(rows, _clamped(indices, operand.shape[position]).ravel(), flat_updates)
+    return result
+
+
+def _extremal_jvp(e, op, primals, tangents, out):
+    """max/min: the tangent of the value that won; ties share it equally (the operand's own
+    value and every update equal to the result), as JAX's scatter_max."""
+    operand, indices, updates = primals
+    axis, t = op.attrs["axis"], op.type
+    d_operand, d_updates = e.instantiate(tangents[0]), e.instantiate(tangents[2])
+    kept = e.compare("eq", operand, out)
+    won = e.compare("eq", updates, e.gather(out, indices, axis))
+    one, zero = e.full(TensorType(t.dtype, ()), 1), e.zeros(TensorType(t.dtype, ()))
+    count = e.scatter_add(e.select(kept, one, zero), indices, e.select(won, one, zero), axis)
+    total = e.scatter_add(
+        e.select(kept, d_operand, zero), indices, e.select(won, d_updates, zero), axis
+    )
+    return e.div(total, e.maximum(count, 1))
+
+
+def _product_jvp(e, op, primals, tangents, out):
+    """mul: d(x * prod u) = dx * prod u + x * sum_j du_j * prod_{k != j} u_k, with the product of
+    the others exact when updates are zero (counted, not divided by)."""
+    operand, indices, updates = primals
+    axis, t = op.attrs["axis"], op.type
+    d_operand, d_updates = e.instantiate(tangents[0]), e.instantiate(tangents[2])
+    scalar = TensorType(t.dtype, ())
+    one, zero = e.full(scalar, 1), e.zeros(scalar)
+    ones = e.full(t, 1)
+    is_zero = e.compare("eq", updates, zero)
+    product = e.emit("scatter", [ones, indices, updates], {"axis": axis, "combine": "mul"})
+    nonzero = e.select(is_zero, one, updates)
+    nonzero_product = e.gather(
+        e.emit("scatter", [ones, indices, nonzero], {"axis": axis, "combine": "mul"}), indices, axis
+    )
+    zeros = e.gather(
+        e.scatter_add(e.zeros(t), indices, e.select(is_zero, one, zero), axis), indices, axis
+    )
+    others = e.select(
+        e.compare("eq", zeros, zero),
+        e.div(nonzero_product, nonzero),
+        e.select(e.binary("and", e.compare("eq", zeros, one), is_zero), nonzero_product, zero),
+    )
+    coefficient = e.mul(others, e.gather(operand, indices, axis))
+    return e.scatter_add(e.mul(d_operand, product), indices, e.mul(d_updates, coefficient), axis)
+
+
+def _combine_jvp(e, op, primals, tangents, out):
+    if not op.type.dtype.is_float:
+        return Zero(op.type)
+    if op.attrs["combine"] == "mul":
+        return _product_jvp(e, op, primals, tangents, out)
+    return _extremal_jvp(e, op, primals, tangents, out)
+
+
+register(
+    Rule(
+        "scatter",
+        _combine_infer,
+        _combine_evaluate,
+        _combine_jvp,
         arity=3,
         batch=_scatter_batch,
     )

@@ -12,6 +12,7 @@ from .loop import emit_loop
 from .reduce import emit_reduce
 from .scan import emit_scan
 from .scatter import emit_scatter
+from .sort import emit_sort
 
 STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
     "loop": emit_loop,
@@ -22,6 +23,7 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
     "custom_call": emit_custom_call,
     "copy": emit_copy,
     "scan": emit_scan,
+    "sort": emit_sort,
 }
 
 __all__ = ["STEP_EMITTERS", "StepContext"]

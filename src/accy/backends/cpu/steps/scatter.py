@@ -1,4 +1,5 @@
-"""scatter_add: the operand copied into the result, then each update added at its row.
+"""scatter_add and scatter: the operand copied into the result, then each update combined into
+its row (added; or multiplied, max, min for the kind `scatter`, in the same loops).
 
 A large result whose scattered axis is its outermost is shared out by rows: each thread copies
 the operand into its own band of rows and adds the updates that land there, so no two threads
@@ -14,7 +15,8 @@ import math
 
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import Flat, NotFlat, linear
-from ....core.types import TensorType, bf16
+from ....codegen.c.templates import binary
+from ....core.types import TensorType, bf16, f32
 from ....errors import AccyError
 from ..loops import PARALLEL, axis_index, axis_loops, nest, worth_threads
 from .context import StepContext, store_element
@@ -50,8 +52,15 @@ def _copy_operand_into(
     raise AccyError("internal: no loop for the scatter operand")
 
 
+def combined(op, ctype, current: str, update: str) -> str:
+    """The C of `current` combined with `update`: added (scatter_add), or the kind scatter's
+    `combine` (mul, max, min) with the elementwise kinds' own templates (NaN, wrapping)."""
+    name = op.attrs["combine"] if op.kind == "scatter" else "add"
+    return binary(name, ctype, current, update)
+
+
 def emit_scatter(ctx: StepContext) -> list[str]:
-    """Copy the operand into the result, then add each update at its (clamped) row.
+    """Copy the operand into the result, then combine each update into its (clamped) row.
 
     bf16 results are summed in a float32 scratch array and rounded once at the end, as the
     reference evaluator (which holds bf16 in float32) does; f16 rounds after every addition,
@@ -80,9 +89,12 @@ def emit_scatter(ctx: StepContext) -> list[str]:
         if banded:
             body.lines.append(f"if ({clamped} < row_lo || {clamped} >= row_hi) continue;")
         update = body.value(op.operands[2], index)
+        if op.kind == "scatter":  # max and min read it twice
+            update = body.temp(result.dtype, update, rounded=False)
         at = index[:position] + (clamped,) + index[position + indices.rank :]
         element = f"{target}[{linear(at, result.extents)}]"
-        total = rounded.format(x=f"{load.format(x=element)} + {update}")
+        ctype_of_sum = GCC.c_type(f32) if result.dtype == bf16 else ctype
+        total = rounded.format(x=combined(op, ctype_of_sum, load.format(x=element), update))
         body.lines.append(f"{element} = {store.format(x=total)};")
         lines += nest(axis_loops(updates, "u"), body.lines)
     if banded:

@@ -1,9 +1,12 @@
-"""CUDA for scatter_add: copy the operand, then add the updates (atomically, or in order)."""
+"""CUDA for scatter_add and scatter: copy the operand, then combine the updates into it (added
+atomically, or in index order: 16-bit sums, and the kind scatter's mul, max and min, so that a
+product rounds as the CPU's and the reference's)."""
 
 from __future__ import annotations
 
 from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import Body, clamp, linear
+from ....codegen.c.templates import binary
 from ....core.types import bf16, bool_, f16, f32, f64, i32, i64, u8
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import axis_names, blocks_for, decompose, grid_stride
@@ -77,7 +80,8 @@ def _scatter_atomic(ctx: StepContext) -> tuple[str, int]:
 
 def _scatter_ordered(ctx: StepContext) -> tuple[str, int]:
     """One thread per column (the non-index axes of the updates), walking the indices in
-    order: 16-bit results round after every addition, so the order must be NumPy's."""
+    order: 16-bit results round after every addition (and products after every
+    multiplication), so the order must be NumPy's."""
     op = ctx.step.op
     result, indices, updates = op.type, op.operand_types[1], op.operand_types[2]
     position = result.position(op.attrs["axis"])
@@ -91,9 +95,11 @@ def _scatter_ordered(ctx: StepContext) -> tuple[str, int]:
     head = decompose("c", column_extents, tuple(names[p] for p in columns))
     inner = decompose("t", indices.extents, tuple(names[p] for p in index_positions))
     at = _scatter_row(ctx, body, names)
-    update = body.value(op.operands[2], names)
+    update = body.temp(op.type.dtype, body.value(op.operands[2], names), rounded=False)
     element = f"{target}[{at}]"
-    total = f"{load.format(x=element)} + {update}"
+    name = op.attrs["combine"] if op.kind == "scatter" else "add"
+    ctype = CUDA.c_type(f32 if op.type.dtype == bf16 else op.type.dtype)
+    total = binary(name, ctype, load.format(x=element), update)
     if op.type.dtype != bf16:
         total = rounded(op.type.dtype, total)
     add = f"{element} = {store_template.format(x=total)};"
@@ -126,7 +132,7 @@ def emit_scatter(ctx: StepContext) -> StepCode:
         return nothing
     kernels = [(_scatter_copy(ctx), blocks_for(result.size))]
     if updates.size:
-        ordered = result.dtype in ORDERED
+        ordered = result.dtype in ORDERED or op.kind == "scatter"
         kernels.append(_scatter_ordered(ctx) if ordered else _scatter_atomic(ctx))
     if result.dtype == bf16:
         kernels.append(_scatter_round(ctx))

@@ -73,6 +73,7 @@ class Workload:
 
     def check_dtype(self, dtype: str) -> None:
         """Raise ValueError unless this workload runs in `dtype` ("f32" or "bf16")."""
+        accy_dtype(dtype)  # an unknown name is an error of its own
         if dtype not in self.dtypes:
             raise ValueError(
                 f"workload {self.name!r} has no {dtype} version (it runs in "

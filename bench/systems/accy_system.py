@@ -27,15 +27,15 @@ def backend(device: str, dtype: str = "f32") -> str:
 
 def device_inputs(workload: Workload, arrays: Sequence[np.ndarray], device: str) -> list[Any]:
     if device == "cuda" and has_compiler():
-        import cupy
-
-        return [_device_array(cupy, a) for a in arrays]
+        return [device_array(a) for a in arrays]
     return list(arrays)
 
 
-def _device_array(cupy: Any, array: np.ndarray) -> Any:
+def device_array(array: np.ndarray) -> Any:
     """A CuPy copy of `array`; bf16 as CuPy's `ml_dtypes.bfloat16` arrays (CuPy 14 with
     ml_dtypes), else as the uint16 bit patterns accy's CUDA backend then takes."""
+    import cupy
+
     if array.dtype == accy.bf16.numpy:
         from accy.backends.cuda.executable import cupy_has_bfloat16
 

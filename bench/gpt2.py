@@ -54,6 +54,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -212,7 +213,10 @@ def accy_step(s: Scale, device: str, dtype: str = "f32", fused: bool = False):
     return accy.jit(step, device=device, donate_argnums=donate)
 
 
-def accy_inputs(s: Scale, device: str, seed: int = 0):
+def accy_inputs(s: Scale, device: str, seed: int = 0, dtype: str = "f32"):
+    """Parameters, AdamW state (grouped "decay" and "plain"), ids and targets as named arrays.
+    Parameters and state are f32 in every `dtype`: in bf16 they are the policy's f32 masters,
+    cast to bf16 inside the step."""
     import accy
 
     shapes = parameter_shapes(s)
@@ -395,6 +399,99 @@ def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool
     return result
 
 
+# -- accy, data-parallel over several GPUs (--gpus N) --------------------------------------------
+
+
+def run_accy_data_parallel(s: Scale, steps: int, dtype: str = "f32") -> dict:
+    """In each process of `accy launch --gpus N`: the accy step sharded {"batch": "data"} over
+    the N GPUs (one process each, gradients psum-med through NCCL), at `s.batch` per GPU."""
+    import dataclasses
+
+    import accy
+    from accy.mesh import Mesh
+    from accy.mesh.bootstrap import Environment
+    from accy.mesh.nccl import Distributed
+
+    env = Environment.from_env()
+    distributed = Distributed(Mesh(range(env.world_size), "data"), env)
+    extra = {} if dtype == "f32" else {"dtype": dtype}  # bench.gpt2's --dtype, where it has one
+    start = time.perf_counter()
+    params, state, _, _ = accy_inputs(s, "cuda", **extra)
+    whole = dataclasses.replace(s, batch=s.batch * env.world_size)
+    _, _, ids, targets = accy_inputs(whole, "cuda", **extra)  # every process cuts its rows
+    step = accy.shard(
+        accy_step(s, "cuda", **extra).fn, distributed.mesh, {"batch": "data"},
+        device="cuda", distributed=distributed,
+    )  # fmt: skip
+    made = time.perf_counter()
+    loss, params, state = step(params, state, ids, targets)
+    losses = [float(np.asarray(_host(loss.array)))]
+    done = time.perf_counter()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        loss, params, state = step(params, state, ids, targets)
+        losses.append(float(np.asarray(_host(loss.array))))
+        times.append(time.perf_counter() - t0)
+    sharded = step.sharded(params, state, ids, targets)
+    import cupy
+
+    result = {
+        "rank": env.rank,
+        "gpus": env.world_size,
+        "batch_per_gpu": s.batch,
+        "first_step_s": done - made,
+        "setup_s": made - start,
+        "step_times_s": times,
+        "losses": losses,
+        "psums": sharded.program.count("psum"),
+        "peak_device_bytes": cupy.get_default_memory_pool().total_bytes(),
+    }
+    distributed.close()
+    return result
+
+
+def data_parallel_main(args) -> int:
+    """`--gpus N`: launch N processes (rank 0 reports), then summarize as `main` does."""
+    from accy.launch import launch
+
+    s = SCALES[args.scale or args.device]
+    dtype = getattr(args, "dtype", "f32")
+    with tempfile.TemporaryDirectory(prefix="accy-gpt2-dp-") as folder:
+        out = os.path.join(folder, "rank0.json")
+        command = [sys.executable, "-m", "bench.gpt2", "--dp-worker", out, "--scale"]
+        command += [args.scale or args.device, "--steps", str(args.steps)]
+        command += ["--dtype", dtype] if dtype != "f32" else []
+        code = launch(args.gpus, command)
+        done = code == 0 and os.path.exists(out)
+        result = json.loads(Path(out).read_text()) if done else None
+    if result is None:
+        print(f"gpt2 --gpus {args.gpus}: the processes failed (exit code {code})")
+        return 1
+    step = statistics.median(result["step_times_s"])
+    tokens = args.gpus * s.batch * s.tokens
+    report = {
+        "workload": "gpt2",
+        "system": "accy data-parallel",
+        "gpus": args.gpus,
+        "dtype": dtype,
+        "scale": asdict(s),
+        "batch_per_gpu": s.batch,
+        "step_ms": step * 1e3,
+        "tokens_per_s": tokens / step,
+        "tokens_per_s_per_gpu": tokens / step / args.gpus,
+        "model_tflops_per_s": model_flops(s) * args.gpus / step / 1e12,
+        **{k: result[k] for k in ("first_step_s", "setup_s", "psums", "peak_device_bytes")},
+        "loss_first": result["losses"][0],
+        "loss_last": result["losses"][-1],
+    }
+    print(json.dumps(report, indent=2))
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump(report, file, indent=2)
+    return 0
+
+
 # -- the harness ---------------------------------------------------------------------------------
 
 RUNNERS = {"accy": run_accy, "jax": run_jax, "torch": run_torch}
@@ -476,7 +573,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-peak-gflops", type=float, default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    add_gpus_arguments(parser)
     args = parser.parse_args(argv)
+    if args.gpus or args.dp_worker:
+        return gpus_main(args)
     scale = args.scale or args.device
     fused = args.accy_attention == "fused"
     if args.worker:
@@ -521,6 +621,27 @@ def _write(path: str | None, report: dict) -> None:
     if path:
         with open(path, "w") as out:
             json.dump(report, out, indent=2)
+
+
+def add_gpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--gpus N`: accy alone, data-parallel on N GPUs (one process each, accy.launch)."""
+    parser.add_argument(
+        "--gpus", type=int, default=0, help="accy data-parallel on N GPUs (batch per GPU)"
+    )
+    parser.add_argument("--dp-worker", default=None, help=argparse.SUPPRESS)
+
+
+def gpus_main(args) -> int:
+    if args.dp_worker:  # one process of the launch: rank 0 writes its result
+        result = run_accy_data_parallel(
+            SCALES[args.scale or "cuda"], args.steps, getattr(args, "dtype", "f32")
+        )
+        if result["rank"] == 0:
+            with open(args.dp_worker, "w") as file:
+                json.dump(result, file)
+        return 0
+    args.device = "cuda"
+    return data_parallel_main(args)
 
 
 def _print(report: dict) -> None:

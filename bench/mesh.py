@@ -7,7 +7,9 @@ Run one process per GPU through accy's launcher (rank 0 prints and writes the JS
 
 1. all-reduce: a `psum` program of float32[64 Mi] (256 MB) run by `NcclExecutable`, and the same
    NCCL `allReduce` called directly; bus bandwidth = size / time * 2 (n - 1) / n, the figure
-   NCCL's `all_reduce_perf` reports (on one GPU there is nothing to move: skipped).
+   NCCL's `all_reduce_perf` reports (on one GPU there is nothing to move: skipped). Timed two
+   ways: each call synchronized (median), and `repeat` calls back to back between two CUDA
+   events (mean; what all_reduce_perf does), on a non-blocking stream.
 2. data parallel: a GPT-2-sized MLP block trained with SGD (value_and_grad and the update in
    one program), sharded `{"batch": "data"}`, at the same batch per GPU; tokens per second of
    the whole mesh. Scaling = tokens/s on N GPUs / tokens/s on one (the two JSON files).
@@ -17,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -26,6 +31,7 @@ from accy import f32, spec
 from accy.mesh import Mesh, shard_program
 from accy.mesh.bootstrap import Environment
 from accy.mesh.nccl import Distributed, NcclExecutable
+from accy.mesh.segments import Segment
 
 
 def timed(cupy, run, repeat: int, warmup: int = 3) -> float:
@@ -40,6 +46,18 @@ def timed(cupy, run, repeat: int, warmup: int = 3) -> float:
         cupy.cuda.get_current_stream().synchronize()
         times.append(time.perf_counter() - start)
     return float(np.median(times))
+
+
+def back_to_back(cupy, run, repeat: int) -> float:
+    """Mean seconds of `run()` issued `repeat` times without waiting, by CUDA events."""
+    stream = cupy.cuda.get_current_stream()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(stream)
+    for _ in range(repeat):
+        run()
+    stop.record(stream)
+    stop.synchronize()
+    return cupy.cuda.get_elapsed_time(start, stop) / 1e3 / repeat
 
 
 def all_reduce(distributed: Distributed, megabytes: int, repeat: int) -> dict:
@@ -62,17 +80,20 @@ def all_reduce(distributed: Distributed, megabytes: int, repeat: int) -> dict:
             distributed.nccl.NCCL_SUM, stream.ptr,
         )  # fmt: skip
 
-    result = {}
+    result = {"bytes": elements * 4}
     for name, run in (("accy_psum", lambda: executable(x)), ("nccl_allreduce", raw)):
-        seconds = timed(cupy, run, repeat)
-        algbw = elements * 4 / seconds / 1e9
-        result[name] = {
-            "seconds": seconds,
-            "algbw_GBps": algbw,
-            "busbw_GBps": algbw * 2 * (n - 1) / n,
-        }
+        for how, seconds in (
+            ("synchronized", timed(cupy, run, repeat)),
+            ("back_to_back", back_to_back(cupy, run, repeat)),
+        ):
+            algbw = elements * 4 / seconds / 1e9
+            result[f"{name}_{how}"] = {
+                "seconds": seconds,
+                "algbw_GBps": algbw,
+                "busbw_GBps": algbw * 2 * (n - 1) / n,
+            }
     (check,) = executable(x)
-    assert float(check[0]) == n, "psum of ones is the number of devices"
+    result["correct"] = bool(float(check[0]) == n and float(check[-1]) == n)
     return result
 
 
@@ -84,7 +105,9 @@ def mlp_block(b, a):
     return (y * y).mean(("batch", "token", "out"))
 
 
-def data_parallel(distributed: Distributed, batch: int, tokens: int, repeat: int) -> dict:
+def data_parallel(
+    distributed: Distributed, batch: int, tokens: int, repeat: int, precision: str
+) -> dict:
     cupy, n = distributed.cupy, distributed.mesh.size
     channel, hidden = 768, 3072
     specs = [
@@ -101,7 +124,7 @@ def data_parallel(distributed: Distributed, batch: int, tokens: int, repeat: int
 
     program = accy.trace.define("train_step", specs, step)
     sharded = shard_program(program, distributed.mesh, {"batch": "data"})
-    executable = NcclExecutable(sharded, distributed)
+    executable = NcclExecutable(sharded, distributed, precision=precision)
     rng = np.random.default_rng(0)
     whole = [rng.standard_normal(t.extents).astype(np.float32) * 0.02 for t in specs]
     local = [cupy.asarray(a) for a in executable.local_inputs(whole)]
@@ -113,6 +136,8 @@ def data_parallel(distributed: Distributed, batch: int, tokens: int, repeat: int
     seconds = timed(cupy, run, repeat)
     return {
         "devices": n,
+        "precision": precision,
+        "segments": sum(isinstance(s, Segment) for s in executable.steps),
         "batch_per_device": batch,
         "tokens": tokens,
         "step_seconds": seconds,
@@ -121,28 +146,67 @@ def data_parallel(distributed: Distributed, batch: int, tokens: int, repeat: int
     }
 
 
+def describe(distributed: Distributed) -> dict:
+    """The GPU and library versions this rank runs on (for the log)."""
+    cupy, nccl = distributed.cupy, distributed.nccl
+    properties = cupy.cuda.runtime.getDeviceProperties(0)
+    name = properties["name"]
+    return {
+        "rank": distributed.rank,
+        "gpu": name.decode(errors="replace") if isinstance(name, bytes) else str(name),
+        "pci_bus": properties.get("pciBusID"),
+        "cupy": cupy.__version__,
+        "nccl": nccl.get_version(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE"),
+    }
+
+
+def section(results: dict, name: str, run) -> None:
+    """`results[name] = run()`, or the error it raised (the other sections still run)."""
+    started = time.perf_counter()
+    try:
+        results[name] = run()
+    except Exception as error:  # noqa: BLE001 - reported in the JSON, then the next section
+        results[name] = {"error": f"{type(error).__name__}: {error}"}
+        traceback.print_exc()
+    print(f"rank {results['rank']}: {name} took {time.perf_counter() - started:.1f} s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--megabytes", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8, help="per GPU")
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--precision", default="f32", choices=("f32", "tf32"))
     parser.add_argument("--json", default=None)
     arguments = parser.parse_args()
     env = Environment.from_env()
     distributed = Distributed(Mesh(range(env.world_size), "data"), env)
-    results = {"devices": env.world_size}
+    results: dict = {"devices": env.world_size, "rank": env.rank}
+    section(results, "device", lambda: describe(distributed))
     if env.world_size > 1:
-        results["all_reduce"] = all_reduce(distributed, arguments.megabytes, arguments.repeat)
-    results["data_parallel"] = data_parallel(
-        distributed, arguments.batch, arguments.tokens, arguments.repeat
+        section(
+            results,
+            "all_reduce",
+            lambda: all_reduce(distributed, arguments.megabytes, arguments.repeat),
+        )
+    section(
+        results,
+        "data_parallel",
+        lambda: data_parallel(
+            distributed, arguments.batch, arguments.tokens, arguments.repeat, arguments.precision
+        ),
     )
     if env.rank == 0:
         print(json.dumps(results, indent=2))
         if arguments.json:
             with open(arguments.json, "w") as out:
                 json.dump(results, out, indent=2)
-    distributed.store.close()
+    distributed.close()
+    failed = [k for k, v in results.items() if isinstance(v, dict) and "error" in v]
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

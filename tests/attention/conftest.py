@@ -22,3 +22,4 @@ def kernels_on_small_shapes(monkeypatch):
     import accy.attention.signature
 
     monkeypatch.setattr(accy.attention.signature, "FUSED_MIN_SCORES", 0)
+    monkeypatch.setattr(accy.attention.signature, "FULL_PRECISION_FUSED_MIN_SCORES", 0)

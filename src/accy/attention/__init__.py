@@ -38,7 +38,8 @@ def attention(
     `scale` defaults to 1/sqrt(dim extent); `bias` is added to the scores and may have any of
     the scores' axes (the shared ones, `query_axis`, `key_axis`), in any order.
 
-    Up to `FUSED_MIN_SCORES` scores per batch entry it is recorded as the composition, which is
+    Up to `FUSED_MIN_SCORES` scores per batch entry in bf16/f16, and up to
+    `FULL_PRECISION_FUSED_MIN_SCORES` in f32/f64, it is recorded as the composition, which is
     faster there. Above, it runs as a custom call: on the CPU a blocked online-softmax kernel
     (FlashAttention-2) whose extra memory is O(block²), not O(tokens × keys); on CUDA, for now,
     the composition (cuDNN's fused attention for bf16/f16 is not wired yet); on the reference
@@ -73,7 +74,7 @@ def attention(
     shape = check(signature, *types)
     operands = [query, key, value] + ([] if bias is None else [bias])
     builder = query.builder
-    if shape.tokens * shape.keys <= signature_module.FUSED_MIN_SCORES:
+    if signature_module.records_composition(shape.tokens * shape.keys, query.ty.dtype):
         out, _ = composition.softmax_parts(builder, signature, shape, *operands)
     else:
         packed = records_for(signature).register().forward.call(builder, *operands)

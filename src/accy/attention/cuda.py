@@ -1,24 +1,665 @@
-"""Attention on CUDA: for now every call runs as the composition (scores, softmax, weighted sum)
-through the CUDA backend's own kernels and cuBLAS: the kernel function declines every operand
-type (`accy.custom.inline_declined`). cuDNN's fused attention for bf16/f16 is the next step
-(see the package README).
+"""Attention on CUDA: cuDNN's fused attention (SDPA) for bf16 and f16, inside the program's graph.
+
+The kernel function of each record returns a `KernelCall` whose `library` is a `CudnnAttention`
+(an `accy.kernel.call.LibraryStep`): the CUDA backend gives it fixed addresses and scratch, and
+it enqueues its work on the capturing stream, so it runs inside the per-invocation CUDA graph.
+
+- forward: cuDNN's SDPA writes O (q's dtype) and Stats (f32, the row's natural-log
+  logsumexp of the scaled, biased, masked scores: the same as the record's) into scratch; a
+  small kernel packs them into the record's f32 result [O | lse].
+- backward: a small kernel unpacks `packed` and `dpacked` into O, dO (16-bit) and Stats;
+  cuDNN's SDPA backward writes dQ, dK, dV into scratch; a kernel packs them into the record's
+  result. cuDNN takes no cotangent of the logsumexp (`dlse`, zero unless something uses the
+  lse itself, as second derivatives do): cuDNN reads O only for delta = rowsum(dO ∘ O), so a
+  nonzero `dlse` is folded into O at the row's largest |dO| entry, O'[m] = O[m] - dlse / dO[m]
+  (exact when dlse is 0; a row whose dO is all zero with a nonzero dlse gives NaN, loudly).
+
+Operands are read in place: the batch axes (in the query's order) are collapsed into cuDNN's
+(b, h) dims where their strides allow, the query/key axis is s and the dim axis d, so any layout
+whose dim axis is innermost needs no copy. Plans are built when the program is compiled (the
+kernel function is called then) and cached per problem (shapes, strides, dtype, causal, scale,
+bias layout). The kernel function declines, and the composition runs instead, for f32/f64,
+without `cudnn` (`nvidia-cudnn-frontend`) or a GPU, with `ACCY_CUDNN_ATTENTION=0`, for layouts
+it cannot map, and whenever cuDNN does not support the graph; `decline_reasons()` says why,
+and every step of building a graph is logged (logger `accy.attention.cuda`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import functools
+import hashlib
+import logging
+import math
+import os
+import threading
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from ..core.types import TensorType
+from ..core.types import TensorType, bf16, f16
 from ..kernel.call import KernelCall
-from .signature import Signature
+from .signature import Signature, check
+
+log = logging.getLogger("accy.attention.cuda")
+ALIGN = 256  # bytes: every buffer this step places in its scratch starts at such a boundary
+_REASONS: dict[str, str] = {}
+_LOCK = threading.Lock()
+
+
+class Decline(Exception):
+    """This call cannot run on cuDNN; the message says why (the composition runs instead)."""
+
+
+def decline_reasons() -> dict[str, str]:
+    """Why cuDNN attention declined, per problem (its description), since the process started.
+
+    >>> isinstance(decline_reasons(), dict)
+    True
+    """
+    with _LOCK:
+        return dict(_REASONS)
 
 
 def kernel_factory(
     s: Signature, part: str
 ) -> Callable[[Sequence[TensorType], TensorType], KernelCall | None]:
-    """The `kernels["cuda"]` entry of record `part` of `s`: None (the composition) for now."""
+    """The `kernels["cuda"]` entry of record `part` ("forward" or "backward") of `s`: a cuDNN
+    step for bf16/f16 operands cuDNN supports, else None (the composition)."""
 
-    def factory(operand_types: Sequence[TensorType], result_type: TensorType) -> None:
-        return None
+    def factory(operand_types: Sequence[TensorType], result_type: TensorType) -> KernelCall | None:
+        return _kernel(s, part, tuple(operand_types), result_type)
 
     return factory
+
+
+@functools.cache
+def _kernel(
+    s: Signature, part: str, types: tuple[TensorType, ...], result: TensorType
+) -> KernelCall | None:
+    where = f"{s.target(part)} on ({', '.join(map(str, types))})"
+    try:
+        problem = describe(s, part, types)
+        workspace = built(problem).workspace
+    except Decline as why:
+        _declined(where, str(why))
+        return None
+    except Exception as error:  # an unexpected failure declines too, with its traceback logged
+        _declined(where, f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
+        return None
+    step = CudnnAttention(problem, workspace)
+    names = ["q", "k", "v", "bias"][: 3 + problem.has_bias]
+    names += ["packed", "dpacked"] if part == "backward" else []
+    parameters = [("dst", result), *zip(names, types, strict=True)]
+    digest = hashlib.sha256(repr(problem).encode()).hexdigest()[:16]
+    symbol = f"accy_cudnn_attention_{part}_{digest}"
+    log.info("cuDNN attention %s: using %s", where, symbol)
+    return KernelCall(
+        target=s.target(part),
+        version=1,
+        symbol=symbol,
+        kernel_name=symbol,
+        parameters=tuple((name, t.dtype) for name, t in parameters),
+        written=("dst",),
+        extents=tuple((name, t.size) for name, t in parameters),
+        c_source="",
+        cuda_source="",
+        format="cuda_ptx",
+        c_signature=f"cuDNN SDPA {part} {problem.summary}",
+        library=step,
+    )
+
+
+def _declined(where: str, reason: str) -> None:
+    log.info("cuDNN attention declines %s: %s", where, reason)
+    with _LOCK:
+        _REASONS[where] = reason
+
+
+# -- the problem: cuDNN's dims and strides of every operand --------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One cuDNN attention graph: (b, h, s, d) dims and element strides of each tensor."""
+
+    part: str  # "forward" or "backward"
+    dtype: str  # "bf16" or "f16"
+    b: int
+    h: int
+    tokens: int
+    keys: int
+    dim: int
+    q: tuple[int, int, int, int]  # strides of (b, h, s, d)
+    k: tuple[int, int, int, int]
+    v: tuple[int, int, int, int]
+    bias: tuple[tuple[int, int], ...] | None  # (extent, stride) of (b, h, s_q, s_kv)
+    causal: bool
+    scale: float
+
+    @property
+    def has_bias(self) -> bool:
+        return self.bias is not None
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"[b={self.b} h={self.h} s_q={self.tokens} s_kv={self.keys} d={self.dim} "
+            f"{self.dtype}{' causal' if self.causal else ''}{' bias' if self.has_bias else ''} "
+            f"scale={self.scale:.6g}]"
+        )
+
+    def buffers(self) -> dict[str, int]:
+        """Bytes of each buffer the step keeps in its scratch (16-bit values, f32 stats)."""
+        rows_q = self.b * self.h * self.tokens
+        rows_k = self.b * self.h * self.keys
+        sizes = {"o": rows_q * self.dim * 2, "stats": rows_q * 4}
+        if self.part == "backward":
+            sizes |= {"do": rows_q * self.dim * 2, "dq": rows_q * self.dim * 2}
+            sizes |= {"dk": rows_k * self.dim * 2, "dv": rows_k * self.dim * 2}
+        return sizes
+
+    def offsets(self) -> tuple[dict[str, int], int]:
+        """(byte offset of each buffer, where the cuDNN workspace starts), all ALIGN-aligned."""
+        offsets, at = {}, 0
+        for name, size in self.buffers().items():
+            offsets[name] = at
+            at += -(-size // ALIGN) * ALIGN
+        return offsets, at
+
+
+def _row_major(t: TensorType) -> dict[str, int]:
+    strides, step = {}, 1
+    for axis, extent in reversed(t.named_extents):
+        strides[axis] = step
+        step *= extent
+    return strides
+
+
+def _group(t: TensorType, axes: Sequence[str], what: str) -> tuple[int, int]:
+    """(extent, stride) of `axes` of `t` as one dimension, or `Decline` if their strides
+    cannot be merged (they must be adjacent in `t`, in this order)."""
+    strides = _row_major(t)
+    present = [a for a in axes if t.has(a)]
+    if not present:
+        return 1, 0
+    if len(present) != len(axes):
+        raise Decline(f"the {what} {t} has some but not all of the batch axes {axes} of a group")
+    for outer, inner in zip(present, present[1:], strict=False):
+        if strides[outer] != strides[inner] * t.extent(inner):
+            raise Decline(f"the batch axes {axes} of the {what} {t} are not adjacent")
+    return math.prod(t.extent(a) for a in present), strides[present[-1]]
+
+
+def _batch_groups(s: Signature, operands: dict[str, TensorType]) -> tuple[tuple[str, ...], ...]:
+    """The query's batch axes (extent 1 left out) split into cuDNN's (b, h): two runs in the
+    query's order that every operand can merge."""
+    q = operands["q"]
+    axes = [a for a in s.batch_axes if q.extent(a) != 1]
+    if len(axes) <= 2:
+        return (*[()] * (2 - len(axes)), *[(a,) for a in axes])
+    for split in range(1, len(axes)):
+        groups = (tuple(axes[:split]), tuple(axes[split:]))
+        try:
+            for name, t in operands.items():
+                for group in groups:
+                    _group(t, group, name)
+        except Decline:
+            continue
+        return groups
+    raise Decline(f"the batch axes {axes} cannot be merged into two dims in every operand")
+
+
+def describe(s: Signature, part: str, types: Sequence[TensorType]) -> Problem:
+    """The cuDNN problem of a call (dims and strides, read in place), or `Decline`.
+
+    >>> from accy import spec, bf16
+    >>> s = Signature(("batch", "token", "head", "dim"), ("batch", "key", "head", "dim"),
+    ...               ("batch", "key", "head", "dim"), causal=True)
+    >>> q = spec(bf16, batch=2, token=8, head=3, dim=16)
+    >>> kv = spec(bf16, batch=2, key=8, head=3, dim=16)
+    >>> p = describe(s, "forward", [q, kv, kv])
+    >>> p.b, p.h, p.q
+    (2, 3, (384, 16, 48, 1))
+    """
+    if os.environ.get("ACCY_CUDNN_ATTENTION", "1") == "0":
+        raise Decline("switched off (ACCY_CUDNN_ATTENTION=0)")
+    count = 3 if s.bias is None else 4
+    shape = check(s, *types[:count])
+    if shape.dtype not in (bf16, f16):
+        raise Decline(f"cuDNN's fused attention needs bf16 or f16, not {shape.dtype.name}")
+    operands = dict(zip(["q", "k", "v", "bias"], types[:count], strict=False))
+    if shape.tokens == 0 or shape.keys == 0 or shape.dim == 0 or shape.batch_size == 0:
+        raise Decline("an empty operand")
+    groups = _batch_groups(s, {n: t for n, t in operands.items() if n != "bias"})
+    dims: dict[str, tuple[int, int, int, int]] = {}
+    for name in ("q", "k", "v"):
+        t = operands[name]
+        seq = s.query_axis if name == "q" else s.key_axis
+        strides = _row_major(t)
+        (b, sb), (h, sh) = (_group(t, g, name) for g in groups)
+        if strides[s.dim_axis] != 1:
+            raise Decline(
+                f"the {name} {t} does not have the dim axis {s.dim_axis!r} innermost "
+                "(cuDNN reads rows of dim contiguous values)"
+            )
+        dims[name] = (sb, sh, strides[seq], 1)
+    b = math.prod(types[0].extent(a) for a in groups[0]) if groups[0] else 1
+    h = math.prod(types[0].extent(a) for a in groups[1]) if groups[1] else 1
+    bias = None
+    if count == 4:
+        t = operands["bias"]
+        if not (t.has(s.query_axis) and t.has(s.key_axis)):
+            raise Decline(f"the bias {t} lacks the query or the key axis (cuDNN needs both)")
+        strides = _row_major(t)
+        bias = (
+            _group(t, groups[0], "bias"),
+            _group(t, groups[1], "bias"),
+            (shape.tokens, strides[s.query_axis]),
+            (shape.keys, strides[s.key_axis]),
+        )
+    return Problem(
+        part,
+        shape.dtype.name,
+        b,
+        h,
+        shape.tokens,
+        shape.keys,
+        shape.dim,
+        dims["q"],
+        dims["k"],
+        dims["v"],
+        bias,
+        s.causal,
+        s.scale_for(shape.dim),
+    )
+
+
+# -- cuDNN graphs, built once per problem ---------------------------------------------------------
+
+
+@dataclass
+class Built:
+    """A built cuDNN graph, its tensors by name, and its workspace size in bytes."""
+
+    graph: Any
+    tensors: dict[str, Any]
+    workspace: int
+
+
+@contextlib.contextmanager
+def _warnings_logged(what: str) -> Iterator[None]:
+    """cuDNN's own warnings (deprecations, ...) are logged, not raised in the caller."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        log.info("%s: warning from cuDNN: %s", what, warning.message)
+
+
+def _cudnn():
+    try:
+        with _warnings_logged("import cudnn"):
+            import cudnn
+    except Exception as error:  # ImportError, or a libcudnn that fails to load
+        raise Decline(
+            f"cannot import cudnn (pip install nvidia-cudnn-frontend nvidia-cudnn-cu13): {error}"
+        ) from None
+    return cudnn
+
+
+@functools.cache
+def handle(ordinal: int = 0) -> Any:
+    """The process's cuDNN handle on GPU `ordinal` (made on first use)."""
+    cudnn = _cudnn()
+    try:
+        import cupy
+    except ImportError as error:
+        raise Decline(f"cannot import cupy: {error}") from None
+    with cupy.cuda.Device(ordinal):
+        made = cudnn.create_handle()
+    log.info("cuDNN handle made on GPU %d; cuDNN backend %s", ordinal, cudnn.backend_version())
+    return made
+
+
+_BUILT: dict[Problem, Built] = {}
+
+
+def built(problem: Problem) -> Built:
+    """The built graph of `problem` (built on first use, then cached), or `Decline` with
+    cuDNN's reason when it does not support it."""
+    with _LOCK:
+        done = _BUILT.get(problem)
+    if done is None:
+        with _warnings_logged(f"cuDNN attention {problem.part} {problem.summary}"):
+            done = _build(problem)
+        with _LOCK:
+            _BUILT[problem] = done
+    return done
+
+
+def _build(p: Problem) -> Built:
+    cudnn = _cudnn()
+    h = handle(0)
+    io = {"bf16": cudnn.data_type.BFLOAT16, "f16": cudnn.data_type.HALF}[p.dtype]
+    options = dict(
+        io_data_type=io,
+        intermediate_data_type=cudnn.data_type.FLOAT,
+        compute_data_type=cudnn.data_type.FLOAT,
+        handle=h,
+    )
+    try:
+        graph = cudnn.pygraph(**options, is_cuda_graph_replay_expected=True)
+    except TypeError:  # an older frontend without that statement
+        graph = cudnn.pygraph(**options)
+    log.info("cuDNN attention %s %s: building", p.part, p.summary)
+    rows = (p.h * p.tokens * p.dim, p.tokens * p.dim, p.dim, 1)
+    rows_k = (p.h * p.keys * p.dim, p.keys * p.dim, p.dim, 1)
+    stats_stride = (p.h * p.tokens, p.tokens, 1, 1)
+    q_dims, k_dims = [p.b, p.h, p.tokens, p.dim], [p.b, p.h, p.keys, p.dim]
+    stats_dims = [p.b, p.h, p.tokens, 1]
+    t = {
+        "q": graph.tensor(name="q", dim=q_dims, stride=list(p.q), data_type=io),
+        "k": graph.tensor(name="k", dim=k_dims, stride=list(p.k), data_type=io),
+        "v": graph.tensor(name="v", dim=k_dims, stride=list(p.v), data_type=io),
+    }
+    if p.bias is not None:
+        dims, strides = zip(*p.bias, strict=True)
+        t["bias"] = graph.tensor(name="bias", dim=list(dims), stride=list(strides), data_type=io)
+    common = dict(attn_scale=p.scale, use_causal_mask=p.causal, bias=t.get("bias"))
+    if p.part == "forward":
+        o, stats = graph.sdpa(
+            name="sdpa", q=t["q"], k=t["k"], v=t["v"], generate_stats=True, **common
+        )
+        o.set_output(True).set_dim(q_dims).set_stride(list(rows)).set_data_type(io)
+        stats.set_output(True).set_dim(stats_dims).set_stride(list(stats_stride))
+        stats.set_data_type(cudnn.data_type.FLOAT)
+        t |= {"o": o, "stats": stats}
+    else:
+        t["o"] = graph.tensor(name="o", dim=q_dims, stride=list(rows), data_type=io)
+        t["do"] = graph.tensor(name="do", dim=q_dims, stride=list(rows), data_type=io)
+        t["stats"] = graph.tensor(
+            name="stats", dim=stats_dims, stride=list(stats_stride), data_type=cudnn.data_type.FLOAT
+        )
+        dq, dk, dv = graph.sdpa_backward(
+            name="sdpa_backward",
+            q=t["q"],
+            k=t["k"],
+            v=t["v"],
+            o=t["o"],
+            dO=t["do"],
+            stats=t["stats"],
+            **common,
+        )
+        dq.set_output(True).set_dim(q_dims).set_stride(list(rows)).set_data_type(io)
+        dk.set_output(True).set_dim(k_dims).set_stride(list(rows_k)).set_data_type(io)
+        dv.set_output(True).set_dim(k_dims).set_stride(list(rows_k)).set_data_type(io)
+        t |= {"dq": dq, "dk": dk, "dv": dv}
+    steps = [
+        ("validate", graph.validate),
+        ("build_operation_graph", graph.build_operation_graph),
+        (
+            "create_execution_plans",
+            lambda: graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK]),
+        ),
+        ("check_support", graph.check_support),
+        ("build_plans", graph.build_plans),
+    ]
+    for name, run in steps:
+        try:
+            run()
+        except Exception as error:
+            log.info("cuDNN attention %s %s: %s failed: %s", p.part, p.summary, name, error)
+            raise Decline(f"cuDNN {name} failed for {p.part} {p.summary}: {error}") from None
+        log.info("cuDNN attention %s %s: %s ok", p.part, p.summary, name)
+    workspace = int(graph.get_workspace_size())
+    engine = getattr(graph, "selected_engine", None)
+    log.info(
+        "cuDNN attention %s %s: built, workspace %d bytes, engine %s",
+        p.part,
+        p.summary,
+        workspace,
+        "cuDNN backend" if engine is None else getattr(engine, "name", engine),
+    )
+    return Built(graph, t, workspace)
+
+
+# -- the library step ------------------------------------------------------------------------------
+
+HELPERS = r"""
+typedef unsigned short u16;
+__device__ __forceinline__ float from_bf16(u16 x) { return __uint_as_float(((unsigned)x) << 16); }
+__device__ __forceinline__ u16 to_bf16(float x) {
+  unsigned u = __float_as_uint(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);  /* NaN stays NaN */
+  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
+  return (u16)(u >> 16);
+}
+__device__ __forceinline__ float from_f16(u16 x) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x)); return f;
+}
+__device__ __forceinline__ u16 to_f16(float x) {
+  u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return h;
+}
+#define GRID_STRIDE(i, n) \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long long)gridDim.x * blockDim.x)
+
+/* [O | stats] -> the forward record's result, rows x (d + 1) f32. */
+extern "C" __global__ void pack_forward(float *dst, const u16 *o, const float *stats,
+                                        long long rows, int d) {
+  GRID_STRIDE(i, rows * (d + 1)) {
+    long long r = i / (d + 1);
+    int c = (int)(i - r * (d + 1));
+    dst[i] = c < d ? FROM(o[r * d + c]) : stats[r];
+  }
+}
+
+/* packed [O | lse] and dpacked [dO | dlse] -> O' and dO (16-bit) and stats, one row a thread.
+   cuDNN computes delta = rowsum(dO * O); delta must be rowsum(dO * O) - dlse, so a nonzero
+   dlse moves O at the row's largest |dO|. */
+extern "C" __global__ void unpack_backward(u16 *o, u16 *dout, float *stats, const float *packed,
+                                           const float *dpacked, long long rows, int d) {
+  GRID_STRIDE(r, rows) {
+    const float *p = packed + r * (d + 1);
+    const float *dp = dpacked + r * (d + 1);
+    int m = 0;
+    float largest = -1.0f;
+    for (int c = 0; c < d; ++c) {
+      u16 g = TO(dp[c]);
+      dout[r * d + c] = g;
+      o[r * d + c] = TO(p[c]);
+      float a = fabsf(FROM(g));
+      if (a > largest) { largest = a; m = c; }
+    }
+    stats[r] = p[d];
+    float dlse = dp[d];
+    if (dlse != 0.0f) o[r * d + m] = TO(p[m] - dlse / FROM(dout[r * d + m]));
+  }
+}
+
+/* dQ, dK, dV (16-bit, (b h) x rows x d) -> the backward record's result:
+   (b h) x (s_q + s_kv) x 2d f32, dQ rows first (zero after d), then [dK | dV] rows. */
+extern "C" __global__ void pack_backward(float *dst, const u16 *dq, const u16 *dk,
+                                         const u16 *dv, long long heads, long long sq,
+                                         long long skv, int d) {
+  long long rows = sq + skv;
+  GRID_STRIDE(i, heads * rows * 2 * d) {
+    long long beta = i / (rows * 2 * d);
+    long long rest = i - beta * rows * 2 * d;
+    long long row = rest / (2 * d);
+    int c = (int)(rest - row * 2 * d);
+    float x;
+    if (row < sq) {
+      x = c < d ? FROM(dq[(beta * sq + row) * d + c]) : 0.0f;
+    } else {
+      long long j = row - sq;
+      x = c < d ? FROM(dk[(beta * skv + j) * d + c]) : FROM(dv[(beta * skv + j) * d + c - d]);
+    }
+    dst[i] = x;
+  }
+}
+"""
+BLOCK, MAX_BLOCKS = 256, 132 * 16
+
+
+def _blocks(items: int) -> int:
+    return max(1, min(-(-items // BLOCK), MAX_BLOCKS))
+
+
+@dataclass(frozen=True)
+class CudnnAttention:
+    """The `LibraryStep` of one cuDNN attention problem (see the module docstring)."""
+
+    problem: Problem
+    workspace: int
+
+    @property
+    def scratch_bytes(self) -> int:
+        _, at = self.problem.offsets()
+        return at + self.workspace + ALIGN  # + ALIGN: the scratch base is aligned up to ALIGN
+
+    def load(self, ordinal: int) -> Issuer:
+        """The issuer of this step on GPU `ordinal`, warmed up (run once, outside capture)."""
+        if ordinal != 0:
+            raise Decline("cuDNN attention plans are built on GPU 0 only")
+        return Issuer(self, built(self.problem))
+
+
+@functools.cache
+def _helpers(dtype: str) -> Any:
+    import cupy
+
+    convert = {"bf16": ("from_bf16", "to_bf16"), "f16": ("from_f16", "to_f16")}[dtype]
+    source = f"#define FROM {convert[0]}\n#define TO {convert[1]}\n{HELPERS}"
+    module = cupy.RawModule(code=source, options=("--std=c++14",))
+    names = ("pack_forward", "unpack_backward", "pack_backward")
+    return {name: module.get_function(name) for name in names}
+
+
+class Issuer:
+    """Enqueues one cuDNN attention step on the bound stream (see `LibraryStep`)."""
+
+    def __init__(self, step: CudnnAttention, graph: Built):
+        import cupy
+
+        self.step, self.graph = step, graph
+        self.problem = step.problem
+        self.kernels = _helpers(self.problem.dtype)  # compiled now, not during a capture
+        self.offsets, self.workspace_at = self.problem.offsets()
+        self.stream = 0
+        self._warm_up(cupy)
+
+    def bind(self, stream: int) -> None:
+        """Issue the following work on `stream` (cuDNN's handle is bound now, before any
+        capture begins, so that `issue` makes no handle call while capturing)."""
+        self.stream = int(stream)
+        _cudnn().set_stream(handle(0), self.stream)
+
+    def _warm_up(self, cupy) -> None:
+        """Run once on zeroed buffers, so that cuDNN finishes any lazy setup (loading kernels)
+        before a capture."""
+        p = self.problem
+        rows_q, rows_k = p.b * p.h * p.tokens, p.b * p.h * p.keys
+        sizes = [rows_q * p.dim * 2, rows_k * p.dim * 2, rows_k * p.dim * 2]
+        if p.bias is not None:
+            sizes.append((1 + sum((e - 1) * stride for e, stride in p.bias)) * 2)
+        if p.part == "backward":
+            sizes += [rows_q * (p.dim + 1) * 4] * 2
+            result = p.b * p.h * (p.tokens + p.keys) * 2 * p.dim * 4
+        else:
+            result = rows_q * (p.dim + 1) * 4
+        stream = cupy.cuda.Stream(non_blocking=True)
+        buffers = [cupy.zeros(max(n, 1), cupy.uint8) for n in sizes]
+        dst = cupy.zeros(result, cupy.uint8)
+        scratch = cupy.zeros(self.step.scratch_bytes, cupy.uint8)
+        log.info("cuDNN attention %s %s: warming up", p.part, p.summary)
+        previous = self.stream
+        self.bind(stream.ptr)
+        self.issue(dst.data.ptr, tuple(b.data.ptr for b in buffers), scratch.data.ptr)
+        stream.synchronize()
+        self.stream = previous
+        if previous:
+            self.bind(previous)
+        log.info("cuDNN attention %s %s: warm-up ran", p.part, p.summary)
+
+    def issue(self, dst: int, operands: Sequence[int], scratch: int) -> None:
+        """Enqueue the step: helper kernels and cuDNN's execution, on the bound stream."""
+        import cupy
+
+        cudnn = _cudnn()
+        p = self.problem
+        base = -(-scratch // ALIGN) * ALIGN
+        at = {name: base + offset for name, offset in self.offsets.items()}
+        workspace = base + self.workspace_at
+        q, k, v = operands[:3]
+        pointers = {"q": q, "k": k, "v": v}
+        if p.bias is not None:
+            pointers["bias"] = operands[3]
+        rows = p.b * p.h * p.tokens
+        h = handle(0)
+        cudnn.set_stream(h, self.stream)  # a no-op when `bind` set it already
+        with cupy.cuda.ExternalStream(self.stream):
+            if p.part == "forward":
+                pointers |= {"o": at["o"], "stats": at["stats"]}
+                self._execute(pointers, workspace, h)
+                items = rows * (p.dim + 1)
+                self.kernels["pack_forward"](
+                    (_blocks(items),),
+                    (BLOCK,),
+                    (_ptr(dst), _ptr(at["o"]), _ptr(at["stats"]), _i64(rows), _i32(p.dim)),
+                )
+                return
+            packed, dpacked = operands[-2:]
+            self.kernels["unpack_backward"](
+                (_blocks(rows),),
+                (BLOCK,),
+                (
+                    *(_ptr(at[n]) for n in ("o", "do", "stats")),
+                    _ptr(packed),
+                    _ptr(dpacked),
+                    _i64(rows),
+                    _i32(p.dim),
+                ),
+            )
+            pointers |= {n: at[n] for n in ("o", "do", "stats", "dq", "dk", "dv")}
+            self._execute(pointers, workspace, h)
+            heads = p.b * p.h
+            items = heads * (p.tokens + p.keys) * 2 * p.dim
+            self.kernels["pack_backward"](
+                (_blocks(items),),
+                (BLOCK,),
+                (
+                    *(_ptr(x) for x in (dst, at["dq"], at["dk"], at["dv"])),
+                    _i64(heads),
+                    _i64(p.tokens),
+                    _i64(p.keys),
+                    _i32(p.dim),
+                ),
+            )
+
+    def _execute(self, pointers: dict[str, int], workspace: int, h: Any) -> None:
+        # Keyed by uid (the frontend's own key; its tensors need not be hashable).
+        tensors = self.graph.tensors
+        pack = {int(tensors[name].uid): int(address) for name, address in pointers.items()}
+        self.graph.graph.execute(pack, int(workspace), handle=h)
+
+
+def _ptr(address: int) -> Any:
+    import numpy as np
+
+    return np.uint64(address)
+
+
+def _i64(x: int) -> Any:
+    import numpy as np
+
+    return np.int64(x)
+
+
+def _i32(x: int) -> Any:
+    import numpy as np
+
+    return np.int32(x)

@@ -16,10 +16,29 @@ from ..core.types import DType, TensorType, f32, f64
 from ..errors import AxisError, DTypeError, TypeRuleError
 
 FUSED_MIN_SCORES = 64 * 64
-"""Up to this many scores per batch entry (one 64 x 64 block), `nn.attention` records the
-composition itself: there its scores are small, and differentiating it directly (BLAS GEMMs,
-the softmax reused) is faster than any fused kernel (2.6x on the demo's 21 tokens on a CPU).
-Tests set it to 0 to run the fused records on small shapes."""
+"""Up to this many scores per batch entry (one 64 x 64 block), `nn.attention` in bf16/f16
+records the composition itself: there its scores are small, and differentiating it directly
+(GEMMs, the softmax reused) is faster than any fused kernel (2.6x on the demo's 21 tokens on a
+CPU). Tests set it to 0 to run the fused records on small shapes."""
+
+FULL_PRECISION_FUSED_MIN_SCORES = 2048 * 2048
+"""The same bound for f32/f64 attention, higher: no GPU kernel fuses f32 attention (cuDNN's
+needs bf16/f16, so CUDA runs the records' fallback, which recomputes the probabilities), and on
+two CPU cores the BLAS composition beats the CPU kernel up to about 1,500 tokens (1 head, dim
+64, causal: 0.74 against 1.11 ms at 256 tokens, 11.4 against 12.3 ms at 1,024; the kernel wins
+from 2,048 on, 44 against 53 ms, and at 8,192 its extra memory is 12 MB against 1 GB). Up to
+this bound the scores of one batch entry take at most 16 MB in f32. Tests set it to 0 too."""
+
+
+def records_composition(shape_scores: int, dtype: DType) -> bool:
+    """Whether `nn.attention` with `shape_scores` scores per batch entry in `dtype` is recorded
+    as the composition itself (faster there) rather than as the fused custom call.
+
+    >>> records_composition(256 * 256, f32), records_composition(4096 * 4096, f32)
+    (True, False)
+    """
+    full = dtype in (f32, f64)
+    return shape_scores <= (FULL_PRECISION_FUSED_MIN_SCORES if full else FUSED_MIN_SCORES)
 
 
 @dataclass(frozen=True)

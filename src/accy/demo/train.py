@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 import tempfile
 import time
 import zipfile
@@ -150,7 +151,15 @@ class Model:
     """The demo's jitted functions over named arrays on one device, and the conversions between
     the flat lists of a checkpoint and the trees the functions take."""
 
-    def __init__(self, config: Config, optimizer: optim.Adam, device: str, dtype: str = "f32"):
+    def __init__(
+        self,
+        config: Config,
+        optimizer: optim.Adam,
+        device: str,
+        dtype: str = "f32",
+        gpus: int = 1,
+        distributed=None,
+    ):
         self.config = config
         self.optimizer = optimizer
         self.device = device
@@ -172,7 +181,9 @@ class Model:
         def model_logits(params, ids):
             return policy.cast_to_output(logits(policy.cast_to_compute(params), ids, config))
 
-        self.step = jit(train_step)
+        self.step = (
+            jit(train_step) if gpus == 1 else data_parallel(train_step, gpus, device, distributed)
+        )
         self.logits = jit(model_logits)
 
     def named(self, array: np.ndarray, axes) -> NamedArray:
@@ -203,6 +214,15 @@ class Model:
         return parameters, slots
 
 
+def data_parallel(train_step, gpus: int, device: str, distributed):
+    """`train_step` data-parallel over `gpus` devices (the batch split, gradients summed): one
+    process per GPU on "cuda" (`distributed`), else a mesh simulated in this process."""
+    from ..mesh import Mesh, shard
+
+    mesh = distributed.mesh if distributed is not None else Mesh(range(gpus), "data")
+    return shard(train_step, mesh, {"batch": "data"}, device=device, distributed=distributed)
+
+
 def train(
     steps: int,
     seed: int,
@@ -211,15 +231,21 @@ def train(
     resume: bool,
     quiet: bool = False,
     dtype: str = "f32",
+    gpus: int = 1,
+    distributed=None,
 ):
     """Train, checkpointing to `out`; returns (state, token accuracy, sequence accuracy).
-    `dtype` is the compute dtype of the mixed-precision policy (f32, bf16 or f16)."""
+    `dtype` is the compute dtype of the mixed-precision policy (f32, bf16 or f16). `gpus` > 1
+    trains data-parallel (see `data_parallel`); on GPUs only rank 0 writes and evaluates (the
+    others return accuracies None)."""
     tqdm = demo_dependency("tqdm").tqdm
 
     task = SortingTask()
     config = Config(vocab=VOCAB, tokens=task.tokens)
     optimizer = optim.Adam(learning_rate=PEAK_LEARNING_RATE)
-    model = Model(config, optimizer, device, dtype)
+    model = Model(config, optimizer, device, dtype, gpus, distributed)
+    writer = distributed is None or distributed.rank == 0
+    quiet = quiet or not writer
     started = time.perf_counter()
     checkpoint = out / "checkpoint.npz"
     parameters = list(initial_parameters(config, np.random.default_rng(seed)).values())
@@ -256,11 +282,13 @@ def train(
             tokens_per_s=f"{tokens_per_step / (time.perf_counter() - tick):,.0f}",
         )
         progress.update(1)
-        if state.step % 200 == 0 or state.step == steps:
+        if writer and (state.step % 200 == 0 or state.step == steps):
             state.parameters, state.optimizer_state = model.flat(params, opt_state)
             save_checkpoint(checkpoint, state)
     progress.close()
     state.parameters, state.optimizer_state = model.flat(params, opt_state)
+    if not writer:
+        return state, None, None, []
     token_accuracy, sequence_accuracy, examples = evaluate(
         lambda params, ids: model.logits(params, model.named(ids, ("batch", "token"))).array,
         params,
@@ -295,9 +323,30 @@ def main(argv: list[str] | None = None) -> int:
         help="compute dtype (mixed precision: f32 master parameters and optimizer state, the "
         "loss in f32; f16 scales the loss)",
     )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=1,
+        help="devices to train on, data-parallel (the batch split over them): one process per "
+        "GPU with --device cuda, a mesh simulated in one process with cpu or reference",
+    )
     arguments = parser.parse_args(argv)
     for name in ("tqdm", "matplotlib"):  # checked now, not after training
         demo_dependency(name)
+    if arguments.gpus < 1:
+        parser.error("--gpus must be at least 1")
+    distributed = None
+    if arguments.gpus > 1 and arguments.device == "cuda":
+        from ..mesh import Mesh
+
+        if "RANK" not in os.environ:  # start one process per GPU, each running this command
+            from ..launch import launch
+
+            argv = sys.argv[1:] if argv is None else list(argv)
+            return launch(arguments.gpus, [sys.executable, "-m", "accy", "demo", *argv])
+        from ..mesh.nccl import Distributed
+
+        distributed = Distributed(Mesh(range(arguments.gpus), "data"))
     state, token_accuracy, sequence_accuracy, examples = train(
         arguments.steps,
         arguments.seed,
@@ -305,7 +354,13 @@ def main(argv: list[str] | None = None) -> int:
         arguments.out,
         arguments.resume,
         dtype=arguments.dtype,
+        gpus=arguments.gpus,
+        distributed=distributed,
     )
+    if distributed is not None:
+        distributed.close()
+        if distributed.rank != 0:
+            return 0
     print(f"final training loss {state.losses[-1]:.4f} after {state.step} steps")
     print(
         f"held-out accuracy: {token_accuracy:.1%} of sorted digits, "

@@ -8,14 +8,16 @@ version}` asks `registry.require(target, version)` for the `KernelCall`, checks 
   with one pointer per parameter, in declaration order (`parameters`); `dst` points to the
   call's result, the others to the call's operands, in order.
 - CUDA: loads `ptx`, and launches `kernel_name` with `grid` blocks of `block` threads and the
-  same pointer arguments.
+  same pointer arguments; or, when the call has a `library` (a `LibraryStep`: a host library
+  such as cuDNN issuing its own work on the stream), loads it once and lets it issue its work,
+  with the same pointers, inside the program's CUDA graph.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.types import DType, TensorType
 from .errors import KernelCallMismatch, KernelCallNotFound, KernelError
@@ -23,6 +25,25 @@ from .ir import RESULT
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+class LibraryStep(Protocol):
+    """A custom call's CUDA implementation that is a host library call (cuDNN, ...), not a PTX
+    kernel. It is an immutable description (compared and hashed as part of its `KernelCall`):
+
+    - `scratch_bytes`: device memory it needs besides its operands and result (its own
+      intermediates and the library's workspace), given to it at a fixed address;
+    - `load(ordinal)`: called once when a program using it is loaded on GPU `ordinal` (outside
+      any stream capture: build plans, compile helper kernels, warm up); returns the issuer,
+      an object with `bind(stream)` (the stream the following work goes to, called before a
+      capture begins) and `issue(dst, operands, scratch)` (device addresses as ints: the
+      result, the operands in order, the scratch), which only enqueues work on that stream, so
+      that it can be captured into a CUDA graph.
+    """
+
+    scratch_bytes: int
+
+    def load(self, ordinal: int) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,7 @@ class KernelCall:
     ptx: str | None = None
     block: tuple[int, int, int] | None = None
     grid: tuple[int, int, int] | None = None
+    library: LibraryStep | None = None  # CUDA: a host library's step instead of `ptx`
 
     def __repr__(self) -> str:
         return f"<KernelCall {self.target!r} v{self.version}: {self.c_signature}>"

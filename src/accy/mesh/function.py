@@ -12,48 +12,128 @@ from ..errors import MeshError
 from ..frontend.named import NamedArray
 from ..frontend.tracing import as_array_leaf, flatten, leaf_paths, trace, unflatten
 from ..transforms.simplify import simplify
-from .executable import MeshExecutable
+from .executable import SIMULATED_DEVICES, MeshExecutable
 from .mesh import Mesh, check_axis_mapping
-from .spmd import ShardedProgram, shard_program
+from .spmd import ShardedProgram, local_type, shard_program
 
 
 class ShardedFunction:
-    """A function over trees of named arrays run on every device of a simulated mesh: traced
-    (once per signature) over the whole arrays, sharded, compiled for `device`; called with
-    whole arrays, it returns whole arrays (cut into blocks and put back together around the
-    run). `.sharded(*args)` gives the `ShardedProgram` of a signature."""
+    """A function over trees of named arrays, traced (once per signature) over the whole arrays
+    and sharded. `.sharded(*args)` gives the `ShardedProgram` of a signature.
 
-    def __init__(self, fn: Callable, mesh: Mesh, axis_mapping: dict[str, str], device: str):
+    - On a simulated mesh (`device` "cpu" or "reference"): called with whole arrays, it
+      returns whole arrays (cut into blocks and put back together around the run).
+    - On GPUs (`device="cuda"`, one process per GPU, `distributed` its `accy.mesh.nccl
+      .Distributed`): every argument is either the whole array or this device's block of it,
+      and the results are this device's blocks (whole where replicated, as the parameters of
+      data parallelism). So a training loop feeds the results back as they come, and a batch
+      made whole on every process is cut to each device's part.
+    """
+
+    def __init__(
+        self,
+        fn: Callable,
+        mesh: Mesh,
+        axis_mapping: dict[str, str],
+        device: str,
+        distributed: Any = None,
+        precision: str = "f32",
+    ):
         self.fn, self.mesh, self.axis_mapping, self.device = fn, mesh, axis_mapping, device
-        self._entries: dict[Any, tuple[MeshExecutable, Any, list[Any]]] = {}
+        self.distributed, self.precision = distributed, precision
+        self._entries: dict[Any, _Entry] = {}
 
-    def _entry(self, args: tuple, kwargs: dict):
+    def _entry(self, args: tuple, kwargs: dict) -> tuple[_Entry, list[Any]]:
         tree = (args, kwargs)
         leaves, treedef = flatten(tree)
         paths = leaf_paths(tree)
         leaves = [as_array_leaf(x, f"argument{p}") for x, p in zip(leaves, paths, strict=True)]
-        key = (treedef, tuple(x.ty for x in leaves))
-        if key not in self._entries:
+        types = tuple(x.ty for x in leaves)
+        key = (treedef, types)
+        entry = self._entries.get(key) or self._local_entry(treedef, types)
+        if entry is None:
 
             def call(*a: Any, **k: Any) -> Any:
                 return self.fn(*a, **k)
 
             traced = trace(call, leaves, treedef, getattr(self.fn, "__name__", "function"))
             sharded = shard_program(simplify(traced.program), self.mesh, self.axis_mapping)
-            captured = [np.asarray(c.array) for c in traced.captured]
-            self._entries[key] = (MeshExecutable(sharded, device=self.device), traced, captured)
-        return self._entries[key], leaves
+            entry = self._entries[key] = _Entry(self._executable(sharded), traced, sharded)
+        return entry, leaves
+
+    def _executable(self, sharded: ShardedProgram) -> Any:
+        if self.distributed is None:
+            return MeshExecutable(sharded, device=self.device)
+        from .nccl import NcclExecutable  # CuPy only on GPUs
+
+        return NcclExecutable(sharded, self.distributed, precision=self.precision)
+
+    def _local_entry(self, treedef: Any, types: tuple) -> _Entry | None:
+        """On GPUs: the entry whose every parameter is given whole or as this device's block."""
+        if self.distributed is None:
+            return None
+        for (known, _), entry in self._entries.items():
+            if known == treedef and all(
+                t in (whole, local)
+                for t, whole, local in zip(
+                    types, entry.whole_types, entry.local_types, strict=False
+                )
+            ):
+                return entry
+        return None
 
     def sharded(self, *args: Any, **kwargs: Any) -> ShardedProgram:
-        (executable, _, _), _ = self._entry(args, kwargs)
-        return executable.sharded
+        entry, _ = self._entry(args, kwargs)
+        return entry.sharded
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        (executable, traced, captured), leaves = self._entry(args, kwargs)
-        outputs = executable(*[np.asarray(x.array) for x in leaves], *captured)
-        types = executable.sharded.source.output_types
+        entry, leaves = self._entry(args, kwargs)
+        if self.distributed is not None:
+            return self._call_local(entry, leaves)
+        captured = [np.asarray(c.array) for c in entry.traced.captured]
+        outputs = entry.executable(*[np.asarray(x.array) for x in leaves], *captured)
+        types = entry.sharded.source.output_types
         named = [NamedArray(o, t, "cpu") for o, t in zip(outputs, types, strict=True)]
-        return unflatten(traced.out_treedef, named)
+        return unflatten(entry.traced.out_treedef, named)
+
+    def _call_local(self, entry: _Entry, leaves: list[Any]) -> Any:
+        rank, sharded = self.distributed.rank, entry.sharded
+        if entry.captured is None:  # this device's blocks of the captured constants, kept
+            count = len(leaves)
+            entry.captured = [
+                entry.block(rank, count + i, np.asarray(c.array))
+                for i, c in enumerate(entry.traced.captured)
+            ]
+        arrays = [entry.block(rank, i, x.array) for i, x in enumerate(leaves)]
+        outputs = entry.executable(*arrays, *entry.captured)
+        types = [
+            local_type(t, s, self.mesh)
+            for t, s in zip(sharded.source.output_types, sharded.output_shardings, strict=True)
+        ]
+        named = [NamedArray(o, t, "cuda") for o, t in zip(outputs, types, strict=True)]
+        return unflatten(entry.traced.out_treedef, named)
+
+
+class _Entry:
+    """One traced signature: its executable, the trace, and the whole and local parameter
+    types (a process mesh accepts either)."""
+
+    def __init__(self, executable: Any, traced: Any, sharded: ShardedProgram):
+        self.executable, self.traced, self.sharded = executable, traced, sharded
+        self.whole_types = sharded.source.parameter_types
+        self.local_types = tuple(
+            local_type(t, s, sharded.mesh)
+            for t, s in zip(self.whole_types, sharded.input_shardings, strict=True)
+        )
+        self.captured: list[Any] | None = None
+
+    def block(self, rank: int, i: int, array: Any) -> Any:
+        """Parameter `i`'s array for device `rank`: as it is when it is the block already."""
+        whole, local = self.whole_types[i], self.local_types[i]
+        if whole == local or tuple(array.shape) == local.extents:
+            return array
+        cut = array[self.sharded.block(rank, whole, self.sharded.input_shardings[i])]
+        return np.ascontiguousarray(cut) if isinstance(cut, np.ndarray) else cut.copy()
 
 
 def shard(
@@ -62,11 +142,15 @@ def shard(
     axis_mapping: Mapping[str, str],
     *,
     device: str = "cpu",
+    distributed: Any = None,
+    precision: str = "f32",
 ) -> ShardedProgram | ShardedFunction:
     """Shard a Program (-> its `ShardedProgram`: the per-device program, and how arrays split)
-    or a function over named arrays (-> a `ShardedFunction`, run on a simulated mesh of
-    `device` "cpu" or "reference") over `mesh`, each device holding its block of every axis
-    `axis_mapping` maps to a mesh axis.
+    or a function over named arrays (-> a `ShardedFunction`) over `mesh`, each device holding
+    its block of every axis `axis_mapping` maps to a mesh axis. A function runs on a simulated
+    mesh (`device` "cpu" or "reference"), or with `device="cuda"` on this process's GPU, its
+    collectives through NCCL (`distributed`: this process's `accy.mesh.nccl.Distributed`;
+    `precision="tf32"` lets f32 GEMMs use TF32).
 
     >>> import accy, numpy as np
     >>> mesh = accy.Mesh(range(2), "data")
@@ -81,7 +165,17 @@ def shard(
         return shard_program(fn_or_program, mesh, mapping)
     if not callable(fn_or_program):
         raise MeshError(f"shard needs a Program or a function, got {fn_or_program!r}")
-    return ShardedFunction(fn_or_program, mesh, mapping, device)
+    if device == "cuda" and distributed is None:
+        raise MeshError(
+            "shard(..., device='cuda') runs one process per GPU: pass distributed="
+            "accy.mesh.nccl.Distributed(mesh) (made in each process started by accy launch)"
+        )
+    if device != "cuda" and device not in SIMULATED_DEVICES:
+        raise MeshError(
+            f"shard: device {device!r}; a function runs on a simulated mesh "
+            f"({', '.join(SIMULATED_DEVICES)}) or on GPUs ('cuda', with distributed=...)"
+        )
+    return ShardedFunction(fn_or_program, mesh, mapping, device, distributed, precision)
 
 
 def compile(sharded: ShardedProgram, device: str = "cpu") -> MeshExecutable:  # noqa: A001

@@ -13,7 +13,12 @@ this device's outputs (CuPy arrays); `local_inputs` cuts them from whole arrays.
 
 NCCL needs its operand contiguous with the gathered or scattered axis first: an axis elsewhere
 is moved first and back (a copy each way); the sharding keeps batch axes first where it can.
-bf16 values travel as float32 (the CUDA backend's boundary type for bf16).
+Sums (`psum`, `reduce_scatter`) go in the NCCL type of the value's accy dtype (bf16 as
+`ncclBfloat16`, whatever array type holds it); collectives that only move data (`all_gather`,
+`all_to_all`, `ppermute`) move bytes, so every dtype travels, booleans included.
+
+The NCCL unique id crosses the bootstrap store as 128 unsigned bytes; CuPy 14 takes it back as
+`bytes`, CuPy 13 and older as a tuple of signed chars (`communicator` accepts either).
 
 CuPy (`cupy.cuda.nccl`) is imported only here, when a `Distributed` is made.
 """
@@ -27,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from ..api import compile as compile_program
+from ..backends.arguments import held_dtype
 from ..core import Program
+from ..core.types import TensorType
 from ..errors import MeshError, RuntimeUnavailable
 from .bootstrap import Environment, Store, share_ids
 from .executable import check_mesh_attrs
@@ -35,14 +42,39 @@ from .mesh import Mesh
 from .segments import MeshStep, Segment, split_program
 from .spmd import ShardedProgram
 
-_NCCL_TYPES = {
+_NCCL_SUM_TYPES = {
     "float32": "NCCL_FLOAT32",
     "float64": "NCCL_FLOAT64",
     "float16": "NCCL_FLOAT16",
-    "int32": "NCCL_INT32",
-    "int64": "NCCL_INT64",
+    "bfloat16": "NCCL_BFLOAT16",
+    "int8": "NCCL_INT8",
     "uint8": "NCCL_UINT8",
+    "int32": "NCCL_INT32",
+    "uint32": "NCCL_UINT32",
+    "int64": "NCCL_INT64",
+    "uint64": "NCCL_UINT64",
 }
+
+
+def unsigned_id(raw: Any) -> list[int]:
+    """An NCCL unique id as 128 numbers 0..255, whether CuPy gave bytes (CuPy 14) or a tuple of
+    signed chars (CuPy 13): what the bootstrap store carries.
+
+    >>> unsigned_id(bytes([1, 255])), unsigned_id((1, -1))
+    ([1, 255], [1, 255])
+    """
+    return [int(b) % 256 for b in raw]
+
+
+def communicator(nccl: Any, size: int, unique_id: Sequence[int], rank: int) -> Any:
+    """`nccl.NcclCommunicator(size, id, rank)` with the id in the form this CuPy takes: bytes
+    (CuPy 14), else a tuple of signed chars (CuPy 13 and older refuse bytes with a TypeError,
+    before NCCL is called)."""
+    try:
+        return nccl.NcclCommunicator(size, bytes(unique_id), rank)
+    except TypeError:
+        signed = tuple(b - 256 if b > 127 else b for b in unique_id)
+        return nccl.NcclCommunicator(size, signed, rank)
 
 
 def pin_one_gpu(local_rank: int, environ: dict[str, str] | None = None) -> str:
@@ -72,7 +104,7 @@ def _import_nccl():
         from cupy.cuda import nccl
     except ImportError as error:  # CuPy absent, or built without NCCL
         raise RuntimeUnavailable(
-            f"several GPUs need CuPy with NCCL (pip install cupy-cuda12x): {error}"
+            f"several GPUs need CuPy with NCCL (pip install cupy-cuda13x): {error}"
         ) from error
     if not getattr(nccl, "available", True):
         raise RuntimeUnavailable("CuPy was built without NCCL: several GPUs need it")
@@ -81,17 +113,30 @@ def _import_nccl():
 
 class Distributed:
     """This process's GPU and its NCCL communicators, one per mesh axis (see the module
-    docstring). `mesh` has one device per process, in rank order."""
+    docstring). `mesh` has one device per process, in rank order. `modules` replaces
+    `(cupy, cupy.cuda.nccl)` and `segment_device` the backend the segments between collectives
+    are compiled for: tests pass NumPy stand-ins that run ranks as threads, and "cpu" (then no
+    GPU is pinned)."""
 
-    def __init__(self, mesh: Mesh, env: Environment | None = None, store: Store | None = None):
+    def __init__(
+        self,
+        mesh: Mesh,
+        env: Environment | None = None,
+        store: Store | None = None,
+        *,
+        modules: tuple[Any, Any] | None = None,
+        segment_device: str = "cuda",
+    ):
+        self.segment_device = segment_device
         self.env = env or Environment.from_env()
         if mesh.size != self.env.world_size:
             raise MeshError(
                 f"the mesh has {mesh.size} devices but {self.env.world_size} processes were "
                 "started: one process per device (accy launch --gpus N)"
             )
-        pin_one_gpu(self.env.local_rank)
-        self.cupy, self.nccl = _import_nccl()
+        if modules is None:
+            pin_one_gpu(self.env.local_rank)
+        self.cupy, self.nccl = modules or _import_nccl()
         if self.cupy.cuda.runtime.getDeviceCount() != 1:
             raise MeshError(
                 "this process sees several GPUs: make Distributed(...) before anything uses CUDA "
@@ -102,64 +147,99 @@ class Distributed:
         self.rank = self.env.rank
         self.cupy.cuda.Device(0).use()
         self.store = store or Store.connect(self.env)
-        ids = share_ids(self.store, mesh, self.rank, self.nccl.get_unique_id)
+        ids = share_ids(self.store, mesh, self.rank, lambda: unsigned_id(self.nccl.get_unique_id()))
         self.communicators = {}
         for mesh_axis in mesh.axis_names:  # the same order on every rank: no deadlock
             group = mesh.group(self.rank, mesh_axis)
-            self.communicators[mesh_axis] = self.nccl.NcclCommunicator(
-                len(group), tuple(ids[mesh_axis]), group.index(self.rank)
+            self.communicators[mesh_axis] = communicator(
+                self.nccl, len(group), ids[mesh_axis], group.index(self.rank)
             )
         self.store.barrier("communicators")
 
     def position(self, mesh_axis: str) -> int:
         return self.mesh.coordinates(self.rank)[mesh_axis]
 
-    def dtype(self, array: Any) -> int:
-        name = _NCCL_TYPES.get(np.dtype(array.dtype).name)
+    def close(self) -> None:
+        """Wait for the GPU, free the communicators and leave the store (rank 0, which serves
+        it, waits for every rank): call once at the end of a run, on every rank."""
+        self.cupy.cuda.Device(0).synchronize()
+        for comm in self.communicators.values():
+            comm.destroy()
+        self.communicators = {}
+        self.store.close()
+
+    def sum_type(self, t: TensorType, kind: str) -> int:
+        """The NCCL type that sums values of `t` (a MeshError for a dtype NCCL cannot add)."""
+        name = _NCCL_SUM_TYPES.get(held_dtype(t).name)
         if name is None:
-            raise MeshError(f"NCCL has no type for {array.dtype}")
+            raise MeshError(
+                f"{kind} over NCCL: NCCL cannot add {t.dtype} values; sums need a float or "
+                f"integer dtype ({', '.join(sorted(_NCCL_SUM_TYPES))})"
+            )
         return getattr(self.nccl, name)
 
     # -- the collectives, on `stream` -----------------------------------------------------------
 
-    def psum(self, x: Any, attrs, stream: Any) -> Any:
+    def psum(self, x: Any, attrs, stream: Any, t: TensorType) -> Any:
         x = self.cupy.ascontiguousarray(x)
         out = self.cupy.empty_like(x)
         self.communicators[attrs["mesh_axis"]].allReduce(
-            x.data.ptr, out.data.ptr, x.size, self.dtype(x), self.nccl.NCCL_SUM, stream.ptr
-        )
+            x.data.ptr, out.data.ptr, x.size, self.sum_type(t, "psum"), self.nccl.NCCL_SUM,
+            stream.ptr,
+        )  # fmt: skip
         return out
+
+    def psums(self, items: Sequence[tuple[Any, Any, TensorType]], stream: Any) -> list[Any]:
+        """Several independent psums ((x, attrs, type) each) as one NCCL group: NCCL issues
+        them together (a data-parallel step's gradients: one launch, not one per parameter).
+        The operands stay referenced here until the group is issued."""
+        if len(items) == 1:
+            x, attrs, t = items[0]
+            return [self.psum(x, attrs, stream, t)]
+        operands = [self.cupy.ascontiguousarray(x) for x, _, _ in items]
+        outs = [self.cupy.empty_like(x) for x in operands]
+        self.nccl.groupStart()
+        try:
+            for x, out, (_, attrs, t) in zip(operands, outs, items, strict=True):
+                self.communicators[attrs["mesh_axis"]].allReduce(
+                    x.data.ptr, out.data.ptr, x.size, self.sum_type(t, "psum"),
+                    self.nccl.NCCL_SUM, stream.ptr,
+                )  # fmt: skip
+        finally:
+            self.nccl.groupEnd()
+        return outs
 
     def all_gather(self, x: Any, attrs, stream: Any, position: int) -> Any:
         cupy, size = self.cupy, attrs["size"]
         front = cupy.ascontiguousarray(cupy.moveaxis(x, position, 0))
         out = cupy.empty((size * front.shape[0], *front.shape[1:]), front.dtype)
         self.communicators[attrs["mesh_axis"]].allGather(
-            front.data.ptr, out.data.ptr, front.size, self.dtype(front), stream.ptr
+            front.data.ptr, out.data.ptr, front.nbytes, self.nccl.NCCL_UINT8, stream.ptr
         )
         return cupy.ascontiguousarray(cupy.moveaxis(out, 0, position))
 
-    def reduce_scatter(self, x: Any, attrs, stream: Any, position: int) -> Any:
+    def reduce_scatter(self, x: Any, attrs, stream: Any, position: int, t: TensorType) -> Any:
         cupy, size = self.cupy, attrs["size"]
         front = cupy.ascontiguousarray(cupy.moveaxis(x, position, 0))
         out = cupy.empty((front.shape[0] // size, *front.shape[1:]), front.dtype)
         self.communicators[attrs["mesh_axis"]].reduceScatter(
-            front.data.ptr, out.data.ptr, out.size, self.dtype(front), self.nccl.NCCL_SUM,
-            stream.ptr,
+            front.data.ptr, out.data.ptr, out.size, self.sum_type(t, "reduce_scatter"),
+            self.nccl.NCCL_SUM, stream.ptr,
         )  # fmt: skip
         return cupy.ascontiguousarray(cupy.moveaxis(out, 0, position))
 
     def all_to_all(self, x: Any, attrs, stream: Any, split: int, concat: int) -> Any:
-        """Block j of the split axis to position j, by grouped sends and receives."""
-        cupy, size = self.cupy, attrs["size"]
+        """Block j of the split axis to position j, by grouped sends and receives (bytes)."""
+        cupy, size, uint8 = self.cupy, attrs["size"], self.nccl.NCCL_UINT8
         communicator = self.communicators[attrs["mesh_axis"]]
         blocks = [cupy.ascontiguousarray(b) for b in cupy.split(x, size, axis=split)]
         received = [cupy.empty_like(b) for b in blocks]
         self.nccl.groupStart()
         for peer in range(size):
-            dtype = self.dtype(blocks[peer])
-            communicator.send(blocks[peer].data.ptr, blocks[peer].size, dtype, peer, stream.ptr)
-            communicator.recv(received[peer].data.ptr, received[peer].size, dtype, peer, stream.ptr)
+            communicator.send(blocks[peer].data.ptr, blocks[peer].nbytes, uint8, peer, stream.ptr)
+            communicator.recv(
+                received[peer].data.ptr, received[peer].nbytes, uint8, peer, stream.ptr
+            )
         self.nccl.groupEnd()
         return cupy.concatenate(received, axis=concat)
 
@@ -167,21 +247,29 @@ class Distributed:
         me = self.position(attrs["mesh_axis"])
         communicator = self.communicators[attrs["mesh_axis"]]
         x = self.cupy.ascontiguousarray(x)
-        out = self.cupy.zeros_like(x)
+        out = self.cupy.zeros_like(x)  # a device no one sends to gets zeros
+        uint8 = self.nccl.NCCL_UINT8
         self.nccl.groupStart()
         for source, destination in attrs["perm"]:
             if source == me:
-                communicator.send(x.data.ptr, x.size, self.dtype(x), destination, stream.ptr)
+                communicator.send(x.data.ptr, x.nbytes, uint8, destination, stream.ptr)
             if destination == me:
-                communicator.recv(out.data.ptr, out.size, self.dtype(x), source, stream.ptr)
+                communicator.recv(out.data.ptr, out.nbytes, uint8, source, stream.ptr)
         self.nccl.groupEnd()
         return out
 
 
 class NcclExecutable:
-    """The per-device program of `sharded` on this process's GPU (see the module docstring)."""
+    """The per-device program of `sharded` on this process's GPU (see the module docstring).
+    `precision` is the CUDA backend's ("f32", or "tf32" for TF32 f32 GEMMs)."""
 
-    def __init__(self, program: ShardedProgram | Program, distributed: Distributed):
+    def __init__(
+        self,
+        program: ShardedProgram | Program,
+        distributed: Distributed,
+        *,
+        precision: str = "f32",
+    ):
         sharded = program if isinstance(program, ShardedProgram) else None
         if sharded is not None and sharded.mesh != distributed.mesh:
             raise MeshError("NcclExecutable: the program was sharded for another mesh")
@@ -192,43 +280,66 @@ class NcclExecutable:
                 check_mesh_attrs(distributed.mesh, op)
         self.steps = split_program(self.program)
         self.compiled = {
-            id(s): compile_program(s.program, "cuda") for s in self.steps if isinstance(s, Segment)
+            id(s): compile_program(s.program, distributed.segment_device, precision=precision)
+            for s in self.steps
+            if isinstance(s, Segment)
         }
+        self._positions: dict[str, Any] = {}
 
     def local_inputs(self, arrays: Sequence[Any]) -> list[Any]:
         """This device's blocks of whole arrays (one per parameter of the source program)."""
         if self.sharded is None:
             raise MeshError("local_inputs: this executable runs a per-device program as it is")
-        return self.sharded.split(arrays)[self.distributed.rank]
+        return self.sharded.local(self.distributed.rank, arrays)
 
     def __call__(self, *arrays: Any) -> list[Any]:
         cupy = self.distributed.cupy
         stream = cupy.cuda.get_current_stream()
         env = {v: cupy.asarray(a) for v, a in zip(self.program.parameters, arrays, strict=True)}
+        psums: list[MeshStep] = []  # independent psums side by side: issued as one group
         for step in self.steps:
+            if isinstance(step, MeshStep) and step.op.kind == "psum":
+                if any(step.op.operands[0] in p.op.results for p in psums):
+                    self._psums(psums, env, stream)
+                psums.append(step)
+                continue
+            self._psums(psums, env, stream)
             if isinstance(step, MeshStep):
                 env[step.op.results[0]] = self._collective(step, env, stream)
             else:
                 outputs = self.compiled[id(step)](*[env[v] for v in step.inputs])
-                env.update(zip(step.outputs, outputs, strict=True))
+                env.update(zip(step.outputs, map(cupy.asarray, outputs), strict=True))
+        self._psums(psums, env, stream)
         return [env[v] for v in self.program.outputs]
+
+    def _psums(self, steps: list[MeshStep], env: dict[int, Any], stream: Any) -> None:
+        """Issue the pending psums (one NCCL group) and forget them."""
+        if not steps:
+            return
+        items = [(env[s.op.operands[0]], s.op.attrs, s.op.operand_types[0]) for s in steps]
+        results = self.distributed.psums(items, stream)
+        env.update((s.op.results[0], r) for s, r in zip(steps, results, strict=True))
+        steps.clear()
 
     def _collective(self, step: MeshStep, env: dict[int, Any], stream: Any) -> Any:
         op, d = step.op, self.distributed
         if op.kind == "axis_index":
-            return d.cupy.asarray(np.int32(d.position(op.attrs["mesh_axis"])))
+            axis = op.attrs["mesh_axis"]
+            if axis not in self._positions:  # uploaded once
+                self._positions[axis] = d.cupy.asarray(np.int32(d.position(axis)))
+            return self._positions[axis]
         x = env[op.operands[0]]
         t = op.operand_types[0]
         if op.kind == "psum":
-            return d.psum(x, op.attrs, stream)
+            return d.psum(x, op.attrs, stream, t)
         if op.kind == "all_gather":
             return d.all_gather(x, op.attrs, stream, t.position(op.attrs["axis"]))
         if op.kind == "reduce_scatter":
-            return d.reduce_scatter(x, op.attrs, stream, t.position(op.attrs["axis"]))
+            return d.reduce_scatter(x, op.attrs, stream, t.position(op.attrs["axis"]), t)
         if op.kind == "all_to_all":
             split, concat = t.position(op.attrs["split_axis"]), t.position(op.attrs["concat_axis"])
             return d.all_to_all(x, op.attrs, stream, split, concat)
         return d.ppermute(x, op.attrs, stream)
 
 
-__all__ = ["Distributed", "NcclExecutable"]
+__all__ = ["Distributed", "NcclExecutable", "communicator", "pin_one_gpu", "unsigned_id"]

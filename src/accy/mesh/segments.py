@@ -6,10 +6,17 @@ kinds, compiled by a backend as any program is) and `MeshStep`s (a collective or
 step names the values it reads and writes, so the runner keeps one table of values per device.
 Collectives nested in a scan or cond body cannot be cut out: such a program is refused (the mesh
 evaluator, `device="reference"`, runs it).
+
+The operations are first put in an order with as few cuts as the data allows (`fewest_cuts`):
+every ordinary operation runs as soon as its operands are there, and a collective only when no
+ordinary operation can run. So a data-parallel step is a few segments (the forward and backward
+pass, then the updates) with the gradients' psums side by side between them, which the NCCL
+runtime issues as one group, instead of one segment and one launch per parameter.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from ..core import Operation, Program
@@ -65,9 +72,7 @@ def split_program(program: Program) -> list[Segment | MeshStep]:
             "only the mesh evaluator (device='reference') runs those"
         )
     groups: list[list[Operation] | Operation] = []
-    for op in program.operations:
-        if op.kind == "parameter":
-            continue
+    for op in fewest_cuts([op for op in program.operations if op.kind != "parameter"]):
         if op.kind in MESH_KINDS:
             groups.append(op)
         elif groups and isinstance(groups[-1], list):
@@ -91,6 +96,45 @@ def split_program(program: Program) -> list[Segment | MeshStep]:
     return steps
 
 
+def fewest_cuts(ops: list[Operation]) -> list[Operation]:
+    """`ops` (a program's, in a valid order) reordered so that collectives come as late and as
+    close together as their data allows: the ready ordinary operations first, in their order;
+    then every collective that is ready, in their order; and again. Operands produced outside
+    `ops` (parameters) are ready from the start."""
+    producer = {r: i for i, op in enumerate(ops) for r in op.results}
+    waiting = [0] * len(ops)
+    users: list[list[int]] = [[] for _ in ops]
+    for i, op in enumerate(ops):
+        for source in {producer[v] for v in op.operands if v in producer}:
+            waiting[i] += 1
+            users[source].append(i)
+    ordinary: list[int] = []
+    collective: list[int] = []
+
+    def ready(i: int) -> None:
+        heapq.heappush(collective if ops[i].kind in MESH_KINDS else ordinary, i)
+
+    for i in range(len(ops)):
+        if not waiting[i]:
+            ready(i)
+    order: list[Operation] = []
+
+    def emit(i: int) -> None:
+        order.append(ops[i])
+        for user in users[i]:
+            waiting[user] -= 1
+            if not waiting[user]:
+                ready(user)
+
+    while ordinary or collective:
+        while ordinary:
+            emit(heapq.heappop(ordinary))
+        batch, collective[:] = sorted(collective), []
+        for i in batch:
+            emit(i)
+    return order
+
+
 def _segment(program: Program, ops: list[Operation], needed: set[int], position: int) -> Segment:
     defined = {r for op in ops for r in op.results}
     inputs: list[int] = []
@@ -107,4 +151,4 @@ def _segment(program: Program, ops: list[Operation], needed: set[int], position:
     return Segment(builder.build([env[v] for v in outputs]), tuple(inputs), outputs)
 
 
-__all__ = ["MESH_KINDS", "MeshStep", "Segment", "split_program"]
+__all__ = ["MESH_KINDS", "MeshStep", "Segment", "fewest_cuts", "split_program"]

@@ -150,25 +150,40 @@ class ShardedProgram:
         >>> [inputs[0].tolist() for inputs in sharded.split([np.arange(4.0)])]
         [[0.0, 1.0], [2.0, 3.0]]
         """
+        arrays = self._checked(arrays)
+        return [self.local(rank, arrays) for rank in range(self.mesh.size)]
+
+    def local(self, rank: int, arrays: Sequence[Any]) -> list[Any]:
+        """Device `rank`'s inputs, cut from whole arrays (NumPy, or CuPy ones on a GPU).
+
+        >>> import accy, numpy as np
+        >>> p = accy.trace.define("s", [accy.spec(accy.f32, batch=4)], lambda b, a: a[0].sum())
+        >>> sharded = shard_program(p, Mesh(range(2), "data"), {"batch": "data"})
+        >>> sharded.local(1, [np.arange(4.0)])[0].tolist()
+        [2.0, 3.0]
+        """
+        arrays = self._checked(arrays)
+        return [
+            a[self.block(rank, t, s)].copy()  # C order; 0-d stays 0-d
+            for a, t, s in zip(
+                arrays, self.source.parameter_types, self.input_shardings, strict=True
+            )
+        ]
+
+    def _checked(self, arrays: Sequence[Any]) -> list[Any]:
         types = self.source.parameter_types
         if len(arrays) != len(types):
             raise MeshError(
                 f"sharded program {self.source.name!r} takes {len(types)} inputs, got {len(arrays)}"
             )
-        arrays = [np.asarray(a) for a in arrays]
+        arrays = [a if hasattr(a, "__cuda_array_interface__") else np.asarray(a) for a in arrays]
         for i, (a, t) in enumerate(zip(arrays, types, strict=True)):
             if a.shape != t.extents:
                 raise MeshError(
                     f"sharded program {self.source.name!r}, input {i}: an array of shape "
                     f"{a.shape}, but the parameter is {t} (the whole array, before sharding)"
                 )
-        return [
-            [
-                a[self.block(rank, t, s)].copy()  # C order; 0-d stays 0-d
-                for a, t, s in zip(arrays, types, self.input_shardings, strict=True)
-            ]
-            for rank in range(self.mesh.size)
-        ]
+        return arrays
 
     def assemble(self, outputs: Sequence[Sequence[Any]]) -> list[np.ndarray]:
         """The whole outputs, put together from every device's outputs (by rank)."""

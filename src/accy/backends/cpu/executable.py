@@ -4,8 +4,10 @@ One call is one native call, which runs the whole program. `accy_run(buffers, wo
 the buffers' addresses; `accy_run_arrays(call)` takes NumPy array objects and reads their
 addresses itself (`accy.backends.buffers.numpy_data_offset`), which makes the array call cost
 little more than the checks of its arguments. The executable owns one workspace for the
-program's intermediates, so calls on one executable are serialized by a lock; separate
-executables run concurrently. Every call path holds the `NativeLibrary` it calls into.
+program's intermediates, so calls on one executable are serialized: by a lock, or, for a short
+program (`is_short`), by the GIL, which such a program's native call keeps (releasing and taking
+back the GIL and a lock would cost more than the call). Separate executables run concurrently.
+Every call path holds the `NativeLibrary` it calls into.
 """
 
 from __future__ import annotations
@@ -26,8 +28,30 @@ from ..base import CompileOptions, Executable, compile_artifact, register_backen
 from ..buffers import addresses_of, numpy_data_offset
 from .compile import CompiledFragment, compile_program
 
+SHORT_PROGRAM_BYTES = 1 << 20
+"""A program whose inputs, outputs and workspace take at most this many bytes, without loops or
+custom calls, runs in microseconds: its native call keeps the GIL (`is_short`)."""
+LONG_KINDS = frozenset({"scan", "while_loop", "cond", "custom_call"})
+
 IDS_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)
 """Where the arrays' ids start in accy_run_arrays's argument (after workspace, data offset)."""
+
+
+def is_short(compiled: CompiledFragment) -> bool:
+    """Whether `compiled` is small enough to run holding the GIL (`SHORT_PROGRAM_BYTES`).
+
+    >>> import accy
+    >>> from accy.backends.cpu.compile import compile_program
+    >>> p = accy.trace.define("twice", [accy.spec(accy.f32, n=2)], lambda b, a: a[0] * 2.0)
+    >>> is_short(compile_program(p))
+    True
+    """
+    program = compiled.program
+    if any(op.kind in LONG_KINDS for op in program.operations):
+        return False
+    types = [*program.parameter_types, *program.output_types]
+    held = sum(t.size * held_dtype(t).itemsize for t in types)
+    return held + compiled.workspace_bytes <= SHORT_PROGRAM_BYTES
 
 
 def _aligned_workspace(nbytes: int) -> tuple[np.ndarray, int]:
@@ -56,7 +80,9 @@ class CpuExecutable(Executable):
         super().__init__(compiled.program)
         self.compiled = compiled
         self.library = compiled.load()
-        self.native_entry = self.library.run
+        self.holds_gil = is_short(compiled)
+        library = self.library
+        self.native_entry = library.run_holding_gil if self.holds_gil else library.run
         self._workspace, self._workspace_address = _aligned_workspace(compiled.workspace_bytes)
         count = self.input_count() + self.output_count()
         self._buffers = (ctypes.c_void_p * max(count, 1))()
@@ -68,7 +94,9 @@ class CpuExecutable(Executable):
         )
         self._arrays_call_address = ctypes.addressof(self._arrays_call)
         self._pack_ids = struct.Struct(f"{count}P").pack_into
-        self.native_arrays_entry = self.library.run_arrays
+        self.native_arrays_entry = (
+            library.run_arrays_holding_gil if self.holds_gil else library.run_arrays
+        )
         # accy_run_arrays may be used: this NumPy's array layout was recognized, and there is
         # at least one array (its generated code reads one even when there is none).
         self.takes_arrays = numpy_data_offset() is not None and count > 0
@@ -136,8 +164,14 @@ class CpuExecutable(Executable):
         if not self.takes_arrays:
             return self._address_runner()
         call, address, lock = self._arrays_call, self._arrays_call_address, self._lock
-        pack, entry, offset = self._pack_ids, self.library.run_arrays, IDS_OFFSET
+        pack, entry, offset = self._pack_ids, self.native_arrays_entry, IDS_OFFSET
         holds = (self.library, self._workspace)  # the code and memory must outlive every call
+
+        def run_holding_gil(inputs: list, outputs: list, _holds=holds) -> list[np.ndarray]:
+            # No thread switch can happen between packing and the call, nor during it.
+            pack(call, offset, *map(id, inputs), *map(id, outputs))
+            entry(address)
+            return outputs
 
         def run(inputs: list, outputs: list, _holds=holds) -> list[np.ndarray]:
             with lock:
@@ -145,14 +179,14 @@ class CpuExecutable(Executable):
                 entry(address)
             return outputs
 
-        return run
+        return run_holding_gil if self.holds_gil else run
 
     def _address_runner(self):
         """The runner through buffer addresses (where native code cannot read NumPy's arrays)."""
         # Held by the closure (not through `self`, which would make a cycle that only the
         # garbage collector breaks): the code and the memory must outlive every call.
         library, workspace, lock = self.library, self._workspace, self._lock
-        buffers, pack, entry = self._buffers, self._pack_buffers, library.run
+        buffers, pack, entry = self._buffers, self._pack_buffers, self.native_entry
         arguments = (self._buffers_address, self._workspace_address)
 
         def run(inputs: list, outputs: list, _holds=(library, workspace)) -> list[np.ndarray]:

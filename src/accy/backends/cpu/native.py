@@ -19,6 +19,7 @@ import _ctypes
 import ctypes
 import os
 from pathlib import Path
+from typing import Any
 
 from .blas import Blas
 
@@ -39,6 +40,12 @@ def pin_openmp_runtime() -> None:
         _pinned.add(name)
 
 
+def _holding_gil(function: Any, *argtypes: Any) -> Any:
+    """`function` (a ctypes function of the library) as one that keeps the GIL while it runs."""
+    address = ctypes.cast(function, ctypes.c_void_p).value
+    return ctypes.PYFUNCTYPE(None, *argtypes)(address)
+
+
 class NativeLibrary:
     """The shared object at `path`, opened with its entry points' argument types set and its
     BLAS handed over; closed when this object is collected."""
@@ -54,6 +61,10 @@ class NativeLibrary:
         self.run_arrays = self._library.accy_run_arrays
         self.run_arrays.argtypes = [ctypes.c_void_p]
         self.run_arrays.restype = None
+        # The same two entry points called without releasing the GIL: for programs shorter
+        # than the GIL's release and re-acquisition, which the GIL then also serializes.
+        self.run_holding_gil = _holding_gil(self.run, ctypes.c_void_p, ctypes.c_void_p)
+        self.run_arrays_holding_gil = _holding_gil(self.run_arrays, ctypes.c_void_p)
         if blas is not None:
             pointers = (blas.sgemm, blas.dgemm, blas.set_threads, blas.get_threads)
             self._library.accy_set_blas(*(ctypes.c_void_p(p) for p in pointers))

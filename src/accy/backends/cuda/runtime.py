@@ -6,10 +6,11 @@ options, the GPU architecture and the NVRTC version, so a program is compiled on
 The workspace and the pointer pool come from CuPy's memory pool.
 
 The first run captures the whole schedule into a CUDA graph: a copy of the pointer pool from
-pinned host memory, then every kernel, GEMM and custom kernel in order. A run fills the pinned
-pool with the addresses of this call's buffers and launches the graph: one launch from Python,
-on the current CuPy stream. Two slots (two pinned pools, two graphs) let a call be issued while
-the previous one is still running; a slot is reused once its last launch has finished.
+pinned host memory, then every kernel, GEMM, custom kernel and host-library step (cuDNN) in
+order; library steps are loaded (plans built, warmed up) when the fragment is. A run fills
+the pinned pool with the addresses of this call's buffers and launches the graph: one launch
+from Python, on the current CuPy stream. Two slots (two pinned pools, two graphs) let a call be
+issued while the previous one is still running; a slot is reused once its last launch has finished.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 from ...errors import AccyError, RuntimeUnavailable
 from .compile import NVRTC_OPTIONS, CompiledFragment
 from .cublas import WORKSPACE_BYTES, Cublas
-from .schedule import SCRATCH, WORKSPACE, Address, External, Gemm, Launch
+from .schedule import SCRATCH, WORKSPACE, Address, External, Gemm, Launch, Library
 
 SLOTS = 2
 
@@ -127,7 +128,15 @@ class CudaFragment:
             # Compiled and loaded now: nothing may compile or load during a capture.
             self._kernels = {name: module.get_function(name) for name in compiled.kernels}
             self._externals = {
-                name: self._load_ptx(cupy, call) for name, call in compiled.externals.items()
+                name: self._load_ptx(cupy, call)
+                for name, call in compiled.externals.items()
+                if call.library is None
+            }
+            # Host-library steps build their plans and helper kernels now, outside any capture.
+            self._libraries = {
+                name: call.library.load(ordinal)
+                for name, call in compiled.externals.items()
+                if call.library is not None
             }
             self.workspace = cupy.empty(max(compiled.workspace_bytes, 1), dtype=cupy.uint8)
             for offset, data in compiled.constants:  # large constants: uploaded once, here
@@ -207,7 +216,7 @@ class CudaFragment:
             pool.bases[: self._count] = addresses
             np.add(pool.bases[pool.sources], pool.offsets, out=slot.table)
             self._copy_pool(cupy, slot, stream)
-            self.device.cublas.bind(stream.ptr)
+            self._bind(stream.ptr)
             events = [cupy.cuda.Event() for _ in range(len(actions) + 1)]
             times = np.zeros((repeats, len(actions)))
             for repeat in range(repeats + 1):
@@ -228,7 +237,15 @@ class CudaFragment:
         if isinstance(action, Gemm):
             how = "pointer arrays" if action.arrays is not None else "fixed addresses"
             return f"gemm {action.m}x{action.n}x{action.k} batch {action.batch} ({how})"
+        if isinstance(action, Library):
+            return f"library step {action.symbol}"
         return f"custom kernel {action.symbol}"
+
+    def _bind(self, stream: int) -> None:
+        """Direct cuBLAS and every host-library step to `stream` (before a capture begins)."""
+        self.device.cublas.bind(stream)
+        for issuer in self._libraries.values():
+            issuer.bind(stream)
 
     def _copy_pool(self, cupy, slot: Slot, stream) -> None:
         """Copy the slot's pinned pointer pool to the device (asynchronously, on `stream`)."""
@@ -247,7 +264,7 @@ class CudaFragment:
             return False  # nothing to run: no graph at all
         stream = self.device.capture_stream
         with self.device.device, stream:
-            self.device.cublas.bind(stream.ptr)
+            self._bind(stream.ptr)
             stream.begin_capture()
             try:
                 self._copy_pool(cupy, slot, stream)
@@ -258,7 +275,7 @@ class CudaFragment:
         graph.upload(stream)
         return graph
 
-    # the three kinds of action -------------------------------------------------------------
+    # the four kinds of action -------------------------------------------------------------
 
     def _address(self, address: Address) -> int:
         """A fixed address (inside the fragment's memory), as a number."""
@@ -290,8 +307,18 @@ class CudaFragment:
         arguments = tuple(np.uint64(self._address(x)) for x in action.arguments)
         function(action.grid, action.block, arguments)
 
+    def _library(self, action: Library) -> None:
+        issuer = self._libraries[action.symbol]
+        operands = tuple(self._address(x) for x in action.operands)
+        issuer.issue(self._address(action.result), operands, self._address(action.scratch))
 
-ISSUERS = {Launch: CudaFragment._launch, Gemm: CudaFragment._gemm, External: CudaFragment._external}
+
+ISSUERS = {
+    Launch: CudaFragment._launch,
+    Gemm: CudaFragment._gemm,
+    External: CudaFragment._external,
+    Library: CudaFragment._library,
+}
 
 
 def load(compiled: CompiledFragment, ordinal: int = 0) -> CudaFragment:

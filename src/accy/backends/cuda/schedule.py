@@ -1,4 +1,5 @@
-"""What one invocation does on the device, in order: kernel launches, GEMMs, custom kernels.
+"""What one invocation does on the device, in order: kernel launches, GEMMs, custom kernels,
+host-library steps.
 
 The schedule is made once, when a program is compiled, and captured once as a CUDA graph when
 it is first run; it never changes afterwards. What does change from call to call is where the
@@ -99,7 +100,19 @@ class External:
     arguments: tuple[Address, ...]
 
 
-Action = Launch | Gemm | External
+@dataclass(frozen=True)
+class Library:
+    """A host library's step (`accy.kernel.call.LibraryStep`, e.g. cuDNN's fused attention):
+    the library enqueues its own work on the capturing stream, with fixed addresses for the
+    result, the operands and its scratch."""
+
+    symbol: str
+    result: Address
+    operands: tuple[Address, ...]
+    scratch: Address
+
+
+Action = Launch | Gemm | External | Library
 
 
 @dataclass

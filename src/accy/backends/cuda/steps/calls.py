@@ -1,11 +1,12 @@
-"""CUDA for copies of outputs and for custom calls (a registered kernel on its own grid)."""
+"""CUDA for copies of outputs and for custom calls: a registered kernel on its own grid, or a
+host library's step (`accy.kernel.call.LibraryStep`, e.g. cuDNN) issued on the stream."""
 
 from __future__ import annotations
 
 from ....errors import AccyError
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import blocks_for
-from ..schedule import External, Level, Schedule
+from ..schedule import SCRATCH, Address, External, Level, Library, Schedule
 from .common import copy_kernel, stage_moving_buffers
 
 
@@ -33,7 +34,7 @@ def _kernel_call(ctx: StepContext):
             f"registry that has it as FragmentCompilerOptions(kernel_call_registry=...)"
         )
     call.check_call(op.operand_types, op.type)
-    if call.ptx is None or call.grid is None:
+    if call.library is None and (call.ptx is None or call.grid is None):
         raise AccyError(
             f"custom_call {target!r} version {version}: kernel {call.symbol} was built as "
             f"{call.format!r}; the CUDA backend needs format='cuda_ptx' (PTX and a schedule)"
@@ -49,6 +50,8 @@ def emit_custom_call(ctx: StepContext) -> StepCode:
     op = ctx.step.op
     call = _kernel_call(ctx)
     staging = stage_moving_buffers(ctx, op.operands)
+    if call.library is not None:
+        return _library_call(ctx, call, staging)
 
     def schedule_call(level: Level, schedule: Schedule) -> None:
         launches(*staging.copies_in)(level, schedule)
@@ -63,3 +66,20 @@ def emit_custom_call(ctx: StepContext) -> StepCode:
         launches(*staging.copies_out)(level, schedule)
 
     return schedule_call
+
+
+def _library_call(ctx: StepContext, call, staging) -> StepCode:
+    """A host library's step: like a custom kernel, it is captured with fixed addresses
+    (operands and a result in the invocation's buffers pass through scratch), and it gets
+    `scratch_bytes` of scratch of its own."""
+    op = ctx.step.op
+    own = ctx.scratch(max(call.library.scratch_bytes, 1))
+
+    def schedule_library(level: Level, schedule: Schedule) -> None:
+        launches(*staging.copies_in)(level, schedule)
+        operands = tuple(staging.address(ctx, level, value) for value in op.operands)
+        result = staging.result_address(ctx, level)
+        schedule.add(Library(call.kernel_name, result, operands, Address(SCRATCH, own)))
+        launches(*staging.copies_out)(level, schedule)
+
+    return schedule_library

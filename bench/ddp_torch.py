@@ -1,0 +1,155 @@
+"""PyTorch DDP on bench/gpt2.py's model, for comparison with `python -m bench.gpt2 --gpus N`.
+
+    torchrun --standalone --nproc-per-node 2 bench/ddp_torch.py --json out.json
+    torchrun --standalone --nproc-per-node 1 bench/ddp_torch.py --compile
+
+The same GPT-2 (bench.gpt2's parameter shapes, initialisation, batch and AdamW) as an
+`nn.Module` wrapped in `DistributedDataParallel` (NCCL, gradient buckets overlapped with the
+backward pass), `bench.gpt2`'s batch per GPU (8 x 1024 at the cuda scale), each rank its own
+rows of one batch. Precision: f32 with TF32 off (as bench.gpt2), or `--dtype bf16`: autocast to
+bfloat16 with f32 master weights. `--compile` runs the module through torch.compile (DDP's
+graph breaks at bucket boundaries). Rank 0 prints one JSON line: median step time, tokens/s of
+all GPUs together and per GPU, first step time, losses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` from the repo root
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from bench.gpt2 import (  # noqa: E402
+    BETA1,
+    BETA2,
+    EPS,
+    LR,
+    SCALES,
+    WEIGHT_DECAY,
+    Scale,
+    batch,
+    decayed,
+    initial_values,
+    parameter_shapes,
+)
+
+
+class GPT2(torch.nn.Module):
+    """bench.gpt2's model (the same computation as its run_torch) over a ParameterDict."""
+
+    def __init__(self, s: Scale):
+        super().__init__()
+        self.s = s
+        values = initial_values(s)
+        # ParameterDict keys cannot contain '.', and these never do.
+        self.p = torch.nn.ParameterDict(
+            {k: torch.nn.Parameter(torch.tensor(v)) for k, v in values.items()}
+        )
+
+    def forward(self, ids, targets):
+        s, p = self.s, self.p
+        x = p["embed"][ids] + p["position"]
+        b, t = ids.shape
+        for i in range(s.layers):
+            h = F.layer_norm(x, (s.width,), p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
+            qkv = torch.einsum("btc,cphk->pbhtk", h, p[f"l{i}_qkv"])
+            qkv = qkv + p[f"l{i}_qkv_bias"][:, None, :, None, :]
+            mixed = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+            x = x + torch.einsum("bhtk,hkc->btc", mixed, p[f"l{i}_proj"]) + p[f"l{i}_proj_bias"]
+            h = F.layer_norm(x, (s.width,), p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
+            u = F.gelu(h @ p[f"l{i}_fc"] + p[f"l{i}_fc_bias"], approximate="tanh")
+            x = x + u @ p[f"l{i}_out"] + p[f"l{i}_out_bias"]
+        x = F.layer_norm(x, (s.width,), p["final_gain"], p["final_bias"])
+        logits = x @ p["embed"].T
+        return F.cross_entropy(logits.float().view(b * t, -1), targets.view(-1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", default="cuda", choices=sorted(SCALES))
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
+    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    torch.cuda.set_device(local)
+    device = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    s = SCALES[args.scale]
+    shapes = parameter_shapes(s)
+    model = GPT2(s).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[local])
+    forward = torch.compile(ddp) if args.compile else ddp
+    named = dict(model.p.items())
+    groups = [
+        {"params": [v for k, v in named.items() if decayed(k, shapes[k])]},
+        {"params": [v for k, v in named.items() if not decayed(k, shapes[k])], "weight_decay": 0},
+    ]
+    optimizer = torch.optim.AdamW(
+        groups, LR, betas=(BETA1, BETA2), eps=EPS, weight_decay=WEIGHT_DECAY, fused=True
+    )
+    whole_ids, whole_targets = batch(Scale(**{**s.__dict__, "batch": s.batch * world}))
+    rows = slice(rank * s.batch, (rank + 1) * s.batch)
+    ids = torch.tensor(whole_ids[rows], device=device, dtype=torch.long)
+    targets = torch.tensor(whole_targets[rows], device=device, dtype=torch.long)
+
+    def step() -> float:
+        with torch.autocast("cuda", torch.bfloat16, enabled=args.dtype == "bf16"):
+            loss = forward(ids, targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(loss)  # synchronizes
+
+    torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
+    losses = [step()]
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        losses.append(step())
+        times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    tokens = world * s.batch * s.tokens
+    result = {
+        "system": "torch DDP" + (" compiled" if args.compile else " eager"),
+        "gpus": world,
+        "dtype": args.dtype,
+        "batch_per_gpu": s.batch,
+        "tokens": s.tokens,
+        "step_ms": median * 1e3,
+        "tokens_per_s": tokens / median,
+        "tokens_per_s_per_gpu": tokens / median / world,
+        "first_step_s": first,
+        "peak_device_bytes": torch.cuda.max_memory_allocated(device),
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "torch": torch.__version__,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+    }
+    if rank == 0:
+        print(json.dumps(result))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

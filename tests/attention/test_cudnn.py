@@ -1,0 +1,311 @@
+"""`nn.attention` through cuDNN's fused attention (bf16, f16) on CUDA: the layout mapping and
+its declines (here, without a GPU), and on a GPU with `cudnn` importable: values and gradients
+against the composition in float64 on the same rounded inputs, that cuDNN really ran (a library
+step in the schedule), and a nonzero cotangent of the logsumexp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+from accy import bf16, f16, f32, f64
+from accy.attention import cuda as cudnn_attention
+from accy.attention.records import records_for
+from accy.attention.signature import Signature, check, packed_type
+
+from ..executors import cuda_device_or_skip
+
+EXTENTS = {"batch": 2, "head": 3, "token": 96, "key": 96, "dim": 64}
+LAYOUTS = {
+    "bhsd": (("batch", "head", "token", "dim"), ("batch", "head", "key", "dim")),
+    "bshd": (("batch", "token", "head", "dim"), ("batch", "key", "head", "dim")),
+    "hbsd-mixed": (("head", "batch", "token", "dim"), ("batch", "key", "head", "dim")),
+}
+TOLERANCE = {"bf16": 3e-2, "f16": 5e-3}  # of the largest expected magnitude: ~8 and ~10 ulps
+
+
+# -- the layout mapping (no GPU) ----------------------------------------------------------------
+
+
+def _signature(q, k, v=None, bias=None, causal=False):
+    return Signature(q, k, v or k, bias, causal=causal)
+
+
+def _spec(dtype, axes, **extents):
+    return accy.spec(dtype, {a: {**EXTENTS, **extents}[a] for a in axes})
+
+
+def test_describe_reads_every_layout_in_place():
+    q_axes, k_axes = LAYOUTS["hbsd-mixed"]
+    s = _signature(q_axes, k_axes, causal=True)
+    types = [_spec(bf16, q_axes), _spec(bf16, k_axes), _spec(bf16, k_axes)]
+    p = cudnn_attention.describe(s, "forward", types)
+    # (b, h) follow the query's batch order: b = head (3), h = batch (2).
+    assert (p.b, p.h, p.tokens, p.keys, p.dim) == (3, 2, 96, 96, 64)
+    assert p.q == (2 * 96 * 64, 96 * 64, 64, 1)
+    assert p.k == (64, 96 * 3 * 64, 3 * 64, 1)  # k is (batch, key, head, dim)
+    assert p.causal and p.scale == pytest.approx(1 / 8)
+
+
+def test_describe_merges_three_batch_axes_where_adjacent():
+    q = ("batch", "group", "head", "token", "dim")
+    k = ("batch", "group", "head", "key", "dim")
+    s = _signature(q, k)
+    types = [_spec(f16, q, group=4), _spec(f16, k, group=4), _spec(f16, k, group=4)]
+    p = cudnn_attention.describe(s, "backward", types)
+    assert (p.b, p.h) == (2, 4 * 3)
+    assert p.q == (4 * 3 * 96 * 64, 96 * 64, 64, 1)
+
+
+def test_describe_maps_a_bias_with_broadcast_batch_axes():
+    q_axes, k_axes = LAYOUTS["bhsd"]
+    bias_axes = ("key", "head", "token")
+    s = _signature(q_axes, k_axes, bias=bias_axes)
+    types = [_spec(bf16, a) for a in (q_axes, k_axes, k_axes, bias_axes)]
+    p = cudnn_attention.describe(s, "forward", types)
+    assert p.bias == ((1, 0), (3, 96), (96, 1), (96, 3 * 96))
+
+
+@pytest.mark.parametrize(
+    "dtype, layouts, bias_axes, why",
+    [
+        (f32, LAYOUTS["bhsd"], None, "needs bf16 or f16"),
+        (bf16, (("batch", "head", "dim", "token"), LAYOUTS["bhsd"][1]), None, "innermost"),
+        (bf16, LAYOUTS["bhsd"], ("head", "token"), "lacks the query or the key axis"),
+        (
+            bf16,
+            (("batch", "group", "token", "head", "dim"), ("group", "key", "batch", "head", "dim")),
+            None,
+            "cannot be merged",
+        ),
+    ],
+)
+def test_describe_declines_what_cudnn_cannot_read(dtype, layouts, bias_axes, why):
+    q_axes, k_axes = layouts
+    s = _signature(q_axes, k_axes, bias=bias_axes)
+    axes = [q_axes, k_axes, k_axes] + ([bias_axes] if bias_axes else [])
+    types = [_spec(dtype, a, group=4) for a in axes]
+    with pytest.raises(cudnn_attention.Decline, match=why):
+        cudnn_attention.describe(s, "forward", types)
+
+
+def test_switched_off_declines_and_says_why(monkeypatch):
+    monkeypatch.setenv("ACCY_CUDNN_ATTENTION", "0")
+    q_axes, k_axes = LAYOUTS["bhsd"]
+    s = _signature(q_axes, k_axes)
+    kv = _spec(bf16, k_axes, key=40)
+    types = [_spec(bf16, q_axes, token=40), kv, kv]
+    result = packed_type(s, check(s, *types))
+    assert cudnn_attention.kernel_factory(s, "forward")(types, result) is None
+    reasons = cudnn_attention.decline_reasons()
+    assert any("ACCY_CUDNN_ATTENTION=0" in why for why in reasons.values())
+
+
+# -- on a GPU -----------------------------------------------------------------------------------
+
+
+def _cudnn_or_skip():
+    cuda_device_or_skip()
+    pytest.importorskip("cudnn", reason="cuDNN attention: nvidia-cudnn-frontend is not installed")
+
+
+def _program(dtype, layouts, *, causal, bias_axes=None, loss=False, keys=None):
+    q_axes, k_axes = layouts
+    extents = {**EXTENTS, "key": keys or EXTENTS["key"]}
+    axes = [q_axes, k_axes, k_axes] + ([bias_axes] if bias_axes else [])
+    specs = [accy.spec(dtype, {a: extents[a] for a in names}) for names in axes]
+
+    def body(b, args):
+        bias = args[3] if bias_axes else None
+        out = accy.nn.attention(*args[:3], causal=causal, bias=bias)
+        out = out.transpose("batch", "head", "token", "dim")
+        if not loss:
+            return out
+        weights = np.linspace(-1, 1, out.ty.size).reshape(out.ty.extents)
+        w = b.constant(weights, accy.spec(f32, dict(out.ty.named_extents)))
+        return (out.convert(f32) * w).sum(("batch", "head", "token", "dim"))
+
+    return accy.trace.define("attend", specs, body), specs
+
+
+def _inputs(specs, dtype, seed=0):
+    """Random operands of `dtype` (ml_dtypes.bfloat16, float16 or float32 arrays)."""
+    rng = np.random.default_rng(seed)
+    arrays = [rng.normal(size=t.extents).astype(np.float32) for t in specs]
+    return [x.astype(dtype.numpy) for x in arrays]
+
+
+def _as_f64_program(program_maker, *args, **options):
+    p, _ = program_maker(f64, *args, **options)
+    return p
+
+
+def _host(x) -> np.ndarray:
+    import cupy
+
+    return np.asarray(cupy.asnumpy(x)).astype(np.float64)
+
+
+def _close(got, expected, dtype, what):
+    tolerance = TOLERANCE[dtype.name] * max(float(np.max(np.abs(expected))), 1e-3)
+    error = float(np.max(np.abs(got - expected)))
+    assert error <= tolerance, f"{what}: max error {error:.3g} above {tolerance:.3g}"
+
+
+def _library_steps(executable) -> list[str]:
+    from accy.backends.cuda.schedule import Library
+
+    compiled = getattr(executable, "compiled", None)
+    assert compiled is not None, f"not a CUDA executable: {executable!r}"
+    return [a.symbol for a in compiled.schedule.actions if isinstance(a, Library)]
+
+
+CASES = [
+    pytest.param(dtype, layout, causal, bias, id=f"{dtype.name}-{layout}-{c}-{b}")
+    for dtype in (bf16, f16)
+    for layout in LAYOUTS
+    for causal, c in ((False, "full"), (True, "causal"))
+    for bias, b in ((None, "nobias"), (("head", "token", "key"), "bias"))
+    if not (bias and layout != "bhsd")  # bias cases on one layout keep the run short
+]
+
+
+@pytest.mark.parametrize("dtype, layout, causal, bias_axes", CASES)
+def test_cudnn_forward_matches_the_composition(dtype, layout, causal, bias_axes):
+    _cudnn_or_skip()
+    p, specs = _program(dtype, LAYOUTS[layout], causal=causal, bias_axes=bias_axes)
+    inputs = _inputs(specs, dtype)
+    executable = accy.compile(p, device="cuda")
+    assert _library_steps(executable), cudnn_attention.decline_reasons()
+    (out,) = executable(*inputs)
+    reference = _as_f64_program(_program, LAYOUTS[layout], causal=causal, bias_axes=bias_axes)
+    (expected,) = accy.reference.run(reference, [x.astype(np.float64) for x in inputs])
+    _close(_host(out), np.asarray(expected), dtype, "output")
+
+
+@pytest.mark.parametrize("dtype, layout, causal, bias_axes", CASES)
+def test_cudnn_gradients_match_the_composition(dtype, layout, causal, bias_axes):
+    _cudnn_or_skip()
+    options = dict(causal=causal, bias_axes=bias_axes, loss=True)
+    p, specs = _program(dtype, LAYOUTS[layout], **options)
+    inputs = _inputs(specs, dtype, seed=1)
+    wrt = tuple(range(len(specs)))
+    executable = accy.compile(accy.value_and_grad(p, wrt=wrt), device="cuda")
+    steps = _library_steps(executable)
+    assert any("forward" in s for s in steps), cudnn_attention.decline_reasons()
+    assert any("backward" in s for s in steps), cudnn_attention.decline_reasons()
+    got = executable(*inputs)
+    reference = accy.value_and_grad(_as_f64_program(_program, LAYOUTS[layout], **options), wrt=wrt)
+    expected = accy.reference.run(reference, [x.astype(np.float64) for x in inputs])
+    names = ["loss", "dq", "dk", "dv", "dbias"][: len(expected)]
+    for name, g, e in zip(names, got, expected, strict=True):
+        _close(_host(g), np.asarray(e), dtype, name)
+
+
+def test_cudnn_unequal_extents_without_causal():
+    _cudnn_or_skip()
+    p, specs = _program(bf16, LAYOUTS["bshd"], causal=False, loss=True, keys=64)
+    inputs = _inputs(specs, bf16, seed=2)
+    executable = accy.compile(accy.value_and_grad(p, wrt=(0, 1, 2)), device="cuda")
+    assert len(_library_steps(executable)) == 2, cudnn_attention.decline_reasons()
+    reference = accy.value_and_grad(
+        _as_f64_program(_program, LAYOUTS["bshd"], causal=False, loss=True, keys=64), wrt=(0, 1, 2)
+    )
+    expected = accy.reference.run(reference, [x.astype(np.float64) for x in inputs])
+    for g, e in zip(executable(*inputs), expected, strict=True):
+        _close(_host(g), np.asarray(e), bf16, "value_and_grad")
+
+
+def test_cudnn_backward_takes_a_cotangent_of_the_logsumexp():
+    """A loss over the forward record's whole result (output and logsumexp) sends a nonzero
+    dlse to the backward record, which the CUDA step folds into O."""
+    _cudnn_or_skip()
+    q_axes, k_axes = LAYOUTS["bhsd"]
+    s = Signature(q_axes, k_axes, k_axes, causal=True)
+
+    def make(dtype):
+        specs = [accy.spec(dtype, {a: EXTENTS[a] for a in axes}) for axes in (q_axes, k_axes)]
+        specs.append(specs[1])
+
+        def body(b, args):
+            packed = records_for(s).register().forward.call(b, *args)
+            w = np.linspace(-1, 1, packed.ty.size).reshape(packed.ty.extents)
+            return (packed * b.constant(w, packed.ty)).sum(tuple(packed.ty.axes))
+
+        return accy.value_and_grad(accy.trace.define("lse", specs, body), wrt=(0, 1, 2)), specs
+
+    program, specs = make(bf16)
+    inputs = _inputs(specs, bf16, seed=3)
+    executable = accy.compile(program, device="cuda")
+    assert len(_library_steps(executable)) == 2, cudnn_attention.decline_reasons()
+    reference, _ = make(f64)
+    expected = accy.reference.run(reference, [x.astype(np.float64) for x in inputs])
+    for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
+        _close(_host(g), np.asarray(e), bf16, name)
+
+
+def test_f32_and_unsupported_layouts_run_the_composition_on_cuda():
+    cuda_device_or_skip()
+    for dtype, layouts in ((f32, LAYOUTS["bhsd"]), (bf16, (LAYOUTS["bhsd"][0][::-1], None))):
+        q_axes = layouts[0]
+        k_axes = tuple("key" if a == "token" else a for a in q_axes)
+        p, specs = _program(dtype, (q_axes, k_axes), causal=True)
+        inputs = _inputs(specs, dtype)
+        executable = accy.compile(p, device="cuda")
+        assert not _library_steps(executable)
+        (out,) = executable(*inputs)
+        reference = _as_f64_program(_program, (q_axes, k_axes), causal=True)
+        (expected,) = accy.reference.run(reference, [x.astype(np.float64) for x in inputs])
+        _close(_host(out), np.asarray(expected), bf16, f"{dtype.name} {q_axes}")
+
+
+def test_a_library_step_is_scheduled_with_fixed_addresses_and_its_scratch():
+    """The CUDA backend's side of a `LibraryStep` (no GPU: the schedule only): operands that
+    are the invocation's inputs are copied into scratch first, the result out of it after, and
+    the step gets its own scratch."""
+    from dataclasses import dataclass
+
+    from accy.backends.cuda.compile import compile_program
+    from accy.backends.cuda.schedule import Launch, Library
+    from accy.kernel.call import KernelCall, KernelCallRegistry
+
+    @dataclass(frozen=True)
+    class Step:
+        scratch_bytes: int = 5000
+
+        def load(self, ordinal):  # never called here: nothing is loaded
+            raise AssertionError("not loaded in a schedule test")
+
+    q_axes, k_axes = LAYOUTS["bhsd"]
+    s = _signature(q_axes, k_axes)
+    specs = [_spec(bf16, q_axes), _spec(bf16, k_axes), _spec(bf16, k_axes)]
+    result = packed_type(s, check(s, *specs))
+    record = records_for(s).register().forward
+    program = accy.trace.define("p", specs, lambda b, args: record.call(b, *args))
+    parameters = [("dst", result), *zip("qkv", specs, strict=True)]
+    call = KernelCall(
+        target=record.target,
+        version=1,
+        symbol="fake_library",
+        kernel_name="fake_library",
+        parameters=tuple((n, t.dtype) for n, t in parameters),
+        written=("dst",),
+        extents=tuple((n, t.size) for n, t in parameters),
+        c_source="",
+        cuda_source="",
+        format="cuda_ptx",
+        c_signature="fake",
+        library=Step(),
+    )
+    compiled = compile_program(program, KernelCallRegistry([call]))
+    kinds = [type(a).__name__ for a in compiled.schedule.actions]
+    assert kinds == ["Launch"] * 3 + ["Library", "Launch"], kinds
+    (library,) = [a for a in compiled.schedule.actions if isinstance(a, Library)]
+    addresses = (*library.operands, library.result, library.scratch)
+    assert all(address.fixed for address in addresses)
+    starts = sorted(a.offset for a in addresses)
+    assert len(set(starts)) == len(starts)  # copies, result and the step's scratch are apart
+    assert compiled.workspace_bytes - compiled.scratch_offset >= library.scratch.offset + 5000
+    assert compiled.externals["fake_library"] is call
+    assert all(isinstance(a, Launch) for a in compiled.schedule.actions if a is not library)

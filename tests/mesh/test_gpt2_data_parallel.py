@@ -1,0 +1,31 @@
+"""bench.gpt2's accy training step (check scale), data-parallel over a simulated mesh of 2
+devices: the same loss, parameters and Adam state as on one device, and a step of a few native
+segments (forward and backward, then the updates) around the gradients' psums."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import accy
+from accy.frontend.tracing import flatten
+from accy.mesh import Mesh, split_program
+from accy.mesh.segments import Segment
+from bench import gpt2
+
+S = gpt2.SCALES["check"]
+
+
+def test_gpt2_step_on_two_simulated_devices_matches_one():
+    params, state, ids, targets = gpt2.accy_inputs(S, "cpu")
+    single = gpt2.accy_step(S, "reference")
+    sharded = accy.shard(gpt2.accy_step(S, "cpu").fn, Mesh(range(2), "data"), {"batch": "data"})
+    one = two = (None, params, state)
+    for _ in range(2):
+        one = single(one[1], one[2], ids, targets)
+        two = sharded(two[1], two[2], ids, targets)
+    (a, _), (b, _) = flatten(one), flatten(two)
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_allclose(np.asarray(y.array), np.asarray(x.array), rtol=2e-4, atol=1e-6)
+    steps = split_program(sharded.sharded(params, state, ids, targets).program)
+    assert sum(isinstance(s, Segment) for s in steps) <= 4

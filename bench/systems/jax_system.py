@@ -70,8 +70,8 @@ def block(x, w1, w2, gain, bias, eps=1e-5):
 
 
 def fused_attention(q, k, v, mask):
-    """attention through `jax.nn.dot_product_attention` (bf16: XLA's or cuDNN's fused kernel,
-    as JAX chooses), one batch and one head, the mask its bias, no scaling."""
+    """attention through `jax.nn.dot_product_attention` with its default implementation (XLA's
+    in JAX 0.10 and 0.11), one batch and one head, the mask its bias, no scaling."""
     mixed = jax.nn.dot_product_attention(
         q[None, :, None], k[None, :, None], v[None, :, None], bias=mask[None, None], scale=1.0
     )[0, :, 0].astype(jnp.float32)

@@ -194,3 +194,34 @@ def test_the_default_json_names_the_dtype_and_a_scale_other_than_the_devices():
     assert cli.default_json("cuda", "bf16", None).name == "cuda-bf16.json"
     assert cli.default_json("cpu", "bf16", "check").name == "cpu-bf16-check.json"
     assert cli.default_json("cpu", "f32", "cpu").name == "cpu.json"
+
+
+def test_the_gpt2_attention_preset_and_its_flops():
+    from bench import flash_attention
+
+    a = flash_attention.parse_args(["--device", "cuda", "--preset", "gpt2"])
+    assert (a.batch, a.heads, a.tokens, a.dim, a.causal, a.dtype) == (8, 12, 1024, 64, True, "bf16")
+    assert flash_attention.chosen_systems(a) == list(flash_attention.SYSTEMS)
+    # 4·b·h·t²·d·(1 + 2.5), halved when causal: 8·12·1024²·64·7 = 45.1 GFLOP.
+    assert flash_attention.flops(8, 12, 1024, 64, True) == 8 * 12 * 1024**2 * 64 * 7
+    given = flash_attention.parse_args(["--preset", "gpt2", "--tokens", "128", "--no-causal"])
+    assert (given.tokens, given.causal, given.heads) == (128, False, 12)
+    assert "jax-cudnn" not in flash_attention.chosen_systems(given)  # cuda only
+    with pytest.raises(SystemExit, match="unknown system jx; known: accy"):
+        flash_attention.chosen_systems(flash_attention.parse_args(["--systems", "accy,jx"]))
+
+
+def test_attention_outputs_are_checked_against_the_first_system(tmp_path):
+    from bench import flash_attention
+
+    rng = np.random.default_rng(0)
+    outputs = [np.float32(3.0)] + [rng.standard_normal((2, 3)).astype(np.float32)] * 3
+    saved = {name: tmp_path / f"{name}.npz" for name in ("accy", "jax", "torch")}
+    np.savez(saved["accy"], *outputs)
+    np.savez(saved["jax"], *[o * np.float32(1.01) for o in outputs])  # bf16 rounding
+    np.savez(saved["torch"], *outputs[:3], -outputs[3])  # a wrong dv
+    rows = [{"system": name, "status": "ok"} for name in saved]
+    flash_attention.check_outputs(rows, saved, "bf16")
+    assert "max_error" not in rows[0] and rows[1]["agrees"] and rows[1]["error_vs"] == "accy"
+    assert not rows[2]["agrees"] and rows[2]["max_error_output"] == "d/dv"
+    assert rows[2]["max_error"] == 2.0

@@ -52,7 +52,7 @@ def flops(batch: int, heads: int, tokens: int, dim: int, causal: bool) -> float:
     """4·b·h·t²·d·(1 + 2.5), halved when causal: forward and backward of one step.
 
     >>> round(flops(8, 12, 1024, 64, True) / 1e9, 1)
-    90.2
+    45.1
     """
     return 4 * batch * heads * tokens**2 * dim * 3.5 / (2 if causal else 1)
 

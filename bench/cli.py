@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bench.report import print_tables, problems, write_json
-from bench.runner import Options, WorkloadRun
+from bench.runner import WORKER_TIMEOUT_S, Options, WorkloadRun
 from bench.systems import SYSTEMS
-from bench.workloads import WORKLOADS
+from bench.workloads import DTYPES, SCALES, WORKLOADS, supporting
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUSY_LOAD = 0.5  # a 1-minute load average above this means other work shares the cores
@@ -24,13 +24,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="accy, JAX and PyTorch side by side on the workloads of WORKLOADS.md.",
     )
     parser.add_argument(
-        "--workloads", default=",".join(WORKLOADS), help="comma-separated (default: all six)"
+        "--workloads",
+        default=None,
+        help="comma-separated (default: all six; with --dtype bf16, mlp, attention, block)",
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument(
+        "--dtype", default="f32", choices=DTYPES, help="precision of inputs and losses"
+    )
+    parser.add_argument(
+        "--scale", default=None, choices=SCALES, help="sizes (default: the device's)"
+    )
+    parser.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=WORKER_TIMEOUT_S,
+        help=f"seconds one worker process may take (default {WORKER_TIMEOUT_S})",
+    )
     parser.add_argument("--repeat", type=int, default=None, help="timed steps (default: adaptive)")
     parser.add_argument(
-        "--json", type=Path, default=None, help="default bench/results/<device>.json"
+        "--json",
+        type=Path,
+        default=None,
+        help="default bench/results/<device>.json (<device>-bf16.json in bf16)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -47,6 +64,28 @@ def split_names(text: str, known: Sequence[str], what: str) -> list[str]:
     return names
 
 
+def chosen_workloads(text: str | None, dtype: str) -> list[str]:
+    """The workloads of `--workloads` (default: every one that runs in `dtype`); one that has
+    no `dtype` version is an error naming those that do."""
+    if text is None:
+        return supporting(dtype)
+    names = split_names(text, list(WORKLOADS), "workload")
+    refused = [name for name in names if dtype not in WORKLOADS[name].dtypes]
+    if refused:
+        raise SystemExit(
+            f"--dtype {dtype}: {', '.join(refused)} {'has' if len(refused) == 1 else 'have'} "
+            f"no {dtype} version; the {dtype} workloads are {', '.join(supporting(dtype))}"
+        )
+    return names
+
+
+def default_json(device: str, dtype: str, scale: str | None) -> Path:
+    """bench/results/<device>[-<dtype>][-<scale>].json (f32 at the device's scale: <device>)."""
+    parts = [device] + ([dtype] if dtype != "f32" else [])
+    parts += [scale] if scale not in (None, device) else []
+    return RESULTS / f"{'-'.join(parts)}.json"
+
+
 def warn_if_busy() -> float:
     """The 1-minute load average; warns when other processes are using the cores."""
     load = os.getloadavg()[0]
@@ -61,25 +100,31 @@ def warn_if_busy() -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the chosen workloads, print the tables, write the JSON.
 
-    Returns 1 when a workload's systems disagree or a system failed, else 0.
+    Returns 1 when a workload's systems disagree or a system failed, else 0. The JSON is
+    written after each workload, so a run stopped part way keeps what it measured.
     """
     args = parse_args(argv)
-    workloads = split_names(args.workloads, list(WORKLOADS), "workload")
+    workloads = chosen_workloads(args.workloads, args.dtype)
     systems = split_names(args.systems, SYSTEMS, "system")
+    if args.worker_timeout <= 0:
+        raise SystemExit(f"--worker-timeout must be positive seconds, got {args.worker_timeout}")
     options = Options(
         device=args.device,
         seed=args.seed,
         budget_s=QUICK_BUDGET_S if args.quick else BUDGET_S,
         repeat=args.repeat,
         quick=args.quick,
+        dtype=args.dtype,
+        scale=args.scale,
+        worker_timeout_s=args.worker_timeout,
     )
+    path = args.json or default_json(args.device, args.dtype, args.scale)
     load_before = warn_if_busy()
     results = []
     for name in workloads:
         print(f"{name} ...", flush=True)
         results.append(WorkloadRun(WORKLOADS[name], systems, options).run())
+        write_json(path, results, options, load_average=(load_before, os.getloadavg()[0]))
     print_tables(results, options)
-    path = args.json or RESULTS / f"{args.device}.json"
-    write_json(path, results, options, load_average=(load_before, os.getloadavg()[0]))
     print(f"results written to {path}")
     return 1 if problems(results) else 0

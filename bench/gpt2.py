@@ -5,6 +5,7 @@ GPT-2 (loss, gradients, AdamW) in accy, JAX and PyTorch, each in a fresh process
     python -m bench.gpt2 --device cuda                  # the GPU scale (GPT-2 small, 8 x 1024)
     python -m bench.gpt2 --systems accy --scale check   # a tiny model: seconds, for the tests
     python -m bench.gpt2 --device cuda --json bench/results/gpt2-cuda.json
+    python -m bench.gpt2 --device cuda --dtype bf16     # mixed precision (below)
 
 The model (same in the three systems): token embedding over a vocab padded to 50304, learned
 position embeddings, pre-LayerNorm blocks (causal attention with biases on the query/key/value
@@ -12,7 +13,19 @@ and output projections, a GELU-tanh MLP 4x wide with biases), a final LayerNorm,
 token embedding (tied); loss = mean cross-entropy against integer next-token targets. AdamW:
 lr 6e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices (rank >= 2, the embeddings
 included, as nanoGPT; not on gains and biases), f32 master weights.
-Precision: f32 (exact f32 GEMMs: JAX `precision="highest"`, PyTorch TF32 off).
+Precision (`--dtype`):
+- f32: exact f32 GEMMs (JAX `precision="highest"`, PyTorch TF32 off).
+- bf16, mixed precision, each system as its users write it; f32 master weights and AdamW state
+  in all three, the loss in f32:
+  - accy: `accy.nn.mixed_precision(f32, bf16, f32)`: the parameters cast to bf16 for the
+    forward and backward pass, the logits cast to f32 for the cross-entropy, the gradients
+    converted back to f32 (the transpose of `convert`);
+  - JAX: the parameters cast to bf16 inside the jitted loss (`astype`), bf16 GEMMs with f32
+    sums, the logits in f32, `jax.nn.dot_product_attention` (XLA's implementation);
+  - PyTorch: `torch.autocast(dtype=torch.bfloat16)` around the compiled loss (bf16 GEMMs and
+    SDPA's fused attention; PyTorch keeps layer norms and the cross-entropy in f32).
+- `--accy-attention fused` computes accy's attention with `accy.nn.attention` (causal) instead
+  of the composition (scores, `nn.causal_mask`, softmax) that is the default.
 
 Reported per system: step time (median), tokens/s, model FLOP utilisation, peak memory, and
 the time from a cold start to the end of the first step (tracing, differentiation, compilation
@@ -140,8 +153,10 @@ def batch(s: Scale, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
 # -- accy ----------------------------------------------------------------------------------------
 
 
-def accy_loss(p: dict, ids, targets, s: Scale):
-    """The mean next-token cross-entropy, in accy's named-axis API (traced by `accy.jit`)."""
+def accy_loss(p: dict, ids, targets, s: Scale, policy=None, fused: bool = False):
+    """The mean next-token cross-entropy, in accy's named-axis API (traced by `accy.jit`).
+    With a mixed-precision `policy`, the logits are cast to its output dtype first; `fused`
+    computes attention with `nn.attention` instead of the composition."""
     from accy import nn
 
     def norm(x, gain, bias):
@@ -152,28 +167,39 @@ def accy_loss(p: dict, ids, targets, s: Scale):
         h = norm(x, p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
         qkv = h.contract(p[f"l{i}_qkv"], "channel") + p[f"l{i}_qkv_bias"]
         q, k, v = (qkv.slice("part", j, j + 1, 1).sum("part") for j in range(3))
-        scores = q.contract(k.rename("token", "key"), "dim") * (1.0 / math.sqrt(s.head_dim))
-        weights = nn.softmax(nn.causal_mask(scores, "token", "key"), "key")
-        mixed = weights.contract(v.rename("token", "key"), "key")
+        k, v = k.rename("token", "key"), v.rename("token", "key")
+        if fused:
+            mixed = nn.attention(q, k, v, causal=True)
+        else:
+            scores = q.contract(k, "dim") * (1.0 / math.sqrt(s.head_dim))
+            weights = nn.softmax(nn.causal_mask(scores, "token", "key"), "key")
+            mixed = weights.contract(v, "key")
         x = x + mixed.contract(p[f"l{i}_proj"], ("head", "dim")) + p[f"l{i}_proj_bias"]
         h = norm(x, p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
         u = nn.gelu_tanh(h.contract(p[f"l{i}_fc"], "channel") + p[f"l{i}_fc_bias"])
         x = x + u.contract(p[f"l{i}_out"], "hidden") + p[f"l{i}_out_bias"]
     x = norm(x, p["final_gain"], p["final_bias"])
     logits = x.contract(p["embed"], "channel")  # tied unembedding
+    if policy is not None:
+        logits = policy.cast_to_output(logits)
     return nn.cross_entropy(logits, targets, "vocab").mean(("batch", "token"))
 
 
-def accy_step(s: Scale, device: str):
-    """`step(params, state, ids, targets) -> (loss, params, state)`: one jitted function."""
+def accy_step(s: Scale, device: str, dtype: str = "f32", fused: bool = False):
+    """`step(params, state, ids, targets) -> (loss, params, state)`: one jitted function; in
+    bf16 under `accy.nn.mixed_precision(f32, bf16, f32)`."""
     import accy
 
     decay = accy.optim.Adam(LR, BETA1, BETA2, EPS, WEIGHT_DECAY)
     plain = accy.optim.Adam(LR, BETA1, BETA2, EPS, 0.0)
+    policy = accy.nn.mixed_precision(accy.f32, accy.bf16, accy.f32) if dtype == "bf16" else None
 
     def step(params, state, ids, targets):
         def loss_of(grouped):
-            return accy_loss(grouped["decay"] | grouped["plain"], ids, targets, s)
+            merged = grouped["decay"] | grouped["plain"]
+            if policy is not None:
+                merged = policy.cast_to_compute(merged)
+            return accy_loss(merged, ids, targets, s, policy, fused)
 
         loss, grads = accy.value_and_grad(loss_of)(params)
         new_params, new_state = {}, {}
@@ -187,7 +213,10 @@ def accy_step(s: Scale, device: str):
     return accy.jit(step, device=device, donate_argnums=donate)
 
 
-def accy_inputs(s: Scale, device: str, seed: int = 0):
+def accy_inputs(s: Scale, device: str, seed: int = 0, dtype: str = "f32"):
+    """Parameters, AdamW state (grouped "decay" and "plain"), ids and targets as named arrays.
+    Parameters and state are f32 in every `dtype`: in bf16 they are the policy's f32 masters,
+    cast to bf16 inside the step."""
     import accy
 
     shapes = parameter_shapes(s)
@@ -207,12 +236,12 @@ def accy_inputs(s: Scale, device: str, seed: int = 0):
     )
 
 
-def run_accy(s: Scale, device: str, steps: int) -> dict:
+def run_accy(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
     import accy
 
     start = time.perf_counter()
     params, state, ids, targets = accy_inputs(s, device)
-    step = accy_step(s, device)
+    step = accy_step(s, device, dtype, fused)
     made = time.perf_counter()
     loss, params, state = step(params, state, ids, targets)
     first = float(np.asarray(_host(loss.array)))
@@ -229,6 +258,7 @@ def run_accy(s: Scale, device: str, steps: int) -> dict:
         "step_times_s": times,
         "losses": losses,
         "backend": accy.__name__ + " " + device,
+        "attention": "nn.attention" if fused else "composition",
     }
 
 
@@ -240,12 +270,13 @@ def _host(array):
 # -- JAX -----------------------------------------------------------------------------------------
 
 
-def run_jax(s: Scale, device: str, steps: int) -> dict:
+def run_jax(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
     import jax
     import jax.numpy as jnp
     import optax
 
-    jax.config.update("jax_default_matmul_precision", "highest")
+    if dtype == "f32":
+        jax.config.update("jax_default_matmul_precision", "highest")
     shapes = parameter_shapes(s)
     params = {k: jnp.asarray(v) for k, v in initial_values(s).items()}
     ids, targets = (jnp.asarray(a) for a in batch(s))
@@ -258,6 +289,8 @@ def run_jax(s: Scale, device: str, steps: int) -> dict:
         return (x - mean) * jax.lax.rsqrt(var + 1e-5) * g + b
 
     def loss_fn(p, ids, targets):
+        if dtype == "bf16":  # f32 master weights, bf16 compute
+            p = jax.tree.map(lambda value: value.astype(jnp.bfloat16), p)
         x = p["embed"][ids] + p["position"]
         for i in range(s.layers):
             h = norm(x, p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
@@ -269,6 +302,7 @@ def run_jax(s: Scale, device: str, steps: int) -> dict:
             u = jax.nn.gelu(h @ p[f"l{i}_fc"] + p[f"l{i}_fc_bias"], approximate=True)
             x = x + u @ p[f"l{i}_out"] + p[f"l{i}_out_bias"]
         logits = norm(x, p["final_gain"], p["final_bias"]) @ p["embed"].T
+        logits = logits.astype(jnp.float32)
         return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
     @jax.jit
@@ -298,7 +332,7 @@ def run_jax(s: Scale, device: str, steps: int) -> dict:
 # -- PyTorch -------------------------------------------------------------------------------------
 
 
-def run_torch(s: Scale, device: str, steps: int) -> dict:
+def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -339,9 +373,11 @@ def run_torch(s: Scale, device: str, steps: int) -> dict:
         return F.cross_entropy(logits.view(b * t, -1), targets.view(-1))
 
     compiled_loss = torch.compile(loss_fn)
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bf16")
 
     def step():
-        loss = compiled_loss(ids, targets)
+        with autocast:
+            loss = compiled_loss(ids, targets)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -462,9 +498,11 @@ RUNNERS = {"accy": run_accy, "jax": run_jax, "torch": run_torch}
 MODULES = {"accy": "accy", "jax": "jax", "torch": "torch"}
 
 
-def worker(system: str, scale: str, device: str, steps: int) -> dict:
+def worker(
+    system: str, scale: str, device: str, steps: int, dtype: str = "f32", fused: bool = False
+) -> dict:
     s = SCALES[scale]
-    result = RUNNERS[system](s, device, steps)
+    result = RUNNERS[system](s, device, steps, dtype, fused)
     if device == "cuda" and system == "accy":
         import cupy
 
@@ -479,11 +517,17 @@ def _installed(system: str) -> bool:
     return importlib.util.find_spec(MODULES[system]) is not None
 
 
-def _spawn(system: str, scale: str, device: str, steps: int, cache: str) -> dict:
+def _spawn(system: str, args: argparse.Namespace, scale: str, steps: int, cache: str) -> dict:
     env = dict(os.environ, ACCY_CACHE_DIR=cache)
     command = [sys.executable, "-m", "bench.gpt2", "--worker", system, "--scale", scale]
-    command += ["--device", device, "--steps", str(steps)]
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    command += ["--device", args.device, "--steps", str(steps), "--dtype", args.dtype]
+    command += ["--accy-attention", args.accy_attention]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=args.timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": [f"took more than {args.timeout:g} s (--timeout)"]}
     if done.returncode != 0:
         return {
             "error": done.stderr.strip().splitlines()[-1:] or ["failed"],
@@ -520,7 +564,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--scale", default=None, choices=sorted(SCALES))
     parser.add_argument("--systems", default="accy,jax,torch")
+    parser.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
+    parser.add_argument("--accy-attention", default="composition", choices=("composition", "fused"))
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="seconds each worker process may take"
+    )
     parser.add_argument("--cpu-peak-gflops", type=float, default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -529,25 +578,36 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpus or args.dp_worker:
         return gpus_main(args)
     scale = args.scale or args.device
+    fused = args.accy_attention == "fused"
     if args.worker:
-        print(json.dumps(worker(args.worker, scale, args.device, args.steps)))
+        print(json.dumps(worker(args.worker, scale, args.device, args.steps, args.dtype, fused)))
         return 0
     s = SCALES[scale]
     peak = GPU_PEAK_FLOPS if args.device == "cuda" else (args.cpu_peak_gflops or 0) * 1e9 or None
-    rows = []
+    rows: list[dict] = []
     for system in args.systems.split(","):
         if not _installed(system):
             rows.append({"system": system, "error": ["not installed"]})
             continue
         with tempfile.TemporaryDirectory(prefix="accy-gpt2-cache-") as cache:
-            result = _spawn(system, scale, args.device, args.steps, cache)
+            result = _spawn(system, args, scale, args.steps, cache)
             if system == "accy" and "error" not in result:
-                warm = _spawn(system, scale, args.device, 1, cache)  # the disk cache is filled
+                warm = _spawn(system, args, scale, 1, cache)  # the disk cache is filled
                 result["warm_first_step_s"] = warm.get("first_step_s")
         rows.append(summarize(system, result, s, args.device, peak))
-    report = {
+        _write(args.json, _report(args, s, peak, rows))  # what was measured so far
+    report = _report(args, s, peak, rows)
+    _print(report)
+    _write(args.json, report)
+    return 1 if any("error" in r and r["error"] != ["not installed"] for r in rows) else 0
+
+
+def _report(args: argparse.Namespace, s: Scale, peak: float | None, rows: list[dict]) -> dict:
+    return {
         "workload": "gpt2",
         "device": args.device,
+        "dtype": args.dtype,
+        "accy_attention": args.accy_attention,
         "scale": asdict(s),
         "model_parameters": model_parameters(s),
         "model_flops_per_step": model_flops(s),
@@ -555,11 +615,12 @@ def main(argv: list[str] | None = None) -> int:
         "peak_flops": peak,
         "results": rows,
     }
-    _print(report)
-    if args.json:
-        with open(args.json, "w") as out:
+
+
+def _write(path: str | None, report: dict) -> None:
+    if path:
+        with open(path, "w") as out:
             json.dump(report, out, indent=2)
-    return 1 if any("error" in r and r["error"] != ["not installed"] for r in rows) else 0
 
 
 def add_gpus_arguments(parser: argparse.ArgumentParser) -> None:
@@ -586,8 +647,9 @@ def gpus_main(args) -> int:
 def _print(report: dict) -> None:
     s = report["scale"]
     print(
-        f"gpt2 on {report['device']}: {s['layers']} layers, {s['heads']} heads, width "
-        f"{s['width']}, batch {s['batch']} x {s['tokens']} tokens, vocab {s['vocab']}; "
+        f"gpt2 on {report['device']} in {report['dtype']}: {s['layers']} layers, "
+        f"{s['heads']} heads, width {s['width']}, batch {s['batch']} x {s['tokens']} tokens, "
+        f"vocab {s['vocab']}; "
         f"N = {report['model_parameters']:,}, {report['model_flops_per_step'] / 1e9:.1f} "
         f"GFLOP a step"
     )

@@ -18,8 +18,9 @@ from bench.runner import REPO_ROOT, Options, WorkloadResult
 Row = list[str]
 
 STEP_HEADER = [
-    "workload", "accy step", "JAX step", "PyTorch step", "accy/JAX", "accy/PyTorch",
-    "accy 1st (cold)", "accy 1st (warm)", "JAX 1st", "PyTorch 1st",
+    "workload", "accy step", "JAX step", "PyTorch step", "accy TFLOP/s", "JAX TFLOP/s",
+    "PyTorch TFLOP/s", "accy/JAX", "accy/PyTorch", "accy 1st (cold)", "accy 1st (warm)",
+    "JAX 1st", "PyTorch 1st",
 ]  # fmt: skip
 MEMORY_HEADER = [
     "workload", "accy step peak", "accy held", "JAX step peak", "JAX held",
@@ -39,6 +40,12 @@ def format_seconds(seconds: float | None) -> str:
 
 def format_ratio(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}×"
+
+
+def format_tflops(tflops: float | None) -> str:
+    if tflops is None:
+        return "-"
+    return f"{tflops:.1f}" if tflops >= 10 else f"{tflops:.3g}"
 
 
 def format_bytes(count: int | None) -> str:
@@ -67,6 +74,9 @@ def step_row(result: WorkloadResult) -> Row:
             text += f" ({measured.backend})"
         return _system_cell(result, system, text)
 
+    def tflops(system: str) -> str:
+        return _system_cell(result, system, format_tflops(result.tflops(system)))
+
     def first(system: str, warm: bool = False) -> str:
         measured = systems.get(system)
         if measured is None or measured.error is not None:
@@ -75,6 +85,7 @@ def step_row(result: WorkloadResult) -> Row:
 
     return [
         result.name, step("accy"), step("jax"), step("torch"),
+        tflops("accy"), tflops("jax"), tflops("torch"),
         format_ratio(result.ratio("accy", "jax")), format_ratio(result.ratio("accy", "torch")),
         first("accy"), first("accy", warm=True), first("jax"), first("torch"),
     ]  # fmt: skip
@@ -97,7 +108,8 @@ def memory_row(result: WorkloadResult) -> Row:
 
 def print_tables(results: Sequence[WorkloadResult], options: Options) -> None:
     """Print the step table, the memory table, then every error and mismatch message."""
-    title = f"median step, first call ({options.device})"
+    scale = "" if options.scale in (None, options.device) else f", {options.scale} scale"
+    title = f"median step, TFLOP/s, first call ({options.device}, {options.dtype}{scale})"
     memory_title = "memory: peak of a step, held between steps; agreement between systems"
     _print_table(title, STEP_HEADER, [step_row(r) for r in results])
     _print_table(memory_title, MEMORY_HEADER, [memory_row(r) for r in results])
@@ -193,6 +205,7 @@ def to_json(
         "schema": 1,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "device": options.device,
+        "dtype": options.dtype,
         "machine": machine(),
         "load_average_1min": {"before": load_average[0], "after": load_average[1]},
         "settings": asdict(options),
@@ -204,13 +217,19 @@ def workload_json(result: WorkloadResult) -> dict[str, Any]:
     return {
         "name": result.name,
         "extents": result.extents,
+        "dtype": result.dtype,
         "status": result.status,
         "message": result.message,
+        "flops_per_step": result.flops_per_step,
+        "flops_formula": result.flops_formula,
         "ratios": {
             "accy/jax": result.ratio("accy", "jax"),
             "accy/torch": result.ratio("accy", "torch"),
         },
-        "systems": {name: asdict(s) for name, s in result.systems.items()},
+        "systems": {
+            name: asdict(s) | {"tflops_per_s": result.tflops(name)}
+            for name, s in result.systems.items()
+        },
         "agreements": result.agreements,
     }
 

@@ -30,13 +30,21 @@ MALLOC_RELEASE = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "
 
 @dataclass(frozen=True)
 class Options:
-    """How to run: device, seed, time budget per system and workload, fixed repeat count."""
+    """How to run: device, seed, time budget per system and workload, fixed repeat count,
+    precision ("f32" or "bf16"), scale (None: the device's), seconds a worker may take."""
 
     device: str = "cpu"
     seed: int = 0
     budget_s: float = 1.0
     repeat: int | None = None
     quick: bool = False
+    dtype: str = "f32"
+    scale: str | None = None
+    worker_timeout_s: float = WORKER_TIMEOUT_S
+
+    @property
+    def workload_scale(self) -> str:
+        return self.scale or self.device
 
 
 @dataclass
@@ -55,6 +63,7 @@ class SystemResult:
     peak_memory_bytes: int | None = None
     held_memory_bytes: int | None = None
     memory_method: str | None = None
+    output_dtypes: list[str] | None = None
 
     @property
     def label(self) -> str:
@@ -63,6 +72,12 @@ class SystemResult:
     @property
     def median_s(self) -> float | None:
         return self.step["median_s"] if self.step else None
+
+    def tflops(self, flops_per_step: float | None) -> float | None:
+        """Achieved TFLOP/s: `flops_per_step` over the median step (None if either is)."""
+        if flops_per_step is None or not self.median_s:
+            return None
+        return flops_per_step / self.median_s / 1e12
 
 
 @dataclass
@@ -75,6 +90,14 @@ class WorkloadResult:
     message: str | None = None
     agreements: list[dict[str, Any]] = field(default_factory=list)
     systems: dict[str, SystemResult] = field(default_factory=dict)
+    dtype: str = "f32"
+    flops_per_step: float | None = None
+    flops_formula: str | None = None
+
+    def tflops(self, system: str) -> float | None:
+        """The TFLOP/s `system` achieved, when it was timed and the FLOPs are counted."""
+        measured = self.systems.get(system)
+        return None if measured is None else measured.tflops(self.flops_per_step)
 
     def ratio(self, numerator: str, denominator: str) -> float | None:
         """Median step of `numerator` over that of `denominator`, when both were timed."""
@@ -98,7 +121,8 @@ def run_worker(
     command = [
         sys.executable, "-m", "bench.worker", "--system", system, "--workload", workload,
         "--phase", phase, "--device", options.device, "--seed", str(options.seed),
-        "--budget", str(options.budget_s), "--out", str(out),
+        "--budget", str(options.budget_s), "--out", str(out), "--dtype", options.dtype,
+        "--scale", options.workload_scale,
     ]  # fmt: skip
     if options.repeat:
         command += ["--repeat", str(options.repeat)]
@@ -109,7 +133,7 @@ def run_worker(
         env={**os.environ, "PYTHONPATH": pythonpath, **env},
         capture_output=True,
         text=True,
-        timeout=WORKER_TIMEOUT_S,
+        timeout=options.worker_timeout_s,
     )
     if completed.returncode != 0:
         tail = "\n".join(completed.stderr.strip().splitlines()[-12:])
@@ -133,7 +157,15 @@ class WorkloadRun:
         scratch: Path | None = None,
     ):
         self.workload, self.options = workload, options
-        self.result = WorkloadResult(workload.name, workload.extents(options.device))
+        workload.check_dtype(options.dtype)
+        scale = options.workload_scale
+        self.result = WorkloadResult(
+            workload.name,
+            workload.extents(scale),
+            dtype=options.dtype,
+            flops_per_step=workload.flops_per_step(scale),
+            flops_formula=workload.flops_formula,
+        )
         self.systems = [s for s in SYSTEMS if s in systems]
         # Worker outputs and accy's disk cache; removed when the run ends.
         self.scratch = scratch or Path(tempfile.mkdtemp(prefix=f"bench-{workload.name}-"))
@@ -151,8 +183,14 @@ class WorkloadRun:
                 system, self.workload.name, phase, out, self.options,
                 {**self.env_for(system), **(env or {})},
             )  # fmt: skip
-        except (WorkerFailed, subprocess.TimeoutExpired) as failure:
+        except WorkerFailed as failure:
             self.result.systems[system].error = str(failure)
+            return None
+        except subprocess.TimeoutExpired:
+            self.result.systems[system].error = (
+                f"{LABELS[system]} {phase} phase on {self.workload.name} took more than "
+                f"{self.options.worker_timeout_s:g} s (--worker-timeout) and was stopped"
+            )
             return None
 
     def run(self) -> WorkloadResult:
@@ -234,17 +272,20 @@ class WorkloadRun:
         found = []
         for i, actual in enumerate(outputs):
             for expected in outputs[i + 1 :]:
-                found += agreements(actual, expected, self.workload.output_names)
+                found += agreements(
+                    actual, expected, self.workload.output_names, self.options.dtype
+                )
         return found
 
     def check_scale_agreements(self) -> list[Agreement]:
-        program = self.workload.value_and_grad("check")
-        inputs = self.workload.make_inputs("check", self.options.seed)
+        dtype = self.options.dtype
+        program = self.workload.value_and_grad("check", dtype)
+        inputs = self.workload.make_inputs("check", self.options.seed, dtype)
         reference = ("accy reference (check scale)", accy.reference.run(program, inputs))
         found = []
         for system in self.running():
             name, outputs = self.named_outputs(system, "check_outputs.npz")
             found += agreements(
-                (f"{name} (check scale)", outputs), reference, self.workload.output_names
+                (f"{name} (check scale)", outputs), reference, self.workload.output_names, dtype
             )
         return found

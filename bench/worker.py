@@ -31,7 +31,7 @@ import numpy as np
 
 from bench import measure
 from bench.systems import load
-from bench.workloads import WORKLOADS, Workload
+from bench.workloads import DTYPES, SCALES, WORKLOADS, Workload
 
 PHASES = ("check", "first-call", "time", "memory")
 MEMORY_STEPS = 2
@@ -43,6 +43,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
     parser.add_argument("--phase", required=True, choices=PHASES)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--scale", default=None, choices=SCALES, help="default: the device's")
+    parser.add_argument("--dtype", default="f32", choices=DTYPES)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed steps")
     parser.add_argument("--repeat", type=int, default=None, help="timed steps (default: budget)")
@@ -51,21 +53,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 class Session:
-    """One system, one workload, one device, with its inputs already resident there."""
+    """One system, one workload, one device and precision, with its inputs already resident
+    there. `scale` defaults to the device's ("cpu" or "cuda" of WORKLOADS.md)."""
 
-    def __init__(self, system: ModuleType, workload: Workload, device: str, seed: int):
+    def __init__(
+        self,
+        system: ModuleType,
+        workload: Workload,
+        device: str,
+        seed: int,
+        dtype: str = "f32",
+        scale: str | None = None,
+    ):
         self.system, self.workload, self.device, self.seed = system, workload, device, seed
-        self.scale = device  # the "cpu" or "cuda" scale of WORKLOADS.md
+        self.dtype = dtype
+        self.scale = scale or device
         self.args = self.resident_inputs(self.scale)
 
     def resident_inputs(self, scale: str) -> list[Any]:
-        arrays = self.workload.make_inputs(scale, self.seed)
+        arrays = self.workload.make_inputs(scale, self.seed, self.dtype)
         return self.system.device_inputs(self.workload, arrays, self.device)
+
+    def build(self, scale: str) -> Callable[..., list[Any]]:
+        return self.system.build(self.workload, scale, self.device, self.dtype)
 
     def first_call(self) -> tuple[Callable[[], list[Any]], dict[str, float]]:
         """Build the step and run it once, timing both: what a user's first call costs."""
         start = time.perf_counter()
-        step = self.system.build(self.workload, self.scale, self.device)
+        step = self.build(self.scale)
         built = time.perf_counter()
         step(*self.args)
         done = time.perf_counter()
@@ -77,19 +92,25 @@ class Session:
         return (lambda: step(*self.args)), seconds
 
     def outputs_at(self, scale: str) -> list[np.ndarray]:
-        step = self.system.build(self.workload, scale, self.device)
+        step = self.build(scale)
         return self.system.to_numpy(step(*self.resident_inputs(scale)))
 
 
 def save_outputs(path: Path, outputs: Sequence[np.ndarray]) -> None:
-    np.savez(path, *outputs)
+    """Save as .npz, 16-bit floats as float32 (exact; NumPy cannot load bfloat16 back)."""
+    np.savez(path, *[_savable(np.asarray(a)) for a in outputs])
+
+
+def _savable(array: np.ndarray) -> np.ndarray:
+    return array.astype(np.float32) if array.dtype.name in ("bfloat16", "float16") else array
 
 
 def check(session: Session, out: Path) -> dict[str, Any]:
     run, result = session.first_call()
-    save_outputs(out / "outputs.npz", session.system.to_numpy(run()))
+    outputs = session.system.to_numpy(run())
+    save_outputs(out / "outputs.npz", outputs)
     save_outputs(out / "check_outputs.npz", session.outputs_at("check"))
-    return result
+    return result | {"output_dtypes": [np.asarray(a).dtype.name for a in outputs]}
 
 
 def timing(session: Session, budget_s: float, repeat: int | None) -> dict[str, Any]:
@@ -123,8 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     system = load(args.system)
-    session = Session(system, WORKLOADS[args.workload], args.device, args.seed)
-    result: dict[str, Any] = {"backend": system.backend(args.device)}
+    workload = WORKLOADS[args.workload]
+    session = Session(system, workload, args.device, args.seed, args.dtype, args.scale)
+    result: dict[str, Any] = {"backend": system.backend(args.device, args.dtype)}
     if args.phase == "check":
         result |= check(session, args.out)
     elif args.phase == "first-call":

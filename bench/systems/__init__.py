@@ -2,12 +2,14 @@
 
 Every system module provides:
 
-- `backend(device) -> str`: what runs the steps ("native", "reference", "xla", "eager");
-- `device_inputs(workload, arrays, device) -> list`: the inputs resident on the device;
-- `build(workload, scale, device) -> Step`: everything a first call pays for before running
-  (trace, differentiate, compile); the Step maps device inputs to [loss, *gradients] with every
-  output ready (computed, synchronized) when it returns;
-- `to_numpy(outputs) -> list[np.ndarray]`;
+- `backend(device, dtype="f32") -> str`: what runs the steps ("native", "reference", "xla",
+  "eager", "inductor");
+- `device_inputs(workload, arrays, device) -> list`: the inputs resident on the device
+  (`arrays` are float32, int32 or `ml_dtypes.bfloat16` NumPy arrays);
+- `build(workload, scale, device, dtype="f32") -> Step`: everything a first call pays for
+  before running (trace, differentiate, compile); the Step maps device inputs to
+  [loss, *gradients] with every output ready (computed, synchronized) when it returns;
+- `to_numpy(outputs) -> list[np.ndarray]` (bf16 outputs as `ml_dtypes.bfloat16` arrays);
 - `device_memory() -> DeviceMemory | None`: a way to read the device's peak allocation (GPU).
 
 Only the worker process (`bench.worker`) imports a system module, one system per process.

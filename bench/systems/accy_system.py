@@ -21,21 +21,32 @@ def has_compiler() -> bool:
     return callable(getattr(accy, "compile", None))
 
 
-def backend(device: str) -> str:
+def backend(device: str, dtype: str = "f32") -> str:
     return "native" if has_compiler() else "reference"
 
 
 def device_inputs(workload: Workload, arrays: Sequence[np.ndarray], device: str) -> list[Any]:
     if device == "cuda" and has_compiler():
-        import cupy
-
-        return [cupy.asarray(a) for a in arrays]
+        return [device_array(a) for a in arrays]
     return list(arrays)
 
 
-def build(workload: Workload, scale: str, device: str) -> Step:
+def device_array(array: np.ndarray) -> Any:
+    """A CuPy copy of `array`; bf16 as CuPy's `ml_dtypes.bfloat16` arrays (CuPy 14 with
+    ml_dtypes), else as the uint16 bit patterns accy's CUDA backend then takes."""
+    import cupy
+
+    if array.dtype == accy.bf16.numpy:
+        from accy.backends.cuda.executable import cupy_has_bfloat16
+
+        if not cupy_has_bfloat16():
+            return cupy.asarray(array.view(np.uint16))
+    return cupy.asarray(array)
+
+
+def build(workload: Workload, scale: str, device: str, dtype: str = "f32") -> Step:
     """Trace, differentiate and compile the workload's value_and_grad program."""
-    program = workload.value_and_grad(scale)
+    program = workload.value_and_grad(scale, dtype)
     if not has_compiler():
         return lambda *arrays: accy.reference.run(program, arrays)
     compiled = accy.compile(program, device=device)
@@ -57,7 +68,10 @@ def to_numpy(outputs: Sequence[Any]) -> list[np.ndarray]:
 
 def _host(array: Any) -> np.ndarray:
     get = getattr(array, "get", None)  # a CuPy array
-    return np.asarray(get() if callable(get) else array)
+    host = np.asarray(get() if callable(get) else array)
+    # bf16 from a CuPy without bfloat16 comes back as uint16 bit patterns (no workload has an
+    # integer output).
+    return host.view(accy.bf16.numpy) if host.dtype == np.uint16 else host
 
 
 def device_memory() -> DeviceMemory | None:

@@ -1,4 +1,10 @@
-"""JAX: `jax.jit(jax.value_and_grad(loss, argnums=wrt))`, one loss function per workload."""
+"""JAX: `jax.jit(jax.value_and_grad(loss, argnums=wrt))`, one loss function per workload.
+
+In bf16 the inputs are bf16 arrays; each contraction sums in f32 (`preferred_element_type`)
+and is rounded back to bf16, except where the workload wants its f32 result (`wide`: the mlp's
+logits, the block's output), as accy's `accumulate=f32`; attention is
+`jax.nn.dot_product_attention` (the mask its bias); the loss is f32 and the gradients bf16.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +22,17 @@ from .memory import DeviceMemory
 Step = Callable[..., list[Any]]
 
 # float32 means float32: on a GPU, JAX's default matmul precision would use TF32 (as PyTorch
-# does not, by default, and accy does not), a different and less accurate computation.
+# does not, by default, and accy does not), a different and less accurate computation. (bf16
+# runs set it back to "default": `use_precision`.)
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def dot(a, b, wide: bool = False):
+    """a @ b; for 16-bit operands summed in f32, then rounded back unless `wide` (f32 result)."""
+    if a.dtype == jnp.float32:
+        return a @ b
+    summed = jnp.matmul(a, b, preferred_element_type=jnp.float32)
+    return summed if wide else summed.astype(a.dtype)
 
 
 def tiny(x, y):
@@ -25,7 +40,8 @@ def tiny(x, y):
 
 
 def mlp(x, w1, w2, y):
-    logits = jnp.tanh(x @ w1) @ w2
+    logits = dot(jnp.tanh(dot(x, w1)), w2, wide=True)
+    y = y.astype(logits.dtype)
     return (jax.nn.logsumexp(logits, axis=-1) - (logits * y).sum(axis=-1)).sum()
 
 
@@ -48,18 +64,33 @@ def block(x, w1, w2, gain, bias, eps=1e-5):
     centered = x - x.mean(axis=-1, keepdims=True)
     variance = (centered * centered).mean(axis=-1, keepdims=True)
     normed = centered * jax.lax.rsqrt(variance + eps) * gain + bias
-    hidden = jax.nn.gelu(normed @ w1, approximate=True)
-    out = hidden @ w2
+    hidden = jax.nn.gelu(dot(normed, w1), approximate=True)
+    out = dot(hidden, w2, wide=True)
     return (out * out).sum()
+
+
+def fused_attention(q, k, v, mask):
+    """attention through `jax.nn.dot_product_attention` with its default implementation (XLA's
+    in JAX 0.10 and 0.11), one batch and one head, the mask its bias, no scaling."""
+    mixed = jax.nn.dot_product_attention(
+        q[None, :, None], k[None, :, None], v[None, :, None], bias=mask[None, None], scale=1.0
+    )[0, :, 0].astype(jnp.float32)
+    return (mixed * mixed).sum()
 
 
 LOSSES: dict[str, Callable[..., Any]] = {
     f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block)
 }
+HALF_LOSSES = LOSSES | {"attention": fused_attention}
 
 
-def backend(device: str) -> str:
+def backend(device: str, dtype: str = "f32") -> str:
     return "xla"
+
+
+def use_precision(dtype: str) -> None:
+    """f32 GEMMs in exact f32 ("highest"); bf16 GEMMs at the default (bf16 products, f32 sums)."""
+    jax.config.update("jax_default_matmul_precision", "highest" if dtype == "f32" else "default")
 
 
 def _device(device: str) -> Any:
@@ -70,9 +101,11 @@ def device_inputs(workload: Workload, arrays: Sequence[np.ndarray], device: str)
     return jax.block_until_ready([jax.device_put(a, _device(device)) for a in arrays])
 
 
-def build(workload: Workload, scale: str, device: str) -> Step:
+def build(workload: Workload, scale: str, device: str, dtype: str = "f32") -> Step:
     """`jax.jit(jax.value_and_grad(...))`; it traces and compiles at its first call."""
-    step = jax.jit(jax.value_and_grad(LOSSES[workload.name], argnums=workload.wrt))
+    use_precision(dtype)
+    loss = (LOSSES if dtype == "f32" else HALF_LOSSES)[workload.name]
+    step = jax.jit(jax.value_and_grad(loss, argnums=workload.wrt))
 
     def ready(*arrays: Any) -> list[Any]:
         loss, grads = step(*arrays)

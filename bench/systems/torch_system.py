@@ -1,4 +1,12 @@
-"""PyTorch: eager forward, then `backward()`, one loss function per workload."""
+"""PyTorch: forward, then `backward()`, one loss function per workload.
+
+f32: eager. bf16: bf16 tensors, and on cuda the loss is `torch.compile`d (default mode; the
+backward then is AOTAutograd's compiled graph); on the CPU it stays eager. Contractions of bf16
+tensors sum in f32 and round the result to bf16 (PyTorch has no f32 output for them under
+autograd), so the f32 results accy and JAX keep (the mlp's logits, the block's output) are the
+bf16 product converted to f32: one rounding more. Attention is `scaled_dot_product_attention`
+(the mask as `attn_mask`). The loss is f32, the gradients bf16.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -51,30 +60,69 @@ def block(x, w1, w2, gain, bias, eps=1e-5):
     return (out * out).sum()
 
 
+def half_mlp(x, w1, w2, y):
+    logits = (torch.tanh(x @ w1) @ w2).float()
+    return (torch.logsumexp(logits, dim=-1) - (logits * y.float()).sum(dim=-1)).sum()
+
+
+def half_attention(q, k, v, mask):
+    """One batch, one head, the mask as an additive `attn_mask`, no scaling."""
+    mixed = F.scaled_dot_product_attention(
+        q[None, None], k[None, None], v[None, None], attn_mask=mask, scale=1.0
+    )[0, 0].float()
+    return (mixed * mixed).sum()
+
+
+def half_block(x, w1, w2, gain, bias, eps=1e-5):
+    normed = F.layer_norm(x, x.shape[-1:], weight=gain, bias=bias, eps=eps)
+    hidden = F.gelu(normed @ w1, approximate="tanh")
+    out = (hidden @ w2).float()
+    return (out * out).sum()
+
+
 LOSSES: dict[str, Callable[..., Any]] = {
     f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block)
 }
+HALF_LOSSES = LOSSES | {"mlp": half_mlp, "attention": half_attention, "block": half_block}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def backend(device: str) -> str:
-    return "eager"
+def compiles(device: str, dtype: str) -> bool:
+    """Whether the loss is `torch.compile`d: bf16 on cuda (f32 and the CPU stay eager)."""
+    return device == "cuda" and dtype != "f32"
+
+
+def backend(device: str, dtype: str = "f32") -> str:
+    return "inductor" if compiles(device, dtype) else "eager"
 
 
 def device_inputs(workload: Workload, arrays: Sequence[np.ndarray], device: str) -> list[Any]:
-    tensors = [torch.from_numpy(np.array(a)).to(device) for a in arrays]
+    tensors = [_tensor(a).to(device) for a in arrays]
     for index in workload.wrt:
         tensors[index].requires_grad_(True)
     _synchronize(device)
     return tensors
 
 
-def build(workload: Workload, scale: str, device: str) -> Step:
+def _tensor(array: np.ndarray) -> Any:
+    """A CPU tensor of `array`; an `ml_dtypes.bfloat16` array (which PyTorch cannot read)
+    becomes a bf16 tensor of the same values (exact: through float32)."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.array(array))
+
+
+def build(workload: Workload, scale: str, device: str, dtype: str = "f32") -> Step:
     """A step: the forward pass, `backward()`, and the gradients taken out of the inputs.
 
     Taking them (`.grad = None`) leaves nothing behind, as with the other systems: the caller
-    owns the outputs, and the next step starts from inputs without gradients.
+    owns the outputs, and the next step starts from inputs without gradients. bf16 on cuda
+    compiles the loss (`torch.compile`, default mode, static shapes: the check scale gets its
+    own graph); it compiles at the first call.
     """
-    loss_of, wrt = LOSSES[workload.name], workload.wrt
+    loss_of, wrt = (LOSSES if dtype == "f32" else HALF_LOSSES)[workload.name], workload.wrt
+    if compiles(device, dtype):
+        loss_of = torch.compile(loss_of, dynamic=False)
 
     def step(*tensors: Any) -> list[Any]:
         loss = loss_of(*tensors)
@@ -94,7 +142,14 @@ def _synchronize(device: str) -> None:
 
 
 def to_numpy(outputs: Sequence[Any]) -> list[np.ndarray]:
-    return [a.detach().cpu().numpy() for a in outputs]
+    """Host arrays; bf16 tensors (which NumPy cannot hold) as `ml_dtypes.bfloat16` arrays."""
+    return [_host(a.detach().cpu()) for a in outputs]
+
+
+def _host(tensor: Any) -> np.ndarray:
+    if tensor.dtype == torch.bfloat16:
+        return tensor.float().numpy().astype(ml_dtypes.bfloat16)  # exact: bf16 values
+    return tensor.numpy()
 
 
 class _CachingAllocatorPeak:

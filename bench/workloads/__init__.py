@@ -5,6 +5,11 @@ respect to. Its sizes come in three scales: `check` (a few elements per axis: th
 evaluator and the tests run it), `cpu` (the sizes of WORKLOADS.md) and `cuda` (the GPU scale:
 batch, token and row times 8, vocab 131072).
 
+Precision: every workload runs in float32 (`dtype="f32"`); `mlp`, `attention` and `block` also
+in bfloat16 (`dtype="bf16"`): every float input is the float32 input rounded to bf16 (an
+`ml_dtypes.bfloat16` array), the same values for every system, and each loss keeps bf16
+activations, sums every contraction in f32 and gives an f32 loss (see each module).
+
 The peers' versions of each loss are in `bench.systems.jax_system` and
 `bench.systems.torch_system`; nothing here imports JAX or PyTorch.
 """
@@ -18,12 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 
 import accy
-from accy import Builder, Program, TensorType, Value
+from accy import Builder, DType, Program, TensorType, Value
 
 Extents = Mapping[str, int]
 SCALES = ("check", "cpu", "cuda")
 GPU_SCALED_AXES = ("batch", "token", "row")
 GPU_VOCAB = 131072
+DTYPES = ("f32", "bf16")  # the precisions of `--dtype`; f32 is every workload's, bf16 some's
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,9 @@ class Workload:
     `specs(extents)` gives the accy input types, `inputs(extents, rng)` the float32 (or int32)
     NumPy inputs in the same layout, `loss(builder, args)` the accy loss, and `wrt` the indices
     of the inputs whose gradients are computed. Every system returns [loss, *gradients].
+    `dtypes` are the precisions it runs in (f32, and bf16 where its loss is written for it);
+    `flops(extents)` counts the multiply-adds of its contractions in one loss and gradient
+    (2 FLOPs each; None: it has none, so no TFLOP/s), `flops_formula` says how.
     """
 
     name: str
@@ -43,6 +52,9 @@ class Workload:
     inputs: Callable[[Extents, np.random.Generator], list[np.ndarray]]
     loss: Callable[[Builder, list[Value]], Value]
     wrt: tuple[int, ...]
+    dtypes: tuple[str, ...] = ("f32",)
+    flops: Callable[[Extents], float] | None = None
+    flops_formula: str | None = None
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -59,18 +71,71 @@ class Workload:
             return gpu_extents(self.cpu_extents)
         raise ValueError(f"unknown scale {scale!r}; expected one of {', '.join(SCALES)}")
 
-    def program(self, scale: str) -> Program:
+    def check_dtype(self, dtype: str) -> None:
+        """Raise ValueError unless this workload runs in `dtype` ("f32" or "bf16")."""
+        accy_dtype(dtype)  # an unknown name is an error of its own
+        if dtype not in self.dtypes:
+            raise ValueError(
+                f"workload {self.name!r} has no {dtype} version (it runs in "
+                f"{', '.join(self.dtypes)}); {dtype} runs {', '.join(supporting(dtype))}"
+            )
+
+    def types(self, scale: str, dtype: str = "f32") -> list[TensorType]:
+        """The accy input types at `scale`, float inputs in `dtype`."""
+        self.check_dtype(dtype)
+        wanted = accy_dtype(dtype)
+        return [
+            t.with_dtype(wanted) if t.dtype.is_float else t for t in self.specs(self.extents(scale))
+        ]
+
+    def program(self, scale: str, dtype: str = "f32") -> Program:
         """The accy loss program at `scale` (not yet differentiated)."""
-        return accy.trace.define(self.name, self.specs(self.extents(scale)), self.loss)
+        return accy.trace.define(self.name, self.types(scale, dtype), self.loss)
 
-    def value_and_grad(self, scale: str) -> Program:
+    def value_and_grad(self, scale: str, dtype: str = "f32") -> Program:
         """The accy program returning the loss, then one gradient per `wrt` input."""
-        return accy.value_and_grad(self.program(scale), wrt=self.wrt)
+        return accy.value_and_grad(self.program(scale, dtype), wrt=self.wrt)
 
-    def make_inputs(self, scale: str, seed: int = 0) -> list[np.ndarray]:
-        """The seeded inputs at `scale`: the same arrays for every system and every process."""
+    def make_inputs(self, scale: str, seed: int = 0, dtype: str = "f32") -> list[np.ndarray]:
+        """The seeded inputs at `scale`: the same arrays for every system and every process
+        (in bf16, the float32 inputs rounded to `ml_dtypes.bfloat16`)."""
+        self.check_dtype(dtype)
         rng = np.random.default_rng([seed, zlib.crc32(self.name.encode())])
-        return self.inputs(self.extents(scale), rng)
+        arrays = self.inputs(self.extents(scale), rng)
+        held = accy_dtype(dtype).numpy
+        return [a.astype(held) if a.dtype.kind == "f" else a for a in arrays]
+
+    def flops_per_step(self, scale: str) -> float | None:
+        """FLOPs of one loss and gradient at `scale` (`flops`), or None."""
+        return None if self.flops is None else float(self.flops(self.extents(scale)))
+
+
+def accy_dtype(name: str) -> DType:
+    """The accy dtype of a `--dtype` name ("f32" or "bf16")."""
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; expected one of {', '.join(DTYPES)}")
+    return accy.bf16 if name == "bf16" else accy.f32
+
+
+def is_half(dtype: DType) -> bool:
+    """True for the 16-bit floats, whose sums the workloads keep in f32."""
+    return dtype in (accy.bf16, accy.f16)
+
+
+def wide(value: Value) -> DType | None:
+    """The `accumulate` of a contraction whose result the loss wants in f32: f32 for 16-bit
+    operands (the f32 sum, not rounded back), None (the operands' own dtype) otherwise."""
+    return accy.f32 if is_half(value.dtype) else None
+
+
+def in_f32(value: Value) -> Value:
+    """`value` converted to f32 when it is a 16-bit float (the loss's final sums), else itself."""
+    return value.convert(accy.f32) if is_half(value.dtype) else value
+
+
+def supporting(dtype: str) -> list[str]:
+    """The workloads that run in `dtype`."""
+    return [name for name, w in WORKLOADS.items() if dtype in w.dtypes]
 
 
 def gpu_extents(cpu: Extents) -> dict[str, int]:

@@ -1,5 +1,13 @@
 """attention: the seed's causal attention loss, sum((softmax(q k^T + mask) v)^2), with
-`accy.nn.attention` (the mask is its bias)."""
+`accy.nn.attention` (the mask is its bias).
+
+In bf16, q, k, v and the mask are bf16, the attention's output is bf16 and its sum of squares
+is f32.
+
+FLOPs, as FlashAttention counts them (issue 16): 4·token²·channel·(1 + 2.5) = 14·token²·channel
+for the forward (q·kᵀ, weights·v) and a backward of 2.5 forwards (the scores recomputed,
+dweights, dv, dq, dk); the mask is a bias, so every score is computed and nothing is halved.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ import numpy as np
 
 from accy import Builder, TensorType, Value, f32, nn, spec
 
-from . import Extents, Workload, normal
+from . import Extents, Workload, in_f32, normal
 
 MASKED = -30.0
 
@@ -41,7 +49,13 @@ def loss(builder: Builder, args: list[Value]) -> Value:
         scale=1.0,
         bias=mask,
     )
+    mixed = in_f32(mixed)
     return (mixed * mixed).sum()
+
+
+def flops(extents: Extents) -> float:
+    """4·token²·channel·(1 + 2.5) (see the module doc)."""
+    return 4 * extents["token"] ** 2 * extents["channel"] * 3.5
 
 
 WORKLOAD = Workload(
@@ -53,4 +67,7 @@ WORKLOAD = Workload(
     inputs,
     loss,
     wrt=(0, 1, 2),
+    dtypes=("f32", "bf16"),
+    flops=flops,
+    flops_formula="4*token^2*channel*(1 + 2.5)",
 )

@@ -80,3 +80,54 @@ def test_model_flops_follow_the_workloads_formula():
     assert gpt2.model_parameters(small) == 123_689_472  # nanoGPT's GPT-2 small count
     expected = 6 * 123_689_472 * 8 * 1024 + 12 * 12 * 8 * 1024**2 * 768
     assert gpt2.model_flops(small) == expected
+
+
+def _loss_at(values, policy=None, fused=False) -> float:
+    ids, targets = gpt2.batch(S)
+    shapes = gpt2.parameter_shapes(S)
+    params = {
+        k: accy.named(v.astype(np.float32), tuple(a for a, _ in shapes[k]))
+        for k, v in values.items()
+    }
+
+    def loss(p, i, t):
+        p = policy.cast_to_compute(p) if policy is not None else p
+        return gpt2.accy_loss(p, i, t, S, policy, fused)
+
+    named_ids, named_targets = (accy.named(a, ("batch", "token")) for a in (ids, targets))
+    return float(accy.jit(loss)(params, named_ids, named_targets).array)
+
+
+def _sharpened_values():
+    """The initial values with matrices 50 times larger: a loss far from log(vocab)."""
+    values = gpt2.initial_values(S)
+    return {k: v * (50.0 if not k.endswith(("gain", "bias")) else 1.0) for k, v in values.items()}
+
+
+def test_the_bf16_loss_matches_numpy_within_the_bf16_tolerance():
+    """Under `mixed_precision(f32, bf16, f32)` the parameters are rounded to bf16 and every
+    activation is bf16; against float64 of the rounded parameters, within 16 roundoffs."""
+    from bench.compare import tolerance
+
+    values = _sharpened_values()
+    policy = accy.nn.mixed_precision(accy.f32, accy.bf16, accy.f32)
+    rounded = {k: v.astype(accy.bf16.numpy).astype(np.float64) for k, v in values.items()}
+    expected = _numpy_loss(rounded, *gpt2.batch(S))
+    assert abs(_loss_at(values, policy) - expected) <= tolerance("bf16") * abs(expected)
+    assert abs(_loss_at(values, policy, fused=True) - expected) <= tolerance("bf16") * abs(expected)
+
+
+def test_fused_attention_gives_the_compositions_loss():
+    values = _sharpened_values()
+    np.testing.assert_allclose(_loss_at(values, fused=True), _loss_at(values), rtol=1e-5)
+
+
+def test_a_bf16_training_step_lowers_the_loss_and_keeps_f32_parameters():
+    step = gpt2.accy_step(S, "cpu", "bf16")
+    params, state, ids, targets = gpt2.accy_inputs(S, "cpu")
+    losses = []
+    for _ in range(3):
+        loss, params, state = step(params, state, ids, targets)
+        losses.append(float(loss.array))
+    assert losses[2] < losses[0]
+    assert all(np.asarray(p.array).dtype == np.float32 for p in params["decay"].values())

@@ -36,6 +36,7 @@ from .tracing import (
     flatten,
     is_array,
     leaf_paths,
+    non_array_leaf,
     structure,
     trace,
     unflatten,
@@ -203,6 +204,9 @@ def _wrt_leaves(
             )
     chosen = [i for n in numbers for i in ranges[n]]
     for i in chosen:
+        if not is_array(leaves[i]):
+            where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
+            raise non_array_leaf(f"accy.{transform}: {where} (in argnums={argnums!r})", leaves[i])
         if not leaves[i].ty.dtype.is_float:
             where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
             raise TransformError(

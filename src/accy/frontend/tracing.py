@@ -123,6 +123,21 @@ def as_array_leaf(leaf: Any, where: str, device: str = "cpu") -> Any:
 PYTHON_SCALARS = (bool, int, float)
 
 
+def is_python_value(leaf: Any) -> bool:
+    """Whether `leaf` can stay a Python value where a transform leaves arguments untouched (grad
+    outside argnums, vmap): Python scalars, and other hashable non-array objects (strings,
+    enums, ...), which then key the trace cache. NumPy scalars and arrays cannot."""
+    if type(leaf) in PYTHON_SCALARS:
+        return True
+    if isinstance(leaf, NamedArray | Value | np.generic | np.ndarray):
+        return False
+    try:
+        hash(leaf)
+    except TypeError:
+        return False
+    return not hasattr(leaf, "__dlpack__")  # a CuPy or other framework's array
+
+
 def is_array(leaf: Any) -> bool:
     return isinstance(leaf, NamedArray | Value)
 
@@ -366,8 +381,9 @@ class Staged:
     def __init__(self, build: Builds, device: str | None = None, static_scalars: bool = False):
         self.build = build
         self.device = device
-        # Python scalars in the arguments stay Python values (keying the cache) rather than
-        # becoming traced inputs: how grad and vmap treat the arguments they do not transform.
+        # Python scalars and other hashable Python values in the arguments stay Python values
+        # (keying the cache) rather than becoming traced inputs: how grad and vmap treat the
+        # arguments they do not transform.
         self.static_scalars = static_scalars
         self.cache: dict[tuple, Entry] = {}
         # Positional NamedArrays only, no keywords (the usual call): (device, ids of the
@@ -455,7 +471,7 @@ class Staged:
         paths = None
         converted = []
         for position, leaf in enumerate(leaves):
-            if self.static_scalars and type(leaf) in PYTHON_SCALARS:
+            if self.static_scalars and is_python_value(leaf):
                 pass
             elif not isinstance(leaf, NamedArray | Value):
                 paths = paths or leaf_paths(tree)

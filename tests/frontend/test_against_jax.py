@@ -177,6 +177,8 @@ def test_per_example_gradients_through_vmap(problem):
     # in_axes given explicitly, as a tree prefix
     explicit = accy.vmap(accy.grad(accy_loss), "batch", in_axes=(None, True, "batch"))
     assert_trees_close(explicit(params, x, y), expected)
+    as_in_jax = accy.vmap(accy.grad(accy_loss), "batch", in_axes=(None, 0, 0))  # positions
+    assert_trees_close(as_in_jax(params, x, y), expected)
 
 
 def test_vmap_in_axes_and_out_axes_tree_prefixes(problem):

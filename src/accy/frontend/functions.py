@@ -195,7 +195,7 @@ def _wrt_leaves(
 ) -> list[int]:
     """The leaf indices of the arguments `argnums`; each must hold floating-point arrays."""
     ranges = _argument_ranges(treedef)
-    numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    numbers = _argnums_tuple(transform, argnums)
     for number in numbers:
         if not isinstance(number, int) or not -len(ranges) <= number < len(ranges):
             raise TransformError(
@@ -215,6 +215,19 @@ def _wrt_leaves(
                 f"move it to an argument outside argnums={argnums!r}"
             )
     return chosen
+
+
+def _argnums_tuple(transform: str, argnums: Any) -> tuple[int, ...]:
+    """`argnums` as a tuple of ints, checked to be an int or a sequence of ints."""
+    numbers = (argnums,) if isinstance(argnums, int) else argnums
+    if not isinstance(numbers, tuple | list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in numbers
+    ):
+        raise TransformError(
+            f"accy.{transform}: argnums={argnums!r}; give the position of an argument (an int) "
+            "or a tuple of positions"
+        )
+    return tuple(numbers)
 
 
 def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[Any, Any]:
@@ -260,7 +273,7 @@ class Differentiated:
         self.with_value = with_value
         self.transform = "value_and_grad" if with_value else "grad"
         self.staged = Staged(self._build, static_scalars=True)
-        self.numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        self.numbers = _argnums_tuple(self.transform, argnums)
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -298,7 +311,7 @@ class Differentiated:
             gradient.value_and_grad(loss_only, wrt=tuple(wrt_parameters)) if wrt else loss_only
         )
         ranges = _argument_ranges(treedef)
-        numbers = (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
+        numbers = self.numbers
         arg_defs = treedef.children()[0].children()
         aux_def = structure(traced.output[1]) if self.has_aux else None
         shape: dict[str, Any] = {}
@@ -356,7 +369,7 @@ def grad(fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, *
     _check_callable(fn, "grad")
     return _memoized(
         fn,
-        ("grad", _hashable_argnums(argnums), has_aux),
+        ("grad", _hashable_argnums("grad", argnums), has_aux),
         lambda: Differentiated(fn, argnums, has_aux, with_value=False),
     )
 
@@ -379,13 +392,16 @@ def value_and_grad(
     _check_callable(fn, "value_and_grad")
     return _memoized(
         fn,
-        ("value_and_grad", _hashable_argnums(argnums), has_aux),
+        ("value_and_grad", _hashable_argnums("value_and_grad", argnums), has_aux),
         lambda: Differentiated(fn, argnums, has_aux, with_value=True),
     )
 
 
-def _hashable_argnums(argnums: Any) -> Any:
-    return tuple(argnums) if isinstance(argnums, list) else argnums
+def _hashable_argnums(transform: str, argnums: Any) -> Any:
+    """`argnums` checked, as a cache key: an int stays one (the gradient is then one tree, not
+    a tuple of trees)."""
+    numbers = _argnums_tuple(transform, argnums)
+    return argnums if isinstance(argnums, int) else numbers
 
 
 def _function_only(transform: str, args: tuple, kwargs: dict) -> None:

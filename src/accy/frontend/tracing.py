@@ -94,6 +94,12 @@ def non_array_leaf(where: str, leaf: Any) -> NonArrayLeaf:
     if isinstance(leaf, np.ndarray):
         names = tuple(f"axis{i}" for i in range(leaf.ndim))
         hint = f"name its axes with accy.named(array, {names})"
+    elif where.startswith("the output"):
+        return NonArrayLeaf(
+            f"{where} is {describe_leaf(leaf)}, which is not an array; a transformed function "
+            "returns a tree whose leaves are accy arrays or numbers: return other values from "
+            "a plain Python function around it"
+        )
     else:
         hint = (
             "pass it as a static argument (static_argnames=...), close over it, or remove it "

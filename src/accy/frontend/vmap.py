@@ -9,6 +9,7 @@ program into per-example gradients.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,24 +56,33 @@ def _spec_leaves(transform_part: str, prefix: Any, tree: Any, what: str) -> list
     try:
         return optree.broadcast_prefix(prefix, tree, namespace=NAMESPACE)
     except ValueError as error:
+        # optree's message ends with the whole container's repr ("; dict: {...}"): too long
+        reason = re.sub(r";\s*[A-Za-z_.]+:\s.*$", "", str(error), flags=re.S)
         raise TransformError(
             f"accy.vmap: {transform_part} must be a tree prefix of {what} (the same containers "
-            f"down to where one entry stands for a whole subtree), but it is not: {error}"
+            f"down to where one entry stands for a whole subtree), but it is not: {reason}"
         ) from None
 
 
-def _source_axis(axis: str, entry: Any, where: str) -> str | None:
-    """The axis a leaf is mapped along according to its `in_axes` entry (None: not mapped)."""
+def _source_axis(axis: str, entry: Any, leaf: Any, where: str) -> str | None:
+    """The axis `leaf` is mapped along according to its `in_axes` entry (None: not mapped)."""
     if entry is NOT_MAPPED or entry is False:
         return None
     if entry is True:
         return axis
     if isinstance(entry, str) and entry.isidentifier():
         return entry
+    if isinstance(entry, int):  # a layout position, as JAX's in_axes=0
+        if not -leaf.ty.rank <= entry < leaf.ty.rank:
+            raise AxisError(
+                f"accy.vmap over {axis!r}: in_axes maps {where} along its axis at position "
+                f"{entry}, but it has {leaf.ty.rank} ({', '.join(leaf.ty.axes) or 'none'})"
+            )
+        return leaf.ty.axes[entry]
     raise TransformError(
         f"accy.vmap over {axis!r}: the in_axes entry for {where} is {entry!r}; each entry is "
-        f"True or an axis name (mapped along that axis of the argument), or None or False (not "
-        "mapped)"
+        "True or an axis name (mapped along that axis of the argument), an int (mapped along "
+        "the axis at that layout position), or None or False (not mapped)"
     )
 
 
@@ -122,7 +132,7 @@ def _mapped_leaves(axis: str, in_axes: Any, leaves: list[Any], treedef: Any) -> 
             continue
         paths = paths or leaf_paths(unflatten(treedef, leaves))
         where = argument_path(paths[i])
-        source = _source_axis(axis, entries[i], where)
+        source = _source_axis(axis, entries[i], leaf, where)
         if source is not None and not leaf.ty.has(source):
             raise AxisError(
                 f"accy.vmap over {axis!r}: in_axes maps {where} along {source!r}, but it has no "
@@ -273,13 +283,13 @@ def vmap(
     By default every array leaf that has `axis` is mapped and the others are shared by all
     examples. `in_axes` chooses explicitly, as JAX's: a tuple with one entry per positional
     argument (or one entry for all), each a tree prefix of its argument whose leaves are True
-    (mapped along `axis`), another axis name (mapped along that axis, which the function sees
-    renamed to `axis` in the outputs) or None/False (not mapped); keyword arguments are mapped
-    where they have `axis`. `out_axes` is a tree prefix of the output with an int (the layout
-    position of `axis`) or None (an output that depends on no mapped argument, returned
-    without the axis) per leaf. Given a Program, `accy.vmap(program, axis, in_axes, size=n)`
-    returns the batched Program, whose mapped parameters (all, unless `in_axes`, one flag per
-    parameter, says) and outputs take `axis` first.
+    (mapped along `axis`), another axis name or an int layout position (mapped along that
+    axis, which becomes `axis` in the outputs) or None/False (not mapped); keyword arguments
+    are mapped where they have `axis`. `out_axes` is a tree prefix of the output with an int
+    (the layout position of `axis`) or None (an output that depends on no mapped argument,
+    returned without the axis) per leaf. Given a Program, `accy.vmap(program, axis, in_axes,
+    size=n)` returns the batched Program, whose mapped parameters (all, unless `in_axes`, one
+    flag per parameter, says) and outputs take `axis` first.
 
     >>> import accy, numpy as np
     >>> def loss(w, x):  # one example: x has only a "feature" axis

@@ -25,7 +25,7 @@ from ..core.builder import define
 from ..errors import GradientRequiresScalarOutput
 from ..transforms.simplify import simplify
 from .errors import TransformError
-from .named import NamedArray
+from .named import NamedArray, check_device
 from .tracing import (
     NAMESPACE,
     PYTHON_SCALARS,
@@ -85,7 +85,7 @@ class Jitted:
     ):
         _check_callable(fn, "jit")
         self.fn = fn
-        self.device = device
+        self.device = None if device is None else check_device(device)
         self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
         self._staged: dict[tuple, Staged] = {}

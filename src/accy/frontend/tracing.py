@@ -27,7 +27,7 @@ from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, attach_user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError
-from .named import NamedArray, index_by_name, intern, named_scalar
+from .named import NamedArray, check_device, index_by_name, intern, named_scalar
 
 NAMESPACE = "accy"
 # Closed-over arrays with at most this many elements become constants of the program; larger
@@ -386,7 +386,7 @@ class Staged:
 
     def __init__(self, build: Builds, device: str | None = None, static_scalars: bool = False):
         self.build = build
-        self.device = device
+        self.device = None if device is None else check_device(device)
         # Python scalars and other hashable Python values in the arguments stay Python values
         # (keying the cache) rather than becoming traced inputs: how grad and vmap treat the
         # arguments they do not transform.

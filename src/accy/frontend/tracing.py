@@ -393,7 +393,8 @@ class Staged:
         self.static_scalars = static_scalars
         self.cache: dict[tuple, Entry] = {}
         # Positional NamedArrays only, no keywords (the usual call): (device, ids of the
-        # argument types) -> (those types, kept alive so that the ids stay theirs; the entry).
+        # argument types) -> (those types, kept alive so that the ids stay theirs; the entry;
+        # its compiled program, captured arrays and output devices there).
         self.flat: dict[tuple, tuple[tuple, Entry]] = {}
         self.traces = 0  # how many times a program was built (a cache miss): for tests
 
@@ -419,16 +420,13 @@ class Staged:
             else:
                 found = self.flat.get(tuple(key))
                 if found is not None and (self.device is None or self.device == device):
-                    _, entry, compiled, captured = found
+                    _, entry, compiled, captured, devices = found
                     outputs = compiled(*[a.array for a in args], *captured)
                     if entry.single:
                         return NamedArray(outputs[0], entry.out_types[0], device)
+                    # map() wraps the outputs in C, a list comprehension costs ~2x as much
                     return unflatten(
-                        entry.out_treedef,
-                        [
-                            NamedArray(o, t, device)
-                            for o, t in zip(outputs, entry.out_types, strict=True)
-                        ],
+                        entry.out_treedef, list(map(NamedArray, outputs, entry.out_types, devices))
                     )
                 result = self((args, kwargs))
                 entry = self.cache.get((structure((args, kwargs)), tuple(a.ty for a in args)))
@@ -438,6 +436,7 @@ class Staged:
                         entry,
                         entry.compiled[device],
                         entry.captured_arrays[device],
+                        (device,) * len(entry.out_types),
                     )
                 return result
         return self((args, kwargs))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import accy
+from accy.frontend.named import DEVICES
 
 rng = np.random.default_rng(1)
 
@@ -102,3 +103,17 @@ def test_moving_to_cuda_without_cupy_is_a_clear_error(monkeypatch):
     x = accy.named(np.ones(2, np.float32), ("a",))
     with pytest.raises(accy.RuntimeUnavailable, match="needs CuPy"):
         x.to("cuda")
+
+
+def test_a_device_name_built_at_run_time_works_like_the_literal():
+    # The fast paths compare devices by identity: a name read from a command line is an equal
+    # but distinct string, and must still dispatch (it once raised an internal error).
+    device = "".join(["c", "p", "u"])
+    assert device == "cpu" and device is not DEVICES[0]
+    x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",), device=device)
+    y = x.to("reference").to(device)
+    np.testing.assert_allclose((x * y).sum("lane").item(), 5.0)
+    jitted = accy.jit(lambda x: x * 2.0, device="".join(["c", "p", "u"]))
+    np.testing.assert_allclose((jitted(x) + x).array, [3.0, 6.0])
+    with pytest.raises(accy.AccyError, match="unknown device 'gpu'"):
+        accy.jit(lambda x: x, device="gpu")

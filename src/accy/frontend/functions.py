@@ -25,7 +25,7 @@ from ..core.builder import define
 from ..errors import GradientRequiresScalarOutput
 from ..transforms.simplify import simplify
 from .errors import TransformError
-from .named import NamedArray
+from .named import NamedArray, check_device
 from .tracing import (
     NAMESPACE,
     PYTHON_SCALARS,
@@ -36,6 +36,7 @@ from .tracing import (
     flatten,
     is_array,
     leaf_paths,
+    non_array_leaf,
     structure,
     trace,
     unflatten,
@@ -84,7 +85,7 @@ class Jitted:
     ):
         _check_callable(fn, "jit")
         self.fn = fn
-        self.device = device
+        self.device = None if device is None else check_device(device)
         self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
         self._staged: dict[tuple, Staged] = {}
@@ -194,7 +195,7 @@ def _wrt_leaves(
 ) -> list[int]:
     """The leaf indices of the arguments `argnums`; each must hold floating-point arrays."""
     ranges = _argument_ranges(treedef)
-    numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    numbers = _argnums_tuple(transform, argnums)
     for number in numbers:
         if not isinstance(number, int) or not -len(ranges) <= number < len(ranges):
             raise TransformError(
@@ -203,6 +204,9 @@ def _wrt_leaves(
             )
     chosen = [i for n in numbers for i in ranges[n]]
     for i in chosen:
+        if not is_array(leaves[i]):
+            where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
+            raise non_array_leaf(f"accy.{transform}: {where} (in argnums={argnums!r})", leaves[i])
         if not leaves[i].ty.dtype.is_float:
             where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
             raise TransformError(
@@ -211,6 +215,19 @@ def _wrt_leaves(
                 f"move it to an argument outside argnums={argnums!r}"
             )
     return chosen
+
+
+def _argnums_tuple(transform: str, argnums: Any) -> tuple[int, ...]:
+    """`argnums` as a tuple of ints, checked to be an int or a sequence of ints."""
+    numbers = (argnums,) if isinstance(argnums, int) else argnums
+    if not isinstance(numbers, tuple | list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in numbers
+    ):
+        raise TransformError(
+            f"accy.{transform}: argnums={argnums!r}; give the position of an argument (an int) "
+            "or a tuple of positions"
+        )
+    return tuple(numbers)
 
 
 def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[Any, Any]:
@@ -256,7 +273,7 @@ class Differentiated:
         self.with_value = with_value
         self.transform = "value_and_grad" if with_value else "grad"
         self.staged = Staged(self._build, static_scalars=True)
-        self.numbers = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        self.numbers = _argnums_tuple(self.transform, argnums)
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -294,7 +311,7 @@ class Differentiated:
             gradient.value_and_grad(loss_only, wrt=tuple(wrt_parameters)) if wrt else loss_only
         )
         ranges = _argument_ranges(treedef)
-        numbers = (self.argnums,) if isinstance(self.argnums, int) else tuple(self.argnums)
+        numbers = self.numbers
         arg_defs = treedef.children()[0].children()
         aux_def = structure(traced.output[1]) if self.has_aux else None
         shape: dict[str, Any] = {}
@@ -352,7 +369,7 @@ def grad(fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, *
     _check_callable(fn, "grad")
     return _memoized(
         fn,
-        ("grad", _hashable_argnums(argnums), has_aux),
+        ("grad", _hashable_argnums("grad", argnums), has_aux),
         lambda: Differentiated(fn, argnums, has_aux, with_value=False),
     )
 
@@ -375,13 +392,16 @@ def value_and_grad(
     _check_callable(fn, "value_and_grad")
     return _memoized(
         fn,
-        ("value_and_grad", _hashable_argnums(argnums), has_aux),
+        ("value_and_grad", _hashable_argnums("value_and_grad", argnums), has_aux),
         lambda: Differentiated(fn, argnums, has_aux, with_value=True),
     )
 
 
-def _hashable_argnums(argnums: Any) -> Any:
-    return tuple(argnums) if isinstance(argnums, list) else argnums
+def _hashable_argnums(transform: str, argnums: Any) -> Any:
+    """`argnums` checked, as a cache key: an int stays one (the gradient is then one tree, not
+    a tuple of trees)."""
+    numbers = _argnums_tuple(transform, argnums)
+    return argnums if isinstance(argnums, int) else numbers
 
 
 def _function_only(transform: str, args: tuple, kwargs: dict) -> None:
@@ -400,9 +420,43 @@ def _float_leaves(leaves: Sequence[Any]) -> list[int]:
     return [i for i, leaf in enumerate(leaves) if leaf.ty.dtype.is_float]
 
 
-def _trace_on(fn: Callable, leaves: list[Any], primal_def: Any):
-    """Trace `fn(*primals)`, the primals being the tuple of trees `primal_def` describes."""
-    return trace(fn, leaves, structure((unflatten(primal_def, leaves), {})), _name(fn))
+def _aux_pair(transform: str, output: Any) -> tuple[Any, Any]:
+    """`(out, aux)` from what a `has_aux=True` function returned, checked to be a pair."""
+    if not isinstance(output, tuple | list) or len(output) != 2:
+        got = f"a {type(output).__name__}" + (
+            f" of length {len(output)}" if isinstance(output, tuple | list) else ""
+        )
+        raise TransformError(
+            f"accy.{transform}(..., has_aux=True): the function must return a pair "
+            f"(output, aux), got {got}"
+        )
+    return tuple(output)
+
+
+def _trace_on(
+    fn: Callable, leaves: list[Any], primal_def: Any, transform: str = "", has_aux: bool = False
+):
+    """Trace `fn(*primals)`, the primals being the tuple of trees `primal_def` describes. With
+    `has_aux`, the traced outputs are the leaves of `(out, aux)`: out's first."""
+    finish = (lambda b, out: _aux_pair(transform, out)) if has_aux else None
+    return trace(
+        fn, leaves, structure((unflatten(primal_def, leaves), {})), _name(fn), finish=finish
+    )
+
+
+def _outputs_and_aux(traced: Any, has_aux: bool) -> tuple[Any, Any, int]:
+    """(structure of the differentiated outputs, structure of aux or None, how many program
+    outputs are differentiated) of a function traced by `_trace_on`."""
+    if not has_aux:
+        return traced.out_treedef, None, len(traced.program.outputs)
+    out_def, aux_def = traced.out_treedef.children()
+    return out_def, aux_def, out_def.num_leaves
+
+
+def _without_aux(source: Program, count: int) -> Program:
+    """`source` returning only its first `count` outputs (the aux outputs are not
+    differentiated)."""
+    return Program(source.name, source.operations, source.outputs[:count], source.value_types)
 
 
 def _split_primals_and_other(treedef: Any, leaves: list[Any]):
@@ -432,10 +486,11 @@ def _check_like(
 
 
 class _Jvp:
-    """(primals, tangents) -> (outputs, output tangents), traced per signature."""
+    """(primals, tangents) -> (outputs, output tangents[, aux]), traced per signature."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, has_aux: bool = False):
         self.fn = fn
+        self.has_aux = has_aux
         self.staged = Staged(self._build)
 
     def __call__(self, primals: tuple, tangents: tuple) -> Any:
@@ -447,11 +502,15 @@ class _Jvp:
         )
         primal_types = [leaf.ty for leaf in primal_leaves]
         _check_like("jvp", "tangents", tangent_leaves, tangent_def, primal_types, primal_def)
-        traced = _trace_on(self.fn, primal_leaves, primal_def)
+        traced = _trace_on(self.fn, primal_leaves, primal_def, "jvp", self.has_aux)
+        out_def, aux_def, outputs = _outputs_and_aux(traced, self.has_aux)
         source = traced.program
         wrt = _float_leaves(primal_leaves)
-        forward = gradient.jvp(source, wrt=tuple(wrt))
-        count, outputs = len(primal_leaves), len(source.outputs)
+        forward = gradient.jvp(_without_aux(source, outputs), wrt=tuple(wrt))
+        aux_part = Program(
+            source.name, source.operations, source.outputs[outputs:], source.value_types
+        )
+        count = len(primal_leaves)
         specs = [leaf.ty for leaf in leaves] + list(source.parameter_types[count:])
 
         def body(b, params):
@@ -460,29 +519,37 @@ class _Jvp:
                 params[count : 2 * count],
                 params[2 * count :],
             )
-            return _as_list(b.call(forward, [*primals, *captured, *(tangents[i] for i in wrt)]))
+            results = _as_list(b.call(forward, [*primals, *captured, *(tangents[i] for i in wrt)]))
+            if aux_def is not None and aux_def.num_leaves:
+                results += _as_list(b.call(aux_part, [*primals, *captured]))
+            return results
 
         program = simplify(define(f"jvp_{source.name}", specs, body))
-        pair = structure((unflatten(traced.out_treedef, list(range(outputs))),) * 2)
-        return Entry(program, pair, traced.captured, traced.foreign)
+        numbered = unflatten(out_def, list(range(outputs)))
+        pair = (numbered, numbered)
+        if aux_def is not None:
+            pair += (unflatten(aux_def, list(range(aux_def.num_leaves))),)
+        return Entry(program, structure(pair), traced.captured, traced.foreign)
 
 
 class _Vjp:
     """(primals, output cotangents) -> one cotangent tree per primal, traced per signature."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, has_aux: bool = False):
         self.fn = fn
+        self.has_aux = has_aux
         self.staged = Staged(self._build)
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
         primal_leaves, primal_def, ct_leaves, ct_def = _split_primals_and_other(treedef, leaves)
-        traced = _trace_on(self.fn, primal_leaves, primal_def)
-        source = traced.program
+        traced = _trace_on(self.fn, primal_leaves, primal_def, "vjp", self.has_aux)
+        out_def, _, outputs = _outputs_and_aux(traced, self.has_aux)
+        source = _without_aux(traced.program, outputs)
         out_types = list(source.output_types)
-        _check_like("vjp", "cotangents", ct_leaves, ct_def, out_types, traced.out_treedef)
+        _check_like("vjp", "cotangents", ct_leaves, ct_def, out_types, out_def)
         wrt = _float_leaves(primal_leaves)
         backward = gradient.vjp(source, wrt=tuple(wrt))
-        count, outputs = len(primal_leaves), len(source.outputs)
+        count = len(primal_leaves)
         specs = [leaf.ty for leaf in leaves] + list(source.parameter_types[count:])
 
         def body(b, params):
@@ -497,11 +564,27 @@ class _Vjp:
         return Entry(program, primal_def, traced.captured, traced.foreign)
 
 
-def jvp(fn: Callable | Program, primals: Any = None, tangents: Any = None, **kwargs: Any):
+def _forward(fn: Callable, primals: tuple, transform: str, has_aux: bool) -> tuple[Any, Any]:
+    """`fn(*primals)` run through its cached `jit`: (output, aux) with `has_aux`, else
+    (output, None)."""
+    output = _memoized(fn, ("jit",), lambda: Jitted(fn))(*primals)
+    return _aux_pair(transform, output) if has_aux else (output, None)
+
+
+def jvp(
+    fn: Callable | Program,
+    primals: Any = None,
+    tangents: Any = None,
+    *,
+    has_aux: bool = False,
+    **kwargs: Any,
+):
     """Forward mode: `(fn(*primals), the derivative of fn at primals along tangents)`.
 
     `primals` and `tangents` are tuples of argument trees of one structure; the tangent of an
-    integer leaf is ignored. Given a Program, `accy.jvp(program, wrt)` is `accy.gradient.jvp`.
+    integer leaf is ignored. With `has_aux=True`, `fn` returns `(output, aux)` and the result
+    is `(output, output tangent, aux)`, as JAX's. Given a Program, `accy.jvp(program, wrt)` is
+    `accy.gradient.jvp`.
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",))
@@ -509,22 +592,29 @@ def jvp(fn: Callable | Program, primals: Any = None, tangents: Any = None, **kwa
     >>> y, dy = accy.jvp(lambda x: x * x, (x,), (t,))
     >>> y.array.tolist(), dy.array.tolist()
     ([1.0, 4.0], [2.0, 0.0])
+    >>> y, dy, aux = accy.jvp(lambda x: (x * x, x.sum()), (x,), (t,), has_aux=True)
+    >>> aux.item()
+    3.0
     """
     if isinstance(fn, Program):
         return gradient.jvp(fn, *(() if primals is None else (primals,)), **kwargs)
     _check_callable(fn, "jvp")
+    if kwargs:
+        raise TransformError(f"accy.jvp of a function takes has_aux= only, got {', '.join(kwargs)}")
     if not isinstance(primals, tuple | list) or not isinstance(tangents, tuple | list):
         raise TransformError(
             "accy.jvp(fn, primals, tangents): primals and tangents are tuples of arguments, "
             f"got {type(primals).__name__} and {type(tangents).__name__}"
         )
-    return _memoized(fn, ("jvp",), lambda: _Jvp(fn))(primals, tangents)
+    return _memoized(fn, ("jvp", has_aux), lambda: _Jvp(fn, has_aux))(primals, tangents)
 
 
-def vjp(fn: Callable | Program, *primals: Any, **kwargs: Any):
+def vjp(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kwargs: Any):
     """Reverse mode: `(fn(*primals), vjp_fn)`, where `vjp_fn(cotangent)` (one tree shaped like
     fn's output) returns a tuple with one cotangent tree per primal (zeros for integer
-    leaves). Given a Program, `accy.vjp(program, wrt)` is `accy.gradient.vjp`.
+    leaves). With `has_aux=True`, `fn` returns `(output, aux)` and the result is
+    `(output, vjp_fn, aux)`, as JAX's. Given a Program, `accy.vjp(program, wrt)` is
+    `accy.gradient.vjp`.
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",))
@@ -532,25 +622,28 @@ def vjp(fn: Callable | Program, *primals: Any, **kwargs: Any):
     >>> (ct,) = back(accy.named(np.ones(2, np.float32), ("lane",)))
     >>> ct.array.tolist()
     [2.0, 4.0]
+    >>> y, back, aux = accy.vjp(lambda x: (x * x, {"n": x.sum()}), x, has_aux=True)
+    >>> aux["n"].item()
+    3.0
     """
     if isinstance(fn, Program):
         return gradient.vjp(fn, *primals, **kwargs)
     _check_callable(fn, "vjp")
     if kwargs:
-        raise TransformError(f"accy.vjp of a function takes no keywords, got {', '.join(kwargs)}")
-    output = _memoized(fn, ("jit",), lambda: Jitted(fn))(*primals)
-    backward = _memoized(fn, ("vjp",), lambda: _Vjp(fn))
+        raise TransformError(f"accy.vjp of a function takes has_aux= only, got {', '.join(kwargs)}")
+    output, aux = _forward(fn, primals, "vjp", has_aux)
+    backward = _memoized(fn, ("vjp", has_aux), lambda: _Vjp(fn, has_aux))
 
     def vjp_fn(cotangent: Any) -> tuple:
         return tuple(backward.staged((tuple(primals), cotangent)))
 
-    return output, vjp_fn
+    return (output, vjp_fn, aux) if has_aux else (output, vjp_fn)
 
 
-def linearize(fn: Callable | Program, *primals: Any, **kwargs: Any):
+def linearize(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kwargs: Any):
     """`(fn(*primals), f_jvp)`, where `f_jvp(*tangents)` is the derivative of fn at primals
-    along the tangents. Given a Program, `accy.linearize(program, wrt)` is
-    `accy.gradient.linearize`.
+    along the tangents; with `has_aux=True`, `(output, f_jvp, aux)`. Given a Program,
+    `accy.linearize(program, wrt)` is `accy.gradient.linearize`.
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.array([1.0, 2.0], np.float32), ("lane",))
@@ -561,13 +654,17 @@ def linearize(fn: Callable | Program, *primals: Any, **kwargs: Any):
     if isinstance(fn, Program):
         return gradient.linearize(fn, *primals, **kwargs)
     _check_callable(fn, "linearize")
-    forward = _memoized(fn, ("jvp",), lambda: _Jvp(fn))
-    output = _memoized(fn, ("jit",), lambda: Jitted(fn))(*primals)
+    if kwargs:
+        raise TransformError(
+            f"accy.linearize of a function takes has_aux= only, got {', '.join(kwargs)}"
+        )
+    forward = _memoized(fn, ("jvp", has_aux), lambda: _Jvp(fn, has_aux))
+    output, aux = _forward(fn, primals, "linearize", has_aux)
 
     def f_jvp(*tangents: Any) -> Any:
         return forward(primals, tangents)[1]
 
-    return output, f_jvp
+    return (output, f_jvp, aux) if has_aux else (output, f_jvp)
 
 
 __all__ = ["Jitted", "grad", "jit", "jvp", "linearize", "value_and_grad", "vjp"]

@@ -57,10 +57,13 @@ def _on_device(array: np.ndarray, device: str) -> Any:
     return array
 
 
-def _check_device(device: str) -> str:
+def check_device(device: str) -> str:
+    """`device`, checked, as the one string object of DEVICES: the eager and jit fast paths
+    compare devices by identity, and a device name built at run time (read from a command
+    line) is an equal but distinct object."""
     if device not in DEVICES:
         raise AccyError(f"unknown device {device!r}; the devices are {', '.join(DEVICES)}")
-    return device
+    return DEVICES[DEVICES.index(device)]
 
 
 _INTERNED: dict[TensorType, TensorType] = {}
@@ -128,8 +131,8 @@ class NamedArray:
 
     def to(self, device: str) -> NamedArray:
         """This array on `device` ("cpu", "cuda" or "reference"), copied there if needed."""
-        _check_device(device)
-        if device == self.device:
+        device = check_device(device)
+        if device is self.device:
             return self
         return NamedArray(_on_device(_host_array(self.array), device), self.ty, device)
 
@@ -205,7 +208,7 @@ def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedAr
         )
     )
 
-    device = _check_device(device or own)
+    device = check_device(device or own)
     if device == "cuda" and own != "cuda":
         array = _on_device(array, device)
     elif device != "cuda" and own == "cuda":
@@ -437,4 +440,12 @@ def index_by_name(ops: OpsApi, x: Any, key: Any) -> Any:
 
 _copy_value_methods()
 
-__all__ = ["EAGER", "EagerOps", "NamedArray", "index_by_name", "named", "named_scalar"]
+__all__ = [
+    "EAGER",
+    "EagerOps",
+    "NamedArray",
+    "check_device",
+    "index_by_name",
+    "named",
+    "named_scalar",
+]

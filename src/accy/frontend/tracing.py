@@ -27,7 +27,7 @@ from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, attach_user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError
-from .named import NamedArray, index_by_name, intern, named_scalar
+from .named import NamedArray, check_device, index_by_name, intern, named_scalar
 
 NAMESPACE = "accy"
 # Closed-over arrays with at most this many elements become constants of the program; larger
@@ -94,6 +94,12 @@ def non_array_leaf(where: str, leaf: Any) -> NonArrayLeaf:
     if isinstance(leaf, np.ndarray):
         names = tuple(f"axis{i}" for i in range(leaf.ndim))
         hint = f"name its axes with accy.named(array, {names})"
+    elif where.startswith("the output"):
+        return NonArrayLeaf(
+            f"{where} is {describe_leaf(leaf)}, which is not an array; a transformed function "
+            "returns a tree whose leaves are accy arrays or numbers: return other values from "
+            "a plain Python function around it"
+        )
     else:
         hint = (
             "pass it as a static argument (static_argnames=...), close over it, or remove it "
@@ -121,6 +127,21 @@ def as_array_leaf(leaf: Any, where: str, device: str = "cpu") -> Any:
 
 
 PYTHON_SCALARS = (bool, int, float)
+
+
+def is_python_value(leaf: Any) -> bool:
+    """Whether `leaf` can stay a Python value where a transform leaves arguments untouched (grad
+    outside argnums, vmap): Python scalars, and other hashable non-array objects (strings,
+    enums, ...), which then key the trace cache. NumPy scalars and arrays cannot."""
+    if type(leaf) in PYTHON_SCALARS:
+        return True
+    if isinstance(leaf, NamedArray | Value | np.generic | np.ndarray):
+        return False
+    try:
+        hash(leaf)
+    except TypeError:
+        return False
+    return not hasattr(leaf, "__dlpack__")  # a CuPy or other framework's array
 
 
 def is_array(leaf: Any) -> bool:
@@ -365,13 +386,15 @@ class Staged:
 
     def __init__(self, build: Builds, device: str | None = None, static_scalars: bool = False):
         self.build = build
-        self.device = device
-        # Python scalars in the arguments stay Python values (keying the cache) rather than
-        # becoming traced inputs: how grad and vmap treat the arguments they do not transform.
+        self.device = None if device is None else check_device(device)
+        # Python scalars and other hashable Python values in the arguments stay Python values
+        # (keying the cache) rather than becoming traced inputs: how grad and vmap treat the
+        # arguments they do not transform.
         self.static_scalars = static_scalars
         self.cache: dict[tuple, Entry] = {}
         # Positional NamedArrays only, no keywords (the usual call): (device, ids of the
-        # argument types) -> (those types, kept alive so that the ids stay theirs; the entry).
+        # argument types) -> (those types, kept alive so that the ids stay theirs; the entry;
+        # its compiled program, captured arrays and output devices there).
         self.flat: dict[tuple, tuple[tuple, Entry]] = {}
         self.traces = 0  # how many times a program was built (a cache miss): for tests
 
@@ -397,16 +420,13 @@ class Staged:
             else:
                 found = self.flat.get(tuple(key))
                 if found is not None and (self.device is None or self.device == device):
-                    _, entry, compiled, captured = found
+                    _, entry, compiled, captured, devices = found
                     outputs = compiled(*[a.array for a in args], *captured)
                     if entry.single:
                         return NamedArray(outputs[0], entry.out_types[0], device)
+                    # map() wraps the outputs in C, a list comprehension costs ~2x as much
                     return unflatten(
-                        entry.out_treedef,
-                        [
-                            NamedArray(o, t, device)
-                            for o, t in zip(outputs, entry.out_types, strict=True)
-                        ],
+                        entry.out_treedef, list(map(NamedArray, outputs, entry.out_types, devices))
                     )
                 result = self((args, kwargs))
                 entry = self.cache.get((structure((args, kwargs)), tuple(a.ty for a in args)))
@@ -416,6 +436,7 @@ class Staged:
                         entry,
                         entry.compiled[device],
                         entry.captured_arrays[device],
+                        (device,) * len(entry.out_types),
                     )
                 return result
         return self((args, kwargs))
@@ -455,7 +476,7 @@ class Staged:
         paths = None
         converted = []
         for position, leaf in enumerate(leaves):
-            if self.static_scalars and type(leaf) in PYTHON_SCALARS:
+            if self.static_scalars and is_python_value(leaf):
                 pass
             elif not isinstance(leaf, NamedArray | Value):
                 paths = paths or leaf_paths(tree)

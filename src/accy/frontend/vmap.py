@@ -9,8 +9,11 @@ program into per-example gradients.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import optree
 
 from ..core import Program
 from ..core.builder import define
@@ -19,48 +22,150 @@ from ..transforms.batch import batch
 from ..transforms.simplify import simplify
 from .errors import TransformError
 from .functions import _name
-from .named import NamedArray
-from .tracing import Entry, Staged, argument_path, is_array, leaf_paths, trace, unflatten
+from .named import NamedArray, index_by_name
+from .tracing import (
+    NAMESPACE,
+    Entry,
+    Staged,
+    argument_path,
+    is_array,
+    leaf_paths,
+    trace,
+    unflatten,
+)
 
 
-def _mapped_leaves(
-    axis: str, in_axes: Sequence[Any] | None, leaves: list[Any], treedef: Any
-) -> list[bool]:
-    """Which leaves are mapped: those with the axis, among the arguments `in_axes` allows."""
-    ranges = treedef.children()[0].children()
-    allowed = [True] * len(leaves)
-    if in_axes is not None:
-        if len(in_axes) != len(ranges):
-            raise TransformError(
-                f"accy.vmap: in_axes has {len(in_axes)} entries but the function was called "
-                f"with {len(ranges)} positional arguments; give one True/False per argument"
-            )
-        start = 0
-        for flag, child in zip(in_axes, ranges, strict=True):
-            for i in range(start, start + child.num_leaves):
-                allowed[i] = bool(flag)
-            start += child.num_leaves
-    mapped = []
-    paths = None
-    for i, leaf in enumerate(leaves):
-        has = is_array(leaf) and leaf.ty.has(axis)
-        if in_axes is not None and allowed[i] and is_array(leaf) and not has:
-            paths = paths or leaf_paths(unflatten(treedef, leaves))
+class _NotMapped:
+    """Stands for None in `in_axes`/`out_axes` while they are broadcast against a tree (where
+    optree treats None as an empty node, not a leaf)."""
+
+    def __repr__(self) -> str:
+        return "None"
+
+
+NOT_MAPPED = _NotMapped()
+BY_AXIS = object()  # mapped if it has the axis: keyword arguments, and every leaf by default
+
+
+def _spec_leaves(transform_part: str, prefix: Any, tree: Any, what: str) -> list[Any]:
+    """The entry of the tree prefix `prefix` that applies to each leaf of `tree` (None
+    entries as NOT_MAPPED)."""
+    prefix = optree.tree_map(
+        lambda e: NOT_MAPPED if e is None else e, prefix, none_is_leaf=True, namespace=NAMESPACE
+    )
+    try:
+        return optree.broadcast_prefix(prefix, tree, namespace=NAMESPACE)
+    except ValueError as error:
+        # optree's message ends with the whole container's repr ("; dict: {...}"): too long
+        reason = re.sub(r";\s*[A-Za-z_.]+:\s.*$", "", str(error), flags=re.S)
+        raise TransformError(
+            f"accy.vmap: {transform_part} must be a tree prefix of {what} (the same containers "
+            f"down to where one entry stands for a whole subtree), but it is not: {reason}"
+        ) from None
+
+
+def _source_axis(axis: str, entry: Any, leaf: Any, where: str) -> str | None:
+    """The axis `leaf` is mapped along according to its `in_axes` entry (None: not mapped)."""
+    if entry is NOT_MAPPED or entry is False:
+        return None
+    if entry is True:
+        return axis
+    if isinstance(entry, str) and entry.isidentifier():
+        return entry
+    if isinstance(entry, int):  # a layout position, as JAX's in_axes=0
+        if not -leaf.ty.rank <= entry < leaf.ty.rank:
             raise AxisError(
-                f"accy.vmap over {axis!r}: in_axes maps {argument_path(paths[i])}, but it has "
-                f"no axis {axis!r}; its axes are {', '.join(leaf.ty.axes) or 'none'}"
+                f"accy.vmap over {axis!r}: in_axes maps {where} along its axis at position "
+                f"{entry}, but it has {leaf.ty.rank} ({', '.join(leaf.ty.axes) or 'none'})"
             )
-        mapped.append(bool(has and allowed[i]))
-    return mapped
+        return leaf.ty.axes[entry]
+    raise TransformError(
+        f"accy.vmap over {axis!r}: the in_axes entry for {where} is {entry!r}; each entry is "
+        "True or an axis name (mapped along that axis of the argument), an int (mapped along "
+        "the axis at that layout position), or None or False (not mapped)"
+    )
+
+
+def _in_axes_entries(axis: str, in_axes: Any, leaves: list[Any], treedef: Any) -> list[Any] | None:
+    """One in_axes entry per leaf of `(args, kwargs)`: BY_AXIS for keyword arguments, and for
+    every leaf when in_axes is None (the default)."""
+    if in_axes is None:
+        return [BY_AXIS] * len(leaves)
+    args, _ = unflatten(treedef, leaves)
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+    if not isinstance(in_axes, tuple):
+        if isinstance(in_axes, dict) or not (
+            in_axes is False or in_axes is True or isinstance(in_axes, str)
+        ):
+            raise TransformError(
+                f"accy.vmap: in_axes={in_axes!r}; give one entry per positional argument in a "
+                "tuple (each a tree prefix of its argument: in_axes=({'w': None, 'x': True},) "
+                "for one dict argument), or one entry for all of them (True, None, an axis name)"
+            )
+        in_axes = (in_axes,) * len(args)
+    if len(in_axes) != len(args):
+        raise TransformError(
+            f"accy.vmap: in_axes has {len(in_axes)} entries but the function was called with "
+            f"{len(args)} positional argument{'s' if len(args) != 1 else ''}; give one entry "
+            "(a tree prefix of the argument) per positional argument"
+        )
+    entries: list[Any] = []
+    for number, (entry, arg) in enumerate(zip(in_axes, args, strict=True)):
+        entries += _spec_leaves(f"in_axes[{number}]", entry, arg, f"argument {number}")
+    return entries + [BY_AXIS] * (len(leaves) - len(entries))  # keyword arguments
+
+
+def _mapped_leaves(axis: str, in_axes: Any, leaves: list[Any], treedef: Any) -> list[str | None]:
+    """For each leaf, the axis it is mapped along (None: shared by all examples). By default
+    the leaves that have `axis`; else as `in_axes` says, each mapped leaf checked to have its
+    axis."""
+    entries = _in_axes_entries(axis, in_axes, leaves, treedef)
+    paths = None
+    sources: list[str | None] = []
+    for i, leaf in enumerate(leaves):
+        if not is_array(leaf):
+            sources.append(None)
+            continue
+        if entries[i] is BY_AXIS:
+            sources.append(axis if leaf.ty.has(axis) else None)
+            continue
+        paths = paths or leaf_paths(unflatten(treedef, leaves))
+        where = argument_path(paths[i])
+        source = _source_axis(axis, entries[i], leaf, where)
+        if source is not None and not leaf.ty.has(source):
+            raise AxisError(
+                f"accy.vmap over {axis!r}: in_axes maps {where} along {source!r}, but it has no "
+                f"axis {source!r}; its axes are {', '.join(leaf.ty.axes) or 'none'}"
+            )
+        if source is not None and source != axis and leaf.ty.has(axis):
+            raise AxisError(
+                f"accy.vmap over {axis!r}: in_axes maps {where} along {source!r}, but it also "
+                f"has an axis {axis!r}, which the mapped axis would be renamed to"
+            )
+        sources.append(source)
+    return sources
+
+
+def _depends_on(program: Program, flags: Sequence[bool]) -> list[bool]:
+    """For each output of `program`: whether it depends on a parameter that `flags` marks."""
+    marked: set[int] = set()
+    for op in program.operations:
+        if op.kind == "parameter":
+            if flags[op.attrs["index"]]:
+                marked.update(op.results)
+        elif any(v in marked for v in op.operands):
+            marked.update(op.results)
+    return [v in marked for v in program.outputs]
 
 
 class Vmapped:
     """The function behind `accy.vmap(fn, axis)`."""
 
-    def __init__(self, fn: Callable, axis: str, in_axes, out_axes: int):
+    def __init__(self, fn: Callable, axis: str, in_axes: Any, out_axes: Any):
         self.fn = fn
         self.axis = axis
-        self.in_axes = None if in_axes is None else tuple(in_axes)
+        self.in_axes = in_axes
         self.out_axes = out_axes
         self.staged = Staged(self._build, static_scalars=True)
         functools.update_wrapper(self, fn, updated=())
@@ -70,11 +175,16 @@ class Vmapped:
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
         axis = self.axis
-        mapped = _mapped_leaves(axis, self.in_axes, leaves, treedef)
-        extents = {leaf.ty.extent(axis) for leaf, m in zip(leaves, mapped, strict=True) if m}
+        sources = _mapped_leaves(axis, self.in_axes, leaves, treedef)
+        extents = {
+            leaf.ty.extent(source)
+            for leaf, source in zip(leaves, sources, strict=True)
+            if source is not None
+        }
         if not extents:
             raise TransformError(
                 f"accy.vmap over {axis!r}: no argument has an axis {axis!r} to map over"
+                + ("" if self.in_axes is None else " (in_axes maps none)")
             )
         if len(extents) > 1:
             raise AxisError(
@@ -84,34 +194,72 @@ class Vmapped:
         (extent,) = extents
         # Stand-ins for one example: only their types are read while tracing.
         examples = [
-            NamedArray(None, leaf.ty.without([axis]), "reference") if m else leaf
-            for leaf, m in zip(leaves, mapped, strict=True)
+            NamedArray(None, leaf.ty.without([source]), "reference") if source else leaf
+            for leaf, source in zip(leaves, sources, strict=True)
         ]
         traced = trace(self.fn, examples, treedef, _name(self.fn))
-        arrays = [m for leaf, m in zip(leaves, mapped, strict=True) if is_array(leaf)]
-        flags = arrays + [False] * len(traced.captured)
+        arrays = [source for leaf, source in zip(leaves, sources, strict=True) if is_array(leaf)]
+        flags = [source is not None for source in arrays] + [False] * len(traced.captured)
         batched = batch(traced.program, axis, extent, flags)
+        mapped_outputs = _depends_on(traced.program, flags)
+        positions = self._output_positions(traced, mapped_outputs)
         specs = [leaf.ty for leaf in leaves if is_array(leaf)]
         specs += [c.ty for c in traced.captured]
-        out_axes = self.out_axes
+        sources_all = arrays + [None] * len(traced.captured)
 
         def body(b, params):
             firsts = [
-                b.transpose(p, (axis, *(a for a in p.ty.axes if a != axis))) if m else p
-                for p, m in zip(params, flags, strict=True)
+                p if source is None else _mapped_first(b, p, source, axis)
+                for p, source in zip(params, sources_all, strict=True)
             ]
             outputs = b.call(batched, firsts)
             outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
-            return [_place(b, y, axis, out_axes) for y in outputs]
+            return [
+                _place(b, y, axis, position) for y, position in zip(outputs, positions, strict=True)
+            ]
 
         program = simplify(define(f"vmap_{traced.program.name}", specs, body))
         return Entry(program, traced.out_treedef, traced.captured, traced.foreign)
+
+    def _output_positions(self, traced: Any, mapped: list[bool]) -> list[int | None]:
+        """The layout position of the mapped axis in each output (None: not mapped, which only
+        an output that depends on no mapped argument may be)."""
+        numbered = unflatten(traced.out_treedef, list(range(len(mapped))))
+        entries = _spec_leaves("out_axes", self.out_axes, numbered, "the function's output")
+        paths = leaf_paths(numbered)
+        positions: list[int | None] = []
+        for entry, is_mapped, path in zip(entries, mapped, paths, strict=True):
+            if entry is NOT_MAPPED:
+                if is_mapped:
+                    raise TransformError(
+                        f"accy.vmap over {self.axis!r}: out_axes is None for the output{path}, "
+                        "but it depends on the mapped arguments, so it differs per example; "
+                        "give it a position (an int) instead"
+                    )
+                positions.append(None)
+            elif isinstance(entry, int) and not isinstance(entry, bool):
+                positions.append(entry)
+            else:
+                raise TransformError(
+                    f"accy.vmap: the out_axes entry for the output{path} is {entry!r}; each "
+                    "entry is an int (where the mapped axis goes in the output's layout) or "
+                    "None (the output is not mapped)"
+                )
+        return positions
 
     def __repr__(self) -> str:
         return f"<accy.vmap of {self.fn!r} over {self.axis!r}>"
 
 
-def _place(b: Any, y: Any, axis: str, position: int) -> Any:
+def _mapped_first(b: Any, p: Any, source: str, axis: str) -> Any:
+    """Parameter `p` with its mapped axis `source` first, and named `axis`."""
+    p = b.transpose(p, (source, *(a for a in p.ty.axes if a != source)))
+    return p if source == axis else p.rename(source, axis)
+
+
+def _place(b: Any, y: Any, axis: str, position: int | None) -> Any:
+    if position is None:  # not mapped: every example computed the same value
+        return index_by_name(b, y, (axis, 0))
     rest = [a for a in y.ty.axes if a != axis]
     if not -len(rest) - 1 <= position <= len(rest):
         raise TransformError(
@@ -125,17 +273,23 @@ def _place(b: Any, y: Any, axis: str, position: int) -> Any:
 def vmap(
     fn: Callable | Program,
     axis: str,
-    in_axes: Sequence[Any] | None = None,
-    out_axes: int = 0,
+    in_axes: Any = None,
+    out_axes: Any = 0,
     size: int | None = None,
 ) -> Any:
     """`fn` mapped over the named axis `axis`: written for one example, it then runs on
     arguments that carry `axis`, and its outputs carry it (at layout position `out_axes`).
 
-    By default every array argument that has `axis` is mapped and the others are shared by all
-    examples; `in_axes` (one True/False per positional argument) chooses explicitly. Given a
-    Program, `accy.vmap(program, axis, in_axes, size=n)` returns the batched Program, whose
-    mapped parameters (all, unless `in_axes` says) and outputs take `axis` first.
+    By default every array leaf that has `axis` is mapped and the others are shared by all
+    examples. `in_axes` chooses explicitly, as JAX's: a tuple with one entry per positional
+    argument (or one entry for all), each a tree prefix of its argument whose leaves are True
+    (mapped along `axis`), another axis name or an int layout position (mapped along that
+    axis, which becomes `axis` in the outputs) or None/False (not mapped); keyword arguments
+    are mapped where they have `axis`. `out_axes` is a tree prefix of the output with an int
+    (the layout position of `axis`) or None (an output that depends on no mapped argument,
+    returned without the axis) per leaf. Given a Program, `accy.vmap(program, axis, in_axes,
+    size=n)` returns the batched Program, whose mapped parameters (all, unless `in_axes`, one
+    flag per parameter, says) and outputs take `axis` first.
 
     >>> import accy, numpy as np
     >>> def loss(w, x):  # one example: x has only a "feature" axis
@@ -145,6 +299,11 @@ def vmap(
     >>> per_example = accy.vmap(accy.grad(loss), "example")(w, xs)
     >>> per_example.axes, per_example.array.tolist()  # 2 (w.x) x, for each example
     (('example', 'feature'), [[2.0, 0.0], [0.0, 4.0]])
+    >>> data = {"x": xs, "scale": accy.named(np.float32(2.0), ())}
+    >>> scaled = lambda w, d: (w * d["x"]).sum() * d["scale"]  # noqa: E731
+    >>> in_axes = (None, {"x": True, "scale": None})  # a tree prefix per argument, as JAX's
+    >>> accy.vmap(scaled, "example", in_axes=in_axes)(w, data).array.tolist()
+    [2.0, 4.0]
     """
     if not isinstance(axis, str) or not axis.isidentifier():
         raise TransformError(f"accy.vmap: axis must be an axis name, got {axis!r}")

@@ -8,9 +8,9 @@ export OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 MKL_NUM_THREADS=2 PYTHONUNBUFFER
 PIN="taskset -c 0,1"
 $PIN timeout 300 python3 tools/compare_commits.py .old . --device cpu --rounds "${ROUNDS:-2}" \
   --workloads "${WORKLOADS:-tiny,mlp,attention,embedding,elementwise,block}" > "$OUT/cpu-compare.txt" 2>&1
-for tokens in ${TOKENS:-256 512 1024 2048}; do
+for tokens in ${TOKENS-256 512 1024 2048}; do
   $PIN timeout 100 python3 -m bench.flash_attention --tokens "$tokens" --seconds 1 \
     --systems accy,accy-composition,jax,torch > "$OUT/flash-$tokens.txt" 2>&1
 done
 echo "== cpu compare (2 cores)"; cat "$OUT/cpu-compare.txt"
-for tokens in ${TOKENS:-256 512 1024 2048}; do echo "== flash $tokens"; tail -6 "$OUT/flash-$tokens.txt"; done
+for tokens in ${TOKENS-256 512 1024 2048}; do echo "== flash $tokens"; tail -6 "$OUT/flash-$tokens.txt"; done

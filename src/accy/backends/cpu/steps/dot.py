@@ -15,10 +15,12 @@ from .context import CHUNKS, StepContext, store_element
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared among threads
-# m * n * k per band of a shared GEMM (at most CHUNKS bands, at least 2). Each band's call packs
-# the operand it does not cut once more, so bands much smaller than this cost more in packing
-# than they gain: 8 bands of a 256 x 512 x 512 product ran 20% slower than 2 on two cores.
+# A shared GEMM's bands (2 to CHUNKS) each have at least BAND_MNK of work and BAND_ROWS rows (or
+# columns): each band's call packs the operand it does not cut once more, so small bands cost
+# more in packing than they gain (8 bands of a 256 x 512 x 512 product ran 20% slower than 2 on
+# two cores; 8 of 2048 x 512 x 2048, about 10%).
 BAND_MNK = 1 << 25
+BAND_ROWS = 512
 
 
 def _pack(
@@ -58,7 +60,7 @@ def _gemm_call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
 
 def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str) -> list[str]:
     """One GEMM shared by the threads as GEMMs over bands of rows (or of columns). How many
-    bands depends on the shape alone (`BAND_MNK` of work each, 2 to CHUNKS), never on the
+    bands depends on the shape alone (`BAND_MNK`, `BAND_ROWS`), never on the
     thread count: BLAS's results may depend on the extents it is given, and must not change
     with the threads available."""
     if gemm.m >= gemm.n:
@@ -71,7 +73,9 @@ def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str) -> list[str]:
         b_band = f"{b} + first * {gemm.rhs.leading}" if gemm.rhs.transposed else f"{b} + first"
         call = _gemm_call(op, gemm, str(gemm.m), "last - first", a, b_band, f"{c} + first")
         extent = gemm.n
-    parts = min(CHUNKS, extent, max(2, gemm.m * gemm.n * gemm.k // BAND_MNK))
+    parts = min(
+        CHUNKS, extent, max(2, min(gemm.m * gemm.n * gemm.k // BAND_MNK, extent // BAND_ROWS))
+    )
     band = [
         f"const int64_t first = {extent} * part / {parts}, last = {extent} * (part + 1) / {parts};",
         f"if (last > first) {call}",

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from .calls import emit_copy, emit_custom_call
 from .context import StepContext
+from .control import emit_cond, emit_while
 from .dot import emit_dot
 from .group import emit_group
 from .loop import emit_loop
@@ -22,6 +23,8 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
     "custom_call": emit_custom_call,
     "copy": emit_copy,
     "scan": emit_scan,
+    "cond": emit_cond,
+    "while": emit_while,
 }
 
 __all__ = ["STEP_EMITTERS", "StepContext"]

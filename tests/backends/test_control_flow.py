@@ -19,7 +19,7 @@ from accy.backends.cuda.schedule import Conditional, SetCondition
 from accy.kernel import toolchain
 from accy.trace import define
 
-from ..executors import EXECUTORS
+from ..executors import EXECUTORS, cuda_gate
 
 needs_nvcc = pytest.mark.skipif(
     toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
@@ -184,16 +184,25 @@ def _never_ending_branch(b, args):
     return b.cond(x > 0.0, lambda b, v: v[0] + 1.0, spin, [x])
 
 
-def test_native_cpu_does_not_run_the_branch_not_taken(native_cpu):
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_native_backends_do_not_run_the_branch_not_taken(device):
     # If the false branch ran at all (as when both branches are computed and one selected),
     # it would never return: the child process would be killed at the timeout.
+    if device == "cpu":
+        try:
+            accy.backends.cpu.find_compiler()
+        except accy.RuntimeUnavailable:
+            pytest.skip("native CPU backend: no C compiler")
+    elif (reason := cuda_gate()) is not None:
+        pytest.skip(reason)
     script = textwrap.dedent(
-        """
+        f"""
         import numpy as np, accy
         from accy import f32, spec
         from tests.backends.test_control_flow import _never_ending_branch
         program = accy.trace.define("never", [spec(f32)], _never_ending_branch)
-        print(float(accy.compile(program, device="cpu")(np.float32(1.5))[0]))
+        result = accy.compile(program, device="{device}")(np.float32(1.5))[0]
+        print(float(result))
         """
     )
     done = subprocess.run(

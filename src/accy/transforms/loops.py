@@ -22,13 +22,13 @@ linear in the size of the body and independent of the scan's length.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import Program
-from ..core.builder import Builder, define
+from ..core.builder import define
 from ..core.kinds.registry import rule_for
-from ..interpret import Emitter, Graph, Inline, Layer, run
+from ..interpret import Inline, run
 from .simplify import eliminate_dead_code
 
 
@@ -326,8 +326,8 @@ def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:
 
 def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
     """A program (predicate, args...) -> outputs computing both branches of a cond and
-    selecting each output by the predicate: how reverse mode differentiates a cond, and how
-    the backends run one (no data-dependent control flow in the generated code).
+    selecting each output by the predicate: how reverse mode differentiates a cond (the
+    backends run a cond as control flow: only the branch taken).
 
     >>> import accy
     >>> p = accy.trace.define("f", [accy.spec(accy.bool_), accy.spec(accy.f32)],
@@ -346,33 +346,6 @@ def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
     return define("cond_inlined", list(operand_types), both)
 
 
-def inline_conds(program: Program) -> Program:
-    """`program` with every cond (nested ones too) replaced by both branches and selects."""
-    if not any(op.kind in ("cond", "scan", "while_loop") for op in program.operations):
-        return program
-
-    class _Inline(Layer):
-        def __init__(self, next: Any):
-            super().__init__(next)
-            self.emit = Emitter(self)
-
-        def bind(self, op: Any, args: list) -> Any:
-            if op.kind in ("scan", "while_loop"):
-                changes = {
-                    name: inline_conds(value)
-                    for name, value in op.attrs.items()
-                    if isinstance(value, Program)
-                }
-                op = replace(op, attrs=op.attrs.replace(**changes))
-            if op.kind != "cond":
-                return self.next.bind(op, args)
-            selected = inline_cond(op.attrs, op.operand_types)
-            outputs = run(inline_conds(selected), Inline(self.emit, args, selected))
-            return tuple(outputs)
-
-    return run(program, _Inline(Graph(Builder(program.name))))
-
-
 __all__ = [
     "Roles",
     "Source",
@@ -380,6 +353,5 @@ __all__ = [
     "carry_fixpoint",
     "dependents",
     "inline_cond",
-    "inline_conds",
     "split",
 ]

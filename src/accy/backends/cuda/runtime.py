@@ -269,6 +269,8 @@ class CudaFragment:
         if not actions:
             return False  # nothing to run: no graph at all
         stream = self.device.capture_stream
+        for depth in range(_nesting(actions)):  # created now: no stream is made during capture
+            self.device.body_stream(depth)
         with self.device.device, stream:
             self.device.cublas.bind(stream.ptr)
             self._streams = [stream]  # the capturing stream of each conditional depth
@@ -348,6 +350,14 @@ class CudaFragment:
             driver.end_capture(inner.ptr)
             self.device.cublas.bind(outer.ptr)
         driver.follow(outer.ptr, node)
+
+
+def _nesting(actions) -> int:
+    """How deep conditional nodes nest in `actions` (0 when there are none)."""
+    return max(
+        (1 + _nesting(a.body) for a in actions if isinstance(a, Conditional)),
+        default=0,
+    )
 
 
 ISSUERS = {

@@ -324,6 +324,97 @@ def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:
         env.update(zip(op.results, results, strict=True))
 
 
+# -- per-step contractions summed after the loop ------------------------------------------------
+
+LAYOUT_KINDS = ("transpose", "reshape")  # linear, one operand: they commute with a sum
+
+
+@dataclass(frozen=True)
+class Product:
+    """A term of a per-step sum that is `dot` (a contraction of two values that change from
+    step to step), then the layout operations `chain` in order. Summed over the steps, it is
+    one contraction over the scanned axis of the two operands stacked along it."""
+
+    dot: Any
+    chain: tuple[Any, ...]
+
+
+def sum_terms(program: Program, value: int) -> list[tuple[int, tuple[Any, ...]]]:
+    """The terms of `value` as a tree of `add`s of same-typed operands: (term, layout chain)
+    pairs, where the chain is the transposes and reshapes applied to the term on the way (the
+    term is where they start: the dot, say), in application order.
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=2)] * 3,
+    ...     lambda b, a: a[0] + (a[1] + a[2]))
+    >>> sorted(term for term, _ in sum_terms(p, p.outputs[0]))
+    [0, 1, 2]
+    """
+    producer = {r: op for op in program.operations for r in op.results}
+    terms, pending = [], [(value, ())]
+    while pending:
+        current, chain = pending.pop()
+        op = producer.get(current)
+        adds = op is not None and op.kind == "add" and not chain
+        if adds and all(t == op.type for t in op.operand_types):
+            pending.extend((v, ()) for v in op.operands)
+        elif op is not None and op.kind in LAYOUT_KINDS:
+            pending.append((op.operands[0], (op, *chain)))
+        else:
+            terms.append((current, chain))
+    return terms
+
+
+def step_products(
+    program: Program, value: int, invariant: set[int], stacked: set[int]
+) -> tuple[list[int], list[Product]]:
+    """Split `value` (a per-step cotangent of a loop-invariant operand, in a scan body) into
+    terms added up step by step and `Product`s contracted once after the loop.
+
+    A term is a product when it is a dot_general of two values that change with the step (not
+    in `invariant`) and the operands to stack for it (those not already stacked: `stacked`)
+    hold at most half the elements of the result: an RNN's weight gradient (outer products of
+    two vectors per step) becomes one GEMM over the steps instead of a matrix accumulated in a
+    carry at each step, for a little more memory than the vectors. Other terms, and layout
+    chains that do not end at such a dot, are returned as values to add up per step.
+    """
+    producer = {r: op for op in program.operations for r in op.results}
+    rest, products = [], []
+    for term, chain in sum_terms(program, value):
+        op = producer.get(term)
+        if op is not None and op.kind == "dot_general" and _worth_stacking(op, invariant, stacked):
+            products.append(Product(op, chain))
+        else:
+            rest.append(chain[-1].results[0] if chain else term)
+    return rest, products
+
+
+def _worth_stacking(dot: Any, invariant: set[int], stacked: set[int]) -> bool:
+    if any(v in invariant for v in dot.operands):
+        return False
+    extra = sum(
+        t.size for v, t in zip(dot.operands, dot.operand_types, strict=True) if v not in stacked
+    )
+    return 2 * extra <= dot.type.size
+
+
+def invariant_values(program: Program, parameters: Sequence[int]) -> set[int]:
+    """The values of `program` computed from the given parameter positions alone (and from
+    constants): the same at every step of a loop whose consts those parameters are."""
+    found = {program.parameters[i] for i in parameters}
+    for op in program.operations:
+        if op.kind != "parameter" and all(v in found for v in op.operands):
+            found.update(op.results)
+    return found
+
+
+def replay(b: Any, program: Program, arguments: Sequence[Any]) -> dict:
+    """Emit `program`'s operations into `b` on `arguments`; every value of it, by number."""
+    env = dict(zip(program.parameters, arguments, strict=True))
+    _replay(b, program, env, lambda op: True)
+    return env
+
+
 def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
     """A program (predicate, args...) -> outputs computing both branches of a cond and
     selecting each output by the predicate: how reverse mode differentiates a cond (the
@@ -347,6 +438,11 @@ def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
 
 
 __all__ = [
+    "Product",
+    "invariant_values",
+    "replay",
+    "step_products",
+    "sum_terms",
     "Roles",
     "Source",
     "Split",

@@ -97,6 +97,19 @@ def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
         ) from None
 
 
+def check_layout(state: TrainingState, specs: dict, path: Path) -> None:
+    """Refuse a checkpoint whose parameters do not have this model's shapes (say, written with
+    --scan-layers, stacked along `layer`, and resumed without it)."""
+    for (name, t), array in zip(specs.items(), state.parameters, strict=True):
+        if tuple(array.shape) != t.extents:
+            raise AccyError(
+                f"cannot resume: parameter {name!r} in the checkpoint at {path} has shape "
+                f"{tuple(array.shape)}, this model's is {t.extents} (a checkpoint written with "
+                "--scan-layers resumes only with it, and one written without it only without "
+                "it); delete it to start over"
+            )
+
+
 def decode(logits_of, task: SortingTask, inputs: np.ndarray) -> np.ndarray:
     """Greedy decoding: fill in the sorted half one token at a time from the model's choices.
     `logits_of(ids)` gives the logits {batch, token, vocab} for ids {batch, token}."""
@@ -211,13 +224,15 @@ def train(
     resume: bool,
     quiet: bool = False,
     dtype: str = "f32",
+    scan_layers: bool = False,
 ):
     """Train, checkpointing to `out`; returns (state, token accuracy, sequence accuracy).
-    `dtype` is the compute dtype of the mixed-precision policy (f32, bf16 or f16)."""
+    `dtype` is the compute dtype of the mixed-precision policy (f32, bf16 or f16);
+    `scan_layers` stacks the layers' parameters along a `layer` axis and runs them as a scan."""
     tqdm = demo_dependency("tqdm").tqdm
 
     task = SortingTask()
-    config = Config(vocab=VOCAB, tokens=task.tokens)
+    config = Config(vocab=VOCAB, tokens=task.tokens, scan_layers=scan_layers)
     optimizer = optim.Adam(learning_rate=PEAK_LEARNING_RATE)
     model = Model(config, optimizer, device, dtype)
     started = time.perf_counter()
@@ -226,6 +241,7 @@ def train(
     slots = len(parameters) * optimizer.slots
     if resume and checkpoint.exists():
         state = load_checkpoint(checkpoint, len(parameters), slots)
+        check_layout(state, model.specs, checkpoint)
     else:
         state = TrainingState(0, parameters, optim.initial_state(optimizer, parameters), [])
     params, opt_state = model.tree(state)
@@ -295,6 +311,12 @@ def main(argv: list[str] | None = None) -> int:
         help="compute dtype (mixed precision: f32 master parameters and optimizer state, the "
         "loss in f32; f16 scales the loss)",
     )
+    parser.add_argument(
+        "--scan-layers",
+        action="store_true",
+        help="stack the layers' parameters along a 'layer' axis and run the layers as one scan "
+        "(the traced program does not grow with depth); checkpoints hold stacked parameters",
+    )
     arguments = parser.parse_args(argv)
     for name in ("tqdm", "matplotlib"):  # checked now, not after training
         demo_dependency(name)
@@ -305,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         arguments.out,
         arguments.resume,
         dtype=arguments.dtype,
+        scan_layers=arguments.scan_layers,
     )
     print(f"final training loss {state.losses[-1]:.4f} after {state.step} steps")
     print(

@@ -41,9 +41,9 @@ step rnn-cpu 60 python3 -m bench.scan_rnn --device cpu --steps 64,1024,16384 --r
 
 # 4. The demo model's layers as one scan against unrolled, 12 and 48 layers, with JAX.
 if [ -f bench/scan_layers.py ]; then
-  step layers-cuda 50 python3 -m bench.scan_layers --device cuda --layers 12,48 --timeout 60 \
+  step layers-cuda 80 python3 -m bench.scan_layers --device cuda --layers 12,48 --timeout 40 \
     --json "$OUT/scan_layers-cuda.json"
-  step layers-cpu 40 python3 -m bench.scan_layers --device cpu --layers 12,48 --timeout 60 \
+  step layers-cpu 60 python3 -m bench.scan_layers --device cpu --layers 12,48 --timeout 30 \
     --json "$OUT/scan_layers-cpu.json"
 fi
 

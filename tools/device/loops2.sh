@@ -39,7 +39,11 @@ step rnn-cuda 100 python3 -m bench.scan_rnn --device cuda --steps 64,1024,16384 
 step rnn-cpu 60 python3 -m bench.scan_rnn --device cpu --steps 64,1024,16384 --repeat 3 \
   --timeout 30 --json "$OUT/scan_rnn-cpu.json"
 
-# 4. The demo model's layers as one scan against unrolled, 12 and 48 layers, with JAX.
+# 4. One loop as a scan (kernels recorded per step) and as a while_loop (a WHILE node):
+#    1024 short steps and 48 heavy ones (2048 x 2048 GEMMs), on CUDA.
+step loops-cuda 60 python3 -m bench.loop_kinds --device cuda --json "$OUT/loop_kinds-cuda.json"
+
+# 5. The demo model's layers as one scan against unrolled, 12 and 48 layers, with JAX.
 if [ -f bench/scan_layers.py ]; then
   step layers-cuda 80 python3 -m bench.scan_layers --device cuda --layers 12,48 --timeout 40 \
     --json "$OUT/scan_layers-cuda.json"
@@ -51,6 +55,6 @@ fi
   echo "----- tests (summary line and failures)"
   grep -E "passed|failed|error" "$LOG" | grep -E "^[0-9]+ (passed|failed)|FAILED|ERROR" | head -12
   echo "----- rnn / layers (compile+first call, step, peak memory)"
-  grep -E "^(accy|jax|unrolled|scan) " "$LOG" | head -40
+  grep -E "^(accy|jax|loop) " "$LOG" | head -40
 } >> "$SUMMARY"
 tail -n 60 "$SUMMARY"

@@ -3,14 +3,17 @@ the number of steps, for accy (always) and JAX's `lax.scan` (when JAX is importa
 
     python -m bench.scan_rnn                       # 64, 1024 and 16384 steps, on the CPU
     python -m bench.scan_rnn --steps 64,1024 --device cuda --json out/scan_rnn.json
+    python -m bench.scan_rnn --remat on --systems accy   # only remat, only accy
 
 The RNN: h' = tanh(h W + x U), carry 256, input 256, batch 1; the loss is the sum of the final
 carry and of every step's carry; its gradient with respect to W, U, h0 and the inputs. Each
 (system, steps, remat) runs in a fresh process (`--worker`), so that compile caches and peak
 memory (the process's maximum resident set, `ru_maxrss`, which covers native workspaces too)
-are its own. `compile_s` includes the first call (as JAX's jit compiles on it); accy's
-`build_s` is grad + `accy.compile` alone. accy compiles with its disk cache in a fresh
-private folder, so the compile time is a real build.
+are its own; on CUDA `peak_device_mib` is the device memory in use at its peak (CuPy's pool
+for accy, XLA's `peak_bytes_in_use` for JAX), from before the inputs are uploaded (so it counts
+the inputs, the outputs and the workspace). `compile_s` includes the first call (as JAX's jit
+compiles on it); accy's `build_s` is grad + `accy.compile` alone. accy compiles with its disk
+cache in a fresh private folder, so the compile time is a real build.
 """
 
 from __future__ import annotations
@@ -69,6 +72,11 @@ def accy_program(steps: int, remat: bool):
 def run_accy(steps: int, remat: bool, device: str, repeat: int) -> dict:
     import accy
 
+    memory = None
+    if device == "cuda":
+        from bench.systems.cupy_memory import CupyPoolPeak
+
+        memory = CupyPoolPeak()
     start = time.perf_counter()
     gradient = accy.grad(accy_program(steps, remat), (0, 1, 2, 3))
     compiled = accy.compile(gradient, device=device)
@@ -91,7 +99,10 @@ def run_accy(steps: int, remat: bool, device: str, repeat: int) -> dict:
         sync()
         times.append(time.perf_counter() - t)
     median = sorted(times)[len(times) // 2]
-    return {"compile_s": compile_s, "build_s": build_s, "step_s": median}
+    result = {"compile_s": compile_s, "build_s": build_s, "step_s": median}
+    if memory is not None:
+        result["peak_device_mib"] = memory.peak_bytes() / 2**20
+    return result
 
 
 def run_jax(steps: int, remat: bool, device: str, repeat: int) -> dict:
@@ -109,6 +120,7 @@ def run_jax(steps: int, remat: bool, device: str, repeat: int) -> dict:
 
     start = time.perf_counter()
     target = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+    baseline = (target.memory_stats() or {}).get("peak_bytes_in_use", 0)
     inputs = [jax.device_put(x, target) for x in _inputs(steps)]
     function = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
     jax.block_until_ready(function(*inputs))
@@ -118,7 +130,11 @@ def run_jax(steps: int, remat: bool, device: str, repeat: int) -> dict:
         t = time.perf_counter()
         jax.block_until_ready(function(*inputs))
         times.append(time.perf_counter() - t)
-    return {"compile_s": compile_s, "step_s": sorted(times)[len(times) // 2]}
+    result = {"compile_s": compile_s, "step_s": sorted(times)[len(times) // 2]}
+    if device == "cuda":
+        peak = (target.memory_stats() or {}).get("peak_bytes_in_use", 0) - baseline
+        result["peak_device_mib"] = peak / 2**20
+    return result
 
 
 def worker(system: str, steps: int, remat: bool, device: str, repeat: int) -> dict:
@@ -143,27 +159,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--remat", default="both", choices=("both", "off", "on"))
+    parser.add_argument("--systems", default="accy,jax", help="accy and/or jax")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per measurement")
     parser.add_argument("--worker", nargs=3, metavar=("SYSTEM", "STEPS", "REMAT"))
     args = parser.parse_args(argv)
     if args.worker:
         system, steps, remat = args.worker
         print(json.dumps(worker(system, int(steps), remat == "1", args.device, args.repeat)))
         return 0
-    systems = ["accy"] + (["jax"] if _jax_available() else [])
-    if "jax" not in systems:
+    systems = [s for s in args.systems.split(",") if s == "accy" or _jax_available()]
+    if "jax" in args.systems and "jax" not in systems:
         print("JAX is not importable here: measuring accy only", file=sys.stderr)
+    remats = {"both": (False, True), "off": (False,), "on": (True,)}[args.remat]
     results = []
     for steps in [int(s) for s in args.steps.split(",")]:
-        for remat in (False, True):
+        for remat in remats:
             for system in systems:
                 with tempfile.TemporaryDirectory() as cache:
                     environment = dict(os.environ, ACCY_CACHE_DIR=cache)
                     command = [sys.executable, "-m", "bench.scan_rnn", "--device", args.device]
                     command += ["--repeat", str(args.repeat)]
                     command += ["--worker", system, str(steps), "1" if remat else "0"]
-                    done = subprocess.run(
-                        command, capture_output=True, text=True, env=environment, check=False
-                    )
+                    try:
+                        done = subprocess.run(
+                            command,
+                            capture_output=True,
+                            text=True,
+                            env=environment,
+                            check=False,
+                            timeout=args.timeout,
+                        )
+                    except subprocess.TimeoutExpired:
+                        done = subprocess.CompletedProcess(command, -1, "", "timed out")
                 if done.returncode != 0:
                     print(done.stderr, file=sys.stderr)
                     results.append(
@@ -183,7 +211,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"compile+first call {result['compile_s']:7.2f} s "
                     + (f"(build {build:5.2f} s) " if build is not None else "")
                     + f"step {result['step_s'] * 1e3:9.2f} ms "
-                    f"peak RSS {result['peak_rss_mib']:8.1f} MiB",
+                    f"peak RSS {result['peak_rss_mib']:8.1f} MiB"
+                    + (
+                        f" device {result['peak_device_mib']:8.1f} MiB"
+                        if "peak_device_mib" in result
+                        else ""
+                    ),
                     flush=True,
                 )
     if args.json:

@@ -1,5 +1,6 @@
-"""cond (only the selected branch runs on the reference evaluator; the backends run both
-branches and a select) and while_loop (forward mode only)."""
+"""cond (only the selected branch runs, on every backend; reverse mode differentiates both
+branches and a select) and while_loop (forward mode only). tests/backends/test_control_flow.py
+runs both on the native backends."""
 
 from __future__ import annotations
 
@@ -110,11 +111,6 @@ def test_while_loop_runs_and_differentiates_in_forward_mode():
 def test_while_loop_in_reverse_mode_names_scan():
     with pytest.raises(accy.NotDifferentiable, match="Use builder.scan"):
         accy.grad(_while_program(), (0, 1))
-
-
-def test_while_loop_is_not_lowered_natively_yet():
-    with pytest.raises(accy.AccyError, match="while_loop is not lowered to native code yet"):
-        accy.lower.build_plan(_while_program())
 
 
 def test_while_loop_type_errors():

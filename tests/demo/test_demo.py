@@ -89,3 +89,72 @@ def test_the_demo_without_its_extra_says_which_to_install(tmp_path, capsys, monk
     error = capsys.readouterr().err
     assert missing in error and "pip install 'accy[demo]'" in error
     assert not (tmp_path / "checkpoint.npz").exists()  # refused before any training
+
+
+def test_scan_layers_gives_the_loss_and_gradients_of_the_unrolled_model():
+    # The layers stacked along `layer` and run as one scan: the same model, so the same loss
+    # and (restacked) the same gradients, traced (a scan in the program) and eager (a loop).
+    from dataclasses import replace
+
+    from accy.demo.data import SortingTask
+    from accy.demo.model import Config, initial_parameters, loss, parameter_specs, stack_layers
+
+    task = SortingTask()
+    unrolled = Config(vocab=12, tokens=task.tokens, layers=3, batch=4)
+    scanned = replace(unrolled, scan_layers=True)
+    ids, targets, weights = task.batch(np.random.default_rng(1), unrolled.batch)
+    batch = [accy.named(a, ("batch", "token")) for a in (ids, targets, weights)]
+    results = {}
+    for config in (unrolled, scanned):
+        specs = parameter_specs(config)
+        values = initial_parameters(config, np.random.default_rng(0))
+        params = {k: accy.named(v, specs[k].axes) for k, v in values.items()}
+
+        def step(p, ids, targets, weights, config=config):
+            return accy.value_and_grad(lambda p: loss(p, ids, targets, weights, config))(p)
+
+        value, grads = accy.jit(step)(params, *batch)
+        eager = loss(params, *batch, config)
+        results[config.scan_layers] = (float(value), float(eager), grads)
+    (u_value, u_eager, u_grads), (s_value, s_eager, s_grads) = results[False], results[True]
+    assert abs(u_value - s_value) <= 1e-6 * abs(u_value)
+    assert abs(u_eager - s_eager) <= 1e-6 * abs(u_eager) and abs(u_value - u_eager) < 1e-5
+    restacked = stack_layers({k: np.asarray(g.array) for k, g in u_grads.items()}, unrolled)
+    for name, gradient in s_grads.items():
+        np.testing.assert_allclose(
+            np.asarray(gradient.array), restacked[name], rtol=1e-4, atol=1e-6, err_msg=name
+        )
+
+
+def test_scan_layers_trains_and_refuses_an_unstacked_checkpoint(tmp_path):
+    state, *_ = train(6, 0, "reference", tmp_path, False, quiet=True, scan_layers=True)
+    assert state.step == 6 and state.parameters[2].shape[0] == 2  # stacked along `layer`
+    unstacked = tmp_path / "unstacked"
+    train(2, 0, "reference", unstacked, False, quiet=True)
+    with pytest.raises(accy.AccyError, match="written with --scan-layers resumes only with it"):
+        train(4, 0, "reference", unstacked, True, quiet=True, scan_layers=True)
+
+
+def test_the_scanned_model_does_not_grow_with_depth():
+    from dataclasses import replace
+
+    from accy.demo.data import SortingTask
+    from accy.demo.model import Config, initial_parameters, loss, parameter_specs
+    from accy.frontend.tracing import flatten, trace
+
+    task = SortingTask()
+
+    def operations(layers: int, scan_layers: bool) -> int:
+        config = Config(vocab=12, tokens=task.tokens, layers=layers, batch=2)
+        config = replace(config, scan_layers=scan_layers)
+        specs = parameter_specs(config)
+        values = initial_parameters(config, np.random.default_rng(0))
+        params = {k: accy.named(v, specs[k].axes) for k, v in values.items()}
+        batch = [accy.named(a, ("batch", "token")) for a in task.batch(np.random.default_rng(0), 2)]
+        leaves, treedef = flatten(((params, *batch), {}))
+        program = trace(lambda p, *b: loss(p, *b, config), leaves, treedef).program
+        assert program.count("scan") == (1 if scan_layers else 0)
+        return len(program.operations)
+
+    assert operations(2, True) == operations(8, True)
+    assert operations(8, False) > 3 * operations(2, False) // 2

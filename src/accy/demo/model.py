@@ -4,17 +4,24 @@ parameters: they run eagerly on `accy.NamedArray`s and are traced by `accy.jit`.
 Axes: batch, token (query position), key (attended position), channel (model width), head,
 dim (per-head width), hidden (MLP width), vocab. Every parameter has named axes, so the code
 says which axis each contraction sums over.
+
+With `Config.scan_layers` every per-layer parameter is stacked along a `layer` axis
+(`layers_query`: {layer, channel, head, dim}) and the layers run as one `scan` over it, as
+Levanter and MaxText do: the traced program, and its compile time, stay the same size whatever
+the depth. `stack_layers` turns the per-layer parameters into the stacked ones (same values,
+same model).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import nn
 from ..core.types import TensorType, f32, spec
+from ..frontend.tracing import innermost
 
 
 @dataclass(frozen=True)
@@ -26,31 +33,41 @@ class Config:
     layers: int = 2
     hidden: int = 128
     batch: int = 64
+    scan_layers: bool = False
 
     @property
     def head_dim(self) -> int:
         return self.channels // self.heads
 
 
+def layer_specs(c: Config) -> dict[str, TensorType]:
+    """The parameters of one layer, by their name within the layer."""
+    return {
+        "norm1_gain": spec(f32, channel=c.channels),
+        "norm1_bias": spec(f32, channel=c.channels),
+        "query": spec(f32, channel=c.channels, head=c.heads, dim=c.head_dim),
+        "key": spec(f32, channel=c.channels, head=c.heads, dim=c.head_dim),
+        "value": spec(f32, channel=c.channels, head=c.heads, dim=c.head_dim),
+        "out": spec(f32, head=c.heads, dim=c.head_dim, channel=c.channels),
+        "norm2_gain": spec(f32, channel=c.channels),
+        "norm2_bias": spec(f32, channel=c.channels),
+        "up": spec(f32, channel=c.channels, hidden=c.hidden),
+        "down": spec(f32, hidden=c.hidden, channel=c.channels),
+    }
+
+
 def parameter_specs(c: Config) -> dict[str, TensorType]:
-    """Every trainable parameter, by name, with its named axes."""
+    """Every trainable parameter, by name, with its named axes: per layer (`l3_query`), or
+    stacked along `layer` (`layers_query`) with `scan_layers`."""
     specs = {
         "embed": spec(f32, vocab=c.vocab, channel=c.channels),
         "position": spec(f32, token=c.tokens, channel=c.channels),
     }
-    for layer in range(c.layers):
-        specs |= {
-            f"l{layer}_norm1_gain": spec(f32, channel=c.channels),
-            f"l{layer}_norm1_bias": spec(f32, channel=c.channels),
-            f"l{layer}_query": spec(f32, channel=c.channels, head=c.heads, dim=c.head_dim),
-            f"l{layer}_key": spec(f32, channel=c.channels, head=c.heads, dim=c.head_dim),
-            f"l{layer}_value": spec(f32, channel=c.channels, head=c.heads, dim=c.head_dim),
-            f"l{layer}_out": spec(f32, head=c.heads, dim=c.head_dim, channel=c.channels),
-            f"l{layer}_norm2_gain": spec(f32, channel=c.channels),
-            f"l{layer}_norm2_bias": spec(f32, channel=c.channels),
-            f"l{layer}_up": spec(f32, channel=c.channels, hidden=c.hidden),
-            f"l{layer}_down": spec(f32, hidden=c.hidden, channel=c.channels),
-        }
+    for name, t in layer_specs(c).items():
+        if c.scan_layers:
+            specs[f"layers_{name}"] = t.with_axes((("layer", c.layers), *t.named_extents))
+        else:
+            specs |= {f"l{layer}_{name}": t for layer in range(c.layers)}
     specs |= {
         "final_gain": spec(f32, channel=c.channels),
         "final_bias": spec(f32, channel=c.channels),
@@ -59,8 +76,31 @@ def parameter_specs(c: Config) -> dict[str, TensorType]:
     return specs
 
 
+def stack_layers(values: dict[str, np.ndarray], c: Config) -> dict[str, np.ndarray]:
+    """Per-layer parameters (`l3_query`) stacked along a leading `layer` axis
+    (`layers_query`), in the order of `parameter_specs` with `scan_layers`: the same model.
+
+    >>> c = Config(vocab=5, tokens=4, channels=8, heads=2, layers=3, hidden=8)
+    >>> stacked = stack_layers(initial_parameters(c, np.random.default_rng(0)), c)
+    >>> stacked["layers_query"].shape
+    (3, 8, 2, 4)
+    """
+    scanned = replace(c, scan_layers=True)
+    out = {}
+    for name in parameter_specs(scanned):
+        if name.startswith("layers_"):
+            part = name.removeprefix("layers_")
+            out[name] = np.stack([values[f"l{layer}_{part}"] for layer in range(c.layers)])
+        else:
+            out[name] = values[name]
+    return out
+
+
 def initial_parameters(c: Config, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Gains start at one, biases at zero, matrices scaled by 1/sqrt(fan-in)."""
+    """Gains start at one, biases at zero, matrices scaled by 1/sqrt(fan-in). With
+    `scan_layers`, the same values stacked (`stack_layers`)."""
+    if c.scan_layers:
+        return stack_layers(initial_parameters(replace(c, scan_layers=False), rng), c)
     values = {}
     for name, t in parameter_specs(c).items():
         if name.endswith("gain"):
@@ -82,30 +122,56 @@ def _norm(x, gain, bias):
     return nn.layer_norm(x, "channel") * gain + bias
 
 
-def _attention(x, p: dict, layer: int, c: Config):
-    h = _norm(x, p[f"l{layer}_norm1_gain"], p[f"l{layer}_norm1_bias"])
-    queries = h.contract(p[f"l{layer}_query"], "channel")
-    keys = h.contract(p[f"l{layer}_key"], "channel").rename("token", "key")
-    values = h.contract(p[f"l{layer}_value"], "channel").rename("token", "key")
+def _attention(x, q: dict):
+    h = _norm(x, q["norm1_gain"], q["norm1_bias"])
+    queries = h.contract(q["query"], "channel")
+    keys = h.contract(q["key"], "channel").rename("token", "key")
+    values = h.contract(q["value"], "channel").rename("token", "key")
     # Fused: on the CPU a flash-attention kernel, never the {token, key} scores.
     mixed = nn.attention(queries, keys, values, causal=True)
-    return mixed.contract(p[f"l{layer}_out"], ("head", "dim"))
+    return mixed.contract(q["out"], ("head", "dim"))
 
 
-def _mlp(x, p: dict, layer: int):
-    h = _norm(x, p[f"l{layer}_norm2_gain"], p[f"l{layer}_norm2_bias"])
-    return nn.gelu_tanh(h.contract(p[f"l{layer}_up"], "channel")).contract(
-        p[f"l{layer}_down"], "hidden"
-    )
+def _mlp(x, q: dict):
+    h = _norm(x, q["norm2_gain"], q["norm2_bias"])
+    return nn.gelu_tanh(h.contract(q["up"], "channel")).contract(q["down"], "hidden")
+
+
+def _layer(x, q: dict):
+    """One pre-norm transformer layer; `q` holds its parameters by their name in the layer."""
+    x = x + _attention(x, q)
+    return x + _mlp(x, q)
+
+
+def _scanned_layers(x, p: dict, c: Config):
+    """The layers as one scan over the `layer` axis of the stacked parameters (traced), or a
+    loop over its slices (eager named arrays)."""
+    names = list(layer_specs(c))
+    stacked = [p[f"layers_{name}"] for name in names]
+    builder = innermost([x, *stacked])
+    if builder is None:  # eager: no trace to put a scan in
+        for layer in range(c.layers):
+            x = _layer(
+                x, {name: value["layer", layer] for name, value in zip(names, stacked, strict=True)}
+            )
+        return x
+
+    def step(_, args):
+        return (_layer(args[0], dict(zip(names, args[1:], strict=True))),)
+
+    (x,), _ = builder.scan(step, carries=[x], xs=stacked, axis="layer")
+    return x
 
 
 def logits(p: dict, ids, c: Config):
     """Next-token logits {batch, token, vocab} from the parameters `p` (a dict of named arrays,
     or of traced values inside `accy.jit`) and token ids {batch, token}."""
     x = p["embed"].gather(ids, "vocab") + p["position"]
-    for layer in range(c.layers):
-        x = x + _attention(x, p, layer, c)
-        x = x + _mlp(x, p, layer)
+    if c.scan_layers:
+        x = _scanned_layers(x, p, c)
+    else:
+        for layer in range(c.layers):
+            x = _layer(x, {name: p[f"l{layer}_{name}"] for name in layer_specs(c)})
     return _norm(x, p["final_gain"], p["final_bias"]).contract(p["unembed"], "channel")
 
 

@@ -98,6 +98,19 @@ def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
         ) from None
 
 
+def check_layout(state: TrainingState, specs: dict, path: Path) -> None:
+    """Refuse a checkpoint whose parameters do not have this model's shapes (say, written with
+    --scan-layers, stacked along `layer`, and resumed without it)."""
+    for (name, t), array in zip(specs.items(), state.parameters, strict=True):
+        if tuple(array.shape) != t.extents:
+            raise AccyError(
+                f"cannot resume: parameter {name!r} in the checkpoint at {path} has shape "
+                f"{tuple(array.shape)}, this model's is {t.extents} (a checkpoint written with "
+                "--scan-layers resumes only with it, and one written without it only without "
+                "it); delete it to start over"
+            )
+
+
 def decode(logits_of, task: SortingTask, inputs: np.ndarray) -> np.ndarray:
     """Greedy decoding: fill in the sorted half one token at a time from the model's choices.
     `logits_of(ids)` gives the logits {batch, token, vocab} for ids {batch, token}."""
@@ -233,15 +246,17 @@ def train(
     dtype: str = "f32",
     gpus: int = 1,
     distributed=None,
+    scan_layers: bool = False,
 ):
     """Train, checkpointing to `out`; returns (state, token accuracy, sequence accuracy).
     `dtype` is the compute dtype of the mixed-precision policy (f32, bf16 or f16). `gpus` > 1
     trains data-parallel (see `data_parallel`); on GPUs only rank 0 writes and evaluates (the
-    others return accuracies None)."""
+    others return accuracies None). `scan_layers` stacks the layers' parameters along a `layer`
+    axis and runs them as one scan."""
     tqdm = demo_dependency("tqdm").tqdm
 
     task = SortingTask()
-    config = Config(vocab=VOCAB, tokens=task.tokens)
+    config = Config(vocab=VOCAB, tokens=task.tokens, scan_layers=scan_layers)
     optimizer = optim.Adam(learning_rate=PEAK_LEARNING_RATE)
     model = Model(config, optimizer, device, dtype, gpus, distributed)
     writer = distributed is None or distributed.rank == 0
@@ -252,6 +267,7 @@ def train(
     slots = len(parameters) * optimizer.slots
     if resume and checkpoint.exists():
         state = load_checkpoint(checkpoint, len(parameters), slots)
+        check_layout(state, model.specs, checkpoint)
     else:
         state = TrainingState(0, parameters, optim.initial_state(optimizer, parameters), [])
     params, opt_state = model.tree(state)
@@ -330,6 +346,12 @@ def main(argv: list[str] | None = None) -> int:
         help="devices to train on, data-parallel (the batch split over them): one process per "
         "GPU with --device cuda, a mesh simulated in one process with cpu or reference",
     )
+    parser.add_argument(
+        "--scan-layers",
+        action="store_true",
+        help="stack the layers' parameters along a 'layer' axis and run the layers as one scan "
+        "(the traced program does not grow with depth); checkpoints hold stacked parameters",
+    )
     arguments = parser.parse_args(argv)
     for name in ("tqdm", "matplotlib"):  # checked now, not after training
         demo_dependency(name)
@@ -356,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         dtype=arguments.dtype,
         gpus=arguments.gpus,
         distributed=distributed,
+        scan_layers=arguments.scan_layers,
     )
     if distributed is not None:
         distributed.close()

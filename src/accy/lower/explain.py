@@ -39,6 +39,8 @@ NOTES = {
     ),
     "custom_call": lambda step: f"{step.op.attrs['target']} v{step.op.attrs['version']}",
     "scan": lambda step: f"over {step.op.attrs['axis']} x{step.op.attrs['length']}",
+    "cond": lambda step: "runs the true branch's plan or the false branch's (below)",
+    "while": lambda step: "runs the condition's plan, then the body's while it holds (below)",
 }
 
 
@@ -75,7 +77,8 @@ def _step_line(plan: Plan, index: int, step: Step) -> str:
 
 
 def format_plan(plan: Plan, indent: str = "") -> str:
-    """The text of `explain`, each line prefixed by `indent` (scan bodies nest)."""
+    """The text of `explain`, each line prefixed by `indent` (the plans of scan bodies, cond
+    branches and while_loops nest)."""
     header = (
         f"plan of {plan.program.name!r}: {len(plan.program.operations)} operations, "
         f"{len(plan.steps)} steps, workspace {_size(plan.workspace_bytes)}"
@@ -83,8 +86,9 @@ def format_plan(plan: Plan, indent: str = "") -> str:
     lines = [indent + header]
     for index, step in enumerate(plan.steps):
         lines.append(indent + "  " + _step_line(plan, index, step))
-        if step.body is not None:
-            lines.append(format_plan(step.body, indent + "       "))
+        for nested in (step.body, *step.branches):
+            if nested is not None:
+                lines.append(format_plan(nested, indent + "       "))
     return "\n".join(lines)
 
 

@@ -39,7 +39,8 @@ from ..core import Operation, Program
 from .views import VIEW_KINDS
 
 ROOT_KINDS = frozenset(
-    {"reduce", "dot_general", "scatter_add", "scatter", "sort", "custom_call", "scan"}
+    {"reduce", "dot_general", "scatter_add", "scatter", "sort", "custom_call", "scan", "cond"}
+    | {"while_loop"}
 )
 CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "concatenate"}
 
@@ -106,6 +107,8 @@ OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
     "dot_general": _all_buffers,
     "custom_call": _all_buffers,
     "scan": _all_buffers,
+    "cond": _all_buffers,
+    "while_loop": _all_buffers,
     "broadcast_in_dim": _expanding_if_larger,
     "pad": _expanding_if_larger,
     "gather": _gather,

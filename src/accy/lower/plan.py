@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 
 from ..core import Operation, Program
 from ..core.types import HALF_FLOATS, TensorType, bf16, f32, f64
-from ..errors import AccyError
-from ..transforms.loops import inline_conds
 from . import fusion
 from .buffers import Lifetime, place
 from .contraction import Gemm, gemm_layout
@@ -30,6 +28,8 @@ STEP_KINDS = {
     "sort": "sort",
     "custom_call": "custom_call",
     "scan": "scan",
+    "cond": "cond",
+    "while_loop": "while",
 }
 BLAS_DTYPES = (f32, f64)
 
@@ -60,7 +60,9 @@ class Scratch:
 @dataclass(frozen=True)
 class Step:
     """One loop nest or library call. `writes` are the values it stores; `reads` the stored
-    values it loads; `fused` the operations it computes inline without storing them."""
+    values it loads; `fused` the operations it computes inline without storing them. A scan's
+    `body` and a cond's or while_loop's `branches` (true, false; or condition, body) are plans
+    of their own, run on the step's buffers."""
 
     kind: str
     op: Operation | None
@@ -72,6 +74,7 @@ class Step:
     output: int | None = None
     detail: object = None
     members: tuple[Step, ...] = ()
+    branches: tuple[Plan, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,9 +114,6 @@ def build_plan(program: Program) -> Plan:
     >>> [step.kind for step in build_plan(p).steps]
     ['loop']
     """
-    # A cond runs as both branches and a select: no data-dependent control flow is generated.
-    program = inline_conds(program)
-    _refuse_while_loops(program)
     decisions = fusion.decide(program)
     views = _views_for_buffer_consumers(decisions)
     steps, internal = _group(program, _steps(decisions, views), decisions, views)
@@ -127,15 +127,6 @@ def build_plan(program: Program) -> Plan:
     return Plan(
         program, tuple(steps), slots, outputs, views, decisions.producer, scratch, workspace
     )
-
-
-def _refuse_while_loops(program: Program) -> None:
-    for op in program.operations:
-        if op.kind == "while_loop":
-            raise AccyError(
-                "while_loop is not lowered to native code yet: run the program with "
-                "accy.reference, or use scan over a fixed number of steps on cpu and cuda"
-            )
 
 
 # views ---------------------------------------------------------------------------------------
@@ -170,6 +161,8 @@ BUFFER_RULES: dict[str, Callable[[Operation, dict], list[bool]]] = {
     "dot_general": _viewed_operands,
     "custom_call": _contiguous_operands,
     "scan": _contiguous_operands,
+    "cond": _contiguous_operands,
+    "while_loop": _contiguous_operands,
 }
 
 
@@ -218,9 +211,14 @@ def _steps(decisions: fusion.Fusion, views) -> list[Step]:
         reads, fused = _reads_and_fused(decisions, op)
         kind = STEP_KINDS.get(op.kind, "loop")
         body = build_plan(op.attrs["body"]) if kind == "scan" else None
+        branches = tuple(build_plan(op.attrs[name]) for name in BRANCHES.get(kind, ()))
         detail = DETAILS[kind](op, views) if kind in DETAILS else None
-        scratch = _scratch(kind, op, body, detail)
-        steps.append(Step(kind, op, op.results, reads, fused, scratch, body, detail=detail))
+        scratch = _scratch(kind, op, body, detail, branches)
+        steps.append(
+            Step(
+                kind, op, op.results, reads, fused, scratch, body, detail=detail, branches=branches
+            )
+        )
     first_output: dict[int, int] = {}
     for position, value in enumerate(program.outputs):
         if value in first_output or decisions.decision[value] == fusion.INPUT:
@@ -277,6 +275,22 @@ def _scan_scratch(op: Operation, body: Plan) -> tuple[Scratch, ...]:
     return tuple(scratch)
 
 
+BRANCHES = {"cond": ("true_body", "false_body"), "while": ("cond_body", "body")}
+"""The sub-programs of a cond or while step, in the order of `Step.branches`."""
+
+
+def _branch_scratch(op: Operation, branches: tuple[Plan, ...]) -> tuple[Scratch, ...]:
+    """A cond runs one branch and a while_loop its condition then its body, one at a time: one
+    workspace for the larger. A while_loop also needs its carries' partners (the body writes
+    the next carries while it reads the current ones) and the byte its condition writes."""
+    scratch = [Scratch("body", max(plan.workspace_bytes for plan in branches))]
+    if op.kind == "while_loop":
+        carries = op.operand_types[op.attrs["num_consts"] :]
+        scratch += [Scratch(f"carry{i}", t.nbytes) for i, t in enumerate(carries)]
+        scratch.append(Scratch("predicate", 1))
+    return tuple(scratch)
+
+
 def _gemm_scratch(op: Operation, gemm: Gemm) -> tuple[Scratch, ...]:
     operands = zip(("lhs", "rhs"), (gemm.lhs, gemm.rhs), op.operand_types, strict=True)
     return tuple(Scratch(name, t.nbytes) for name, matrix, t in operands if matrix.packed)
@@ -300,12 +314,16 @@ def is_half_gemm(op: Operation) -> bool:
     return op.operand_types[0].dtype in HALF_FLOATS and op.type.dtype in (*HALF_FLOATS, f32)
 
 
-def _scratch(kind: str, op: Operation, body: Plan | None, detail) -> tuple[Scratch, ...]:
+def _scratch(
+    kind: str, op: Operation, body: Plan | None, detail, branches: tuple[Plan, ...]
+) -> tuple[Scratch, ...]:
     if kind == "scan":
         return _scan_scratch(op, body)
     if kind == "sort":  # the CPU's merge sort: keys in their compute type, two index arrays
         size = op.operand_types[0].size
         return tuple(Scratch(name, size * 8) for name in ("keys", "order", "spare"))
+    if branches:
+        return _branch_scratch(op, branches)
     if kind == "dot" and is_half_gemm(op):
         return _half_gemm_scratch(op)
     if kind == "dot" and op.type.dtype in BLAS_DTYPES:

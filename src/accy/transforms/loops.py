@@ -22,13 +22,13 @@ linear in the size of the body and independent of the scan's length.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import Program
-from ..core.builder import Builder, define
+from ..core.builder import define
 from ..core.kinds.registry import rule_for
-from ..interpret import Emitter, Graph, Inline, Layer, run
+from ..interpret import Inline, run
 from .simplify import eliminate_dead_code
 
 
@@ -324,10 +324,101 @@ def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:
         env.update(zip(op.results, results, strict=True))
 
 
+# -- per-step contractions summed after the loop ------------------------------------------------
+
+LAYOUT_KINDS = ("transpose", "reshape")  # linear, one operand: they commute with a sum
+
+
+@dataclass(frozen=True)
+class Product:
+    """A term of a per-step sum that is `dot` (a contraction of two values that change from
+    step to step), then the layout operations `chain` in order. Summed over the steps, it is
+    one contraction over the scanned axis of the two operands stacked along it."""
+
+    dot: Any
+    chain: tuple[Any, ...]
+
+
+def sum_terms(program: Program, value: int) -> list[tuple[int, tuple[Any, ...]]]:
+    """The terms of `value` as a tree of `add`s of same-typed operands: (term, layout chain)
+    pairs, where the chain is the transposes and reshapes applied to the term on the way (the
+    term is where they start: the dot, say), in application order.
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=2)] * 3,
+    ...     lambda b, a: a[0] + (a[1] + a[2]))
+    >>> sorted(term for term, _ in sum_terms(p, p.outputs[0]))
+    [0, 1, 2]
+    """
+    producer = {r: op for op in program.operations for r in op.results}
+    terms, pending = [], [(value, ())]
+    while pending:
+        current, chain = pending.pop()
+        op = producer.get(current)
+        adds = op is not None and op.kind == "add" and not chain
+        if adds and all(t == op.type for t in op.operand_types):
+            pending.extend((v, ()) for v in op.operands)
+        elif op is not None and op.kind in LAYOUT_KINDS:
+            pending.append((op.operands[0], (op, *chain)))
+        else:
+            terms.append((current, chain))
+    return terms
+
+
+def step_products(
+    program: Program, value: int, invariant: set[int], stacked: set[int]
+) -> tuple[list[int], list[Product]]:
+    """Split `value` (a per-step cotangent of a loop-invariant operand, in a scan body) into
+    terms added up step by step and `Product`s contracted once after the loop.
+
+    A term is a product when it is a dot_general of two values that change with the step (not
+    in `invariant`) and the operands to stack for it (those not already stacked: `stacked`)
+    hold at most half the elements of the result: an RNN's weight gradient (outer products of
+    two vectors per step) becomes one GEMM over the steps instead of a matrix accumulated in a
+    carry at each step, for a little more memory than the vectors. Other terms, and layout
+    chains that do not end at such a dot, are returned as values to add up per step.
+    """
+    producer = {r: op for op in program.operations for r in op.results}
+    rest, products = [], []
+    for term, chain in sum_terms(program, value):
+        op = producer.get(term)
+        if op is not None and op.kind == "dot_general" and _worth_stacking(op, invariant, stacked):
+            products.append(Product(op, chain))
+        else:
+            rest.append(chain[-1].results[0] if chain else term)
+    return rest, products
+
+
+def _worth_stacking(dot: Any, invariant: set[int], stacked: set[int]) -> bool:
+    if any(v in invariant for v in dot.operands):
+        return False
+    extra = sum(
+        t.size for v, t in zip(dot.operands, dot.operand_types, strict=True) if v not in stacked
+    )
+    return 2 * extra <= dot.type.size
+
+
+def invariant_values(program: Program, parameters: Sequence[int]) -> set[int]:
+    """The values of `program` computed from the given parameter positions alone (and from
+    constants): the same at every step of a loop whose consts those parameters are."""
+    found = {program.parameters[i] for i in parameters}
+    for op in program.operations:
+        if op.kind != "parameter" and all(v in found for v in op.operands):
+            found.update(op.results)
+    return found
+
+
+def replay(b: Any, program: Program, arguments: Sequence[Any]) -> dict:
+    """Emit `program`'s operations into `b` on `arguments`; every value of it, by number."""
+    env = dict(zip(program.parameters, arguments, strict=True))
+    _replay(b, program, env, lambda op: True)
+    return env
+
+
 def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
     """A program (predicate, args...) -> outputs computing both branches of a cond and
-    selecting each output by the predicate: how reverse mode differentiates a cond, and how
-    the backends run one (no data-dependent control flow in the generated code).
+    selecting each output by the predicate: how reverse mode differentiates a cond (the
+    backends run a cond as control flow: only the branch taken).
 
     >>> import accy
     >>> p = accy.trace.define("f", [accy.spec(accy.bool_), accy.spec(accy.f32)],
@@ -346,40 +437,17 @@ def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
     return define("cond_inlined", list(operand_types), both)
 
 
-def inline_conds(program: Program) -> Program:
-    """`program` with every cond (nested ones too) replaced by both branches and selects."""
-    if not any(op.kind in ("cond", "scan", "while_loop") for op in program.operations):
-        return program
-
-    class _Inline(Layer):
-        def __init__(self, next: Any):
-            super().__init__(next)
-            self.emit = Emitter(self)
-
-        def bind(self, op: Any, args: list) -> Any:
-            if op.kind in ("scan", "while_loop"):
-                changes = {
-                    name: inline_conds(value)
-                    for name, value in op.attrs.items()
-                    if isinstance(value, Program)
-                }
-                op = replace(op, attrs=op.attrs.replace(**changes))
-            if op.kind != "cond":
-                return self.next.bind(op, args)
-            selected = inline_cond(op.attrs, op.operand_types)
-            outputs = run(inline_conds(selected), Inline(self.emit, args, selected))
-            return tuple(outputs)
-
-    return run(program, _Inline(Graph(Builder(program.name))))
-
-
 __all__ = [
+    "Product",
+    "invariant_values",
+    "replay",
+    "step_products",
+    "sum_terms",
     "Roles",
     "Source",
     "Split",
     "carry_fixpoint",
     "dependents",
     "inline_cond",
-    "inline_conds",
     "split",
 ]

@@ -21,7 +21,16 @@ from ..core.kinds.registry import Linear, rule_for
 from ..errors import AccyError
 from ..interpret import Emitter, Graph, Inline, run
 from .linearize import Linearized
-from .loops import Roles, Source, carry_fixpoint, split
+from .loops import (
+    Product,
+    Roles,
+    Source,
+    carry_fixpoint,
+    invariant_values,
+    replay,
+    split,
+    step_products,
+)
 from .simplify import eliminate_dead_code, simplify
 
 
@@ -322,37 +331,67 @@ def _transpose_linear_scan(
     body_types = body.parameter_types
     outputs = body.output_types
     given_ys = [k for k in range(len(outputs) - num_carry) if cotangents[num_carry + k] is not None]
+    n_pc, n_px, n_lc = len(primal_consts), len(primal_xs), len(linear_consts)
+    operand_types = [o.type if isinstance(o, Linear) else o.ty for o in operands]
+    axis = attrs["axis"]
+
+    # What the reverse scan reads stacked already: primal xs and the given ys' cotangents.
+    parameters = transposed.parameters
+    stacked_operands = {parameters[n_pc + j]: operands[i] for j, i in enumerate(primal_xs)}
+    for k in given_ys:
+        stacked_operands[parameters[n_pc + n_px + num_carry + k]] = cotangents[num_carry + k]
+    # A const's per-step cotangent: contractions summed after the loop, the rest in a carry.
+    invariant = invariant_values(transposed, range(n_pc))
+    factors: dict[int, None] = {}  # per-step values to stack as extra ys
+    for _ in range(2):  # again, with the first pass's factors free (several products share one)
+        free = set(stacked_operands) | set(factors)
+        splits = [
+            step_products(transposed, transposed.outputs[k], invariant, free) for k in range(n_lc)
+        ]
+        factors = {
+            v: None
+            for _, products in splits
+            for product in products
+            for v in product.dot.operands
+            if v not in stacked_operands
+        }
+    accumulated = [k for k in range(n_lc) if splits[k][0]]
 
     def reverse_body(b, args):
-        n_pc, n_px, n_lc = len(primal_consts), len(primal_xs), len(linear_consts)
         pc = args[:n_pc]
-        accumulators = args[n_pc : n_pc + n_lc]
-        carry_cts = args[n_pc + n_lc : n_pc + n_lc + num_carry]
-        px = args[n_pc + n_lc + num_carry : n_pc + n_lc + num_carry + n_px]
-        y_cts = dict(zip(given_ys, args[n_pc + n_lc + num_carry + n_px :], strict=True))
+        at = n_pc
+        accumulators = args[at : at + len(accumulated)]
+        at += len(accumulated)
+        carry_cts = args[at : at + num_carry]
+        px = args[at + num_carry : at + num_carry + n_px]
+        y_cts = dict(zip(given_ys, args[at + num_carry + n_px :], strict=True))
         seeds = list(carry_cts) + [
             y_cts[k] if k in y_cts else b.zeros(outputs[num_carry + k])
             for k in range(len(outputs) - num_carry)
         ]
-        results = run(transposed, Inline(b, list(pc) + list(px) + seeds, transposed))
-        const_cts = results[:n_lc]
+        env = replay(b, transposed, list(pc) + list(px) + seeds)
+        results = [env[v] for v in transposed.outputs]
+        sums = []
+        for accumulator, k in zip(accumulators, accumulated, strict=True):
+            total = accumulator
+            for term in splits[k][0]:
+                total = b.add(total, env[term])
+            sums.append(total)
         new_carry_cts = results[n_lc : n_lc + num_carry]
         x_cts = results[n_lc + num_carry :]
-        sums = [b.add(a, c) for a, c in zip(accumulators, const_cts, strict=True)]
-        return sums + list(new_carry_cts) + list(x_cts)
+        return sums + list(new_carry_cts) + list(x_cts) + [env[v] for v in factors]
 
     types = (
         [body_types[i] for i in primal_consts]
-        + [body_types[i] for i in linear_consts]
+        + [body_types[linear_consts[k]] for k in accumulated]
         + [body_types[i] for i in carries]
         + [body_types[i] for i in primal_xs]
         + [outputs[num_carry + k] for k in given_ys]
     )
     reverse_program = simplify(define(body.name + "_transposed", types, reverse_body))
-    operand_types = [o.type if isinstance(o, Linear) else o.ty for o in operands]
     scan_operands = (
         [operands[i] for i in primal_consts]
-        + [emit.zeros(operand_types[i]) for i in linear_consts]
+        + [emit.zeros(operand_types[linear_consts[k]]) for k in accumulated]
         + [
             cotangents[j] if cotangents[j] is not None else emit.zeros(outputs[j])
             for j in range(num_carry)
@@ -363,27 +402,58 @@ def _transpose_linear_scan(
     reverse_attrs = Attrs(
         {
             "body": reverse_program,
-            "axis": attrs["axis"],
+            "axis": axis,
             "length": attrs["length"],
             "num_consts": len(primal_consts),
-            "num_carry": len(linear_consts) + num_carry,
+            "num_carry": len(accumulated) + num_carry,
             "reverse": not attrs["reverse"],
         }
     )
     results = emit.emit("scan", scan_operands, reverse_attrs)
     results = results if isinstance(results, tuple) else (results,)
+    carried = len(accumulated) + num_carry
+    stacked_operands.update(zip(factors, results[carried + len(linear_xs) :], strict=True))
     contributions: list = [None] * len(operands)
-    for position, i in enumerate(linear_consts):
-        contributions[i] = results[position]
+    for k, i in enumerate(linear_consts):
+        terms = [results[accumulated.index(k)]] if k in accumulated else []
+        terms += [_summed_product(emit, p, stacked_operands, axis) for p in splits[k][1]]
+        contributions[i] = terms[0] if len(terms) == 1 else _add_all(emit, terms)
     for j, i in enumerate(carries):
         if linear[i] and isinstance(operands[i], Linear):
-            contributions[i] = results[len(linear_consts) + j]
-    stacked = results[len(linear_consts) + num_carry :]
+            contributions[i] = results[len(accumulated) + j]
+    stacked = results[carried : carried + len(linear_xs)]
     for position, i in enumerate(linear_xs):
         wanted = operand_types[i].axes
         value = stacked[position]
         contributions[i] = value if value.ty.axes == wanted else emit.transpose(value, wanted)
     return contributions
+
+
+def _add_all(emit: Any, terms: list) -> Any:
+    total = terms[0]
+    for term in terms[1:]:
+        total = emit.emit("add", [total, term])
+    return total
+
+
+def _summed_product(emit: Any, product: Product, stacked: dict, axis: str) -> Any:
+    """sum over the steps of `product`: its dot over the stacked operands, contracting the
+    scanned axis too, then its layout chain."""
+    dot = product.dot
+    lhs, rhs = (stacked[v] for v in dot.operands)
+    dims = dict(dot.attrs)
+    for side, value in (("lhs", lhs), ("rhs", rhs)):
+        at = value.ty.position(axis)
+
+        def moved(p: int, at: int = at) -> int:
+            return p if p < at else p + 1
+
+        dims[f"{side}_batch"] = [moved(p) for p in dot.attrs[f"{side}_batch"]]
+        dims[f"{side}_contracting"] = [at] + [moved(p) for p in dot.attrs[f"{side}_contracting"]]
+    total = emit.emit("dot_general", [lhs, rhs], dot.attrs.replace(**dims))
+    for op in product.chain:
+        total = emit.emit(op.kind, [total], op.attrs)
+    return total
 
 
 LOOP_TRANSPOSES = {"scan": _transpose_scan}

@@ -25,7 +25,18 @@ import numpy as np
 from ...errors import AccyError, RuntimeUnavailable
 from .compile import NVRTC_OPTIONS, CompiledFragment
 from .cublas import WORKSPACE_BYTES, Cublas
-from .schedule import SCRATCH, WORKSPACE, Address, External, Gemm, Launch, Library
+from .graphs import Driver
+from .schedule import (
+    SCRATCH,
+    WORKSPACE,
+    Address,
+    Conditional,
+    External,
+    Gemm,
+    Launch,
+    Library,
+    SetCondition,
+)
 
 SLOTS = 2
 
@@ -56,6 +67,13 @@ class Device:
             self.capture_stream = cupy.cuda.Stream(non_blocking=True)
             self._cublas_workspace = cupy.empty(WORKSPACE_BYTES, dtype=cupy.uint8)
             self.cublas = Cublas(self._cublas_workspace.data.ptr)
+
+    def body_stream(self, depth: int) -> Any:
+        """The stream that captures the bodies of conditional nodes nested `depth` deep."""
+        while len(self.body_streams) <= depth:
+            with self.device:
+                self.body_streams.append(cupy_module().cuda.Stream(non_blocking=True))
+        return self.body_streams[depth]
 
     @classmethod
     def get(cls, ordinal: int) -> Device:
@@ -208,6 +226,12 @@ class CudaFragment:
         cupy = cupy_module()
         stream = cupy.cuda.Stream(non_blocking=True)
         actions = self.compiled.schedule.actions
+        if any(isinstance(action, SetCondition | Conditional) for action in actions):
+            raise AccyError(
+                f"profile: program {self.program.name!r} has a cond or while_loop, whose "
+                "conditional graph nodes run only inside its graph; profile a program "
+                "without them, or time the whole call"
+            )
         with self._lock, self.device.device, stream:
             slot = self._slots[0]
             if slot.launched:
@@ -263,8 +287,12 @@ class CudaFragment:
         if not actions:
             return False  # nothing to run: no graph at all
         stream = self.device.capture_stream
+        for depth in range(_nesting(actions)):  # created now: no stream is made during capture
+            self.device.body_stream(depth)
         with self.device.device, stream:
             self._bind(stream.ptr)
+            self._streams = [stream]  # the capturing stream of each conditional depth
+            self._handles: dict[int, int] = {}  # schedule handle number -> this graph's handle
             stream.begin_capture()
             try:
                 self._copy_pool(cupy, slot, stream)
@@ -312,12 +340,56 @@ class CudaFragment:
         operands = tuple(self._address(x) for x in action.operands)
         issuer.issue(self._address(action.result), operands, self._address(action.scratch))
 
+    # conditional nodes (cond, while_loop): see `graphs` --------------------------------
+
+    def _set_condition(self, action: SetCondition) -> None:
+        stream = self._streams[-1]
+        if action.handle not in self._handles:  # a handle belongs to its node's graph
+            graph = Driver.get().capture(stream.ptr).graph
+            self._handles[action.handle] = Driver.get().handle(graph)
+        arguments = (
+            np.uint64(self._pool_device.data.ptr + 8 * action.io),
+            np.uint64(self._handles[action.handle]),
+            np.int32(action.negate),
+        )
+        self._kernels[action.kernel]((1,), (1,), arguments)
+
+    def _conditional(self, action: Conditional) -> None:
+        driver = Driver.get()
+        outer = self._streams[-1]
+        node, body = driver.add_conditional(
+            driver.capture(outer.ptr), action.kind, self._handles[action.handle]
+        )
+        inner = self.device.body_stream(len(self._streams) - 1)
+        driver.begin_capture_to(inner.ptr, body)
+        self._streams.append(inner)
+        try:
+            with inner:
+                self._bind(inner.ptr)
+                for nested in action.body:
+                    ISSUERS[type(nested)](self, nested)
+        finally:
+            self._streams.pop()
+            driver.end_capture(inner.ptr)
+            self._bind(outer.ptr)
+        driver.follow(outer.ptr, node)
+
+
+def _nesting(actions) -> int:
+    """How deep conditional nodes nest in `actions` (0 when there are none)."""
+    return max(
+        (1 + _nesting(a.body) for a in actions if isinstance(a, Conditional)),
+        default=0,
+    )
+
 
 ISSUERS = {
     Launch: CudaFragment._launch,
     Gemm: CudaFragment._gemm,
     External: CudaFragment._external,
     Library: CudaFragment._library,
+    SetCondition: CudaFragment._set_condition,
+    Conditional: CudaFragment._conditional,
 }
 
 

@@ -13,6 +13,8 @@ slices of the outer ones), and the pointer arrays of batched GEMMs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 WORKSPACE = -1  # Address.source of the fragment's workspace (plan workspace, then scratch)
@@ -112,7 +114,30 @@ class Library:
     scratch: Address
 
 
-Action = Launch | Gemm | External | Library
+@dataclass(frozen=True)
+class SetCondition:
+    """A one-thread kernel that sets conditional handle `handle` (a number unique in the
+    schedule) to the bool whose address is pool entry `io` (negated with `negate`). The
+    handle belongs to the graph that holds the `Conditional` of the same number."""
+
+    kernel: str
+    handle: int
+    io: int
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class Conditional:
+    """A CUDA graph conditional node: `kind` "if" runs `body` once when its handle is
+    nonzero; "while" runs it again and again while it is (the body sets the handle again).
+    The body is captured into the node's own graph, once: no host round trip per run."""
+
+    kind: str
+    handle: int
+    body: tuple[Action, ...]
+
+
+Action = Launch | Gemm | External | Library | SetCondition | Conditional
 
 
 @dataclass
@@ -121,6 +146,7 @@ class Schedule:
 
     pool: list[Address] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
+    handles: int = 0
 
     def table(self, entries: list[Address] | tuple[Address, ...]) -> int:
         """Append `entries` to the pool; the index of the first.
@@ -135,3 +161,25 @@ class Schedule:
 
     def add(self, action: Action) -> None:
         self.actions.append(action)
+
+    def handle(self) -> int:
+        """A new conditional handle number."""
+        self.handles += 1
+        return self.handles - 1
+
+    @contextmanager
+    def collect(self) -> Iterator[list[Action]]:
+        """Collect the actions added inside the block into the list yielded (a conditional
+        node's body), instead of the schedule's own; the pool stays shared.
+
+        >>> schedule = Schedule()
+        >>> with schedule.collect() as body:
+        ...     schedule.add(Launch("k", 1, 1, 0, 0))
+        >>> len(body), len(schedule.actions)
+        (1, 0)
+        """
+        outer, self.actions = self.actions, []
+        try:
+            yield self.actions
+        finally:
+            self.actions = outer

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from .calls import emit_copy, emit_custom_call
 from .context import StepContext
+from .control import emit_cond, emit_while
 from .dot import emit_dot
 from .group import emit_group
 from .loop import emit_loop
@@ -24,6 +25,8 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
     "copy": emit_copy,
     "scan": emit_scan,
     "sort": emit_sort,
+    "cond": emit_cond,
+    "while": emit_while,
 }
 
 __all__ = ["STEP_EMITTERS", "StepContext"]

@@ -10,7 +10,7 @@ from ....core.kinds.contraction import dimensions, free_dimensions
 from ....core.types import TensorType, f32, f64
 from ....lower.contraction import Gemm, MatrixOperand, gemm_layout
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
-from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest
+from ..loops import PARALLEL_FOR, SIMD, axis_index, axis_loops, nest
 from .context import CHUNKS, StepContext, store_element
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -114,6 +114,47 @@ def _emit_half_gemm(ctx: StepContext) -> list[str]:
     return [*calls, *nest([("i", size)], [rounded], PARALLEL_FOR if size >= 1 << 16 else None)]
 
 
+def _matrix_vector(op, gemm: Gemm, a: str, b: str, out: str) -> list[str]:
+    """A product with one row or one column (m or n is 1) as a loop: BLAS's GEMM takes tens of
+    microseconds for a 256 x 256 matrix-vector product (a scan step of an RNN), a loop that
+    GCC vectorizes a few. Along contiguous memory it is dot products (an OpenMP SIMD sum),
+    across it an axpy per element of the vector."""
+    ctype = GCC.c_type(op.type.dtype).compute
+    a, b, out = f"({a})", f"({b})", f"({out})"
+
+    def element(pointer: str, matrix: MatrixOperand, row: str, column: str) -> str:
+        if matrix.transposed:
+            row, column = column, row
+        return f"{pointer}[(int64_t){row} * {matrix.leading} + {column}]"
+
+    if gemm.n == 1:  # out[i] = sum_k A(i, k) B(k, 0)
+        vector, matrix = (lambda k: element(b, gemm.rhs, k, "0")), gemm.lhs
+        entry = lambda i, k: element(a, gemm.lhs, i, k)  # noqa: E731
+        length = gemm.m
+    else:  # out[j] = sum_k A(0, k) B(k, j): the same with B read transposed
+        vector, matrix = (lambda k: element(a, gemm.lhs, "0", k)), gemm.rhs
+        entry = lambda j, k: element(b, gemm.rhs, k, j)  # noqa: E731
+        length = gemm.n
+    across = matrix.transposed if gemm.n == 1 else not matrix.transposed
+    if across:  # the matrix's rows run along the vector's index: axpy, k outside
+        return [
+            f"for (int64_t i = 0; i < {length}; ++i) {out}[i] = 0;",
+            f"for (int64_t k = 0; k < {gemm.k}; ++k) {{",
+            f"  const {ctype} v = {vector('k')};",
+            SIMD,
+            f"  for (int64_t i = 0; i < {length}; ++i) {out}[i] += v * {entry('i', 'k')};",
+            "}",
+        ]
+    return [
+        f"for (int64_t i = 0; i < {length}; ++i) {{",
+        f"  {ctype} acc = 0;",
+        f"  {SIMD} reduction(+:acc)",
+        f"  for (int64_t k = 0; k < {gemm.k}; ++k) acc += {entry('i', 'k')} * {vector('k')};",
+        f"  {out}[i] = acc;",
+        "}",
+    ]
+
+
 def _gemm_calls(ctx: StepContext, gemm: Gemm, lhs, rhs, out: str) -> list[str]:
     """The BLAS calls of `gemm` from operands (pointer, offset, batch strides) into `out`."""
     op = ctx.step.op
@@ -124,6 +165,9 @@ def _gemm_calls(ctx: StepContext, gemm: Gemm, lhs, rhs, out: str) -> list[str]:
     if gemm.k == 0:
         return [f"memset({out}, 0, {gemm.m * gemm.n * count} * sizeof(*{out}));"]
     large = count * gemm.m * gemm.n * gemm.k >= PARALLEL_GEMM_MNK
+    if 1 in (gemm.m, gemm.n) and not gemm.batch_extents and not large:
+        a, b = f"{a} + {a_offset}", f"{b} + {b_offset}"
+        return [*ctx.prologue, *_matrix_vector(op, gemm, a, b, out)]
     if not gemm.batch_extents:
         a, b = f"{a} + {a_offset}", f"{b} + {b_offset}"
         calls = (

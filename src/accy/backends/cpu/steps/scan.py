@@ -9,7 +9,8 @@ from ..loops import axis_index, axis_loops, nest
 from .context import StepContext
 
 
-def _address(ctx: StepContext, value: int) -> str:
+def address(ctx: StepContext, value: int) -> str:
+    """The address of a stored value's buffer (its view's base plus offset), as `char *`."""
     view = ctx.plan.view(value)
     pointer = ctx.pointers[view.base]
     return f"(char *)({pointer} + {view.offset})" if view.offset else f"(char *){pointer}"
@@ -48,7 +49,7 @@ def emit_scan(ctx: StepContext) -> list[str]:
     for i, (init, result) in enumerate(carries):
         nbytes = ctx.plan.program.type_of(result).nbytes
         partner = ctx.scratch("char", f"carry{i}")
-        lines.append(f"memcpy({ctx.pointers[result]}, {_address(ctx, init)}, {nbytes});")
+        lines.append(f"memcpy({ctx.pointers[result]}, {address(ctx, init)}, {nbytes});")
         lines.append(f"char *current{i} = (char *){ctx.pointers[result]}, *next{i} = {partner};")
         current.append(f"current{i}")
         following.append(f"next{i}")
@@ -63,7 +64,7 @@ def emit_scan(ctx: StepContext) -> list[str]:
     ):
         slice_bytes = t.nbytes // max(length, 1)
         if t.position(axis) == 0:
-            slices.append(f"{_address(ctx, x)} + s * {slice_bytes}")
+            slices.append(f"{address(ctx, x)} + s * {slice_bytes}")
         else:
             target = ctx.scratch("char", f"x{i}")
             step_lines += _slice_copy(ctx, x, t, axis, target)
@@ -72,7 +73,7 @@ def emit_scan(ctx: StepContext) -> list[str]:
         f"(char *){ctx.pointers[y]} + s * {ctx.plan.program.type_of(y).nbytes // max(length, 1)}"
         for y in op.results[num_carry:]
     ]
-    consts = [_address(ctx, c) for c in op.operands[:num_consts]]
+    consts = [address(ctx, c) for c in op.operands[:num_consts]]
     arguments = consts + current + slices + following + ys
     step_lines.append(f"void *args[] = {{{', '.join(arguments) or '0'}}};")
     step_lines.append(f"{body_function}(args, {body_workspace});")

@@ -15,6 +15,7 @@ from ..context import StepCode, StepContext
 from ..kernels import Module
 from ..schedule import Level, Schedule
 from .calls import emit_copy, emit_custom_call
+from .control import emit_cond, emit_while
 from .dot import emit_dot
 from .group import emit_group
 from .loop import emit_loop
@@ -33,6 +34,8 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
     "copy": emit_copy,
     "scan": emit_scan,
     "sort": emit_sort,
+    "cond": emit_cond,
+    "while": emit_while,
 }
 
 

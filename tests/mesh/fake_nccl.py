@@ -28,9 +28,14 @@ def _wrap(x):
     return np.asarray(x).view(DeviceArray)
 
 
-def _contiguous(x):
-    """C order, 0-d kept 0-d (as CuPy; NumPy's ascontiguousarray makes it 1-d)."""
+def _asarray(x):
     return _wrap(np.asarray(x, order="C"))
+
+
+def _contiguous(x):
+    """C order and at least 1-d: CuPy's ascontiguousarray, like NumPy's, makes a 0-d array 1-d
+    (seen on the GPU machine with CuPy 14)."""
+    return _wrap(np.ascontiguousarray(x))
 
 
 def _stream():
@@ -38,7 +43,7 @@ def _stream():
 
 
 cupy = SimpleNamespace(
-    asarray=_contiguous,
+    asarray=_asarray,
     ascontiguousarray=_contiguous,
     empty=lambda shape, dtype: _wrap(np.full(shape, 7, dtype)),  # garbage, not zeros
     empty_like=lambda x: _wrap(np.full(x.shape, 7, x.dtype)),

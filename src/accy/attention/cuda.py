@@ -578,7 +578,8 @@ class Issuer:
         log.info("cuDNN attention %s %s: warming up", p.part, p.summary)
         previous = self.stream
         self.bind(stream.ptr)
-        self.issue(dst.data.ptr, tuple(b.data.ptr for b in buffers), scratch.data.ptr)
+        with stream:
+            self.issue(dst.data.ptr, tuple(b.data.ptr for b in buffers), scratch.data.ptr)
         stream.synchronize()
         self.stream = previous
         if previous:
@@ -586,9 +587,8 @@ class Issuer:
         log.info("cuDNN attention %s %s: warm-up ran", p.part, p.summary)
 
     def issue(self, dst: int, operands: Sequence[int], scratch: int) -> None:
-        """Enqueue the step: helper kernels and cuDNN's execution, on the bound stream."""
-        import cupy
-
+        """Enqueue the step: helper kernels and cuDNN's execution, on the bound stream, which
+        the caller has made CuPy's current stream too (the helper kernels launch there)."""
         cudnn = _cudnn()
         p = self.problem
         base = -(-scratch // ALIGN) * ALIGN
@@ -601,44 +601,43 @@ class Issuer:
         rows = p.b * p.h * p.tokens
         h = handle(0)
         cudnn.set_stream(h, self.stream)  # a no-op when `bind` set it already
-        with cupy.cuda.ExternalStream(self.stream):
-            if p.part == "forward":
-                pointers |= {"o": at["o"], "stats": at["stats"]}
-                self._execute(pointers, workspace, h)
-                items = rows * (p.dim + 1)
-                self.kernels["pack_forward"](
-                    (_blocks(items),),
-                    (BLOCK,),
-                    (_ptr(dst), _ptr(at["o"]), _ptr(at["stats"]), _i64(rows), _i32(p.dim)),
-                )
-                return
-            packed, dpacked = operands[-2:]
-            self.kernels["unpack_backward"](
-                (_blocks(rows),),
-                (BLOCK,),
-                (
-                    *(_ptr(at[n]) for n in ("o", "do", "stats")),
-                    _ptr(packed),
-                    _ptr(dpacked),
-                    _i64(rows),
-                    _i32(p.dim),
-                ),
-            )
-            pointers |= {n: at[n] for n in ("o", "do", "stats", "dq", "dk", "dv")}
+        if p.part == "forward":
+            pointers |= {"o": at["o"], "stats": at["stats"]}
             self._execute(pointers, workspace, h)
-            heads = p.b * p.h
-            items = heads * (p.tokens + p.keys) * 2 * p.dim
-            self.kernels["pack_backward"](
+            items = rows * (p.dim + 1)
+            self.kernels["pack_forward"](
                 (_blocks(items),),
                 (BLOCK,),
-                (
-                    *(_ptr(x) for x in (dst, at["dq"], at["dk"], at["dv"])),
-                    _i64(heads),
-                    _i64(p.tokens),
-                    _i64(p.keys),
-                    _i32(p.dim),
-                ),
+                (_ptr(dst), _ptr(at["o"]), _ptr(at["stats"]), _i64(rows), _i32(p.dim)),
             )
+            return
+        packed, dpacked = operands[-2:]
+        self.kernels["unpack_backward"](
+            (_blocks(rows),),
+            (BLOCK,),
+            (
+                *(_ptr(at[n]) for n in ("o", "do", "stats")),
+                _ptr(packed),
+                _ptr(dpacked),
+                _i64(rows),
+                _i32(p.dim),
+            ),
+        )
+        pointers |= {n: at[n] for n in ("o", "do", "stats", "dq", "dk", "dv")}
+        self._execute(pointers, workspace, h)
+        heads = p.b * p.h
+        items = heads * (p.tokens + p.keys) * 2 * p.dim
+        self.kernels["pack_backward"](
+            (_blocks(items),),
+            (BLOCK,),
+            (
+                *(_ptr(x) for x in (dst, at["dq"], at["dk"], at["dv"])),
+                _i64(heads),
+                _i64(p.tokens),
+                _i64(p.keys),
+                _i32(p.dim),
+            ),
+        )
 
     def _execute(self, pointers: dict[str, int], workspace: int, h: Any) -> None:
         # Keyed by uid (the frontend's own key; its tensors need not be hashable).

@@ -66,6 +66,12 @@ def unsigned_id(raw: Any) -> list[int]:
     return [int(b) % 256 for b in raw]
 
 
+def _contiguous(cupy: Any, x: Any) -> Any:
+    """`x` in C order with its shape: `ascontiguousarray` alone makes a 0-d array (a scalar
+    loss) 1-d, as NumPy's does."""
+    return cupy.ascontiguousarray(x).reshape(x.shape)
+
+
 def communicator(nccl: Any, size: int, unique_id: Sequence[int], rank: int) -> Any:
     """`nccl.NcclCommunicator(size, id, rank)` with the id in the form this CuPy takes: bytes
     (CuPy 14), else a tuple of signed chars (CuPy 13 and older refuse bytes with a TypeError,
@@ -181,7 +187,7 @@ class Distributed:
     # -- the collectives, on `stream` -----------------------------------------------------------
 
     def psum(self, x: Any, attrs, stream: Any, t: TensorType) -> Any:
-        x = self.cupy.ascontiguousarray(x)
+        x = _contiguous(self.cupy, x)
         out = self.cupy.empty_like(x)
         self.communicators[attrs["mesh_axis"]].allReduce(
             x.data.ptr, out.data.ptr, x.size, self.sum_type(t, "psum"), self.nccl.NCCL_SUM,
@@ -196,7 +202,7 @@ class Distributed:
         if len(items) == 1:
             x, attrs, t = items[0]
             return [self.psum(x, attrs, stream, t)]
-        operands = [self.cupy.ascontiguousarray(x) for x, _, _ in items]
+        operands = [_contiguous(self.cupy, x) for x, _, _ in items]
         outs = [self.cupy.empty_like(x) for x in operands]
         self.nccl.groupStart()
         try:
@@ -246,7 +252,7 @@ class Distributed:
     def ppermute(self, x: Any, attrs, stream: Any) -> Any:
         me = self.position(attrs["mesh_axis"])
         communicator = self.communicators[attrs["mesh_axis"]]
-        x = self.cupy.ascontiguousarray(x)
+        x = _contiguous(self.cupy, x)
         out = self.cupy.zeros_like(x)  # a device no one sends to gets zeros
         uint8 = self.nccl.NCCL_UINT8
         self.nccl.groupStart()

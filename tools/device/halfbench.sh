@@ -25,6 +25,8 @@ export ACCY_CACHE_DIR="$OUT/accy-cache"
 : > "$STEPS"
 step() {  # step NAME SECONDS COMMAND...: run under a timeout, log everything, keep going
   local name="$1" seconds="$2"
+  # HALFBENCH_STEPS="a b ...": run only the steps named there
+  if [ -n "${HALFBENCH_STEPS:-}" ] && [[ " $HALFBENCH_STEPS " != *" $name "* ]]; then return; fi
   shift 2
   echo "===== $name: $*" >> "$LOG"
   local start=$SECONDS

@@ -67,6 +67,7 @@ class Device:
             self.capture_stream = cupy.cuda.Stream(non_blocking=True)
             self._cublas_workspace = cupy.empty(WORKSPACE_BYTES, dtype=cupy.uint8)
             self.cublas = Cublas(self._cublas_workspace.data.ptr)
+        self.body_streams: list[Any] = []  # made by `body_stream`, outside any capture
 
     def body_stream(self, depth: int) -> Any:
         """The stream that captures the bodies of conditional nodes nested `depth` deep."""

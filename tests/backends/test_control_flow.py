@@ -15,7 +15,7 @@ import accy
 from accy import f32, i32, spec
 from accy.backends.cpu.source import translation_unit
 from accy.backends.cuda import compile_program
-from accy.backends.cuda.schedule import Conditional, SetCondition
+from accy.backends.cuda.schedule import Conditional, Gemm, SetCondition
 from accy.kernel import toolchain
 from accy.trace import define
 
@@ -244,6 +244,25 @@ def test_cuda_schedule_uses_conditional_nodes():
     # The schedule does not grow with the number of iterations (none is known here).
     grown = compile_program(define("grow", [spec(f32, lane=2), spec(f32)], _grow))
     assert sum(isinstance(a, Conditional) for a in grown.schedule.actions) == 1
+
+
+def test_cuda_contractions_inside_conditional_nodes_are_kernels_not_cublas():
+    # A cuBLAS dot product inside an IF node's body made the graph fail to instantiate on the
+    # H200 (cudaErrorInvalidValue); plain kernels are captured there. Outside, cuBLAS stays.
+    compiled = compile_program(define("branches", [spec(f32, lane=3)] * 2, _branches))
+
+    def gemms(actions):
+        for a in actions:
+            if isinstance(a, Conditional):
+                yield from gemms(a.body)
+            elif isinstance(a, Gemm):
+                yield a
+
+    assert list(gemms(compiled.schedule.actions)) == []
+    outside = compile_program(
+        define("dot", [spec(f32, lane=64)] * 2, lambda b, a: a[0].contract(a[1], "lane"))
+    )
+    assert any(isinstance(a, Gemm) for a in outside.schedule.actions)
 
 
 @needs_nvcc

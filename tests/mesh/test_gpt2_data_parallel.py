@@ -26,6 +26,10 @@ def test_gpt2_step_on_two_simulated_devices_matches_one():
     (a, _), (b, _) = flatten(one), flatten(two)
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
-        np.testing.assert_allclose(np.asarray(y.array), np.asarray(x.array), rtol=2e-4, atol=1e-6)
+        # Normwise: Adam divides by sqrt(v), so where a gradient is almost zero the update of
+        # an element moves by a good part of the learning rate on rounding differences alone
+        # (on the GPU host's CPU: 8.0e-7 against -6.0e-7 in an array of magnitude 1.2e-3).
+        got, want = np.asarray(y.array), np.asarray(x.array)
+        assert np.max(np.abs(got - want)) <= 2e-3 * np.max(np.abs(want)) + 1e-6
     steps = split_program(sharded.sharded(params, state, ids, targets).program)
     assert sum(isinstance(s, Segment) for s in steps) <= 4

@@ -51,8 +51,11 @@ class StepContext:
     plan: Plan
     index: int
     step: Step
-    emit_plan: Callable[[Module, Plan], StepCode]  # writes a nested plan (a scan's body)
+    emit_plan: Callable[..., StepCode]  # writes a nested plan: (module, plan, inside_conditional)
     scratch_used: int = 0
+    # In the body of a graph conditional node (cond, while_loop), where only plain kernels are
+    # sure to be captured: a cuBLAS dot product there made the graph fail to instantiate.
+    inside_conditional: bool = False
 
     def pointers(self) -> Pointers:
         """Fresh names for the step's stored values (one `Pointers` per kernel)."""

@@ -39,12 +39,17 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
 }
 
 
-def emit_plan(module: Module, plan: Plan) -> StepCode:
+def emit_plan(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:
     """The kernels of every step of `plan` (written once per plan), and the code that
-    schedules them in order."""
+    schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
+    conditional node."""
     if id(plan) not in module.plan_code:
         codes = [
-            STEP_EMITTERS[step.kind](StepContext(module, plan, index, step, emit_plan))
+            STEP_EMITTERS[step.kind](
+                StepContext(
+                    module, plan, index, step, emit_plan, inside_conditional=inside_conditional
+                )
+            )
             for index, step in enumerate(plan.steps)
         ]
 

@@ -43,6 +43,8 @@ LARGE_RESULT = 1 << 16
 
 def _by_cublas(ctx: StepContext) -> bool:
     op = ctx.step.op
+    if ctx.inside_conditional:  # see StepContext.inside_conditional: a kernel is captured there
+        return False
     same = op.type.dtype in BLAS_DTYPES and op.operand_types[0].dtype == op.type.dtype
     if not (same or is_half_gemm(op)):
         return False

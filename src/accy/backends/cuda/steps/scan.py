@@ -42,7 +42,7 @@ def emit_scan(ctx: StepContext) -> StepCode:
     program = ctx.plan.program
     length, axis = attrs["length"], attrs["axis"]
     num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
-    body = ctx.emit_plan(ctx.module, ctx.step.body)
+    body = ctx.emit_plan(ctx.module, ctx.step.body, ctx.inside_conditional)
     consts = op.operands[:num_consts]
     inits = op.operands[num_consts : num_consts + num_carry]
     xs = op.operands[num_consts + num_carry :]

@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` from 
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from bench.gpt2 import (  # noqa: E402
@@ -41,6 +40,7 @@ from bench.gpt2 import (  # noqa: E402
     decayed,
     initial_values,
     parameter_shapes,
+    torch_loss,
 )
 
 
@@ -57,21 +57,7 @@ class GPT2(torch.nn.Module):
         )
 
     def forward(self, ids, targets):
-        s, p = self.s, self.p
-        x = p["embed"][ids] + p["position"]
-        b, t = ids.shape
-        for i in range(s.layers):
-            h = F.layer_norm(x, (s.width,), p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
-            qkv = torch.einsum("btc,cphk->pbhtk", h, p[f"l{i}_qkv"])
-            qkv = qkv + p[f"l{i}_qkv_bias"][:, None, :, None, :]
-            mixed = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
-            x = x + torch.einsum("bhtk,hkc->btc", mixed, p[f"l{i}_proj"]) + p[f"l{i}_proj_bias"]
-            h = F.layer_norm(x, (s.width,), p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
-            u = F.gelu(h @ p[f"l{i}_fc"] + p[f"l{i}_fc_bias"], approximate="tanh")
-            x = x + u @ p[f"l{i}_out"] + p[f"l{i}_out_bias"]
-        x = F.layer_norm(x, (s.width,), p["final_gain"], p["final_bias"])
-        logits = x @ p["embed"].T
-        return F.cross_entropy(logits.float().view(b * t, -1), targets.view(-1))
+        return torch_loss(self.s, self.p, ids, targets)
 
 
 def main() -> None:

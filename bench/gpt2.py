@@ -332,9 +332,31 @@ def run_jax(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool =
 # -- PyTorch -------------------------------------------------------------------------------------
 
 
-def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+def torch_loss(s: Scale, p, ids, targets):
+    """The model's mean cross-entropy in PyTorch, over parameters `p` (a mapping of the names
+    of `parameter_shapes` to tensors); shared with bench/ddp_torch.py."""
     import torch
     import torch.nn.functional as F
+
+    x = p["embed"][ids] + p["position"]
+    b, t = ids.shape
+    for i in range(s.layers):
+        h = F.layer_norm(x, (s.width,), p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
+        qkv = torch.einsum("btc,cphk->pbhtk", h, p[f"l{i}_qkv"])
+        qkv = qkv + p[f"l{i}_qkv_bias"][:, None, :, None, :]
+        mixed = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        attended = torch.einsum("bhtk,hkc->btc", mixed, p[f"l{i}_proj"])
+        x = x + attended + p[f"l{i}_proj_bias"]
+        h = F.layer_norm(x, (s.width,), p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
+        u = F.gelu(h @ p[f"l{i}_fc"] + p[f"l{i}_fc_bias"], approximate="tanh")
+        x = x + u @ p[f"l{i}_out"] + p[f"l{i}_out_bias"]
+    x = F.layer_norm(x, (s.width,), p["final_gain"], p["final_bias"])
+    logits = x @ p["embed"].T
+    return F.cross_entropy(logits.float().view(b * t, -1), targets.view(-1))
+
+
+def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+    import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -355,22 +377,7 @@ def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool
     )
 
     def loss_fn(ids, targets):
-        p = params
-        x = p["embed"][ids] + p["position"]
-        b, t = ids.shape
-        for i in range(s.layers):
-            h = F.layer_norm(x, (s.width,), p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
-            qkv = torch.einsum("btc,cphk->pbhtk", h, p[f"l{i}_qkv"])
-            qkv = qkv + p[f"l{i}_qkv_bias"][:, None, :, None, :]
-            mixed = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
-            attended = torch.einsum("bhtk,hkc->btc", mixed, p[f"l{i}_proj"])
-            x = x + attended + p[f"l{i}_proj_bias"]
-            h = F.layer_norm(x, (s.width,), p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
-            u = F.gelu(h @ p[f"l{i}_fc"] + p[f"l{i}_fc_bias"], approximate="tanh")
-            x = x + u @ p[f"l{i}_out"] + p[f"l{i}_out_bias"]
-        x = F.layer_norm(x, (s.width,), p["final_gain"], p["final_bias"])
-        logits = x @ p["embed"].T
-        return F.cross_entropy(logits.view(b * t, -1), targets.view(-1))
+        return torch_loss(s, params, ids, targets)
 
     compiled_loss = torch.compile(loss_fn)
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bf16")

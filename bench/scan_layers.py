@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from bench.systems import missing
+
 LAYOUTS = ("scan", "unrolled")  # scan first: a time limit cuts the unrolled runs
 
 
@@ -130,14 +132,6 @@ def run_jax(layers: int, scan: bool, device: str, repeat: int) -> dict:
     return {"compile_s": compile_s, "step_s": sorted(times)[len(times) // 2], "loss": float(value)}
 
 
-def _jax_available() -> bool:
-    try:
-        import jax  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="12,48")
@@ -155,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         result.update(system=system, layers=int(layers), layout=layout, device=args.device)
         print(json.dumps(result))
         return 0
-    systems = [s for s in args.systems.split(",") if s == "accy" or _jax_available()]
+    systems = [s for s in args.systems.split(",") if s == "accy" or missing("jax") is None]
     results = []
     for layout in LAYOUTS:
         for layers in [int(n) for n in args.layers.split(",")]:

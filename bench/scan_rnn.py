@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 
+from bench.systems import missing
+
 CARRY = 256
 INPUT = 256
 
@@ -145,14 +147,6 @@ def worker(system: str, steps: int, remat: bool, device: str, repeat: int) -> di
     return result
 
 
-def _jax_available() -> bool:
-    try:
-        import jax  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default="64,1024,16384")
@@ -168,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         system, steps, remat = args.worker
         print(json.dumps(worker(system, int(steps), remat == "1", args.device, args.repeat)))
         return 0
-    systems = [s for s in args.systems.split(",") if s == "accy" or _jax_available()]
+    systems = [s for s in args.systems.split(",") if s == "accy" or missing("jax") is None]
     if "jax" in args.systems and "jax" not in systems:
         print("JAX is not importable here: measuring accy only", file=sys.stderr)
     remats = {"both": (False, True), "off": (False,), "on": (True,)}[args.remat]

@@ -13,6 +13,7 @@ from accy import bf16, f16, f32, f64
 from accy.attention import cuda as cudnn_attention
 from accy.attention.records import records_for
 from accy.attention.signature import Signature, check, packed_type
+from accy.kernel import toolchain
 
 from ..executors import cuda_device_or_skip
 
@@ -309,3 +310,14 @@ def test_a_library_step_is_scheduled_with_fixed_addresses_and_its_scratch():
     assert compiled.workspace_bytes - compiled.scratch_offset >= library.scratch.offset + 5000
     assert compiled.externals["fake_library"] is call
     assert all(isinstance(a, Launch) for a in compiled.schedule.actions if a is not library)
+
+
+@pytest.mark.skipif(
+    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
+)
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_the_helper_kernels_compile_after_the_cuda_dialect_prelude(dtype):
+    source = cudnn_attention.helper_source(dtype)
+    ptx = toolchain.ptx_with_nvcc(source, f"cuDNN attention helpers ({dtype})", arch="compute_90")
+    for kernel in ("pack_forward", "unpack_backward", "pack_backward"):
+        assert f".entry {kernel}(" in ptx

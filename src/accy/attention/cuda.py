@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, bf16, f16
 from ..kernel.call import KernelCall
 from .signature import Signature, check
@@ -429,20 +430,8 @@ def _build(p: Problem) -> Built:
 # -- the library step ------------------------------------------------------------------------------
 
 HELPERS = r"""
-typedef unsigned short u16;
-__device__ __forceinline__ float from_bf16(u16 x) { return __uint_as_float(((unsigned)x) << 16); }
-__device__ __forceinline__ u16 to_bf16(float x) {
-  unsigned u = __float_as_uint(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);  /* NaN stays NaN */
-  u += 0x7fffu + ((u >> 16) & 1u);  /* round to nearest even */
-  return (u16)(u >> 16);
-}
-__device__ __forceinline__ float from_f16(u16 x) {
-  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x)); return f;
-}
-__device__ __forceinline__ u16 to_f16(float x) {
-  u16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return h;
-}
+/* After the CUDA dialect's prelude, with FROM and TO defined as its 16-bit loads and stores. */
+typedef uint16_t u16;
 #define GRID_STRIDE(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (long long)gridDim.x * blockDim.x)
@@ -528,13 +517,29 @@ class CudnnAttention:
         return Issuer(self, built(self.problem))
 
 
+CONVERSIONS = {
+    "bf16": ("accy_bf16_load", "accy_bf16_store"),
+    "f16": ("accy_half_to_float", "accy_float_to_half"),
+}
+
+
+def helper_source(dtype: str) -> str:
+    """The CUDA C of the helper kernels for 16-bit `dtype` ("bf16" or "f16"): the shared CUDA
+    dialect's prelude (its conversions round to nearest even, as the reference does), then the
+    kernels.
+
+    >>> "pack_backward" in helper_source("bf16") and "accy_bf16_store" in helper_source("bf16")
+    True
+    """
+    load, store = CONVERSIONS[dtype]
+    return f"{CUDA.prelude}#define FROM {load}\n#define TO {store}\n{HELPERS}"
+
+
 @functools.cache
 def _helpers(dtype: str) -> Any:
     import cupy
 
-    convert = {"bf16": ("from_bf16", "to_bf16"), "f16": ("from_f16", "to_f16")}[dtype]
-    source = f"#define FROM {convert[0]}\n#define TO {convert[1]}\n{HELPERS}"
-    module = cupy.RawModule(code=source, options=("--std=c++14",))
+    module = cupy.RawModule(code=helper_source(dtype))
     names = ("pack_forward", "unpack_backward", "pack_backward")
     return {name: module.get_function(name) for name in names}
 

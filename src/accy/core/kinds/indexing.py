@@ -126,7 +126,9 @@ def _scatter_infer(types, attrs):
     return operand
 
 
-def _scatter_evaluate(attrs, args, ev):
+def _scatter_with(combine: np.ufunc, attrs, args, ev) -> np.ndarray:
+    """The operand with each update combined into the row its (clamped) index names, in index
+    order, by `combine.at` (np.add for scatter_add, COMBINES for scatter)."""
     operand, indices, updates = args
     position = ev.operand_types[0].position(attrs["axis"])
     result = operand.copy()
@@ -136,8 +138,13 @@ def _scatter_evaluate(attrs, args, ev):
     before = operand.shape[:position]
     after = operand.shape[position + 1 :]
     flat_updates = np.moveaxis(updates.reshape(before + (indices.size,) + after), position, 0)
-    np.add.at(rows, _clamped(indices, operand.shape[position]).ravel(), flat_updates)
+    with np.errstate(over="ignore", invalid="ignore"):
+        combine.at(rows, _clamped(indices, operand.shape[position]).ravel(), flat_updates)
     return result
+
+
+def _scatter_evaluate(attrs, args, ev):
+    return _scatter_with(np.add, attrs, args, ev)
 
 
 def _scatter_jvp(e, op, primals, tangents, out):
@@ -211,19 +218,7 @@ def _combine_infer(types, attrs):
 
 
 def _combine_evaluate(attrs, args, ev):
-    operand, indices, updates = args
-    position = ev.operand_types[0].position(attrs["axis"])
-    result = operand.copy()
-    if operand.shape[position] == 0 or indices.size == 0:
-        return result
-    rows = np.moveaxis(result, position, 0)
-    before = operand.shape[:position]
-    after = operand.shape[position + 1 :]
-    flat_updates = np.moveaxis(updates.reshape(before + (indices.size,) + after), position, 0)
-    combine = COMBINES[attrs["combine"]]
-    with np.errstate(over="ignore", invalid="ignore"):
-        combine.at(rows, _clamped(indices, operand.shape[position]).ravel(), flat_updates)
-    return result
+    return _scatter_with(COMBINES[attrs["combine"]], attrs, args, ev)
 
 
 def _extremal_jvp(e, op, primals, tangents, out):

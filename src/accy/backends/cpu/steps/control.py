@@ -9,7 +9,7 @@ their own (`Step.branches`), written by the same code as the entry point and a s
 from __future__ import annotations
 
 from .context import StepContext
-from .scan import address
+from .scan import address, double_buffered_carries
 
 
 def _call(function: str, arguments: list[str], workspace: str) -> list[str]:
@@ -49,14 +49,8 @@ def emit_while(ctx: StepContext) -> list[str]:
     workspace = ctx.scratch("char", "body")
     predicate = ctx.scratch("uint8_t", "predicate")
     consts = [address(ctx, c) for c in op.operands[:num_consts]]
-    lines, current, following = [], [], []
-    for i, (init, result) in enumerate(zip(op.operands[num_consts:], op.results, strict=True)):
-        nbytes = ctx.plan.program.type_of(result).nbytes
-        partner = ctx.scratch("char", f"carry{i}")
-        lines.append(f"memcpy({ctx.pointers[result]}, {address(ctx, init)}, {nbytes});")
-        lines.append(f"char *current{i} = (char *){ctx.pointers[result]}, *next{i} = {partner};")
-        current.append(f"current{i}")
-        following.append(f"next{i}")
+    carries = list(zip(op.operands[num_consts:], op.results, strict=True))
+    lines, current, following = double_buffered_carries(ctx, carries)
     loop = _call(condition, consts + current + [f"(char *){predicate}"], workspace)
     loop.append(f"if (!{predicate}[0]) break;")
     loop += _call(body, consts + current + following, workspace)

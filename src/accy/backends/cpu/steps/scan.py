@@ -16,6 +16,24 @@ def address(ctx: StepContext, value: int) -> str:
     return f"(char *)({pointer} + {view.offset})" if view.offset else f"(char *){pointer}"
 
 
+def double_buffered_carries(
+    ctx: StepContext, carries: list[tuple[int, int]]
+) -> tuple[list[str], list[str], list[str]]:
+    """For a loop's carries ((initial value, result) pairs): the C that copies each initial
+    value into the result's buffer and names two buffers per carry, `current{i}` (the result's)
+    and `next{i}` (scratch), which the loop swaps after each step; and those two lists of names.
+    """
+    lines, current, following = [], [], []
+    for i, (init, result) in enumerate(carries):
+        nbytes = ctx.plan.program.type_of(result).nbytes
+        partner = ctx.scratch("char", f"carry{i}")
+        lines.append(f"memcpy({ctx.pointers[result]}, {address(ctx, init)}, {nbytes});")
+        lines.append(f"char *current{i} = (char *){ctx.pointers[result]}, *next{i} = {partner};")
+        current.append(f"current{i}")
+        following.append(f"next{i}")
+    return lines, current, following
+
+
 def _slice_copy(ctx: StepContext, x: int, t: TensorType, axis: str, target: str) -> list[str]:
     """Copy step `s` of `x` along `axis` into the contiguous scratch `target`."""
     storage = GCC.c_type(t.dtype).storage
@@ -45,14 +63,7 @@ def emit_scan(ctx: StepContext) -> list[str]:
     body_workspace = ctx.scratch("char", "body")
     inits = op.operands[num_consts : num_consts + num_carry]
     carries = list(zip(inits, op.results[:num_carry], strict=True))
-    lines, current, following = [], [], []
-    for i, (init, result) in enumerate(carries):
-        nbytes = ctx.plan.program.type_of(result).nbytes
-        partner = ctx.scratch("char", f"carry{i}")
-        lines.append(f"memcpy({ctx.pointers[result]}, {address(ctx, init)}, {nbytes});")
-        lines.append(f"char *current{i} = (char *){ctx.pointers[result]}, *next{i} = {partner};")
-        current.append(f"current{i}")
-        following.append(f"next{i}")
+    lines, current, following = double_buffered_carries(ctx, carries)
     step_lines = []
     slices = []
     for i, (x, t) in enumerate(

@@ -322,7 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Train a small decoder-only transformer, written with named axes, to sort "
         "sequences of digits; report held-out accuracy and plot the loss curve.",
     )
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"training steps (default {DEFAULT_STEPS}, or the preset's)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of parameters and data")
     parser.add_argument(
         "--device",
@@ -352,7 +357,22 @@ def main(argv: list[str] | None = None) -> int:
         help="stack the layers' parameters along a 'layer' axis and run the layers as one scan "
         "(the traced program does not grow with depth); checkpoints hold stacked parameters",
     )
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="instead of the sorting task: GPT-2 over the bytes of the Python standard "
+        "library's source, 'gpt2-small' (the GPU job) or 'tiny' (a minute on the CPU)",
+    )
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="with --preset: stop after this wall time"
+    )
     arguments = parser.parse_args(argv)
+    if arguments.preset is not None:
+        return preset_main(parser, arguments)
+    if arguments.minutes is not None:
+        parser.error("--minutes needs --preset")
+    if arguments.steps is None:
+        arguments.steps = DEFAULT_STEPS
     for name in ("tqdm", "matplotlib"):  # checked now, not after training
         demo_dependency(name)
     if arguments.gpus < 1:
@@ -396,4 +416,32 @@ def main(argv: list[str] | None = None) -> int:
     plot_losses(state.losses, plot)
     print(f"loss curve: {plot}")
     print(f"checkpoint: {arguments.out / 'checkpoint.npz'}")
+    return 0
+
+
+def preset_main(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
+    """`accy demo --preset NAME`: see `demo/preset.py`."""
+    from .preset import preset_named, report, train_preset
+
+    preset_named(arguments.preset)  # a bad name is refused before anything else
+    for flag, unsupported in (
+        ("--resume", arguments.resume),
+        ("--scan-layers", arguments.scan_layers),
+        ("--gpus", arguments.gpus != 1),
+        ("--dtype f16", arguments.dtype == "f16"),
+    ):
+        if unsupported:
+            parser.error(f"{flag} is not supported with --preset")
+    for name in ("tqdm", "matplotlib"):
+        demo_dependency(name)
+    run = train_preset(
+        arguments.preset,
+        arguments.device,
+        arguments.out,
+        arguments.dtype,
+        arguments.steps,
+        arguments.minutes,
+        arguments.seed,
+    )
+    report(run, arguments.out)
     return 0

@@ -26,7 +26,7 @@ from .gpt2 import Config
 from .text import VOCAB, ByteText
 
 GPU_PEAK_FLOPS = 989e12  # the H100/H200 dense bf16 peak that bench/WORKLOADS.md uses
-PROMPT = b"def main():\n    "
+PROMPT = b"import os\n\n\ndef "
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,11 @@ def train_preset(
         ids, targets = text.batch(np.random.default_rng([seed, 0, run.steps]), c.batch, c.tokens)
         tick = time.perf_counter()
         value, params, state = model.step(
-            params, state, model.ids(ids), model.ids(targets), named(np.float32(rate), ())
+            params,
+            state,
+            model.ids(ids),
+            model.ids(targets),
+            named(np.float32(rate), (), device=device),
         )
         run.losses.append(float(value))  # waits for the step
         seconds = time.perf_counter() - tick

@@ -70,3 +70,26 @@ def test_the_gpt2_small_preset_is_gpt2_small_over_bytes():
     c = preset.PRESETS["gpt2-small"].config
     assert (c.layers, c.heads, c.head_dim, c.width, c.hidden) == (12, 12, 64, 768, 3072)
     assert (c.tokens, c.batch, c.vocab) == (1024, 8, 256)
+
+
+def test_minutes_stop_the_run_at_the_wall_time(tmp_path):
+    text = ByteText.load(max_bytes=200_000)
+    run = preset.train_preset(
+        "tiny", "cpu", tmp_path, steps=10**6, minutes=0.05, quiet=True, sample_bytes=2, text=text
+    )
+    assert 0 < run.steps < 10**6 and len(run.losses) == run.steps
+    assert run.held_out[-1][0] == run.steps
+
+
+def test_the_schedule_warms_up_then_decays_to_a_tenth():
+    tiny = preset.PRESETS["tiny"]
+    rates = [preset.learning_rate(tiny, s, s / 100) for s in range(101)]
+    assert rates[0] < rates[tiny.warmup - 1] == pytest.approx(tiny.learning_rate)
+    assert rates[-1] == pytest.approx(tiny.learning_rate / 10)
+    assert all(np.diff(rates[tiny.warmup :]) <= 0)
+
+
+def test_minutes_without_a_preset_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        accy_main(["demo", "--minutes", "1"])
+    assert "--minutes needs --preset" in capsys.readouterr().err

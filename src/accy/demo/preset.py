@@ -22,6 +22,7 @@ from ..errors import AccyError
 from ..frontend import jit, named
 from ..frontend.tracing import flatten
 from . import gpt2
+from .common import TrainingState, demo_dependency, host, save_checkpoint
 from .gpt2 import Config
 from .text import VOCAB, ByteText
 
@@ -134,13 +135,9 @@ class ByteModel:
             context = text[-window:]
             ids = np.zeros((1, window), np.int32)
             ids[0, : len(context)] = context  # causal: the padding after it is not seen
-            scores = _host(self.logits(params, self.ids(ids)).array)
+            scores = host(self.logits(params, self.ids(ids)).array)
             text.append(int(scores[0, len(context) - 1].argmax()))
         return bytes(text[len(prompt) :])
-
-
-def _host(array) -> np.ndarray:
-    return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
 def train_preset(
@@ -157,8 +154,6 @@ def train_preset(
 ) -> Run:
     """Train preset `name`, checkpointing to `out`; stops after `steps` (default the
     preset's) or `minutes` of wall time, whichever comes first."""
-    from .train import TrainingState, demo_dependency, save_checkpoint
-
     tqdm = demo_dependency("tqdm").tqdm
     preset = preset_named(name)
     c = preset.config
@@ -214,8 +209,8 @@ def train_preset(
     progress.close()
     if run.held_out[-1][0] != run.steps:
         run.held_out.append((run.steps, model.held_out_loss(params, held_batches)))
-    leaves = [_host(a.array) for a in flatten(params)[0]]
-    slots = [_host(a.array) for a in flatten(state)[0]]
+    leaves = [host(a.array) for a in flatten(params)[0]]
+    slots = [host(a.array) for a in flatten(state)[0]]
     save_checkpoint(out / "checkpoint.npz", TrainingState(run.steps, leaves, slots, run.losses))
     plot(run, out / "loss.png", name)
     run.sample = model.generate(params, PROMPT, sample_bytes)
@@ -224,8 +219,6 @@ def train_preset(
 
 def plot(run: Run, path: Path, name: str) -> None:
     """Training loss per step and held-out loss, in nats per byte."""
-    from .train import demo_dependency
-
     matplotlib = demo_dependency("matplotlib")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -9,22 +9,18 @@ inputs. Another jitted function gives the logits used to decode held-out samples
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
-import tempfile
 import time
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
 from .. import nn, optim
 from ..core.types import dtype_named, f32
-from ..errors import AccyError, RuntimeUnavailable
+from ..errors import AccyError
 from ..frontend import NamedArray, jit, named, value_and_grad
+from .common import TrainingState, demo_dependency, host, load_checkpoint, save_checkpoint
 from .data import VOCAB, SortingTask
 from .model import Config, initial_parameters, logits, loss, parameter_specs
 
@@ -32,70 +28,6 @@ DEFAULT_STEPS = 2000
 PEAK_LEARNING_RATE = 3e-3
 WARMUP = 100
 HELD_OUT_SEED_OFFSET = 1_000_003
-
-
-@dataclass
-class TrainingState:
-    step: int
-    parameters: list[np.ndarray]
-    optimizer_state: list[np.ndarray]
-    losses: list[float]
-
-
-def demo_dependency(name: str) -> ModuleType:
-    """Module `name` of the `demo` extra (tqdm, matplotlib), or an error saying how to get it."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        raise RuntimeUnavailable(
-            f"accy demo needs {name}, which is part of accy's 'demo' extra; install it with "
-            f"pip install 'accy[demo]'"
-        ) from None
-
-
-def host(array) -> np.ndarray:
-    """A NumPy array for `array`, copying it from the GPU when it lives there (CuPy)."""
-    return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
-def save_checkpoint(path: Path, state: TrainingState) -> None:
-    """Write the checkpoint atomically: a temporary file in the same folder, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {f"param_{i}": host(p) for i, p in enumerate(state.parameters)}
-    arrays |= {f"opt_{i}": host(s) for i, s in enumerate(state.optimizer_state)}
-    arrays["step"] = np.array(state.step)
-    arrays["losses"] = np.array(state.losses, np.float64)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            np.savez(file, **arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
-    """The state saved at `path`; a file that is not a whole checkpoint (empty, truncated,
-    corrupted, or from another model) is an `AccyError` that says how to start over."""
-    try:
-        # Opened here, not by np.load, which leaves the file open when the archive is damaged.
-        with open(path, "rb") as file, np.load(file) as data:
-            return TrainingState(
-                step=int(data["step"]),
-                parameters=[data[f"param_{i}"] for i in range(parameters)],
-                optimizer_state=[data[f"opt_{i}"] for i in range(slots)],
-                losses=[float(x) for x in data["losses"]],
-            )
-    # np.load reads the archive lazily: a damaged one fails in any of these, as any member is read.
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        raise AccyError(
-            f"cannot resume: the checkpoint at {path} is damaged or incomplete ({reason}); "
-            f"delete it to start over, or run without --resume (which overwrites it)"
-        ) from None
 
 
 def check_layout(state: TrainingState, specs: dict, path: Path) -> None:

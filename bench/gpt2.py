@@ -7,7 +7,8 @@ GPT-2 (loss, gradients, AdamW) in accy, JAX and PyTorch, each in a fresh process
     python -m bench.gpt2 --device cuda --json bench/results/gpt2-cuda.json
     python -m bench.gpt2 --device cuda --dtype bf16     # mixed precision (below)
 
-The model (same in the three systems): token embedding over a vocab padded to 50304, learned
+The model (same in the three systems; accy's is `accy.demo.gpt2`, shared with
+`accy demo --preset`): token embedding over a vocab padded to 50304, learned
 position embeddings, pre-LayerNorm blocks (causal attention with biases on the query/key/value
 and output projections, a GELU-tanh MLP 4x wide with biases), a final LayerNorm, logits by the
 token embedding (tied); loss = mean cross-entropy against integer next-token targets. AdamW:
@@ -45,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import statistics
@@ -53,94 +53,32 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
-LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 6e-4, 0.9, 0.95, 1e-8, 0.1
+from accy.demo.gpt2 import (  # the model, shared with `accy demo --preset`
+    BETA1,
+    BETA2,
+    EPS,
+    LR,
+    WEIGHT_DECAY,
+    decayed,
+    initial_values,
+    model_flops,
+    model_parameters,
+    parameter_shapes,
+)
+from accy.demo.gpt2 import Config as Scale
+
 GPU_PEAK_FLOPS = 989e12
-
-
-@dataclass(frozen=True)
-class Scale:
-    layers: int
-    heads: int
-    width: int
-    batch: int
-    tokens: int
-    vocab: int = 50304
-
-    @property
-    def head_dim(self) -> int:
-        return self.width // self.heads
-
-    @property
-    def hidden(self) -> int:
-        return 4 * self.width
-
 
 SCALES = {
     "cuda": Scale(layers=12, heads=12, width=768, batch=8, tokens=1024),
     "cpu": Scale(layers=4, heads=4, width=256, batch=4, tokens=256),
     "check": Scale(layers=2, heads=2, width=16, batch=2, tokens=8, vocab=64),
 }
-
-
-def parameter_shapes(s: Scale) -> dict[str, tuple[tuple[str, int], ...]]:
-    """Every parameter by name, as named axes (the layout is the order written)."""
-    c, h, k, f = ("channel", s.width), ("head", s.heads), ("dim", s.head_dim), ("hidden", s.hidden)
-    shapes = {"embed": (("vocab", s.vocab), c), "position": (("token", s.tokens), c)}
-    for i in range(s.layers):
-        shapes |= {
-            f"l{i}_ln1_gain": (c,),
-            f"l{i}_ln1_bias": (c,),
-            f"l{i}_qkv": (c, ("part", 3), h, k),
-            f"l{i}_qkv_bias": (("part", 3), h, k),
-            f"l{i}_proj": (h, k, c),
-            f"l{i}_proj_bias": (c,),
-            f"l{i}_ln2_gain": (c,),
-            f"l{i}_ln2_bias": (c,),
-            f"l{i}_fc": (c, f),
-            f"l{i}_fc_bias": (f,),
-            f"l{i}_out": (f, c),
-            f"l{i}_out_bias": (c,),
-        }
-    return shapes | {"final_gain": (c,), "final_bias": (c,)}
-
-
-def decayed(name: str, axes) -> bool:
-    """Weight decay applies to the matrices (rank >= 2), as nanoGPT: not to gains and biases."""
-    return len(axes) >= 2 and not name.endswith("_bias")
-
-
-def model_parameters(s: Scale) -> int:
-    """N of the FLOP formula: the parameters without the position embeddings."""
-    shapes = parameter_shapes(s)
-    return sum(math.prod(n for _, n in a) for name, a in shapes.items() if name != "position")
-
-
-def model_flops(s: Scale) -> float:
-    """6 N B T + 12 L B T^2 d (see the module doc)."""
-    tokens = s.batch * s.tokens
-    return 6.0 * model_parameters(s) * tokens + 12.0 * s.layers * s.batch * s.tokens**2 * s.width
-
-
-def initial_values(s: Scale, seed: int = 0) -> dict[str, np.ndarray]:
-    """GPT-2's initialisation: normal(0, 0.02) matrices, residual projections scaled by
-    1/sqrt(2 L), zero biases, unit gains."""
-    rng = np.random.default_rng(seed)
-    values = {}
-    for name, axes in parameter_shapes(s).items():
-        shape = tuple(n for _, n in axes)
-        if name.endswith("gain"):
-            values[name] = np.ones(shape, np.float32)
-        elif name.endswith("bias"):
-            values[name] = np.zeros(shape, np.float32)
-        else:
-            std = 0.02 / math.sqrt(2 * s.layers) if name.endswith(("_proj", "_out")) else 0.02
-            values[name] = (rng.standard_normal(shape) * std).astype(np.float32)
-    return values
 
 
 def batch(s: Scale, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -154,63 +92,18 @@ def batch(s: Scale, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
 
 
 def accy_loss(p: dict, ids, targets, s: Scale, policy=None, fused: bool = False):
-    """The mean next-token cross-entropy, in accy's named-axis API (traced by `accy.jit`).
-    With a mixed-precision `policy`, the logits are cast to its output dtype first; `fused`
-    computes attention with `nn.attention` instead of the composition."""
-    from accy import nn
+    """The mean next-token cross-entropy, in accy's named-axis API (`accy.demo.gpt2.loss`)."""
+    from accy.demo.gpt2 import loss
 
-    def norm(x, gain, bias):
-        return nn.layer_norm(x, "channel") * gain + bias
-
-    x = p["embed"].gather(ids, "vocab") + p["position"]
-    for i in range(s.layers):
-        h = norm(x, p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
-        qkv = h.contract(p[f"l{i}_qkv"], "channel") + p[f"l{i}_qkv_bias"]
-        q, k, v = (qkv.slice("part", j, j + 1, 1).sum("part") for j in range(3))
-        k, v = k.rename("token", "key"), v.rename("token", "key")
-        if fused:
-            mixed = nn.attention(q, k, v, causal=True)
-        else:
-            scores = q.contract(k, "dim") * (1.0 / math.sqrt(s.head_dim))
-            weights = nn.softmax(nn.causal_mask(scores, "token", "key"), "key")
-            mixed = weights.contract(v, "key")
-        x = x + mixed.contract(p[f"l{i}_proj"], ("head", "dim")) + p[f"l{i}_proj_bias"]
-        h = norm(x, p[f"l{i}_ln2_gain"], p[f"l{i}_ln2_bias"])
-        u = nn.gelu_tanh(h.contract(p[f"l{i}_fc"], "channel") + p[f"l{i}_fc_bias"])
-        x = x + u.contract(p[f"l{i}_out"], "hidden") + p[f"l{i}_out_bias"]
-    x = norm(x, p["final_gain"], p["final_bias"])
-    logits = x.contract(p["embed"], "channel")  # tied unembedding
-    if policy is not None:
-        logits = policy.cast_to_output(logits)
-    return nn.cross_entropy(logits, targets, "vocab").mean(("batch", "token"))
+    return loss(p, ids, targets, s, policy, fused)
 
 
 def accy_step(s: Scale, device: str, dtype: str = "f32", fused: bool = False):
     """`step(params, state, ids, targets) -> (loss, params, state)`: one jitted function; in
-    bf16 under `accy.nn.mixed_precision(f32, bf16, f32)`."""
-    import accy
+    bf16 under `accy.nn.mixed_precision(f32, bf16, f32)` (`accy.demo.gpt2.training_step`)."""
+    from accy.demo.gpt2 import training_step
 
-    decay = accy.optim.Adam(LR, BETA1, BETA2, EPS, WEIGHT_DECAY)
-    plain = accy.optim.Adam(LR, BETA1, BETA2, EPS, 0.0)
-    policy = accy.nn.mixed_precision(accy.f32, accy.bf16, accy.f32) if dtype == "bf16" else None
-
-    def step(params, state, ids, targets):
-        def loss_of(grouped):
-            merged = grouped["decay"] | grouped["plain"]
-            if policy is not None:
-                merged = policy.cast_to_compute(merged)
-            return accy_loss(merged, ids, targets, s, policy, fused)
-
-        loss, grads = accy.value_and_grad(loss_of)(params)
-        new_params, new_state = {}, {}
-        for group, optimizer in (("decay", decay), ("plain", plain)):
-            new_params[group], new_state[group] = optimizer.apply(
-                params[group], grads[group], state[group]
-            )
-        return loss, new_params, new_state
-
-    donate = (0, 1) if device == "cpu" else ()
-    return accy.jit(step, device=device, donate_argnums=donate)
+    return training_step(s, device, dtype, fused)
 
 
 def accy_inputs(s: Scale, device: str, seed: int = 0, dtype: str = "f32"):
@@ -218,15 +111,9 @@ def accy_inputs(s: Scale, device: str, seed: int = 0, dtype: str = "f32"):
     Parameters and state are f32 in every `dtype`: in bf16 they are the policy's f32 masters,
     cast to bf16 inside the step."""
     import accy
+    from accy.demo.gpt2 import initial_state
 
-    shapes = parameter_shapes(s)
-    groups: dict[str, dict] = {"decay": {}, "plain": {}}
-    for name, value in initial_values(s, seed).items():
-        axes = tuple(a for a, _ in shapes[name])
-        group = "decay" if decayed(name, shapes[name]) else "plain"
-        groups[group][name] = accy.named(value, axes, device=device)
-    decay = accy.optim.Adam(LR, BETA1, BETA2, EPS, WEIGHT_DECAY)
-    state = {g: decay.init(groups[g]) for g in groups}
+    groups, state = initial_state(s, device, seed)
     ids, targets = batch(s)
     return (
         groups,

@@ -9,22 +9,18 @@ inputs. Another jitted function gives the logits used to decode held-out samples
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
-import tempfile
 import time
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
 from .. import nn, optim
 from ..core.types import dtype_named, f32
-from ..errors import AccyError, RuntimeUnavailable
+from ..errors import AccyError
 from ..frontend import NamedArray, jit, named, value_and_grad
+from .common import TrainingState, demo_dependency, host, load_checkpoint, save_checkpoint
 from .data import VOCAB, SortingTask
 from .model import Config, initial_parameters, logits, loss, parameter_specs
 
@@ -32,70 +28,6 @@ DEFAULT_STEPS = 2000
 PEAK_LEARNING_RATE = 3e-3
 WARMUP = 100
 HELD_OUT_SEED_OFFSET = 1_000_003
-
-
-@dataclass
-class TrainingState:
-    step: int
-    parameters: list[np.ndarray]
-    optimizer_state: list[np.ndarray]
-    losses: list[float]
-
-
-def demo_dependency(name: str) -> ModuleType:
-    """Module `name` of the `demo` extra (tqdm, matplotlib), or an error saying how to get it."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        raise RuntimeUnavailable(
-            f"accy demo needs {name}, which is part of accy's 'demo' extra; install it with "
-            f"pip install 'accy[demo]'"
-        ) from None
-
-
-def host(array) -> np.ndarray:
-    """A NumPy array for `array`, copying it from the GPU when it lives there (CuPy)."""
-    return array.get() if hasattr(array, "get") else np.asarray(array)
-
-
-def save_checkpoint(path: Path, state: TrainingState) -> None:
-    """Write the checkpoint atomically: a temporary file in the same folder, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {f"param_{i}": host(p) for i, p in enumerate(state.parameters)}
-    arrays |= {f"opt_{i}": host(s) for i, s in enumerate(state.optimizer_state)}
-    arrays["step"] = np.array(state.step)
-    arrays["losses"] = np.array(state.losses, np.float64)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            np.savez(file, **arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
-def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
-    """The state saved at `path`; a file that is not a whole checkpoint (empty, truncated,
-    corrupted, or from another model) is an `AccyError` that says how to start over."""
-    try:
-        # Opened here, not by np.load, which leaves the file open when the archive is damaged.
-        with open(path, "rb") as file, np.load(file) as data:
-            return TrainingState(
-                step=int(data["step"]),
-                parameters=[data[f"param_{i}"] for i in range(parameters)],
-                optimizer_state=[data[f"opt_{i}"] for i in range(slots)],
-                losses=[float(x) for x in data["losses"]],
-            )
-    # np.load reads the archive lazily: a damaged one fails in any of these, as any member is read.
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        raise AccyError(
-            f"cannot resume: the checkpoint at {path} is damaged or incomplete ({reason}); "
-            f"delete it to start over, or run without --resume (which overwrites it)"
-        ) from None
 
 
 def check_layout(state: TrainingState, specs: dict, path: Path) -> None:
@@ -322,7 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Train a small decoder-only transformer, written with named axes, to sort "
         "sequences of digits; report held-out accuracy and plot the loss curve.",
     )
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="training steps")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help=f"training steps (default {DEFAULT_STEPS}, or the preset's)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of parameters and data")
     parser.add_argument(
         "--device",
@@ -352,7 +289,22 @@ def main(argv: list[str] | None = None) -> int:
         help="stack the layers' parameters along a 'layer' axis and run the layers as one scan "
         "(the traced program does not grow with depth); checkpoints hold stacked parameters",
     )
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="instead of the sorting task: GPT-2 over the bytes of the Python standard "
+        "library's source, 'gpt2-small' (the GPU job) or 'tiny' (a minute on the CPU)",
+    )
+    parser.add_argument(
+        "--minutes", type=float, default=None, help="with --preset: stop after this wall time"
+    )
     arguments = parser.parse_args(argv)
+    if arguments.preset is not None:
+        return preset_main(parser, arguments)
+    if arguments.minutes is not None:
+        parser.error("--minutes needs --preset")
+    if arguments.steps is None:
+        arguments.steps = DEFAULT_STEPS
     for name in ("tqdm", "matplotlib"):  # checked now, not after training
         demo_dependency(name)
     if arguments.gpus < 1:
@@ -396,4 +348,32 @@ def main(argv: list[str] | None = None) -> int:
     plot_losses(state.losses, plot)
     print(f"loss curve: {plot}")
     print(f"checkpoint: {arguments.out / 'checkpoint.npz'}")
+    return 0
+
+
+def preset_main(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
+    """`accy demo --preset NAME`: see `demo/preset.py`."""
+    from .preset import preset_named, report, train_preset
+
+    preset_named(arguments.preset)  # a bad name is refused before anything else
+    for flag, unsupported in (
+        ("--resume", arguments.resume),
+        ("--scan-layers", arguments.scan_layers),
+        ("--gpus", arguments.gpus != 1),
+        ("--dtype f16", arguments.dtype == "f16"),
+    ):
+        if unsupported:
+            parser.error(f"{flag} is not supported with --preset")
+    for name in ("tqdm", "matplotlib"):
+        demo_dependency(name)
+    run = train_preset(
+        arguments.preset,
+        arguments.device,
+        arguments.out,
+        arguments.dtype,
+        arguments.steps,
+        arguments.minutes,
+        arguments.seed,
+    )
+    report(run, arguments.out)
     return 0

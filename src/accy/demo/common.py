@@ -1,0 +1,80 @@
+"""What both demos share: the optional dependencies, host copies of device arrays, and
+checkpoints written atomically and read back with a clear error when damaged."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+
+from ..errors import AccyError, RuntimeUnavailable
+
+
+@dataclass
+class TrainingState:
+    step: int
+    parameters: list[np.ndarray]
+    optimizer_state: list[np.ndarray]
+    losses: list[float]
+
+
+def demo_dependency(name: str) -> ModuleType:
+    """Module `name` of the `demo` extra (tqdm, matplotlib), or an error saying how to get it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise RuntimeUnavailable(
+            f"accy demo needs {name}, which is part of accy's 'demo' extra; install it with "
+            f"pip install 'accy[demo]'"
+        ) from None
+
+
+def host(array) -> np.ndarray:
+    """A NumPy array for `array`, copying it from the GPU when it lives there (CuPy)."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def save_checkpoint(path: Path, state: TrainingState) -> None:
+    """Write the checkpoint atomically: a temporary file in the same folder, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"param_{i}": host(p) for i, p in enumerate(state.parameters)}
+    arrays |= {f"opt_{i}": host(s) for i, s in enumerate(state.optimizer_state)}
+    arrays["step"] = np.array(state.step)
+    arrays["losses"] = np.array(state.losses, np.float64)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            np.savez(file, **arrays)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
+    """The state saved at `path`; a file that is not a whole checkpoint (empty, truncated,
+    corrupted, or from another model) is an `AccyError` that says how to start over."""
+    try:
+        # Opened here, not by np.load, which leaves the file open when the archive is damaged.
+        with open(path, "rb") as file, np.load(file) as data:
+            return TrainingState(
+                step=int(data["step"]),
+                parameters=[data[f"param_{i}"] for i in range(parameters)],
+                optimizer_state=[data[f"opt_{i}"] for i in range(slots)],
+                losses=[float(x) for x in data["losses"]],
+            )
+    # np.load reads the archive lazily: a damaged one fails in any of these, as any member is read.
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
+        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        raise AccyError(
+            f"cannot resume: the checkpoint at {path} is damaged or incomplete ({reason}); "
+            f"delete it to start over, or run without --resume (which overwrites it)"
+        ) from None

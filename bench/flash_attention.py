@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,8 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+
+from bench.measure import run_captured
 
 SYSTEMS = ("accy", "accy-composition", "jax", "jax-cudnn", "torch")
 GPU_ONLY = ("jax-cudnn",)
@@ -303,10 +304,7 @@ def shared_flags(a: argparse.Namespace) -> list[str]:
 def spawn(a: argparse.Namespace, system: str, save: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "bench.flash_attention", *shared_flags(a)]
     command += ["--system", system, "--save", str(save)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=a.timeout)
-    except subprocess.TimeoutExpired:
-        return {"system": system, "status": f"failed: took more than {a.timeout:g} s"}
+    done = run_captured(command, a.timeout)
     lines = done.stdout.strip().splitlines()
     if done.returncode == 0 and lines:
         return json.loads(lines[-1])

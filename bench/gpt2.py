@@ -49,7 +49,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +70,7 @@ from accy.demo.gpt2 import (  # the model, shared with `accy demo --preset`
     parameter_shapes,
 )
 from accy.demo.gpt2 import Config as Scale
+from bench.measure import run_captured
 
 GPU_PEAK_FLOPS = 989e12
 
@@ -416,12 +416,7 @@ def _spawn(system: str, args: argparse.Namespace, scale: str, steps: int, cache:
     command = [sys.executable, "-m", "bench.gpt2", "--worker", system, "--scale", scale]
     command += ["--device", args.device, "--steps", str(steps), "--dtype", args.dtype]
     command += ["--accy-attention", args.accy_attention]
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, env=env, timeout=args.timeout
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": [f"took more than {args.timeout:g} s (--timeout)"]}
+    done = run_captured(command, args.timeout, env)
     if done.returncode != 0:
         return {
             "error": done.stderr.strip().splitlines()[-1:] or ["failed"],

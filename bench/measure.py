@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import resource
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,27 @@ class Timing:
     q3_s: float
     repeats: int
     warmup_steps: int
+
+
+def run_captured(
+    command: list[str], timeout_s: float | None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run a bench script's worker process, its output captured as text. One that outruns
+    `timeout_s` is stopped and comes back with return code -1 and "took more than N s (--timeout)"
+    as its stderr, so that callers handle one kind of failure.
+
+    >>> import sys
+    >>> run_captured([sys.executable, "-c", "print(6 * 7)"], 60).stdout.strip()
+    '42'
+    """
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, env=env, check=False, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(
+            command, -1, "", f"took more than {timeout_s:g} s (--timeout)"
+        )
 
 
 def repeats_for(step_s: float, budget_s: float) -> int:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
+from bench.measure import run_captured
 from bench.systems import missing
 
 LAYOUTS = ("scan", "unrolled")  # scan first: a time limit cuts the unrolled runs
@@ -158,17 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 command += ["--repeat", str(args.repeat), "--worker", system, str(layers), layout]
                 with tempfile.TemporaryDirectory() as cache:
                     environment = dict(os.environ, ACCY_CACHE_DIR=cache)
-                    try:
-                        done = subprocess.run(
-                            command,
-                            capture_output=True,
-                            text=True,
-                            env=environment,
-                            check=False,
-                            timeout=args.timeout,
-                        )
-                    except subprocess.TimeoutExpired:
-                        done = subprocess.CompletedProcess(command, -1, "", "timed out")
+                    done = run_captured(command, args.timeout, environment)
                 if done.returncode != 0:
                     print(f"{system} layers={layers} {layout}: {done.stderr[-1500:]}", flush=True)
                     results.append(dict(system=system, layers=layers, layout=layout, error=True))

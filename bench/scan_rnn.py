@@ -22,11 +22,11 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 
+from bench.measure import run_captured
 from bench.systems import missing
 
 CARRY = 256
@@ -175,17 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                     command = [sys.executable, "-m", "bench.scan_rnn", "--device", args.device]
                     command += ["--repeat", str(args.repeat)]
                     command += ["--worker", system, str(steps), "1" if remat else "0"]
-                    try:
-                        done = subprocess.run(
-                            command,
-                            capture_output=True,
-                            text=True,
-                            env=environment,
-                            check=False,
-                            timeout=args.timeout,
-                        )
-                    except subprocess.TimeoutExpired:
-                        done = subprocess.CompletedProcess(command, -1, "", "timed out")
+                    done = run_captured(command, args.timeout, environment)
                 if done.returncode != 0:
                     print(done.stderr, file=sys.stderr)
                     results.append(

@@ -15,6 +15,7 @@ import pytest
 
 import accy
 from accy.core.builder import Builder
+from accy.core.kinds.control import CUSTOM_CALLS
 
 _checking = threading.local()
 
@@ -42,6 +43,16 @@ def private_cache_dir(tmp_path_factory):
     patch.setenv("ACCY_CACHE_DIR", str(tmp_path_factory.mktemp("accy-cache")))
     yield
     patch.undo()
+
+
+@pytest.fixture(autouse=True)
+def restore_custom_call_table():
+    """Every test leaves the process-wide custom-call table as it found it: records declared
+    (or registered by nn.attention as it traces) in one test never leak into another."""
+    saved = dict(CUSTOM_CALLS)
+    yield
+    CUSTOM_CALLS.clear()
+    CUSTOM_CALLS.update(saved)
 
 
 @pytest.fixture(autouse=True)

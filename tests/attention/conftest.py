@@ -1,19 +1,9 @@
-"""Fixtures of the attention tests: each test leaves the process-wide custom-call table as it
-found it (attention registers its records as it traces)."""
+"""Fixtures of the attention tests (the custom-call table is restored after each test by the
+root conftest)."""
 
 from __future__ import annotations
 
 import pytest
-
-from accy.core.kinds.control import CUSTOM_CALLS
-
-
-@pytest.fixture(autouse=True)
-def restore_custom_call_table():
-    saved = dict(CUSTOM_CALLS)
-    yield
-    CUSTOM_CALLS.clear()
-    CUSTOM_CALLS.update(saved)
 
 
 @pytest.fixture(autouse=True)

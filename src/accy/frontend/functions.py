@@ -232,18 +232,7 @@ def _argnums_tuple(transform: str, argnums: Any) -> tuple[int, ...]:
 
 def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[Any, Any]:
     """(loss, aux) from what the function returned, checked."""
-    if has_aux:
-        if not isinstance(output, tuple | list) or len(output) != 2:
-            got = f"a {type(output).__name__}" + (
-                f" of length {len(output)}" if isinstance(output, tuple | list) else ""
-            )
-            raise TransformError(
-                f"accy.{transform}(..., has_aux=True): the function must return a pair "
-                f"(value, aux), got {got}"
-            )
-        loss, aux = output
-    else:
-        loss, aux = output, None
+    loss, aux = _aux_pair(transform, output, "value") if has_aux else (output, None)
     if not isinstance(loss, Value | NamedArray):
         hint = " (with has_aux=True, return (value, aux))" if not has_aux else ""
         raise TransformError(
@@ -420,15 +409,16 @@ def _float_leaves(leaves: Sequence[Any]) -> list[int]:
     return [i for i, leaf in enumerate(leaves) if leaf.ty.dtype.is_float]
 
 
-def _aux_pair(transform: str, output: Any) -> tuple[Any, Any]:
-    """`(out, aux)` from what a `has_aux=True` function returned, checked to be a pair."""
+def _aux_pair(transform: str, output: Any, first: str = "output") -> tuple[Any, Any]:
+    """`(out, aux)` from what a `has_aux=True` function returned, checked to be a pair (`first`
+    names its first element in the error)."""
     if not isinstance(output, tuple | list) or len(output) != 2:
         got = f"a {type(output).__name__}" + (
             f" of length {len(output)}" if isinstance(output, tuple | list) else ""
         )
         raise TransformError(
             f"accy.{transform}(..., has_aux=True): the function must return a pair "
-            f"(output, aux), got {got}"
+            f"({first}, aux), got {got}"
         )
     return tuple(output)
 

@@ -114,16 +114,21 @@ register(
 )
 
 
-def _scatter_infer(types, attrs):
-    check_arity("scatter_add", types, 3)
+def _check_updates(kind: str, types, attrs) -> None:
+    """A scatter's updates must have the type gather would give for its operand and indices."""
     operand, indices, updates = types
-    expected = gathered_type("scatter_add", operand, indices, attr("scatter_add", attrs, "axis"))
+    expected = gathered_type(kind, operand, indices, attr(kind, attrs, "axis"))
     if updates != expected:
         raise AxisError(
-            f"scatter_add: updates must have type {expected} (what gather would give for the "
+            f"{kind}: updates must have type {expected} (what gather would give for the "
             f"operand {operand} and indices {indices}), got {updates}"
         )
-    return operand
+
+
+def _scatter_infer(types, attrs):
+    check_arity("scatter_add", types, 3)
+    _check_updates("scatter_add", types, attrs)
+    return types[0]
 
 
 def _scatter_with(combine: np.ufunc, attrs, args, ev) -> np.ndarray:
@@ -205,13 +210,8 @@ def _combine_infer(types, attrs):
             f"scatter: combine {combine!r} is not one of {', '.join(COMBINES)} "
             f"(adding is the kind scatter_add)"
         )
-    operand, indices, updates = types
-    expected = gathered_type("scatter", operand, indices, attr("scatter", attrs, "axis"))
-    if updates != expected:
-        raise AxisError(
-            f"scatter: updates must have type {expected} (what gather would give for the "
-            f"operand {operand} and indices {indices}), got {updates}"
-        )
+    _check_updates("scatter", types, attrs)
+    operand = types[0]
     if combine == "mul" and operand.dtype == bool_:
         raise DTypeError("scatter: combine 'mul' needs a numeric operand, got bool; use 'min'")
     return operand

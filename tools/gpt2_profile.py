@@ -1,0 +1,91 @@
+"""Where does the GPT-2 training step's GPU time go? Builds the step of `bench.gpt2` (the GPU
+scale, GPT-2 small, 8 x 1024) as `accy.jit` traces it, compiles it for CUDA, and times each
+action of its schedule alone (`CudaFragment.profile`): totals per category (GEMMs with their
+achieved TFLOP/s, generated kernels, library steps such as cuDNN attention), then the slowest
+actions.
+
+    PYTHONPATH=src python3 tools/gpt2_profile.py [--dtype bf16] [--attention fused] [--top 25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import defaultdict
+
+import cupy
+import numpy as np
+
+sys.path.insert(0, ".")
+from accy.backends.cuda.compile import compile_program  # noqa: E402
+from accy.backends.cuda.runtime import load  # noqa: E402
+from bench.gpt2 import SCALES, accy_inputs, accy_step  # noqa: E402
+
+GEMM = re.compile(r"gemm (\d+)x(\d+)x(\d+) batch (\d+)")
+
+
+def traced_program(dtype: str, fused: bool):
+    """The step's program, as the first call of the jitted step builds it."""
+    scale = SCALES["cuda"]
+    step = accy_step(scale, "cuda", dtype, fused)
+    step(*accy_inputs(scale, "cuda", dtype=dtype))
+    (staged,) = step._staged.values()
+    (entry,) = staged.cache.values()
+    return entry.program
+
+
+def random_buffers(program) -> list:
+    buffers = []
+    for t in (*program.parameter_types, *program.output_types):
+        dtype = t.dtype.numpy
+        if np.issubdtype(dtype, np.integer):
+            buffers.append(cupy.zeros(t.extents, dtype=dtype))
+        else:
+            buffers.append((cupy.random.standard_normal(t.extents) * 0.02).astype(dtype))
+    return buffers
+
+
+def category(what: str) -> str:
+    if what.startswith("gemm"):
+        return "gemm"
+    if what.startswith("library"):
+        return "library"
+    return "kernel"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
+    parser.add_argument("--attention", default="composition", choices=("composition", "fused"))
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args()
+    program = traced_program(args.dtype, args.attention == "fused")
+    start = time.perf_counter()
+    fragment = load(compile_program(program))
+    seconds = time.perf_counter() - start
+    print(f"compile + load: {seconds:.1f} s; {len(program.operations)} operations")
+    buffers = random_buffers(program)
+    actions = fragment.profile([b.data.ptr for b in buffers], repeats=5)
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0])
+    for what, ms in actions:
+        total = totals[category(what)]
+        total[0] += ms
+        total[1] += 1
+        match = GEMM.match(what)
+        if match:
+            m, n, k, b = map(int, match.groups())
+            total[2] += 2.0 * m * n * k * b
+    whole = sum(ms for _, ms in actions)
+    print(f"== gpt2 {args.dtype}, attention {args.attention}: {whole:.2f} ms")
+    for name, (ms, count, flops) in sorted(totals.items(), key=lambda item: -item[1][0]):
+        rate = f", {flops / ms / 1e9:.0f} TFLOP/s" if flops else ""
+        print(f"  {name:8s} {ms:8.2f} ms in {count:4d} actions{rate}")
+    print("-- slowest actions")
+    for what, ms in sorted(actions, key=lambda item: -item[1])[: args.top]:
+        print(f"  {ms * 1e3:8.1f} us  {what[:150]}")
+
+
+if __name__ == "__main__":
+    main()

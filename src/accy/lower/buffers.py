@@ -140,7 +140,7 @@ def donation_aliases(plan: Any, donated: Sequence[int]) -> dict[int, int]:
             step = plan.steps[writer[value]]
             if read < writer[value] or (
                 read == writer[value]
-                and _reads_in_place(step, source, value, program.type_of(value).named_extents)
+                and reads_in_place(step, source, value, program.type_of(value).named_extents)
             ):
                 aliases[position] = input_index
                 free.remove(input_index)
@@ -148,7 +148,7 @@ def donation_aliases(plan: Any, donated: Sequence[int]) -> dict[int, int]:
     return aliases
 
 
-def _reads_in_place(step: Any, source: int, value: int, extents: tuple) -> bool:
+def reads_in_place(step: Any, source: int, value: int, extents: tuple) -> bool:
     """Whether flat loop `step` reads `source` only at the element of `value` it writes, and
     reads it before that element is stored (see `donation_aliases`)."""
     if step.kind not in ("loop", "group"):

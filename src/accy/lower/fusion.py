@@ -144,8 +144,10 @@ class Fusion:
         self.decision[value] = STORED
 
 
-def decide(program: Program) -> Fusion:
+def decide(program: Program, recompute_transcendentals: bool = False) -> Fusion:
     """Walk `program` backwards and decide, for every value, where it lives.
+    `recompute_transcendentals`: treat transcendental unaries as light when several steps
+    need them element by element (`accy.lower.target.Target`).
 
     >>> import accy
     >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=3)], lambda b, a: a[0].exp().sum("n"))
@@ -164,7 +166,7 @@ def decide(program: Program) -> Fusion:
     outputs = set(program.outputs)
     for index in reversed(range(len(program.operations))):
         op = program.operations[index]
-        decision = _decide_op(op, index, needs, outputs)
+        decision = _decide_op(op, index, needs, outputs, recompute_transcendentals)
         own_depth = max((depth.get(v, 0) for v in op.results), default=0)
         if decision == INLINE and op.operands and own_depth >= _depth_limit(op):
             decision = STORED
@@ -183,7 +185,13 @@ def _depth_limit(op: Operation) -> int:
     return 2 * MAX_INLINE_DEPTH if op.kind in CHEAP_KINDS else MAX_INLINE_DEPTH
 
 
-def _decide_op(op: Operation, index: int, needs: dict[int, set[Need]], outputs: set[int]) -> str:
+def _decide_op(
+    op: Operation,
+    index: int,
+    needs: dict[int, set[Need]],
+    outputs: set[int],
+    recompute_transcendentals: bool,
+) -> str:
     if op.kind == "parameter":
         return INPUT
     wanted = set().union(*(needs.get(v, set()) for v in op.results))
@@ -201,7 +209,8 @@ def _decide_op(op: Operation, index: int, needs: dict[int, set[Need]], outputs: 
         return INLINE
     if "expanding" in modes and not is_light(op):
         return STORED
-    if len(steps) > 1 and not (is_light(op) and len(steps) <= LIGHT_RECOMPUTE_STEPS):
+    recomputed = is_light(op) or recompute_transcendentals and op.kind == "unary"
+    if len(steps) > 1 and not (recomputed and len(steps) <= LIGHT_RECOMPUTE_STEPS):
         return STORED
     return INLINE
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from ..core import Operation, Program
 from ..core.types import HALF_FLOATS, TensorType, bf16, f32, f64
 from . import fusion
-from .buffers import Lifetime, place
+from .buffers import Lifetime, place, reads_in_place
 from .contraction import Gemm, gemm_layout
 from .grouping import FlatCheck, consecutive_groups
 from .reduction import reduce_layout
+from .target import CPU, Target
 from .views import StridedView, view_of_stored, view_through
 
 STEP_KINDS = {
@@ -90,6 +91,9 @@ class Plan:
     producers: Mapping[int, Operation]
     scratch_offsets: Mapping[tuple[int, str], int] = field(default_factory=dict)
     workspace_bytes: int = 0
+    # Values that share a buffer with another value of the same step (a result written in place
+    # of an input it reads element for element): their pointers may not be `restrict`.
+    in_place: frozenset[int] = frozenset()
 
     def is_stored(self, value: int) -> bool:
         return value in self.slots
@@ -105,8 +109,9 @@ class Plan:
         return self.scratch_offsets[(step, name)]
 
 
-def build_plan(program: Program) -> Plan:
-    """Plan `program`: which work is fused into which loop, and where every buffer lives.
+def build_plan(program: Program, target: Target = CPU) -> Plan:
+    """Plan `program` for `target`: which work is fused into which loop, and where every buffer
+    lives.
 
     >>> import accy
     >>> from accy.lower import build_plan
@@ -114,19 +119,20 @@ def build_plan(program: Program) -> Plan:
     >>> [step.kind for step in build_plan(p).steps]
     ['loop']
     """
-    decisions = fusion.decide(program)
+    decisions = fusion.decide(program, target.recomputes_transcendentals)
     views = _views_for_buffer_consumers(decisions)
-    steps, internal = _group(program, _steps(decisions, views), decisions, views)
+    steps = _hoist_reductions(_steps(decisions, views, target))
+    steps, internal = _group(program, steps, decisions, views)
     views = {v: view for v, view in views.items() if view.base not in internal}
     slots, outputs = _slots(program, steps)
-    offsets, workspace = _place_workspace(program, steps, slots)
+    offsets, workspace, reuses = _place_workspace(program, steps, slots)
     for key, offset in offsets.items():
         if isinstance(key, int):
             slots[key] = Slot("workspace", offset, program.type_of(key))
     scratch = {key: offset for key, offset in offsets.items() if isinstance(key, tuple)}
-    return Plan(
-        program, tuple(steps), slots, outputs, views, decisions.producer, scratch, workspace
-    )
+    shared = frozenset(reuses) | frozenset(reuses.values())
+    producers = decisions.producer
+    return Plan(program, tuple(steps), slots, outputs, views, producers, scratch, workspace, shared)
 
 
 # views ---------------------------------------------------------------------------------------
@@ -202,7 +208,7 @@ def _reads_and_fused(decisions: fusion.Fusion, op: Operation):
     return tuple(sorted(reads)), tuple(ordered)
 
 
-def _steps(decisions: fusion.Fusion, views) -> list[Step]:
+def _steps(decisions: fusion.Fusion, views, target: Target) -> list[Step]:
     program = decisions.program
     steps = []
     for op in program.operations:
@@ -210,10 +216,10 @@ def _steps(decisions: fusion.Fusion, views) -> list[Step]:
             continue
         reads, fused = _reads_and_fused(decisions, op)
         kind = STEP_KINDS.get(op.kind, "loop")
-        body = build_plan(op.attrs["body"]) if kind == "scan" else None
-        branches = tuple(build_plan(op.attrs[name]) for name in BRANCHES.get(kind, ()))
+        body = build_plan(op.attrs["body"], target) if kind == "scan" else None
+        branches = tuple(build_plan(op.attrs[name], target) for name in BRANCHES.get(kind, ()))
         detail = DETAILS[kind](op, views) if kind in DETAILS else None
-        scratch = _scratch(kind, op, body, detail, branches)
+        scratch = _scratch(kind, op, body, detail, branches, target)
         steps.append(
             Step(
                 kind, op, op.results, reads, fused, scratch, body, detail=detail, branches=branches
@@ -226,6 +232,31 @@ def _steps(decisions: fusion.Fusion, views) -> list[Step]:
         else:
             first_output[value] = position
     return steps
+
+
+def _hoist_reductions(steps: list[Step]) -> list[Step]:
+    """`steps` with each reduction moved up to just after the last step it reads from.
+
+    A reduction's result is smaller than what it reads, so running it as early as it can only
+    frees memory sooner. Program order can put one far from its input: GPT-2's loss reads the
+    logit of each label after the whole backward pass, which kept the 0.8 GB of bf16 logits
+    alive through it. Nothing a reduction writes is read before its old place, so moving it up
+    keeps every dependence.
+    """
+    placed: list[Step] = []
+    written_at: dict[int, int] = {}  # value -> position in `placed` of the step writing it
+    for step in steps:
+        position = len(placed)
+        if step.kind == "reduce":
+            position = 1 + max((written_at[v] for v in step.reads if v in written_at), default=-1)
+        if position < len(placed):
+            for value, at in written_at.items():
+                if at >= position:
+                    written_at[value] = at + 1
+        placed.insert(position, step)
+        for value in step.writes:
+            written_at[value] = position
+    return placed
 
 
 def _group_step(program: Program, members: list[Step], readers: dict[int, set[int]], indices):
@@ -297,9 +328,11 @@ def _gemm_scratch(op: Operation, gemm: Gemm) -> tuple[Scratch, ...]:
 
 
 def _half_gemm_scratch(op: Operation) -> tuple[Scratch, ...]:
-    """A GEMM of 16-bit floats: room for both operands as float32 (the CPU converts each once,
-    as it packs it; a GPU's GEMM reads them as they are, and packs in their own dtype where it
-    must) and for a float32 result that is rounded to a 16-bit result."""
+    """A GEMM of 16-bit floats on a target that computes it in float32 BLAS: room for both
+    operands as float32 (converted once, as they are packed) and for a float32 result that is
+    rounded to a 16-bit result. (A GPU's GEMM reads them as they are and packs in their own
+    dtype where it must: `_gemm_scratch`; GPT-2's tied-embedding gradient needed 1.6 GB more at
+    the step's peak when the GPU was given this room too.)"""
     scratch = [
         Scratch(name, t.size * 4) for name, t in zip(("lhs", "rhs"), op.operand_types, strict=True)
     ]
@@ -315,7 +348,12 @@ def is_half_gemm(op: Operation) -> bool:
 
 
 def _scratch(
-    kind: str, op: Operation, body: Plan | None, detail, branches: tuple[Plan, ...]
+    kind: str,
+    op: Operation,
+    body: Plan | None,
+    detail,
+    branches: tuple[Plan, ...],
+    target: Target,
 ) -> tuple[Scratch, ...]:
     if kind == "scan":
         return _scan_scratch(op, body)
@@ -324,9 +362,9 @@ def _scratch(
         return tuple(Scratch(name, size * 8) for name in ("keys", "order", "spare"))
     if branches:
         return _branch_scratch(op, branches)
-    if kind == "dot" and is_half_gemm(op):
+    if kind == "dot" and is_half_gemm(op) and target.half_gemms_in_float32:
         return _half_gemm_scratch(op)
-    if kind == "dot" and op.type.dtype in BLAS_DTYPES:
+    if kind == "dot" and (op.type.dtype in BLAS_DTYPES or is_half_gemm(op)):
         return _gemm_scratch(op, detail)
     if kind == "reduce" and detail.needs_accumulator or kind == "scatter" and op.type.dtype == bf16:
         return (Scratch("accumulator", op.type.size * 4),)
@@ -365,7 +403,52 @@ def _place_workspace(program: Program, steps: list[Step], slots: dict[int, Slot]
         for value in step.reads:
             last[value] = index
         lifetimes += [Lifetime((index, s.name), s.nbytes, index, index) for s in step.scratch]
+    reuses = _in_place_results(program, steps, slots, last)
+    ends = dict(last)
+    for value, source in reuses.items():  # a chain of reuses ends where its last value does
+        root = _root(source, reuses)
+        ends[root] = max(ends[root], last[value])
     for value, start in first.items():
-        if value not in slots:
-            lifetimes.append(Lifetime(value, program.type_of(value).nbytes, start, last[value]))
-    return place(lifetimes, len(steps))
+        if value not in slots and value not in reuses:
+            lifetimes.append(Lifetime(value, program.type_of(value).nbytes, start, ends[value]))
+    offsets, workspace = place(lifetimes, len(steps))
+    for value, source in reuses.items():
+        offsets[value] = offsets[_root(source, reuses)]
+    return offsets, workspace, reuses
+
+
+def _in_place_results(
+    program: Program, steps: list[Step], slots: dict[int, Slot], last: dict[int, int]
+) -> dict[int, int]:
+    """Results written over an intermediate of the same size that their step reads for the
+    last time, element for element (`buffers.reads_in_place`, the test donation uses): value ->
+    the value whose buffer it takes. GPT-2's logits gradient takes the logits' 0.8 GB."""
+    reuses: dict[int, int] = {}
+    taken: set[int] = set()
+    for index, step in enumerate(steps):
+        if step.kind not in ("loop", "group"):
+            continue
+        for value in step.writes:
+            if value in slots:
+                continue
+            t = program.type_of(value)
+            for source in step.reads:
+                if (
+                    source in slots
+                    or source in taken
+                    or last.get(source) != index
+                    or program.type_of(source).nbytes != t.nbytes
+                    or program.type_of(source).dtype.itemsize != t.dtype.itemsize
+                    or not reads_in_place(step, source, value, t.named_extents)
+                ):
+                    continue
+                reuses[value] = source
+                taken.add(source)
+                break
+    return reuses
+
+
+def _root(value: int, reuses: dict[int, int]) -> int:
+    while value in reuses:
+        value = reuses[value]
+    return value

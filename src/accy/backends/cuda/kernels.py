@@ -7,7 +7,8 @@ Every generated kernel has one signature,
 `io` is the plan's input/output table in the pointer pool (inputs, then outputs), `ws` the
 plan's workspace and `scratch` the region where steps keep partial results. A kernel declares
 only the pointers its statements use (`Pointers` records them), each `__restrict__`: a step
-never writes a buffer it reads.
+never writes a buffer it reads, except a result the plan writes in place of an input it reads
+element for element (`Plan.in_place`), whose two pointers are plain.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def slot_expression(plan: Plan, slot: Slot) -> str:
 def pointer_declaration(plan: Plan, value: int, name: str, writable: bool) -> str:
     storage = CUDA.c_type(plan.program.type_of(value).dtype).storage
     const = "" if writable else "const "
+    restrict = "" if value in plan.in_place else "__restrict__ "
     where = slot_expression(plan, plan.slots[value])
-    return f"{const}{storage} *__restrict__ {name} = ({const}{storage} *){where};"
+    return f"{const}{storage} *{restrict}{name} = ({const}{storage} *){where};"
 
 
 def blocks_for(work_items: int, per_block: int = BLOCK) -> int:

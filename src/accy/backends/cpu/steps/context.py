@@ -1,8 +1,9 @@
 """What every step emitter works with: the step, its plan, and the step function's pointers.
 
 A step function takes one `restrict` pointer per buffer it touches (the plan never lets a step
-write a buffer it reads, and the boundary refuses overlapping user buffers), which lets the
-compiler vectorize without alias checks.
+write a buffer it reads, except a result written in place of an input read element for element,
+`Plan.in_place`, whose pointers are plain; the boundary refuses overlapping user buffers), which
+lets the compiler vectorize without alias checks.
 """
 
 from __future__ import annotations
@@ -32,22 +33,23 @@ class StepContext:
     pointers: dict[int, str] = field(default_factory=dict)
     prologue: list[str] = field(default_factory=list)
 
-    def parameter(self, ctype: str, name: str, argument: str, writable: bool) -> str:
+    def parameter(
+        self, ctype: str, name: str, argument: str, writable: bool, restrict: bool = True
+    ) -> str:
         const = "" if writable else "const "
-        self.params.append((f"{const}{ctype} *restrict {name}", argument))
+        qualifier = "restrict " if restrict else ""
+        self.params.append((f"{const}{ctype} *{qualifier}{name}", argument))
         return name
 
     def value_pointers(self) -> None:
-        for value in self.step.writes:
-            storage = GCC.c_type(self.plan.program.type_of(value).dtype).storage
-            self.pointers[value] = self.parameter(
-                storage, f"v{value}", self.slot_pointer(value), True
-            )
-        for value in self.step.reads:
-            storage = GCC.c_type(self.plan.program.type_of(value).dtype).storage
-            self.pointers[value] = self.parameter(
-                storage, f"v{value}", self.slot_pointer(value), False
-            )
+        for writable, values in ((True, self.step.writes), (False, self.step.reads)):
+            for value in values:
+                storage = GCC.c_type(self.plan.program.type_of(value).dtype).storage
+                restrict = value not in self.plan.in_place
+                pointer = self.slot_pointer(value)
+                self.pointers[value] = self.parameter(
+                    storage, f"v{value}", pointer, writable, restrict
+                )
 
     def scratch(self, ctype: str, name: str) -> str:
         return self.parameter(ctype, f"s_{name}", self.scratch_pointer(name), True)

@@ -1,0 +1,28 @@
+"""What a code generator's hardware makes cheap or costly, which the plan's choices follow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    """The plan's view of a backend.
+
+    `half_gemms_in_float32`: the target converts 16-bit GEMM operands to float32 (the CPU, whose
+    BLAS has no bf16, needs workspace for that; a GPU's GEMM reads them as they are).
+    `recomputes_transcendentals`: a transcendental (exp, tanh, log...) needed element by element
+    in a few steps is computed again in each rather than stored: on a GPU a few special-function
+    instructions cost far less than writing and reading back the value (GPT-2's f32 softmax
+    numerator alone was 1.6 GB), while on a CPU the two cost about the same.
+
+    >>> CPU.half_gemms_in_float32, GPU.recomputes_transcendentals
+    (True, True)
+    """
+
+    half_gemms_in_float32: bool = True
+    recomputes_transcendentals: bool = False
+
+
+CPU = Target()
+GPU = Target(half_gemms_in_float32=False, recomputes_transcendentals=True)

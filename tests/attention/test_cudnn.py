@@ -415,7 +415,7 @@ def test_cudnn_settings_match_the_composition(chosen, layout, restored_settings)
     for symbol in symbols:
         assert executable.compiled.externals[symbol].library.problem.settings == chosen
     reference = accy.value_and_grad(
-        _as_f64_program(_program, LAYOUTS[layout], **options), (0, 1, 2)
+        _as_f64_program(_program, LAYOUTS[layout], **options), wrt=(0, 1, 2)
     )
     expected = accy.reference.run(reference, [x.astype(np.float64) for x in inputs])
     for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):

@@ -556,28 +556,40 @@ def time_plans(
     graph: Any, p: Problem, tensors: dict[str, Any], h: Any, runs: int = 5
 ) -> dict[int, tuple[str, float | str]]:
     """Each plan of a planned graph: (its name, median milliseconds of `runs` runs on zeroed
-    buffers, or why it could not be built or run). Used by `plan="fastest"` and the probe."""
+    buffers, or why it could not be built or run). Used by `plan="fastest"`."""
     import cupy
 
     buffers = {name: cupy.zeros(max(size, 1), cupy.uint8) for name, size in _sizes(p).items()}
     pack = {int(t.uid): buffers[name].data.ptr for name, t in tensors.items()}
+    # The handle may be bound to another program's stream: time on one of our own (every
+    # `Issuer` binds the handle again before it issues).
+    stream = cupy.cuda.Stream(non_blocking=True)
+    cupy.cuda.Device().synchronize()  # the zeroed buffers are ready
+    _cudnn().set_stream(h, stream.ptr)
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     times: dict[int, tuple[str, float | str]] = {}
-    for index in range(graph.get_execution_plan_count()):
-        name = str(graph.get_plan_name_at_index(index))
-        try:
-            graph.build_plan_at_index(index)
-            workspace = cupy.zeros(max(int(graph.get_workspace_size_plan_at_index(index)), 1), "u1")
-            samples = []
-            for _ in range(runs + 1):  # the first run loads the kernels: not counted
-                start.record()
-                graph.execute_plan_at_index(pack, workspace.data.ptr, index, handle=h)
-                stop.record()
-                stop.synchronize()
-                samples.append(cupy.cuda.get_elapsed_time(start, stop))
-            times[index] = (name, sorted(samples[1:])[runs // 2])
-        except Exception as error:  # a plan that does not build or run is skipped, with why
-            times[index] = (name, f"{type(error).__name__}: {error}")
+    try:
+        for index in range(graph.get_execution_plan_count()):
+            name = str(graph.get_plan_name_at_index(index))
+            try:
+                graph.build_plan_at_index(index)
+                workspace = cupy.zeros(
+                    max(int(graph.get_workspace_size_plan_at_index(index)), 1), "u1"
+                )
+                samples = []
+                cupy.cuda.Device().synchronize()
+                for _ in range(runs + 1):  # the first run loads the kernels: not counted
+                    start.record(stream)
+                    graph.execute_plan_at_index(pack, workspace.data.ptr, index, handle=h)
+                    stop.record(stream)
+                    stop.synchronize()
+                    samples.append(cupy.cuda.get_elapsed_time(start, stop))
+                times[index] = (name, sorted(samples[1:])[runs // 2])
+            except Exception as error:  # a plan that does not build or run is skipped, with why
+                times[index] = (name, f"{type(error).__name__}: {error}")
+    finally:
+        stream.synchronize()
+        _cudnn().set_stream(h, 0)  # not left on a stream that is about to be freed
     return times
 
 

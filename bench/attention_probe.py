@@ -643,6 +643,10 @@ def main(argv: list[str] | None = None) -> int:
         rows += finish(made, a)
         for row in made:
             print(json.dumps(row), flush=True)
+        if a.json:  # after every section, so that a run stopped early keeps what it measured
+            a.json.parent.mkdir(parents=True, exist_ok=True)
+            report = {"args": {k: v for k, v in vars(a).items() if k != "json"}, "rows": rows}
+            a.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
     causal = "causal, " if a.causal else ""
     print(f"shape: batch {a.batch}, heads {a.heads}, tokens {a.tokens}, dim {a.dim}, {causal}")
     print(f"{a.dtype}; median of {a.repeats} runs of {a.inner} calls")
@@ -650,10 +654,6 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         for what, ms in row.get("profile", []):
             print(f"  profile {row['variant']}: {ms} ms  {what}")
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        report = {"args": {k: v for k, v in vars(a).items() if k != "json"}, "rows": rows}
-        a.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
     return 0
 
 

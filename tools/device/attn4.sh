@@ -23,7 +23,7 @@ step() {  # step NAME LIMIT COMMAND...
   timeout "$limit" "$@" >> "$LOG" 2>&1
   echo "== $name: exit $? after $((SECONDS - START))s" >> "$LOG"
 }
-step probe 110 python3 -m bench.attention_probe --repeats 50 --inner 10 --json "$OUT/attn4.json"
+step probe 110 python3 -m bench.attention_probe --sections cudnn,accy,torch,plans --repeats 50 --inner 10 --json "$OUT/attn4.json"
 step tests 60 python3 -m pytest tests/attention -q -p no:cacheprovider -rfE
 step flash_attention 40 python3 -m bench.flash_attention --device cuda --preset gpt2 \
   --seconds 1 --systems accy,jax-cudnn,torch

@@ -321,3 +321,102 @@ def test_the_helper_kernels_compile_after_the_cuda_dialect_prelude(dtype):
     ptx = toolchain.ptx_with_nvcc(source, f"cuDNN attention helpers ({dtype})", arch="compute_90")
     for kernel in ("pack_forward", "unpack_backward", "pack_backward"):
         assert f".entry {kernel}(" in ptx
+
+
+# -- settings (the alternatives bench/attention_probe.py compares) ----------------------------
+
+
+@pytest.fixture
+def restored_settings():
+    """The module's settings and accy.compile's executables are restored after the test."""
+    from accy.backends.base import CACHE
+
+    previous = cudnn_attention.settings()
+    yield
+    cudnn_attention.configure(previous)
+    CACHE.clear()
+
+
+@pytest.mark.parametrize(
+    "changes, why",
+    [
+        ({"mask": "causal"}, "mask 'causal' is not one of causal_mask, band"),
+        ({"plan": "best"}, "plan 'best' is not one of heuristic, fastest"),
+        ({"heuristics": ("A", "C")}, "non-empty tuple of A, B, FALLBACK"),
+        ({"heuristics": ()}, "non-empty tuple"),
+        ({"deterministic": 1}, "deterministic must be True or False"),
+    ],
+)
+def test_configure_rejects_unknown_settings(changes, why, restored_settings):
+    before = cudnn_attention.settings()
+    with pytest.raises(accy.AccyError, match=why):
+        cudnn_attention.configure(cudnn_attention.Settings(**changes))
+    with pytest.raises(accy.AccyError, match="must be an accy.attention.cuda.Settings"):
+        cudnn_attention.configure({"plan": "fastest"})
+    assert cudnn_attention.settings() is before
+
+
+def test_settings_are_part_of_the_problem_and_its_kernel(restored_settings):
+    q_axes, k_axes = LAYOUTS["bhsd"]
+    s = _signature(q_axes, k_axes, causal=True)
+    types = [_spec(bf16, q_axes), _spec(bf16, k_axes), _spec(bf16, k_axes)]
+    default = cudnn_attention.describe(s, "forward", types)
+    chosen = cudnn_attention.Settings(mask="band", plan="fastest", heuristics=("A",))
+    cudnn_attention.configure(chosen)
+    now = cudnn_attention.describe(s, "forward", types)
+    assert default.settings == cudnn_attention.Settings() and now.settings == chosen
+    assert now != default and hash(now) != hash(default)
+    assert cudnn_attention.describe(s, "forward", types, default.settings) == default
+
+
+def test_the_mask_is_spelled_as_the_settings_say():
+    class Alignment:
+        TOP_LEFT = "top-left"
+
+    class Cudnn:  # the one name _mask_options reads from the frontend
+        diagonal_alignment = Alignment
+
+    q_axes, k_axes = LAYOUTS["bhsd"]
+    types = [_spec(bf16, q_axes), _spec(bf16, k_axes), _spec(bf16, k_axes)]
+    for causal in (False, True):
+        s = _signature(q_axes, k_axes, causal=causal)
+        for mask, expected in (
+            ("causal_mask", {"use_causal_mask": True}),
+            ("band", {"diagonal_alignment": "top-left", "diagonal_band_right_bound": 0}),
+        ):
+            chosen = cudnn_attention.Settings(mask=mask)
+            p = cudnn_attention.describe(s, "backward", types, chosen)
+            assert cudnn_attention._mask_options(p, Cudnn) == (expected if causal else {})
+
+
+SETTINGS_CASES = [
+    pytest.param(cudnn_attention.Settings(plan="fastest"), id="fastest-plan"),
+    pytest.param(cudnn_attention.Settings(mask="band", heuristics=("A",)), id="band-heuristic-A"),
+    pytest.param(cudnn_attention.Settings(deterministic=True), id="deterministic"),
+]
+
+
+@pytest.mark.parametrize("chosen", SETTINGS_CASES)
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_cudnn_settings_match_the_composition(chosen, layout, restored_settings):
+    """Every setting the probe compares gives the composition's values and gradients, and the
+    library steps really were built with it."""
+    from accy.backends.base import CACHE
+
+    _cudnn_or_skip()
+    cudnn_attention.configure(chosen)
+    CACHE.clear()  # an executable compiled earlier keeps the settings it was built with
+    options = dict(causal=True, loss=True)
+    p, specs = _program(bf16, LAYOUTS[layout], **options)
+    inputs = _inputs(specs, bf16, seed=4)
+    executable = accy.compile(accy.value_and_grad(p, wrt=(0, 1, 2)), device="cuda")
+    symbols = _library_steps(executable)
+    assert len(symbols) == 2, cudnn_attention.decline_reasons()
+    for symbol in symbols:
+        assert executable.compiled.externals[symbol].library.problem.settings == chosen
+    reference = accy.value_and_grad(
+        _as_f64_program(_program, LAYOUTS[layout], **options), wrt=(0, 1, 2)
+    )
+    expected = accy.reference.run(reference, [x.astype(np.float64) for x in inputs])
+    for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
+        _close(_host(g), np.asarray(e), bf16, f"{name} with {chosen}")

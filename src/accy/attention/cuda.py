@@ -41,6 +41,7 @@ from typing import Any
 
 from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, bf16, f16
+from ..errors import ConfigurationError
 from ..kernel.call import KernelCall
 from .signature import Signature, check
 
@@ -64,6 +65,86 @@ def decline_reasons() -> dict[str, str]:
         return dict(_REASONS)
 
 
+@dataclass(frozen=True)
+class Settings:
+    """How accy configures cuDNN's attention graphs (the alternatives `bench/attention_probe.py`
+    times side by side on a GPU; `configure` switches them for graphs built afterwards).
+
+    - `mask`: how `causal` is spelled: "causal_mask" (`use_causal_mask`, what PyTorch and XLA
+      pass) or "band" (`diagonal_band_right_bound=0`, top-left aligned: the frontend's
+      preferred spelling of the same mask);
+    - `heuristics`: cuDNN's heuristic modes asked for engine configurations, in order;
+    - `plan`: "heuristic" (the first plan that builds, as PyTorch and XLA do) or "fastest"
+      (every plan is built and run a few times when the program is compiled; the fastest is
+      kept);
+    - `deterministic`: the backward's `use_deterministic_algorithm`.
+
+    >>> Settings().plan, Settings(plan="fastest").plan
+    ('heuristic', 'fastest')
+    """
+
+    mask: str = "causal_mask"
+    heuristics: tuple[str, ...] = ("A", "FALLBACK")
+    plan: str = "heuristic"
+    deterministic: bool = False
+
+
+MASKS = ("causal_mask", "band")
+PLANS = ("heuristic", "fastest")
+HEURISTIC_MODES = ("A", "B", "FALLBACK")
+_SETTINGS = [Settings()]
+
+
+def settings() -> Settings:
+    """The settings graphs are built with now.
+
+    >>> settings().mask in MASKS
+    True
+    """
+    return _SETTINGS[0]
+
+
+def configure(new: Settings) -> Settings:
+    """Build cuDNN attention graphs with `new` from now on (programs compiled before keep
+    theirs: the settings are part of each graph's cache key); returns the previous settings.
+
+    >>> previous = configure(Settings(plan="fastest"))
+    >>> settings().plan
+    'fastest'
+    >>> configure(previous).plan
+    'fastest'
+    """
+    _check_settings(new)
+    previous, _SETTINGS[0] = _SETTINGS[0], new
+    return previous
+
+
+def _check_settings(new: Settings) -> None:
+    if not isinstance(new, Settings):
+        raise ConfigurationError(
+            f"cuDNN attention settings must be an accy.attention.cuda.Settings, got {new!r}"
+        )
+    if new.mask not in MASKS:
+        raise ConfigurationError(
+            f"cuDNN attention settings: mask {new.mask!r} is not one of {', '.join(MASKS)}"
+        )
+    if new.plan not in PLANS:
+        raise ConfigurationError(
+            f"cuDNN attention settings: plan {new.plan!r} is not one of {', '.join(PLANS)}"
+        )
+    unknown = [m for m in new.heuristics if m not in HEURISTIC_MODES]
+    if not new.heuristics or unknown or isinstance(new.heuristics, str):
+        raise ConfigurationError(
+            f"cuDNN attention settings: heuristics {new.heuristics!r} must be a non-empty tuple "
+            f"of {', '.join(HEURISTIC_MODES)}"
+        )
+    if not isinstance(new.deterministic, bool):
+        raise ConfigurationError(
+            f"cuDNN attention settings: deterministic must be True or False, got "
+            f"{new.deterministic!r}"
+        )
+
+
 def kernel_factory(
     s: Signature, part: str
 ) -> Callable[[Sequence[TensorType], TensorType], KernelCall | None]:
@@ -71,18 +152,22 @@ def kernel_factory(
     step for bf16/f16 operands cuDNN supports, else None (the composition)."""
 
     def factory(operand_types: Sequence[TensorType], result_type: TensorType) -> KernelCall | None:
-        return _kernel(s, part, tuple(operand_types), result_type)
+        return _kernel(s, part, tuple(operand_types), result_type, settings())
 
     return factory
 
 
 @functools.cache
 def _kernel(
-    s: Signature, part: str, types: tuple[TensorType, ...], result: TensorType
+    s: Signature,
+    part: str,
+    types: tuple[TensorType, ...],
+    result: TensorType,
+    chosen: Settings,
 ) -> KernelCall | None:
     where = f"{s.target(part)} on ({', '.join(map(str, types))})"
     try:
-        problem = describe(s, part, types)
+        problem = describe(s, part, types, chosen)
         workspace = built(problem).workspace
     except Decline as why:
         _declined(where, str(why))
@@ -139,6 +224,7 @@ class Problem:
     bias: tuple[tuple[int, int], ...] | None  # (extent, stride) of (b, h, s_q, s_kv)
     causal: bool
     scale: float
+    settings: Settings = Settings()
 
     @property
     def has_bias(self) -> bool:
@@ -213,8 +299,11 @@ def _batch_groups(s: Signature, operands: dict[str, TensorType]) -> tuple[tuple[
     raise Decline(f"the batch axes {axes} cannot be merged into two dims in every operand")
 
 
-def describe(s: Signature, part: str, types: Sequence[TensorType]) -> Problem:
-    """The cuDNN problem of a call (dims and strides, read in place), or `Decline`.
+def describe(
+    s: Signature, part: str, types: Sequence[TensorType], chosen: Settings | None = None
+) -> Problem:
+    """The cuDNN problem of a call (dims and strides, read in place), or `Decline`; built
+    with the settings `chosen` (default: `settings()`).
 
     >>> from accy import spec, bf16
     >>> s = Signature(("batch", "token", "head", "dim"), ("batch", "key", "head", "dim"),
@@ -275,6 +364,7 @@ def describe(s: Signature, part: str, types: Sequence[TensorType]) -> Problem:
         bias,
         s.causal,
         s.scale_for(shape.dim),
+        settings() if chosen is None else chosen,
     )
 
 
@@ -341,6 +431,17 @@ def built(problem: Problem) -> Built:
     return done
 
 
+def _mask_options(p: Problem, cudnn: Any) -> dict[str, Any]:
+    """The graph arguments of `p`'s causal mask in its settings' spelling (none without one)."""
+    if not p.causal:
+        return {}
+    if p.settings.mask == "band":
+        return dict(
+            diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0
+        )
+    return dict(use_causal_mask=True)
+
+
 def _build(p: Problem) -> Built:
     cudnn = _cudnn()
     h = handle(0)
@@ -355,7 +456,7 @@ def _build(p: Problem) -> Built:
         graph = cudnn.pygraph(**options, is_cuda_graph_replay_expected=True)
     except TypeError:  # an older frontend without that statement
         graph = cudnn.pygraph(**options)
-    log.info("cuDNN attention %s %s: building", p.part, p.summary)
+    log.info("cuDNN attention %s %s: building with %s", p.part, p.summary, p.settings)
     rows = (p.h * p.tokens * p.dim, p.tokens * p.dim, p.dim, 1)
     rows_k = (p.h * p.keys * p.dim, p.keys * p.dim, p.dim, 1)
     stats_stride = (p.h * p.tokens, p.tokens, 1, 1)
@@ -369,7 +470,7 @@ def _build(p: Problem) -> Built:
     if p.bias is not None:
         dims, strides = zip(*p.bias, strict=True)
         t["bias"] = graph.tensor(name="bias", dim=list(dims), stride=list(strides), data_type=io)
-    common = dict(attn_scale=p.scale, use_causal_mask=p.causal, bias=t.get("bias"))
+    common = dict(attn_scale=p.scale, bias=t.get("bias"), **_mask_options(p, cudnn))
     if p.part == "forward":
         o, stats = graph.sdpa(
             name="sdpa", q=t["q"], k=t["k"], v=t["v"], generate_stats=True, **common
@@ -384,6 +485,8 @@ def _build(p: Problem) -> Built:
         t["stats"] = graph.tensor(
             name="stats", dim=stats_dims, stride=list(stats_stride), data_type=cudnn.data_type.FLOAT
         )
+        if p.settings.deterministic:
+            common["use_deterministic_algorithm"] = True
         dq, dk, dv = graph.sdpa_backward(
             name="sdpa_backward",
             q=t["q"],
@@ -398,15 +501,13 @@ def _build(p: Problem) -> Built:
         dk.set_output(True).set_dim(k_dims).set_stride(list(rows_k)).set_data_type(io)
         dv.set_output(True).set_dim(k_dims).set_stride(list(rows_k)).set_data_type(io)
         t |= {"dq": dq, "dk": dk, "dv": dv}
+    modes = [getattr(cudnn.heur_mode, m) for m in p.settings.heuristics]
     steps = [
         ("validate", graph.validate),
         ("build_operation_graph", graph.build_operation_graph),
-        (
-            "create_execution_plans",
-            lambda: graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK]),
-        ),
+        ("create_execution_plans", lambda: graph.create_execution_plans(modes)),
         ("check_support", graph.check_support),
-        ("build_plans", graph.build_plans),
+        ("build_plans", lambda: _build_plans(graph, p, t, h)),
     ]
     for name, run in steps:
         try:
@@ -416,15 +517,97 @@ def _build(p: Problem) -> Built:
             raise Decline(f"cuDNN {name} failed for {p.part} {p.summary}: {error}") from None
         log.info("cuDNN attention %s %s: %s ok", p.part, p.summary, name)
     workspace = int(graph.get_workspace_size())
-    engine = getattr(graph, "selected_engine", None)
     log.info(
-        "cuDNN attention %s %s: built, workspace %d bytes, engine %s",
+        "cuDNN attention %s %s: built, workspace %d bytes, plan %s",
         p.part,
         p.summary,
         workspace,
-        "cuDNN backend" if engine is None else getattr(engine, "name", engine),
+        plan_name(graph),
     )
     return Built(graph, t, workspace)
+
+
+def plan_name(graph: Any) -> str:
+    """The name of the plan `graph` runs (its engine), or "unknown" if the frontend cannot say."""
+    try:
+        return str(graph.get_plan_name_at_index(graph._plan_index))
+    except Exception:  # older frontends: no ranked list in Python
+        engine = getattr(graph, "selected_engine", None)
+        return "unknown" if engine is None else str(getattr(engine, "name", engine))
+
+
+def _build_plans(graph: Any, p: Problem, tensors: dict[str, Any], h: Any) -> None:
+    """Build the plan `p.settings.plan` asks for: the heuristic's first that builds, or the
+    fastest of all that build (each run on zeroed buffers, the median of a few runs)."""
+    if p.settings.plan == "heuristic":
+        graph.build_plans()
+        return
+    times = time_plans(graph, p, tensors, h)
+    for index, (name, ms) in sorted(times.items()):
+        log.info("cuDNN attention %s %s: plan %d %s: %s", p.part, p.summary, index, name, ms)
+    timed = {i: ms for i, (_, ms) in times.items() if isinstance(ms, float)}
+    if not timed:
+        raise Decline(f"no plan of {p.part} {p.summary} could be built and run: {times}")
+    graph.select_plan(min(timed, key=timed.get))
+    graph.build_plans()
+
+
+def time_plans(
+    graph: Any, p: Problem, tensors: dict[str, Any], h: Any, runs: int = 5
+) -> dict[int, tuple[str, float | str]]:
+    """Each plan of a planned graph: (its name, median milliseconds of `runs` runs on zeroed
+    buffers, or why it could not be built or run). Used by `plan="fastest"`."""
+    import cupy
+
+    buffers = {name: cupy.zeros(max(size, 1), cupy.uint8) for name, size in _sizes(p).items()}
+    pack = {int(t.uid): buffers[name].data.ptr for name, t in tensors.items()}
+    # The handle may be bound to another program's stream: time on one of our own (every
+    # `Issuer` binds the handle again before it issues).
+    stream = cupy.cuda.Stream(non_blocking=True)
+    cupy.cuda.Device().synchronize()  # the zeroed buffers are ready
+    _cudnn().set_stream(h, stream.ptr)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    times: dict[int, tuple[str, float | str]] = {}
+    try:
+        for index in range(graph.get_execution_plan_count()):
+            name = str(graph.get_plan_name_at_index(index))
+            try:
+                graph.build_plan_at_index(index)
+                workspace = cupy.zeros(
+                    max(int(graph.get_workspace_size_plan_at_index(index)), 1), "u1"
+                )
+                samples = []
+                cupy.cuda.Device().synchronize()
+                for _ in range(runs + 1):  # the first run loads the kernels: not counted
+                    start.record(stream)
+                    graph.execute_plan_at_index(pack, workspace.data.ptr, index, handle=h)
+                    stop.record(stream)
+                    stop.synchronize()
+                    samples.append(cupy.cuda.get_elapsed_time(start, stop))
+                times[index] = (name, sorted(samples[1:])[runs // 2])
+            except Exception as error:  # a plan that does not build or run is skipped, with why
+                times[index] = (name, f"{type(error).__name__}: {error}")
+    finally:
+        stream.synchronize()
+        _cudnn().set_stream(h, 0)  # not left on a stream that is about to be freed
+    return times
+
+
+def _sizes(p: Problem) -> dict[str, int]:
+    """Bytes of every tensor of `p`'s graph (operands from their strides, the rest dense)."""
+
+    def span(dims, strides) -> int:
+        return 1 + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+
+    q_dims, k_dims = (p.b, p.h, p.tokens, p.dim), (p.b, p.h, p.keys, p.dim)
+    sizes = {
+        "q": span(q_dims, p.q) * 2,
+        "k": span(k_dims, p.k) * 2,
+        "v": span(k_dims, p.v) * 2,
+    }
+    if p.bias is not None:
+        sizes["bias"] = span(*zip(*p.bias, strict=True)) * 2
+    return sizes | p.buffers()
 
 
 # -- the library step ------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ def test_a_sum_of_a_dtype_nccl_cannot_add_is_an_error_naming_those_it_can():
     from accy.core.types import bool_
 
     def body(distributed, lock):
-        with pytest.raises(MeshError, match="NCCL cannot add bool.*float32"):
+        with pytest.raises(MeshError, match="NCCL cannot add bool.*f32"):
             distributed.sum_type(spec(bool_, n=2), "psum")
         return True
 

@@ -1,5 +1,6 @@
 """Run by test_nccl.py in each process of `accy launch --gpus N` (one GPU each): nccl_checks'
-every collective and the DP / FSDP gradient programs, through NCCL, against NumPy."""
+every collective and the DP / FSDP gradient programs, through NCCL, against NumPy, as one CUDA
+graph per program (with and without gradient buckets) and as segments between NCCL calls."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ from accy.mesh.nccl import Distributed  # noqa: E402
 def main() -> None:
     env = Environment.from_env()
     distributed = Distributed(Mesh(range(env.world_size), "data"), env)
-    failures = run_checks(distributed)
+    failures = []
+    # One CUDA graph per program (NCCL steps inside; gradient psums in one 25 MiB bucket, then
+    # in 4 KiB buckets, several, overlapping the backward pass), and the segmented fallback.
+    for graph, bucket_bytes in ((None, None), (None, 4096), (None, 0), (False, None)):
+        failures += [
+            f"graph={graph} bucket_bytes={bucket_bytes}: {failure}"
+            for failure in run_checks(distributed, graph=graph, bucket_bytes=bucket_bytes)
+        ]
     distributed.close()
     if failures:
         print("\n".join(failures), file=sys.stderr)

@@ -14,8 +14,8 @@ import pytest
 
 import accy
 from accy import f32, spec
+from accy.backends.base import backend_for, compile_artifact
 from accy.backends.cuda.collectives import NcclStep
-from accy.backends.cuda.compile import compile_program
 from accy.backends.cuda.schedule import SCRATCH, WORKSPACE, Gemm, Launch, Library
 from accy.errors import MeshError
 from accy.mesh import Mesh, shard_program
@@ -148,7 +148,9 @@ def run_plans(plans, inputs_by_rank):
 
 
 def plans_for(program, size: int, bucket_bytes: int = BUCKET_BYTES):
-    return [graph_plan(program, {"data": r}, group=7, bucket_bytes=bucket_bytes) for r in range(size)]
+    return [
+        graph_plan(program, {"data": r}, group=7, bucket_bytes=bucket_bytes) for r in range(size)
+    ]
 
 
 def check_against_mesh_evaluator(program, size, inputs_by_rank, bucket_bytes):
@@ -235,9 +237,7 @@ def test_a_bucket_starts_right_after_its_last_gradient_and_finishes_before_its_f
     plan = graph_plan(sharded.program, {"data": 0}, group=1, bucket_bytes=300)
     ops = plan.program.operations
     steps = {site.target: site.step for site in plan.sites}
-    kinds = [
-        steps[op.attrs["target"]].kind if op.kind == "custom_call" else op.kind for op in ops
-    ]
+    kinds = [steps[op.attrs["target"]].kind if op.kind == "custom_call" else op.kind for op in ops]
     starts = [i for i, k in enumerate(kinds) if k == "bucket_start"]
     finishes = [i for i, k in enumerate(kinds) if k == "bucket_finish"]
     dots = [i for i, k in enumerate(kinds) if k == "dot_general"]
@@ -272,7 +272,7 @@ def test_the_cuda_schedule_issues_buckets_between_backward_kernels_at_fixed_addr
     read must not see)."""
     _, sharded = mlp_train_step(2, layers=3)
     plan = graph_plan(sharded.program, {"data": 0}, group=1, bucket_bytes=300)
-    compiled = compile_program(plan.program, plan.registry())
+    compiled = compile_artifact(backend_for("cuda"), plan.program, plan.registry())
     actions = compiled.schedule.actions
     libraries = [(i, a) for i, a in enumerate(actions) if isinstance(a, Library)]
     kinds = [compiled.externals[a.symbol].library.kind for _, a in libraries]
@@ -306,10 +306,14 @@ def test_programs_the_graph_cannot_hold_say_why():
     a2a = accy.trace.define(
         "a2a",
         [spec(f32, n=4, m=4)],
-        lambda b, a: b.emit("all_to_all", [a[0] * 2.0], {**attrs, "split_axis": "m", "concat_axis": "n"}),
+        lambda b, a: b.emit(
+            "all_to_all", [a[0] * 2.0], {**attrs, "split_axis": "m", "concat_axis": "n"}
+        ),
     )
     assert "all_to_all" in in_graph_reason(a2a)
-    with pytest.raises(MeshError, match="program 'a2a' cannot run inside one CUDA graph: all_to_all"):
+    with pytest.raises(
+        MeshError, match="program 'a2a' cannot run inside one CUDA graph: all_to_all"
+    ):
         graph_plan(a2a, {"data": 0}, group=1)
     only = accy.trace.define("only", [spec(f32, n=4)], lambda b, a: b.emit("psum", [a[0]], attrs))
     assert "only collectives" in in_graph_reason(only)
@@ -335,3 +339,11 @@ def test_booleans_travel_as_bytes_in_a_graph():
         lambda b, a: b.emit("ppermute", [~a[0]], {**attrs, "perm": ((0, 1), (1, 0))}),
     )
     assert graph_plan(p, {"data": 0}, group=1).sites[0].step.datatype == "NCCL_UINT8"
+
+
+def test_a_step_of_a_closed_communicator_group_is_an_error():
+    from accy.errors import RuntimeUnavailable
+
+    step = NcclStep("psum", 123456, "data", "NCCL_FLOAT32", (4,), 2)
+    with pytest.raises(RuntimeUnavailable, match="group 123456 is closed or was never registered"):
+        step.load(0)

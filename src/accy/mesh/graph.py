@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from ..backends.cuda.collectives import NCCL_SUM_TYPES, NcclStep, sum_type_name
 from ..core import Operation, Program
 from ..core.builder import Builder
-from ..core.types import TensorType, i32
+from ..core.types import TensorType
 from ..errors import MeshError
 from ..kernel.call import KernelCall, KernelCallRegistry
 from .segments import MESH_KINDS, _nested_mesh_kinds
@@ -256,7 +256,9 @@ def form_buckets(program: Program, bucket_bytes: int) -> list[Bucket]:
             nbytes = sum(ops[i].type.nbytes for i in members)
             results = tuple(ops[i].results[0] for i in members)
             buckets.append(
-                Bucket(len(buckets), first.attrs["mesh_axis"], first.type.dtype.name, results, nbytes)
+                Bucket(
+                    len(buckets), first.attrs["mesh_axis"], first.type.dtype.name, results, nbytes
+                )
             )
             members.clear()
 

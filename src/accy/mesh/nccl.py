@@ -43,10 +43,6 @@ from typing import Any
 import numpy as np
 
 from ..api import compile as compile_program
-from ..backends.arguments import held_dtype
-from ..core import Program
-from ..core.types import TensorType
-from ..errors import MeshError, RuntimeUnavailable
 from ..backends.cuda.collectives import (
     NCCL_SUM_TYPES,
     CommunicatorGroup,
@@ -54,12 +50,16 @@ from ..backends.cuda.collectives import (
     sum_type_name,
     unregister_group,
 )
+from ..core import Program
+from ..core.types import TensorType
+from ..errors import MeshError, RuntimeUnavailable
 from .bootstrap import Environment, Store, share_ids
 from .executable import check_mesh_attrs
 from .graph import GraphPlan, bucket_bytes_from_env, graph_plan, in_graph_reason
 from .mesh import Mesh
 from .segments import MeshStep, Segment, split_program
 from .spmd import ShardedProgram
+
 
 def unsigned_id(raw: Any) -> list[int]:
     """An NCCL unique id as 128 numbers 0..255, whether CuPy gave bytes (CuPy 14) or a tuple of

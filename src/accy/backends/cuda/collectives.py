@@ -82,7 +82,8 @@ class CommunicatorGroup:
     def stream(self) -> int:
         if not self.second_stream:
             runtime = self.cupy.cuda.runtime
-            self.second_stream = runtime.streamCreateWithFlags(runtime.streamNonBlocking)
+            non_blocking = getattr(runtime, "streamNonBlocking", 1)  # cudaStreamNonBlocking
+            self.second_stream = runtime.streamCreateWithFlags(non_blocking)
         return self.second_stream
 
     def bucket_events(self, mesh_axis: str, bucket: int) -> tuple[int, int]:
@@ -91,7 +92,7 @@ class CommunicatorGroup:
         key = (mesh_axis, bucket)
         if key not in self.events:
             runtime = self.cupy.cuda.runtime
-            flags = runtime.eventDisableTiming
+            flags = getattr(runtime, "eventDisableTiming", 2)  # cudaEventDisableTiming
             self.events[key] = (
                 runtime.eventCreateWithFlags(flags),
                 runtime.eventCreateWithFlags(flags),

@@ -203,8 +203,13 @@ def test_fsdp_gradients_as_one_graph_program_match_the_mesh_evaluator():
     arrays = [rng.standard_normal(t.extents).astype(np.float32) for t in specs]
     inputs = [sharded.local(r, arrays) for r in range(2)]
     check_against_mesh_evaluator(sharded.program, 2, inputs, BUCKET_BYTES)
-    # The psums share their mesh axis' communicator with the gathers: none is bucketed.
-    assert form_buckets(sharded.program, BUCKET_BYTES) == []
+    # The loss' psum is bucketed, so the gathers and scatters of its mesh axis go to the second
+    # stream too (one communicator, one stream); without buckets everything stays on the first.
+    assert form_buckets(sharded.program, BUCKET_BYTES) != []
+    for bucket_bytes, second in ((BUCKET_BYTES, True), (0, False)):
+        plan = graph_plan(sharded.program, {"data": 0}, group=1, bucket_bytes=bucket_bytes)
+        singles = [s.step for s in plan.sites if not s.step.kind.startswith("bucket_")]
+        assert singles and all(step.second_stream == second for step in singles)
 
 
 # -- the plan ---------------------------------------------------------------------------------

@@ -18,16 +18,21 @@ step, forward, backward, gradient all-reduces and updates, is then one graph lau
   stream (`bucket_finish`) just before the first operation that reads one of the sums. The
   bucket's result is one flat array; each member is a slice of it plus the finish's zero token
   (the data dependency that orders readers after the join; x + 0 is x).
-- Everything else is re-emitted as it is, in the same order.
+- Everything else is re-emitted as it is.
 
-A psum is bucketed when its mesh axis has only psums (so that the axis' communicator is used by
-the second stream alone and NCCL sees its calls in one order), NCCL can add its dtype, its
-operand is computed by the program (not a parameter or an output, whose buffers the backend
-stages through shared scratch, which an asynchronous read must not see), and `bucket_bytes` is
-positive. A bucket closes when it holds `bucket_bytes`, when the next psum differs in mesh axis
-or dtype, or when the next psum's operand is produced after an operation that reads a sum
-already in the bucket (its start would come after its finish is needed; this also keeps a psum
-that depends on another out of its bucket).
+A psum is bucketed when NCCL can add its dtype, its operand is computed by the program (not a
+parameter or an output, whose buffers the backend stages through shared scratch, which an
+asynchronous read must not see), and `bucket_bytes` is positive. On a mesh axis with buckets
+every other collective runs on the second stream too (forked from the program's stream and
+joined back at once, so it is still synchronous for the program): one communicator, one stream,
+so NCCL sees the axis' calls in one order on every rank (GPT-2's embedding gradient all-gathers
+its batch-split updates on the axis its gradients are psum-med on).
+
+A bucket closes when it holds `bucket_bytes`, when the next psum differs in mesh axis or dtype,
+or when the next psum's operand is produced after an operation that reads a sum already in the
+bucket (its start would come after its finish is needed; this also keeps a psum that depends on
+another out of its bucket). Gradients become ready in the order `overlap_order` gives: the
+original order, with what only feeds bucketed psums hoisted to run as soon as it can.
 
 `in_graph_reason(program)` says why a program cannot run this way (None when it can): an
 `all_to_all` (NCCL has no single call for it; the segmented path runs it), a collective inside a
@@ -162,19 +167,12 @@ def _eligible_psums(program: Program, ops: list[Operation], bucket_bytes: int) -
     """Indices in `ops` of the psums that may go into buckets (see the module docstring)."""
     if bucket_bytes <= 0:
         return []
-    # axis_index needs no communicator; any other collective shares the psums' one.
-    shared = {
-        op.attrs["mesh_axis"]
-        for op in ops
-        if op.kind in MESH_KINDS and op.kind not in ("psum", "axis_index")
-    }
     produced = {r for op in ops for r in op.results}
     kept_whole = set(program.parameters) | set(program.outputs)
     return [
         i
         for i, op in enumerate(ops)
         if op.kind == "psum"
-        and op.attrs["mesh_axis"] not in shared
         and sum_type_name(op.type.dtype.name) is not None
         and op.operands[0] in produced
         and op.operands[0] not in kept_whole
@@ -291,6 +289,7 @@ class _Rewriter:
         self.order = overlap_order(program, bucket_bytes)
         self.buckets = form_buckets(program, bucket_bytes)
         self.bucket_of = {v: b for b in self.buckets for v in b.members}
+        self.overlapped = {b.mesh_axis for b in self.buckets}  # axes using the second stream
         self.bucket_operands: dict[int, list[int]] = {}  # bucket -> its members' operands
         self.waiting: dict[int, list[Bucket]] = {}  # operand value -> buckets it completes
         producer_op = {op.results[0]: op for op in program.operations}
@@ -430,6 +429,8 @@ class _Rewriter:
             op.attrs["size"],
             pairs=tuple(tuple(p) for p in op.attrs.get("perm", ())),
             position=self.positions.get(axis, 0),
+            second_stream=axis in self.overlapped,
+            site=len(self.sites),
         )
         return self._call(step, [x], (operand_type,), result_type)
 

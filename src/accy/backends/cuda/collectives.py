@@ -15,7 +15,9 @@ which steps name as `group`.
 Kinds of step:
 
 - `psum`, `all_gather`, `reduce_scatter`, `ppermute`: one NCCL call (or a group of sends and
-  receives) on the bound stream, from the operand to the result. Gathers and permutations move
+  receives) on the bound stream, from the operand to the result; with `second_stream`, on the
+  second stream, forked from the bound one and joined back at once (its mesh axis has buckets,
+  and a communicator is used from one stream only). Gathers and permutations move
   bytes (`NCCL_UINT8`); sums use the NCCL type of the dtype (`sum_type_name`).
 - `bucket_start`: the psums of several gradients as one NCCL group, on the group's *second
   stream*: the stream forks from the bound one (an event), so inside the graph the all-reduce
@@ -28,8 +30,8 @@ Kinds of step:
 
 Rules NCCL sets for captured collectives, and how they are kept: every rank captures the same
 collectives in the same order (every rank runs the same per-device program); one GPU per process;
-each communicator is used from one stream only (`accy.mesh.graph` overlaps a mesh axis only when
-all its collectives are bucketed psums); P2P calls are warmed up before capture (NCCL requires a
+each communicator is used from one stream only (on a mesh axis with buckets, every collective
+goes to the second stream); P2P calls are warmed up before capture (NCCL requires a
 previous uncaptured P2P call) and so is every other call, so that NCCL's lazy connection setup
 never happens during a capture.
 """
@@ -155,7 +157,9 @@ class NcclStep:
     """One NCCL step of a program (see the module docstring). `counts`: elements of `datatype`
     (an NCCL type's name) per operand (a reduce_scatter's: per result); `size`: the devices
     along the mesh axis; `pairs`/`position`: a ppermute's (source, destination)
-    positions and this device's; `bucket`: the bucket's number (bucket steps)."""
+    positions and this device's; `bucket`: the bucket's number (bucket steps); `second_stream`:
+    a single collective issued on the second stream (forked and joined at once) because its mesh
+    axis has buckets there; `site`: the step's number in its program (names its events)."""
 
     kind: str
     group: int
@@ -166,6 +170,8 @@ class NcclStep:
     bucket: int = -1
     pairs: tuple[tuple[int, int], ...] = ()
     position: int = 0
+    second_stream: bool = False
+    site: int = 0
 
     @property
     def scratch_bytes(self) -> int:
@@ -204,13 +210,26 @@ class Issuer:
         if step.kind.startswith("bucket_"):
             self.second = group.stream()
             self.fork, self.done = group.bucket_events(step.mesh_axis, step.bucket)
+        elif step.second_stream:
+            self.second = group.stream()
+            self.fork, self.done = group.bucket_events(step.mesh_axis, -1 - step.site)
         self._warm_up()
 
     def bind(self, stream: int) -> None:
         self.stream = int(stream)
 
     def issue(self, dst: int, operands: tuple[int, ...], scratch: int) -> None:
-        getattr(self, "_" + self.step.kind)(dst, operands)
+        kind = self.step.kind
+        if not self.step.second_stream or kind.startswith("bucket_"):
+            getattr(self, "_" + kind)(dst, operands, self.stream)
+            return
+        # On the second stream, behind the buckets issued before it, and joined back at once.
+        runtime = self.runtime
+        runtime.eventRecord(self.fork, self.stream)
+        runtime.streamWaitEvent(self.second, self.fork, 0)
+        getattr(self, "_" + kind)(dst, operands, self.second)
+        runtime.eventRecord(self.done, self.second)
+        runtime.streamWaitEvent(self.stream, self.done, 0)
 
     def _warm_up(self) -> None:
         """Run the step once on zeroed buffers of its sizes and wait (every rank loads the same
@@ -235,42 +254,42 @@ class Issuer:
         stream.synchronize()
         self.stream = previous
 
-    def _psum(self, dst: int, operands: tuple[int, ...]) -> None:
+    def _psum(self, dst: int, operands: tuple[int, ...], stream: int) -> None:
         (x,) = operands
         self.communicator.allReduce(
-            x, dst, self.step.counts[0], self.datatype, self.nccl.NCCL_SUM, self.stream
+            x, dst, self.step.counts[0], self.datatype, self.nccl.NCCL_SUM, stream
         )
 
-    def _all_gather(self, dst: int, operands: tuple[int, ...]) -> None:
+    def _all_gather(self, dst: int, operands: tuple[int, ...], stream: int) -> None:
         (x,) = operands
-        self.communicator.allGather(x, dst, self.step.counts[0], self.datatype, self.stream)
+        self.communicator.allGather(x, dst, self.step.counts[0], self.datatype, stream)
 
-    def _reduce_scatter(self, dst: int, operands: tuple[int, ...]) -> None:
+    def _reduce_scatter(self, dst: int, operands: tuple[int, ...], stream: int) -> None:
         (x,) = operands
         self.communicator.reduceScatter(
-            x, dst, self.step.counts[0], self.datatype, self.nccl.NCCL_SUM, self.stream
+            x, dst, self.step.counts[0], self.datatype, self.nccl.NCCL_SUM, stream
         )
 
-    def _ppermute(self, dst: int, operands: tuple[int, ...]) -> None:
+    def _ppermute(self, dst: int, operands: tuple[int, ...], stream: int) -> None:
         (x,) = operands
         count, me = self.step.counts[0], self.step.position
         if all(destination != me for _, destination in self.step.pairs):
-            self.runtime.memsetAsync(dst, 0, count, self.stream)  # no one sends here: zeros
+            self.runtime.memsetAsync(dst, 0, count, stream)  # no one sends here: zeros
         self.nccl.groupStart()
         try:
             for source, destination in self.step.pairs:
                 if source == me:
-                    self.communicator.send(x, count, self.datatype, destination, self.stream)
+                    self.communicator.send(x, count, self.datatype, destination, stream)
                 if destination == me:
-                    self.communicator.recv(dst, count, self.datatype, source, self.stream)
+                    self.communicator.recv(dst, count, self.datatype, source, stream)
         finally:
             self.nccl.groupEnd()
 
-    def _bucket_start(self, dst: int, operands: tuple[int, ...]) -> None:
+    def _bucket_start(self, dst: int, operands: tuple[int, ...], stream: int) -> None:
         """Fork the second stream from the bound one, all-reduce every member into its place in
         the bucket there (one NCCL group), and record the bucket's `done` event."""
         runtime, second = self.runtime, self.second
-        runtime.eventRecord(self.fork, self.stream)
+        runtime.eventRecord(self.fork, stream)
         runtime.streamWaitEvent(second, self.fork, 0)
         itemsize = _itemsize(self.step.datatype)
         self.nccl.groupStart()
@@ -285,10 +304,10 @@ class Issuer:
             self.nccl.groupEnd()
         runtime.eventRecord(self.done, second)
 
-    def _bucket_finish(self, dst: int, operands: tuple[int, ...]) -> None:
+    def _bucket_finish(self, dst: int, operands: tuple[int, ...], stream: int) -> None:
         """Join the second stream, then zero the token (the result)."""
-        self.runtime.streamWaitEvent(self.stream, self.done, 0)
-        self.runtime.memsetAsync(dst, 0, _itemsize(self.step.datatype), self.stream)
+        self.runtime.streamWaitEvent(stream, self.done, 0)
+        self.runtime.memsetAsync(dst, 0, _itemsize(self.step.datatype), stream)
 
 
 _ITEMSIZES = {"NCCL_FLOAT64": 8, "NCCL_INT64": 8, "NCCL_UINT64": 8, "NCCL_FLOAT32": 4}

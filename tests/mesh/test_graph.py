@@ -101,8 +101,12 @@ def numpy_step(step: NcclStep, rank: int, exchange: Exchange, result_shape):
             return np.zeros((), arrays[0].dtype)
         every = exchange.all(rank, [np.asarray(a) for a in arrays])
         if step.kind == "bucket_start":
-            sums = [sum(e[k].astype(np.float64) for e in every) for k in range(len(arrays))]
-            return np.concatenate([s.ravel() for s in sums]).astype(arrays[0].dtype)
+            bucket = np.full(result_shape, np.nan, arrays[0].dtype)  # gaps: never read
+            for k, (offset, count) in enumerate(zip(step.offsets, step.counts, strict=True)):
+                total = sum(e[k].astype(np.float64) for e in every).ravel()
+                assert total.size == count
+                bucket[offset : offset + count] = total
+            return bucket
         mine = [e[0] for e in every]
         if step.kind == "psum":
             return sum(x.astype(np.float64) for x in mine).astype(arrays[0].dtype)
@@ -352,3 +356,27 @@ def test_a_step_of_a_closed_communicator_group_is_an_error():
     step = NcclStep("psum", 123456, "data", "NCCL_FLOAT32", (4,), 2)
     with pytest.raises(RuntimeUnavailable, match="group 123456 is closed or was never registered"):
         step.load(0)
+
+
+def test_a_bucket_the_backend_would_stage_through_scratch_falls_back_to_the_programs_stream():
+    """A psum of a view of a parameter: the backend copies the operand into its shared scratch,
+    which a later step may overwrite while the second stream still reads it, so the program is
+    planned again without buckets (its psum on the program's stream)."""
+    from accy.mesh.graph import compile_for_cuda, staged_bucket_steps
+
+    attrs = {"mesh_axis": "data", "size": 2}
+    p = accy.trace.define(
+        "view",
+        [spec(f32, n=4, m=2)],
+        lambda b, a: b.emit("psum", [a[0].rename("n", "k")], attrs) * 3.0,
+    )
+    plan = graph_plan(p, {"data": 0}, group=1)
+    artifact = compile_artifact(backend_for("cuda"), plan.program, plan.registry())
+    assert plan.buckets and staged_bucket_steps(artifact)
+    plan, artifact = compile_for_cuda(p, {"data": 0}, group=1)
+    assert not plan.buckets and staged_bucket_steps(artifact) == []
+    assert plan.order == ("psum over data, 8 x NCCL_FLOAT32",)
+    # The DP step's gradients are workspace buffers: its buckets stay.
+    _, sharded = mlp_train_step(2)
+    plan, artifact = compile_for_cuda(sharded.program, {"data": 0}, group=1)
+    assert plan.buckets and staged_bucket_steps(artifact) == []

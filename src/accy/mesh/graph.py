@@ -16,7 +16,8 @@ step, forward, backward, gradient all-reduces and updates, is then one graph lau
   on a second stream, right after the operation that produces its last member
   (`bucket_start`), so that they overlap the rest of the backward pass; the program joins that
   stream (`bucket_finish`) just before the first operation that reads one of the sums. The
-  bucket's result is one flat array; each member is a slice of it plus the finish's zero token
+  bucket's result is one flat array (each member's sum at a 256-byte boundary at least); each
+  member is a slice of it plus the finish's zero token
   (the data dependency that orders readers after the join; x + 0 is x).
 - Everything else is re-emitted as it is.
 
@@ -48,8 +49,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from ..backends.base import backend_for, compile_artifact
 from ..backends.cuda.collectives import NCCL_SUM_TYPES, NcclStep, sum_type_name
+from ..backends.cuda.schedule import WORKSPACE, Library
 from ..core import Operation, Program
 from ..core.builder import Builder
 from ..core.types import TensorType
@@ -61,6 +65,21 @@ BUCKET_BYTES = 25 * 2**20
 """Default bucket size: PyTorch DDP's `bucket_cap_mb=25`."""
 
 BUCKET_AXIS = "nccl_bucket"
+ALIGN_ELEMENTS = 128
+"""A bucket member's sum starts at a multiple of this many elements (256 bytes and more)."""
+
+
+def bucket_offsets(sizes: list[int]) -> tuple[list[int], int]:
+    """Where each member of sizes `sizes` starts in its bucket, and the bucket's elements.
+
+    >>> bucket_offsets([1, 300, 5])
+    ([0, 128, 512], 517)
+    """
+    offsets, at = [], 0
+    for size in sizes:
+        offsets.append(at)
+        at += -(-size // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+    return offsets, (offsets[-1] + sizes[-1]) if sizes else 0
 
 
 def bucket_bytes_from_env(default: int = BUCKET_BYTES) -> int:
@@ -161,6 +180,48 @@ def graph_plan(
     if reason is not None:
         raise MeshError(f"program {program.name!r} cannot run inside one CUDA graph: {reason}")
     return _Rewriter(program, positions, group, bucket_bytes).run()
+
+
+def compile_for_cuda(
+    program: Program,
+    positions: Mapping[str, int],
+    group: int,
+    bucket_bytes: int = BUCKET_BYTES,
+) -> tuple[GraphPlan, Any]:
+    """`graph_plan` and the CUDA backend's artifact of its program (no GPU needed). Where the
+    backend staged a bucket's operand or result through its shared scratch (an operand that is
+    a view of a parameter), which the second stream must not read while later steps reuse it,
+    the program is planned again without buckets.
+
+    >>> import accy
+    >>> def body(b, a):  # the psum reads a view of the parameter: staged, so no bucket
+    ...     return b.emit("psum", [a[0].rename("n", "m")], {"mesh_axis": "data", "size": 2}) + 1.0
+    >>> p = accy.trace.define("p", [accy.spec(accy.f32, n=4)], body)
+    >>> graph_plan(p, {"data": 0}, group=1).order[0]
+    'bucket 0 start: psum over data of 1 arrays, 4 x NCCL_FLOAT32'
+    >>> compile_for_cuda(p, {"data": 0}, group=1)[0].order
+    ('psum over data, 4 x NCCL_FLOAT32',)
+    """
+    plan = graph_plan(program, positions, group, bucket_bytes)
+    artifact = compile_artifact(backend_for("cuda"), plan.program, plan.registry())
+    if plan.buckets and staged_bucket_steps(artifact):
+        plan = graph_plan(program, positions, group, 0)
+        artifact = compile_artifact(backend_for("cuda"), plan.program, plan.registry())
+    return plan, artifact
+
+
+def staged_bucket_steps(artifact: Any) -> list[str]:
+    """The bucket steps of a compiled CUDA program whose operands or result the backend passes
+    through its scratch (empty when every one reads and writes workspace buffers)."""
+    staged = []
+    for action in artifact.schedule.actions:
+        if not isinstance(action, Library):
+            continue
+        step = artifact.externals[action.symbol].library
+        addresses = (action.result, *action.operands)
+        if step.kind.startswith("bucket_") and any(a.source != WORKSPACE for a in addresses):
+            staged.append(step.describe())
+    return staged
 
 
 def _eligible_psums(program: Program, ops: list[Operation], bucket_bytes: int) -> list[int]:
@@ -340,7 +401,7 @@ class _Rewriter:
         operands = [self.env[v] for v in self.bucket_operands[bucket.index]]
         types = tuple(self.program.type_of(v) for v in self.bucket_operands[bucket.index])
         dtype = types[0].dtype
-        total = sum(t.size for t in types)
+        offsets, total = bucket_offsets([t.size for t in types])
         flat = TensorType(dtype, ((BUCKET_AXIS, total),))
         step = NcclStep(
             "bucket_start",
@@ -350,6 +411,7 @@ class _Rewriter:
             tuple(t.size for t in types),
             self._size(bucket),
             bucket=bucket.index,
+            offsets=tuple(offsets),
         )
         self.started[bucket.index] = self._call(step, operands, types, flat)
 
@@ -368,12 +430,12 @@ class _Rewriter:
             bucket=bucket.index,
         )
         token = self._call(step, operands, types, token_type)
-        b, offset = self.builder, 0
-        for value in bucket.members:
-            t = self.program.type_of(value)
+        b = self.builder
+        types = [self.program.type_of(value) for value in bucket.members]
+        offsets, _ = bucket_offsets([t.size for t in types])
+        for value, t, offset in zip(bucket.members, types, offsets, strict=True):
             piece = b.reshape(b.slice(flat, BUCKET_AXIS, offset, offset + t.size), t.named_extents)
             self.env[value] = b.add(piece, token)
-            offset += t.size
 
     def _size(self, bucket: Bucket) -> int:
         producer = next(op for op in self.program.operations if op.results[0] == bucket.members[0])
@@ -469,6 +531,8 @@ __all__ = [
     "GraphPlan",
     "NcclSite",
     "bucket_bytes_from_env",
+    "bucket_offsets",
+    "compile_for_cuda",
     "form_buckets",
     "graph_plan",
     "overlap_order",

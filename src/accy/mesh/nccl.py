@@ -55,7 +55,7 @@ from ..core.types import TensorType
 from ..errors import MeshError, RuntimeUnavailable
 from .bootstrap import Environment, Store, share_ids
 from .executable import check_mesh_attrs
-from .graph import GraphPlan, bucket_bytes_from_env, graph_plan, in_graph_reason
+from .graph import GraphPlan, bucket_bytes_from_env, compile_for_cuda, in_graph_reason
 from .mesh import Mesh
 from .segments import MeshStep, Segment, split_program
 from .spmd import ShardedProgram
@@ -305,11 +305,13 @@ class NcclExecutable:
             positions = {a: distributed.position(a) for a in distributed.mesh.axis_names}
             if bucket_bytes is None:
                 bucket_bytes = bucket_bytes_from_env()
-            self.plan = graph_plan(self.program, positions, distributed.group, bucket_bytes)
-            self.executable = compile_program(
-                self.plan.program, "cuda", kernel_call_registry=self.plan.registry(),
-                precision=precision,
-            )  # fmt: skip
+            self.plan, artifact = compile_for_cuda(
+                self.program, positions, distributed.group, bucket_bytes
+            )
+            from ..backends.cuda.executable import CudaExecutable  # CuPy only on GPUs
+
+            # Loading warms every NCCL step up, outside any capture (the same on every rank).
+            self.executable = CudaExecutable(artifact, 0, precision)
             return
         self.steps = split_program(self.program)
         self.compiled = {

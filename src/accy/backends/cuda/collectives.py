@@ -159,7 +159,8 @@ class NcclStep:
     along the mesh axis; `pairs`/`position`: a ppermute's (source, destination)
     positions and this device's; `bucket`: the bucket's number (bucket steps); `second_stream`:
     a single collective issued on the second stream (forked and joined at once) because its mesh
-    axis has buckets there; `site`: the step's number in its program (names its events)."""
+    axis has buckets there; `site`: the step's number in its program (names its events);
+    `offsets`: where each member's sum starts in a bucket, in elements."""
 
     kind: str
     group: int
@@ -172,6 +173,7 @@ class NcclStep:
     position: int = 0
     second_stream: bool = False
     site: int = 0
+    offsets: tuple[int, ...] = ()
 
     @property
     def scratch_bytes(self) -> int:
@@ -180,7 +182,8 @@ class NcclStep:
     def describe(self) -> str:
         """What the step does, for plans and logs.
 
-        >>> NcclStep("bucket_start", 1, "data", "NCCL_FLOAT32", (4, 6), 2, bucket=0).describe()
+        >>> NcclStep("bucket_start", 1, "data", "NCCL_FLOAT32", (4, 6), 2, bucket=0,
+        ...          offsets=(0, 128)).describe()
         'bucket 0 start: psum over data of 2 arrays, 10 x NCCL_FLOAT32'
         """
         total = f"{sum(self.counts)} x {self.datatype}"
@@ -243,6 +246,8 @@ class Issuer:
         scale = size if kind == "reduce_scatter" else 1
         operands = [cupy.zeros(max(n * itemsize * scale, 1), cupy.uint8) for n in self.step.counts]
         total = sum(self.step.counts) * itemsize
+        if kind == "bucket_start":
+            total = (self.step.offsets[-1] + self.step.counts[-1]) * itemsize
         result_bytes = total * size if kind == "all_gather" else total
         dst = cupy.zeros(max(result_bytes, 1), cupy.uint8)
         stream = cupy.cuda.Stream(non_blocking=True)
@@ -294,12 +299,10 @@ class Issuer:
         itemsize = _itemsize(self.step.datatype)
         self.nccl.groupStart()
         try:
-            offset = 0
-            for x, count in zip(operands, self.step.counts, strict=True):
+            for x, count, offset in zip(operands, self.step.counts, self.step.offsets, strict=True):
                 self.communicator.allReduce(
-                    x, dst + offset, count, self.datatype, self.nccl.NCCL_SUM, second
+                    x, dst + offset * itemsize, count, self.datatype, self.nccl.NCCL_SUM, second
                 )
-                offset += count * itemsize
         finally:
             self.nccl.groupEnd()
         runtime.eventRecord(self.done, second)

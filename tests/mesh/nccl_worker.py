@@ -5,6 +5,7 @@ graph per program (with and without gradient buckets) and as segments between NC
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # nccl_checks, next to this file
@@ -20,13 +21,19 @@ def main() -> None:
     env = Environment.from_env()
     distributed = Distributed(Mesh(range(env.world_size), "data"), env)
     failures = []
-    # One CUDA graph per program (NCCL steps inside; gradient psums in one 25 MiB bucket, then
-    # in 4 KiB buckets, several, overlapping the backward pass), and the segmented fallback.
-    for graph, bucket_bytes in ((None, None), (None, 4096), (None, 0), (False, None)):
-        failures += [
-            f"graph={graph} bucket_bytes={bucket_bytes}: {failure}"
-            for failure in run_checks(distributed, graph=graph, bucket_bytes=bucket_bytes)
-        ]
+    # One CUDA graph per program with NCCL steps inside (no buckets; 4 KiB buckets, several per
+    # step, overlapping the backward pass; 25 MiB buckets), then the segmented fallback. Each
+    # configuration's verdict is printed as it ends (a hang shows where).
+    for graph, bucket_bytes in ((None, 0), (None, 4096), (None, None), (False, None)):
+        start = time.perf_counter()
+        found = run_checks(distributed, graph=graph, bucket_bytes=bucket_bytes)
+        failures += [f"graph={graph} bucket_bytes={bucket_bytes}: {f}" for f in found]
+        verdict = f"{len(found)} failures, first: {found[:2]}" if found else "ok"
+        took = time.perf_counter() - start
+        print(
+            f"rank {env.rank}: graph={graph} bucket_bytes={bucket_bytes}: {verdict} ({took:.1f} s)"
+        )
+        sys.stdout.flush()
     distributed.close()
     if failures:
         print("\n".join(failures), file=sys.stderr)

@@ -328,6 +328,7 @@ def run_accy_data_parallel(s: Scale, steps: int, dtype: str = "f32") -> dict:
         losses.append(float(np.asarray(_host(loss.array))))
         times.append(time.perf_counter() - t0)
     sharded = step.sharded(params, state, ids, targets)
+    executable = step.executable(params, state, ids, targets)
     import cupy
 
     result = {
@@ -339,6 +340,9 @@ def run_accy_data_parallel(s: Scale, steps: int, dtype: str = "f32") -> dict:
         "step_times_s": times,
         "losses": losses,
         "psums": sharded.program.count("psum"),
+        "mode": executable.mode,  # one CUDA graph per step, or segments between NCCL calls
+        "mode_reason": executable.reason,
+        "buckets": [b.nbytes for b in executable.plan.buckets] if executable.plan else None,
         "peak_device_bytes": cupy.get_default_memory_pool().total_bytes(),
     }
     distributed.close()
@@ -376,6 +380,7 @@ def data_parallel_main(args) -> int:
         "tokens_per_s_per_gpu": tokens / step / args.gpus,
         "model_tflops_per_s": model_flops(s) * args.gpus / step / 1e12,
         **{k: result[k] for k in ("first_step_s", "setup_s", "psums", "peak_device_bytes")},
+        **{k: result.get(k) for k in ("mode", "mode_reason", "buckets")},
         "loss_first": result["losses"][0],
         "loss_last": result["losses"][-1],
     }

@@ -12,7 +12,11 @@ Run one process per GPU through accy's launcher (rank 0 prints and writes the JS
    events (mean; what all_reduce_perf does), on a non-blocking stream.
 2. data parallel: a GPT-2-sized MLP block trained with SGD (value_and_grad and the update in
    one program), sharded `{"batch": "data"}`, at the same batch per GPU; tokens per second of
-   the whole mesh. Scaling = tokens/s on N GPUs / tokens/s on one (the two JSON files).
+   the whole mesh. Scaling = tokens/s on N GPUs / tokens/s on one (the two JSON files). Each of
+   `--modes` runs it: "graph" (one CUDA graph per step, NCCL inside, gradients in 25 MiB
+   buckets overlapping the backward pass), "graph-4mib" (4 MiB buckets), "graph-nobuckets"
+   (psums on the step's stream), "segments" (the fallback: segments and NCCL calls from
+   Python). `data_parallel` is the first mode's result, `data_parallel_modes` all of them.
 """
 
 from __future__ import annotations
@@ -105,8 +109,21 @@ def mlp_block(b, a):
     return (y * y).mean(("batch", "token", "out"))
 
 
+MODES = {  # name -> NcclExecutable's (graph, bucket_bytes)
+    "graph": (None, None),
+    "graph-4mib": (True, 4 * 2**20),
+    "graph-nobuckets": (True, 0),
+    "segments": (False, None),
+}
+
+
 def data_parallel(
-    distributed: Distributed, batch: int, tokens: int, repeat: int, precision: str
+    distributed: Distributed,
+    batch: int,
+    tokens: int,
+    repeat: int,
+    precision: str,
+    mode: str = "graph",
 ) -> dict:
     cupy, n = distributed.cupy, distributed.mesh.size
     channel, hidden = 768, 3072
@@ -124,7 +141,10 @@ def data_parallel(
 
     program = accy.trace.define("train_step", specs, step)
     sharded = shard_program(program, distributed.mesh, {"batch": "data"})
-    executable = NcclExecutable(sharded, distributed, precision=precision)
+    graph, bucket_bytes = MODES[mode]
+    executable = NcclExecutable(
+        sharded, distributed, precision=precision, graph=graph, bucket_bytes=bucket_bytes
+    )
     rng = np.random.default_rng(0)
     whole = [rng.standard_normal(t.extents).astype(np.float32) * 0.02 for t in specs]
     local = [cupy.asarray(a) for a in executable.local_inputs(whole)]
@@ -134,10 +154,16 @@ def data_parallel(
         _, *state["params"] = executable(local[0], *state["params"])
 
     seconds = timed(cupy, run, repeat)
+    plan = executable.plan
     return {
         "devices": n,
         "precision": precision,
-        "segments": sum(isinstance(s, Segment) for s in executable.steps),
+        "mode": executable.mode,
+        "reason": executable.reason,
+        "buckets": [b.nbytes for b in plan.buckets] if plan is not None else None,
+        "segments": (
+            sum(isinstance(s, Segment) for s in executable.steps) if plan is None else None
+        ),
         "batch_per_device": batch,
         "tokens": tokens,
         "step_seconds": seconds,
@@ -162,7 +188,7 @@ def describe(distributed: Distributed) -> dict:
     }
 
 
-def section(results: dict, name: str, run) -> None:
+def section(results: dict, name: str, run, rank: int) -> None:
     """`results[name] = run()`, or the error it raised (the other sections still run)."""
     started = time.perf_counter()
     try:
@@ -170,7 +196,7 @@ def section(results: dict, name: str, run) -> None:
     except Exception as error:  # noqa: BLE001 - reported in the JSON, then the next section
         results[name] = {"error": f"{type(error).__name__}: {error}"}
         traceback.print_exc()
-    print(f"rank {results['rank']}: {name} took {time.perf_counter() - started:.1f} s", flush=True)
+    print(f"rank {rank}: {name} took {time.perf_counter() - started:.1f} s", flush=True)
 
 
 def main() -> None:
@@ -181,31 +207,49 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--precision", default="f32", choices=("f32", "tf32"))
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--modes", default="graph,segments", help=f"comma-separated, of {', '.join(MODES)}"
+    )
     arguments = parser.parse_args()
     env = Environment.from_env()
     distributed = Distributed(Mesh(range(env.world_size), "data"), env)
     results: dict = {"devices": env.world_size, "rank": env.rank}
-    section(results, "device", lambda: describe(distributed))
+    section(results, "device", lambda: describe(distributed), env.rank)
     if env.world_size > 1:
         section(
             results,
             "all_reduce",
             lambda: all_reduce(distributed, arguments.megabytes, arguments.repeat),
+            env.rank,
         )
-    section(
-        results,
-        "data_parallel",
-        lambda: data_parallel(
-            distributed, arguments.batch, arguments.tokens, arguments.repeat, arguments.precision
-        ),
-    )
+    modes = arguments.modes.split(",")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"--modes: unknown {unknown}; the modes are {', '.join(MODES)}")
+    every: dict = {}
+    results["data_parallel_modes"] = every
+    for mode in modes:
+        section(
+            every,
+            mode,
+            lambda mode=mode: data_parallel(
+                distributed,
+                arguments.batch,
+                arguments.tokens,
+                arguments.repeat,
+                arguments.precision,
+                mode,
+            ),
+            env.rank,
+        )
+    results["data_parallel"] = every[modes[0]]
     if env.rank == 0:
         print(json.dumps(results, indent=2))
         if arguments.json:
             with open(arguments.json, "w") as out:
                 json.dump(results, out, indent=2)
     distributed.close()
-    failed = [k for k, v in results.items() if isinstance(v, dict) and "error" in v]
+    failed = [k for k, v in {**results, **every}.items() if isinstance(v, dict) and "error" in v]
     sys.exit(1 if failed else 0)
 
 

@@ -16,9 +16,14 @@ from accy.mesh import shard_program
 from accy.mesh.nccl import Distributed, NcclExecutable
 
 
-def run_checks(distributed: Distributed, lock=None) -> list[str]:
+def run_checks(
+    distributed: Distributed, lock=None, graph: bool | None = None, bucket_bytes: int | None = None
+) -> list[str]:
     """What went wrong on this rank (empty: everything matched). `lock` serializes compiling
-    (ranks that are threads of one process)."""
+    (ranks that are threads of one process); `graph` and `bucket_bytes` go to every
+    `NcclExecutable` (on GPUs, graph=None runs each program as one CUDA graph with NCCL steps
+    where it can, graph=False as segments between NCCL calls). Every collective reads an
+    ordinary value (2 x) so that a graph can hold it."""
     cupy, mesh, me = distributed.cupy, distributed.mesh, distributed.rank
     size = mesh.size
     failures: list[str] = []
@@ -26,7 +31,7 @@ def run_checks(distributed: Distributed, lock=None) -> list[str]:
 
     def executable(program):
         with lock:
-            return NcclExecutable(program, distributed)
+            return NcclExecutable(program, distributed, graph=graph, bucket_bytes=bucket_bytes)
 
     def host(x) -> np.ndarray:
         return cupy.asnumpy(x) if hasattr(cupy, "asnumpy") else np.asarray(x)
@@ -63,7 +68,7 @@ def run_checks(distributed: Distributed, lock=None) -> list[str]:
             program = accy.trace.define(
                 kind,
                 [spec(dtype, n=2 * size, m=4 * size)],
-                lambda b, a, kind=kind, extra=extra: b.emit(kind, [a[0]], {**attrs, **extra}),
+                lambda b, a, kind=kind, extra=extra: b.emit(kind, [a[0] * 2.0], {**attrs, **extra}),
             )
             mine = xs[me].astype(cast)
             try:
@@ -71,29 +76,31 @@ def run_checks(distributed: Distributed, lock=None) -> list[str]:
             except Exception as error:  # noqa: BLE001 - reported with the rank, then the rest run
                 failures.append(f"rank {me}: {kind} {dtype}: {type(error).__name__}: {error}")
                 continue
-            check(f"{kind} {dtype}", got, want, tol)
+            check(f"{kind} {dtype}", got, 2 * np.asarray(want, np.float64), tol)
 
     # Booleans travel as bytes.
     program = accy.trace.define(
         "bool_gather",
         [spec(bool_, n=3)],
-        lambda b, a: b.emit("all_gather", [a[0]], {**attrs, "axis": "n"}),
+        lambda b, a: b.emit("all_gather", [~a[0]], {**attrs, "axis": "n"}),
     )
     flags = [np.arange(3) % (r + 2) == 0 for r in range(size)]
     (got,) = executable(program)(cupy.asarray(flags[me]))
-    check("all_gather bool", got, np.concatenate(flags), 0)
+    check("all_gather bool", got, ~np.concatenate(flags), 0)
 
     # Integers are summed exactly; axis_index gives each device its position.
     program = accy.trace.define(
-        "int_psum", [spec(i32, n=3)], lambda b, a: b.emit("psum", [a[0]], attrs)
+        "int_psum", [spec(i32, n=3)], lambda b, a: b.emit("psum", [a[0] * 2], attrs)
     )
     (got,) = executable(program)(cupy.asarray(np.arange(3, dtype=np.int32) + me))
-    check("psum i32", got, sum(np.arange(3) + r for r in range(size)), 0)
+    check("psum i32", got, 2 * sum(np.arange(3) + r for r in range(size)), 0)
     program = accy.trace.define(
-        "where", [spec(f32, n=1)], lambda b, a: b.emit("axis_index", [], attrs)
+        "where",
+        [spec(f32, n=1)],
+        lambda b, a: a[0] + b.convert(b.emit("axis_index", [], attrs), f32),
     )
     (got,) = executable(program)(cupy.asarray(np.zeros(1, np.float32)))
-    check("axis_index", got, me, 0)
+    check("axis_index", got, [me], 0)
 
     def mlp_loss(b, a):
         x, y, w1, b1, w2 = a
@@ -114,6 +121,8 @@ def run_checks(distributed: Distributed, lock=None) -> list[str]:
     for name, mapping in (("dp", {"batch": "data"}), ("fsdp", {"batch": "data", "hidden": "data"})):
         sharded = shard_program(whole, mesh, mapping)
         run = executable(sharded)
+        if graph is not False and distributed.segment_device == "cuda" and run.mode != "graph":
+            failures.append(f"rank {me}: {name} ran as segments: {run.reason}")
         outputs = run(*run.local_inputs(arrays))
         for i, (out, t, s) in enumerate(
             zip(outputs, whole.output_types, sharded.output_shardings, strict=True)

@@ -1,5 +1,7 @@
 """NCCL on several GPUs (skipped without CuPy and two GPUs): `accy launch --gpus 2` runs
-nccl_worker.py, which checks every collective and the DP/FSDP gradient programs on each GPU."""
+nccl_worker.py, which checks every collective and the DP/FSDP gradient programs on each GPU, as one
+CUDA graph per program (NCCL steps inside; no buckets, 4 KiB and 25 MiB buckets) and as
+segments between NCCL calls."""
 
 from __future__ import annotations
 

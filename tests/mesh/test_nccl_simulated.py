@@ -80,7 +80,7 @@ def test_a_sum_of_a_dtype_nccl_cannot_add_is_an_error_naming_those_it_can():
     from accy.core.types import bool_
 
     def body(distributed, lock):
-        with pytest.raises(MeshError, match="NCCL cannot add bool.*float32"):
+        with pytest.raises(MeshError, match="NCCL cannot add bool.*f32"):
             distributed.sum_type(spec(bool_, n=2), "psum")
         return True
 
@@ -108,3 +108,42 @@ def test_a_data_parallel_step_is_two_segments_around_its_psums_side_by_side():
     steps = split_program(shard_program(program, Mesh(range(2), "data"), {"batch": "data"}).program)
     kinds = [s.op.kind if isinstance(s, MeshStep) else "segment" for s in steps]
     assert kinds == ["segment", "psum", "psum", "psum", "segment"]
+
+
+def test_the_executable_says_which_way_it_runs_and_refuses_a_graph_it_cannot_build():
+    import accy
+    from accy import f32, spec
+    from accy.backends.cuda.collectives import registered_group
+    from accy.mesh.nccl import NcclExecutable
+
+    attrs = {"mesh_axis": "data", "size": 1}
+    program = accy.trace.define(
+        "twice", [spec(f32, n=2)], lambda b, a: b.emit("psum", [a[0] * 2.0], attrs)
+    )
+
+    def body(distributed, lock):
+        assert registered_group(distributed.group).communicators is distributed.communicators
+        run = NcclExecutable(program, distributed)  # CPU segments: no graph
+        assert run.mode == "segments" and "'cpu', not CUDA" in run.reason
+        with pytest.raises(MeshError, match=r"graph=True\): program 'twice' cannot run as one"):
+            NcclExecutable(program, distributed, graph=True)
+        return distributed.group
+
+    (group,) = run_ranks(1, body)
+    with pytest.raises(accy.errors.RuntimeUnavailable, match=f"group {group} is closed"):
+        registered_group(group)  # Distributed.close() unregistered it
+
+
+def test_accy_nccl_graph_0_turns_the_graph_off(monkeypatch):
+    import accy
+    from accy import f32, spec
+    from accy.mesh.nccl import NcclExecutable
+
+    monkeypatch.setenv("ACCY_NCCL_GRAPH", "0")
+    program = accy.trace.define(
+        "twice",
+        [spec(f32, n=2)],
+        lambda b, a: b.emit("psum", [a[0] * 2.0], {"mesh_axis": "data", "size": 1}),
+    )
+    reasons = run_ranks(1, lambda d, lock: NcclExecutable(program, d).reason)
+    assert reasons == ["turned off (graph=False or ACCY_NCCL_GRAPH=0)"]

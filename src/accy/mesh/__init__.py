@@ -6,7 +6,8 @@
 - `run(program, mesh, inputs_by_rank)`: the mesh evaluator, the oracle (`accy.mesh.evaluate`).
 - `compile(sharded, device)` / `MeshExecutable`: a simulated mesh in one process, on the
   reference evaluator or as native CPU segments between collectives.
-- `accy.mesh.nccl` and `accy.launch`: one process per GPU, collectives through NCCL.
+- `accy.mesh.nccl` and `accy.launch`: one process per GPU, collectives through NCCL, inside
+  each step's CUDA graph (`accy.mesh.graph`) or between segments.
 
 See README.md in this folder for the design.
 """

@@ -86,6 +86,19 @@ class ShardedFunction:
         entry, _ = self._entry(args, kwargs)
         return entry.sharded
 
+    def executable(self, *args: Any, **kwargs: Any) -> Any:
+        """What runs the call on these arguments: a `MeshExecutable` (simulated mesh), or on
+        GPUs an `accy.mesh.nccl.NcclExecutable` (its `mode`: one CUDA graph, or segments).
+
+        >>> import accy
+        >>> mesh = accy.mesh.Mesh(range(2), "data")
+        >>> f = accy.shard(lambda x: (x * 2.0).sum("batch"), mesh, {"batch": "data"})
+        >>> type(f.executable(accy.named(np.ones(4, np.float32), "batch"))).__name__
+        'MeshExecutable'
+        """
+        entry, _ = self._entry(args, kwargs)
+        return entry.executable
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         entry, leaves = self._entry(args, kwargs)
         if self.distributed is not None:

@@ -4,12 +4,23 @@
 `LOCAL_RANK` (the only one it keeps visible), one NCCL communicator per mesh axis (the devices
 of this rank's group along it, built from an id shared through the bootstrap store).
 
-`NcclExecutable(sharded, distributed)` runs the per-device program of a `ShardedProgram`. The
-program is cut at its collectives (`accy.mesh.segments`); every segment is compiled by the CUDA
-backend (one CUDA graph per segment, launched on the current CuPy stream), and every collective
-is an NCCL call enqueued on that same stream, so the host never waits between segments and
-collectives (the stream orders them). Called with this device's arrays (its blocks), it returns
-this device's outputs (CuPy arrays); `local_inputs` cuts them from whole arrays.
+`NcclExecutable(sharded, distributed)` runs the per-device program of a `ShardedProgram`, called
+with this device's arrays (its blocks) and returning this device's outputs (CuPy arrays);
+`local_inputs` cuts them from whole arrays. Two ways (`mode`):
+
+- "graph" (the default on GPUs): `accy.mesh.graph` rewrites the collectives into NCCL library
+  steps and the CUDA backend compiles the whole program, so a call is ONE CUDA graph launch:
+  kernels, GEMMs and NCCL calls captured together, gradient psums in ~25 MiB buckets on a second
+  stream that overlaps the backward pass (`bucket_bytes`, `ACCY_NCCL_BUCKET_MB`; 0: no
+  overlap).
+- "segments" (the fallback): the program is cut at its collectives (`accy.mesh.segments`);
+  every segment is compiled by the backend of `distributed.segment_device` (one CUDA graph per
+  segment on the current CuPy stream) and every collective is an NCCL call enqueued on that same
+  stream from Python between them. Used when `graph=False` or `ACCY_NCCL_GRAPH=0`, when the
+  segments are not CUDA (the CPU stand-ins of the tests), and for programs the graph cannot hold
+  (`accy.mesh.graph.in_graph_reason`: an all_to_all, a collective in a loop body, or a program
+  of collectives only, where calling NCCL on the caller's arrays saves the copies a graph's
+  fixed addresses need). `reason` says why.
 
 NCCL needs its operand contiguous with the gathered or scattered axis first: an axis elsewhere
 is moved first and back (a copy each way); the sharding keeps batch axes first where it can.
@@ -32,28 +43,22 @@ from typing import Any
 import numpy as np
 
 from ..api import compile as compile_program
-from ..backends.arguments import held_dtype
+from ..backends.cuda.collectives import (
+    NCCL_SUM_TYPES,
+    CommunicatorGroup,
+    register_group,
+    sum_type_name,
+    unregister_group,
+)
 from ..core import Program
 from ..core.types import TensorType
 from ..errors import MeshError, RuntimeUnavailable
 from .bootstrap import Environment, Store, share_ids
 from .executable import check_mesh_attrs
+from .graph import GraphPlan, bucket_bytes_from_env, compile_for_cuda, in_graph_reason
 from .mesh import Mesh
 from .segments import MeshStep, Segment, split_program
 from .spmd import ShardedProgram
-
-_NCCL_SUM_TYPES = {
-    "float32": "NCCL_FLOAT32",
-    "float64": "NCCL_FLOAT64",
-    "float16": "NCCL_FLOAT16",
-    "bfloat16": "NCCL_BFLOAT16",
-    "int8": "NCCL_INT8",
-    "uint8": "NCCL_UINT8",
-    "int32": "NCCL_INT32",
-    "uint32": "NCCL_UINT32",
-    "int64": "NCCL_INT64",
-    "uint64": "NCCL_UINT64",
-}
 
 
 def unsigned_id(raw: Any) -> list[int]:
@@ -161,6 +166,8 @@ class Distributed:
                 self.nccl, len(group), ids[mesh_axis], group.index(self.rank)
             )
         self.store.barrier("communicators")
+        # NCCL steps inside CUDA graphs find the communicators under this number.
+        self.group = register_group(CommunicatorGroup(self.cupy, self.nccl, self.communicators))
 
     def position(self, mesh_axis: str) -> int:
         return self.mesh.coordinates(self.rank)[mesh_axis]
@@ -169,6 +176,7 @@ class Distributed:
         """Wait for the GPU, free the communicators and leave the store (rank 0, which serves
         it, waits for every rank): call once at the end of a run, on every rank."""
         self.cupy.cuda.Device(0).synchronize()
+        unregister_group(self.group)
         for comm in self.communicators.values():
             comm.destroy()
         self.communicators = {}
@@ -176,11 +184,11 @@ class Distributed:
 
     def sum_type(self, t: TensorType, kind: str) -> int:
         """The NCCL type that sums values of `t` (a MeshError for a dtype NCCL cannot add)."""
-        name = _NCCL_SUM_TYPES.get(held_dtype(t).name)
+        name = sum_type_name(t.dtype.name)
         if name is None:
             raise MeshError(
                 f"{kind} over NCCL: NCCL cannot add {t.dtype} values; sums need a float or "
-                f"integer dtype ({', '.join(sorted(_NCCL_SUM_TYPES))})"
+                f"integer dtype ({', '.join(sorted(NCCL_SUM_TYPES))})"
             )
         return getattr(self.nccl, name)
 
@@ -267,7 +275,10 @@ class Distributed:
 
 class NcclExecutable:
     """The per-device program of `sharded` on this process's GPU (see the module docstring).
-    `precision` is the CUDA backend's ("f32", or "tf32" for TF32 f32 GEMMs)."""
+    `precision` is the CUDA backend's ("f32", or "tf32" for TF32 f32 GEMMs); `graph` chooses
+    the mode (None: "graph" where it can run, else "segments"; True: "graph" or a MeshError
+    saying why not; False: "segments"); `bucket_bytes` the gradient buckets' size in "graph"
+    mode (None: `ACCY_NCCL_BUCKET_MB`, default 25 MiB; 0: no buckets, no overlap)."""
 
     def __init__(
         self,
@@ -275,6 +286,8 @@ class NcclExecutable:
         distributed: Distributed,
         *,
         precision: str = "f32",
+        graph: bool | None = None,
+        bucket_bytes: int | None = None,
     ):
         sharded = program if isinstance(program, ShardedProgram) else None
         if sharded is not None and sharded.mesh != distributed.mesh:
@@ -284,13 +297,43 @@ class NcclExecutable:
         for op in self.program.operations:
             if "mesh_axis" in op.attrs:
                 check_mesh_attrs(distributed.mesh, op)
+        self.reason = self._segments_reason(graph)
+        self.mode = "segments" if self.reason else "graph"
+        self.plan: GraphPlan | None = None
+        self._positions: dict[str, Any] = {}
+        if self.mode == "graph":
+            positions = {a: distributed.position(a) for a in distributed.mesh.axis_names}
+            if bucket_bytes is None:
+                bucket_bytes = bucket_bytes_from_env()
+            self.plan, artifact = compile_for_cuda(
+                self.program, positions, distributed.group, bucket_bytes
+            )
+            from ..backends.cuda.executable import CudaExecutable  # CuPy only on GPUs
+
+            # Loading warms every NCCL step up, outside any capture (the same on every rank).
+            self.executable = CudaExecutable(artifact, 0, precision)
+            return
         self.steps = split_program(self.program)
         self.compiled = {
             id(s): compile_program(s.program, distributed.segment_device, precision=precision)
             for s in self.steps
             if isinstance(s, Segment)
         }
-        self._positions: dict[str, Any] = {}
+
+    def _segments_reason(self, graph: bool | None) -> str | None:
+        """Why this executable runs segments (None: it runs one graph)."""
+        if graph is False or (graph is None and os.environ.get("ACCY_NCCL_GRAPH") == "0"):
+            reason = "turned off (graph=False or ACCY_NCCL_GRAPH=0)"
+        elif self.distributed.segment_device != "cuda":
+            reason = f"the segments run on {self.distributed.segment_device!r}, not CUDA"
+        else:
+            reason = in_graph_reason(self.program)
+        if reason is not None and graph is True:
+            raise MeshError(
+                f"NcclExecutable(graph=True): program {self.program.name!r} cannot run as one "
+                f"CUDA graph: {reason}; pass graph=None to fall back to segments"
+            )
+        return reason
 
     def local_inputs(self, arrays: Sequence[Any]) -> list[Any]:
         """This device's blocks of whole arrays (one per parameter of the source program)."""
@@ -299,6 +342,8 @@ class NcclExecutable:
         return self.sharded.local(self.distributed.rank, arrays)
 
     def __call__(self, *arrays: Any) -> list[Any]:
+        if self.mode == "graph":
+            return list(self.executable(*arrays))
         cupy = self.distributed.cupy
         stream = cupy.cuda.get_current_stream()
         env = {v: cupy.asarray(a) for v, a in zip(self.program.parameters, arrays, strict=True)}

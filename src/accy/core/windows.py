@@ -1,11 +1,12 @@
-"""Windowed operations with named axes: convolution and reduce_window, composed of pad, strided
-slices, concatenate, reduce and dot_general (no new kind).
+"""Windowed operations with named axes: convolution (the kind `conv`, and its composition)
+and reduce_window (a composition of pad, strided slices, concatenate and reduce).
 
-Both gather every window position into new axes `<axis>_window` (im2col: one strided slice of
-the padded input per window offset), then contract them with the kernel (a GEMM, BLAS on the
-CPU and cuBLAS on CUDA) or reduce them. The derivatives are those of the recorded kinds: the
-transposed convolution (pad and slice transpose into each other) and the kernel-gradient
-convolution (the contraction's transpose) come out of `grad` without rules of their own.
+`conv` checks its axes, resolves padding and groups (a paired axis) and emits the kind, whose
+derivatives are convolutions (`core/kinds/convolution.py`). `conv_by_windows` is that kind
+composed: every window position gathered into new axes `<axis>_window` (im2col: one strided
+slice of the padded input per window offset), contracted with the kernel (a GEMM, BLAS on the
+CPU and cuBLAS on CUDA); the backends lower `conv` so where they have no library call for it.
+`reduce_window` gathers windows alike and reduces them.
 
 Padding: "valid" (none), "same" (output extent ceil(n / stride), the odd element after, as
 JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths crop.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..errors import AxisError, TypeRuleError
+from .kinds.convolution import axis_roles, conv_attrs, result_axes
 
 Pair = tuple[int, int]
 
@@ -30,6 +32,48 @@ def _per_axis(name: str, value, axes: Sequence[str]) -> tuple:
     if len(value) != len(axes):
         raise AxisError(f"{name} has {len(value)} entries for the {len(axes)} axes {axes}")
     return value
+
+
+def _positive(name: str, value, axes: Sequence[str]) -> tuple[int, ...]:
+    """One positive int per axis (stride, dilation), or an error naming the axis."""
+    values = _per_axis(name, value, axes)
+    for axis, v in zip(axes, values, strict=True):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise AxisError(f"conv: {name} of axis {axis!r} is {v!r}; use a positive integer")
+    return values
+
+
+def _check_conv_axes(x, kernel, spatial, in_axis: str, out_axis: str, groups: int) -> None:
+    """Channels and groups agree: the input's `in_axis` is the kernel's times `groups`, and
+    `groups` divides the kernel's `out_axis`."""
+    if in_axis in spatial or out_axis in spatial or in_axis == out_axis:
+        raise AxisError(
+            f"conv: in_axis {in_axis!r}, out_axis {out_axis!r} and the spatial axes {spatial} "
+            "must all be different axes"
+        )
+    if x.has(out_axis):
+        raise AxisError(
+            f"conv: the input {x} already has the output axis {out_axis!r}; rename one of them"
+        )
+    channels, per_group = x.extent(in_axis), kernel.extent(in_axis)
+    outputs = kernel.extent(out_axis)
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        raise AxisError(f"conv: groups is {groups!r}; use a positive integer")
+    if groups == 1 and channels != per_group:
+        raise AxisError(
+            f"conv: the input's {in_axis!r} has extent {channels} ({x}) but the kernel's has "
+            f"{per_group} ({kernel}); they must be equal (or the input's a multiple: groups)"
+        )
+    if channels % groups or outputs % groups:
+        raise AxisError(
+            f"conv: {groups} groups must divide the input's {in_axis!r} ({channels}) and the "
+            f"kernel's {out_axis!r} ({outputs})"
+        )
+    if channels != per_group * groups:
+        raise AxisError(
+            f"conv: with {groups} groups the kernel's {in_axis!r} must be "
+            f"{channels // groups} (the input's {channels} / {groups}), got {per_group}"
+        )
 
 
 def padding_pairs(padding, extents, windows, strides, dilations) -> list[Pair]:
@@ -48,10 +92,21 @@ def padding_pairs(padding, extents, windows, strides, dilations) -> list[Pair]:
             total = max((-(-n // s) - 1) * s + (k - 1) * r + 1 - n, 0)
             pairs.append((total // 2, total - total // 2))
         return pairs
-    pairs = [tuple(p) for p in padding]
-    if len(pairs) != len(extents) or any(len(p) != 2 for p in pairs):
-        raise AxisError(f"padding {padding!r} needs one (low, high) pair per spatial axis")
-    return pairs
+    pairs = list(padding)
+    if len(pairs) != len(extents) or not all(_is_pair(p) for p in pairs):
+        raise AxisError(
+            f"padding {padding!r} needs one (low, high) pair of ints per spatial axis "
+            f"({len(extents)}), or 'valid' or 'same'"
+        )
+    return [tuple(p) for p in pairs]
+
+
+def _is_pair(p) -> bool:
+    return (
+        isinstance(p, Sequence)
+        and len(p) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in p)
+    )
 
 
 class Windows:
@@ -100,38 +155,54 @@ class Windows:
         padding="valid",
         dilation=1,
         groups: int = 1,
+        lhs_dilation=1,
     ):
         """Convolution (cross-correlation, as every framework) of `x` with `kernel` over the
-        `spatial` axes, which both have (the kernel's extents are the window). `x` has
-        `in_axis` and any batch axes; `kernel` has `spatial`, `in_axis` (channels per group)
-        and `out_axis`. The result has `x`'s axes with `in_axis` replaced by `out_axis`.
+        `spatial` axes, which both have (the kernel's extents are the window): the kind `conv`.
+        `x` has `in_axis` and any batch axes; `kernel` has `spatial`, `in_axis` (channels per
+        group) and `out_axis`. The result has `x`'s axes with `in_axis` replaced by
+        `out_axis`. `lhs_dilation` spaces the input's elements (a transposed convolution).
+        Groups split `in_axis` and `out_axis` into a paired axis `<in_axis>_group`.
         """
         spatial = tuple(spatial)
         self._require_axes("conv", x, (*spatial, in_axis))
         self._require_axes("conv", kernel, (*spatial, in_axis, out_axis))
-        channels, per_group = x.ty.extent(in_axis), kernel.ty.extent(in_axis)
-        outputs = kernel.ty.extent(out_axis)
-        if groups < 1 or channels != per_group * groups or outputs % groups:
-            raise AxisError(
-                f"conv: {groups} groups need the input's {in_axis!r} ({channels}) to be the "
-                f"kernel's ({per_group}) times {groups}, and {out_axis!r} ({outputs}) divisible"
-            )
+        _check_conv_axes(x.ty, kernel.ty, spatial, in_axis, out_axis, groups)
+        strides = _positive("stride", stride, spatial)
+        dilations = _positive("dilation", dilation, spatial)
+        lhs_dilations = _positive("lhs_dilation", lhs_dilation, spatial)
+        extents = [(x.ty.extent(a) - 1) * d + 1 for a, d in zip(spatial, lhs_dilations)]
         sizes = [kernel.ty.extent(a) for a in spatial]
-        patches = self.windows(x, spatial, sizes, stride, dilation, padding)
+        padding = _per_axis("padding", padding, spatial) if not isinstance(padding, str) else padding
+        pairs = padding_pairs(padding, extents, sizes, strides, dilations)
+        attrs = conv_attrs(spatial, (in_axis,), strides, pairs, lhs_dilations, dilations)
+        if groups == 1:
+            return self.emit("conv", [x, kernel], attrs)
+        group = f"{in_axis}_group"
+        per_group, outputs = kernel.ty.extent(in_axis), kernel.ty.extent(out_axis)
+        x = self.split(x, in_axis, {group: groups, in_axis: per_group})
+        kernel = self.split(kernel, out_axis, {group: groups, out_axis: outputs // groups})
+        result = self.emit("conv", [x, kernel], attrs)
+        return self.merge(result, (group, out_axis), out_axis)
+
+    def conv_by_windows(self, x, kernel, attrs):
+        """The kind `conv` composed of pad (interior for lhs_dilation), strided slices into
+        `<axis>_window` axes and one contraction (im2col: a GEMM), laid out as the kind's
+        result. The backends lower `conv` this way where they have no library for it."""
+        spatial = tuple(attrs["spatial"])
+        for axis, ld in zip(spatial, attrs["lhs_dilation"], strict=True):
+            if ld > 1:
+                x = self.pad(x, axis, 0, 0, 0, interior=ld - 1)
+        roles = axis_roles(x.ty, kernel.ty, attrs)
+        sizes = [kernel.ty.extent(a) for a in spatial]
+        pairs = list(zip(attrs["low"], attrs["high"], strict=True))
+        patches = self.windows(x, spatial, sizes, attrs["stride"], attrs["rhs_dilation"], pairs)
         windows = [f"{a}_window" for a in spatial]
         kernel = self.rename_axes(
             kernel, [f"{a}_window" if a in spatial else a for a in kernel.ty.axes]
         )
-        if groups == 1:
-            result = self.contract(patches, kernel, (in_axis, *windows))
-        else:
-            group = f"{in_axis}_group"
-            patches = self.split(patches, in_axis, {group: groups, in_axis: per_group})
-            kernel = self.split(kernel, out_axis, {group: groups, out_axis: outputs // groups})
-            result = self.contract(patches, kernel, (in_axis, *windows))
-            result = self.merge(result, (group, out_axis), out_axis)
-        order = [out_axis if a == in_axis else a for a in x.ty.axes]
-        return self.transpose(result, order)
+        result = self.contract(patches, kernel, (*roles["contract"], *windows))
+        return self.transpose(result, result_axes(x.ty.axes, roles["contract"], roles["outputs"]))
 
     def reduce_window(self, x, op: str, window, stride=None, padding="valid", dilation=1):
         """Reduce `op` (sum, max, min, prod) over windows: `window` maps axis -> extent;

@@ -16,6 +16,7 @@ from ..core.types import HALF_FLOATS, TensorType, bf16, f32, f64
 from . import fusion
 from .buffers import Lifetime, place
 from .contraction import Gemm, gemm_layout
+from .expand import expand_compositions
 from .grouping import FlatCheck, consecutive_groups
 from .reduction import reduce_layout
 from .views import StridedView, view_of_stored, view_through
@@ -114,6 +115,7 @@ def build_plan(program: Program) -> Plan:
     >>> [step.kind for step in build_plan(p).steps]
     ['loop']
     """
+    program = expand_compositions(program)
     decisions = fusion.decide(program)
     views = _views_for_buffer_consumers(decisions)
     steps, internal = _group(program, _steps(decisions, views), decisions, views)

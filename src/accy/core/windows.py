@@ -171,9 +171,13 @@ class Windows:
         strides = _positive("stride", stride, spatial)
         dilations = _positive("dilation", dilation, spatial)
         lhs_dilations = _positive("lhs_dilation", lhs_dilation, spatial)
-        extents = [(x.ty.extent(a) - 1) * d + 1 for a, d in zip(spatial, lhs_dilations)]
+        extents = [
+            (x.ty.extent(a) - 1) * d + 1 for a, d in zip(spatial, lhs_dilations, strict=True)
+        ]
         sizes = [kernel.ty.extent(a) for a in spatial]
-        padding = _per_axis("padding", padding, spatial) if not isinstance(padding, str) else padding
+        padding = (
+            _per_axis("padding", padding, spatial) if not isinstance(padding, str) else padding
+        )
         pairs = padding_pairs(padding, extents, sizes, strides, dilations)
         attrs = conv_attrs(spatial, (in_axis,), strides, pairs, lhs_dilations, dilations)
         if groups == 1:

@@ -49,9 +49,7 @@ from .registry import (
 PER_AXIS = ("stride", "low", "high", "lhs_dilation", "rhs_dilation")
 
 
-def conv_attrs(
-    spatial, contract, stride, padding, lhs_dilation, rhs_dilation
-) -> dict[str, tuple]:
+def conv_attrs(spatial, contract, stride, padding, lhs_dilation, rhs_dilation) -> dict[str, tuple]:
     """The attributes of a conv operation from per-axis tuples (`padding`: (low, high) pairs).
 
     >>> conv_attrs(["h"], ["c"], [2], [(1, 1)], [1], [1])["low"]
@@ -127,7 +125,10 @@ def _infer(types, attrs):
     x, kernel = types
     if x.dtype == bool_:
         raise TypeRuleError(f"conv does not apply to bool operands ({describe(types)})")
-    spatial, contract = tuple(attr("conv", attrs, "spatial")), tuple(attr("conv", attrs, "contract"))
+    spatial, contract = (
+        tuple(attr("conv", attrs, "spatial")),
+        tuple(attr("conv", attrs, "contract")),
+    )
     named = (*spatial, *contract)
     if len(set(named)) != len(named):
         raise AxisError(f"conv: spatial {spatial} and contract {contract} repeat an axis")

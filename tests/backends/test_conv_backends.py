@@ -1,0 +1,123 @@
+"""The kind conv on every device (reference, cpu, cuda): values against JAX's
+lax.conv_general_dilated in f32 and bf16, and the loss-and-gradient program of a small
+convolution stack against the reference evaluator, with the axes in a non-NHWC layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accy
+from accy import bf16, f32, spec
+from accy.core.windows import padding_pairs
+
+jax = pytest.importorskip("jax")
+lax = jax.lax
+
+# (stride, padding, dilation, groups, lhs_dilation)
+CASES = [
+    ((1, 1), "same", (1, 1), 1, (1, 1)),
+    ((2, 2), "same", (1, 1), 1, (1, 1)),
+    ((1, 2), ((2, 0), (1, -1)), (2, 1), 2, (1, 1)),
+    ((1, 1), ((1, 2), (0, 1)), (1, 1), 1, (2, 2)),
+]
+IDS = ["same", "strided", "dilated-grouped", "input-dilated"]
+X_ORDER = ("batch", "channel", "height", "width")  # NCHW
+K_ORDER = ("out_channel", "channel", "height", "width")  # OIHW
+
+
+def _numpy(results):
+    return [np.asarray(a.get() if hasattr(a, "get") else a) for a in results]
+
+
+def _program(case, dtype, channels=4, outputs=8):
+    stride, padding, dilation, groups, lhs_dilation = case
+    types = [
+        spec(dtype, batch=2, channel=channels, height=9, width=8),
+        spec(dtype, out_channel=outputs, channel=channels // groups, height=3, width=3),
+    ]
+
+    def body(b, args):
+        x, k = args
+        return x.conv(
+            k,
+            ("height", "width"),
+            "channel",
+            "out_channel",
+            stride=stride,
+            padding=padding,
+            dilation=dilation,
+            groups=groups,
+            lhs_dilation=lhs_dilation,
+        )
+
+    return accy.trace.define("conv", types, body)
+
+
+def _jax(case, x, k):
+    stride, padding, dilation, groups, lhs_dilation = case
+    extents = [(n - 1) * d + 1 for n, d in zip(x.shape[2:], lhs_dilation, strict=True)]
+    pairs = padding_pairs(padding, extents, k.shape[2:], stride, dilation)
+    out = lax.conv_general_dilated(
+        x.astype(np.float32),
+        k.astype(np.float32),
+        stride,
+        pairs,
+        lhs_dilation,
+        dilation,
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        feature_group_count=groups,
+        precision=lax.Precision.HIGHEST,
+    )
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_conv_matches_jax_on_every_device(device, case):
+    program = _program(case, f32)
+    rng = np.random.default_rng(0)
+    x, k = (rng.standard_normal(t.extents).astype(np.float32) for t in program.parameter_types)
+    (got,) = _numpy(accy.compile(program, device)(x, k))
+    np.testing.assert_allclose(got, _jax(case, x, k), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("case", CASES[:3], ids=IDS[:3])
+def test_bf16_conv_matches_jax_in_f32_within_bf16_rounding(device, case):
+    program = _program(case, bf16)
+    rng = np.random.default_rng(1)
+    args = [rng.standard_normal(t.extents).astype(bf16.numpy) for t in program.parameter_types]
+    (got,) = _numpy(accy.compile(program, device)(*args))
+    expected = _jax(case, *(a.astype(np.float32) for a in args))
+    # f32 sums of exact bf16 products, rounded once to bf16 (8 bits): half an ulp relative.
+    np.testing.assert_allclose(got.astype(np.float32), expected, rtol=2**-8, atol=1e-2)
+
+
+def _block_loss() -> accy.Program:
+    """Two 3x3 convolutions (the second strided and grouped) and a loss: forward, the
+    transposed and the kernel-gradient convolutions, all as conv operations."""
+    types = [
+        spec(f32, batch=2, channel=4, height=10, width=9),
+        spec(f32, out_channel=6, channel=4, height=3, width=3),
+        spec(f32, out_channel=6, channel=3, height=3, width=3),
+    ]
+
+    def loss(b, args):
+        x, k1, k2 = args
+        spatial = ("height", "width")
+        y = accy.nn.relu(x.conv(k1, spatial, "channel", "out_channel", padding="same"))
+        y = y.rename("out_channel", "channel")
+        y = y.conv(k2, spatial, "channel", "out_channel", stride=2, padding="same", groups=2)
+        return (y * y).sum()
+
+    return accy.value_and_grad(accy.trace.define("block", types, loss), wrt=(0, 1, 2))
+
+
+def test_conv_gradients_agree_with_the_reference_on_every_device(device):
+    program = _block_loss()
+    assert program.count("conv") >= 5
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal(t.extents).astype(np.float32) for t in program.parameter_types]
+    expected = accy.reference.run(program, args)
+    got = _numpy(accy.compile(program, device)(*args))
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)

@@ -121,3 +121,111 @@ def test_conv_gradients_agree_with_the_reference_on_every_device(device):
     got = _numpy(accy.compile(program, device)(*args))
     for g, e in zip(got, expected, strict=True):
         np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+
+
+# CUDA without a GPU: the plan and schedule of a conv cuDNN would run (cuDNN faked) -----------
+
+
+@pytest.fixture
+def fake_cudnn(monkeypatch):
+    """cuDNN as if every graph built, with no workspace: planning and scheduling only."""
+    from accy.backends.cuda import cudnn_conv
+
+    built = []
+
+    def fake_built(problem):
+        built.append(problem)
+        return cudnn_conv.Built(None, {}, 0)
+
+    monkeypatch.setattr(cudnn_conv, "built", fake_built)
+    return built
+
+
+def _library_symbols(compiled):
+    from accy.backends.cuda.schedule import Library
+
+    return [a.symbol for a in compiled.schedule.actions if isinstance(a, Library)]
+
+
+def test_cuda_plans_kept_convs_as_cudnn_library_steps(fake_cudnn):
+    """The block's forward convolutions and its stride-1 input gradient are fprops, its
+    kernel gradients wgrads; the grouped, strided conv and its gradients are composed (paired
+    axes, input dilation); each kept conv's operands are laid out channels last."""
+    from accy.backends.cuda import compile_program, cudnn_conv
+
+    program = _block_loss()
+    compiled = compile_program(program)
+    symbols = _library_symbols(compiled)
+    problems = set(fake_cudnn)  # each built when planned, looked up again when emitted
+    assert sorted(p.mode for p in problems) == ["fprop", "fprop", "wgrad"], problems
+    assert len(symbols) == 3 and all(s.startswith("accy_cudnn_conv_") for s in symbols)
+    first = next(p for p in problems if p.mode == "fprop" and p.filter == (6, 4, 3, 3))
+    assert first.image == (2, 4, 10, 9) and first.output == (2, 6, 10, 9)
+    assert (first.pre, first.post, first.stride) == ((1, 1), (1, 1), (1, 1))
+    transposed = next(p for p in problems if p.mode == "fprop" and p.filter == (4, 6, 3, 3))
+    assert transposed.image == (2, 6, 10, 9) and transposed.output == (2, 4, 10, 9)
+    wgrad = next(p for p in problems if p.mode == "wgrad")
+    assert wgrad.image == (2, 4, 10, 9) and wgrad.filter == (6, 4, 3, 3)
+    assert wgrad.output == (2, 6, 10, 9)  # the loss (the cotangent), N K P Q
+    reasons = " ".join(cudnn_conv.decline_reasons().values())
+    assert "paired axes ('channel_group',)" in reasons
+
+
+def test_input_dilation_and_cropping_are_composed(fake_cudnn):
+    from accy.backends.cuda import compile_program, cudnn_conv
+
+    for padding, lhs_dilation, reason in [
+        ("same", 2, "input dilation"),
+        ([(-1, 0)], 1, "negative"),
+    ]:
+        types = [spec(f32, n=3, t=20, c=8), spec(f32, t=5, c=8, o=16)]
+        program = accy.trace.define(
+            "conv1d",
+            types,
+            lambda b, a, p=padding, d=lhs_dilation: a[0].conv(
+                a[1], ["t"], "c", "o", padding=p, lhs_dilation=d
+            ),
+        )
+        assert _library_symbols(compile_program(program)) == []
+        assert reason in " ".join(cudnn_conv.decline_reasons().values())
+    assert fake_cudnn == []
+
+
+def test_a_one_dimensional_conv_is_a_two_dimensional_cudnn_problem(fake_cudnn):
+    from accy.backends.cuda import compile_program
+
+    types = [spec(bf16, n=3, t=20, c=8), spec(bf16, t=5, c=8, o=16)]
+    program = accy.trace.define(
+        "conv1d", types, lambda b, a: a[0].conv(a[1], ["t"], "c", "o", stride=2, dilation=2)
+    )
+    compiled = compile_program(program)
+    (problem,) = set(fake_cudnn)
+    assert (problem.image, problem.filter, problem.output) == (
+        (3, 8, 1, 20),
+        (16, 8, 1, 5),
+        (3, 16, 1, 6),
+    )
+    assert (problem.stride, problem.dilation, problem.dtype) == ((1, 2), (1, 2), "bf16")
+    assert len(_library_symbols(compiled)) == 1
+
+
+def test_cudnn_conv_can_be_switched_off(fake_cudnn, monkeypatch):
+    from accy.backends.cuda import compile_program, cudnn_conv
+
+    monkeypatch.setenv("ACCY_CUDNN_CONV", "0")
+    compiled = compile_program(_program(CASES[0], f32))
+    assert _library_symbols(compiled) == [] and fake_cudnn == []
+    assert "ACCY_CUDNN_CONV=0" in " ".join(cudnn_conv.decline_reasons().values())
+
+
+@pytest.mark.skipif(
+    __import__("accy.kernel", fromlist=["toolchain"]).toolchain.nvcc() is None,
+    reason="cuda gate: nvcc is not on PATH",
+)
+def test_the_cuda_c_around_cudnn_convs_compiles_with_nvcc(fake_cudnn):
+    from accy.backends.cuda import compile_program
+    from accy.kernel import toolchain
+
+    compiled = compile_program(_block_loss())
+    ptx = toolchain.ptx_with_nvcc(compiled.source, "a conv block", arch="compute_90")
+    assert all(f".entry {k}(" in ptx for k in compiled.kernels)

@@ -16,7 +16,7 @@ from ..core.types import HALF_FLOATS, TensorType, bf16, f32, f64
 from . import fusion
 from .buffers import Lifetime, place
 from .contraction import Gemm, gemm_layout
-from .expand import expand_compositions
+from .expand import Keep, compose_all, expand_compositions
 from .grouping import FlatCheck, consecutive_groups
 from .reduction import reduce_layout
 from .views import StridedView, view_of_stored, view_through
@@ -27,6 +27,7 @@ STEP_KINDS = {
     "scatter_add": "scatter",
     "scatter": "scatter",
     "sort": "sort",
+    "conv": "conv",
     "custom_call": "custom_call",
     "scan": "scan",
     "cond": "cond",
@@ -106,8 +107,10 @@ class Plan:
         return self.scratch_offsets[(step, name)]
 
 
-def build_plan(program: Program) -> Plan:
+def build_plan(program: Program, keep: Keep = compose_all) -> Plan:
     """Plan `program`: which work is fused into which loop, and where every buffer lives.
+    Kinds a backend runs as compositions are expanded first; `keep` says which it runs
+    whole, on operands in which layout (`expand.py`).
 
     >>> import accy
     >>> from accy.lower import build_plan
@@ -115,10 +118,10 @@ def build_plan(program: Program) -> Plan:
     >>> [step.kind for step in build_plan(p).steps]
     ['loop']
     """
-    program = expand_compositions(program)
+    program = expand_compositions(program, keep)
     decisions = fusion.decide(program)
     views = _views_for_buffer_consumers(decisions)
-    steps, internal = _group(program, _steps(decisions, views), decisions, views)
+    steps, internal = _group(program, _steps(decisions, views, keep), decisions, views)
     views = {v: view for v, view in views.items() if view.base not in internal}
     slots, outputs = _slots(program, steps)
     offsets, workspace = _place_workspace(program, steps, slots)
@@ -162,6 +165,7 @@ def _viewed_operands(op: Operation, views) -> list[bool]:
 BUFFER_RULES: dict[str, Callable[[Operation, dict], list[bool]]] = {
     "dot_general": _viewed_operands,
     "custom_call": _contiguous_operands,
+    "conv": _contiguous_operands,
     "scan": _contiguous_operands,
     "cond": _contiguous_operands,
     "while_loop": _contiguous_operands,
@@ -204,7 +208,7 @@ def _reads_and_fused(decisions: fusion.Fusion, op: Operation):
     return tuple(sorted(reads)), tuple(ordered)
 
 
-def _steps(decisions: fusion.Fusion, views) -> list[Step]:
+def _steps(decisions: fusion.Fusion, views, keep: Keep) -> list[Step]:
     program = decisions.program
     steps = []
     for op in program.operations:
@@ -212,8 +216,8 @@ def _steps(decisions: fusion.Fusion, views) -> list[Step]:
             continue
         reads, fused = _reads_and_fused(decisions, op)
         kind = STEP_KINDS.get(op.kind, "loop")
-        body = build_plan(op.attrs["body"]) if kind == "scan" else None
-        branches = tuple(build_plan(op.attrs[name]) for name in BRANCHES.get(kind, ()))
+        body = build_plan(op.attrs["body"], keep) if kind == "scan" else None
+        branches = tuple(build_plan(op.attrs[name], keep) for name in BRANCHES.get(kind, ()))
         detail = DETAILS[kind](op, views) if kind in DETAILS else None
         scratch = _scratch(kind, op, body, detail, branches)
         steps.append(

@@ -16,6 +16,7 @@ import numpy as np
 from ...core import Program
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, build_plan
+from . import cudnn_conv
 from .kernels import Module
 from .prelude import PRELUDE
 from .schedule import Address, Level, Schedule
@@ -66,7 +67,7 @@ def compile_program(
     >>> '__global__' in compiled.source
     True
     """
-    plan = build_plan(program)
+    plan = build_plan(program, keep=cudnn_conv.layout_for)
     module = Module(kernel_call_registry, prefix)
     code = emit_plan(module, plan)
     schedule = Schedule()

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..errors import AxisError, TypeRuleError
-from .kinds.convolution import axis_roles, conv_attrs, result_axes
+from .kinds.convolution import axis_roles, conv_attrs
+from .kinds.registry import rule_for
 
 Pair = tuple[int, int]
 
@@ -190,23 +191,53 @@ class Windows:
         return self.merge(result, (group, out_axis), out_axis)
 
     def conv_by_windows(self, x, kernel, attrs):
-        """The kind `conv` composed of pad (interior for lhs_dilation), strided slices into
-        `<axis>_window` axes and one contraction (im2col: a GEMM), laid out as the kind's
-        result. The backends lower `conv` this way where they have no library for it."""
+        """The kind `conv` composed of pad (interior for lhs_dilation), strided slices and one
+        contraction (im2col: a GEMM), laid out as the kind's result. The backends lower `conv`
+        this way where they have no library for it.
+
+        Per spatial axis the patches are gathered by whichever is shorter: the window offsets
+        (one slice of every output position per offset, into `<axis>_window`: a forward
+        convolution) or the output positions (one slice of the window per position, into
+        `<axis>_out`: a kernel gradient, whose window is the whole cotangent).
+        """
         spatial = tuple(attrs["spatial"])
-        for axis, ld in zip(spatial, attrs["lhs_dilation"], strict=True):
+        roles = axis_roles(x.ty, kernel.ty, attrs)
+        out_type = self._conv_type(x, kernel, attrs)
+        summed, renames = list(roles["contract"]), {}
+        for i, axis in enumerate(spatial):
+            ld, low, high = attrs["lhs_dilation"][i], attrs["low"][i], attrs["high"][i]
             if ld > 1:
                 x = self.pad(x, axis, 0, 0, 0, interior=ld - 1)
-        roles = axis_roles(x.ty, kernel.ty, attrs)
-        sizes = [kernel.ty.extent(a) for a in spatial]
-        pairs = list(zip(attrs["low"], attrs["high"], strict=True))
-        patches = self.windows(x, spatial, sizes, attrs["stride"], attrs["rhs_dilation"], pairs)
-        windows = [f"{a}_window" for a in spatial]
-        kernel = self.rename_axes(
-            kernel, [f"{a}_window" if a in spatial else a for a in kernel.ty.axes]
-        )
-        result = self.contract(patches, kernel, (*roles["contract"], *windows))
-        return self.transpose(result, result_axes(x.ty.axes, roles["contract"], roles["outputs"]))
+            if (low, high) != (0, 0):
+                x = self.pad(x, axis, low, high, 0)
+            k, m = kernel.ty.extent(axis), out_type.extent(axis)
+            stride, dilation = attrs["stride"][i], attrs["rhs_dilation"][i]
+            if k <= m:
+                window = f"{axis}_window"
+                x = self._gathered(x, axis, window, k, dilation, m, stride)
+                kernel = self.rename(kernel, axis, window)
+                summed.append(window)
+            else:
+                position = f"{axis}_out"
+                x = self._gathered(x, axis, position, m, stride, k, dilation)
+                summed.append(axis)
+                renames[position] = axis
+        result = self.contract(x, kernel, summed)
+        result = self.rename_axes(result, [renames.get(a, a) for a in result.ty.axes])
+        return self.transpose(result, out_type.axes)
+
+    def _gathered(self, x, axis: str, new: str, count: int, step: int, extent: int, stride: int):
+        """`x` with a new axis `new` of `count` slices of `axis`: slice j starts at j * step
+        and takes `extent` elements `stride` apart."""
+        pieces = []
+        for j in range(count):
+            start = j * step
+            piece = self.slice(x, axis, start, start + (extent - 1) * stride + 1, stride)
+            pieces.append(self.reshape(piece, (*piece.ty.named_extents, (new, 1))))
+        return pieces[0] if count == 1 else self.concatenate(pieces, new)
+
+    def _conv_type(self, x, kernel, attrs):
+        return rule_for("conv").infer((x.ty, kernel.ty), attrs)
 
     def reduce_window(self, x, op: str, window, stride=None, padding="valid", dilation=1):
         """Reduce `op` (sum, max, min, prod) over windows: `window` maps axis -> extent;

@@ -14,11 +14,14 @@ JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths c
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 from ..errors import AxisError, TypeRuleError
-from .kinds.convolution import axis_roles, conv_attrs
+from .kinds.convolution import conv_attrs
 from .kinds.registry import rule_for
+from .types import HALF_FLOATS, f32
 
 Pair = tuple[int, int]
 
@@ -191,53 +194,81 @@ class Windows:
         return self.merge(result, (group, out_axis), out_axis)
 
     def conv_by_windows(self, x, kernel, attrs):
-        """The kind `conv` composed of pad (interior for lhs_dilation), strided slices and one
-        contraction (im2col: a GEMM), laid out as the kind's result. The backends lower `conv`
-        this way where they have no library for it.
+        """The kind `conv` composed of pad (interior for lhs_dilation), strided slices and
+        contractions (GEMMs), laid out as the kind's result. The backends lower `conv` this
+        way where they have no library for it. Two ways, by shape, neither materializing the
+        input once per window offset (im2col):
 
-        Per spatial axis the patches are gathered by whichever is shorter: the window offsets
-        (one slice of every output position per offset, into `<axis>_window`: a forward
-        convolution) or the output positions (one slice of the window per position, into
-        `<axis>_out`: a kernel gradient, whose window is the whole cotangent).
+        - a window no larger than the output (forward convolutions, input gradients): one
+          contraction of the padded input with every kernel element (a GEMM with the window
+          offsets among its columns), then the sum over offsets of strided slices of it;
+        - a window larger than the output (kernel gradients, whose window is the whole
+          cotangent): one contraction per output position, of the window's slice of the
+          padded input with the kernel, the results concatenated.
         """
         spatial = tuple(attrs["spatial"])
-        roles = axis_roles(x.ty, kernel.ty, attrs)
-        out_type = self._conv_type(x, kernel, attrs)
-        summed, renames = list(roles["contract"]), {}
+        contract = tuple(attrs["contract"])
+        out_type = rule_for("conv").infer((x.ty, kernel.ty), attrs)
         for i, axis in enumerate(spatial):
             ld, low, high = attrs["lhs_dilation"][i], attrs["low"][i], attrs["high"][i]
             if ld > 1:
                 x = self.pad(x, axis, 0, 0, 0, interior=ld - 1)
             if (low, high) != (0, 0):
                 x = self.pad(x, axis, low, high, 0)
-            k, m = kernel.ty.extent(axis), out_type.extent(axis)
-            stride, dilation = attrs["stride"][i], attrs["rhs_dilation"][i]
-            if k <= m:
-                window = f"{axis}_window"
-                x = self._gathered(x, axis, window, k, dilation, m, stride)
-                kernel = self.rename(kernel, axis, window)
-                summed.append(window)
-            else:
-                position = f"{axis}_out"
-                x = self._gathered(x, axis, position, m, stride, k, dilation)
-                summed.append(axis)
-                renames[position] = axis
-        result = self.contract(x, kernel, summed)
-        result = self.rename_axes(result, [renames.get(a, a) for a in result.ty.axes])
-        return self.transpose(result, out_type.axes)
+        windows = [kernel.ty.extent(a) for a in spatial]
+        outputs = [out_type.extent(a) for a in spatial]
+        # 16-bit floats: every product summed in f32 and rounded once, as the kind's.
+        wide = f32 if x.ty.dtype in HALF_FLOATS else None
+        if math.prod(windows) <= math.prod(outputs):
+            result = self._shifted_sum(x, kernel, attrs, spatial, contract, outputs, wide)
+        else:
+            result = self._per_position(x, kernel, attrs, spatial, contract, outputs, wide)
+        return self.transpose(self.convert(result, out_type.dtype), out_type.axes)
 
-    def _gathered(self, x, axis: str, new: str, count: int, step: int, extent: int, stride: int):
-        """`x` with a new axis `new` of `count` slices of `axis`: slice j starts at j * step
-        and takes `extent` elements `stride` apart."""
-        pieces = []
-        for j in range(count):
-            start = j * step
-            piece = self.slice(x, axis, start, start + (extent - 1) * stride + 1, stride)
-            pieces.append(self.reshape(piece, (*piece.ty.named_extents, (new, 1))))
-        return pieces[0] if count == 1 else self.concatenate(pieces, new)
+    def _shifted_sum(self, x, kernel, attrs, spatial, contract, outputs, wide):
+        """sum over offsets t of products[position * stride + t * dilation, t]."""
+        named = {a: f"{a}_window" for a in spatial}
+        kernel = self.rename_axes(kernel, [named.get(a, a) for a in kernel.ty.axes])
+        products = self.contract(x, kernel, contract, accumulate=wide)
+        total = None
+        ranges = [range(kernel.ty.extent(named[a])) for a in spatial]
+        for offsets in itertools.product(*ranges):
+            term = products
+            for i, (axis, t) in enumerate(zip(spatial, offsets, strict=True)):
+                start = t * attrs["rhs_dilation"][i]
+                stop = start + (outputs[i] - 1) * attrs["stride"][i] + 1
+                term = self.slice(term, axis, start, stop, attrs["stride"][i])
+                term = self.slice(term, named[axis], t, t + 1)
+            term = self.reshape(
+                term, [(a, e) for a, e in term.ty.named_extents if a not in named.values()]
+            )
+            total = term if total is None else self.add(total, term)
+        return total
 
-    def _conv_type(self, x, kernel, attrs):
-        return rule_for("conv").infer((x.ty, kernel.ty), attrs)
+    def _per_position(self, x, kernel, attrs, spatial, contract, outputs, wide):
+        """One contraction per output position (its window's slice of `x` with the whole
+        kernel), each given the spatial axes back (extent 1), concatenated along them."""
+        results = {}
+        for position in itertools.product(*(range(m) for m in outputs)):
+            piece = x
+            for i, (axis, r) in enumerate(zip(spatial, position, strict=True)):
+                start = r * attrs["stride"][i]
+                dilation = attrs["rhs_dilation"][i]
+                stop = start + (kernel.ty.extent(axis) - 1) * dilation + 1
+                piece = self.slice(piece, axis, start, stop, dilation)
+            product = self.contract(piece, kernel, (*contract, *spatial), accumulate=wide)
+            results[position] = self.reshape(
+                product, [*product.ty.named_extents, *((a, 1) for a in spatial)]
+            )
+        for level in range(len(spatial) - 1, -1, -1):  # concatenate the last axis first
+            merged = {}
+            for position in itertools.product(*(range(m) for m in outputs[:level])):
+                pieces = [results[(*position, r)] for r in range(outputs[level])]
+                merged[position] = (
+                    pieces[0] if len(pieces) == 1 else self.concatenate(pieces, spatial[level])
+                )
+            results = merged
+        return results[()]
 
     def reduce_window(self, x, op: str, window, stride=None, padding="valid", dilation=1):
         """Reduce `op` (sum, max, min, prod) over windows: `window` maps axis -> extent;

@@ -229,3 +229,43 @@ def test_the_cuda_c_around_cudnn_convs_compiles_with_nvcc(fake_cudnn):
     compiled = compile_program(_block_loss())
     ptx = toolchain.ptx_with_nvcc(compiled.source, "a conv block", arch="compute_90")
     assert all(f".entry {k}(" in ptx for k in compiled.kernels)
+
+
+# CUDA with a GPU: cuDNN really runs the kept convs --------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16])
+def test_cudnn_runs_the_stride_one_convs_and_their_gradients_on_the_gpu(dtype):
+    from accy.backends.cuda import compile_program, cudnn_conv
+    from accy.backends.cuda.executable import CudaExecutable
+
+    from ..executors import cuda_gate
+
+    if (reason := cuda_gate()) is not None:
+        pytest.skip(reason)
+    if not cudnn_conv.available():
+        pytest.skip("cuda gate: cudnn (nvidia-cudnn-frontend) is not installed")
+    types = [
+        spec(dtype, batch=4, height=12, width=10, channel=16),
+        spec(dtype, height=3, width=3, channel=16, out_channel=32),
+    ]
+
+    def loss(b, args):
+        y = args[0].conv(args[1], ("height", "width"), "channel", "out_channel", padding="same")
+        return (y.convert(f32) ** 2.0).sum()
+
+    program = accy.value_and_grad(accy.trace.define("loss", types, loss), wrt=(0, 1))
+    compiled = compile_program(program)
+    symbols = _library_symbols(compiled)
+    assert len(symbols) == 3, (
+        symbols,
+        cudnn_conv.decline_reasons(),
+    )  # fprop, dgrad-as-fprop, wgrad
+    rng = np.random.default_rng(6)
+    args = [rng.standard_normal(t.extents).astype(dtype.numpy) for t in types]
+    got = _numpy(CudaExecutable(compiled, 0)(*args))
+    expected = accy.reference.run(program, args)
+    tolerance = 1e-4 if dtype == f32 else 2e-2
+    for g, e in zip(got, expected, strict=True):
+        g, e = np.asarray(g, np.float32), np.asarray(e, np.float32)
+        np.testing.assert_allclose(g, e, rtol=tolerance, atol=tolerance * float(np.abs(e).max()))

@@ -269,14 +269,14 @@ def _build(p: Problem) -> Built:
         weight = graph.tensor(
             name="weight", dim=list(p.filter), stride=channels_last(p.filter), data_type=io
         )
-        result = graph.conv_fprop(image=image, weight=weight, name="conv_fprop", **geometry)
+        result = _with_padding(graph.conv_fprop, geometry, image=image, weight=weight)
         result.set_output(True).set_dim(list(p.output)).set_stride(channels_last(p.output))
         tensors = {"x": image, "k": weight, "dst": result}
     else:
         loss = graph.tensor(
             name="loss", dim=list(p.output), stride=channels_last(p.output), data_type=io
         )
-        result = graph.conv_wgrad(image=image, loss=loss, name="conv_wgrad", **geometry)
+        result = _with_padding(graph.conv_wgrad, geometry, image=image, loss=loss)
         result.set_output(True).set_dim(list(p.filter)).set_stride(channels_last(p.filter))
         tensors = {"x": image, "k": loss, "dst": result}
     result.set_data_type(io)
@@ -301,6 +301,19 @@ def _build(p: Problem) -> Built:
     workspace = int(graph.get_workspace_size())
     log.info("cuDNN conv %s: built, workspace %d bytes", p.summary, workspace)
     return Built(graph, tensors, workspace)
+
+
+def _with_padding(operation, geometry: dict, **operands) -> Any:
+    """`operation` with pre/post padding, or one symmetric `padding` for a frontend whose
+    binding has no pre/post (then unequal paddings decline)."""
+    try:
+        return operation(**operands, **geometry)
+    except TypeError as error:
+        pre, post = geometry["pre_padding"], geometry["post_padding"]
+        if pre != post:
+            raise Decline(f"this cuDNN frontend takes one padding only ({error})") from None
+        rest = {k: v for k, v in geometry.items() if k not in ("pre_padding", "post_padding")}
+        return operation(**operands, padding=pre, **rest)
 
 
 # -- the library step --------------------------------------------------------------------------

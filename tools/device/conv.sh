@@ -23,7 +23,7 @@ step() {  # step NAME SECONDS COMMAND...: run, log everything, keep going on fai
 }
 step versions 20 python3 -c "import cudnn, cupy; print('cudnn frontend', cudnn.__version__, 'backend', cudnn.backend_version(), 'cupy', cupy.__version__)"
 step smoke 50 python3 tools/device/conv_smoke.py
-step tests 60 python3 -m pytest -p no:cacheprovider -q -rs -rfE -x \
+step tests 60 python3 -m pytest -p no:cacheprovider -rs -rfE -x \
   tests/backends/test_conv_backends.py tests/backends/test_cuda_kinds.py -k "conv"
 step bench-f32 45 python3 -m bench --device cuda --workloads conv --quick --json /tmp/conv-cuda.json
 step bench-bf16 60 python3 -m bench --device cuda --workloads conv --quick --dtype bf16 --json /tmp/conv-cuda-bf16.json
@@ -32,7 +32,7 @@ step bench-bf16 60 python3 -m bench --device cuda --workloads conv --quick --dty
   echo "== conv.sh summary (full log: $LOG)"
   cat "$STEPS"
   grep -E "^cudnn frontend|^conv (f32|bf16)|^declined" "$LOG" | head -12
-  grep -E "^[0-9]+ (passed|failed)|^FAILED|^ERROR|SKIPPED" "$LOG" | head -6
+  grep -E "[0-9]+ (passed|failed)|^FAILED|^ERROR|^SKIPPED" "$LOG" | head -6
   grep -E "^│ conv" "$LOG" | cut -c1-200 | head -4
   python3 - <<'PY'
 import json
@@ -47,6 +47,6 @@ for path in ("/tmp/conv-cuda.json", "/tmp/conv-cuda-bf16.json"):
         for name, r in (w.get("systems") or {}).items():
             step = (r.get("step") or {}).get("median_s")
             ms = "-" if step is None else f"{step * 1e3:.3f} ms"
-            print(f"  {name:>6}: step {ms}, {r.get('tflops_per_s')} TFLOP/s, first {r.get('first_call_s')} s, {str(r.get('error') or '')[:80]}")
+            print(f"  {name:>6}: step {ms}, {r.get('tflops_per_s')} TFLOP/s, first {r.get('first_call_s')} s, {(str(r.get('error') or '').strip().splitlines() or [''])[-1][:100]}")
 PY
 } | tee -a "$LOG" | head -40

@@ -22,11 +22,11 @@ step() {  # step NAME SECONDS COMMAND...: run, log everything, keep going on fai
   echo "$name: exit $rc ($((SECONDS - start)) s)" >> "$STEPS"
 }
 step versions 20 python3 -c "import cudnn, cupy; print('cudnn frontend', cudnn.__version__, 'backend', cudnn.backend_version(), 'cupy', cupy.__version__)"
-step smoke 50 python3 tools/device/conv_smoke.py
-step tests 60 python3 -m pytest -p no:cacheprovider -rs -rfE -x \
+step smoke 40 python3 tools/device/conv_smoke.py
+step tests 45 python3 -m pytest -p no:cacheprovider -rs -rfE -x \
   tests/backends/test_conv_backends.py tests/backends/test_cuda_kinds.py -k "conv"
 step bench-f32 45 python3 -m bench --device cuda --workloads conv --quick --json /tmp/conv-cuda.json
-step bench-bf16 60 python3 -m bench --device cuda --workloads conv --quick --dtype bf16 --json /tmp/conv-cuda-bf16.json
+step bench-bf16 70 python3 -m bench --device cuda --workloads conv --quick --dtype bf16 --json /tmp/conv-cuda-bf16.json
 
 {
   echo "== conv.sh summary (full log: $LOG)"

@@ -6,9 +6,16 @@ cross-entropy against integer labels, averaged over the batch. Gradients with re
 kernels and w. Kernels are laid out {height, width, channel, out} (JAX's HWIO); the peers read
 the same arrays (PyTorch in its NCHW / OIHW order, permuted inside the step).
 
-FLOPs of the loss and gradients: each convolution costs 2·batch·height·width·9·channel² forward
-and twice that backward (the input gradient, the kernel gradient; the first convolution's input
-gradient is needed too, since the second depends on it): 6 per convolution, 12 in all, plus the
+Each convolution is the kind `conv` (cuDNN on CUDA, im2col and BLAS on the CPU); its
+gradients are convolutions too.
+
+In bf16 the input, the kernels and the activations are bf16 (each convolution sums in f32 and
+rounds once), the classifier's contraction keeps its f32 sum (`wide`) and the cross-entropy is
+f32.
+
+FLOPs of the loss and gradients, in units of one convolution (2·batch·height·width·9·channel²):
+the two forward convolutions, both kernel gradients and the input gradient of the second (the
+first's input is x, not differentiated): 5, that is 90·batch·height·width·channel², plus the
 classifier's, which is negligible.
 """
 
@@ -18,7 +25,7 @@ import numpy as np
 
 from accy import Builder, TensorType, Value, f32, i32, nn, spec
 
-from . import Extents, Workload, normal
+from . import Extents, Workload, normal, wide
 
 SPATIAL = ("height", "width")
 
@@ -60,8 +67,14 @@ def loss(builder: Builder, args: list[Value]) -> Value:
     x, k1, k2, w, labels = args
     hidden = nn.relu(convolve(x, k1))
     block = nn.relu(convolve(hidden, k2) + x)
-    logits = block.mean(SPATIAL).contract(w, "channel")
+    logits = block.mean(SPATIAL).contract(w, "channel", accumulate=wide(block))
     return nn.cross_entropy(logits, labels, "class").mean("batch")
+
+
+def flops(extents: Extents) -> float:
+    """5 convolutions of 2·batch·height·width·9·channel² FLOPs each (see the module doc)."""
+    batch, height, width, channel = (extents[a] for a in ("batch", "height", "width", "channel"))
+    return 5 * 2 * batch * height * width * 9 * channel**2
 
 
 WORKLOAD = Workload(
@@ -73,4 +86,7 @@ WORKLOAD = Workload(
     inputs,
     loss,
     wrt=(1, 2, 3),
+    dtypes=("f32", "bf16"),
+    flops=flops,
+    flops_formula="90*batch*height*width*channel^2",
 )

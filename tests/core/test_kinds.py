@@ -992,6 +992,32 @@ def test_scatter_combines_repeated_and_clamped_indices(rng, dtype, combine):
     assert_same(evaluate_one(program, operand, indices, updates), expected)
 
 
+@kind_test("conv")
+def test_conv_sums_the_windows_of_the_input_times_the_kernel():
+    attrs = {
+        "spatial": ("w",),
+        "contract": ("c",),
+        "stride": (2,),
+        "low": (1,),
+        "high": (0,),
+        "lhs_dilation": (1,),
+        "rhs_dilation": (1,),
+    }
+    program = trace(
+        [spec(f64, w=5, c=2), spec(f64, o=3, w=2, c=2)],
+        lambda b, a: b.emit("conv", list(a), attrs),
+    )
+    traced_once(program, "conv")
+    assert program.output_types == (spec(f64, w=3, o=3),)
+    x = np.arange(10.0).reshape(5, 2)
+    k = np.arange(12.0).reshape(3, 2, 2)
+    padded = np.concatenate([np.zeros((1, 2)), x])  # low 1: windows start at -1, 1, 3
+    expected = np.array(
+        [[np.sum(padded[2 * j : 2 * j + 2] * k[o]) for o in range(3)] for j in range(3)]
+    )
+    assert_same(evaluate_one(program, x, k), expected)
+
+
 @kind_test("sort")
 def test_sort_orders_by_the_first_operand_stably_and_carries_the_second():
     program = trace(

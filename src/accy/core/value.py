@@ -439,9 +439,12 @@ class Value:
         padding="valid",
         dilation=1,
         groups: int = 1,
+        lhs_dilation=1,
     ):
-        """Convolution with `kernel` over the named `spatial` axes (accy.core.windows): stride,
-        padding ("valid", "same" or (low, high) pairs), dilation and groups per spatial axis.
+        """Convolution with `kernel` over the named `spatial` axes (the kind `conv`, see
+        accy.core.windows): stride, padding ("valid", "same" or (low, high) pairs), dilation
+        (of the kernel) and lhs_dilation (of the input: a transposed convolution) per spatial
+        axis, and groups.
 
         >>> import accy, numpy as np
         >>> def body(b, a):
@@ -453,7 +456,16 @@ class Value:
         [1.0, 3.0, 6.0, 5.0]
         """
         return self.builder.conv(
-            self, kernel, spatial, in_axis, out_axis, stride, padding, dilation, groups
+            self,
+            kernel,
+            spatial,
+            in_axis,
+            out_axis,
+            stride,
+            padding,
+            dilation,
+            groups,
+            lhs_dilation,
         )
 
     def reduce_window(self, op: str, window: dict, stride=None, padding="valid", dilation=1):

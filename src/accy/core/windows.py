@@ -1,11 +1,12 @@
-"""Windowed operations with named axes: convolution and reduce_window, composed of pad, strided
-slices, concatenate, reduce and dot_general (no new kind).
+"""Windowed operations with named axes: convolution (the kind `conv`, and its composition)
+and reduce_window (a composition of pad, strided slices, concatenate and reduce).
 
-Both gather every window position into new axes `<axis>_window` (im2col: one strided slice of
-the padded input per window offset), then contract them with the kernel (a GEMM, BLAS on the
-CPU and cuBLAS on CUDA) or reduce them. The derivatives are those of the recorded kinds: the
-transposed convolution (pad and slice transpose into each other) and the kernel-gradient
-convolution (the contraction's transpose) come out of `grad` without rules of their own.
+`conv` checks its axes, resolves padding and groups (a paired axis) and emits the kind, whose
+derivatives are convolutions (`core/kinds/convolution.py`). `conv_by_windows` is that kind
+composed: every window position gathered into new axes `<axis>_window` (im2col: one strided
+slice of the padded input per window offset), contracted with the kernel (a GEMM, BLAS on the
+CPU and cuBLAS on CUDA); the backends lower `conv` so where they have no library call for it.
+`reduce_window` gathers windows alike and reduces them.
 
 Padding: "valid" (none), "same" (output extent ceil(n / stride), the odd element after, as
 JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths crop.
@@ -13,9 +14,14 @@ JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths c
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 from ..errors import AxisError, TypeRuleError
+from .kinds.convolution import conv_attrs
+from .kinds.registry import rule_for
+from .types import HALF_FLOATS, f32
 
 Pair = tuple[int, int]
 
@@ -30,6 +36,48 @@ def _per_axis(name: str, value, axes: Sequence[str]) -> tuple:
     if len(value) != len(axes):
         raise AxisError(f"{name} has {len(value)} entries for the {len(axes)} axes {axes}")
     return value
+
+
+def _positive(name: str, value, axes: Sequence[str]) -> tuple[int, ...]:
+    """One positive int per axis (stride, dilation), or an error naming the axis."""
+    values = _per_axis(name, value, axes)
+    for axis, v in zip(axes, values, strict=True):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise AxisError(f"conv: {name} of axis {axis!r} is {v!r}; use a positive integer")
+    return values
+
+
+def _check_conv_axes(x, kernel, spatial, in_axis: str, out_axis: str, groups: int) -> None:
+    """Channels and groups agree: the input's `in_axis` is the kernel's times `groups`, and
+    `groups` divides the kernel's `out_axis`."""
+    if in_axis in spatial or out_axis in spatial or in_axis == out_axis:
+        raise AxisError(
+            f"conv: in_axis {in_axis!r}, out_axis {out_axis!r} and the spatial axes {spatial} "
+            "must all be different axes"
+        )
+    if x.has(out_axis):
+        raise AxisError(
+            f"conv: the input {x} already has the output axis {out_axis!r}; rename one of them"
+        )
+    channels, per_group = x.extent(in_axis), kernel.extent(in_axis)
+    outputs = kernel.extent(out_axis)
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        raise AxisError(f"conv: groups is {groups!r}; use a positive integer")
+    if groups == 1 and channels != per_group:
+        raise AxisError(
+            f"conv: the input's {in_axis!r} has extent {channels} ({x}) but the kernel's has "
+            f"{per_group} ({kernel}); they must be equal (or the input's a multiple: groups)"
+        )
+    if channels % groups or outputs % groups:
+        raise AxisError(
+            f"conv: {groups} groups must divide the input's {in_axis!r} ({channels}) and the "
+            f"kernel's {out_axis!r} ({outputs})"
+        )
+    if channels != per_group * groups:
+        raise AxisError(
+            f"conv: with {groups} groups the kernel's {in_axis!r} must be "
+            f"{channels // groups} (the input's {channels} / {groups}), got {per_group}"
+        )
 
 
 def padding_pairs(padding, extents, windows, strides, dilations) -> list[Pair]:
@@ -48,10 +96,21 @@ def padding_pairs(padding, extents, windows, strides, dilations) -> list[Pair]:
             total = max((-(-n // s) - 1) * s + (k - 1) * r + 1 - n, 0)
             pairs.append((total // 2, total - total // 2))
         return pairs
-    pairs = [tuple(p) for p in padding]
-    if len(pairs) != len(extents) or any(len(p) != 2 for p in pairs):
-        raise AxisError(f"padding {padding!r} needs one (low, high) pair per spatial axis")
-    return pairs
+    pairs = list(padding)
+    if len(pairs) != len(extents) or not all(_is_pair(p) for p in pairs):
+        raise AxisError(
+            f"padding {padding!r} needs one (low, high) pair of ints per spatial axis "
+            f"({len(extents)}), or 'valid' or 'same'"
+        )
+    return [tuple(p) for p in pairs]
+
+
+def _is_pair(p) -> bool:
+    return (
+        isinstance(p, Sequence)
+        and len(p) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in p)
+    )
 
 
 class Windows:
@@ -100,38 +159,116 @@ class Windows:
         padding="valid",
         dilation=1,
         groups: int = 1,
+        lhs_dilation=1,
     ):
         """Convolution (cross-correlation, as every framework) of `x` with `kernel` over the
-        `spatial` axes, which both have (the kernel's extents are the window). `x` has
-        `in_axis` and any batch axes; `kernel` has `spatial`, `in_axis` (channels per group)
-        and `out_axis`. The result has `x`'s axes with `in_axis` replaced by `out_axis`.
+        `spatial` axes, which both have (the kernel's extents are the window): the kind `conv`.
+        `x` has `in_axis` and any batch axes; `kernel` has `spatial`, `in_axis` (channels per
+        group) and `out_axis`. The result has `x`'s axes with `in_axis` replaced by
+        `out_axis`. `lhs_dilation` spaces the input's elements (a transposed convolution).
+        Groups split `in_axis` and `out_axis` into a paired axis `<in_axis>_group`.
         """
         spatial = tuple(spatial)
         self._require_axes("conv", x, (*spatial, in_axis))
         self._require_axes("conv", kernel, (*spatial, in_axis, out_axis))
-        channels, per_group = x.ty.extent(in_axis), kernel.ty.extent(in_axis)
-        outputs = kernel.ty.extent(out_axis)
-        if groups < 1 or channels != per_group * groups or outputs % groups:
-            raise AxisError(
-                f"conv: {groups} groups need the input's {in_axis!r} ({channels}) to be the "
-                f"kernel's ({per_group}) times {groups}, and {out_axis!r} ({outputs}) divisible"
-            )
+        _check_conv_axes(x.ty, kernel.ty, spatial, in_axis, out_axis, groups)
+        strides = _positive("stride", stride, spatial)
+        dilations = _positive("dilation", dilation, spatial)
+        lhs_dilations = _positive("lhs_dilation", lhs_dilation, spatial)
+        extents = [
+            (x.ty.extent(a) - 1) * d + 1 for a, d in zip(spatial, lhs_dilations, strict=True)
+        ]
         sizes = [kernel.ty.extent(a) for a in spatial]
-        patches = self.windows(x, spatial, sizes, stride, dilation, padding)
-        windows = [f"{a}_window" for a in spatial]
-        kernel = self.rename_axes(
-            kernel, [f"{a}_window" if a in spatial else a for a in kernel.ty.axes]
+        padding = (
+            _per_axis("padding", padding, spatial) if not isinstance(padding, str) else padding
         )
+        pairs = padding_pairs(padding, extents, sizes, strides, dilations)
+        attrs = conv_attrs(spatial, (in_axis,), strides, pairs, lhs_dilations, dilations)
         if groups == 1:
-            result = self.contract(patches, kernel, (in_axis, *windows))
+            return self.emit("conv", [x, kernel], attrs)
+        group = f"{in_axis}_group"
+        per_group, outputs = kernel.ty.extent(in_axis), kernel.ty.extent(out_axis)
+        x = self.split(x, in_axis, {group: groups, in_axis: per_group})
+        kernel = self.split(kernel, out_axis, {group: groups, out_axis: outputs // groups})
+        result = self.emit("conv", [x, kernel], attrs)
+        return self.merge(result, (group, out_axis), out_axis)
+
+    def conv_by_windows(self, x, kernel, attrs):
+        """The kind `conv` composed of pad (interior for lhs_dilation), strided slices and
+        contractions (GEMMs), laid out as the kind's result. The backends lower `conv` this
+        way where they have no library for it. Two ways, by shape, neither materializing the
+        input once per window offset (im2col):
+
+        - a window no larger than the output (forward convolutions, input gradients): one
+          contraction of the padded input with every kernel element (a GEMM with the window
+          offsets among its columns), then the sum over offsets of strided slices of it;
+        - a window larger than the output (kernel gradients, whose window is the whole
+          cotangent): one contraction per output position, of the window's slice of the
+          padded input with the kernel, the results concatenated.
+        """
+        spatial = tuple(attrs["spatial"])
+        contract = tuple(attrs["contract"])
+        out_type = rule_for("conv").infer((x.ty, kernel.ty), attrs)
+        for i, axis in enumerate(spatial):
+            ld, low, high = attrs["lhs_dilation"][i], attrs["low"][i], attrs["high"][i]
+            if ld > 1:
+                x = self.pad(x, axis, 0, 0, 0, interior=ld - 1)
+            if (low, high) != (0, 0):
+                x = self.pad(x, axis, low, high, 0)
+        windows = [kernel.ty.extent(a) for a in spatial]
+        outputs = [out_type.extent(a) for a in spatial]
+        # 16-bit floats: every product summed in f32 and rounded once, as the kind's.
+        wide = f32 if x.ty.dtype in HALF_FLOATS else None
+        if math.prod(windows) <= math.prod(outputs):
+            result = self._shifted_sum(x, kernel, attrs, spatial, contract, outputs, wide)
         else:
-            group = f"{in_axis}_group"
-            patches = self.split(patches, in_axis, {group: groups, in_axis: per_group})
-            kernel = self.split(kernel, out_axis, {group: groups, out_axis: outputs // groups})
-            result = self.contract(patches, kernel, (in_axis, *windows))
-            result = self.merge(result, (group, out_axis), out_axis)
-        order = [out_axis if a == in_axis else a for a in x.ty.axes]
-        return self.transpose(result, order)
+            result = self._per_position(x, kernel, attrs, spatial, contract, outputs, wide)
+        return self.transpose(self.convert(result, out_type.dtype), out_type.axes)
+
+    def _shifted_sum(self, x, kernel, attrs, spatial, contract, outputs, wide):
+        """sum over offsets t of products[position * stride + t * dilation, t]."""
+        named = {a: f"{a}_window" for a in spatial}
+        kernel = self.rename_axes(kernel, [named.get(a, a) for a in kernel.ty.axes])
+        products = self.contract(x, kernel, contract, accumulate=wide)
+        total = None
+        ranges = [range(kernel.ty.extent(named[a])) for a in spatial]
+        for offsets in itertools.product(*ranges):
+            term = products
+            for i, (axis, t) in enumerate(zip(spatial, offsets, strict=True)):
+                start = t * attrs["rhs_dilation"][i]
+                stop = start + (outputs[i] - 1) * attrs["stride"][i] + 1
+                term = self.slice(term, axis, start, stop, attrs["stride"][i])
+                term = self.slice(term, named[axis], t, t + 1)
+            term = self.reshape(
+                term, [(a, e) for a, e in term.ty.named_extents if a not in named.values()]
+            )
+            total = term if total is None else self.add(total, term)
+        return total
+
+    def _per_position(self, x, kernel, attrs, spatial, contract, outputs, wide):
+        """One contraction per output position (its window's slice of `x` with the whole
+        kernel), each given the spatial axes back (extent 1), concatenated along them."""
+        results = {}
+        for position in itertools.product(*(range(m) for m in outputs)):
+            piece = x
+            for i, (axis, r) in enumerate(zip(spatial, position, strict=True)):
+                start = r * attrs["stride"][i]
+                dilation = attrs["rhs_dilation"][i]
+                stop = start + (kernel.ty.extent(axis) - 1) * dilation + 1
+                piece = self.slice(piece, axis, start, stop, dilation)
+            product = self.contract(piece, kernel, (*contract, *spatial), accumulate=wide)
+            results[position] = self.reshape(
+                product, [*product.ty.named_extents, *((a, 1) for a in spatial)]
+            )
+        for level in range(len(spatial) - 1, -1, -1):  # concatenate the last axis first
+            merged = {}
+            for position in itertools.product(*(range(m) for m in outputs[:level])):
+                pieces = [results[(*position, r)] for r in range(outputs[level])]
+                merged[position] = (
+                    pieces[0] if len(pieces) == 1 else self.concatenate(pieces, spatial[level])
+                )
+            results = merged
+        return results[()]
 
     def reduce_window(self, x, op: str, window, stride=None, padding="valid", dilation=1):
         """Reduce `op` (sum, max, min, prod) over windows: `window` maps axis -> extent;

@@ -39,7 +39,17 @@ from ..core import Operation, Program
 from .views import VIEW_KINDS
 
 ROOT_KINDS = frozenset(
-    {"reduce", "dot_general", "scatter_add", "scatter", "sort", "custom_call", "scan", "cond"}
+    {
+        "reduce",
+        "dot_general",
+        "scatter_add",
+        "scatter",
+        "sort",
+        "conv",
+        "custom_call",
+        "scan",
+        "cond",
+    }
     | {"while_loop"}
 )
 CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "concatenate"}
@@ -106,6 +116,7 @@ OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
     "scatter": lambda op: [("init", "inline"), ("updates", "inline"), ("updates", "inline")],
     "dot_general": _all_buffers,
     "custom_call": _all_buffers,
+    "conv": _all_buffers,  # kept whole only for a library (cuDNN), which reads buffers
     "scan": _all_buffers,
     "cond": _all_buffers,
     "while_loop": _all_buffers,

@@ -16,6 +16,7 @@ from ..core.types import HALF_FLOATS, TensorType, bf16, f32, f64
 from . import fusion
 from .buffers import Lifetime, place, reads_in_place
 from .contraction import Gemm, gemm_layout
+from .expand import expand_compositions
 from .grouping import FlatCheck, consecutive_groups
 from .reduction import reduce_layout
 from .target import CPU, Target
@@ -27,6 +28,7 @@ STEP_KINDS = {
     "scatter_add": "scatter",
     "scatter": "scatter",
     "sort": "sort",
+    "conv": "conv",
     "custom_call": "custom_call",
     "scan": "scan",
     "cond": "cond",
@@ -111,7 +113,8 @@ class Plan:
 
 def build_plan(program: Program, target: Target = CPU) -> Plan:
     """Plan `program` for `target`: which work is fused into which loop, and where every buffer
-    lives.
+    lives. Kinds the target runs as compositions are expanded first (`target.keep` says which
+    it runs whole, on operands in which layout: `expand.py`).
 
     >>> import accy
     >>> from accy.lower import build_plan
@@ -119,6 +122,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     >>> [step.kind for step in build_plan(p).steps]
     ['loop']
     """
+    program = expand_compositions(program, target.keep)
     decisions = fusion.decide(program, target.recomputes_transcendentals)
     views = _views_for_buffer_consumers(decisions)
     steps = _hoist_reductions(_steps(decisions, views, target))
@@ -166,6 +170,7 @@ def _viewed_operands(op: Operation, views) -> list[bool]:
 BUFFER_RULES: dict[str, Callable[[Operation, dict], list[bool]]] = {
     "dot_general": _viewed_operands,
     "custom_call": _contiguous_operands,
+    "conv": _contiguous_operands,
     "scan": _contiguous_operands,
     "cond": _contiguous_operands,
     "while_loop": _contiguous_operands,

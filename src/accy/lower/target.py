@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .expand import Keep, compose_all
+
 
 @dataclass(frozen=True)
 class Target:
@@ -15,6 +17,8 @@ class Target:
     in a few steps is computed again in each rather than stored: on a GPU a few special-function
     instructions cost far less than writing and reading back the value (GPT-2's f32 softmax
     numerator alone was 1.6 GB), while on a CPU the two cost about the same.
+    `keep`: which kinds that have a composition the target runs whole, on operands in which
+    layout (`accy.lower.expand`; by default every such kind is composed).
 
     >>> CPU.half_gemms_in_float32, GPU.recomputes_transcendentals
     (True, True)
@@ -22,6 +26,7 @@ class Target:
 
     half_gemms_in_float32: bool = True
     recomputes_transcendentals: bool = False
+    keep: Keep = compose_all
 
 
 CPU = Target()

@@ -8,6 +8,7 @@ into PTX (`CompiledFragment.ptx`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from ...core import Program
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, build_plan
 from ...lower.target import GPU
+from . import cudnn_conv
 from .kernels import Module
 from .prelude import PRELUDE
 from .schedule import Address, Level, Schedule
@@ -67,7 +69,8 @@ def compile_program(
     >>> '__global__' in compiled.source
     True
     """
-    plan = build_plan(program, GPU)
+    # cuDNN runs the convolutions it takes whole; the rest are compositions.
+    plan = build_plan(program, dataclasses.replace(GPU, keep=cudnn_conv.layout_for))
     module = Module(kernel_call_registry, prefix)
     code = emit_plan(module, plan)
     schedule = Schedule()

@@ -8,7 +8,7 @@
 |             | shift_right_logical, shift_right_arithmetic, bitcast_convert     |
 | layout      | broadcast_in_dim, transpose, reshape, slice, pad, concatenate    |
 | reduction   | reduce                                                           |
-| contraction | dot_general                                                      |
+| contraction | dot_general, conv                                                |
 | indexing    | gather, scatter_add, scatter                                     |
 | sorting     | sort                                                             |
 | control     | custom_call, scan, cond, while_loop                              |
@@ -19,6 +19,7 @@ from . import (
     collectives,
     contraction,
     control,
+    convolution,
     creation,
     elementwise,
     indexing,
@@ -35,6 +36,7 @@ __all__ = [
     "Zero",
     "collectives",
     "contraction",
+    "convolution",
     "control",
     "creation",
     "elementwise",

@@ -16,6 +16,7 @@ from ..kernels import Module
 from ..schedule import Level, Schedule
 from .calls import emit_copy, emit_custom_call
 from .control import emit_cond, emit_while
+from .conv import emit_conv
 from .dot import emit_dot
 from .group import emit_group
 from .loop import emit_loop
@@ -34,6 +35,7 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
     "copy": emit_copy,
     "scan": emit_scan,
     "sort": emit_sort,
+    "conv": emit_conv,
     "cond": emit_cond,
     "while": emit_while,
 }

@@ -51,7 +51,7 @@ def emit_custom_call(ctx: StepContext) -> StepCode:
     call = _kernel_call(ctx)
     staging = stage_moving_buffers(ctx, op.operands)
     if call.library is not None:
-        return _library_call(ctx, call, staging)
+        return library_call(ctx, call, staging)
 
     def schedule_call(level: Level, schedule: Schedule) -> None:
         launches(*staging.copies_in)(level, schedule)
@@ -68,7 +68,7 @@ def emit_custom_call(ctx: StepContext) -> StepCode:
     return schedule_call
 
 
-def _library_call(ctx: StepContext, call, staging) -> StepCode:
+def library_call(ctx: StepContext, call, staging) -> StepCode:
     """A host library's step: like a custom kernel, it is captured with fixed addresses
     (operands and a result in the invocation's buffers pass through scratch), and it gets
     `scratch_bytes` of scratch of its own."""

@@ -114,7 +114,7 @@ class Program:
     outputs: tuple[int, ...]
     value_types: tuple[TensorType, ...]
 
-    @property
+    @functools.cached_property  # asked once per buffer by the backends: O(operations) each
     def parameters(self) -> tuple[int, ...]:
         """Values of the parameter operations, in parameter-index order."""
         params = [op for op in self.operations if op.kind == "parameter"]

@@ -40,14 +40,29 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
 
 
 def emit_plan(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:
-    """The kernels of every step of `plan` (written once per plan), and the code that
-    schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
+    """The kernels of every step of `plan`, the program's own (written once per plan), and the
+    code that schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
     conditional node."""
+    return _emit(module, plan, inside_conditional, relocate=True)
+
+
+def _emit_body(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:
+    """`emit_plan` for the body of a scan, cond or while_loop (`StepContext.emit_plan`)."""
+    return _emit(module, plan, inside_conditional, relocate=False)
+
+
+def _emit(module: Module, plan: Plan, inside_conditional: bool, relocate: bool) -> StepCode:
     if id(plan) not in module.plan_code:
         codes = [
             STEP_EMITTERS[step.kind](
                 StepContext(
-                    module, plan, index, step, emit_plan, inside_conditional=inside_conditional
+                    module,
+                    plan,
+                    index,
+                    step,
+                    _emit_body,
+                    inside_conditional=inside_conditional,
+                    relocate=relocate,
                 )
             )
             for index, step in enumerate(plan.steps)

@@ -39,11 +39,14 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
 }
 
 
-def emit_plan(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:
+def emit_plan(
+    module: Module, plan: Plan, inside_conditional: bool = False, relocate: bool = True
+) -> StepCode:
     """The kernels of every step of `plan`, the program's own (written once per plan), and the
     code that schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
-    conditional node."""
-    return _emit(module, plan, inside_conditional, relocate=True)
+    conditional node. `relocate=False` writes every kernel for the plan's level, as a body's
+    are (what relocation is compared with in the tests)."""
+    return _emit(module, plan, inside_conditional, relocate)
 
 
 def _emit_body(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:

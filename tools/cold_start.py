@@ -21,88 +21,23 @@ Then the size of the generated source: kernels, bytes, translation units.
     PYTHONPATH=src python3 tools/cold_start.py --scale check --json out.json
 
 `--cold` points `$CUPY_CACHE_DIR` and `$ACCY_CACHE_DIR` at fresh folders before CuPy is
-imported, so NVRTC compiles everything; without it the caches already there are used (a warm
-start when a previous run filled them).
+imported, so NVRTC compiles everything; `--cache-dir DIR` keeps them under DIR (cold the first
+time, warm the next); with neither the caches already there are used.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, ".")
-
-
-class Phases:
-    """Exclusive wall time per phase: a phase entered inside another pauses it."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
-        self._stack: list[list[Any]] = []  # [phase, started]
-
-    def enter(self, phase: str) -> None:
-        now = time.perf_counter()
-        if self._stack:
-            outer = self._stack[-1]
-            self.seconds[outer[0]] += now - outer[1]
-        self._stack.append([phase, now])
-        self.calls[phase] += 1
-
-    def leave(self) -> None:
-        now = time.perf_counter()
-        phase, started = self._stack.pop()
-        self.seconds[phase] += now - started
-        if self._stack:
-            self._stack[-1][1] = now
-
-    def timed(self, phase: str, fn: Callable) -> Callable:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            self.enter(phase)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.leave()
-
-        return wrapper
-
-    def patch(self, owner: Any, name: str, phase: str) -> None:
-        """Time every call of `owner.name` (a module's function or a class's method), where
-        it exists (so that the tool also measures older checkouts)."""
-        if hasattr(owner, name):
-            setattr(owner, name, self.timed(phase, getattr(owner, name)))
-
-
-def instrument(phases: Phases, gpu: bool) -> None:
-    """Wrap the functions of each phase where their callers look them up."""
-    import accy.gradient
-    from accy.backends.cuda import compile as cuda_compile
-    from accy.backends.cuda import executable
-    from accy.core.ir import Program
-    from accy.frontend import functions
-
-    phases.patch(functions, "trace", "trace")
-    phases.patch(accy.gradient, "value_and_grad", "differentiate")
-    phases.patch(functions, "simplify", "simplify")
-    digest = Program.digest.func  # a cached_property: time its first computation
-    Program.digest.func = phases.timed("digest", digest)
-    phases.patch(cuda_compile, "build_plan", "plan")
-    phases.patch(cuda_compile, "emit_plan", "emit kernels")
-    phases.patch(cuda_compile, "translation_units", "units")
-    phases.patch(executable, "compile_program", "compile (other)")
-    if gpu:
-        from accy.backends.cuda import runtime
-
-        phases.patch(runtime, "load_kernels", "nvrtc + module load")
-        phases.patch(runtime.CudaFragment, "__init__", "fragment load (other)")
-        phases.patch(runtime.CudaFragment, "_capture", "graph capture")
+from bench.cold_phases import Phases, instrument, summary  # noqa: E402
 
 
 def fake_inputs(scale, dtype: str):
@@ -133,17 +68,18 @@ def build_without_gpu(scale, dtype: str, phases: Phases):
     from accy.backends.base import backend_for, compile_artifact
     from accy.backends.cuda import executable
     from accy.demo.gpt2 import training_step
-    from accy.frontend.tracing import flatten
+    from accy.frontend.tracing import Staged, flatten, without_collection
 
     step = training_step(scale, "cuda", dtype)
     leaves, treedef = flatten((fake_inputs(scale, dtype), {}))
-    phases.enter("first call (other)")
-    try:
-        entry = step._build((), leaves, treedef)
-        entry.program.digest  # noqa: B018 (the executable cache's key, as a call computes it)
-        compiled = compile_artifact(executable.CudaBackend(), entry.program, None)
-    finally:
-        phases.leave()
+    # As the first call does: `Staged.entry` builds the program, `Staged.run_concrete`
+    # compiles it (the executable cache keyed by its digest), both without cyclic collection.
+    staged = Staged(functools.partial(step._build, ()), "cuda")
+    with phases.measuring("first call (other)"):
+        entry = staged.entry(leaves, treedef, ("signature",))
+        with without_collection():
+            entry.program.digest  # noqa: B018
+            compiled = compile_artifact(executable.CudaBackend(), entry.program, None)
     assert backend_for("cuda") is not None
     return compiled
 
@@ -156,37 +92,18 @@ def run_on_gpu(scale, dtype: str, phases: Phases):
 
     inputs = accy_inputs(scale, "cuda", dtype=dtype)
     step = accy_step(scale, "cuda", dtype)
-    phases.enter("first call (other)")
-    try:
+    with phases.measuring("first call (other)"):
         loss, _, _ = step(*inputs)
         first = float(np.asarray(loss.array.get()))
-    finally:
-        phases.leave()
     (staged,) = step._staged.values()
     (entry,) = staged.cache.values()
     (executable,) = entry.compiled.values()
     return getattr(executable, "compiled", None), first
 
 
-ORDER = (
-    "trace",
-    "differentiate",
-    "simplify",
-    "digest",
-    "plan",
-    "emit kernels",
-    "units",
-    "compile (other)",
-    "nvrtc + module load",
-    "fragment load (other)",
-    "graph capture",
-    "first call (other)",
-)
-
-
 def report(phases: Phases, compiled, wall: float, extra: dict) -> dict:
     result: dict[str, Any] = {
-        "phases_s": {p: round(phases.seconds[p], 4) for p in ORDER if p in phases.seconds},
+        "phases_s": summary(phases),
         "total_s": round(wall, 4),
         **extra,
     }
@@ -212,12 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
     parser.add_argument("--gpu", action="store_true", help="load and run the step on a GPU")
     parser.add_argument("--cold", action="store_true", help="empty NVRTC and accy disk caches")
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="keep both disk caches under this folder (run twice: cold, then warm)",
+    )
     parser.add_argument("--json", default=None, help="write the breakdown here too")
     args = parser.parse_args(argv)
-    if args.cold:  # before CuPy or accy read them
-        folder = tempfile.mkdtemp(prefix="accy-cold-")
+    if args.cold or args.cache_dir:  # before CuPy or accy read them
+        folder = args.cache_dir or tempfile.mkdtemp(prefix="accy-cold-")
         os.environ["CUPY_CACHE_DIR"] = os.path.join(folder, "cupy")
         os.environ["ACCY_CACHE_DIR"] = os.path.join(folder, "accy")
+        args.cold = not os.path.isdir(os.environ["CUPY_CACHE_DIR"])
     started = time.perf_counter()
     from bench.gpt2 import SCALES
 

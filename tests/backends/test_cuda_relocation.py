@@ -6,6 +6,7 @@ the plan's level would have read."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 
@@ -185,3 +186,65 @@ def test_the_units_of_a_bf16_model_compile_with_nvcc():
 
 def test_kernel_records_are_plain_values():
     assert Kernel("k", (LevelPointer(True, 1),)) == Kernel("k", (LevelPointer(True, 1),))
+
+
+class _FakeCupy:
+    """What `runtime.load_kernels` uses of CuPy: a device context and NVRTC modules that
+    record what they compiled, where, and which kernels were taken from them."""
+
+    def __init__(self):
+        self.compiled: list[tuple[str, str]] = []  # (thread name, source)
+        fake = self
+
+        class Module:
+            def __init__(self, code, options):
+                self.code, self.options = code, options
+
+            def compile(self):
+                fake.compiled.append((threading.current_thread().name, self.code))
+
+            def get_function(self, name):
+                assert f" {name}(" in self.code, f"{name} is not in this unit"
+                return (self.code, name)
+
+        class Device:
+            def __init__(self, ordinal):
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+        self.RawModule = Module
+        self.cuda = type("cuda", (), {"Device": Device})
+
+
+def test_units_are_compiled_in_parallel_and_each_kernel_taken_from_its_own(monkeypatch):
+    from accy.backends.cuda import runtime
+
+    fake = _FakeCupy()
+    monkeypatch.setattr(runtime, "cupy_module", lambda: fake)
+    monkeypatch.setattr("accy.backends.cuda.compile.UNIT_BYTES", 512)
+    compiled = compile_program(_layers(3))
+    assert len(compiled.units) > 1
+    kernels = runtime.load_kernels(compiled, 0)
+    assert set(kernels) == set(compiled.kernels)
+    assert sorted(code for _, code in fake.compiled) == sorted(u.source for u in compiled.units)
+    assert all(thread.startswith("accy-nvrtc") for thread, _ in fake.compiled)
+    for unit in compiled.units:
+        for name in unit.kernels:
+            assert kernels[name] == (unit.source, name)
+
+
+def test_a_program_without_kernels_compiles_nothing(monkeypatch):
+    from accy.backends.cuda import runtime
+
+    fake = _FakeCupy()
+    monkeypatch.setattr(runtime, "cupy_module", lambda: fake)
+    compiled = compile_program(
+        accy.trace.define("empty", [spec(f32, n=0)], lambda b, a: a[0] * 2.0)
+    )
+    assert compiled.kernels == () and runtime.load_kernels(compiled, 0) == {}
+    assert fake.compiled == []

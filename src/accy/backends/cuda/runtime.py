@@ -382,8 +382,12 @@ class CudaFragment:
 def load_kernels(compiled: CompiledFragment, ordinal: int) -> dict[str, Any]:
     """Every kernel of `compiled`, by name: its translation units compiled by NVRTC (or found
     in CuPy's disk cache) and loaded on GPU `ordinal`, in parallel threads."""
+    if not compiled.kernels:  # nothing to compile (a schedule of GEMMs or copies only)
+        return {}
     cupy = cupy_module()
-    units = compiled.units or (SourceUnit(compiled.source, compiled.kernels),)
+    units = [u for u in compiled.units if u.kernels] or [
+        SourceUnit(compiled.source, compiled.kernels)
+    ]
 
     def load_unit(unit: SourceUnit) -> Any:
         with cupy.cuda.Device(ordinal):  # each thread makes the device's context current

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repo root (PYTHONPATH=src:/tmp/site, .whl installed): the GPT-2
+# step's cold start phase by phase (tools/cold_start.py, empty NVRTC/accy disk caches, then the
+# same caches warm), the CUDA backend's tests (relocated kernels must compute what they did),
+# bench.gpt2 for accy in bf16 (step time, cold and warm first step with phases), and the
+# step's per-action profile (tools/gpt2_profile.py). Full log in $OUT/cold.log, bench.gpt2's
+# JSON in $OUT/cold.json; a summary of at most ~40 lines at the end. About 3 minutes.
+set -uo pipefail
+OUT="${OUT:-/tmp}"
+LOG="$OUT/cold.log"
+STEPS="$(mktemp)"
+CACHE="$(mktemp -d)"
+export PYTHONPATH="${PYTHONPATH:-src:/tmp/site}:." PYTHONUNBUFFERED=1
+: > "$LOG"
+step() {  # step NAME SECONDS COMMAND...: run, log everything, keep going on failure
+  local name="$1" seconds="$2"; shift 2
+  echo "===== $name: $*" >> "$LOG"
+  local start=$SECONDS
+  timeout "$seconds" "$@" >> "$LOG" 2>&1
+  local rc=$?
+  echo "===== $name: exit $rc after $((SECONDS - start)) s" >> "$LOG"
+  echo "$name: exit $rc ($((SECONDS - start)) s)" >> "$STEPS"
+}
+step cold-start 75 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
+step warm-start 40 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
+step cuda-tests 75 python3 -m pytest -p no:cacheprovider -x -q -n 8 tests/backends/test_cuda_relocation.py \
+  tests/backends/test_cuda_kinds.py tests/backends/test_cuda_api.py tests/backends/test_control_flow.py \
+  tests/backends/test_half_precision.py
+step bench-gpt2 110 python3 -m bench.gpt2 --device cuda --dtype bf16 --systems accy --steps 10 \
+  --timeout 60 --json "$OUT/cold.json"
+step profile 60 python3 tools/gpt2_profile.py --dtype bf16 --top 12
+
+echo "== cold.sh summary (full log: $LOG)"
+cat "$STEPS"
+grep -E "^cold start of|^  (trace|differentiate|simplify|digest|plan|emit|units|compile|nvrtc|fragment|graph|first call|generated)" "$LOG" | head -32
+grep -E "^[0-9]+ (passed|failed)|passed|^FAILED|^ERROR" "$LOG" | grep -vE "^=====|PASSED" | head -4
+grep -E "^accy \||^system \|" "$LOG" | head -2
+python3 - "$OUT/cold.json" <<'PY' 2>/dev/null
+import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    for key in ("first_step_phases_s", "warm_first_step_phases_s"):
+        phases = r.get(key) or {}
+        print(key, " ".join(f"{k}={v:.2f}" for k, v in phases.items()))
+PY
+grep -E "^compile \+ load|^== gpt2|^  (gemm|kernel|library) " "$LOG" | head -5
+rm -rf "$CACHE" "$STEPS"

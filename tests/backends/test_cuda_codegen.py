@@ -66,6 +66,17 @@ def test_the_cuda_c_of_a_chain_of_thousands_of_operations_compiles():
 
 
 @needs_nvcc
+@pytest.mark.parametrize("arch, rounding", [("compute_90", True), ("compute_75", False)])
+def test_bf16_rounds_in_one_instruction_where_the_gpu_has_it(arch, rounding):
+    # A chain of bf16 operations rounds after each; in software that made kernels compute-bound.
+    program = accy.trace.define(
+        "bf16_chain", [spec(bf16, n=8)] * 2, lambda b, a: (a[0] * a[1] + a[0]).tanh()
+    )
+    ptx = toolchain.ptx_with_nvcc(compile_program(program).source, "a bf16 chain", arch=arch)
+    assert ("cvt.rn.bf16.f32" in ptx) == rounding
+
+
+@needs_nvcc
 def test_the_cuda_c_of_scatters_into_empty_tables_compiles():
     from ..differential.test_hardening import empty_scatter_program
 

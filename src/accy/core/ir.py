@@ -45,13 +45,17 @@ class Attrs(Mapping[str, Any]):
     `{"axes": ("lane",)}` are the same attributes.
     """
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_items", "_hash", "checked")
 
     def __init__(self, items: Mapping[str, Any] | None = None, /, **extra: Any):
         merged = dict(items or {})
         merged.update(extra)
         self._items = tuple(sorted((name, _frozen(value)) for name, value in merged.items()))
         self._hash: int | None = None
+        # The last (kind, operand types, result types) `check_operation` found with these
+        # very attributes: a pass that re-emits an operation unchanged (simplify, inlining,
+        # differentiation) then skips its type rule. A cache, not part of the value.
+        self.checked: tuple | None = None
 
     def __getitem__(self, key: str) -> Any:
         for name, value in self._items:

@@ -124,8 +124,26 @@ def report(phases: Phases, compiled, wall: float, extra: dict) -> dict:
             "operations": len(compiled.program.operations),
             "actions": len(compiled.schedule.actions),
             "pool_entries": len(compiled.schedule.pool),
+            "launches_by_kind": launches_by_kind(compiled),
         }
     return result
+
+
+def launches_by_kind(compiled) -> dict[str, int]:
+    """Kernel launches of one step per kind of plan step (from the kernels' comments: "step
+    12: reduce (combine)" counts as "reduce (combine)"), most first; GEMMs as "gemm"."""
+    from collections import Counter
+
+    from accy.backends.cuda.schedule import Gemm, Launch
+
+    counts: Counter[str] = Counter()
+    for action in compiled.schedule.actions:
+        if isinstance(action, Launch):
+            comment = compiled.kernel_comments.get(action.kernel, "")
+            counts[comment.split(": ", 1)[-1] or "kernel"] += 1
+        elif isinstance(action, Gemm):
+            counts["gemm"] += 1
+    return dict(counts.most_common())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{result['operations']} operations, {result['actions']} actions, "
             f"{result['pool_entries']} pool entries"
         )
+        kinds = ", ".join(f"{k} {n}" for k, n in result["launches_by_kind"].items())
+        print(f"  launches a step: {kinds}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(result, out, indent=2)

@@ -23,7 +23,7 @@ step() {  # step NAME SECONDS COMMAND...: run, log everything, keep going on fai
 }
 step cold-start 75 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
 step warm-start 40 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
-step cuda-tests 75 python3 -m pytest -p no:cacheprovider -x -q -n 8 tests/backends/test_cuda_relocation.py \
+step cuda-tests 75 python3 -m pytest -p no:cacheprovider -x -rfE -n 8 tests/backends/test_cuda_relocation.py \
   tests/backends/test_cuda_kinds.py tests/backends/test_cuda_api.py tests/backends/test_control_flow.py \
   tests/backends/test_half_precision.py
 step bench-gpt2 110 python3 -m bench.gpt2 --device cuda --dtype bf16 --systems accy --steps 10 \
@@ -32,15 +32,27 @@ step profile 60 python3 tools/gpt2_profile.py --dtype bf16 --top 12
 
 echo "== cold.sh summary (full log: $LOG)"
 cat "$STEPS"
-grep -E "^cold start of|^  (trace|differentiate|simplify|digest|plan|emit|units|compile|nvrtc|fragment|graph|first call|generated)" "$LOG" | head -32
-grep -E "^[0-9]+ (passed|failed)|passed|^FAILED|^ERROR" "$LOG" | grep -vE "^=====|PASSED" | head -4
-grep -E "^accy \||^system \|" "$LOG" | head -2
-python3 - "$OUT/cold.json" <<'PY' 2>/dev/null
-import json, sys
-for r in json.load(open(sys.argv[1]))["results"]:
-    for key in ("first_step_phases_s", "warm_first_step_phases_s"):
-        phases = r.get(key) or {}
-        print(key, " ".join(f"{k}={v:.2f}" for k, v in phases.items()))
+python3 - "$LOG" "$OUT/cold.json" <<'PY'
+import json, re, sys
+log = open(sys.argv[1]).read()
+blocks = re.findall(r"===== (cold-start|warm-start): .*?\n(.*?)===== \1: exit", log, re.S)
+for name, text in blocks:  # the cold start in full, the warm one in short
+    lines = [l for l in text.splitlines() if l.startswith(("cold start of", "  "))]
+    if name == "warm-start":
+        lines = [l for l in lines if not l.startswith(("  generated", "  launches", "  units"))]
+    print(f"[{name}]", *lines[:13], sep="\n")
+tests = re.findall(r"^(?:\d+ (?:passed|failed).*|FAILED .*|ERROR .*)$", log, re.M)
+print("[cuda tests]", *(tests[:3] or ["no pytest summary (see the log)"]))
+for line in re.findall(r"^(?:system \||accy \|).*$", log, re.M)[:2]:
+    print(line)
+try:
+    for r in json.load(open(sys.argv[2]))["results"]:
+        for key in ("first_step_phases_s", "warm_first_step_phases_s"):
+            phases = r.get(key) or {}
+            print(key, " ".join(f"{k}={v:.2f}" for k, v in phases.items()))
+except (OSError, ValueError, KeyError) as error:
+    print("bench json:", error)
+for line in re.findall(r"^(?:compile \+ load.*|== gpt2.*|  (?:gemm|kernel|library) .*)$", log, re.M)[:5]:
+    print(line)
 PY
-grep -E "^compile \+ load|^== gpt2|^  (gemm|kernel|library) " "$LOG" | head -5
 rm -rf "$CACHE" "$STEPS"

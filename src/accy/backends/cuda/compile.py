@@ -29,7 +29,7 @@ NVRTC_OPTIONS = ("--fmad=false",)  # no FMA contraction: rounds as the CPU and t
 # each: enough units to keep a 16-core host busy, few enough that NVRTC's fixed cost per unit
 # (parsing the prelude) stays small, and a small program is one unit as before.
 MAX_UNITS = 16
-UNIT_BYTES = 16_384
+UNIT_BYTES = 8_192
 
 
 @dataclass(frozen=True)

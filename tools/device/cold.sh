@@ -4,7 +4,8 @@
 # same caches warm), the CUDA backend's tests (relocated kernels must compute what they did),
 # bench.gpt2 for accy in bf16 (step time, cold and warm first step with phases), and the
 # step's per-action profile (tools/gpt2_profile.py). Full log in $OUT/cold.log, bench.gpt2's
-# JSON in $OUT/cold.json; a summary of at most ~40 lines at the end. About 3 minutes.
+# JSON in $OUT/cold.json; a summary of at most ~40 lines at the end. About 2.5 minutes
+# (at most 235 s when every step hits its timeout).
 set -uo pipefail
 OUT="${OUT:-/tmp}"
 LOG="$OUT/cold.log"
@@ -21,14 +22,14 @@ step() {  # step NAME SECONDS COMMAND...: run, log everything, keep going on fai
   echo "===== $name: exit $rc after $((SECONDS - start)) s" >> "$LOG"
   echo "$name: exit $rc ($((SECONDS - start)) s)" >> "$STEPS"
 }
-step cold-start 75 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
-step warm-start 40 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
-step cuda-tests 75 python3 -m pytest -p no:cacheprovider -x -rfE -n 8 tests/backends/test_cuda_relocation.py \
+step cold-start 45 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
+step warm-start 25 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
+step cuda-tests 50 python3 -m pytest -p no:cacheprovider -x -rfE -n 8 tests/backends/test_cuda_relocation.py \
   tests/backends/test_cuda_kinds.py tests/backends/test_cuda_api.py tests/backends/test_control_flow.py \
   tests/backends/test_half_precision.py
-step bench-gpt2 110 python3 -m bench.gpt2 --device cuda --dtype bf16 --systems accy --steps 10 \
-  --timeout 60 --json "$OUT/cold.json"
-step profile 60 python3 tools/gpt2_profile.py --dtype bf16 --top 12
+step bench-gpt2 75 python3 -m bench.gpt2 --device cuda --dtype bf16 --systems accy --steps 10 \
+  --timeout 40 --json "$OUT/cold.json"
+step profile 40 python3 tools/gpt2_profile.py --dtype bf16 --top 12
 
 echo "== cold.sh summary (full log: $LOG)"
 cat "$STEPS"

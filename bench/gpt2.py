@@ -30,8 +30,9 @@ Precision (`--dtype`):
 
 Reported per system: step time (median), tokens/s, model FLOP utilisation, peak memory, and
 the time from a cold start to the end of the first step (tracing, differentiation, compilation
-and the first step; for accy with an empty disk cache), and for accy the same with a warm disk
-cache (a second process). Model FLOPs per step, as WORKLOADS.md:
+and the first step; for accy with empty disk caches: accy's and CuPy's of NVRTC binaries), and
+for accy the same with warm disk caches (a second process), each split into phases
+(`first_step_phases_s`: `bench.cold_phases`). Model FLOPs per step, as WORKLOADS.md:
 
     6 * N * B * T + 12 * L * B * T^2 * d
 
@@ -125,13 +126,17 @@ def accy_inputs(s: Scale, device: str, seed: int = 0, dtype: str = "f32"):
 
 def run_accy(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
     import accy
+    from bench.cold_phases import Phases, instrument, summary
 
+    phases = Phases()  # where the first step's time goes (a few wrapped calls: no overhead)
+    instrument(phases, gpu=device == "cuda")
     start = time.perf_counter()
     params, state, ids, targets = accy_inputs(s, device)
     step = accy_step(s, device, dtype, fused)
     made = time.perf_counter()
-    loss, params, state = step(params, state, ids, targets)
-    first = float(np.asarray(_host(loss.array)))
+    with phases.measuring("first call (other)"):
+        loss, params, state = step(params, state, ids, targets)
+        first = float(np.asarray(_host(loss.array)))
     done = time.perf_counter()
     times, losses = [], [first]
     for _ in range(steps):
@@ -146,6 +151,7 @@ def run_accy(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool 
         "losses": losses,
         "backend": accy.__name__ + " " + device,
         "attention": "nn.attention" if fused else "composition",
+        "first_step_phases_s": summary(phases),
     }
 
 
@@ -417,7 +423,8 @@ def _installed(system: str) -> bool:
 
 
 def _spawn(system: str, args: argparse.Namespace, scale: str, steps: int, cache: str) -> dict:
-    env = dict(os.environ, ACCY_CACHE_DIR=cache)
+    # Both disk caches (accy's, and CuPy's of NVRTC binaries) start empty for the cold start.
+    env = dict(os.environ, ACCY_CACHE_DIR=cache, CUPY_CACHE_DIR=os.path.join(cache, "cupy"))
     command = [sys.executable, "-m", "bench.gpt2", "--worker", system, "--scale", scale]
     command += ["--device", args.device, "--steps", str(steps), "--dtype", args.dtype]
     command += ["--accy-attention", args.accy_attention]
@@ -448,8 +455,9 @@ def summarize(system: str, result: dict, s: Scale, device: str, peak_flops: floa
         "loss_first": result["losses"][0],
         "loss_last": result["losses"][-1],
     }
-    if "warm_first_step_s" in result:
-        summary["warm_first_step_s"] = result["warm_first_step_s"]
+    for key in ("warm_first_step_s", "first_step_phases_s", "warm_first_step_phases_s"):
+        if key in result:
+            summary[key] = result[key]
     return summary
 
 
@@ -486,8 +494,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="accy-gpt2-cache-") as cache:
             result = _spawn(system, args, scale, args.steps, cache)
             if system == "accy" and "error" not in result:
-                warm = _spawn(system, args, scale, 1, cache)  # the disk cache is filled
+                warm = _spawn(system, args, scale, 1, cache)  # the disk caches are filled
                 result["warm_first_step_s"] = warm.get("first_step_s")
+                result["warm_first_step_phases_s"] = warm.get("first_step_phases_s")
         rows.append(summarize(system, result, s, args.device, peak))
         _write(args.json, _report(args, s, peak, rows))  # what was measured so far
     report = _report(args, s, peak, rows)

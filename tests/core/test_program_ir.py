@@ -129,3 +129,19 @@ def test_values_know_their_builder_type_and_axes():
     assert x.dtype == f32 and x.axes == ("token", "channel")
     assert x.shape == {"token": 4, "channel": 3}
     assert repr(x) == "<Value %0: f32[token=4, channel=3]>"
+
+
+def test_attributes_remember_their_last_check_but_other_operand_types_are_checked_again():
+    from accy.core import check_operation
+    from accy.errors import AccyError
+
+    attrs = Attrs({"axes": ("lane",), "op": "max"})
+    lanes = spec(f32, lane=4, row=2)
+    _, same, (first,) = check_operation("reduce", (lanes, spec(f32)), attrs)
+    assert same is attrs and attrs.checked == ("reduce", (lanes, spec(f32)), (first,))
+    _, _, (again,) = check_operation("reduce", (lanes, spec(f32)), attrs)  # remembered
+    assert again == first == spec(f32, row=2)
+    with pytest.raises(AccyError, match="lane"):  # the rule runs for other operand types
+        check_operation("reduce", (spec(f32, row=2), spec(f32)), attrs)
+    _, _, (wider,) = check_operation("reduce", (spec(accy.f64, lane=3), spec(accy.f64)), attrs)
+    assert wider == spec(accy.f64)

@@ -120,3 +120,11 @@ def test_type_errors_are_accy_errors():
     assert issubclass(accy.TypeRuleError, accy.AccyError)
     assert issubclass(accy.ParseError, accy.AccyError)
     assert issubclass(accy.InvalidInput, accy.AccyError)
+
+
+def test_axes_seen_valid_before_do_not_let_equal_non_int_extents_through():
+    # (("a", 2.0),) == (("a", 2),): the check of valid axes done once must not skip this one.
+    accy.spec(accy.f32, a=2, b=1)
+    for extents in ((("a", 2.0), ("b", 1)), (("a", 2), ("b", True))):
+        with pytest.raises(accy.AxisError, match="extents are ints >= 0"):
+            TensorType(accy.f32, extents)

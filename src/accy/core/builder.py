@@ -33,10 +33,15 @@ def check_operation(
     """
     rule = rule_for(kind)
     attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
+    last = attrs.checked
+    if last is not None and last[0] == kind and last[1] == operand_types:
+        return rule, attrs, last[2]  # the same rule on the same types: the same results
     if rule.arity is not None:
         check_arity(kind, operand_types, rule.arity)
     inferred = rule.infer(operand_types, attrs)
-    return rule, attrs, (tuple(inferred) if rule.multiple_results else (inferred,))
+    results = tuple(inferred) if rule.multiple_results else (inferred,)
+    attrs.checked = (kind, operand_types, results)
+    return rule, attrs, results
 
 
 class Builder(OpsApi):

@@ -45,13 +45,17 @@ class Attrs(Mapping[str, Any]):
     `{"axes": ("lane",)}` are the same attributes.
     """
 
-    __slots__ = ("_items", "_hash")
+    __slots__ = ("_items", "_hash", "checked")
 
     def __init__(self, items: Mapping[str, Any] | None = None, /, **extra: Any):
         merged = dict(items or {})
         merged.update(extra)
         self._items = tuple(sorted((name, _frozen(value)) for name, value in merged.items()))
         self._hash: int | None = None
+        # The last (kind, operand types, result types) `check_operation` found with these
+        # very attributes: a pass that re-emits an operation unchanged (simplify, inlining,
+        # differentiation) then skips its type rule. A cache, not part of the value.
+        self.checked: tuple | None = None
 
     def __getitem__(self, key: str) -> Any:
         for name, value in self._items:
@@ -114,7 +118,7 @@ class Program:
     outputs: tuple[int, ...]
     value_types: tuple[TensorType, ...]
 
-    @property
+    @functools.cached_property  # asked once per buffer by the backends: O(operations) each
     def parameters(self) -> tuple[int, ...]:
         """Values of the parameter operations, in parameter-index order."""
         params = [op for op in self.operations if op.kind == "parameter"]

@@ -7,6 +7,7 @@ within a type. Rank 0 is a scalar.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -65,6 +66,11 @@ def dtype_of_numpy(dtype: np.dtype) -> DType:
 
 
 MAX_ELEMENTS = 2**60  # so that offsets in bytes of the widest dtype fit in a signed 64-bit int
+# Axes already found valid: tracing and transforming a large program make tens of thousands of
+# types over a few hundred distinct axes, and checking each again cost a second of GPT-2's
+# cold start. Bounded, so that a long-running process cannot grow it without end.
+_VALID_AXES: set[tuple] = set()
+_VALID_AXES_LIMIT = 65_536
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,11 @@ class TensorType:
     named_extents: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
+        # 2.0 and True equal 2 and 1, so a hit counts only where every extent is an int.
+        if self.named_extents in _VALID_AXES and all(
+            type(extent) is int for _, extent in self.named_extents
+        ):
+            return
         names = [name for name, _ in self.named_extents]
         for name, extent in self.named_extents:
             if not isinstance(name, str) or not (name.isascii() and name.isidentifier()):
@@ -98,6 +109,8 @@ class TensorType:
                 f"axis names must be unique within a type, but {', '.join(duplicates)} "
                 f"appears more than once in {names}"
             )
+        if len(_VALID_AXES) < _VALID_AXES_LIMIT:
+            _VALID_AXES.add(self.named_extents)
 
     @property
     def axes(self) -> tuple[str, ...]:
@@ -121,7 +134,7 @@ class TensorType:
     @property
     def size(self) -> int:
         """Number of elements."""
-        return int(np.prod(self.extents, dtype=np.int64))
+        return math.prod(self.extents)
 
     @property
     def nbytes(self) -> int:

@@ -14,8 +14,10 @@ compose: `accy.jit(accy.grad(f))` and `accy.grad(accy.grad(f))` are plain nestin
 from __future__ import annotations
 
 import dataclasses
+import gc
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -380,6 +382,30 @@ class Entry:
 Builds = Callable[[list[Any], Any], Entry]
 
 
+@contextmanager
+def without_collection() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a program is built or compiled (the
+    outermost such block resumes it). Building GPT-2's step allocates millions of objects that
+    all stay alive; each allocation-triggered collection walked them again, a quarter of the
+    build's time. The few cycles made meanwhile are collected once it resumes.
+
+    >>> import gc
+    >>> with without_collection():
+    ...     gc.isenabled()
+    False
+    >>> gc.isenabled()
+    True
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class Staged:
     """Programs built per signature by `build(leaves, treedef)` (leaves: NamedArrays or
     Values, only their types matter) and run on concrete arrays or inlined into a trace."""
@@ -402,7 +428,8 @@ class Staged:
         entry = self.cache.get(key)
         if entry is None:
             self.traces += 1
-            entry = self.build(list(leaves), treedef)
+            with without_collection():
+                entry = self.build(list(leaves), treedef)
             if not entry.foreign:
                 self.cache[key] = entry
         return entry
@@ -462,9 +489,10 @@ class Staged:
     def run_concrete(self, entry: Entry, arrays: list[Any], device: str) -> Any:
         compiled = entry.compiled.get(device)
         if compiled is None:
-            compiled = entry.compiled[device] = compile_program(
-                entry.program, device, donate=entry.donate
-            )
+            with without_collection():
+                compiled = entry.compiled[device] = compile_program(
+                    entry.program, device, donate=entry.donate
+                )
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
         outputs = compiled(*arrays, *entry.captured_arrays[device])
         return unflatten(

@@ -3,12 +3,15 @@
 `compile_program` is what `accy.lower.compile_fragment` calls for `artifact_format="cuda_ptx"`.
 The result holds the CUDA C of every kernel (`source`) and the `Schedule` of one invocation;
 NVRTC turns the source into device code when the fragment is loaded (`runtime`), or on demand
-into PTX (`CompiledFragment.ptx`).
+into PTX (`CompiledFragment.ptx`). For loading, the kernels are also cut into a few
+translation units of about equal size (`units`), which NVRTC compiles in parallel threads: a
+large program's one unit took NVRTC tens of seconds on a single core.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +28,20 @@ from .schedule import Address, Level, Schedule
 from .steps import emit_plan
 
 NVRTC_OPTIONS = ("--fmad=false",)  # no FMA contraction: rounds as the CPU and the reference do
+# Kernels are cut into at most MAX_UNITS translation units of at least UNIT_BYTES of source
+# each: enough units to keep a 16-core host busy, few enough that NVRTC's fixed cost per unit
+# (parsing the prelude) stays small, and a small program is one unit as before.
+MAX_UNITS = 16
+UNIT_BYTES = 8_192
+
+
+@dataclass(frozen=True)
+class SourceUnit:
+    """One translation unit for loading: the prelude, every file-scope declaration and some of
+    the kernels (`kernels`, their names)."""
+
+    source: str
+    kernels: tuple[str, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,6 +57,7 @@ class CompiledFragment:
     scratch_offset: int
     workspace_bytes: int
     kernel_comments: dict[str, str]
+    units: tuple[SourceUnit, ...] = ()
     artifact_format: str = "cuda_ptx"
     # Large constants: (workspace byte offset, elements), copied in once when loaded.
     constants: tuple[tuple[int, np.ndarray], ...] = ()
@@ -52,7 +70,39 @@ class CompiledFragment:
 
 
 def translation_unit(module: Module) -> str:
-    return "\n\n".join([PRELUDE.strip(), *module.declarations]) + "\n"
+    """The whole module as one translation unit."""
+    return "\n\n".join([PRELUDE.strip(), *module.declarations_and_kernels]) + "\n"
+
+
+def translation_units(module: Module) -> tuple[SourceUnit, ...]:
+    """The module's kernels cut, in order, into units of about equal source size (see
+    `MAX_UNITS`); every unit has the prelude and the file-scope declarations.
+
+    >>> module = Module()
+    >>> names = [module.kernel([f"ws[{k}] = {k};"]) for k in range(3)]
+    >>> [unit.kernels for unit in translation_units(module)] == [tuple(names)]
+    True
+    """
+    kernels = list(module.kernel_sources.items())
+    size = sum(len(text) for _, text in kernels)
+    count = max(1, min(MAX_UNITS, len(kernels), size // UNIT_BYTES))
+    head = [PRELUDE.strip(), *module.declarations]
+    units, start, written = [], 0, 0
+    for part in range(count):
+        stop = start
+        goal = math.ceil(size * (part + 1) / count)
+        while stop < len(kernels) and (written < goal or stop == start):
+            written += len(kernels[stop][1])
+            stop += 1
+        if part == count - 1:
+            stop = len(kernels)
+        chosen = kernels[start:stop]
+        source = "\n\n".join(head + [text for _, text in chosen]) + "\n"
+        units.append(SourceUnit(source, tuple(name for name, _ in chosen)))
+        start = stop
+    return tuple(unit for unit in units if unit.kernels) or (
+        SourceUnit(translation_unit(module), ()),
+    )
 
 
 def compile_program(
@@ -89,5 +139,6 @@ def compile_program(
         scratch_offset,
         scratch_offset + aligned(module.scratch_bytes),
         dict(module.kernel_comments),
+        translation_units(module),
         constants=constants,
     )

@@ -16,7 +16,15 @@ from ...codegen.c.expressions import Body
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, Slot, Step
 from ...lower.views import StridedView
-from .kernels import BLOCK, Module, Pointers, pointer_declaration, slot_expression
+from .kernels import (
+    BLOCK,
+    Kernel,
+    LevelPointer,
+    Module,
+    Pointers,
+    pointer_declaration,
+    slot_expression,
+)
 from .schedule import WORKSPACE, Address, Launch, Level, Schedule
 
 StepCode = Callable[[Level, Schedule], None]
@@ -26,14 +34,27 @@ def nothing(level: Level, schedule: Schedule) -> None:
     """The code of a step with no work (an empty tensor)."""
 
 
-def launches(*kernels: tuple[str, int]) -> StepCode:
-    """Code that launches each (kernel, grid) with the level's table and workspace."""
+def launches(*kernels: tuple[Kernel | str, int]) -> StepCode:
+    """Code that launches each (kernel, grid) at the level: a relocated kernel with a table of
+    its pointers there, any other with the level's table and workspace."""
 
     def schedule_launches(level: Level, schedule: Schedule) -> None:
         for kernel, grid in kernels:
-            schedule.add(Launch(kernel, grid, BLOCK, level.io, level.ws))
+            if isinstance(kernel, str) or kernel.pointers is None:
+                name = kernel if isinstance(kernel, str) else kernel.name
+                schedule.add(Launch(name, grid, BLOCK, level.io, level.ws))
+                continue
+            table = schedule.table([pointer_address(level, p) for p in kernel.pointers])
+            schedule.add(Launch(kernel.name, grid, BLOCK, table, level.ws))
 
     return schedule_launches
+
+
+def pointer_address(level: Level, pointer: LevelPointer) -> Address:
+    """Where a relocated kernel's `pointer` is when its plan runs at `level`."""
+    if pointer.table:
+        return level.entries[pointer.index]
+    return Address(WORKSPACE, level.ws + pointer.index)
 
 
 def level_address(plan: Plan, level: Level, slot: Slot) -> Address:
@@ -56,6 +77,11 @@ class StepContext:
     # In the body of a graph conditional node (cond, while_loop), where only plain kernels are
     # sure to be captured: a cuBLAS dot product there made the graph fail to instantiate.
     inside_conditional: bool = False
+    # Whether the plan is scheduled once (the program's own, not a scan's or a branch's body):
+    # its kernels are then relocated (`Module.relocated`), so that steps that compute alike on
+    # other buffers share one kernel. A body scheduled once per iteration keeps the level's
+    # table, which each iteration has anyway.
+    relocate: bool = False
 
     def pointers(self) -> Pointers:
         """Fresh names for the step's stored values (one `Pointers` per kernel)."""
@@ -64,14 +90,21 @@ class StepContext:
     def body(self, pointers: Pointers) -> Body:
         return Body(self.module, self.plan, pointers)
 
-    def kernel(self, pointers: Pointers, lines: list[str], what: str = "") -> str:
+    def kernel(self, pointers: Pointers, lines: list[str], what: str = "") -> Kernel:
         """Declare a kernel of `lines`, preceded by the pointers they used."""
         written = set(self.step.writes)
         declarations = [
             pointer_declaration(self.plan, v, pointers.get(v), v in written) for v in pointers.used
         ]
         comment = f"step {self.index}: {self.step.kind} {what}".strip()
-        return self.module.kernel(declarations + lines, comment)
+        return self.declare_kernel(declarations + lines, comment)
+
+    def declare_kernel(self, lines: list[str], comment: str) -> Kernel:
+        """Declare a kernel of `lines` written for the plan's level (relocated where the plan
+        is scheduled once); launch it with `launches`."""
+        if self.relocate:
+            return self.module.relocated(lines, comment)
+        return Kernel(self.module.kernel(lines, comment))
 
     def workspace_scratch(self, name: str) -> int:
         """Byte offset (in the plan's workspace) of the step's planned scratch `name`."""

@@ -9,12 +9,21 @@ plan's workspace and `scratch` the region where steps keep partial results. A ke
 only the pointers its statements use (`Pointers` records them), each `__restrict__`: a step
 never writes a buffer it reads, except a result the plan writes in place of an input it reads
 element for element (`Plan.in_place`), whose two pointers are plain.
+
+Kernels are written once per distinct text. A *relocated* kernel (`Module.relocated`) reads
+every buffer from a table of its own instead (`io[j]`: the j-th of the `LevelPointer`s its
+launch lists), and its local names are numbered per kernel, so that the same computation on
+other buffers (the next layer of a model) is the same text, declared once and launched with
+another table: GPT-2's 12 layers make 79 kernels, not 801.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,6 +40,50 @@ BLOCK = 256  # threads per block of every generated kernel
 WARP = 32
 MAX_BLOCKS = 132 * 32  # a grid-stride loop's grid: 32 blocks on each of the H200's 132 SMs
 SIGNATURE = "void *const *__restrict__ io, char *__restrict__ ws, char *__restrict__ scratch"
+
+
+# The names a kernel's statements make for its own use: pointers `v<value>` (`Pointers`) and
+# temporaries `t<n>`, `j<n>` (`Unit.fresh`), numbered through the whole module.
+LOCAL_NAME = re.compile(r"\b([vtj])(\d+)\b")
+# A level-relative pointer in a kernel written for a plan: `io[k]` or `(ws + n)`.
+LEVEL_POINTER = re.compile(r"\bio\[(\d+)\]|\(ws \+ (\d+)\)")
+
+
+def _numbered_locally(body: str) -> str:
+    """`body` with its local names numbered from 0 in order of first use, per family.
+
+    >>> _numbered_locally("t12 = v40[i] + t9; v41[i] = t12;")
+    't0 = v0[i] + t1; v1[i] = t0;'
+    """
+    numbers: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def renumbered(match: re.Match) -> str:
+        name = match.group(0)
+        if name not in numbers:
+            family = match.group(1)
+            numbers[name] = f"{family}{counts.get(family, 0)}"
+            counts[family] = counts.get(family, 0) + 1
+        return numbers[name]
+
+    return LOCAL_NAME.sub(renumbered, body)
+
+
+class LevelPointer(NamedTuple):
+    """One entry of a relocated kernel's table: entry `index` of the level's input/output table
+    (`table`), or byte `index` of the level's workspace."""
+
+    table: bool
+    index: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A declared kernel and, when it is relocated, the pointers its launch's table lists, in
+    order (None: it reads the level's own table, `io[k]`, and workspace, `ws`)."""
+
+    name: str
+    pointers: tuple[LevelPointer, ...] | None = None
 
 
 class Module(Unit):
@@ -57,6 +110,8 @@ class Module(Unit):
         # does), and counting down from it gives each constant its place as it is declared.
         self.constants: list[tuple[int, np.ndarray]] = []
         self.constant_bytes = 0
+        self.kernel_sources: dict[str, str] = {}  # name -> its declaration
+        self._bodies: dict[str, str] = {}  # a kernel's body (locally numbered) -> its name
 
     def constant_data(self, name: str, values: ConstantArray) -> str:
         ctype = self.c_type(values.dtype)
@@ -66,18 +121,50 @@ class Module(Unit):
         return f"((const {ctype.compute} *)(scratch - {self.constant_bytes}))"
 
     def kernel(self, lines: list[str], comment: str = "") -> str:
-        """Declare a kernel whose body is `lines`; return its name."""
-        name = self.fresh(f"{self.prefix}k")
+        """Declare a kernel whose body is `lines` (unless one with the same body, up to the
+        numbering of its local names, exists); return its name."""
+        return self._declare("".join(f"  {line}\n" for line in lines), comment)
+
+    def _declare(self, statements: str, comment: str) -> str:
+        body = _numbered_locally(statements + "  (void)io;\n  (void)ws;\n  (void)scratch;\n")
+        name = self._bodies.get(body)
+        if name is not None:
+            return name
+        name = self._bodies[body] = self.fresh(f"{self.prefix}k")
         header = f"/* {comment} */\n" if comment else ""
-        self.declare(
+        self.kernel_sources[name] = (
             f'{header}extern "C" __global__ void __launch_bounds__({BLOCK}) '
-            f"{name}({SIGNATURE}) {{\n"
-            + "".join(f"  {line}\n" for line in lines)
-            + "  (void)io;\n  (void)ws;\n  (void)scratch;\n}"
+            f"{name}({SIGNATURE}) {{\n{body}}}"
         )
         self.kernel_names.append(name)
         self.kernel_comments[name] = comment
         return name
+
+    def relocated(self, lines: list[str], comment: str = "") -> Kernel:
+        """Declare a kernel whose body is `lines`, written for a plan's level (`io[k]`: entry
+        k of the level's table, `(ws + n)`: byte n of its workspace), as one that reads each
+        of those pointers from a table of its own; the kernel and the table's entries.
+
+        >>> module = Module()
+        >>> first = module.relocated(["float *v7 = (float *)(ws + 64); v7[0] = 1;"])
+        >>> second = module.relocated(["float *v9 = (float *)(ws + 128); v9[0] = 1;"])
+        >>> first.name == second.name, first.pointers, second.pointers
+        (True, (LevelPointer(table=False, index=64),), (LevelPointer(table=False, index=128),))
+        """
+        pointers: dict[LevelPointer, int] = {}
+
+        def own_entry(match: re.Match) -> str:
+            entry, offset = match.groups()
+            pointer = LevelPointer(entry is not None, int(entry if entry is not None else offset))
+            return f"((char *)io[{pointers.setdefault(pointer, len(pointers))}])"
+
+        statements = LEVEL_POINTER.sub(own_entry, "".join(f"  {line}\n" for line in lines))
+        return Kernel(self._declare(statements, comment), tuple(pointers))
+
+    @property
+    def declarations_and_kernels(self) -> list[str]:
+        """Every file-scope declaration, then every kernel, in the order declared."""
+        return [*self.declarations, *self.kernel_sources.values()]
 
     def reserve_scratch(self, nbytes: int) -> None:
         """Make the scratch region at least `nbytes` (steps run one at a time and share it)."""

@@ -3,6 +3,8 @@
 Loading compiles the CUDA C with NVRTC through CuPy's `RawModule`, whose disk cache
 (`$CUPY_CACHE_DIR`, default `~/.cupy/kernel_cache`) keys each binary on the source, the NVRTC
 options, the GPU architecture and the NVRTC version, so a program is compiled once per machine.
+The program's translation units (`CompiledFragment.units`) are compiled and loaded in parallel
+threads (NVRTC is thread-safe and CuPy releases the GIL while it runs).
 The workspace and the pointer pool come from CuPy's memory pool.
 
 The first run captures the whole schedule into a CUDA graph: a copy of the pointer pool from
@@ -15,15 +17,17 @@ issued while the previous one is still running; a slot is reused once its last l
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ...errors import AccyError, RuntimeUnavailable
-from .compile import NVRTC_OPTIONS, CompiledFragment
+from .compile import NVRTC_OPTIONS, CompiledFragment, SourceUnit
 from .cublas import WORKSPACE_BYTES, Cublas
 from .graphs import Driver
 from .schedule import (
@@ -143,9 +147,8 @@ class CudaFragment:
         self.device = Device.get(ordinal)
         self._count = len(self.parameter_types) + len(self.output_types)
         with self.device.device:
-            module = cupy.RawModule(code=compiled.source, options=NVRTC_OPTIONS)
             # Compiled and loaded now: nothing may compile or load during a capture.
-            self._kernels = {name: module.get_function(name) for name in compiled.kernels}
+            self._kernels = load_kernels(compiled, ordinal)
             self._externals = {
                 name: self._load_ptx(cupy, call)
                 for name, call in compiled.externals.items()
@@ -374,6 +377,35 @@ class CudaFragment:
             driver.end_capture(inner.ptr)
             self._bind(outer.ptr)
         driver.follow(outer.ptr, node)
+
+
+def load_kernels(compiled: CompiledFragment, ordinal: int) -> dict[str, Any]:
+    """Every kernel of `compiled`, by name: its translation units compiled by NVRTC (or found
+    in CuPy's disk cache) and loaded on GPU `ordinal`, in parallel threads."""
+    if not compiled.kernels:  # nothing to compile (a schedule of GEMMs or copies only)
+        return {}
+    cupy = cupy_module()
+    units = [u for u in compiled.units if u.kernels] or [
+        SourceUnit(compiled.source, compiled.kernels)
+    ]
+
+    def load_unit(unit: SourceUnit) -> Any:
+        with cupy.cuda.Device(ordinal):  # each thread makes the device's context current
+            module = cupy.RawModule(code=unit.source, options=NVRTC_OPTIONS)
+            module.compile()
+            return module
+
+    workers = min(len(units), os.cpu_count() or 1)
+    if workers > 1:
+        with ThreadPoolExecutor(workers, thread_name_prefix="accy-nvrtc") as pool:
+            modules = list(pool.map(load_unit, units))
+    else:
+        modules = [load_unit(unit) for unit in units]
+    home = {
+        name: module for unit, module in zip(units, modules, strict=True) for name in unit.kernels
+    }
+    # Kernels declared with the file-scope declarations (set-condition) are in every unit.
+    return {name: home.get(name, modules[0]).get_function(name) for name in compiled.kernels}
 
 
 def _nesting(actions) -> int:

@@ -41,15 +41,33 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
 }
 
 
-def emit_plan(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:
-    """The kernels of every step of `plan` (written once per plan), and the code that
-    schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
-    conditional node."""
+def emit_plan(
+    module: Module, plan: Plan, inside_conditional: bool = False, relocate: bool = True
+) -> StepCode:
+    """The kernels of every step of `plan`, the program's own (written once per plan), and the
+    code that schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
+    conditional node. `relocate=False` writes every kernel for the plan's level, as a body's
+    are (what relocation is compared with in the tests)."""
+    return _emit(module, plan, inside_conditional, relocate)
+
+
+def _emit_body(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:
+    """`emit_plan` for the body of a scan, cond or while_loop (`StepContext.emit_plan`)."""
+    return _emit(module, plan, inside_conditional, relocate=False)
+
+
+def _emit(module: Module, plan: Plan, inside_conditional: bool, relocate: bool) -> StepCode:
     if id(plan) not in module.plan_code:
         codes = [
             STEP_EMITTERS[step.kind](
                 StepContext(
-                    module, plan, index, step, emit_plan, inside_conditional=inside_conditional
+                    module,
+                    plan,
+                    index,
+                    step,
+                    _emit_body,
+                    inside_conditional=inside_conditional,
+                    relocate=relocate,
                 )
             )
             for index, step in enumerate(plan.steps)

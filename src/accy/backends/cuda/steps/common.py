@@ -11,7 +11,7 @@ from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import Body, Flat, NotFlat
 from ....errors import AccyError
 from ..context import StepContext
-from ..kernels import axis_names, blocks_for, decompose, grid_stride
+from ..kernels import Kernel, axis_names, blocks_for, decompose, grid_stride
 from ..schedule import SCRATCH, Address, Level
 
 
@@ -27,7 +27,7 @@ def rounded(dtype, x: str) -> str:
     return CUDA.c_type(dtype).round.format(x=x)
 
 
-def elementwise(ctx: StepContext, size: int, make) -> str:
+def elementwise(ctx: StepContext, size: int, make) -> Kernel:
     """A grid-stride kernel over `size` elements; `make(body, flat)` returns the statements
     for element `i`, flat (one counter) when every access allows it, else per axis."""
     for flat in (True, False) if size > 1 else (False,):
@@ -50,7 +50,7 @@ def element_index(body: Body, t, flat: bool, counter: str = "i", prefix: str = "
     return names, decompose(counter, t.extents, names)
 
 
-def copy_kernel(ctx: StepContext, source: str, target: str, storage: str, count: int) -> str:
+def copy_kernel(ctx: StepContext, source: str, target: str, storage: str, count: int) -> Kernel:
     """A kernel copying `count` elements of `storage` from C address `source` to `target`."""
     lines = [
         f"const {storage} *__restrict__ source = (const {storage} *)({source});",
@@ -59,7 +59,7 @@ def copy_kernel(ctx: StepContext, source: str, target: str, storage: str, count:
         "  target[i] = source[i];",
         "}",
     ]
-    return ctx.module.kernel(lines, f"step {ctx.index}: copy")
+    return ctx.declare_kernel(lines, f"step {ctx.index}: copy")
 
 
 @dataclass
@@ -70,8 +70,8 @@ class Staging:
 
     operands: dict[int, int] = field(default_factory=dict)  # value -> its copy's scratch offset
     result: int | None = None  # the result's byte offset in scratch, if it moves
-    copies_in: list[tuple[str, int]] = field(default_factory=list)
-    copies_out: list[tuple[str, int]] = field(default_factory=list)
+    copies_in: list[tuple[Kernel, int]] = field(default_factory=list)
+    copies_out: list[tuple[Kernel, int]] = field(default_factory=list)
 
     def address(self, ctx: StepContext, level: Level, value: int) -> Address:
         """Where the call reads operand `value` when the plan runs at `level`."""

@@ -1,0 +1,113 @@
+"""Where a cold start's time goes: exclusive wall time per phase of building and first running
+a jitted step (tracing, differentiation, simplification, planning, CUDA C, NVRTC, graph
+capture), by wrapping the functions of each phase where their callers look them up. Used by
+`bench.gpt2` (the `cold_phases_s` of accy's results) and `tools/cold_start.py`.
+
+>>> phases = Phases()
+>>> phases.enter("outer"); phases.enter("inner"); phases.leave(); phases.leave()
+>>> sorted(phases.seconds) == ["inner", "outer"] and phases.calls["inner"] == 1
+True
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class Phases:
+    """Exclusive wall time per phase: a phase entered inside another pauses it."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._stack: list[list[Any]] = []  # [phase, started]
+
+    def enter(self, phase: str) -> None:
+        now = time.perf_counter()
+        if self._stack:
+            outer = self._stack[-1]
+            self.seconds[outer[0]] += now - outer[1]
+        self._stack.append([phase, now])
+        self.calls[phase] += 1
+
+    def leave(self) -> None:
+        now = time.perf_counter()
+        phase, started = self._stack.pop()
+        self.seconds[phase] += now - started
+        if self._stack:
+            self._stack[-1][1] = now
+
+    @contextmanager
+    def measuring(self, phase: str) -> Iterator[None]:
+        """Count the block's time (less the phases inside it) as `phase`."""
+        self.enter(phase)
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def timed(self, phase: str, fn: Callable) -> Callable:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.enter(phase)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.leave()
+
+        return wrapper
+
+    def patch(self, owner: Any, name: str, phase: str) -> None:
+        """Time every call of `owner.name` (a module's function or a class's method), where
+        it exists (so that the tool also measures older checkouts)."""
+        if hasattr(owner, name):
+            setattr(owner, name, self.timed(phase, getattr(owner, name)))
+
+
+def instrument(phases: Phases, gpu: bool) -> None:
+    """Wrap the functions of each phase where their callers look them up."""
+    import accy.gradient
+    from accy.backends.cuda import compile as cuda_compile
+    from accy.backends.cuda import executable
+    from accy.core.ir import Program
+    from accy.frontend import functions
+
+    phases.patch(functions, "trace", "trace")
+    phases.patch(accy.gradient, "value_and_grad", "differentiate")
+    phases.patch(functions, "simplify", "simplify")
+    digest = Program.digest.func  # a cached_property: time its first computation
+    Program.digest.func = phases.timed("digest", digest)
+    phases.patch(cuda_compile, "build_plan", "plan")
+    phases.patch(cuda_compile, "emit_plan", "emit kernels")
+    phases.patch(cuda_compile, "translation_units", "units")
+    phases.patch(executable, "compile_program", "compile (other)")
+    if gpu:
+        from accy.backends.cuda import runtime
+
+        phases.patch(runtime, "load_kernels", "nvrtc + module load")
+        phases.patch(runtime.CudaFragment, "__init__", "fragment load (other)")
+        phases.patch(runtime.CudaFragment, "_capture", "graph capture")
+
+
+ORDER = (
+    "trace",
+    "differentiate",
+    "simplify",
+    "digest",
+    "plan",
+    "emit kernels",
+    "units",
+    "compile (other)",
+    "nvrtc + module load",
+    "fragment load (other)",
+    "graph capture",
+    "first call (other)",
+)
+
+
+def summary(phases: Phases) -> dict[str, float]:
+    """Seconds per phase, in pipeline order (phases never entered left out)."""
+    return {p: round(phases.seconds[p], 4) for p in ORDER if p in phases.seconds}

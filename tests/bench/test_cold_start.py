@@ -1,0 +1,62 @@
+"""tools/cold_start.py and bench.cold_phases without a GPU: the GPT-2 step's phases up to its
+CUDA C, at the check scale."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.cold_phases import ORDER, Phases
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "cold_start.py"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("cold_start", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_phase_inside_another_is_not_counted_twice():
+    phases = Phases()
+    with phases.measuring("outer"):
+        time.sleep(0.02)
+        with phases.measuring("inner"):
+            time.sleep(0.05)
+    assert 0.05 <= phases.seconds["inner"] < 0.09
+    assert 0.02 <= phases.seconds["outer"] < 0.045
+
+
+def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(tmp_path, monkeypatch):
+    # The tool wraps accy's functions for the rest of the process: undo that afterwards.
+    import accy.gradient
+    from accy.backends.cuda import compile as cuda_compile
+    from accy.backends.cuda import executable
+    from accy.core.ir import Program
+    from accy.frontend import functions
+
+    for owner, name in [
+        (functions, "trace"),
+        (functions, "simplify"),
+        (accy.gradient, "value_and_grad"),
+        (cuda_compile, "build_plan"),
+        (cuda_compile, "emit_plan"),
+        (cuda_compile, "translation_units"),
+        (executable, "compile_program"),
+    ]:
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    monkeypatch.setattr(Program.digest, "func", Program.digest.func)
+    out = tmp_path / "cold.json"
+    assert _tool().main(["--scale", "check", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    phases = result["phases_s"]
+    expected = ["trace", "differentiate", "simplify", "digest", "plan", "emit kernels"]
+    assert [p for p in ORDER if p in phases][: len(expected)] == expected
+    assert sum(phases.values()) == pytest.approx(result["total_s"], abs=1e-3)
+    assert result["kernels"] >= 1 and result["units"] >= 1
+    assert result["source_bytes"] > result["largest_unit_bytes"] // 2

@@ -26,7 +26,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--workloads",
         default=None,
-        help="comma-separated (default: all six; with --dtype bf16, mlp, attention, block)",
+        help="comma-separated (default: all seven; with --dtype bf16, mlp, attention, block, conv)",
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))

@@ -73,6 +73,9 @@ def _resolved(module: Module, schedule: Schedule, launch: Launch) -> str:
         return f"<{Address(WORKSPACE, launch.ws + int(offset))}>"
 
     text = re.sub(r"\bio\[(\d+)\]|\(ws \+ (\d+)\)", address, text).replace("(char *)", "")
+    # File-scope constant arrays are numbered in the order a module declares them, which
+    # differs between the two modules by the constants that kernels declared once share.
+    text = re.sub(r"_constant\d+", "_constant", text)
     while True:
         bare = re.sub(r"\((<[^<>]*>)\)", r"\1", text)
         if bare == text:

@@ -37,8 +37,9 @@ def contraction_flops(program: accy.Program) -> int:
     return total
 
 
-def test_the_bf16_workloads_are_mlp_attention_and_block():
-    assert supporting("bf16") == list(HALF)
+def test_the_bf16_workloads_are_mlp_attention_block_and_conv():
+    # conv's bf16 version is checked against JAX in tests/backends/test_conv_backends.py.
+    assert supporting("bf16") == [*HALF, "conv"]
     assert supporting("f32") == list(WORKLOADS)
 
 
@@ -164,7 +165,7 @@ def test_a_run_refuses_a_workload_without_the_dtype(tmp_path):
 
 
 def test_cli_bf16_defaults_to_the_bf16_workloads_and_refuses_the_others():
-    assert cli.chosen_workloads(None, "bf16") == list(HALF)
+    assert cli.chosen_workloads(None, "bf16") == [*HALF, "conv"]
     assert cli.chosen_workloads(None, "f32") == list(WORKLOADS)
     assert cli.chosen_workloads("block,mlp", "bf16") == ["block", "mlp"]
     message = "--dtype bf16: tiny, embedding have no bf16 version; the bf16 workloads are mlp"

@@ -27,6 +27,11 @@ Step = Callable[..., list[Any]]
 
 # One intra-op thread per core this process may use (2 on the project's CPU machine).
 torch.set_num_threads(len(os.sched_getaffinity(0)))
+# float32 means float32, as for JAX (jax_system.py): PyTorch's cuDNN convolutions default to
+# TF32 on tensor cores (its matmuls do not), which put the conv workload's kernel gradients
+# 8.7e-3 away from accy's and JAX's in f32. bf16 runs are unaffected.
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def tiny(x, y):

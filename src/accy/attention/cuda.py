@@ -629,26 +629,42 @@ extern "C" __global__ void pack_forward(float *dst, const u16 *o, const float *s
   }
 }
 
-/* packed [O | lse] and dpacked [dO | dlse] -> O' and dO (16-bit) and stats, one row a thread.
-   cuDNN computes delta = rowsum(dO * O); delta must be rowsum(dO * O) - dlse, so a nonzero
-   dlse moves O at the row's largest |dO|. */
+/* packed [O | lse] and dpacked [dO | dlse] -> O' and dO (16-bit) and stats, one row a warp (a
+   thread per row wrote 32 rows' columns at once: uncoalesced). cuDNN computes
+   delta = rowsum(dO * O); delta must be rowsum(dO * O) - dlse, so a nonzero dlse moves O at the
+   row's largest |dO| (the first such column). */
 extern "C" __global__ void unpack_backward(u16 *o, u16 *dout, float *stats, const float *packed,
                                            const float *dpacked, long long rows, int d) {
-  GRID_STRIDE(r, rows) {
+  const int lane = threadIdx.x % 32;
+  const long long warps = (long long)gridDim.x * blockDim.x / 32;
+  for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
+       r += warps) {
     const float *p = packed + r * (d + 1);
     const float *dp = dpacked + r * (d + 1);
     int m = 0;
-    float largest = -1.0f;
-    for (int c = 0; c < d; ++c) {
-      u16 g = TO(dp[c]);
+    float largest = -1.0f, g_at = FROM(TO(dp[0])), p_at = p[0];
+    for (int c = lane; c < d; c += 32) {
+      const u16 g = TO(dp[c]);
       dout[r * d + c] = g;
       o[r * d + c] = TO(p[c]);
-      float a = fabsf(FROM(g));
-      if (a > largest) { largest = a; m = c; }
+      const float a = fabsf(FROM(g));
+      if (a > largest) { largest = a; m = c; g_at = FROM(g); p_at = p[c]; }
     }
-    stats[r] = p[d];
-    float dlse = dp[d];
-    if (dlse != 0.0f) o[r * d + m] = TO(p[m] - dlse / FROM(dout[r * d + m]));
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float other = __shfl_down_sync(0xffffffffu, largest, offset);
+      const int other_m = __shfl_down_sync(0xffffffffu, m, offset);
+      const float other_g = __shfl_down_sync(0xffffffffu, g_at, offset);
+      const float other_p = __shfl_down_sync(0xffffffffu, p_at, offset);
+      if (other > largest || (other == largest && other_m < m)) {
+        largest = other; m = other_m; g_at = other_g; p_at = other_p;
+      }
+    }
+    __syncwarp();  /* the row's stores above happen before lane 0 overwrites one of them */
+    if (lane == 0) {
+      stats[r] = p[d];
+      const float dlse = dp[d];
+      if (dlse != 0.0f) o[r * d + m] = TO(p_at - dlse / g_at);
+    }
   }
 }
 
@@ -801,7 +817,7 @@ class Issuer:
             return
         packed, dpacked = operands[-2:]
         self.kernels["unpack_backward"](
-            (_blocks(rows),),
+            (_blocks(rows * 32),),
             (BLOCK,),
             (
                 *(_ptr(at[n]) for n in ("o", "do", "stats")),

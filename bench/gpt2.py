@@ -25,8 +25,9 @@ Precision (`--dtype`):
     sums, the logits in f32, `jax.nn.dot_product_attention` (XLA's implementation);
   - PyTorch: `torch.autocast(dtype=torch.bfloat16)` around the compiled loss (bf16 GEMMs and
     SDPA's fused attention; PyTorch keeps layer norms and the cross-entropy in f32).
-- `--accy-attention fused` computes accy's attention with `accy.nn.attention` (causal) instead
-  of the composition (scores, `nn.causal_mask`, softmax) that is the default.
+- accy's attention is `accy.nn.attention` (causal; cuDNN's fused attention in bf16 on CUDA, as
+  PyTorch's SDPA; the composition where that declines, e.g. f32); `--accy-attention
+  composition` writes it out instead (scores, `nn.causal_mask`, softmax).
 
 Reported per system: step time (median), tokens/s, model FLOP utilisation, peak memory, and
 the time from a cold start to the end of the first step (tracing, differentiation, compilation
@@ -467,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default=None, choices=sorted(SCALES))
     parser.add_argument("--systems", default="accy,jax,torch")
     parser.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
-    parser.add_argument("--accy-attention", default="composition", choices=("composition", "fused"))
+    parser.add_argument("--accy-attention", default="fused", choices=("composition", "fused"))
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     parser.add_argument(
         "--timeout", type=float, default=None, help="seconds each worker process may take"

@@ -30,6 +30,7 @@ from .loops import (
     replay,
     split,
     step_products,
+    sum_terms,
 )
 from .simplify import eliminate_dead_code, simplify
 
@@ -343,7 +344,11 @@ def _transpose_linear_scan(
     # A const's per-step cotangent: contractions summed after the loop, the rest in a carry.
     invariant = invariant_values(transposed, range(n_pc))
     factors: dict[int, None] = {}  # per-step values to stack as extra ys
-    for _ in range(2):  # again, with the first pass's factors free (several products share one)
+    # Under remat the memory bar is the carries plus one step's intermediates: stacked factors
+    # (one vector per step and product) would break it, so every term accumulates in a carry.
+    splits = [(_added_terms(transposed, transposed.outputs[k]), []) for k in range(n_lc)]
+    for _ in range(0 if attrs.get("remat", False) else 2):
+        # Again, with the first pass's factors free (several products share one).
         free = set(stacked_operands) | set(factors)
         splits = [
             step_products(transposed, transposed.outputs[k], invariant, free) for k in range(n_lc)
@@ -375,7 +380,7 @@ def _transpose_linear_scan(
         for accumulator, k in zip(accumulators, accumulated, strict=True):
             total = accumulator
             for term in splits[k][0]:
-                total = b.add(total, env[term])
+                total = b.add(total, _term(b, transposed, term, env))
             sums.append(total)
         new_carry_cts = results[n_lc : n_lc + num_carry]
         x_cts = results[n_lc + num_carry :]
@@ -427,6 +432,28 @@ def _transpose_linear_scan(
         value = stacked[position]
         contributions[i] = value if value.ty.axes == wanted else emit.transpose(value, wanted)
     return contributions
+
+
+def _added_terms(program: Program, value: int) -> list[int]:
+    """`value` as the terms an `add` tree sums (each with its layout chain applied)."""
+    return [chain[-1].results[0] if chain else term for term, chain in sum_terms(program, value)]
+
+
+def _term(b: Any, program: Program, term: int, env: dict) -> Any:
+    """A per-step term added into an accumulator, as emitted into `b` (`env`: `program`'s
+    values there). An outer product (a dot_general contracting nothing) becomes a product of
+    broadcasts: elementwise, so it fuses with the addition into one loop over the
+    accumulator, where a dot would write the product out and the add read it back."""
+    op = next((op for op in program.operations if term in op.results), None)
+    if op is None or op.kind != "dot_general":
+        return env[term]
+    contracts = any(
+        op.attrs[f"{side}_{what}"] for side in ("lhs", "rhs") for what in ("batch", "contracting")
+    )
+    if contracts or any(t.dtype != op.type.dtype for t in op.operand_types):
+        return env[term]
+    lhs, rhs = (b.broadcast_to(env[v], op.type) for v in op.operands)
+    return b.mul(lhs, rhs)
 
 
 def _add_all(emit: Any, terms: list) -> Any:

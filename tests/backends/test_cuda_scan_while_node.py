@@ -47,9 +47,7 @@ def _leaky_numpy(w, h0, xs, reverse: bool, time_inner: bool):
     for s in order:
         h = np.tanh(h * np.float32(0.9) + xs[s] * w).astype(np.float32)
         hs[s], products[s] = h, h * xs[s]
-    if time_inner:
-        hs, products = hs.T, products.T
-    return h, hs, products
+    return h, hs, products  # stacked along the scanned axis, outermost
 
 
 def _actions(actions):
@@ -189,3 +187,32 @@ def test_a_scan_of_20000_steps_on_cuda_matches_the_cpu():
     want = _leaky_numpy(*inputs, reverse=False, time_inner=False)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _long_contraction(dtype):
+    """Two contracted axes (5 x 61 = 305: not a multiple of the warp) into a small result."""
+    return define(
+        "long",
+        [spec(dtype, r=3, a=5, b=61), spec(dtype, a=5, b=61, c=4)],
+        lambda b, x: x[0].contract(x[1], ("a", "b")),
+    )
+
+
+def test_long_contractions_into_small_results_are_a_warp_per_element():
+    compiled = compile_program(_long_contraction(accy.i32))
+    assert any("a warp per result" in c for c in compiled.kernel_comments.values())
+
+
+@pytest.mark.parametrize("dtype", [accy.i32, f32])
+def test_warp_per_element_contraction_values(dtype):
+    cuda_device_or_skip()
+    program = _long_contraction(dtype)
+    rng = np.random.default_rng(7)
+    x = rng.integers(-9, 10, size=(3, 5, 61))
+    y = rng.integers(-9, 10, size=(5, 61, 4))
+    inputs = [x.astype(dtype.numpy), y.astype(dtype.numpy)]
+    if dtype == f32:  # not integers: rounding differs from NumPy's order of additions
+        inputs = [a * np.float32(0.37) for a in inputs]
+    (got,) = [np.asarray(v.get()) for v in accy.compile(program, device="cuda")(*inputs)]
+    want = np.einsum("rab,abc->rc", *[a.astype(np.float64) for a in inputs])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

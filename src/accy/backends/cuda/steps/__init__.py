@@ -39,15 +39,23 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
 }
 
 
-def emit_plan(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:
+def emit_plan(
+    module: Module, plan: Plan, inside_conditional: bool = False, *, in_loop: bool = False
+) -> StepCode:
     """The kernels of every step of `plan` (written once per plan), and the code that
     schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
-    conditional node."""
+    conditional node; `in_loop`: (in) the body of a loop, run once per iteration."""
     if id(plan) not in module.plan_code:
         codes = [
             STEP_EMITTERS[step.kind](
                 StepContext(
-                    module, plan, index, step, emit_plan, inside_conditional=inside_conditional
+                    module,
+                    plan,
+                    index,
+                    step,
+                    emit_plan,
+                    inside_conditional=inside_conditional,
+                    in_loop=in_loop,
                 )
             )
             for index, step in enumerate(plan.steps)

@@ -137,7 +137,9 @@ def emit_scan(ctx: StepContext) -> StepCode:
     length, axis = attrs["length"], attrs["axis"]
     num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
     as_while = runs_as_while_node(ctx)
-    body = ctx.emit_plan(ctx.module, ctx.step.body, ctx.inside_conditional or as_while)
+    body = ctx.emit_plan(
+        ctx.module, ctx.step.body, ctx.inside_conditional or as_while, in_loop=True
+    )
     consts = op.operands[:num_consts]
     inits = op.operands[num_consts : num_consts + num_carry]
     xs = op.operands[num_consts + num_carry :]

@@ -3,10 +3,10 @@
 # PYTHONPATH=src:/tmp/site exported): loops at scale on CUDA (branch loops4).
 #   1. CUDA tests: cond / while_loop, scans as one graph WHILE node, scan gradients and memory.
 #   2. The RNN gradient's schedule: actions per step (no GPU needed; unrolled vs WHILE node).
-#   3. bench.scan_rnn on CUDA, accy and JAX, 64 / 1024 / 16384 steps, remat off and on.
+#   3. bench.scan_rnn on CUDA, 64 / 1024 / 16384 steps: accy and JAX without remat, accy with.
 #   4. bench.scan_rnn on CUDA at 1024 steps with every scan a WHILE node (vs 3's unrolled).
 #   5. bench.loop_kinds on CUDA: scan unrolled, scan as a WHILE node, while_loop.
-#   6. bench.scan_layers on CUDA, 12 and 48 layers.
+#   6. bench.scan_layers on CUDA, 12 and 48 layers, accy (JAX's are in session 4's brief).
 #   7. Why cuBLAS failed inside conditional bodies: node types of a captured GEMM; a cond with
 #      cuBLAS GEMMs in its branches (tools/device/loops4_cublas_probe.py).
 #   8. bench.scan_rnn on this host's CPU, remat on, 64 and 16384 steps (peak RSS, quiet host).
@@ -60,14 +60,16 @@ for nodes in (scan.UNROLLED_NODES, 0):
     print(f"schedule actions (unrolled_nodes={nodes}): " + ", ".join(counts))
 EOF
 
-step rnn-cuda 75 python3 -m bench.scan_rnn --device cuda --steps 64,1024,16384 --repeat 3 \
-  --timeout 30 --json "$WORK/rnn-cuda.json"
+step rnn-cuda 60 python3 -m bench.scan_rnn --device cuda --steps 64,1024,16384 --repeat 3 \
+  --remat off --timeout 25 --json "$WORK/rnn-cuda.json"
+step rnn-cuda-remat 30 python3 -m bench.scan_rnn --device cuda --steps 64,1024,16384 \
+  --repeat 3 --remat on --systems accy --timeout 15 --json "$WORK/rnn-cuda-remat.json"
 step rnn-cuda-node 25 python3 -m bench.scan_rnn --device cuda --steps 1024 --remat off \
   --systems accy --repeat 3 --timeout 20 --unrolled-nodes 0 --json "$WORK/rnn-cuda-node.json"
 step loops-cuda 30 python3 -m bench.loop_kinds --device cuda --repeat 3 \
   --json "$WORK/loops-cuda.json"
-step layers-cuda 35 python3 -m bench.scan_layers --device cuda --layers 12,48 --repeat 3 \
-  --timeout 30 --json "$WORK/layers-cuda.json"
+step layers-cuda 30 python3 -m bench.scan_layers --device cuda --layers 12,48 --repeat 3 \
+  --systems accy --timeout 15 --json "$WORK/layers-cuda.json"
 step cublas-probe 20 python3 tools/device/loops4_cublas_probe.py
 step rnn-cpu 25 python3 -m bench.scan_rnn --device cpu --steps 64,16384 --remat on --repeat 2 \
   --systems accy --timeout 20 --json "$WORK/rnn-cpu.json"

@@ -114,3 +114,45 @@ def test_a_scan_over_splats_alone_keeps_one_x_for_its_length():
     simpler = accy.simplify(program)
     (got,) = accy.reference.run(simpler, [np.zeros(2, np.float32)])
     np.testing.assert_allclose(got, np.full(2, 6.0, np.float32))
+
+
+def _dots(program) -> int:
+    return sum(op.kind == "dot_general" for op in program.operations)
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_contractions_of_the_xs_with_consts_run_before_the_loop(remat):
+    # x_t U reads no carry: one contraction over every step before the forward scan instead
+    # of one per step inside it (not under remat, whose forward scan stacks only carries).
+    gradient = accy.grad(_rnn(9, remat), (0, 1, 2, 3))
+    forward = next(op for op in gradient.operations if op.kind == "scan")
+    before = gradient.operations[: gradient.operations.index(forward)]
+    assert _dots(forward.attrs["body"]) == (2 if remat else 1)
+    stepped = [op for op in before if op.kind == "dot_general" and "t" in op.type.axes]
+    assert len(stepped) == (0 if remat else 1)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_hoisted_contractions_with_the_scanned_axis_inside(executor):
+    # xs laid out (i, t): the hoisted contraction reads them with the scanned axis moved first;
+    # a second x is read both by the hoisted work and in the loop.
+    def loss(b, args):
+        u, h0, xs, gates = args
+
+        def step(_, a):
+            h, x, gate = a
+            new = ((x.contract(u, "i") * gate).rename("o", "h") + h * 0.5).tanh()
+            return new, new * gate.rename("o", "h")
+
+        (final,), (hs,) = b.scan(step, carries=[h0], xs=[xs, gates], axis="t")
+        return (final * final).sum() + (hs * hs).sum()
+
+    types = [spec(f32, i=4, o=3), spec(f32, h=3), spec(f32, i=4, t=6), spec(f32, o=3, t=6)]
+    program = accy.trace.define("inner", types, loss)
+    gradient = accy.grad(program, (0, 1, 2, 3))
+    forward = next(op for op in gradient.operations if op.kind == "scan")
+    assert _dots(forward.attrs["body"]) == 0
+    inputs = _inputs(program, seed=6)
+    oracle = accy.reference.run(accy.grad(unroll.apply(program), (0, 1, 2, 3)), inputs)
+    for got, want in zip(executor(gradient, inputs), oracle, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -26,6 +26,7 @@ from .loops import (
     Roles,
     Source,
     carry_fixpoint,
+    emit_scan,
     invariant_values,
     replay,
     split,
@@ -263,7 +264,11 @@ def _transpose_scan(backward: _Backward, op: Operation, cotangents: list, operan
             num_consts=parts.primal_num_consts,
             num_carry=parts.primal_num_carry,
         )
-        results = emit.emit("scan", [operands[i] for i in parts.primal_operands], primal_attrs)
+        primal_operands = [operands[i] for i in parts.primal_operands]
+        if attrs.get("remat", False):  # only the carries are stacked: nothing else
+            results = emit.emit("scan", primal_operands, primal_attrs)
+        else:
+            results = emit_scan(emit, primal_operands, primal_attrs)
         residuals = list(results[len(parts.primal_outputs) :])
 
     def source(src: Source) -> Any:

@@ -156,3 +156,14 @@ def test_hoisted_contractions_with_the_scanned_axis_inside(executor):
     oracle = accy.reference.run(accy.grad(unroll.apply(program), (0, 1, 2, 3)), inputs)
     for got, want in zip(executor(gradient, inputs), oracle, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_input_cotangents_are_one_contraction_after_the_reverse_scan():
+    # g_t U^T reads only g_t (stacked for the weight gradient anyway) and a const: one
+    # contraction over every step after the loop instead of one per step inside it.
+    gradient = accy.grad(_rnn(9, False), (0, 1, 2, 3))
+    backward = [op for op in gradient.operations if op.kind == "scan"][-1]
+    assert _dots(backward.attrs["body"]) == 1  # the carry's cotangent, g_t W^T
+    after = gradient.operations[gradient.operations.index(backward) + 1 :]
+    stepped = [op for op in after if op.kind == "dot_general" and "t" in op.type.axes]
+    assert len(stepped) == 1

@@ -9,7 +9,7 @@
 #   6. bench.scan_layers on CUDA, 12 and 48 layers, accy (JAX's are in session 4's brief).
 #   7. Why cuBLAS failed inside conditional bodies: node types of a captured GEMM; a cond with
 #      cuBLAS GEMMs in its branches (tools/device/loops4_cublas_probe.py).
-#   8. bench.scan_rnn on this host's CPU, remat on, 64 and 16384 steps (peak RSS, quiet host).
+#   8. bench.scan_rnn on this host's CPU, 64 and 16384 steps, accy and JAX (peak RSS, quiet host).
 # Full log: $OUT/loops4.log; one JSON of every benchmark's rows: $OUT/loops4.json. A summary of
 # at most ~40 lines is printed last. Each step has its own timeout (~3.5 minutes in all) and the
 # script goes on when one fails.
@@ -41,7 +41,7 @@ step tests 60 python3 -m pytest -p no:cacheprovider -q -rfE -n 8 \
   tests/autodiff/test_scan_weight_gradients.py tests/autodiff/test_scan_memory.py \
   tests/autodiff/test_scan_gradients.py
 
-step schedule 20 python3 - <<'EOF'
+step schedule 15 python3 - <<'EOF'
 import accy
 from accy.backends.cuda.compile import compile_program
 from accy.backends.cuda.schedule import Conditional
@@ -64,15 +64,15 @@ step rnn-cuda 60 python3 -m bench.scan_rnn --device cuda --steps 64,1024,16384 -
   --remat off --timeout 25 --json "$WORK/rnn-cuda.json"
 step rnn-cuda-remat 30 python3 -m bench.scan_rnn --device cuda --steps 64,1024,16384 \
   --repeat 3 --remat on --systems accy --timeout 15 --json "$WORK/rnn-cuda-remat.json"
-step rnn-cuda-node 25 python3 -m bench.scan_rnn --device cuda --steps 1024 --remat off \
+step rnn-cuda-node 20 python3 -m bench.scan_rnn --device cuda --steps 1024 --remat off \
   --systems accy --repeat 3 --timeout 20 --unrolled-nodes 0 --json "$WORK/rnn-cuda-node.json"
-step loops-cuda 30 python3 -m bench.loop_kinds --device cuda --repeat 3 \
+step loops-cuda 25 python3 -m bench.loop_kinds --device cuda --repeat 3 \
   --json "$WORK/loops-cuda.json"
 step layers-cuda 30 python3 -m bench.scan_layers --device cuda --layers 12,48 --repeat 3 \
   --systems accy --timeout 15 --json "$WORK/layers-cuda.json"
-step cublas-probe 20 python3 tools/device/loops4_cublas_probe.py
-step rnn-cpu 25 python3 -m bench.scan_rnn --device cpu --steps 64,16384 --remat on --repeat 2 \
-  --systems accy --timeout 20 --json "$WORK/rnn-cpu.json"
+step cublas-probe 15 python3 tools/device/loops4_cublas_probe.py
+step rnn-cpu 45 python3 -m bench.scan_rnn --device cpu --steps 64,16384 --repeat 2 \
+  --timeout 15 --json "$WORK/rnn-cpu.json"
 
 python3 - "$WORK" "$OUT/loops4.json" >> "$LOG" 2>&1 <<'EOF'
 import json, pathlib, sys
@@ -89,7 +89,7 @@ EOF
   echo "----- tests (summary line and failures)"
   grep -E "^[0-9]+ (passed|failed)|FAILED|ERROR" "$LOG" | head -3
   echo "----- schedule / rnn / loops / layers"
-  grep -E "^(schedule|accy|jax|loop .*steps=|cublas-probe) " "$LOG" | cut -c1-300 | head -34
+  grep -E "^(schedule|accy|jax|loop .*steps=|cublas-probe) " "$LOG" | cut -c1-240 | head -36
 } >> "$SUMMARY"
 tail -n 40 "$SUMMARY"
 rm -rf "$WORK"

@@ -411,6 +411,82 @@ def _body_reading(body: Program, kept: list[int], frontier: list[int]) -> Progra
     return eliminate_dead_code(define(body.name, types, replay_reading))
 
 
+# -- per-step outputs computed after the loop ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sunk:
+    """A scan body some of whose stacked outputs are computed after the loop instead: `body`
+    lacks the outputs at positions `moved`, which `after` computes for one step from the
+    consts and the outputs at positions `sources` (batched over the steps, it runs once)."""
+
+    body: Program
+    after: Program
+    moved: tuple[int, ...]
+    sources: tuple[int, ...]
+
+
+def _derivation(body: Program, position: int, consts: set[int], ys: dict[int, int]):
+    """(sources, has a contraction) when output `position` is computed from consts and other
+    stacked outputs alone (`ys`: value -> its output position), else None."""
+    producer = {r: op for op in body.operations for r in op.results}
+    target = body.outputs[position]
+    sources, contracts, seen, pending = set(), False, set(), [target]
+    while pending:
+        value = pending.pop()
+        if value in seen or value in consts:
+            continue
+        seen.add(value)
+        if value != target and ys.get(value, position) != position:
+            sources.add(ys[value])
+            continue
+        op = producer[value]
+        if op.kind == "parameter":
+            return None
+        contracts |= op.kind == "dot_general"
+        pending.extend(op.operands)
+    return sources, contracts
+
+
+def sink_stepwise_outputs(body: Program, num_consts: int, num_carry: int) -> Sunk | None:
+    """The stacked outputs of a scan body that are contractions of other stacked outputs with
+    consts (a reverse RNN step's input cotangent `g_t U^T`, where `g_t` is stacked anyway for
+    the weight gradient) moved after the loop, or None when there are none."""
+    consts = set(body.parameters[:num_consts])
+    ys = {}
+    for position in range(num_carry, len(body.outputs)):
+        ys.setdefault(body.outputs[position], position)
+    moved, sources = [], set()
+    for position in range(num_carry, len(body.outputs)):
+        found = _derivation(body, position, consts, ys)
+        movable = found is not None and found[1] and position not in sources
+        if movable and not found[0] & set(moved):
+            moved.append(position)
+            sources |= found[0]
+    if not moved:
+        return None
+    sources_ = tuple(sorted(sources))
+    read = [body.outputs[k] for k in sources_]
+    types = [*body.parameter_types[:num_consts], *(body.type_of(v) for v in read)]
+
+    def after_the_loop(b, args):
+        env = dict(zip(body.parameters[:num_consts], args[:num_consts], strict=True))
+        env.update(zip(read, args[num_consts:], strict=True))
+        for op in body.operations:
+            if op.kind == "parameter" or all(r in env for r in op.results):
+                continue
+            if all(v in env for v in op.operands):
+                result = b.emit(op.kind, [env[v] for v in op.operands], op.attrs)
+                results = result if rule_for(op.kind).multiple_results else (result,)
+                env.update(zip(op.results, results, strict=True))
+        return [env[body.outputs[k]] for k in moved]
+
+    after = eliminate_dead_code(define(body.name + "_after", types, after_the_loop))
+    kept = tuple(v for k, v in enumerate(body.outputs) if k not in moved)
+    smaller = eliminate_dead_code(dataclasses.replace(body, outputs=kept))
+    return Sunk(smaller, after, tuple(moved), sources_)
+
+
 # -- per-step contractions summed after the loop ------------------------------------------------
 
 LAYOUT_KINDS = ("transpose", "reshape")  # linear, one operand: they commute with a sum
@@ -536,6 +612,8 @@ __all__ = [
     "carry_fixpoint",
     "dependents",
     "emit_scan",
+    "sink_stepwise_outputs",
+    "Sunk",
     "inline_cond",
     "split",
 ]

@@ -20,6 +20,7 @@ from ..core.ir import Attrs, permute_parameters
 from ..core.kinds.registry import Linear, rule_for
 from ..errors import AccyError
 from ..interpret import Emitter, Graph, Inline, run
+from .batch import batch
 from .linearize import Linearized
 from .loops import (
     Product,
@@ -29,6 +30,7 @@ from .loops import (
     emit_scan,
     invariant_values,
     replay,
+    sink_stepwise_outputs,
     split,
     step_products,
     sum_terms,
@@ -419,8 +421,7 @@ def _transpose_linear_scan(
             "reverse": not attrs["reverse"],
         }
     )
-    results = emit.emit("scan", scan_operands, reverse_attrs)
-    results = results if isinstance(results, tuple) else (results,)
+    results = _emit_reverse_scan(emit, scan_operands, reverse_attrs, len(primal_consts))
     carried = len(accumulated) + num_carry
     stacked_operands.update(zip(factors, results[carried + len(linear_xs) :], strict=True))
     contributions: list = [None] * len(operands)
@@ -459,6 +460,32 @@ def _term(b: Any, program: Program, term: int, env: dict) -> Any:
         return env[term]
     lhs, rhs = (b.broadcast_to(env[v], op.type) for v in op.operands)
     return b.mul(lhs, rhs)
+
+
+def _emit_reverse_scan(emit: Any, operands: list, attrs: Any, num_consts: int) -> tuple:
+    """Emit the reverse scan; its results. Stacked outputs that are contractions of other
+    stacked outputs with consts (an RNN's input cotangent `g_t U^T`, `g_t` being stacked for
+    the weight gradient) are computed after the loop, batched over the steps: one GEMM instead
+    of one per step."""
+    body = attrs["body"]
+    sunk = sink_stepwise_outputs(body, num_consts, attrs["num_carry"])
+    flags = None if sunk is None else [False] * num_consts + [True] * len(sunk.sources)
+    try:
+        stepped = None if sunk is None else batch(sunk.after, attrs["axis"], attrs["length"], flags)
+    except AccyError:  # the body uses the scanned axis's name itself
+        sunk = stepped = None
+    if sunk is None:
+        results = emit.emit("scan", operands, attrs)
+        return results if isinstance(results, tuple) else (results,)
+    results = emit.emit("scan", operands, attrs.replace(body=sunk.body))
+    kept = iter(results if isinstance(results, tuple) else (results,))
+    full = [None if k in sunk.moved else next(kept) for k in range(len(body.outputs))]
+    arguments = [*operands[:num_consts], *(full[k] for k in sunk.sources)]
+    for position, value in zip(
+        sunk.moved, run(stepped, Inline(emit, arguments, stepped)), strict=True
+    ):
+        full[position] = value
+    return tuple(full)
 
 
 def _add_all(emit: Any, terms: list) -> Any:

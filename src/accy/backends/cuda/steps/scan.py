@@ -37,10 +37,10 @@ from ..schedule import WORKSPACE, Address, Conditional, Launch, Level, Schedule,
 from .common import copy_kernel, indent
 
 # Above this many body steps times iterations a scan is one WHILE node instead of unrolled.
-# Unrolled, the RNN gradient (about 12 steps per iteration) captured 1024 iterations in 1.2 s
-# and 16,384 in 8.9 s on the H200: the capture costs ~40 us per node. 1024 RNN iterations
-# (~12k nodes) stay unrolled, where cuBLAS and no per-iteration node overhead keep the step
-# fast; the 16,384 ones become one WHILE node. Benchmarks set it to compare the two.
+# Unrolled, the RNN gradient (then ~17 nodes per iteration) took 1.2 s to capture at 1024
+# iterations and 8.9 s (5 GB of host memory) at 16,384 on the H200. Its bodies are now 3 and
+# 2 plan steps: 1024 iterations stay unrolled (cuBLAS, no per-iteration node overhead),
+# 16,384 become WHILE nodes. Benchmarks set it to compare the two (bench.loop_kinds).
 UNROLLED_NODES = 16384
 # Steps whose schedules add pool tables derived from the body's addresses (nested loops and
 # branches) or host-library calls (not known to be captured inside a conditional body): a

@@ -352,7 +352,20 @@ def emit_scan(emit: Any, operands: Sequence[Any], attrs: Any, id: int | None = N
     reads its result as a new x. Per step that is one kernel (a GEMM's worth of graph nodes on
     a GPU) less and a slice read instead; the loop keeps only the carry-dependent work. Done
     when the new xs are at most twice the size of the xs they come from (an extra stacked
-    array: `remat` scans are emitted as they are)."""
+    array: `remat` scans are emitted as they are).
+
+    >>> import accy
+    >>> def rnn(b, a):
+    ...     (h,), _ = b.scan(lambda b, v: [(v[0].contract(a[0], "h").rename("o", "h")
+    ...                      + v[1].contract(a[1], "i").rename("o", "h")).tanh()],
+    ...                      carries=[a[2]], xs=[a[3]], axis="t")
+    ...     return h.sum()
+    >>> p = accy.trace.define("rnn", [accy.spec(accy.f32, h=3, o=3), accy.spec(accy.f32, i=2, o=3),
+    ...     accy.spec(accy.f32, h=3), accy.spec(accy.f32, t=5, i=2)], rnn)
+    >>> gradient = accy.grad(p, (0, 1))
+    >>> [op.kind for op in gradient.operations if op.kind in ("dot_general", "scan")][:2]
+    ['dot_general', 'scan']
+    """
     body: Program = attrs["body"]
     roles = Roles.of(attrs, len(operands))
     stepwise = _carry_free_and_stepwise(body, roles)
@@ -451,7 +464,16 @@ def _derivation(body: Program, position: int, consts: set[int], ys: dict[int, in
 def sink_stepwise_outputs(body: Program, num_consts: int, num_carry: int) -> Sunk | None:
     """The stacked outputs of a scan body that are contractions of other stacked outputs with
     consts (a reverse RNN step's input cotangent `g_t U^T`, where `g_t` is stacked anyway for
-    the weight gradient) moved after the loop, or None when there are none."""
+    the weight gradient) moved after the loop, or None when there are none.
+
+    >>> import accy
+    >>> body = accy.trace.define("step", [accy.spec(accy.f32, i=2, o=3),
+    ...     accy.spec(accy.f32, o=3), accy.spec(accy.f32, o=3)],
+    ...     lambda b, a: [a[1] + a[2], a[2], a[2].contract(a[0], "o")])
+    >>> sunk = sink_stepwise_outputs(body, num_consts=1, num_carry=1)
+    >>> sunk.moved, sunk.sources, sunk.body.count("dot_general")
+    ((2,), (1,), 0)
+    """
     consts = set(body.parameters[:num_consts])
     ys = {}
     for position in range(num_carry, len(body.outputs)):

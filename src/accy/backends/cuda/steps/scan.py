@@ -95,7 +95,7 @@ def _slice_kernel(ctx: StepContext, x: int, t: TensorType, axis: str) -> str:
     return ctx.module.kernel(lines, f"step {ctx.index}: scan slice")
 
 
-def runs_as_while_node(ctx: StepContext) -> bool:
+def _runs_as_while_node(ctx: StepContext) -> bool:
     """Whether this scan runs as one graph WHILE node (see the module doc)."""
     body = ctx.step.body
     if any(step.kind in NOT_IN_A_WHILE_NODE for step in body.steps):
@@ -136,7 +136,7 @@ def emit_scan(ctx: StepContext) -> StepCode:
     program = ctx.plan.program
     length, axis = attrs["length"], attrs["axis"]
     num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
-    as_while = runs_as_while_node(ctx)
+    as_while = _runs_as_while_node(ctx)
     body = ctx.emit_plan(
         ctx.module, ctx.step.body, ctx.inside_conditional or as_while, in_loop=True
     )

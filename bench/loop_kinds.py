@@ -1,7 +1,9 @@
-"""One loop two ways: as a `scan` (on CUDA, the body's kernels recorded once per step in one
-graph) and as a `while_loop` over a step counter (on CUDA, a graph WHILE node: one copy of the
-body, its condition set on the device). Compile time (the first call) and step time, for many
-short steps and for a few heavy ones.
+"""One loop three ways: as a `scan` (on CUDA, the body's kernels recorded once per step in one
+graph, as scans of up to `accy.backends.cuda.steps.scan.UNROLLED_NODES` nodes are), as the same
+scan run as one graph WHILE node (`scan-node`, CUDA only: the body recorded once, its step
+counter and pointer table on the device, as longer scans are) and as a `while_loop` over a step
+counter (a WHILE node too, its condition a kernel of the program). Compile time (the first
+call) and step time, for many short steps and for a few heavy ones.
 
     python -m bench.loop_kinds --device cuda
     python -m bench.loop_kinds --device cpu --cases short
@@ -23,7 +25,9 @@ CASES = {"short": (1024, 1, 256), "heavy": (48, 2048, 2048)}  # steps, rows, wid
 
 
 def programs(steps: int, rows: int, width: int):
-    """(scan program, while_loop program), each (W, H0, XS) -> final H."""
+    """(scan program, the same under another name, while_loop program), each (W, H0, XS) ->
+    final H. The second is compiled as a WHILE node: its own name keeps it out of the
+    executable cache entry of the first."""
     import accy
     from accy import f32, i32, spec
 
@@ -54,17 +58,31 @@ def programs(steps: int, rows: int, width: int):
 
     return (
         accy.trace.define("scanned", types, scanned),
+        accy.trace.define("scanned_as_a_node", types, scanned),
         accy.trace.define("looped", types, looped),
     )
 
 
-def measure(program, inputs, device: str, repeat: int) -> dict:
-    import numpy as np
-
+def _compile(program, device: str, unrolled_nodes: int | None):
+    """`accy.compile`, with CUDA scans unrolled up to `unrolled_nodes` nodes (None: default)."""
     import accy
 
+    if unrolled_nodes is None:
+        return accy.compile(program, device=device)
+    from accy.backends.cuda.steps import scan
+
+    default, scan.UNROLLED_NODES = scan.UNROLLED_NODES, unrolled_nodes
+    try:
+        return accy.compile(program, device=device)
+    finally:
+        scan.UNROLLED_NODES = default
+
+
+def measure(program, inputs, device: str, repeat: int, unrolled_nodes: int | None = None) -> dict:
+    import numpy as np
+
     start = time.perf_counter()
-    compiled = accy.compile(program, device=device)
+    compiled = _compile(program, device, unrolled_nodes)
     if device == "cuda":
         import cupy
 
@@ -103,18 +121,23 @@ def main(argv: list[str] | None = None) -> int:
             rng.standard_normal((steps, rows, width)).astype(np.float32) * 0.1,
         ]
         outs = {}
-        for kind, program in zip(("scan", "while"), programs(steps, rows, width), strict=True):
-            result = measure(program, inputs, args.device, args.repeat)
+        kinds = zip(("scan", "scan-node", "while"), programs(steps, rows, width), strict=True)
+        for kind, program in kinds:
+            if kind == "scan-node" and args.device != "cuda":
+                continue  # the CPU runs every scan as a C loop
+            nodes = 0 if kind == "scan-node" else None
+            result = measure(program, inputs, args.device, args.repeat, nodes)
             outs[kind] = result.pop("out")
             result.update(case=case, kind=kind, device=args.device, steps=steps)
             results.append(result)
             print(
-                f"loop {case:5} {kind:5} steps={steps:5} compile+first call "
+                f"loop {case:5} {kind:9} steps={steps:5} compile+first call "
                 f"{result['compile_s']:7.2f} s step {result['step_s'] * 1e3:9.3f} ms",
                 flush=True,
             )
-        difference = float(np.abs(outs["scan"] - outs["while"]).max())
-        print(f"loop {case:5} max |scan - while| = {difference:.2e}", flush=True)
+        for kind in [k for k in outs if k != "scan"]:
+            difference = float(np.abs(outs["scan"] - outs[kind]).max())
+            print(f"loop {case:5} max |scan - {kind}| = {difference:.2e}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

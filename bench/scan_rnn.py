@@ -4,6 +4,7 @@ the number of steps, for accy (always) and JAX's `lax.scan` (when JAX is importa
     python -m bench.scan_rnn                       # 64, 1024 and 16384 steps, on the CPU
     python -m bench.scan_rnn --steps 64,1024 --device cuda --json out/scan_rnn.json
     python -m bench.scan_rnn --remat on --systems accy   # only remat, only accy
+    python -m bench.scan_rnn --device cuda --unrolled-nodes 0   # every CUDA scan a WHILE node
 
 The RNN: h' = tanh(h W + x U), carry 256, input 256, batch 1; the loss is the sum of the final
 carry and of every step's carry; its gradient with respect to W, U, h0 and the inputs. Each
@@ -71,8 +72,15 @@ def accy_program(steps: int, remat: bool):
     return accy.trace.define("rnn", types, loss)
 
 
-def run_accy(steps: int, remat: bool, device: str, repeat: int) -> dict:
+def run_accy(
+    steps: int, remat: bool, device: str, repeat: int, unrolled_nodes: int | None = None
+) -> dict:
     import accy
+
+    if unrolled_nodes is not None:  # CUDA: longer scans run as one graph WHILE node
+        from accy.backends.cuda.steps import scan
+
+        scan.UNROLLED_NODES = unrolled_nodes
 
     memory = None
     if device == "cuda":
@@ -139,9 +147,14 @@ def run_jax(steps: int, remat: bool, device: str, repeat: int) -> dict:
     return result
 
 
-def worker(system: str, steps: int, remat: bool, device: str, repeat: int) -> dict:
+def worker(
+    system: str, steps: int, remat: bool, device: str, repeat: int, unrolled_nodes: int | None
+) -> dict:
     """One measurement in this process; peak memory is this process's maximum resident set."""
-    result = (run_accy if system == "accy" else run_jax)(steps, remat, device, repeat)
+    if system == "accy":
+        result = run_accy(steps, remat, device, repeat, unrolled_nodes)
+    else:
+        result = run_jax(steps, remat, device, repeat)
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result.update(system=system, steps=steps, remat=remat, device=device)
     return result
@@ -156,11 +169,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--remat", default="both", choices=("both", "off", "on"))
     parser.add_argument("--systems", default="accy,jax", help="accy and/or jax")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per measurement")
+    parser.add_argument(
+        "--unrolled-nodes",
+        type=int,
+        default=None,
+        help="CUDA: unroll scans of up to this many nodes, run longer ones as a WHILE node "
+        "(default: accy's own threshold)",
+    )
     parser.add_argument("--worker", nargs=3, metavar=("SYSTEM", "STEPS", "REMAT"))
     args = parser.parse_args(argv)
     if args.worker:
         system, steps, remat = args.worker
-        print(json.dumps(worker(system, int(steps), remat == "1", args.device, args.repeat)))
+        result = worker(
+            system, int(steps), remat == "1", args.device, args.repeat, args.unrolled_nodes
+        )
+        print(json.dumps(result))
         return 0
     systems = [s for s in args.systems.split(",") if s == "accy" or missing("jax") is None]
     if "jax" in args.systems and "jax" not in systems:
@@ -174,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                     environment = dict(os.environ, ACCY_CACHE_DIR=cache)
                     command = [sys.executable, "-m", "bench.scan_rnn", "--device", args.device]
                     command += ["--repeat", str(args.repeat)]
+                    if args.unrolled_nodes is not None:
+                        command += ["--unrolled-nodes", str(args.unrolled_nodes)]
                     command += ["--worker", system, str(steps), "1" if remat else "0"]
                     done = run_captured(command, args.timeout, environment)
                 if done.returncode != 0:

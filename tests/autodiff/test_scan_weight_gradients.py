@@ -28,7 +28,7 @@ def _reverse_scan(gradient):
     return scan
 
 
-def _rnn(batch: int | None, extra_weight_term: bool, transposed_weight: bool):
+def _rnn(batch: int | None, extra_weight_term: bool, transposed_weight: bool, remat=False):
     """h' = tanh(h W + x U) (batched or not); optionally W also enters elementwise with the
     carry (a per-step term that is not a contraction) or is read transposed (a layout chain
     after the dot)."""
@@ -45,7 +45,7 @@ def _rnn(batch: int | None, extra_weight_term: bool, transposed_weight: bool):
             new = pre.rename("o", "h").tanh()
             return new, new
 
-        (final,), (hs,) = b.scan(step, carries=[h0], xs=[xs], axis="t")
+        (final,), (hs,) = b.scan(step, carries=[h0], xs=[xs], axis="t", remat=remat)
         return (final * final).sum() + (hs * hs).sum() * 0.5
 
     batch_axes = {"b": batch} if batch else {}
@@ -76,7 +76,8 @@ def test_weight_gradients_are_contracted_after_the_reverse_scan(case):
     weight_accumulators = [axes for axes in carried if set(axes) == {"h", "o"}]
     assert len(weight_accumulators) == (1 if case == "mixed" else 0)
     after = gradient.operations[gradient.operations.index(scan) + 1 :]
-    assert sum(op.kind == "dot_general" for op in after) == 2  # W's and U's, over the steps
+    weights = [{"h", "o"}, {"i", "o"}]  # W's and U's, over the steps (the inputs' too)
+    assert sum(op.kind == "dot_general" and set(op.type.axes) in weights for op in after) == 2
     oracle = accy.grad(unroll.apply(program), (0, 1, 2, 3))
     inputs = _inputs(program)
     for got, want in zip(
@@ -91,6 +92,37 @@ def test_weight_gradients_are_contracted_after_the_reverse_scan(case):
 def test_weight_gradients_on_every_backend(executor, case):
     program = _rnn(**CASES[case])
     inputs = _inputs(program, seed=1)
+    oracle = accy.reference.run(accy.grad(unroll.apply(program), (0, 1, 2, 3)), inputs)
+    got = executor(accy.grad(program, (0, 1, 2, 3)), inputs)
+    for g, w in zip(got, oracle, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_under_remat_weight_gradients_accumulate_in_carries(case):
+    # remat's memory bar is the carries plus one step's intermediates: no per-step factors are
+    # stacked for a GEMM after the loop (they would cost a vector per step and product).
+    program = _rnn(**CASES[case], remat=True)
+    gradient = accy.grad(program, (0, 1, 2, 3))
+    scan = _reverse_scan(gradient)
+    carried = [set(t.axes) for t in scan.result_types[: scan.attrs["num_carry"]]]
+    assert {"h", "o"} in carried and {"i", "o"} in carried  # W's and U's cotangents
+    # Its ys are the cotangents of the inputs alone.
+    assert len(scan.result_types) - scan.attrs["num_carry"] == 1
+    after = gradient.operations[gradient.operations.index(scan) + 1 :]
+    assert not any(op.kind == "dot_general" for op in after)
+    oracle = accy.grad(unroll.apply(program), (0, 1, 2, 3))
+    inputs = _inputs(program, seed=2)
+    for got, want in zip(
+        accy.reference.run(gradient, inputs), accy.reference.run(oracle, inputs), strict=True
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_remat_weight_gradients_on_every_backend(executor):
+    program = _rnn(**CASES["batched"], remat=True)
+    inputs = _inputs(program, seed=3)
     oracle = accy.reference.run(accy.grad(unroll.apply(program), (0, 1, 2, 3)), inputs)
     got = executor(accy.grad(program, (0, 1, 2, 3)), inputs)
     for g, w in zip(got, oracle, strict=True):

@@ -18,7 +18,7 @@ from ..core.kinds.control import custom_call_jvp
 from ..core.kinds.registry import Zero, rule_for
 from ..errors import AccyError, NotDifferentiable
 from ..interpret import Emitter, Graph, Inline, attach, run
-from .loops import Roles, Source, carry_fixpoint, dependents, inline_cond, split
+from .loops import Roles, Source, carry_fixpoint, dependents, emit_scan, inline_cond, split
 from .simplify import simplify
 
 
@@ -290,9 +290,11 @@ def _emit_split(s: JvpSemantics, op: Operation, body: Program, roles, operands, 
             num_consts=parts.primal_num_consts,
             num_carry=parts.primal_num_carry,
         )
-        results = s.emit.emit(
-            "scan", [operands[i] for i in parts.primal_operands], primal_attrs, id=op.id
-        )
+        primal_operands = [operands[i] for i in parts.primal_operands]
+        if attrs.get("remat", False):  # only the carries are stacked: nothing else
+            results = s.emit.emit("scan", primal_operands, primal_attrs, id=op.id)
+        else:  # the xs' contractions with consts done once, before the loop
+            results = emit_scan(s.emit, primal_operands, primal_attrs, id=op.id)
         outputs.update(zip(parts.primal_outputs, results, strict=False))
         residuals = list(results[len(parts.primal_outputs) :])
 

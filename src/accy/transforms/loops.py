@@ -21,6 +21,7 @@ linear in the size of the body and independent of the scan's length.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,9 @@ from typing import Any
 from ..core import Program
 from ..core.builder import define
 from ..core.kinds.registry import rule_for
+from ..errors import AccyError
 from ..interpret import Inline, run
+from .batch import batch
 from .simplify import eliminate_dead_code
 
 
@@ -324,6 +327,188 @@ def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:
         env.update(zip(op.results, results, strict=True))
 
 
+# -- per-step contractions of the xs, done once before the loop ---------------------------------
+
+
+def _carry_free_and_stepwise(body: Program, roles: Roles) -> set[int]:
+    """Values of `body` computed from its consts and xs alone that depend on an x: the same
+    work at every step on that step's slices, which one batched operation over all the steps
+    can do before the loop."""
+    parameters = body.parameters
+    carry_free = {parameters[i] for i in (*roles.consts, *roles.xs)}
+    stepwise = {parameters[i] for i in roles.xs}
+    for op in body.operations:
+        if op.kind == "parameter" or not all(v in carry_free for v in op.operands):
+            continue
+        carry_free.update(op.results)
+        if any(v in stepwise for v in op.operands):
+            stepwise.update(op.results)
+    return stepwise - set(parameters)
+
+
+def emit_scan(emit: Any, operands: Sequence[Any], attrs: Any, id: int | None = None) -> Any:
+    """Emit a scan, first taking out of its body the contractions of its xs with its consts (an
+    RNN's `x_t U`): one batched contraction over every step runs before the loop, and the body
+    reads its result as a new x. Per step that is one kernel (a GEMM's worth of graph nodes on
+    a GPU) less and a slice read instead; the loop keeps only the carry-dependent work. Done
+    when the new xs are at most twice the size of the xs they come from (an extra stacked
+    array: `remat` scans are emitted as they are).
+
+    >>> import accy
+    >>> def rnn(b, a):
+    ...     (h,), _ = b.scan(lambda b, v: [(v[0].contract(a[0], "h").rename("o", "h")
+    ...                      + v[1].contract(a[1], "i").rename("o", "h")).tanh()],
+    ...                      carries=[a[2]], xs=[a[3]], axis="t")
+    ...     return h.sum()
+    >>> p = accy.trace.define("rnn", [accy.spec(accy.f32, h=3, o=3), accy.spec(accy.f32, i=2, o=3),
+    ...     accy.spec(accy.f32, h=3), accy.spec(accy.f32, t=5, i=2)], rnn)
+    >>> gradient = accy.grad(p, (0, 1))
+    >>> [op.kind for op in gradient.operations if op.kind in ("dot_general", "scan")][:2]
+    ['dot_general', 'scan']
+    """
+    body: Program = attrs["body"]
+    roles = Roles.of(attrs, len(operands))
+    stepwise = _carry_free_and_stepwise(body, roles)
+    producer = {r: op for op in body.operations for r in op.results}
+    if not any(producer[v].kind == "dot_general" for v in stepwise):
+        return emit.emit("scan", list(operands), attrs, id=id)
+    readers = {v for op in body.operations if not set(op.results) <= stepwise for v in op.operands}
+    frontier = [v for v in dict.fromkeys((*readers, *body.outputs)) if v in stepwise]
+    new_size = sum(body.type_of(v).size for v in frontier)
+    old_size = sum(body.parameter_types[i].size for i in roles.xs)
+    if not frontier or new_size > 2 * old_size:
+        return emit.emit("scan", list(operands), attrs, id=id)
+    axis, length = attrs["axis"], attrs["length"]
+    hoisted = eliminate_dead_code(dataclasses.replace(body, outputs=tuple(frontier)))
+    try:
+        stepped = batch(hoisted, axis, length, [i in roles.xs for i in range(roles.count)])
+    except AccyError:  # the body uses the scanned axis's name itself: leave it as it is
+        return emit.emit("scan", list(operands), attrs, id=id)
+    arguments = [
+        emit.transpose(v, (axis, *v.ty.without([axis]).axes)) if i in roles.xs else v
+        for i, v in enumerate(operands)
+    ]
+    new_xs = run(stepped, Inline(emit, arguments, stepped))
+    # The xs that only the hoisted work read are no longer sliced at every step.
+    parameters = body.parameters
+    kept = [
+        i
+        for i in range(roles.count)
+        if i not in roles.xs or parameters[i] in readers or parameters[i] in body.outputs
+    ]
+    reading = _body_reading(body, kept, frontier)
+    return emit.emit(
+        "scan", [*(operands[i] for i in kept), *new_xs], attrs.replace(body=reading), id=id
+    )
+
+
+def _body_reading(body: Program, kept: list[int], frontier: list[int]) -> Program:
+    """`body` with the parameters at positions `kept`, then parameters for the `frontier`
+    values, read instead of computed."""
+    parameters = [body.parameters[i] for i in kept]
+    types = [*(body.type_of(v) for v in parameters), *(body.type_of(v) for v in frontier)]
+
+    def replay_reading(b, args):
+        env = dict(zip(parameters, args[: len(parameters)], strict=True))
+        env.update(zip(frontier, args[len(parameters) :], strict=True))
+        for op in body.operations:
+            if op.kind == "parameter" or all(r in env for r in op.results):
+                continue
+            if not all(v in env for v in op.operands):
+                continue  # work for the frontier only: done before the loop
+            result = b.emit(op.kind, [env[v] for v in op.operands], op.attrs)
+            results = result if rule_for(op.kind).multiple_results else (result,)
+            env.update(zip(op.results, results, strict=True))
+        return [env[v] for v in body.outputs]
+
+    return eliminate_dead_code(define(body.name, types, replay_reading))
+
+
+# -- per-step outputs computed after the loop ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sunk:
+    """A scan body some of whose stacked outputs are computed after the loop instead: `body`
+    lacks the outputs at positions `moved`, which `after` computes for one step from the
+    consts and the outputs at positions `sources` (batched over the steps, it runs once)."""
+
+    body: Program
+    after: Program
+    moved: tuple[int, ...]
+    sources: tuple[int, ...]
+
+
+def _derivation(body: Program, position: int, consts: set[int], ys: dict[int, int]):
+    """(sources, has a contraction) when output `position` is computed from consts and other
+    stacked outputs alone (`ys`: value -> its output position), else None."""
+    producer = {r: op for op in body.operations for r in op.results}
+    target = body.outputs[position]
+    sources, contracts, seen, pending = set(), False, set(), [target]
+    while pending:
+        value = pending.pop()
+        if value in seen or value in consts:
+            continue
+        seen.add(value)
+        if value != target and ys.get(value, position) != position:
+            sources.add(ys[value])
+            continue
+        op = producer[value]
+        if op.kind == "parameter":
+            return None
+        contracts |= op.kind == "dot_general"
+        pending.extend(op.operands)
+    return sources, contracts
+
+
+def sink_stepwise_outputs(body: Program, num_consts: int, num_carry: int) -> Sunk | None:
+    """The stacked outputs of a scan body that are contractions of other stacked outputs with
+    consts (a reverse RNN step's input cotangent `g_t U^T`, where `g_t` is stacked anyway for
+    the weight gradient) moved after the loop, or None when there are none.
+
+    >>> import accy
+    >>> body = accy.trace.define("step", [accy.spec(accy.f32, i=2, o=3),
+    ...     accy.spec(accy.f32, o=3), accy.spec(accy.f32, o=3)],
+    ...     lambda b, a: [a[1] + a[2], a[2], a[2].contract(a[0], "o")])
+    >>> sunk = sink_stepwise_outputs(body, num_consts=1, num_carry=1)
+    >>> sunk.moved, sunk.sources, sunk.body.count("dot_general")
+    ((2,), (1,), 0)
+    """
+    consts = set(body.parameters[:num_consts])
+    ys = {}
+    for position in range(num_carry, len(body.outputs)):
+        ys.setdefault(body.outputs[position], position)
+    moved, sources = [], set()
+    for position in range(num_carry, len(body.outputs)):
+        found = _derivation(body, position, consts, ys)
+        movable = found is not None and found[1] and position not in sources
+        if movable and not found[0] & set(moved):
+            moved.append(position)
+            sources |= found[0]
+    if not moved:
+        return None
+    sources_ = tuple(sorted(sources))
+    read = [body.outputs[k] for k in sources_]
+    types = [*body.parameter_types[:num_consts], *(body.type_of(v) for v in read)]
+
+    def after_the_loop(b, args):
+        env = dict(zip(body.parameters[:num_consts], args[:num_consts], strict=True))
+        env.update(zip(read, args[num_consts:], strict=True))
+        for op in body.operations:
+            if op.kind == "parameter" or all(r in env for r in op.results):
+                continue
+            if all(v in env for v in op.operands):
+                result = b.emit(op.kind, [env[v] for v in op.operands], op.attrs)
+                results = result if rule_for(op.kind).multiple_results else (result,)
+                env.update(zip(op.results, results, strict=True))
+        return [env[body.outputs[k]] for k in moved]
+
+    after = eliminate_dead_code(define(body.name + "_after", types, after_the_loop))
+    kept = tuple(v for k, v in enumerate(body.outputs) if k not in moved)
+    smaller = eliminate_dead_code(dataclasses.replace(body, outputs=kept))
+    return Sunk(smaller, after, tuple(moved), sources_)
+
+
 # -- per-step contractions summed after the loop ------------------------------------------------
 
 LAYOUT_KINDS = ("transpose", "reshape")  # linear, one operand: they commute with a sum
@@ -448,6 +633,9 @@ __all__ = [
     "Split",
     "carry_fixpoint",
     "dependents",
+    "emit_scan",
+    "sink_stepwise_outputs",
+    "Sunk",
     "inline_cond",
     "split",
 ]

@@ -20,16 +20,20 @@ from ..core.ir import Attrs, permute_parameters
 from ..core.kinds.registry import Linear, rule_for
 from ..errors import AccyError
 from ..interpret import Emitter, Graph, Inline, run
+from .batch import batch
 from .linearize import Linearized
 from .loops import (
     Product,
     Roles,
     Source,
     carry_fixpoint,
+    emit_scan,
     invariant_values,
     replay,
+    sink_stepwise_outputs,
     split,
     step_products,
+    sum_terms,
 )
 from .simplify import eliminate_dead_code, simplify
 
@@ -262,7 +266,11 @@ def _transpose_scan(backward: _Backward, op: Operation, cotangents: list, operan
             num_consts=parts.primal_num_consts,
             num_carry=parts.primal_num_carry,
         )
-        results = emit.emit("scan", [operands[i] for i in parts.primal_operands], primal_attrs)
+        primal_operands = [operands[i] for i in parts.primal_operands]
+        if attrs.get("remat", False):  # only the carries are stacked: nothing else
+            results = emit.emit("scan", primal_operands, primal_attrs)
+        else:
+            results = emit_scan(emit, primal_operands, primal_attrs)
         residuals = list(results[len(parts.primal_outputs) :])
 
     def source(src: Source) -> Any:
@@ -343,7 +351,11 @@ def _transpose_linear_scan(
     # A const's per-step cotangent: contractions summed after the loop, the rest in a carry.
     invariant = invariant_values(transposed, range(n_pc))
     factors: dict[int, None] = {}  # per-step values to stack as extra ys
-    for _ in range(2):  # again, with the first pass's factors free (several products share one)
+    # Under remat the memory bar is the carries plus one step's intermediates: stacked factors
+    # (one vector per step and product) would break it, so every term accumulates in a carry.
+    splits = [(_added_terms(transposed, transposed.outputs[k]), []) for k in range(n_lc)]
+    for _ in range(0 if attrs.get("remat", False) else 2):
+        # Again, with the first pass's factors free (several products share one).
         free = set(stacked_operands) | set(factors)
         splits = [
             step_products(transposed, transposed.outputs[k], invariant, free) for k in range(n_lc)
@@ -375,7 +387,7 @@ def _transpose_linear_scan(
         for accumulator, k in zip(accumulators, accumulated, strict=True):
             total = accumulator
             for term in splits[k][0]:
-                total = b.add(total, env[term])
+                total = b.add(total, _term(b, transposed, term, env))
             sums.append(total)
         new_carry_cts = results[n_lc : n_lc + num_carry]
         x_cts = results[n_lc + num_carry :]
@@ -409,8 +421,7 @@ def _transpose_linear_scan(
             "reverse": not attrs["reverse"],
         }
     )
-    results = emit.emit("scan", scan_operands, reverse_attrs)
-    results = results if isinstance(results, tuple) else (results,)
+    results = _emit_reverse_scan(emit, scan_operands, reverse_attrs, len(primal_consts))
     carried = len(accumulated) + num_carry
     stacked_operands.update(zip(factors, results[carried + len(linear_xs) :], strict=True))
     contributions: list = [None] * len(operands)
@@ -427,6 +438,54 @@ def _transpose_linear_scan(
         value = stacked[position]
         contributions[i] = value if value.ty.axes == wanted else emit.transpose(value, wanted)
     return contributions
+
+
+def _added_terms(program: Program, value: int) -> list[int]:
+    """`value` as the terms an `add` tree sums (each with its layout chain applied)."""
+    return [chain[-1].results[0] if chain else term for term, chain in sum_terms(program, value)]
+
+
+def _term(b: Any, program: Program, term: int, env: dict) -> Any:
+    """A per-step term added into an accumulator, as emitted into `b` (`env`: `program`'s
+    values there). An outer product (a dot_general contracting nothing) becomes a product of
+    broadcasts: elementwise, so it fuses with the addition into one loop over the
+    accumulator, where a dot would write the product out and the add read it back."""
+    op = next((op for op in program.operations if term in op.results), None)
+    if op is None or op.kind != "dot_general":
+        return env[term]
+    contracts = any(
+        op.attrs[f"{side}_{what}"] for side in ("lhs", "rhs") for what in ("batch", "contracting")
+    )
+    if contracts or any(t.dtype != op.type.dtype for t in op.operand_types):
+        return env[term]
+    lhs, rhs = (b.broadcast_to(env[v], op.type) for v in op.operands)
+    return b.mul(lhs, rhs)
+
+
+def _emit_reverse_scan(emit: Any, operands: list, attrs: Any, num_consts: int) -> tuple:
+    """Emit the reverse scan; its results. Stacked outputs that are contractions of other
+    stacked outputs with consts (an RNN's input cotangent `g_t U^T`, `g_t` being stacked for
+    the weight gradient) are computed after the loop, batched over the steps: one GEMM instead
+    of one per step."""
+    body = attrs["body"]
+    sunk = sink_stepwise_outputs(body, num_consts, attrs["num_carry"])
+    flags = None if sunk is None else [False] * num_consts + [True] * len(sunk.sources)
+    try:
+        stepped = None if sunk is None else batch(sunk.after, attrs["axis"], attrs["length"], flags)
+    except AccyError:  # the body uses the scanned axis's name itself
+        sunk = stepped = None
+    if sunk is None:
+        results = emit.emit("scan", operands, attrs)
+        return results if isinstance(results, tuple) else (results,)
+    results = emit.emit("scan", operands, attrs.replace(body=sunk.body))
+    kept = iter(results if isinstance(results, tuple) else (results,))
+    full = [None if k in sunk.moved else next(kept) for k in range(len(body.outputs))]
+    arguments = [*operands[:num_consts], *(full[k] for k in sunk.sources)]
+    for position, value in zip(
+        sunk.moved, run(stepped, Inline(emit, arguments, stepped)), strict=True
+    ):
+        full[position] = value
+    return tuple(full)
 
 
 def _add_all(emit: Any, terms: list) -> Any:

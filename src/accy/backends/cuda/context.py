@@ -72,7 +72,8 @@ class StepContext:
     plan: Plan
     index: int
     step: Step
-    emit_plan: Callable[..., StepCode]  # writes a nested plan: (module, plan, inside_conditional)
+    # Writes a nested plan: (module, plan, inside_conditional, in_loop=...).
+    emit_plan: Callable[..., StepCode]
     scratch_used: int = 0
     # In the body of a graph conditional node (cond, while_loop), where only plain kernels are
     # sure to be captured: a cuBLAS dot product there made the graph fail to instantiate.
@@ -82,6 +83,9 @@ class StepContext:
     # other buffers share one kernel. A body scheduled once per iteration keeps the level's
     # table, which each iteration has anyway.
     relocate: bool = False
+    # In a loop body (scan, while_loop): what the step schedules runs once per iteration, so
+    # copying a loop-invariant operand (a weight) through scratch would repeat every time.
+    in_loop: bool = False
 
     def pointers(self) -> Pointers:
         """Fresh names for the step's stored values (one `Pointers` per kernel)."""

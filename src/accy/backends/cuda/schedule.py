@@ -7,8 +7,9 @@ inputs and outputs live, so no kernel takes their addresses as arguments: every 
 them from a *pointer pool* in device memory, which the graph's first node copies from pinned
 host memory that the host fills before each launch. An entry of the pool is an `Address`: one
 of the invocation's buffers (or the fragment's own workspace) plus a byte offset. The pool holds
-the program's input/output table, one table per iteration of every scan (the body's buffers are
-slices of the outer ones), and the pointer arrays of batched GEMMs.
+the program's input/output table, one table per iteration of every unrolled scan (the body's
+buffers are slices of the outer ones) or one region per scan run as a WHILE node (rewritten on
+the device at every iteration by the scan's step kernel), and the pointer arrays of GEMMs.
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ class Library:
 class SetCondition:
     """A one-thread kernel that sets conditional handle `handle` (a number unique in the
     schedule) to the bool whose address is pool entry `io` (negated with `negate`). The
-    handle belongs to the graph that holds the `Conditional` of the same number."""
+    handle belongs to the graph that holds the `Conditional` of the same number. A scan's
+    step kernel (`steps.scan`) has the same signature: `io` is its region of the pool and
+    `negate` says "advance" (else start at iteration 0)."""
 
     kernel: str
     handle: int

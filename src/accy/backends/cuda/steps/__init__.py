@@ -42,21 +42,31 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
 
 
 def emit_plan(
-    module: Module, plan: Plan, inside_conditional: bool = False, relocate: bool = True
+    module: Module,
+    plan: Plan,
+    inside_conditional: bool = False,
+    relocate: bool = True,
+    *,
+    in_loop: bool = False,
 ) -> StepCode:
     """The kernels of every step of `plan`, the program's own (written once per plan), and the
     code that schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
-    conditional node. `relocate=False` writes every kernel for the plan's level, as a body's
-    are (what relocation is compared with in the tests)."""
-    return _emit(module, plan, inside_conditional, relocate)
+    conditional node; `in_loop`: (in) the body of a loop, run once per iteration.
+    `relocate=False` writes every kernel for the plan's level, as a body's are (what
+    relocation is compared with in the tests)."""
+    return _emit(module, plan, inside_conditional, relocate, in_loop)
 
 
-def _emit_body(module: Module, plan: Plan, inside_conditional: bool = False) -> StepCode:
+def _emit_body(
+    module: Module, plan: Plan, inside_conditional: bool = False, *, in_loop: bool = False
+) -> StepCode:
     """`emit_plan` for the body of a scan, cond or while_loop (`StepContext.emit_plan`)."""
-    return _emit(module, plan, inside_conditional, relocate=False)
+    return _emit(module, plan, inside_conditional, False, in_loop)
 
 
-def _emit(module: Module, plan: Plan, inside_conditional: bool, relocate: bool) -> StepCode:
+def _emit(
+    module: Module, plan: Plan, inside_conditional: bool, relocate: bool, in_loop: bool
+) -> StepCode:
     if id(plan) not in module.plan_code:
         codes = [
             STEP_EMITTERS[step.kind](
@@ -68,6 +78,7 @@ def _emit(module: Module, plan: Plan, inside_conditional: bool, relocate: bool) 
                     _emit_body,
                     inside_conditional=inside_conditional,
                     relocate=relocate,
+                    in_loop=in_loop,
                 )
             )
             for index, step in enumerate(plan.steps)

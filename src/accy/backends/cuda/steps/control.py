@@ -47,7 +47,9 @@ def _collect(schedule: Schedule, run) -> tuple:
 
 def emit_cond(ctx: StepContext) -> StepCode:
     op = ctx.step.op
-    on_true, on_false = (ctx.emit_plan(ctx.module, plan, True) for plan in ctx.step.branches)
+    on_true, on_false = (
+        ctx.emit_plan(ctx.module, plan, True, in_loop=ctx.in_loop) for plan in ctx.step.branches
+    )
     setter = set_condition_kernel(ctx)
 
     def schedule_cond(level: Level, schedule: Schedule) -> None:
@@ -72,7 +74,9 @@ def emit_while(ctx: StepContext) -> StepCode:
     op = ctx.step.op
     program = ctx.plan.program
     num_consts = op.attrs["num_consts"]
-    condition, body = (ctx.emit_plan(ctx.module, plan, True) for plan in ctx.step.branches)
+    condition, body = (
+        ctx.emit_plan(ctx.module, plan, True, in_loop=True) for plan in ctx.step.branches
+    )
     setter = set_condition_kernel(ctx)
     consts, inits = op.operands[:num_consts], op.operands[num_consts:]
     starts, backs = [], []

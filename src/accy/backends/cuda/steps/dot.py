@@ -8,8 +8,9 @@ their transpose flags. Batches go in one call: strided when every batch is a fix
 from the last and all buffers are fixed, otherwise with arrays of pointers in the pool (the
 invocation's buffers move between calls, so their addresses cannot be baked into the graph).
 
-A single GEMM never goes through pointer arrays: `cublasGemmBatchedEx` does not split long
-contractions over thread blocks, so a weight gradient (512 x 512 over a batch of 2048) took
+A single GEMM goes through pointer arrays only in a loop body, and only when its contraction is
+not long for its result: `cublasGemmBatchedEx` does not split long contractions over thread
+blocks, so a weight gradient (512 x 512 over a batch of 2048) took
 347 us that way on the H200 and 41 us through `cublasGemmEx`. Its operands and result that live
 in the invocation's buffers are copied through scratch instead (a few microseconds per
 megabyte), which makes every address fixed.
@@ -164,9 +165,14 @@ def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
         return launches(_zeros(ctx))
     operands = list(zip(op.operands, (layout.lhs, layout.rhs), ("lhs", "rhs"), strict=True))
     packs = [_pack(ctx, value, matrix, name) for value, matrix, name in operands if matrix.packed]
-    # Batched GEMMs read pointer arrays instead (see the module doc).
+    # Batched GEMMs read pointer arrays instead (see the module doc), and so do GEMMs in a
+    # loop body whose contraction is not long for their result: there the copies would repeat
+    # every iteration, of weights that do not change (the RNN's 256 x 256 weight, twice per
+    # step), where cublasGemmBatchedEx's missing split-K does not matter.
     unpacked = [value for value, matrix, _ in operands if not matrix.packed]
-    staging = stage_moving_buffers(ctx, unpacked) if count == 1 else Staging()
+    long_contraction = layout.k >= 2 * max(layout.m, layout.n)
+    staged = count == 1 and (long_contraction or not ctx.in_loop)
+    staging = stage_moving_buffers(ctx, unpacked) if staged else Staging()
 
     def schedule_gemm(level: Level, schedule: Schedule) -> None:
         launches(*packs, *staging.copies_in)(level, schedule)
@@ -184,6 +190,8 @@ def _emit_loops(ctx: StepContext) -> StepCode:
         return nothing
     result = axis_names(op.type, "r")
     lhs_index, rhs_index, loops = loop_indices(op, result)
+    if _by_warps(op, loops):
+        return _emit_warp_loops(ctx, result, lhs_index, rhs_index, loops)
     pointers = ctx.pointers()
     body = ctx.body(pointers)
     a = body.value(op.operands[0], lhs_index)
@@ -199,6 +207,57 @@ def _emit_loops(ctx: StepContext) -> StepCode:
     head = decompose("i", op.type.extents, result)
     lines = [grid_stride("i", op.type.size), *indent(head + inner), "}"]
     return launches((ctx.kernel(pointers, lines), blocks_for(op.type.size)))
+
+
+# A contraction at least this long into a result this small (a matrix-vector product in a loop
+# body: the RNN's 256 x 256 step) is one warp per result element, the lanes splitting the
+# contraction and adding their partial sums by shuffles: 256 results were one block of 256
+# threads, each walking all 256 products alone, on one SM of 132.
+WARP_CONTRACTION = 64
+WARP_RESULT = 1 << 14
+WARP = 32
+
+
+def _by_warps(op, loops: list) -> bool:
+    k = math.prod(extent for _, extent in loops)
+    return k >= WARP_CONTRACTION and op.type.size <= WARP_RESULT
+
+
+def _emit_warp_loops(ctx: StepContext, result, lhs_index, rhs_index, loops) -> StepCode:
+    """dot_general as one warp per result element: lane `l` adds the products `l`, `l + 32`,
+    ... of the (flattened) contraction, then the lanes' sums are added by shuffles, in the
+    same order every run."""
+    op = ctx.step.op
+    pointers = ctx.pointers()
+    body = ctx.body(pointers)
+    a = body.value(op.operands[0], lhs_index)
+    b = body.value(op.operands[1], rhs_index)
+    compute = CUDA.c_type(op.type.dtype).compute
+    product = f"({compute})({a}) * ({compute})({b})"
+    names = tuple(name for name, _ in loops)
+    k = math.prod(extent for _, extent in loops)
+    inner = [
+        f"{compute} acc = 0;",
+        f"for (int64_t kf = (int64_t)(threadIdx.x % {WARP}); kf < {k}LL; kf += {WARP}) {{",
+        *indent(decompose("kf", tuple(n for _, n in loops), names)),
+        *indent(body.lines + [f"acc = acc + {product};"]),
+        "}",
+        f"for (int offset = {WARP // 2}; offset > 0; offset /= 2) {{",
+        "  acc = acc + accy_shfl_down(acc, offset);",
+        "}",
+        f"if (threadIdx.x % {WARP} == 0) {{",
+        "  " + store(op.type.dtype, pointers[op.results[0]], "i", rounded(op.type.dtype, "acc")),
+        "}",
+    ]
+    head = decompose("i", op.type.extents, result)
+    per_block = 256 // WARP
+    lines = [
+        grid_stride("i", op.type.size, per_block=per_block, lanes=WARP),
+        *indent(head + inner),
+        "}",
+    ]
+    grid = blocks_for(op.type.size, per_block)
+    return launches((ctx.kernel(pointers, lines, "(a warp per result)"), grid))
 
 
 def emit_dot(ctx: StepContext) -> StepCode:

@@ -1,22 +1,80 @@
-"""`scan` on the GPU: the body's kernels, scheduled once per iteration inside the same graph.
+"""`scan` on the GPU: the body's kernels recorded once per iteration, or once inside a WHILE node.
 
-The body is a plan of its own; its kernels are written once. Each iteration gets its own
-input/output table in the pointer pool: the constants, the current carries, slice `s` of each
-scanned input, the next carries, and slice `s` of each scanned output. Carries alternate
-between the result buffer and a scratch buffer, so an iteration never writes what it reads;
-which one holds the last carry is known from the length alone. A scanned input whose axis is
-not outermost is copied slice by slice into scratch by a kernel that reads the slice's start
-from its own small table.
+The body is a plan of its own; its kernels are written once. It runs at a `Level` whose
+input/output table holds the constants, the current carries, slice `s` of each scanned input,
+the next carries, and slice `s` of each scanned output. Carries alternate between the result
+buffer and a scratch buffer, so an iteration never writes what it reads; which one holds the
+last carry is known from the length alone. A scanned input whose axis is not outermost is
+copied slice by slice into scratch by a kernel that reads the slice's start from its own table.
+
+Two ways to run the iterations, chosen per scan from the size of the graph it would make:
+
+- **Unrolled** (`length * body steps <= UNROLLED_NODES`): the body is scheduled once per
+  iteration, each time with its own table in the pointer pool. No per-iteration overhead
+  beyond the body's kernels, and contractions stay cuBLAS GEMMs; but the graph, its capture
+  time and its host memory grow with the length (16,384 RNN steps: 8.9 s and 5 GB).
+- **One WHILE node** (longer scans, whose body is a flat plan): the body is recorded once, as
+  the body of a graph conditional WHILE node (`steps.control`'s machinery). Its table is the
+  scan's *region* of the pool, which a one-thread *step kernel* rewrites on the device: before
+  the node it sets the iteration counter to 0 and writes iteration 0's table; at the end of
+  each iteration it advances the counter, writes the next iteration's table (entry `e` is
+  `base[parity][e] + stride[e] * s`) and sets the node's handle to `counter < length`. The
+  graph's size does not depend on the length. Inside a conditional body contractions are
+  accy's kernels (`StepContext.inside_conditional`). Bodies holding nested scans, conds,
+  while_loops or custom calls stay unrolled: their steps build pool tables of their own
+  from the body's addresses, which a table rewritten on the device cannot feed.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ....codegen.c.expressions import offset_expression
 from ....core.types import TensorType
 from ..context import StepCode, StepContext, launches
 from ..kernels import axis_names, blocks_for, decompose, grid_stride
-from ..schedule import WORKSPACE, Address, Launch, Level, Schedule
+from ..schedule import WORKSPACE, Address, Conditional, Launch, Level, Schedule, SetCondition
 from .common import copy_kernel, indent
+
+# Above this many body steps times iterations a scan is one WHILE node instead of unrolled.
+# Unrolled, the RNN gradient (then ~17 nodes per iteration) took 1.2 s to capture at 1024
+# iterations and 8.9 s (5 GB of host memory) at 16,384 on the H200. Its bodies are now 3 and
+# 2 plan steps: 1024 iterations stay unrolled (cuBLAS, no per-iteration node overhead),
+# 16,384 become WHILE nodes. Benchmarks set it to compare the two (bench.loop_kinds).
+UNROLLED_NODES = 16384
+# Steps whose schedules add pool tables derived from the body's addresses (nested loops and
+# branches) or host-library calls (not known to be captured inside a conditional body): a
+# body holding one of them is always unrolled.
+NOT_IN_A_WHILE_NODE = frozenset({"scan", "cond", "while", "custom_call"})
+
+STEP_KERNEL = """extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle,
+                                                    unsigned int value);
+/* {comment} */
+extern "C" __global__ void {name}(void **__restrict__ io, unsigned long long handle,
+                                  int advance) {{
+  /* io: the {count} moving entries, their bases for even iterations, for odd ones, then the
+     iteration counter. advance == 0: start at iteration 0; else go to the next. */
+  unsigned long long *counter = (unsigned long long *)(io + {counter});
+  const unsigned long long i = advance ? *counter + 1ull : 0ull;
+  *counter = i;
+  const unsigned int more = i < {length}ull;
+  if (more) {{
+    const unsigned long long s = {step};
+    char *const *base = (char *const *)(io + {count} + (i & 1ull) * {count});
+{writes}
+  }}
+  cudaGraphSetConditional(handle, more);
+}}"""
+
+
+@dataclass(frozen=True)
+class Moving:
+    """One pool entry the step kernel rewrites: `even` on even iterations, `odd` on odd ones,
+    plus `stride` bytes per position `s` along the scanned axis."""
+
+    even: Address
+    odd: Address
+    stride: int = 0
 
 
 def _slice_kernel(ctx: StepContext, x: int, t: TensorType, axis: str) -> str:
@@ -37,12 +95,51 @@ def _slice_kernel(ctx: StepContext, x: int, t: TensorType, axis: str) -> str:
     return ctx.module.kernel(lines, f"step {ctx.index}: scan slice")
 
 
+def _runs_as_while_node(ctx: StepContext) -> bool:
+    """Whether this scan runs as one graph WHILE node (see the module doc)."""
+    body = ctx.step.body
+    if any(step.kind in NOT_IN_A_WHILE_NODE for step in body.steps):
+        return False
+    return ctx.step.op.attrs["length"] * max(len(body.steps), 1) > UNROLLED_NODES
+
+
+def _step_kernel(ctx: StepContext, strides: list[int]) -> str:
+    """The one-thread kernel that starts and advances a WHILE-node scan (see the module doc)."""
+    attrs = ctx.step.op.attrs
+    length, count = attrs["length"], len(strides)
+    name = ctx.module.fresh(f"{ctx.module.prefix}scan_step")
+    writes = [
+        f"    io[{e}] = (void *)(base[{e}] + {stride}ll * (long long)s);"
+        if stride
+        else f"    io[{e}] = (void *)base[{e}];"
+        for e, stride in enumerate(strides)
+    ]
+    comment = f"step {ctx.index}: scan step (iteration counter, table, WHILE handle)"
+    ctx.module.declare(
+        STEP_KERNEL.format(
+            name=name,
+            comment=comment,
+            count=count,
+            counter=3 * count,
+            length=length,
+            step=f"{length - 1}ull - i" if attrs["reverse"] else "i",
+            writes="\n".join(writes) if writes else "    (void)base;",
+        )
+    )
+    ctx.module.kernel_names.append(name)
+    ctx.module.kernel_comments[name] = comment
+    return name
+
+
 def emit_scan(ctx: StepContext) -> StepCode:
     op, attrs = ctx.step.op, ctx.step.op.attrs
     program = ctx.plan.program
     length, axis = attrs["length"], attrs["axis"]
     num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
-    body = ctx.emit_plan(ctx.module, ctx.step.body, ctx.inside_conditional)
+    as_while = _runs_as_while_node(ctx)
+    body = ctx.emit_plan(
+        ctx.module, ctx.step.body, ctx.inside_conditional or as_while, in_loop=True
+    )
     consts = op.operands[:num_consts]
     inits = op.operands[num_consts : num_consts + num_carry]
     xs = op.operands[num_consts + num_carry :]
@@ -75,36 +172,109 @@ def emit_scan(ctx: StepContext) -> StepCode:
                     ctx, partner, ctx.slot_expression(result), ctx.storage(result), t.size
                 )
                 finals.append((kernel, blocks_for(t.size)))
+    body_ws_offset = ctx.workspace_scratch("body")
 
-    def schedule_scan(level: Level, schedule: Schedule) -> None:
-        launches(*starts)(level, schedule)
+    def x_stride(x: int) -> int:
+        """Bytes from one slice of scanned input `x` to the next."""
+        return ctx.view(x).strides[program.type_of(x).position(axis)] * ctx.itemsize(x)
+
+    def y_stride(y: int) -> int:
+        return program.type_of(y).nbytes // length if length else 0
+
+    def addresses(level: Level):
+        """(constants, own carries, partner carries) when the scan runs at `level`."""
         own = [ctx.slot_address(level, result) for result in carries]
         partners = [
             Address(WORKSPACE, level.ws + ctx.workspace_scratch(f"carry{i}"))
             for i in range(num_carry)
         ]
-        constants = [ctx.view_address(level, c) for c in consts]
-        body_ws = level.ws + ctx.workspace_scratch("body")
+        return [ctx.view_address(level, c) for c in consts], own, partners
+
+    def schedule_unrolled(level: Level, schedule: Schedule) -> None:
+        launches(*starts)(level, schedule)
+        constants, own, partners = addresses(level)
+        body_ws = level.ws + body_ws_offset
         for iteration in range(length):
             s = length - 1 - iteration if attrs["reverse"] else iteration
             current, following = (own, partners) if iteration % 2 == 0 else (partners, own)
             slices = []
             for i, x in enumerate(xs):
-                t = program.type_of(x)
-                step = ctx.view(x).strides[t.position(axis)] * ctx.itemsize(x)
-                start = ctx.view_address(level, x).plus(s * step)
+                start = ctx.view_address(level, x).plus(s * x_stride(x))
                 if i in slicers:
                     target = Address(WORKSPACE, level.ws + ctx.workspace_scratch(f"x{i}"))
                     table = schedule.table([start, target])
-                    sliced = t.without([axis]).size
+                    sliced = program.type_of(x).without([axis]).size
                     schedule.add(Launch(slicers[i], blocks_for(sliced), 256, table, level.ws))
                     start = target
                 slices.append(start)
-            outputs = [
-                ctx.slot_address(level, y).plus(s * program.type_of(y).nbytes // length) for y in ys
-            ]
+            outputs = [ctx.slot_address(level, y).plus(s * y_stride(y)) for y in ys]
             entries = tuple(constants + current + slices + following + outputs)
             body(Level(schedule.table(entries), entries, body_ws), schedule)
         launches(*finals)(level, schedule)
 
-    return schedule_scan
+    def moving_entries(level: Level) -> tuple[list[Moving], dict[int, int]]:
+        """The region's moving entries in order (the body's table, then a (source, target)
+        pair per sliced input), and where each sliced input's pair starts."""
+        constants, own, partners = addresses(level)
+        body_xs, pairs = [], []
+        pair_at = {}
+        for i, x in enumerate(xs):
+            start = ctx.view_address(level, x)
+            moving = Moving(start, start, x_stride(x))
+            if i in slicers:
+                target = Address(WORKSPACE, level.ws + ctx.workspace_scratch(f"x{i}"))
+                pair_at[i] = len(pairs)
+                pairs += [moving, Moving(target, target)]
+                moving = Moving(target, target)
+            body_xs.append(moving)
+        table = (
+            [Moving(c, c) for c in constants]
+            + [Moving(a, b) for a, b in zip(own, partners, strict=True)]
+            + body_xs
+            + [Moving(b, a) for a, b in zip(own, partners, strict=True)]
+            + [Moving(a, a, y_stride(y)) for a, y in zip(addresses_of_ys(level), ys, strict=True)]
+        )
+        body_size = len(table)
+        return table + pairs, {i: body_size + at for i, at in pair_at.items()}
+
+    def addresses_of_ys(level: Level) -> list[Address]:
+        return [ctx.slot_address(level, y) for y in ys]
+
+    # The region's strides (as `moving_entries` lays it out), known before any level is.
+    strides = (
+        [0] * (num_consts + num_carry)
+        + [0 if i in slicers else x_stride(x) for i, x in enumerate(xs)]
+        + [0] * num_carry
+        + [y_stride(y) for y in ys]
+        + [stride for i in slicers for stride in (x_stride(xs[i]), 0)]
+    )
+    step_kernel = _step_kernel(ctx, strides) if as_while else ""
+
+    def schedule_while(level: Level, schedule: Schedule) -> None:
+        launches(*starts)(level, schedule)
+        moving, pair_at = moving_entries(level)
+        assert [m.stride for m in moving] == strides, "internal: the scan region's layout"
+        counter = Address(WORKSPACE, level.ws)  # a placeholder: the step kernel sets it
+        region = schedule.table(
+            [m.even for m in moving]
+            + [m.even for m in moving]
+            + [m.odd for m in moving]
+            + [counter]
+        )
+        handle = schedule.handle()
+        body_level = Level(region, (), level.ws + body_ws_offset)
+
+        def iterate() -> None:
+            for i, at in pair_at.items():
+                sliced = program.type_of(xs[i]).without([axis]).size
+                schedule.add(Launch(slicers[i], blocks_for(sliced), 256, region + at, level.ws))
+            body(body_level, schedule)
+            schedule.add(SetCondition(step_kernel, handle, region, negate=True))
+
+        schedule.add(SetCondition(step_kernel, handle, region, negate=False))
+        with schedule.collect() as actions:
+            iterate()
+        schedule.add(Conditional("while", handle, tuple(actions)))
+        launches(*finals)(level, schedule)
+
+    return schedule_while if as_while else schedule_unrolled

@@ -8,6 +8,7 @@
 # (at most 235 s when every step hits its timeout).
 set -uo pipefail
 OUT="${OUT:-/tmp}"
+mkdir -p "$OUT"
 LOG="$OUT/cold.log"
 STEPS="$(mktemp)"
 CACHE="$(mktemp -d)"
@@ -24,7 +25,7 @@ step() {  # step NAME SECONDS COMMAND...: run, log everything, keep going on fai
 }
 step cold-start 45 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
 step warm-start 25 python3 tools/cold_start.py --gpu --cache-dir "$CACHE/step"
-step cuda-tests 50 python3 -m pytest -p no:cacheprovider -x -rfE -n 8 tests/backends/test_cuda_relocation.py \
+step cuda-tests 50 python3 -m pytest -p no:cacheprovider -p no:benchmark -x -rfE -n 8 tests/backends/test_cuda_relocation.py \
   tests/backends/test_cuda_kinds.py tests/backends/test_cuda_api.py tests/backends/test_control_flow.py \
   tests/backends/test_half_precision.py
 step bench-gpt2 75 python3 -m bench.gpt2 --device cuda --dtype bf16 --systems accy --steps 10 \

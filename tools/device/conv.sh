@@ -7,6 +7,7 @@
 # (accy, JAX, PyTorch). Full log in $OUT/conv.log; a summary of at most ~40 lines at the end.
 set -uo pipefail
 OUT="${OUT:-/tmp}"
+mkdir -p "$OUT"
 LOG="$OUT/conv.log"
 STEPS="$(mktemp)"
 export PYTHONPATH="${PYTHONPATH:-src:/tmp/site}:." PYTHONUNBUFFERED=1

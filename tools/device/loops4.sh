@@ -36,7 +36,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a timeout, log everything, no
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$SUMMARY" 2>&1
 
-step tests 60 python3 -m pytest -p no:cacheprovider -rfE -n 8 \
+step tests 60 python3 -m pytest -p no:cacheprovider -p no:benchmark -rfE -n 8 \
   tests/backends/test_cuda_scan_while_node.py tests/backends/test_control_flow.py \
   tests/autodiff/test_scan_weight_gradients.py tests/autodiff/test_scan_memory.py \
   tests/autodiff/test_scan_gradients.py

@@ -182,19 +182,8 @@ def _kernel(
     digest = hashlib.sha256(repr(problem).encode()).hexdigest()[:16]
     symbol = f"accy_cudnn_attention_{part}_{digest}"
     log.info("cuDNN attention %s: using %s", where, symbol)
-    return KernelCall(
-        target=s.target(part),
-        version=1,
-        symbol=symbol,
-        kernel_name=symbol,
-        parameters=tuple((name, t.dtype) for name, t in parameters),
-        written=("dst",),
-        extents=tuple((name, t.size) for name, t in parameters),
-        c_source="",
-        cuda_source="",
-        format="cuda_ptx",
-        c_signature=f"cuDNN SDPA {part} {problem.summary}",
-        library=step,
+    return KernelCall.of_library(
+        s.target(part), symbol, parameters, f"cuDNN SDPA {part} {problem.summary}", step
     )
 
 

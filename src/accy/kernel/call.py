@@ -66,6 +66,41 @@ class KernelCall:
     grid: tuple[int, int, int] | None = None
     library: LibraryStep | None = None  # CUDA: a host library's step instead of `ptx`
 
+    @classmethod
+    def of_library(
+        cls,
+        target: str,
+        symbol: str,
+        parameters: Sequence[tuple[str, TensorType]],
+        description: str,
+        library: LibraryStep,
+        version: int = 1,
+    ) -> KernelCall:
+        """The CUDA `KernelCall` of a host library's step (`library`: cuDNN, NCCL...), which has
+        no kernel of its own: `parameters` are `dst` (written) and the operands, in order, with
+        their types; `description` is how listings and errors show it.
+
+        >>> import accy
+        >>> t = accy.TensorType(accy.f32, (("n", 4),))
+        >>> call = KernelCall.of_library("copy", "lib_copy", [("dst", t), ("x", t)], "a copy", None)
+        >>> call.written, call.extents, call.format
+        (('dst',), (('dst', 4), ('x', 4)), 'cuda_ptx')
+        """
+        return cls(
+            target=target,
+            version=version,
+            symbol=symbol,
+            kernel_name=symbol,
+            parameters=tuple((name, t.dtype) for name, t in parameters),
+            written=(RESULT,),
+            extents=tuple((name, t.size) for name, t in parameters),
+            c_source="",
+            cuda_source="",
+            format="cuda_ptx",
+            c_signature=description,
+            library=library,
+        )
+
     def __repr__(self) -> str:
         return f"<KernelCall {self.target!r} v{self.version}: {self.c_signature}>"
 

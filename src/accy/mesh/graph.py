@@ -509,19 +509,8 @@ def _kernel_call(site: NcclSite) -> KernelCall:
         (f"x{k}", t) for k, t in enumerate(site.operand_types)
     ]
     symbol = site.target.replace(".", "_")
-    return KernelCall(
-        target=site.target,
-        version=1,
-        symbol=symbol,
-        kernel_name=symbol,
-        parameters=tuple((name, t.dtype) for name, t in parameters),
-        written=("dst",),
-        extents=tuple((name, t.size) for name, t in parameters),
-        c_source="",
-        cuda_source="",
-        format="cuda_ptx",
-        c_signature=f"NCCL {site.step.describe()}",
-        library=site.step,
+    return KernelCall.of_library(
+        site.target, symbol, parameters, f"NCCL {site.step.describe()}", site.step
     )
 
 

@@ -344,20 +344,7 @@ def kernel_call(op: Operation) -> KernelCall:
     symbol = f"accy_cudnn_conv_{problem.mode}_{digest}"
     x, kernel = op.operand_types
     parameters = (("dst", op.type), ("x", x), ("k", kernel))
-    return KernelCall(
-        target="conv",
-        version=1,
-        symbol=symbol,
-        kernel_name=symbol,
-        parameters=tuple((name, t.dtype) for name, t in parameters),
-        written=("dst",),
-        extents=tuple((name, t.size) for name, t in parameters),
-        c_source="",
-        cuda_source="",
-        format="cuda_ptx",
-        c_signature=f"cuDNN conv {problem.summary}",
-        library=step,
-    )
+    return KernelCall.of_library("conv", symbol, parameters, f"cuDNN conv {problem.summary}", step)
 
 
 class Issuer:

@@ -47,8 +47,9 @@ def _inputs(steps: int):
     ]
 
 
-def accy_program(steps: int, remat: bool):
-    """The RNN loss in accy: the weights are closures of the scan body."""
+def accy_program(steps: int, remat: bool, carry: int = CARRY, inputs: int = INPUT):
+    """The RNN loss in accy: the weights are closures of the scan body (also the tests' RNN,
+    at smaller `carry` and `inputs`)."""
     import accy
     from accy import f32, spec
 
@@ -64,10 +65,10 @@ def accy_program(steps: int, remat: bool):
         return final.sum("h") + hs.sum(("t", "h"))
 
     types = [
-        spec(f32, h=CARRY, o=CARRY),
-        spec(f32, i=INPUT, o=CARRY),
-        spec(f32, h=CARRY),
-        spec(f32, t=steps, i=INPUT),
+        spec(f32, h=carry, o=carry),
+        spec(f32, i=inputs, o=carry),
+        spec(f32, h=carry),
+        spec(f32, t=steps, i=inputs),
     ]
     return accy.trace.define("rnn", types, loss)
 

@@ -12,24 +12,13 @@ import pytest
 import accy
 from accy import f32, spec
 from accy.transforms import unroll
+from bench.scan_rnn import accy_program
 
 from ..executors import EXECUTORS
 
 
 def _rnn(length: int, remat: bool):
-    def loss(b, args):
-        w, u, h0, xs = args
-
-        def step(_, a):
-            h, x = a
-            new = (h.contract(w, "h") + x.contract(u, "i")).rename("o", "h").tanh()
-            return new, new
-
-        (final,), (hs,) = b.scan(step, carries=[h0], xs=[xs], axis="t", remat=remat)
-        return final.sum("h") + hs.sum(("t", "h"))
-
-    types = [spec(f32, h=6, o=6), spec(f32, i=4, o=6), spec(f32, h=6), spec(f32, t=length, i=4)]
-    return accy.trace.define("rnn", types, loss)
+    return accy_program(length, remat, carry=6, inputs=4)
 
 
 def _inputs(program, seed=0):

@@ -16,6 +16,7 @@ from accy.backends.cuda.schedule import Conditional, Gemm, SetCondition
 from accy.backends.cuda.steps import scan as cuda_scan
 from accy.kernel import toolchain
 from accy.trace import define
+from bench.scan_rnn import accy_program
 
 from ..executors import cuda_device_or_skip
 
@@ -140,19 +141,7 @@ def test_while_node_scan_values(monkeypatch, length, reverse, time_inner):
 
 
 def _rnn_gradient(length: int, remat: bool = False):
-    def loss(b, args):
-        w, u, h0, xs = args
-
-        def step(_, a):
-            h, x = a
-            new = (h.contract(w, "h") + x.contract(u, "i")).rename("o", "h").tanh()
-            return new, new
-
-        (final,), (hs,) = b.scan(step, carries=[h0], xs=[xs], axis="t", remat=remat)
-        return final.sum("h") + hs.sum(("t", "h"))
-
-    types = [spec(f32, h=16, o=16), spec(f32, i=8, o=16), spec(f32, h=16), spec(f32, t=length, i=8)]
-    return accy.grad(define("rnn", types, loss), wrt=(0, 1, 2, 3))
+    return accy.grad(accy_program(length, remat, carry=16, inputs=8), wrt=(0, 1, 2, 3))
 
 
 @pytest.mark.parametrize("remat", [False, True])

@@ -3,8 +3,9 @@
 `attention(query, key, value)` is softmax(scale q·kᵀ + bias, masked) v over named axes. It is
 declared once as custom-call records (`records.py`): type rule (`signature.py`), the
 composition as reference and fallback (`composition.py`), a flash-attention kernel on the CPU
-(`cpu.py`), the composition on CUDA for now (`cuda.py`), and JVP and VJP rules built on the
-forward's logsumexp and a backward kernel.
+(`cpu.py`), cuDNN's fused attention on CUDA for bf16/f16 inside the program's CUDA graph
+(`cuda.py`; the composition for f32 and where cuDNN declines), and JVP and VJP rules built on
+the forward's logsumexp and a backward kernel.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def attention(
     Up to `FUSED_MIN_SCORES` scores per batch entry in bf16/f16, and up to
     `FULL_PRECISION_FUSED_MIN_SCORES` in f32/f64, it is recorded as the composition, which is
     faster there. Above, it runs as a custom call: on the CPU a blocked online-softmax kernel
-    (FlashAttention-2) whose extra memory is O(block²), not O(tokens × keys); on CUDA, for now,
-    the composition (cuDNN's fused attention for bf16/f16 is not wired yet); on the reference
-    evaluator the NumPy composition. Reverse mode uses the backward kernel (and the composition
+    (FlashAttention-2) whose extra memory is O(block²), not O(tokens × keys); on CUDA, in
+    bf16/f16, cuDNN's fused attention inside the program's CUDA graph (f32, and layouts cuDNN
+    declines, run as the composition: fused attention on CUDA needs bf16 or f16); on the
+    reference evaluator the NumPy composition. Reverse mode uses the backward kernel (and the composition
     for a bias's gradient), forward mode a JVP rule on the forward's logsumexp; derivatives of
     second and higher order go through the composition (the backward record's fallback).
 

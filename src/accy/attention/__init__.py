@@ -45,9 +45,10 @@ def attention(
     (FlashAttention-2) whose extra memory is O(block²), not O(tokens × keys); on CUDA, in
     bf16/f16, cuDNN's fused attention inside the program's CUDA graph (f32, and layouts cuDNN
     declines, run as the composition: fused attention on CUDA needs bf16 or f16); on the
-    reference evaluator the NumPy composition. Reverse mode uses the backward kernel (and the composition
-    for a bias's gradient), forward mode a JVP rule on the forward's logsumexp; derivatives of
-    second and higher order go through the composition (the backward record's fallback).
+    reference evaluator the NumPy composition. Reverse mode uses the backward kernel (and the
+    composition for a bias's gradient), forward mode a JVP rule on the forward's logsumexp;
+    derivatives of second and higher order go through the composition (the backward record's
+    fallback).
 
     >>> import accy, numpy as np
     >>> spec = accy.spec(accy.f32, token=3, dim=2)

@@ -26,33 +26,27 @@ and every step of building a graph is logged (logger `accy.attention.cuda`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
 import math
 import os
-import threading
 import traceback
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, bf16, f16
 from ..errors import ConfigurationError
+from ..kernel import cudnn as cudnn_library
 from ..kernel.call import KernelCall
+from ..kernel.cudnn import ALIGN, Built, Decline, handle
 from .signature import Signature, check
 
 log = logging.getLogger("accy.attention.cuda")
-ALIGN = 256  # bytes: every buffer this step places in its scratch starts at such a boundary
-_REASONS: dict[str, str] = {}
-_LOCK = threading.Lock()
-
-
-class Decline(Exception):
-    """This call cannot run on cuDNN; the message says why (the composition runs instead)."""
+# Built graphs per problem, and why cuDNN declined calls (`_build` is defined below).
+_GRAPHS = cudnn_library.Graphs("attention", lambda problem: _build(problem))
 
 
 def decline_reasons() -> dict[str, str]:
@@ -61,8 +55,7 @@ def decline_reasons() -> dict[str, str]:
     >>> isinstance(decline_reasons(), dict)
     True
     """
-    with _LOCK:
-        return dict(_REASONS)
+    return _GRAPHS.reasons()
 
 
 @dataclass(frozen=True)
@@ -170,10 +163,10 @@ def _kernel(
         problem = describe(s, part, types, chosen)
         workspace = built(problem).workspace
     except Decline as why:
-        _declined(where, str(why))
+        _GRAPHS.decline(where, str(why))
         return None
     except Exception as error:  # an unexpected failure declines too, with its traceback logged
-        _declined(where, f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
+        _GRAPHS.decline(where, f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
         return None
     step = CudnnAttention(problem, workspace)
     names = ["q", "k", "v", "bias"][: 3 + problem.has_bias]
@@ -185,12 +178,6 @@ def _kernel(
     return KernelCall.of_library(
         s.target(part), symbol, parameters, f"cuDNN SDPA {part} {problem.summary}", step
     )
-
-
-def _declined(where: str, reason: str) -> None:
-    log.info("cuDNN attention declines %s: %s", where, reason)
-    with _LOCK:
-        _REASONS[where] = reason
 
 
 # -- the problem: cuDNN's dims and strides of every operand --------------------------------------
@@ -360,64 +347,10 @@ def describe(
 # -- cuDNN graphs, built once per problem ---------------------------------------------------------
 
 
-@dataclass
-class Built:
-    """A built cuDNN graph, its tensors by name, and its workspace size in bytes."""
-
-    graph: Any
-    tensors: dict[str, Any]
-    workspace: int
-
-
-@contextlib.contextmanager
-def _warnings_logged(what: str) -> Iterator[None]:
-    """cuDNN's own warnings (deprecations, ...) are logged, not raised in the caller."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    for warning in caught:
-        log.info("%s: warning from cuDNN: %s", what, warning.message)
-
-
-def _cudnn():
-    try:
-        with _warnings_logged("import cudnn"):
-            import cudnn
-    except Exception as error:  # ImportError, or a libcudnn that fails to load
-        raise Decline(
-            f"cannot import cudnn (pip install nvidia-cudnn-frontend nvidia-cudnn-cu13): {error}"
-        ) from None
-    return cudnn
-
-
-@functools.cache
-def handle(ordinal: int = 0) -> Any:
-    """The process's cuDNN handle on GPU `ordinal` (made on first use)."""
-    cudnn = _cudnn()
-    try:
-        import cupy
-    except ImportError as error:
-        raise Decline(f"cannot import cupy: {error}") from None
-    with cupy.cuda.Device(ordinal):
-        made = cudnn.create_handle()
-    log.info("cuDNN handle made on GPU %d; cuDNN backend %s", ordinal, cudnn.backend_version())
-    return made
-
-
-_BUILT: dict[Problem, Built] = {}
-
-
 def built(problem: Problem) -> Built:
     """The built graph of `problem` (built on first use, then cached), or `Decline` with
     cuDNN's reason when it does not support it."""
-    with _LOCK:
-        done = _BUILT.get(problem)
-    if done is None:
-        with _warnings_logged(f"cuDNN attention {problem.part} {problem.summary}"):
-            done = _build(problem)
-        with _LOCK:
-            _BUILT[problem] = done
-    return done
+    return _GRAPHS.built(problem, f"{problem.part} {problem.summary}")
 
 
 def _mask_options(p: Problem, cudnn: Any) -> dict[str, Any]:
@@ -432,7 +365,7 @@ def _mask_options(p: Problem, cudnn: Any) -> dict[str, Any]:
 
 
 def _build(p: Problem) -> Built:
-    cudnn = _cudnn()
+    cudnn = cudnn_library.module()
     h = handle(0)
     io = {"bf16": cudnn.data_type.BFLOAT16, "f16": cudnn.data_type.HALF}[p.dtype]
     options = dict(
@@ -554,7 +487,7 @@ def time_plans(
     # `Issuer` binds the handle again before it issues).
     stream = cupy.cuda.Stream(non_blocking=True)
     cupy.cuda.Device().synchronize()  # the zeroed buffers are ready
-    _cudnn().set_stream(h, stream.ptr)
+    cudnn_library.module().set_stream(h, stream.ptr)
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     times: dict[int, tuple[str, float | str]] = {}
     try:
@@ -578,7 +511,7 @@ def time_plans(
                 times[index] = (name, f"{type(error).__name__}: {error}")
     finally:
         stream.synchronize()
-        _cudnn().set_stream(h, 0)  # not left on a stream that is about to be freed
+        cudnn_library.module().set_stream(h, 0)  # not left on a stream that is about to be freed
     return times
 
 
@@ -749,7 +682,7 @@ class Issuer:
         """Issue the following work on `stream` (cuDNN's handle is bound now, before any
         capture begins, so that `issue` makes no handle call while capturing)."""
         self.stream = int(stream)
-        _cudnn().set_stream(handle(0), self.stream)
+        cudnn_library.bind(self.stream)
 
     def _warm_up(self, cupy) -> None:
         """Run once on zeroed buffers, so that cuDNN finishes any lazy setup (loading kernels)
@@ -782,7 +715,7 @@ class Issuer:
     def issue(self, dst: int, operands: Sequence[int], scratch: int) -> None:
         """Enqueue the step: helper kernels and cuDNN's execution, on the bound stream, which
         the caller has made CuPy's current stream too (the helper kernels launch there)."""
-        cudnn = _cudnn()
+        cudnn = cudnn_library.module()
         p = self.problem
         base = -(-scratch // ALIGN) * ALIGN
         at = {name: base + offset for name, offset in self.offsets.items()}

@@ -29,22 +29,22 @@ import hashlib
 import logging
 import math
 import os
-import threading
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...attention.cuda import ALIGN, Decline, _cudnn, _warnings_logged, handle
 from ...core import Operation
 from ...core.kinds.convolution import axis_roles
 from ...core.kinds.registry import rule_for
 from ...core.types import TensorType, bf16, f16, f32
+from ...kernel import cudnn as cudnn_library
 from ...kernel.call import KernelCall
+from ...kernel.cudnn import ALIGN, Built, Decline, handle
 
 log = logging.getLogger("accy.cuda.cudnn_conv")
-_REASONS: dict[str, str] = {}
-_LOCK = threading.Lock()
+# Built graphs per problem, and why cuDNN declined convs (`_build` is defined below).
+_GRAPHS = cudnn_library.Graphs("conv", lambda problem: _build(problem))
 DTYPES = {f32: "FLOAT", bf16: "BFLOAT16", f16: "HALF"}
 
 
@@ -54,8 +54,7 @@ def decline_reasons() -> dict[str, str]:
     >>> isinstance(decline_reasons(), dict)
     True
     """
-    with _LOCK:
-        return dict(_REASONS)
+    return _GRAPHS.reasons()
 
 
 @dataclass(frozen=True)
@@ -195,10 +194,10 @@ def layout_for(op: Operation) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         result = rule_for("conv").infer((x, kernel), op.attrs)
         built(problem_of(x, kernel, result, op.attrs))
     except Decline as why:
-        _declined(where, str(why))
+        _GRAPHS.decline(where, str(why))
         return None
     except Exception as error:  # an unexpected failure declines too, with its traceback logged
-        _declined(where, f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
+        _GRAPHS.decline(where, f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
         return None
     return orders
 
@@ -210,39 +209,13 @@ def _transposed(op: Operation, orders) -> tuple[TensorType, ...]:
     )
 
 
-def _declined(where: str, reason: str) -> None:
-    log.info("cuDNN conv declines %s: %s", where, reason)
-    with _LOCK:
-        _REASONS[where] = reason
-
-
-# -- graphs, built once per problem -----------------------------------------------------------
-
-
-@dataclass
-class Built:
-    graph: Any
-    tensors: dict[str, Any]
-    workspace: int
-
-
-_BUILT: dict[Problem, Built] = {}
-
-
 def built(problem: Problem) -> Built:
     """The built graph of `problem` (cached), or `Decline` with cuDNN's reason."""
-    with _LOCK:
-        done = _BUILT.get(problem)
-    if done is None:
-        with _warnings_logged(f"cuDNN conv {problem.summary}"):
-            done = _build(problem)
-        with _LOCK:
-            _BUILT[problem] = done
-    return done
+    return _GRAPHS.built(problem, problem.summary)
 
 
 def _build(p: Problem) -> Built:
-    cudnn = _cudnn()
+    cudnn = cudnn_library.module()
     h = handle(0)
     io = getattr(cudnn.data_type, {"f32": "FLOAT", "bf16": "BFLOAT16", "f16": "HALF"}[p.dtype])
     options = dict(
@@ -358,7 +331,7 @@ class Issuer:
 
     def bind(self, stream: int) -> None:
         self.stream = int(stream)
-        _cudnn().set_stream(handle(0), self.stream)
+        cudnn_library.bind(self.stream)
 
     def _warm_up(self, cupy) -> None:
         """Run once on zeroed buffers outside any capture (cuDNN's lazy setup happens now)."""
@@ -385,7 +358,7 @@ class Issuer:
 
     def issue(self, dst: int, operands: Sequence[int], scratch: int) -> None:
         h = handle(0)
-        _cudnn().set_stream(h, self.stream)
+        cudnn_library.module().set_stream(h, self.stream)
         tensors = self.graph.tensors
         pointers = {"x": operands[0], "k": operands[1], "dst": dst}
         pack = {int(tensors[name].uid): int(address) for name, address in pointers.items()}
@@ -397,7 +370,7 @@ class Issuer:
 def available() -> bool:
     """Whether cuDNN can be imported here (the tests' gate; a GPU is needed to build graphs)."""
     try:
-        _cudnn()
+        cudnn_library.module()
     except Decline:
         return False
     return True

@@ -248,20 +248,21 @@ def _hoist_reductions(steps: list[Step]) -> list[Step]:
     alive through it. Nothing a reduction writes is read before its old place, so moving it up
     keeps every dependence.
     """
-    placed: list[Step] = []
-    written_at: dict[int, int] = {}  # value -> position in `placed` of the step writing it
-    for step in steps:
-        position = len(placed)
+    # Sort keys: step i keeps (i, 0, i); a reduction takes (k, 1, i), right after the key
+    # (k, ...) of the last step it reads from, before step k + 1 and after any reduction moved
+    # there earlier. One pass and a sort: linear-time lowering of long programs stays so.
+    keys: list[tuple[int, int, int]] = []
+    writer_key: dict[int, tuple[int, int, int]] = {}
+    for index, step in enumerate(steps):
+        key = (index, 0, index)
         if step.kind == "reduce":
-            position = 1 + max((written_at[v] for v in step.reads if v in written_at), default=-1)
-        if position < len(placed):
-            for value, at in written_at.items():
-                if at >= position:
-                    written_at[value] = at + 1
-        placed.insert(position, step)
+            last = max((writer_key[v] for v in step.reads if v in writer_key), default=(-1,))
+            key = (last[0], 1, index)
+        keys.append(key)
         for value in step.writes:
-            written_at[value] = position
-    return placed
+            writer_key[value] = key
+    order = sorted(range(len(steps)), key=keys.__getitem__)
+    return [steps[i] for i in order]
 
 
 def _group_step(program: Program, members: list[Step], readers: dict[int, set[int]], indices):

@@ -47,6 +47,7 @@ state in place where it can (`donate_argnums`, cpu only).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import resource
@@ -303,9 +304,10 @@ def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool
 # -- accy, data-parallel over several GPUs (--gpus N) --------------------------------------------
 
 
-def run_accy_data_parallel(s: Scale, steps: int, dtype: str = "f32") -> dict:
+def run_accy_data_parallel(s: Scale, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
     """In each process of `accy launch --gpus N`: the accy step sharded {"batch": "data"} over
-    the N GPUs (one process each, gradients psum-med through NCCL), at `s.batch` per GPU."""
+    the N GPUs (one process each, gradients psum-med through NCCL), at `s.batch` per GPU;
+    `fused` computes attention with `nn.attention` (cuDNN in bf16), as the one-GPU step does."""
     import dataclasses
 
     import accy
@@ -315,13 +317,12 @@ def run_accy_data_parallel(s: Scale, steps: int, dtype: str = "f32") -> dict:
 
     env = Environment.from_env()
     distributed = Distributed(Mesh(range(env.world_size), "data"), env)
-    extra = {} if dtype == "f32" else {"dtype": dtype}  # bench.gpt2's --dtype, where it has one
     start = time.perf_counter()
-    params, state, _, _ = accy_inputs(s, "cuda", **extra)
+    params, state, _, _ = accy_inputs(s, "cuda", dtype=dtype)
     whole = dataclasses.replace(s, batch=s.batch * env.world_size)
-    _, _, ids, targets = accy_inputs(whole, "cuda", **extra)  # every process cuts its rows
+    _, _, ids, targets = accy_inputs(whole, "cuda", dtype=dtype)  # every process cuts its rows
     step = accy.shard(
-        accy_step(s, "cuda", **extra).fn, distributed.mesh, {"batch": "data"},
+        accy_step(s, "cuda", dtype, fused).fn, distributed.mesh, {"batch": "data"},
         device="cuda", distributed=distributed,
     )  # fmt: skip
     made = time.perf_counter()
@@ -367,6 +368,8 @@ def data_parallel_main(args) -> int:
         command = [sys.executable, "-m", "bench.gpt2", "--dp-worker", out, "--scale"]
         command += [args.scale or args.device, "--steps", str(args.steps)]
         command += ["--dtype", dtype] if dtype != "f32" else []
+        command += ["--accy-attention", args.accy_attention]
+        command += ["--timeout", str(args.timeout)] if args.timeout else []
         code = launch(args.gpus, command)
         done = code == 0 and os.path.exists(out)
         result = json.loads(Path(out).read_text()) if done else None
@@ -378,6 +381,7 @@ def data_parallel_main(args) -> int:
     report = {
         "workload": "gpt2",
         "system": "accy data-parallel",
+        "accy_attention": args.accy_attention,
         "gpus": args.gpus,
         "dtype": dtype,
         "scale": asdict(s),
@@ -537,8 +541,11 @@ def add_gpus_arguments(parser: argparse.ArgumentParser) -> None:
 
 def gpus_main(args) -> int:
     if args.dp_worker:  # one process of the launch: rank 0 writes its result
+        if args.timeout:  # a hung collective leaves every thread's stack in the log, not silence
+            faulthandler.dump_traceback_later(args.timeout, exit=True)
+        fused = getattr(args, "accy_attention", "composition") == "fused"
         result = run_accy_data_parallel(
-            SCALES[args.scale or "cuda"], args.steps, getattr(args, "dtype", "f32")
+            SCALES[args.scale or "cuda"], args.steps, getattr(args, "dtype", "f32"), fused
         )
         if result["rank"] == 0:
             with open(args.dp_worker, "w") as file:

@@ -1,10 +1,11 @@
-"""Where does the GPT-2 training step's GPU time go? Builds the step of `bench.gpt2` (the GPU
-scale, GPT-2 small, 8 x 1024) as `accy.jit` traces it, compiles it for CUDA, and times each
-action of its schedule alone (`CudaFragment.profile`): totals per category (GEMMs with their
-achieved TFLOP/s, generated kernels, library steps such as cuDNN attention), then the slowest
-actions.
+"""Where does a training step's GPU time go? Builds the step of `bench.gpt2` (the GPU scale,
+GPT-2 small, 8 x 1024) as `accy.jit` traces it, or with `--workload NAME` the value-and-grad
+program of a `bench` workload at its GPU scale, compiles it for CUDA, and times each action of
+its schedule alone (`CudaFragment.profile`): totals per category (GEMMs with their achieved
+TFLOP/s, generated kernels, library steps such as cuDNN attention), then the slowest actions.
 
     PYTHONPATH=src python3 tools/gpt2_profile.py [--dtype bf16] [--attention fused] [--top 25]
+    PYTHONPATH=src python3 tools/gpt2_profile.py --workload block --dtype bf16
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ def traced_program(dtype: str, fused: bool):
     return entry.program
 
 
+def workload_program(name: str, dtype: str):
+    """The value-and-grad program `bench` compiles for workload `name` at its GPU scale."""
+    from bench.workloads import WORKLOADS
+
+    return WORKLOADS[name].value_and_grad("cuda", dtype)
+
+
 def random_buffers(program) -> list:
     buffers = []
     for t in (*program.parameter_types, *program.output_types):
@@ -60,8 +68,12 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
     parser.add_argument("--attention", default="composition", choices=("composition", "fused"))
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--workload", default="gpt2", help="gpt2, or a bench workload's name")
     args = parser.parse_args()
-    program = traced_program(args.dtype, args.attention == "fused")
+    if args.workload == "gpt2":
+        program = traced_program(args.dtype, args.attention == "fused")
+    else:
+        program = workload_program(args.workload, args.dtype)
     start = time.perf_counter()
     # As `accy.compile` does: custom calls (fused attention) link to their records' kernels.
     fragment = load(compile_artifact(backend_for("cuda"), program, None))
@@ -79,7 +91,7 @@ def main() -> None:
             m, n, k, b = map(int, match.groups())
             total[2] += 2.0 * m * n * k * b
     whole = sum(ms for _, ms in actions)
-    print(f"== gpt2 {args.dtype}, attention {args.attention}: {whole:.2f} ms")
+    print(f"== {args.workload} {args.dtype}, attention {args.attention}: {whole:.2f} ms")
     for name, (ms, count, flops) in sorted(totals.items(), key=lambda item: -item[1][0]):
         rate = f", {flops / ms / 1e9:.0f} TFLOP/s" if flops else ""
         print(f"  {name:8s} {ms:8.2f} ms in {count:4d} actions{rate}")

@@ -209,14 +209,24 @@ def blocks_for(work_items: int, per_block: int = BLOCK) -> int:
     return max(1, min(math.ceil(work_items / per_block), MAX_BLOCKS))
 
 
-def grid_stride(counter: str, count: int, per_block: int = BLOCK, lanes: int = 1) -> str:
-    """The head of a grid-stride loop: `counter` runs over `count` items, `per_block` items per
-    block at a time (a group of `lanes` threads shares an item)."""
+def grid_stride(
+    counter: str, count: int | str, per_block: int = BLOCK, lanes: int = 1, first: str = ""
+) -> str:
+    """The head of a grid-stride loop: `counter` runs over `count` items (a number, or a C
+    expression), from item `first` (C; 0 by default), `per_block` items per block at a time (a
+    group of `lanes` threads shares an item).
+
+    >>> grid_stride("i", "n", per_block=1, first="s")
+    'for (int64_t i = s + (int64_t)blockIdx.x * 1; i < n; i += (int64_t)gridDim.x * 1) {'
+    """
     start = f"(int64_t)blockIdx.x * {per_block}"
     if per_block > 1:
         start += f" + threadIdx.x / {lanes}" if lanes > 1 else " + threadIdx.x"
+    if first:
+        start = f"{first} + {start}"
+    stop = f"{count}LL" if isinstance(count, int) else count
     return (
-        f"for (int64_t {counter} = {start}; {counter} < {count}LL; "
+        f"for (int64_t {counter} = {start}; {counter} < {stop}; "
         f"{counter} += (int64_t)gridDim.x * {per_block}) {{"
     )
 

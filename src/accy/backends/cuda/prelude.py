@@ -1,5 +1,6 @@
 """The CUDA backend's prelude: the CUDA C dialect (`accy.codegen.c.dialect.CUDA`), then what
-only this backend's kernels use: warp shuffles and atomic updates of 1-byte values."""
+only this backend's kernels use: warp shuffles, vectors of adjacent values and atomic updates
+of 1-byte values."""
 
 from __future__ import annotations
 
@@ -16,6 +17,13 @@ ACCY_FN T accy_shfl_down(T x, int delta) {
 ACCY_FN uint8_t accy_shfl_down(uint8_t x, int delta) {
   return (uint8_t)__shfl_down_sync(0xffffffffu, (int)x, delta);
 }
+
+/* `N` adjacent values loaded or stored as one struct: one instruction per 16 bytes
+   (accy.backends.cuda.vectors), aligned to the whole vector up to 16 bytes. */
+template <typename T, int N>
+struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) accy_vector {
+  T v[N];
+};
 
 /* Atomic updates of one byte, through a compare-and-swap of its aligned 32-bit word (the
    other three bytes are written back unchanged). */

@@ -31,12 +31,14 @@ MAX_CHUNKS = 2048
 
 @dataclass(frozen=True)
 class Cut:
-    """How `outputs` reductions of `length` elements each are shared among threads."""
+    """How `outputs` reductions of `length` elements each are shared among threads; each thread
+    takes `width` adjacent elements at a time (one vector load, `accy.backends.cuda.vectors`)."""
 
     outputs: int
     length: int
     lanes: int
     chunks: int
+    width: int = 1
 
     @property
     def groups(self) -> int:
@@ -47,32 +49,43 @@ class Cut:
     def grid(self) -> int:
         return max(1, min(math.ceil(self.groups * self.lanes / BLOCK), 65535))
 
+    @property
+    def steps(self) -> int:
+        """Vectors of `width` elements per result."""
+        return self.length // self.width
 
-def choose_cut(outputs: int, length: int, contiguous: bool, split: bool = True) -> Cut:
+
+def choose_cut(
+    outputs: int, length: int, contiguous: bool, split: bool = True, width: int = 1
+) -> Cut:
     """The cut for `outputs` results of `length` elements; `contiguous` when each result's
-    elements are adjacent in memory (a warp then reads them in one transaction). Without
-    `split` every result is one chunk (a final pass).
+    elements are adjacent in memory (a warp then reads them in one transaction), a block per
+    result when they are many. Without `split` every result is one chunk (a final pass).
+    `width` (dividing `length`) is how many adjacent elements a thread takes at a time.
 
     >>> choose_cut(1, 1 << 22, True)
-    Cut(outputs=1, length=4194304, lanes=256, chunks=1024)
+    Cut(outputs=1, length=4194304, lanes=256, chunks=1024, width=1)
     >>> choose_cut(4096, 512, True)
-    Cut(outputs=4096, length=512, lanes=32, chunks=1)
+    Cut(outputs=4096, length=512, lanes=32, chunks=1, width=1)
+    >>> choose_cut(8192, 50304, True, width=8)
+    Cut(outputs=8192, length=50304, lanes=256, chunks=1, width=8)
     >>> choose_cut(10, 100000, False)
-    Cut(outputs=10, length=100000, lanes=1, chunks=2048)
+    Cut(outputs=10, length=100000, lanes=1, chunks=2048, width=1)
     >>> choose_cut(10, 100000, False, split=False).chunks
     1
     """
     if outputs == 1:
         lanes = BLOCK
     elif contiguous and length >= WARP:
-        lanes = BLOCK if length >= 8192 and outputs < 1024 else WARP
+        # A long row is a block's: enough threads in flight without a second pass.
+        lanes = BLOCK if length >= BLOCK * ELEMENTS_PER_THREAD else WARP
     else:
         lanes = 1
     chunks = 1
     if split and outputs * lanes < BUSY_THREADS:
         wanted = math.ceil(BUSY_THREADS / (outputs * lanes))
         chunks = max(1, min(wanted, length // (lanes * ELEMENTS_PER_THREAD), MAX_CHUNKS))
-    return Cut(outputs, length, lanes, chunks)
+    return Cut(outputs, length, lanes, chunks, width)
 
 
 def identity(reducer: str, dtype: DType) -> str:
@@ -100,8 +113,19 @@ class Accumulator:
         return templates.binary(templates.REDUCERS[self.reducer], CUDA.c_type(self.dtype), a, b)
 
 
-Element = Callable[[str], tuple[list[str], list[str]]]  # counter -> (statements, one value each)
+# counter -> (statements, values): one list of values (one per accumulator) per lane.
+Element = Callable[[str], tuple[list[str], list[list[str]]]]
 Finish = Callable[[int, str], list[str]]  # (accumulator, value) -> statements storing it
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """The vector form of a reduction's element: `element(counter)` gives `width` lanes from
+    element `counter` on (a multiple of `width`), valid where C `condition` holds (the buffers
+    are aligned); elsewhere the scalar element runs."""
+
+    element: Element
+    condition: str
 
 
 def _warp_combine(acc: Accumulator, width: int) -> list[str]:
@@ -128,18 +152,25 @@ def _block_combine(acc: Accumulator) -> list[str]:
     ]
 
 
-def _chunk_loop(cut: Cut, element: Element, accumulators: list[Accumulator]) -> list[str]:
-    """The loop over one chunk of one result's elements, counter `r`."""
-    statements, values = element("r")
+def _chunk_loop(cut: Cut, element: Element, accumulators: list[Accumulator], width: int):
+    """The loop over one chunk of one result's elements, `width` at a time (counter `r`)."""
+    statements, lanes = element("r")
+    count = cut.length // width
     chunked = cut.chunks > 1
-    first = f"g * {cut.length}LL / {cut.chunks}" if chunked else "0"
-    stop = f"(g + 1) * {cut.length}LL / {cut.chunks}" if chunked else f"{cut.length}LL"
+    first = f"g * {count}LL / {cut.chunks}" if chunked else "0"
+    stop = f"(g + 1) * {count}LL / {cut.chunks}" if chunked else f"{count}LL"
+    counter = "r" if width == 1 else "rv"
     lines = [f"const int64_t r_stop = {stop};"]
     start = f"{first} + lane" if cut.lanes > 1 else first
-    lines.append(f"for (int64_t r = {start}; r < r_stop; r += {cut.lanes}) {{")
+    lines.append(
+        f"for (int64_t {counter} = {start}; {counter} < r_stop; {counter} += {cut.lanes}) {{"
+    )
+    if width > 1:
+        lines.append(f"  const int64_t r = rv * {width};")
     lines += ["  " + line for line in statements]
-    updates = zip(accumulators, values, strict=True)
-    lines += [f"  {a.name} = {a.combine(a.name, x)};" for a, x in updates]
+    for values in lanes:
+        updates = zip(accumulators, values, strict=True)
+        lines += [f"  {a.name} = {a.combine(a.name, x)};" for a, x in updates]
     return lines + ["}"]
 
 
@@ -150,13 +181,15 @@ def reduction_lines(
     accumulators: list[Accumulator],
     initials: list[str] | None,
     finish: Finish,
+    vectors: Vectors | None = None,
 ) -> list[str]:
     """The statements of a reduction kernel, one pass.
 
     `kept(o)` splits result number `o` into index statements; `element(r)` computes each
     accumulator's element at counter `r` of the chunk; with `initials` (C values of the initial
     values) the pass is final and combines them in, else it writes partial values. `finish(j,
-    value)` stores accumulator `j`'s value for result `o` (and chunk `g`).
+    value)` stores accumulator `j`'s value for result `o` (and chunk `g`). With `vectors` each
+    thread takes `cut.width` elements at a time where the buffers are aligned.
     """
     per_block = BLOCK // cut.lanes
     lines: list[str] = []
@@ -172,7 +205,18 @@ def reduction_lines(
         inner.append(f"const int64_t g = w / {cut.outputs}LL;")
     inner += kept("o")
     inner += [f"{a.compute} {a.name} = {identity(a.reducer, a.dtype)};" for a in accumulators]
-    inner += _chunk_loop(cut, element, accumulators)
+    if vectors is None:
+        inner += _chunk_loop(cut, element, accumulators, 1)
+    else:
+        # The same elements in another order where a buffer is misaligned: results are the
+        # same for the same alignment, run after run.
+        inner.append(f"if ({vectors.condition}) {{")
+        inner += [
+            "  " + line for line in _chunk_loop(cut, vectors.element, accumulators, cut.width)
+        ]
+        inner.append("} else {")
+        inner += ["  " + line for line in _chunk_loop(cut, element, accumulators, 1)]
+        inner.append("}")
     for a in accumulators:
         if cut.lanes > 1:
             inner += _warp_combine(a, WARP)

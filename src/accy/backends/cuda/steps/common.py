@@ -5,14 +5,17 @@ Imports no step module, so that every step module may import it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ....codegen.c.dialect import CUDA
-from ....codegen.c.expressions import Body, Flat, NotFlat
+from ....codegen.c.expressions import Body, Flat, Index, NotFlat
+from ....core.types import TensorType
 from ....errors import AccyError
 from ..context import StepContext
 from ..kernels import Kernel, axis_names, blocks_for, decompose, grid_stride
 from ..schedule import SCRATCH, Address, Level
+from ..vectors import MAX_VECTOR_LINES, LaneBody, lane_divisor, lane_width
 
 
 def indent(lines: list[str]) -> list[str]:
@@ -40,6 +43,103 @@ def elementwise(ctx: StepContext, size: int, make) -> Kernel:
         lines = [grid_stride("i", size), *indent(statements), "}"]
         return ctx.kernel(pointers, lines)
     raise AccyError("internal: no loop for an elementwise step")
+
+
+def store_at(body: Body, dtype, pointer: str, position: str, x: str) -> str:
+    """The statement storing `x` at flat `position` of `pointer` (into a lane's register array
+    in a `LaneBody`, which writes it out in one vector store)."""
+    if isinstance(body, LaneBody):
+        return body.store(dtype, pointer, position, x)
+    return store(dtype, pointer, position, x)
+
+
+def step_itemsizes(ctx: StepContext) -> list[int]:
+    """Bytes per element of every buffer the step reads or writes (they set its lane width)."""
+    return [ctx.itemsize(v) for v in (*ctx.step.writes, *ctx.step.reads)]
+
+
+def innermost(extents) -> int | None:
+    """The position of the last axis of more than one element (None: a single element)."""
+    significant = [p for p, n in enumerate(extents) if n != 1]
+    return significant[-1] if significant else None
+
+
+def lane_indices(body: LaneBody, t: TensorType, flat: bool, counter: str):
+    """(head statements, index of each lane, flat position of each lane) for `body.width`
+    lanes starting at element `counter` of `t` (a multiple of the width, which divides the
+    innermost extent when not flat)."""
+    positions = [body.lane(counter, k) for k in range(body.width)]
+    if flat:
+        return [], [Flat(name, t) for name in positions], positions
+    names = axis_names(t, counter)
+    head = decompose(counter, t.extents, names)
+    p = innermost(t.extents)
+    indices = [names[:p] + (body.lane(names[p], k),) + names[p + 1 :] for k in range(body.width)]
+    return head, indices, positions
+
+
+Make = Callable[[Body, Index, str], None]  # (body, index, flat position) -> appends statements
+
+
+def elementwise_kernel(ctx: StepContext, t: TensorType, make: Make) -> tuple[Kernel, int]:
+    """A grid-stride kernel over the elements of `t` and its grid; `make(body, index,
+    position)` appends to `body.lines` the statements for one element (storing through
+    `store_at`). Several adjacent elements per thread with vector loads and stores where the
+    accesses allow it (`accy.backends.cuda.vectors`), the scalar loop for the rest, for
+    misaligned buffers and for every other loop.
+    """
+    size = t.size
+    for flat in (True, False) if size > 1 else (False,):
+        pointers = ctx.pointers()
+        try:
+            scalar = _scalar_statements(ctx, pointers, t, flat, make)
+            vector = _vector_loop(ctx, pointers, t, flat, make, len(scalar))
+        except NotFlat:
+            continue
+        if vector is None:
+            lines = [grid_stride("i", size), *indent(scalar), "}"]
+            return ctx.kernel(pointers, lines), blocks_for(size)
+        lines, width = vector
+        # The scalar loop takes what the vectors leave: a tail, or everything when misaligned.
+        lines += [grid_stride("i", size, first="vector_end"), *indent(scalar), "}"]
+        return ctx.kernel(pointers, lines), blocks_for(size // width)
+    raise AccyError("internal: no loop for an elementwise step")
+
+
+def _scalar_statements(ctx, pointers, t: TensorType, flat: bool, make: Make) -> list[str]:
+    body = ctx.body(pointers)
+    index, head = element_index(body, t, flat)
+    make(body, index, "i")
+    return head + body.lines
+
+
+def _vector_loop(ctx, pointers, t: TensorType, flat: bool, make: Make, scalar_lines: int):
+    """(statements, lanes) of the vector loop over the first whole vectors of `t`, or None
+    where no access would be a vector."""
+    width = lane_width(step_itemsizes(ctx))
+    if not flat:
+        p = innermost(t.extents)
+        width = 1 if p is None else lane_divisor(width, t.extents[p])
+    while width > 1 and width * scalar_lines > MAX_VECTOR_LINES:
+        width //= 2
+    if width == 1 or t.size < width:
+        return None
+    body = LaneBody(ctx.module, ctx.plan, pointers, width)
+    head, indices, positions = lane_indices(body, t, flat, "i")
+    for index, position in zip(indices, positions, strict=True):
+        make(body, index, position)
+    if not body.vectorized:
+        return None
+    vectors = t.size // width
+    lines = [
+        f"const bool vectorized = {body.aligned_condition()};",
+        f"const int64_t vector_end = vectorized ? {vectors * width}LL : 0LL;",
+        grid_stride("q", f"vector_end / {width}"),
+        f"  const int64_t i = q * {width};",
+        *indent(body.pruned(head + body.lines + body.stores())),
+        "}",
+    ]
+    return lines, width
 
 
 def element_index(body: Body, t, flat: bool, counter: str = "i", prefix: str = "i"):

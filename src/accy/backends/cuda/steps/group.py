@@ -3,27 +3,38 @@
 from __future__ import annotations
 
 from ....codegen.c.expressions import EMITTERS, Body, Flat
+from ....core.types import TensorType
 from ..context import StepCode, StepContext, launches
-from ..kernels import blocks_for
 from ..reductions import Accumulator, choose_cut
-from .common import elementwise, store
+from ..vectors import LaneBody, lane_divisor, lane_width
+from .common import elementwise_kernel, step_itemsizes, store_at
 from .reduce import initial_value, reduction
+
+
+def _member_values(ctx: StepContext, body: Body, r: str) -> list[str]:
+    """Every member at flat position `r`: loops stored (where the plan keeps them), the
+    reductions' elements returned."""
+    values = []
+    for member in ctx.step.members:
+        op = member.op
+        if member.kind == "loop":
+            index = Flat(r, op.type)
+            x = EMITTERS[op.kind](body, op, index)
+            body.seed(op.results[0], index, x)
+            if op.results[0] in ctx.step.writes:
+                pointer = body.pointers[op.results[0]]
+                body.lines.append(store_at(body, op.type.dtype, pointer, r, x))
+        else:
+            values.append(body.value(op.operands[0], Flat(r, op.operand_types[0])))
+    return values
 
 
 def _group_element(ctx: StepContext):
     def element(body: Body, r: str):
-        values = []
-        for member in ctx.step.members:
-            op = member.op
-            if member.kind == "loop":
-                index = Flat(r, op.type)
-                x = EMITTERS[op.kind](body, op, index)
-                body.seed(op.results[0], index, x)
-                if op.results[0] in ctx.step.writes:
-                    body.lines.append(store(op.type.dtype, body.pointers[op.results[0]], r, x))
-            else:
-                values.append(body.value(op.operands[0], Flat(r, op.operand_types[0])))
-        return body.lines, values
+        if not isinstance(body, LaneBody):
+            return body.lines, [_member_values(ctx, body, r)]
+        lanes = [_member_values(ctx, body, body.lane(r, k)) for k in range(body.width)]
+        return body.lines + body.stores(), lanes
 
     return element
 
@@ -34,13 +45,14 @@ def emit_group(ctx: StepContext) -> StepCode:
     first = members[0]
     size = first.op.type.size if first.kind == "loop" else first.op.operand_types[0].size
     reductions = [m.op for m in members if m.kind == "reduce"]
-    element = _group_element(ctx)
     if not reductions:
 
-        def make(body: Body, flat: bool) -> list[str]:
-            return element(body, "i")[0]
+        def make(body: Body, index, position: str) -> None:
+            _member_values(ctx, body, position)
 
-        return launches((elementwise(ctx, size, make), blocks_for(size)))
+        return launches(
+            elementwise_kernel(ctx, TensorType(first.op.type.dtype, (("n", size),)), make)
+        )
     accumulators = [
         Accumulator(f"acc{j}", op.attrs["op"], op.type.dtype) for j, op in enumerate(reductions)
     ]
@@ -54,5 +66,6 @@ def emit_group(ctx: StepContext) -> StepCode:
         return lines, values
 
     outputs = [op.results[0] for op in reductions]
-    cut = choose_cut(1, size, True)
-    return reduction(ctx, cut, element, lambda o: [], accumulators, initial, outputs)
+    width = lane_divisor(lane_width(step_itemsizes(ctx)), size)
+    cut = choose_cut(1, size, True, width=width)
+    return reduction(ctx, cut, _group_element(ctx), lambda o: [], accumulators, initial, outputs)

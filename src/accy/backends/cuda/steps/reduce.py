@@ -3,12 +3,15 @@ for how threads share the work)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ....codegen.c.expressions import Body, Flat, NotFlat
 from ....errors import AccyError
 from ..context import StepCode, StepContext, launches, nothing
-from ..kernels import axis_names, blocks_for, compute_bytes, decompose
-from ..reductions import Accumulator, Cut, Finish, choose_cut, reduction_lines
-from .common import elementwise, rounded, store
+from ..kernels import axis_names, compute_bytes, decompose
+from ..reductions import Accumulator, Cut, Finish, Vectors, choose_cut, reduction_lines
+from ..vectors import LaneBody, lane_divisor, lane_width
+from .common import elementwise_kernel, innermost, rounded, step_itemsizes, store, store_at
 
 
 def initial_value(ctx: StepContext, pointers, op) -> tuple[list[str], str]:
@@ -52,7 +55,7 @@ def _second_pass(ctx, cut: Cut, accumulators, parts, initial, outputs) -> tuple[
     lines += reduction_lines(
         second,
         lambda o: [],
-        lambda r: ([], values),
+        lambda r: ([], [values]),
         accumulators,
         initials,
         _final([pointers[v] for v in outputs], [a.dtype for a in accumulators]),
@@ -62,7 +65,9 @@ def _second_pass(ctx, cut: Cut, accumulators, parts, initial, outputs) -> tuple[
 
 def reduction(ctx, cut, element, kept, accumulators, initial, outputs) -> StepCode:
     """One pass, or two with partial values in scratch; `initial(pointers)` gives statements
-    and the initial values, `element(body, r)` the statements and elements at counter r."""
+    and the initial values, `element(body, r)` the statements and each lane's elements from
+    counter r on (one lane in a plain `Body`, `body.width` in a `LaneBody`). With
+    `cut.width > 1` each thread takes that many elements at a time where loads allow."""
     pointers = ctx.pointers()
     body = ctx.body(pointers)
     final = cut.chunks == 1
@@ -73,8 +78,18 @@ def reduction(ctx, cut, element, kept, accumulators, initial, outputs) -> StepCo
         if final
         else _partial(cut)
     )
+    scalar = element(body, "r")
+    vectors = None
+    if cut.width > 1:
+        lanes = LaneBody(ctx.module, ctx.plan, pointers, cut.width)
+        statements, values = element(lanes, "r")
+        if lanes.vectorized:
+            vector = (lanes.pruned(statements), values)
+            vectors = Vectors(lambda r: vector, lanes.aligned_condition())
+    if vectors is None:
+        cut = replace(cut, width=1)
     lines = head + [declaration for declaration, _ in parts]
-    lines += reduction_lines(cut, kept, lambda r: element(body, r), accumulators, initials, finish)
+    lines += reduction_lines(cut, kept, lambda r: scalar, accumulators, initials, finish, vectors)
     kernels = [(ctx.kernel(pointers, lines), cut.grid)]
     if not final:
         kernels.append(_second_pass(ctx, cut, accumulators, parts, initial, outputs))
@@ -85,35 +100,56 @@ def _fill_initial(ctx: StepContext) -> StepCode:
     """A reduction over no elements: every result is the initial value."""
     op = ctx.step.op
 
-    def make(body: Body, flat: bool) -> list[str]:
+    def make(body: Body, index, position: str) -> None:
         x = body.value(op.operands[1], ())
         pointer = body.pointers[op.results[0]]
-        return body.lines + [store(op.type.dtype, pointer, "i", rounded(op.type.dtype, x))]
+        body.lines.append(
+            store_at(body, op.type.dtype, pointer, position, rounded(op.type.dtype, x))
+        )
 
-    return launches((elementwise(ctx, op.type.size, make), blocks_for(op.type.size)))
+    return launches(elementwise_kernel(ctx, op.type, make))
 
 
 def _reduce_element(ctx: StepContext, flat: bool):
+    """(element, kept) of `reduction`: the elements at chunk counter r, the kept indices."""
     op, layout = ctx.step.op, ctx.step.detail
     x_type = layout.input
     reduced = axis_names(x_type, "r", layout.reduced)
     kept = axis_names(x_type, "k", layout.kept)
+    extents = tuple(x_type.extents[p] for p in layout.reduced)
 
     def element(body: Body, r: str):
+        width = body.width if isinstance(body, LaneBody) else 1
         if flat:
-            return body.lines, [body.value(op.operands[0], Flat(r, x_type))]
+            counters = [body.lane(r, k) for k in range(width)] if width > 1 else [r]
+            values = [[body.value(op.operands[0], Flat(c, x_type))] for c in counters]
+            return body.lines, values
         index = [""] * x_type.rank
         for p, name in zip(layout.reduced, reduced, strict=True):
             index[p] = name
         for p, name in zip(layout.kept, kept, strict=True):
             index[p] = name
-        extents = tuple(x_type.extents[p] for p in layout.reduced)
         head = decompose(r, extents, reduced)
-        x = body.value(op.operands[0], tuple(index))
-        return head + body.lines, [x]
+        indices = [tuple(index)]
+        if width > 1:
+            p = layout.reduced[innermost(extents)]
+            indices = [
+                tuple(index[:p] + [body.lane(index[p], k)] + index[p + 1 :]) for k in range(width)
+            ]
+        values = [[body.value(op.operands[0], at)] for at in indices]
+        return head + body.lines, values
 
     kept_extents = tuple(x_type.extents[p] for p in layout.kept)
     return element, lambda o: decompose(o, kept_extents, kept)
+
+
+def reduction_width(ctx: StepContext, extents) -> int:
+    """Elements a thread of a reduction over `extents` takes at a time: a vector's worth of the
+    buffers it reads, dividing the innermost reduced extent."""
+    p = innermost(extents)
+    if p is None:
+        return 1
+    return lane_divisor(lane_width(step_itemsizes(ctx)), extents[p])
 
 
 def emit_reduce(ctx: StepContext) -> StepCode:
@@ -125,7 +161,9 @@ def emit_reduce(ctx: StepContext) -> StepCode:
     length = layout.input.size // outputs
     if length == 0:
         return _fill_initial(ctx)
-    cut = choose_cut(outputs, length, layout.strategy == "rows")
+    reduced_extents = tuple(layout.input.extents[p] for p in layout.reduced)
+    width = reduction_width(ctx, reduced_extents)
+    cut = choose_cut(outputs, length, layout.strategy == "rows", width=width)
     accumulators = [Accumulator("acc", op.attrs["op"], op.type.dtype)]
 
     def initial(pointers):

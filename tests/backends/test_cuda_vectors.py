@@ -1,0 +1,233 @@
+"""Vector loads and stores in the CUDA backend's elementwise and reduction kernels
+(`accy.backends.cuda.vectors`): where the generated source uses them (no GPU needed), and, on
+a GPU, that the vector path, its scalar tail and its fallback for misaligned buffers compute
+what the reference evaluator does, in every float dtype."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import accy
+from accy import bf16, f16, f32, f64, i32, spec
+from accy.backends.cuda import compile_program
+from accy.backends.cuda.reductions import choose_cut
+from accy.kernel import toolchain
+
+from ..executors import cuda_device_or_skip, native_cuda
+from ..halves import comparable
+
+FLOATS = [f32, f64, f16, bf16]
+STORAGE = {f32: "float", f64: "double", f16: "accy_half", bf16: "uint16_t"}
+LANES = {f32: 4, f64: 2, f16: 8, bf16: 8}
+# Relative tolerance per dtype: a few units in the last place of the format (reductions add in
+# another order than the reference; halves round after every operation).
+RTOL = {f64: 1e-10, f32: 1e-4, f16: 2.0**-8, bf16: 2.0**-5}
+
+
+def _elementwise(dtype, n=1003):
+    # Flat: one counter; 1003 is not a multiple of any lane width, so the tail loop runs.
+    return accy.trace.define(
+        "flat", [spec(dtype, n=n)] * 2, lambda b, a: (a[0] * a[1]).tanh() + a[0]
+    )
+
+
+def _broadcast(dtype, rows=33, cols=96):
+    # Per axis (the bias and scale broadcast along rows): vectors along the innermost axis.
+    return accy.trace.define(
+        "scale_shift",
+        [spec(dtype, row=rows, col=cols), spec(dtype, col=cols), spec(dtype, col=cols)],
+        lambda b, a: a[0] * a[1] + a[2],
+    )
+
+
+def _odd(dtype):
+    # The innermost extent (7) takes no vector: scalar code only.
+    return accy.trace.define(
+        "odd", [spec(dtype, row=5, col=7), spec(dtype, col=7)], lambda b, a: a[0] - a[1]
+    )
+
+
+def _row_sum_exp(dtype, rows=12, cols=8200):
+    # Long rows: a block per row, one pass, vector loads.
+    return accy.trace.define(
+        "row_sum_exp", [spec(dtype, row=rows, v=cols)], lambda b, a: a[0].exp().sum("v")
+    )
+
+
+def _row_max(dtype, rows=40, cols=264):
+    return accy.trace.define("row_max", [spec(dtype, row=rows, v=cols)], lambda b, a: a[0].max("v"))
+
+
+def _total(dtype, n=40000):
+    return accy.trace.define("total", [spec(dtype, n=n)], lambda b, a: (a[0] * a[0]).sum("n"))
+
+
+def _cross_entropy(dtype, rows=16, classes=4104):
+    program = accy.trace.define(
+        "cross_entropy",
+        [spec(dtype, row=rows, v=classes), spec(i32, row=rows)],
+        lambda b, a: accy.nn.cross_entropy(a[0], a[1], "v").mean("row"),
+    )
+    return accy.value_and_grad(program, wrt=[0])
+
+
+def _layer_norm(dtype, rows=64, cols=768):
+    program = accy.trace.define(
+        "layer_norm",
+        [spec(dtype, row=rows, col=cols), spec(dtype, col=cols)],
+        lambda b, a: (accy.nn.layer_norm(a[0], "col") * a[1]).sum(),
+    )
+    return accy.value_and_grad(program, wrt=[0, 1])
+
+
+VECTORIZED = [_elementwise, _broadcast, _row_sum_exp, _row_max, _total, _cross_entropy, _layer_norm]
+PROGRAMS = [*VECTORIZED, _odd]
+
+
+def _inputs(program, rng) -> list[np.ndarray]:
+    arrays = []
+    for t in program.parameter_types:
+        if t.dtype == i32:
+            classes = program.parameter_types[0].extents[-1]
+            arrays.append(rng.integers(0, classes, t.extents).astype(np.int32))
+        else:
+            arrays.append((rng.standard_normal(t.extents) * 1.5).astype(t.dtype.numpy))
+    return arrays
+
+
+def _vector_types(source: str) -> set[str]:
+    return set(re.findall(r"accy_vector<(\w+), (\d+)>", source))
+
+
+# The generated source (no GPU) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("build", VECTORIZED, ids=lambda f: f.__name__.strip("_"))
+def test_kernels_load_and_store_16_bytes_at_a_time(build, dtype):
+    source = compile_program(build(dtype)).source
+    assert (STORAGE[dtype], str(LANES[dtype])) in _vector_types(source)
+    # Each vector path keeps its scalar fallback, taken where a pointer is misaligned.
+    assert source.count("& 15)") >= 1
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_an_innermost_extent_no_vector_divides_keeps_scalar_code(dtype):
+    assert _vector_types(compile_program(_odd(dtype)).source) == set()
+
+
+def test_a_flat_loop_of_odd_length_ends_in_a_scalar_tail():
+    source = compile_program(_elementwise(bf16, n=1003)).source
+    assert "vector_end = vectorized ? 1000LL : 0LL" in source
+    assert "i = vector_end + " in source
+
+
+def test_a_long_row_is_one_block_and_one_pass():
+    compiled = compile_program(_row_sum_exp(bf16, rows=8192, cols=50304))
+    assert "(combine)" not in compiled.source
+    assert choose_cut(8192, 50304, True, width=8).lanes == 256
+    assert ("uint16_t", "8") in _vector_types(compiled.source)
+
+
+def test_a_misaligned_view_and_a_transpose_are_read_element_by_element():
+    # x[:, 1:] starts one element into the buffer: no 16-byte load can reach it, so only the
+    # result is stored as vectors; the same for a transposed read.
+    sliced = accy.trace.define(
+        "sliced",
+        [spec(f32, row=4, col=17)],
+        lambda b, a: a[0].slice("col", 1, 17) * 2.0,
+    )
+    transposed = accy.trace.define(
+        "transposed",
+        [spec(f32, row=8, col=8), spec(f32, col=8, row=8)],
+        lambda b, a: a[0] + a[1].transpose("row", "col"),
+    )
+    for program in (sliced, transposed):
+        source = compile_program(program).source
+        stores = re.findall(r"\*\(accy_vector<float, 4> \*\)\(v\d+ \+ i\) = t\d+;", source)
+        assert stores, source
+        if program is sliced:
+            assert "const accy_vector" not in source
+
+
+needs_nvcc = pytest.mark.skipif(
+    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
+)
+
+
+@needs_nvcc
+def test_the_vector_kernels_compile_to_vector_instructions():
+    source = "".join(
+        compile_program(build(dtype), prefix=f"p{n}_{dtype}_").source
+        for n, build in enumerate(PROGRAMS)
+        for dtype in FLOATS
+    )
+    ptx = toolchain.ptx_with_nvcc(source, "vector kernels", arch="compute_90")
+    assert re.search(r"ld(\.global)?(\.nc)?\.v4\.", ptx)
+    assert re.search(r"st(\.global)?\.v4\.", ptx)
+
+
+# On a GPU ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return cuda_device_or_skip()
+
+
+def _assert_close(got, want, dtype, what: str) -> None:
+    got, want = comparable(got), comparable(want)
+    assert got.shape == want.shape, what
+    if want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    scale = float(np.max(np.abs(want.astype(np.float64)), initial=1e-30))
+    rtol = RTOL[dtype]
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("build", PROGRAMS, ids=lambda f: f.__name__.strip("_"))
+def test_vector_kernels_match_the_reference_on_cuda(gpu, build, dtype):
+    program = build(dtype)
+    inputs = _inputs(program, np.random.default_rng(7))
+    got = native_cuda(program, inputs)
+    want = accy.reference.run(program, inputs)
+    for position, (g, w) in enumerate(zip(got, want, strict=True)):
+        _assert_close(g, w, dtype, f"{program.name} {dtype} output {position}")
+
+
+def _misaligned_copy(cupy, array: np.ndarray):
+    """`array`'s bytes on the device, starting 2 bytes into an allocation (not 16-aligned)."""
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    base = cupy.zeros(raw.nbytes + 2, dtype=cupy.uint8)
+    view = base[2:]
+    view.set(raw)
+    return view
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("build", [_elementwise, _broadcast, _row_sum_exp, _total])
+def test_misaligned_buffers_take_the_scalar_path_with_the_same_results(gpu, build, dtype):
+    import cupy
+
+    program = build(dtype)
+    inputs = _inputs(program, np.random.default_rng(11))
+    executable = accy.compile(program, device="cuda")
+    aligned = [cupy.asnumpy(x) for x in executable(*inputs)]
+    device_inputs = [_misaligned_copy(cupy, x) for x in inputs]
+    outputs = [
+        _misaligned_copy(cupy, np.zeros(t.extents, t.dtype.numpy)) for t in program.output_types
+    ]
+    executable.run_buffers(device_inputs, outputs)
+    want = accy.reference.run(program, inputs)
+    for position, (out, t) in enumerate(zip(outputs, program.output_types, strict=True)):
+        got = cupy.asnumpy(out).view(t.dtype.numpy).reshape(t.extents)
+        what = f"{program.name} {dtype} output {position}"
+        if build in (_elementwise, _broadcast):
+            # Element for element the same arithmetic on either path: the same bits.
+            np.testing.assert_array_equal(comparable(got), comparable(aligned[position]), what)
+        _assert_close(got, want[position], dtype, what)

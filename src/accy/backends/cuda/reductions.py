@@ -6,6 +6,8 @@ A reduction computes `outputs` results of `length` elements each. Its `Cut` says
 warps of a block); a result's elements are cut into `chunks` chunks when there are too few
 results to fill the GPU. With one chunk the combined value is the result; with several, each
 chunk writes a partial value to scratch and a second kernel combines them in chunk order.
+With `width > 1` a thread takes that many adjacent elements per step (vector loads,
+`accy.backends.cuda.vectors`) where its buffers are aligned, one at a time otherwise.
 
 Every cut is fixed by the shapes alone, so a reduction adds in the same order on every run:
 results are deterministic. The reduction's initial value is combined in last, with the partial

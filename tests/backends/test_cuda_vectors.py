@@ -202,10 +202,12 @@ def test_vector_kernels_match_the_reference_on_cuda(gpu, build, dtype):
 
 
 def _misaligned_copy(cupy, array: np.ndarray):
-    """`array`'s bytes on the device, starting 2 bytes into an allocation (not 16-aligned)."""
+    """`array`'s bytes on the device, one element into an allocation: aligned for its scalar
+    loads, not for 16-byte vectors."""
     raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    base = cupy.zeros(raw.nbytes + 2, dtype=cupy.uint8)
-    view = base[2:]
+    shift = array.dtype.itemsize
+    base = cupy.zeros(raw.nbytes + shift, dtype=cupy.uint8)
+    view = base[shift:]
     view.set(raw)
     return view
 

@@ -66,6 +66,22 @@ def _total(dtype, n=40000):
     return accy.trace.define("total", [spec(dtype, n=n)], lambda b, a: (a[0] * 0.5).sum("n"))
 
 
+def _columns(dtype, batch=2, tokens=64, width=96):
+    # A bias gradient: the innermost axis kept, each thread `width` adjacent results.
+    return accy.trace.define(
+        "columns",
+        [spec(dtype, b=batch, t=tokens, c=width)],
+        lambda b, a: (a[0] * 2.0).sum(("b", "t")),
+    )
+
+
+def _unit_columns(dtype):
+    # A reduction over an axis of one element: elementwise in all but name.
+    return accy.trace.define(
+        "unit_columns", [spec(dtype, b=1, t=40, c=96)], lambda b, a: (a[0] + 1.0).sum("b")
+    )
+
+
 def _cross_entropy(dtype, rows=16, classes=4104):
     program = accy.trace.define(
         "cross_entropy",
@@ -84,7 +100,17 @@ def _layer_norm(dtype, rows=64, cols=768):
     return accy.value_and_grad(program, wrt=[0, 1])
 
 
-VECTORIZED = [_elementwise, _broadcast, _row_sum_exp, _row_max, _total, _cross_entropy, _layer_norm]
+VECTORIZED = [
+    _elementwise,
+    _broadcast,
+    _row_sum_exp,
+    _row_max,
+    _total,
+    _columns,
+    _unit_columns,
+    _cross_entropy,
+    _layer_norm,
+]
 PROGRAMS = [*VECTORIZED, _odd]
 
 
@@ -213,7 +239,7 @@ def _misaligned_copy(cupy, array: np.ndarray):
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-@pytest.mark.parametrize("build", [_elementwise, _broadcast, _row_sum_exp, _total])
+@pytest.mark.parametrize("build", [_elementwise, _broadcast, _row_sum_exp, _total, _columns])
 def test_misaligned_buffers_take_the_scalar_path_with_the_same_results(gpu, build, dtype):
     import cupy
 

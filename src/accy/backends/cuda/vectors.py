@@ -96,11 +96,12 @@ def vector_type(vector: _Vector, width: int) -> str:
 class LaneBody(Body):
     """A `Body` computing `width` lanes at once (see the module docstring): `lane(base, k)`
     names lane k of index or counter `base`; loads along a lane axis of stride 1 and stores at
-    a lane's flat position become vector transfers."""
+    a lane's flat position become vector transfers (loads stay scalar without `vectors`)."""
 
-    def __init__(self, unit, plan, pointers, width: int):
+    def __init__(self, unit, plan, pointers, width: int, vectors: bool = True):
         super().__init__(unit, plan, pointers)
         self.width = width
+        self.vectors = vectors  # False: every load scalar (the fallback of a lane body)
         self.lanes: dict[str, tuple[str, int]] = {}  # lane name -> (base, k)
         self.dependent: set[str] = set()  # names whose value differs between lanes
         self.alignment: dict[str, int] = {}  # pointer -> bytes its address must be a multiple of
@@ -139,6 +140,8 @@ class LaneBody(Body):
 
     def element(self, v: int, view: StridedView, index: Index) -> str:
         scalar = super().element(v, view, index)
+        if not self.vectors:
+            return scalar
         itemsize = self.plan.program.type_of(v).dtype.itemsize
         pointer = self.pointers[view.base]
         if isinstance(index, Flat):

@@ -152,6 +152,76 @@ def reduction_width(ctx: StepContext, extents) -> int:
     return lane_divisor(lane_width(step_itemsizes(ctx)), extents[p])
 
 
+def _columns(ctx: StepContext, outputs: int, length: int, initial) -> StepCode | None:
+    """A reduction that keeps the innermost axis (`columns`: a bias gradient, a sum over the
+    batch) with `width` adjacent results per thread, each lane one result: a vector load per
+    reduced position instead of `width` 2-byte loads by as many threads. None where no load
+    would be a vector (the one-result-per-thread kernel is written instead)."""
+    op, layout = ctx.step.op, ctx.step.detail
+    x_type = layout.input
+    kept_extents = tuple(x_type.extents[p] for p in layout.kept)
+    reduced_extents = tuple(x_type.extents[p] for p in layout.reduced)
+    q = innermost(kept_extents)
+    width = lane_divisor(lane_width(step_itemsizes(ctx)), kept_extents[q])
+    if width == 1:
+        return None
+    reduced = axis_names(x_type, "r", layout.reduced)
+    kept = axis_names(x_type, "k", layout.kept)
+    position = layout.kept[q]
+
+    def element(body: LaneBody):
+        index = [""] * x_type.rank
+        for p, name in zip((*layout.reduced, *layout.kept), (*reduced, *kept), strict=True):
+            index[p] = name
+        head = decompose("r", reduced_extents, reduced)
+        values = []
+        for k in range(width):
+            at = index[:position] + [body.lane(kept[q], k)] + index[position + 1 :]
+            values.append(body.value(op.operands[0], tuple(at)))
+        statements = head + body.lines
+        return (body.pruned(statements) if body.vectors else statements), [values]
+
+    pointers = ctx.pointers()
+    vector_body = LaneBody(ctx.module, ctx.plan, pointers, width)
+    vector = element(vector_body)
+    if not vector_body.vectorized:
+        return None
+    scalar = element(LaneBody(ctx.module, ctx.plan, pointers, width, vectors=False))
+    cut = choose_cut(outputs // width, length, False)
+    accumulators = [Accumulator(f"acc{k}", op.attrs["op"], op.type.dtype) for k in range(width)]
+    result = pointers[op.results[0]]
+    final = cut.chunks == 1
+    head, initials = initial(pointers) if final else ([], None)
+    parts = [] if final else _partials(ctx, accumulators[:1], replace(cut, outputs=outputs))
+
+    def finish(j: int, value: str) -> list[str]:
+        at = f"o * {width}LL + {j}"
+        if final:
+            return [store(op.type.dtype, result, at, rounded(op.type.dtype, value))]
+        return [f"part0[({at}) * {cut.chunks}LL + g] = {value};"]
+
+    def first_result(o: str) -> list[str]:
+        return [f"const int64_t {o}_first = {o} * {width};"] + decompose(
+            f"{o}_first", kept_extents, kept
+        )
+
+    lines = head + [declaration for declaration, _ in parts]
+    lines += reduction_lines(
+        cut,
+        first_result,
+        lambda r: scalar,
+        accumulators,
+        None if initials is None else initials * width,
+        finish,
+        Vectors(lambda r: vector, vector_body.aligned_condition()),
+    )
+    kernels = [(ctx.kernel(pointers, lines, "(columns)"), cut.grid)]
+    if not final:
+        whole = replace(cut, outputs=outputs)
+        kernels.append(_second_pass(ctx, whole, accumulators[:1], parts, initial, op.results))
+    return launches(*kernels)
+
+
 def emit_reduce(ctx: StepContext) -> StepCode:
     """A reduction of any axes: see `reductions` for how threads share the work."""
     op, layout = ctx.step.op, ctx.step.detail
@@ -161,15 +231,19 @@ def emit_reduce(ctx: StepContext) -> StepCode:
     length = layout.input.size // outputs
     if length == 0:
         return _fill_initial(ctx)
-    reduced_extents = tuple(layout.input.extents[p] for p in layout.reduced)
-    width = reduction_width(ctx, reduced_extents)
-    cut = choose_cut(outputs, length, layout.strategy == "rows", width=width)
-    accumulators = [Accumulator("acc", op.attrs["op"], op.type.dtype)]
 
     def initial(pointers):
         lines, x = initial_value(ctx, pointers, op)
         return lines, [x]
 
+    if layout.strategy == "columns":
+        code = _columns(ctx, outputs, length, initial)
+        if code is not None:
+            return code
+    reduced_extents = tuple(layout.input.extents[p] for p in layout.reduced)
+    width = reduction_width(ctx, reduced_extents)
+    cut = choose_cut(outputs, length, layout.strategy == "rows", width=width)
+    accumulators = [Accumulator("acc", op.attrs["op"], op.type.dtype)]
     for flat in (True, False) if outputs == 1 else (False,):
         element, kept = _reduce_element(ctx, flat)
         try:

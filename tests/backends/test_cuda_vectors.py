@@ -27,14 +27,14 @@ LANES = {f32: 4, f64: 2, f16: 8, bf16: 8}
 RTOL = {f64: 1e-10, f32: 1e-4, f16: 2.0**-8, bf16: 2.0**-5}
 
 
-def _elementwise(dtype, n=1003):
-    # Flat: one counter; 1003 is not a multiple of any lane width, so the tail loop runs.
+def _elementwise(dtype, n=20003):
+    # Flat: one counter; 20003 is not a multiple of any lane width, so the tail loop runs.
     return accy.trace.define(
         "flat", [spec(dtype, n=n)] * 2, lambda b, a: (a[0] * a[1]).tanh() + a[0]
     )
 
 
-def _broadcast(dtype, rows=33, cols=96):
+def _broadcast(dtype, rows=201, cols=96):
     # Per axis (the bias and scale broadcast along rows): vectors along the innermost axis.
     return accy.trace.define(
         "scale_shift",
@@ -57,7 +57,7 @@ def _row_sum_exp(dtype, rows=12, cols=8200):
     )
 
 
-def _row_max(dtype, rows=40, cols=264):
+def _row_max(dtype, rows=80, cols=264):
     return accy.trace.define("row_max", [spec(dtype, row=rows, v=cols)], lambda b, a: a[0].max("v"))
 
 
@@ -66,7 +66,7 @@ def _total(dtype, n=40000):
     return accy.trace.define("total", [spec(dtype, n=n)], lambda b, a: (a[0] * 0.5).sum("n"))
 
 
-def _columns(dtype, batch=2, tokens=64, width=96):
+def _columns(dtype, batch=2, tokens=128, width=96):
     # A bias gradient: the innermost axis kept, each thread `width` adjacent results.
     return accy.trace.define(
         "columns",
@@ -78,7 +78,7 @@ def _columns(dtype, batch=2, tokens=64, width=96):
 def _unit_columns(dtype):
     # A reduction over an axis of one element: elementwise in all but name.
     return accy.trace.define(
-        "unit_columns", [spec(dtype, b=1, t=40, c=96)], lambda b, a: (a[0] + 1.0).sum("b")
+        "unit_columns", [spec(dtype, b=1, t=200, c=96)], lambda b, a: (a[0] + 1.0).sum("b")
     )
 
 
@@ -146,9 +146,15 @@ def test_an_innermost_extent_no_vector_divides_keeps_scalar_code(dtype):
     assert _vector_types(compile_program(_odd(dtype)).source) == set()
 
 
+def test_small_loops_stay_scalar():
+    # Latency-bound: vectors would cost code and compile time for nothing.
+    assert _vector_types(compile_program(_elementwise(bf16, n=4096)).source) == set()
+    assert _vector_types(compile_program(_row_sum_exp(bf16, rows=2, cols=4096)).source) == set()
+
+
 def test_a_flat_loop_of_odd_length_ends_in_a_scalar_tail():
-    source = compile_program(_elementwise(bf16, n=1003)).source
-    assert "vector_end = vectorized ? 1000LL : 0LL" in source
+    source = compile_program(_elementwise(bf16, n=20003)).source
+    assert "vector_end = vectorized ? 20000LL : 0LL" in source
     assert "i = vector_end + " in source
 
 
@@ -164,12 +170,12 @@ def test_a_misaligned_view_and_a_transpose_are_read_element_by_element():
     # result is stored as vectors; the same for a transposed read.
     sliced = accy.trace.define(
         "sliced",
-        [spec(f32, row=4, col=17)],
-        lambda b, a: a[0].slice("col", 1, 17) * 2.0,
+        [spec(f32, row=256, col=129)],
+        lambda b, a: a[0].slice("col", 1, 129) * 2.0,
     )
     transposed = accy.trace.define(
         "transposed",
-        [spec(f32, row=8, col=8), spec(f32, col=8, row=8)],
+        [spec(f32, row=128, col=128), spec(f32, col=128, row=128)],
         lambda b, a: a[0] + a[1].transpose("row", "col"),
     )
     for program in (sliced, transposed):

@@ -26,6 +26,7 @@ checked by the kernel, which runs its scalar loop instead when one is not aligne
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from ...codegen.c.dialect import CUDA
@@ -37,6 +38,9 @@ VECTOR_BYTES = 16  # the widest load a thread issues (LDG.128)
 MAX_WIDTH = 8  # lanes per thread: 8 bf16 values fill 16 bytes
 # A body this many statements long (times its lanes) is not worth the code it would take.
 MAX_VECTOR_LINES = 768
+# Below this many elements a kernel is latency-bound: vectors would only cost code (the
+# generated source, NVRTC's time) without making it faster.
+MIN_VECTOR_ELEMENTS = 1 << 14
 
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
@@ -220,11 +224,11 @@ class LaneBody(Body):
     def pruned(self, lines: list[str]) -> list[str]:
         """`lines` without the declarations of lanes that nothing reads (every lane's load
         became an element of a vector)."""
-        text = "\n".join(lines)
+        uses = Counter(IDENTIFIER.findall("\n".join(lines)))
         unused = {
             f"const int64_t {name} = {base} + {k};"
             for name, (base, k) in self.lanes.items()
-            if len(re.findall(rf"\b{name}\b", text)) == 1
+            if uses[name] == 1
         }
         return [line for line in lines if line not in unused]
 

@@ -15,7 +15,14 @@ from ....errors import AccyError
 from ..context import StepContext
 from ..kernels import Kernel, axis_names, blocks_for, decompose, grid_stride
 from ..schedule import SCRATCH, Address, Level
-from ..vectors import MAX_VECTOR_LINES, VECTOR_BYTES, LaneBody, lane_divisor, lane_width
+from ..vectors import (
+    MAX_VECTOR_LINES,
+    MIN_VECTOR_ELEMENTS,
+    VECTOR_BYTES,
+    LaneBody,
+    lane_divisor,
+    lane_width,
+)
 
 
 def indent(lines: list[str]) -> list[str]:
@@ -122,7 +129,7 @@ def _vector_loop(ctx, pointers, t: TensorType, flat: bool, make: Make, scalar_li
         width = 1 if p is None else lane_divisor(width, t.extents[p])
     while width > 1 and width * scalar_lines > MAX_VECTOR_LINES:
         width //= 2
-    if width == 1 or t.size < width:
+    if width == 1 or t.size < MIN_VECTOR_ELEMENTS:
         return None
     body = LaneBody(ctx.module, ctx.plan, pointers, width)
     head, indices, positions = lane_indices(body, t, flat, "i")

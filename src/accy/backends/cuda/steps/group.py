@@ -6,7 +6,7 @@ from ....codegen.c.expressions import EMITTERS, Body, Flat
 from ....core.types import TensorType
 from ..context import StepCode, StepContext, launches
 from ..reductions import Accumulator, choose_cut
-from ..vectors import LaneBody, lane_divisor, lane_width
+from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor, lane_width
 from .common import elementwise_kernel, step_itemsizes, store_at
 from .reduce import initial_value, reduction
 
@@ -67,5 +67,7 @@ def emit_group(ctx: StepContext) -> StepCode:
 
     outputs = [op.results[0] for op in reductions]
     width = lane_divisor(lane_width(step_itemsizes(ctx)), size)
+    if size < MIN_VECTOR_ELEMENTS:
+        width = 1
     cut = choose_cut(1, size, True, width=width)
     return reduction(ctx, cut, _group_element(ctx), lambda o: [], accumulators, initial, outputs)

@@ -10,7 +10,7 @@ from ....errors import AccyError
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import axis_names, compute_bytes, decompose
 from ..reductions import Accumulator, Cut, Finish, Vectors, choose_cut, reduction_lines
-from ..vectors import LaneBody, lane_divisor, lane_width
+from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor, lane_width
 from .common import elementwise_kernel, innermost, rounded, step_itemsizes, store, store_at
 
 
@@ -143,11 +143,12 @@ def _reduce_element(ctx: StepContext, flat: bool):
     return element, lambda o: decompose(o, kept_extents, kept)
 
 
-def reduction_width(ctx: StepContext, extents) -> int:
-    """Elements a thread of a reduction over `extents` takes at a time: a vector's worth of the
-    buffers it reads, dividing the innermost reduced extent."""
+def reduction_width(ctx: StepContext, extents, size: int) -> int:
+    """Elements a thread of a reduction over `extents` (of an input of `size` elements) takes
+    at a time: a vector's worth of the buffers it reads, dividing the innermost reduced
+    extent; 1 for small inputs."""
     p = innermost(extents)
-    if p is None:
+    if p is None or size < MIN_VECTOR_ELEMENTS:
         return 1
     return lane_divisor(lane_width(step_itemsizes(ctx)), extents[p])
 
@@ -163,7 +164,7 @@ def _columns(ctx: StepContext, outputs: int, length: int, initial) -> StepCode |
     reduced_extents = tuple(x_type.extents[p] for p in layout.reduced)
     q = innermost(kept_extents)
     width = lane_divisor(lane_width(step_itemsizes(ctx)), kept_extents[q])
-    if width == 1:
+    if width == 1 or x_type.size < MIN_VECTOR_ELEMENTS:
         return None
     reduced = axis_names(x_type, "r", layout.reduced)
     kept = axis_names(x_type, "k", layout.kept)
@@ -241,7 +242,7 @@ def emit_reduce(ctx: StepContext) -> StepCode:
         if code is not None:
             return code
     reduced_extents = tuple(layout.input.extents[p] for p in layout.reduced)
-    width = reduction_width(ctx, reduced_extents)
+    width = reduction_width(ctx, reduced_extents, layout.input.size)
     cut = choose_cut(outputs, length, layout.strategy == "rows", width=width)
     accumulators = [Accumulator("acc", op.attrs["op"], op.type.dtype)]
     for flat in (True, False) if outputs == 1 else (False,):

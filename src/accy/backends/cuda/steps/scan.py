@@ -19,8 +19,9 @@ Two ways to run the iterations, chosen per scan from the size of the graph it wo
   the node it sets the iteration counter to 0 and writes iteration 0's table; at the end of
   each iteration it advances the counter, writes the next iteration's table (entry `e` is
   `base[parity][e] + stride[e] * s`) and sets the node's handle to `counter < length`. The
-  graph's size does not depend on the length. Inside a conditional body contractions are
-  accy's kernels (`StepContext.inside_conditional`). Bodies holding nested scans, conds,
+  graph's size does not depend on the length. The body's GEMMs are cuBLAS calls whose
+  pointer arrays are entries of the region too (`StepContext.region`, derived from the body's
+  table and rewritten with it), unless `dot.CUBLAS_IN_CONDITIONALS` is off. Bodies holding nested scans, conds,
   while_loops or custom calls stay unrolled: their steps build pool tables of their own
   from the body's addresses, which a table rewritten on the device cannot feed.
 """
@@ -31,8 +32,8 @@ from dataclasses import dataclass
 
 from ....codegen.c.expressions import offset_expression
 from ....core.types import TensorType
-from ..context import StepCode, StepContext, launches
-from ..kernels import axis_names, blocks_for, decompose, grid_stride
+from ..context import Region, StepCode, StepContext, launches
+from ..kernels import LevelPointer, axis_names, blocks_for, decompose, grid_stride
 from ..schedule import WORKSPACE, Address, Conditional, Launch, Level, Schedule, SetCondition
 from .common import copy_kernel, indent
 
@@ -95,6 +96,16 @@ def _slice_kernel(ctx: StepContext, x: int, t: TensorType, axis: str) -> str:
     return ctx.module.kernel(lines, f"step {ctx.index}: scan slice")
 
 
+def _derived(table: list[Moving], pointer: LevelPointer, offset: int, body_ws: int) -> Moving:
+    """A region entry a body step derived (`Region.derive`): `offset` bytes past entry
+    `pointer.index` of the body's table (moving with it), or past a byte of its workspace."""
+    if pointer.table:
+        m = table[pointer.index]
+        return Moving(m.even.plus(offset), m.odd.plus(offset), m.stride)
+    fixed = Address(WORKSPACE, body_ws + pointer.index + offset)
+    return Moving(fixed, fixed)
+
+
 def _runs_as_while_node(ctx: StepContext) -> bool:
     """Whether this scan runs as one graph WHILE node (see the module doc)."""
     body = ctx.step.body
@@ -137,8 +148,9 @@ def emit_scan(ctx: StepContext) -> StepCode:
     length, axis = attrs["length"], attrs["axis"]
     num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
     as_while = _runs_as_while_node(ctx)
+    region = Region() if as_while else None
     body = ctx.emit_plan(
-        ctx.module, ctx.step.body, ctx.inside_conditional or as_while, in_loop=True
+        ctx.module, ctx.step.body, ctx.inside_conditional or as_while, in_loop=True, region=region
     )
     consts = op.operands[:num_consts]
     inits = op.operands[num_consts : num_consts + num_carry]
@@ -235,19 +247,24 @@ def emit_scan(ctx: StepContext) -> StepCode:
             + [Moving(a, a, y_stride(y)) for a, y in zip(addresses_of_ys(level), ys, strict=True)]
         )
         body_size = len(table)
-        return table + pairs, {i: body_size + at for i, at in pair_at.items()}
+        body_ws = level.ws + body_ws_offset
+        derived = [_derived(table, pointer, offset, body_ws) for pointer, offset in region.derived]
+        return table + pairs + derived, {i: body_size + at for i, at in pair_at.items()}
 
     def addresses_of_ys(level: Level) -> list[Address]:
         return [ctx.slot_address(level, y) for y in ys]
 
     # The region's strides (as `moving_entries` lays it out), known before any level is.
-    strides = (
+    body_strides = (
         [0] * (num_consts + num_carry)
         + [0 if i in slicers else x_stride(x) for i, x in enumerate(xs)]
         + [0] * num_carry
         + [y_stride(y) for y in ys]
-        + [stride for i in slicers for stride in (x_stride(xs[i]), 0)]
     )
+    strides = body_strides + [stride for i in slicers for stride in (x_stride(xs[i]), 0)]
+    if region is not None:  # the entries the body's steps derive follow the slice pairs
+        region.start = len(strides)
+        strides += [body_strides[p.index] if p.table else 0 for p, _ in region.derived]
     step_kernel = _step_kernel(ctx, strides) if as_while else ""
 
     def schedule_while(level: Level, schedule: Schedule) -> None:

@@ -21,9 +21,10 @@ Two ways to run the iterations, chosen per scan from the size of the graph it wo
   `base[parity][e] + stride[e] * s`) and sets the node's handle to `counter < length`. The
   graph's size does not depend on the length. The body's GEMMs are cuBLAS calls whose
   pointer arrays are entries of the region too (`StepContext.region`, derived from the body's
-  table and rewritten with it), unless `dot.CUBLAS_IN_CONDITIONALS` is off. Bodies holding nested scans, conds,
-  while_loops or custom calls stay unrolled: their steps build pool tables of their own
-  from the body's addresses, which a table rewritten on the device cannot feed.
+  table and rewritten with it), unless `dot.CUBLAS_IN_CONDITIONALS` is off. Bodies holding
+  nested scans, conds, while_loops or custom calls stay unrolled: their steps build pool
+  tables of their own from the body's addresses, which a table rewritten on the device
+  cannot feed.
 """
 
 from __future__ import annotations

@@ -110,11 +110,17 @@ def test_a_while_node_scan_gemm_reads_pointer_arrays_in_the_region(monkeypatch):
     compiled = compile_program(_matrix_scan(6))
     (node,) = [a for a in compiled.schedule.actions if isinstance(a, Conditional)]
     (start,) = [a for a in compiled.schedule.actions if isinstance(a, SetCondition)]
-    (gemm,) = [a for a in node.body if isinstance(a, Gemm)]
-    # The region is [current entries | even bases | odd bases | counter]; the GEMM's three
-    # pointer arrays are among the current entries the step kernel rewrites.
-    count = (len(compiled.schedule.pool) - start.io - 1) // 3
-    assert start.io <= gemm.arrays and gemm.arrays + 3 <= start.io + count
+    gemms = [a for a in node.body if isinstance(a, Gemm)]
+    # The body is recorded once per scan iteration a node iteration runs (6 < 8 here), each
+    # copy with its own table. The region is [a table per copy | even bases | odd bases |
+    # counter]; each GEMM's three pointer arrays are among its copy's entries, which the step
+    # kernel rewrites.
+    copies = min(cuda_scan.ITERATIONS_PER_NODE_ITERATION, 6)
+    assert len(gemms) == copies
+    count = (len(compiled.schedule.pool) - start.io - 1) // (copies + 2)
+    for copy, gemm in enumerate(gemms):
+        table = start.io + copy * count
+        assert table <= gemm.arrays and gemm.arrays + 3 <= table + count
     # The product is written straight into the stacked output's slice: a moving entry.
     assert "* (long long)s);" in compiled.source
 

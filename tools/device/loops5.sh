@@ -7,7 +7,9 @@
 #   2. tools/device/loops5_probe.py: which cuBLAS GEMM shapes instantiate inside an IF node, a
 #      WHILE-node scan and a while_loop ("loops5-probe" lines: ran + max error, or FAILED).
 #   3. bench.loop_kinds on CUDA, cuBLAS inside nodes (default) and, heavy case only, off.
-#   4. bench.scan_rnn on CUDA, 64 / 1024 / 16384 steps, accy and JAX (remat off).
+#   4. bench.scan_rnn on CUDA, 64 / 1024 / 16384 steps, accy and JAX (remat off; 16384 is a
+#      WHILE node running 8 scan iterations per node iteration), then 1024 steps forced into a
+#      WHILE node (loops4: 18.3 ms, against 8.8 unrolled; the rows without "jax").
 #   5. bench.scan_layers on CUDA, 12 and 48 layers, accy and JAX in the same run.
 #   6. bench.scan_rnn on this host's CPU, 64 and 16384 steps, remat on and off, accy and JAX.
 # Full log: $OUT/loops5.log; every benchmark's rows: $OUT/loops5.json. A summary of at most
@@ -51,6 +53,8 @@ step loops-cuda-kernels 15 env ACCY_CUDA_CUBLAS_IN_CONDITIONALS=0 ACCY_CACHE_DIR
   --device cuda --cases heavy --repeat 2 --json "$WORK/loops-cuda-kernels.json"
 step rnn-cuda 50 python3 -m bench.scan_rnn --device cuda --steps 64,1024,16384 --repeat 3 \
   --remat off --timeout 20 --json "$WORK/rnn-cuda.json"
+step rnn-cuda-node 20 python3 -m bench.scan_rnn --device cuda --steps 1024 --remat off \
+  --systems accy --repeat 3 --timeout 15 --unrolled-nodes 0 --json "$WORK/rnn-cuda-node.json"
 step layers-cuda 45 python3 -m bench.scan_layers --device cuda --layers 12,48 --repeat 3 \
   --timeout 20 --json "$WORK/layers-cuda.json"
 step rnn-cpu 40 python3 -m bench.scan_rnn --device cpu --steps 64,16384 --repeat 2 \

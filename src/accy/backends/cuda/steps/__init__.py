@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ....lower.plan import Plan
-from ..context import StepCode, StepContext, level_address
+from ..context import Region, StepCode, StepContext, level_address
 from ..kernels import Module
 from ..schedule import BARRIER, SCRATCH, WORKSPACE, Access, Level, Range, Schedule
 from .calls import emit_copy, emit_custom_call
@@ -58,14 +58,25 @@ def emit_plan(
 
 
 def _emit_body(
-    module: Module, plan: Plan, inside_conditional: bool = False, *, in_loop: bool = False
+    module: Module,
+    plan: Plan,
+    inside_conditional: bool = False,
+    *,
+    in_loop: bool = False,
+    region: Region | None = None,
 ) -> StepCode:
-    """`emit_plan` for the body of a scan, cond or while_loop (`StepContext.emit_plan`)."""
-    return _emit(module, plan, inside_conditional, False, in_loop)
+    """`emit_plan` for the body of a scan, cond or while_loop (`StepContext.emit_plan`);
+    `region`: the body of a scan run as a WHILE node."""
+    return _emit(module, plan, inside_conditional, False, in_loop, region)
 
 
 def _emit(
-    module: Module, plan: Plan, inside_conditional: bool, relocate: bool, in_loop: bool
+    module: Module,
+    plan: Plan,
+    inside_conditional: bool,
+    relocate: bool,
+    in_loop: bool,
+    region: Region | None = None,
 ) -> StepCode:
     if id(plan) not in module.plan_code:
         contexts = [
@@ -78,6 +89,7 @@ def _emit(
                 inside_conditional=inside_conditional,
                 relocate=relocate,
                 in_loop=in_loop,
+                region=region,
             )
             for index, step in enumerate(plan.steps)
         ]

@@ -238,6 +238,17 @@ class CudaFragment:
             slot.event.record(stream)
             slot.launched = True
 
+    def release_graphs(self) -> None:
+        """Wait for this fragment's launches and destroy its CUDA graphs (the next run captures
+        again). A graph that captured NCCL calls keeps their communicator alive: NCCL's
+        `ncclCommDestroy` waits until every such graph is destroyed."""
+        with self._lock:
+            for slot in self._slots:
+                if slot.launched:
+                    slot.event.synchronize()
+                slot.graphs.clear()  # CuPy destroys a graph and its instance when dropped
+                slot.launched = False
+
     def _aliased_hazard(self, addresses: Sequence[int]) -> bool:
         """Whether this call's outputs alias its inputs (donation) in a pair the batched
         schedule reordered (`Schedule.hazards`): then the schedule in plan order runs."""

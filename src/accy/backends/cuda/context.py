@@ -92,9 +92,10 @@ class StepContext:
     # Writes a nested plan: (module, plan, inside_conditional, in_loop=...).
     emit_plan: Callable[..., StepCode]
     scratch_used: int = 0
-    # In the body of a graph conditional node (cond, while_loop), where only plain kernels are
-    # sure to be captured: a cuBLAS dot product there made the graph fail to instantiate.
-    inside_conditional: bool = False
+    # In the body of a graph conditional node: "while" (a while_loop's body, or a scan run as a
+    # WHILE node), "if" (a cond's branch, at any depth: it decides), "" (neither). cuBLAS GEMMs
+    # are captured in WHILE bodies, but some of them fail to instantiate in IF bodies.
+    inside_conditional: str = ""
     # Whether the plan is scheduled once (the program's own, not a scan's or a branch's body):
     # its kernels are then relocated (`Module.relocated`), so that steps that compute alike on
     # other buffers share one kernel. A body scheduled once per iteration keeps the level's

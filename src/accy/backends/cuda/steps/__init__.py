@@ -44,23 +44,23 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
 def emit_plan(
     module: Module,
     plan: Plan,
-    inside_conditional: bool = False,
+    inside_conditional: str = "",
     relocate: bool = True,
     *,
     in_loop: bool = False,
 ) -> StepCode:
     """The kernels of every step of `plan`, the program's own (written once per plan), and the
     code that schedules them in order. `inside_conditional`: `plan` is (in) the body of a graph
-    conditional node; `in_loop`: (in) the body of a loop, run once per iteration.
-    `relocate=False` writes every kernel for the plan's level, as a body's are (what
-    relocation is compared with in the tests)."""
+    conditional node, "while" or "if" (`StepContext.inside_conditional`); `in_loop`: (in) the
+    body of a loop, run once per iteration. `relocate=False` writes every kernel for the plan's
+    level, as a body's are (what relocation is compared with in the tests)."""
     return _emit(module, plan, inside_conditional, relocate, in_loop)
 
 
 def _emit_body(
     module: Module,
     plan: Plan,
-    inside_conditional: bool = False,
+    inside_conditional: str = "",
     *,
     in_loop: bool = False,
     region: Region | None = None,
@@ -73,7 +73,7 @@ def _emit_body(
 def _emit(
     module: Module,
     plan: Plan,
-    inside_conditional: bool,
+    inside_conditional: str,
     relocate: bool,
     in_loop: bool,
     region: Region | None = None,

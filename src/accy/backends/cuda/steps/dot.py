@@ -49,8 +49,10 @@ OP_N, OP_T = 0, 1  # cublasOperation_t
 # launch either way.)
 SHORT_CONTRACTION = 16
 LARGE_RESULT = 1 << 16
-# cuBLAS GEMMs inside conditional-node bodies (see the module doc). Off: accy's kernels there,
-# the path taken before the loops4 probe showed that cuBLAS inside an IF node instantiates.
+# cuBLAS GEMMs inside WHILE-node bodies (see the module doc). Off: accy's kernels there. In IF
+# bodies (cond branches) accy's kernels always: on the H200 (session 5) a cond with cuBLAS
+# GEMMs of 256 x 256 x 256 or 1 x 1 x 3 failed to instantiate (cudaErrorInvalidValue), while
+# the same GEMMs in WHILE bodies ran.
 CUBLAS_IN_CONDITIONALS = os.environ.get("ACCY_CUDA_CUBLAS_IN_CONDITIONALS", "1") != "0"
 # ... for results of at least this many rows and columns: a 64 x 64 x 64 GEMM in an IF node's
 # body instantiated and ran on the H200 (loops4), a 1 x 1 x 3 dot product there had failed to
@@ -62,14 +64,18 @@ CONDITIONAL_GEMM_MIN = 16
 IN_REGION = Address(WORKSPACE, 0)
 
 
-def _cublas_in_conditional(layout: Layout) -> bool:
-    """Whether a contraction of this layout inside a conditional node's body is cuBLAS."""
-    return CUBLAS_IN_CONDITIONALS and min(layout.m, layout.n) >= CONDITIONAL_GEMM_MIN
+def _cublas_in_conditional(layout: Layout, inside: str) -> bool:
+    """Whether a contraction of this layout inside a conditional node's body of kind `inside`
+    ("while" or "if") is cuBLAS."""
+    wide = min(layout.m, layout.n) >= CONDITIONAL_GEMM_MIN
+    return CUBLAS_IN_CONDITIONALS and inside == "while" and wide
 
 
 def _by_cublas(ctx: StepContext) -> bool:
     op = ctx.step.op
-    if ctx.inside_conditional and not _cublas_in_conditional(ctx.step.detail):
+    if ctx.inside_conditional and not _cublas_in_conditional(
+        ctx.step.detail, ctx.inside_conditional
+    ):
         return False
     same = op.type.dtype in BLAS_DTYPES and op.operand_types[0].dtype == op.type.dtype
     if not (same or is_half_gemm(op)):

@@ -171,7 +171,11 @@ def emit_scan(ctx: StepContext) -> StepCode:
     as_while = _runs_as_while_node(ctx)
     region = Region() if as_while else None
     body = ctx.emit_plan(
-        ctx.module, ctx.step.body, ctx.inside_conditional or as_while, in_loop=True, region=region
+        ctx.module,
+        ctx.step.body,
+        ctx.inside_conditional or ("while" if as_while else ""),
+        in_loop=True,
+        region=region,
     )
     consts = op.operands[:num_consts]
     inits = op.operands[num_consts : num_consts + num_carry]

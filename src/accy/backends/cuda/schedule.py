@@ -14,6 +14,7 @@ the device at every iteration by the scan's step kernel), and the pointer arrays
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -276,9 +277,10 @@ def batch_launches(schedule: Schedule, program_inputs: int, kernels: Kernels) ->
 
 
 def _predecessors(accesses: list[Access]) -> list[set[int]]:
-    """For each action, the earlier actions it must follow (overlapping bytes, one of them a
-    write; or a barrier on either side)."""
-    earlier: dict[int, list[tuple[int, int, int, bool]]] = {}  # source -> (start, stop, at, w)
+    """For each action, the earlier actions it must follow directly: the last writer of every
+    byte it reads or writes, the readers since of every byte it writes (its other conflicts
+    follow transitively), or a barrier on either side."""
+    histories: dict[int, _ByteHistory] = {}
     result: list[set[int]] = []
     barrier: int | None = None
     since_barrier: list[int] = []
@@ -286,20 +288,60 @@ def _predecessors(accesses: list[Access]) -> list[set[int]]:
         if access.barrier:
             result.append(set(since_barrier) | ({barrier} if barrier is not None else set()))
             barrier, since_barrier = at, []
-            earlier.clear()
+            histories.clear()
             continue
         before: set[int] = {barrier} if barrier is not None else set()
         for ranges, write in ((access.reads, False), (access.writes, True)):
             for source, start, stop in ranges:
-                for first, last, other, wrote in earlier.get(source, ()):
-                    if (write or wrote) and first < stop and start < last:
-                        before.add(other)
-        for ranges, write in ((access.reads, False), (access.writes, True)):
-            for source, start, stop in ranges:
-                earlier.setdefault(source, []).append((start, stop, at, write))
+                histories.setdefault(source, _ByteHistory()).conflicts(start, stop, write, before)
+        for source, start, stop in access.reads:
+            histories[source].read(start, stop, at)
+        for source, start, stop in access.writes:
+            histories[source].write(start, stop, at)
         result.append(before)
         since_barrier.append(at)
     return result
+
+
+class _ByteHistory:
+    """For the bytes of one buffer, which action wrote them last and which read them since:
+    bytes [starts[i], starts[i + 1]) share entry i (the last entry runs to the end). Linear in
+    the number of distinct boundaries, not in the number of earlier accesses."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = [0]
+        self.writer: list[int | None] = [None]
+        self.readers: list[tuple[int, ...]] = [()]
+
+    def _entry_at(self, byte: int) -> int:
+        """The entry that starts at `byte` (splitting the one that holds it)."""
+        i = bisect.bisect_right(self.starts, byte) - 1
+        if self.starts[i] == byte:
+            return i
+        self.starts.insert(i + 1, byte)
+        self.writer.insert(i + 1, self.writer[i])
+        self.readers.insert(i + 1, self.readers[i])
+        return i + 1
+
+    def _entries(self, start: int, stop: int) -> range:
+        first = self._entry_at(start)
+        return range(first, self._entry_at(stop))
+
+    def conflicts(self, start: int, stop: int, write: bool, into: set[int]) -> None:
+        for i in self._entries(start, stop):
+            if self.writer[i] is not None:
+                into.add(self.writer[i])
+            if write:
+                into.update(self.readers[i])
+
+    def read(self, start: int, stop: int, at: int) -> None:
+        for i in self._entries(start, stop):
+            if not self.readers[i] or self.readers[i][-1] != at:
+                self.readers[i] += (at,)
+
+    def write(self, start: int, stop: int, at: int) -> None:
+        for i in self._entries(start, stop):
+            self.writer[i], self.readers[i] = at, ()
 
 
 def _batched_order(actions, predecessors, batchable) -> list[list[int]]:

@@ -10,6 +10,7 @@ import pytest
 
 import accy
 from accy import bf16, f16, f32, f64
+from accy.attention import composition
 from accy.attention import cuda as cudnn_attention
 from accy.attention.records import records_for
 from accy.attention.signature import Signature, check, packed_type
@@ -46,6 +47,11 @@ def test_describe_reads_every_layout_in_place():
     assert (p.b, p.h, p.tokens, p.keys, p.dim) == (3, 2, 96, 96, 64)
     assert p.q == (2 * 96 * 64, 96 * 64, 64, 1)
     assert p.k == (64, 96 * 3 * 64, 3 * 64, 1)  # k is (batch, key, head, dim)
+    # The results, in place: O in rows of dim + 8 (the logsumexp's hi, lo, zeros after it);
+    # per batch entry, rows [dQ; dK; dV] of dim.
+    assert p.o == (2 * 96 * 72, 96 * 72, 72, 1) and p.packed_row == 72
+    assert p.grads == (2 * 288 * 64, 288 * 64, 64, 1)
+    assert p.gradient_offsets() == (0, 96 * 64, 192 * 64)
     assert p.causal and p.scale == pytest.approx(1 / 8)
 
 
@@ -219,8 +225,8 @@ def test_cudnn_unequal_extents_without_causal():
 
 
 def test_cudnn_backward_takes_a_cotangent_of_the_logsumexp():
-    """A loss over the forward record's whole result (output and logsumexp) sends a nonzero
-    dlse to the backward record, which the CUDA step folds into O."""
+    """A loss over the forward record's output and logsumexp (hi + lo) sends a nonzero dlse to
+    the backward record, which the CUDA step folds into O (and puts O back after)."""
     _cudnn_or_skip()
     q_axes, k_axes = LAYOUTS["bhsd"]
     s = Signature(q_axes, k_axes, k_axes, causal=True)
@@ -231,8 +237,12 @@ def test_cudnn_backward_takes_a_cotangent_of_the_logsumexp():
 
         def body(b, args):
             packed = records_for(s).register().forward.call(b, *args)
-            w = np.linspace(-1, 1, packed.ty.size).reshape(packed.ty.extents)
-            return (packed * b.constant(w, packed.ty)).sum(tuple(packed.ty.axes))
+            out, lse = composition.unpack(b, s, check(s, *specs), packed)  # lse = hi + lo
+            total = 0
+            for x in (out, lse):
+                w = np.linspace(-1, 1, x.ty.size).reshape(x.ty.extents)
+                total = total + (x * b.constant(w, x.ty)).sum(tuple(x.ty.axes))
+            return total
 
         return accy.value_and_grad(accy.trace.define("lse", specs, body), wrt=(0, 1, 2)), specs
 
@@ -319,7 +329,7 @@ def test_a_library_step_is_scheduled_with_fixed_addresses_and_its_scratch():
 def test_the_helper_kernels_compile_after_the_cuda_dialect_prelude(dtype):
     source = cudnn_attention.helper_source(dtype)
     ptx = toolchain.ptx_with_nvcc(source, f"cuDNN attention helpers ({dtype})", arch="compute_90")
-    for kernel in ("pack_forward", "unpack_backward", "pack_backward"):
+    for kernel in ("split_stats", "prepare_backward", "restore_output"):
         assert f".entry {kernel}(" in ptx
 
 

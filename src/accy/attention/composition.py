@@ -121,7 +121,9 @@ def backward(e: Any, s: Signature, shape: Shape, operands: list, packed, dpacked
     dv = e.contract(p, dout, s.query_axis)
     rows = [dq] + [e.rename(x, s.key_axis, s.query_axis) for x in (dk, dv)]
     order = (*s.batch_axes, s.query_axis, s.dim_axis)
-    rows = [e.convert(x if x.ty.axes == order else e.transpose(x, order), shape.dtype) for x in rows]
+    rows = [
+        e.convert(x if x.ty.axes == order else e.transpose(x, order), shape.dtype) for x in rows
+    ]
     return e.concatenate(rows, s.query_axis)
 
 

@@ -5,6 +5,8 @@ step in the schedule), and a nonzero cotangent of the logsumexp."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -320,6 +322,47 @@ def test_a_library_step_is_scheduled_with_fixed_addresses_and_its_scratch():
     assert compiled.workspace_bytes - compiled.scratch_offset >= library.scratch.offset + 5000
     assert compiled.externals["fake_library"] is call
     assert all(isinstance(a, Launch) for a in compiled.schedule.actions if a is not library)
+
+
+def test_the_steps_read_and_write_the_16_bit_results_in_place(monkeypatch):
+    """value_and_grad's schedule on CUDA (compiled without a GPU: cuDNN's graphs faked): the
+    two library steps' results are bf16 (no f32 staging); the backward step reads the forward
+    step's result where the forward wrote it (no conversion between them); and what launches
+    between and after them is only the loss's own work (the cotangent, the gradients' slices),
+    counted so that a helper kernel coming back shows."""
+    from accy.backends.base import backend_for, compile_artifact
+    from accy.backends.cuda.schedule import Launch, Library
+    from accy.kernel.cudnn import Built
+
+    # A fresh cache of kernels: the fake steps must not outlive the test.
+    monkeypatch.setattr(cudnn_attention, "built", lambda problem: Built(None, {}, 0))
+    monkeypatch.setattr(
+        cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__)
+    )
+    extents = {"batch": 2, "head": 2, "token": 80, "key": 80, "dim": 64}
+    axes = LAYOUTS["bshd"]
+    specs = [accy.spec(bf16, {a: extents[a] for a in names}) for names in (*axes, axes[1])]
+
+    def body(b, args):
+        out = accy.nn.attention(*args, causal=True).convert(f32)
+        return (out * out).sum(tuple(out.ty.axes))
+
+    gradient = accy.value_and_grad(accy.trace.define("p", specs, body), wrt=(0, 1, 2))
+    compiled = compile_artifact(backend_for("cuda"), gradient, None)
+    actions = compiled.schedule.actions
+    forward, backward = (a for a in actions if isinstance(a, Library))
+    for step in (forward, backward):
+        call = compiled.externals[step.symbol]
+        assert call.library.problem.dtype == "bf16"
+        assert dict(call.parameters)["dst"] == bf16, call.parameters
+    assert forward.result in backward.operands[3:]  # packed, read where cuDNN wrote it
+    kinds = [type(a).__name__ for a in actions]
+    first, second = kinds.index("Library"), len(kinds) - 1 - kinds[::-1].index("Library")
+    # Between: the loss's reduction and its cotangent [dO | 0] (3), and copies of the three
+    # inputs into the step's fixed addresses; after: the three gradients' slices.
+    between = [a for a in actions[first + 1 : second] if isinstance(a, Launch)]
+    assert len(between) == 6, kinds
+    assert kinds[second + 1 :] == ["Launch"] * 3, kinds
 
 
 @pytest.mark.skipif(

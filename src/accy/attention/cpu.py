@@ -13,8 +13,10 @@ vectorizes the block loops), handed to the CPU backend as a `KernelCall`
 
 Every buffer is a block: extra memory is O(block × block + block × dim) per thread, never
 O(tokens × keys). Computation is in f32 (f64 for f64 operands; bf16 and f16 are converted as
-they are loaded). Parallel over batch × block pairs with OpenMP, only while the backend's
-fork-safety flag (`accy_shared->parallel`) allows it.
+they are loaded); the results are stored in the operands' dtype, rounded once, with the
+logsumexp of a bf16/f16 row as hi + lo (see `composition.pack`). Parallel over batch × block
+pairs with OpenMP, only while the backend's fork-safety flag (`accy_shared->parallel`) allows
+it.
 """
 
 from __future__ import annotations

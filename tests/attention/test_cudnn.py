@@ -76,6 +76,68 @@ def test_describe_maps_a_bias_with_broadcast_batch_axes():
     assert p.bias == ((1, 0), (3, 96), (96, 1), (96, 3 * 96))
 
 
+def _strided(flat: np.ndarray, dims, strides, offset: int = 0) -> np.ndarray:
+    """The (b, h, s, d) view cuDNN sees of `flat` at element `offset` with `strides`."""
+    item = flat.itemsize
+    return np.lib.stride_tricks.as_strided(
+        flat[offset:], shape=dims, strides=[x * item for x in strides]
+    )
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd", "hbsd-mixed"])
+def test_the_problem_maps_the_results_where_the_records_keep_them(layout):
+    """Without a GPU: cuDNN played by NumPy through the problem's dims, strides and offsets
+    (O written into the forward's result, Stats split into hi and lo by rows as
+    `split_stats` does; O, dO and hi + lo read back, dQ, dK, dV written into the backward's
+    result), against the records' references."""
+    from accy.attention.composition import numpy_backward, numpy_forward
+
+    q_axes, k_axes = LAYOUTS[layout]
+    s = _signature(q_axes, k_axes, causal=True)
+    extents = {"batch": 2, "head": 3, "token": 24, "key": 24, "dim": 16}
+    types = [accy.spec(bf16, {a: extents[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]
+    q, k, v = _inputs(types, bf16, seed=8)
+    fwd = cudnn_attention.describe(s, "forward", types)
+    bwd = cudnn_attention.describe(s, "backward", types)
+    dims_q, dims_k = (fwd.b, fwd.h, fwd.tokens, fwd.dim), (fwd.b, fwd.h, fwd.keys, fwd.dim)
+    qs, ks, vs = (
+        _strided(x.reshape(-1).astype(np.float64), d, st)
+        for x, d, st in ((q, dims_q, fwd.q), (k, dims_k, fwd.k), (v, dims_k, fwd.v))
+    )
+    scores = np.einsum("bhsd,bhtd->bhst", qs, ks) * fwd.scale
+    scores = np.where(np.tril(np.ones(scores.shape[-2:], bool)), scores, -np.inf)
+    stats = np.log(np.exp(scores - scores.max(-1, keepdims=True)).sum(-1)) + scores.max(-1)
+    probabilities = np.exp(scores - stats[..., None])
+    packed_t = packed_type(s, check(s, *types))
+    packed = np.zeros(packed_t.size, np.float64)
+    _strided(packed, dims_q, fwd.o)[...] = np.einsum("bhst,bhtd->bhsd", probabilities, vs)
+    rows = packed.reshape(fwd.rows, fwd.packed_row)  # split_stats: row r = (b h s)
+    rows[:, fwd.dim] = stats.reshape(-1).astype(bf16.numpy).astype(np.float64)
+    rows[:, fwd.dim + 1] = stats.reshape(-1) - rows[:, fwd.dim]
+    packed = packed.astype(bf16.numpy).reshape(packed_t.extents)
+    expected = numpy_forward(s, q, k, v).astype(np.float64)
+    _close(packed.astype(np.float64), expected, bf16, "packed")
+
+    dpacked = _inputs([packed_t], bf16, seed=9)[0]
+    dpacked[..., fwd.dim :] = 0  # no cotangent of the logsumexp
+    flat_o = packed.reshape(-1).astype(np.float64)
+    o, do = (_strided(x, dims_q, bwd.o) for x in (flat_o, dpacked.reshape(-1).astype(np.float64)))
+    lse = flat_o.reshape(bwd.rows, bwd.packed_row)[:, bwd.dim : bwd.dim + 2].sum(-1)
+    p = np.exp(scores - lse.reshape(stats.shape)[..., None])  # prepare_backward: hi + lo
+    ds = p * (np.einsum("bhsd,bhtd->bhst", do, vs) - (do * o).sum(-1)[..., None])
+    grads = {
+        "dq": np.einsum("bhst,bhtd->bhsd", ds, ks) * bwd.scale,
+        "dk": np.einsum("bhst,bhsd->bhtd", ds, qs) * bwd.scale,
+        "dv": np.einsum("bhst,bhsd->bhtd", p, do),
+    }
+    result_t = accy.attention.signature.backward_type(s, check(s, *types))
+    result = np.zeros(result_t.size, np.float64)
+    for value, offset in zip(grads.values(), bwd.gradient_offsets(), strict=True):
+        _strided(result, value.shape, bwd.grads, offset)[...] = value
+    expected = numpy_backward(s, q, k, v, packed, dpacked).astype(np.float64)
+    _close(result.reshape(result_t.extents), expected, bf16, "[dQ; dK; dV]")
+
+
 @pytest.mark.parametrize(
     "dtype, layouts, bias_axes, why",
     [

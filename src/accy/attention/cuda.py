@@ -547,14 +547,15 @@ def _span(dims: Sequence[int], strides: Sequence[int]) -> int:
 
 
 def _sizes(p: Problem) -> dict[str, int]:
-    """Bytes of every tensor of `p`'s graph (from their strides; dK and dV spanning the whole
-    backward result, as they lie in it)."""
+    """Bytes of every tensor of `p`'s graph (operands from their strides; O and dO the whole
+    forward result, whose lse slots the helper kernels touch; dK and dV the whole backward
+    result, as they lie in it)."""
     q_dims, k_dims = (p.b, p.h, p.tokens, p.dim), (p.b, p.h, p.keys, p.dim)
     sizes = {
         "q": _span(q_dims, p.q) * 2,
         "k": _span(k_dims, p.k) * 2,
         "v": _span(k_dims, p.v) * 2,
-        "o": _span(q_dims, p.o) * 2,
+        "o": p.rows * p.packed_row * 2,  # the forward's whole result (O and the lse slots)
         "stats": p.rows * 4,
     }
     if p.bias is not None:

@@ -312,3 +312,20 @@ def test_16_bit_backward_takes_a_cotangent_of_the_logsumexp(dtype):
         got = accy.compile(gradient, device=device)(*inputs)
         for name, g, e in zip(["loss", "dq", "dk", "dv"], got, expected, strict=True):
             _half_close(g, e, dtype, f"{device} {name}")
+
+
+@pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
+def test_16_bit_forward_mode_matches_the_f64_composition(dtype):
+    """accy.jvp in bf16/f16 (the JVP rule's tangent packed into the 16-bit result: d lse in
+    hi), on the reference evaluator and the CPU, against the f64 program's."""
+    p = program(dtype, LAYOUTS[1], causal=True)
+    exact_program = program(f64, LAYOUTS[1], causal=True)
+    tangents = accy.jvp(p, wrt=(0, 1, 2))
+    inputs = _half_operands(tangents.parameter_types, dtype, seed=10)
+    expected = accy.reference.run(
+        accy.jvp(exact_program, wrt=(0, 1, 2)), [x.astype(np.float64) for x in inputs]
+    )
+    for device in ("reference", "cpu"):
+        got = accy.compile(tangents, device=device)(*inputs)
+        for name, g, e in zip(["output", "tangent"], got, expected, strict=True):
+            _half_close(g, e, dtype, f"{device} {name}")

@@ -84,7 +84,7 @@ def _strided(flat: np.ndarray, dims, strides, offset: int = 0) -> np.ndarray:
     )
 
 
-@pytest.mark.parametrize("layout", ["bhsd", "bshd", "hbsd-mixed"])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd", "hbsd-mixed", "sd"])
 def test_the_problem_maps_the_results_where_the_records_keep_them(layout):
     """Without a GPU: cuDNN played by NumPy through the problem's dims, strides and offsets
     (O written into the forward's result, Stats split into hi and lo by rows as
@@ -92,7 +92,7 @@ def test_the_problem_maps_the_results_where_the_records_keep_them(layout):
     result), against the records' references."""
     from accy.attention.composition import numpy_backward, numpy_forward
 
-    q_axes, k_axes = LAYOUTS[layout]
+    q_axes, k_axes = {**LAYOUTS, "sd": (("token", "dim"), ("key", "dim"))}[layout]
     s = _signature(q_axes, k_axes, causal=True)
     extents = {"batch": 2, "head": 3, "token": 24, "key": 24, "dim": 16}
     types = [accy.spec(bf16, {a: extents[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]

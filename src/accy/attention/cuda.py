@@ -297,6 +297,17 @@ def _batch_groups(s: Signature, operands: dict[str, TensorType]) -> tuple[tuple[
     raise Decline(f"the batch axes {axes} cannot be merged into two dims in every operand")
 
 
+def _dense_when_single(dims: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
+    """`strides` with those of extent-1 dims (0 when no batch axis makes them) set as if the
+    tensor were dense there: the result tensors keep the nonzero strides they always had.
+
+    >>> _dense_when_single((1, 1, 8, 4), (0, 0, 4, 1))
+    (32, 32, 4, 1)
+    """
+    span = max(d * x for d, x in zip(dims, strides, strict=True))
+    return tuple(span if d == 1 and x == 0 else x for d, x in zip(dims, strides, strict=True))
+
+
 def describe(
     s: Signature, part: str, types: Sequence[TensorType], chosen: Settings | None = None
 ) -> Problem:
@@ -352,6 +363,7 @@ def describe(
     o = (*(_group(packed, g, "result")[1] for g in groups), _row_major(packed)[s.query_axis], 1)
     result = backward_type(s, shape)
     grads = (*(_group(result, g, "result")[1] for g in groups), shape.dim, 1)
+    o, grads = (_dense_when_single((b, h, shape.tokens, shape.dim), x) for x in (o, grads))
     return Problem(
         part,
         shape.dtype.name,

@@ -30,7 +30,8 @@ step tests 75 env JAX_PLATFORMS=cpu python3 -m pytest tests/attention -p no:benc
   -p no:cacheprovider -rfEs
 step flash_attention 45 python3 -m bench.flash_attention --device cuda --preset gpt2 \
   --seconds 1 --systems accy,jax-cudnn,torch --json "$OUT/attn16-gpt2.json"
-step bench_attention 35 python3 -m bench --device cuda --dtype bf16 --workloads attention --quick
+step bench_attention 35 python3 -m bench --device cuda --dtype bf16 --workloads attention --quick \
+  --json "$OUT/attn16-attention-workload.json"
 step profile 30 python3 tools/gpt2_profile.py --workload attention --dtype bf16 --top 15
 
 echo "== attn16 summary ($((SECONDS - START)) s; full log $LOG)"

@@ -41,13 +41,15 @@ with N the parameters without the position embeddings (nanoGPT's count: 123,689,
 GPT-2 small), B the batch, T the tokens, L the layers, d the width. MFU divides the model
 FLOP/s by the peak: 989 TFLOP/s (the H100/H200 dense bf16 peak WORKLOADS.md uses) on cuda, and
 on the CPU `--cpu-peak-gflops` if given (else no MFU). accy updates parameters and optimizer
-state in place where it can (`donate_argnums`, cpu only).
+state in place (`donate_argnums=(0, 1)`, on cpu and cuda), and so does JAX (`jax.jit(step,
+donate_argnums=(0, 1))`); PyTorch's optimizer updates its tensors in place anyway.
 """
 
 from __future__ import annotations
 
 import argparse
 import faulthandler
+import functools
 import json
 import os
 import resource
@@ -200,7 +202,7 @@ def run_jax(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool =
         logits = logits.astype(jnp.float32)
         return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
-    @jax.jit
+    @functools.partial(jax.jit, donate_argnums=(0, 1))  # in place, as accy's step (fair)
     def step(p, opt, ids, targets):
         loss, grads = jax.value_and_grad(loss_fn)(p, ids, targets)
         updates, opt = optimizer.update(grads, opt, p)

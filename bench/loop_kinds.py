@@ -7,6 +7,7 @@ call) and step time, for many short steps and for a few heavy ones.
 
     python -m bench.loop_kinds --device cuda
     python -m bench.loop_kinds --device cpu --cases short
+    ACCY_CUDA_CUBLAS_IN_CONDITIONALS=0 python -m bench.loop_kinds --device cuda  # old path
 
 Cases: `short`, 1024 steps of h = tanh(h W + x_t) with a 256-vector carry; `heavy`, 48 steps
 of H = tanh(H W + X_t) with 2048 x 2048 matrices (a GEMM of 17 GFLOP per step). The
@@ -111,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    # On CUDA, contractions inside WHILE nodes are cuBLAS unless
+    # ACCY_CUDA_CUBLAS_IN_CONDITIONALS=0 (`accy.backends.cuda.steps.dot`).
+    from accy.backends.cuda.steps import dot
+
+    cublas_inside = args.device == "cuda" and dot.CUBLAS_IN_CONDITIONALS
     results = []
     for case in args.cases.split(","):
         steps, rows, width = CASES[case]
@@ -129,10 +135,12 @@ def main(argv: list[str] | None = None) -> int:
             result = measure(program, inputs, args.device, args.repeat, nodes)
             outs[kind] = result.pop("out")
             result.update(case=case, kind=kind, device=args.device, steps=steps)
+            result["cublas_in_conditionals"] = cublas_inside
             results.append(result)
             print(
                 f"loop {case:5} {kind:9} steps={steps:5} compile+first call "
-                f"{result['compile_s']:7.2f} s step {result['step_s'] * 1e3:9.3f} ms",
+                f"{result['compile_s']:7.2f} s step {result['step_s'] * 1e3:9.3f} ms"
+                f"{' (cuBLAS inside nodes)' if cublas_inside and kind != 'scan' else ''}",
                 flush=True,
             )
         for kind in [k for k in outs if k != "scan"]:

@@ -45,8 +45,11 @@ def compile(
     `donate` lists inputs the call may overwrite, as JAX's `donate_argnums`: an output that
     can take a donated input's memory is written there, and the array returned for it IS the
     donated array (a training step updating parameters and optimizer state in place). Do not
-    use a donated array after the call. On "cpu" only, for now (`DonationError` elsewhere);
-    see `accy.backends.cpu.DonatingExecutable` for what a donated array must be.
+    use a donated array after the call. On "cpu" and "cuda" (`DonationError` on
+    "reference"); see `accy.backends.cpu.DonatingExecutable` and
+    `accy.backends.cuda.executable.DonatingCudaExecutable` for what a donated array must be
+    (an array that owns its memory, of exactly the parameter's dtype and extents, used by no
+    other argument of the call).
 
     >>> import accy, numpy as np
     >>> p = accy.trace.define("dot", [accy.spec(accy.f32, k=2)] * 2,
@@ -58,14 +61,23 @@ def compile(
     executable = executable_for(program, device, options)
     if not donate:
         return executable
-    if device != "cpu":
-        raise DonationError(
-            f"donate={tuple(donate)}: donation is implemented on the cpu device only; compile "
-            f"for {device!r} without donate"
-        )
-    from .backends.cpu.executable import DonatingExecutable
+    return _donating(executable, device, tuple(donate))
 
-    return DonatingExecutable(executable, tuple(donate))
+
+def _donating(executable: Executable, device: str, donate: tuple[int, ...]) -> Any:
+    """`executable` with inputs `donate` donated, by its device's way of taking them."""
+    if device == "cpu":
+        from .backends.cpu.executable import DonatingExecutable
+
+        return DonatingExecutable(executable, donate)
+    if device == "cuda":
+        from .backends.cuda.executable import DonatingCudaExecutable
+
+        return DonatingCudaExecutable(executable, donate)
+    raise DonationError(
+        f"donate={donate}: donation is implemented on the cpu and cuda devices; compile for "
+        f"{device!r} without donate"
+    )
 
 
 def run(

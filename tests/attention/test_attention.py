@@ -195,3 +195,137 @@ def test_errors_are_clear():
         _trace([q, k, k], causal=1)
     with pytest.raises(AxisError, match="three different axes"):
         _trace([q, k, k], key_axis="dim")
+
+
+# -- 16-bit records: results in the operands' dtype ---------------------------------------------
+
+HALF_TOLERANCE = {"bf16": 2e-2, "f16": 3e-3}  # of the largest expected magnitude
+
+
+def _half_close(got, expected, dtype, what):
+    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
+    tolerance = HALF_TOLERANCE[dtype.name] * max(float(np.max(np.abs(expected))), 1e-3)
+    error = float(np.max(np.abs(got - expected)))
+    assert error <= tolerance, f"{what}: max error {error:.3g} above {tolerance:.3g}"
+
+
+def test_16_bit_records_have_16_bit_results():
+    from accy.attention.signature import Signature, backward_type, check, packed_type
+
+    s = Signature(CANONICAL["q"], CANONICAL["k"], CANONICAL["k"])
+    for dtype, slots in ((accy.bf16, 8), (accy.f16, 8), (f32, 1), (f64, 1)):
+        q = accy.spec(dtype, {a: EXTENTS[a] for a in CANONICAL["q"]})
+        k = accy.spec(dtype, {a: EXTENTS[a] for a in CANONICAL["k"]})
+        shape = check(s, q, k, k)
+        packed, grads = packed_type(s, shape), backward_type(s, shape)
+        assert packed.dtype == grads.dtype == dtype
+        assert packed.extent("dim") == DIM + slots and packed.extent("token") == TOKENS
+        assert grads.extent("token") == 3 * TOKENS and grads.extent("dim") == DIM
+
+
+def _half_operands(specs, dtype, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=t.extents).astype(np.float32).astype(dtype.numpy) for t in specs]
+
+
+@pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
+@pytest.mark.parametrize("causal, bias_axes", [(True, None), (False, ("key", "head", "token"))])
+def test_16_bit_forward_record_rounds_like_the_reference(dtype, causal, bias_axes):
+    """The forward record's result on the CPU and on the reference evaluator: the output within
+    one rounding of the f64 output, the logsumexp hi + lo within about 2^-15 of it, zeros
+    after, in the operands' dtype."""
+    from accy.attention.records import records_for
+    from accy.attention.signature import Signature
+
+    layouts = LAYOUTS[1]
+    s = Signature(*layouts, bias=bias_axes, causal=causal)
+    axes = list(layouts) + ([bias_axes] if bias_axes else [])
+    specs = [accy.spec(dtype, {a: EXTENTS[a] for a in names}) for names in axes]
+    record = records_for(s).register().forward
+    p = accy.trace.define("packed", specs, lambda b, a: record.call(b, *a))
+    exact_specs = [t.with_dtype(f64) for t in specs]
+    exact_program = accy.trace.define("packed", exact_specs, lambda b, a: record.call(b, *a))
+    inputs = _half_operands(specs, dtype, seed=5)
+    (exact,) = accy.reference.run(exact_program, [x.astype(np.float64) for x in inputs])
+    exact = np.asarray(exact)  # f64: [O | lse]
+    for device in ("reference", "cpu"):
+        (got,) = accy.compile(p, device=device)(*inputs)
+        assert np.asarray(got).dtype == dtype.numpy, device
+        got = np.asarray(got, np.float64)
+        _half_close(got[..., :DIM], exact[..., :DIM], dtype, f"{device} output")
+        lse = got[..., DIM] + got[..., DIM + 1]
+        np.testing.assert_allclose(lse, exact[..., DIM], rtol=2**-15, atol=1e-6)
+        assert not np.any(got[..., DIM + 2 :]), device
+
+
+@pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
+@pytest.mark.parametrize("causal, bias_axes", [(True, None), (False, ("key", "head", "token"))])
+def test_16_bit_gradients_match_the_f64_composition(dtype, causal, bias_axes):
+    """value_and_grad in bf16/f16 on the reference evaluator (the records' NumPy references)
+    and the CPU kernels, against the same program in f64 on the same rounded inputs."""
+    layouts = LAYOUTS[1]
+    p = program(dtype, layouts, causal=causal, bias_axes=bias_axes, loss=True)
+    exact_program = program(f64, layouts, causal=causal, bias_axes=bias_axes, loss=True)
+    wrt = tuple(range(len(p.parameter_types)))
+    inputs = _half_operands(p.parameter_types, dtype, seed=6)
+    expected = accy.reference.run(
+        accy.value_and_grad(exact_program, wrt=wrt), [x.astype(np.float64) for x in inputs]
+    )
+    gradient = accy.value_and_grad(p, wrt=wrt)
+    for device in ("reference", "cpu"):
+        got = accy.compile(gradient, device=device)(*inputs)
+        for name, g, e in zip(["loss", "dq", "dk", "dv", "dbias"], got, expected, strict=False):
+            _half_close(g, e, dtype, f"{device} {name}")
+
+
+@pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
+def test_16_bit_backward_takes_a_cotangent_of_the_logsumexp(dtype):
+    """A loss over the forward record's output and its logsumexp (hi + lo): the backward
+    record gets a nonzero dlse (the hi entry of its cotangent), on the reference evaluator and
+    the CPU kernel alike."""
+    from accy.attention import composition
+    from accy.attention.records import records_for
+    from accy.attention.signature import Signature, check
+
+    layouts = LAYOUTS[0]
+    s = Signature(*layouts, causal=True)
+
+    def make(dt):
+        specs = [accy.spec(dt, {a: EXTENTS[a] for a in names}) for names in layouts]
+
+        def body(b, args):
+            packed = records_for(s).register().forward.call(b, *args)
+            out, lse = composition.unpack(b, s, check(s, *specs), packed)
+            total = 0
+            for x in (out, lse):
+                w = np.linspace(-1, 1, x.ty.size).reshape(x.ty.extents)
+                total = total + (x * b.constant(w, x.ty)).sum(tuple(x.ty.axes))
+            return total
+
+        return accy.value_and_grad(accy.trace.define("lse", specs, body), wrt=(0, 1, 2)), specs
+
+    gradient, specs = make(dtype)
+    inputs = _half_operands(specs, dtype, seed=7)
+    exact, _ = make(f64)
+    expected = accy.reference.run(exact, [x.astype(np.float64) for x in inputs])
+    for device in ("reference", "cpu"):
+        got = accy.compile(gradient, device=device)(*inputs)
+        for name, g, e in zip(["loss", "dq", "dk", "dv"], got, expected, strict=True):
+            _half_close(g, e, dtype, f"{device} {name}")
+
+
+@pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
+def test_16_bit_forward_mode_matches_the_f64_composition(dtype):
+    """accy.jvp in bf16/f16 (the JVP rule's tangent packed into the 16-bit result: d lse in
+    hi), on the reference evaluator and the CPU, against the f64 program's."""
+    p = program(dtype, LAYOUTS[1], causal=True)
+    exact_program = program(f64, LAYOUTS[1], causal=True)
+    tangents = accy.jvp(p, wrt=(0, 1, 2))
+    inputs = _half_operands(tangents.parameter_types, dtype, seed=10)
+    expected = accy.reference.run(
+        accy.jvp(exact_program, wrt=(0, 1, 2)), [x.astype(np.float64) for x in inputs]
+    )
+    for device in ("reference", "cpu"):
+        got = accy.compile(tangents, device=device)(*inputs)
+        for name, g, e in zip(["output", "tangent"], got, expected, strict=True):
+            _half_close(g, e, dtype, f"{device} {name}")

@@ -5,11 +5,14 @@ step in the schedule), and a nonzero cotangent of the logsumexp."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 import accy
 from accy import bf16, f16, f32, f64
+from accy.attention import composition
 from accy.attention import cuda as cudnn_attention
 from accy.attention.records import records_for
 from accy.attention.signature import Signature, check, packed_type
@@ -46,6 +49,11 @@ def test_describe_reads_every_layout_in_place():
     assert (p.b, p.h, p.tokens, p.keys, p.dim) == (3, 2, 96, 96, 64)
     assert p.q == (2 * 96 * 64, 96 * 64, 64, 1)
     assert p.k == (64, 96 * 3 * 64, 3 * 64, 1)  # k is (batch, key, head, dim)
+    # The results, in place: O in rows of dim + 8 (the logsumexp's hi, lo, zeros after it);
+    # per batch entry, rows [dQ; dK; dV] of dim.
+    assert p.o == (2 * 96 * 72, 96 * 72, 72, 1) and p.packed_row == 72
+    assert p.grads == (2 * 288 * 64, 288 * 64, 64, 1)
+    assert p.gradient_offsets() == (0, 96 * 64, 192 * 64)
     assert p.causal and p.scale == pytest.approx(1 / 8)
 
 
@@ -66,6 +74,68 @@ def test_describe_maps_a_bias_with_broadcast_batch_axes():
     types = [_spec(bf16, a) for a in (q_axes, k_axes, k_axes, bias_axes)]
     p = cudnn_attention.describe(s, "forward", types)
     assert p.bias == ((1, 0), (3, 96), (96, 1), (96, 3 * 96))
+
+
+def _strided(flat: np.ndarray, dims, strides, offset: int = 0) -> np.ndarray:
+    """The (b, h, s, d) view cuDNN sees of `flat` at element `offset` with `strides`."""
+    item = flat.itemsize
+    return np.lib.stride_tricks.as_strided(
+        flat[offset:], shape=dims, strides=[x * item for x in strides]
+    )
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd", "hbsd-mixed", "sd"])
+def test_the_problem_maps_the_results_where_the_records_keep_them(layout):
+    """Without a GPU: cuDNN played by NumPy through the problem's dims, strides and offsets
+    (O written into the forward's result, Stats split into hi and lo by rows as
+    `split_stats` does; O, dO and hi + lo read back, dQ, dK, dV written into the backward's
+    result), against the records' references."""
+    from accy.attention.composition import numpy_backward, numpy_forward
+
+    q_axes, k_axes = {**LAYOUTS, "sd": (("token", "dim"), ("key", "dim"))}[layout]
+    s = _signature(q_axes, k_axes, causal=True)
+    extents = {"batch": 2, "head": 3, "token": 24, "key": 24, "dim": 16}
+    types = [accy.spec(bf16, {a: extents[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]
+    q, k, v = _inputs(types, bf16, seed=8)
+    fwd = cudnn_attention.describe(s, "forward", types)
+    bwd = cudnn_attention.describe(s, "backward", types)
+    dims_q, dims_k = (fwd.b, fwd.h, fwd.tokens, fwd.dim), (fwd.b, fwd.h, fwd.keys, fwd.dim)
+    qs, ks, vs = (
+        _strided(x.reshape(-1).astype(np.float64), d, st)
+        for x, d, st in ((q, dims_q, fwd.q), (k, dims_k, fwd.k), (v, dims_k, fwd.v))
+    )
+    scores = np.einsum("bhsd,bhtd->bhst", qs, ks) * fwd.scale
+    scores = np.where(np.tril(np.ones(scores.shape[-2:], bool)), scores, -np.inf)
+    stats = np.log(np.exp(scores - scores.max(-1, keepdims=True)).sum(-1)) + scores.max(-1)
+    probabilities = np.exp(scores - stats[..., None])
+    packed_t = packed_type(s, check(s, *types))
+    packed = np.zeros(packed_t.size, np.float64)
+    _strided(packed, dims_q, fwd.o)[...] = np.einsum("bhst,bhtd->bhsd", probabilities, vs)
+    rows = packed.reshape(fwd.rows, fwd.packed_row)  # split_stats: row r = (b h s)
+    rows[:, fwd.dim] = stats.reshape(-1).astype(bf16.numpy).astype(np.float64)
+    rows[:, fwd.dim + 1] = stats.reshape(-1) - rows[:, fwd.dim]
+    packed = packed.astype(bf16.numpy).reshape(packed_t.extents)
+    expected = numpy_forward(s, q, k, v).astype(np.float64)
+    _close(packed.astype(np.float64), expected, bf16, "packed")
+
+    dpacked = _inputs([packed_t], bf16, seed=9)[0]
+    dpacked[..., fwd.dim :] = 0  # no cotangent of the logsumexp
+    flat_o = packed.reshape(-1).astype(np.float64)
+    o, do = (_strided(x, dims_q, bwd.o) for x in (flat_o, dpacked.reshape(-1).astype(np.float64)))
+    lse = flat_o.reshape(bwd.rows, bwd.packed_row)[:, bwd.dim : bwd.dim + 2].sum(-1)
+    p = np.exp(scores - lse.reshape(stats.shape)[..., None])  # prepare_backward: hi + lo
+    ds = p * (np.einsum("bhsd,bhtd->bhst", do, vs) - (do * o).sum(-1)[..., None])
+    grads = {
+        "dq": np.einsum("bhst,bhtd->bhsd", ds, ks) * bwd.scale,
+        "dk": np.einsum("bhst,bhsd->bhtd", ds, qs) * bwd.scale,
+        "dv": np.einsum("bhst,bhsd->bhtd", p, do),
+    }
+    result_t = accy.attention.signature.backward_type(s, check(s, *types))
+    result = np.zeros(result_t.size, np.float64)
+    for value, offset in zip(grads.values(), bwd.gradient_offsets(), strict=True):
+        _strided(result, value.shape, bwd.grads, offset)[...] = value
+    expected = numpy_backward(s, q, k, v, packed, dpacked).astype(np.float64)
+    _close(result.reshape(result_t.extents), expected, bf16, "[dQ; dK; dV]")
 
 
 @pytest.mark.parametrize(
@@ -219,8 +289,8 @@ def test_cudnn_unequal_extents_without_causal():
 
 
 def test_cudnn_backward_takes_a_cotangent_of_the_logsumexp():
-    """A loss over the forward record's whole result (output and logsumexp) sends a nonzero
-    dlse to the backward record, which the CUDA step folds into O."""
+    """A loss over the forward record's output and logsumexp (hi + lo) sends a nonzero dlse to
+    the backward record, which the CUDA step folds into O (and puts O back after)."""
     _cudnn_or_skip()
     q_axes, k_axes = LAYOUTS["bhsd"]
     s = Signature(q_axes, k_axes, k_axes, causal=True)
@@ -231,8 +301,12 @@ def test_cudnn_backward_takes_a_cotangent_of_the_logsumexp():
 
         def body(b, args):
             packed = records_for(s).register().forward.call(b, *args)
-            w = np.linspace(-1, 1, packed.ty.size).reshape(packed.ty.extents)
-            return (packed * b.constant(w, packed.ty)).sum(tuple(packed.ty.axes))
+            out, lse = composition.unpack(b, s, check(s, *specs), packed)  # lse = hi + lo
+            total = 0
+            for x in (out, lse):
+                w = np.linspace(-1, 1, x.ty.size).reshape(x.ty.extents)
+                total = total + (x * b.constant(w, x.ty)).sum(tuple(x.ty.axes))
+            return total
 
         return accy.value_and_grad(accy.trace.define("lse", specs, body), wrt=(0, 1, 2)), specs
 
@@ -312,6 +386,47 @@ def test_a_library_step_is_scheduled_with_fixed_addresses_and_its_scratch():
     assert all(isinstance(a, Launch) for a in compiled.schedule.actions if a is not library)
 
 
+def test_the_steps_read_and_write_the_16_bit_results_in_place(monkeypatch):
+    """value_and_grad's schedule on CUDA (compiled without a GPU: cuDNN's graphs faked): the
+    two library steps' results are bf16 (no f32 staging); the backward step reads the forward
+    step's result where the forward wrote it (no conversion between them); and what launches
+    between and after them is only the loss's own work (the cotangent, the gradients' slices),
+    counted so that a helper kernel coming back shows."""
+    from accy.backends.base import backend_for, compile_artifact
+    from accy.backends.cuda.schedule import Launch, Library
+    from accy.kernel.cudnn import Built
+
+    # A fresh cache of kernels: the fake steps must not outlive the test.
+    monkeypatch.setattr(cudnn_attention, "built", lambda problem: Built(None, {}, 0))
+    monkeypatch.setattr(
+        cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__)
+    )
+    extents = {"batch": 2, "head": 2, "token": 80, "key": 80, "dim": 64}
+    axes = LAYOUTS["bshd"]
+    specs = [accy.spec(bf16, {a: extents[a] for a in names}) for names in (*axes, axes[1])]
+
+    def body(b, args):
+        out = accy.nn.attention(*args, causal=True).convert(f32)
+        return (out * out).sum(tuple(out.ty.axes))
+
+    gradient = accy.value_and_grad(accy.trace.define("p", specs, body), wrt=(0, 1, 2))
+    compiled = compile_artifact(backend_for("cuda"), gradient, None)
+    actions = compiled.schedule.actions
+    forward, backward = (a for a in actions if isinstance(a, Library))
+    for step in (forward, backward):
+        call = compiled.externals[step.symbol]
+        assert call.library.problem.dtype == "bf16"
+        assert dict(call.parameters)["dst"] == bf16, call.parameters
+    assert forward.result in backward.operands[3:]  # packed, read where cuDNN wrote it
+    kinds = [type(a).__name__ for a in actions]
+    first, second = kinds.index("Library"), len(kinds) - 1 - kinds[::-1].index("Library")
+    # Between: the loss's reduction and its cotangent [dO | 0] (3), and copies of the three
+    # inputs into the step's fixed addresses; after: the three gradients' slices.
+    between = [a for a in actions[first + 1 : second] if isinstance(a, Launch)]
+    assert len(between) == 6, kinds
+    assert kinds[second + 1 :] == ["Launch"] * 3, kinds
+
+
 @pytest.mark.skipif(
     toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
 )
@@ -319,7 +434,7 @@ def test_a_library_step_is_scheduled_with_fixed_addresses_and_its_scratch():
 def test_the_helper_kernels_compile_after_the_cuda_dialect_prelude(dtype):
     source = cudnn_attention.helper_source(dtype)
     ptx = toolchain.ptx_with_nvcc(source, f"cuDNN attention helpers ({dtype})", arch="compute_90")
-    for kernel in ("pack_forward", "unpack_backward", "pack_backward"):
+    for kernel in ("split_stats", "prepare_backward", "restore_output"):
         assert f".entry {kernel}(" in ptx
 
 

@@ -110,3 +110,34 @@ def test_gradients_can_be_differentiated_again():
     )
     (values,) = accy.reference.run(second, [np.array([1.0, -2.0], np.float32)])
     np.testing.assert_allclose(values, [6.0, -12.0])
+
+
+@pytest.mark.parametrize("monoid", ["sum", "max", "min", "prod"])
+def test_a_reduction_over_axes_of_extent_one_is_a_reshape(monoid):
+    """GPT-2's `qkv.slice("part", j, j + 1).sum("part")` picks one part: a view of the
+    projection, not a kernel that copies it."""
+    from accy.transforms.simplify import simplify
+
+    def pick(b, a):
+        one = a[0].slice("part", 1, 2, 1)
+        return {"sum": one.sum, "max": one.max, "min": one.min, "prod": one.prod}[monoid]("part")
+
+    program = accy.trace.define("pick", [accy.spec(accy.f32, part=3, n=4)], pick)
+    simplified = simplify(program)
+    assert simplified.count("reduce") == 0 and simplified.count("reshape") == 1
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    (want,) = accy.reference.run(program, [x])
+    (got,) = accy.reference.run(simplified, [x])
+    np.testing.assert_array_equal(got, x[1])
+    np.testing.assert_array_equal(want, x[1])
+
+
+def test_a_reduction_from_another_init_is_kept():
+    from accy.transforms.simplify import simplify
+
+    program = accy.trace.define(
+        "offset",
+        [accy.spec(accy.f32, part=1, n=4)],
+        lambda b, a: b.reduce(a[0], 1.0, "sum", ["part"]),
+    )
+    assert simplify(program).count("reduce") == 1

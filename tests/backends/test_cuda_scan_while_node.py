@@ -73,6 +73,23 @@ def test_a_long_scan_is_one_while_node_and_the_schedule_does_not_grow():
     assert sizes[0] == sizes[1]
 
 
+def test_a_node_iteration_runs_several_scan_iterations(monkeypatch):
+    # The body is recorded ITERATIONS_PER_NODE_ITERATION times in the node, each copy with a
+    # table of its own; 20,000 = 8 x 2,500, 20,001 leaves 7 copies that repeat iteration 0.
+    def node_body(length: int, copies: int) -> tuple:
+        monkeypatch.setattr(cuda_scan, "ITERATIONS_PER_NODE_ITERATION", copies)
+        compiled = compile_program(_leaky(length))
+        (node,) = [a for a in compiled.schedule.actions if isinstance(a, Conditional)]
+        return node.body, compiled
+
+    once, _ = node_body(20_000, 1)
+    for length, pad in ((20_000, 0), (20_001, 7)):
+        body, compiled = node_body(length, 8)
+        assert len(body) - 1 == 8 * (len(once) - 1)  # 8 copies of the body, then the step
+        assert f"(long long)i * 8 + j - {pad};" in compiled.source
+        assert f"i < {-(-length // 8)}ull" in compiled.source
+
+
 def test_a_short_scan_stays_unrolled_with_cublas():
     compiled = compile_program(_rnn_gradient(8))
     assert not any(isinstance(a, Conditional) for a in compiled.schedule.actions)
@@ -126,9 +143,13 @@ def _run_fragment(compiled, inputs):
 @pytest.mark.parametrize("length", [7, 8])
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("time_inner", [False, True])
-def test_while_node_scan_values(monkeypatch, length, reverse, time_inner):
+@pytest.mark.parametrize("copies", [1, 3, 8])
+def test_while_node_scan_values(monkeypatch, length, reverse, time_inner, copies):
+    # copies: scan iterations per node iteration (3: lengths 7 and 8 leave 2 and 1 copies of
+    # the first node iteration that run iteration 0 again; 8: one node iteration, or 7 copies).
     cuda_device_or_skip()
     monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)  # every scan is a WHILE node
+    monkeypatch.setattr(cuda_scan, "ITERATIONS_PER_NODE_ITERATION", copies)
     program = _leaky(length, reverse, time_inner)
     compiled = compile_program(program)
     assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)
@@ -145,8 +166,10 @@ def _rnn_gradient(length: int, remat: bool = False):
 
 
 @pytest.mark.parametrize("remat", [False, True])
-def test_while_node_rnn_gradient_matches_the_unrolled_schedule(monkeypatch, remat):
+@pytest.mark.parametrize("copies", [1, 8])
+def test_while_node_rnn_gradient_matches_the_unrolled_schedule(monkeypatch, remat, copies):
     cuda_device_or_skip()
+    monkeypatch.setattr(cuda_scan, "ITERATIONS_PER_NODE_ITERATION", copies)
     gradient = _rnn_gradient(33, remat)
     rng = np.random.default_rng(1)
     inputs = [

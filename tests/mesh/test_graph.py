@@ -380,3 +380,21 @@ def test_a_bucket_the_backend_would_stage_through_scratch_falls_back_to_the_prog
     _, sharded = mlp_train_step(2)
     plan, artifact = compile_for_cuda(sharded.program, {"data": 0}, group=1)
     assert plan.buckets and staged_bucket_steps(artifact) == []
+
+
+def test_other_libraries_steps_are_not_taken_for_buckets():
+    """A step of another library (cuDNN's fused attention in a data-parallel GPT-2 step) has no
+    collective kind: it is not a bucket, whatever buffers it reads (it used to raise
+    AttributeError here)."""
+    from types import SimpleNamespace
+
+    from accy.backends.cuda.schedule import Address
+    from accy.mesh.graph import staged_bucket_steps
+
+    scratch = Address(SCRATCH, 0)
+    attention = Library("accy_cudnn_attention_forward", scratch, (scratch,), scratch)
+    artifact = SimpleNamespace(
+        schedule=SimpleNamespace(actions=[attention]),
+        externals={attention.symbol: SimpleNamespace(library=SimpleNamespace())},
+    )
+    assert staged_bucket_steps(artifact) == []

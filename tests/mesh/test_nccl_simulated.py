@@ -147,3 +147,30 @@ def test_accy_nccl_graph_0_turns_the_graph_off(monkeypatch):
     )
     reasons = run_ranks(1, lambda d, lock: NcclExecutable(program, d).reason)
     assert reasons == ["turned off (graph=False or ACCY_NCCL_GRAPH=0)"]
+
+
+def test_close_releases_the_graphs_holding_nccl_calls_before_the_communicators():
+    """ncclCommDestroy waits until every CUDA graph that captured calls to the communicator is
+    destroyed: a data-parallel GPT-2 run hung in `close` while its step was still alive."""
+    events: list[str] = []
+    alive: list = []
+
+    class GraphedExecutable:
+        def release_graphs(self) -> None:
+            events.append("graphs released")
+
+    def body(distributed, lock):
+        communicator = distributed.communicators["data"]
+        destroy = communicator.destroy
+
+        def recorded_destroy() -> None:
+            events.append("communicator destroyed")
+            destroy()
+
+        communicator.destroy = recorded_destroy
+        alive.append(GraphedExecutable())  # still referenced when close() runs
+        distributed.executables.add(alive[-1])
+        return True
+
+    assert run_ranks(1, body) == [True]
+    assert events == ["graphs released", "communicator destroyed"]

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.types import TensorType, i32
-from .signature import Shape, Signature
+from ..core.types import TensorType, bf16, f16, i32
+from .signature import LSE_SLOTS_16, Shape, Signature, is_16_bit, lse_slots
 
 # -- traced -----------------------------------------------------------------------------------
 
@@ -59,23 +59,37 @@ def softmax_parts(e: Any, s: Signature, shape: Shape, q, k, v, bias=None) -> tup
 
 
 def forward(e: Any, s: Signature, shape: Shape, q: Any, k: Any, v: Any, bias: Any = None) -> Any:
-    """The forward record's packed result: [output | logsumexp] along the dim axis."""
+    """The forward record's packed result: [output | logsumexp] along the dim axis, in the
+    operands' dtype (see `signature.packed_type`)."""
     out, lse = softmax_parts(e, s, shape, q, k, v, bias)
-    return pack(e, s, out, lse())
+    return pack(e, s, shape, out, lse())
 
 
-def pack(e: Any, s: Signature, out: Any, rows: Any) -> Any:
-    """[out | rows] along the dim axis (rows {batch..., query} gains a dim axis of extent 1)."""
+def pack(e: Any, s: Signature, shape: Shape, out: Any, rows: Any, tangent: bool = False) -> Any:
+    """[out | rows] along the dim axis, in the operands' dtype (rows {batch..., query} gains a
+    dim axis). In bf16/f16 the rows take `lse_slots` entries: [hi | lo | zeros] with hi the rows
+    rounded and lo the rest rounded; a `tangent` (the JVP rule's d lse) goes into hi alone, as
+    a cotangent is read from hi alone (`unpack`), lo being a rounding error of hi."""
+    dtype = shape.dtype
     column = e.broadcast_to(
         rows, TensorType(rows.ty.dtype, (*rows.ty.named_extents, (s.dim_axis, 1)))
     )
-    return e.concatenate([out, column], s.dim_axis)
+    if not is_16_bit(dtype):
+        return e.concatenate([e.convert(out, dtype), e.convert(column, dtype)], s.dim_axis)
+    high = e.convert(column, dtype)
+    low = e.sub(column, e.convert(high, column.ty.dtype))
+    parts = [e.convert(out, dtype), high] + ([] if tangent else [e.convert(low, dtype)])
+    return e.pad(e.concatenate(parts, s.dim_axis), s.dim_axis, 0, lse_slots(dtype) - len(parts) + 1)
 
 
-def unpack(e: Any, s: Signature, shape: Shape, packed: Any) -> tuple[Any, Any]:
-    """(output {batch..., query, dim}, logsumexp {batch..., query}) of a packed result."""
-    out = e.slice(packed, s.dim_axis, 0, shape.dim)
-    rows = e.slice(packed, s.dim_axis, shape.dim, shape.dim + 1)
+def unpack(e: Any, s: Signature, shape: Shape, packed: Any, cotangent: bool = False):
+    """(output {batch..., query, dim}, logsumexp {batch..., query}) of a packed result, in the
+    accumulation dtype. The logsumexp is hi + lo in bf16/f16; of a `cotangent` (of a packed
+    result), hi's entry alone (see `pack`)."""
+    acc = shape.accumulation
+    out = e.convert(e.slice(packed, s.dim_axis, 0, shape.dim), acc)
+    parts = 2 if is_16_bit(shape.dtype) and not cotangent else 1
+    rows = e.convert(e.slice(packed, s.dim_axis, shape.dim, shape.dim + parts), acc)
     return out, e.sum(rows, s.dim_axis)
 
 
@@ -88,7 +102,7 @@ def score_gradient(e: Any, s: Signature, shape: Shape, operands: list, packed, d
     """dS = P ∘ (dP - delta), {batch..., query, key}, and P."""
     q, k, v, bias = (*operands, None)[:4]
     out, lse = unpack(e, s, shape, packed)
-    dout, dlse = unpack(e, s, shape, dpacked)
+    dout, dlse = unpack(e, s, shape, dpacked, cotangent=True)
     p = probabilities(e, s, shape, q, k, bias, lse)
     dp = e.contract(dout, e.convert(v, shape.accumulation), s.dim_axis)
     delta = e.sub(e.sum(e.mul(dout, out), s.dim_axis), dlse)
@@ -96,18 +110,21 @@ def score_gradient(e: Any, s: Signature, shape: Shape, operands: list, packed, d
 
 
 def backward(e: Any, s: Signature, shape: Shape, operands: list, packed, dpacked) -> Any:
-    """The backward record's result {batch..., query: tokens + keys, dim: 2 dim}: rows
-    [0, tokens) hold dQ in their first `dim` entries (zeros after), the rows after hold
-    [dK | dV] (see `signature.backward_type`)."""
+    """The backward record's result {batch..., query: tokens + 2 keys, dim}: rows [dQ; dK; dV]
+    in the operands' dtype (see `signature.backward_type`)."""
     acc, scale = shape.accumulation, shape_scale(s, shape)
     ds, p = score_gradient(e, s, shape, operands, packed, dpacked)
     q, k = e.convert(operands[0], acc), e.convert(operands[1], acc)
-    dout, _ = unpack(e, s, shape, dpacked)
+    dout, _ = unpack(e, s, shape, dpacked, cotangent=True)
     dq = e.mul(e.contract(ds, k, s.key_axis), scale)
     dk = e.mul(e.contract(ds, q, s.query_axis), scale)
     dv = e.contract(p, dout, s.query_axis)
-    dkv = e.rename(e.concatenate([dk, dv], s.dim_axis), s.key_axis, s.query_axis)
-    return e.concatenate([e.pad(dq, s.dim_axis, 0, shape.dim), dkv], s.query_axis)
+    rows = [dq] + [e.rename(x, s.key_axis, s.query_axis) for x in (dk, dv)]
+    order = (*s.batch_axes, s.query_axis, s.dim_axis)
+    rows = [
+        e.convert(x if x.ty.axes == order else e.transpose(x, order), shape.dtype) for x in rows
+    ]
+    return e.concatenate(rows, s.query_axis)
 
 
 def bias_gradient(e: Any, s: Signature, shape: Shape, operands: list, packed, dpacked) -> Any:
@@ -162,44 +179,60 @@ def _broadcast(array: np.ndarray, axes, target) -> np.ndarray:
     return moved.reshape([array.shape[axes.index(a)] if a in axes else 1 for a in target])
 
 
+def _dim(s: Signature, q) -> int:
+    return np.shape(q)[s.query.index(s.dim_axis)]
+
+
+def _rounded(array: np.ndarray, like) -> np.ndarray:
+    """`array` in the dtype of the operand `like` where that is 16-bit (the records' results
+    are), else as it is (float64)."""
+    dtype = np.asarray(like).dtype
+    return array.astype(dtype) if dtype in (bf16.numpy, f16.numpy) else array
+
+
 def numpy_forward(s: Signature, q, k, v, bias=None) -> np.ndarray:
-    """The forward record's packed result, in float64."""
+    """The forward record's packed result: float64 for f32/f64 operands; for bf16/f16 ones,
+    rounded to their dtype with the logsumexp as [hi | lo | zeros] (see `pack`)."""
     letters, sc, _, p, lse, da = numpy_parts(s, q, k, v, bias)
     out = np.einsum(f"{sc},{_spec(letters, s.value)}->{sc[:-1]}{da}", p, np.asarray(v, np.float64))
-    return np.concatenate([out, lse[..., None]], -1)
+    dtype = np.asarray(q).dtype
+    if dtype not in (bf16.numpy, f16.numpy):
+        return np.concatenate([out, lse[..., None]], -1)
+    high = lse.astype(dtype)
+    low = (lse - high.astype(np.float64)).astype(dtype)
+    zeros = np.zeros((*lse.shape, LSE_SLOTS_16 - 2), dtype)
+    return np.concatenate([out.astype(dtype), high[..., None], low[..., None], zeros], -1)
+
+
+def numpy_unpack(s: Signature, packed, dim: int, cotangent: bool = False):
+    """(output, logsumexp) of a packed result in float64: hi + lo in bf16/f16, hi alone of a
+    cotangent (see `unpack`)."""
+    dtype = np.asarray(packed).dtype
+    packed = np.asarray(packed, np.float64)
+    parts = 2 if dtype in (bf16.numpy, f16.numpy) and not cotangent else 1
+    return packed[..., :dim], packed[..., dim : dim + parts].sum(-1)
 
 
 def numpy_score_gradient(s: Signature, operands, packed, dpacked):
     letters, sc, _, p, _, da = numpy_parts(s, *operands)
-    packed, dpacked = np.asarray(packed, np.float64), np.asarray(dpacked, np.float64)
-    out, dout, dlse = packed[..., :-1], dpacked[..., :-1], dpacked[..., -1]
+    dim = _dim(s, operands[0])
+    out, _ = numpy_unpack(s, packed, dim)
+    dout, dlse = numpy_unpack(s, dpacked, dim, cotangent=True)
     v = np.asarray(operands[2], np.float64)
     dp = np.einsum(f"{sc[:-1]}{da},{_spec(letters, s.value)}->{sc}", dout, v)
     delta = (dout * out).sum(-1) - dlse
     return letters, sc, da, p * (dp - delta[..., None]), p, dout
 
 
-def numpy_backward_query(s: Signature, *arrays) -> np.ndarray:
-    operands, packed, dpacked = arrays[:-2], arrays[-2], arrays[-1]
-    letters, sc, da, ds, _, _ = numpy_score_gradient(s, operands, packed, dpacked)
-    k = np.asarray(operands[1], np.float64)
-    dim = k.shape[s.key.index(s.dim_axis)]
-    return np.einsum(f"{sc},{_spec(letters, s.key)}->{sc[:-1]}{da}", ds, k) * s.scale_for(dim)
-
-
 def numpy_backward(s: Signature, *arrays) -> np.ndarray:
-    """The backward record's result (see `backward`), in float64."""
-    dq = numpy_backward_query(s, *arrays)
-    dq = np.concatenate([dq, np.zeros_like(dq)], -1)
-    return np.concatenate([dq, numpy_backward_key_value(s, *arrays)], -2)
-
-
-def numpy_backward_key_value(s: Signature, *arrays) -> np.ndarray:
+    """The backward record's result (see `backward`): rows [dQ; dK; dV], float64 for f32/f64
+    operands, rounded to the operands' dtype for bf16/f16."""
     operands, packed, dpacked = arrays[:-2], arrays[-2], arrays[-1]
     letters, sc, da, ds, p, dout = numpy_score_gradient(s, operands, packed, dpacked)
-    q = np.asarray(operands[0], np.float64)
-    dim = q.shape[s.query.index(s.dim_axis)]
-    out_spec = f"{sc[:-2]}{sc[-1]}{da}"
-    dk = np.einsum(f"{sc},{_spec(letters, s.query)}->{out_spec}", ds, q) * s.scale_for(dim)
-    dv = np.einsum(f"{sc},{sc[:-1]}{da}->{out_spec}", p, dout)
-    return np.concatenate([dk, dv], -1)
+    q, k = (np.asarray(x, np.float64) for x in operands[:2])
+    scale = s.scale_for(_dim(s, q))
+    dq = np.einsum(f"{sc},{_spec(letters, s.key)}->{sc[:-1]}{da}", ds, k) * scale
+    key_rows = f"{sc[:-2]}{sc[-1]}{da}"
+    dk = np.einsum(f"{sc},{_spec(letters, s.query)}->{key_rows}", ds, q) * scale
+    dv = np.einsum(f"{sc},{sc[:-1]}{da}->{key_rows}", p, dout)
+    return _rounded(np.concatenate([dq, dk, dv], -2), operands[0])

@@ -13,8 +13,10 @@ vectorizes the block loops), handed to the CPU backend as a `KernelCall`
 
 Every buffer is a block: extra memory is O(block × block + block × dim) per thread, never
 O(tokens × keys). Computation is in f32 (f64 for f64 operands; bf16 and f16 are converted as
-they are loaded). Parallel over batch × block pairs with OpenMP, only while the backend's
-fork-safety flag (`accy_shared->parallel`) allows it.
+they are loaded); the results are stored in the operands' dtype, rounded once, with the
+logsumexp of a bf16/f16 row as hi + lo (see `composition.pack`). Parallel over batch × block
+pairs with OpenMP, only while the backend's fork-safety flag (`accy_shared->parallel`) allows
+it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..codegen.c.dialect import GCC
 from ..core.types import TensorType, f64
 from ..kernel.call import KernelCall
 from ..kernel.handwritten import c_kernel_call
-from .signature import Shape, Signature, backward_type, check, packed_type
+from .signature import Shape, Signature, backward_type, check, lse_slots, packed_type
 
 # Per-thread scratch stays below this: each block array lives on the thread's stack.
 SCRATCH_BYTES = 256 * 1024
@@ -92,6 +94,8 @@ class _Layout:
         self.t = "double" if shape.accumulation == f64 else "float"
         self.fn = "" if shape.accumulation == f64 else "f"
         self.scale = repr(s.scale_for(shape.dim))
+        self.slots = lse_slots(shape.dtype)
+        self.out = GCC.c_type(shape.dtype)  # the results are in the operands' dtype
         self.block = _block_size(shape.dim, shape.accumulation.itemsize)
         work = shape.batch_size * shape.tokens * shape.keys * shape.dim
         self.parallel = "ACCY_ATTENTION_PARALLEL" if work >= PARALLEL_WORK else "0"
@@ -110,6 +114,16 @@ class _Layout:
     def load(self, name: str, index: str) -> str:
         ctype = GCC.c_type(self.operands[name].dtype)
         return f"(({self.t}){ctype.load.format(x=f'p_{name}[{index}]')})"
+
+    def store(self, value: str) -> str:
+        """C converting the computed `value` to the results' dtype (rounding 16-bit ones)."""
+        return self.out.store.format(x=f"({value})")
+
+    def lse(self, name: str, row: str) -> str:
+        """C reading the logsumexp of a packed row (`row` its offset in `name`): hi + lo in
+        bf16/f16; of the cotangent `dpacked`, hi alone (see `composition.pack`)."""
+        parts = 2 if self.slots > 1 and name == "packed" else 1
+        return " + ".join(self.load(name, f"{row} + D + {i}") for i in range(parts))
 
     def offsets(self, names: Sequence[str]) -> str:
         """C declaring `o_<name>`, the offset of batch entry `b` in each operand."""
@@ -153,6 +167,7 @@ class _Layout:
             "TQ": shape.tokens,
             "TK": shape.keys,
             "D": shape.dim,
+            "DP": shape.dim + self.slots,  # a packed row: output, then the logsumexp's slots
             "BQ": self.block,
             "BK": self.block,
             "QT": self.stride("q", s.query_axis),
@@ -233,34 +248,48 @@ def _forward(layout: _Layout) -> str:
           }}
         }}
       }}
-      {t} *out = p_dst + (b * TQ + i0) * (D + 1);
+      {layout.out.storage} *out = p_dst + (b * TQ + i0) * DP;
       for (int64_t i = 0; i < nq; ++i) {{
         const {t} inverse = 1 / l[i];
-        for (int64_t d = 0; d < D; ++d) out[i * (D + 1) + d] = o[i][d] * inverse;
-        out[i * (D + 1) + D] = m[i] + log{fn}(l[i]);
-      }}
+        for (int64_t d = 0; d < D; ++d) out[i * DP + d] = {layout.store("o[i][d] * inverse")};
+        const {t} lse = m[i] + log{fn}(l[i]);
+{_store_lse(layout)}      }}
     }}
 """
     )
 
 
+def _store_lse(layout: _Layout) -> str:
+    """C storing `lse` into the packed row at `out + i * DP`: one entry in f32/f64; in
+    bf16/f16 hi (lse rounded), lo (the rest, rounded) and zeros (see `composition.pack`)."""
+    at = "out[i * DP + D"
+    if layout.slots == 1:
+        return f"        {at}] = lse;\n"
+    high = f"{at}]"
+    lines = [
+        f"{high} = {layout.store('lse')};",
+        f"{at} + 1] = {layout.store(f'lse - {layout.out.load.format(x=high)}')};",
+        f"for (int64_t z = 2; z < {layout.slots}; ++z) {at} + z] = {layout.store('0.0f')};",
+    ]
+    return "".join(f"        {line}\n" for line in lines)
+
+
 def _backward(layout: _Layout) -> str:
     t, fn = layout.t, layout.fn
     names = ["q", "k", "v"] + (["bias"] if layout.s.bias is not None else [])
-    rows = "(TQ + TK) * 2 * D"
+    rows = "(TQ + 2 * TK) * D"  # per batch entry: rows [dQ; dK; dV]
     # Loads the query block's q, dO, lse and delta (rows i0.., nq of them).
     query_block = f"""
         for (int64_t i = 0; i < nq; ++i) {{
-          const {t} *row = p_packed + (b * TQ + i0 + i) * (D + 1);
-          const {t} *drow = p_dpacked + (b * TQ + i0 + i) * (D + 1);
+          const int64_t row = (b * TQ + i0 + i) * DP;
           {t} dot = 0;
           for (int64_t d = 0; d < D; ++d) {{
             q[i][d] = {layout.load("q", "o_q + (i0 + i) * QT + d * QD")};
-            dout[i][d] = drow[d];
-            dot += drow[d] * row[d];
+            dout[i][d] = {layout.load("dpacked", "row + d")};
+            dot += dout[i][d] * {layout.load("packed", "row + d")};
           }}
-          lse[i] = row[D];
-          delta[i] = dot - drow[D];
+          lse[i] = {layout.lse("packed", "row")};
+          delta[i] = dot - ({layout.lse("dpacked", "row")});
         }}
 """
     key_block = f"""
@@ -308,12 +337,9 @@ def _backward(layout: _Layout) -> str:
             for (int64_t d = 0; d < D; ++d) dq[i][d] += x * k[j][d];
           }}
       }}
-      {t} *out = p_dst + b * {rows} + i0 * 2 * D;
+      {layout.out.storage} *out = p_dst + b * {rows} + i0 * D;
       for (int64_t i = 0; i < nq; ++i)
-        for (int64_t d = 0; d < D; ++d) {{
-          out[i * 2 * D + d] = dq[i][d] * SCALE;
-          out[i * 2 * D + D + d] = 0;
-        }}
+        for (int64_t d = 0; d < D; ++d) out[i * D + d] = {layout.store("dq[i][d] * SCALE")};
     }}
 """
         + _parallel(layout)
@@ -335,11 +361,12 @@ def _backward(layout: _Layout) -> str:
             }}
           }}
       }}
-      {t} *out = p_dst + b * {rows} + (TQ + j0) * 2 * D;
+      {layout.out.storage} *dk_out = p_dst + b * {rows} + (TQ + j0) * D;
+      {layout.out.storage} *dv_out = dk_out + TK * D;
       for (int64_t j = 0; j < nk; ++j)
         for (int64_t d = 0; d < D; ++d) {{
-          out[j * 2 * D + d] = dk[j][d] * SCALE;
-          out[j * 2 * D + D + d] = dv[j][d];
+          dk_out[j * D + d] = {layout.store("dk[j][d] * SCALE")};
+          dv_out[j * D + d] = {layout.store("dv[j][d]")};
         }}
     }}
 """

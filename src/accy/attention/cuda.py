@@ -4,15 +4,21 @@ The kernel function of each record returns a `KernelCall` whose `library` is a `
 (an `accy.kernel.call.LibraryStep`): the CUDA backend gives it fixed addresses and scratch, and
 it enqueues its work on the capturing stream, so it runs inside the per-invocation CUDA graph.
 
-- forward: cuDNN's SDPA writes O (q's dtype) and Stats (f32, the row's natural-log
-  logsumexp of the scaled, biased, masked scores: the same as the record's) into scratch; a
-  small kernel packs them into the record's f32 result [O | lse].
-- backward: a small kernel unpacks `packed` and `dpacked` into O, dO (16-bit) and Stats;
-  cuDNN's SDPA backward writes dQ, dK, dV into scratch; a kernel packs them into the record's
-  result. cuDNN takes no cotangent of the logsumexp (`dlse`, zero unless something uses the
-  lse itself, as second derivatives do): cuDNN reads O only for delta = rowsum(dO ∘ O), so a
-  nonzero `dlse` is folded into O at the row's largest |dO| entry, O'[m] = O[m] - dlse / dO[m]
-  (exact when dlse is 0; a row whose dO is all zero with a nonzero dlse gives NaN, loudly).
+The records' results are in the operands' dtype, so cuDNN reads and writes them in place:
+
+- forward: cuDNN's SDPA writes O straight into the record's result [O | hi | lo | zeros]
+  (rows strided by dim + 8) and Stats (f32, the row's natural-log logsumexp of the scaled,
+  biased, masked scores: the same as the record's) into scratch; a rows-sized kernel
+  (`split_stats`) writes each row's hi, lo and zeros.
+- backward: a rows-sized kernel (`prepare_backward`) makes Stats = hi + lo; cuDNN's SDPA
+  backward reads O and dO in place from `packed` and `dpacked` and writes dQ, dK and dV in
+  place into the record's result (rows [dQ; dK; dV]). cuDNN takes no cotangent of the
+  logsumexp (`dlse`, zero unless something uses the lse itself, as second derivatives do):
+  cuDNN reads O only for delta = rowsum(dO ∘ O), so a nonzero `dlse` is folded into O at the
+  row's largest |dO| entry, O[m] -= dlse / dO[m], in `packed` itself, and put back by
+  `restore_output` after cuDNN (the program's actions run in order on one stream, so nothing
+  else reads `packed` in between; exact when dlse is 0; a row whose dO is all zero with a
+  nonzero dlse gives NaN, loudly).
 
 Operands are read in place: the batch axes (in the query's order) are collapsed into cuDNN's
 (b, h) dims where their strides allow, the query/key axis is s and the dim axis d, so any layout
@@ -42,7 +48,7 @@ from ..errors import ConfigurationError
 from ..kernel import cudnn as cudnn_library
 from ..kernel.call import KernelCall
 from ..kernel.cudnn import ALIGN, Built, Decline, handle
-from .signature import Signature, check
+from .signature import Signature, backward_type, check, packed_type
 
 log = logging.getLogger("accy.attention.cuda")
 # Built graphs per problem, and why cuDNN declined calls (`_build` is defined below).
@@ -198,6 +204,8 @@ class Problem:
     k: tuple[int, int, int, int]
     v: tuple[int, int, int, int]
     bias: tuple[tuple[int, int], ...] | None  # (extent, stride) of (b, h, s_q, s_kv)
+    o: tuple[int, int, int, int]  # strides of O (dO) in the forward's result (its cotangent)
+    grads: tuple[int, int, int, int]  # strides of dQ (dK, dV) in the backward's result
     causal: bool
     scale: float
     settings: Settings = Settings()
@@ -214,14 +222,28 @@ class Problem:
             f"scale={self.scale:.6g}]"
         )
 
+    @property
+    def packed_row(self) -> int:
+        """Entries of a row of the forward's result: dim, then the logsumexp's slots."""
+        return self.o[2]
+
+    @property
+    def rows(self) -> int:
+        """Query rows: b h s_q."""
+        return self.b * self.h * self.tokens
+
+    def gradient_offsets(self) -> tuple[int, int, int]:
+        """Element offsets of dQ, dK and dV in the backward's result (rows [dQ; dK; dV] of
+        each batch entry)."""
+        row = self.grads[2]
+        return 0, self.tokens * row, (self.tokens + self.keys) * row
+
     def buffers(self) -> dict[str, int]:
-        """Bytes of each buffer the step keeps in its scratch (16-bit values, f32 stats)."""
-        rows_q = self.b * self.h * self.tokens
-        rows_k = self.b * self.h * self.keys
-        sizes = {"o": rows_q * self.dim * 2, "stats": rows_q * 4}
+        """Bytes of each buffer the step keeps in its scratch: the f32 Stats, and in the
+        backward each row's folded logsumexp cotangent (see `HELPERS`)."""
+        sizes = {"stats": self.rows * 4}
         if self.part == "backward":
-            sizes |= {"do": rows_q * self.dim * 2, "dq": rows_q * self.dim * 2}
-            sizes |= {"dk": rows_k * self.dim * 2, "dv": rows_k * self.dim * 2}
+            sizes["fold"] = self.rows * 4
         return sizes
 
     def offsets(self) -> tuple[dict[str, int], int]:
@@ -275,6 +297,17 @@ def _batch_groups(s: Signature, operands: dict[str, TensorType]) -> tuple[tuple[
     raise Decline(f"the batch axes {axes} cannot be merged into two dims in every operand")
 
 
+def _dense_when_single(dims: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
+    """`strides` with those of extent-1 dims (0 when no batch axis makes them) set as if the
+    tensor were dense there: the result tensors keep the nonzero strides they always had.
+
+    >>> _dense_when_single((1, 1, 8, 4), (0, 0, 4, 1))
+    (32, 32, 4, 1)
+    """
+    span = max(d * x for d, x in zip(dims, strides, strict=True))
+    return tuple(span if d == 1 and x == 0 else x for d, x in zip(dims, strides, strict=True))
+
+
 def describe(
     s: Signature, part: str, types: Sequence[TensorType], chosen: Settings | None = None
 ) -> Problem:
@@ -326,6 +359,11 @@ def describe(
             (shape.tokens, strides[s.query_axis]),
             (shape.keys, strides[s.key_axis]),
         )
+    packed = packed_type(s, shape)
+    o = (*(_group(packed, g, "result")[1] for g in groups), _row_major(packed)[s.query_axis], 1)
+    result = backward_type(s, shape)
+    grads = (*(_group(result, g, "result")[1] for g in groups), shape.dim, 1)
+    o, grads = (_dense_when_single((b, h, shape.tokens, shape.dim), x) for x in (o, grads))
     return Problem(
         part,
         shape.dtype.name,
@@ -338,6 +376,8 @@ def describe(
         dims["k"],
         dims["v"],
         bias,
+        o,
+        grads,
         s.causal,
         s.scale_for(shape.dim),
         settings() if chosen is None else chosen,
@@ -379,8 +419,6 @@ def _build(p: Problem) -> Built:
     except TypeError:  # an older frontend without that statement
         graph = cudnn.pygraph(**options)
     log.info("cuDNN attention %s %s: building with %s", p.part, p.summary, p.settings)
-    rows = (p.h * p.tokens * p.dim, p.tokens * p.dim, p.dim, 1)
-    rows_k = (p.h * p.keys * p.dim, p.keys * p.dim, p.dim, 1)
     stats_stride = (p.h * p.tokens, p.tokens, 1, 1)
     q_dims, k_dims = [p.b, p.h, p.tokens, p.dim], [p.b, p.h, p.keys, p.dim]
     stats_dims = [p.b, p.h, p.tokens, 1]
@@ -397,13 +435,13 @@ def _build(p: Problem) -> Built:
         o, stats = graph.sdpa(
             name="sdpa", q=t["q"], k=t["k"], v=t["v"], generate_stats=True, **common
         )
-        o.set_output(True).set_dim(q_dims).set_stride(list(rows)).set_data_type(io)
+        o.set_output(True).set_dim(q_dims).set_stride(list(p.o)).set_data_type(io)
         stats.set_output(True).set_dim(stats_dims).set_stride(list(stats_stride))
         stats.set_data_type(cudnn.data_type.FLOAT)
         t |= {"o": o, "stats": stats}
     else:
-        t["o"] = graph.tensor(name="o", dim=q_dims, stride=list(rows), data_type=io)
-        t["do"] = graph.tensor(name="do", dim=q_dims, stride=list(rows), data_type=io)
+        t["o"] = graph.tensor(name="o", dim=q_dims, stride=list(p.o), data_type=io)
+        t["do"] = graph.tensor(name="do", dim=q_dims, stride=list(p.o), data_type=io)
         t["stats"] = graph.tensor(
             name="stats", dim=stats_dims, stride=list(stats_stride), data_type=cudnn.data_type.FLOAT
         )
@@ -419,9 +457,9 @@ def _build(p: Problem) -> Built:
             stats=t["stats"],
             **common,
         )
-        dq.set_output(True).set_dim(q_dims).set_stride(list(rows)).set_data_type(io)
-        dk.set_output(True).set_dim(k_dims).set_stride(list(rows_k)).set_data_type(io)
-        dv.set_output(True).set_dim(k_dims).set_stride(list(rows_k)).set_data_type(io)
+        dq.set_output(True).set_dim(q_dims).set_stride(list(p.grads)).set_data_type(io)
+        dk.set_output(True).set_dim(k_dims).set_stride(list(p.grads)).set_data_type(io)
+        dv.set_output(True).set_dim(k_dims).set_stride(list(p.grads)).set_data_type(io)
         t |= {"dq": dq, "dk": dk, "dv": dv}
     modes = [getattr(cudnn.heur_mode, m) for m in p.settings.heuristics]
     steps = [
@@ -515,100 +553,97 @@ def time_plans(
     return times
 
 
+def _span(dims: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements from the first to the last of a strided tensor, both included."""
+    return 1 + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
+
+
 def _sizes(p: Problem) -> dict[str, int]:
-    """Bytes of every tensor of `p`'s graph (operands from their strides, the rest dense)."""
-
-    def span(dims, strides) -> int:
-        return 1 + sum((d - 1) * s for d, s in zip(dims, strides, strict=True))
-
+    """Bytes of every tensor of `p`'s graph (operands from their strides; O and dO the whole
+    forward result, whose lse slots the helper kernels touch; dK and dV the whole backward
+    result, as they lie in it)."""
     q_dims, k_dims = (p.b, p.h, p.tokens, p.dim), (p.b, p.h, p.keys, p.dim)
     sizes = {
-        "q": span(q_dims, p.q) * 2,
-        "k": span(k_dims, p.k) * 2,
-        "v": span(k_dims, p.v) * 2,
+        "q": _span(q_dims, p.q) * 2,
+        "k": _span(k_dims, p.k) * 2,
+        "v": _span(k_dims, p.v) * 2,
+        "o": p.rows * p.packed_row * 2,  # the forward's whole result (O and the lse slots)
+        "stats": p.rows * 4,
     }
     if p.bias is not None:
-        sizes["bias"] = span(*zip(*p.bias, strict=True)) * 2
-    return sizes | p.buffers()
+        sizes["bias"] = _span(*zip(*p.bias, strict=True)) * 2
+    if p.part == "backward":
+        grads = _result_bytes(p)
+        sizes |= {"do": sizes["o"], "dq": grads, "dk": grads, "dv": grads}
+    return sizes
+
+
+def _result_bytes(p: Problem) -> int:
+    """Bytes of the record's result: [O | lse slots] rows, or [dQ; dK; dV] rows."""
+    if p.part == "forward":
+        return p.rows * p.packed_row * 2
+    return p.b * p.h * (p.tokens + 2 * p.keys) * p.dim * 2
 
 
 # -- the library step ------------------------------------------------------------------------------
 
 HELPERS = r"""
-/* After the CUDA dialect's prelude, with FROM and TO defined as its 16-bit loads and stores. */
+/* After the CUDA dialect's prelude, with FROM and TO defined as its 16-bit loads and stores.
+   cuDNN reads and writes O, dO, dQ, dK and dV in the records' results in place; these kernels
+   touch only the logsumexp's entries of a packed row (dp entries: d of O, then hi, lo, zeros). */
 typedef uint16_t u16;
 #define GRID_STRIDE(i, n) \
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
        i += (long long)gridDim.x * blockDim.x)
+#define NO_FOLD 0xffffffffu
 
-/* [O | stats] -> the forward record's result, rows x (d + 1) f32. */
-extern "C" __global__ void pack_forward(float *dst, const u16 *o, const float *stats,
-                                        long long rows, int d) {
-  GRID_STRIDE(i, rows * (d + 1)) {
-    long long r = i / (d + 1);
-    int c = (int)(i - r * (d + 1));
-    dst[i] = c < d ? FROM(o[r * d + c]) : stats[r];
+/* cuDNN's f32 Stats -> the forward's result: hi (rounded), lo (the rest, rounded), zeros. */
+extern "C" __global__ void split_stats(u16 *dst, const float *stats, long long rows, int d,
+                                       int dp) {
+  GRID_STRIDE(r, rows) {
+    u16 *slots = dst + r * dp + d;
+    const float lse = stats[r];
+    const u16 hi = TO(lse);
+    slots[0] = hi;
+    slots[1] = TO(lse - FROM(hi));
+    for (int z = 2; z < dp - d; ++z) slots[z] = TO(0.0f);
   }
 }
 
-/* packed [O | lse] and dpacked [dO | dlse] -> O' and dO (16-bit) and stats, one row a warp (a
-   thread per row wrote 32 rows' columns at once: uncoalesced). cuDNN computes
-   delta = rowsum(dO * O); delta must be rowsum(dO * O) - dlse, so a nonzero dlse moves O at the
-   row's largest |dO| (the first such column). */
-extern "C" __global__ void unpack_backward(u16 *o, u16 *dout, float *stats, const float *packed,
-                                           const float *dpacked, long long rows, int d) {
-  const int lane = threadIdx.x % 32;
-  const long long warps = (long long)gridDim.x * blockDim.x / 32;
-  for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32; r < rows;
-       r += warps) {
-    const float *p = packed + r * (d + 1);
-    const float *dp = dpacked + r * (d + 1);
-    int m = 0;
-    float largest = -1.0f, g_at = FROM(TO(dp[0])), p_at = p[0];
-    for (int c = lane; c < d; c += 32) {
-      const u16 g = TO(dp[c]);
-      dout[r * d + c] = g;
-      o[r * d + c] = TO(p[c]);
-      const float a = fabsf(FROM(g));
-      if (a > largest) { largest = a; m = c; g_at = FROM(g); p_at = p[c]; }
-    }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other = __shfl_down_sync(0xffffffffu, largest, offset);
-      const int other_m = __shfl_down_sync(0xffffffffu, m, offset);
-      const float other_g = __shfl_down_sync(0xffffffffu, g_at, offset);
-      const float other_p = __shfl_down_sync(0xffffffffu, p_at, offset);
-      if (other > largest || (other == largest && other_m < m)) {
-        largest = other; m = other_m; g_at = other_g; p_at = other_p;
+/* Before cuDNN's backward: Stats = hi + lo of each packed row. cuDNN takes no cotangent of the
+   logsumexp (dlse, the hi entry of dpacked's row: zero unless something uses the lse itself, as
+   second derivatives do) and reads O only for delta = rowsum(dO * O), where delta must be
+   rowsum(dO * O) - dlse: so a nonzero dlse moves O at the row's largest |dO| (the first such
+   column m), O[m] -= dlse / dO[m], in place; `fold` keeps m and the old bits for
+   `restore_output` (a row whose dO is all zero with a nonzero dlse gives NaN, loudly). */
+extern "C" __global__ void prepare_backward(float *stats, unsigned *fold, u16 *packed,
+                                            const u16 *dpacked, long long rows, int d, int dp) {
+  GRID_STRIDE(r, rows) {
+    u16 *o = packed + r * dp;
+    const u16 *dout = dpacked + r * dp;
+    stats[r] = FROM(o[d]) + FROM(o[d + 1]);
+    const float dlse = FROM(dout[d]);
+    unsigned kept = NO_FOLD;
+    if (dlse != 0.0f) {
+      int m = 0;
+      float largest = -1.0f;
+      for (int c = 0; c < d; ++c) {
+        const float a = fabsf(FROM(dout[c]));
+        if (a > largest) { largest = a; m = c; }
       }
+      kept = ((unsigned)o[m] << 16) | (unsigned)m;
+      o[m] = TO(FROM(o[m]) - dlse / FROM(dout[m]));
     }
-    __syncwarp();  /* the row's stores above happen before lane 0 overwrites one of them */
-    if (lane == 0) {
-      stats[r] = p[d];
-      const float dlse = dp[d];
-      if (dlse != 0.0f) o[r * d + m] = TO(p_at - dlse / g_at);
-    }
+    fold[r] = kept;
   }
 }
 
-/* dQ, dK, dV (16-bit, (b h) x rows x d) -> the backward record's result:
-   (b h) x (s_q + s_kv) x 2d f32, dQ rows first (zero after d), then [dK | dV] rows. */
-extern "C" __global__ void pack_backward(float *dst, const u16 *dq, const u16 *dk,
-                                         const u16 *dv, long long heads, long long sq,
-                                         long long skv, int d) {
-  long long rows = sq + skv;
-  GRID_STRIDE(i, heads * rows * 2 * d) {
-    long long beta = i / (rows * 2 * d);
-    long long rest = i - beta * rows * 2 * d;
-    long long row = rest / (2 * d);
-    int c = (int)(rest - row * 2 * d);
-    float x;
-    if (row < sq) {
-      x = c < d ? FROM(dq[(beta * sq + row) * d + c]) : 0.0f;
-    } else {
-      long long j = row - sq;
-      x = c < d ? FROM(dk[(beta * skv + j) * d + c]) : FROM(dv[(beta * skv + j) * d + c - d]);
-    }
-    dst[i] = x;
+/* After cuDNN's backward: O as it was (the forward's result is read by others too). */
+extern "C" __global__ void restore_output(u16 *packed, const unsigned *fold, long long rows,
+                                          int dp) {
+  GRID_STRIDE(r, rows) {
+    const unsigned kept = fold[r];
+    if (kept != NO_FOLD) packed[r * dp + (kept & 0xffffu)] = (u16)(kept >> 16);
   }
 }
 """
@@ -649,7 +684,7 @@ def helper_source(dtype: str) -> str:
     dialect's prelude (its conversions round to nearest even, as the reference does), then the
     kernels.
 
-    >>> "pack_backward" in helper_source("bf16") and "accy_bf16_store" in helper_source("bf16")
+    >>> "split_stats" in helper_source("bf16") and "accy_bf16_store" in helper_source("bf16")
     True
     """
     load, store = CONVERSIONS[dtype]
@@ -661,7 +696,7 @@ def _helpers(dtype: str) -> Any:
     import cupy
 
     module = cupy.RawModule(code=helper_source(dtype))
-    names = ("pack_forward", "unpack_backward", "pack_backward")
+    names = ("split_stats", "prepare_backward", "restore_output")
     return {name: module.get_function(name) for name in names}
 
 
@@ -688,15 +723,11 @@ class Issuer:
         """Run once on zeroed buffers, so that cuDNN finishes any lazy setup (loading kernels)
         before a capture."""
         p = self.problem
-        rows_q, rows_k = p.b * p.h * p.tokens, p.b * p.h * p.keys
-        sizes = [rows_q * p.dim * 2, rows_k * p.dim * 2, rows_k * p.dim * 2]
-        if p.bias is not None:
-            sizes.append((1 + sum((e - 1) * stride for e, stride in p.bias)) * 2)
-        if p.part == "backward":
-            sizes += [rows_q * (p.dim + 1) * 4] * 2
-            result = p.b * p.h * (p.tokens + p.keys) * 2 * p.dim * 4
-        else:
-            result = rows_q * (p.dim + 1) * 4
+        sizes = _sizes(p)
+        operands = ["q", "k", "v"] + (["bias"] if p.bias is not None else [])
+        operands += ["o", "do"] if p.part == "backward" else []
+        sizes = [sizes[name] for name in operands]
+        result = _result_bytes(p)
         stream = cupy.cuda.Stream(non_blocking=True)
         buffers = [cupy.zeros(max(n, 1), cupy.uint8) for n in sizes]
         dst = cupy.zeros(result, cupy.uint8)
@@ -713,57 +744,33 @@ class Issuer:
         log.info("cuDNN attention %s %s: warm-up ran", p.part, p.summary)
 
     def issue(self, dst: int, operands: Sequence[int], scratch: int) -> None:
-        """Enqueue the step: helper kernels and cuDNN's execution, on the bound stream, which
-        the caller has made CuPy's current stream too (the helper kernels launch there)."""
+        """Enqueue the step: cuDNN's execution and its helper kernels, on the bound stream,
+        which the caller has made CuPy's current stream too (the helper kernels launch there)."""
         cudnn = cudnn_library.module()
         p = self.problem
         base = -(-scratch // ALIGN) * ALIGN
         at = {name: base + offset for name, offset in self.offsets.items()}
         workspace = base + self.workspace_at
-        q, k, v = operands[:3]
-        pointers = {"q": q, "k": k, "v": v}
-        if p.bias is not None:
-            pointers["bias"] = operands[3]
-        rows = p.b * p.h * p.tokens
+        pointers = dict(zip(["q", "k", "v", "bias"], operands[: 3 + p.has_bias], strict=False))
+        rows, grid = _i64(p.rows), ((_blocks(p.rows),), (BLOCK,))
+        dims = (_i32(p.dim), _i32(p.packed_row))
         h = handle(0)
         cudnn.set_stream(h, self.stream)  # a no-op when `bind` set it already
         if p.part == "forward":
-            pointers |= {"o": at["o"], "stats": at["stats"]}
+            pointers |= {"o": dst, "stats": at["stats"]}
             self._execute(pointers, workspace, h)
-            items = rows * (p.dim + 1)
-            self.kernels["pack_forward"](
-                (_blocks(items),),
-                (BLOCK,),
-                (_ptr(dst), _ptr(at["o"]), _ptr(at["stats"]), _i64(rows), _i32(p.dim)),
-            )
+            self.kernels["split_stats"](*grid, (_ptr(dst), _ptr(at["stats"]), rows, *dims))
             return
         packed, dpacked = operands[-2:]
-        self.kernels["unpack_backward"](
-            (_blocks(rows * 32),),
-            (BLOCK,),
-            (
-                *(_ptr(at[n]) for n in ("o", "do", "stats")),
-                _ptr(packed),
-                _ptr(dpacked),
-                _i64(rows),
-                _i32(p.dim),
-            ),
+        stats, fold = _ptr(at["stats"]), _ptr(at["fold"])
+        self.kernels["prepare_backward"](
+            *grid, (stats, fold, _ptr(packed), _ptr(dpacked), rows, *dims)
         )
-        pointers |= {n: at[n] for n in ("o", "do", "stats", "dq", "dk", "dv")}
+        gradients = (dst + 2 * offset for offset in p.gradient_offsets())
+        pointers |= {"o": packed, "do": dpacked, "stats": at["stats"]}
+        pointers |= dict(zip(("dq", "dk", "dv"), gradients, strict=True))
         self._execute(pointers, workspace, h)
-        heads = p.b * p.h
-        items = heads * (p.tokens + p.keys) * 2 * p.dim
-        self.kernels["pack_backward"](
-            (_blocks(items),),
-            (BLOCK,),
-            (
-                *(_ptr(x) for x in (dst, at["dq"], at["dk"], at["dv"])),
-                _i64(heads),
-                _i64(p.tokens),
-                _i64(p.keys),
-                _i32(p.dim),
-            ),
-        )
+        self.kernels["restore_output"](*grid, (_ptr(packed), fold, rows, dims[1]))
 
     def _execute(self, pointers: dict[str, int], workspace: int, h: Any) -> None:
         # Keyed by uid (the frontend's own key; its tensors need not be hashable).

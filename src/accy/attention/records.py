@@ -2,14 +2,15 @@
 
 Both come from `records_for(signature)`, declared once here with `accy.CustomCall`:
 
-- `forward(q, k, v[, bias])` -> [output | logsumexp] (`signature.packed_type`): reference the
-  NumPy composition, kernels on CPU (`cpu.py`) and CUDA (`cuda.py`), a JVP rule that reuses the
-  forward's logsumexp, a VJP rule that calls the two backward records, and the traced
-  composition as fallback;
-- `backward(q, k, v[, bias], packed, dpacked)` -> dQ, dK and dV in one result
-  (`signature.backward_type`): the backward kernel, taking the output cotangent `dpacked` =
-  [dO | dlse], the output and the logsumexp `packed`. Its fallback is the composition's
-  gradient formulas, so second derivatives go through the composition.
+- `forward(q, k, v[, bias])` -> [output | logsumexp] in the operands' dtype
+  (`signature.packed_type`; in bf16/f16 the logsumexp is two 16-bit entries, hi + lo):
+  reference the NumPy composition, kernels on CPU (`cpu.py`) and CUDA (`cuda.py`), a JVP rule
+  that reuses the forward's logsumexp, a VJP rule that calls the backward record, and the
+  traced composition as fallback;
+- `backward(q, k, v[, bias], packed, dpacked)` -> rows [dQ; dK; dV] in one result, in the
+  operands' dtype (`signature.backward_type`): the backward kernel, taking the output
+  cotangent `dpacked` = [dO | dlse], the output and the logsumexp `packed`. Its fallback is
+  the composition's gradient formulas, so second derivatives go through the composition.
 
 The bias gradient is the composition's (`composition.bias_gradient`), which materialises the
 scores; without a bias nothing of size tokens x keys is ever built.
@@ -84,11 +85,12 @@ def records_for(s: Signature) -> Records:
     def vjp(e, primals, result, cotangent):
         shape = _shape(s, primals)
         grads = backward.call(e, *primals, result, cotangent)
-        rows = shape.tokens + shape.keys
-        dq = e.slice(e.slice(grads, s.query_axis, 0, shape.tokens), s.dim_axis, 0, shape.dim)
-        dkv = e.rename(e.slice(grads, s.query_axis, shape.tokens, rows), s.query_axis, s.key_axis)
-        dk = e.slice(dkv, s.dim_axis, 0, shape.dim)
-        dv = e.slice(dkv, s.dim_axis, shape.dim, 2 * shape.dim)
+        t, keys = shape.tokens, shape.keys
+        dq = e.slice(grads, s.query_axis, 0, t)
+        dk, dv = (
+            e.rename(e.slice(grads, s.query_axis, start, start + keys), s.query_axis, s.key_axis)
+            for start in (t, t + keys)
+        )
         cotangents = [_like(e, dq, primals[0]), _like(e, dk, primals[1]), _like(e, dv, primals[2])]
         if count == 4:
             cotangents.append(c.bias_gradient(e, s, shape, primals, result, cotangent))
@@ -112,7 +114,7 @@ def records_for(s: Signature) -> Records:
         dlse = e.sum(pds, s.key_axis)
         dout = e.sub(e.contract(pds, v, s.key_axis), e.mul(out, dlse))
         dout = e.add(dout, e.contract(p, tv, s.key_axis))
-        return c.pack(e, s, dout, dlse)
+        return c.pack(e, s, shape, dout, dlse, tangent=True)
 
     def forward_fallback(*args):
         return c.forward(args[0].builder, s, _shape(s, args), *args)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core.types import DType, TensorType, f32, f64
+from ..core.types import DType, TensorType, bf16, f16, f32, f64
 from ..errors import AxisError, DTypeError, TypeRuleError
 
 FUSED_MIN_SCORES = 64 * 64
@@ -223,27 +223,60 @@ def _check_bias(
             )
 
 
+LSE_SLOTS_16 = 8
+"""Entries of the forward's result after the output in bf16/f16: the logsumexp as two 16-bit
+numbers whose sum is it (hi = lse rounded, lo = the rest rounded: about 16 (bf16) or 22 (f16)
+bits of it, as cuDNN's f32 Stats would lose too much in one 16-bit number), then zeros, so that
+a row is a multiple of 16 bytes when the dim extent is a multiple of 8 (cuDNN's kernels then
+write the output in place, rows strided by dim + 8)."""
+
+
+def is_16_bit(dtype: DType) -> bool:
+    """Whether the records of `dtype` operands keep 16-bit results (bf16, f16).
+
+    >>> is_16_bit(bf16), is_16_bit(f32)
+    (True, False)
+    """
+    return dtype in (bf16, f16)
+
+
+def lse_slots(dtype: DType) -> int:
+    """Entries after the output in the forward's result: 1 (the logsumexp) in f32/f64,
+    `LSE_SLOTS_16` ([hi | lo | zeros]) in bf16/f16.
+
+    >>> lse_slots(f32), lse_slots(bf16)
+    (1, 8)
+    """
+    return LSE_SLOTS_16 if is_16_bit(dtype) else 1
+
+
 def packed_type(signature: Signature, shape: Shape) -> TensorType:
-    """The forward record's result: {batch..., query_axis, dim_axis: dim + 1}, the output in
-    the first `dim` entries of the dim axis and the row's logsumexp in the last (a custom call
-    has one result, so the two share it), in the accumulation dtype."""
+    """The forward record's result: {batch..., query_axis, dim_axis: dim + slots}, in the
+    operands' dtype: the output in the first `dim` entries of the dim axis, the row's
+    logsumexp after it (`lse_slots`: one entry in f32/f64; [hi | lo | zeros] in bf16/f16, hi +
+    lo the logsumexp). A custom call has one result, so the two share it."""
+    slots = lse_slots(shape.dtype)
     return TensorType(
-        shape.accumulation,
-        (*shape.batch, (signature.query_axis, shape.tokens), (signature.dim_axis, shape.dim + 1)),
+        shape.dtype,
+        (
+            *shape.batch,
+            (signature.query_axis, shape.tokens),
+            (signature.dim_axis, shape.dim + slots),
+        ),
     )
 
 
 def backward_type(signature: Signature, shape: Shape) -> TensorType:
-    """The backward record's result: {batch..., query_axis: tokens + keys, dim_axis: 2 dim},
-    in the accumulation dtype. Rows [0, tokens) hold the query's gradient in their first `dim`
-    entries; the `keys` rows after them hold the key's gradient, then the value's. One result
-    for all three, as a custom call has one, and one backward kernel (cuDNN's) writes them."""
+    """The backward record's result: {batch..., query_axis: tokens + 2 keys, dim_axis: dim}, in
+    the operands' dtype: rows [0, tokens) hold the query's gradient, the `keys` rows after them
+    the key's, then the value's. One result for all three, as a custom call has one, and one
+    backward kernel (cuDNN's) writes them in place."""
     return TensorType(
-        shape.accumulation,
+        shape.dtype,
         (
             *shape.batch,
-            (signature.query_axis, shape.tokens + shape.keys),
-            (signature.dim_axis, 2 * shape.dim),
+            (signature.query_axis, shape.tokens + 2 * shape.keys),
+            (signature.dim_axis, shape.dim),
         ),
     )
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..core.types import DType, TensorType, bf16
-from ..errors import AccyError, InvalidInput
+from ..errors import AccyError, DonationError, InvalidInput
 
 RAW_BYTES = np.dtype(np.uint8)
 BF16_BIT_PATTERNS = (np.dtype(np.uint16), np.dtype(np.int16))
@@ -154,6 +154,59 @@ def check_no_overlap(program: str, inputs, input_sizes, outputs, output_sizes) -
         spans.append((address, end, f"output {j}"))
 
 
+def donated_positions(program: str, donate: Sequence[int], count: int) -> tuple[int, ...]:
+    """The inputs `donate` names (`accy.compile(..., donate=)`), sorted and each once; an
+    index that is not one of the program's `count` inputs is a `DonationError`.
+
+    >>> donated_positions("step", (2, 0, 2), 3)
+    (0, 2)
+    """
+    for i in donate:
+        if not isinstance(i, int) or not 0 <= i < count:
+            raise DonationError(
+                f"program {program!r}: donate={tuple(donate)} names input {i!r}, but its "
+                f"inputs are 0..{count - 1}"
+            )
+    return tuple(sorted(set(donate)))
+
+
+def check_donated_apart(
+    program: str, addresses: Sequence[int], sizes: Sequence[int], donated: Sequence[int]
+) -> None:
+    """Refuse a call where a donated input's memory is also another input's (the same array
+    passed twice, or a view of it): the outputs written into it would change what the other
+    argument reads. `addresses` and `sizes` are every input's, in order.
+
+    >>> check_donated_apart("step", [0, 64, 0], [64, 64, 64], [1])  # inputs 0 and 2 may share
+    >>> try:
+    ...     check_donated_apart("step", [0, 64, 64], [64, 64, 64], [1])
+    ... except DonationError as error:
+    ...     print(str(error)[:62])
+    program 'step': input 1 is donated, but its memory is also inp
+    """
+    spans = sorted(
+        (address, address + size, i)
+        for i, (address, size) in enumerate(zip(addresses, sizes, strict=True))
+        if size
+    )
+    donated = set(donated)
+    # The sweep keeps the earlier span that reaches furthest, and the donated one that does:
+    # a span overlaps an earlier one exactly when it starts before the first's end.
+    furthest = furthest_donated = (0, -1)  # (end, input)
+    for start, end, i in spans:
+        earlier = furthest if i in donated else furthest_donated
+        if start < earlier[0]:
+            pair = sorted((i, earlier[1]))  # name a donated input, the first if both are
+            named, other = pair if pair[0] in donated else pair[::-1]
+            raise DonationError(
+                f"program {program!r}: input {named} is donated, but its memory is also "
+                f"input {other}'s; donate an array that no other argument uses (pass a copy)"
+            )
+        furthest = max(furthest, (end, i))
+        if i in donated:
+            furthest_donated = max(furthest_donated, (end, i))
+
+
 class Layout:
     """The buffers of one program, worked out once: byte sizes and accepted dtypes."""
 
@@ -267,9 +320,11 @@ __all__ = [
     "addresses_of",
     "as_bytes",
     "check_buffer_count",
+    "check_donated_apart",
     "check_no_overlap",
     "check_raw",
     "check_readable",
+    "donated_positions",
     "numpy_data_offset",
     "raw_dtypes",
 ]

@@ -167,6 +167,9 @@ def policy_for(dtype: str):
     return nn.mixed_precision(f32, bf16, f32) if dtype == "bf16" else None
 
 
+DONATING_DEVICES = ("cpu", "cuda")  # where `accy.compile` can take donated arrays
+
+
 def training_step(
     s: Config,
     device: str,
@@ -178,7 +181,9 @@ def training_step(
     """`step(params, state, ids, targets) -> (loss, params, state)`: one jitted function (loss,
     gradients, AdamW over the "decay" and "plain" groups of `initial_state`); in bf16 under
     `accy.nn.mixed_precision(f32, bf16, f32)`. `scheduled` adds a last argument, the learning
-    rate as a scalar named array. Parameters and state are donated on the CPU."""
+    rate as a scalar named array. Parameters and state are donated (`donate_argnums=(0, 1)`,
+    as JAX users write it) on "cpu" and "cuda": the step writes them in place, so the arrays
+    passed in must not be used after the call (use the ones it returns)."""
     decay = optim.Adam(learning_rate, BETA1, BETA2, EPS, WEIGHT_DECAY)
     plain = optim.Adam(learning_rate, BETA1, BETA2, EPS, 0.0)
     policy = policy_for(dtype)
@@ -198,7 +203,7 @@ def training_step(
             )
         return value, new_params, new_state
 
-    donate = (0, 1) if device == "cpu" else ()
+    donate = (0, 1) if device in DONATING_DEVICES else ()
     if scheduled:
         return jit(step, device=device, donate_argnums=donate)
 

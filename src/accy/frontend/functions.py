@@ -154,8 +154,9 @@ def jit(
     `donate_argnums` (positions among the non-static arguments) lists arguments whose arrays
     the call may overwrite, as JAX's: an output that can take a donated array's memory (a
     parameter's update, an optimizer state) is written into it and returned as that same
-    array. The caller must not use a donated argument after the call. CPU only, for now
-    (`accy.DonationError` on other devices); see `accy.compile`.
+    array. The caller must not use a donated argument after the call (its arrays then hold
+    the outputs' values). On "cpu" and "cuda" (`accy.DonationError` on "reference"); see
+    `accy.compile` for what a donated array must be.
 
     >>> import accy, numpy as np
     >>> @accy.jit

@@ -17,6 +17,9 @@ class Target:
     in a few steps is computed again in each rather than stored: on a GPU a few special-function
     instructions cost far less than writing and reading back the value (GPT-2's f32 softmax
     numerator alone was 1.6 GB), while on a CPU the two cost about the same.
+    `splits_widened_gemms`: f32 contractions of an operand widened from bf16 run as bf16
+    contractions that sum in f32, with the same result (`accy.lower.split_gemms`): a GPU's
+    tensor cores take bf16, not f32, at ten times the rate.
     `keep`: which kinds that have a composition the target runs whole, on operands in which
     layout (`accy.lower.expand`; by default every such kind is composed).
 
@@ -26,8 +29,11 @@ class Target:
 
     half_gemms_in_float32: bool = True
     recomputes_transcendentals: bool = False
+    splits_widened_gemms: bool = False
     keep: Keep = compose_all
 
 
 CPU = Target()
-GPU = Target(half_gemms_in_float32=False, recomputes_transcendentals=True)
+GPU = Target(
+    half_gemms_in_float32=False, recomputes_transcendentals=True, splits_widened_gemms=True
+)

@@ -218,8 +218,9 @@ def staged_bucket_steps(artifact: Any) -> list[str]:
         if not isinstance(action, Library):
             continue
         step = artifact.externals[action.symbol].library
-        addresses = (action.result, *action.operands)
-        if step.kind.startswith("bucket_") and any(a.source != WORKSPACE for a in addresses):
+        if not (isinstance(step, NcclStep) and step.kind.startswith("bucket_")):
+            continue  # another library's step (cuDNN attention, ...), or a collective alone
+        if any(a.source != WORKSPACE for a in (action.result, *action.operands)):
             staged.append(step.describe())
     return staged
 

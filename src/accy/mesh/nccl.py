@@ -37,6 +37,7 @@ CuPy (`cupy.cuda.nccl`) is imported only here, when a `Distributed` is made.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -168,14 +169,19 @@ class Distributed:
         self.store.barrier("communicators")
         # NCCL steps inside CUDA graphs find the communicators under this number.
         self.group = register_group(CommunicatorGroup(self.cupy, self.nccl, self.communicators))
+        self.executables: weakref.WeakSet = weakref.WeakSet()  # whose graphs `close` releases
 
     def position(self, mesh_axis: str) -> int:
         return self.mesh.coordinates(self.rank)[mesh_axis]
 
     def close(self) -> None:
         """Wait for the GPU, free the communicators and leave the store (rank 0, which serves
-        it, waits for every rank): call once at the end of a run, on every rank."""
+        it, waits for every rank): call once at the end of a run, on every rank. The CUDA
+        graphs of this process's executables go first: NCCL does not free a communicator while
+        a graph holds calls to it (`ncclCommDestroy` would wait forever)."""
         self.cupy.cuda.Device(0).synchronize()
+        for executable in list(self.executables):
+            executable.release_graphs()
         unregister_group(self.group)
         for comm in self.communicators.values():
             comm.destroy()
@@ -312,6 +318,7 @@ class NcclExecutable:
 
             # Loading warms every NCCL step up, outside any capture (the same on every rank).
             self.executable = CudaExecutable(artifact, 0, precision)
+            distributed.executables.add(self)
             return
         self.steps = split_program(self.program)
         self.compiled = {
@@ -319,6 +326,12 @@ class NcclExecutable:
             for s in self.steps
             if isinstance(s, Segment)
         }
+
+    def release_graphs(self) -> None:
+        """Destroy the CUDA graph of this executable's step ("graph" mode; see
+        `Distributed.close`)."""
+        if self.mode == "graph":
+            self.executable.fragment.release_graphs()
 
     def _segments_reason(self, graph: bool | None) -> str | None:
         """Why this executable runs segments (None: it runs one graph)."""

@@ -15,6 +15,7 @@ from typing import Any
 from ..core import Operation, Program
 from ..core.arrays import is_array
 from ..core.builder import Builder, define
+from ..core.kinds.reduction import reduction_identity
 from ..core.kinds.registry import rule_for
 from ..interpret import Emitter, Graph, Inline, Layer, run
 
@@ -140,7 +141,18 @@ def _reduce(s, op, args):
     x, init = args
     if op.attrs["op"] == "sum" and _is(s, x, 0) and s.splat(init) is not None:
         return s.constant(op.type, s.splat(init))
+    if all(x.ty.extent(a) == 1 for a in op.attrs["axes"]) and _is_identity(s, op, init):
+        # Over axes of extent 1 the reduction is x itself (a slice of one element along an
+        # axis, summed away to drop it): a view, not a kernel. Only a sum's -0.0 differs (it
+        # would come out +0.0).
+        return s.emit.reshape(x, op.type.named_extents)
     return None
+
+
+def _is_identity(s: _Simplify, op: Operation, init: Any) -> bool:
+    """Whether `init` is the identity of `op`'s monoid (0 for sum, -inf for max, ...)."""
+    value = s.splat(init)
+    return value is not None and value == reduction_identity(op.attrs["op"], init.ty.dtype)
 
 
 def _dot_general(s, op, args):

@@ -25,7 +25,7 @@ from ...errors import DonationError
 from ...lower.buffers import ALIGNMENT, donation_aliases
 from ..arguments import check_count, held_dtype, host_array, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
-from ..buffers import addresses_of, numpy_data_offset
+from ..buffers import addresses_of, check_donated_apart, donated_positions, numpy_data_offset
 from .compile import CompiledFragment, compile_program
 
 SHORT_PROGRAM_BYTES = 1 << 20
@@ -219,15 +219,10 @@ class DonatingExecutable:
 
     def __init__(self, executable: CpuExecutable, donate: Sequence[int]):
         types = executable.parameter_types
-        for i in donate:
-            if not isinstance(i, int) or not 0 <= i < len(types):
-                raise DonationError(
-                    f"program {executable.program.name!r}: donate={tuple(donate)} names input "
-                    f"{i!r}, but its inputs are 0..{len(types) - 1}"
-                )
         self.executable = executable
         self.program = executable.program
-        self.donated = tuple(sorted(set(donate)))
+        self.donated = donated_positions(self.program.name, donate, len(types))
+        self._sizes = [t.nbytes for t in types]
         self.aliases = donation_aliases(executable.compiled.plan, self.donated)
 
     def __call__(self, *arrays: Any) -> list[np.ndarray]:
@@ -241,8 +236,7 @@ class DonatingExecutable:
             else host_array(a, t, where(name, i))
             for i, (a, t) in enumerate(zip(arrays, types, strict=True))
         ]
-        if len({id(inputs[i]) for i in self.donated}) < len(self.donated):
-            raise DonationError(f"program {name!r}: one array is donated twice")
+        check_donated_apart(name, addresses_of(inputs), self._sizes, self.donated)
         outputs = [
             inputs[self.aliases[k]] if k in self.aliases else np.empty(t.extents, held_dtype(t))
             for k, t in enumerate(ex.output_types)

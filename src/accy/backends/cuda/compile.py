@@ -24,7 +24,7 @@ from ...lower.target import GPU
 from . import cudnn_conv
 from .kernels import Module
 from .prelude import PRELUDE
-from .schedule import Address, Level, Schedule
+from .schedule import Address, Level, Schedule, batch_launches
 from .steps import emit_plan
 
 NVRTC_OPTIONS = ("--fmad=false",)  # no FMA contraction: rounds as the CPU and the reference do
@@ -106,9 +106,11 @@ def translation_units(module: Module) -> tuple[SourceUnit, ...]:
 
 
 def compile_program(
-    program: Program, kernel_call_registry: Any = None, prefix: str = "accy_"
+    program: Program, kernel_call_registry: Any = None, prefix: str = "accy_", batch: bool = True
 ) -> CompiledFragment:
     """Plan `program` and write its kernels and schedule (file-scope names start `prefix`).
+    With `batch`, launches of one kernel that do not depend on each other become one
+    (`schedule.batch_launches`).
 
     >>> import accy
     >>> from accy.backends.cuda.compile import compile_program
@@ -127,6 +129,8 @@ def compile_program(
     count = len(program.parameters) + len(program.outputs)
     entries = tuple(Address(k) for k in range(count))
     code(Level(schedule.table(entries), entries, 0), schedule)
+    if batch:
+        batch_launches(schedule, len(program.parameters), module)
     scratch_offset = aligned(plan.workspace_bytes) + module.constant_bytes
     constants = tuple((scratch_offset - below, data) for below, data in module.constants)
     return CompiledFragment(

@@ -9,7 +9,7 @@ iteration, each time at another level.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...codegen.c.dialect import CUDA
 from ...codegen.c.expressions import Body
@@ -28,6 +28,23 @@ from .kernels import (
 from .schedule import WORKSPACE, Address, Launch, Level, Schedule
 
 StepCode = Callable[[Level, Schedule], None]
+
+
+@dataclass
+class Region:
+    """The pool region of a scan run as a graph WHILE node (`steps.scan`), which the scan's step
+    kernel rewrites every iteration. Besides the body's table it holds the entries that steps of
+    the body `derive` from it (a GEMM's pointer arrays: a table entry or workspace byte plus an
+    offset), rewritten with them; they start at entry `start` of the region (set by the scan)."""
+
+    derived: list[tuple[LevelPointer, int]] = field(default_factory=list)
+    start: int = 0
+
+    def derive(self, entries: list[tuple[LevelPointer, int]]) -> int:
+        """Add (pointer, byte offset) entries; the index of the first among the derived ones."""
+        first = len(self.derived)
+        self.derived.extend(entries)
+        return first
 
 
 def nothing(level: Level, schedule: Schedule) -> None:
@@ -75,9 +92,10 @@ class StepContext:
     # Writes a nested plan: (module, plan, inside_conditional, in_loop=...).
     emit_plan: Callable[..., StepCode]
     scratch_used: int = 0
-    # In the body of a graph conditional node (cond, while_loop), where only plain kernels are
-    # sure to be captured: a cuBLAS dot product there made the graph fail to instantiate.
-    inside_conditional: bool = False
+    # In the body of a graph conditional node: "while" (a while_loop's body, or a scan run as a
+    # WHILE node), "if" (a cond's branch, at any depth: it decides), "" (neither). cuBLAS GEMMs
+    # are captured in WHILE bodies, but some of them fail to instantiate in IF bodies.
+    inside_conditional: str = ""
     # Whether the plan is scheduled once (the program's own, not a scan's or a branch's body):
     # its kernels are then relocated (`Module.relocated`), so that steps that compute alike on
     # other buffers share one kernel. A body scheduled once per iteration keeps the level's
@@ -86,6 +104,9 @@ class StepContext:
     # In a loop body (scan, while_loop): what the step schedules runs once per iteration, so
     # copying a loop-invariant operand (a weight) through scratch would repeat every time.
     in_loop: bool = False
+    # In the body of a scan run as a WHILE node: its region, where pool tables that follow the
+    # iteration live (the body's level has no entries to build tables from).
+    region: Region | None = None
 
     def pointers(self) -> Pointers:
         """Fresh names for the step's stored values (one `Pointers` per kernel)."""
@@ -149,3 +170,14 @@ class StepContext:
 
     def slot_address(self, level: Level, value: int) -> Address:
         return level_address(self.plan, level, self.plan.slots[value])
+
+    def view_pointer(self, value: int) -> tuple[LevelPointer, int]:
+        """`value`'s first element as (the level pointer of its buffer, a byte offset)."""
+        view = self.view(value)
+        slot = self.plan.slots[view.base]
+        offset = view.offset * self.itemsize(view.base)
+        if slot.storage == "input":
+            return LevelPointer(True, slot.index), offset
+        if slot.storage == "output":
+            return LevelPointer(True, len(self.plan.program.parameters) + slot.index), offset
+        return LevelPointer(False, slot.index), offset

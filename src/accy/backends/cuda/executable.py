@@ -21,8 +21,11 @@ import numpy as np
 
 from ...core import Program
 from ...core.types import TensorType, bf16
+from ...errors import DonationError
+from ...lower.buffers import donation_aliases
 from ..arguments import check_array, check_count, held_dtype, host_array, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
+from ..buffers import check_donated_apart, donated_positions
 from .arrays import Bindings, as_cupy, invoke, on_device
 from .compile import CompiledFragment, compile_program
 from .device import open_device
@@ -84,12 +87,12 @@ class CudaExecutable(Executable):
         self.fragment.run(addresses, stream)
 
 
-def _array_call(fragment: CudaFragment, program: Program) -> Callable[..., list[Any]]:
-    """The function `CudaExecutable.__call__` runs (it holds `fragment`)."""
+def _argument_reader(program: Program) -> Callable[[Any, int], Any]:
+    """`argument(value, position)`: input `position` as a contiguous CuPy array of its type
+    (itself when it already is one; else checked by the one argument rule and copied)."""
     cupy = cupy_module()
-    name, types, output_types = program.name, program.parameter_types, program.output_types
+    name, types = program.name, program.parameter_types
     expected = [(t.extents, held_dtype(t)) for t in types]
-    shapes = [(t.extents, device_dtype(t)) for t in output_types]
 
     def argument(value: Any, position: int):
         extents, dtype = expected[position]
@@ -102,6 +105,16 @@ def _array_call(fragment: CudaFragment, program: Program) -> Callable[..., list[
             return value
         return device_argument(value, types[position], where(name, position))
 
+    return argument
+
+
+def _array_call(fragment: CudaFragment, program: Program) -> Callable[..., list[Any]]:
+    """The function `CudaExecutable.__call__` runs (it holds `fragment`)."""
+    cupy = cupy_module()
+    name, types = program.name, program.parameter_types
+    shapes = [(t.extents, device_dtype(t)) for t in program.output_types]
+    argument = _argument_reader(program)
+
     def call(*arrays: Any) -> list[Any]:
         check_count(name, types, len(arrays))
         inputs = [argument(a, i) for i, a in enumerate(arrays)]
@@ -110,6 +123,94 @@ def _array_call(fragment: CudaFragment, program: Program) -> Callable[..., list[
         return outputs
 
     return call
+
+
+class DonatingCudaExecutable:
+    """`executable` called with some inputs donated (`accy.compile(..., device="cuda",
+    donate=...)`), as on the CPU (`accy.backends.cpu.DonatingExecutable`) and as JAX's
+    `donate_argnums`: each output that the plan lets take a donated input's buffer
+    (`accy.lower.buffers.donation_aliases`, the CPU's rule) is written into that input's
+    device memory, and that very CuPy array is returned for it.
+
+    Nothing is recaptured: the graph reads every input and output address from the pointer
+    pool, filled per call, so the donated array's address is simply given as the output's.
+    A donated array must not be used by the caller afterwards (it holds an output's values,
+    or, if no output took it, the same values until a later call donates it again; the
+    launch is asynchronous, on CuPy's current stream, as any call). It must be a C-contiguous
+    CuPy array that owns its memory (not a view), of exactly the parameter's dtype and
+    extents, and no other argument of the call may share its memory; else `DonationError`,
+    raised before anything runs.
+
+    >>> import accy
+    >>> t = accy.spec(accy.f32, n=3)
+    >>> step = accy.trace.define("sgd", [t, t], lambda b, a: a[0] - a[1] * 0.5)
+    >>> update = accy.compile(step, device="cuda", donate=(0,))  # doctest: +SKIP
+    >>> import cupy  # doctest: +SKIP
+    >>> w = cupy.ones(3, cupy.float32)  # doctest: +SKIP
+    >>> (new,) = update(w, cupy.ones(3, cupy.float32))  # doctest: +SKIP
+    >>> new is w, new.tolist()  # doctest: +SKIP
+    (True, [0.5, 0.5, 0.5])
+    """
+
+    def __init__(self, executable: CudaExecutable, donate: Sequence[int]):
+        program = executable.program
+        self.executable = executable
+        self.program = program
+        self.donated = donated_positions(program.name, donate, len(program.parameter_types))
+        self.aliases = donation_aliases(executable.compiled.plan, self.donated)
+        self._donated_set = frozenset(self.donated)
+        self._sizes = [t.nbytes for t in program.parameter_types]
+        self._argument = _argument_reader(program)
+
+    def __call__(self, *arrays: Any) -> list[Any]:
+        cupy = cupy_module()
+        program, name = self.program, self.program.name
+        types = program.parameter_types
+        check_count(name, types, len(arrays))
+        argument, donated = self._argument, self._donated_set
+        inputs = [  # a donated array is taken itself, never a converted copy
+            _donated(a, types[i], where(name, i)) if i in donated else argument(a, i)
+            for i, a in enumerate(arrays)
+        ]
+        addresses = [a.data.ptr for a in inputs]
+        check_donated_apart(name, addresses, self._sizes, self.donated)
+        outputs = [
+            inputs[self.aliases[k]] if k in self.aliases else cupy.empty(t.extents, device_dtype(t))
+            for k, t in enumerate(program.output_types)
+        ]
+        self.executable.fragment.run(addresses + [o.data.ptr for o in outputs])
+        return outputs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.executable, name)
+
+
+def _donated(value: Any, t: TensorType, at: str):
+    """A donated argument, checked: the CuPy array itself, never a converted copy."""
+    cupy = cupy_module()
+    expected = device_dtype(t)
+    if (
+        type(value) is cupy.ndarray
+        and value.dtype == expected
+        and value.shape == t.extents
+        and value.flags.c_contiguous
+        and value.base is None
+    ):
+        return value
+    what = type(value).__name__
+    if isinstance(value, cupy.ndarray):
+        what = (
+            f"{value.dtype}{list(value.shape)} CuPy array"
+            + ("" if value.base is None else ", a view of another array")
+            + ("" if value.flags.c_contiguous else ", not C-contiguous")
+        )
+    elif isinstance(value, np.ndarray):
+        what = f"{value.dtype}{list(value.shape)} NumPy array (host memory)"
+    raise DonationError(
+        f"{at} is donated, so it must be a C-contiguous CuPy array on the device that owns its "
+        f"memory, of dtype {expected} and shape {t.extents} (it is overwritten in place); "
+        f"got a {what}"
+    )
 
 
 class CudaBackend:
@@ -135,4 +236,11 @@ class CudaBackend:
 
 register_backend(CudaBackend())
 
-__all__ = ["CudaBackend", "CudaExecutable", "cupy_has_bfloat16", "device_argument", "device_dtype"]
+__all__ = [
+    "CudaBackend",
+    "CudaExecutable",
+    "DonatingCudaExecutable",
+    "cupy_has_bfloat16",
+    "device_argument",
+    "device_dtype",
+]

@@ -40,6 +40,27 @@ BLOCK = 256  # threads per block of every generated kernel
 WARP = 32
 MAX_BLOCKS = 132 * 32  # a grid-stride loop's grid: 32 blocks on each of the H200's 132 SMs
 SIGNATURE = "void *const *__restrict__ io, char *__restrict__ ws, char *__restrict__ scratch"
+# A batched variant (`Module.batched`) gets the batch's table and the workspace's start instead.
+BATCHED_SIGNATURE = (
+    "const unsigned long long *__restrict__ accy_table, char *accy_workspace, "
+    "char *__restrict__ scratch"
+)
+# Table: [n, first block of each member..., total, member tables..., member workspaces...].
+BATCHED_PROLOGUE = """\
+  const unsigned int accy_members = (unsigned int)accy_table[0];
+  unsigned int accy_member = 0, accy_last = accy_members - 1;
+  while (accy_member < accy_last) {
+    const unsigned int accy_middle = (accy_member + accy_last + 1) / 2;
+    if (accy_table[1 + accy_middle] <= blockIdx.x) accy_member = accy_middle;
+    else accy_last = accy_middle - 1;
+  }
+  const unsigned int accy_first = (unsigned int)accy_table[1 + accy_member];
+  const unsigned int accy_block = blockIdx.x - accy_first;
+  const unsigned int accy_grid = (unsigned int)accy_table[2 + accy_member] - accy_first;
+  void *const *__restrict__ io = (void *const *)accy_table[2 + accy_members + accy_member];
+  char *__restrict__ ws = (char *)accy_table[2 + 2 * accy_members + accy_member];
+  (void)accy_workspace;
+"""
 
 
 # The names a kernel's statements make for its own use: pointers `v<value>` (`Pointers`) and
@@ -67,6 +88,11 @@ def _numbered_locally(body: str) -> str:
         return numbers[name]
 
     return LOCAL_NAME.sub(renumbered, body)
+
+
+def _body(declaration: str) -> str:
+    """The statements of a kernel's declaration (between its outer braces)."""
+    return declaration[declaration.index("{\n") + 2 : declaration.rindex("}")]
 
 
 class LevelPointer(NamedTuple):
@@ -112,6 +138,7 @@ class Module(Unit):
         self.constant_bytes = 0
         self.kernel_sources: dict[str, str] = {}  # name -> its declaration
         self._bodies: dict[str, str] = {}  # a kernel's body (locally numbered) -> its name
+        self._batched: dict[str, str] = {}  # a kernel -> its batched variant's name
 
     def constant_data(self, name: str, values: ConstantArray) -> str:
         ctype = self.c_type(values.dtype)
@@ -160,6 +187,40 @@ class Module(Unit):
 
         statements = LEVEL_POINTER.sub(own_entry, "".join(f"  {line}\n" for line in lines))
         return Kernel(self._declare(statements, comment), tuple(pointers))
+
+    def batchable(self, name: str) -> bool:
+        """Whether kernel `name` can have a batched variant (`batched`): it uses only the x
+        dimension of its grid."""
+        body = _body(self.kernel_sources[name])
+        body = body.replace("blockIdx.x", "").replace("gridDim.x", "")
+        return "blockIdx." not in body and "gridDim." not in body
+
+    def batched(self, name: str) -> str:
+        """Declare (once) the batched variant of kernel `name` (see `batchable`), for
+        `schedule.Batched`; its name.
+
+        The variant's prologue finds, from the block's index, the member launch the block
+        belongs to in the batch's table (a binary search over the members' first blocks),
+        and gives the kernel's unchanged body that member's table (`io`), workspace (`ws`),
+        block index and grid size.
+
+        >>> module = Module()
+        >>> name = module.kernel(["for (int i = blockIdx.x; i < 9; i += gridDim.x) ws[i] = 1;"])
+        >>> "accy_block" in module.kernel_sources[module.batched(name)]
+        True
+        """
+        if name not in self._batched:
+            body = _body(self.kernel_sources[name])
+            body = body.replace("blockIdx.x", "accy_block").replace("gridDim.x", "accy_grid")
+            variant = self._batched[name] = self.fresh(f"{name}_batch")
+            comment = f"batched {self.kernel_comments.get(name, '')}".strip()
+            self.kernel_sources[variant] = (
+                f'/* {comment} */\nextern "C" __global__ void __launch_bounds__({BLOCK}) '
+                f"{variant}({BATCHED_SIGNATURE}) {{\n{BATCHED_PROLOGUE}{body}}}"
+            )
+            self.kernel_names.append(variant)
+            self.kernel_comments[variant] = comment
+        return self._batched[name]
 
     @property
     def declarations_and_kernels(self) -> list[str]:

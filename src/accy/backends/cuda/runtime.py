@@ -31,9 +31,12 @@ from .compile import NVRTC_OPTIONS, CompiledFragment, SourceUnit
 from .cublas import WORKSPACE_BYTES, Cublas
 from .graphs import Driver
 from .schedule import (
+    NUMBER,
+    POOL,
     SCRATCH,
     WORKSPACE,
     Address,
+    Batched,
     Conditional,
     External,
     Gemm,
@@ -95,7 +98,9 @@ class Slot:
     pinned: Any
     table: np.ndarray
     event: Any
-    graph: Any = None
+    # The graph of the batched schedule (key False) and, once a call's donated buffers made
+    # it unsafe, of the schedule in plan order (key True).
+    graphs: dict[bool, Any] = field(default_factory=dict)
     launched: bool = False
 
 
@@ -118,17 +123,22 @@ def _pool(compiled: CompiledFragment, count: int) -> Pool:
         sources.append(source)
         offsets.append(offset)
     pool = Pool(np.array(sources, np.intp), np.array(offsets, np.uint64))
-    if len(pool.bases) < count + 1:
-        pool.bases = np.zeros(count + 1, np.uint64)
+    if len(pool.bases) < count + 3:
+        pool.bases = np.zeros(count + 3, np.uint64)
     return pool
 
 
 def _resolve(compiled: CompiledFragment, address: Address, count: int) -> tuple[int, int]:
-    """(base index, byte offset) of `address`; base `count` is the workspace."""
+    """(base index, byte offset) of `address`; base `count` is the workspace, `count + 1`
+    zero (numbers), `count + 2` the device pool."""
     if address.source == WORKSPACE:
         return count, address.offset
     if address.source == SCRATCH:
         return count, compiled.scratch_offset + address.offset
+    if address.source == NUMBER:
+        return count + 1, address.offset
+    if address.source == POOL:
+        return count + 2, address.offset
     return address.source, address.offset
 
 
@@ -169,6 +179,9 @@ class CudaFragment:
             self._slots = [self._slot(cupy, entries) for _ in range(SLOTS)]
         self._pool = _pool(compiled, self._count)
         self._pool.bases[self._count] = self.workspace.data.ptr
+        self._pool.bases[self._count + 2] = self._pool_device.data.ptr
+        self._inputs = len(self.parameter_types)
+        self._hazards = frozenset(compiled.schedule.hazards)
         self._next = 0
         self._lock = threading.Lock()
 
@@ -216,12 +229,37 @@ class CudaFragment:
             pool = self._pool
             pool.bases[: self._count] = addresses
             np.add(pool.bases[pool.sources], pool.offsets, out=slot.table)
-            if slot.graph is None:
-                slot.graph = self._capture(cupy, slot)
-            if slot.graph is not False:
-                cupy.cuda.runtime.graphLaunch(slot.graph.graphExec, stream.ptr)
+            serial = self._aliased_hazard(addresses)
+            if serial not in slot.graphs:
+                slot.graphs[serial] = self._capture(cupy, slot, serial)
+            graph = slot.graphs[serial]
+            if graph is not False:
+                cupy.cuda.runtime.graphLaunch(graph.graphExec, stream.ptr)
             slot.event.record(stream)
             slot.launched = True
+
+    def release_graphs(self) -> None:
+        """Wait for this fragment's launches and destroy its CUDA graphs (the next run captures
+        again). A graph that captured NCCL calls keeps their communicator alive: NCCL's
+        `ncclCommDestroy` waits until every such graph is destroyed."""
+        with self._lock:
+            for slot in self._slots:
+                if slot.launched:
+                    slot.event.synchronize()
+                slot.graphs.clear()  # CuPy destroys a graph and its instance when dropped
+                slot.launched = False
+
+    def _aliased_hazard(self, addresses: Sequence[int]) -> bool:
+        """Whether this call's outputs alias its inputs (donation) in a pair the batched
+        schedule reordered (`Schedule.hazards`): then the schedule in plan order runs."""
+        if not self._hazards:
+            return False
+        inputs = {address: k for k, address in enumerate(addresses[: self._inputs])}
+        return any(
+            (inputs[address], self._inputs + j) in self._hazards
+            for j, address in enumerate(addresses[self._inputs :])
+            if address in inputs
+        )
 
     def profile(self, addresses: Sequence[int], repeats: int = 20) -> list[tuple[str, float]]:
         """Run the schedule's actions one by one, outside any graph, and time each with CUDA
@@ -260,7 +298,7 @@ class CudaFragment:
         return [(self._describe(a), float(t)) for a, t in zip(actions, medians, strict=True)]
 
     def _describe(self, action) -> str:
-        if isinstance(action, Launch):
+        if isinstance(action, Launch | Batched):
             return f"{action.kernel} {self.compiled.kernel_comments.get(action.kernel, '')}"
         if isinstance(action, Gemm):
             how = "pointer arrays" if action.arrays is not None else "fixed addresses"
@@ -286,8 +324,9 @@ class CudaFragment:
                 stream.ptr,
             )
 
-    def _capture(self, cupy, slot: Slot):
-        actions = self.compiled.schedule.actions
+    def _capture(self, cupy, slot: Slot, serial: bool = False):
+        schedule = self.compiled.schedule
+        actions = schedule.serial if serial and schedule.serial is not None else schedule.actions
         if not actions:
             return False  # nothing to run: no graph at all
         stream = self.device.capture_stream
@@ -322,6 +361,15 @@ class CudaFragment:
         arguments = (
             np.uint64(pool + 8 * action.io),
             np.uint64(workspace + action.ws),
+            np.uint64(workspace + self.compiled.scratch_offset),
+        )
+        self._kernels[action.kernel]((action.grid,), (action.block,), arguments)
+
+    def _batched(self, action: Batched) -> None:
+        workspace = self.workspace.data.ptr
+        arguments = (
+            np.uint64(self._pool_device.data.ptr + 8 * action.io),
+            np.uint64(workspace),
             np.uint64(workspace + self.compiled.scratch_offset),
         )
         self._kernels[action.kernel]((action.grid,), (action.block,), arguments)
@@ -418,6 +466,7 @@ def _nesting(actions) -> int:
 
 ISSUERS = {
     Launch: CudaFragment._launch,
+    Batched: CudaFragment._batched,
     Gemm: CudaFragment._gemm,
     External: CudaFragment._external,
     Library: CudaFragment._library,

@@ -14,12 +14,16 @@ the device at every iteration by the scan's step kernel), and the pointer arrays
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 WORKSPACE = -1  # Address.source of the fragment's workspace (plan workspace, then scratch)
 SCRATCH = -2  # Address.source of the scratch region, which follows the plan's workspace
+NUMBER = -3  # Address.source whose base is 0: the entry is the number `offset` itself
+POOL = -4  # Address.source of the device pointer pool itself: `offset` bytes into it
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,39 @@ class Conditional:
     body: tuple[Action, ...]
 
 
-Action = Launch | Gemm | External | Library | SetCondition | Conditional
+@dataclass(frozen=True)
+class Batched:
+    """Launches of one kernel that do not depend on each other, as one launch (horizontal
+    fusion, like PyTorch's multi-tensor apply): `kernel` is the kernel's batched variant
+    (`kernels.Module.batched`), launched on the sum of the members' grids; its table at pool
+    entry `io` is [n, first block of each member..., total blocks, each member's table
+    pointer..., each member's workspace pointer...], so each block runs the member it falls
+    in, with that member's block index, grid, table and workspace."""
+
+    kernel: str
+    grid: int
+    block: int
+    io: int
+    members: tuple[Launch, ...]
+
+
+Action = Launch | Gemm | External | Library | SetCondition | Conditional | Batched
+
+Range = tuple[int, int, int]  # (Address.source, first byte, byte past the last)
+
+
+@dataclass(frozen=True)
+class Access:
+    """The memory a step's actions may touch: byte ranges read and written. A `barrier` (a
+    step whose memory is not known this way: a scan, a custom call) is ordered with every
+    action."""
+
+    reads: tuple[Range, ...] = ()
+    writes: tuple[Range, ...] = ()
+    barrier: bool = False
+
+
+BARRIER = Access(barrier=True)
 
 
 @dataclass
@@ -150,6 +186,14 @@ class Schedule:
     pool: list[Address] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
     handles: int = 0
+    # The `Access` of each top-level action (its step's), recorded by `steps.emit_plan` while
+    # `depth` is 0 (not inside a step): what `batch_launches` may reorder and merge.
+    accesses: list[Access] = field(default_factory=list)
+    depth: int = 0
+    # Set by `batch_launches`: the actions in plan order, and the (input, output) pairs whose
+    # aliasing (a donated input written as an output) the batched order would break.
+    serial: list[Action] | None = None
+    hazards: tuple[tuple[int, int], ...] = ()
 
     def table(self, entries: list[Address] | tuple[Address, ...]) -> int:
         """Append `entries` to the pool; the index of the first.
@@ -186,3 +230,203 @@ class Schedule:
             yield self.actions
         finally:
             self.actions = outer
+
+
+# horizontal fusion -------------------------------------------------------------------------
+
+
+class Kernels(Protocol):
+    """What `batch_launches` asks of the module that holds the kernels (`kernels.Module`)."""
+
+    def batchable(self, name: str) -> bool: ...
+
+    def batched(self, name: str) -> str: ...
+
+
+def batch_launches(schedule: Schedule, program_inputs: int, kernels: Kernels) -> None:
+    """Reorder the schedule's top-level actions within their dependences and launch the
+    launches of one kernel that are ready together as one `Batched` launch (`kernels` says
+    which kernels can be batched and declares their batched variants). Dependences come from
+    `schedule.accesses`: two actions are ordered when one writes bytes the other reads or
+    writes. Among the ready actions the one first in plan order goes next, with every ready
+    launch of its kernel. `schedule.serial` keeps the plan order and `schedule.hazards` the
+    input/output pairs that must not alias for the new order (inputs are sources below
+    `program_inputs`; see `runtime`).
+
+    >>> s = Schedule()
+    >>> a, b = Access(writes=((0, 0, 8),)), Access(writes=((0, 8, 16),))
+    >>> for access in (a, b, Access(reads=((0, 0, 16),))):
+    ...     s.add(Launch("k", 1, 256, 0, 0))
+    ...     s.accesses.append(access)
+    >>> class Kernels:
+    ...     batchable, batched = (lambda self, name: True), (lambda self, name: name + "_b")
+    >>> batch_launches(s, 1, Kernels())
+    >>> [type(action).__name__ for action in s.actions]
+    ['Batched', 'Launch']
+    """
+    actions = schedule.actions
+    if len(schedule.accesses) != len(actions) or len(actions) < 2:
+        return
+    predecessors = _predecessors(schedule.accesses)
+    order = _batched_order(actions, predecessors, kernels.batchable)
+    if len(order) == len(actions):
+        return  # nothing merged
+    schedule.serial = list(actions)
+    schedule.hazards = _hazards(schedule.accesses, order, program_inputs)
+    schedule.actions = [_launch_for(schedule, actions, group, kernels) for group in order]
+
+
+def _predecessors(accesses: list[Access]) -> list[set[int]]:
+    """For each action, the earlier actions it must follow directly: the last writer of every
+    byte it reads or writes, the readers since of every byte it writes (its other conflicts
+    follow transitively), or a barrier on either side."""
+    histories: dict[int, _ByteHistory] = {}
+    result: list[set[int]] = []
+    barrier: int | None = None
+    since_barrier: list[int] = []
+    for at, access in enumerate(accesses):
+        if access.barrier:
+            result.append(set(since_barrier) | ({barrier} if barrier is not None else set()))
+            barrier, since_barrier = at, []
+            histories.clear()
+            continue
+        before: set[int] = {barrier} if barrier is not None else set()
+        for ranges, write in ((access.reads, False), (access.writes, True)):
+            for source, start, stop in ranges:
+                histories.setdefault(source, _ByteHistory()).conflicts(start, stop, write, before)
+        for source, start, stop in access.reads:
+            histories[source].read(start, stop, at)
+        for source, start, stop in access.writes:
+            histories[source].write(start, stop, at)
+        result.append(before)
+        since_barrier.append(at)
+    return result
+
+
+class _ByteHistory:
+    """For the bytes of one buffer, which action wrote them last and which read them since:
+    bytes [starts[i], starts[i + 1]) share entry i (the last entry runs to the end). Linear in
+    the number of distinct boundaries, not in the number of earlier accesses."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = [0]
+        self.writer: list[int | None] = [None]
+        self.readers: list[tuple[int, ...]] = [()]
+
+    def _entry_at(self, byte: int) -> int:
+        """The entry that starts at `byte` (splitting the one that holds it)."""
+        i = bisect.bisect_right(self.starts, byte) - 1
+        if self.starts[i] == byte:
+            return i
+        self.starts.insert(i + 1, byte)
+        self.writer.insert(i + 1, self.writer[i])
+        self.readers.insert(i + 1, self.readers[i])
+        return i + 1
+
+    def _entries(self, start: int, stop: int) -> range:
+        first = self._entry_at(start)
+        return range(first, self._entry_at(stop))
+
+    def conflicts(self, start: int, stop: int, write: bool, into: set[int]) -> None:
+        for i in self._entries(start, stop):
+            if self.writer[i] is not None:
+                into.add(self.writer[i])
+            if write:
+                into.update(self.readers[i])
+
+    def read(self, start: int, stop: int, at: int) -> None:
+        for i in self._entries(start, stop):
+            if not self.readers[i] or self.readers[i][-1] != at:
+                self.readers[i] += (at,)
+
+    def write(self, start: int, stop: int, at: int) -> None:
+        for i in self._entries(start, stop):
+            self.writer[i], self.readers[i] = at, ()
+
+
+def _batched_order(actions, predecessors, batchable) -> list[list[int]]:
+    """Groups of action indices in their new order (see `batch_launches`)."""
+    import heapq
+
+    waiting = [len(p) for p in predecessors]
+    successors: list[list[int]] = [[] for _ in actions]
+    for at, before in enumerate(predecessors):
+        for other in before:
+            successors[other].append(at)
+    ready = [at for at, count in enumerate(waiting) if count == 0]
+    heapq.heapify(ready)
+    done = [False] * len(actions)
+    order: list[list[int]] = []
+    known: dict[str, bool] = {}
+    while ready:
+        at = heapq.heappop(ready)
+        if done[at]:
+            continue
+        group = [at]
+        action = actions[at]
+        if isinstance(action, Launch):
+            if action.kernel not in known:
+                known[action.kernel] = batchable(action.kernel)
+            if known[action.kernel]:
+                group += [
+                    other
+                    for other in ready
+                    if not done[other]
+                    and isinstance(actions[other], Launch)
+                    and actions[other].kernel == action.kernel
+                    and actions[other].block == action.block
+                ]
+        group.sort()
+        for member in group:
+            done[member] = True
+        order.append(group)
+        for member in group:
+            for after in successors[member]:
+                waiting[after] -= 1
+                if waiting[after] == 0:
+                    heapq.heappush(ready, after)
+    return order
+
+
+def _hazards(accesses, order, inputs: int) -> tuple[tuple[int, int], ...]:
+    """(input, output) pairs (output numbered after the inputs, as Address.source) where an
+    action writing the output now runs with or before one reading the input that came before
+    it in plan order: were the output the donated input's buffer, the new order would break."""
+    position = {at: place for place, group in enumerate(order) for at in group}
+    readers: dict[int, list[int]] = {}
+    writers: dict[int, list[int]] = {}
+    sizes: dict[int, int] = {}  # a donated input is an output's buffer only at equal sizes
+    for at, access in enumerate(accesses):
+        for source, _, stop in access.reads:
+            if 0 <= source < inputs:
+                readers.setdefault(source, []).append(at)
+                sizes[source] = max(sizes.get(source, 0), stop)
+        for source, _, stop in access.writes:
+            if source >= inputs:
+                writers.setdefault(source, []).append(at)
+                sizes[source] = max(sizes.get(source, 0), stop)
+    pairs = []
+    for source, reads in readers.items():
+        for output, writes in writers.items():
+            if sizes[source] == sizes[output] and any(
+                r < w and position[w] <= position[r] for r in reads for w in writes
+            ):
+                pairs.append((source, output))
+    return tuple(pairs)
+
+
+def _launch_for(schedule: Schedule, actions, group: list[int], kernels: Kernels) -> Action:
+    if len(group) == 1:
+        return actions[group[0]]
+    members = tuple(actions[at] for at in group)
+    firsts = [0]
+    for member in members:
+        firsts.append(firsts[-1] + member.grid)
+    table = [
+        Address(NUMBER, len(members)),
+        *(Address(NUMBER, first) for first in firsts),
+        *(Address(POOL, 8 * member.io) for member in members),
+        *(Address(WORKSPACE, member.ws) for member in members),
+    ]
+    kernel = kernels.batched(members[0].kernel)
+    return Batched(kernel, firsts[-1], members[0].block, schedule.table(table), members)

@@ -168,7 +168,7 @@ def _reduce_transpose(e, op, ct, operands):
 _COMBINE = {"sum": "add", "max": "max", "min": "min", "prod": "mul"}
 
 
-def _identity(op: str, dtype):
+def reduction_identity(op: str, dtype):
     """The value that `op` leaves unchanged (the init that adds nothing)."""
     if op in ("sum", "prod"):
         return 0 if op == "sum" else 1
@@ -186,7 +186,7 @@ def _reduce_batch(e, op, operands, batched, ctx):
     if not batched[1]:
         return e.emit("reduce", [x, init], op.attrs)
     # One init per example: reduce from the identity, then combine with the inits.
-    identity = e.scalar(x.ty.dtype, _identity(op.attrs["op"], x.ty.dtype))
+    identity = e.scalar(x.ty.dtype, reduction_identity(op.attrs["op"], x.ty.dtype))
     reduced = e.emit("reduce", [x, identity], op.attrs)
     return e.emit(_COMBINE[op.attrs["op"]], [reduced, e.broadcast_to(init, reduced.ty)])
 

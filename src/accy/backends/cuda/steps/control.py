@@ -48,7 +48,7 @@ def _collect(schedule: Schedule, run) -> tuple:
 def emit_cond(ctx: StepContext) -> StepCode:
     op = ctx.step.op
     on_true, on_false = (
-        ctx.emit_plan(ctx.module, plan, True, in_loop=ctx.in_loop) for plan in ctx.step.branches
+        ctx.emit_plan(ctx.module, plan, "if", in_loop=ctx.in_loop) for plan in ctx.step.branches
     )
     setter = set_condition_kernel(ctx)
 
@@ -75,7 +75,8 @@ def emit_while(ctx: StepContext) -> StepCode:
     program = ctx.plan.program
     num_consts = op.attrs["num_consts"]
     condition, body = (
-        ctx.emit_plan(ctx.module, plan, True, in_loop=True) for plan in ctx.step.branches
+        ctx.emit_plan(ctx.module, plan, ctx.inside_conditional or "while", in_loop=True)
+        for plan in ctx.step.branches
     )
     setter = set_condition_kernel(ctx)
     consts, inits = op.operands[:num_consts], op.operands[num_consts:]

@@ -14,12 +14,21 @@ blocks, so a weight gradient (512 x 512 over a batch of 2048) took
 347 us that way on the H200 and 41 us through `cublasGemmEx`. Its operands and result that live
 in the invocation's buffers are copied through scratch instead (a few microseconds per
 megabyte), which makes every address fixed.
+
+Inside the body of a graph conditional node (a cond's branches, a while_loop's body, a scan
+run as a WHILE node) GEMMs are cuBLAS too (`CUBLAS_IN_CONDITIONALS`, default on; the
+environment variable `ACCY_CUDA_CUBLAS_IN_CONDITIONALS=0` turns it off, and contractions there
+are then accy's kernels, as before). cuBLAS takes its arguments when the graph is captured, so
+in a WHILE-node scan, whose body's buffers move every iteration, a GEMM reads pointer arrays
+that live in the scan's pool region (`StepContext.region`): the scan's step kernel rewrites
+them with the body's table, so `cublasGemmBatchedEx` reads the iteration's operands.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
 
 from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import offset_expression
@@ -29,7 +38,7 @@ from ....lower.plan import BLAS_DTYPES, is_half_gemm
 from ...cpu.loops import nest
 from ...cpu.steps.dot import loop_indices
 from ..context import StepCode, StepContext, launches, nothing
-from ..kernels import axis_names, blocks_for, decompose, grid_stride
+from ..kernels import LevelPointer, axis_names, blocks_for, decompose, grid_stride
 from ..schedule import WORKSPACE, Address, Gemm, Level, Schedule
 from .common import Staging, indent, rounded, stage_moving_buffers, store
 
@@ -40,11 +49,33 @@ OP_N, OP_T = 0, 1  # cublasOperation_t
 # launch either way.)
 SHORT_CONTRACTION = 16
 LARGE_RESULT = 1 << 16
+# cuBLAS GEMMs inside WHILE-node bodies (see the module doc). Off: accy's kernels there. In IF
+# bodies (cond branches) accy's kernels always: on the H200 (session 5) a cond with cuBLAS
+# GEMMs of 256 x 256 x 256 or 1 x 1 x 3 failed to instantiate (cudaErrorInvalidValue), while
+# the same GEMMs in WHILE bodies ran.
+CUBLAS_IN_CONDITIONALS = os.environ.get("ACCY_CUDA_CUBLAS_IN_CONDITIONALS", "1") != "0"
+# ... for results of at least this many rows and columns: a 64 x 64 x 64 GEMM in an IF node's
+# body instantiated and ran on the H200 (loops4), a 1 x 1 x 3 dot product there had failed to
+# instantiate (session 3; cuBLAS picks other kernels for vectors), and matrix-vector products
+# in loop bodies are a warp per result element anyway (`_by_warps`).
+CONDITIONAL_GEMM_MIN = 16
+# The a, b and c of a GEMM whose pointer arrays are in a WHILE-node region: cuBLAS reads the
+# arrays, and the addresses of one iteration are not the schedule's to know.
+IN_REGION = Address(WORKSPACE, 0)
+
+
+def _cublas_in_conditional(layout: Layout, inside: str) -> bool:
+    """Whether a contraction of this layout inside a conditional node's body of kind `inside`
+    ("while" or "if") is cuBLAS."""
+    wide = min(layout.m, layout.n) >= CONDITIONAL_GEMM_MIN
+    return CUBLAS_IN_CONDITIONALS and inside == "while" and wide
 
 
 def _by_cublas(ctx: StepContext) -> bool:
     op = ctx.step.op
-    if ctx.inside_conditional:  # see StepContext.inside_conditional: a kernel is captured there
+    if ctx.inside_conditional and not _cublas_in_conditional(
+        ctx.step.detail, ctx.inside_conditional
+    ):
         return False
     same = op.type.dtype in BLAS_DTYPES and op.operand_types[0].dtype == op.type.dtype
     if not (same or is_half_gemm(op)):
@@ -111,13 +142,10 @@ def _operand(
     return staging.address(ctx, level, value)
 
 
-def _schedule_gemm(
-    ctx: StepContext, layout: Layout, level: Level, schedule: Schedule, staging: Staging
-) -> None:
+def _offsets_and_sizes(ctx: StepContext, layout: Layout) -> tuple[list[list[int]], tuple]:
+    """Element offsets of each batch of (rhs, lhs, out), cuBLAS's (A, B, C), and their item
+    sizes."""
     op = ctx.step.op
-    lhs = _operand(ctx, level, staging, op.operands[0], layout.lhs, "lhs")
-    rhs = _operand(ctx, level, staging, op.operands[1], layout.rhs, "rhs")
-    out = staging.result_address(ctx, level)
     lhs_type, rhs_type = op.operand_types
     sizes = (rhs_type.dtype.itemsize, lhs_type.dtype.itemsize, op.type.dtype.itemsize)
     offsets = [
@@ -125,13 +153,60 @@ def _schedule_gemm(
         _batch_offsets(layout.batch_extents, layout.lhs.batch_strides),
         [b * layout.m * layout.n for b in range(math.prod(layout.batch_extents))],
     ]
+    return offsets, sizes
+
+
+def _operand_pointer(ctx: StepContext, value: int, matrix: MatrixOperand, name: str):
+    """Where an operand is, as (level pointer, byte offset): its packed copy or its view."""
+    if matrix.packed:
+        return LevelPointer(False, ctx.workspace_scratch(name)), 0
+    return ctx.view_pointer(value)
+
+
+def _region_arrays(ctx: StepContext, layout: Layout) -> int | None:
+    """In a WHILE-node scan's body: the GEMM's pointer arrays as entries derived in the scan's
+    region (their index among the derived entries), or None when every buffer is the body's
+    workspace (fixed addresses)."""
+    op = ctx.step.op
+    bases = [
+        _operand_pointer(ctx, op.operands[1], layout.rhs, "rhs"),
+        _operand_pointer(ctx, op.operands[0], layout.lhs, "lhs"),
+        ctx.view_pointer(op.results[0]),
+    ]
+    if not any(pointer.table for pointer, _ in bases):
+        return None
+    offsets, sizes = _offsets_and_sizes(ctx, layout)
+    columns = zip(bases, offsets, sizes, strict=True)
+    entries = [(p, at + o * size) for (p, at), column, size in columns for o in column]
+    return ctx.region.derive(entries)
+
+
+def _schedule_gemm(
+    ctx: StepContext,
+    layout: Layout,
+    level: Level,
+    schedule: Schedule,
+    staging: Staging,
+    derived: int | None = None,
+) -> None:
+    """Add the GEMM; `derived`: its pointer arrays are entries of the level's region."""
+    op = ctx.step.op
+    lhs_type = op.operand_types[0]
+    offsets, sizes = _offsets_and_sizes(ctx, layout)
     strides = [_stride(o) for o in offsets]
-    fixed = all(address.fixed for address in (lhs, rhs, out))
-    arrays = None
-    if not fixed or None in strides:
-        bases = zip((rhs, lhs, out), offsets, sizes, strict=True)
-        pointers = [base.plus(o * size) for base, column, size in bases for o in column]
-        arrays = schedule.table(pointers)
+    if derived is not None:
+        lhs = rhs = out = IN_REGION
+        arrays = level.io + ctx.region.start + derived
+    else:
+        lhs = _operand(ctx, level, staging, op.operands[0], layout.lhs, "lhs")
+        rhs = _operand(ctx, level, staging, op.operands[1], layout.rhs, "rhs")
+        out = staging.result_address(ctx, level)
+        fixed = all(address.fixed for address in (lhs, rhs, out))
+        arrays = None
+        if not fixed or None in strides:
+            bases = zip((rhs, lhs, out), offsets, sizes, strict=True)
+            pointers = [base.plus(o * size) for base, column, size in bases for o in column]
+            arrays = schedule.table(pointers)
     schedule.add(
         Gemm(
             dtype=lhs_type.dtype.name,
@@ -173,10 +248,12 @@ def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
     long_contraction = layout.k >= 2 * max(layout.m, layout.n)
     staged = count == 1 and (long_contraction or not ctx.in_loop)
     staging = stage_moving_buffers(ctx, unpacked) if staged else Staging()
+    # Staged, every address is fixed; otherwise a WHILE-node body's arrays are in its region.
+    derived = None if staged or ctx.region is None else _region_arrays(ctx, layout)
 
     def schedule_gemm(level: Level, schedule: Schedule) -> None:
         launches(*packs, *staging.copies_in)(level, schedule)
-        _schedule_gemm(ctx, layout, level, schedule, staging)
+        _schedule_gemm(ctx, layout, level, schedule, staging, derived)
         launches(*staging.copies_out)(level, schedule)
 
     return schedule_gemm

@@ -19,10 +19,16 @@ Two ways to run the iterations, chosen per scan from the size of the graph it wo
   the node it sets the iteration counter to 0 and writes iteration 0's table; at the end of
   each iteration it advances the counter, writes the next iteration's table (entry `e` is
   `base[parity][e] + stride[e] * s`) and sets the node's handle to `counter < length`. The
-  graph's size does not depend on the length. Inside a conditional body contractions are
-  accy's kernels (`StepContext.inside_conditional`). Bodies holding nested scans, conds,
-  while_loops or custom calls stay unrolled: their steps build pool tables of their own
-  from the body's addresses, which a table rewritten on the device cannot feed.
+  graph's size does not depend on the length. A node iteration costs about 9 us, so it runs
+  `ITERATIONS_PER_NODE_ITERATION` scan iterations: the body is recorded that many times in
+  the node, each copy with its own table, all written by the step kernel; where they do not
+  divide the length, the first node iteration's first copies run iteration 0 (idempotent: it
+  reads nothing it writes). The body's GEMMs are cuBLAS calls whose
+  pointer arrays are entries of the region too (`StepContext.region`, derived from the body's
+  table and rewritten with it), unless `dot.CUBLAS_IN_CONDITIONALS` is off. Bodies holding
+  nested scans, conds, while_loops or custom calls stay unrolled: their steps build pool
+  tables of their own from the body's addresses, which a table rewritten on the device
+  cannot feed.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from dataclasses import dataclass
 
 from ....codegen.c.expressions import offset_expression
 from ....core.types import TensorType
-from ..context import StepCode, StepContext, launches
-from ..kernels import axis_names, blocks_for, decompose, grid_stride
+from ..context import Region, StepCode, StepContext, launches
+from ..kernels import LevelPointer, axis_names, blocks_for, decompose, grid_stride
 from ..schedule import WORKSPACE, Address, Conditional, Launch, Level, Schedule, SetCondition
 from .common import copy_kernel, indent
 
@@ -46,22 +52,34 @@ UNROLLED_NODES = 16384
 # branches) or host-library calls (not known to be captured inside a conditional body): a
 # body holding one of them is always unrolled.
 NOT_IN_A_WHILE_NODE = frozenset({"scan", "cond", "while", "custom_call"})
+# Scan iterations per iteration of the WHILE node: each node iteration costs about 9 us on the
+# H200 (a 1024-step RNN gradient: 18.3 ms as a node against 8.8 unrolled, loops4), so the body
+# is recorded this many times inside the node, each copy with its own table in the region.
+ITERATIONS_PER_NODE_ITERATION = 8
 
 STEP_KERNEL = """extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle,
                                                     unsigned int value);
 /* {comment} */
 extern "C" __global__ void {name}(void **__restrict__ io, unsigned long long handle,
                                   int advance) {{
-  /* io: the {count} moving entries, their bases for even iterations, for odd ones, then the
-     iteration counter. advance == 0: start at iteration 0; else go to the next. */
+  /* io: {copies} tables of the {count} moving entries (one per scan iteration a node iteration
+     runs), their bases for even iterations, for odd ones, then the node iteration counter.
+     advance == 0: start at node iteration 0; else go to the next. The first {pad} tables of
+     node iteration 0 are iteration 0's too (running it again is idempotent: it reads what no
+     iteration 0 writes), so that {copies} divide the length. */
   unsigned long long *counter = (unsigned long long *)(io + {counter});
   const unsigned long long i = advance ? *counter + 1ull : 0ull;
   *counter = i;
-  const unsigned int more = i < {length}ull;
+  const unsigned int more = i < {nodes}ull;
   if (more) {{
-    const unsigned long long s = {step};
-    char *const *base = (char *const *)(io + {count} + (i & 1ull) * {count});
+    for (long long j = 0; j < {copies}; ++j) {{
+      long long it = (long long)i * {copies} + j - {pad};
+      if (it < 0) it = 0;
+      const unsigned long long s = {step};
+      char *const *base = (char *const *)(io + {copies} * {count} + (it & 1) * {count});
+      void **table = io + j * {count};
 {writes}
+    }}
   }}
   cudaGraphSetConditional(handle, more);
 }}"""
@@ -95,6 +113,16 @@ def _slice_kernel(ctx: StepContext, x: int, t: TensorType, axis: str) -> str:
     return ctx.module.kernel(lines, f"step {ctx.index}: scan slice")
 
 
+def _derived(table: list[Moving], pointer: LevelPointer, offset: int, body_ws: int) -> Moving:
+    """A region entry a body step derived (`Region.derive`): `offset` bytes past entry
+    `pointer.index` of the body's table (moving with it), or past a byte of its workspace."""
+    if pointer.table:
+        m = table[pointer.index]
+        return Moving(m.even.plus(offset), m.odd.plus(offset), m.stride)
+    fixed = Address(WORKSPACE, body_ws + pointer.index + offset)
+    return Moving(fixed, fixed)
+
+
 def _runs_as_while_node(ctx: StepContext) -> bool:
     """Whether this scan runs as one graph WHILE node (see the module doc)."""
     body = ctx.step.body
@@ -103,27 +131,31 @@ def _runs_as_while_node(ctx: StepContext) -> bool:
     return ctx.step.op.attrs["length"] * max(len(body.steps), 1) > UNROLLED_NODES
 
 
-def _step_kernel(ctx: StepContext, strides: list[int]) -> str:
-    """The one-thread kernel that starts and advances a WHILE-node scan (see the module doc)."""
+def _step_kernel(ctx: StepContext, strides: list[int], copies: int) -> str:
+    """The one-thread kernel that starts and advances a WHILE-node scan whose node iteration
+    runs `copies` scan iterations (see the module doc)."""
     attrs = ctx.step.op.attrs
     length, count = attrs["length"], len(strides)
     name = ctx.module.fresh(f"{ctx.module.prefix}scan_step")
     writes = [
-        f"    io[{e}] = (void *)(base[{e}] + {stride}ll * (long long)s);"
+        f"      table[{e}] = (void *)(base[{e}] + {stride}ll * (long long)s);"
         if stride
-        else f"    io[{e}] = (void *)base[{e}];"
+        else f"      table[{e}] = (void *)base[{e}];"
         for e, stride in enumerate(strides)
     ]
-    comment = f"step {ctx.index}: scan step (iteration counter, table, WHILE handle)"
+    nodes = -(-length // copies)
+    comment = f"step {ctx.index}: scan step (iteration counter, tables, WHILE handle)"
     ctx.module.declare(
         STEP_KERNEL.format(
             name=name,
             comment=comment,
             count=count,
-            counter=3 * count,
-            length=length,
-            step=f"{length - 1}ull - i" if attrs["reverse"] else "i",
-            writes="\n".join(writes) if writes else "    (void)base;",
+            copies=copies,
+            pad=nodes * copies - length,
+            nodes=nodes,
+            counter=(copies + 2) * count,
+            step=f"{length - 1}ull - (unsigned long long)it" if attrs["reverse"] else "it",
+            writes="\n".join(writes) if writes else "      (void)base; (void)table;",
         )
     )
     ctx.module.kernel_names.append(name)
@@ -137,8 +169,13 @@ def emit_scan(ctx: StepContext) -> StepCode:
     length, axis = attrs["length"], attrs["axis"]
     num_consts, num_carry = attrs["num_consts"], attrs["num_carry"]
     as_while = _runs_as_while_node(ctx)
+    region = Region() if as_while else None
     body = ctx.emit_plan(
-        ctx.module, ctx.step.body, ctx.inside_conditional or as_while, in_loop=True
+        ctx.module,
+        ctx.step.body,
+        ctx.inside_conditional or ("while" if as_while else ""),
+        in_loop=True,
+        region=region,
     )
     consts = op.operands[:num_consts]
     inits = op.operands[num_consts : num_consts + num_carry]
@@ -235,43 +272,52 @@ def emit_scan(ctx: StepContext) -> StepCode:
             + [Moving(a, a, y_stride(y)) for a, y in zip(addresses_of_ys(level), ys, strict=True)]
         )
         body_size = len(table)
-        return table + pairs, {i: body_size + at for i, at in pair_at.items()}
+        body_ws = level.ws + body_ws_offset
+        derived = [_derived(table, pointer, offset, body_ws) for pointer, offset in region.derived]
+        return table + pairs + derived, {i: body_size + at for i, at in pair_at.items()}
 
     def addresses_of_ys(level: Level) -> list[Address]:
         return [ctx.slot_address(level, y) for y in ys]
 
     # The region's strides (as `moving_entries` lays it out), known before any level is.
-    strides = (
+    body_strides = (
         [0] * (num_consts + num_carry)
         + [0 if i in slicers else x_stride(x) for i, x in enumerate(xs)]
         + [0] * num_carry
         + [y_stride(y) for y in ys]
-        + [stride for i in slicers for stride in (x_stride(xs[i]), 0)]
     )
-    step_kernel = _step_kernel(ctx, strides) if as_while else ""
+    strides = body_strides + [stride for i in slicers for stride in (x_stride(xs[i]), 0)]
+    if region is not None:  # the entries the body's steps derive follow the slice pairs
+        region.start = len(strides)
+        strides += [body_strides[p.index] if p.table else 0 for p, _ in region.derived]
+    copies = max(1, min(ITERATIONS_PER_NODE_ITERATION, length))
+    step_kernel = _step_kernel(ctx, strides, copies) if as_while else ""
 
     def schedule_while(level: Level, schedule: Schedule) -> None:
         launches(*starts)(level, schedule)
         moving, pair_at = moving_entries(level)
         assert [m.stride for m in moving] == strides, "internal: the scan region's layout"
         counter = Address(WORKSPACE, level.ws)  # a placeholder: the step kernel sets it
-        region = schedule.table(
-            [m.even for m in moving]
+        count = len(moving)
+        at_region = schedule.table(
+            [m.even for m in moving] * copies
             + [m.even for m in moving]
             + [m.odd for m in moving]
             + [counter]
         )
         handle = schedule.handle()
-        body_level = Level(region, (), level.ws + body_ws_offset)
 
         def iterate() -> None:
-            for i, at in pair_at.items():
-                sliced = program.type_of(xs[i]).without([axis]).size
-                schedule.add(Launch(slicers[i], blocks_for(sliced), 256, region + at, level.ws))
-            body(body_level, schedule)
-            schedule.add(SetCondition(step_kernel, handle, region, negate=True))
+            for copy in range(copies):  # scan iteration `copy` of the node iteration
+                table = at_region + copy * count
+                for i, at in pair_at.items():
+                    sliced = program.type_of(xs[i]).without([axis]).size
+                    grid = blocks_for(sliced)
+                    schedule.add(Launch(slicers[i], grid, 256, table + at, level.ws))
+                body(Level(table, (), level.ws + body_ws_offset), schedule)
+            schedule.add(SetCondition(step_kernel, handle, at_region, negate=True))
 
-        schedule.add(SetCondition(step_kernel, handle, region, negate=False))
+        schedule.add(SetCondition(step_kernel, handle, at_region, negate=False))
         with schedule.collect() as actions:
             iterate()
         schedule.add(Conditional("while", handle, tuple(actions)))

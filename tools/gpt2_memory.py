@@ -1,0 +1,210 @@
+"""What holds device memory in the GPT-2 training step? Plans `bench.gpt2`'s step for CUDA
+(no GPU needed: the plan and the schedule are made on the host) and reports, in MiB:
+
+- the arguments (parameters, AdamW state, ids, targets) and the outputs the step cannot write
+  into a donated argument (`accy.lower.buffers.donation_aliases`, as `donate_argnums=(0, 1)`);
+- the fragment's memory: the plan's workspace (intermediates), the large constants, the
+  steps' scratch;
+- the peak of the workspace's live bytes over the steps, the step where it is reached, and the
+  largest buffers alive there: what wrote each (step number and kind) and which step reads it
+  last.
+
+    PYTHONPATH=src python3 tools/gpt2_memory.py                     # GPT-2 small, bf16
+    PYTHONPATH=src python3 tools/gpt2_memory.py --dtype f32 --attention composition
+    PYTHONPATH=src python3 tools/gpt2_memory.py --scale check --json out.json
+
+On the GPU the device memory of one step is about arguments + outputs not donated + fragment
+(+ cuBLAS's workspace and CuPy's pool rounding). `--gpu donate` or `--gpu plain` measures it:
+it runs the step of `bench.gpt2` a few times with parameters and state donated (as the bench
+does) or not, and reports CuPy's pool afterwards (the bench's "peak MB": the pool keeps every
+block it ever held) and the bytes in use.
+
+    PYTHONPATH=src python3 tools/gpt2_memory.py --gpu donate --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, ".")
+
+MIB = 2**20
+
+
+def step_program(scale_name: str, dtype: str, fused: bool):
+    """The training step's program (traced, differentiated, simplified) and its donated inputs."""
+    from accy.demo.gpt2 import training_step
+    from accy.frontend.tracing import Staged, flatten
+    from bench.gpt2 import SCALES
+    from tools.cold_start import fake_inputs
+
+    scale = SCALES[scale_name]
+    step = training_step(scale, "cuda", dtype, fused)
+    leaves, treedef = flatten((fake_inputs(scale, dtype), {}))
+    staged = Staged(lambda leaves, treedef: step._build((), leaves, treedef), "cuda")
+    entry = staged.entry(leaves, treedef, ("signature",))
+    return entry.program, entry.donate
+
+
+def live_bytes(plan: Any) -> tuple[list[int], dict[int, tuple[int, int]]]:
+    """Bytes of the workspace in use at each step (buffers sharing memory counted once), and
+    each workspace buffer's (first, last) step."""
+    spans: dict[int, tuple[int, int]] = {}
+    for index, step in enumerate(plan.steps):
+        for value in (*step.writes, *step.reads):
+            slot = plan.slots.get(value)
+            if slot is None or slot.storage != "workspace":
+                continue
+            first, _ = spans.get(value, (index, index))
+            spans[value] = (first, index)
+    blocks: dict[tuple[int, int], tuple[int, int]] = {}  # (offset, bytes) -> (first, last)
+    for value, (first, last) in spans.items():
+        slot = plan.slots[value]
+        key = (slot.index, slot.type.nbytes)
+        old = blocks.get(key, (first, last))
+        blocks[key] = (min(old[0], first), max(old[1], last))
+    live = [0] * len(plan.steps)
+    for (_, nbytes), (first, last) in blocks.items():
+        for index in range(first, last + 1):
+            live[index] += nbytes
+    return live, spans
+
+
+def describe(plan: Any, value: int) -> str:
+    op = plan.producers.get(value)
+    return "input" if op is None else op.kind
+
+
+def report(program, donated, plan, scratch_bytes: int, constant_bytes: int, top: int) -> dict:
+    from accy.lower.buffers import donation_aliases
+
+    aliases = donation_aliases(plan, donated)
+    inputs = program.parameter_types
+    outputs = program.output_types
+    live, spans = live_bytes(plan)
+    peak_step = max(range(len(live)), key=live.__getitem__) if live else 0
+    alive = sorted(
+        (v for v, (a, b) in spans.items() if a <= peak_step <= b),
+        key=lambda v: -plan.slots[v].type.nbytes,
+    )
+    writer = {}
+    for index, step in enumerate(plan.steps):
+        for value in step.writes:
+            writer.setdefault(value, index)
+    largest = [
+        {
+            "MiB": round(plan.slots[v].type.nbytes / MIB, 1),
+            "type": str(plan.slots[v].type),
+            "written": f"step {writer.get(v)} ({plan.steps[writer[v]].kind})"
+            if v in writer
+            else "",
+            "producer": describe(plan, v),
+            "last read": spans[v][1],
+        }
+        for v in alive[:top]
+    ]
+    donated_bytes = sum(inputs[i].nbytes for i in donated)
+    return {
+        "steps": len(plan.steps),
+        "arguments_MiB": round(sum(t.nbytes for t in inputs) / MIB, 1),
+        "donated_MiB": round(donated_bytes / MIB, 1),
+        "outputs_into_donated": f"{len(aliases)} of {len(outputs)}",
+        "donated_not_taken": [i for i in donated if i not in aliases.values()],
+        "outputs_not_donated_MiB": round(
+            sum(t.nbytes for k, t in enumerate(outputs) if k not in aliases) / MIB, 1
+        ),
+        "outputs_without_donation_MiB": round(sum(t.nbytes for t in outputs) / MIB, 1),
+        "workspace_MiB": round(plan.workspace_bytes / MIB, 1),
+        "constants_MiB": round(constant_bytes / MIB, 1),
+        "scratch_MiB": round(scratch_bytes / MIB, 1),
+        "peak_live_MiB": round(max(live, default=0) / MIB, 1),
+        "peak_step": f"{peak_step} of {len(plan.steps)} ({plan.steps[peak_step].kind})",
+        "largest_alive_at_peak": largest,
+        "live_MiB_every_10th_step": [round(b / MIB) for b in live[::10]],
+    }
+
+
+def measure_on_gpu(scale_name: str, dtype: str, fused: bool, donate: bool, steps: int) -> dict:
+    """Run the step `steps` times on the GPU; CuPy's pool (bytes held, bytes in use) after."""
+    import cupy
+    import numpy as np
+
+    from accy import jit
+    from bench.gpt2 import SCALES, accy_inputs, accy_step
+
+    scale = SCALES[scale_name]
+    params, state, ids, targets = accy_inputs(scale, "cuda", dtype=dtype)
+    step = accy_step(scale, "cuda", dtype, fused)
+    if not donate:
+        step = jit(step.fn)  # the same step, nothing donated
+    pool = cupy.get_default_memory_pool()
+    losses = []
+    for _ in range(steps):
+        loss, params, state = step(params, state, ids, targets)
+        losses.append(float(np.asarray(loss.array.get())))
+    cupy.cuda.get_current_stream().synchronize()
+    return {
+        "donated": donate,
+        "steps": steps,
+        "losses": [round(x, 4) for x in losses],
+        "pool_total_MiB": round(pool.total_bytes() / MIB, 1),
+        "pool_used_MiB": round(pool.used_bytes() / MIB, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", default="cuda", help="a scale of bench.gpt2 (cuda, cpu, check)")
+    parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
+    parser.add_argument("--attention", default="fused", choices=("fused", "composition"))
+    parser.add_argument("--top", type=int, default=12, help="buffers listed at the peak")
+    parser.add_argument("--json", default=None, help="write the report here too")
+    parser.add_argument("--gpu", default=None, choices=("donate", "plain"), help="measure on a GPU")
+    parser.add_argument("--steps", type=int, default=3, help="steps run with --gpu")
+    args = parser.parse_args(argv)
+    if args.gpu:
+        fused = args.attention == "fused"
+        result = measure_on_gpu(args.scale, args.dtype, fused, args.gpu == "donate", args.steps)
+        print(json.dumps(result))
+        return 0
+    from accy.backends.cuda import cudnn_conv
+    from accy.backends.cuda.compile import compile_program
+    from accy.errors import AccyError
+    from accy.lower.plan import build_plan
+    from accy.lower.target import GPU
+
+    start = time.perf_counter()
+    program, donated = step_program(args.scale, args.dtype, args.attention == "fused")
+    traced = time.perf_counter()
+    try:
+        compiled = compile_program(program)
+        plan = compiled.plan
+        constant_bytes = sum(data.nbytes for _, data in compiled.constants)
+        scratch = compiled.workspace_bytes - compiled.scratch_offset
+    except AccyError as error:  # cuDNN's attention kernels are linked only where cuDNN is
+        print(f"(planned only: {str(error)[:100]}...)", file=sys.stderr)
+        plan = build_plan(program, dataclasses.replace(GPU, keep=cudnn_conv.layout_for))
+        constant_bytes = scratch = -MIB
+    done = time.perf_counter()
+    result = {
+        "scale": args.scale,
+        "dtype": args.dtype,
+        "attention": args.attention,
+        "build_s": round(traced - start, 2),
+        "compile_s": round(done - traced, 2),
+        **report(program, donated, plan, scratch, constant_bytes, args.top),
+    }
+    print(json.dumps(result, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -20,6 +20,13 @@ class Target:
     `splits_widened_gemms`: f32 contractions of an operand widened from bf16 run as bf16
     contractions that sum in f32, with the same result (`accy.lower.split_gemms`): a GPU's
     tensor cores take bf16, not f32, at ten times the rate.
+    `rematerialize_after`: a value made of cheap elementwise work and read again more than this
+    many operations after its previous reader (a value a training step saves for its backward
+    pass) is computed again there from values alive anyway, instead of being kept
+    (`accy.lower.remat`; 0: never), when it takes at least `rematerialize_min_bytes`. On a GPU
+    the copy costs a pass over memory, and a kernel where a GEMM reads it, for memory that
+    GPT-2's step otherwise holds at its peak (1 GB of its bf16 step's 3.7 GB); the CPU's tests
+    and workloads are small and bound by time, not memory, so it keeps them.
     `keep`: which kinds that have a composition the target runs whole, on operands in which
     layout (`accy.lower.expand`; by default every such kind is composed).
 
@@ -30,10 +37,16 @@ class Target:
     half_gemms_in_float32: bool = True
     recomputes_transcendentals: bool = False
     splits_widened_gemms: bool = False
+    rematerialize_after: int = 0
+    rematerialize_min_bytes: int = 0
     keep: Keep = compose_all
 
 
 CPU = Target()
 GPU = Target(
-    half_gemms_in_float32=False, recomputes_transcendentals=True, splits_widened_gemms=True
+    half_gemms_in_float32=False,
+    recomputes_transcendentals=True,
+    splits_widened_gemms=True,
+    rematerialize_after=64,
+    rematerialize_min_bytes=8 << 20,
 )

@@ -172,6 +172,25 @@ def test_small_inputs_may_be_kept_alive_for_a_copy():
     assert_same_bits(program, rewritten, random_inputs(program))
 
 
+def test_a_copy_may_read_a_result_of_an_operation_with_several():
+    types = [accy.spec(accy.f32, m=8, n=64)] * 2
+
+    def body(b, a):
+        ordered = a[0].sort("n")  # a sort: one operation with a tuple of results
+        v = ordered.tanh()
+        early = v.sum()
+        far = a[1]
+        for _ in range(2 * DISTANCE):
+            far = far.exp()
+        return early + (v * far + ordered).sum()  # `ordered` is alive there anyway
+
+    program = accy.trace.define("sorted", types, body)
+    rewritten = rematerialize(program, DISTANCE)
+    assert rewritten.count("unary") == program.count("unary") + 1
+    assert rewritten.count("sort") == 1
+    assert_same_bits(program, rewritten, random_inputs(program))
+
+
 @pytest.mark.parametrize(
     "why, make_value, extra",
     [

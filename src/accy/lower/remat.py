@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core import Operation, Program
 from ..core.builder import Builder
+from ..core.kinds.registry import RULES
 from ..interpret import Graph, Layer, run
 from . import fusion
 from .grouping import SAME_INDEX_KINDS
@@ -233,8 +234,10 @@ class _Rematerialize(Layer):
             for value, arg in zip(op.operands, args, strict=True)
         ]
         result = self.next.bind(op, args)
-        if len(op.results) == 1:
+        if len(op.results) == 1 and not RULES[op.kind].multiple_results:
             self.env[op.results[0]] = result
+        else:  # a copy may read any result of a sort, scan or cond
+            self.env.update(zip(op.results, result, strict=True))
         return result
 
     def _emit_copy(self, value: int, ops: list[Operation], at: int) -> None:

@@ -249,3 +249,13 @@ def test_the_gpt2_check_step_planned_for_a_gpu_keeps_less_alive():
     after = build_plan(program, gpu)
     assert peak_live_bytes(after) < 0.85 * peak_live_bytes(before)
     assert len(after.steps) < 1.15 * len(before.steps)
+    # The whole step (loss, gradients, AdamW) computes the same bits: token ids below the
+    # vocabulary's 64, non-negative floats (AdamW's second moments are square roots' operands).
+    rng = np.random.default_rng(4)
+    inputs = [
+        rng.integers(0, 64, t.extents).astype(np.int32)
+        if t.dtype == accy.i32
+        else (np.abs(rng.standard_normal(t.extents)) * 0.02).astype(np.float32)
+        for t in program.parameter_types
+    ]
+    assert_same_bits(before.program, after.program, inputs)

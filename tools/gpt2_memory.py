@@ -62,17 +62,31 @@ def live_bytes(plan: Any) -> tuple[list[int], dict[int, tuple[int, int]]]:
                 continue
             first, _ = spans.get(value, (index, index))
             spans[value] = (first, index)
-    blocks: dict[tuple[int, int], tuple[int, int]] = {}  # (offset, bytes) -> (first, last)
-    for value, (first, last) in spans.items():
+    # (offset, bytes) -> the spans of the values placed there. Spans that overlap or touch are
+    # one buffer written in place of another (the result's first step is the source's last),
+    # counted once; disjoint ones are buffers that reused the memory later, counted each in its
+    # own span (not as one buffer alive from the first one's start to the last one's end).
+    placed: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for value, span in spans.items():
         slot = plan.slots[value]
-        key = (slot.index, slot.type.nbytes)
-        old = blocks.get(key, (first, last))
-        blocks[key] = (min(old[0], first), max(old[1], last))
+        placed.setdefault((slot.index, slot.type.nbytes), []).append(span)
     live = [0] * len(plan.steps)
-    for (_, nbytes), (first, last) in blocks.items():
-        for index in range(first, last + 1):
-            live[index] += nbytes
+    for (_, nbytes), intervals in placed.items():
+        for first, last in _merged(intervals):
+            for index in range(first, last + 1):
+                live[index] += nbytes
     return live, spans
+
+
+def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive step intervals with those that overlap or touch joined."""
+    joined: list[tuple[int, int]] = []
+    for first, last in sorted(intervals):
+        if joined and first <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], last))
+        else:
+            joined.append((first, last))
+    return joined
 
 
 def describe(plan: Any, value: int) -> str:

@@ -19,6 +19,7 @@ from .contraction import Gemm, gemm_layout
 from .expand import expand_compositions
 from .grouping import FlatCheck, consecutive_groups
 from .reduction import reduce_layout
+from .remat import rematerialize_stored
 from .split_gemms import split_widened_gemms
 from .target import CPU, Target
 from .views import StridedView, view_of_stored, view_through
@@ -116,7 +117,8 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     """Plan `program` for `target`: which work is fused into which loop, and where every buffer
     lives. Kinds the target runs as compositions are expanded first (`target.keep` says which
     it runs whole, on operands in which layout: `expand.py`), and on a target that asks for it
-    f32 contractions of bf16 values become bf16 ones (`split_gemms.py`).
+    f32 contractions of bf16 values become bf16 ones (`split_gemms.py`) and cheap values read long
+    after they were made are computed again there instead of kept (`remat.py`).
 
     >>> import accy
     >>> from accy.lower import build_plan
@@ -127,6 +129,8 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     program = expand_compositions(program, target.keep)
     if target.splits_widened_gemms:
         program = split_widened_gemms(program)
+    if target.rematerialize_after:
+        program = rematerialize_stored(program, target)
     decisions = fusion.decide(program, target.recomputes_transcendentals)
     views = _views_for_buffer_consumers(decisions)
     steps = _hoist_reductions(_steps(decisions, views, target))

@@ -12,6 +12,7 @@ from ...core import Program
 from ...lower.plan import Plan, build_plan
 from . import toolchain
 from .blas import Blas, find_blas
+from .blocking import block_scans
 from .native import NativeLibrary
 from .source import translation
 
@@ -76,7 +77,7 @@ def compile_program(program: Program, kernel_call_registry=None) -> CompiledFrag
     >>> compile_program(p).library_path.suffix
     '.so'
     """
-    plan = build_plan(program)
+    plan = build_plan(block_scans(program))
     blas = find_blas()
     source, data = translation(plan, kernel_call_registry, blas)
     library = toolchain.build(source, data)

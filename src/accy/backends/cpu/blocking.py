@@ -184,8 +184,13 @@ def blocking(op: Operation) -> Blocking | None:
     return Blocking(size, found)
 
 
-def block_scans(program: Program) -> Program:
+def block_scans(program: Program, outputs_as_blocks: bool = False) -> Program:
     """`program` with its (top-level) scans that `blocking` accepts run in blocks of steps.
+
+    With `outputs_as_blocks`, an output that is a blocked scan's stacked output is left laid
+    out as blocks (`[t_blocks, t, ...]` for `[t, ...]`): the same bytes in the same order, so
+    the CPU backend writes it straight into the caller's array of the original shape, where
+    the reshape back would be a copy (a second output-sized buffer in the workspace).
 
     >>> import accy
     >>> def rnn(b, a):  # h' = tanh(h W + x U), remat: W's gradient accumulates per step
@@ -203,6 +208,8 @@ def block_scans(program: Program) -> Program:
     if not any(plans.values()):
         return program
 
+    blocks_of: dict[int, Any] = {}  # id of a reshaped stacked output -> it laid out as blocks
+
     def rebuild(b, args):
         env = dict(zip(program.parameters, args, strict=True))
         for n, op in enumerate(program.operations):
@@ -211,12 +218,15 @@ def block_scans(program: Program) -> Program:
             operands = [env[v] for v in op.operands]
             plan = plans.get(n)
             if plan is not None:
-                results = _emit_blocked(b, op, operands, plan)
+                results = _emit_blocked(b, op, operands, plan, blocks_of)
             else:
                 result = b.emit(op.kind, operands, op.attrs, id=op.id)
                 results = result if rule_for(op.kind).multiple_results else (result,)
             env.update(zip(op.results, results, strict=True))
-        return [env[v] for v in program.outputs]
+        outputs = [env[v] for v in program.outputs]
+        if outputs_as_blocks:
+            outputs = [blocks_of.get(id(v), v) for v in outputs]
+        return outputs
 
     return define(program.name, list(program.parameter_types), rebuild)
 
@@ -230,7 +240,9 @@ def _block_axis(op: Operation) -> str:
     return name
 
 
-def _emit_blocked(b: Any, op: Operation, operands: Sequence[Any], plan: Blocking) -> list:
+def _emit_blocked(
+    b: Any, op: Operation, operands: Sequence[Any], plan: Blocking, blocks_of: dict
+) -> list:
     """The scan `op` as a scan over blocks whose body scans a block's steps (module docstring)."""
     attrs = op.attrs
     roles = Roles.of(attrs, len(operands))
@@ -252,6 +264,7 @@ def _emit_blocked(b: Any, op: Operation, operands: Sequence[Any], plan: Blocking
         y = results[k]
         rest = y.ty.without([outer_axis, axis])
         results[k] = b.reshape(y, ((axis, count * size), *rest.named_extents))
+        blocks_of[id(results[k])] = y
     return results
 
 

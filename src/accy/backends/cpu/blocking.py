@@ -100,7 +100,7 @@ def block_size(length: int) -> int | None:
     return None
 
 
-def _product(body: Program, producer: dict, term: int, chain: tuple, varying) -> Any:
+def _product(body: Program, roles: Roles, producer: dict, term: int, chain: tuple, varying) -> Any:
     """The term `term` (then its layout `chain`) as a `Product` or an `Outer` of two values
     `varying` accepts (they change with the step and do not depend on the accumulator) and
     that are small next to it, or None."""
@@ -123,7 +123,9 @@ def _product(body: Program, producer: dict, term: int, chain: tuple, varying) ->
         found = Outer(factors[0], factors[1], op.type)
     else:
         return None
-    small = 2 * sum(body.type_of(v).size for v in factors) <= op.type.size
+    # Each factor not already stacked (an x) is stacked for a block: small next to the sum.
+    xs = set(body.parameters[i] for i in roles.xs)
+    small = 2 * sum(body.type_of(v).size for v in factors if v not in xs) <= op.type.size
     return found if small and all(varying(v) for v in factors) else None
 
 
@@ -145,7 +147,7 @@ def accumulators(body: Program, roles: Roles) -> tuple[Accumulator, ...]:
             return v not in invariant and v not in reading
 
         for term, chain in sum_terms(body, body.outputs[j]):
-            product = _product(body, producer, term, chain, varying)
+            product = _product(body, roles, producer, term, chain, varying)
             if product is None:
                 rest.append(chain[-1].results[0] if chain else term)
             else:

@@ -184,3 +184,10 @@ def test_lengths_without_a_block_size_run_as_they_are(length):
 
 def test_block_sizes():
     assert [block_size(n) for n in (8, 64, 96, 1024, 16384, 200, 9)] == [8, 64, 48, 64, 64, 50, 9]
+
+
+def test_the_plain_gradient_runs_as_it_is():
+    # Without remat the weight gradients are already one GEMM after the loop and x_t U one
+    # before it: nothing for blocks to do.
+    gradient = accy.grad(accy_program(1024, False, carry=5, inputs=3), (0, 1, 2, 3))
+    assert block_scans(gradient) is gradient

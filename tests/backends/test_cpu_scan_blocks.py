@@ -191,3 +191,33 @@ def test_the_plain_gradient_runs_as_it_is():
     # before it: nothing for blocks to do.
     gradient = accy.grad(accy_program(1024, False, carry=5, inputs=3), (0, 1, 2, 3))
     assert block_scans(gradient) is gradient
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_nested_scans_in_blocks(remat, blocks_of_8):
+    # A remat scan over t whose body scans j: the blocked scans' bodies hold scans themselves.
+    def loss(b, args):
+        w, u, h0, xs = args
+
+        def outer(_, a):
+            h, x = a
+
+            def inner(_, c):
+                new = (c[0].contract(w, "h") + c[1].contract(u, "i")).rename("o", "h").tanh()
+                return (new,)
+
+            (h,), _ = b.scan(inner, carries=[h], xs=[x], axis="j")
+            return h, (h * h).sum("h")
+
+        (final,), (ys,) = b.scan(outer, carries=[h0], xs=[xs], axis="t", remat=remat)
+        return final.sum("h") + ys.sum("t")
+
+    types = [spec(f32, h=4, o=4), spec(f32, i=3, o=4), spec(f32, h=4), spec(f32, t=16, j=2, i=3)]
+    program = accy.trace.define("nested", types, loss)
+    wrt = (0, 1, 2, 3)
+    gradient = accy.grad(program, wrt)
+    inputs = _inputs(program, seed=5)
+    oracle = accy.reference.run(accy.grad(unroll.apply(program), wrt), inputs)
+    for got in (accy.reference.run(block_scans(gradient), inputs), accy.compile(gradient)(*inputs)):
+        for g, w in zip(got, oracle, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

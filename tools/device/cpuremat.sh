@@ -31,7 +31,7 @@ step bench-all-cores 80 python3 -m bench.scan_rnn --device cpu --steps 64,1024,1
   --repeat 2 --timeout 30 --json "$OUT/cpuremat-all.json"
 step bench-one-core 60 env OMP_NUM_THREADS=1 taskset -c 0 python3 -m bench.scan_rnn \
   --device cpu --steps 1024,16384 --repeat 2 --timeout 25 --json "$OUT/cpuremat-one.json"
-step tests 60 python3 -m pytest -q -p no:benchmark -p no:cacheprovider -x \
+step tests 60 python3 -m pytest -rfE -p no:benchmark -p no:cacheprovider -x \
   tests/backends/test_cpu_scan_blocks.py tests/autodiff/test_scan_memory.py \
   tests/autodiff/test_scan_gradients.py tests/autodiff/test_scan_weight_gradients.py \
   tests/backends/test_control_flow.py

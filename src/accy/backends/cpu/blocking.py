@@ -118,6 +118,9 @@ def _product(body: Program, roles: Roles, producer: dict, term: int, chain: tupl
         lhs, rhs = (body.type_of(v) for v in factors)
         if set(lhs.axes) & set(rhs.axes) or set(lhs.axes) | set(rhs.axes) != set(op.type.axes):
             return None
+        extents = set(op.type.named_extents)
+        if not (set(lhs.named_extents) | set(rhs.named_extents)) <= extents:
+            return None  # a broadcast that also stretches an axis of extent 1
         if any(t.dtype != op.type.dtype for t in (lhs, rhs)):
             return None
         found = Outer(factors[0], factors[1], op.type)
@@ -201,10 +204,11 @@ def block_scans(program: Program, outputs_as_blocks: bool = False) -> Program:
     ...     (h,), _ = b.scan(step, carries=[a[2]], xs=[a[3]], axis="t", remat=True)
     ...     return h.sum()
     >>> p = accy.trace.define("rnn", [accy.spec(accy.f32, h=3, o=3), accy.spec(accy.f32, i=2, o=3),
-    ...     accy.spec(accy.f32, h=3), accy.spec(accy.f32, t=64, i=2)], rnn)
-    >>> blocked = block_scans(accy.grad(p, (0, 1)))
-    >>> [op.attrs["length"] for op in blocked.operations if op.kind == "scan"]
-    [1, 1]
+    ...     accy.spec(accy.f32, h=3), accy.spec(accy.f32, t=128, i=2)], rnn)
+    >>> blocked = block_scans(accy.grad(p, (0, 1)))  # 2 blocks of 64 steps, each way
+    >>> [(op.attrs["length"], [inner.attrs["length"] for inner in op.attrs["body"].operations
+    ...   if inner.kind == "scan"]) for op in blocked.operations if op.kind == "scan"]
+    [(2, [64]), (2, [64])]
     """
     plans = {n: blocking(op) for n, op in enumerate(program.operations) if op.kind == "scan"}
     if not any(plans.values()):

@@ -346,6 +346,13 @@ def _carry_free_and_stepwise(body: Program, roles: Roles) -> set[int]:
     return stepwise - set(parameters)
 
 
+def stepwise_contractions(body: Program, roles: Roles) -> bool:
+    """Whether `body` contracts its xs with its consts (an RNN's `x_t U`): work that `emit_scan`
+    does for every step at once before the loop."""
+    producer = {r: op for op in body.operations for r in op.results}
+    return any(producer[v].kind == "dot_general" for v in _carry_free_and_stepwise(body, roles))
+
+
 def emit_scan(emit: Any, operands: Sequence[Any], attrs: Any, id: int | None = None) -> Any:
     """Emit a scan, first taking out of its body the contractions of its xs with its consts (an
     RNN's `x_t U`): one batched contraction over every step runs before the loop, and the body
@@ -509,6 +516,38 @@ def sink_stepwise_outputs(body: Program, num_consts: int, num_carry: int) -> Sun
     return Sunk(smaller, after, tuple(moved), sources_)
 
 
+def emit_scan_sinking(
+    emit: Any, operands: Sequence[Any], attrs: Any, num_consts: int, hoist: bool = False
+) -> tuple:
+    """Emit a scan; its results. Stacked outputs that are contractions of other stacked outputs
+    with consts (`sink_stepwise_outputs`: a reverse RNN step's `g_t U^T`) are computed after the
+    loop, batched over the steps: one GEMM instead of one per step. With `hoist`, the xs'
+    contractions with consts are also done before the loop (`emit_scan`)."""
+    body = attrs["body"]
+    sunk = sink_stepwise_outputs(body, num_consts, attrs["num_carry"])
+    flags = None if sunk is None else [False] * num_consts + [True] * len(sunk.sources)
+    try:
+        stepped = None if sunk is None else batch(sunk.after, attrs["axis"], attrs["length"], flags)
+    except AccyError:  # the body uses the scanned axis's name itself
+        sunk = stepped = None
+    kept_body = body if sunk is None else sunk.body
+    if hoist:
+        results = emit_scan(emit, list(operands), attrs.replace(body=kept_body))
+    else:
+        results = emit.emit("scan", list(operands), attrs.replace(body=kept_body))
+    results = results if isinstance(results, tuple) else (results,)
+    if sunk is None:
+        return results
+    kept = iter(results)
+    full = [None if k in sunk.moved else next(kept) for k in range(len(body.outputs))]
+    arguments = [*operands[:num_consts], *(full[k] for k in sunk.sources)]
+    for position, value in zip(
+        sunk.moved, run(stepped, Inline(emit, arguments, stepped)), strict=True
+    ):
+        full[position] = value
+    return tuple(full)
+
+
 # -- per-step contractions summed after the loop ------------------------------------------------
 
 LAYOUT_KINDS = ("transpose", "reshape")  # linear, one operand: they commute with a sum
@@ -583,6 +622,27 @@ def _worth_stacking(dot: Any, invariant: set[int], stacked: set[int]) -> bool:
     return 2 * extra <= dot.type.size
 
 
+def summed_product(emit: Any, product: Product, stacked: dict, axis: str) -> Any:
+    """The sum over the steps of `product`: its dot over the stacked operands (`stacked`: each
+    operand's value -> that value stacked along `axis`), contracting the scanned axis too, then
+    its layout chain."""
+    dot = product.dot
+    lhs, rhs = (stacked[v] for v in dot.operands)
+    dims = dict(dot.attrs)
+    for side, value in (("lhs", lhs), ("rhs", rhs)):
+        at = value.ty.position(axis)
+
+        def moved(p: int, at: int = at) -> int:
+            return p if p < at else p + 1
+
+        dims[f"{side}_batch"] = [moved(p) for p in dot.attrs[f"{side}_batch"]]
+        dims[f"{side}_contracting"] = [at] + [moved(p) for p in dot.attrs[f"{side}_contracting"]]
+    total = emit.emit("dot_general", [lhs, rhs], dot.attrs.replace(**dims))
+    for op in product.chain:
+        total = emit.emit(op.kind, [total], op.attrs)
+    return total
+
+
 def invariant_values(program: Program, parameters: Sequence[int]) -> set[int]:
     """The values of `program` computed from the given parameter positions alone (and from
     constants): the same at every step of a loop whose consts those parameters are."""
@@ -634,6 +694,9 @@ __all__ = [
     "carry_fixpoint",
     "dependents",
     "emit_scan",
+    "emit_scan_sinking",
+    "stepwise_contractions",
+    "summed_product",
     "sink_stepwise_outputs",
     "Sunk",
     "inline_cond",

@@ -20,20 +20,19 @@ from ..core.ir import Attrs, permute_parameters
 from ..core.kinds.registry import Linear, rule_for
 from ..errors import AccyError
 from ..interpret import Emitter, Graph, Inline, run
-from .batch import batch
 from .linearize import Linearized
 from .loops import (
-    Product,
     Roles,
     Source,
     carry_fixpoint,
     emit_scan,
+    emit_scan_sinking,
     invariant_values,
     replay,
-    sink_stepwise_outputs,
     split,
     step_products,
     sum_terms,
+    summed_product,
 )
 from .simplify import eliminate_dead_code, simplify
 
@@ -427,7 +426,7 @@ def _transpose_linear_scan(
     contributions: list = [None] * len(operands)
     for k, i in enumerate(linear_consts):
         terms = [results[accumulated.index(k)]] if k in accumulated else []
-        terms += [_summed_product(emit, p, stacked_operands, axis) for p in splits[k][1]]
+        terms += [summed_product(emit, p, stacked_operands, axis) for p in splits[k][1]]
         contributions[i] = terms[0] if len(terms) == 1 else _add_all(emit, terms)
     for j, i in enumerate(carries):
         if linear[i] and isinstance(operands[i], Linear):
@@ -463,55 +462,15 @@ def _term(b: Any, program: Program, term: int, env: dict) -> Any:
 
 
 def _emit_reverse_scan(emit: Any, operands: list, attrs: Any, num_consts: int) -> tuple:
-    """Emit the reverse scan; its results. Stacked outputs that are contractions of other
-    stacked outputs with consts (an RNN's input cotangent `g_t U^T`, `g_t` being stacked for
-    the weight gradient) are computed after the loop, batched over the steps: one GEMM instead
-    of one per step."""
-    body = attrs["body"]
-    sunk = sink_stepwise_outputs(body, num_consts, attrs["num_carry"])
-    flags = None if sunk is None else [False] * num_consts + [True] * len(sunk.sources)
-    try:
-        stepped = None if sunk is None else batch(sunk.after, attrs["axis"], attrs["length"], flags)
-    except AccyError:  # the body uses the scanned axis's name itself
-        sunk = stepped = None
-    if sunk is None:
-        results = emit.emit("scan", operands, attrs)
-        return results if isinstance(results, tuple) else (results,)
-    results = emit.emit("scan", operands, attrs.replace(body=sunk.body))
-    kept = iter(results if isinstance(results, tuple) else (results,))
-    full = [None if k in sunk.moved else next(kept) for k in range(len(body.outputs))]
-    arguments = [*operands[:num_consts], *(full[k] for k in sunk.sources)]
-    for position, value in zip(
-        sunk.moved, run(stepped, Inline(emit, arguments, stepped)), strict=True
-    ):
-        full[position] = value
-    return tuple(full)
+    """Emit the reverse scan; its results (`loops.emit_scan_sinking`: stacked outputs that are
+    contractions of other stacked outputs with consts, an RNN's `g_t U^T`, after the loop)."""
+    return emit_scan_sinking(emit, operands, attrs, num_consts)
 
 
 def _add_all(emit: Any, terms: list) -> Any:
     total = terms[0]
     for term in terms[1:]:
         total = emit.emit("add", [total, term])
-    return total
-
-
-def _summed_product(emit: Any, product: Product, stacked: dict, axis: str) -> Any:
-    """sum over the steps of `product`: its dot over the stacked operands, contracting the
-    scanned axis too, then its layout chain."""
-    dot = product.dot
-    lhs, rhs = (stacked[v] for v in dot.operands)
-    dims = dict(dot.attrs)
-    for side, value in (("lhs", lhs), ("rhs", rhs)):
-        at = value.ty.position(axis)
-
-        def moved(p: int, at: int = at) -> int:
-            return p if p < at else p + 1
-
-        dims[f"{side}_batch"] = [moved(p) for p in dot.attrs[f"{side}_batch"]]
-        dims[f"{side}_contracting"] = [at] + [moved(p) for p in dot.attrs[f"{side}_contracting"]]
-    total = emit.emit("dot_general", [lhs, rhs], dot.attrs.replace(**dims))
-    for op in product.chain:
-        total = emit.emit(op.kind, [total], op.attrs)
     return total
 
 

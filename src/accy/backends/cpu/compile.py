@@ -12,6 +12,7 @@ from ...core import Program
 from ...lower.plan import Plan, build_plan
 from . import toolchain
 from .blas import Blas, find_blas
+from .blocking import block_scans
 from .native import NativeLibrary
 from .source import translation
 
@@ -76,7 +77,9 @@ def compile_program(program: Program, kernel_call_registry=None) -> CompiledFrag
     >>> compile_program(p).library_path.suffix
     '.so'
     """
-    plan = build_plan(program)
+    # The plan's program may lay a stacked output out as blocks of steps (`block_scans`): the
+    # same bytes as `program`'s output, whose type the executable keeps.
+    plan = build_plan(block_scans(program, outputs_as_blocks=True))
     blas = find_blas()
     source, data = translation(plan, kernel_call_registry, blas)
     library = toolchain.build(source, data)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy import bf16, f16, f32, f64
+from accy import bf16, f16, f32, f64, spec
 from accy.attention import composition
 from accy.attention import cuda as cudnn_attention
 from accy.attention.records import records_for
@@ -460,6 +460,8 @@ def restored_settings():
         ({"heuristics": ("A", "C")}, "non-empty tuple of A, B, FALLBACK"),
         ({"heuristics": ()}, "non-empty tuple"),
         ({"deterministic": 1}, "deterministic must be True or False"),
+        ({"min_blocks": -1}, "min_blocks must be a whole number of thread blocks"),
+        ({"min_blocks": 2.5}, "min_blocks must be a whole number"),
     ],
 )
 def test_configure_rejects_unknown_settings(changes, why, restored_settings):
@@ -535,3 +537,24 @@ def test_cudnn_settings_match_the_composition(chosen, layout, restored_settings)
     expected = accy.reference.run(reference, [x.astype(np.float64) for x in inputs])
     for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
         _close(_host(g), np.asarray(e), bf16, f"{name} with {chosen}")
+
+
+def test_a_long_sequence_over_few_heads_is_composed(restored_settings):
+    """One head of 2,048 tokens (the `attention` workload at its GPU scale) makes 16 of cuDNN's
+    128-row blocks on a GPU of 132 SMs: it is composed, and the decline says why. Many heads
+    (GPT-2 small) or short sequences stay with cuDNN; `min_blocks=0` keeps every call."""
+    s = Signature(("token", "dim"), ("key", "dim"), ("key", "dim"), causal=True)
+    q, kv = spec(bf16, token=2048, dim=64), spec(bf16, key=2048, dim=64)
+    with pytest.raises(cudnn_attention.Decline, match="16 blocks of 128 rows, fewer than"):
+        cudnn_attention.describe(s, "forward", [q, kv, kv])
+    wide = Signature(*(("batch", "head", ax, "dim") for ax in ("token", "key", "key")))
+    many = [spec(bf16, batch=8, head=12, **{ax: 1024}, dim=64) for ax in ("token", "key", "key")]
+    assert cudnn_attention.describe(wide, "forward", many).h == 12
+    short = [
+        spec(bf16, token=512, dim=64),
+        spec(bf16, key=512, dim=64),
+        spec(bf16, key=512, dim=64),
+    ]
+    assert cudnn_attention.describe(s, "forward", short).q[-1] == 1
+    cudnn_attention.configure(cudnn_attention.Settings(min_blocks=0))
+    assert cudnn_attention.describe(s, "forward", [q, kv, kv]).b == 1

@@ -76,7 +76,12 @@ class Settings:
     - `plan`: "heuristic" (the first plan that builds, as PyTorch and XLA do) or "fastest"
       (every plan is built and run a few times when the program is compiled; the fastest is
       kept);
-    - `deterministic`: the backward's `use_deterministic_algorithm`.
+    - `deterministic`: the backward's `use_deterministic_algorithm`;
+    - `min_blocks`: cuDNN runs one thread block per 128 rows of each (batch, head); a long
+      sequence (1,024 tokens or more) that makes fewer blocks than this leaves most of the GPU
+      idle for long, while the composition's GEMMs use all of it, so such calls are composed
+      (one head of 2,048 tokens: 16 blocks on 132 SMs). Default 64, or
+      `$ACCY_CUDNN_MIN_BLOCKS`; 0 never declines for this.
 
     >>> Settings().plan, Settings(plan="fastest").plan
     ('heuristic', 'fastest')
@@ -86,6 +91,11 @@ class Settings:
     heuristics: tuple[str, ...] = ("A", "FALLBACK")
     plan: str = "heuristic"
     deterministic: bool = False
+    min_blocks: int = int(os.environ.get("ACCY_CUDNN_MIN_BLOCKS", "64"))
+
+
+LONG_SEQUENCE = 1024  # tokens from which `Settings.min_blocks` applies
+ROWS_PER_BLOCK = 128
 
 
 MASKS = ("causal_mask", "band")
@@ -141,6 +151,15 @@ def _check_settings(new: Settings) -> None:
         raise ConfigurationError(
             f"cuDNN attention settings: deterministic must be True or False, got "
             f"{new.deterministic!r}"
+        )
+    if (
+        isinstance(new.min_blocks, bool)
+        or not isinstance(new.min_blocks, int)
+        or new.min_blocks < 0
+    ):
+        raise ConfigurationError(
+            f"cuDNN attention settings: min_blocks must be a whole number of thread blocks, 0 "
+            f"or more, got {new.min_blocks!r}"
         )
 
 
@@ -347,6 +366,8 @@ def describe(
         dims[name] = (sb, sh, strides[seq], 1)
     b = math.prod(types[0].extent(a) for a in groups[0]) if groups[0] else 1
     h = math.prod(types[0].extent(a) for a in groups[1]) if groups[1] else 1
+    chosen = settings() if chosen is None else chosen
+    _check_parallelism(b * h, shape.tokens, chosen.min_blocks)
     bias = None
     if count == 4:
         t = operands["bias"]
@@ -380,8 +401,28 @@ def describe(
         grads,
         s.causal,
         s.scale_for(shape.dim),
-        settings() if chosen is None else chosen,
+        chosen,
     )
+
+
+def _check_parallelism(rows: int, tokens: int, min_blocks: int) -> None:
+    """Decline a long sequence over too few (batch, head) rows to fill the GPU (see
+    `Settings.min_blocks`).
+
+    >>> _check_parallelism(96, 1024, 64)  # GPT-2 small: 8 x 12 heads, 768 blocks
+    >>> try:
+    ...     _check_parallelism(1, 2048, 64)
+    ... except Decline as why:
+    ...     print(str(why)[:60])
+    1 batch x head row(s) of 2048 tokens make 16 blocks of 128 r
+    """
+    blocks = rows * -(-tokens // ROWS_PER_BLOCK)
+    if tokens >= LONG_SEQUENCE and blocks < min_blocks:
+        raise Decline(
+            f"{rows} batch x head row(s) of {tokens} tokens make {blocks} blocks of "
+            f"{ROWS_PER_BLOCK} rows, fewer than Settings.min_blocks={min_blocks}: most of the "
+            "GPU would idle (composed instead)"
+        )
 
 
 # -- cuDNN graphs, built once per problem ---------------------------------------------------------

@@ -35,6 +35,5 @@ for _ in range(4):
     loss, params, state = step(params, state, ids, targets)
     float(np.asarray(_host(loss.array)))
     times.append(time.perf_counter() - t0)
-print(
-    f"{dtype} {variant:9s} step {np.median(times) * 1e3:7.1f} ms  ({[round(t * 1e3) for t in times]})"
-)
+each = [round(t * 1e3) for t in times]
+print(f"{dtype} {variant:9s} step {np.median(times) * 1e3:7.1f} ms ({each})")

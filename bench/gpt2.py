@@ -26,8 +26,9 @@ Precision (`--dtype`):
   - PyTorch: `torch.autocast(dtype=torch.bfloat16)` around the compiled loss (bf16 GEMMs and
     SDPA's fused attention; PyTorch keeps layer norms and the cross-entropy in f32).
 - accy's attention is `accy.nn.attention` (causal; cuDNN's fused attention in bf16 on CUDA, as
-  PyTorch's SDPA; the composition where that declines, e.g. f32); `--accy-attention
-  composition` writes it out instead (scores, `nn.causal_mask`, softmax).
+  PyTorch's SDPA; the flash kernel on the CPU), except in f32 on CUDA, where cuDNN declines:
+  there it is written out (scores, `nn.causal_mask`, softmax), which stores the scores rather
+  than recomputing them; `--accy-attention composition|fused` chooses either everywhere.
 
 Reported per system: step time (median), tokens/s, model FLOP utilisation, peak memory, and
 the time from a cold start to the end of the first step (tracing, differentiation, compilation
@@ -474,7 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default=None, choices=sorted(SCALES))
     parser.add_argument("--systems", default="accy,jax,torch")
     parser.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
-    parser.add_argument("--accy-attention", default="fused", choices=("composition", "fused"))
+    parser.add_argument(
+        "--accy-attention", default="auto", choices=("auto", "composition", "fused")
+    )
     parser.add_argument("--steps", type=int, default=10, help="timed steps after the first")
     parser.add_argument(
         "--timeout", type=float, default=None, help="seconds each worker process may take"
@@ -484,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     add_gpus_arguments(parser)
     args = parser.parse_args(argv)
+    args.accy_attention = attention_for(args)
     if args.gpus or args.dp_worker:
         return gpus_main(args)
     scale = args.scale or args.device
@@ -510,6 +514,17 @@ def main(argv: list[str] | None = None) -> int:
     _print(report)
     _write(args.json, report)
     return 1 if any("error" in r and r["error"] != ["not installed"] for r in rows) else 0
+
+
+def attention_for(args: argparse.Namespace) -> str:
+    """`--accy-attention auto`: `nn.attention`, except in f32 on CUDA, where cuDNN declines and
+    the record's composition recomputes the scores in the backward pass (a flash-style memory
+    saving): storing them, as the written-out composition does, was 185 ms a step against
+    298 ms on the H200 (session 5)."""
+    if args.accy_attention != "auto":
+        return args.accy_attention
+    cuda = args.device == "cuda" or bool(args.gpus)
+    return "composition" if cuda and args.dtype == "f32" else "fused"
 
 
 def _report(args: argparse.Namespace, s: Scale, peak: float | None, rows: list[dict]) -> dict:

@@ -40,6 +40,22 @@ def native_cuda(program, inputs):
     return [cupy.asnumpy(out) for out in accy.compile(program, device="cuda")(*arrays)]
 
 
+def run_fragment(compiled, inputs):
+    """Run a CUDA `CompiledFragment` on the GPU as it is (no executable cache: the schedule is
+    the one given, e.g. compiled with a switch patched)."""
+    import cupy
+
+    from accy.backends.cuda.runtime import load
+
+    program = compiled.program
+    arguments = [cupy.asarray(x) for x in inputs]
+    outputs = [cupy.empty(t.extents, t.dtype.numpy) for t in program.output_types]
+    fragment = load(compiled)
+    fragment.run([int(a.data.ptr) for a in arguments + outputs])
+    cupy.cuda.get_current_stream().synchronize()
+    return [cupy.asnumpy(o) for o in outputs]
+
+
 EXECUTORS = [
     pytest.param(reference, id="reference"),
     pytest.param(native_cpu, id="native_cpu"),

@@ -17,7 +17,7 @@ from accy.backends.cuda.steps import dot as cuda_dot
 from accy.backends.cuda.steps import scan as cuda_scan
 from accy.trace import define
 
-from ..executors import cuda_device_or_skip
+from ..executors import cuda_device_or_skip, run_fragment
 
 ROWS, WIDTH = 24, 32  # GEMMs of at least CONDITIONAL_GEMM_MIN rows and columns
 
@@ -144,21 +144,6 @@ def test_cublas_dot_products_inside_a_branch_stay_kernels():
     assert not list(_gemms(compile_program(program).schedule.actions))
 
 
-def _run_fragment(compiled, inputs):
-    """Run a CompiledFragment on the GPU (no executable cache: the schedule is the one given)."""
-    import cupy
-
-    from accy.backends.cuda.runtime import load
-
-    program = compiled.program
-    arguments = [cupy.asarray(x) for x in inputs]
-    outputs = [cupy.empty(t.extents, t.dtype.numpy) for t in program.output_types]
-    fragment = load(compiled)
-    fragment.run([int(a.data.ptr) for a in arguments + outputs])
-    cupy.cuda.get_current_stream().synchronize()
-    return [cupy.asnumpy(o) for o in outputs]
-
-
 def _inputs(program, seed: int, scale: float = 0.3):
     rng = np.random.default_rng(seed)
     return [
@@ -172,11 +157,11 @@ def test_while_node_scan_with_gemms_values(monkeypatch, cublas_inside, length, r
     cuda_device_or_skip()
     program = _matrix_scan(length, reverse)
     inputs = _inputs(program, length)
-    unrolled = _run_fragment(compile_program(program), inputs)
+    unrolled = run_fragment(compile_program(program), inputs)
     monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)
     compiled = compile_program(program)
     assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)
-    got = _run_fragment(compiled, inputs)
+    got = run_fragment(compiled, inputs)
     want = _matrix_scan_numpy(*inputs, reverse=reverse)
     for g, u, w in zip(got, unrolled, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
@@ -187,7 +172,7 @@ def test_while_loop_with_gemms_values(cublas_inside):
     cuda_device_or_skip()
     program = _matrix_while(7)
     inputs = _inputs(program, 2)
-    (got,) = _run_fragment(compile_program(program), inputs)
+    (got,) = run_fragment(compile_program(program), inputs)
     want, _ = _matrix_scan_numpy(*inputs, reverse=False)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
@@ -197,7 +182,7 @@ def test_cond_with_gemms_values(cublas_inside, predicate):
     cuda_device_or_skip()
     program = _matrix_cond()
     _, x, w = _inputs(program, 3)
-    (got,) = _run_fragment(compile_program(program), [np.array(predicate), x, w])
+    (got,) = run_fragment(compile_program(program), [np.array(predicate), x, w])
     want = x.astype(np.float64) @ w
     np.testing.assert_allclose(got, want if predicate else np.tanh(want), rtol=1e-4, atol=1e-5)
 
@@ -227,7 +212,7 @@ def test_while_node_matrix_rnn_gradient_matches_the_reference(monkeypatch, cubla
     compiled = compile_program(gradient)
     assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)
     inputs = _inputs(gradient, 4, scale=0.2)
-    got = _run_fragment(compiled, inputs)
+    got = run_fragment(compiled, inputs)
     want = accy.reference.run(gradient, inputs)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)

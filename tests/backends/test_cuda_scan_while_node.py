@@ -18,7 +18,7 @@ from accy.kernel import toolchain
 from accy.trace import define
 from bench.scan_rnn import accy_program
 
-from ..executors import cuda_device_or_skip
+from ..executors import cuda_device_or_skip, run_fragment
 
 
 def _leaky(length: int, reverse: bool = False, time_inner: bool = False):
@@ -125,21 +125,6 @@ def test_the_step_kernel_compiles_with_nvcc():
     assert ".entry w0_scan_step" in ptx and "cudaGraphSetConditional" in ptx
 
 
-def _run_fragment(compiled, inputs):
-    """Run a CompiledFragment on the GPU (no executable cache: the schedule is the one given)."""
-    import cupy
-
-    from accy.backends.cuda.runtime import load
-
-    program = compiled.program
-    arguments = [cupy.asarray(x) for x in inputs]
-    outputs = [cupy.empty(t.extents, t.dtype.numpy) for t in program.output_types]
-    fragment = load(compiled)
-    fragment.run([int(a.data.ptr) for a in arguments + outputs])
-    cupy.cuda.get_current_stream().synchronize()
-    return [cupy.asnumpy(o) for o in outputs]
-
-
 @pytest.mark.parametrize("length", [7, 8])
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("time_inner", [False, True])
@@ -155,7 +140,7 @@ def test_while_node_scan_values(monkeypatch, length, reverse, time_inner, copies
     assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)
     rng = np.random.default_rng(length)
     inputs = [rng.standard_normal(t.extents).astype(np.float32) for t in program.parameter_types]
-    got = _run_fragment(compiled, inputs)
+    got = run_fragment(compiled, inputs)
     want = _leaky_numpy(*inputs, reverse=reverse, time_inner=time_inner)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
@@ -175,11 +160,11 @@ def test_while_node_rnn_gradient_matches_the_unrolled_schedule(monkeypatch, rema
     inputs = [
         (0.3 * rng.standard_normal(t.extents)).astype(np.float32) for t in gradient.parameter_types
     ]
-    unrolled = _run_fragment(compile_program(gradient), inputs)
+    unrolled = run_fragment(compile_program(gradient), inputs)
     monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)
     looped = compile_program(gradient)
     assert any(isinstance(a, Conditional) for a in looped.schedule.actions)
-    got = _run_fragment(looped, inputs)
+    got = run_fragment(looped, inputs)
     want = accy.reference.run(gradient, inputs)
     for g, u, w in zip(got, unrolled, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

@@ -111,12 +111,10 @@ class _SplitWidened(Layer):
     def _parts(self, x: Any) -> list[Any]:
         """Three bf16 values whose f32 sum is `x`, largest first."""
         e = self.emit
-        parts = []
-        rest = x
-        for _ in range(3):
-            part = e.convert(rest, bf16)
-            parts.append(part)
-            rest = e.sub(rest, e.convert(part, f32))
+        parts = [e.convert(x, bf16)]
+        for _ in range(2):  # each remainder is exact in f32; the third is exact in bf16
+            x = e.sub(x, e.convert(parts[-1], f32))
+            parts.append(e.convert(x, bf16))
         return parts
 
     def _side_by_side(self, parts: list[Any], narrow: Any, dims: tuple, split_left: bool) -> Any:

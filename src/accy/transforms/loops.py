@@ -187,9 +187,7 @@ def split(body: Program, roles: Roles, linear: Sequence[bool], remat: bool) -> S
             recompute.add(v)
             stack.extend(producer[v].operands)
     else:
-        for v in needed:
-            if v not in role_of and not producer[v].operands:
-                recompute.add(v)  # constants, iota: cheaper to recompute than to store
+        recompute = light_recompute(body, needed, role_of, producer)
 
     invariant: set[int] = {parameters[i] for i in roles.consts if not linear[i]}
     for op in body.operations:
@@ -199,7 +197,8 @@ def split(body: Program, roles: Roles, linear: Sequence[bool], remat: bool) -> S
     # Where each primal value the linear body reads (and does not recompute) comes from.
     boundary: list[int] = []  # values, in definition order
     seen_boundary: set[int] = set()
-    for v in needed if not remat else sorted(recompute_inputs(body, recompute, role_of, needed)):
+    read = needed if not recompute else sorted(recompute_inputs(body, recompute, needed, lv))
+    for v in read:
         if v in recompute or v in seen_boundary:
             continue
         seen_boundary.add(v)
@@ -307,13 +306,74 @@ def split(body: Program, roles: Roles, linear: Sequence[bool], remat: bool) -> S
     )
 
 
-def recompute_inputs(body: Program, recompute: set[int], role_of: dict, needed: list) -> set[int]:
-    """Under remat: the parameters that the recomputed work (and the linear body) reads."""
-    inputs = {v for v in needed if v in role_of}
+def recompute_inputs(body: Program, recompute: set[int], needed: list, lv: set[int]) -> set[int]:
+    """The primal values that the linear body reads, directly or through the work it
+    recomputes, and does not recompute itself: parameters, and (without remat) residuals."""
+    inputs = {v for v in needed if v not in recompute}
     for op in body.operations:
         if op.kind != "parameter" and op.results[0] in recompute:
-            inputs.update(v for v in op.operands if v in role_of)
+            inputs.update(v for v in op.operands if v not in recompute and v not in lv)
     return inputs
+
+
+LIGHT_KINDS = frozenset({"add", "sub", "mul", "div", "max", "min", "compare", "select"})
+LIGHT_KINDS |= {"convert", "broadcast_in_dim", "transpose", "reshape", "constant", "iota"}
+LIGHT_UNARY = frozenset({"neg", "abs", "sign", "not", "stop_gradient"})
+
+
+def _is_light(op: Any) -> bool:
+    """One cheap operation per element, or a layout: recomputed rather than stacked."""
+    return op.kind in LIGHT_KINDS or op.kind == "unary" and op.attrs["op"] in LIGHT_UNARY
+
+
+def constant_values(body: Program) -> set[int]:
+    """The values that light operations make from constants and iota alone (a broadcast
+    scalar, a causal mask): recomputing them reads nothing."""
+    found: set[int] = set()
+    for op in body.operations:
+        if _is_light(op) and all(v in found for v in op.operands):
+            found.update(op.results)
+    return found
+
+
+def light_recompute(body: Program, needed: list, role_of: dict, producer: dict) -> set[int]:
+    """Without remat: the primal values that the linear body recomputes instead of reading
+    them as stacked residuals.
+
+    A residual is written by the forward scan and read back by the backward scan at every
+    step, a round trip through memory that costs more than an elementwise operation or a
+    broadcast; and, unlike the unrolled program, where fusion recomputes such values inside
+    their readers, a scan body's residuals are stored as they are. So a value made by a light
+    operation (`LIGHT_KINDS`: arithmetic without transcendentals, layout, constants) is
+    recomputed from its operands when the operands not already at hand (parameters, values
+    stored anyway) take no more bytes than the value itself. Walking from the last definition
+    to the first, a chain of light operations collapses onto the heavy values it starts from
+    (an MLP's tanh-GELU derivative stores its input and the tanh, not every product; a softmax's
+    broadcast denominator stores the row sums). Constants and iota always qualify.
+
+    >>> import accy
+    >>> p = accy.trace.define("p", [accy.spec(accy.f32, lane=4)], lambda b, a: a[0].exp() * 2.0)
+    >>> mul = p.operations[-1]
+    >>> producer = {r: op for op in p.operations for r in op.results}
+    >>> found = light_recompute(p, [mul.results[0]], {p.parameters[0]: ("x", 0)}, producer)
+    >>> sorted(producer[v].kind for v in found)
+    ['broadcast_in_dim', 'constant', 'mul']
+    """
+    free = constant_values(body)
+    available = set(needed) | set(role_of)
+    recompute: set[int] = set()
+    candidates = set(needed)
+    for op in reversed(body.operations):
+        value = op.results[0]
+        if value not in candidates or value in role_of or not _is_light(op):
+            continue
+        added = [v for v in dict.fromkeys(op.operands) if v not in available]
+        stored = [v for v in added if v not in free]
+        if sum(body.type_of(v).nbytes for v in stored) <= body.type_of(value).nbytes:
+            recompute.add(value)
+            available.update(added)
+            candidates.update(added)
+    return recompute
 
 
 def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:

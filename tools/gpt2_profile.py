@@ -63,12 +63,26 @@ def category(what: str) -> str:
     return "kernel"
 
 
+def dump(folder: str, fragment, actions) -> None:
+    """Every action's median time in schedule order, and the source they were compiled from."""
+    from pathlib import Path
+
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    lines = [f"{index}\t{ms * 1e3:.1f}\t{what}" for index, (what, ms) in enumerate(actions)]
+    (path / "actions.tsv").write_text("index\tus\twhat\n" + "\n".join(lines) + "\n")
+    (path / "kernels.cu").write_text(fragment.compiled.source)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
     parser.add_argument("--attention", default="composition", choices=("composition", "fused"))
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--workload", default="gpt2", help="gpt2, or a bench workload's name")
+    parser.add_argument(
+        "--dump", metavar="DIR", help="write each action's time (actions.tsv) and the CUDA C"
+    )
     args = parser.parse_args()
     if args.workload == "gpt2":
         program = traced_program(args.dtype, args.attention == "fused")
@@ -95,6 +109,8 @@ def main() -> None:
     for name, (ms, count, flops) in sorted(totals.items(), key=lambda item: -item[1][0]):
         rate = f", {flops / ms / 1e9:.0f} TFLOP/s" if flops else ""
         print(f"  {name:8s} {ms:8.2f} ms in {count:4d} actions{rate}")
+    if args.dump:
+        dump(args.dump, fragment, actions)
     print("-- slowest actions")
     for what, ms in sorted(actions, key=lambda item: -item[1])[: args.top]:
         print(f"  {ms * 1e3:8.1f} us  {what[:150]}")

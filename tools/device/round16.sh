@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 6, call 1 on the two-GPU machine, main with the scanlayers merge:
+# Session 6, call 1 on the two-GPU machine (or one GPU, in turn), main with the scanlayers merge:
 #   GPU 0: the whole suite with CUDA, then where the bf16 GPT-2 step's time goes, every action
 #          and the kernels' source (tools/gpt2_profile.py --dump);
 #   GPU 1: python -m bench.gpt2 --device cuda --dtype f32 (accy with attention written out,
@@ -17,11 +17,14 @@ export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
     --top 40 --dump "$OUT/gpt2" > "$OUT/profile.txt" 2>&1
 ) &
 first=$!
+# On a one-GPU machine the second half waits for the first and shares its GPU.
+gpus=$(nvidia-smi -L | wc -l)
+if [ "$gpus" -lt 2 ]; then wait $first; fi
 (
-  export CUDA_VISIBLE_DEVICES=1
-  taskset -c 16-31 timeout 200 python3 -m bench.gpt2 --device cuda --dtype f32 --steps 5 \
+  if [ "$gpus" -ge 2 ]; then export CUDA_VISIBLE_DEVICES=1; fi
+  taskset -c $([ "$gpus" -ge 2 ] && echo 16-31 || echo 0-15) timeout 200 python3 -m bench.gpt2 --device cuda --dtype f32 --steps 5 \
     --json "$OUT/gpt2-cuda-f32.json" > "$OUT/gpt2-f32.txt" 2>&1
-  taskset -c 16-31 timeout 60 python3 tools/gpt2_profile.py --workload block --dtype bf16 \
+  taskset -c $([ "$gpus" -ge 2 ] && echo 16-31 || echo 0-15) timeout 60 python3 tools/gpt2_profile.py --workload block --dtype bf16 \
     --top 5 --dump "$OUT/block" >> "$OUT/gpt2-f32.txt" 2>&1
 ) &
 second=$!

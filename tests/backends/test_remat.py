@@ -119,6 +119,24 @@ def test_layer_norm_block_gradient_is_bit_identical(dtype):
     assert_same_bits(program, rewritten, random_inputs(program, seed=1))
 
 
+def test_without_transcendentals_gelu_is_kept_and_layer_norm_is_still_recomputed():
+    # GELU's output x * 0.5 * (tanh(u) + 1) is one multiplication away from values its
+    # derivative reads, but a GPU computes tanh(u) + 1 inline in each step that reads it.
+    mlp = mlp_gradient(accy.bf16)
+
+    def hidden_operations(program):
+        return sum(op.type.has("hidden") for op in program.operations)
+
+    with_tanh = rematerialize(mlp, DISTANCE, stored(mlp))
+    assert hidden_operations(with_tanh) > hidden_operations(mlp)
+    arithmetic = rematerialize(mlp, DISTANCE, stored(mlp), transcendentals=False)
+    assert hidden_operations(arithmetic) == hidden_operations(mlp)
+    norm = layer_norm_gradient(accy.bf16)
+    rewritten = rematerialize(norm, DISTANCE, stored(norm), transcendentals=False)
+    assert len(rewritten.operations) > len(norm.operations)
+    assert_same_bits(norm, rewritten, random_inputs(norm, seed=2))
+
+
 def test_the_plan_keeps_less_alive_at_its_peak():
     program = mlp_gradient(accy.bf16, layers=3, hidden=256)
     before = build_plan(program, CPU)

@@ -15,13 +15,13 @@ The rewrite splits the uses of each value `v` into runs (`clusters`): uses close
 `v`; each later run reads a copy of `v` computed just before the run's first use, from
 *anchors*: values alive there anyway (read there or later), parameters, constants and values
 much smaller than `v` (vectors, scalars: `SMALL_FRACTION`). Only `RECOMPUTABLE` kinds are
-repeated (elementwise arithmetic, transcendentals included, conversions and layout; no
-reductions, GEMMs or gathers), at most `MAX_CHAIN` of them for one copy. If a run cannot be
-served so, `v` stays alive until that run and only the runs after it are served by copies. The
-copies repeat the same operations on the same values (same kinds, attributes and dtypes), so
-the results are bit for bit those of the original; fusion then computes each copy inside its
-consumer where it reads it element by element, or stores it just before a GEMM that reads it
-whole, so that the stored `v` dies after its first run.
+repeated (elementwise arithmetic, transcendentals unless the target says not, conversions and
+layout; no reductions, GEMMs or gathers), at most `MAX_CHAIN` of them for one copy. If a run
+cannot be served so, `v` stays alive until that run and only the runs after it are served by
+copies. The copies repeat the same operations on the same values (same kinds, attributes and
+dtypes), so the results are bit for bit those of the original; fusion then computes each copy
+inside its consumer where it reads it element by element, or stores it just before a GEMM that
+reads it whole, so that the stored `v` dies after its first run.
 """
 
 from __future__ import annotations
@@ -49,12 +49,16 @@ MAX_CHAIN = 64
 
 
 def rematerialize(
-    program: Program, distance: int, worth: Callable[[int], bool] | None = None
+    program: Program,
+    distance: int,
+    worth: Callable[[int], bool] | None = None,
+    transcendentals: bool = True,
 ) -> Program:
     """`program` with each value that is read again more than `distance` operations after its
     previous reader recomputed there from values alive anyway, when only cheap elementwise work
     separates them (see the module docstring); the same program if there is none. `worth`
-    says which values to consider (`build_plan`: those fusion would store; by default all).
+    says which values to consider (`build_plan`: those fusion would store; by default all);
+    `transcendentals=False` repeats only arithmetic, conversions and layout (no exp, tanh...).
 
     >>> import accy
     >>> def body(b, a):
@@ -67,9 +71,11 @@ def rematerialize(
     >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=4)] * 2, body)
     >>> rematerialize(p, 4).count("unary") - p.count("unary")  # exp(a[0] * 2) again
     1
+    >>> rematerialize(p, 4, transcendentals=False) is p
+    True
     """
     uses = _uses(program)
-    cut = _plan_copies(program, uses, distance, worth or (lambda value: True))
+    cut = _plan_copies(program, uses, distance, worth or (lambda value: True), transcendentals)
     if not cut:
         return program
     return run(program, _Rematerialize(Graph(Builder(program.name)), program, cut))
@@ -93,7 +99,17 @@ def rematerialize_stored(program: Program, target: Target) -> Program:
         large = program.type_of(value).nbytes >= target.rematerialize_min_bytes
         return large and decisions.is_stored(value)
 
-    return rematerialize(program, target.rematerialize_after, worth)
+    return rematerialize(
+        program, target.rematerialize_after, worth, target.rematerializes_transcendentals
+    )
+
+
+def _repeatable(op: Operation) -> bool:
+    return op.kind in RECOMPUTABLE and len(op.results) == 1
+
+
+def _is_transcendental(op: Operation) -> bool:
+    return op.kind == "unary" and op.attrs["op"] not in fusion.LIGHT_UNARY
 
 
 def _uses(program: Program) -> dict[int, list[int]]:
@@ -129,8 +145,15 @@ class _Chains:
     """Which operations a copy of a value made at some position repeats, given how long each
     value lives once the copies decided so far are made (`alive_until`)."""
 
-    def __init__(self, program: Program, uses: dict[int, list[int]]):
+    def __init__(
+        self,
+        program: Program,
+        uses: dict[int, list[int]],
+        transcendentals: bool,
+    ):
         self.program = program
+        self.transcendentals = transcendentals
+        self._transcendental: dict[tuple[int, int], bool] = {}
         self.producer: dict[int, Operation] = {}
         self.position: dict[int, int] = {}
         for position, op in enumerate(program.operations):
@@ -140,9 +163,38 @@ class _Chains:
         self.alive_until = {value: positions[-1] for value, positions in uses.items()}
 
     def is_anchor(self, value: int, at: int, copied_bytes: int) -> bool:
-        if self.producer[value].kind in ALWAYS_ALIVE or self.alive_until.get(value, -1) >= at:
+        producer = self.producer[value]
+        if producer.kind in ALWAYS_ALIVE:
+            return True
+        # A GPU computes a transcendental, and the elementwise work on it, again in each step
+        # that reads it (fusion's `recompute_transcendentals`): a copy reading such a value
+        # repeats the transcendental after all (GELU's tanh(u) + 1, read by its derivative).
+        if not self.transcendentals and self.made_of_transcendentals(value, copied_bytes):
+            return False
+        if self.alive_until.get(value, -1) >= at:
             return True
         return self.program.type_of(value).nbytes * SMALL_FRACTION <= copied_bytes
+
+    def made_of_transcendentals(self, value: int, copied_bytes: int) -> bool:
+        """Whether elementwise work within `MAX_CHAIN` operations before `value` (the work
+        fusion may compute inline where `value` is read) includes a transcendental over more
+        than a small fraction of `copied_bytes` (the rsqrt of a LayerNorm's variances is not)."""
+        key = (value, copied_bytes)
+        if key not in self._transcendental:
+            pending, seen, found = [value], {value}, False
+            while pending and not found and len(seen) <= MAX_CHAIN:
+                op = self.producer[pending.pop()]
+                large = op.type.nbytes * SMALL_FRACTION > copied_bytes
+                found = large and _is_transcendental(op)
+                if _repeatable(op):
+                    fresh = [v for v in op.operands if v not in seen]
+                    seen.update(fresh)
+                    pending.extend(fresh)
+            self._transcendental[key] = found
+        return self._transcendental[key]
+
+    def repeatable(self, op: Operation) -> bool:
+        return _repeatable(op) and (self.transcendentals or not _is_transcendental(op))
 
     def chain(self, value: int, at: int) -> list[Operation] | None:
         """The operations (in program order) that recompute `value` at position `at` from
@@ -156,7 +208,7 @@ class _Chains:
             op = self.producer[current]
             if current in found:
                 continue
-            if op.kind not in RECOMPUTABLE or len(op.results) != 1 or len(found) >= MAX_CHAIN:
+            if not self.repeatable(op) or len(found) >= MAX_CHAIN:
                 return None
             found[current] = op
             for operand in op.operands:
@@ -174,18 +226,22 @@ class _Chains:
 
 
 def _plan_copies(
-    program: Program, uses: dict[int, list[int]], distance: int, worth: Callable[[int], bool]
+    program: Program,
+    uses: dict[int, list[int]],
+    distance: int,
+    worth: Callable[[int], bool],
+    transcendentals: bool,
 ) -> dict[int, list[tuple[list[int], list[Operation]]]]:
     """For each value to copy: its later runs of uses, each with the operations of its copy.
 
     Values are decided in program order, so that an anchor's lifetime (shortened if it is
     copied itself, lengthened if a copy reads it) is final before any copy relies on it.
     """
-    chains = _Chains(program, uses)
+    chains = _Chains(program, uses, transcendentals)
     outputs = set(program.outputs)
     cut: dict[int, list[tuple[list[int], list[Operation]]]] = {}
     for op in program.operations:
-        if op.kind not in RECOMPUTABLE or len(op.results) != 1:
+        if not _repeatable(op) or not transcendentals and _is_transcendental(op):
             continue
         value = op.results[0]
         if value in outputs or value not in uses or not worth(value):

@@ -203,20 +203,31 @@ class Body:
 # elementwise kinds ---------------------------------------------------------------------------
 
 
+def _arithmetic(body: Body, dtype, expression: str) -> str:
+    """An arithmetic result: rounded to its dtype, or for 16-bit floats in a dialect that keeps
+    them in float32 between operations (`Dialect.rounds_each_half_operation`), not yet."""
+    return body.temp(dtype, expression, rounded=body.unit.dialect.rounds_each_half_operation)
+
+
 def _unary(body: Body, op: Operation, index: Index) -> str:
     x = body.value(op.operands[0], index)
     ctype = body.unit.c_type(op.type.dtype)
-    return body.temp(op.type.dtype, templates.unary(op.attrs["op"], ctype, x))
+    return _arithmetic(body, op.type.dtype, templates.unary(op.attrs["op"], ctype, x))
 
 
 def _binary(body: Body, op: Operation, index: Index) -> str:
     a, b = (body.value(v, index) for v in op.operands)
     ctype = body.unit.c_type(op.type.dtype)
-    return body.temp(op.type.dtype, templates.binary(op.kind, ctype, a, b))
+    return _arithmetic(body, op.type.dtype, templates.binary(op.kind, ctype, a, b))
 
 
 def _compare(body: Body, op: Operation, index: Index) -> str:
+    # Compared values are rounded to their dtype: `x == max(x)` holds at the maximum when the
+    # stored maximum was rounded and x is computed again in float32 registers.
     a, b = (body.value(v, index) for v in op.operands)
+    if not body.unit.dialect.rounds_each_half_operation:
+        rounding = body.unit.c_type(op.operand_types[0].dtype).round
+        a, b = rounding.format(x=a), rounding.format(x=b)
     return body.temp(bool_, templates.compare(op.attrs["direction"], a, b))
 
 

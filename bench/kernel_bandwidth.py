@@ -2,7 +2,7 @@
 
     python -m bench.kernel_bandwidth [--dtypes bf16,f32] [--repeats 20] [--json PATH]
 
-Four memory-bound programs, each in bf16 and f32, at the sizes of GPT-2 small's training step:
+Memory-bound programs, each in bf16 and f32, at the sizes of GPT-2 small's training step:
 
 - `elementwise`: x * y + 1 over 25M elements (two reads, one write);
 - `row_sum_exp`: sum(exp(x)) along the rows of the [8192 x 50304] logits (one read);

@@ -103,7 +103,8 @@ def _pack(ctx: StepContext, value: int, matrix: MatrixOperand, name: str) -> tup
     storage = CUDA.c_type(t.dtype).storage
     offset = ctx.workspace_scratch(name)
     declaration = f"{storage} *__restrict__ packed = ({storage} *)(ws + {offset});"
-    axes = transposed_axes(t.extents, ctx.view(value).strides, matrix.view.strides)
+    view = ctx.view(value)
+    axes = None if view is None else transposed_axes(t.extents, view.strides, matrix.view.strides)
     if axes is not None:
         lines, grid = _tiled_pack(body, value, t, names, axes, matrix)
         side = tile_side(compute_bytes(t.dtype))

@@ -46,8 +46,8 @@ from bench import kernel_bandwidth
 dot.transposed_axes = lambda *args: None  # every pack the old element-by-element kernel
 sys.exit(kernel_bandwidth.main(['--cases', 'transpose_pack', '--dtypes', 'bf16,f32']))
 "
-if [ "$SECONDS" -lt 150 ]; then
-  step gpt2_profile 80 python3 tools/gpt2_profile.py --dtype bf16 --attention fused --top 12 \
+if [ "$SECONDS" -lt 140 ]; then
+  step gpt2_profile 75 python3 tools/gpt2_profile.py --dtype bf16 --attention fused --top 12 \
     --dump "$OUT/tpack-gpt2"
 else
   echo "gpt2_profile: skipped (the steps before took $SECONDS s)"

@@ -2,14 +2,20 @@
 
     python -m bench.kernel_bandwidth [--dtypes bf16,f32] [--repeats 20] [--json PATH]
 
-Four memory-bound programs, each in bf16 and f32, at the sizes of GPT-2 small's training step:
+Memory-bound programs, each in bf16 and f32, at the sizes of GPT-2 small's training step:
 
 - `elementwise`: x * y + 1 over 25M elements (two reads, one write);
 - `row_sum_exp`: sum(exp(x)) along the rows of the [8192 x 50304] logits (one read);
 - `cross_entropy`: the value and logits' gradient of the mean cross-entropy over those logits,
   integer labels (at least one read of the logits and one write of their gradient);
 - `layer_norm`: LayerNorm forward and backward over [8192 x 768] (the value and gradient of
-  sum(layer_norm(x) * g): reads x and g, writes dx).
+  sum(layer_norm(x) * g): reads x and g, writes dx);
+- `transpose_pack`: only the kernel that packs GPT-2's attention output for the output
+  projection's weight gradient: [batch 8, head 12, token 1024, 64 of a row of 72] copied into
+  [head, dim, batch, token] (a transposing copy: tiles through shared memory,
+  `accy.backends.cuda.tiles`; one read and one write of 8 x 12 x 1024 x 64 values);
+- `plain_pack`: only the pack of the same tensor for the projection itself, [batch, token,
+  head, dim] (stride 1 along dim in both layouts: a plain copy), for comparison.
 
 Each program's schedule is timed action by action (`CudaFragment.profile`: CUDA events around
 each kernel, median of `--repeats`); GB/s is the least bytes the program must move (each input
@@ -40,6 +46,8 @@ class Case:
     name: str
     build: Callable  # dtype -> program
     bytes_moved: Callable  # dtype itemsize -> least bytes the program moves
+    # Only the actions whose description holds this text are timed (None: every action).
+    only: str | None = None
 
 
 def _elementwise(dtype):
@@ -72,11 +80,38 @@ def _layer_norm(dtype):
     return accy.value_and_grad(program, wrt=[0])
 
 
+BATCH, HEADS, TOKENS, HEAD_DIM, HEAD_ROW = 8, 12, 1024, 64, 72
+PACKED = BATCH * HEADS * TOKENS * HEAD_DIM
+
+
+def _attention_rows(dtype):
+    # The fused attention's output: each row holds 64 values and the logsumexp (and padding).
+    return spec(dtype, b=BATCH, h=HEADS, t=TOKENS, d=HEAD_ROW)
+
+
+def _transpose_pack(dtype):
+    return accy.trace.define(
+        "transpose_pack",
+        [_attention_rows(dtype), spec(dtype, b=BATCH, t=TOKENS, e=WIDTH)],
+        lambda b, a: a[0].slice("d", 0, HEAD_DIM).contract(a[1], ("b", "t")),
+    )
+
+
+def _plain_pack(dtype):
+    return accy.trace.define(
+        "plain_pack",
+        [_attention_rows(dtype), spec(dtype, h=HEADS, d=HEAD_DIM, e=WIDTH)],
+        lambda b, a: a[0].slice("d", 0, HEAD_DIM).contract(a[1], ("h", "d")),
+    )
+
+
 CASES = [
     Case("elementwise", _elementwise, lambda s: 3 * ELEMENTS * s),
     Case("row_sum_exp", _row_sum_exp, lambda s: ROWS * CLASSES * s + ROWS * s),
     Case("cross_entropy", _cross_entropy, lambda s: 2 * ROWS * CLASSES * s + ROWS * 4),
     Case("layer_norm", _layer_norm, lambda s: 3 * ROWS * WIDTH * s),
+    Case("transpose_pack", _transpose_pack, lambda s: 2 * PACKED * s, only="(pack "),
+    Case("plain_pack", _plain_pack, lambda s: 2 * PACKED * s, only="(pack "),
 ]
 
 
@@ -104,6 +139,8 @@ def measure(case: Case, dtype, repeats: int, top: int) -> dict:
     compile_s = time.perf_counter() - start
     buffers = _buffers(program)
     actions = fragment.profile([b.data.ptr for b in buffers], repeats=repeats)
+    if case.only is not None:
+        actions = [(what, ms) for what, ms in actions if case.only in what]
     ms = sum(t for _, t in actions)
     nbytes = case.bytes_moved(dtype.itemsize)
     return {

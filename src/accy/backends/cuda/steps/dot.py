@@ -38,8 +38,16 @@ from ....lower.plan import BLAS_DTYPES, is_half_gemm
 from ...cpu.loops import nest
 from ...cpu.steps.dot import loop_indices
 from ..context import StepCode, StepContext, launches, nothing
-from ..kernels import LevelPointer, axis_names, blocks_for, decompose, grid_stride
+from ..kernels import (
+    LevelPointer,
+    axis_names,
+    blocks_for,
+    compute_bytes,
+    decompose,
+    grid_stride,
+)
 from ..schedule import WORKSPACE, Address, Gemm, Level, Schedule
+from ..tiles import tile_side, tiled_copy, transposed_axes
 from .common import Staging, indent, rounded, stage_moving_buffers, store
 
 OP_N, OP_T = 0, 1  # cublasOperation_t
@@ -85,23 +93,47 @@ def _by_cublas(ctx: StepContext) -> bool:
 
 def _pack(ctx: StepContext, value: int, matrix: MatrixOperand, name: str) -> tuple[str, int]:
     """A kernel that copies an operand cuBLAS cannot read as it is into scratch, laid out
-    batch, rows, columns."""
+    batch, rows, columns: tile by tile through shared memory where the copy transposes (the
+    source's stride-1 axis is not the packed layout's: `accy.backends.cuda.tiles`), element by
+    element in the operand's order otherwise."""
     t = ctx.plan.program.type_of(value)
     pointers = ctx.pointers()
     body = ctx.body(pointers)
     names = axis_names(t, "p")
-    head = decompose("i", t.extents, names)
-    x = body.value(value, names)
     storage = CUDA.c_type(t.dtype).storage
     offset = ctx.workspace_scratch(name)
+    declaration = f"{storage} *__restrict__ packed = ({storage} *)(ws + {offset});"
+    view = ctx.view(value)
+    axes = None if view is None else transposed_axes(t.extents, view.strides, matrix.view.strides)
+    if axes is not None:
+        lines, grid = _tiled_pack(body, value, t, names, axes, matrix)
+        side = tile_side(compute_bytes(t.dtype))
+        what = f"(pack {name}, {side}x{side} tiles)"
+        return ctx.kernel(pointers, [declaration, *lines], what), grid
+    head = decompose("i", t.extents, names)
+    x = body.value(value, names)
     position = offset_expression(names, matrix.view.strides)
     lines = [
-        f"{storage} *__restrict__ packed = ({storage} *)(ws + {offset});",
+        declaration,
         grid_stride("i", t.size),
         *indent(head + body.lines + [store(t.dtype, "packed", position, x)]),
         "}",
     ]
     return ctx.kernel(pointers, lines, f"(pack {name})"), blocks_for(t.size)
+
+
+def _tiled_pack(body, value: int, t, names, axes, matrix: MatrixOperand) -> tuple[list[str], int]:
+    """The statements and grid of a pack that transposes, one tile at a time."""
+
+    def load(index: tuple[str, ...]) -> tuple[list[str], str]:
+        x = body.value(value, index)
+        return body.lines, x
+
+    def store_at(index: tuple[str, ...], x: str) -> str:
+        return store(t.dtype, "packed", offset_expression(index, matrix.view.strides), x)
+
+    ctype = CUDA.c_type(t.dtype)
+    return tiled_copy(t.extents, names, axes, ctype.compute, compute_bytes(t.dtype), load, store_at)
 
 
 def _zeros(ctx: StepContext) -> tuple[str, int]:

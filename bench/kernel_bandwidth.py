@@ -9,7 +9,11 @@ Four memory-bound programs, each in bf16 and f32, at the sizes of GPT-2 small's 
 - `cross_entropy`: the value and logits' gradient of the mean cross-entropy over those logits,
   integer labels (at least one read of the logits and one write of their gradient);
 - `layer_norm`: LayerNorm forward and backward over [8192 x 768] (the value and gradient of
-  sum(layer_norm(x) * g): reads x and g, writes dx).
+  sum(layer_norm(x) * g): reads x and g, writes dx);
+- `column_sum`, `column_sum_3072`: sums over the rows of [8192 x 768] and [8192 x 3072] (a
+  bias gradient: the innermost axis kept, one read);
+- `gain_gradient`: sum over the rows of dy * (xhat * s[row]) over [8192 x 768] (LayerNorm's
+  gain gradient: a column reduction of a fused product, two reads).
 
 Each program's schedule is timed action by action (`CudaFragment.profile`: CUDA events around
 each kernel, median of `--repeats`); GB/s is the least bytes the program must move (each input
@@ -33,6 +37,7 @@ from accy import i32, spec
 ELEMENTS = 25 * 1024 * 1024
 ROWS, CLASSES = 8192, 50304
 WIDTH = 768
+HIDDEN = 3072
 
 
 @dataclass(frozen=True)
@@ -72,11 +77,27 @@ def _layer_norm(dtype):
     return accy.value_and_grad(program, wrt=[0])
 
 
+def _column_sum(columns: int):
+    def build(dtype):
+        types = [spec(dtype, row=ROWS, col=columns)]
+        return accy.trace.define("column_sum", types, lambda b, a: a[0].sum("row"))
+
+    return build
+
+
+def _gain_gradient(dtype):
+    types = [spec(dtype, row=ROWS, col=WIDTH)] * 2 + [spec(dtype, row=ROWS)]
+    return accy.trace.define("gain_gradient", types, lambda b, a: (a[0] * (a[1] * a[2])).sum("row"))
+
+
 CASES = [
     Case("elementwise", _elementwise, lambda s: 3 * ELEMENTS * s),
     Case("row_sum_exp", _row_sum_exp, lambda s: ROWS * CLASSES * s + ROWS * s),
     Case("cross_entropy", _cross_entropy, lambda s: 2 * ROWS * CLASSES * s + ROWS * 4),
     Case("layer_norm", _layer_norm, lambda s: 3 * ROWS * WIDTH * s),
+    Case("column_sum", _column_sum(WIDTH), lambda s: (ROWS + 1) * WIDTH * s),
+    Case("column_sum_3072", _column_sum(HIDDEN), lambda s: (ROWS + 1) * HIDDEN * s),
+    Case("gain_gradient", _gain_gradient, lambda s: (2 * ROWS + 1) * WIDTH * s + ROWS * s),
 ]
 
 

@@ -132,6 +132,9 @@ SUMS = [
     (bf16, {"r": 3001, "c": 6}, "r"),  # two lanes per thread
     (f32, {"b": 3, "t": 1000, "c": 24}, ("b", "t")),  # two reduced axes
     (bf16, {"a": 64, "t": 513, "c": 48}, "t"),  # a kept axis outside the reduced one
+    (bf16, {"x": 3, "r": 50, "y": 5, "s": 7, "c": 16}, ("r", "s")),  # kept axes between
+    (f32, {"r": 100, "c": 64, "u": 1}, "r"),  # a unit axis after the kept one
+    (f64, {"r": 70000, "c": 3}, "r"),  # three long columns: many chunks, one tile
 ]
 
 
@@ -172,6 +175,7 @@ def test_int32_column_sums_are_exact(gpu):
         (f32, 1025, 33, "min"),
         (f16, 4096, 80, "max"),
         (f64, 3000, 64, "min"),
+        (f16, 20000, 2, "max"),
     ],
 )
 def test_column_max_and_min_are_exact(gpu, dtype, rows, columns, reducer):

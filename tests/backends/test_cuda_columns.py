@@ -19,6 +19,7 @@ from accy.kernel import toolchain
 
 from ..executors import cuda_device_or_skip
 from ..halves import comparable
+from .cuda_emulation import emulate_kernel
 
 # Accumulation in f32 (halves and f32) or f64, then one rounding to the result's dtype.
 ACCUMULATION_EPS = {f32: 2.0**-20, bf16: 2.0**-20, f16: 2.0**-20, f64: 2.0**-48}
@@ -115,6 +116,28 @@ def test_column_kernels_compile_in_every_dtype():
     source = "".join(compile_program(p, prefix=f"p{n}_").source for n, p in enumerate(programs))
     ptx = toolchain.ptx_with_nvcc(source, "column kernels", arch="compute_90")
     assert "atom.global.add.u32" in ptx or "red.global.add.u32" in ptx
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rows", "columns"), [(bf16, 2048, 96), (f32, 513, 7), (f64, 3000, 40)], ids=str
+)
+def test_the_kernel_run_on_the_cpu_sums_alike_in_any_block_order(dtype, rows, columns):
+    # Without a GPU: the generated kernel, blocks in shuffled orders, twice (the last block
+    # differs from run to run; the counters must end at zero), misaligned for the scalar loop.
+    program = _sum_program(dtype, {"r": rows, "c": columns}, "r")
+    compiled = compile_program(program)
+    [launch] = compiled.schedule.actions
+    assert launch.grid > 1 and "atomicAdd(" in compiled.source
+    x = _values(dtype, (rows, columns), np.random.default_rng(9))
+    outputs = []
+    for shift in (0, dtype.itemsize) if dtype == bf16 else (0,):
+        runs = emulate_kernel(
+            compiled.source, launch.kernel, launch.grid, x, dtype.numpy, (columns,), shift
+        )
+        outputs += runs
+        _assert_sum(runs[0], x.astype(np.float64), (0,), dtype, f"{dtype} shift {shift}")
+    for later in outputs[1:]:  # the vector and the scalar loop add in the same order
+        assert later.tobytes() == outputs[0].tobytes()
 
 
 # On a GPU ---------------------------------------------------------------------------------------

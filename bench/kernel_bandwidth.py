@@ -16,6 +16,10 @@ Memory-bound programs, each in bf16 and f32, at the sizes of GPT-2 small's train
   `accy.backends.cuda.tiles`; one read and one write of 8 x 12 x 1024 x 64 values);
 - `plain_pack`: only the pack of the same tensor for the projection itself, [batch, token,
   head, dim] (stride 1 along dim in both layouts: a plain copy), for comparison.
+- `column_sum`, `column_sum_3072`: sums over the rows of [8192 x 768] and [8192 x 3072] (a
+  bias gradient: the innermost axis kept, one read);
+- `gain_gradient`: sum over the rows of dy * (xhat * s[row]) over [8192 x 768] (LayerNorm's
+  gain gradient: a column reduction of a fused product, two reads).
 
 Each program's schedule is timed action by action (`CudaFragment.profile`: CUDA events around
 each kernel, median of `--repeats`); GB/s is the least bytes the program must move (each input
@@ -39,6 +43,7 @@ from accy import i32, spec
 ELEMENTS = 25 * 1024 * 1024
 ROWS, CLASSES = 8192, 50304
 WIDTH = 768
+HIDDEN = 3072
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,19 @@ def _plain_pack(dtype):
     )
 
 
+def _column_sum(columns: int):
+    def build(dtype):
+        types = [spec(dtype, row=ROWS, col=columns)]
+        return accy.trace.define("column_sum", types, lambda b, a: a[0].sum("row"))
+
+    return build
+
+
+def _gain_gradient(dtype):
+    types = [spec(dtype, row=ROWS, col=WIDTH)] * 2 + [spec(dtype, row=ROWS)]
+    return accy.trace.define("gain_gradient", types, lambda b, a: (a[0] * (a[1] * a[2])).sum("row"))
+
+
 CASES = [
     Case("elementwise", _elementwise, lambda s: 3 * ELEMENTS * s),
     Case("row_sum_exp", _row_sum_exp, lambda s: ROWS * CLASSES * s + ROWS * s),
@@ -112,6 +130,9 @@ CASES = [
     Case("layer_norm", _layer_norm, lambda s: 3 * ROWS * WIDTH * s),
     Case("transpose_pack", _transpose_pack, lambda s: 2 * PACKED * s, only="(pack "),
     Case("plain_pack", _plain_pack, lambda s: 2 * PACKED * s, only="(pack "),
+    Case("column_sum", _column_sum(WIDTH), lambda s: (ROWS + 1) * WIDTH * s),
+    Case("column_sum_3072", _column_sum(HIDDEN), lambda s: (ROWS + 1) * HIDDEN * s),
+    Case("gain_gradient", _gain_gradient, lambda s: (2 * ROWS + 1) * WIDTH * s + ROWS * s),
 ]
 
 

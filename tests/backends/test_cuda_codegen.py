@@ -158,8 +158,8 @@ def test_work_is_cut_by_shape_alone():
 
 
 def test_partial_values_are_combined_by_a_final_pass():
-    types = [spec(f32, step=50_000, few=3)]
-    program = accy.trace.define("columns", types, lambda b, a: a[0].sum("step"))
+    types = [spec(f32, few=3, step=50_000)]
+    program = accy.trace.define("rows", types, lambda b, a: a[0].sum("step"))
     source = compile_program(program).source
     combine = source[source.index("(combine)") :]
     assert "part0[o * " in combine and "+ g]" not in combine  # reads partials, writes results

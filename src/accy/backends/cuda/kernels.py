@@ -39,6 +39,9 @@ from ...lower.views import row_major
 BLOCK = 256  # threads per block of every generated kernel
 WARP = 32
 MAX_BLOCKS = 132 * 32  # a grid-stride loop's grid: 32 blocks on each of the H200's 132 SMs
+# Arrival counters of one-pass multi-block kernels (`Module.counters`): zero when uploaded, and
+# left zero by every kernel that counts with them.
+COUNTERS = 4096
 SIGNATURE = "void *const *__restrict__ io, char *__restrict__ ws, char *__restrict__ scratch"
 # A batched variant (`Module.batched`) gets the batch's table and the workspace's start instead.
 BATCHED_SIGNATURE = (
@@ -136,6 +139,7 @@ class Module(Unit):
         # does), and counting down from it gives each constant its place as it is declared.
         self.constants: list[tuple[int, np.ndarray]] = []
         self.constant_bytes = 0
+        self._counters: str | None = None
         self.kernel_sources: dict[str, str] = {}  # name -> its declaration
         self._bodies: dict[str, str] = {}  # a kernel's body (locally numbered) -> its name
         self._batched: dict[str, str] = {}  # a kernel -> its batched variant's name
@@ -146,6 +150,24 @@ class Module(Unit):
         self.constant_bytes += aligned(data.nbytes)
         self.constants.append((self.constant_bytes, data))
         return f"((const {ctype.compute} *)(scratch - {self.constant_bytes}))"
+
+    def counters(self) -> str:
+        """C: `COUNTERS` unsigned ints, zero when the workspace is set up, that a kernel whose
+        blocks count their arrivals (the last one combines the others' partial values) uses
+        and leaves zero again. One array for the module: such kernels also use the shared
+        scratch region, so no two of them run at once (`schedule.batch_launches` orders them),
+        and the address is the same text in every kernel (relocated kernels stay shared).
+
+        >>> module = Module()
+        >>> module.counters() == module.counters() == "((unsigned int *)(scratch - 16384))"
+        True
+        """
+        if self._counters is None:
+            data = np.zeros(COUNTERS, np.uint32)
+            self.constant_bytes += aligned(data.nbytes)
+            self.constants.append((self.constant_bytes, data))
+            self._counters = f"((unsigned int *)(scratch - {self.constant_bytes}))"
+        return self._counters
 
     def kernel(self, lines: list[str], comment: str = "") -> str:
         """Declare a kernel whose body is `lines` (unless one with the same body, up to the

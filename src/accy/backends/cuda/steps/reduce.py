@@ -7,8 +7,9 @@ from dataclasses import replace
 
 from ....codegen.c.expressions import Body, Flat, NotFlat
 from ....errors import AccyError
+from ..columns import ColumnKernel, ColumnLoop, choose_column_cut, column_lines
 from ..context import StepCode, StepContext, launches, nothing
-from ..kernels import axis_names, compute_bytes, decompose
+from ..kernels import COUNTERS, axis_names, compute_bytes, decompose
 from ..reductions import Accumulator, Cut, Finish, Vectors, choose_cut, reduction_lines
 from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor, lane_width
 from .common import elementwise_kernel, innermost, rounded, step_itemsizes, store, store_at
@@ -153,74 +154,65 @@ def reduction_width(ctx: StepContext, extents, size: int) -> int:
     return lane_divisor(lane_width(step_itemsizes(ctx)), extents[p])
 
 
-def _columns(ctx: StepContext, outputs: int, length: int, initial) -> StepCode | None:
+def _columns(ctx: StepContext, outputs: int, length: int, initial) -> StepCode:
     """A reduction that keeps the innermost axis (`columns`: a bias gradient, a sum over the
-    batch) with `width` adjacent results per thread, each lane one result: a vector load per
-    reduced position instead of `width` 2-byte loads by as many threads. None where no load
-    would be a vector (the one-result-per-thread kernel is written instead)."""
+    batch) as one kernel (`accy.backends.cuda.columns`): each thread `width` adjacent results,
+    one vector load per row where the buffers allow it (`width` is 1 where no load would be a
+    vector, or the input is small)."""
     op, layout = ctx.step.op, ctx.step.detail
     x_type = layout.input
     kept_extents = tuple(x_type.extents[p] for p in layout.kept)
     reduced_extents = tuple(x_type.extents[p] for p in layout.reduced)
     q = innermost(kept_extents)
-    width = lane_divisor(lane_width(step_itemsizes(ctx)), kept_extents[q])
-    if width == 1 or x_type.size < MIN_VECTOR_ELEMENTS:
-        return None
     reduced = axis_names(x_type, "r", layout.reduced)
     kept = axis_names(x_type, "k", layout.kept)
     position = layout.kept[q]
+    pointers = ctx.pointers()
 
-    def element(body: LaneBody):
+    def loop(body: LaneBody) -> ColumnLoop:
         index = [""] * x_type.rank
         for p, name in zip((*layout.reduced, *layout.kept), (*reduced, *kept), strict=True):
             index[p] = name
         head = decompose("r", reduced_extents, reduced)
         values = []
-        for k in range(width):
+        for k in range(body.width):
             at = index[:position] + [body.lane(kept[q], k)] + index[position + 1 :]
             values.append(body.value(op.operands[0], tuple(at)))
         statements = head + body.lines
-        return (body.pruned(statements) if body.vectors else statements), [values]
+        statements = body.pruned(statements) if body.vectors else statements
+        return ColumnLoop(statements, values, body.aligned_condition())
 
-    pointers = ctx.pointers()
-    vector_body = LaneBody(ctx.module, ctx.plan, pointers, width)
-    vector = element(vector_body)
-    if not vector_body.vectorized:
-        return None
-    scalar = element(LaneBody(ctx.module, ctx.plan, pointers, width, vectors=False))
-    cut = choose_cut(outputs // width, length, False)
-    accumulators = [Accumulator(f"acc{k}", op.attrs["op"], op.type.dtype) for k in range(width)]
+    width = lane_divisor(lane_width(step_itemsizes(ctx)), kept_extents[q])
+    vector = None
+    if width > 1 and x_type.size >= MIN_VECTOR_ELEMENTS:
+        vector_body = LaneBody(ctx.module, ctx.plan, pointers, width)
+        vector = loop(vector_body)
+        if not vector_body.vectorized:
+            vector = None
+    if vector is None:
+        width = 1
+    scalar = loop(LaneBody(ctx.module, ctx.plan, pointers, width, vectors=False))
+    cut = choose_column_cut(outputs, length, width, COUNTERS)
+    accumulator = Accumulator("acc", op.attrs["op"], op.type.dtype)
+    head, initials = initial(pointers)
     result = pointers[op.results[0]]
-    final = cut.chunks == 1
-    head, initials = initial(pointers) if final else ([], None)
-    parts = [] if final else _partials(ctx, accumulators[:1], replace(cut, outputs=outputs))
+    partials = counters = ""
+    if cut.chunks > 1:
+        offset = ctx.scratch(cut.chunks * outputs * compute_bytes(op.type.dtype))
+        partials = f"(({accumulator.compute} *)(scratch + {offset}))"
+        counters = ctx.module.counters()
 
-    def finish(j: int, value: str) -> list[str]:
-        at = f"o * {width}LL + {j}"
-        if final:
-            return [store(op.type.dtype, result, at, rounded(op.type.dtype, value))]
-        return [f"part0[({at}) * {cut.chunks}LL + g] = {value};"]
-
-    def first_result(o: str) -> list[str]:
+    def first(o: str) -> list[str]:
         return [f"const int64_t {o}_first = {o} * {width};"] + decompose(
             f"{o}_first", kept_extents, kept
         )
 
-    lines = head + [declaration for declaration, _ in parts]
-    lines += reduction_lines(
-        cut,
-        first_result,
-        lambda r: scalar,
-        accumulators,
-        None if initials is None else initials * width,
-        finish,
-        Vectors(lambda r: vector, vector_body.aligned_condition()),
-    )
-    kernels = [(ctx.kernel(pointers, lines, "(columns)"), cut.grid)]
-    if not final:
-        whole = replace(cut, outputs=outputs)
-        kernels.append(_second_pass(ctx, whole, accumulators[:1], parts, initial, op.results))
-    return launches(*kernels)
+    def final(column: str, value: str) -> list[str]:
+        return [store(op.type.dtype, result, column, rounded(op.type.dtype, value))]
+
+    kernel = ColumnKernel(accumulator, first, head, initials[0], final, partials, counters)
+    lines = column_lines(cut, kernel, scalar, vector)
+    return launches((ctx.kernel(pointers, lines, "(columns)"), cut.grid))
 
 
 def emit_reduce(ctx: StepContext) -> StepCode:
@@ -238,9 +230,7 @@ def emit_reduce(ctx: StepContext) -> StepCode:
         return lines, [x]
 
     if layout.strategy == "columns":
-        code = _columns(ctx, outputs, length, initial)
-        if code is not None:
-            return code
+        return _columns(ctx, outputs, length, initial)
     reduced_extents = tuple(layout.input.extents[p] for p in layout.reduced)
     width = reduction_width(ctx, reduced_extents, layout.input.size)
     cut = choose_cut(outputs, length, layout.strategy == "rows", width=width)

@@ -23,6 +23,7 @@ instead of twice; LayerNorm's backward takes its two row sums in one pass
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from ..core import Operation
@@ -154,14 +155,17 @@ def sibling_reductions(steps) -> list[list[int]]:
     """Sets of row reductions (indices into `steps`, in order) that can run as one loop nest
     with one accumulator each, at the place of the first.
 
-    A reduction joins the latest earlier set with its `_row_key` when everything it reads is
-    written before that set's first member (so it reads no member's result either): moving it
-    up to there keeps every dependence, as hoisting does, and nothing between reads its result
-    (it came later in a valid order). A set holds at most `MAX_GROUP_OPERATIONS` operations.
-    One pass, a dict lookup per step: planning stays linear in the program's length.
+    A reduction joins the earliest set with its `_row_key` whose first member comes after
+    every step that writes what it reads (so it reads no member's result either): moving it up
+    to there keeps every dependence, as hoisting does, and nothing in between reads its result
+    (that came later in a valid order). After hoisting those sets are the reductions moved to
+    just after the same step: cross-entropy's max and the pick of the label's logit (both right
+    after the logits) share a pass, and the sum of `exp(logits - max)` runs after them. A set
+    holds at most `MAX_GROUP_OPERATIONS` operations. One pass, a dict lookup and a bisection
+    per step: planning stays (nearly) linear in the program's length.
     """
     written_at: dict[int, int] = {}  # value -> index of the step that will write it
-    latest: dict[tuple, _Siblings] = {}
+    by_key: dict[tuple, list[_Siblings]] = {}  # each key's sets, by their first member
     sets: list[_Siblings] = []
     for index, step in enumerate(steps):
         key = _row_key(step)
@@ -169,13 +173,19 @@ def sibling_reductions(steps) -> list[list[int]]:
         if key is not None:
             size = len(step.fused) + 1
             last = max((written_at[v] for v in step.reads if v in written_at), default=-1)
-            siblings = latest.get(key)
-            if (
-                siblings is None
-                or siblings.first <= last
-                or siblings.operations + size > MAX_GROUP_OPERATIONS
-            ):
-                siblings = latest[key] = _Siblings(index)
+            candidates = by_key.setdefault(key, [])
+            earliest = bisect_right(candidates, last, key=lambda s: s.first)
+            siblings = next(
+                (
+                    s
+                    for s in candidates[earliest : earliest + 2]
+                    if s.operations + size <= MAX_GROUP_OPERATIONS
+                ),
+                None,
+            )
+            if siblings is None:
+                siblings = _Siblings(index)
+                candidates.append(siblings)
                 sets.append(siblings)
             siblings.members.append(index)
             siblings.operations += size

@@ -202,8 +202,14 @@ def layer_norm(x: Value, axis: str, eps: float = 1e-5) -> Value:
     >>> [round(v, 3) for v in accy.reference.run(p, [[1.0, 3.0]])[0].tolist()]
     [-1.0, 1.0]
     """
-    centered = x - x.mean(axis)
-    variance = (centered * centered).mean(axis)
+    mean = x.mean(axis)
+    centered = x - mean
+    # The variance's derivative is 2 (x - mean) / n: the term through the mean,
+    # -2 sum(x - mean) / n^2, is zero. Leaving it out (the same values forward) keeps the
+    # backward's two row sums, of g and of g * (x - mean), independent of each other, so they
+    # share one pass over the rows (`accy.lower.grouping.sibling_reductions`).
+    deviation = x - stop_gradient(mean)
+    variance = (deviation * deviation).mean(axis)
     return centered * (variance + eps).rsqrt()
 
 

@@ -204,12 +204,14 @@ def layer_norm(x: Value, axis: str, eps: float = 1e-5) -> Value:
     """
     mean = x.mean(axis)
     centered = x - mean
-    # The variance's derivative is 2 (x - mean) / n: the term through the mean,
-    # -2 sum(x - mean) / n^2, is zero. Leaving it out (the same values forward) keeps the
-    # backward's two row sums, of g and of g * (x - mean), independent of each other, so they
-    # share one pass over the rows (`accy.lower.grouping.sibling_reductions`).
-    deviation = x - stop_gradient(mean)
-    variance = (deviation * deviation).mean(axis)
+    # mean((x - s)^2) - (mean - s)^2 is the variance for any s that does not depend on x, so
+    # with s = stop_gradient(mean) every derivative is the variance's, and the value is the
+    # same bits (the second term is 0). Its derivative reaches the mean through no sum over
+    # `axis`: the backward pass's two sums over `axis`, of g and of g * (x - mean), are then
+    # independent of each other and share one pass (`accy.lower.grouping.sibling_reductions`).
+    shift = stop_gradient(mean)
+    deviation, offset = x - shift, mean - shift
+    variance = (deviation * deviation).mean(axis) - offset * offset
     return centered * (variance + eps).rsqrt()
 
 

@@ -175,13 +175,10 @@ def sibling_reductions(steps) -> list[list[int]]:
             last = max((written_at[v] for v in step.reads if v in written_at), default=-1)
             candidates = by_key.setdefault(key, [])
             earliest = bisect_right(candidates, last, key=lambda s: s.first)
+            # The earliest set it may join, or when that one is full the latest (filled last).
+            valid = [candidates[earliest], candidates[-1]] if earliest < len(candidates) else []
             siblings = next(
-                (
-                    s
-                    for s in candidates[earliest : earliest + 2]
-                    if s.operations + size <= MAX_GROUP_OPERATIONS
-                ),
-                None,
+                (s for s in valid if s.operations + size <= MAX_GROUP_OPERATIONS), None
             )
             if siblings is None:
                 siblings = _Siblings(index)

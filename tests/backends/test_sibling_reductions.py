@@ -62,7 +62,9 @@ def mixed_dtypes(rows=16, cols=520):
         x, y = a
         return x.max("v"), x.convert(f32).sum("v"), (y * x.convert(f32)).sum("v")
 
-    return accy.trace.define("mixed", [spec(bf16, row=rows, v=cols), spec(f32, row=rows, v=cols)], body)
+    return accy.trace.define(
+        "mixed", [spec(bf16, row=rows, v=cols), spec(f32, row=rows, v=cols)], body
+    )
 
 
 def integer_sums(rows=12, cols=33):
@@ -184,9 +186,7 @@ def test_cross_entropy_reads_the_logits_once_for_the_max_and_the_pick(target):
     assert {"compare", "select"} <= {op.kind for op in picked.fused}
     # Then the softmax's sum reads them again where exp is computed inside it (the GPU); the
     # CPU stores exp(logits - max), which its sum reads instead.
-    readers = [
-        s for s in plan.steps if logits in s.reads and s.kind in ("reduce", "reductions")
-    ]
+    readers = [s for s in plan.steps if logits in s.reads and s.kind in ("reduce", "reductions")]
     assert len(readers) == (2 if target is GPU else 1)
 
 
@@ -199,7 +199,8 @@ def test_layer_norm_backward_takes_its_two_row_sums_in_one_pass(target):
     row_sums = [
         step
         for step in plan.steps[last_dot + 1 :]
-        if step.kind in ("reduce", "reductions") and step.detail.strategy == "rows"
+        if step.kind in ("reduce", "reductions")
+        and step.detail.strategy == "rows"
         and step.detail.kept
     ]
     (step,) = row_sums

@@ -70,7 +70,9 @@ def _reductions_lines(plan: Plan, index: int, step: Step) -> list[str]:
     ]
     for member in step.members:
         op = member.op
-        member_line = f"{op.attrs['op']} over {', '.join(op.attrs['axes'])} {_written(plan, member)}"
+        member_line = (
+            f"{op.attrs['op']} over {', '.join(op.attrs['axes'])} {_written(plan, member)}"
+        )
         if member.fused:
             member_line += f"; fuses {', '.join(map(_name, member.fused))}"
         lines.append(f"       - {member_line}")

@@ -163,6 +163,12 @@ def sibling_reductions(steps) -> list[list[int]]:
     after the logits) share a pass, and the sum of `exp(logits - max)` runs after them. A set
     holds at most `MAX_GROUP_OPERATIONS` operations. One pass, a dict lookup and a bisection
     per step: planning stays (nearly) linear in the program's length.
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, row=4, v=8)],
+    ...                       lambda b, a: (a[0].sum("v"), a[0].max("v"), a[0].exp().sum("row")))
+    >>> [(step.kind, len(step.members)) for step in accy.lower.build_plan(p).steps]
+    [('reductions', 2), ('reduce', 0)]
     """
     written_at: dict[int, int] = {}  # value -> index of the step that will write it
     by_key: dict[tuple, list[_Siblings]] = {}  # each key's sets, by their first member
@@ -177,9 +183,7 @@ def sibling_reductions(steps) -> list[list[int]]:
             earliest = bisect_right(candidates, last, key=lambda s: s.first)
             # The earliest set it may join, or when that one is full the latest (filled last).
             valid = [candidates[earliest], candidates[-1]] if earliest < len(candidates) else []
-            siblings = next(
-                (s for s in valid if s.operations + size <= MAX_GROUP_OPERATIONS), None
-            )
+            siblings = next((s for s in valid if s.operations + size <= MAX_GROUP_OPERATIONS), None)
             if siblings is None:
                 siblings = _Siblings(index)
                 candidates.append(siblings)

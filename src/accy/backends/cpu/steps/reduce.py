@@ -69,18 +69,21 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
         pointer = ctx.pointers[op.results[0]]
         stores.append(store_element(dtype, pointer, out_position, ctype.round.format(x=name)))
     large = worth_threads(x_type.size, ctx.step.fused)
-    if len(ops) == 1 and not kept_loops and large and reduced_loops:
-        if reduced_loops[0][1] >= 2 * CHUNKS:
-            op = ops[0]
-            reducer, dtype = op.attrs["op"], op.type.dtype
-            compute = GCC.c_type(dtype).compute
-            return lines + _chunked_full_reduction(
-                reduced_loops, body.lines + combines, reducer, dtype, compute, stores[0]
-            )
+    if len(ops) == 1 and not kept_loops and large and _worth_chunks(reduced_loops):
+        reducer, dtype = ops[0].attrs["op"], ops[0].type.dtype
+        compute = GCC.c_type(dtype).compute
+        return lines + _chunked_full_reduction(
+            reduced_loops, body.lines + combines, reducer, dtype, compute, stores[0]
+        )
     simd = _simd([op.attrs["op"] for op in ops], names)
     inner = nest(reduced_loops, body.lines + combines, inner_pragma=simd)
     outer = PARALLEL_FOR if kept_loops and large and kept_loops[0][1] > 1 else None
     return lines + nest(kept_loops, starts + inner + stores, outer)
+
+
+def _worth_chunks(reduced_loops) -> bool:
+    """Whether a reduction to one element has an outermost loop long enough to cut in chunks."""
+    return bool(reduced_loops) and reduced_loops[0][1] >= 2 * CHUNKS
 
 
 def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> list[str]:

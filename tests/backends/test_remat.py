@@ -266,7 +266,10 @@ def test_the_gpt2_check_step_planned_for_a_gpu_keeps_less_alive():
     before = build_plan(program, dataclasses.replace(gpu, rematerialize_after=0))
     after = build_plan(program, gpu)
     assert peak_live_bytes(after) < 0.85 * peak_live_bytes(before)
-    assert len(after.steps) < 1.15 * len(before.steps)
+    # Without copies, each LayerNorm's x - mean is computed inside its three readers (fusion's
+    # LIGHT_RECOMPUTE_STEPS); the output computed again for the backward pass is a fourth, so
+    # with copies it is stored once per LayerNorm: a few more steps, none of them large.
+    assert len(after.steps) < 1.2 * len(before.steps)
     # The whole step (loss, gradients, AdamW) computes the same bits: token ids below the
     # vocabulary's 64, non-negative floats (AdamW's second moments are square roots' operands).
     rng = np.random.default_rng(4)

@@ -62,11 +62,30 @@ def _group_lines(plan: Plan, index: int, step: Step) -> list[str]:
     return lines
 
 
+def _reductions_lines(plan: Plan, index: int, step: Step) -> list[str]:
+    count, reads = len(step.members), _values(step.reads)
+    lines = [
+        f"{index:>3}  reductions   one pass over the rows for {count} reductions "
+        f"({step.detail.strategy}); reads {reads}"
+    ]
+    for member in step.members:
+        op = member.op
+        member_line = (
+            f"{op.attrs['op']} over {', '.join(op.attrs['axes'])} {_written(plan, member)}"
+        )
+        if member.fused:
+            member_line += f"; fuses {', '.join(map(_name, member.fused))}"
+        lines.append(f"       - {member_line}")
+    return lines
+
+
 def _step_line(plan: Plan, index: int, step: Step) -> str:
     if step.kind == "copy":
         return f"{index:>3}  copy         output {step.output} <- %{step.reads[0]}"
     if step.kind == "group":
         return "\n  ".join(_group_lines(plan, index, step))
+    if step.kind == "reductions":
+        return "\n  ".join(_reductions_lines(plan, index, step))
     written = _written(plan, step)
     line = f"{index:>3}  {step.kind:<11}  {step.op.kind} {written}  reads {_values(step.reads)}"
     if step.fused:

@@ -12,9 +12,19 @@ later step needs is never stored at all.
 A group holds at most `MAX_GROUP_OPERATIONS` operations: C compilers take time quadratic in the
 length of one loop body (register allocation), and past a few hundred operations per element
 one more pass over memory costs little.
+
+Row reductions that keep some axes are not flat, but two of them over the same rows (the same
+input extents, kept and reduced axes, walked in the `rows` order), neither reading the other's
+result, can share their loop nest just as well: each row is read once for both accumulators.
+Cross-entropy's max and its pick of the label's logit read the [tokens, vocab] logits once
+instead of twice; LayerNorm's backward takes its two row sums in one pass
+(`sibling_reductions`).
 """
 
 from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
 
 from ..core import Operation
 from ..core.kinds.elementwise import BINARY
@@ -120,3 +130,67 @@ def consecutive_groups(steps, check: FlatCheck) -> list[list[int]]:
             reduced |= set(step.writes)
         previous = domain
     return [group for group in groups if len(group) > 1]
+
+
+def _row_key(step) -> tuple | None:
+    """What a row reduction must share with a sibling to walk the same loop nest (the extents
+    and axis positions of its input; names and dtypes may differ), or None if `step` is not a
+    row reduction keeping at least two results (one result is a flat step: see `FlatCheck`)."""
+    if step.kind != "reduce" or step.detail.strategy != "rows" or not step.detail.kept:
+        return None
+    layout = step.detail
+    if step.op.type.size < 2 or layout.input.size == 0:
+        return None
+    return layout.input.extents, layout.kept, layout.reduced
+
+
+@dataclass
+class _Siblings:
+    first: int  # index of the first member: where the merged step runs
+    members: list[int] = field(default_factory=list)
+    operations: int = 0
+
+
+def sibling_reductions(steps) -> list[list[int]]:
+    """Sets of row reductions (indices into `steps`, in order) that can run as one loop nest
+    with one accumulator each, at the place of the first.
+
+    A reduction joins the earliest set with its `_row_key` whose first member comes after
+    every step that writes what it reads (so it reads no member's result either): moving it up
+    to there keeps every dependence, as hoisting does, and nothing in between reads its result
+    (that came later in a valid order). After hoisting those sets are the reductions moved to
+    just after the same step: cross-entropy's max and the pick of the label's logit (both right
+    after the logits) share a pass, and the sum of `exp(logits - max)` runs after them. A set
+    holds at most `MAX_GROUP_OPERATIONS` operations. One pass, a dict lookup and a bisection
+    per step: planning stays (nearly) linear in the program's length.
+
+    >>> import accy
+    >>> p = accy.trace.define("s", [accy.spec(accy.f32, row=4, v=8)],
+    ...                       lambda b, a: (a[0].sum("v"), a[0].max("v"), a[0].exp().sum("row")))
+    >>> [(step.kind, len(step.members)) for step in accy.lower.build_plan(p).steps]
+    [('reductions', 2), ('reduce', 0)]
+    """
+    written_at: dict[int, int] = {}  # value -> index of the step that will write it
+    by_key: dict[tuple, list[_Siblings]] = {}  # each key's sets, by their first member
+    sets: list[_Siblings] = []
+    for index, step in enumerate(steps):
+        key = _row_key(step)
+        at = index
+        if key is not None:
+            size = len(step.fused) + 1
+            last = max((written_at[v] for v in step.reads if v in written_at), default=-1)
+            candidates = by_key.setdefault(key, [])
+            earliest = bisect_right(candidates, last, key=lambda s: s.first)
+            # The earliest set it may join, or when that one is full the latest (filled last).
+            valid = [candidates[earliest], candidates[-1]] if earliest < len(candidates) else []
+            siblings = next((s for s in valid if s.operations + size <= MAX_GROUP_OPERATIONS), None)
+            if siblings is None:
+                siblings = _Siblings(index)
+                candidates.append(siblings)
+                sets.append(siblings)
+            siblings.members.append(index)
+            siblings.operations += size
+            at = siblings.first
+        for value in step.writes:
+            written_at[value] = at
+    return [s.members for s in sets if len(s.members) > 1]

@@ -17,7 +17,7 @@ from . import fusion
 from .buffers import Lifetime, place, reads_in_place
 from .contraction import Gemm, gemm_layout
 from .expand import expand_compositions
-from .grouping import FlatCheck, consecutive_groups
+from .grouping import FlatCheck, consecutive_groups, sibling_reductions
 from .reduction import reduce_layout
 from .remat import rematerialize_stored
 from .split_gemms import split_widened_gemms
@@ -65,7 +65,8 @@ class Scratch:
 @dataclass(frozen=True)
 class Step:
     """One loop nest or library call. `writes` are the values it stores; `reads` the stored
-    values it loads; `fused` the operations it computes inline without storing them. A scan's
+    values it loads; `fused` the operations it computes inline without storing them. A group's
+    `members` share one flat loop, a `reductions` step's (row reductions) one loop nest. A scan's
     `body` and a cond's or while_loop's `branches` (true, false; or condition, body) are plans
     of their own, run on the step's buffers."""
 
@@ -133,7 +134,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
         program = rematerialize_stored(program, target)
     decisions = fusion.decide(program, target.recomputes_transcendentals)
     views = _views_for_buffer_consumers(decisions)
-    steps = _hoist_reductions(_steps(decisions, views, target))
+    steps = _merge_siblings(_hoist_reductions(_steps(decisions, views, target)))
     steps, internal = _group(program, steps, decisions, views)
     views = {v: view for v, view in views.items() if view.base not in internal}
     slots, outputs = _slots(program, steps)
@@ -271,6 +272,38 @@ def _hoist_reductions(steps: list[Step]) -> list[Step]:
             writer_key[value] = key
     order = sorted(range(len(steps)), key=keys.__getitem__)
     return [steps[i] for i in order]
+
+
+def _reductions_step(members: list[Step]) -> Step:
+    """One `reductions` step for row reductions over the same rows: one loop nest, one
+    accumulator per member (`grouping.sibling_reductions`). Its `detail` is the first
+    member's `ReduceLayout` (the members' differ at most in dtype)."""
+    fused: dict[int, Operation] = {}
+    for member in members:
+        fused.update((op.results[0], op) for op in member.fused)
+    return Step(
+        "reductions",
+        None,
+        tuple(v for member in members for v in member.writes),
+        tuple(sorted({v for member in members for v in member.reads})),
+        tuple(fused.values()),
+        detail=members[0].detail,
+        members=tuple(members),
+    )
+
+
+def _merge_siblings(steps: list[Step]) -> list[Step]:
+    """`steps` with each set of `sibling_reductions` as one step at the place of its first."""
+    sets = sibling_reductions(steps)
+    first = {members[0]: members for members in sets}
+    moved = {index for members in sets for index in members[1:]}
+    merged = []
+    for index, step in enumerate(steps):
+        if index in first:
+            merged.append(_reductions_step([steps[i] for i in first[index]]))
+        elif index not in moved:
+            merged.append(step)
+    return merged
 
 
 def _group_step(program: Program, members: list[Step], readers: dict[int, set[int]], indices):

@@ -18,6 +18,7 @@ from .sort import emit_sort
 STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
     "loop": emit_loop,
     "reduce": emit_reduce,
+    "reductions": emit_reduce,
     "group": emit_group,
     "scatter": emit_scatter,
     "dot": emit_dot,

@@ -28,34 +28,62 @@ def identity(reducer: str, dtype) -> str:
     return {"sum": "0", "prod": "1", "max": lowest(dtype), "min": highest(dtype)}[reducer]
 
 
-def _simd(reducer: str, variable: str = "acc") -> str | None:
-    symbol = {"sum": "+", "prod": "*"}.get(reducer)
-    return f"#pragma omp simd reduction({symbol}:{variable})" if symbol else None
+SIMD_REDUCTIONS = {"sum": "+", "prod": "*"}
+
+
+def _simd(reducers: list[str], variables: list[str]) -> str | None:
+    """OpenMP's simd clause for accumulators `variables`, if every reducer has one (max and
+    min of floats must keep NaN, which OpenMP's max does not promise)."""
+    if not all(r in SIMD_REDUCTIONS for r in reducers):
+        return None
+    clauses = " ".join(
+        f"reduction({SIMD_REDUCTIONS[r]}:{v})" for r, v in zip(reducers, variables, strict=True)
+    )
+    return f"#pragma omp simd {clauses}"
 
 
 def _reduce_rows(ctx: StepContext) -> list[str]:
-    op, lines, compute = _reduce_setup(ctx)
+    """Row reductions (one, or a `reductions` step's members over the same rows): one loop
+    nest per result element, the inner loop over the reduced axes updating one accumulator per
+    reduction."""
+    ctx.value_pointers()
+    ops = [m.op for m in ctx.step.members] or [ctx.step.op]
     layout = ctx.step.detail
-    x_type, dtype, reducer = layout.input, op.type.dtype, op.attrs["op"]
+    x_type = layout.input
     kept_loops = axis_loops(x_type, positions=layout.kept)
     reduced_loops = axis_loops(x_type, positions=layout.reduced)
     index = axis_index(x_type)
-    out_position = linear(tuple(index[p] for p in layout.kept), op.type.extents)
+    out_position = linear(tuple(index[p] for p in layout.kept), ops[0].type.extents)
+    names = ["acc"] if len(ops) == 1 else [f"acc{j}" for j in range(len(ops))]
+    lines, starts, combines, stores = [], [], [], []
     body = ctx.body()
-    x = body.value(op.operands[0], index)
-    combine = f"acc = {templates.binary(templates.REDUCERS[reducer], GCC.c_type(dtype), 'acc', x)};"
-    store = store_element(
-        dtype, ctx.pointers[op.results[0]], out_position, GCC.c_type(dtype).round.format(x="acc")
-    )
+    for name, op in zip(names, ops, strict=True):
+        dtype, ctype = op.type.dtype, GCC.c_type(op.type.dtype)
+        init_body = ctx.body()
+        init = init_body.value(op.operands[1], ())
+        lines += init_body.lines + [f"const {ctype.compute} {name}_init = {init};"]
+        starts.append(f"{ctype.compute} {name} = {name}_init;")
+        x = body.value(op.operands[0], index)
+        reduced = templates.binary(templates.REDUCERS[op.attrs["op"]], ctype, name, x)
+        combines.append(f"{name} = {reduced};")
+        pointer = ctx.pointers[op.results[0]]
+        stores.append(store_element(dtype, pointer, out_position, ctype.round.format(x=name)))
     large = worth_threads(x_type.size, ctx.step.fused)
-    if not kept_loops and large and reduced_loops and reduced_loops[0][1] >= 2 * CHUNKS:
+    if len(ops) == 1 and not kept_loops and large and _worth_chunks(reduced_loops):
+        reducer, dtype = ops[0].attrs["op"], ops[0].type.dtype
+        compute = GCC.c_type(dtype).compute
         return lines + _chunked_full_reduction(
-            reduced_loops, body.lines + [combine], reducer, dtype, compute, store
+            reduced_loops, body.lines + combines, reducer, dtype, compute, stores[0]
         )
-    inner = nest(reduced_loops, body.lines + [combine], inner_pragma=_simd(reducer))
-    per_output = [f"{compute} acc = init;"] + inner + [store]
+    simd = _simd([op.attrs["op"] for op in ops], names)
+    inner = nest(reduced_loops, body.lines + combines, inner_pragma=simd)
     outer = PARALLEL_FOR if kept_loops and large and kept_loops[0][1] > 1 else None
-    return lines + nest(kept_loops, per_output, outer)
+    return lines + nest(kept_loops, starts + inner + stores, outer)
+
+
+def _worth_chunks(reduced_loops) -> bool:
+    """Whether a reduction to one element has an outermost loop long enough to cut in chunks."""
+    return bool(reduced_loops) and reduced_loops[0][1] >= 2 * CHUNKS
 
 
 def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> list[str]:
@@ -63,7 +91,7 @@ def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> lis
     its own partial result, combined in chunk order."""
     counter, extent = loops[0]
     bounds = {counter: (f"c * {extent}LL / {CHUNKS}", f"(c + 1) * {extent}LL / {CHUNKS}")}
-    chunk = nest(loops, inner, inner_pragma=_simd(reducer), bounds=bounds)
+    chunk = nest(loops, inner, inner_pragma=_simd([reducer], ["acc"]), bounds=bounds)
     combine_parts = templates.binary(
         templates.REDUCERS[reducer], GCC.c_type(dtype), "acc", "part[c]"
     )
@@ -75,7 +103,7 @@ def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> lis
         *("  " + line for line in chunk),
         "  part[c] = acc;",
         "}",
-        f"{compute} acc = init;",
+        f"{compute} acc = acc_init;",
         f"for (int64_t c = 0; c < {CHUNKS}; ++c) acc = {combine_parts};",
         store,
     ]
@@ -108,5 +136,6 @@ def _reduce_columns(ctx: StepContext) -> list[str]:
 
 
 def emit_reduce(ctx: StepContext) -> list[str]:
-    """A reduction in the loop order the plan chose (`accy.lower.reduction`)."""
+    """A reduction in the loop order the plan chose (`accy.lower.reduction`); a `reductions`
+    step (row reductions over the same rows) as one loop nest."""
     return (_reduce_rows if ctx.step.detail.strategy == "rows" else _reduce_columns)(ctx)

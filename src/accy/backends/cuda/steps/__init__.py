@@ -28,6 +28,7 @@ from .sort import emit_sort
 STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
     "loop": emit_loop,
     "reduce": emit_reduce,
+    "reductions": emit_reduce,
     "group": emit_group,
     "scatter": emit_scatter,
     "dot": emit_dot,
@@ -115,7 +116,7 @@ def _emit(
 
 # Steps whose memory is their plan step's reads, writes and scratch (and the shared scratch
 # region, when they reserve some); the others (scans, conds, custom calls, copies) are barriers.
-KNOWN_ACCESS = frozenset({"loop", "group", "reduce", "scatter", "dot", "sort"})
+KNOWN_ACCESS = frozenset({"loop", "group", "reduce", "reductions", "scatter", "dot", "sort"})
 
 
 def step_access(ctx: StepContext, level: Level) -> Access:

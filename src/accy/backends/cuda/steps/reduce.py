@@ -111,9 +111,11 @@ def _fill_initial(ctx: StepContext) -> StepCode:
     return launches(elementwise_kernel(ctx, op.type, make))
 
 
-def _reduce_element(ctx: StepContext, flat: bool):
-    """(element, kept) of `reduction`: the elements at chunk counter r, the kept indices."""
-    op, layout = ctx.step.op, ctx.step.detail
+def _reduce_element(ctx: StepContext, ops, flat: bool):
+    """(element, kept) of `reduction` for reductions `ops` over the same rows (one, or a
+    `reductions` step's members): each lane's elements at chunk counter r, one per reduction;
+    the kept indices."""
+    layout = ctx.step.detail
     x_type = layout.input
     reduced = axis_names(x_type, "r", layout.reduced)
     kept = axis_names(x_type, "k", layout.kept)
@@ -123,7 +125,7 @@ def _reduce_element(ctx: StepContext, flat: bool):
         width = body.width if isinstance(body, LaneBody) else 1
         if flat:
             counters = [body.lane(r, k) for k in range(width)] if width > 1 else [r]
-            values = [[body.value(op.operands[0], Flat(c, x_type))] for c in counters]
+            values = [[body.value(op.operands[0], Flat(c, x_type)) for op in ops] for c in counters]
             return body.lines, values
         index = [""] * x_type.rank
         for p, name in zip(layout.reduced, reduced, strict=True):
@@ -137,7 +139,7 @@ def _reduce_element(ctx: StepContext, flat: bool):
             indices = [
                 tuple(index[:p] + [body.lane(index[p], k)] + index[p + 1 :]) for k in range(width)
             ]
-        values = [[body.value(op.operands[0], at)] for at in indices]
+        values = [[body.value(op.operands[0], at) for op in ops] for at in indices]
         return head + body.lines, values
 
     kept_extents = tuple(x_type.extents[p] for p in layout.kept)
@@ -216,9 +218,12 @@ def _columns(ctx: StepContext, outputs: int, length: int, initial) -> StepCode:
 
 
 def emit_reduce(ctx: StepContext) -> StepCode:
-    """A reduction of any axes: see `reductions` for how threads share the work."""
-    op, layout = ctx.step.op, ctx.step.detail
-    outputs = op.type.size
+    """A reduction of any axes: see `reductions` for how threads share the work. A
+    `reductions` step (row reductions over the same rows, `accy.lower.grouping`) is one
+    kernel with an accumulator per member, each with its own reducer and dtype."""
+    layout = ctx.step.detail
+    ops = [m.op for m in ctx.step.members] or [ctx.step.op]
+    outputs = ops[0].type.size
     if outputs == 0:
         return nothing
     length = layout.input.size // outputs
@@ -226,19 +231,28 @@ def emit_reduce(ctx: StepContext) -> StepCode:
         return _fill_initial(ctx)
 
     def initial(pointers):
-        lines, x = initial_value(ctx, pointers, op)
-        return lines, [x]
+        lines, values = [], []
+        for op in ops:
+            head, x = initial_value(ctx, pointers, op)
+            lines += head
+            values.append(x)
+        return lines, values
 
     if layout.strategy == "columns":
         return _columns(ctx, outputs, length, initial)
     reduced_extents = tuple(layout.input.extents[p] for p in layout.reduced)
     width = reduction_width(ctx, reduced_extents, layout.input.size)
     cut = choose_cut(outputs, length, layout.strategy == "rows", width=width)
-    accumulators = [Accumulator("acc", op.attrs["op"], op.type.dtype)]
+    names = ["acc"] if len(ops) == 1 else [f"acc{j}" for j in range(len(ops))]
+    accumulators = [
+        Accumulator(name, op.attrs["op"], op.type.dtype)
+        for name, op in zip(names, ops, strict=True)
+    ]
+    results = [op.results[0] for op in ops]
     for flat in (True, False) if outputs == 1 else (False,):
-        element, kept = _reduce_element(ctx, flat)
+        element, kept = _reduce_element(ctx, ops, flat)
         try:
-            return reduction(ctx, cut, element, kept, accumulators, initial, list(op.results))
+            return reduction(ctx, cut, element, kept, accumulators, initial, results)
         except NotFlat:
             continue
     raise AccyError("internal: no kernel for a reduction")

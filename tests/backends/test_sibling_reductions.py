@@ -1,0 +1,378 @@
+"""Row reductions over the same rows in one pass (`accy.lower.grouping.sibling_reductions`): the
+plan's `reductions` steps, and their values on the CPU and on CUDA against NumPy and the
+reference evaluator."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import accy
+from accy import bf16, f32, f64, i32, spec
+from accy.backends.cuda import compile_program
+from accy.kernel import toolchain
+from accy.lower import build_plan, explain
+from accy.lower.grouping import MAX_GROUP_OPERATIONS
+from accy.lower.target import CPU, GPU
+
+from ..executors import native_cpu, native_cuda
+from ..halves import comparable
+
+TARGETS = [pytest.param(CPU, id="cpu"), pytest.param(GPU, id="gpu")]
+EXECUTORS = [pytest.param(native_cpu, id="cpu"), pytest.param(native_cuda, id="cuda")]
+
+
+def kinds(plan):
+    return [step.kind for step in plan.steps]
+
+
+def reductions_steps(plan):
+    return [step for step in plan.steps if step.kind == "reductions"]
+
+
+def member_ops(step):
+    return [member.op.attrs["op"] for member in step.members]
+
+
+# Programs ---------------------------------------------------------------------------------------
+
+
+def sum_and_max(dtype=f32, rows=24, cols=40):
+    return accy.trace.define(
+        "sum_and_max",
+        [spec(dtype, row=rows, v=cols)],
+        lambda b, a: ((a[0] * a[0]).sum("v"), a[0].max("v")),
+    )
+
+
+def four_reducers(rows=6, cols=9):
+    # Different ops side by side: sum, prod, max, min of the same rows.
+    def body(b, a):
+        x = a[0]
+        return x.sum("v"), (x * 0.25 + 1.0).prod("v"), x.max("v"), x.min("v")
+
+    return accy.trace.define("four", [spec(f32, row=rows, v=cols)], body)
+
+
+def mixed_dtypes(rows=16, cols=520):
+    # A bf16 max, an f32 sum of the same bf16 rows widened, and an f32 sum of another buffer.
+    def body(b, a):
+        x, y = a
+        return x.max("v"), x.convert(f32).sum("v"), (y * x.convert(f32)).sum("v")
+
+    return accy.trace.define(
+        "mixed", [spec(bf16, row=rows, v=cols), spec(f32, row=rows, v=cols)], body
+    )
+
+
+def integer_sums(rows=12, cols=33):
+    def body(b, a):
+        x = a[0]
+        return x.sum("v"), (x * x).sum("v"), x.min("v"), x.max("v")
+
+    return accy.trace.define("ints", [spec(i32, row=rows, v=cols)], body)
+
+
+def pick_and_max(dtype=f32, rows=16, classes=1000):
+    # What cross_entropy reads the logits for: their max and the logit at each label.
+    def body(b, a):
+        return a[0].max("v"), accy.nn.pick(a[0], a[1], "v")
+
+    return accy.trace.define(
+        "pick_and_max", [spec(dtype, row=rows, v=classes), spec(i32, row=rows)], body
+    )
+
+
+def two_axes(rows=5, heads=3, cols=64):
+    # Kept axes outside, two reduced axes inside.
+    def body(b, a):
+        x = a[0]
+        return x.sum(("h", "v")), x.exp().max(("h", "v"))
+
+    return accy.trace.define("two_axes", [spec(f32, row=rows, h=heads, v=cols)], body)
+
+
+def softmax_denominator(rows=8, cols=64):
+    # The second sum reads the first's result (the max): they must not share a pass.
+    def body(b, a):
+        x = a[0]
+        peak = x.max("v")
+        return (x - peak).exp().sum("v")
+
+    return accy.trace.define("chain", [spec(f32, row=rows, v=cols)], body)
+
+
+def cross_entropy_loss(dtype=f32, rows=16, classes=1000):
+    program = accy.trace.define(
+        "cross_entropy",
+        [spec(dtype, row=rows, v=classes), spec(i32, row=rows)],
+        lambda b, a: accy.nn.cross_entropy(a[0], a[1], "v").mean("row"),
+    )
+    return program
+
+
+def layer_norm_loss(dtype=f32, rows=8, cols=48, out=5):
+    # A LayerNorm feeding a GEMM: its backward pass reads the GEMM's gradient, as in GPT-2.
+    def body(b, a):
+        y = accy.nn.layer_norm(a[0], "col") * a[1]
+        z = y.contract(a[2], "col")
+        return (z * z).sum()
+
+    return accy.trace.define(
+        "layer_norm",
+        [spec(dtype, row=rows, col=cols), spec(dtype, col=cols), spec(dtype, col=cols, out=out)],
+        body,
+    )
+
+
+def _inputs(program, rng) -> list[np.ndarray]:
+    arrays = []
+    for t in program.parameter_types:
+        if t.dtype == i32 and t.rank == 1:  # labels
+            classes = program.parameter_types[0].extents[-1]
+            arrays.append(rng.integers(0, classes, t.extents).astype(np.int32))
+        elif t.dtype == i32:
+            arrays.append(rng.integers(-50, 50, t.extents).astype(np.int32))
+        else:
+            arrays.append(rng.standard_normal(t.extents).astype(t.dtype.numpy))
+    return arrays
+
+
+# The plan ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_two_reductions_of_the_same_rows_are_one_step(target):
+    plan = build_plan(sum_and_max(), target)
+    assert kinds(plan) == ["reductions"]
+    (step,) = plan.steps
+    assert member_ops(step) == ["sum", "max"] and step.reads == (0,)
+    text = explain(plan)
+    assert "one pass over the rows for 2 reductions (rows)" in text
+    assert "- sum over v" in text and "- max over v" in text
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_reduction_of_another_ones_result_is_not_merged(target):
+    plan = build_plan(softmax_denominator(), target)
+    assert "reductions" not in kinds(plan)
+    assert kinds(plan).count("reduce") == 2
+
+
+def test_reductions_of_other_rows_or_columns_are_not_merged():
+    def body(b, a):
+        x, y = a
+        # Different extents; and two column sums (the innermost axis kept).
+        return x.sum("v"), y.sum("v"), x.sum("row"), (x * 2.0).sum("row")
+
+    program = accy.trace.define("apart", [spec(f32, row=8, v=16), spec(f32, row=8, v=32)], body)
+    plan = build_plan(program)
+    assert "reductions" not in kinds(plan)
+    strategies = sorted(step.detail.strategy for step in plan.steps)
+    assert strategies == ["columns", "columns", "rows", "rows"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_cross_entropy_reads_the_logits_once_for_the_max_and_the_pick(target):
+    gradient = accy.value_and_grad(cross_entropy_loss(bf16), wrt=[0])
+    plan = build_plan(gradient, target)
+    logits = gradient.parameters[0]
+    (step,) = reductions_steps(plan)
+    assert sorted(member_ops(step)) == ["max", "sum"]
+    assert logits in step.reads
+    picked = next(m for m in step.members if m.op.attrs["op"] == "sum")
+    assert {"compare", "select"} <= {op.kind for op in picked.fused}
+    # Then the softmax's sum reads them again where exp is computed inside it (the GPU); the
+    # CPU stores exp(logits - max), which its sum reads instead.
+    readers = [s for s in plan.steps if logits in s.reads and s.kind in ("reduce", "reductions")]
+    assert len(readers) == (2 if target is GPU else 1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_layer_norm_backward_takes_its_two_row_sums_in_one_pass(target):
+    gradient = accy.value_and_grad(layer_norm_loss(bf16), wrt=[0, 1])
+    plan = build_plan(gradient, target)
+    last_dot = max(i for i, step in enumerate(plan.steps) if step.kind == "dot")
+    backward_gradient = plan.steps[last_dot].writes[0]  # of the LayerNorm's output
+    row_sums = [
+        step
+        for step in plan.steps[last_dot + 1 :]
+        if step.kind in ("reduce", "reductions")
+        and step.detail.strategy == "rows"
+        and step.detail.kept
+    ]
+    (step,) = row_sums
+    assert step.kind == "reductions" and member_ops(step) == ["sum", "sum"]
+    assert backward_gradient in step.reads
+
+
+def test_a_set_of_siblings_holds_a_bounded_number_of_operations():
+    def body(b, a):
+        x = a[0]
+        return tuple((x * float(k + 2)).tanh().sum("v") for k in range(400))
+
+    plan = build_plan(accy.trace.define("many", [spec(f32, row=4, v=8)], body))
+    sets = reductions_steps(plan)
+    assert len(sets) >= 2 and sum(len(s.members) for s in sets) == 400
+    for step in sets:
+        assert sum(len(m.fused) + 1 for m in step.members) <= MAX_GROUP_OPERATIONS
+
+
+# Values -----------------------------------------------------------------------------------------
+
+
+def _assert_close(got, want, rtol, what):
+    got, want = comparable(got), comparable(want)
+    assert got.shape == want.shape, what
+    if want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    scale = float(np.max(np.abs(want.astype(np.float64)), initial=1e-30))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)
+
+
+def _check(executor, program, expected=None, rtol=1e-5, seed=0):
+    inputs = _inputs(program, np.random.default_rng(seed))
+    got = executor(program, inputs)
+    reference = accy.reference.run(program, inputs)
+    for position, (g, r) in enumerate(zip(got, reference, strict=True)):
+        assert g.dtype == r.dtype, f"output {position}: {g.dtype} != {r.dtype}"
+        _assert_close(g, r, rtol, f"{program.name} output {position} against the reference")
+    if expected is not None:
+        for position, (g, e) in enumerate(zip(got, expected(*inputs), strict=True)):
+            _assert_close(g, np.asarray(e), rtol, f"{program.name} output {position}")
+    return inputs
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_sum_and_max_of_the_same_rows(executor):
+    _check(executor, sum_and_max(), lambda x: ((x * x).sum(1), x.max(1)))
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_sum_prod_max_and_min_side_by_side(executor):
+    expected = lambda x: (x.sum(1), (x * 0.25 + 1.0).prod(1), x.max(1), x.min(1))  # noqa: E731
+    _check(executor, four_reducers(), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_bf16_and_f32_accumulators_in_one_pass(executor):
+    def expected(x, y):
+        wide = comparable(x).astype(np.float64)
+        return x.max(1), wide.sum(1), (y * wide).sum(1)
+
+    assert kinds(build_plan(mixed_dtypes())) == ["reductions"]
+    _check(executor, mixed_dtypes(), expected, rtol=2e-5)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_integer_sums_and_extremes(executor):
+    assert kinds(build_plan(integer_sums())) == ["reductions"]
+    _check(executor, integer_sums(), lambda x: (x.sum(1), (x * x).sum(1), x.min(1), x.max(1)))
+
+
+@pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_pick_and_max_as_cross_entropy_reads_them(executor, dtype):
+    def expected(x, labels):
+        wide = comparable(x).astype(np.float64)
+        return wide.max(1), wide[np.arange(len(labels)), labels]
+
+    rtol = 1e-6 if dtype == f32 else 2.0**-8
+    _check(executor, pick_and_max(dtype), expected, rtol=rtol)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_two_reduced_axes(executor):
+    assert kinds(build_plan(two_axes())) == ["reductions"]
+    _check(executor, two_axes(), lambda x: (x.sum((1, 2)), np.exp(x).max((1, 2))), rtol=1e-5)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_long_rows_with_vector_loads(executor):
+    # 8 rows of 8200: a block per row and 16-byte loads on CUDA.
+    program = sum_and_max(bf16, rows=8, cols=8200)
+    _check(executor, program, rtol=2.0**-7)
+
+
+# Gradients against finite differences (float64, so that differences are exact enough) ---------
+
+
+def _finite_difference_gradient(program, inputs, position, eps=1e-6):
+    """d output 0 / d input `position`, by central differences on the reference evaluator."""
+    x = inputs[position]
+    gradient = np.zeros_like(x)
+    for index in np.ndindex(x.shape):
+        values = []
+        for step in (eps, -eps):
+            shifted = [a.copy() for a in inputs]
+            shifted[position][index] += step
+            values.append(float(accy.reference.run(program, shifted)[0]))
+        gradient[index] = (values[0] - values[1]) / (2 * eps)
+    return gradient
+
+
+@pytest.mark.parametrize(
+    "build, wrt",
+    [
+        pytest.param(lambda: cross_entropy_loss(f64, rows=3, classes=7), [0], id="cross_entropy"),
+        pytest.param(lambda: layer_norm_loss(f64, rows=3, cols=6, out=2), [0, 1], id="layer_norm"),
+    ],
+)
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_gradients_match_finite_differences(executor, build, wrt):
+    program = build()
+    gradient = accy.value_and_grad(program, wrt=wrt)
+    assert reductions_steps(build_plan(gradient))  # the merged steps are what runs
+    inputs = _inputs(program, np.random.default_rng(3))
+    got = executor(gradient, inputs)
+    for k, position in enumerate(wrt):
+        want = _finite_difference_gradient(program, inputs, position)
+        np.testing.assert_allclose(got[1 + k], want, rtol=1e-6, atol=1e-8)
+
+
+# The CUDA source (no GPU needed) ----------------------------------------------------------------
+
+
+def _reductions_kernel(source: str) -> str:
+    start = source.index(": reductions */")
+    return source[start : source.index("\n}\n", start)]
+
+
+def test_the_cuda_kernel_has_an_accumulator_per_reduction_and_vector_loads():
+    kernel = _reductions_kernel(compile_program(pick_and_max(bf16, rows=64, classes=4104)).source)
+    assert "float acc0 = (-INFINITY);" in kernel and "float acc1 = 0;" in kernel
+    # One 16-byte load of the logits serves both accumulators.
+    assert len(re.findall(r"accy_vector<uint16_t, 8> t\d+ = \*", kernel)) == 1
+    assert "acc0_shared" in kernel and "acc1_shared" in kernel
+
+
+def test_the_cuda_kernel_keeps_each_accumulators_dtype():
+    kernel = _reductions_kernel(compile_program(integer_sums()).source)
+    assert "int32_t acc0 = 0;" in kernel and "int32_t acc2 = " in kernel
+
+
+needs_nvcc = pytest.mark.skipif(
+    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
+)
+
+
+@needs_nvcc
+def test_the_merged_kernels_compile():
+    programs = [
+        sum_and_max(bf16, rows=8, cols=8200),
+        four_reducers(),
+        mixed_dtypes(),
+        integer_sums(),
+        pick_and_max(bf16, rows=64, classes=4104),
+        two_axes(),
+        accy.value_and_grad(cross_entropy_loss(bf16), wrt=[0]),
+        accy.value_and_grad(layer_norm_loss(bf16, rows=64, cols=768, out=32), wrt=[0, 1]),
+    ]
+    source = "".join(
+        compile_program(program, prefix=f"s{n}_").source for n, program in enumerate(programs)
+    )
+    assert source.count(": reductions */") >= len(programs)
+    toolchain.ptx_with_nvcc(source, "sibling reductions", arch="compute_90")

@@ -202,16 +202,8 @@ def layer_norm(x: Value, axis: str, eps: float = 1e-5) -> Value:
     >>> [round(v, 3) for v in accy.reference.run(p, [[1.0, 3.0]])[0].tolist()]
     [-1.0, 1.0]
     """
-    mean = x.mean(axis)
-    centered = x - mean
-    # mean((x - s)^2) - (mean - s)^2 is the variance for any s that does not depend on x, so
-    # with s = stop_gradient(mean) every derivative is the variance's, and the value is the
-    # same bits (the second term is 0). Its derivative reaches the mean through no sum over
-    # `axis`: the backward pass's two sums over `axis`, of g and of g * (x - mean), are then
-    # independent of each other and share one pass (`accy.lower.grouping.sibling_reductions`).
-    shift = stop_gradient(mean)
-    deviation, offset = x - shift, mean - shift
-    variance = (deviation * deviation).mean(axis) - offset * offset
+    centered = x - x.mean(axis)
+    variance = (centered * centered).mean(axis)
     return centered * (variance + eps).rsqrt()
 
 

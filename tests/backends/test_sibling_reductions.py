@@ -191,7 +191,12 @@ def test_cross_entropy_reads_the_logits_once_for_the_max_and_the_pick(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_layer_norm_backward_takes_its_two_row_sums_in_one_pass(target):
+def test_layer_norm_backward_row_sums_are_a_chain_and_stay_apart(target):
+    # The second sum (of g * (x - mean)) reads the first through the variance's derivative
+    # (its term through the mean), so they cannot share a pass. Rewriting the variance so that
+    # they could (mean((x - s)^2) - (mean - s)^2 with s = stop_gradient(mean)) made GPT-2's
+    # rematerialization store x - mean instead of recomputing the LayerNorm's output: 276 MiB
+    # more at the bf16 step's peak for 0.2 ms, so layer_norm keeps the plain formula.
     gradient = accy.value_and_grad(layer_norm_loss(bf16), wrt=[0, 1])
     plan = build_plan(gradient, target)
     last_dot = max(i for i, step in enumerate(plan.steps) if step.kind == "dot")
@@ -203,9 +208,8 @@ def test_layer_norm_backward_takes_its_two_row_sums_in_one_pass(target):
         and step.detail.strategy == "rows"
         and step.detail.kept
     ]
-    (step,) = row_sums
-    assert step.kind == "reductions" and member_ops(step) == ["sum", "sum"]
-    assert backward_gradient in step.reads
+    assert len(row_sums) == 2 and all(step.kind == "reduce" for step in row_sums)
+    assert backward_gradient in row_sums[0].reads
 
 
 def test_a_set_of_siblings_holds_a_bounded_number_of_operations():
@@ -315,17 +319,21 @@ def _finite_difference_gradient(program, inputs, position, eps=1e-6):
 
 
 @pytest.mark.parametrize(
-    "build, wrt",
+    "build, wrt, merged",
     [
-        pytest.param(lambda: cross_entropy_loss(f64, rows=3, classes=7), [0], id="cross_entropy"),
-        pytest.param(lambda: layer_norm_loss(f64, rows=3, cols=6, out=2), [0, 1], id="layer_norm"),
+        pytest.param(
+            lambda: cross_entropy_loss(f64, rows=3, classes=7), [0], True, id="cross_entropy"
+        ),
+        pytest.param(
+            lambda: layer_norm_loss(f64, rows=3, cols=6, out=2), [0, 1], False, id="layer_norm"
+        ),
     ],
 )
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_gradients_match_finite_differences(executor, build, wrt):
+def test_gradients_match_finite_differences(executor, build, wrt, merged):
     program = build()
     gradient = accy.value_and_grad(program, wrt=wrt)
-    assert reductions_steps(build_plan(gradient))  # the merged steps are what runs
+    assert bool(reductions_steps(build_plan(gradient))) == merged  # what runs
     inputs = _inputs(program, np.random.default_rng(3))
     got = executor(gradient, inputs)
     for k, position in enumerate(wrt):
@@ -369,7 +377,6 @@ def test_the_merged_kernels_compile():
         pick_and_max(bf16, rows=64, classes=4104),
         two_axes(),
         accy.value_and_grad(cross_entropy_loss(bf16), wrt=[0]),
-        accy.value_and_grad(layer_norm_loss(bf16, rows=64, cols=768, out=32), wrt=[0, 1]),
     ]
     source = "".join(
         compile_program(program, prefix=f"s{n}_").source for n, program in enumerate(programs)

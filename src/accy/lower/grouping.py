@@ -17,8 +17,8 @@ Row reductions that keep some axes are not flat, but two of them over the same r
 input extents, kept and reduced axes, walked in the `rows` order), neither reading the other's
 result, can share their loop nest just as well: each row is read once for both accumulators.
 Cross-entropy's max and its pick of the label's logit read the [tokens, vocab] logits once
-instead of twice; LayerNorm's backward takes its two row sums in one pass
-(`sibling_reductions`).
+instead of twice (`sibling_reductions`). LayerNorm's backward row sums are a chain (the second
+reads the first through the variance's derivative), so they stay two passes.
 """
 
 from __future__ import annotations

@@ -194,3 +194,73 @@ def sibling_reductions(steps) -> list[list[int]]:
         for value in step.writes:
             written_at[value] = at
     return [s.members for s in sets if len(s.members) > 1]
+
+
+EPILOGUE_WINDOW = 8
+"""Steps after a row reduction searched for its epilogue: a consumer further away would move
+past more work than it saves, and a bounded search keeps planning linear."""
+
+
+def _epilogue_size(step, check: FlatCheck) -> int | None:
+    """The element count of flat elementwise loop `step` (None if it is not one)."""
+    return check.domain(step) if step.kind == "loop" else None
+
+
+def _epilogue_host(step) -> int | None:
+    """The result count of a row reduction (`reduce` or `reductions`, `rows` order, keeping at
+    least one axis) whose kernel can run an epilogue; None for any other step."""
+    if step.kind not in ("reduce", "reductions") or step.detail.strategy != "rows":
+        return None
+    size = (step.members[0].op if step.members else step.op).type.size
+    if not step.detail.kept or step.detail.input.size == 0 or size < 2:
+        return None
+    return size
+
+
+def reduction_epilogues(steps, check: FlatCheck) -> dict[int, list[int]]:
+    """Row reduction -> the flat elementwise loops (indices into `steps`, in order) that run as
+    its epilogue: computed where each result is stored, from the final accumulator values.
+
+    A loop joins when it walks exactly the reduction's results (the same element count, every
+    stored read at the element's own position: `FlatCheck`), reads a result of the reduction
+    or of an earlier epilogue loop, and reads nothing written by a step between the reduction
+    and itself, so that it can move up to the reduction. A loop over other elements (a
+    broadcast of the results back over the rows) never joins. At most `EPILOGUE_WINDOW` steps
+    are searched and `MAX_GROUP_OPERATIONS` operations joined.
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.f32, row=4, v=8)],
+    ...                       lambda b, a: (a[0].sum("v") / 8.0).exp())
+    >>> [(s.kind, len(s.epilogue)) for s in accy.lower.build_plan(p).steps]
+    [('reduce', 1)]
+    """
+    epilogues: dict[int, list[int]] = {}
+    claimed: set[int] = set()
+    for index, host in enumerate(steps):
+        size = _epilogue_host(host)
+        if size is None:
+            continue
+        available = set(host.writes)
+        between: set[int] = set()
+        operations = len(host.fused) + max(len(host.members), 1)
+        members: list[int] = []
+        for later in range(index + 1, min(index + 1 + EPILOGUE_WINDOW, len(steps))):
+            step = steps[later]
+            reads = set(step.reads)
+            joins = (
+                later not in claimed
+                and _epilogue_size(step, check) == size
+                and reads & available
+                and not reads & between
+                and operations + len(step.fused) + 1 <= MAX_GROUP_OPERATIONS
+            )
+            if joins:
+                members.append(later)
+                available |= set(step.writes)
+                operations += len(step.fused) + 1
+            else:
+                between |= set(step.writes)
+        if members:
+            epilogues[index] = members
+            claimed.update(members)
+    return epilogues

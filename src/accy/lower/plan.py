@@ -139,7 +139,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     views = _views_for_buffer_consumers(decisions)
     steps = _merge_siblings(_hoist_reductions(_steps(decisions, views, target)))
     check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of)
-    steps, in_epilogues = _attach_epilogues(program, steps, check)
+    steps, in_epilogues = _attach_epilogues(program, steps, check, target.epilogue_excludes)
     steps, internal = _group(program, steps, check)
     internal |= in_epilogues
     views = {v: view for v, view in views.items() if view.base not in internal}
@@ -342,21 +342,24 @@ def _with_epilogue(program: Program, host: Step, loops: list[Step], outside: set
     return replace(host, writes=kept, reads=tuple(sorted(reads)), epilogue=tuple(loops))
 
 
-def _attach_epilogues(program: Program, steps: list[Step], check: FlatCheck):
-    """`steps` with the `grouping.reduction_epilogues` of each row reduction moved into it;
-    also the values that no longer need a buffer (read only inside their reduction step)."""
-    epilogues = reduction_epilogues(steps, check)
+def _attach_epilogues(program: Program, steps: list[Step], check: FlatCheck, excludes):
+    """`steps` with the `grouping.reduction_epilogues` of each row reduction moved into it
+    (and the steps that run ahead of it moved there); also the values that no longer need a
+    buffer (read only inside their reduction step)."""
+    epilogues = reduction_epilogues(steps, check, excludes)
     if not epilogues:
         return steps, set()
     readers = _readers(steps)
-    moved = {index for loops in epilogues.values() for index in loops}
+    moved = {i for e in epilogues.values() for i in (*e.members, *e.ahead)}
     merged, internal = [], set()
     for index, step in enumerate(steps):
         if index in moved:
             continue
         if index in epilogues:
-            here = {index, *epilogues[index]}
-            loops = [steps[i] for i in epilogues[index]]
+            epilogue = epilogues[index]
+            merged += [steps[i] for i in epilogue.ahead]
+            here = {index, *epilogue.members}
+            loops = [steps[i] for i in epilogue.members]
             written = [*step.writes, *(v for loop in loops for v in loop.writes)]
             outside = {v for v in written if not readers.get(v, set()) <= here}
             step = _with_epilogue(program, step, loops, outside)

@@ -360,6 +360,32 @@ def test_cuda_matches_the_reference(build, rtol):
         _assert_close(g, r, max(rtol, 1e-6), f"{program.name} output {position} on CUDA")
 
 
+@pytest.mark.parametrize(
+    "build, rtol",
+    [
+        pytest.param(lambda: layer_norm(f32, rows=300, cols=96), 1e-6, id="layer_norm-f32"),
+        pytest.param(
+            lambda: accy.value_and_grad(layer_norm_loss(bf16), wrt=[0, 1]), 2.0**-7, id="ln-grad"
+        ),
+    ],
+)
+def test_cuda_matches_the_unfused_plan(build, rtol, monkeypatch):
+    # The same operations in the same order; only contractions into FMAs (NVRTC's default)
+    # may differ between a kernel of its own and the reduction's.
+    program = build()
+    inputs = _inputs(program)
+    got = native_cuda(program, inputs)
+    with monkeypatch.context() as patch:
+        patch.setattr(grouping, "EPILOGUE_WINDOW", 0)
+        CACHE.clear()
+        try:
+            unfused = native_cuda(program, inputs)
+        finally:
+            CACHE.clear()
+    for position, (g, u) in enumerate(zip(got, unfused, strict=True)):
+        _assert_close(g, u, rtol, f"{program.name} output {position}: fused against unfused")
+
+
 def test_cuda_long_rows_with_blocks_and_vector_loads():
     # Rows of 8200 (a block per row, 16-byte loads): the epilogue runs in thread 0 of a block.
     program = layer_norm(bf16, rows=8, cols=8200)

@@ -415,6 +415,21 @@ def test_cuda_layer_norm_runs_no_kernel_over_the_row_scalars():
     assert "1 / sqrtf(" in variance and "accy_bf16_store" in variance
 
 
+def test_cuda_epilogue_of_a_two_pass_reduction_is_in_the_combining_pass():
+    # Two rows of 200000: each row cut into chunks, partial values combined by a second kernel.
+    kernels = _kernels(compile_program(layer_norm(f32, rows=2, cols=200000)).source)
+    for step in (0, 1):
+        assert "result0" not in kernels[f"step {step}: reduce"]
+        assert "result0" in kernels[f"step {step}: reduce (combine)"]
+
+
+def test_cuda_two_pass_reduction_with_an_epilogue():
+    program = layer_norm(f32, rows=2, cols=200000)
+    inputs = _inputs(program)
+    got = native_cuda(program, inputs)
+    _assert_close(got[0], accy.reference.run(program, inputs)[0], 1e-5, "two passes")
+
+
 def test_cuda_layer_norm_backward_runs_no_kernel_over_the_row_scalars():
     gradient = accy.value_and_grad(layer_norm_loss(bf16, rows=8192, cols=768, out=32), wrt=[0, 1])
     kernels = _kernels(compile_program(gradient).source)

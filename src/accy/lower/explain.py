@@ -45,9 +45,12 @@ NOTES = {
 
 
 def _written(plan: Plan, step: Step) -> str:
+    # A reduction with an epilogue: its own result (stored, or kept in the loop); the
+    # epilogue's results are listed on its lines.
+    values = step.op.results if step.epilogue and step.op is not None else step.writes
     return ", ".join(
         f"%{v}: {plan.program.type_of(v)} -> {plan.slots.get(v, 'kept in the loop')}"
-        for v in step.writes
+        for v in values
     )
 
 
@@ -79,7 +82,23 @@ def _reductions_lines(plan: Plan, index: int, step: Step) -> list[str]:
     return lines
 
 
+def _epilogue_lines(plan: Plan, step: Step) -> list[str]:
+    """One line per loop of a row reduction's epilogue (computed where each result is stored)."""
+    lines = []
+    for loop in step.epilogue:
+        line = f"       - epilogue: {_name(loop.op)} {_written(plan, loop)}"
+        if loop.fused:
+            line += f"; fuses {', '.join(map(_name, loop.fused))}"
+        lines.append(line)
+    return lines
+
+
 def _step_line(plan: Plan, index: int, step: Step) -> str:
+    line = _step_text(plan, index, step)
+    return "\n  ".join([line, *_epilogue_lines(plan, step)])
+
+
+def _step_text(plan: Plan, index: int, step: Step) -> str:
     if step.kind == "copy":
         return f"{index:>3}  copy         output {step.output} <- %{step.reads[0]}"
     if step.kind == "group":

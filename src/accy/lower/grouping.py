@@ -194,3 +194,120 @@ def sibling_reductions(steps) -> list[list[int]]:
         for value in step.writes:
             written_at[value] = at
     return [s.members for s in sets if len(s.members) > 1]
+
+
+EPILOGUE_WINDOW = 8
+"""Steps after a row reduction searched for its epilogue: a consumer further away would move
+past more work than it saves, and a bounded search keeps planning linear."""
+
+
+def _epilogue_size(step, check: FlatCheck, excludes: frozenset[str]) -> int | None:
+    """The element count of flat elementwise loop `step` (None if it is not one, or if it
+    computes an operation in `excludes`)."""
+    if step.kind != "loop" or any(_operation_name(op) in excludes for op in (*step.fused, step.op)):
+        return None
+    return check.domain(step)
+
+
+def _operation_name(op: Operation) -> str:
+    return op.attrs["op"] if op.kind == "unary" else op.kind
+
+
+def _epilogue_host(step) -> int | None:
+    """The result count of a row reduction (`reduce` or `reductions`, `rows` order, keeping at
+    least one axis) whose kernel can run an epilogue; None for any other step."""
+    if step.kind not in ("reduce", "reductions") or step.detail.strategy != "rows":
+        return None
+    size = (step.members[0].op if step.members else step.op).type.size
+    if not step.detail.kept or step.detail.input.size == 0 or size < 2:
+        return None
+    return size
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """A row reduction's epilogue: the loops that join it (`members`) and the steps between
+    them that run before the reduction instead (`ahead`: they read nothing it or its epilogue
+    writes), all indices into the steps, in order."""
+
+    members: tuple[int, ...]
+    ahead: tuple[int, ...]
+
+
+def reduction_epilogues(
+    steps, check: FlatCheck, excludes: frozenset[str] = frozenset()
+) -> dict[int, Epilogue]:
+    """Row reduction (index into `steps`) -> the flat elementwise loops that run as its
+    epilogue: computed where each result is stored, from the final accumulator values.
+
+    A loop joins when it walks exactly the reduction's results (the same element count, every
+    stored read at the element's own position: `FlatCheck`), reads a result of the reduction
+    or of an earlier epilogue loop, and reads nothing written by a step between the reduction
+    and itself that depends on them, so that it can move up to the reduction; the steps in
+    between that depend on neither move ahead of the reduction (cross-entropy's backward
+    divides by the batch size, a scalar computed between the softmax's sum and the division of
+    its results). A loop over other elements (a broadcast of the results back over the rows)
+    never joins. At most `EPILOGUE_WINDOW` steps are searched and `MAX_GROUP_OPERATIONS`
+    operations joined. A loop computing an operation in `excludes` (the target's
+    `epilogue_excludes`) stays a loop.
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.f32, row=4, v=8)],
+    ...                       lambda b, a: (a[0].sum("v") / 8.0 + 1.0).sqrt())
+    >>> [(s.kind, len(s.epilogue)) for s in accy.lower.build_plan(p).steps]
+    [('reduce', 1)]
+    """
+    epilogues: dict[int, Epilogue] = {}
+    claimed: set[int] = set()  # steps that joined an epilogue or moved ahead of a reduction
+    for index, host in enumerate(steps):
+        size = _epilogue_host(host)
+        if size is None or index in claimed:
+            continue
+        epilogue = _epilogue_of(steps, index, size, check, claimed, excludes)
+        if epilogue is not None:
+            epilogues[index] = epilogue
+            claimed.update(epilogue.members, epilogue.ahead)
+    return epilogues
+
+
+def _epilogue_of(steps, index: int, size: int, check: FlatCheck, claimed, excludes):
+    """The `Epilogue` of `steps[index]` (a row reduction of `size` results), or None (see
+    `reduction_epilogues`). A movable loop that reads no result yet waits (`pending`): it joins
+    with the first later loop that does (LayerNorm's backward computes `var + eps` again
+    before its row scalars read it and the row sums), else it stays where it is. A step in
+    between that reads what the reduction, a member, a pending loop or another such step
+    writes stays after the reduction (`pinned`); so does another row reduction (it may have an
+    epilogue of its own); any other runs ahead of it."""
+    host = steps[index]
+    available = set(host.writes)
+    pinned: set[int] = set()  # what the steps that stay after the reduction write
+    operations = len(host.fused) + max(len(host.members), 1)
+    members: list[int] = []
+    pending: list[int] = []
+    ahead: list[int] = []
+    for later in range(index + 1, min(index + 1 + EPILOGUE_WINDOW, len(steps))):
+        if later in claimed:  # already placed before this reduction
+            continue
+        step = steps[later]
+        reads = set(step.reads)
+        waiting = {v for p in pending for v in steps[p].writes}
+        cost = len(step.fused) + 1 + sum(len(steps[p].fused) + 1 for p in pending)
+        movable = (
+            _epilogue_size(step, check, excludes) == size
+            and not reads & pinned
+            and operations + cost <= MAX_GROUP_OPERATIONS
+        )
+        if movable and reads & (available | waiting):
+            members += [*pending, later]
+            available |= waiting | set(step.writes)
+            operations += cost
+            pending = []
+        elif movable:
+            pending.append(later)
+        elif reads & (available | waiting | pinned) or _epilogue_host(step) is not None:
+            pinned |= set(step.writes)
+        else:
+            ahead.append(later)
+    if not members:
+        return None
+    return Epilogue(tuple(members), tuple(a for a in ahead if a < members[-1]))

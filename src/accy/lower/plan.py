@@ -9,7 +9,7 @@ not), orders the steps, and places intermediates in one workspace by liveness
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..core import Operation, Program
 from ..core.types import HALF_FLOATS, TensorType, bf16, f32, f64
@@ -17,7 +17,7 @@ from . import fusion
 from .buffers import Lifetime, place, reads_in_place
 from .contraction import Gemm, gemm_layout
 from .expand import expand_compositions
-from .grouping import FlatCheck, consecutive_groups, sibling_reductions
+from .grouping import FlatCheck, consecutive_groups, reduction_epilogues, sibling_reductions
 from .reduction import reduce_layout
 from .remat import rematerialize_stored
 from .split_gemms import split_widened_gemms
@@ -68,7 +68,9 @@ class Step:
     values it loads; `fused` the operations it computes inline without storing them. A group's
     `members` share one flat loop, a `reductions` step's (row reductions) one loop nest. A scan's
     `body` and a cond's or while_loop's `branches` (true, false; or condition, body) are plans
-    of their own, run on the step's buffers."""
+    of their own, run on the step's buffers. A row reduction's `epilogue` are flat elementwise
+    loops over its results, computed where each result is stored (`grouping.reduction_epilogues`);
+    its `writes` then hold only the values some other step or the caller reads."""
 
     kind: str
     op: Operation | None
@@ -81,6 +83,7 @@ class Step:
     detail: object = None
     members: tuple[Step, ...] = ()
     branches: tuple[Plan, ...] = ()
+    epilogue: tuple[Step, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,10 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     decisions = fusion.decide(program, target.recomputes_transcendentals)
     views = _views_for_buffer_consumers(decisions)
     steps = _merge_siblings(_hoist_reductions(_steps(decisions, views, target)))
-    steps, internal = _group(program, steps, decisions, views)
+    check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of)
+    steps, in_epilogues = _attach_epilogues(program, steps, check, target.epilogue_excludes)
+    steps, internal = _group(program, steps, check)
+    internal |= in_epilogues
     views = {v: view for v, view in views.items() if view.base not in internal}
     slots, outputs = _slots(program, steps)
     offsets, workspace, reuses = _place_workspace(program, steps, slots)
@@ -317,14 +323,55 @@ def _group_step(program: Program, members: list[Step], readers: dict[int, set[in
     return Step("group", None, kept, tuple(sorted(reads)), fused, members=tuple(members)), internal
 
 
-def _group(program: Program, steps: list[Step], decisions, views):
-    """Merge runs of flat steps over the same elements into group steps (see `grouping`)."""
-    check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of)
-    groups = consecutive_groups(steps, check)
+def _readers(steps: list[Step]) -> dict[int, set[int]]:
+    """Value -> indices of the steps that read it."""
     readers: dict[int, set[int]] = {}
     for index, step in enumerate(steps):
         for value in step.reads:
             readers.setdefault(value, set()).add(index)
+    return readers
+
+
+def _with_epilogue(program: Program, host: Step, loops: list[Step], outside: set[int]) -> Step:
+    """Row reduction `host` computing `loops` where it stores each result; it writes only the
+    values in `outside` (read by another step) or the program's outputs."""
+    written = [*host.writes, *(v for loop in loops for v in loop.writes)]
+    outputs = set(program.outputs)
+    kept = tuple(v for v in written if v in outputs or v in outside)
+    reads = {v for step in (host, *loops) for v in step.reads} - set(written)
+    return replace(host, writes=kept, reads=tuple(sorted(reads)), epilogue=tuple(loops))
+
+
+def _attach_epilogues(program: Program, steps: list[Step], check: FlatCheck, excludes):
+    """`steps` with the `grouping.reduction_epilogues` of each row reduction moved into it
+    (and the steps that run ahead of it moved there); also the values that no longer need a
+    buffer (read only inside their reduction step)."""
+    epilogues = reduction_epilogues(steps, check, excludes)
+    if not epilogues:
+        return steps, set()
+    readers = _readers(steps)
+    moved = {i for e in epilogues.values() for i in (*e.members, *e.ahead)}
+    merged, internal = [], set()
+    for index, step in enumerate(steps):
+        if index in moved:
+            continue
+        if index in epilogues:
+            epilogue = epilogues[index]
+            merged += [steps[i] for i in epilogue.ahead]
+            here = {index, *epilogue.members}
+            loops = [steps[i] for i in epilogue.members]
+            written = [*step.writes, *(v for loop in loops for v in loop.writes)]
+            outside = {v for v in written if not readers.get(v, set()) <= here}
+            step = _with_epilogue(program, step, loops, outside)
+            internal |= set(written) - set(step.writes)
+        merged.append(step)
+    return merged, internal
+
+
+def _group(program: Program, steps: list[Step], check: FlatCheck):
+    """Merge runs of flat steps over the same elements into group steps (see `grouping`)."""
+    groups = consecutive_groups(steps, check)
+    readers = _readers(steps)
     first = {group[0]: group for group in groups}
     skipped = {index for group in groups for index in group[1:]}
     merged, internal = [], set()

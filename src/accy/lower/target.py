@@ -32,6 +32,11 @@ class Target:
     copies repeat only arithmetic: GPT-2's GELU output (tanh) took 88 us to compute again per
     layer in the bf16 step (compute-bound, against about 33 us for its memory traffic), 1.06 ms
     a step, to save 600 MB of a peak that stays below PyTorch's without it (session 6).
+    `epilogue_excludes`: elementwise operations (unary op names, binary kinds) that a row
+    reduction's epilogue may not compute (`accy.lower.grouping.reduction_epilogues`). The CPU's
+    loops call libmvec's vector variants of exp, log, tanh... whose last bits differ from the
+    scalar calls an epilogue makes (one result at a time): loops that call them stay loops
+    there, so that the plan's results are the bits of the unfused plan.
     `keep`: which kinds that have a composition the target runs whole, on operands in which
     layout (`accy.lower.expand`; by default every such kind is composed).
 
@@ -45,10 +50,17 @@ class Target:
     rematerialize_after: int = 0
     rematerialize_min_bytes: int = 0
     rematerializes_transcendentals: bool = True
+    epilogue_excludes: frozenset[str] = frozenset()
     keep: Keep = compose_all
 
 
-CPU = Target()
+VECTOR_MATH = frozenset(
+    {"exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow", "logistic"}
+)
+"""What the CPU's vectorized loops compute with libmvec's variants (`logistic` calls `expf`);
+`accy.backends.cpu.vector_math` declares them."""
+
+CPU = Target(epilogue_excludes=VECTOR_MATH)
 GPU = Target(
     half_gemms_in_float32=False,
     recomputes_transcendentals=True,

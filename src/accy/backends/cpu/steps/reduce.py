@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
-from ....codegen.c.expressions import linear
+from ....codegen.c.expressions import EMITTERS, Flat, linear
 from ....codegen.c.literals import highest, lowest
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
@@ -66,8 +66,8 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
         x = body.value(op.operands[0], index)
         reduced = templates.binary(templates.REDUCERS[op.attrs["op"]], ctype, name, x)
         combines.append(f"{name} = {reduced};")
-        pointer = ctx.pointers[op.results[0]]
-        stores.append(store_element(dtype, pointer, out_position, ctype.round.format(x=name)))
+        stores += _store_result(ctx, op, name, out_position)
+    stores += _epilogue(ctx, ops, names, out_position)
     large = worth_threads(x_type.size, ctx.step.fused)
     if len(ops) == 1 and not kept_loops and large and _worth_chunks(reduced_loops):
         reducer, dtype = ops[0].attrs["op"], ops[0].type.dtype
@@ -79,6 +79,39 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
     inner = nest(reduced_loops, body.lines + combines, inner_pragma=simd)
     outer = PARALLEL_FOR if kept_loops and large and kept_loops[0][1] > 1 else None
     return lines + nest(kept_loops, starts + inner + stores, outer)
+
+
+def _store_result(ctx: StepContext, op, name: str, position: str) -> list[str]:
+    """Store accumulator `name` as `op`'s result (where the plan keeps it); with an epilogue,
+    first as a rounded temporary `{name}_result` that the epilogue reads."""
+    ctype = GCC.c_type(op.type.dtype)
+    pointer = ctx.pointers.get(op.results[0])
+    if not ctx.step.epilogue:
+        return [store_element(op.type.dtype, pointer, position, ctype.round.format(x=name))]
+    lines = [f"const {ctype.compute} {name}_result = {ctype.round.format(x=name)};"]
+    if pointer is not None:
+        lines.append(store_element(op.type.dtype, pointer, position, f"{name}_result"))
+    return lines
+
+
+def _epilogue(ctx: StepContext, ops, names: list[str], position: str) -> list[str]:
+    """The step's epilogue loops at result `position`, reading each result from its rounded
+    temporary (the value a load of the stored result gives: the same bits as the loops
+    run on their own); each loop's result stored where the plan keeps it."""
+    if not ctx.step.epilogue:
+        return []
+    body = ctx.body()
+    body.lines.append(f"const int64_t e = {position};")
+    for op, name in zip(ops, names, strict=True):
+        body.seed(op.results[0], Flat("e", op.type), f"{name}_result")
+    for loop in ctx.step.epilogue:
+        op = loop.op
+        index = Flat("e", op.type)
+        x = EMITTERS[op.kind](body, op, index)
+        body.seed(op.results[0], index, x)
+        if op.results[0] in ctx.pointers:
+            body.lines.append(store_element(op.type.dtype, ctx.pointers[op.results[0]], "e", x))
+    return body.lines
 
 
 def _worth_chunks(reduced_loops) -> bool:

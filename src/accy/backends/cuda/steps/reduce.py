@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ....codegen.c.expressions import Body, Flat, NotFlat
+from ....codegen.c.dialect import CUDA
+from ....codegen.c.expressions import EMITTERS, Body, Flat, NotFlat
 from ....errors import AccyError
 from ..columns import ColumnKernel, ColumnLoop, choose_column_cut, column_lines
 from ..context import StepCode, StepContext, launches, nothing
@@ -32,11 +33,43 @@ def _partials(ctx: StepContext, accumulators, cut: Cut) -> list[tuple[str, int]]
     return parts
 
 
-def _final(outputs: list[str], dtypes) -> Finish:
-    def finish(j: int, value: str) -> list[str]:
-        return [store(dtypes[j], outputs[j], "o", rounded(dtypes[j], value))]
+def _final(ctx: StepContext, pointers, outputs: list[int], dtypes) -> Finish:
+    """Store each final value (result `o`) where the plan keeps it; with an epilogue, as a
+    rounded temporary `result{j}` first, and after the last one the epilogue's loops."""
+    if not ctx.step.epilogue:
 
-    return finish
+        def finish(j: int, value: str) -> list[str]:
+            return [store(dtypes[j], pointers[outputs[j]], "o", rounded(dtypes[j], value))]
+
+        return finish
+
+    def finish_with_epilogue(j: int, value: str) -> list[str]:
+        compute = CUDA.c_type(dtypes[j]).compute
+        lines = [f"const {compute} result{j} = {rounded(dtypes[j], value)};"]
+        if outputs[j] in ctx.step.writes:
+            lines.append(store(dtypes[j], pointers[outputs[j]], "o", f"result{j}"))
+        if j == len(outputs) - 1:
+            lines += epilogue_lines(ctx, pointers, outputs)
+        return lines
+
+    return finish_with_epilogue
+
+
+def epilogue_lines(ctx: StepContext, pointers, outputs: list[int]) -> list[str]:
+    """The step's epilogue loops at result `o`, reading result `j` from `result{j}` (the value
+    a load of the stored result gives); each loop's result stored where the plan keeps it."""
+    body = ctx.body(pointers)
+    types = [ctx.plan.program.type_of(v) for v in outputs]
+    for j, (value, t) in enumerate(zip(outputs, types, strict=True)):
+        body.seed(value, Flat("o", t), f"result{j}")
+    for loop in ctx.step.epilogue:
+        op = loop.op
+        index = Flat("o", op.type)
+        x = EMITTERS[op.kind](body, op, index)
+        body.seed(op.results[0], index, x)
+        if op.results[0] in ctx.step.writes:
+            body.lines.append(store(op.type.dtype, pointers[op.results[0]], "o", x))
+    return body.lines
 
 
 def _partial(cut: Cut) -> Finish:
@@ -59,7 +92,7 @@ def _second_pass(ctx, cut: Cut, accumulators, parts, initial, outputs) -> tuple[
         lambda r: ([], [values]),
         accumulators,
         initials,
-        _final([pointers[v] for v in outputs], [a.dtype for a in accumulators]),
+        _final(ctx, pointers, outputs, [a.dtype for a in accumulators]),
     )
     return ctx.kernel(pointers, lines, "(combine)"), second.grid
 
@@ -75,9 +108,7 @@ def reduction(ctx, cut, element, kept, accumulators, initial, outputs) -> StepCo
     head, initials = initial(pointers) if final else ([], None)
     parts = [] if final else _partials(ctx, accumulators, cut)
     finish = (
-        _final([pointers[v] for v in outputs], [a.dtype for a in accumulators])
-        if final
-        else _partial(cut)
+        _final(ctx, pointers, outputs, [a.dtype for a in accumulators]) if final else _partial(cut)
     )
     scalar = element(body, "r")
     vectors = None

@@ -121,7 +121,8 @@ def reshaped_strides(old_extents, old_strides, new_extents) -> tuple[int, ...] |
         return row_major(new_extents)
     strides = [0] * len(new_extents)
     for olds, news in reshape_groups(old_extents, new_extents):
-        if any(old_strides[a] != old_extents[b] * old_strides[b] for a, b in zip(olds, olds[1:])):
+        steps = zip(olds, olds[1:], strict=False)  # each old axis and the next in its group
+        if any(old_strides[a] != old_extents[b] * old_strides[b] for a, b in steps):
             return None
         stride = old_strides[olds[-1]]
         for k in reversed(news):

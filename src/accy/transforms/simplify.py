@@ -122,7 +122,9 @@ def _joined_pads(s: _Simplify, a: Any, b: Any) -> Any:
     parts = [x]
     if gap:
         axis = x.ty.axes[k]
-        zeros = tuple((n, gap if n == axis else e) for n, e in zip(x.ty.axes, x.ty.extents))
+        zeros = tuple(
+            (n, gap if n == axis else e) for n, e in zip(x.ty.axes, x.ty.extents, strict=True)
+        )
         parts.append(s.constant(x.ty.with_axes(zeros), 0))
     parts.append(y)
     joined = s.emit.concatenate(parts, x.ty.axes[k])

@@ -16,6 +16,12 @@ Memory-bound programs, each in bf16 and f32, at the sizes of GPT-2 small's train
   `accy.backends.cuda.tiles`; one read and one write of 8 x 12 x 1024 x 64 values);
 - `plain_pack`: only the pack of the same tensor for the projection itself, [batch, token,
   head, dim] (stride 1 along dim in both layouts: a plain copy), for comparison.
+- `qkv_split`: q, k and v taken out of the fused qkv projection's output [batch 8, token 1024,
+  3, head 12, dim 64] into three contiguous [batch, token, head, dim] buffers (a reshape of a
+  slice: strided copies, one read and one write of every element);
+- `qkv_gradient`: the qkv gradient [8, 1024, 3, 12, 64] assembled from the attention backward's
+  stacked rows [batch, head, 3 x 1024 (dQ; dK; dV), 64] (the pullback of the three slices: a
+  sum of zero pads, joined into one concatenate, one strided copy);
 - `column_sum`, `column_sum_3072`: sums over the rows of [8192 x 768] and [8192 x 3072] (a
   bias gradient: the innermost axis kept, one read);
 - `gain_gradient`: sum over the rows of dy * (xhat * s[row]) over [8192 x 768] (LayerNorm's
@@ -110,6 +116,34 @@ def _plain_pack(dtype):
     )
 
 
+def _qkv(dtype):
+    return spec(dtype, b=BATCH, t=TOKENS, part=3, h=HEADS, d=HEAD_DIM)
+
+
+def _qkv_split(dtype):
+    def body(_, a):
+        return [a[0].slice("part", j, j + 1).sum("part") for j in range(3)]
+
+    # `accy.jit` simplifies what it traces: the sum over one element becomes a reshape.
+    return accy.simplify(accy.trace.define("qkv_split", [_qkv(dtype)], body))
+
+
+def _qkv_gradient(dtype):
+    def body(_, a):
+        total = None
+        for j in range(3):
+            rows = a[0].slice("row", j * TOKENS, (j + 1) * TOKENS).rename("row", "t")
+            piece = rows.transpose("b", "t", "h", "d").broadcast_to(
+                spec(dtype, b=BATCH, t=TOKENS, part=1, h=HEADS, d=HEAD_DIM)
+            )
+            padded = piece.pad("part", j, 2 - j)  # the pullback of slice j along part
+            total = padded if total is None else total + padded
+        return total
+
+    rows = spec(dtype, b=BATCH, h=HEADS, row=3 * TOKENS, d=HEAD_DIM)
+    return accy.simplify(accy.trace.define("qkv_gradient", [rows], body))
+
+
 def _column_sum(columns: int):
     def build(dtype):
         types = [spec(dtype, row=ROWS, col=columns)]
@@ -130,6 +164,8 @@ CASES = [
     Case("layer_norm", _layer_norm, lambda s: 3 * ROWS * WIDTH * s),
     Case("transpose_pack", _transpose_pack, lambda s: 2 * PACKED * s, only="(pack "),
     Case("plain_pack", _plain_pack, lambda s: 2 * PACKED * s, only="(pack "),
+    Case("qkv_split", _qkv_split, lambda s: 2 * 3 * PACKED * s),
+    Case("qkv_gradient", _qkv_gradient, lambda s: 2 * 3 * PACKED * s),
     Case("column_sum", _column_sum(WIDTH), lambda s: (ROWS + 1) * WIDTH * s),
     Case("column_sum_3072", _column_sum(HIDDEN), lambda s: (ROWS + 1) * HIDDEN * s),
     Case("gain_gradient", _gain_gradient, lambda s: (2 * ROWS + 1) * WIDTH * s + ROWS * s),

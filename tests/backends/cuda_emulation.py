@@ -2,7 +2,7 @@
 without a GPU: each block is 256 `std::thread`s sharing a `std::barrier` (`__syncthreads`),
 blocks run one after another in a shuffled order (any order is one the GPU may take), and
 `__shared__` variables are statics (one block at a time uses them). Only the few prelude
-helpers that column kernels use are defined (bf16 loads and rounding, `accy_vector`)."""
+helpers that column and copy kernels use are defined (bf16 loads and rounding, `accy_vector`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ PRELUDE = r"""
 #include <thread>
 #include <vector>
 struct Dim { unsigned x; };
-thread_local Dim threadIdx, blockIdx;
+thread_local Dim threadIdx, blockIdx, gridDim;
 static std::barrier<> *accy_emulated_barrier;
 #define __syncthreads() accy_emulated_barrier->arrive_and_wait()
 #define __threadfence() std::atomic_thread_fence(std::memory_order_seq_cst)
@@ -84,6 +84,7 @@ int main(int argc, char **argv) {
         threads.emplace_back([&, t] {
           threadIdx.x = t;
           blockIdx.x = b;
+          gridDim.x = grid;
           KERNEL(io, nullptr, scratch);
         });
       }

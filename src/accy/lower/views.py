@@ -81,6 +81,34 @@ def _reshape(op: Operation, view: StridedView) -> StridedView | None:
     return None if strides is None else StridedView(view.base, view.offset, strides)
 
 
+def reshape_groups(old_extents, new_extents) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The smallest groups of old and new axes (positions, axes of extent 1 left out) whose
+    extents have the same product, in order: a reshape only splits or merges within a group.
+    Extents must have the same product and none may be 0.
+
+    >>> reshape_groups((8, 1024, 1, 12, 64), (8, 1024, 12, 64))
+    [((0,), (0,)), ((1,), (1,)), ((3,), (2,)), ((4,), (3,))]
+    >>> reshape_groups((6, 4), (2, 3, 4)), reshape_groups((2, 3), (3, 2))
+    ([((0,), (0, 1)), ((1,), (2,))], [((0, 1), (0, 1))])
+    """
+    old = [i for i, n in enumerate(old_extents) if n != 1]
+    new = [i for i, n in enumerate(new_extents) if n != 1]
+    groups, oi, ni = [], 0, 0
+    while oi < len(old) and ni < len(new):
+        oj, nj = oi + 1, ni + 1
+        old_size, new_size = old_extents[old[oi]], new_extents[new[ni]]
+        while old_size != new_size:
+            if old_size < new_size:
+                old_size *= old_extents[old[oj]]
+                oj += 1
+            else:
+                new_size *= new_extents[new[nj]]
+                nj += 1
+        groups.append((tuple(old[oi:oj]), tuple(new[ni:nj])))
+        oi, ni = oj, nj
+    return groups
+
+
 def reshaped_strides(old_extents, old_strides, new_extents) -> tuple[int, ...] | None:
     """Strides that read `new_extents` row-major from a strided array, or None if a copy is
     needed (the algorithm of NumPy's no-copy reshape: groups of old axes whose product equals a
@@ -91,29 +119,60 @@ def reshaped_strides(old_extents, old_strides, new_extents) -> tuple[int, ...] |
     """
     if 0 in old_extents:
         return row_major(new_extents)
-    old = [(n, s) for n, s in zip(old_extents, old_strides, strict=True) if n != 1]
-    new_positions = [i for i, n in enumerate(new_extents) if n != 1]
-    new = [new_extents[i] for i in new_positions]
     strides = [0] * len(new_extents)
-    oi = ni = 0
-    while oi < len(old) and ni < len(new):
-        oj, nj = oi + 1, ni + 1
-        old_size, new_size = old[oi][0], new[ni]
-        while old_size != new_size:
-            if old_size < new_size:
-                old_size *= old[oj][0]
-                oj += 1
-            else:
-                new_size *= new[nj]
-                nj += 1
-        if any(old[k][1] != old[k + 1][0] * old[k + 1][1] for k in range(oi, oj - 1)):
+    for olds, news in reshape_groups(old_extents, new_extents):
+        steps = zip(olds, olds[1:], strict=False)  # each old axis and the next in its group
+        if any(old_strides[a] != old_extents[b] * old_strides[b] for a, b in steps):
             return None
-        stride = old[oj - 1][1]
-        for k in range(nj - 1, ni - 1, -1):
-            strides[new_positions[k]] = stride
-            stride *= new[k]
-        oi, ni = oj, nj
+        stride = old_strides[olds[-1]]
+        for k in reversed(news):
+            strides[k] = stride
+            stride *= new_extents[k]
     return tuple(strides)
+
+
+def concatenated_view(op: Operation, views) -> StridedView | None:
+    """The view of concatenate `op`'s result when its operands' `views` (None: not a view) are
+    consecutive slabs of one buffer along the joined axis: same base, same strides elsewhere,
+    each piece starting where the previous one ends. The gradient of q, k and v sliced out of
+    one tensor is such a concatenate of three views of the attention backward's stacked rows.
+
+    Not a view kind of the plan (a concatenate needed as a buffer is stored): code generators
+    read a stored concatenate through it, as one strided load instead of a select per piece.
+    """
+    p = op.type.position(op.attrs["axis"])
+    pieces = [(view, t) for view, t in zip(views, op.operand_types, strict=True) if t.extents[p]]
+    if not pieces or any(view is None for view, _ in pieces):
+        return None
+    starts, start = [], 0
+    for t in op.operand_types:
+        if t.extents[p]:
+            starts.append(start)
+        start += t.extents[p]
+    first, first_type = pieces[0]
+    step = _joined_stride(pieces, starts, p)
+    if step is None:
+        return None
+    strides = first.strides[:p] + (step,) + first.strides[p + 1 :]
+    offset = first.offset - starts[0] * step
+    for (view, t), at in zip(pieces, starts, strict=True):
+        same = all(view.strides[q] == strides[q] for q, n in enumerate(t.extents) if n > 1)
+        if view.base != first.base or not same or view.offset != offset + at * step:
+            return None
+    return StridedView(first.base, offset, strides) if offset >= 0 else None
+
+
+def _joined_stride(pieces, starts, p: int) -> int | None:
+    """The stride along the joined axis: a piece's own stride there, or where every piece has
+    one element along it, the distance between the first two pieces' offsets per element."""
+    for view, t in pieces:
+        if t.extents[p] > 1:
+            return view.strides[p]
+    if len(pieces) < 2:
+        return pieces[0][0].strides[p]
+    distance = pieces[1][0].offset - pieces[0][0].offset
+    span = starts[1] - starts[0]
+    return distance // span if distance % span == 0 else None
 
 
 VIEW_RULES: dict[str, Callable[[Operation, StridedView], StridedView | None]] = {

@@ -27,6 +27,8 @@ class _Simplify(Layer):
         self.splats: dict[int, Any] = {}  # value index -> the scalar it holds everywhere
         self.seen: dict[tuple, Any] = {}
         self.negations: dict[int, Any] = {}  # value index of neg(x) -> x
+        self.pads: dict[int, tuple[Any, Any, Operation]] = {}  # pad(x, fill) -> (x, fill, op)
+        self.concatenations: dict[int, tuple[list[Any], str]] = {}  # -> (operands, axis)
 
     def bind(self, op: Operation, args: list[Any]) -> Any:
         rule = RULES.get(op.kind)
@@ -49,6 +51,10 @@ class _Simplify(Layer):
             self.splats[result.index] = op.attrs["value"]
         if op.kind == "unary" and op.attrs["op"] == "neg":
             self.negations[result.index] = args[0]
+        if op.kind == "pad":
+            self.pads[result.index] = (args[0], args[1], op)
+        if op.kind == "concatenate":
+            self.concatenations[result.index] = (list(args), op.attrs["axis"])
         return result
 
     def splat(self, value: Any) -> Any:
@@ -86,7 +92,78 @@ def _add(s, op, args):
         return a
     if _is(s, a, 0):
         return b
-    return None
+    return _joined_pads(s, a, b)
+
+
+def _joined_pads(s: _Simplify, a: Any, b: Any) -> Any:
+    """`pad(x) + pad(y)`, zero-padded pieces that do not overlap along one axis and are padded
+    alike along every other, is `pad(concatenate(x, zeros, y))`: the gradient of slices taken
+    along one axis (q, k and v out of one projection) becomes one copy of the pieces instead of
+    a sum that reads every piece for every element. Only a -0.0 of a piece differs (the sum
+    made it +0.0)."""
+    pieces = [s.pads.get(a.index), s.pads.get(b.index)]
+    if any(p is None or not _zero_padded(s, p) for p in pieces):
+        return None
+    (x, fill, pad_x), (y, _, pad_y) = pieces
+    differ = [
+        k
+        for k in range(x.ty.rank)
+        if (pad_x.attrs["low"][k], pad_x.attrs["high"][k])
+        != (pad_y.attrs["low"][k], pad_y.attrs["high"][k])
+    ]
+    if len(differ) != 1 or x.ty.axes != y.ty.axes:
+        return None
+    k = differ[0]
+    if pad_y.attrs["low"][k] < pad_x.attrs["low"][k]:
+        (x, pad_x), (y, pad_y) = (y, pad_y), (x, pad_x)
+    gap = pad_y.attrs["low"][k] - pad_x.attrs["low"][k] - x.ty.extents[k]
+    if gap < 0:
+        return None
+    parts = [x]
+    if gap:
+        axis = x.ty.axes[k]
+        zeros = tuple(
+            (n, gap if n == axis else e) for n, e in zip(x.ty.axes, x.ty.extents, strict=True)
+        )
+        parts.append(s.constant(x.ty.with_axes(zeros), 0))
+    parts.append(y)
+    joined = s.emit.concatenate(parts, x.ty.axes[k])
+    low = pad_x.attrs["low"][:k] + (pad_x.attrs["low"][k],) + pad_x.attrs["low"][k + 1 :]
+    high = pad_x.attrs["high"][:k] + (pad_y.attrs["high"][k],) + pad_x.attrs["high"][k + 1 :]
+    return s.emit.pad_positional(joined, fill, low, high, pad_x.attrs["interior"])
+
+
+def _zero_padded(s: _Simplify, pad: tuple[Any, Any, Operation]) -> bool:
+    _, fill, op = pad
+    plain = not any(op.attrs["interior"]) and min(op.attrs["low"] + op.attrs["high"]) >= 0
+    return plain and _is(s, fill, 0)
+
+
+def _pad(s, op, args):
+    """A pad of nothing on every side is its operand."""
+    if any(op.attrs["low"]) or any(op.attrs["high"]) or any(op.attrs["interior"]):
+        return None
+    return args[0]
+
+
+def _concatenate(s, op, args):
+    """A concatenate of concatenates along the same axis is one concatenate of their pieces
+    (read as one strided view where the pieces are slabs of one buffer)."""
+    axis = op.attrs["axis"]
+    nested = [_pieces_along(s, a, axis) for a in args]
+    if all(n is None for n in nested):
+        return None
+    pieces = [p for n, a in zip(nested, args, strict=True) for p in (n if n else [a])]
+    return s.emit.concatenate(pieces, axis)
+
+
+def _pieces_along(s: _Simplify, value: Any, axis: str) -> list[Any] | None:
+    """The operands of `value` if it is a concatenate along `axis` in its own axis order."""
+    joined = s.concatenations.get(value.index)
+    if joined is None or joined[1] != axis:
+        return None
+    pieces = joined[0]
+    return pieces if all(p.ty.axes == value.ty.axes for p in pieces) else None
 
 
 def _sub(s, op, args):
@@ -189,6 +266,8 @@ def _scan(s: _Simplify, op: Operation, args: list[Any]) -> Any:
 RULES: dict[str, Callable[[_Simplify, Operation, list[Any]], Any]] = {
     "mul": _mul,
     "add": _add,
+    "pad": _pad,
+    "concatenate": _concatenate,
     "sub": _sub,
     "div": _div,
     "unary": _unary,

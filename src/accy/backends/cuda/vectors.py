@@ -110,7 +110,7 @@ class LaneBody(Body):
         self.dependent: set[str] = set()  # names whose value differs between lanes
         self.alignment: dict[str, int] = {}  # pointer -> bytes its address must be a multiple of
         self._loads: dict[tuple[str, str], _Vector] = {}
-        self._stores: dict[str, _Vector] = {}
+        self._stores: dict[tuple[str, str], _Vector] = {}
         self._index_names: dict[str, str] = {}
         self._loaded: dict[str, str] = {}
 
@@ -157,7 +157,8 @@ class LaneBody(Body):
         if len(varying) != 1 or index[varying[0]] not in self.lanes:
             return scalar
         p = varying[0]
-        if view.strides[p] != 1 or not self._static_alignment(view, index, p, itemsize):
+        aligned = self._static_alignment(view.offset, view.strides, index, p, itemsize)
+        if view.strides[p] != 1 or not aligned:
             return scalar
         base, k = self.lanes[index[p]]
         lane0 = index[:p] + (base,) + index[p + 1 :]
@@ -175,11 +176,9 @@ class LaneBody(Body):
             self._loaded[text] = self.temp(self.plan.program.type_of(v).dtype, text, False)
         return self._loaded[text]
 
-    def _static_alignment(self, view: StridedView, index, p: int, itemsize: int) -> bool:
+    def _static_alignment(self, offset: int, strides, index, p: int, itemsize: int) -> bool:
         chunk = chunk_bytes(self.width, itemsize)
-        steps = [view.offset] + [
-            s for q, s in enumerate(view.strides) if q != p and index[q] != "0"
-        ]
+        steps = [offset] + [s for q, s in enumerate(strides) if q != p and index[q] != "0"]
         return all(step * itemsize % chunk == 0 for step in steps)
 
     def _vector_element(self, v: int, pointer: str, offset: str, k: int, itemsize: int) -> str:
@@ -202,17 +201,37 @@ class LaneBody(Body):
     def store(self, dtype: DType, pointer: str, position: str, x: str) -> str:
         """The statement storing `x` at flat `position` of `pointer`: into a register array
         when `position` is a lane (`stores()` writes it out), else straight to memory."""
-        ctype = CUDA.c_type(dtype)
-        value = ctype.store.format(x=x)
+        value = CUDA.c_type(dtype).store.format(x=x)
         if position not in self.lanes:
             return f"{pointer}[{position}] = {value};"
         base, k = self.lanes[position]
-        if pointer not in self._stores:
-            vector = _Vector(self.unit.fresh("t"), pointer, base, ctype.storage, dtype.itemsize)
-            self._stores[pointer] = vector
+        return self._into_vector(dtype, pointer, base, k, value)
+
+    def store_element(self, dtype: DType, pointer: str, index, strides, x: str) -> str:
+        """The statement storing `x` at `index` of a buffer of `strides` (a GEMM operand's
+        packed layout): into a register array when only the lane axis varies and its stride is
+        1 (every other step aligned to the vector), else straight to memory."""
+        value = CUDA.c_type(dtype).store.format(x=x)
+        scalar = f"{pointer}[{offset_expression(index, strides)}] = {value};"
+        varying = [p for p, part in enumerate(index) if self._depends(part)]
+        if not self.vectors or len(varying) != 1 or index[varying[0]] not in self.lanes:
+            return scalar
+        p = varying[0]
+        if strides[p] != 1 or not self._static_alignment(0, strides, index, p, dtype.itemsize):
+            return scalar
+        base, k = self.lanes[index[p]]
+        lane0 = offset_expression(index[:p] + (base,) + index[p + 1 :], strides)
+        return self._into_vector(dtype, pointer, lane0, k, value)
+
+    def _into_vector(self, dtype: DType, pointer: str, offset: str, k: int, value: str) -> str:
+        key = (pointer, offset)
+        if key not in self._stores:
+            storage = CUDA.c_type(dtype).storage
+            vector = _Vector(self.unit.fresh("t"), pointer, offset, storage, dtype.itemsize)
+            self._stores[key] = vector
             self._require(pointer, chunk_bytes(self.width, dtype.itemsize))
             self.lines.append(f"{vector_type(vector, self.width)} {vector.name};")
-        return f"{self._stores[pointer].name}.v[{k}] = {value};"
+        return f"{self._stores[key].name}.v[{k}] = {value};"
 
     def stores(self) -> list[str]:
         """The vector stores of every register array stored into (after the last lane)."""

@@ -23,7 +23,13 @@ from ...core.arrays import ConstantArray, is_array
 from ...core.types import DType, TensorType, bool_
 from ...lower.grouping import keeps_flat_order
 from ...lower.plan import Plan
-from ...lower.views import StridedView, row_major
+from ...lower.views import (
+    StridedView,
+    concatenated_view,
+    reshape_groups,
+    reshaped_strides,
+    row_major,
+)
 from . import templates
 from .dialect import Dialect
 from .literals import literal
@@ -194,6 +200,11 @@ class Body:
             return f"{pointer}[{index.var}]"
         return f"{pointer}[{offset_expression(index, view.strides, view.offset)}]"
 
+    def read(self, v: int, view: StridedView, index: Index) -> str:
+        """Value `v` at `index`, loaded through `view` (a layout operation's result whose
+        operands are views, read straight from their base buffer)."""
+        return self._load(v, view, index)
+
     def _load(self, v: int, view: StridedView, index: Index) -> str:
         dtype = self.plan.program.type_of(v).dtype
         loaded = self.unit.c_type(dtype).load.format(x=self.element(v, view, index))
@@ -294,13 +305,37 @@ def _reshape(body: Body, op: Operation, index: Index) -> str:
     operand = op.operand_types[0]
     if isinstance(index, Flat):
         return body.value(op.operands[0], Flat(index.var, operand))
-    flat = body.index_temp(linear(index, op.type.extents))
-    strides = row_major(operand.extents)
-    parts = tuple(
-        "0" if n == 1 else body.index_temp(f"({flat} / {s}) % {n}" if k else f"{flat} / {s}")
-        for k, (n, s) in enumerate(zip(operand.extents, strides, strict=True))
+    view = body.plan.view(op.operands[0])
+    strides = (
+        None if view is None else reshaped_strides(operand.extents, view.strides, op.type.extents)
     )
-    return body.value(op.operands[0], parts)
+    if strides is not None:
+        # A stored reshape of a view (q sliced out of a fused qkv, say) reads the base directly:
+        # no flat position to divide back into the operand's axes.
+        return body.read(op.results[0], StridedView(view.base, view.offset, strides), index)
+    return body.value(op.operands[0], _reshaped_index(body, operand, op.type, index))
+
+
+def _reshaped_index(
+    body: Body, operand: TensorType, result: TensorType, index: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The operand's index of a reshape's element at `index`. Axes pass through where a group
+    of axes is one axis on both sides (only axes of extent 1 come or go), and a flat position is
+    divided back into axes only within each group that splits or merges."""
+    if 0 in operand.extents:
+        return ("0",) * operand.rank
+    parts = ["0"] * operand.rank
+    for olds, news in reshape_groups(operand.extents, result.extents):
+        flat = body.index_temp(
+            linear(tuple(index[k] for k in news), [result.extents[k] for k in news])
+        )
+        if len(olds) == 1:
+            parts[olds[0]] = flat
+            continue
+        extents = [operand.extents[k] for k in olds]
+        for k, (n, s) in enumerate(zip(extents, row_major(tuple(extents)), strict=True)):
+            parts[olds[k]] = body.index_temp(f"({flat} / {s}) % {n}" if k else f"{flat} / {s}")
+    return tuple(parts)
 
 
 def _slice(body: Body, op: Operation, index: Index) -> str:
@@ -334,6 +369,11 @@ def _pad(body: Body, op: Operation, index: Index) -> str:
 
 def _concatenate(body: Body, op: Operation, index: Index) -> str:
     index = components(index)
+    view = concatenated_view(op, [body.plan.view(v) for v in op.operands])
+    if view is not None:
+        # Pieces that are consecutive slabs of one buffer (the gradient of q, k and v sliced
+        # out of one tensor) are one strided load, not a select among every piece's load.
+        return body.read(op.results[0], view, index)
     position = op.type.position(op.attrs["axis"])
     pieces, start = [], 0
     for value, t in zip(op.operands, op.operand_types, strict=True):

@@ -5,7 +5,7 @@ Imports no step module, so that every step module may import it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ....codegen.c.dialect import CUDA
@@ -88,12 +88,15 @@ def lane_indices(body: LaneBody, t: TensorType, flat: bool, counter: str):
 Make = Callable[[Body, Index, str], None]  # (body, index, flat position) -> appends statements
 
 
-def elementwise_kernel(ctx: StepContext, t: TensorType, make: Make) -> tuple[Kernel, int]:
+def elementwise_kernel(
+    ctx: StepContext, t: TensorType, make: Make, what: str = "", prologue: Sequence[str] = ()
+) -> tuple[Kernel, int]:
     """A grid-stride kernel over the elements of `t` and its grid; `make(body, index,
     position)` appends to `body.lines` the statements for one element (storing through
     `store_at`). Several adjacent elements per thread with vector loads and stores where the
     accesses allow it (`accy.backends.cuda.vectors`), the scalar loop for the rest, for
-    misaligned buffers and for every other loop.
+    misaligned buffers and for every other loop. `prologue` (declarations the statements use)
+    comes first; `what` says what the kernel is in its comment.
     """
     size = t.size
     for flat in (True, False) if size > 1 else (False,):
@@ -104,12 +107,12 @@ def elementwise_kernel(ctx: StepContext, t: TensorType, make: Make) -> tuple[Ker
         except NotFlat:
             continue
         if vector is None:
-            lines = [grid_stride("i", size), *indent(scalar), "}"]
-            return ctx.kernel(pointers, lines), blocks_for(size)
+            lines = [*prologue, grid_stride("i", size), *indent(scalar), "}"]
+            return ctx.kernel(pointers, lines, what), blocks_for(size)
         lines, width = vector
         # The scalar loop takes what the vectors leave: a tail, or everything when misaligned.
-        lines += [grid_stride("i", size, first="vector_end"), *indent(scalar), "}"]
-        return ctx.kernel(pointers, lines), blocks_for(size // width)
+        lines = [*prologue, *lines, grid_stride("i", size, first="vector_end"), *indent(scalar)]
+        return ctx.kernel(pointers, [*lines, "}"], what), blocks_for(size // width)
     raise AccyError("internal: no loop for an elementwise step")
 
 

@@ -31,7 +31,7 @@ import math
 import os
 
 from ....codegen.c.dialect import CUDA
-from ....codegen.c.expressions import offset_expression
+from ....codegen.c.expressions import Body, Index, components, offset_expression
 from ....lower.contraction import Gemm as Layout
 from ....lower.contraction import MatrixOperand
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
@@ -48,7 +48,8 @@ from ..kernels import (
 )
 from ..schedule import WORKSPACE, Address, Gemm, Level, Schedule
 from ..tiles import tile_side, tiled_copy, transposed_axes
-from .common import Staging, indent, rounded, stage_moving_buffers, store
+from ..vectors import LaneBody
+from .common import Staging, elementwise_kernel, indent, rounded, stage_moving_buffers, store
 
 OP_N, OP_T = 0, 1  # cublasOperation_t
 # A contraction this short over a result this large is a few multiply-adds per element of a big
@@ -110,16 +111,18 @@ def _pack(ctx: StepContext, value: int, matrix: MatrixOperand, name: str) -> tup
         side = tile_side(compute_bytes(t.dtype))
         what = f"(pack {name}, {side}x{side} tiles)"
         return ctx.kernel(pointers, [declaration, *lines], what), grid
-    head = decompose("i", t.extents, names)
-    x = body.value(value, names)
-    position = offset_expression(names, matrix.view.strides)
-    lines = [
-        declaration,
-        grid_stride("i", t.size),
-        *indent(head + body.lines + [store(t.dtype, "packed", position, x)]),
-        "}",
-    ]
-    return ctx.kernel(pointers, lines, f"(pack {name})"), blocks_for(t.size)
+
+    def make(body: Body, index: Index, position: str) -> None:
+        # Per axis: the packed layout is not the operand's order. The lanes run along the
+        # innermost axis, so a pack that keeps it innermost loads and stores 16 bytes at a time.
+        x = body.value(value, components(index))
+        strides = matrix.view.strides
+        if isinstance(body, LaneBody):
+            body.lines.append(body.store_element(t.dtype, "packed", index, strides, x))
+        else:
+            body.lines.append(store(t.dtype, "packed", offset_expression(index, strides), x))
+
+    return elementwise_kernel(ctx, t, make, f"(pack {name})", [declaration])
 
 
 def _tiled_pack(body, value: int, t, names, axes, matrix: MatrixOperand) -> tuple[list[str], int]:

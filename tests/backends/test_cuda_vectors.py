@@ -17,7 +17,7 @@ from accy.backends.cuda.reductions import choose_cut
 from accy.kernel import toolchain
 
 from ..executors import cuda_device_or_skip, native_cuda
-from ..halves import comparable
+from ..halves import assert_close_scaled, comparable
 
 FLOATS = [f32, f64, f16, bf16]
 STORAGE = {f32: "float", f64: "double", f16: "accy_half", bf16: "uint16_t"}
@@ -212,14 +212,7 @@ def gpu():
 
 
 def _assert_close(got, want, dtype, what: str) -> None:
-    got, want = comparable(got), comparable(want)
-    assert got.shape == want.shape, what
-    if want.dtype.kind != "f":
-        np.testing.assert_array_equal(got, want, err_msg=what)
-        return
-    scale = float(np.max(np.abs(want.astype(np.float64)), initial=1e-30))
-    rtol = RTOL[dtype]
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)
+    assert_close_scaled(got, want, RTOL[dtype], what)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

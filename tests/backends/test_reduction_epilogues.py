@@ -19,7 +19,8 @@ from accy.lower import build_plan, explain, grouping
 from accy.lower.target import CPU, GPU
 
 from ..executors import native_cpu, native_cuda
-from ..halves import comparable
+from ..halves import assert_close_scaled
+from .row_losses import cross_entropy_loss, layer_norm_loss
 
 TARGETS = [pytest.param(CPU, id="cpu"), pytest.param(GPU, id="gpu")]
 
@@ -72,28 +73,6 @@ def softmax_loss(dtype=f32, rows=8, cols=64):
 def log_softmax_rows(dtype=f32, rows=8, cols=64):
     return accy.trace.define(
         "log_softmax", [spec(dtype, row=rows, v=cols)], lambda b, a: accy.nn.logsumexp(a[0], "v")
-    )
-
-
-def cross_entropy_loss(dtype=f32, rows=16, classes=100):
-    return accy.trace.define(
-        "cross_entropy",
-        [spec(dtype, row=rows, v=classes), spec(i32, row=rows)],
-        lambda b, a: accy.nn.cross_entropy(a[0], a[1], "v").mean("row"),
-    )
-
-
-def layer_norm_loss(dtype=f32, rows=8, cols=48, out=5):
-    # A LayerNorm feeding a GEMM, as in GPT-2: its backward's row scalars are epilogues too.
-    def body(b, a):
-        y = accy.nn.layer_norm(a[0], "col") * a[1]
-        z = y.contract(a[2], "col")
-        return (z * z).sum()
-
-    return accy.trace.define(
-        "layer_norm_loss",
-        [spec(dtype, row=rows, col=cols), spec(dtype, col=cols), spec(dtype, col=cols, out=out)],
-        body,
     )
 
 
@@ -286,16 +265,6 @@ def _unfused_cpu(program, inputs, monkeypatch):
             CACHE.clear()
 
 
-def _assert_close(got, want, rtol, what):
-    got, want = comparable(got), comparable(want)
-    assert got.shape == want.shape, what
-    if want.dtype.kind != "f":
-        np.testing.assert_array_equal(got, want, err_msg=what)
-        return
-    scale = float(np.max(np.abs(want.astype(np.float64)), initial=1e-30))
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)
-
-
 VALUE_PROGRAMS = [
     pytest.param(lambda: layer_norm(f32), 1e-5, id="layer_norm-f32"),
     pytest.param(lambda: layer_norm(bf16), 2.0**-6, id="layer_norm-bf16"),
@@ -336,7 +305,7 @@ def test_cpu_gives_the_bits_of_the_unfused_plan(build, rtol, monkeypatch):
         assert np.asarray(g).tobytes() == np.asarray(u).tobytes(), f"output {position} differs"
     reference = accy.reference.run(program, inputs)
     for position, (g, r) in enumerate(zip(got, reference, strict=True)):
-        _assert_close(g, r, rtol, f"{program.name} output {position} against the reference")
+        assert_close_scaled(g, r, rtol, f"{program.name} output {position} against the reference")
 
 
 WITHOUT_EPILOGUES = {"softmax-grad-f32"}  # its division broadcasts the sums: none to make
@@ -357,7 +326,7 @@ def test_cuda_matches_the_reference(build, rtol):
     reference = accy.reference.run(program, inputs)
     for position, (g, r) in enumerate(zip(got, reference, strict=True)):
         assert g.dtype == r.dtype
-        _assert_close(g, r, max(rtol, 1e-6), f"{program.name} output {position} on CUDA")
+        assert_close_scaled(g, r, max(rtol, 1e-6), f"{program.name} output {position} on CUDA")
 
 
 @pytest.mark.parametrize(
@@ -383,7 +352,7 @@ def test_cuda_matches_the_unfused_plan(build, rtol, monkeypatch):
         finally:
             CACHE.clear()
     for position, (g, u) in enumerate(zip(got, unfused, strict=True)):
-        _assert_close(g, u, rtol, f"{program.name} output {position}: fused against unfused")
+        assert_close_scaled(g, u, rtol, f"{program.name} output {position}: fused against unfused")
 
 
 def test_cuda_long_rows_with_blocks_and_vector_loads():
@@ -391,7 +360,7 @@ def test_cuda_long_rows_with_blocks_and_vector_loads():
     program = layer_norm(bf16, rows=8, cols=8200)
     inputs = _inputs(program)
     got = native_cuda(program, inputs)
-    _assert_close(got[0], accy.reference.run(program, inputs)[0], 2.0**-6, "long rows")
+    assert_close_scaled(got[0], accy.reference.run(program, inputs)[0], 2.0**-6, "long rows")
 
 
 # The CUDA source (no GPU needed) ----------------------------------------------------------------
@@ -427,7 +396,7 @@ def test_cuda_two_pass_reduction_with_an_epilogue():
     program = layer_norm(f32, rows=2, cols=200000)
     inputs = _inputs(program)
     got = native_cuda(program, inputs)
-    _assert_close(got[0], accy.reference.run(program, inputs)[0], 1e-5, "two passes")
+    assert_close_scaled(got[0], accy.reference.run(program, inputs)[0], 1e-5, "two passes")
 
 
 def test_cuda_layer_norm_backward_runs_no_kernel_over_the_row_scalars():

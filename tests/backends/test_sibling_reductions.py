@@ -18,7 +18,8 @@ from accy.lower.grouping import MAX_GROUP_OPERATIONS
 from accy.lower.target import CPU, GPU
 
 from ..executors import native_cpu, native_cuda
-from ..halves import comparable
+from ..halves import assert_close_scaled, comparable
+from .row_losses import cross_entropy_loss, layer_norm_loss
 
 TARGETS = [pytest.param(CPU, id="cpu"), pytest.param(GPU, id="gpu")]
 EXECUTORS = [pytest.param(native_cpu, id="cpu"), pytest.param(native_cuda, id="cuda")]
@@ -102,29 +103,6 @@ def softmax_denominator(rows=8, cols=64):
         return (x - peak).exp().sum("v")
 
     return accy.trace.define("chain", [spec(f32, row=rows, v=cols)], body)
-
-
-def cross_entropy_loss(dtype=f32, rows=16, classes=1000):
-    program = accy.trace.define(
-        "cross_entropy",
-        [spec(dtype, row=rows, v=classes), spec(i32, row=rows)],
-        lambda b, a: accy.nn.cross_entropy(a[0], a[1], "v").mean("row"),
-    )
-    return program
-
-
-def layer_norm_loss(dtype=f32, rows=8, cols=48, out=5):
-    # A LayerNorm feeding a GEMM: its backward pass reads the GEMM's gradient, as in GPT-2.
-    def body(b, a):
-        y = accy.nn.layer_norm(a[0], "col") * a[1]
-        z = y.contract(a[2], "col")
-        return (z * z).sum()
-
-    return accy.trace.define(
-        "layer_norm",
-        [spec(dtype, row=rows, col=cols), spec(dtype, col=cols), spec(dtype, col=cols, out=out)],
-        body,
-    )
 
 
 def _inputs(program, rng) -> list[np.ndarray]:
@@ -227,26 +205,16 @@ def test_a_set_of_siblings_holds_a_bounded_number_of_operations():
 # Values -----------------------------------------------------------------------------------------
 
 
-def _assert_close(got, want, rtol, what):
-    got, want = comparable(got), comparable(want)
-    assert got.shape == want.shape, what
-    if want.dtype.kind != "f":
-        np.testing.assert_array_equal(got, want, err_msg=what)
-        return
-    scale = float(np.max(np.abs(want.astype(np.float64)), initial=1e-30))
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)
-
-
 def _check(executor, program, expected=None, rtol=1e-5, seed=0):
     inputs = _inputs(program, np.random.default_rng(seed))
     got = executor(program, inputs)
     reference = accy.reference.run(program, inputs)
     for position, (g, r) in enumerate(zip(got, reference, strict=True)):
         assert g.dtype == r.dtype, f"output {position}: {g.dtype} != {r.dtype}"
-        _assert_close(g, r, rtol, f"{program.name} output {position} against the reference")
+        assert_close_scaled(g, r, rtol, f"{program.name} output {position} against the reference")
     if expected is not None:
         for position, (g, e) in enumerate(zip(got, expected(*inputs), strict=True)):
-            _assert_close(g, np.asarray(e), rtol, f"{program.name} output {position}")
+            assert_close_scaled(g, np.asarray(e), rtol, f"{program.name} output {position}")
     return inputs
 
 

@@ -1,0 +1,28 @@
+"""Losses over rows that the reduction tests share: cross-entropy (a max, a pick and a sum over
+each row) and a LayerNorm feeding a GEMM (its backward reads the GEMM's gradient, as in GPT-2)."""
+
+from __future__ import annotations
+
+import accy
+from accy import f32, i32, spec
+
+
+def cross_entropy_loss(dtype=f32, rows=16, classes=1000):
+    return accy.trace.define(
+        "cross_entropy",
+        [spec(dtype, row=rows, v=classes), spec(i32, row=rows)],
+        lambda b, a: accy.nn.cross_entropy(a[0], a[1], "v").mean("row"),
+    )
+
+
+def layer_norm_loss(dtype=f32, rows=8, cols=48, out=5):
+    def body(b, a):
+        y = accy.nn.layer_norm(a[0], "col") * a[1]
+        z = y.contract(a[2], "col")
+        return (z * z).sum()
+
+    return accy.trace.define(
+        "layer_norm",
+        [spec(dtype, row=rows, col=cols), spec(dtype, col=cols), spec(dtype, col=cols, out=out)],
+        body,
+    )

@@ -8,7 +8,7 @@ from ..context import StepCode, StepContext, launches
 from ..reductions import Accumulator, choose_cut
 from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor, lane_width
 from .common import elementwise_kernel, step_itemsizes, store_at
-from .reduce import initial_value, reduction
+from .reduce import initial_values, reduction
 
 
 def _member_values(ctx: StepContext, body: Body, r: str) -> list[str]:
@@ -57,13 +57,7 @@ def emit_group(ctx: StepContext) -> StepCode:
         Accumulator(f"acc{j}", op.attrs["op"], op.type.dtype) for j, op in enumerate(reductions)
     ]
 
-    def initial(pointers):
-        lines, values = [], []
-        for op in reductions:
-            head, x = initial_value(ctx, pointers, op)
-            lines += head
-            values.append(x)
-        return lines, values
+    initial = initial_values(ctx, reductions)
 
     outputs = [op.results[0] for op in reductions]
     width = lane_divisor(lane_width(step_itemsizes(ctx)), size)

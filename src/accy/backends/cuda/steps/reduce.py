@@ -23,6 +23,21 @@ def initial_value(ctx: StepContext, pointers, op) -> tuple[list[str], str]:
     return body.lines, x
 
 
+def initial_values(ctx: StepContext, ops):
+    """A function of the kernel's pointers giving (statements, C operands) of the initial
+    values of reductions `ops`, in order."""
+
+    def initial(pointers) -> tuple[list[str], list[str]]:
+        lines, values = [], []
+        for op in ops:
+            head, x = initial_value(ctx, pointers, op)
+            lines += head
+            values.append(x)
+        return lines, values
+
+    return initial
+
+
 def _partials(ctx: StepContext, accumulators, cut: Cut) -> list[tuple[str, int]]:
     """(C declaration of the pointer, scratch offset) of each accumulator's partial values."""
     parts = []
@@ -261,13 +276,7 @@ def emit_reduce(ctx: StepContext) -> StepCode:
     if length == 0:
         return _fill_initial(ctx)
 
-    def initial(pointers):
-        lines, values = [], []
-        for op in ops:
-            head, x = initial_value(ctx, pointers, op)
-            lines += head
-            values.append(x)
-        return lines, values
+    initial = initial_values(ctx, ops)
 
     if layout.strategy == "columns":
         return _columns(ctx, outputs, length, initial)

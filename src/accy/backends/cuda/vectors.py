@@ -123,6 +123,29 @@ class LaneBody(Body):
             self.lines.append(f"const int64_t {name} = {base} + {k};")
         return name
 
+    def variable(self, dtype: DType) -> str:
+        # Set in a branch, from whatever the lane's piece computes: assume it differs by lane.
+        name = super().variable(dtype)
+        self.dependent.add(name)
+        return name
+
+    def scope(self) -> object:
+        # Vector loads, loaded values, index names and lanes declared in a branch are
+        # forgotten with the branch's values.
+        caches = (self._index_names, self._loaded, self._loads, self.lanes)
+        return super().scope(), tuple(dict(cache) for cache in caches)
+
+    def restore(self, saved: object) -> None:
+        memo, (self._index_names, self._loaded, self._loads, self.lanes) = saved
+        super().restore(memo)
+
+    def shifted(self, component: str, start: int) -> str:
+        # Lane k of `base` becomes lane k of `base - start`: a load at it is still a vector.
+        if not start or component not in self.lanes:
+            return super().shifted(component, start)
+        base, k = self.lanes[component]
+        return self.lane(self.index_temp(f"{base} - {start}"), k)
+
     def _depends(self, expression: str) -> bool:
         return any(word in self.dependent for word in IDENTIFIER.findall(expression))
 

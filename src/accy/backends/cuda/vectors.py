@@ -113,6 +113,7 @@ class LaneBody(Body):
         self._stores: dict[tuple[str, str], _Vector] = {}
         self._index_names: dict[str, str] = {}
         self._loaded: dict[str, str] = {}
+        self._retired_lanes: dict[str, tuple[str, int]] = {}  # lanes of branches left
 
     def lane(self, base: str, k: int) -> str:
         """The name of lane `k` of index `base` (declared on first use)."""
@@ -136,7 +137,9 @@ class LaneBody(Body):
         return super().scope(), tuple(dict(cache) for cache in caches)
 
     def restore(self, saved: object) -> None:
+        lanes = self.lanes
         memo, (self._index_names, self._loaded, self._loads, self.lanes) = saved
+        self._retired_lanes |= lanes
         super().restore(memo)
 
     def shifted(self, component: str, start: int) -> str:
@@ -269,7 +272,7 @@ class LaneBody(Body):
         uses = Counter(IDENTIFIER.findall("\n".join(lines)))
         unused = {
             f"const int64_t {name} = {base} + {k};"
-            for name, (base, k) in self.lanes.items()
+            for name, (base, k) in (self._retired_lanes | self.lanes).items()
             if uses[name] == 1
         }
         return [line for line in lines if line not in unused]

@@ -142,12 +142,16 @@ class LaneBody(Body):
         self._retired_lanes |= lanes
         super().restore(memo)
 
-    def shifted(self, component: str, start: int) -> str:
-        # Lane k of `base` becomes lane k of `base - start`: a load at it is still a vector.
-        if not start or component not in self.lanes:
+    def shifted(self, component: str, start: int, whole_vector: bool = False) -> str:
+        if component not in self.lanes:
             return super().shifted(component, start)
+        if not whole_vector:
+            # Other lanes may be in other pieces: a vector at this lane could reach past the
+            # piece (or be misaligned), so the lane's index is no lane, its loads scalar.
+            return self.index_temp(f"{component} - {start}")
+        # Lane k of `base` becomes lane k of `base - start`: a load at it is still a vector.
         base, k = self.lanes[component]
-        return self.lane(self.index_temp(f"{base} - {start}"), k)
+        return self.lane(self.index_temp(f"{base} - {start}"), k) if start else component
 
     def _depends(self, expression: str) -> bool:
         return any(word in self.dependent for word in IDENTIFIER.findall(expression))
@@ -275,7 +279,7 @@ class LaneBody(Body):
             for name, (base, k) in (self._retired_lanes | self.lanes).items()
             if uses[name] == 1
         }
-        return [line for line in lines if line not in unused]
+        return [line for line in lines if line.strip() not in unused]  # in a branch: indented
 
     @property
     def vectorized(self) -> bool:

@@ -214,8 +214,9 @@ class Body:
         self.lines.append(f"const {ctype.compute} {name} = {expression};")
         return name
 
-    def shifted(self, component: str, start: int) -> str:
-        """Index `component` less `start`, as a name."""
+    def shifted(self, component: str, start: int, whole_vector: bool = False) -> str:
+        """Index `component` less `start`, as a name; `whole_vector`: every lane of a vector
+        (`accy.backends.cuda.vectors.LaneBody`) is in the piece that starts at `start`."""
         return self.index_temp(f"{component} - {start}") if start else component
 
     def index_temp(self, expression: str) -> str:
@@ -415,7 +416,7 @@ def _concatenate(body: Body, op: Operation, index: Index) -> str:
     pieces = concatenated_pieces(op)
     if not pieces:  # every operand is empty along the axis, so the result has no elements
         return literal(0, op.type.dtype)
-    return piecewise(body, op, [index], pieces)[0]
+    return piecewise(body, op, [index], pieces, whole_vector=False)[0]
 
 
 def concatenated_pieces(op: Operation) -> list[tuple[int, int, int]]:
@@ -430,10 +431,13 @@ def concatenated_pieces(op: Operation) -> list[tuple[int, int, int]]:
     return pieces
 
 
-def piecewise(body: Body, op: Operation, indices: list[tuple[str, ...]], pieces) -> list[str]:
+def piecewise(
+    body: Body, op: Operation, indices: list[tuple[str, ...]], pieces, whole_vector: bool
+) -> list[str]:
     """Concatenate `op` at each of `indices`, all in one piece (the first decides which):
     one branch per piece computing only that piece's operand (its expression may be many
-    times a select's share, as in a value split into parts), and no clamped indices."""
+    times a select's share, as in a value split into parts), and no clamped indices.
+    `whole_vector`: `indices` are every lane of a vector (`Body.shifted`)."""
     position = op.type.position(op.attrs["axis"])
     first = indices[0][position]
 
@@ -441,7 +445,10 @@ def piecewise(body: Body, op: Operation, indices: list[tuple[str, ...]], pieces)
         def operands() -> list[str]:
             return [
                 body.value(
-                    value, at[:position] + (body.shifted(at[position], start),) + at[position + 1 :]
+                    value,
+                    at[:position]
+                    + (body.shifted(at[position], start, whole_vector),)
+                    + at[position + 1 :],
                 )
                 for at in indices
             ]

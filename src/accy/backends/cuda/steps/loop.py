@@ -58,7 +58,7 @@ def _store_vector_piecewise(
     if body.lanes[position][1] != 0:
         return
     lanes = [_lane_of(body, components(index), k) for k in range(body.width)]
-    values = piecewise(body, op, lanes, concatenated_pieces(op))
+    values = piecewise(body, op, lanes, concatenated_pieces(op), whole_vector=True)
     base = body.lanes[position][0]
     for k, x in enumerate(values):
         body.lines.append(store_at(body, op.type.dtype, pointer, body.lane(base, k), x))

@@ -156,6 +156,22 @@ def test_cuda_vectors_straddling_a_piece_branch_per_lane():
     assert "*(accy_vector<uint16_t, 8> *)(v" in kernel  # the store is still one vector
 
 
+def _repeated_then_widened():
+    # split_gemms' repeated bf16 operand (stored, so each piece is a load), fused into a convert.
+    def body(b, a):
+        return b.concatenate([a[0]] * 3, "r").convert(f32)
+
+    return accy.trace.define("repeated_widened", [spec(bf16, r=256, n=64)], body)
+
+
+def test_a_fused_concatenate_branches_once_per_vector():
+    _, _, kernel = _only_kernel(_repeated_then_widened(), "fused_")
+    vector_loop = kernel[: kernel.index("for (int64_t i = vector_end")]
+    assert "ACCY_CLAMP" not in kernel
+    assert vector_loop.count("} else if (") == 1 and vector_loop.count("} else {") == 1
+    assert vector_loop.count("*(const accy_vector<uint16_t, 8> *)(v") == 3
+
+
 def test_split_gemms_concatenates_have_no_clamp(monkeypatch):
     monkeypatch.setattr(split_gemms, "SMALLEST_SPLIT", 0)
     types = [spec(f32, row=64, k=64), spec(bf16, k=64, col=8)]
@@ -179,16 +195,17 @@ def _swapped_io(kernel: str) -> str:
 
 
 @pytest.mark.parametrize("shift", [0, 4])  # aligned: vectors; misaligned: the scalar loop
-@pytest.mark.parametrize("case", ["n", "r", "straddle"])
+@pytest.mark.parametrize("case", ["n", "r", "straddle", "fused"])
 def test_emulated_cuda_kernel_matches_the_reference(case, shift):
-    program = _straddling() if case == "straddle" else _parts(64, 256, case)
+    special = {"straddle": _straddling, "fused": _repeated_then_widened}
+    program = special[case]() if case in special else _parts(64, 256, case)
     source, name, kernel = _only_kernel(program, f"emulated_{case}_")
     source = source.replace(kernel, _swapped_io(kernel))
     (x,) = _inputs(program, seed=5)
     (want,) = accy.reference.run(program, [x])
     want = np.asarray(want)
-    bits = want.view(np.uint16)
-    for got in emulate_kernel(source, name, 4, x, np.uint16, want.shape, shift):
+    bits = want.view(np.uint16 if want.itemsize == 2 else np.uint32)
+    for got in emulate_kernel(source, name, 4, x, bits.dtype, want.shape, shift):
         np.testing.assert_array_equal(got, bits, err_msg=f"{case} shift {shift}")
 
 

@@ -142,6 +142,21 @@ class LaneBody(Body):
         self._retired_lanes |= lanes
         super().restore(memo)
 
+    def vector_lanes(self, index: Index) -> list[tuple[str, ...]] | None:
+        # Only where every part is a lane (lane 0 of its base) or the same for every lane, so
+        # that lane k's index is lane 0's with each lane's name for k.
+        if isinstance(index, Flat) or not any(part in self.lanes for part in index):
+            return None
+        for part in index:
+            if part in self.lanes and self.lanes[part][1] != 0:
+                return None
+            if part not in self.lanes and self._depends(part):
+                return None
+        return [
+            tuple(self.lane(self.lanes[p][0], k) if p in self.lanes else p for p in index)
+            for k in range(self.width)
+        ]
+
     def shifted(self, component: str, start: int, whole_vector: bool = False) -> str:
         if component not in self.lanes:
             return super().shifted(component, start)

@@ -189,6 +189,11 @@ class Body:
         self.lines.append("}")
         return names
 
+    def vector_lanes(self, index: Index) -> list[tuple[str, ...]] | None:
+        """The index of every lane of a vector computed at once, where `index` is its first
+        lane's (`accy.backends.cuda.vectors.LaneBody`); None: one element at a time."""
+        return None
+
     def variable(self, dtype: DType) -> str:
         """A fresh, not yet assigned variable of `dtype`'s compute type."""
         name = self.unit.fresh("t")
@@ -201,6 +206,10 @@ class Body:
 
     def restore(self, saved: object) -> None:
         self._memo = saved
+
+    def made(self, v: int, index: Index) -> str | None:
+        """The operand holding `v` at `index` if it was computed or seeded, else None."""
+        return self._memo.get(_memo_key(v, index))
 
     def seed(self, v: int, index: Index, operand: str) -> None:
         """Make `operand` the value of `v` at `index` (computed here, so never loaded)."""
@@ -413,10 +422,31 @@ def _concatenate(body: Body, op: Operation, index: Index) -> str:
         # Pieces that are consecutive slabs of one buffer (the gradient of q, k and v sliced
         # out of one tensor) are one strided load, not a select among every piece's load.
         return body.read(op.results[0], view, index)
+    made = body.made(op.results[0], index)
+    if made is not None:  # a later lane of a vector (the loop's own op is not memoized)
+        return made
     pieces = concatenated_pieces(op)
     if not pieces:  # every operand is empty along the axis, so the result has no elements
         return literal(0, op.type.dtype)
-    return piecewise(body, op, [index], pieces, whole_vector=False)[0]
+    lanes = body.vector_lanes(index)
+    if lanes is None or not _one_piece_per_vector(op, lanes, pieces):
+        return piecewise(body, op, [index], pieces, whole_vector=False)[0]
+    # Every lane at once, in one branch per piece (vector loads inside); later lanes find
+    # their values made.
+    values = piecewise(body, op, lanes, pieces, whole_vector=True)
+    for at, x in zip(lanes[1:], values[1:], strict=True):
+        body.seed(op.results[0], at, x)
+    return values[0]
+
+
+def _one_piece_per_vector(op: Operation, lanes: list[tuple[str, ...]], pieces) -> bool:
+    """Whether the elements at `lanes` (a vector's, the first a multiple of its width along
+    any lane axis) lie in one piece: they differ along another axis than the concatenated
+    one, or every piece starts at a multiple of the width."""
+    position = op.type.position(op.attrs["axis"])
+    if all(at[position] == lanes[0][position] for at in lanes):
+        return True
+    return all(start % len(lanes) == 0 for _, start, _ in pieces)
 
 
 def concatenated_pieces(op: Operation) -> list[tuple[int, int, int]]:

@@ -113,6 +113,7 @@ class LaneBody(Body):
         self._stores: dict[tuple[str, str], _Vector] = {}
         self._index_names: dict[str, str] = {}
         self._loaded: dict[str, str] = {}
+        self._retired_lanes: dict[str, tuple[str, int]] = {}  # lanes of branches left
 
     def lane(self, base: str, k: int) -> str:
         """The name of lane `k` of index `base` (declared on first use)."""
@@ -122,6 +123,50 @@ class LaneBody(Body):
             self.dependent.add(name)
             self.lines.append(f"const int64_t {name} = {base} + {k};")
         return name
+
+    def variable(self, dtype: DType) -> str:
+        # Set in a branch, from whatever the lane's piece computes: assume it differs by lane.
+        name = super().variable(dtype)
+        self.dependent.add(name)
+        return name
+
+    def scope(self) -> object:
+        # Vector loads, loaded values, index names and lanes declared in a branch are
+        # forgotten with the branch's values.
+        caches = (self._index_names, self._loaded, self._loads, self.lanes)
+        return super().scope(), tuple(dict(cache) for cache in caches)
+
+    def restore(self, saved: object) -> None:
+        lanes = self.lanes
+        memo, (self._index_names, self._loaded, self._loads, self.lanes) = saved
+        self._retired_lanes |= lanes
+        super().restore(memo)
+
+    def vector_lanes(self, index: Index) -> list[tuple[str, ...]] | None:
+        # Only where every part is a lane (lane 0 of its base) or the same for every lane, so
+        # that lane k's index is lane 0's with each lane's name for k.
+        if isinstance(index, Flat) or not any(part in self.lanes for part in index):
+            return None
+        for part in index:
+            if part in self.lanes and self.lanes[part][1] != 0:
+                return None
+            if part not in self.lanes and self._depends(part):
+                return None
+        return [
+            tuple(self.lane(self.lanes[p][0], k) if p in self.lanes else p for p in index)
+            for k in range(self.width)
+        ]
+
+    def shifted(self, component: str, start: int, whole_vector: bool = False) -> str:
+        if component not in self.lanes:
+            return super().shifted(component, start)
+        if not whole_vector:
+            # Other lanes may be in other pieces: a vector at this lane could reach past the
+            # piece (or be misaligned), so the lane's index is no lane, its loads scalar.
+            return self.index_temp(f"{component} - {start}")
+        # Lane k of `base` becomes lane k of `base - start`: a load at it is still a vector.
+        base, k = self.lanes[component]
+        return self.lane(self.index_temp(f"{base} - {start}"), k) if start else component
 
     def _depends(self, expression: str) -> bool:
         return any(word in self.dependent for word in IDENTIFIER.findall(expression))
@@ -246,10 +291,10 @@ class LaneBody(Body):
         uses = Counter(IDENTIFIER.findall("\n".join(lines)))
         unused = {
             f"const int64_t {name} = {base} + {k};"
-            for name, (base, k) in self.lanes.items()
+            for name, (base, k) in (self._retired_lanes | self.lanes).items()
             if uses[name] == 1
         }
-        return [line for line in lines if line not in unused]
+        return [line for line in lines if line.strip() not in unused]  # in a branch: indented
 
     @property
     def vectorized(self) -> bool:

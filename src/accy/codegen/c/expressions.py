@@ -168,6 +168,49 @@ class Body:
                 self._memo[key] = EMITTERS[op.kind](self, op, index)
         return self._memo[key]
 
+    def branches(self, dtypes: list[DType], cases: list[tuple[str | None, Callable]]) -> list[str]:
+        """Variables of `dtypes` set by the first of `cases` (condition, thunk) whose C
+        condition holds (None: always, the last case): `if (c0) {...} else if (c1) {...}`, each
+        branch holding only the statements of its own thunk, which returns one operand per
+        variable. Values computed inside a branch are forgotten after it (`scope`), so that no
+        later statement reads a temporary declared in a branch that did not run."""
+        names = [self.variable(dtype) for dtype in dtypes]
+        for k, (condition, thunk) in enumerate(cases):
+            opening = "if" if k == 0 else "} else if"
+            if condition is None:
+                self.lines.append("} else {" if k else "{")
+            else:
+                self.lines.append(f"{opening} ({condition}) {{")
+            start, saved = len(self.lines), self.scope()
+            operands = thunk()
+            self.lines += [f"{n} = {x};" for n, x in zip(names, operands, strict=True)]
+            self.lines[start:] = ["  " + line for line in self.lines[start:]]
+            self.restore(saved)
+        self.lines.append("}")
+        return names
+
+    def vector_lanes(self, index: Index) -> list[tuple[str, ...]] | None:
+        """The index of every lane of a vector computed at once, where `index` is its first
+        lane's (`accy.backends.cuda.vectors.LaneBody`); None: one element at a time."""
+        return None
+
+    def variable(self, dtype: DType) -> str:
+        """A fresh, not yet assigned variable of `dtype`'s compute type."""
+        name = self.unit.fresh("t")
+        self.lines.append(f"{self.unit.c_type(dtype).compute} {name};")
+        return name
+
+    def scope(self) -> object:
+        """What `restore` needs to forget every value computed after this call."""
+        return dict(self._memo)
+
+    def restore(self, saved: object) -> None:
+        self._memo = saved
+
+    def made(self, v: int, index: Index) -> str | None:
+        """The operand holding `v` at `index` if it was computed or seeded, else None."""
+        return self._memo.get(_memo_key(v, index))
+
     def seed(self, v: int, index: Index, operand: str) -> None:
         """Make `operand` the value of `v` at `index` (computed here, so never loaded)."""
         self._memo[_memo_key(v, index)] = operand
@@ -179,6 +222,11 @@ class Body:
             expression = ctype.round.format(x=expression)
         self.lines.append(f"const {ctype.compute} {name} = {expression};")
         return name
+
+    def shifted(self, component: str, start: int, whole_vector: bool = False) -> str:
+        """Index `component` less `start`, as a name; `whole_vector`: every lane of a vector
+        (`accy.backends.cuda.vectors.LaneBody`) is in the piece that starts at `start`."""
+        return self.index_temp(f"{component} - {start}") if start else component
 
     def index_temp(self, expression: str) -> str:
         if expression.isidentifier() or expression.isdigit():
@@ -374,21 +422,80 @@ def _concatenate(body: Body, op: Operation, index: Index) -> str:
         # Pieces that are consecutive slabs of one buffer (the gradient of q, k and v sliced
         # out of one tensor) are one strided load, not a select among every piece's load.
         return body.read(op.results[0], view, index)
+    made = body.made(op.results[0], index)
+    if made is not None:  # a later lane of a vector (the loop's own op is not memoized)
+        return made
+    pieces = concatenated_pieces(op)
+    if not pieces:  # every operand is empty along the axis, so the result has no elements
+        return literal(0, op.type.dtype)
+    lanes = body.vector_lanes(index)
+    if lanes is None or not _one_piece_per_vector(op, lanes, pieces):
+        return piecewise(body, op, [index], pieces, whole_vector=False)[0]
+    # Every lane at once, in one branch per piece (vector loads inside); later lanes find
+    # their values made.
+    values = piecewise(body, op, lanes, pieces, whole_vector=True)
+    for at, x in zip(lanes[1:], values[1:], strict=True):
+        body.seed(op.results[0], at, x)
+    return values[0]
+
+
+def _one_piece_per_vector(op: Operation, lanes: list[tuple[str, ...]], pieces) -> bool:
+    """Whether the elements at `lanes` (a vector's, the first a multiple of its width along
+    any lane axis) lie in one piece: they differ along another axis than the concatenated
+    one, or every piece starts at a multiple of the width."""
+    position = op.type.position(op.attrs["axis"])
+    if all(at[position] == lanes[0][position] for at in lanes):
+        return True
+    return all(start % len(lanes) == 0 for _, start, _ in pieces)
+
+
+def concatenated_pieces(op: Operation) -> list[tuple[int, int, int]]:
+    """(operand, start, end) along the axis of concatenate `op`, for each non-empty operand.
+
+    >>> import accy
+    >>> p = accy.trace.define("joined", [accy.spec(accy.f32, n=3), accy.spec(accy.f32, n=0)],
+    ...                       lambda b, a: b.concatenate([a[0] * 2.0, a[1], a[0]], "n"))
+    >>> (op,) = [op for op in p.operations if op.kind == "concatenate"]
+    >>> [(start, end) for _, start, end in concatenated_pieces(op)]
+    [(0, 3), (3, 6)]
+    """
     position = op.type.position(op.attrs["axis"])
     pieces, start = [], 0
     for value, t in zip(op.operands, op.operand_types, strict=True):
         n = t.extents[position]
         if n:
-            local = body.index_temp(clamp(f"{index[position]} - {start}", n))
-            at = index[:position] + (local,) + index[position + 1 :]
-            pieces.append((start + n, body.value(value, at)))
+            pieces.append((value, start, start + n))
         start += n
-    if not pieces:  # every operand is empty along the axis, so the result has no elements
-        return literal(0, op.type.dtype)
-    expression = pieces[-1][1]
-    for end, x in reversed(pieces[:-1]):
-        expression = f"{index[position]} < {end} ? {x} : ({expression})"
-    return body.temp(op.type.dtype, expression, rounded=False)
+    return pieces
+
+
+def piecewise(
+    body: Body, op: Operation, indices: list[tuple[str, ...]], pieces, whole_vector: bool
+) -> list[str]:
+    """Concatenate `op` at each of `indices`, all in one piece (the first decides which):
+    one branch per piece computing only that piece's operand (its expression may be many
+    times a select's share, as in a value split into parts), and no clamped indices.
+    `whole_vector`: `indices` are every lane of a vector (`Body.shifted`)."""
+    position = op.type.position(op.attrs["axis"])
+    first = indices[0][position]
+
+    def piece(value: int, start: int):
+        def operands() -> list[str]:
+            return [
+                body.value(
+                    value,
+                    at[:position]
+                    + (body.shifted(at[position], start, whole_vector),)
+                    + at[position + 1 :],
+                )
+                for at in indices
+            ]
+
+        return operands
+
+    cases = [(f"{first} < {end}", piece(value, start)) for value, start, end in pieces[:-1]]
+    cases.append((None, piece(pieces[-1][0], pieces[-1][1])))
+    return body.branches([op.type.dtype] * len(indices), cases)
 
 
 def _gather(body: Body, op: Operation, index: Index) -> str:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import accy
+from accy.kernel import toolchain
 
 
 def reference(program, inputs):
@@ -100,3 +101,9 @@ def cuda_device_or_skip():
 
 
 __all__ = ["EXECUTORS", "available_backends", "cuda_device_or_skip", "cuda_gate", "np"]
+
+
+needs_nvcc = pytest.mark.skipif(
+    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
+)
+"""Marks a test that compiles generated CUDA with nvcc (no GPU needed)."""

@@ -19,11 +19,7 @@ from accy.backends.cuda.schedule import Conditional, Gemm, SetCondition
 from accy.kernel import toolchain
 from accy.trace import define
 
-from ..executors import EXECUTORS, cuda_gate
-
-needs_nvcc = pytest.mark.skipif(
-    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
-)
+from ..executors import EXECUTORS, cuda_gate, needs_nvcc
 
 
 def _grow(b, args):

@@ -16,11 +16,8 @@ from accy.backends.cuda.schedule import SCRATCH, External, Gemm, Launch
 from accy.kernel import Limits, toolchain
 from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
 
+from ..executors import needs_nvcc
 from .kind_programs import CASES
-
-needs_nvcc = pytest.mark.skipif(
-    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
-)
 
 
 def _custom_call_program():

@@ -20,11 +20,8 @@ from accy.backends.cuda.steps import emit_plan
 from accy.kernel import toolchain
 from accy.lower.plan import build_plan
 
+from ..executors import needs_nvcc
 from .kind_programs import CASES
-
-needs_nvcc = pytest.mark.skipif(
-    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
-)
 
 
 def _layers(count: int, width: int = 8):

@@ -16,7 +16,7 @@ from accy.backends.cuda import compile_program
 from accy.backends.cuda.reductions import choose_cut
 from accy.kernel import toolchain
 
-from ..executors import cuda_device_or_skip, native_cuda
+from ..executors import cuda_device_or_skip, native_cuda, needs_nvcc
 from ..halves import assert_close_scaled, comparable
 
 FLOATS = [f32, f64, f16, bf16]
@@ -184,11 +184,6 @@ def test_a_misaligned_view_and_a_transpose_are_read_element_by_element():
         assert stores, source
         if program is sliced:
             assert "const accy_vector" not in source
-
-
-needs_nvcc = pytest.mark.skipif(
-    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
-)
 
 
 @needs_nvcc

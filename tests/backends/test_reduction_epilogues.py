@@ -18,7 +18,7 @@ from accy.kernel import toolchain
 from accy.lower import build_plan, explain, grouping
 from accy.lower.target import CPU, GPU
 
-from ..executors import native_cpu, native_cuda
+from ..executors import native_cpu, native_cuda, needs_nvcc
 from ..halves import assert_close_scaled
 from .row_losses import cross_entropy_loss, layer_norm_loss
 
@@ -404,11 +404,6 @@ def test_cuda_layer_norm_backward_runs_no_kernel_over_the_row_scalars():
     kernels = _kernels(compile_program(gradient).source)
     small = [what for what, text in kernels.items() if "< 8192LL; i +=" in text]
     assert not small, f"kernels over the 8192 row scalars: {small}"
-
-
-needs_nvcc = pytest.mark.skipif(
-    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
-)
 
 
 @needs_nvcc

@@ -17,7 +17,7 @@ from accy.lower import build_plan, explain
 from accy.lower.grouping import MAX_GROUP_OPERATIONS
 from accy.lower.target import CPU, GPU
 
-from ..executors import native_cpu, native_cuda
+from ..executors import native_cpu, native_cuda, needs_nvcc
 from ..halves import assert_close_scaled, comparable
 from .row_losses import cross_entropy_loss, layer_norm_loss
 
@@ -328,11 +328,6 @@ def test_the_cuda_kernel_has_an_accumulator_per_reduction_and_vector_loads():
 def test_the_cuda_kernel_keeps_each_accumulators_dtype():
     kernel = _reductions_kernel(compile_program(integer_sums()).source)
     assert "int32_t acc0 = 0;" in kernel and "int32_t acc2 = " in kernel
-
-
-needs_nvcc = pytest.mark.skipif(
-    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
-)
 
 
 @needs_nvcc

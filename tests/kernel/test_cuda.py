@@ -14,13 +14,10 @@ import accy
 from accy.kernel import Limits, lower, toolchain
 from accy.kernel.examples import CUSTOM_DOUBLE_TARGET, custom_double_kernel
 
+from ..executors import needs_nvcc
 from ..halves import comparable
 from .catalog import CASES, Case, conversion_programs
 from .cuda_driver import Driver, DriverUnavailable
-
-needs_nvcc = pytest.mark.skipif(
-    toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
-)
 
 
 def _every_kernel_source() -> str:

@@ -1,7 +1,10 @@
 """Losses over rows that the reduction tests share: cross-entropy (a max, a pick and a sum over
-each row) and a LayerNorm feeding a GEMM (its backward reads the GEMM's gradient, as in GPT-2)."""
+each row) and a LayerNorm feeding a GEMM (its backward reads the GEMM's gradient, as in GPT-2);
+and their random inputs."""
 
 from __future__ import annotations
+
+import numpy as np
 
 import accy
 from accy import f32, i32, spec
@@ -26,3 +29,18 @@ def layer_norm_loss(dtype=f32, rows=8, cols=48, out=5):
         [spec(dtype, row=rows, col=cols), spec(dtype, col=cols), spec(dtype, col=cols, out=out)],
         body,
     )
+
+
+def random_inputs(program, rng, scale: float = 1.0, shift: float = 0.0) -> list[np.ndarray]:
+    """Inputs of `program`: rank-1 int32 parameters are labels (class indices below the first
+    parameter's last extent), other int32 ones small integers, floats normal * scale + shift."""
+    arrays = []
+    for t in program.parameter_types:
+        if t.dtype == i32 and t.rank == 1:  # labels
+            classes = program.parameter_types[0].extents[-1]
+            arrays.append(rng.integers(0, classes, t.extents).astype(np.int32))
+        elif t.dtype == i32:
+            arrays.append(rng.integers(-50, 50, t.extents).astype(np.int32))
+        else:
+            arrays.append((rng.standard_normal(t.extents) * scale + shift).astype(t.dtype.numpy))
+    return arrays

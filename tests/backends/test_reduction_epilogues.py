@@ -20,7 +20,7 @@ from accy.lower.target import CPU, GPU
 
 from ..executors import native_cpu, native_cuda, needs_nvcc
 from ..halves import assert_close_scaled
-from .row_losses import cross_entropy_loss, layer_norm_loss
+from .row_losses import cross_entropy_loss, layer_norm_loss, random_inputs
 
 TARGETS = [pytest.param(CPU, id="cpu"), pytest.param(GPU, id="gpu")]
 
@@ -77,17 +77,7 @@ def log_softmax_rows(dtype=f32, rows=8, cols=64):
 
 
 def _inputs(program, seed=0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    arrays = []
-    for t in program.parameter_types:
-        if t.dtype == i32 and t.rank == 1:  # labels
-            classes = program.parameter_types[0].extents[-1]
-            arrays.append(rng.integers(0, classes, t.extents).astype(np.int32))
-        elif t.dtype == i32:
-            arrays.append(rng.integers(-50, 50, t.extents).astype(np.int32))
-        else:
-            arrays.append((rng.standard_normal(t.extents) * 2.0 + 0.5).astype(t.dtype.numpy))
-    return arrays
+    return random_inputs(program, np.random.default_rng(seed), scale=2.0, shift=0.5)
 
 
 # The plan ---------------------------------------------------------------------------------------

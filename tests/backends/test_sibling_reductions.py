@@ -19,7 +19,7 @@ from accy.lower.target import CPU, GPU
 
 from ..executors import native_cpu, native_cuda, needs_nvcc
 from ..halves import assert_close_scaled, comparable
-from .row_losses import cross_entropy_loss, layer_norm_loss
+from .row_losses import cross_entropy_loss, layer_norm_loss, random_inputs
 
 TARGETS = [pytest.param(CPU, id="cpu"), pytest.param(GPU, id="gpu")]
 EXECUTORS = [pytest.param(native_cpu, id="cpu"), pytest.param(native_cuda, id="cuda")]
@@ -103,19 +103,6 @@ def softmax_denominator(rows=8, cols=64):
         return (x - peak).exp().sum("v")
 
     return accy.trace.define("chain", [spec(f32, row=rows, v=cols)], body)
-
-
-def _inputs(program, rng) -> list[np.ndarray]:
-    arrays = []
-    for t in program.parameter_types:
-        if t.dtype == i32 and t.rank == 1:  # labels
-            classes = program.parameter_types[0].extents[-1]
-            arrays.append(rng.integers(0, classes, t.extents).astype(np.int32))
-        elif t.dtype == i32:
-            arrays.append(rng.integers(-50, 50, t.extents).astype(np.int32))
-        else:
-            arrays.append(rng.standard_normal(t.extents).astype(t.dtype.numpy))
-    return arrays
 
 
 # The plan ---------------------------------------------------------------------------------------
@@ -206,7 +193,7 @@ def test_a_set_of_siblings_holds_a_bounded_number_of_operations():
 
 
 def _check(executor, program, expected=None, rtol=1e-5, seed=0):
-    inputs = _inputs(program, np.random.default_rng(seed))
+    inputs = random_inputs(program, np.random.default_rng(seed))
     got = executor(program, inputs)
     reference = accy.reference.run(program, inputs)
     for position, (g, r) in enumerate(zip(got, reference, strict=True)):
@@ -302,7 +289,7 @@ def test_gradients_match_finite_differences(executor, build, wrt, merged):
     program = build()
     gradient = accy.value_and_grad(program, wrt=wrt)
     assert bool(reductions_steps(build_plan(gradient))) == merged  # what runs
-    inputs = _inputs(program, np.random.default_rng(3))
+    inputs = random_inputs(program, np.random.default_rng(3))
     got = executor(gradient, inputs)
     for k, position in enumerate(wrt):
         want = _finite_difference_gradient(program, inputs, position)

@@ -215,6 +215,23 @@ class Body:
         """Make `operand` the value of `v` at `index` (computed here, so never loaded)."""
         self._memo[_memo_key(v, index)] = operand
 
+    def epilogue(
+        self, results: dict[int, str], loops, position: str, store: Callable[[int, str], None]
+    ) -> None:
+        """A row reduction's epilogue (`accy.lower.grouping.reduction_epilogues`) at result
+        element `position`: with `results` (value -> the operand holding its final value
+        there) seeded, each loop's operation computed in order, each seeing the ones before,
+        and `store(value, operand)` called on its result (the caller stores it where the plan
+        keeps it)."""
+        for value, operand in results.items():
+            self.seed(value, Flat(position, self.plan.program.type_of(value)), operand)
+        for loop in loops:
+            op = loop.op
+            index = Flat(position, op.type)
+            x = EMITTERS[op.kind](self, op, index)
+            self.seed(op.results[0], index, x)
+            store(op.results[0], x)
+
     def temp(self, dtype: DType, expression: str, rounded: bool = True) -> str:
         ctype = self.unit.c_type(dtype)
         name = self.unit.fresh("t")

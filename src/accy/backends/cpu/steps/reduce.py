@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
-from ....codegen.c.expressions import EMITTERS, Flat, linear
+from ....codegen.c.expressions import linear
 from ....codegen.c.literals import highest, lowest
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
@@ -102,15 +102,14 @@ def _epilogue(ctx: StepContext, ops, names: list[str], position: str) -> list[st
         return []
     body = ctx.body()
     body.lines.append(f"const int64_t e = {position};")
-    for op, name in zip(ops, names, strict=True):
-        body.seed(op.results[0], Flat("e", op.type), f"{name}_result")
-    for loop in ctx.step.epilogue:
-        op = loop.op
-        index = Flat("e", op.type)
-        x = EMITTERS[op.kind](body, op, index)
-        body.seed(op.results[0], index, x)
-        if op.results[0] in ctx.pointers:
-            body.lines.append(store_element(op.type.dtype, ctx.pointers[op.results[0]], "e", x))
+    results = {op.results[0]: f"{name}_result" for op, name in zip(ops, names, strict=True)}
+
+    def store(value: int, x: str) -> None:
+        if value in ctx.pointers:
+            dtype = ctx.plan.program.type_of(value).dtype
+            body.lines.append(store_element(dtype, ctx.pointers[value], "e", x))
+
+    body.epilogue(results, ctx.step.epilogue, "e", store)
     return body.lines
 
 

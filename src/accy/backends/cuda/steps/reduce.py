@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....codegen.c.dialect import CUDA
-from ....codegen.c.expressions import EMITTERS, Body, Flat, NotFlat
+from ....codegen.c.expressions import Body, Flat, NotFlat
 from ....errors import AccyError
 from ..columns import ColumnKernel, ColumnLoop, choose_column_cut, column_lines
 from ..context import StepCode, StepContext, launches, nothing
@@ -74,16 +74,14 @@ def epilogue_lines(ctx: StepContext, pointers, outputs: list[int]) -> list[str]:
     """The step's epilogue loops at result `o`, reading result `j` from `result{j}` (the value
     a load of the stored result gives); each loop's result stored where the plan keeps it."""
     body = ctx.body(pointers)
-    types = [ctx.plan.program.type_of(v) for v in outputs]
-    for j, (value, t) in enumerate(zip(outputs, types, strict=True)):
-        body.seed(value, Flat("o", t), f"result{j}")
-    for loop in ctx.step.epilogue:
-        op = loop.op
-        index = Flat("o", op.type)
-        x = EMITTERS[op.kind](body, op, index)
-        body.seed(op.results[0], index, x)
-        if op.results[0] in ctx.step.writes:
-            body.lines.append(store(op.type.dtype, pointers[op.results[0]], "o", x))
+    results = {value: f"result{j}" for j, value in enumerate(outputs)}
+
+    def store_kept(value: int, x: str) -> None:
+        if value in ctx.step.writes:
+            dtype = ctx.plan.program.type_of(value).dtype
+            body.lines.append(store(dtype, pointers[value], "o", x))
+
+    body.epilogue(results, ctx.step.epilogue, "o", store_kept)
     return body.lines
 
 

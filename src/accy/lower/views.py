@@ -131,6 +131,26 @@ def reshaped_strides(old_extents, old_strides, new_extents) -> tuple[int, ...] |
     return tuple(strides)
 
 
+def concatenated_pieces(op: Operation) -> list[tuple[int, int, int]]:
+    """(operand, start, end) along the axis of concatenate `op`, for each non-empty operand.
+
+    >>> import accy
+    >>> p = accy.trace.define("joined", [accy.spec(accy.f32, n=3), accy.spec(accy.f32, n=0)],
+    ...                       lambda b, a: b.concatenate([a[0] * 2.0, a[1], a[0]], "n"))
+    >>> (op,) = [op for op in p.operations if op.kind == "concatenate"]
+    >>> [(start, end) for _, start, end in concatenated_pieces(op)]
+    [(0, 3), (3, 6)]
+    """
+    position = op.type.position(op.attrs["axis"])
+    pieces, start = [], 0
+    for value, t in zip(op.operands, op.operand_types, strict=True):
+        n = t.extents[position]
+        if n:
+            pieces.append((value, start, start + n))
+        start += n
+    return pieces
+
+
 def concatenated_view(op: Operation, views) -> StridedView | None:
     """The view of concatenate `op`'s result when its operands' `views` (None: not a view) are
     consecutive slabs of one buffer along the joined axis: same base, same strides elsewhere,
@@ -144,11 +164,7 @@ def concatenated_view(op: Operation, views) -> StridedView | None:
     pieces = [(view, t) for view, t in zip(views, op.operand_types, strict=True) if t.extents[p]]
     if not pieces or any(view is None for view, _ in pieces):
         return None
-    starts, start = [], 0
-    for t in op.operand_types:
-        if t.extents[p]:
-            starts.append(start)
-        start += t.extents[p]
+    starts = [start for _, start, _ in concatenated_pieces(op)]
     first, first_type = pieces[0]
     step = _joined_stride(pieces, starts, p)
     if step is None:

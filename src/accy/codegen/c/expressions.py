@@ -25,6 +25,7 @@ from ...lower.grouping import keeps_flat_order
 from ...lower.plan import Plan
 from ...lower.views import (
     StridedView,
+    concatenated_pieces,
     concatenated_view,
     reshape_groups,
     reshaped_strides,
@@ -464,26 +465,6 @@ def _one_piece_per_vector(op: Operation, lanes: list[tuple[str, ...]], pieces) -
     if all(at[position] == lanes[0][position] for at in lanes):
         return True
     return all(start % len(lanes) == 0 for _, start, _ in pieces)
-
-
-def concatenated_pieces(op: Operation) -> list[tuple[int, int, int]]:
-    """(operand, start, end) along the axis of concatenate `op`, for each non-empty operand.
-
-    >>> import accy
-    >>> p = accy.trace.define("joined", [accy.spec(accy.f32, n=3), accy.spec(accy.f32, n=0)],
-    ...                       lambda b, a: b.concatenate([a[0] * 2.0, a[1], a[0]], "n"))
-    >>> (op,) = [op for op in p.operations if op.kind == "concatenate"]
-    >>> [(start, end) for _, start, end in concatenated_pieces(op)]
-    [(0, 3), (3, 6)]
-    """
-    position = op.type.position(op.attrs["axis"])
-    pieces, start = [], 0
-    for value, t in zip(op.operands, op.operand_types, strict=True):
-        n = t.extents[position]
-        if n:
-            pieces.append((value, start, start + n))
-        start += n
-    return pieces
 
 
 def piecewise(

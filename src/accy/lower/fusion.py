@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core import Operation, Program
+from ..core.kinds.elementwise import CHEAP_UNARY
 from .views import VIEW_KINDS
 
 ROOT_KINDS = frozenset(
@@ -57,7 +58,7 @@ CHEAP_KINDS = VIEW_KINDS | {"constant", "iota", "convert", "gather", "pad", "con
 LIGHT_KINDS = frozenset({"add", "sub", "mul", "max", "min", "compare", "select", "convert"})
 LIGHT_KINDS |= {"and", "or", "xor", "shift_left", "shift_right_logical", "copysign"}
 LIGHT_KINDS |= {"shift_right_arithmetic", "bitcast_convert"}
-LIGHT_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round", "not", "stop_gradient"})
+LIGHT_UNARY = CHEAP_UNARY
 LIGHT_RECOMPUTE_STEPS = 3  # at most this many steps recompute a light value
 # Operations between a step's root and its deepest inline operand. Code generators walk an
 # expression recursively; this bounds their depth (a few frames per level) far below Python's

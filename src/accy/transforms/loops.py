@@ -28,6 +28,7 @@ from typing import Any
 
 from ..core import Program
 from ..core.builder import define
+from ..core.kinds.elementwise import CHEAP_UNARY
 from ..core.kinds.registry import rule_for
 from ..errors import AccyError
 from ..interpret import Inline, run
@@ -318,12 +319,11 @@ def recompute_inputs(body: Program, recompute: set[int], needed: list, lv: set[i
 
 LIGHT_KINDS = frozenset({"add", "sub", "mul", "div", "max", "min", "compare", "select"})
 LIGHT_KINDS |= {"convert", "broadcast_in_dim", "transpose", "reshape", "constant", "iota"}
-LIGHT_UNARY = frozenset({"neg", "abs", "sign", "not", "stop_gradient"})
 
 
 def _is_light(op: Any) -> bool:
     """One cheap operation per element, or a layout: recomputed rather than stacked."""
-    return op.kind in LIGHT_KINDS or op.kind == "unary" and op.attrs["op"] in LIGHT_UNARY
+    return op.kind in LIGHT_KINDS or op.kind == "unary" and op.attrs["op"] in CHEAP_UNARY
 
 
 def constant_values(body: Program) -> set[int]:

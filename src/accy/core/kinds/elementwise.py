@@ -119,6 +119,11 @@ UNARY: dict[str, UnaryOp] = {
     "trigamma": UnaryOp(special.trigamma, special.no_tangent("trigamma")),
 }
 
+CHEAP_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round", "not", "stop_gradient"})
+"""Unary ops of one cheap instruction per element (no division, power or transcendental):
+what the plan computes again rather than stores (`accy.lower.fusion`, `accy.lower.remat`) and
+scan reverse mode recomputes rather than stacks (`accy.transforms.loops`)."""
+
 
 def _erf_slope(e, x):
     """erf'(x) = 2 / sqrt(pi) exp(-x^2)."""

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .kernels import BLOCK
+from .kernels import BLOCK, indent
 from .reductions import Accumulator, identity
 
 COLUMN_VECTORS = 16  # vectors per tile: a warp reads two rows of 256 contiguous bytes
@@ -118,7 +118,7 @@ def _row_loop(cut: ColumnCut, loop: ColumnLoop, acc: Accumulator, unrolled: bool
         # bytes in flight per thread (the order of additions is the same).
         lines.append("#pragma unroll 4")
     lines.append(f"for (int64_t r = {first} + rl; r < r_stop; r += {cut.row_lanes}) {{")
-    lines += ["  " + line for line in loop.statements]
+    lines += indent(loop.statements)
     for k, x in enumerate(loop.values):
         lines.append(f"  {acc.name}{k} = {acc.combine(f'{acc.name}{k}', x)};")
     return lines + ["}"]
@@ -169,8 +169,8 @@ def _last_block(cut: ColumnCut, kernel: ColumnKernel) -> list[str]:
         f"{acc.name}_shared[threadIdx.x] = part;",
         "__syncthreads();",
         f"if (threadIdx.x < {cut.columns} && column < {cut.outputs}LL) {{",
-        *("  " + line for line in _rows_of_shared(acc, groups, cut.columns, "threadIdx.x")),
-        *("  " + line for line in finish),
+        *indent(_rows_of_shared(acc, groups, cut.columns, "threadIdx.x")),
+        *indent(finish),
         "}",
         # Every block of the tile has arrived: the counter is free for the next run.
         f"if (threadIdx.x == 0) {kernel.counters}[tile] = 0;",
@@ -202,9 +202,9 @@ def column_lines(
     else:
         # Where a buffer is misaligned, the same rows element by element (the same order).
         inner.append(f"if ({vector.condition}) {{")
-        inner += ["  " + line for line in _row_loop(cut, vector, acc, True)]
+        inner += indent(_row_loop(cut, vector, acc, True))
         inner.append("} else {")
-        inner += ["  " + line for line in _row_loop(cut, scalar, acc, False)]
+        inner += indent(_row_loop(cut, scalar, acc, False))
         inner.append("}")
     lines += [f"if (o < {cut.outputs // width}LL) {{", *("  " + x for x in inner), "}"]
     lines += [

@@ -283,6 +283,11 @@ def pointer_declaration(plan: Plan, value: int, name: str, writable: bool) -> st
     return f"{const}{storage} *{restrict}{name} = ({const}{storage} *){where};"
 
 
+def indent(lines: list[str]) -> list[str]:
+    """`lines` one level deeper (two spaces): the body of a loop or a branch."""
+    return ["  " + line for line in lines]
+
+
 def blocks_for(work_items: int, per_block: int = BLOCK) -> int:
     """Blocks for a grid-stride loop over `work_items` (at least one).
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .kernels import BLOCK, blocks_for, decompose
+from .kernels import BLOCK, blocks_for, decompose, indent
 
 # Element positions along the two tile axes, named apart from the shared expression builder's
 # temporaries (`t<n>`, `j<n>`) and pointers (`v<n>`).
@@ -148,10 +148,10 @@ def tiled_copy(
         f"const int {LANE} = (int)(threadIdx.x % {side}u);",
         f"for (int64_t {TILE_COUNTER} = (int64_t)blockIdx.x; {TILE_COUNTER} < "
         f"{math.prod(tiled)}LL; {TILE_COUNTER} += (int64_t)gridDim.x) {{",
-        *_indent(decompose(TILE_COUNTER, tiled, tile_names)),
-        *_indent(_rows(side, rows_per_pass, read_lines, bounds, gather)),
+        *indent(decompose(TILE_COUNTER, tiled, tile_names)),
+        *indent(_rows(side, rows_per_pass, read_lines, bounds, gather)),
         "  __syncthreads();",
-        *_indent(_rows(side, rows_per_pass, write_lines, bounds, scatter)),
+        *indent(_rows(side, rows_per_pass, write_lines, bounds, scatter)),
         "  __syncthreads();",
         "}",
     ]
@@ -166,14 +166,10 @@ def _start(tile: str, side: int) -> str:
 def _rows(side: int, step: int, head: list[str], bounds: str, body: list[str]) -> list[str]:
     """A loop over the tile's rows, `step` rows a pass (one per group of `side` threads),
     unrolled, running `body` at the positions `head` names, where `bounds` holds."""
-    inner = [f"if ({bounds}) {{", *_indent(body), "}"] if bounds else body
+    inner = [f"if ({bounds}) {{", *indent(body), "}"] if bounds else body
     return [
         "#pragma unroll",
         f"for (int {ROW} = (int)(threadIdx.x / {side}u); {ROW} < {side}; {ROW} += {step}) {{",
-        *_indent(head + inner),
+        *indent(head + inner),
         "}",
     ]
-
-
-def _indent(lines: list[str]) -> list[str]:
-    return ["  " + line for line in lines]

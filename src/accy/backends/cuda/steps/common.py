@@ -13,7 +13,7 @@ from ....codegen.c.expressions import Body, Flat, Index, NotFlat
 from ....core.types import TensorType
 from ....errors import AccyError
 from ..context import StepContext
-from ..kernels import Kernel, axis_names, blocks_for, decompose, grid_stride
+from ..kernels import Kernel, axis_names, blocks_for, decompose, grid_stride, indent
 from ..schedule import SCRATCH, Address, Level
 from ..vectors import (
     MAX_VECTOR_LINES,
@@ -23,10 +23,6 @@ from ..vectors import (
     lane_divisor,
     lane_width,
 )
-
-
-def indent(lines: list[str]) -> list[str]:
-    return ["  " + line for line in lines]
 
 
 def store(dtype, pointer: str, position: str, x: str) -> str:

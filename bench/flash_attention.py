@@ -75,7 +75,8 @@ def make_inputs(a: argparse.Namespace) -> list[np.ndarray]:
     return [x.astype(HOLDERS[a.dtype]) for x in (q, k, v)] + [w]
 
 
-def _accy_step(a: argparse.Namespace, fused: bool) -> Callable[..., Any]:
+def accy_program(a: argparse.Namespace, fused: bool):
+    """The value-and-grad program of the step, with respect to q, k and v."""
     import accy
     from accy import nn
 
@@ -96,7 +97,13 @@ def _accy_step(a: argparse.Namespace, fused: bool) -> Callable[..., Any]:
         return (out.convert(accy.f32) * w).sum() if dtype != accy.f32 else (out * w).sum()
 
     program = accy.trace.define("attention_step", [q_spec, k_spec, k_spec, w_spec], loss)
-    compiled = accy.compile(accy.value_and_grad(program, wrt=(0, 1, 2)), device=a.device)
+    return accy.value_and_grad(program, wrt=(0, 1, 2))
+
+
+def _accy_step(a: argparse.Namespace, fused: bool) -> Callable[..., Any]:
+    import accy
+
+    compiled = accy.compile(accy_program(a, fused), device=a.device)
 
     def prepare(arrays):
         if a.device != "cuda":

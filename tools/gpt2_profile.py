@@ -79,13 +79,22 @@ def main() -> None:
     parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
     parser.add_argument("--attention", default="composition", choices=("composition", "fused"))
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--workload", default="gpt2", help="gpt2, or a bench workload's name")
+    parser.add_argument(
+        "--workload",
+        default="gpt2",
+        help="gpt2, attention-gpt2 (bench.flash_attention's preset), or a bench workload",
+    )
     parser.add_argument(
         "--dump", metavar="DIR", help="write each action's time (actions.tsv) and the CUDA C"
     )
     args = parser.parse_args()
     if args.workload == "gpt2":
         program = traced_program(args.dtype, args.attention == "fused")
+    elif args.workload == "attention-gpt2":  # bench.flash_attention --preset gpt2
+        from bench.flash_attention import PRESETS, accy_program
+
+        preset = argparse.Namespace(**{**PRESETS["gpt2"], "dtype": args.dtype})
+        program = accy_program(preset, args.attention == "fused")
     else:
         program = workload_program(args.workload, args.dtype)
     start = time.perf_counter()

@@ -63,6 +63,16 @@ def category(what: str) -> str:
     return "kernel"
 
 
+def configure_cudnn(plan: str, min_blocks: int | None) -> None:
+    """cuDNN attention's settings for the graphs built from now on."""
+    import dataclasses
+
+    from accy.attention.cuda import configure, settings
+
+    changes = {"plan": plan} | ({} if min_blocks is None else {"min_blocks": min_blocks})
+    configure(dataclasses.replace(settings(), **changes))
+
+
 def dump(folder: str, fragment, actions) -> None:
     """Every action's median time in schedule order, and the source they were compiled from."""
     from pathlib import Path
@@ -87,7 +97,12 @@ def main() -> None:
     parser.add_argument(
         "--dump", metavar="DIR", help="write each action's time (actions.tsv) and the CUDA C"
     )
+    parser.add_argument("--cudnn-plan", choices=("heuristic", "fastest"), default="heuristic")
+    parser.add_argument(
+        "--cudnn-min-blocks", type=int, default=None, help="accy.attention.cuda.Settings"
+    )
     args = parser.parse_args()
+    configure_cudnn(args.cudnn_plan, args.cudnn_min_blocks)
     if args.workload == "gpt2":
         program = traced_program(args.dtype, args.attention == "fused")
     elif args.workload == "attention-gpt2":  # bench.flash_attention --preset gpt2

@@ -1,8 +1,9 @@
 """Where does a training step's GPU time go? Builds the step of `bench.gpt2` (the GPU scale,
 GPT-2 small, 8 x 1024) as `accy.jit` traces it, or with `--workload NAME` the value-and-grad
-program of a `bench` workload at its GPU scale, compiles it for CUDA, and times each action of
-its schedule alone (`CudaFragment.profile`): totals per category (GEMMs with their achieved
-TFLOP/s, generated kernels, library steps such as cuDNN attention), then the slowest actions.
+program of a `bench` workload at its GPU scale, compiles it for CUDA, times the whole step as
+one graph, then each action of its schedule alone (`CudaFragment.profile`: each replayed as a
+graph of its own): totals per category (GEMMs with their achieved TFLOP/s, generated kernels,
+library steps such as cuDNN attention), then the slowest actions.
 
     PYTHONPATH=src python3 tools/gpt2_profile.py [--dtype bf16] [--attention fused] [--top 25]
     PYTHONPATH=src python3 tools/gpt2_profile.py --workload block --dtype bf16
@@ -63,6 +64,20 @@ def category(what: str) -> str:
     return "kernel"
 
 
+def whole_step_ms(fragment, addresses: list[int], repeats: int = 20) -> float:
+    """Milliseconds per run of the whole step (its graph) on the current stream."""
+    stream = cupy.cuda.get_current_stream()
+    for _ in range(3):
+        fragment.run(addresses, stream)
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(stream)
+    for _ in range(repeats):
+        fragment.run(addresses, stream)
+    stop.record(stream)
+    stop.synchronize()
+    return cupy.cuda.get_elapsed_time(start, stop) / repeats
+
+
 def configure_cudnn(plan: str, min_blocks: int | None) -> None:
     """cuDNN attention's settings for the graphs built from now on."""
     import dataclasses
@@ -118,7 +133,9 @@ def main() -> None:
     seconds = time.perf_counter() - start
     print(f"compile + load: {seconds:.1f} s; {len(program.operations)} operations")
     buffers = random_buffers(program)
-    actions = fragment.profile([b.data.ptr for b in buffers], repeats=5)
+    addresses = [b.data.ptr for b in buffers]
+    print(f"the whole step as one graph: {whole_step_ms(fragment, addresses):.3f} ms")
+    actions = fragment.profile(addresses, repeats=10)
     totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0, 0.0])
     for what, ms in actions:
         total = totals[category(what)]

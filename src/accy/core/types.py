@@ -81,6 +81,9 @@ class TensorType:
     named_extents: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
+        # Hashed once: types key the caches a call looks up (a training step's few hundred
+        # arguments, on every call), and the dataclass's hash walked every axis each time.
+        object.__setattr__(self, "_hash", hash((self.dtype, self.named_extents)))
         # 2.0 and True equal 2 and 1, so a hit counts only where every extent is an int.
         if self.named_extents in _VALID_AXES and all(
             type(extent) is int for _, extent in self.named_extents
@@ -111,6 +114,14 @@ class TensorType:
             )
         if len(_VALID_AXES) < _VALID_AXES_LIMIT:
             _VALID_AXES.add(self.named_extents)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        # Rebuilt through __init__ when unpickled, so the hash is the new process's own
+        # (a string's hash differs between processes).
+        return (TensorType, (self.dtype, self.named_extents))
 
     @property
     def axes(self) -> tuple[str, ...]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import inspect
+import itertools
+import operator
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -406,6 +408,11 @@ def without_collection() -> Iterator[None]:
         gc.enable()
 
 
+_device_of = operator.attrgetter("device")
+_type_of = operator.attrgetter("ty")
+_array_of = operator.attrgetter("array")
+
+
 class Staged:
     """Programs built per signature by `build(leaves, treedef)` (leaves: NamedArrays or
     Values, only their types matter) and run on concrete arrays or inlined into a trace."""
@@ -471,20 +478,16 @@ class Staged:
     def __call__(self, tree: Any) -> Any:
         """Run on `tree` (the arguments): its leaves must be arrays or scalars."""
         leaves, treedef = flatten(tree)
-        # The fast path: every leaf a NamedArray on one device.
-        device = self.device
-        types = []
-        for leaf in leaves:
-            if type(leaf) is not NamedArray:
-                return self._call_general(tree, leaves, treedef)
-            if device is None:
-                device = leaf.device
-            elif leaf.device is not device and leaf.device != device:
-                return self._call_general(tree, leaves, treedef)
-            types.append(leaf.ty)
-        device = device or "cpu"
-        entry = self.entry(leaves, treedef, (treedef, tuple(types)))
-        return self.run_concrete(entry, [leaf.array for leaf in leaves], device)
+        # The fast path: every leaf a NamedArray on one device (checked with set and map,
+        # which loop in C: a training step passes a few hundred arrays on every call).
+        if set(map(type, leaves)) != {NamedArray}:
+            return self._call_general(tree, leaves, treedef)
+        devices = set(map(_device_of, leaves))
+        device = self.device or (next(iter(devices)) if len(devices) == 1 else None)
+        if device is None or devices != {device}:
+            return self._call_general(tree, leaves, treedef)
+        entry = self.entry(leaves, treedef, (treedef, tuple(map(_type_of, leaves))))
+        return self.run_concrete(entry, list(map(_array_of, leaves)), device)
 
     def run_concrete(self, entry: Entry, arrays: list[Any], device: str) -> Any:
         compiled = entry.compiled.get(device)
@@ -495,10 +498,8 @@ class Staged:
                 )
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
         outputs = compiled(*arrays, *entry.captured_arrays[device])
-        return unflatten(
-            entry.out_treedef,
-            [NamedArray(o, t, device) for o, t in zip(outputs, entry.out_types, strict=True)],
-        )
+        named = list(map(NamedArray, outputs, entry.out_types, itertools.repeat(device)))
+        return unflatten(entry.out_treedef, named)
 
     def _call_general(self, tree: Any, leaves: list[Any], treedef: Any) -> Any:
         paths = None

@@ -158,26 +158,32 @@ class DonatingCudaExecutable:
         self.program = program
         self.donated = donated_positions(program.name, donate, len(program.parameter_types))
         self.aliases = donation_aliases(executable.compiled.plan, self.donated)
-        self._donated_set = frozenset(self.donated)
         self._sizes = [t.nbytes for t in program.parameter_types]
         self._argument = _argument_reader(program)
-
-    def __call__(self, *arrays: Any) -> list[Any]:
-        cupy = cupy_module()
-        program, name = self.program, self.program.name
-        types = program.parameter_types
-        check_count(name, types, len(arrays))
-        argument, donated = self._argument, self._donated_set
-        inputs = [  # a donated array is taken itself, never a converted copy
-            _donated(a, types[i], where(name, i)) if i in donated else argument(a, i)
-            for i, a in enumerate(arrays)
+        # Per input: how to take it (a donated array is taken itself, never a converted copy).
+        self._takers = [
+            _donated_taker(program.name, i, t) if i in self.donated else self._argument
+            for i, t in enumerate(program.parameter_types)
         ]
-        addresses = [a.data.ptr for a in inputs]
-        check_donated_apart(name, addresses, self._sizes, self.donated)
-        outputs = [
-            inputs[self.aliases[k]] if k in self.aliases else cupy.empty(t.extents, device_dtype(t))
+        # Per output: the input whose array it is, or its (extents, dtype) to allocate.
+        self._outputs = [
+            self.aliases.get(k, (t.extents, device_dtype(t)))
             for k, t in enumerate(program.output_types)
         ]
+        # The last input addresses found apart: a training loop passes the same ones each call.
+        self._apart: list[int] | None = None
+
+    def __call__(self, *arrays: Any) -> list[Any]:
+        # A training step passes a few hundred arrays on every call, all checked here before
+        # the graph launches: the work per array is kept to attribute reads and comparisons.
+        cupy = cupy_module()
+        check_count(self.program.name, self.program.parameter_types, len(arrays))
+        inputs = [take(a, i) for i, (take, a) in enumerate(zip(self._takers, arrays, strict=True))]
+        addresses = [a.data.ptr for a in inputs]
+        if addresses != self._apart:
+            check_donated_apart(self.program.name, addresses, self._sizes, self.donated)
+            self._apart = addresses
+        outputs = [inputs[o] if type(o) is int else cupy.empty(*o) for o in self._outputs]
         self.executable.fragment.run(addresses + [o.data.ptr for o in outputs])
         return outputs
 
@@ -185,18 +191,28 @@ class DonatingCudaExecutable:
         return getattr(self.executable, name)
 
 
-def _donated(value: Any, t: TensorType, at: str):
-    """A donated argument, checked: the CuPy array itself, never a converted copy."""
+def _donated_taker(program: str, position: int, t: TensorType) -> Callable[[Any, int], Any]:
+    """`take(value, position)`: donated input `position`, checked: the CuPy array itself,
+    never a converted copy."""
     cupy = cupy_module()
-    expected = device_dtype(t)
-    if (
-        type(value) is cupy.ndarray
-        and value.dtype == expected
-        and value.shape == t.extents
-        and value.flags.c_contiguous
-        and value.base is None
-    ):
-        return value
+    extents, expected = t.extents, device_dtype(t)
+
+    def take(value: Any, _: int) -> Any:
+        if (
+            type(value) is cupy.ndarray
+            and value.dtype == expected
+            and value.shape == extents
+            and value.flags.c_contiguous
+            and value.base is None
+        ):
+            return value
+        raise _refused_donation(value, t, expected, where(program, position))
+
+    return take
+
+
+def _refused_donation(value: Any, t: TensorType, expected: np.dtype, at: str) -> DonationError:
+    cupy = cupy_module()
     what = type(value).__name__
     if isinstance(value, cupy.ndarray):
         what = (
@@ -206,7 +222,7 @@ def _donated(value: Any, t: TensorType, at: str):
         )
     elif isinstance(value, np.ndarray):
         what = f"{value.dtype}{list(value.shape)} NumPy array (host memory)"
-    raise DonationError(
+    return DonationError(
         f"{at} is donated, so it must be a C-contiguous CuPy array on the device that owns its "
         f"memory, of dtype {expected} and shape {t.extents} (it is overwritten in place); "
         f"got a {what}"

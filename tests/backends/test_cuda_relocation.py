@@ -25,19 +25,20 @@ from .kind_programs import CASES
 
 
 def _layers(count: int, width: int = 8):
-    """`count` residual layers of layer norm, tanh and a contraction, each with its own
-    weights: the same computation on other buffers, layer after layer."""
+    """`count` residual layers of layer norm (with a gain), tanh and a contraction, each with
+    its own gain and weights: the same computation on other buffers, layer after layer."""
 
     def body(b, args):
-        x, *weights = args
-        for w in weights:
+        x, *parameters = args
+        for gain, w in zip(parameters[::2], parameters[1::2], strict=True):
             mean = x.mean("c")
             centered = x - mean
-            h = centered * (centered * centered).mean("c").rsqrt()
+            h = centered * (centered * centered).mean("c").rsqrt() * gain
             x = x + h.tanh().contract(w, "c").rename("d", "c")
         return (x * x).sum()
 
-    types = [spec(f32, n=16, c=width)] + [spec(f32, c=width, d=width)] * count
+    layer = [spec(f32, c=width), spec(f32, c=width, d=width)]
+    types = [spec(f32, n=16, c=width)] + layer * count
     return accy.trace.define(f"layers{count}", types, body)
 
 

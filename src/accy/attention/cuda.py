@@ -79,9 +79,11 @@ class Settings:
     - `deterministic`: the backward's `use_deterministic_algorithm`;
     - `min_blocks`: cuDNN runs one thread block per 128 rows of each (batch, head); a long
       sequence (1,024 tokens or more) that makes fewer blocks than this leaves most of the GPU
-      idle for long, while the composition's GEMMs use all of it, so such calls are composed
-      (one head of 2,048 tokens: 16 blocks on 132 SMs). Default 64, or
-      `$ACCY_CUDNN_MIN_BLOCKS`; 0 never declines for this.
+      idle, while the composition's GEMMs use all of it, so such calls can be composed
+      instead. Default 0 (never declines for this), or `$ACCY_CUDNN_MIN_BLOCKS`: on the H200,
+      the `attention` workload's one head of 2,048 tokens with a bias (16 blocks on 132 SMs)
+      took 166 us a step through cuDNN and 197 us composed (`tools/gpt2_profile.py
+      --workload attention`, session 7).
 
     >>> Settings().plan, Settings(plan="fastest").plan
     ('heuristic', 'fastest')
@@ -91,7 +93,7 @@ class Settings:
     heuristics: tuple[str, ...] = ("A", "FALLBACK")
     plan: str = "heuristic"
     deterministic: bool = False
-    min_blocks: int = int(os.environ.get("ACCY_CUDNN_MIN_BLOCKS", "64"))
+    min_blocks: int = int(os.environ.get("ACCY_CUDNN_MIN_BLOCKS", "0"))
 
 
 LONG_SEQUENCE = 1024  # tokens from which `Settings.min_blocks` applies

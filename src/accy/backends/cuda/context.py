@@ -67,8 +67,11 @@ def launches(*kernels: tuple[Kernel | str, int]) -> StepCode:
     return schedule_launches
 
 
-def pointer_address(level: Level, pointer: LevelPointer) -> Address:
-    """Where a relocated kernel's `pointer` is when its plan runs at `level`."""
+def pointer_address(level: Level, pointer: LevelPointer | Address) -> Address:
+    """Where a relocated kernel's `pointer` is when its plan runs at `level` (an `Address`
+    is where it is at every level)."""
+    if isinstance(pointer, Address):
+        return pointer
     if pointer.table:
         return level.entries[pointer.index]
     return Address(WORKSPACE, level.ws + pointer.index)
@@ -92,6 +95,11 @@ class StepContext:
     # Writes a nested plan: (module, plan, inside_conditional, in_loop=...).
     emit_plan: Callable[..., StepCode]
     scratch_used: int = 0
+    # Whether the plan is the program's own (scheduled once, in order), not a body.
+    own_plan: bool = False
+    # Copies of moving inputs below the scratch region that the step reads or makes
+    # (`stage_moving_buffers`): (SCRATCH, start, stop) byte ranges, for `step_access`.
+    staged_ranges: list = field(default_factory=list)
     # In the body of a graph conditional node: "while" (a while_loop's body, or a scan run as a
     # WHILE node), "if" (a cond's branch, at any depth: it decides), "" (neither). cuBLAS GEMMs
     # are captured in WHILE bodies, but some of them fail to instantiate in IF bodies.

@@ -35,6 +35,7 @@ from ...core.types import DType, TensorType
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, Slot
 from ...lower.views import row_major
+from .schedule import Address
 
 BLOCK = 256  # threads per block of every generated kernel
 WARP = 32
@@ -112,7 +113,7 @@ class Kernel:
     order (None: it reads the level's own table, `io[k]`, and workspace, `ws`)."""
 
     name: str
-    pointers: tuple[LevelPointer, ...] | None = None
+    pointers: tuple[LevelPointer | Address, ...] | None = None
 
 
 class Module(Unit):
@@ -139,6 +140,10 @@ class Module(Unit):
         # does), and counting down from it gives each constant its place as it is declared.
         self.constants: list[tuple[int, np.ndarray]] = []
         self.constant_bytes = 0
+        # Copies of input views that library steps read at fixed addresses, made once per call
+        # by the first step of the program's own plan that needs each (`stage_moving_buffers`):
+        # (view base, element offset, elements, storage) -> bytes below scratch.
+        self.staged_inputs: dict[tuple, int] = {}
         self._counters: str | None = None
         self.kernel_sources: dict[str, str] = {}  # name -> its declaration
         self._bodies: dict[str, str] = {}  # a kernel's body (locally numbered) -> its name
@@ -150,6 +155,17 @@ class Module(Unit):
         self.constant_bytes += aligned(data.nbytes)
         self.constants.append((self.constant_bytes, data))
         return f"((const {ctype.compute} *)(scratch - {self.constant_bytes}))"
+
+    def reserve_below_scratch(self, nbytes: int) -> int:
+        """Reserve `nbytes` of the workspace below the scratch region, beside the constants
+        but not filled when loaded; how many bytes below scratch they start.
+
+        >>> module = Module()
+        >>> module.reserve_below_scratch(10), module.reserve_below_scratch(300)
+        (64, 384)
+        """
+        self.constant_bytes += aligned(nbytes)
+        return self.constant_bytes
 
     def counters(self) -> str:
         """C: `COUNTERS` unsigned ints, zero when the workspace is set up, that a kernel whose

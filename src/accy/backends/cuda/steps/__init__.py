@@ -55,7 +55,7 @@ def emit_plan(
     conditional node, "while" or "if" (`StepContext.inside_conditional`); `in_loop`: (in) the
     body of a loop, run once per iteration. `relocate=False` writes every kernel for the plan's
     level, as a body's are (what relocation is compared with in the tests)."""
-    return _emit(module, plan, inside_conditional, relocate, in_loop)
+    return _emit(module, plan, inside_conditional, relocate, in_loop, own=True)
 
 
 def _emit_body(
@@ -78,6 +78,7 @@ def _emit(
     relocate: bool,
     in_loop: bool,
     region: Region | None = None,
+    own: bool = False,
 ) -> StepCode:
     if id(plan) not in module.plan_code:
         contexts = [
@@ -91,6 +92,7 @@ def _emit(
                 relocate=relocate,
                 in_loop=in_loop,
                 region=region,
+                own_plan=own,
             )
             for index, step in enumerate(plan.steps)
         ]
@@ -134,6 +136,7 @@ def step_access(ctx: StepContext, level: Level) -> Access:
         writes.append((WORKSPACE, start, start + scratch.nbytes))
     if ctx.scratch_used:
         writes.append((SCRATCH, 0, ctx.scratch_used))
+    writes += ctx.staged_ranges
     return Access(tuple(reads), tuple(writes))
 
 

@@ -13,7 +13,7 @@ from ....codegen.c.expressions import Body, Flat, Index, NotFlat
 from ....core.types import TensorType
 from ....errors import AccyError
 from ..context import StepContext
-from ..kernels import Kernel, axis_names, blocks_for, decompose, grid_stride, indent
+from ..kernels import Kernel, LevelPointer, axis_names, blocks_for, decompose, grid_stride, indent
 from ..schedule import SCRATCH, Address, Level
 from ..vectors import (
     MAX_VECTOR_LINES,
@@ -165,9 +165,14 @@ def copy_kernel(ctx: StepContext, source: str, target: str, storage: str, count:
     16 bytes at a time where both addresses allow it.
 
     The grid of `blocks_for(count)` that callers launch it on is enough for either loop."""
+    return ctx.declare_kernel(copy_lines(source, target, storage, count), f"step {ctx.index}: copy")
+
+
+def copy_lines(source: str, target: str, storage: str, count: int) -> list[str]:
+    """The statements of `copy_kernel`."""
     per = VECTOR_BYTES // STORAGE_BYTES[storage]
     vector = f"accy_vector<{storage}, {per}>"
-    lines = [
+    return [
         f"const {storage} *__restrict__ source = (const {storage} *)({source});",
         f"{storage} *__restrict__ target = ({storage} *)({target});",
         "const bool vectorized = (((size_t)source | (size_t)target) & 15) == 0;",
@@ -179,7 +184,6 @@ def copy_kernel(ctx: StepContext, source: str, target: str, storage: str, count:
         "  target[i] = source[i];",
         "}",
     ]
-    return ctx.declare_kernel(lines, f"step {ctx.index}: copy")
 
 
 @dataclass
@@ -206,6 +210,35 @@ class Staging:
         return ctx.slot_address(level, ctx.step.op.results[0])
 
 
+def _staged_once(ctx: StepContext, value: int, staging: Staging) -> int:
+    """The scratch offset (negative: below the scratch region) of the program's one copy of
+    `value`'s span; `staging` gets the copy kernel if this step is the first to need it."""
+    view, span, storage = ctx.view(value), _span(ctx, value), ctx.storage(value)
+    key = (view.base, view.offset, span, storage)
+    nbytes = span * ctx.itemsize(value)
+    below = ctx.module.staged_inputs.get(key)
+    if below is None:
+        below = ctx.module.staged_inputs[key] = ctx.module.reserve_below_scratch(nbytes)
+        staging.copies_in.append((_staging_copy(ctx, value, below, span), blocks_for(span)))
+    # Every step that reads the copy counts as writing it, so `batch_launches` keeps them in
+    # plan order after the step that makes it.
+    ctx.staged_ranges.append((SCRATCH, -below, -below + nbytes))
+    return -below
+
+
+def _staging_copy(ctx: StepContext, value: int, below: int, span: int) -> Kernel:
+    """A copy of `value`'s span to `below` bytes below scratch, as a kernel that reads both
+    addresses from its launch's table: one kernel serves the copies of every layer's weight."""
+    view = ctx.view(value)
+    slot = ctx.plan.slots[view.base]
+    entry = slot.index + (len(ctx.plan.program.parameters) if slot.storage == "output" else 0)
+    offset = view.offset * ctx.itemsize(view.base)
+    source = f"((char *)io[0] + {offset})" if offset else "((char *)io[0])"
+    lines = copy_lines(source, "((char *)io[1])", ctx.storage(value), span)
+    name = ctx.module.kernel(lines, f"step {ctx.index}: copy (staging)")
+    return Kernel(name, (LevelPointer(True, entry), Address(SCRATCH, -below)))
+
+
 def _moves(ctx: StepContext, value: int) -> bool:
     """Whether stored `value` lives in the invocation's buffers (its address moves)."""
     return ctx.plan.slots[value].storage != "workspace"
@@ -220,10 +253,18 @@ def _span(ctx: StepContext, value: int) -> int:
 
 def stage_moving_buffers(ctx: StepContext, operands) -> Staging:
     """Copy kernels that route `operands` (values read as whole buffers) and the step's result
-    through scratch, those of them whose addresses move; an operand's view keeps its layout."""
+    through scratch, those of them whose addresses move; an operand's view keeps its layout.
+
+    In the program's own plan (scheduled once, in order) an operand's copy is made once, by
+    the first step that needs it, into a place of its own below the scratch region, and later
+    steps read that copy (an input read by a forward and a backward library step, as fused
+    attention's q, k and v, is copied once per call, not twice)."""
     staging = Staging()
     for value in operands:
         if value in staging.operands or not _moves(ctx, ctx.view(value).base):
+            continue
+        if ctx.own_plan:
+            staging.operands[value] = _staged_once(ctx, value, staging)
             continue
         span = _span(ctx, value)
         offset = staging.operands[value] = ctx.scratch(span * ctx.itemsize(value))

@@ -289,3 +289,28 @@ def test_the_settings_digest_sees_a_changed_module_setting(monkeypatch):
     before = fragments.settings_digest(cuda_compile.SETTINGS_MODULES)
     monkeypatch.setattr(dot, "CUBLAS_IN_CONDITIONALS", not dot.CUBLAS_IN_CONDITIONALS)
     assert fragments.settings_digest(cuda_compile.SETTINGS_MODULES) != before
+
+
+def test_a_fragment_read_back_runs_on_the_gpu_as_compiled(cache_dir, monkeypatch):
+    """On a GPU: the fragment read back loads (NVRTC, its large constant uploaded) and gives
+    the compiled one's results; its plan serves donation as the compiled one's does."""
+    from ..executors import cuda_device_or_skip
+
+    cuda_device_or_skip()
+    import cupy
+
+    from accy.backends.cuda.executable import CudaExecutable, DonatingCudaExecutable
+
+    program = _mlp_step()
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(t.extents).astype(np.float32) for t in program.parameter_types]
+    expected = [np.asarray(r) for r in accy.reference.run(program, inputs)]
+    compiled = CudaExecutable(cuda_compile.compile_program(program))
+    _forbid_planning(monkeypatch)
+    again = CudaExecutable(cuda_compile.compile_program(program))
+    for executable in (compiled, again):
+        results = [cupy.asnumpy(r) for r in executable(*[cupy.asarray(x) for x in inputs])]
+        for got, want in zip(results, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    donating = DonatingCudaExecutable(again, (1,))
+    assert donating.aliases == DonatingCudaExecutable(compiled, (1,)).aliases

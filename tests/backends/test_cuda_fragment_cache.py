@@ -76,6 +76,38 @@ def _mlp_step():
     return accy.value_and_grad(accy.trace.define("mlp", types, loss), wrt=(1,))
 
 
+def _fake_cudnn(setattr_, workspace=lambda: 0) -> None:
+    """cuDNN as if every attention and conv graph built (attention's workspace `workspace()`),
+    with fresh memos of built kernels (the fake steps must not outlive the test), and the
+    fused attention records on small shapes too."""
+    import accy.attention.signature
+    from accy.attention import cuda as cudnn_attention
+    from accy.backends.cuda import cudnn_conv
+    from accy.kernel.cudnn import Built
+
+    setattr_(accy.attention.signature, "FUSED_MIN_SCORES", 0)
+    setattr_(cudnn_attention, "built", lambda p: Built(None, {}, workspace()))
+    setattr_(cudnn_conv, "built", lambda p: cudnn_conv.Built(None, {}, 0))
+    setattr_(cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__))
+
+
+def _attention_conv_step():
+    """The gradient of a loss through cuDNN's fused attention and a conv (both library steps
+    with cuDNN faked by `_fake_cudnn`)."""
+    axes = {"batch": 2, "head": 2, "token": 16, "key": 16, "dim": 64}
+    q_axes = ("batch", "token", "head", "dim")
+    k_axes = ("batch", "key", "head", "dim")
+    specs = [spec(bf16, {a: axes[a] for a in names}) for names in (q_axes, k_axes, k_axes)]
+
+    def body(b, args):
+        out = accy.nn.attention(*args, causal=True).convert(f32)
+        image = out.rename("token", "width").sum("head").rename("dim", "channel")
+        kernel = b.constant(np.ones((3, 64, 4), np.float32), spec(f32, width=3, channel=64, out=4))
+        return image.conv(kernel, ["width"], "channel", "out", padding="same").sum()
+
+    return accy.value_and_grad(accy.trace.define("p", specs, body), wrt=(0,))
+
+
 def _entries(folder: Path) -> list[Path]:
     return sorted((folder / "cuda-fragment").glob("*/*.pickle"))
 
@@ -109,13 +141,16 @@ def test_a_second_compile_reads_the_fragment_back_without_planning(cache_dir, mo
 
 
 def test_another_process_reads_the_fragment_back_without_planning(cache_dir):
-    """Across processes (other string hashes): the key is the same, and the records read back
-    hash as fresh ones do (`Attrs` does not keep its cached hash, dtypes are the module's)."""
+    """Across processes (other string hashes): the keys are the same (cuDNN attention's and
+    conv's kernel calls included, faked), and the records read back hash as fresh ones do
+    (`Attrs` does not keep its cached hash; dtypes are the module's own objects)."""
     script = textwrap.dedent(
         f"""
         import json, pickle, sys
         sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
-        from tests.backends.test_cuda_fragment_cache import _mlp_step
+        from tests.backends.test_cuda_fragment_cache import (
+            _attention_conv_step, _fake_cudnn, _mlp_step)
+        from accy.backends.base import backend_for, compile_artifact
         from accy.backends.cuda import compile as cuda_compile
         from accy.core.ir import Attrs
         from accy import f32
@@ -123,10 +158,13 @@ def test_another_process_reads_the_fragment_back_without_planning(cache_dir):
         original = cuda_compile.build_plan
         cuda_compile.build_plan = lambda *a, **k: planned.append(1) or original(*a, **k)
         fragment = cuda_compile.compile_program(_mlp_step())
+        _fake_cudnn(setattr)
+        libraries = compile_artifact(backend_for("cuda"), _attention_conv_step(), None)
         attrs = pickle.loads(pickle.dumps(Attrs(axes=("hidden",), name="x")))
         print(json.dumps({{
             "planned": len(planned),
             "source": fragment.source,
+            "libraries": sorted(type(c.library).__name__ for c in libraries.externals.values()),
             "hash_ok": hash(attrs) == hash(Attrs(name="x", axes=("hidden",))),
             "dtype_ok": pickle.loads(pickle.dumps(f32)) is f32,
         }}))
@@ -142,7 +180,8 @@ def test_another_process_reads_the_fragment_back_without_planning(cache_dir):
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     cold, warm = run("1"), run("2")
-    assert cold["planned"] == 1 and warm["planned"] == 0
+    assert cold["planned"] == 2 and warm["planned"] == 0
+    assert "CudnnAttention" in warm["libraries"] and "CudnnConv" in warm["libraries"]
     assert warm["source"] == cold["source"]
     assert warm["hash_ok"] and warm["dtype_ok"]
 
@@ -169,32 +208,12 @@ def test_a_changed_program_argument_or_setting_misses(cache_dir, planned, monkey
 def test_a_changed_kernel_call_or_cudnn_decision_misses(cache_dir, planned, monkeypatch):
     """The linked kernel calls (cuDNN attention: its problem, settings and workspace) and the
     convs cuDNN runs are part of the key; their library steps survive the round trip."""
-    import accy.attention.signature
     from accy.attention import cuda as cudnn_attention
     from accy.backends.base import backend_for, compile_artifact
-    from accy.backends.cuda import cudnn_conv
-    from accy.kernel.cudnn import Built
 
-    monkeypatch.setattr(accy.attention.signature, "FUSED_MIN_SCORES", 0)  # small shapes too
     workspace = [0]
-    monkeypatch.setattr(cudnn_attention, "built", lambda p: Built(None, {}, workspace[0]))
-    monkeypatch.setattr(cudnn_conv, "built", lambda p: cudnn_conv.Built(None, {}, 0))
-    # Fresh memos of built kernels: the fake steps must not outlive the test.
-    monkeypatch.setattr(
-        cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__)
-    )
-    axes = {"batch": 2, "head": 2, "token": 16, "key": 16, "dim": 64}
-    q_axes = ("batch", "token", "head", "dim")
-    k_axes = ("batch", "key", "head", "dim")
-    specs = [spec(bf16, {a: axes[a] for a in names}) for names in (q_axes, k_axes, k_axes)]
-
-    def body(b, args):
-        out = accy.nn.attention(*args, causal=True).convert(f32)
-        image = out.rename("token", "width").sum("head").rename("dim", "channel")
-        kernel = b.constant(np.ones((3, 64, 4), np.float32), spec(f32, width=3, channel=64, out=4))
-        return image.conv(kernel, ["width"], "channel", "out", padding="same").sum()
-
-    gradient = accy.value_and_grad(accy.trace.define("p", specs, body), wrt=(0,))
+    _fake_cudnn(monkeypatch.setattr, lambda: workspace[0])
+    gradient = _attention_conv_step()
     first = compile_artifact(backend_for("cuda"), gradient, None)
     kinds = sorted(type(call.library).__name__ for call in first.externals.values())
     assert "CudnnAttention" in kinds and "CudnnConv" in kinds, kinds

@@ -189,7 +189,8 @@ def stored(cache: Cache, entry_key: str | None, program: Any, make: Callable[[],
     made: list[T] = []
 
     def compile_and_write(output: Path) -> None:
-        made.append(make())
+        if not made:  # called again after a failed write (the Cache's fallback folder)
+            made.append(make())
         output.write_bytes(dumps(made[0], program))
 
     try:

@@ -1,7 +1,8 @@
 """Where a cold start's time goes: exclusive wall time per phase of building and first running
 a jitted step (tracing, differentiation, simplification, planning, CUDA C, NVRTC, graph
-capture), by wrapping the functions of each phase where their callers look them up. Used by
-`bench.gpt2` (the `cold_phases_s` of accy's results) and `tools/cold_start.py`.
+capture; with a warm disk cache, "cached fragment": the compiled fragment read back instead of
+planning and writing CUDA C), by wrapping the functions of each phase where their callers look
+them up. Used by `bench.gpt2` (the `cold_phases_s` of accy's results) and `tools/cold_start.py`.
 
 >>> phases = Phases()
 >>> phases.enter("outer"); phases.enter("inner"); phases.leave(); phases.leave()
@@ -70,6 +71,7 @@ class Phases:
 def instrument(phases: Phases, gpu: bool) -> None:
     """Wrap the functions of each phase where their callers look them up."""
     import accy.gradient
+    from accy.backends import fragments
     from accy.backends.cuda import compile as cuda_compile
     from accy.backends.cuda import executable
     from accy.core.ir import Program
@@ -80,6 +82,8 @@ def instrument(phases: Phases, gpu: bool) -> None:
     phases.patch(functions, "simplify", "simplify")
     digest = Program.digest.func  # a cached_property: time its first computation
     Program.digest.func = phases.timed("digest", digest)
+    phases.patch(cuda_compile, "fragment_key", "fragment key")
+    phases.patch(fragments, "loads", "cached fragment")
     phases.patch(cuda_compile, "build_plan", "plan")
     phases.patch(cuda_compile, "emit_plan", "emit kernels")
     phases.patch(cuda_compile, "translation_units", "units")
@@ -97,6 +101,8 @@ ORDER = (
     "differentiate",
     "simplify",
     "digest",
+    "fragment key",
+    "cached fragment",
     "plan",
     "emit kernels",
     "units",

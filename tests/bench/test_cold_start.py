@@ -35,6 +35,7 @@ def test_a_phase_inside_another_is_not_counted_twice():
 def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(tmp_path, monkeypatch):
     # The tool wraps accy's functions for the rest of the process: undo that afterwards.
     import accy.gradient
+    from accy.backends import fragments
     from accy.backends.cuda import compile as cuda_compile
     from accy.backends.cuda import executable
     from accy.core.ir import Program
@@ -44,6 +45,8 @@ def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(tmp_path, mon
         (functions, "trace"),
         (functions, "simplify"),
         (accy.gradient, "value_and_grad"),
+        (cuda_compile, "fragment_key"),
+        (fragments, "loads"),
         (cuda_compile, "build_plan"),
         (cuda_compile, "emit_plan"),
         (cuda_compile, "translation_units"),
@@ -51,11 +54,13 @@ def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(tmp_path, mon
     ]:
         monkeypatch.setattr(owner, name, getattr(owner, name))
     monkeypatch.setattr(Program.digest, "func", Program.digest.func)
+    # A cold start: nothing in the disk cache (a compiled fragment found there skips planning).
+    monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "cold.json"
     assert _tool().main(["--scale", "check", "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     phases = result["phases_s"]
-    expected = ["trace", "differentiate", "simplify", "digest", "plan", "emit kernels"]
+    expected = ["trace", "differentiate", "simplify", "digest", "fragment key", "plan"]
     assert [p for p in ORDER if p in phases][: len(expected)] == expected
     assert sum(phases.values()) == pytest.approx(result["total_s"], abs=1e-3)
     assert result["kernels"] >= 1 and result["units"] >= 1

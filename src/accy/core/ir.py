@@ -79,11 +79,22 @@ class Attrs(Mapping[str, Any]):
             return self._items == other._items
         return isinstance(other, Mapping) and dict(self._items) == dict(other)
 
+    def __reduce__(self) -> tuple:
+        # Without the cached hash (string hashes differ between processes) or `checked`.
+        return _attrs_of_items, (self._items,)
+
     def replace(self, **changes: Any) -> Attrs:
         return Attrs(dict(self._items), **changes)
 
     def __repr__(self) -> str:
         return f"Attrs({dict(self._items)!r})"
+
+
+def _attrs_of_items(items: tuple) -> Attrs:
+    """The `Attrs` of already sorted and frozen `items` (what unpickling calls)."""
+    attrs = Attrs.__new__(Attrs)
+    attrs._items, attrs._hash, attrs.checked = items, None, None
+    return attrs
 
 
 @dataclass(frozen=True)

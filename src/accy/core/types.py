@@ -28,6 +28,11 @@ class DType:
     def __repr__(self) -> str:
         return f"accy.{self.name}"
 
+    def __reduce__(self) -> tuple:
+        # Pickled by name: an unpickled dtype is the module's own object (f32 is f32), and a
+        # pickled program or plan does not carry NumPy dtypes along.
+        return dtype_named, (self.name,)
+
     def __str__(self) -> str:
         return self.name
 

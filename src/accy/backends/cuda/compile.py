@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from ...codegen.cache import Cache, key
 from ...core import Program
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, build_plan
 from ...lower.target import GPU
+from ..fragments import fingerprint, settings_digest, source_digest, stored
 from . import cudnn_conv
 from .kernels import Module
 from .prelude import PRELUDE
@@ -33,6 +35,10 @@ NVRTC_OPTIONS = ("--fmad=false",)  # no FMA contraction: rounds as the CPU and t
 # (parsing the prelude) stays small, and a small program is one unit as before.
 MAX_UNITS = 16
 UNIT_BYTES = 8_192
+# Compiled fragments, in the disk cache (see `compile_program`).
+FRAGMENTS = Cache("cuda-fragment", suffix=".pickle")
+# The modules whose settings (`fragments.settings_digest`) a compiled fragment depends on.
+SETTINGS_MODULES = ("accy.core", "accy.lower", "accy.codegen", "accy.backends.cuda", "accy.kernel")
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,9 @@ def compile_program(
 ) -> CompiledFragment:
     """Plan `program` and write its kernels and schedule (file-scope names start `prefix`).
     With `batch`, launches of one kernel that do not depend on each other become one
-    (`schedule.batch_launches`).
+    (`schedule.batch_launches`). The result is kept in the disk cache (`FRAGMENTS`, by
+    `fragment_key`): a process compiling the same program with the same settings and the same
+    accy reads it back instead of planning and writing CUDA C again.
 
     >>> import accy
     >>> from accy.backends.cuda.compile import compile_program
@@ -119,6 +127,24 @@ def compile_program(
     >>> [type(action).__name__ for action in compiled.schedule.actions]
     ['Launch']
     >>> '__global__' in compiled.source
+    True
+    """
+    return stored(
+        FRAGMENTS,
+        fragment_key(program, kernel_call_registry, prefix, batch),
+        program,
+        lambda: build_fragment(program, kernel_call_registry, prefix, batch),
+    )
+
+
+def build_fragment(
+    program: Program, kernel_call_registry: Any = None, prefix: str = "accy_", batch: bool = True
+) -> CompiledFragment:
+    """What `compile_program` returns, compiled now (no disk cache).
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, lane=4)], lambda b, a: a[0].exp().sum())
+    >>> build_fragment(p).kernels == compile_program(p).kernels
     True
     """
     # cuDNN runs the convolutions it takes whole; the rest are compositions.
@@ -146,3 +172,62 @@ def compile_program(
         translation_units(module),
         constants=constants,
     )
+
+
+def fragment_key(
+    program: Program, kernel_call_registry: Any, prefix: str, batch: bool
+) -> str | None:
+    """The disk cache's key of `compile_program(program, kernel_call_registry, prefix, batch)`:
+    the program's digest, the arguments, the accy source and settings (`accy.backends.fragments`),
+    the kernel calls the program links to (the registry's answers for its custom calls, with
+    each library step's problem and settings: cuDNN attention's `Settings` are part of its
+    problem), and which convs cuDNN runs (`cudnn_conv.layout_for`, the planner's `keep`: it
+    depends on the GPU, cuDNN and `ACCY_CUDNN_CONV`). None (not stored) where a linked call
+    cannot be pickled.
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, lane=4)], lambda b, a: a[0].exp().sum())
+    >>> fragment_key(p, None, "accy_", True) != fragment_key(p, None, "accy_", False)
+    True
+    """
+    calls = linked_calls(program, kernel_call_registry)
+    calls_part = fingerprint(calls)
+    if calls_part is None:
+        return None
+    convs = repr([cudnn_conv.layout_for(op) for op in operations_of_kind(program, "conv")])
+    return key(
+        FRAGMENTS.namespace,
+        source_digest(),
+        settings_digest(SETTINGS_MODULES),
+        program.digest,
+        prefix,
+        repr(batch),
+        calls_part,
+        convs,
+    )
+
+
+def linked_calls(program: Program, registry: Any) -> tuple:
+    """(target, version, the registry's kernel call or None) of every custom call of `program`,
+    in order of first appearance: all that code generation asks the registry."""
+    sites = dict.fromkeys(
+        (op.attrs["target"], op.attrs["version"])
+        for op in operations_of_kind(program, "custom_call")
+    )
+    return tuple(
+        (target, version, None if registry is None else registry.lookup(target, version))
+        for target, version in sites
+    )
+
+
+def operations_of_kind(program: Program, kind: str) -> list:
+    """The operations of `kind` in `program` and in the programs nested in it (loop bodies,
+    branches), in order."""
+    found = []
+    for op in program.operations:
+        if op.kind == kind:
+            found.append(op)
+        for value in op.attrs.values():
+            if isinstance(value, Program):
+                found.extend(operations_of_kind(value, kind))
+    return found

@@ -53,19 +53,33 @@ def main() -> None:
     run = fragment.run
 
     def spying(addresses, stream=None):
+        entered = time.perf_counter()
         seen.append(fragment._aliased_hazard(addresses))
         addresses_seen[:] = list(addresses)
-        return run(addresses, stream)
+        result = run(addresses, stream)
+        moments.append((entered, time.perf_counter()))
+        return result
 
     addresses_seen: list[int] = []
+    moments: list[tuple[float, float]] = []
     fragment.run = spying
-    times = []
+    times, before, inside, after = [], [], [], []
     for _ in range(10):
         t0 = time.perf_counter()
         loss, params, state = step(params, state, ids, targets)
+        returned = time.perf_counter()
         float(np.asarray(loss.array.get()))
         times.append(time.perf_counter() - t0)
+        entered, left = moments[-1]
+        before.append(entered - t0)
+        inside.append(left - entered)
+        after.append(returned - left)
     print(f"step as bench.gpt2 times it: median {1e3 * np.median(times):.2f} ms")
+    print(
+        f"host, ms: call to fragment.run {1e3 * np.median(before):.3f}, inside run (the "
+        f"launch) {1e3 * np.median(inside):.3f}, run to the call's return "
+        f"{1e3 * np.median(after):.3f}"
+    )
     print(f"calls taking the serial order: {sum(seen)} of {len(seen)}")
     schedule = fragment.compiled.schedule
     print(

@@ -158,7 +158,8 @@ class DonatingCudaExecutable:
         self.program = program
         self.donated = donated_positions(program.name, donate, len(program.parameter_types))
         self.aliases = donation_aliases(executable.compiled.plan, self.donated)
-        self._sizes = [t.nbytes for t in program.parameter_types]
+        self._types = program.parameter_types
+        self._sizes = [t.nbytes for t in self._types]
         self._argument = _argument_reader(program)
         # Per input: how to take it (a donated array is taken itself, never a converted copy).
         self._takers = [
@@ -177,7 +178,7 @@ class DonatingCudaExecutable:
         # A training step passes a few hundred arrays on every call, all checked here before
         # the graph launches: the work per array is kept to attribute reads and comparisons.
         cupy = cupy_module()
-        check_count(self.program.name, self.program.parameter_types, len(arrays))
+        check_count(self.program.name, self._types, len(arrays))
         inputs = [take(a, i) for i, (take, a) in enumerate(zip(self._takers, arrays, strict=True))]
         addresses = [a.data.ptr for a in inputs]
         if addresses != self._apart:

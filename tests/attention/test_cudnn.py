@@ -560,3 +560,49 @@ def test_a_long_sequence_over_few_heads_is_composed_when_asked(restored_settings
         spec(bf16, key=512, dim=64),
     ]
     assert cudnn_attention.describe(s, "forward", short).q[-1] == 1
+
+
+def test_one_long_head_is_cut_into_query_chunks_without_a_causal_mask():
+    """A single head of 2,048 queries runs as 16 query heads of 128 rows sharing the key and
+    value head; the graph's tensors view the same memory (the chunks are consecutive rows)."""
+    q, kv = spec(bf16, token=2048, dim=64), spec(bf16, key=2048, dim=64)
+    bias = spec(bf16, token=2048, key=2048)
+    s = Signature(("token", "dim"), ("key", "dim"), ("key", "dim"), ("token", "key"))
+    p = cudnn_attention.describe(s, "backward", [q, kv, kv, bias])
+    assert p.chunks == 16
+    dims = p.graph_dims()
+    assert dims["q"] == ([1, 16, 128, 64], [p.q[0], 128 * 64, 64, 1])
+    assert dims["k"][0] == [1, 1, 2048, 64]
+    assert dims["bias"] == ([1, 16, 128, 2048], [p.bias[0][1], 128 * 2048, 2048, 1])
+    assert dims["stats"] == ([1, 16, 128, 1], [2048, 128, 1, 1])
+    causal = Signature(("token", "dim"), ("key", "dim"), ("key", "dim"), causal=True)
+    assert cudnn_attention.describe(causal, "backward", [q, kv, kv]).chunks == 1
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_query_chunks_match_the_composition(with_bias):
+    """Forward and gradients of one head of 512 tokens (4 query chunks) against float64."""
+    _cudnn_or_skip()
+    q, kv = spec(bf16, token=512, dim=64), spec(bf16, key=512, dim=64)
+    specs = [q, kv, kv] + ([spec(bf16, token=512, key=512)] if with_bias else [])
+
+    def program(dtype):
+        typed = [t.with_dtype(dtype) for t in specs]
+
+        def body(b, args):
+            out = accy.nn.attention(*args[:3], bias=args[3] if with_bias else None)
+            weights = np.linspace(-1, 1, out.ty.size).reshape(out.ty.extents)
+            w = b.constant(weights, accy.spec(f32, dict(out.ty.named_extents)))
+            return (out.convert(f32) * w).sum(("token", "dim"))
+
+        return accy.value_and_grad(accy.trace.define("chunks", typed, body), wrt=(0, 1, 2))
+
+    inputs = _inputs(specs, bf16, seed=5)
+    executable = accy.compile(program(bf16), device="cuda")
+    steps = _library_steps(executable)
+    assert len(steps) == 2, cudnn_attention.decline_reasons()
+    for symbol in steps:
+        assert executable.compiled.externals[symbol].library.problem.chunks == 4
+    expected = accy.reference.run(program(f64), [x.astype(np.float64) for x in inputs])
+    for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
+        _close(_host(g), np.asarray(e), bf16, name)

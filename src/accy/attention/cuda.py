@@ -230,17 +230,45 @@ class Problem:
     causal: bool
     scale: float
     settings: Settings = Settings()
+    # Each query sequence cut into this many chunks, given to cuDNN as query heads that share
+    # the key/value head (grouped-query attention): see `query_chunks`.
+    chunks: int = 1
 
     @property
     def has_bias(self) -> bool:
         return self.bias is not None
+
+    def graph_dims(self) -> dict[str, tuple[list[int], list[int]]]:
+        """(dims, strides) of each of the graph's (b, h, s, d) tensors, the query side's
+        (q, o, dq, stats and the bias) with its chunks as heads."""
+        c, rows = self.chunks, self.tokens // self.chunks
+
+        def chunked(strides: Sequence[int]) -> list[int]:
+            b, h, s, d = strides
+            return [b, h if c == 1 else rows * s, s, d]
+
+        q_dims, k_dims = [self.b, self.h * c, rows, self.dim], [self.b, self.h, self.keys, self.dim]
+        dims = {
+            "q": (q_dims, chunked(self.q)),
+            "k": (k_dims, list(self.k)),
+            "v": (k_dims, list(self.v)),
+            "o": (q_dims, chunked(self.o)),
+            "dq": (q_dims, chunked(self.grads)),
+            "dk": (k_dims, list(self.grads)),
+            "stats": ([self.b, self.h * c, rows, 1], [self.h * self.tokens, rows, 1, 1]),
+        }
+        if self.bias is not None:
+            (b, sb), (h, sh), (_, sq), (keys, sk) = self.bias
+            head = (h, sh) if c == 1 else (c, rows * sq)
+            dims["bias"] = ([b, head[0], rows, keys], [sb, head[1], sq, sk])
+        return dims
 
     @property
     def summary(self) -> str:
         return (
             f"[b={self.b} h={self.h} s_q={self.tokens} s_kv={self.keys} d={self.dim} "
             f"{self.dtype}{' causal' if self.causal else ''}{' bias' if self.has_bias else ''} "
-            f"scale={self.scale:.6g}]"
+            f"scale={self.scale:.6g}{f' chunks={self.chunks}' if self.chunks > 1 else ''}]"
         )
 
     @property
@@ -387,6 +415,7 @@ def describe(
     result = backward_type(s, shape)
     grads = (*(_group(result, g, "result")[1] for g in groups), shape.dim, 1)
     o, grads = (_dense_when_single((b, h, shape.tokens, shape.dim), x) for x in (o, grads))
+    chunks = query_chunks(b, h, shape.tokens, s.causal)
     return Problem(
         part,
         shape.dtype.name,
@@ -404,7 +433,40 @@ def describe(
         s.causal,
         s.scale_for(shape.dim),
         chosen,
+        chunks,
     )
+
+
+CHUNKED_HEADS = 128  # query chunks are made until batch x chunks reaches this
+
+
+def query_chunks(b: int, h: int, tokens: int, causal: bool) -> int:
+    """Into how many chunks to cut each query sequence of a single-head call (b batch entries,
+    h = 1 head), each chunk a query head of its own sharing the key/value head.
+
+    cuDNN's backward runs a thread block per 128 keys of each (batch, query head), its forward
+    one per 128 queries: one long head keeps a few of the GPU's 132 SMs busy. As grouped-query
+    heads the chunks multiply that, and cuDNN sums dK and dV over them. On the H200, one head
+    of 2,048 tokens with a bias (the `attention` workload): forward 53 -> 39 us, backward
+    90 -> 44 us with 16 chunks of 128 rows (`tools/device/cudnn_split_probe.py`). Chunks
+    halve while each keeps at least 128 rows; never with a causal mask (its diagonal is the
+    whole sequence's, not each chunk's) or several heads.
+
+    >>> query_chunks(1, 1, 2048, False), query_chunks(8, 1, 1024, False)
+    (16, 8)
+    >>> query_chunks(1, 1, 2048, True), query_chunks(8, 12, 1024, False)
+    (1, 1)
+    """
+    if causal or h != 1:
+        return 1
+    chunks = 1
+    while (
+        b * chunks < CHUNKED_HEADS
+        and tokens % (2 * chunks) == 0
+        and tokens // (2 * chunks) >= ROWS_PER_BLOCK
+    ):
+        chunks *= 2
+    return chunks
 
 
 def _check_parallelism(rows: int, tokens: int, min_blocks: int) -> None:
@@ -462,32 +524,27 @@ def _build(p: Problem) -> Built:
     except TypeError:  # an older frontend without that statement
         graph = cudnn.pygraph(**options)
     log.info("cuDNN attention %s %s: building with %s", p.part, p.summary, p.settings)
-    stats_stride = (p.h * p.tokens, p.tokens, 1, 1)
-    q_dims, k_dims = [p.b, p.h, p.tokens, p.dim], [p.b, p.h, p.keys, p.dim]
-    stats_dims = [p.b, p.h, p.tokens, 1]
-    t = {
-        "q": graph.tensor(name="q", dim=q_dims, stride=list(p.q), data_type=io),
-        "k": graph.tensor(name="k", dim=k_dims, stride=list(p.k), data_type=io),
-        "v": graph.tensor(name="v", dim=k_dims, stride=list(p.v), data_type=io),
-    }
+    dims = p.graph_dims()
+
+    def tensor(name: str, like: str | None = None, data_type: Any = io) -> Any:
+        shape, strides = dims[like or name]
+        return graph.tensor(name=name, dim=shape, stride=strides, data_type=data_type)
+
+    t = {name: tensor(name) for name in ("q", "k", "v")}
     if p.bias is not None:
-        dims, strides = zip(*p.bias, strict=True)
-        t["bias"] = graph.tensor(name="bias", dim=list(dims), stride=list(strides), data_type=io)
+        t["bias"] = tensor("bias")
     common = dict(attn_scale=p.scale, bias=t.get("bias"), **_mask_options(p, cudnn))
     if p.part == "forward":
         o, stats = graph.sdpa(
             name="sdpa", q=t["q"], k=t["k"], v=t["v"], generate_stats=True, **common
         )
-        o.set_output(True).set_dim(q_dims).set_stride(list(p.o)).set_data_type(io)
-        stats.set_output(True).set_dim(stats_dims).set_stride(list(stats_stride))
+        o.set_output(True).set_dim(dims["o"][0]).set_stride(dims["o"][1]).set_data_type(io)
+        stats.set_output(True).set_dim(dims["stats"][0]).set_stride(dims["stats"][1])
         stats.set_data_type(cudnn.data_type.FLOAT)
         t |= {"o": o, "stats": stats}
     else:
-        t["o"] = graph.tensor(name="o", dim=q_dims, stride=list(p.o), data_type=io)
-        t["do"] = graph.tensor(name="do", dim=q_dims, stride=list(p.o), data_type=io)
-        t["stats"] = graph.tensor(
-            name="stats", dim=stats_dims, stride=list(stats_stride), data_type=cudnn.data_type.FLOAT
-        )
+        t["o"], t["do"] = tensor("o"), tensor("do", like="o")
+        t["stats"] = tensor("stats", data_type=cudnn.data_type.FLOAT)
         if p.settings.deterministic:
             common["use_deterministic_algorithm"] = True
         dq, dk, dv = graph.sdpa_backward(
@@ -500,9 +557,9 @@ def _build(p: Problem) -> Built:
             stats=t["stats"],
             **common,
         )
-        dq.set_output(True).set_dim(q_dims).set_stride(list(p.grads)).set_data_type(io)
-        dk.set_output(True).set_dim(k_dims).set_stride(list(p.grads)).set_data_type(io)
-        dv.set_output(True).set_dim(k_dims).set_stride(list(p.grads)).set_data_type(io)
+        for gradient, like in ((dq, "dq"), (dk, "dk"), (dv, "dk")):
+            gradient.set_output(True).set_dim(dims[like][0]).set_stride(dims[like][1])
+            gradient.set_data_type(io)
         t |= {"dq": dq, "dk": dk, "dv": dv}
     modes = [getattr(cudnn.heur_mode, m) for m in p.settings.heuristics]
     steps = [

@@ -149,6 +149,25 @@ def test_a_donated_argument_that_cannot_be_overwritten_is_refused(cupy, make, me
     np.testing.assert_array_equal(cupy.asnumpy(p), kept)  # nothing ran
 
 
+def test_arguments_passed_again_are_trusted_only_where_they_are_the_same_arrays(cupy):
+    """A call that passes back last call's arrays skips their checks; a different array in a
+    donated position is checked again (and refused), and one array in two places is refused
+    even after both were accepted apart."""
+    update = accy.compile(ADAM, device="cuda", donate=(0, 1))
+    host = _host_arrays(4)
+    p, m, v, g = (cupy.asarray(a) for a in host)
+    for _ in range(3):  # p and m updated in place and passed back as themselves
+        outputs = update(p, m, v, g)
+        host[:2] = _numpy_adam(*host)[:2]
+    assert outputs[0] is p and outputs[1] is m
+    for got, expected in zip((p, m), host[:2], strict=True):
+        np.testing.assert_allclose(cupy.asnumpy(got), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(accy.DonationError, match="a view of another array"):
+        update(p, cupy.zeros((6, 4), cupy.float32)[:3], v, g)
+    with pytest.raises(accy.DonationError, match="input 0 is donated, but its memory is also"):
+        update(p, p, v, g)
+
+
 def test_an_array_donated_twice_or_also_passed_undonated_is_refused_before_anything_runs(cupy):
     m, v, g = (cupy.asarray(a) for a in _host_arrays(3))
     kept = cupy.asnumpy(m)

@@ -155,6 +155,7 @@ def test_arguments_passed_again_are_trusted_only_where_they_are_the_same_arrays(
     even after both were accepted apart."""
     update = accy.compile(ADAM, device="cuda", donate=(0, 1))
     host = _host_arrays(4)
+    host[2] = np.abs(host[2])  # a second moment
     p, m, v, g = (cupy.asarray(a) for a in host)
     for _ in range(3):  # p and m updated in place and passed back as themselves
         outputs = update(p, m, v, g)

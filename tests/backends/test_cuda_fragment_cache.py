@@ -172,7 +172,8 @@ def test_another_process_reads_the_fragment_back_without_planning(cache_dir):
     )
 
     def run(seed: str) -> dict:
-        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(SOURCE_ROOT))
+        paths = [str(SOURCE_ROOT), os.environ.get("PYTHONPATH", "")]
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=os.pathsep.join(filter(None, paths)))
         done = subprocess.run(
             [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
         )

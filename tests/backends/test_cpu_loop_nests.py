@@ -117,3 +117,15 @@ def test_exp_is_exact_at_underflow_infinities_and_nan_in_a_vectorized_loop(nativ
     np.testing.assert_allclose(
         got[finite], want[finite], rtol=4e-7 if dtype == f32 else 1e-15, atol=0
     )
+
+
+@pytest.mark.parametrize("dtype", [f32, f64], ids=str)
+def test_logistic_of_saturated_and_infinite_inputs_in_a_vectorized_loop(native_cpu, dtype):
+    specials = [-np.inf, -2e3, -120.0, -104.0, -90.0, -3.0, 0.0, 3.0, 90.0, 120.0, np.inf, np.nan]
+    np_type = np.float32 if dtype == f32 else np.float64
+    x = np.resize(np.array(specials, np_type), 64 * len(specials))
+    program = accy.trace.define(
+        "logistic", [spec(dtype, n=x.size)], lambda b, a: (a[0].logistic(),)
+    )
+    got = assert_matches_reference(program, [x], rtol=1e-6, atol=0)[0]
+    assert np.all(got[x <= -2e3] == 0) and np.all(got[x >= 90.0] == 1)

@@ -171,13 +171,14 @@ ACCY_FN float accy_round_bf16(float x) {
   return accy_bf16_load(accy_bf16_store(x));
 }
 
-/* Written with exp of a non-positive number, so that neither branch overflows. */
+/* Written with exp of a non-positive number, so that neither branch overflows (and through
+   accy_expf: a saturated input is -|x| < -104 there). */
 ACCY_FN float accy_logisticf(float x) {
-  const float e = expf(-fabsf(x));
+  const float e = accy_expf(-fabsf(x));
   return x >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
 }
 ACCY_FN double accy_logistic(double x) {
-  const double e = exp(-fabs(x));
+  const double e = accy_exp(-fabs(x));
   return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 

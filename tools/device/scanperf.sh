@@ -4,7 +4,8 @@
 # about 3 minutes:
 # 1. bench.scan_layers, accy only, 12 and 48 layers, scan and unrolled, median of 20 steps
 #    (each (layers, layout) in a fresh process with a fresh cache): the ratio to confirm;
-# 2. the same with JAX's lax.scan and unrolled model beside it (median of 10), for context;
+# 2. at 12 layers, the same with JAX's lax.scan and unrolled model beside it (median of 10),
+#    for context;
 # 3. the CPU loop-nest tests and the CUDA kinds' unary tests (accy_expf is in the CUDA prelude
 #    too, as plain expf).
 # Full log: $OUT/scanperf.log; a summary of at most ~40 lines on stdout.
@@ -26,12 +27,12 @@ step() {  # step NAME LIMIT COMMAND...
   echo "== $name: exit $? after $((SECONDS - START))s" >> "$LOG"
 }
 nproc >> "$LOG" 2>&1
-step accy 110 python3 -m bench.scan_layers --layers 12,48 --systems accy --repeat 20 \
-  --timeout 100 --json "$OUT/scanperf-accy.json"
-step tests 35 env JAX_PLATFORMS=cpu python3 -m pytest tests/backends/test_cpu_loop_nests.py \
+step accy 130 python3 -m bench.scan_layers --layers 12,48 --systems accy --repeat 20 \
+  --timeout 110 --json "$OUT/scanperf-accy.json"
+step tests 30 env JAX_PLATFORMS=cpu python3 -m pytest tests/backends/test_cpu_loop_nests.py \
   tests/backends/test_cuda_kinds.py -k "loop or exp or elementwise or softmax" -p no:benchmark \
   -p no:cacheprovider -rfEs
-step with_jax 75 python3 -m bench.scan_layers --layers 12,48 --repeat 10 --timeout 60 \
+step with_jax 60 python3 -m bench.scan_layers --layers 12 --repeat 10 --timeout 40 \
   --json "$OUT/scanperf-all.json"
 
 echo "== scanperf summary ($((SECONDS - START)) s; full log $LOG)"
@@ -58,6 +59,6 @@ grep -E "^accy +layers" "$LOG" | head -4
 ratios "$OUT/scanperf-accy.json"
 echo "-- tests:"
 grep -E "[0-9]+ (passed|failed)|^FAILED|^ERROR" "$LOG" | cut -c1-200 | head -6
-echo "-- with JAX (median of 10):"
+echo "-- 12 layers with JAX (median of 10):"
 sed -n '/== with_jax (/,/== with_jax:/p' "$LOG" | grep -E "layers=" | head -8
 ratios "$OUT/scanperf-all.json"

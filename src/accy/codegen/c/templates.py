@@ -26,7 +26,7 @@ _WRAPPING_NEG = "({c})(({u})0 - ({u}){x})"
 
 UNARY = {
     "neg": {"signed": _WRAPPING_NEG, "*": "-{x}"},
-    "exp": {"float": "exp{f}({x})"},
+    "exp": {"float": "accy_exp{f}({x})"},  # the prelude's: the CPU's skips libmvec's slow lanes
     "log": {"float": "log{f}({x})"},
     "log1p": {"float": "log1p{f}({x})"},
     "expm1": {"float": "expm1{f}({x})"},
@@ -128,7 +128,7 @@ def unary(name: str, ctype: CType, x: str) -> str:
     >>> from accy import f32, i32
     >>> from accy.codegen.c.dialect import GCC
     >>> unary("exp", GCC.c_type(f32), "t0"), unary("abs", GCC.c_type(i32), "t0")
-    ('expf(t0)', '(t0 < 0 ? (int32_t)((uint32_t)0 - (uint32_t)t0) : t0)')
+    ('accy_expf(t0)', '(t0 < 0 ? (int32_t)((uint32_t)0 - (uint32_t)t0) : t0)')
     """
     template = _pick(UNARY, name, ctype, "unary")
     return template.format(x=x, f=ctype.suffix, c=ctype.compute, u=ctype.unsigned)

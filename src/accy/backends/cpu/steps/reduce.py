@@ -10,7 +10,7 @@ from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import linear
 from ....codegen.c.literals import highest, lowest
-from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
+from ..loops import PARALLEL_FOR, axis_index, axis_loops, coalesced, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
 
 
@@ -153,14 +153,18 @@ def _reduce_columns(ctx: StepContext) -> list[str]:
         accumulator, load, store = out, ctype.load, ctype.store
     n = op.type.size
     lines += [f"for (int64_t o = 0; o < {n}; ++o) {accumulator}[o] = {store.format(x='init')};"]
-    index = axis_index(x_type)
-    position = linear(tuple(index[p] for p in layout.kept), op.type.extents)
-    body = ctx.body()
-    x = body.value(op.operands[0], index)
-    current = load.format(x=f"{accumulator}[{position}]")
-    combined = templates.binary(templates.REDUCERS[reducer], ctype, current, x)
-    update = f"{accumulator}[{position}] = {store.format(x=combined)};"
-    lines += nest(axis_loops(x_type), body.lines + [update])
+
+    def statements(components: dict[str, str]) -> list[str]:
+        index = tuple(components.get(c, c) for c in axis_index(x_type))
+        position = linear(tuple(index[p] for p in layout.kept), op.type.extents)
+        body = ctx.body()
+        x = body.value(op.operands[0], index)
+        current = load.format(x=f"{accumulator}[{position}]")
+        combined = templates.binary(templates.REDUCERS[reducer], ctype, current, x)
+        return body.lines + [f"{accumulator}[{position}] = {store.format(x=combined)};"]
+
+    # Kept axes next to each other (a softmax's batch and head) become one longer loop.
+    lines += nest(*coalesced(axis_loops(x_type), statements))
     if layout.needs_accumulator:
         rounded = ctype.round.format(x=f"{accumulator}[o]")
         lines.append(f"for (int64_t o = 0; o < {n}; ++o) {store_element(dtype, out, 'o', rounded)}")

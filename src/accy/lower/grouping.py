@@ -311,3 +311,183 @@ def _epilogue_of(steps, index: int, size: int, check: FlatCheck, claimed, exclud
     if not members:
         return None
     return Epilogue(tuple(members), tuple(a for a in ahead if a < members[-1]))
+
+
+CHAIN_WINDOW = 8
+"""Steps after a row reduction searched for the later phases of its chain (as for epilogues: a
+bounded search keeps planning linear, and a phase further away would move more work)."""
+
+
+def _phase_key(step) -> tuple | None:
+    """The `_row_key` of a row reduction step that can be a chain's phase: a `reduce` or a
+    `reductions` set (its members share the key); None for any other step."""
+    if step.kind == "reductions":
+        return _row_key(step.members[0])
+    return _row_key(step) if step.kind == "reduce" else None
+
+
+def _phase_operations(step) -> int:
+    members = step.members or (step,)
+    return sum(len(m.fused) + 1 for m in members) + sum(len(e.fused) + 1 for e in step.epilogue)
+
+
+class RowReads:
+    """Whether a row reduction reads given stored values (an earlier phase's per-row results)
+    only at its own row: through elementwise work, broadcasts and transposes (by axis name) and
+    reshapes that only add or drop axes of extent 1, at the position of its kept axes."""
+
+    def __init__(self, check: FlatCheck):
+        self.check = check
+
+    def only_at_row(self, step, chained: set[int]) -> bool:
+        """Whether every member of row reduction `step` reads the values in `chained` only at
+        the row it reduces (and its initial value never reads them)."""
+        depends: dict[int, bool] = {}
+        for member in step.members or (step,):
+            op = member.op
+            x = op.operand_types[0]
+            kept = tuple(x.axes[p] for p in step.detail.kept if x.extents[p] != 1)
+            ones = frozenset(a for a, n in x.named_extents if n == 1)
+            if self._reaches(op.operands[1], chained, depends):
+                return False
+            if not self._at_row(op.operands[0], x.axes, chained, kept, ones, depends):
+                return False
+        return True
+
+    def _reaches(self, value: int, chained: set[int], depends: dict[int, bool]) -> bool:
+        """Whether computing `value` (inline, up to stored values) loads one in `chained`."""
+        pending, order = [value], []
+        while pending:  # a stack, not recursion: expressions can be deep
+            v = pending.pop()
+            if v in depends:
+                continue
+            if v in chained or self.check.is_stored(v):
+                depends[v] = v in chained
+                continue
+            order.append(v)
+            depends[v] = False  # provisional: the graph is acyclic, fixed below
+            pending.extend(self.check.producers[v].operands)
+        for v in reversed(order):
+            depends[v] = any(depends.get(u, False) for u in self.check.producers[v].operands)
+        return depends[value]
+
+    def _at_row(self, value, axes, chained, kept, ones, depends) -> bool:
+        """Whether `value`, read at the index whose components are the reduced input's axis
+        names `axes`, reads `chained` values only where their significant components are
+        `kept` (`ones`: axis names of extent 1, whose component is always 0)."""
+        pending, seen = [(value, tuple(axes))], set()
+        while pending:
+            v, index = pending.pop()
+            if (v, index) in seen or not self._reaches(v, chained, depends):
+                continue
+            seen.add((v, index))
+            if v in chained:
+                t = self.check.type_of(v)
+                parts = [c for c, n in zip(index, t.extents, strict=True) if n != 1]
+                others = [c for c, n in zip(index, t.extents, strict=True) if n == 1]
+                if tuple(parts) != kept or not all(c == "0" or c in ones for c in others):
+                    return False
+                continue
+            op = self.check.producers[v]
+            operands = self._operand_indices(op, index)
+            if operands is None:
+                return False
+            pending.extend(zip(op.operands, operands, strict=True))
+        return True
+
+    @staticmethod
+    def _operand_indices(op: Operation, index: tuple) -> list[tuple] | None:
+        """The index of each operand of `op` read at `index` (components are axis names or
+        "0"), or None where it is not a renaming of the same components."""
+        if op.kind in SAME_INDEX_KINDS or op.kind in ("broadcast_in_dim", "transpose"):
+            result = op.type
+            indices = []
+            for t in op.operand_types:
+                if any(a not in result.axes for a in t.axes):
+                    return None
+                indices.append(tuple(index[result.position(a)] for a in t.axes))
+            return indices
+        if op.kind == "reshape":
+            operand, result = op.operand_types[0], op.type
+            if _significant(operand) != _significant(result):
+                return None
+            parts = iter(c for c, n in zip(index, result.extents, strict=True) if n != 1)
+            return [tuple(next(parts) if n != 1 else "0" for n in operand.extents)]
+        return None if op.operands else []
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Row reductions over the same rows, each reading earlier ones' results only at its own
+    row: `phases` (indices into the steps, in order) run as one pass per phase over each row;
+    `ahead` are the steps between them that run before the chain (they read nothing it
+    writes)."""
+
+    phases: tuple[int, ...]
+    ahead: tuple[int, ...]
+
+
+def reduction_chains(steps, check: FlatCheck) -> list[Chain]:
+    """The chains of row reductions in `steps` (see `Chain`): a later row reduction (`reduce`
+    or `reductions`, with its epilogue) joins an earlier one's chain when it has the same
+    `_row_key`, reads a value some phase of the chain writes, reads those values only at its
+    own row (`RowReads`: `logits - max` broadcast along the reduced axis, never a transposed
+    or shifted row), and reads nothing written by a step in between that depends on the chain.
+    Those steps stay after the chain; the others in between run ahead of it. Each row's later
+    passes then read the row while it is still in cache: cross-entropy's sum of
+    `exp(logits - max)` after the max and the pick, LayerNorm's backward second row sum after
+    the first. At most `CHAIN_WINDOW` steps are searched after each phase and
+    `MAX_GROUP_OPERATIONS` operations joined.
+
+    >>> import accy
+    >>> p = accy.trace.define("c", [accy.spec(accy.f32, row=4, v=8)],
+    ...                       lambda b, a: (a[0] - a[0].max("v")).exp().sum("v"))
+    >>> [(s.kind, len(s.members)) for s in accy.lower.build_plan(p).steps]
+    [('chain', 2)]
+    """
+    rows = RowReads(check)
+    chains: list[Chain] = []
+    claimed: set[int] = set()
+    for index, host in enumerate(steps):
+        key = _phase_key(host)
+        if key is None or index in claimed:
+            continue
+        chain = _chain_of(steps, index, key, rows, claimed)
+        if chain is not None:
+            chains.append(chain)
+            claimed.update(chain.phases, chain.ahead)
+    return chains
+
+
+def _chain_of(steps, index: int, key: tuple, rows: RowReads, claimed: set[int]) -> Chain | None:
+    """The `Chain` starting at row reduction `steps[index]`, or None (see `reduction_chains`).
+    `available`: what the phases write; `pinned`: what the steps that must stay after the chain
+    write (they read `available` or `pinned`)."""
+    available = set(steps[index].writes)
+    pinned: set[int] = set()
+    operations = _phase_operations(steps[index])
+    phases, ahead = [index], []
+    later = index + 1
+    while later < min(phases[-1] + 1 + CHAIN_WINDOW, len(steps)):
+        step = steps[later]
+        reads = set(step.reads)
+        if later not in claimed and (
+            _phase_key(step) == key
+            and reads & available
+            and not reads & pinned
+            and operations + _phase_operations(step) <= MAX_GROUP_OPERATIONS
+            and rows.only_at_row(step, available)
+        ):
+            phases.append(later)
+            available |= set(step.writes)
+            operations += _phase_operations(step)
+        elif later in claimed:
+            pass  # placed before this chain by an earlier one
+        elif reads & (available | pinned):
+            pinned |= set(step.writes)
+        else:
+            ahead.append(later)
+        later += 1
+    if len(phases) < 2:
+        return None
+    return Chain(tuple(phases), tuple(a for a in ahead if a < phases[-1]))

@@ -11,7 +11,17 @@ from ....errors import AccyError
 from ..columns import ColumnKernel, ColumnLoop, choose_column_cut, column_lines
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import COUNTERS, axis_names, compute_bytes, decompose
-from ..reductions import Accumulator, Cut, Finish, Vectors, choose_cut, reduction_lines
+from ..reductions import (
+    Accumulator,
+    Cut,
+    Finish,
+    RowPass,
+    Vectors,
+    chain_cut,
+    chain_lines,
+    choose_cut,
+    reduction_lines,
+)
 from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor, lane_width
 from .common import elementwise_kernel, innermost, rounded, step_itemsizes, store, store_at
 
@@ -294,3 +304,71 @@ def emit_reduce(ctx: StepContext) -> StepCode:
         except NotFlat:
             continue
     raise AccyError("internal: no kernel for a reduction")
+
+
+def _phase_ops(step) -> list:
+    return [m.op for m in step.members] or [step.op]
+
+
+def _row_pass(ctx: StepContext, pointers, cut: Cut, prefix: str) -> tuple[list[str], RowPass]:
+    """(statements before the kernel's loop, the pass) of row reduction step `ctx.step` (a
+    chain's phase: a `reduce` or `reductions` step with its epilogue) in a kernel with
+    `pointers`, one chunk per row, its accumulators named with `prefix`."""
+    ops = _phase_ops(ctx.step)
+    accumulators = [
+        Accumulator(f"{prefix}acc{j}", op.attrs["op"], op.type.dtype) for j, op in enumerate(ops)
+    ]
+    head, initials = initial_values(ctx, ops)(pointers)
+    finish = _final(ctx, pointers, [op.results[0] for op in ops], [op.type.dtype for op in ops])
+    element, kept = _reduce_element(ctx, ops, False)
+    scalar = element(ctx.body(pointers), "r")
+    vectors = None
+    if cut.width > 1:
+        lanes = LaneBody(ctx.module, ctx.plan, pointers, cut.width)
+        statements, values = element(lanes, "r")
+        if lanes.vectorized:
+            vector = (lanes.pruned(statements), values)
+            vectors = Vectors(lambda r: vector, lanes.aligned_condition())
+    if vectors is None:
+        cut = replace(cut, width=1)
+    return head, RowPass(cut, kept, lambda r: scalar, accumulators, initials, finish, vectors)
+
+
+def _phase_cut(ctx: StepContext, outputs: int, length: int) -> Cut | None:
+    """The `chain_cut` of a chain's phase `ctx.step` (its width follows its buffers)."""
+    layout = ctx.step.detail
+    reduced_extents = tuple(layout.input.extents[p] for p in layout.reduced)
+    width = reduction_width(ctx, reduced_extents, layout.input.size)
+    return chain_cut(outputs, length, width)
+
+
+def emit_chain(ctx: StepContext) -> StepCode:
+    """A `chain` step (`accy.lower.grouping.reduction_chains`): one kernel in which the
+    threads of each row run each phase's pass over the row in turn, storing its results and
+    meeting at a barrier before the next pass, which reads the row again from L2 (a block's
+    row of 50304 bf16 logits is 100 KB; the rows in flight fit the H200's 50 MB L2) and the
+    earlier results where they were stored. Where few rows leave the GPU idle (`chain_cut`:
+    rows then split into chunks that a second kernel combines) each phase runs as its own
+    reduction, in order."""
+    phases = [replace(ctx, step=phase) for phase in ctx.step.members]
+    layout = ctx.step.detail
+    outputs = _phase_ops(ctx.step.members[0])[0].type.size
+    length = layout.input.size // outputs
+    cuts = [_phase_cut(phase, outputs, length) for phase in phases]
+    if length == 0 or None in cuts:
+        codes = [emit_reduce(phase) for phase in phases]
+        ctx.scratch_used = max(phase.scratch_used for phase in phases)
+
+        def schedule_phases(level, schedule) -> None:
+            for code in codes:
+                code(level, schedule)
+
+        return schedule_phases
+    pointers = ctx.pointers()
+    heads, passes = [], []
+    for k, (phase, cut) in enumerate(zip(phases, cuts, strict=True)):
+        head, row = _row_pass(phase, pointers, cut, f"p{k}_")
+        heads += head
+        passes.append(row)
+    kernel = ctx.kernel(pointers, heads + chain_lines(passes), "(chain)")
+    return launches((kernel, cuts[0].grid))

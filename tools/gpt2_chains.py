@@ -34,7 +34,9 @@ def describe(chain) -> str:
     phases = []
     for phase in chain.members:
         ops = [m.op.attrs["op"] for m in phase.members or (phase,)]
-        phases.append("+".join(ops) + (f" ({len(phase.epilogue)} epilogue)" if phase.epilogue else ""))
+        phases.append(
+            "+".join(ops) + (f" ({len(phase.epilogue)} epilogue)" if phase.epilogue else "")
+        )
     rows = chain.detail.input
     return f"{' -> '.join(phases)} over {rows}"
 

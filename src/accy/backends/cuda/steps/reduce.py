@@ -350,9 +350,7 @@ def emit_chain(ctx: StepContext) -> StepCode:
     earlier results where they were stored. Where few rows leave the GPU idle (`chain_cut`:
     rows then split into chunks that a second kernel combines) each phase runs as its own
     reduction, in order."""
-    phases = [
-        replace(ctx, step=phase, phase=f".{k}") for k, phase in enumerate(ctx.step.members)
-    ]
+    phases = [replace(ctx, step=phase, phase=f".{k}") for k, phase in enumerate(ctx.step.members)]
     layout = ctx.step.detail
     outputs = _phase_ops(ctx.step.members[0])[0].type.size
     length = layout.input.size // outputs

@@ -1,0 +1,89 @@
+"""On the GPU: milliseconds per call of GPT-2-sized row losses with their reduction chains
+(`accy.lower.grouping.reduction_chains`) and without (CHAIN_WINDOW = 0), and whether both give
+the same bits. Run from the repo root: python3 tools/device/chains_ab.py"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+import cupy
+import numpy as np
+
+sys.path.insert(0, ".")
+
+import accy  # noqa: E402
+from accy import bf16, spec  # noqa: E402
+from accy.backends.base import CACHE  # noqa: E402
+from accy.lower import grouping  # noqa: E402
+
+
+def cross_entropy(rows=8192, classes=50304):
+    return accy.trace.define(
+        "ce",
+        [spec(bf16, row=rows, v=classes), spec(accy.i32, row=rows)],
+        lambda b, a: accy.nn.cross_entropy(a[0], a[1], "v").mean("row"),
+    )
+
+
+def layer_norm_backward(rows=8192, cols=768):
+    def body(b, a):
+        y = accy.nn.layer_norm(a[0], "col") * a[1]
+        return (y * a[2]).sum()
+
+    program = accy.trace.define(
+        "ln",
+        [spec(bf16, row=rows, col=cols), spec(bf16, col=cols), spec(bf16, row=rows, col=cols)],
+        body,
+    )
+    return accy.value_and_grad(program, wrt=[0])
+
+
+def inputs_of(program):
+    rng = np.random.default_rng(0)
+    arrays = []
+    for t in program.parameter_types:
+        if t.dtype == accy.i32:
+            arrays.append(cupy.asarray(rng.integers(0, 50304, t.extents).astype(np.int32)))
+        else:
+            x = rng.standard_normal(t.extents).astype(np.float32)
+            arrays.append(cupy.asarray(x.astype(t.dtype.numpy)))
+    return arrays
+
+
+def timed(program, arrays, repeats=20):
+    # A fresh memory cache and disk cache folder: the disk cache's key knows nothing of
+    # CHAIN_WINDOW.
+    CACHE.clear()
+    os.environ["ACCY_CACHE_DIR"] = tempfile.mkdtemp(prefix="chains-ab-")
+    run = accy.compile(program, device="cuda")
+    outputs = [cupy.asnumpy(o) for o in run(*arrays)]
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    for _ in range(3):
+        run(*arrays)
+    start.record()
+    for _ in range(repeats):
+        run(*arrays)
+    stop.record()
+    stop.synchronize()
+    return cupy.cuda.get_elapsed_time(start, stop) / repeats, outputs
+
+
+for name, build in (
+    ("cross-entropy 8192x50304 bf16", cross_entropy),
+    ("layer-norm fwd+bwd 8192x768 bf16", layer_norm_backward),
+):
+    program = build()
+    arrays = inputs_of(program)
+    chained, a = timed(program, arrays)
+    window = grouping.CHAIN_WINDOW
+    grouping.CHAIN_WINDOW = 0
+    try:
+        apart, b = timed(program, arrays)
+    finally:
+        grouping.CHAIN_WINDOW = window
+    same = all(
+        np.asarray(x).tobytes() == np.asarray(y).tobytes() for x, y in zip(a, b, strict=True)
+    )
+    print(f"{name}: chained {chained:.3f} ms, apart {apart:.3f} ms, same bits: {same}")

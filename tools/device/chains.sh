@@ -4,7 +4,8 @@
 # kernel). Steps:
 # 1. the CUDA tests of chains, sibling reductions, epilogues and column reductions;
 # 2. tools/device/chains_ab.py: GPT-2-sized cross-entropy and LayerNorm fwd+bwd, ms per call
-#    chained vs apart (CHAIN_WINDOW = 0) and whether both give the same bits;
+#    chained with the grid capped so rows in flight fit L2 (the default), chained with the full
+#    grid, and apart (CHAIN_WINDOW = 0), and whether all three give the same bits;
 # 3. tools/gpt2_profile.py --dtype bf16 --attention fused --top 25 (its 2nd line: the whole
 #    step's graph time), first 35 lines.
 # Full log in $OUT/chains.log; a summary of at most ~40 lines at the end. At most ~175 s.

@@ -18,7 +18,8 @@ input extents, kept and reduced axes, walked in the `rows` order), neither readi
 result, can share their loop nest just as well: each row is read once for both accumulators.
 Cross-entropy's max and its pick of the label's logit read the [tokens, vocab] logits once
 instead of twice (`sibling_reductions`). LayerNorm's backward row sums are a chain (the second
-reads the first through the variance's derivative), so they stay two passes.
+reads the first through the variance's derivative): they cannot share a pass, but the second
+can walk each row right after the first, while the row is in cache (`reduction_chains`).
 """
 
 from __future__ import annotations

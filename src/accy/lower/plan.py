@@ -76,7 +76,9 @@ class Step:
     `body` and a cond's or while_loop's `branches` (true, false; or condition, body) are plans
     of their own, run on the step's buffers. A row reduction's `epilogue` are flat elementwise
     loops over its results, computed where each result is stored (`grouping.reduction_epilogues`);
-    its `writes` then hold only the values some other step or the caller reads."""
+    its `writes` then hold only the values some other step or the caller reads. A `chain` step's
+    `members` are its phases (`reduce` or `reductions` steps with their epilogues), each walking
+    every row after the one before (`grouping.reduction_chains`)."""
 
     kind: str
     op: Operation | None

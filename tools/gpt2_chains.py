@@ -33,12 +33,12 @@ def step_program(dtype: str, fused: bool):
 def describe(chain) -> str:
     phases = []
     for phase in chain.members:
-        ops = [m.op.attrs["op"] for m in phase.members or (phase,)]
-        phases.append(
-            "+".join(ops) + (f" ({len(phase.epilogue)} epilogue)" if phase.epilogue else "")
-        )
-    rows = chain.detail.input
-    return f"{' -> '.join(phases)} over {rows}"
+        if phase.kind == "loop":
+            phases.append(f"loop {phase.op.kind}")
+            continue
+        ops = "+".join(m.op.attrs["op"] for m in phase.members or (phase,))
+        phases.append(ops + (f" ({len(phase.epilogue)} epilogue)" if phase.epilogue else ""))
+    return f"{' -> '.join(phases)} over {chain.detail.input}"
 
 
 def main() -> None:

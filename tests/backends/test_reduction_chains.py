@@ -28,8 +28,11 @@ def chains(plan):
 
 
 def phase_ops(chain):
-    """Each phase's reducers, e.g. [["max", "sum"], ["sum"]]."""
-    return [[m.op.attrs["op"] for m in phase.members or (phase,)] for phase in chain.members]
+    """Each phase's reducers, e.g. [["max", "sum"], ["sum"]]; ["loop"] for a loop phase."""
+    return [
+        ["loop"] if phase.kind == "loop" else [m.op.attrs["op"] for m in phase.members or (phase,)]
+        for phase in chain.members
+    ]
 
 
 # Programs ---------------------------------------------------------------------------------------
@@ -94,26 +97,35 @@ def test_cross_entropy_forward_is_one_chain(target):
     assert "2 passes over each row in turn" in explain(plan)
 
 
-def test_cross_entropy_gradient_chains_on_the_gpu():
-    # The GPU computes exp(logits - max) inside the sum; the CPU stores logits - max first (a
-    # loop over the logits, which no chain takes), so its sum reads no per-row result.
+def test_cross_entropy_gradient_chains():
+    # The GPU computes exp(logits - max) inside the sum. The CPU stores exp(logits - max)
+    # first: a loop computing exp, which its chains leave alone (its loops call libmvec's
+    # vector exp, whose bits differ from a scalar call's). The logits' gradient (a loop after
+    # the last sum) stays a step, written over the logits' buffer.
     gradient = accy.value_and_grad(cross_entropy_loss(bf16), wrt=[0])
     (chain,) = chains(build_plan(gradient, GPU))
     assert phase_ops(chain) == [["max", "sum"], ["sum"]]
     assert chain.members[1].epilogue  # the softmax's 1 / sum
     assert gradient.parameters[0] in chain.reads
     assert not chains(build_plan(gradient, CPU))
+    assert "exp" in CPU.epilogue_excludes
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_layer_norm_forward_and_backward_chain(target):
+    # The mean, then the variance (of x - mean computed inline: the output is its only other
+    # reader, a loop after the chain).
     forward = build_plan(layer_norm(bf16), target)
     assert [step.kind for step in forward.steps] == ["chain", "loop"]
-    assert phase_ops(forward.steps[0]) == [["sum"], ["sum"]]  # the mean, then the variance
+    assert phase_ops(forward.steps[0]) == [["sum"], ["sum"]]
+    # With a backward pass x - mean is stored (read again there): a loop phase between.
     gradient = build_plan(accy.value_and_grad(layer_norm_loss(bf16), wrt=[0, 1]), target)
-    backward = chains(gradient)
-    assert len(backward) == 1 and phase_ops(backward[0]) == [["sum"], ["sum"]]
-    first, second = backward[0].members
+    forward, backward = chains(gradient)
+    assert phase_ops(forward) == [["sum"], ["loop"], ["sum"]]
+    mean, centered, variance = forward.members
+    assert centered.op.kind == "sub" and set(centered.writes) <= set(variance.reads)
+    assert phase_ops(backward) == [["sum"], ["sum"]]
+    first, second = backward.members
     assert set(first.writes) & set(second.reads)  # the second reads the first's row scalar
 
 
@@ -132,6 +144,42 @@ def test_a_reduction_reading_another_row_does_not_chain(target, build):
     plan = build_plan(build(), target)
     assert not chains(plan)
     assert [s.kind for s in plan.steps if s.kind in ("reduce", "reductions")] == ["reduce"] * 2
+
+
+def _centered_then(read):
+    """max; y = x - max (an output, so stored: a loop over the rows); a sum of `read(y)`."""
+
+    def body(b, a):
+        x = a[0]
+        y = x - x.max("v")
+        return y, read(b, y).sum("v")
+
+    return accy.trace.define("centered", [spec(f32, row=8, v=32)], body)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_loop_between_reductions_is_a_phase(target):
+    (chain,) = chains(build_plan(_centered_then(lambda b, y: y * y), target))
+    assert phase_ops(chain) == [["max"], ["loop"], ["sum"]]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_loop_value_read_in_another_row_does_not_chain(target):
+    # The sum reads the loop's y of the next row (rolled by one): written by other threads.
+    def rolled(b, y):
+        return b.concatenate([y.slice("row", 1), y.slice("row", 0, 1)], "row")
+
+    assert not chains(build_plan(_centered_then(rolled), target))
+
+
+def test_a_loop_after_the_last_reduction_stays_a_step():
+    # softmax: max, sum of exp(x - max), then exp(x - max) / sum, a loop after the last sum.
+    program = accy.trace.define(
+        "softmax", [spec(f32, row=8, v=32)], lambda b, a: accy.nn.softmax(a[0], "v")
+    )
+    plan = build_plan(program, GPU)
+    assert [step.kind for step in plan.steps] == ["chain", "loop"]
+    assert phase_ops(plan.steps[0]) == [["max"], ["sum"]]
 
 
 def test_a_step_between_that_reads_the_first_result_stays_after_the_chain():
@@ -217,6 +265,7 @@ VALUE_PROGRAMS = [
     pytest.param(lambda: three_phases(bf16, rows=8, cols=8200), 2.0**-6, id="three-bf16-long"),
     pytest.param(lambda: cross_entropy_loss(bf16), 2.0**-6, id="ce-bf16"),
     pytest.param(lambda: layer_norm(f32), 1e-5, id="layer_norm-f32"),
+    pytest.param(lambda: _centered_then(lambda b, y: y * y), 1e-5, id="loop-phase"),
     pytest.param(lambda: layer_norm(bf16, rows=300, cols=4200), 2.0**-6, id="layer_norm-long"),
     pytest.param(
         lambda: accy.value_and_grad(cross_entropy_loss(f32), wrt=[0]), 1e-5, id="ce-grad-f32"
@@ -295,6 +344,17 @@ def test_the_cuda_chain_is_one_kernel_with_a_barrier_between_passes():
     assert len(stored) == 2  # the max and the pick
     assert len([p for p in stored if f"{p}[k0]" in second]) == 1  # the max, loaded at the row
     assert "expf(" in second and source.count(": chain (chain) */") == 1
+
+
+def test_the_cuda_chain_of_layer_norm_stores_the_centered_rows_between_its_sums():
+    gradient = accy.value_and_grad(layer_norm_loss(bf16, rows=8192, cols=768, out=32), wrt=[0, 1])
+    kernel = _chain_kernel(compile_program(gradient).source)  # the forward's, the first
+    mean, centered, variance = kernel.split("__syncwarp();")  # a warp per row of 768
+    assert "p0_acc0" in mean and "_acc" not in centered and "p2_acc0" in variance
+    # x - mean stored 8 bf16 at a time, then read back by the variance's pass.
+    (store,) = [line for line in centered.splitlines() if line.strip().startswith("*(accy_vector")]
+    pointer = store.split("(")[2].split(" +")[0]
+    assert f"(const accy_vector<uint16_t, 8> *)({pointer} + k0 * 768" in variance
 
 
 def test_few_long_rows_run_each_phase_as_its_own_reduction():

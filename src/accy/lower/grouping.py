@@ -332,28 +332,63 @@ def _phase_operations(step) -> int:
     return sum(len(m.fused) + 1 for m in members) + sum(len(e.fused) + 1 for e in step.epilogue)
 
 
-class RowReads:
-    """Whether a row reduction reads given stored values (an earlier phase's per-row results)
-    only at its own row: through elementwise work, broadcasts and transposes (by axis name) and
-    reshapes that only add or drop axes of extent 1, at the position of its kept axes."""
+LOOP_PHASE_KINDS = SAME_INDEX_KINDS | {"broadcast_in_dim", "transpose"}
+"""What a loop that is a chain's phase may compute last (its fused operands may be anything):
+an operation whose element at an index reads its operands' elements by axis name."""
 
-    def __init__(self, check: FlatCheck):
+
+def _loop_phase(step, key: tuple, excludes: frozenset[str]) -> bool:
+    """Whether loop `step` can be a phase of a chain over rows `key`: it walks each row's
+    elements (its result has the extents the rows' reductions read), and computes nothing in
+    `excludes` (the target's `epilogue_excludes`: on the CPU, functions whose vector variants
+    its own loops would call)."""
+    if step.kind != "loop" or step.op.kind not in LOOP_PHASE_KINDS:
+        return False
+    if step.op.type.extents != key[0] or step.op.type.size < 2:
+        return False
+    return not any(_operation_name(op) in excludes for op in (*step.fused, step.op))
+
+
+class RowReads:
+    """Whether a chain's later phase reads what earlier phases wrote only at its own row:
+    through elementwise work, broadcasts and transposes (by axis name) and reshapes that only
+    add or drop axes of extent 1. A per-row result (a reduction's, or its epilogue's) must be
+    read at the kept axes' position; a row-sized value (a loop phase's) anywhere in the same
+    row (its components at the kept positions are the kept axes')."""
+
+    def __init__(self, check: FlatCheck, key: tuple):
         self.check = check
+        self.extents, self.kept_positions, _ = key
+        self.rows = 1
+        for p in self.kept_positions:
+            self.rows *= self.extents[p]
 
     def only_at_row(self, step, chained: set[int]) -> bool:
-        """Whether every member of row reduction `step` reads the values in `chained` only at
-        the row it reduces (and its initial value never reads them)."""
+        """Whether phase `step` (a row reduction, or a loop over the rows' elements) reads the
+        values in `chained` only at its own row (and a reduction's initial value never)."""
         depends: dict[int, bool] = {}
+        if step.kind == "loop":
+            op = step.op
+            index = self._operand_indices(op, op.type.axes)
+            if index is None:
+                return not any(self._reaches(v, chained, depends) for v in op.operands)
+            kept = self._kept(op.type)
+            return all(
+                self._at_row(v, at, chained, kept, depends)
+                for v, at in zip(op.operands, index, strict=True)
+            )
         for member in step.members or (step,):
             op = member.op
-            x = op.operand_types[0]
-            kept = tuple(x.axes[p] for p in step.detail.kept if x.extents[p] != 1)
-            ones = frozenset(a for a, n in x.named_extents if n == 1)
             if self._reaches(op.operands[1], chained, depends):
                 return False
-            if not self._at_row(op.operands[0], x.axes, chained, kept, ones, depends):
+            x = op.operand_types[0]
+            if not self._at_row(op.operands[0], x.axes, chained, self._kept(x), depends):
                 return False
         return True
+
+    def _kept(self, t) -> tuple:
+        """The names of `t`'s significant kept axes (`t` has the rows' input extents)."""
+        return tuple(t.axes[p] for p in self.kept_positions if t.extents[p] != 1)
 
     def _reaches(self, value: int, chained: set[int], depends: dict[int, bool]) -> bool:
         """Whether computing `value` (inline, up to stored values) loads one in `chained`."""
@@ -372,10 +407,10 @@ class RowReads:
             depends[v] = any(depends.get(u, False) for u in self.check.producers[v].operands)
         return depends[value]
 
-    def _at_row(self, value, axes, chained, kept, ones, depends) -> bool:
-        """Whether `value`, read at the index whose components are the reduced input's axis
-        names `axes`, reads `chained` values only where their significant components are
-        `kept` (`ones`: axis names of extent 1, whose component is always 0)."""
+    def _at_row(self, value, axes, chained, kept, depends) -> bool:
+        """Whether `value`, read at the index whose components are the phase's axis names
+        `axes` (or "0"), reads `chained` values only at the row whose kept components are
+        `kept`."""
         pending, seen = [(value, tuple(axes))], set()
         while pending:
             v, index = pending.pop()
@@ -383,10 +418,7 @@ class RowReads:
                 continue
             seen.add((v, index))
             if v in chained:
-                t = self.check.type_of(v)
-                parts = [c for c, n in zip(index, t.extents, strict=True) if n != 1]
-                others = [c for c, n in zip(index, t.extents, strict=True) if n == 1]
-                if tuple(parts) != kept or not all(c == "0" or c in ones for c in others):
+                if not self._in_row(self.check.type_of(v), index, kept):
                     return False
                 continue
             op = self.check.producers[v]
@@ -396,11 +428,25 @@ class RowReads:
             pending.extend(zip(op.operands, operands, strict=True))
         return True
 
+    def _in_row(self, t, index: tuple, kept: tuple) -> bool:
+        """Whether `index` of chained value `t` is in the row whose kept components are
+        `kept`: a per-row result's significant components are `kept`; a row-sized value's
+        components at the kept positions are."""
+        if t.size == self.rows:
+            parts = [c for c, n in zip(index, t.extents, strict=True) if n != 1]
+            return tuple(parts) == kept
+        if t.extents == self.extents:
+            return self._kept_components(index, t) == kept
+        return False
+
+    def _kept_components(self, index: tuple, t) -> tuple:
+        return tuple(index[p] for p in self.kept_positions if t.extents[p] != 1)
+
     @staticmethod
     def _operand_indices(op: Operation, index: tuple) -> list[tuple] | None:
         """The index of each operand of `op` read at `index` (components are axis names or
         "0"), or None where it is not a renaming of the same components."""
-        if op.kind in SAME_INDEX_KINDS or op.kind in ("broadcast_in_dim", "transpose"):
+        if op.kind in LOOP_PHASE_KINDS:
             result = op.type
             indices = []
             for t in op.operand_types:
@@ -428,17 +474,20 @@ class Chain:
     ahead: tuple[int, ...]
 
 
-def reduction_chains(steps, check: FlatCheck) -> list[Chain]:
+def reduction_chains(
+    steps, check: FlatCheck, excludes: frozenset[str] = frozenset()
+) -> list[Chain]:
     """The chains of row reductions in `steps` (see `Chain`): a later row reduction (`reduce`
     or `reductions`, with its epilogue) joins an earlier one's chain when it has the same
     `_row_key`, reads a value some phase of the chain writes, reads those values only at its
     own row (`RowReads`: `logits - max` broadcast along the reduced axis, never a transposed
     or shifted row), and reads nothing written by a step in between that depends on the chain.
-    Those steps stay after the chain; the others in between run ahead of it. Each row's later
-    passes then read the row while it is still in cache: cross-entropy's sum of
-    `exp(logits - max)` after the max and the pick, LayerNorm's backward second row sum after
-    the first. At most `CHAIN_WINDOW` steps are searched after each phase and
-    `MAX_GROUP_OPERATIONS` operations joined.
+    A loop over the rows' elements that reads the chain's values at its own row joins too, when
+    a later reduction joins after it (`_loop_phase`: LayerNorm's `x - mean` between the mean and
+    the variance), unless it computes an operation in `excludes`. The steps in between that
+    depend on the chain stay after it; the others run ahead of it. Each row's later passes then
+    read the row while it is still in cache. At most `CHAIN_WINDOW` steps are searched after
+    each phase and `MAX_GROUP_OPERATIONS` operations joined.
 
     >>> import accy
     >>> p = accy.trace.define("c", [accy.spec(accy.f32, row=4, v=8)],
@@ -446,24 +495,26 @@ def reduction_chains(steps, check: FlatCheck) -> list[Chain]:
     >>> [(s.kind, len(s.members)) for s in accy.lower.build_plan(p).steps]
     [('chain', 2)]
     """
-    rows = RowReads(check)
     chains: list[Chain] = []
     claimed: set[int] = set()
     for index, host in enumerate(steps):
         key = _phase_key(host)
         if key is None or index in claimed:
             continue
-        chain = _chain_of(steps, index, key, rows, claimed)
+        chain = _chain_of(steps, index, key, RowReads(check, key), claimed, excludes)
         if chain is not None:
             chains.append(chain)
             claimed.update(chain.phases, chain.ahead)
     return chains
 
 
-def _chain_of(steps, index: int, key: tuple, rows: RowReads, claimed: set[int]) -> Chain | None:
+def _chain_of(steps, index, key, rows: RowReads, claimed, excludes) -> Chain | None:
     """The `Chain` starting at row reduction `steps[index]`, or None (see `reduction_chains`).
     `available`: what the phases write; `pinned`: what the steps that must stay after the chain
-    write (they read `available` or `pinned`)."""
+    write (they read `available` or `pinned`). A chain ends with a reduction: a loop after the
+    last one stays a step of its own, where it may write its result over a buffer it reads for
+    the last time (`plan._in_place_results`: GPT-2's logits gradient over the logits, 0.8 GB),
+    which a chain's phase does not."""
     available = set(steps[index].writes)
     pinned: set[int] = set()
     operations = _phase_operations(steps[index])
@@ -472,8 +523,9 @@ def _chain_of(steps, index: int, key: tuple, rows: RowReads, claimed: set[int]) 
     while later < min(phases[-1] + 1 + CHAIN_WINDOW, len(steps)):
         step = steps[later]
         reads = set(step.reads)
+        fits = _phase_key(step) == key or _loop_phase(step, key, excludes)
         if later not in claimed and (
-            _phase_key(step) == key
+            fits
             and reads & available
             and not reads & pinned
             and operations + _phase_operations(step) <= MAX_GROUP_OPERATIONS
@@ -489,6 +541,8 @@ def _chain_of(steps, index: int, key: tuple, rows: RowReads, claimed: set[int]) 
         else:
             ahead.append(later)
         later += 1
+    while len(phases) > 1 and steps[phases[-1]].kind == "loop":
+        phases.pop()
     if len(phases) < 2:
         return None
     return Chain(tuple(phases), tuple(a for a in ahead if a < phases[-1]))

@@ -149,7 +149,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of)
     steps, in_epilogues = _attach_epilogues(program, steps, check, target.epilogue_excludes)
     if target.chains_reductions:
-        steps = _chain_reductions(steps, check)
+        steps = _chain_reductions(steps, check, target.epilogue_excludes)
     steps, internal = _group(program, steps, check)
     internal |= in_epilogues
     views = {v: view for v, view in views.items() if view.base not in internal}
@@ -395,10 +395,10 @@ def _chain_step(phases: list[Step]) -> Step:
     )
 
 
-def _chain_reductions(steps: list[Step], check: FlatCheck) -> list[Step]:
+def _chain_reductions(steps: list[Step], check: FlatCheck, excludes) -> list[Step]:
     """`steps` with each of `grouping.reduction_chains` as one step at the place of its first
     phase, the steps that run ahead of it just before."""
-    chains = {chain.phases[0]: chain for chain in reduction_chains(steps, check)}
+    chains = {chain.phases[0]: chain for chain in reduction_chains(steps, check, excludes)}
     moved = {i for chain in chains.values() for i in (*chain.phases[1:], *chain.ahead)}
     merged = []
     for index, step in enumerate(steps):

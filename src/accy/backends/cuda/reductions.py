@@ -228,7 +228,8 @@ def _chunk_loop(
 @dataclass(frozen=True)
 class RowPass:
     """One pass of reductions over each result's elements in a kernel (the arguments of
-    `reduction_lines`); a chain runs several over the same results, one after the other."""
+    `reduction_lines`); a chain runs several over the same results, one after the other. A
+    pass without accumulators is a loop over each row's elements (its `element` stores)."""
 
     cut: Cut
     kept: Callable[[str], list[str]]
@@ -328,6 +329,6 @@ def _pass_lines(row: RowPass) -> list[str]:
     for j, a in enumerate(accumulators):
         value = a.name if initials is None else a.combine(initials[j], a.name)
         stores += row.finish(j, value)
-    if cut.lanes > 1:
+    if cut.lanes > 1 and stores:
         stores = ["if (lane == 0) {", *("  " + s for s in stores), "}"]
     return inner + stores

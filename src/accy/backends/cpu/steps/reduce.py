@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
-from ....codegen.c.expressions import linear
+from ....codegen.c.expressions import EMITTERS, linear
 from ....codegen.c.literals import highest, lowest
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
@@ -99,6 +99,21 @@ def _row_pass(ctx: StepContext, prefix: str = "") -> RowPass:
     return RowPass(lines, kept_loops, reduced_loops, starts, element, stores, simd, large)
 
 
+def _loop_pass(ctx: StepContext, layout) -> RowPass:
+    """The `RowPass` of loop `ctx.step`, a chain's phase over the rows of `layout`: each
+    element of the row computed and stored."""
+    op = ctx.step.op
+    index = axis_index(op.type)
+    body = ctx.body()
+    x = EMITTERS[op.kind](body, op, index)
+    pointer = ctx.pointers[op.results[0]]
+    stored = store_element(op.type.dtype, pointer, linear(index, op.type.extents), x)
+    kept_loops = axis_loops(op.type, positions=layout.kept)
+    reduced_loops = axis_loops(op.type, positions=layout.reduced)
+    large = worth_threads(op.type.size, ctx.step.fused)
+    return RowPass([], kept_loops, reduced_loops, [], body.lines + [stored], [], None, large)
+
+
 def _reduce_rows(ctx: StepContext) -> list[str]:
     """Row reductions (one, or a `reductions` step's members over the same rows): one loop
     nest per result element, the inner loop over the reduced axes updating one accumulator per
@@ -127,7 +142,9 @@ def emit_chain(ctx: StepContext) -> list[str]:
     them."""
     ctx.value_pointers()
     passes = [
-        _row_pass(replace(ctx, step=phase), prefix=f"p{k}_")
+        _loop_pass(replace(ctx, step=phase), ctx.step.detail)
+        if phase.kind == "loop"
+        else _row_pass(replace(ctx, step=phase), prefix=f"p{k}_")
         for k, phase in enumerate(ctx.step.members)
     ]
     before = [line for row in passes for line in row.before]

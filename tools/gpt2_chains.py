@@ -53,6 +53,8 @@ def main() -> None:
     apart = build_plan(program, replace(GPU, chains_reductions=False))
     chains = [s for s in chained.steps if s.kind == "chain"]
     print(f"steps: {len(apart.steps)} without chains, {len(chained.steps)} with chains")
+    mib = [plan.workspace_bytes / 2**20 for plan in (apart, chained)]
+    print(f"workspace: {mib[0]:.1f} MiB without chains, {mib[1]:.1f} MiB with chains")
     phases = sum(len(c.members) for c in chains)
     print(f"chains: {len(chains)} ({phases} phases, {phases - len(chains)} launches fewer)")
     for what, count in Counter(describe(c) for c in chains).most_common():

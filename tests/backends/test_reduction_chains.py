@@ -4,6 +4,8 @@ CPU and on CUDA against the reference evaluator and NumPy, and the CUDA source."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -100,11 +102,12 @@ def test_cross_entropy_forward_is_one_chain(target):
 def test_cross_entropy_gradient_chains():
     # The GPU computes exp(logits - max) inside the sum. The CPU stores exp(logits - max)
     # first: a loop computing exp, which its chains leave alone (its loops call libmvec's
-    # vector exp, whose bits differ from a scalar call's). The logits' gradient (a loop after
-    # the last sum) stays a step, written over the logits' buffer.
+    # vector exp, whose bits differ from a scalar call's). The logits here are a parameter,
+    # which no result takes in place: their gradient is the chain's last phase (over a GEMM's
+    # logits it is not: test_a_last_loop_that_may_write_in_place_stays_a_step).
     gradient = accy.value_and_grad(cross_entropy_loss(bf16), wrt=[0])
     (chain,) = chains(build_plan(gradient, GPU))
-    assert phase_ops(chain) == [["max", "sum"], ["sum"]]
+    assert phase_ops(chain) == [["max", "sum"], ["sum"], ["loop"]]
     assert chain.members[1].epilogue  # the softmax's 1 / sum
     assert gradient.parameters[0] in chain.reads
     assert not chains(build_plan(gradient, CPU))
@@ -113,20 +116,24 @@ def test_cross_entropy_gradient_chains():
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_layer_norm_forward_and_backward_chain(target):
-    # The mean, then the variance (of x - mean computed inline: the output is its only other
-    # reader, a loop after the chain).
+    # The mean, the variance (of x - mean computed inline) and the normalized output: one step.
     forward = build_plan(layer_norm(bf16), target)
-    assert [step.kind for step in forward.steps] == ["chain", "loop"]
-    assert phase_ops(forward.steps[0]) == [["sum"], ["sum"]]
-    # With a backward pass x - mean is stored (read again there): a loop phase between.
+    assert [step.kind for step in forward.steps] == ["chain"]
+    assert phase_ops(forward.steps[0]) == [["sum"], ["sum"], ["loop"]]
+    # With a backward pass x - mean is stored (read again there): a loop phase between. The
+    # backward's last loop (the input's gradient) stays a step: it reads the output's
+    # gradient for the last time, a buffer it could take (`_InPlace`; here it is an output).
     gradient = build_plan(accy.value_and_grad(layer_norm_loss(bf16), wrt=[0, 1]), target)
     forward, backward = chains(gradient)
-    assert phase_ops(forward) == [["sum"], ["loop"], ["sum"]]
-    mean, centered, variance = forward.members
+    assert phase_ops(forward) == [["sum"], ["loop"], ["sum"], ["loop"]]
+    mean, centered, variance, normalized = forward.members
     assert centered.op.kind == "sub" and set(centered.writes) <= set(variance.reads)
+    assert set(centered.writes) <= set(normalized.reads)
     assert phase_ops(backward) == [["sum"], ["sum"]]
     first, second = backward.members
     assert set(first.writes) & set(second.reads)  # the second reads the first's row scalar
+    last = gradient.steps[-1]
+    assert last.kind == "loop" and set(second.writes) <= set(last.reads)
 
 
 def test_three_phases_are_one_chain():
@@ -169,17 +176,48 @@ def test_a_loop_value_read_in_another_row_does_not_chain(target):
     def rolled(b, y):
         return b.concatenate([y.slice("row", 1), y.slice("row", 0, 1)], "row")
 
-    assert not chains(build_plan(_centered_then(rolled), target))
+    plan = build_plan(_centered_then(rolled), target)
+    (chain,) = chains(plan)
+    assert phase_ops(chain) == [["max"], ["loop"]]  # y, the chain's last phase; not the sum
+    assert [step.kind for step in plan.steps] == ["chain", "reduce"]
 
 
-def test_a_loop_after_the_last_reduction_stays_a_step():
-    # softmax: max, sum of exp(x - max), then exp(x - max) / sum, a loop after the last sum.
-    program = accy.trace.define(
-        "softmax", [spec(f32, row=8, v=32)], lambda b, a: accy.nn.softmax(a[0], "v")
+def softmax(dtype=f32, rows=8, cols=32):
+    return accy.trace.define(
+        "softmax", [spec(dtype, row=rows, v=cols)], lambda b, a: accy.nn.softmax(a[0], "v")
     )
-    plan = build_plan(program, GPU)
-    assert [step.kind for step in plan.steps] == ["chain", "loop"]
-    assert phase_ops(plan.steps[0]) == [["max"], ["sum"]]
+
+
+def test_a_loop_after_the_last_reduction_is_the_last_phase():
+    # softmax: max, sum of exp(x - max), then exp(x - max) / sum: one kernel on the GPU. The
+    # CPU stores exp(x - max) by a loop computing exp (no phase there), so nothing chains.
+    plan = build_plan(softmax(), GPU)
+    (chain,) = plan.steps
+    assert phase_ops(chain) == [["max"], ["sum"], ["loop"]]
+    assert not chains(build_plan(softmax(), CPU))
+    off = replace(GPU, chains_reductions=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(grouping, "CHAIN_TRAILING_LOOPS", False)
+        assert [step.kind for step in build_plan(softmax(), off).steps] == ["chain", "loop"]
+
+
+def test_a_last_loop_that_may_write_in_place_stays_a_step():
+    # Cross-entropy over a GEMM's logits: their gradient is written over them (the last read
+    # of a buffer as large), which a chain's phase cannot do.
+    def body(b, a):
+        logits = a[0].contract(a[1], "d")
+        return accy.nn.cross_entropy(logits, a[2], "v").mean("row")
+
+    program = accy.trace.define(
+        "ce_gemm", [spec(f32, row=16, d=8), spec(f32, d=8, v=1000), spec(accy.i32, row=16)], body
+    )
+    gradient = accy.value_and_grad(program, wrt=[1])
+    plan = build_plan(gradient, GPU)
+    (chain,) = chains(plan)
+    assert phase_ops(chain) == [["max", "sum"], ["sum"]]
+    logits = next(s for s in plan.steps if s.kind == "dot").writes[0]
+    (taker,) = [s for s in plan.steps if s.kind == "loop" and logits in s.reads]
+    assert taker.writes[0] in plan.in_place  # in the logits' buffer
 
 
 def test_a_step_between_that_reads_the_first_result_stays_after_the_chain():
@@ -230,8 +268,6 @@ def test_a_chain_holds_a_bounded_number_of_operations():
 
 
 def test_switched_off_by_the_target():
-    from dataclasses import replace
-
     assert not chains(build_plan(softmax_denominator(), replace(GPU, chains_reductions=False)))
 
 
@@ -265,6 +301,7 @@ VALUE_PROGRAMS = [
     pytest.param(lambda: three_phases(bf16, rows=8, cols=8200), 2.0**-6, id="three-bf16-long"),
     pytest.param(lambda: cross_entropy_loss(bf16), 2.0**-6, id="ce-bf16"),
     pytest.param(lambda: layer_norm(f32), 1e-5, id="layer_norm-f32"),
+    pytest.param(lambda: softmax(bf16, rows=300, cols=4200), 2.0**-7, id="softmax-long"),
     pytest.param(lambda: _centered_then(lambda b, y: y * y), 1e-5, id="loop-phase"),
     pytest.param(lambda: layer_norm(bf16, rows=300, cols=4200), 2.0**-6, id="layer_norm-long"),
     pytest.param(
@@ -346,11 +383,12 @@ def test_the_cuda_chain_is_one_kernel_with_a_barrier_between_passes():
     assert "expf(" in second and source.count(": chain (chain) */") == 1
 
 
-def test_the_cuda_chain_of_layer_norm_stores_the_centered_rows_between_its_sums():
+def test_the_cuda_chain_of_layer_norm_stores_the_centered_rows_then_the_output():
     gradient = accy.value_and_grad(layer_norm_loss(bf16, rows=8192, cols=768, out=32), wrt=[0, 1])
     kernel = _chain_kernel(compile_program(gradient).source)  # the forward's, the first
-    mean, centered, variance = kernel.split("__syncwarp();")  # a warp per row of 768
+    mean, centered, variance, normalized = kernel.split("__syncwarp();")  # a warp per row
     assert "p0_acc0" in mean and "_acc" not in centered and "p2_acc0" in variance
+    assert "_acc" not in normalized and "*(accy_vector<uint16_t, 8> *)" in normalized
     # x - mean stored 8 bf16 at a time, then read back by the variance's pass.
     (store,) = [line for line in centered.splitlines() if line.strip().startswith("*(accy_vector")]
     pointer = store.split("(")[2].split(" +")[0]

@@ -6,11 +6,12 @@
 # 2. tools/device/chains_ab.py: GPT-2-sized cross-entropy and LayerNorm fwd+bwd, ms per call
 #    chained with the grid capped so rows in flight fit L2 (the default), chained with the full
 #    grid, and apart (CHAIN_WINDOW = 0), and whether all three give the same bits;
-# 3. tools/device/chains_step.py: the GPT-2 bf16 step's whole graph, ms, chained vs apart
-#    (both compiled in one process, timed alternately twice);
+# 3. tools/device/chains_step.py: the GPT-2 bf16 step's whole graph, ms: chained, chained
+#    without loops after the last reduction, apart (compiled in one process, timed
+#    alternately twice);
 # 4. tools/gpt2_profile.py --dtype bf16 --attention fused --top 25 (its 2nd line: the whole
 #    step's graph time), first 35 lines.
-# Full log in $OUT/chains.log; the summary at the end. At most ~180 s.
+# Full log in $OUT/chains.log; the summary at the end. At most ~185 s.
 set -uo pipefail
 OUT="${OUT:-/tmp}"
 mkdir -p "$OUT"
@@ -32,8 +33,8 @@ step tests 45 env JAX_PLATFORMS=cpu python3 -m pytest -p no:cacheprovider -p no:
   -n 8 tests/backends/test_reduction_chains.py tests/backends/test_sibling_reductions.py \
   tests/backends/test_reduction_epilogues.py tests/backends/test_cuda_columns.py
 step chains-ab 30 python3 tools/device/chains_ab.py
-step chains-step 45 python3 tools/device/chains_step.py
-step profile 55 python3 tools/gpt2_profile.py --dtype bf16 --attention fused --top 25
+step chains-step 60 python3 tools/device/chains_step.py
+step profile 50 python3 tools/gpt2_profile.py --dtype bf16 --attention fused --top 25
 
 echo "== chains.sh summary (full log: $LOG)"
 cat "$STEPS"

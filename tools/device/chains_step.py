@@ -1,5 +1,6 @@
 """On the GPU: the GPT-2 bf16 training step (fused attention) as one graph, in ms, compiled
-with reduction chains and without (CHAIN_WINDOW = 0), alternating twice. The program is traced
+with reduction chains, with chains but no loop after their last reduction
+(CHAIN_TRAILING_LOOPS = False), and without chains (CHAIN_WINDOW = 0), alternating twice. The program is traced
 from `accy.demo.gpt2.training_step` without running it. Run from the repo root:
 python3 tools/device/chains_step.py"""
 
@@ -29,25 +30,31 @@ def step_program(dtype: str = "bf16"):
     return step._build((), leaves, treedef).program
 
 
-def fragment(program, window: int):
-    """The step compiled with `CHAIN_WINDOW = window`, in a fresh cache folder."""
-    saved = grouping.CHAIN_WINDOW
-    grouping.CHAIN_WINDOW = window
+def fragment(program, **patches):
+    """The step compiled with `grouping`'s constants patched, in a fresh cache folder."""
+    saved = {name: getattr(grouping, name) for name in patches}
+    for name, value in patches.items():
+        setattr(grouping, name, value)
     CACHE.clear()
     os.environ["ACCY_CACHE_DIR"] = tempfile.mkdtemp(prefix="chains-step-")
     try:
         start = time.perf_counter()
         loaded = load(compile_artifact(backend_for("cuda"), program, None))
-        print(f"compiled (CHAIN_WINDOW={window}) in {time.perf_counter() - start:.1f} s")
+        print(f"compiled {patches or 'as is'} in {time.perf_counter() - start:.1f} s")
         return loaded
     finally:
-        grouping.CHAIN_WINDOW = saved
+        for name, value in saved.items():
+            setattr(grouping, name, value)
 
 
 program = step_program()
 buffers = random_buffers(program)
 addresses = [b.data.ptr for b in buffers]
-variants = {"chained": fragment(program, grouping.CHAIN_WINDOW), "apart": fragment(program, 0)}
+variants = {
+    "chained": fragment(program),
+    "chained, no trailing loops": fragment(program, CHAIN_TRAILING_LOOPS=False),
+    "apart": fragment(program, CHAIN_WINDOW=0),
+}
 times: dict[str, list[float]] = {name: [] for name in variants}
 for _ in range(2):
     for name, loaded in variants.items():

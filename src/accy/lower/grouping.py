@@ -319,6 +319,11 @@ CHAIN_WINDOW = 8
 bounded search keeps planning linear, and a phase further away would move more work)."""
 
 
+CHAIN_TRAILING_LOOPS = True
+"""Whether a loop after a chain's last reduction may be its last phase (LayerNorm's normalized
+output after the variance); tools/device/chains_step.py measures the step without."""
+
+
 def _phase_key(step) -> tuple | None:
     """The `_row_key` of a row reduction step that can be a chain's phase: a `reduce` or a
     `reductions` set (its members share the key); None for any other step."""
@@ -337,14 +342,24 @@ LOOP_PHASE_KINDS = SAME_INDEX_KINDS | {"broadcast_in_dim", "transpose"}
 an operation whose element at an index reads its operands' elements by axis name."""
 
 
+MIN_LOOP_PHASE_ROW = 32
+"""Elements a row needs for a loop over it to be a chain's phase: a shorter row is one thread's
+on a GPU, whose stores would then be strided across its warp instead of coalesced."""
+
+
 def _loop_phase(step, key: tuple, excludes: frozenset[str]) -> bool:
     """Whether loop `step` can be a phase of a chain over rows `key`: it walks each row's
-    elements (its result has the extents the rows' reductions read), and computes nothing in
-    `excludes` (the target's `epilogue_excludes`: on the CPU, functions whose vector variants
-    its own loops would call)."""
+    elements (its result has the extents the rows' reductions read; rows of at least
+    `MIN_LOOP_PHASE_ROW`), and computes nothing in `excludes` (the target's
+    `epilogue_excludes`: on the CPU, functions whose vector variants its own loops would
+    call)."""
     if step.kind != "loop" or step.op.kind not in LOOP_PHASE_KINDS:
         return False
-    if step.op.type.extents != key[0] or step.op.type.size < 2:
+    extents, _, reduced = key
+    length = 1
+    for p in reduced:
+        length *= extents[p]
+    if step.op.type.extents != extents or length < MIN_LOOP_PHASE_ROW:
         return False
     return not any(_operation_name(op) in excludes for op in (*step.fused, step.op))
 
@@ -482,9 +497,10 @@ def reduction_chains(
     `_row_key`, reads a value some phase of the chain writes, reads those values only at its
     own row (`RowReads`: `logits - max` broadcast along the reduced axis, never a transposed
     or shifted row), and reads nothing written by a step in between that depends on the chain.
-    A loop over the rows' elements that reads the chain's values at its own row joins too, when
-    a later reduction joins after it (`_loop_phase`: LayerNorm's `x - mean` between the mean and
-    the variance), unless it computes an operation in `excludes`. The steps in between that
+    A loop over the rows' elements that reads the chain's values at its own row joins too
+    (`_loop_phase`: LayerNorm's `x - mean` between the mean and the variance, its normalized
+    output after them), unless it computes an operation in `excludes`, or it is the chain's
+    last phase and may write over a buffer it reads last (`_InPlace`). The steps in between that
     depend on the chain stay after it; the others run ahead of it. Each row's later passes then
     read the row while it is still in cache. At most `CHAIN_WINDOW` steps are searched after
     each phase and `MAX_GROUP_OPERATIONS` operations joined.
@@ -497,24 +513,51 @@ def reduction_chains(
     """
     chains: list[Chain] = []
     claimed: set[int] = set()
+    in_place = _InPlace(steps, check)
     for index, host in enumerate(steps):
         key = _phase_key(host)
         if key is None or index in claimed:
             continue
-        chain = _chain_of(steps, index, key, RowReads(check, key), claimed, excludes)
+        rows = RowReads(check, key)
+        chain = _chain_of(steps, index, key, rows, claimed, excludes, in_place)
         if chain is not None:
             chains.append(chain)
             claimed.update(chain.phases, chain.ahead)
     return chains
 
 
-def _chain_of(steps, index, key, rows: RowReads, claimed, excludes) -> Chain | None:
+class _InPlace:
+    """Whether a loop may write its result over a buffer it reads for the last time (the test
+    of `plan._in_place_results`, loosely: a value other than a parameter, of as many bytes and
+    the same itemsize, that no later step reads). Such a loop stays a step: a chain's phase
+    takes no buffer in place."""
+
+    def __init__(self, steps, check: FlatCheck):
+        self.steps = steps
+        self.type_of = check.type_of
+        self.producers = check.producers
+        self.last_read: dict[int, int] = {}
+        for index, step in enumerate(steps):
+            for value in step.reads:
+                self.last_read[value] = index
+
+    def __call__(self, index: int) -> bool:
+        t = self.type_of(self.steps[index].op.results[0])
+        return any(
+            self.last_read.get(v) == index
+            and self.producers[v].kind != "parameter"
+            and self.type_of(v).nbytes == t.nbytes
+            and self.type_of(v).dtype.itemsize == t.dtype.itemsize
+            for v in self.steps[index].reads
+        )
+
+
+def _chain_of(steps, index, key, rows: RowReads, claimed, excludes, in_place) -> Chain | None:
     """The `Chain` starting at row reduction `steps[index]`, or None (see `reduction_chains`).
     `available`: what the phases write; `pinned`: what the steps that must stay after the chain
-    write (they read `available` or `pinned`). A chain ends with a reduction: a loop after the
-    last one stays a step of its own, where it may write its result over a buffer it reads for
-    the last time (`plan._in_place_results`: GPT-2's logits gradient over the logits, 0.8 GB),
-    which a chain's phase does not."""
+    write (they read `available` or `pinned`). A loop after the last reduction that may write
+    its result over a buffer it reads for the last time (`_InPlace`: GPT-2's logits gradient
+    over the logits, 0.8 GB) stays a step of its own, where it can."""
     available = set(steps[index].writes)
     pinned: set[int] = set()
     operations = _phase_operations(steps[index])
@@ -541,7 +584,11 @@ def _chain_of(steps, index, key, rows: RowReads, claimed, excludes) -> Chain | N
         else:
             ahead.append(later)
         later += 1
-    while len(phases) > 1 and steps[phases[-1]].kind == "loop":
+    while (
+        len(phases) > 1
+        and steps[phases[-1]].kind == "loop"
+        and (in_place(phases[-1]) or not CHAIN_TRAILING_LOOPS)
+    ):
         phases.pop()
     if len(phases) < 2:
         return None

@@ -1,8 +1,8 @@
 """On the GPU: the GPT-2 bf16 training step (fused attention) as one graph, in ms, compiled
 with reduction chains, with chains but no loop after their last reduction
 (CHAIN_TRAILING_LOOPS = False), and without chains (CHAIN_WINDOW = 0), alternating twice.
-The program is traced from `accy.demo.gpt2.training_step` without running it. Run from the repo root:
-python3 tools/device/chains_step.py"""
+The program is traced from `accy.demo.gpt2.training_step` without running it. Run from the
+repo root: python3 tools/device/chains_step.py"""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@
 #    alternately twice);
 # 4. tools/gpt2_profile.py --dtype bf16 --attention fused --top 25 (its 2nd line: the whole
 #    step's graph time), first 35 lines.
-# Full log in $OUT/chains.log; the summary at the end. At most ~185 s.
+# Full log in $OUT/chains.log; the summary at the end. At most ~190 s.
 set -uo pipefail
 OUT="${OUT:-/tmp}"
 mkdir -p "$OUT"
@@ -29,11 +29,11 @@ step() {  # step NAME SECONDS COMMAND...: run, log everything, keep going on fai
   echo "$name: exit $rc ($((SECONDS - start)) s)" >> "$STEPS"
 }
 nvidia-smi -L >> "$LOG" 2>&1 || echo "no nvidia-smi (no GPU?)" >> "$LOG"
-step tests 45 env JAX_PLATFORMS=cpu python3 -m pytest -p no:cacheprovider -p no:benchmark -rfEs \
+step tests 40 env JAX_PLATFORMS=cpu python3 -m pytest -p no:cacheprovider -p no:benchmark -rfEs \
   -n 8 tests/backends/test_reduction_chains.py tests/backends/test_sibling_reductions.py \
   tests/backends/test_reduction_epilogues.py tests/backends/test_cuda_columns.py
-step chains-ab 30 python3 tools/device/chains_ab.py
-step chains-step 60 python3 tools/device/chains_step.py
+step chains-ab 25 python3 tools/device/chains_ab.py
+step chains-step 75 python3 tools/device/chains_step.py
 step profile 50 python3 tools/gpt2_profile.py --dtype bf16 --attention fused --top 25
 
 echo "== chains.sh summary (full log: $LOG)"

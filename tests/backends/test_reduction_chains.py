@@ -344,8 +344,10 @@ def test_three_phases_match_numpy(executor):
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_chain_gives_the_bits_of_separate_steps(executor, monkeypatch, tmp_path):
-    # Each phase computes what its step computed on its own: the same bits. (A cache folder of
-    # its own for the plan without chains: the disk cache's key knows nothing of the patch.)
+    # Each phase computes what its step computed on its own: the same bits, but for CUDA's
+    # contractions into FMAs (NVRTC's default), which a loop's kernel of its own and a chain's
+    # loop phase may make differently. (A cache folder of its own for the plan without chains:
+    # the disk cache's key knows nothing of the patch.)
     program = accy.value_and_grad(layer_norm_loss(f32, rows=40, cols=96), wrt=[0, 1])
     inputs = random_inputs(program, np.random.default_rng(1))
     chained = executor(program, inputs)
@@ -359,7 +361,10 @@ def test_a_chain_gives_the_bits_of_separate_steps(executor, monkeypatch, tmp_pat
         finally:
             CACHE.clear()
     for position, (c, a) in enumerate(zip(chained, apart, strict=True)):
-        assert np.asarray(c).tobytes() == np.asarray(a).tobytes(), f"output {position} differs"
+        if executor is native_cpu:
+            assert np.asarray(c).tobytes() == np.asarray(a).tobytes(), f"output {position} differs"
+        else:
+            assert_close_scaled(c, a, 1e-6, f"output {position}: chained against apart")
 
 
 # The CUDA source (no GPU needed) ----------------------------------------------------------------

@@ -25,9 +25,14 @@ from .row_losses import cross_entropy_loss, layer_norm_loss, random_inputs
 TARGETS = [pytest.param(CPU, id="cpu"), pytest.param(GPU, id="gpu")]
 
 
+def flat_steps(steps):
+    """`steps` with each chain's phases in its place (each phase keeps its own epilogue)."""
+    return [phase for step in steps for phase in (step.members if step.kind == "chain" else [step])]
+
+
 def hosts(plan):
-    """The steps of `plan` that run an epilogue."""
-    return [step for step in plan.steps if step.epilogue]
+    """The steps of `plan` (or phases of its chains) that run an epilogue."""
+    return [step for step in flat_steps(plan.steps) if step.epilogue]
 
 
 def epilogue_kinds(step):
@@ -86,7 +91,10 @@ def _inputs(program, seed=0) -> list[np.ndarray]:
 @pytest.mark.parametrize("target", TARGETS)
 def test_layer_norm_mean_division_and_rsqrt_are_epilogues(target):
     plan = build_plan(layer_norm(bf16), target)
-    assert [step.kind for step in plan.steps] == ["reduce", "reduce", "loop"]
+    # The variance reads the mean at its own row, the output both: a chain of the three
+    # (test_reduction_chains.py).
+    assert [step.kind for step in plan.steps] == ["chain"]
+    assert [step.kind for step in flat_steps(plan.steps)] == ["reduce", "reduce", "loop"]
     mean, variance = hosts(plan)
     assert epilogue_kinds(mean) == ["div"]
     assert epilogue_kinds(variance) == ["rsqrt"]
@@ -123,18 +131,20 @@ def test_a_consumer_broadcasting_the_result_over_the_rows_does_not_merge():
     program = accy.trace.define(
         "centered", [spec(f32, row=8, v=16)], lambda b, a: a[0] - a[0].sum("v")
     )
+    # (It is the second phase of a chain: a pass over each row after the sum's,
+    # test_reduction_chains.py.)
     plan = build_plan(program)
     assert not hosts(plan)
-    assert [step.kind for step in plan.steps] == ["reduce", "loop"]
+    assert [step.kind for step in flat_steps(plan.steps)] == ["reduce", "loop"]
     # With a division in between (stored: costly, read over every row element), the division
     # is the epilogue and the broadcasting subtraction stays a loop of its own.
     program = accy.trace.define(
         "centered", [spec(f32, row=8, v=16)], lambda b, a: a[0] - a[0].sum("v") / 16.0
     )
-    plan = build_plan(program)
-    assert [step.kind for step in plan.steps] == ["reduce", "loop"]
-    assert epilogue_kinds(plan.steps[0]) == ["div"]
-    assert plan.steps[1].op.type.size == 8 * 16
+    steps = flat_steps(build_plan(program).steps)
+    assert [step.kind for step in steps] == ["reduce", "loop"]
+    assert epilogue_kinds(steps[0]) == ["div"]
+    assert steps[1].op.type.size == 8 * 16
 
 
 def test_a_consumer_reading_the_results_in_another_order_does_not_merge():
@@ -225,7 +235,8 @@ def test_layer_norm_backward_row_scalars_are_epilogues(target):
     gradient = accy.value_and_grad(layer_norm_loss(bf16), wrt=[0, 1])
     plan = build_plan(gradient, target)
     last_dot = max(i for i, step in enumerate(plan.steps) if step.kind == "dot")
-    backward = [s for s in plan.steps[last_dot + 1 :] if s.kind in ("reduce", "reductions")]
+    after = flat_steps(plan.steps[last_dot + 1 :])
+    backward = [s for s in after if s.kind in ("reduce", "reductions")]
     rows = [s for s in backward if s.detail.strategy == "rows" and s.detail.kept]
     assert rows and all(s.epilogue for s in rows)
     rows_count = gradient.parameter_types[0].extents[0]
@@ -358,26 +369,27 @@ def test_cuda_long_rows_with_blocks_and_vector_loads():
 
 def _kernels(source: str) -> dict[str, str]:
     """Kernel comment ('step N: kind ...') -> its text."""
-    parts = re.split(r"/\* (step \d+: [^*]*)\*/", source)
+    parts = re.split(r"/\* (step [\d.]+: [^*]*)\*/", source)
     return {parts[k].strip(): parts[k + 1] for k in range(1, len(parts), 2)}
 
 
 def test_cuda_layer_norm_runs_no_kernel_over_the_row_scalars():
     # GPT-2's shape: 8192 rows of 768.
+    # The mean, the variance and the output: one kernel, a chain's three passes over each row.
     kernels = _kernels(compile_program(layer_norm(bf16, rows=8192, cols=768)).source)
-    assert len(kernels) == 3
+    assert len(kernels) == 1
     assert not any("8192LL; i +=" in text for text in kernels.values())
-    reductions = [text for what, text in kernels.items() if what.endswith("reduce")]
-    assert len(reductions) == 2
-    mean, variance = reductions
+    chain = kernels["step 0: chain (chain)"]
+    mean, variance, _ = chain.split("__syncwarp();")  # a warp per row of 768
     assert "/ 768.0f" in mean and "result0" in mean
     assert "1 / sqrtf(" in variance and "accy_bf16_store" in variance
 
 
 def test_cuda_epilogue_of_a_two_pass_reduction_is_in_the_combining_pass():
     # Two rows of 200000: each row cut into chunks, partial values combined by a second kernel.
+    # The chain of the mean and the variance runs as two reductions (too few rows for one pass).
     kernels = _kernels(compile_program(layer_norm(f32, rows=2, cols=200000)).source)
-    for step in (0, 1):
+    for step in ("0.0", "0.1"):
         assert "result0" not in kernels[f"step {step}: reduce"]
         assert "result0" in kernels[f"step {step}: reduce (combine)"]
 

@@ -121,9 +121,11 @@ def test_two_reductions_of_the_same_rows_are_one_step(target):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_reduction_of_another_ones_result_is_not_merged(target):
+    # They run as a chain instead: two passes over each row (test_reduction_chains.py).
     plan = build_plan(softmax_denominator(), target)
     assert "reductions" not in kinds(plan)
-    assert kinds(plan).count("reduce") == 2
+    (chain,) = plan.steps
+    assert chain.kind == "chain" and [phase.kind for phase in chain.members] == ["reduce"] * 2
 
 
 def test_reductions_of_other_rows_or_columns_are_not_merged():
@@ -144,21 +146,22 @@ def test_cross_entropy_reads_the_logits_once_for_the_max_and_the_pick(target):
     gradient = accy.value_and_grad(cross_entropy_loss(bf16), wrt=[0])
     plan = build_plan(gradient, target)
     logits = gradient.parameters[0]
-    (step,) = reductions_steps(plan)
+    (step,) = reductions_steps(plan) or [s.members[0] for s in plan.steps if s.kind == "chain"]
     assert sorted(member_ops(step)) == ["max", "sum"]
     assert logits in step.reads
     picked = next(m for m in step.members if m.op.attrs["op"] == "sum")
     assert {"compare", "select"} <= {op.kind for op in picked.fused}
-    # Then the softmax's sum reads them again where exp is computed inside it (the GPU); the
-    # CPU stores exp(logits - max), which its sum reads instead.
-    readers = [s for s in plan.steps if logits in s.reads and s.kind in ("reduce", "reductions")]
-    assert len(readers) == (2 if target is GPU else 1)
+    # Then the softmax's sum reads them again where exp is computed inside it (the GPU: a
+    # chain's second pass over each row); the CPU stores logits - max, which its sum reads.
+    readers = [s for s in plan.steps if logits in s.reads and s.kind in ("reductions", "chain")]
+    assert [s.kind for s in readers] == ["chain" if target is GPU else "reductions"]
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_layer_norm_backward_row_sums_are_a_chain_and_stay_apart(target):
+def test_layer_norm_backward_row_sums_are_a_chain(target):
     # The second sum (of g * (x - mean)) reads the first through the variance's derivative
-    # (its term through the mean), so they cannot share a pass. Rewriting the variance so that
+    # (its term through the mean), so they cannot share a pass: they run as a chain of two
+    # passes over each row (test_reduction_chains.py). Rewriting the variance so that
     # they could (mean((x - s)^2) - (mean - s)^2 with s = stop_gradient(mean)) made GPT-2's
     # rematerialization store x - mean instead of recomputing the LayerNorm's output: 276 MiB
     # more at the bf16 step's peak for 0.2 ms, so layer_norm keeps the plain formula.
@@ -169,12 +172,13 @@ def test_layer_norm_backward_row_sums_are_a_chain_and_stay_apart(target):
     row_sums = [
         step
         for step in plan.steps[last_dot + 1 :]
-        if step.kind in ("reduce", "reductions")
+        if step.kind in ("reduce", "reductions", "chain")
         and step.detail.strategy == "rows"
         and step.detail.kept
     ]
-    assert len(row_sums) == 2 and all(step.kind == "reduce" for step in row_sums)
-    assert backward_gradient in row_sums[0].reads
+    (chain,) = row_sums
+    assert chain.kind == "chain" and [phase.kind for phase in chain.members] == ["reduce"] * 2
+    assert backward_gradient in chain.members[0].reads
 
 
 def test_a_set_of_siblings_holds_a_bounded_number_of_operations():
@@ -274,21 +278,31 @@ def _finite_difference_gradient(program, inputs, position, eps=1e-6):
 
 
 @pytest.mark.parametrize(
-    "build, wrt, merged",
+    "build, wrt, merged, chained",
     [
         pytest.param(
-            lambda: cross_entropy_loss(f64, rows=3, classes=7), [0], True, id="cross_entropy"
+            lambda: cross_entropy_loss(f64, rows=3, classes=7),
+            [0],
+            True,
+            False,
+            id="cross_entropy",
         ),
         pytest.param(
-            lambda: layer_norm_loss(f64, rows=3, cols=6, out=2), [0, 1], False, id="layer_norm"
+            lambda: layer_norm_loss(f64, rows=3, cols=6, out=2),
+            [0, 1],
+            False,
+            True,
+            id="layer_norm",
         ),
     ],
 )
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_gradients_match_finite_differences(executor, build, wrt, merged):
+def test_gradients_match_finite_differences(executor, build, wrt, merged, chained):
     program = build()
     gradient = accy.value_and_grad(program, wrt=wrt)
-    assert bool(reductions_steps(build_plan(gradient))) == merged  # what runs
+    plan = build_plan(gradient)
+    assert bool(reductions_steps(plan)) == merged  # what runs
+    assert ("chain" in kinds(plan)) == chained
     inputs = random_inputs(program, np.random.default_rng(3))
     got = executor(gradient, inputs)
     for k, position in enumerate(wrt):
@@ -331,5 +345,6 @@ def test_the_merged_kernels_compile():
     source = "".join(
         compile_program(program, prefix=f"s{n}_").source for n, program in enumerate(programs)
     )
-    assert source.count(": reductions */") >= len(programs)
+    # The cross-entropy gradient's siblings are a chain's first phase (test_reduction_chains.py).
+    assert source.count(": reductions */") + source.count(": chain (chain) */") >= len(programs)
     toolchain.ptx_with_nvcc(source, "sibling reductions", arch="compute_90")

@@ -82,6 +82,16 @@ def _reductions_lines(plan: Plan, index: int, step: Step) -> list[str]:
     return lines
 
 
+def _chain_lines(plan: Plan, index: int, step: Step) -> list[str]:
+    """A chain: one line for the step, then each phase's lines (a reduction or a set of
+    siblings, with its epilogue), indented."""
+    count, reads = len(step.members), _values(step.reads)
+    lines = [f"{index:>3}  chain        {count} passes over each row in turn; reads {reads}"]
+    for k, phase in enumerate(step.members):
+        lines += ["    " + line for line in _step_line(plan, f"{index}.{k}", phase).split("\n")]
+    return lines
+
+
 def _epilogue_lines(plan: Plan, step: Step) -> list[str]:
     """One line per loop of a row reduction's epilogue (computed where each result is stored)."""
     lines = []
@@ -105,6 +115,8 @@ def _step_text(plan: Plan, index: int, step: Step) -> str:
         return "\n  ".join(_group_lines(plan, index, step))
     if step.kind == "reductions":
         return "\n  ".join(_reductions_lines(plan, index, step))
+    if step.kind == "chain":
+        return "\n  ".join(_chain_lines(plan, index, step))
     written = _written(plan, step)
     line = f"{index:>3}  {step.kind:<11}  {step.op.kind} {written}  reads {_values(step.reads)}"
     if step.fused:

@@ -18,7 +18,8 @@ input extents, kept and reduced axes, walked in the `rows` order), neither readi
 result, can share their loop nest just as well: each row is read once for both accumulators.
 Cross-entropy's max and its pick of the label's logit read the [tokens, vocab] logits once
 instead of twice (`sibling_reductions`). LayerNorm's backward row sums are a chain (the second
-reads the first through the variance's derivative), so they stay two passes.
+reads the first through the variance's derivative): they cannot share a pass, but the second
+can walk each row right after the first, while the row is in cache (`reduction_chains`).
 """
 
 from __future__ import annotations
@@ -311,3 +312,284 @@ def _epilogue_of(steps, index: int, size: int, check: FlatCheck, claimed, exclud
     if not members:
         return None
     return Epilogue(tuple(members), tuple(a for a in ahead if a < members[-1]))
+
+
+CHAIN_WINDOW = 8
+"""Steps after a row reduction searched for the later phases of its chain (as for epilogues: a
+bounded search keeps planning linear, and a phase further away would move more work)."""
+
+
+CHAIN_TRAILING_LOOPS = True
+"""Whether a loop after a chain's last reduction may be its last phase (LayerNorm's normalized
+output after the variance); tools/device/chains_step.py measures the step without."""
+
+
+def _phase_key(step) -> tuple | None:
+    """The `_row_key` of a row reduction step that can be a chain's phase: a `reduce` or a
+    `reductions` set (its members share the key); None for any other step."""
+    if step.kind == "reductions":
+        return _row_key(step.members[0])
+    return _row_key(step) if step.kind == "reduce" else None
+
+
+def _phase_operations(step) -> int:
+    members = step.members or (step,)
+    return sum(len(m.fused) + 1 for m in members) + sum(len(e.fused) + 1 for e in step.epilogue)
+
+
+LOOP_PHASE_KINDS = SAME_INDEX_KINDS | {"broadcast_in_dim", "transpose"}
+"""What a loop that is a chain's phase may compute last (its fused operands may be anything):
+an operation whose element at an index reads its operands' elements by axis name."""
+
+
+MIN_LOOP_PHASE_ROW = 32
+"""Elements a row needs for a loop over it to be a chain's phase: a shorter row is one thread's
+on a GPU, whose stores would then be strided across its warp instead of coalesced."""
+
+
+def _loop_phase(step, key: tuple, excludes: frozenset[str]) -> bool:
+    """Whether loop `step` can be a phase of a chain over rows `key`: it walks each row's
+    elements (its result has the extents the rows' reductions read; rows of at least
+    `MIN_LOOP_PHASE_ROW`), and computes nothing in `excludes` (the target's
+    `epilogue_excludes`: on the CPU, functions whose vector variants its own loops would
+    call)."""
+    if step.kind != "loop" or step.op.kind not in LOOP_PHASE_KINDS:
+        return False
+    extents, _, reduced = key
+    length = 1
+    for p in reduced:
+        length *= extents[p]
+    if step.op.type.extents != extents or length < MIN_LOOP_PHASE_ROW:
+        return False
+    return not any(_operation_name(op) in excludes for op in (*step.fused, step.op))
+
+
+class RowReads:
+    """Whether a chain's later phase reads what earlier phases wrote only at its own row:
+    through elementwise work, broadcasts and transposes (by axis name) and reshapes that only
+    add or drop axes of extent 1. A per-row result (a reduction's, or its epilogue's) must be
+    read at the kept axes' position; a row-sized value (a loop phase's) anywhere in the same
+    row (its components at the kept positions are the kept axes')."""
+
+    def __init__(self, check: FlatCheck, key: tuple):
+        self.check = check
+        self.extents, self.kept_positions, _ = key
+        self.rows = 1
+        for p in self.kept_positions:
+            self.rows *= self.extents[p]
+
+    def only_at_row(self, step, chained: set[int]) -> bool:
+        """Whether phase `step` (a row reduction, or a loop over the rows' elements) reads the
+        values in `chained` only at its own row (and a reduction's initial value never)."""
+        depends: dict[int, bool] = {}
+        if step.kind == "loop":
+            op = step.op
+            index = self._operand_indices(op, op.type.axes)
+            if index is None:
+                return not any(self._reaches(v, chained, depends) for v in op.operands)
+            kept = self._kept(op.type)
+            return all(
+                self._at_row(v, at, chained, kept, depends)
+                for v, at in zip(op.operands, index, strict=True)
+            )
+        for member in step.members or (step,):
+            op = member.op
+            if self._reaches(op.operands[1], chained, depends):
+                return False
+            x = op.operand_types[0]
+            if not self._at_row(op.operands[0], x.axes, chained, self._kept(x), depends):
+                return False
+        return True
+
+    def _kept(self, t) -> tuple:
+        """The names of `t`'s significant kept axes (`t` has the rows' input extents)."""
+        return tuple(t.axes[p] for p in self.kept_positions if t.extents[p] != 1)
+
+    def _reaches(self, value: int, chained: set[int], depends: dict[int, bool]) -> bool:
+        """Whether computing `value` (inline, up to stored values) loads one in `chained`."""
+        pending, order = [value], []
+        while pending:  # a stack, not recursion: expressions can be deep
+            v = pending.pop()
+            if v in depends:
+                continue
+            if v in chained or self.check.is_stored(v):
+                depends[v] = v in chained
+                continue
+            order.append(v)
+            depends[v] = False  # provisional: the graph is acyclic, fixed below
+            pending.extend(self.check.producers[v].operands)
+        for v in reversed(order):
+            depends[v] = any(depends.get(u, False) for u in self.check.producers[v].operands)
+        return depends[value]
+
+    def _at_row(self, value, axes, chained, kept, depends) -> bool:
+        """Whether `value`, read at the index whose components are the phase's axis names
+        `axes` (or "0"), reads `chained` values only at the row whose kept components are
+        `kept`."""
+        pending, seen = [(value, tuple(axes))], set()
+        while pending:
+            v, index = pending.pop()
+            if (v, index) in seen or not self._reaches(v, chained, depends):
+                continue
+            seen.add((v, index))
+            if v in chained:
+                if not self._in_row(self.check.type_of(v), index, kept):
+                    return False
+                continue
+            op = self.check.producers[v]
+            operands = self._operand_indices(op, index)
+            if operands is None:
+                return False
+            pending.extend(zip(op.operands, operands, strict=True))
+        return True
+
+    def _in_row(self, t, index: tuple, kept: tuple) -> bool:
+        """Whether `index` of chained value `t` is in the row whose kept components are
+        `kept`: a per-row result's significant components are `kept`; a row-sized value's
+        components at the kept positions are."""
+        if t.size == self.rows:
+            parts = [c for c, n in zip(index, t.extents, strict=True) if n != 1]
+            return tuple(parts) == kept
+        if t.extents == self.extents:
+            return self._kept_components(index, t) == kept
+        return False
+
+    def _kept_components(self, index: tuple, t) -> tuple:
+        return tuple(index[p] for p in self.kept_positions if t.extents[p] != 1)
+
+    @staticmethod
+    def _operand_indices(op: Operation, index: tuple) -> list[tuple] | None:
+        """The index of each operand of `op` read at `index` (components are axis names or
+        "0"), or None where it is not a renaming of the same components."""
+        if op.kind in LOOP_PHASE_KINDS:
+            result = op.type
+            indices = []
+            for t in op.operand_types:
+                if any(a not in result.axes for a in t.axes):
+                    return None
+                indices.append(tuple(index[result.position(a)] for a in t.axes))
+            return indices
+        if op.kind == "reshape":
+            operand, result = op.operand_types[0], op.type
+            if _significant(operand) != _significant(result):
+                return None
+            parts = iter(c for c, n in zip(index, result.extents, strict=True) if n != 1)
+            return [tuple(next(parts) if n != 1 else "0" for n in operand.extents)]
+        return None if op.operands else []
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Row reductions over the same rows, each reading earlier ones' results only at its own
+    row: `phases` (indices into the steps, in order) run as one pass per phase over each row;
+    `ahead` are the steps between them that run before the chain (they read nothing it
+    writes)."""
+
+    phases: tuple[int, ...]
+    ahead: tuple[int, ...]
+
+
+def reduction_chains(
+    steps, check: FlatCheck, excludes: frozenset[str] = frozenset()
+) -> list[Chain]:
+    """The chains of row reductions in `steps` (see `Chain`): a later row reduction (`reduce`
+    or `reductions`, with its epilogue) joins an earlier one's chain when it has the same
+    `_row_key`, reads a value some phase of the chain writes, reads those values only at its
+    own row (`RowReads`: `logits - max` broadcast along the reduced axis, never a transposed
+    or shifted row), and reads nothing written by a step in between that depends on the chain.
+    A loop over the rows' elements that reads the chain's values at its own row joins too
+    (`_loop_phase`: LayerNorm's `x - mean` between the mean and the variance, its normalized
+    output after them), unless it computes an operation in `excludes`, or it is the chain's
+    last phase and may write over a buffer it reads last (`_InPlace`). The steps in between that
+    depend on the chain stay after it; the others run ahead of it. Each row's later passes then
+    read the row while it is still in cache. At most `CHAIN_WINDOW` steps are searched after
+    each phase and `MAX_GROUP_OPERATIONS` operations joined.
+
+    >>> import accy
+    >>> p = accy.trace.define("c", [accy.spec(accy.f32, row=4, v=8)],
+    ...                       lambda b, a: (a[0] - a[0].max("v")).exp().sum("v"))
+    >>> [(s.kind, len(s.members)) for s in accy.lower.build_plan(p).steps]
+    [('chain', 2)]
+    """
+    chains: list[Chain] = []
+    claimed: set[int] = set()
+    in_place = _InPlace(steps, check)
+    for index, host in enumerate(steps):
+        key = _phase_key(host)
+        if key is None or index in claimed:
+            continue
+        rows = RowReads(check, key)
+        chain = _chain_of(steps, index, key, rows, claimed, excludes, in_place)
+        if chain is not None:
+            chains.append(chain)
+            claimed.update(chain.phases, chain.ahead)
+    return chains
+
+
+class _InPlace:
+    """Whether a loop may write its result over a buffer it reads for the last time (the test
+    of `plan._in_place_results`, loosely: a value other than a parameter, of as many bytes and
+    the same itemsize, that no later step reads). Such a loop stays a step: a chain's phase
+    takes no buffer in place."""
+
+    def __init__(self, steps, check: FlatCheck):
+        self.steps = steps
+        self.type_of = check.type_of
+        self.producers = check.producers
+        self.last_read: dict[int, int] = {}
+        for index, step in enumerate(steps):
+            for value in step.reads:
+                self.last_read[value] = index
+
+    def __call__(self, index: int) -> bool:
+        t = self.type_of(self.steps[index].op.results[0])
+        return any(
+            self.last_read.get(v) == index
+            and self.producers[v].kind != "parameter"
+            and self.type_of(v).nbytes == t.nbytes
+            and self.type_of(v).dtype.itemsize == t.dtype.itemsize
+            for v in self.steps[index].reads
+        )
+
+
+def _chain_of(steps, index, key, rows: RowReads, claimed, excludes, in_place) -> Chain | None:
+    """The `Chain` starting at row reduction `steps[index]`, or None (see `reduction_chains`).
+    `available`: what the phases write; `pinned`: what the steps that must stay after the chain
+    write (they read `available` or `pinned`). A loop after the last reduction that may write
+    its result over a buffer it reads for the last time (`_InPlace`: GPT-2's logits gradient
+    over the logits, 0.8 GB) stays a step of its own, where it can."""
+    available = set(steps[index].writes)
+    pinned: set[int] = set()
+    operations = _phase_operations(steps[index])
+    phases, ahead = [index], []
+    later = index + 1
+    while later < min(phases[-1] + 1 + CHAIN_WINDOW, len(steps)):
+        step = steps[later]
+        reads = set(step.reads)
+        fits = _phase_key(step) == key or _loop_phase(step, key, excludes)
+        if later not in claimed and (
+            fits
+            and reads & available
+            and not reads & pinned
+            and operations + _phase_operations(step) <= MAX_GROUP_OPERATIONS
+            and rows.only_at_row(step, available)
+        ):
+            phases.append(later)
+            available |= set(step.writes)
+            operations += _phase_operations(step)
+        elif later in claimed:
+            pass  # placed before this chain by an earlier one
+        elif reads & (available | pinned):
+            pinned |= set(step.writes)
+        else:
+            ahead.append(later)
+        later += 1
+    while (
+        len(phases) > 1
+        and steps[phases[-1]].kind == "loop"
+        and (in_place(phases[-1]) or not CHAIN_TRAILING_LOOPS)
+    ):
+        phases.pop()
+    if len(phases) < 2:
+        return None
+    return Chain(tuple(phases), tuple(a for a in ahead if a < phases[-1]))

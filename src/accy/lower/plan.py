@@ -17,7 +17,13 @@ from . import fusion
 from .buffers import Lifetime, place, reads_in_place
 from .contraction import Gemm, gemm_layout
 from .expand import expand_compositions
-from .grouping import FlatCheck, consecutive_groups, reduction_epilogues, sibling_reductions
+from .grouping import (
+    FlatCheck,
+    consecutive_groups,
+    reduction_chains,
+    reduction_epilogues,
+    sibling_reductions,
+)
 from .reduction import reduce_layout
 from .remat import rematerialize_stored
 from .split_gemms import split_widened_gemms
@@ -70,7 +76,9 @@ class Step:
     `body` and a cond's or while_loop's `branches` (true, false; or condition, body) are plans
     of their own, run on the step's buffers. A row reduction's `epilogue` are flat elementwise
     loops over its results, computed where each result is stored (`grouping.reduction_epilogues`);
-    its `writes` then hold only the values some other step or the caller reads."""
+    its `writes` then hold only the values some other step or the caller reads. A `chain` step's
+    `members` are its phases (`reduce` or `reductions` steps with their epilogues), each walking
+    every row after the one before (`grouping.reduction_chains`)."""
 
     kind: str
     op: Operation | None
@@ -140,6 +148,8 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     steps = _merge_siblings(_hoist_reductions(_steps(decisions, views, target)))
     check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of)
     steps, in_epilogues = _attach_epilogues(program, steps, check, target.epilogue_excludes)
+    if target.chains_reductions:
+        steps = _chain_reductions(steps, check, target.epilogue_excludes)
     steps, internal = _group(program, steps, check)
     internal |= in_epilogues
     views = {v: view for v, view in views.items() if view.base not in internal}
@@ -366,6 +376,39 @@ def _attach_epilogues(program: Program, steps: list[Step], check: FlatCheck, exc
             internal |= set(written) - set(step.writes)
         merged.append(step)
     return merged, internal
+
+
+def _chain_step(phases: list[Step]) -> Step:
+    """One `chain` step for row reductions over the same rows, each reading earlier ones'
+    results only at its own row (`grouping.reduction_chains`): each row is walked once per
+    phase, one after the other. It writes what its phases write (a later phase reads an earlier
+    one's results from their buffers) and reads what they read from other steps; its `detail`
+    is the first phase's `ReduceLayout`."""
+    written = {v for phase in phases for v in phase.writes}
+    return Step(
+        "chain",
+        None,
+        tuple(v for phase in phases for v in phase.writes),
+        tuple(sorted({v for phase in phases for v in phase.reads} - written)),
+        detail=phases[0].detail,
+        members=tuple(phases),
+    )
+
+
+def _chain_reductions(steps: list[Step], check: FlatCheck, excludes) -> list[Step]:
+    """`steps` with each of `grouping.reduction_chains` as one step at the place of its first
+    phase, the steps that run ahead of it just before."""
+    chains = {chain.phases[0]: chain for chain in reduction_chains(steps, check, excludes)}
+    moved = {i for chain in chains.values() for i in (*chain.phases[1:], *chain.ahead)}
+    merged = []
+    for index, step in enumerate(steps):
+        if index in chains:
+            chain = chains[index]
+            merged += [steps[i] for i in chain.ahead]
+            merged.append(_chain_step([steps[i] for i in chain.phases]))
+        elif index not in moved:
+            merged.append(step)
+    return merged
 
 
 def _group(program: Program, steps: list[Step], check: FlatCheck):

@@ -37,6 +37,11 @@ class Target:
     loops call libmvec's vector variants of exp, log, tanh... whose last bits differ from the
     scalar calls an epilogue makes (one result at a time): loops that call them stay loops
     there, so that the plan's results are the bits of the unfused plan.
+    `chains_reductions`: row reductions that read earlier ones' per-row results only at their
+    own row run as one step, each row walked once per phase while it is still in cache
+    (`accy.lower.grouping.reduction_chains`): a GPU reads the row's later passes from L2 instead
+    of HBM and saves a launch, a CPU from its L2 instead of memory. Both take it; the values are
+    the unchained plan's bits (each phase computes what its step computed).
     `keep`: which kinds that have a composition the target runs whole, on operands in which
     layout (`accy.lower.expand`; by default every such kind is composed).
 
@@ -51,6 +56,7 @@ class Target:
     rematerialize_min_bytes: int = 0
     rematerializes_transcendentals: bool = True
     epilogue_excludes: frozenset[str] = frozenset()
+    chains_reductions: bool = True
     keep: Keep = compose_all
 
 

@@ -115,6 +115,9 @@ class StepContext:
     # In the body of a scan run as a WHILE node: its region, where pool tables that follow the
     # iteration live (the body's level has no entries to build tables from).
     region: Region | None = None
+    # A chain's phase run as a step of its own (`steps.reduce.emit_chain`): ".k", in the
+    # comments of its kernels.
+    phase: str = ""
 
     def pointers(self) -> Pointers:
         """Fresh names for the step's stored values (one `Pointers` per kernel)."""
@@ -129,7 +132,7 @@ class StepContext:
         declarations = [
             pointer_declaration(self.plan, v, pointers.get(v), v in written) for v in pointers.used
         ]
-        comment = f"step {self.index}: {self.step.kind} {what}".strip()
+        comment = f"step {self.index}{self.phase}: {self.step.kind} {what}".strip()
         return self.declare_kernel(declarations + lines, comment)
 
     def declare_kernel(self, lines: list[str], comment: str) -> Kernel:

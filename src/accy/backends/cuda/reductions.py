@@ -24,9 +24,11 @@ from ...codegen.c import templates
 from ...codegen.c.dialect import CUDA
 from ...codegen.c.literals import highest, lowest
 from ...core.types import DType
+from ...errors import AccyError
 from .kernels import BLOCK, WARP, grid_stride
 
 BUSY_THREADS = 1 << 19  # threads that keep an H200 busy: 132 SMs x 2048 threads, twice over
+ONE_WAVE = BUSY_THREADS // 2  # threads an H200 holds at once
 ELEMENTS_PER_THREAD = 16  # fewer than this per thread and a chunk is not worth its own threads
 MAX_CHUNKS = 2048
 
@@ -88,6 +90,46 @@ def choose_cut(
         wanted = math.ceil(BUSY_THREADS / (outputs * lanes))
         chunks = max(1, min(wanted, length // (lanes * ELEMENTS_PER_THREAD), MAX_CHUNKS))
     return Cut(outputs, length, lanes, chunks, width)
+
+
+def chain_cut(outputs: int, length: int, width: int = 1) -> Cut | None:
+    """The cut of a pass of a chain over rows (`chain_lines`: one chunk per row), or None
+    where splitting rows into chunks pays more: when `choose_cut` would split them and one
+    chunk per row leaves the GPU less than a wave of threads.
+
+    >>> chain_cut(8192, 50304, 8)
+    Cut(outputs=8192, length=50304, lanes=256, chunks=1, width=8)
+    >>> chain_cut(1024, 8192) is not None, chain_cut(64, 8192)
+    (True, None)
+    """
+    cut = choose_cut(outputs, length, True, width=width)
+    if cut.chunks == 1:
+        return cut
+    whole = choose_cut(outputs, length, True, split=False, width=width)
+    return whole if whole.outputs * whole.lanes >= ONE_WAVE else None
+
+
+CHAIN_L2_BYTES = 24 << 20
+"""Bytes of rows that a chain's blocks may hold in flight: about half the H200's 50 MB L2. A
+block's later pass rereads its row after every block in flight has streamed about as much:
+with the GPU full (8 blocks an SM) GPT-2's 100 KB rows of logits would take 105 MB, and the
+second pass would read HBM again."""
+MIN_CHAIN_BLOCKS = 264  # 2 blocks an SM of the H200: enough loads in flight for HBM's bandwidth
+
+
+def chain_grid(cut: Cut, row_bytes: int) -> int:
+    """Blocks for a chain over `cut`'s rows of `row_bytes` each (the bytes a pass reads per
+    row): as many as `cut.grid`, but no more than keep `CHAIN_L2_BYTES` of rows in flight
+    (and no fewer than `MIN_CHAIN_BLOCKS`); a grid-stride loop walks the rest.
+
+    >>> chain_grid(chain_cut(8192, 50304, 8), 50304 * 2)
+    264
+    >>> chain_grid(chain_cut(8192, 768, 8), 768 * 2 * 3)
+    682
+    """
+    rows_per_block = BLOCK // cut.lanes
+    fit = CHAIN_L2_BYTES // max(row_bytes * rows_per_block, 1)
+    return max(1, min(cut.grid, max(fit, MIN_CHAIN_BLOCKS)))
 
 
 def identity(reducer: str, dtype: DType) -> str:
@@ -183,6 +225,21 @@ def _chunk_loop(
     return lines + ["}"]
 
 
+@dataclass(frozen=True)
+class RowPass:
+    """One pass of reductions over each result's elements in a kernel (the arguments of
+    `reduction_lines`); a chain runs several over the same results, one after the other. A
+    pass without accumulators is a loop over each row's elements (its `element` stores)."""
+
+    cut: Cut
+    kept: Callable[[str], list[str]]
+    element: Element
+    accumulators: list[Accumulator]
+    initials: list[str] | None
+    finish: Finish
+    vectors: Vectors | None = None
+
+
 def reduction_lines(
     cut: Cut,
     kept: Callable[[str], list[str]],
@@ -200,22 +257,60 @@ def reduction_lines(
     value)` stores accumulator `j`'s value for result `o` (and chunk `g`). With `vectors` each
     thread takes `cut.width` elements at a time where the buffers are aligned.
     """
+    return chain_lines([RowPass(cut, kept, element, accumulators, initials, finish, vectors)])
+
+
+def chain_lines(passes: list[RowPass]) -> list[str]:
+    """The statements of a kernel that runs `passes` (their cuts alike but for the width) over
+    each result in turn: each pass combines and stores its values, then the result's threads
+    meet at a barrier before the next pass, which may load what they stored (a row
+    reduction's max, read by the sum of `exp(x - max)`). With several passes each result is one
+    chunk (the values are final)."""
+    cut = passes[0].cut
+    if len(passes) > 1 and cut.chunks != 1:
+        raise AccyError("internal: a chain of reduction passes needs one chunk per result")
     per_block = BLOCK // cut.lanes
     lines: list[str] = []
     if cut.lanes > 1:
         lines.append(f"const int lane = threadIdx.x % {cut.lanes};")
     if cut.lanes == BLOCK:
-        lines += [f"__shared__ {a.compute} {a.name}_shared[{BLOCK // WARP}];" for a in accumulators]
+        lines += [
+            f"__shared__ {a.compute} {a.name}_shared[{BLOCK // WARP}];"
+            for row in passes
+            for a in row.accumulators
+        ]
     lines.append(grid_stride("w", cut.groups, per_block, cut.lanes))
     inner = [
         f"const int64_t o = w % {cut.outputs}LL;" if cut.chunks > 1 else "const int64_t o = w;"
     ]
     if cut.chunks > 1:
         inner.append(f"const int64_t g = w / {cut.outputs}LL;")
-    inner += kept("o")
+    if len(passes) == 1:
+        inner += _pass_lines(passes[0])
+    for k, row in enumerate(passes if len(passes) > 1 else []):
+        inner += ["{", *("  " + line for line in _pass_lines(row)), "}"]
+        if k < len(passes) - 1:
+            inner += _barrier(cut.lanes)
+    return lines + ["  " + line for line in inner] + ["}"]
+
+
+def _barrier(lanes: int) -> list[str]:
+    """What makes one pass's stores visible to the threads of the next pass over the same
+    result: the block's barrier (a block per result), the warp's (a warp per result), nothing
+    (a thread per result reads what it stored)."""
+    if lanes == BLOCK:
+        return ["__syncthreads();"]
+    return ["__syncwarp();"] if lanes > 1 else []
+
+
+def _pass_lines(row: RowPass) -> list[str]:
+    """One pass over result `o`'s elements: the accumulators' loop, their combination across
+    the result's threads, and the stores."""
+    cut, accumulators, initials, vectors = row.cut, row.accumulators, row.initials, row.vectors
+    inner = row.kept("o")
     inner += [f"{a.compute} {a.name} = {identity(a.reducer, a.dtype)};" for a in accumulators]
     if vectors is None:
-        inner += _chunk_loop(cut, element, accumulators, 1, False)
+        inner += _chunk_loop(cut, row.element, accumulators, 1, False)
     else:
         # Where a buffer is misaligned, the scalar loop: with `cut.width > 1` it takes the
         # elements in another order, so results are the same for the same alignment.
@@ -223,7 +318,7 @@ def reduction_lines(
         vector_loop = _chunk_loop(cut, vectors.element, accumulators, cut.width, True)
         inner += ["  " + line for line in vector_loop]
         inner.append("} else {")
-        inner += ["  " + line for line in _chunk_loop(cut, element, accumulators, 1, False)]
+        inner += ["  " + line for line in _chunk_loop(cut, row.element, accumulators, 1, False)]
         inner.append("}")
     for a in accumulators:
         if cut.lanes > 1:
@@ -233,8 +328,7 @@ def reduction_lines(
     stores: list[str] = []
     for j, a in enumerate(accumulators):
         value = a.name if initials is None else a.combine(initials[j], a.name)
-        stores += finish(j, value)
-    if cut.lanes > 1:
+        stores += row.finish(j, value)
+    if cut.lanes > 1 and stores:
         stores = ["if (lane == 0) {", *("  " + s for s in stores), "}"]
-    inner += stores
-    return lines + ["  " + line for line in inner] + ["}"]
+    return inner + stores

@@ -10,7 +10,7 @@ from .control import emit_cond, emit_while
 from .dot import emit_dot
 from .group import emit_group
 from .loop import emit_loop
-from .reduce import emit_reduce
+from .reduce import emit_chain, emit_reduce
 from .scan import emit_scan
 from .scatter import emit_scatter
 from .sort import emit_sort
@@ -19,6 +19,7 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
     "loop": emit_loop,
     "reduce": emit_reduce,
     "reductions": emit_reduce,
+    "chain": emit_chain,
     "group": emit_group,
     "scatter": emit_scatter,
     "dot": emit_dot,

@@ -6,9 +6,11 @@ results are combined in chunk order: the same sum on any number of threads.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
-from ....codegen.c.expressions import linear
+from ....codegen.c.expressions import EMITTERS, linear
 from ....codegen.c.literals import highest, lowest
 from ..loops import PARALLEL_FOR, axis_index, axis_loops, coalesced, nest, worth_threads
 from .context import CHUNKS, StepContext, store_element
@@ -42,11 +44,33 @@ def _simd(reducers: list[str], variables: list[str]) -> str | None:
     return f"#pragma omp simd {clauses}"
 
 
-def _reduce_rows(ctx: StepContext) -> list[str]:
-    """Row reductions (one, or a `reductions` step's members over the same rows): one loop
-    nest per result element, the inner loop over the reduced axes updating one accumulator per
-    reduction."""
-    ctx.value_pointers()
+@dataclass(frozen=True)
+class RowPass:
+    """The pieces of one pass of row reductions over their rows: statements `before` the loop
+    nest (initial values), the loops over the kept and the reduced axes, the accumulators'
+    declarations (`starts`), what the inner loop runs per element (`element`) and the stores
+    after it, and whether the nest is worth threads."""
+
+    before: list[str]
+    kept_loops: list
+    reduced_loops: list
+    starts: list[str]
+    element: list[str]
+    stores: list[str]
+    simd: str | None
+    large: bool
+
+    @property
+    def per_row(self) -> list[str]:
+        """What runs once per row: the accumulators' loop over it, then the stores."""
+        inner = nest(self.reduced_loops, self.element, inner_pragma=self.simd)
+        return self.starts + inner + self.stores
+
+
+def _row_pass(ctx: StepContext, prefix: str = "") -> RowPass:
+    """The `RowPass` of row reductions `ctx.step` (one, or a `reductions` step's members over
+    the same rows): one accumulator per reduction (named with `prefix`), updated by an inner
+    loop over the reduced axes."""
     ops = [m.op for m in ctx.step.members] or [ctx.step.op]
     layout = ctx.step.detail
     x_type = layout.input
@@ -55,10 +79,11 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
     index = axis_index(x_type)
     out_position = linear(tuple(index[p] for p in layout.kept), ops[0].type.extents)
     names = ["acc"] if len(ops) == 1 else [f"acc{j}" for j in range(len(ops))]
+    names = [prefix + name for name in names]
     lines, starts, combines, stores = [], [], [], []
     body = ctx.body()
     for name, op in zip(names, ops, strict=True):
-        dtype, ctype = op.type.dtype, GCC.c_type(op.type.dtype)
+        ctype = GCC.c_type(op.type.dtype)
         init_body = ctx.body()
         init = init_body.value(op.operands[1], ())
         lines += init_body.lines + [f"const {ctype.compute} {name}_init = {init};"]
@@ -68,17 +93,64 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
         combines.append(f"{name} = {reduced};")
         stores += _store_result(ctx, op, name, out_position)
     stores += _epilogue(ctx, ops, names, out_position)
+    simd = _simd([op.attrs["op"] for op in ops], names)
     large = worth_threads(x_type.size, ctx.step.fused)
-    if len(ops) == 1 and not kept_loops and large and _worth_chunks(reduced_loops):
+    element = body.lines + combines
+    return RowPass(lines, kept_loops, reduced_loops, starts, element, stores, simd, large)
+
+
+def _loop_pass(ctx: StepContext, layout) -> RowPass:
+    """The `RowPass` of loop `ctx.step`, a chain's phase over the rows of `layout`: each
+    element of the row computed and stored."""
+    op = ctx.step.op
+    index = axis_index(op.type)
+    body = ctx.body()
+    x = EMITTERS[op.kind](body, op, index)
+    pointer = ctx.pointers[op.results[0]]
+    stored = store_element(op.type.dtype, pointer, linear(index, op.type.extents), x)
+    kept_loops = axis_loops(op.type, positions=layout.kept)
+    reduced_loops = axis_loops(op.type, positions=layout.reduced)
+    large = worth_threads(op.type.size, ctx.step.fused)
+    return RowPass([], kept_loops, reduced_loops, [], body.lines + [stored], [], None, large)
+
+
+def _reduce_rows(ctx: StepContext) -> list[str]:
+    """Row reductions (one, or a `reductions` step's members over the same rows): one loop
+    nest per result element, the inner loop over the reduced axes updating one accumulator per
+    reduction."""
+    ctx.value_pointers()
+    ops = [m.op for m in ctx.step.members] or [ctx.step.op]
+    row = _row_pass(ctx)
+    if len(ops) == 1 and not row.kept_loops and row.large and _worth_chunks(row.reduced_loops):
         reducer, dtype = ops[0].attrs["op"], ops[0].type.dtype
         compute = GCC.c_type(dtype).compute
-        return lines + _chunked_full_reduction(
-            reduced_loops, body.lines + combines, reducer, dtype, compute, stores[0]
+        return row.before + _chunked_full_reduction(
+            row.reduced_loops, row.element, reducer, dtype, compute, row.stores[0]
         )
-    simd = _simd([op.attrs["op"] for op in ops], names)
-    inner = nest(reduced_loops, body.lines + combines, inner_pragma=simd)
-    outer = PARALLEL_FOR if kept_loops and large and kept_loops[0][1] > 1 else None
-    return lines + nest(kept_loops, starts + inner + stores, outer)
+    return row.before + nest(row.kept_loops, row.per_row, _outer(row))
+
+
+def _outer(row: RowPass) -> str | None:
+    """The pragma of a row pass's outermost kept loop: threads over its rows when large."""
+    return PARALLEL_FOR if row.kept_loops and row.large and row.kept_loops[0][1] > 1 else None
+
+
+def emit_chain(ctx: StepContext) -> list[str]:
+    """A `chain` step (`accy.lower.grouping.reduction_chains`): one loop nest over the rows
+    that runs each phase's pass over the row in turn, so that a later phase reads the row
+    while it is still in cache, and reads an earlier phase's results where it just stored
+    them."""
+    ctx.value_pointers()
+    passes = [
+        _loop_pass(replace(ctx, step=phase), ctx.step.detail)
+        if phase.kind == "loop"
+        else _row_pass(replace(ctx, step=phase), prefix=f"p{k}_")
+        for k, phase in enumerate(ctx.step.members)
+    ]
+    before = [line for row in passes for line in row.before]
+    per_row = [line for row in passes for line in ("{", *("  " + s for s in row.per_row), "}")]
+    large = any(row.large for row in passes)
+    return before + nest(passes[0].kept_loops, per_row, _outer(replace(passes[0], large=large)))
 
 
 def _store_result(ctx: StepContext, op, name: str, position: str) -> list[str]:

@@ -20,7 +20,7 @@ from .conv import emit_conv
 from .dot import emit_dot
 from .group import emit_group
 from .loop import emit_loop
-from .reduce import emit_reduce
+from .reduce import emit_chain, emit_reduce
 from .scan import emit_scan
 from .scatter import emit_scatter
 from .sort import emit_sort
@@ -29,6 +29,7 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], StepCode]] = {
     "loop": emit_loop,
     "reduce": emit_reduce,
     "reductions": emit_reduce,
+    "chain": emit_chain,
     "group": emit_group,
     "scatter": emit_scatter,
     "dot": emit_dot,
@@ -118,7 +119,9 @@ def _emit(
 
 # Steps whose memory is their plan step's reads, writes and scratch (and the shared scratch
 # region, when they reserve some); the others (scans, conds, custom calls, copies) are barriers.
-KNOWN_ACCESS = frozenset({"loop", "group", "reduce", "reductions", "scatter", "dot", "sort"})
+KNOWN_ACCESS = frozenset(
+    {"loop", "group", "reduce", "reductions", "chain", "scatter", "dot", "sort"}
+)
 
 
 def step_access(ctx: StepContext, level: Level) -> Access:

@@ -6,14 +6,27 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....codegen.c.dialect import CUDA
-from ....codegen.c.expressions import Body, Flat, NotFlat
+from ....codegen.c.expressions import EMITTERS, Body, Flat, NotFlat, linear
 from ....errors import AccyError
+from ....lower.views import row_major
 from ..columns import ColumnKernel, ColumnLoop, choose_column_cut, column_lines
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import COUNTERS, axis_names, compute_bytes, decompose
-from ..reductions import Accumulator, Cut, Finish, Vectors, choose_cut, reduction_lines
+from ..reductions import (
+    Accumulator,
+    Cut,
+    Finish,
+    RowPass,
+    Vectors,
+    chain_cut,
+    chain_grid,
+    chain_lines,
+    choose_cut,
+    reduction_lines,
+)
 from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor, lane_width
 from .common import elementwise_kernel, innermost, rounded, step_itemsizes, store, store_at
+from .loop import emit_loop
 
 
 def initial_value(ctx: StepContext, pointers, op) -> tuple[list[str], str]:
@@ -161,9 +174,7 @@ def _reduce_element(ctx: StepContext, ops, flat: bool):
     the kept indices."""
     layout = ctx.step.detail
     x_type = layout.input
-    reduced = axis_names(x_type, "r", layout.reduced)
-    kept = axis_names(x_type, "k", layout.kept)
-    extents = tuple(x_type.extents[p] for p in layout.reduced)
+    at_row, kept = _row_indices(layout)
 
     def element(body: Body, r: str):
         width = body.width if isinstance(body, LaneBody) else 1
@@ -171,23 +182,11 @@ def _reduce_element(ctx: StepContext, ops, flat: bool):
             counters = [body.lane(r, k) for k in range(width)] if width > 1 else [r]
             values = [[body.value(op.operands[0], Flat(c, x_type)) for op in ops] for c in counters]
             return body.lines, values
-        index = [""] * x_type.rank
-        for p, name in zip(layout.reduced, reduced, strict=True):
-            index[p] = name
-        for p, name in zip(layout.kept, kept, strict=True):
-            index[p] = name
-        head = decompose(r, extents, reduced)
-        indices = [tuple(index)]
-        if width > 1:
-            p = layout.reduced[innermost(extents)]
-            indices = [
-                tuple(index[:p] + [body.lane(index[p], k)] + index[p + 1 :]) for k in range(width)
-            ]
+        head, indices = at_row(body, r)
         values = [[body.value(op.operands[0], at) for op in ops] for at in indices]
         return head + body.lines, values
 
-    kept_extents = tuple(x_type.extents[p] for p in layout.kept)
-    return element, lambda o: decompose(o, kept_extents, kept)
+    return element, kept
 
 
 def reduction_width(ctx: StepContext, extents, size: int) -> int:
@@ -294,3 +293,146 @@ def emit_reduce(ctx: StepContext) -> StepCode:
         except NotFlat:
             continue
     raise AccyError("internal: no kernel for a reduction")
+
+
+def _phase_ops(step) -> list:
+    return [m.op for m in step.members] or [step.op]
+
+
+def _row_pass(ctx: StepContext, pointers, cut: Cut, prefix: str) -> tuple[list[str], RowPass]:
+    """(statements before the kernel's loop, the pass) of row reduction step `ctx.step` (a
+    chain's phase: a `reduce` or `reductions` step with its epilogue) in a kernel with
+    `pointers`, one chunk per row, its accumulators named with `prefix`."""
+    ops = _phase_ops(ctx.step)
+    accumulators = [
+        Accumulator(f"{prefix}acc{j}", op.attrs["op"], op.type.dtype) for j, op in enumerate(ops)
+    ]
+    head, initials = initial_values(ctx, ops)(pointers)
+    finish = _final(ctx, pointers, [op.results[0] for op in ops], [op.type.dtype for op in ops])
+    element, kept = _reduce_element(ctx, ops, False)
+    scalar = element(ctx.body(pointers), "r")
+    vectors = None
+    if cut.width > 1:
+        lanes = LaneBody(ctx.module, ctx.plan, pointers, cut.width)
+        statements, values = element(lanes, "r")
+        if lanes.vectorized:
+            vector = (lanes.pruned(statements), values)
+            vectors = Vectors(lambda r: vector, lanes.aligned_condition())
+    if vectors is None:
+        cut = replace(cut, width=1)
+    return head, RowPass(cut, kept, lambda r: scalar, accumulators, initials, finish, vectors)
+
+
+def _loop_pass(ctx: StepContext, pointers, cut: Cut, layout) -> RowPass:
+    """The pass of loop `ctx.step` (a chain's phase over the rows of `layout`) in a kernel
+    with `pointers`: each of the row's threads computes and stores `cut.width` adjacent
+    elements at a time (one vector store where the buffers allow), else one."""
+    op = ctx.step.op
+    strides = row_major(op.type.extents)
+    pointer = pointers[op.results[0]]
+    element, kept = _row_indices(layout)
+
+    def compute(body: Body, r: str):
+        head, indices = element(body, r)
+        for at in indices:
+            x = EMITTERS[op.kind](body, op, at)
+            if isinstance(body, LaneBody):
+                body.lines.append(body.store_element(op.type.dtype, pointer, at, strides, x))
+            else:
+                body.lines.append(store(op.type.dtype, pointer, linear(at, op.type.extents), x))
+        if isinstance(body, LaneBody):
+            return head + body.lines + body.stores(), []
+        return head + body.lines, []
+
+    scalar = compute(ctx.body(pointers), "r")
+    vectors = None
+    if cut.width > 1:
+        lanes = LaneBody(ctx.module, ctx.plan, pointers, cut.width)
+        statements, _ = compute(lanes, "r")
+        if lanes.vectorized:
+            vector = (lanes.pruned(statements), [])
+            vectors = Vectors(lambda r: vector, lanes.aligned_condition())
+    if vectors is None:
+        cut = replace(cut, width=1)
+    return RowPass(cut, kept, lambda r: scalar, [], [], lambda j, value: [], vectors)
+
+
+def _row_indices(layout):
+    """(element, kept) for a loop over the rows of `layout`: `element(body, r)` gives the
+    statements and the index of each lane's element at counter r of the row; `kept(o)` the
+    row's index statements."""
+    x_type = layout.input
+    reduced = axis_names(x_type, "r", layout.reduced)
+    kept = axis_names(x_type, "k", layout.kept)
+    extents = tuple(x_type.extents[p] for p in layout.reduced)
+
+    def element(body: Body, r: str):
+        width = body.width if isinstance(body, LaneBody) else 1
+        index = [""] * x_type.rank
+        for p, name in zip(layout.reduced, reduced, strict=True):
+            index[p] = name
+        for p, name in zip(layout.kept, kept, strict=True):
+            index[p] = name
+        head = decompose(r, extents, reduced)
+        indices = [tuple(index)]
+        if width > 1:
+            p = layout.reduced[innermost(extents)]
+            indices = [
+                tuple(index[:p] + [body.lane(index[p], k)] + index[p + 1 :]) for k in range(width)
+            ]
+        return head, indices
+
+    kept_extents = tuple(x_type.extents[p] for p in layout.kept)
+    return element, lambda o: decompose(o, kept_extents, kept)
+
+
+def _phase_cut(ctx: StepContext, layout, outputs: int, length: int) -> Cut | None:
+    """The `chain_cut` of a chain's phase `ctx.step` over the rows of `layout` (its width
+    follows its buffers)."""
+    reduced_extents = tuple(layout.input.extents[p] for p in layout.reduced)
+    width = reduction_width(ctx, reduced_extents, layout.input.size)
+    return chain_cut(outputs, length, width)
+
+
+def emit_chain(ctx: StepContext) -> StepCode:
+    """A `chain` step (`accy.lower.grouping.reduction_chains`): one kernel in which the
+    threads of each row run each phase's pass over the row in turn, storing its results and
+    meeting at a barrier before the next pass, which reads the row again from L2 (a block's
+    row of 50304 bf16 logits is 100 KB; the rows in flight fit the H200's 50 MB L2) and the
+    earlier results where they were stored. Its grid keeps the rows in flight within about
+    half the L2 (`chain_grid`). Where few rows leave the GPU idle (`chain_cut`:
+    rows then split into chunks that a second kernel combines) each phase runs as its own
+    reduction, in order."""
+    phases = [replace(ctx, step=phase, phase=f".{k}") for k, phase in enumerate(ctx.step.members)]
+    layout = ctx.step.detail
+    outputs = _phase_ops(ctx.step.members[0])[0].type.size
+    length = layout.input.size // outputs
+    cuts = [_phase_cut(phase, layout, outputs, length) for phase in phases]
+    if length == 0 or None in cuts:
+        codes = [(emit_loop if p.step.kind == "loop" else emit_reduce)(p) for p in phases]
+        ctx.scratch_used = max(phase.scratch_used for phase in phases)
+
+        def schedule_phases(level, schedule) -> None:
+            for code in codes:
+                code(level, schedule)
+
+        return schedule_phases
+    pointers = ctx.pointers()
+    heads, passes = [], []
+    for k, (phase, cut) in enumerate(zip(phases, cuts, strict=True)):
+        if phase.step.kind == "loop":
+            passes.append(_loop_pass(phase, pointers, cut, layout))
+            continue
+        head, row = _row_pass(phase, pointers, cut, f"p{k}_")
+        heads += head
+        passes.append(row)
+    kernel = ctx.kernel(pointers, heads + chain_lines(passes), "(chain)")
+    return launches((kernel, chain_grid(cuts[0], _row_bytes(ctx, length))))
+
+
+def _row_bytes(ctx: StepContext, length: int) -> int:
+    """Bytes per row of the row-sized buffers that chain `ctx.step` reads (what its later
+    passes read again)."""
+    size = ctx.step.detail.input.size
+    types = [ctx.plan.program.type_of(v) for v in ctx.step.reads]
+    return sum(t.dtype.itemsize * length for t in types if t.size == size)

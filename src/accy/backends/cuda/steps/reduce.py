@@ -137,15 +137,7 @@ def reduction(ctx, cut, element, kept, accumulators, initial, outputs) -> StepCo
         _final(ctx, pointers, outputs, [a.dtype for a in accumulators]) if final else _partial(cut)
     )
     scalar = element(body, "r")
-    vectors = None
-    if cut.width > 1:
-        lanes = LaneBody(ctx.module, ctx.plan, pointers, cut.width)
-        statements, values = element(lanes, "r")
-        if lanes.vectorized:
-            vector = (lanes.pruned(statements), values)
-            vectors = Vectors(lambda r: vector, lanes.aligned_condition())
-    if vectors is None:
-        cut = replace(cut, width=1)
+    cut, vectors = _lane_vectors(ctx, pointers, cut, element)
     lines = head + [declaration for declaration, _ in parts]
     lines += reduction_lines(cut, kept, lambda r: scalar, accumulators, initials, finish, vectors)
     kernels = [(ctx.kernel(pointers, lines), cut.grid)]
@@ -299,6 +291,18 @@ def _phase_ops(step) -> list:
     return [m.op for m in step.members] or [step.op]
 
 
+def _lane_vectors(ctx: StepContext, pointers, cut: Cut, element) -> tuple[Cut, Vectors | None]:
+    """(the cut, the vector form of a row's element) where `cut.width` elements a thread can
+    be loaded at a time; else the cut one element wide, and None."""
+    if cut.width > 1:
+        lanes = LaneBody(ctx.module, ctx.plan, pointers, cut.width)
+        statements, values = element(lanes, "r")
+        if lanes.vectorized:
+            vector = (lanes.pruned(statements), values)
+            return cut, Vectors(lambda r: vector, lanes.aligned_condition())
+    return replace(cut, width=1), None
+
+
 def _row_pass(ctx: StepContext, pointers, cut: Cut, prefix: str) -> tuple[list[str], RowPass]:
     """(statements before the kernel's loop, the pass) of row reduction step `ctx.step` (a
     chain's phase: a `reduce` or `reductions` step with its epilogue) in a kernel with
@@ -311,15 +315,7 @@ def _row_pass(ctx: StepContext, pointers, cut: Cut, prefix: str) -> tuple[list[s
     finish = _final(ctx, pointers, [op.results[0] for op in ops], [op.type.dtype for op in ops])
     element, kept = _reduce_element(ctx, ops, False)
     scalar = element(ctx.body(pointers), "r")
-    vectors = None
-    if cut.width > 1:
-        lanes = LaneBody(ctx.module, ctx.plan, pointers, cut.width)
-        statements, values = element(lanes, "r")
-        if lanes.vectorized:
-            vector = (lanes.pruned(statements), values)
-            vectors = Vectors(lambda r: vector, lanes.aligned_condition())
-    if vectors is None:
-        cut = replace(cut, width=1)
+    cut, vectors = _lane_vectors(ctx, pointers, cut, element)
     return head, RowPass(cut, kept, lambda r: scalar, accumulators, initials, finish, vectors)
 
 

@@ -9,6 +9,8 @@ import numpy as np
 import accy
 from accy import f32, i32, spec
 
+from ..halves import assert_close_scaled
+
 
 def cross_entropy_loss(dtype=f32, rows=16, classes=1000):
     return accy.trace.define(
@@ -44,3 +46,21 @@ def random_inputs(program, rng, scale: float = 1.0, shift: float = 0.0) -> list[
         else:
             arrays.append((rng.standard_normal(t.extents) * scale + shift).astype(t.dtype.numpy))
     return arrays
+
+
+def check_against_reference(
+    executor, program, expected=None, rtol: float = 1e-5, seed: int = 0, **inputs_options
+) -> list[np.ndarray]:
+    """Run `program` through `executor` on `random_inputs` and compare every output with the
+    reference evaluator's (same dtype, within `rtol` of the largest magnitude) and, given
+    `expected(*inputs)`, with those values too; the inputs."""
+    inputs = random_inputs(program, np.random.default_rng(seed), **inputs_options)
+    got = executor(program, inputs)
+    reference = accy.reference.run(program, inputs)
+    for position, (g, r) in enumerate(zip(got, reference, strict=True)):
+        assert g.dtype == r.dtype, f"output {position}: {g.dtype} != {r.dtype}"
+        assert_close_scaled(g, r, rtol, f"{program.name} output {position} against the reference")
+    if expected is not None:
+        for position, (g, e) in enumerate(zip(got, expected(*inputs), strict=True)):
+            assert_close_scaled(g, np.asarray(e), rtol, f"{program.name} output {position}")
+    return inputs

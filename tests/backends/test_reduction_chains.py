@@ -19,7 +19,12 @@ from accy.lower.target import CPU, GPU
 
 from ..executors import native_cpu, native_cuda, needs_nvcc
 from ..halves import assert_close_scaled
-from .row_losses import cross_entropy_loss, layer_norm_loss, random_inputs
+from .row_losses import (
+    check_against_reference,
+    cross_entropy_loss,
+    layer_norm_loss,
+    random_inputs,
+)
 
 TARGETS = [pytest.param(CPU, id="cpu"), pytest.param(GPU, id="gpu")]
 EXECUTORS = [pytest.param(native_cpu, id="cpu"), pytest.param(native_cuda, id="cuda")]
@@ -275,15 +280,7 @@ def test_switched_off_by_the_target():
 
 
 def _check(executor, program, rtol, expected=None, seed=0):
-    inputs = random_inputs(program, np.random.default_rng(seed), scale=2.0, shift=0.5)
-    got = executor(program, inputs)
-    reference = accy.reference.run(program, inputs)
-    for position, (g, r) in enumerate(zip(got, reference, strict=True)):
-        assert g.dtype == r.dtype, f"output {position}: {g.dtype} != {r.dtype}"
-        assert_close_scaled(g, r, rtol, f"{program.name} output {position} against the reference")
-    if expected is not None:
-        for position, (g, e) in enumerate(zip(got, expected(*inputs), strict=True)):
-            assert_close_scaled(g, np.asarray(e), rtol, f"{program.name} output {position}")
+    check_against_reference(executor, program, expected, rtol, seed, scale=2.0, shift=0.5)
 
 
 def _softmax_parts(x):

@@ -18,8 +18,13 @@ from accy.lower.grouping import MAX_GROUP_OPERATIONS
 from accy.lower.target import CPU, GPU
 
 from ..executors import native_cpu, native_cuda, needs_nvcc
-from ..halves import assert_close_scaled, comparable
-from .row_losses import cross_entropy_loss, layer_norm_loss, random_inputs
+from ..halves import comparable
+from .row_losses import (
+    check_against_reference,
+    cross_entropy_loss,
+    layer_norm_loss,
+    random_inputs,
+)
 
 TARGETS = [pytest.param(CPU, id="cpu"), pytest.param(GPU, id="gpu")]
 EXECUTORS = [pytest.param(native_cpu, id="cpu"), pytest.param(native_cuda, id="cuda")]
@@ -196,28 +201,15 @@ def test_a_set_of_siblings_holds_a_bounded_number_of_operations():
 # Values -----------------------------------------------------------------------------------------
 
 
-def _check(executor, program, expected=None, rtol=1e-5, seed=0):
-    inputs = random_inputs(program, np.random.default_rng(seed))
-    got = executor(program, inputs)
-    reference = accy.reference.run(program, inputs)
-    for position, (g, r) in enumerate(zip(got, reference, strict=True)):
-        assert g.dtype == r.dtype, f"output {position}: {g.dtype} != {r.dtype}"
-        assert_close_scaled(g, r, rtol, f"{program.name} output {position} against the reference")
-    if expected is not None:
-        for position, (g, e) in enumerate(zip(got, expected(*inputs), strict=True)):
-            assert_close_scaled(g, np.asarray(e), rtol, f"{program.name} output {position}")
-    return inputs
-
-
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_sum_and_max_of_the_same_rows(executor):
-    _check(executor, sum_and_max(), lambda x: ((x * x).sum(1), x.max(1)))
+    check_against_reference(executor, sum_and_max(), lambda x: ((x * x).sum(1), x.max(1)))
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_sum_prod_max_and_min_side_by_side(executor):
     expected = lambda x: (x.sum(1), (x * 0.25 + 1.0).prod(1), x.max(1), x.min(1))  # noqa: E731
-    _check(executor, four_reducers(), expected, rtol=1e-4)
+    check_against_reference(executor, four_reducers(), expected, rtol=1e-4)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -227,13 +219,14 @@ def test_bf16_and_f32_accumulators_in_one_pass(executor):
         return x.max(1), wide.sum(1), (y * wide).sum(1)
 
     assert kinds(build_plan(mixed_dtypes())) == ["reductions"]
-    _check(executor, mixed_dtypes(), expected, rtol=2e-5)
+    check_against_reference(executor, mixed_dtypes(), expected, rtol=2e-5)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_integer_sums_and_extremes(executor):
     assert kinds(build_plan(integer_sums())) == ["reductions"]
-    _check(executor, integer_sums(), lambda x: (x.sum(1), (x * x).sum(1), x.min(1), x.max(1)))
+    expected = lambda x: (x.sum(1), (x * x).sum(1), x.min(1), x.max(1))  # noqa: E731
+    check_against_reference(executor, integer_sums(), expected)
 
 
 @pytest.mark.parametrize("dtype", [f32, bf16], ids=str)
@@ -244,20 +237,21 @@ def test_pick_and_max_as_cross_entropy_reads_them(executor, dtype):
         return wide.max(1), wide[np.arange(len(labels)), labels]
 
     rtol = 1e-6 if dtype == f32 else 2.0**-8
-    _check(executor, pick_and_max(dtype), expected, rtol=rtol)
+    check_against_reference(executor, pick_and_max(dtype), expected, rtol=rtol)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_two_reduced_axes(executor):
     assert kinds(build_plan(two_axes())) == ["reductions"]
-    _check(executor, two_axes(), lambda x: (x.sum((1, 2)), np.exp(x).max((1, 2))), rtol=1e-5)
+    expected = lambda x: (x.sum((1, 2)), np.exp(x).max((1, 2)))  # noqa: E731
+    check_against_reference(executor, two_axes(), expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_long_rows_with_vector_loads(executor):
     # 8 rows of 8200: a block per row and 16-byte loads on CUDA.
     program = sum_and_max(bf16, rows=8, cols=8200)
-    _check(executor, program, rtol=2.0**-7)
+    check_against_reference(executor, program, rtol=2.0**-7)
 
 
 # Gradients against finite differences (float64, so that differences are exact enough) ---------

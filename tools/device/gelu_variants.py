@@ -16,8 +16,11 @@ import re
 import cupy
 import numpy as np
 
+from accy.backends.cuda.prelude import PRELUDE
+
 N = 8 * 1024 * 3072
-SOURCE = (pathlib.Path(__file__).parent / "gelu_kernels.cu").read_text()
+# The kernels as generated, after the prelude accy writes before every program's kernels.
+SOURCE = PRELUDE + (pathlib.Path(__file__).parent / "gelu_kernels.cu").read_text()
 FAST_TANH = """
 static __device__ __forceinline__ float accy_fast_tanh(float x) {
   float y;

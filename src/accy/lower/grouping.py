@@ -546,10 +546,22 @@ class _InPlace:
         return any(
             self.last_read.get(v) == index
             and self.producers[v].kind != "parameter"
-            and self.type_of(v).nbytes == t.nbytes
-            and self.type_of(v).dtype.itemsize == t.dtype.itemsize
+            and same_footprint(self.type_of(v), t)
             for v in self.steps[index].reads
         )
+
+
+def same_footprint(source, result) -> bool:
+    """Whether a result of type `result` can be written over a buffer of type `source`
+    element for element: as many bytes, elements of one size.
+
+    >>> import accy
+    >>> same_footprint(accy.spec(accy.f32, n=4), accy.spec(accy.i32, m=4))
+    True
+    >>> same_footprint(accy.spec(accy.f32, n=4), accy.spec(accy.bf16, n=8))
+    False
+    """
+    return source.nbytes == result.nbytes and source.dtype.itemsize == result.dtype.itemsize
 
 
 def _chain_of(steps, index, key, rows: RowReads, claimed, excludes, in_place) -> Chain | None:

@@ -22,6 +22,7 @@ from .grouping import (
     consecutive_groups,
     reduction_chains,
     reduction_epilogues,
+    same_footprint,
     sibling_reductions,
 )
 from .reduction import reduce_layout
@@ -574,8 +575,7 @@ def _in_place_results(
                     source in slots
                     or source in taken
                     or last.get(source) != index
-                    or program.type_of(source).nbytes != t.nbytes
-                    or program.type_of(source).dtype.itemsize != t.dtype.itemsize
+                    or not same_footprint(program.type_of(source), t)
                     or not reads_in_place(step, source, value, t.named_extents)
                 ):
                     continue

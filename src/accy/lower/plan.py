@@ -311,13 +311,22 @@ def _reductions_step(members: list[Step]) -> Step:
 
 def _merge_siblings(steps: list[Step]) -> list[Step]:
     """`steps` with each set of `sibling_reductions` as one step at the place of its first."""
-    sets = sibling_reductions(steps)
-    first = {members[0]: members for members in sets}
-    moved = {index for members in sets for index in members[1:]}
+    sets = [((), tuple(members)) for members in sibling_reductions(steps)]
+    return _merged_at_first(steps, sets, _reductions_step)
+
+
+def _merged_at_first(steps: list[Step], sets, make) -> list[Step]:
+    """`steps` with each of `sets`, (steps to run just before, members) as indices into
+    `steps`, made one step `make(members)` at the place of its first member, the steps before
+    it just ahead; every step so placed is gone from where it was."""
+    first = {members[0]: (ahead, members) for ahead, members in sets}
+    moved = {i for ahead, members in sets for i in (*members[1:], *ahead)}
     merged = []
     for index, step in enumerate(steps):
         if index in first:
-            merged.append(_reductions_step([steps[i] for i in first[index]]))
+            ahead, members = first[index]
+            merged += [steps[i] for i in ahead]
+            merged.append(make([steps[i] for i in members]))
         elif index not in moved:
             merged.append(step)
     return merged
@@ -399,17 +408,8 @@ def _chain_step(phases: list[Step]) -> Step:
 def _chain_reductions(steps: list[Step], check: FlatCheck, excludes) -> list[Step]:
     """`steps` with each of `grouping.reduction_chains` as one step at the place of its first
     phase, the steps that run ahead of it just before."""
-    chains = {chain.phases[0]: chain for chain in reduction_chains(steps, check, excludes)}
-    moved = {i for chain in chains.values() for i in (*chain.phases[1:], *chain.ahead)}
-    merged = []
-    for index, step in enumerate(steps):
-        if index in chains:
-            chain = chains[index]
-            merged += [steps[i] for i in chain.ahead]
-            merged.append(_chain_step([steps[i] for i in chain.phases]))
-        elif index not in moved:
-            merged.append(step)
-    return merged
+    chains = reduction_chains(steps, check, excludes)
+    return _merged_at_first(steps, [(c.ahead, c.phases) for c in chains], _chain_step)
 
 
 def _group(program: Program, steps: list[Step], check: FlatCheck):

@@ -341,15 +341,7 @@ def _loop_pass(ctx: StepContext, pointers, cut: Cut, layout) -> RowPass:
         return head + body.lines, []
 
     scalar = compute(ctx.body(pointers), "r")
-    vectors = None
-    if cut.width > 1:
-        lanes = LaneBody(ctx.module, ctx.plan, pointers, cut.width)
-        statements, _ = compute(lanes, "r")
-        if lanes.vectorized:
-            vector = (lanes.pruned(statements), [])
-            vectors = Vectors(lambda r: vector, lanes.aligned_condition())
-    if vectors is None:
-        cut = replace(cut, width=1)
+    cut, vectors = _lane_vectors(ctx, pointers, cut, compute)
     return RowPass(cut, kept, lambda r: scalar, [], [], lambda j, value: [], vectors)
 
 

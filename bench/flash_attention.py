@@ -88,7 +88,7 @@ def accy_program(a: argparse.Namespace, fused: bool):
     def loss(b, args):
         q, k, v, w = args
         if fused:
-            out = nn.attention(q, k, v, causal=a.causal)
+            out = nn.attention(q, k, v, causal=a.causal, implementation="fused")
         else:
             scores = q.contract(k, "dim") * (1.0 / math.sqrt(a.dim))
             if a.causal:

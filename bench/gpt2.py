@@ -25,10 +25,10 @@ Precision (`--dtype`):
     sums, the logits in f32, `jax.nn.dot_product_attention` (XLA's implementation);
   - PyTorch: `torch.autocast(dtype=torch.bfloat16)` around the compiled loss (bf16 GEMMs and
     SDPA's fused attention; PyTorch keeps layer norms and the cross-entropy in f32).
-- accy's attention is `accy.nn.attention` (causal; cuDNN's fused attention in bf16 on CUDA, as
-  PyTorch's SDPA; the flash kernel on the CPU), except in f32 on CUDA, where cuDNN declines:
-  there it is written out (scores, `nn.causal_mask`, softmax), which stores the scores rather
-  than recomputing them; `--accy-attention composition|fused` chooses either everywhere.
+- accy's attention is `accy.nn.attention` (causal; on CUDA cuDNN's fused attention in bf16, as
+  PyTorch's SDPA, and accy's FlashAttention kernels in f32, as PyTorch's memory-efficient
+  SDPA; on the CPU the flash kernel or the composition, by size);
+  `--accy-attention composition` writes it out (scores, `nn.causal_mask`, softmax) instead.
 
 Reported per system: step time (median), tokens/s, model FLOP utilisation, peak memory, and
 the time from a cold start to the end of the first step (tracing, differentiation, compilation
@@ -517,14 +517,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def attention_for(args: argparse.Namespace) -> str:
-    """`--accy-attention auto`: `nn.attention`, except in f32 on CUDA, where cuDNN declines and
-    the record's composition recomputes the scores in the backward pass (a flash-style memory
-    saving): storing them, as the written-out composition does, was 185 ms a step against
-    298 ms on the H200 (session 5)."""
-    if args.accy_attention != "auto":
-        return args.accy_attention
-    cuda = args.device == "cuda" or bool(args.gpus)
-    return "composition" if cuda and args.dtype == "f32" else "fused"
+    """`--accy-attention auto`: `nn.attention` (cuDNN's kernels in bf16 on CUDA, accy's f32
+    FlashAttention kernels in f32; the CPU kernels or the composition by size on the CPU).
+    "composition" writes the scores, softmax and weighted sum out instead."""
+    return "fused" if args.accy_attention == "auto" else args.accy_attention
 
 
 def _report(args: argparse.Namespace, s: Scale, peak: float | None, rows: list[dict]) -> dict:

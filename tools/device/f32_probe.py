@@ -51,7 +51,9 @@ def cuda_ms(fn, repeats: int = 10) -> float:
 
 
 def torch_step_profile() -> None:
-    params = {k: torch.tensor(v, device="cuda", requires_grad=True) for k, v in initial_values(S).items()}
+    params = {
+        k: torch.tensor(v, device="cuda", requires_grad=True) for k, v in initial_values(S).items()
+    }
     ids, targets = (torch.tensor(a, device="cuda", dtype=torch.long) for a in batch(S))
     optimizer = torch.optim.AdamW(list(params.values()), 1e-4, fused=True)
     compiled = torch.compile(lambda i, t: torch_loss(S, params, i, t))
@@ -84,7 +86,7 @@ def torch_step_profile() -> None:
     print("torch f32 step by family (ms per step):")
     for name, us in sorted(totals.items(), key=lambda kv: -kv[1]):
         print(f"  {name:10s} {us / 1e3:8.2f}")
-    print("  total      " f"{sum(totals.values()) / 1e3:8.2f}")
+    print(f"  total      {sum(totals.values()) / 1e3:8.2f}")
     print("torch f32 slowest kernels (ms per step):")
     for name, us in sorted(kernels.items(), key=lambda kv: -kv[1])[:25]:
         print(f"  {us / 1e3:8.3f}  {family(name):9s} {name[:110]}")
@@ -102,8 +104,10 @@ def sdpa_alone() -> None:
         torch.autograd.grad(out, (q, k, v), do)
 
     total = cuda_ms(both)
-    print(f"torch SDPA f32 causal {shape}: forward {forward:.3f} ms, forward+backward {total:.3f} ms"
-          f" (x{S.layers} layers: {total * S.layers:.1f} ms)")
+    print(
+        f"torch SDPA f32 causal {shape}: forward {forward:.3f} ms, forward+backward {total:.3f} ms"
+        f" (x{S.layers} layers: {total * S.layers:.1f} ms)"
+    )
 
 
 def gemm_shapes() -> None:
@@ -126,7 +130,9 @@ def gemm_shapes() -> None:
         print(f"  {name:11s} {m}x{k}x{n}: {ms:.3f} ms, {2 * m * k * n / ms / 1e9:.1f}")
         bt = torch.randn(n, k, device="cuda")
         ms = cuda_ms(lambda a=a, bt=bt: a @ bt.T)
-        print(f"  {name:11s} {m}x{k}x{n} (B transposed): {ms:.3f} ms, {2 * m * k * n / ms / 1e9:.1f}")
+        print(
+            f"  {name:11s} {m}x{k}x{n} (B transposed): {ms:.3f} ms, {2 * m * k * n / ms / 1e9:.1f}"
+        )
 
 
 if __name__ == "__main__":

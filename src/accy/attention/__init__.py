@@ -29,6 +29,7 @@ def attention(
     causal: bool = False,
     scale: float | None = None,
     bias: Any = None,
+    implementation: str | None = None,
 ) -> Any:
     """softmax(scale · query·key over `dim_axis` + bias) · value over `key_axis`, fused.
 
@@ -39,13 +40,16 @@ def attention(
     `scale` defaults to 1/sqrt(dim extent); `bias` is added to the scores and may have any of
     the scores' axes (the shared ones, `query_axis`, `key_axis`), in any order.
 
-    Up to `FUSED_MIN_SCORES` scores per batch entry in bf16/f16, and up to
-    `FULL_PRECISION_FUSED_MIN_SCORES` in f32/f64, it is recorded as the composition, which is
-    faster there. Above, it runs as a custom call: on the CPU a blocked online-softmax kernel
-    (FlashAttention-2) whose extra memory is O(block²), not O(tokens × keys); on CUDA, in
-    bf16/f16, cuDNN's fused attention inside the program's CUDA graph (f32, and layouts cuDNN
-    declines, run as the composition: fused attention on CUDA needs bf16 or f16); on the
-    reference evaluator the NumPy composition. Reverse mode uses the backward kernel (and the
+    `implementation` chooses how it is recorded: "composition" (scores, softmax, weighted sum,
+    differentiated as written), "fused" (the custom call), or None (the default): the
+    composition up to `FUSED_MIN_SCORES` scores per batch entry in bf16/f16 and up to
+    `FULL_PRECISION_FUSED_MIN_SCORES` in f32/f64 (on two CPU cores the composition is faster
+    there; on a GPU, pass "fused"), the custom call above. The custom call runs, on the CPU, a
+    blocked online-softmax kernel (FlashAttention-2) whose extra memory is O(block²), not
+    O(tokens × keys); on CUDA cuDNN's fused attention in bf16/f16 and FlashAttention kernels
+    of accy's own in f32, inside the program's CUDA graph (what they decline runs as the
+    composition, recomputing the probabilities in the backward pass); on the reference
+    evaluator the NumPy composition. Reverse mode uses the backward kernel (and the
     composition for a bias's gradient), forward mode a JVP rule on the forward's logsumexp;
     derivatives of second and higher order go through the composition (the backward record's
     fallback).
@@ -61,7 +65,7 @@ def attention(
     >>> accy.reference.run(p, [np.zeros((3, 2), np.float32)] * 2 + [v])[0].tolist()
     [[0.0, 1.0], [1.0, 2.0], [2.0, 3.0]]
     """
-    reject_options(causal, scale)
+    reject_options(causal, scale, implementation)
     signature = Signature(
         query.ty.axes,
         key.ty.axes,
@@ -77,7 +81,10 @@ def attention(
     shape = check(signature, *types)
     operands = [query, key, value] + ([] if bias is None else [bias])
     builder = query.builder
-    if signature_module.records_composition(shape.tokens * shape.keys, query.ty.dtype):
+    if implementation == "composition" or (
+        implementation is None
+        and signature_module.records_composition(shape.tokens * shape.keys, query.ty.dtype)
+    ):
         out, _ = composition.softmax_parts(builder, signature, shape, *operands)
     else:
         packed = records_for(signature).register().forward.call(builder, *operands)

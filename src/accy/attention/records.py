@@ -4,7 +4,8 @@ Both come from `records_for(signature)`, declared once here with `accy.CustomCal
 
 - `forward(q, k, v[, bias])` -> [output | logsumexp] in the operands' dtype
   (`signature.packed_type`; in bf16/f16 the logsumexp is two 16-bit entries, hi + lo):
-  reference the NumPy composition, kernels on CPU (`cpu.py`) and CUDA (`cuda.py`), a JVP rule
+  reference the NumPy composition, kernels on CPU (`cpu.py`) and CUDA (`cuda.py`: cuDNN for
+  bf16/f16; `flash_cuda.py`: f32), a JVP rule
   that reuses the forward's logsumexp, a VJP rule that calls the backward record, and the
   traced composition as fallback;
 - `backward(q, k, v[, bias], packed, dpacked)` -> rows [dQ; dK; dV] in one result, in the
@@ -24,7 +25,7 @@ from typing import Any
 
 from ..custom import CustomCall, register
 from . import composition as c
-from . import cpu, cuda
+from . import cpu, cuda, flash_cuda
 from .signature import Signature, backward_type, check, packed_type
 
 
@@ -44,6 +45,17 @@ class Records:
 
 def _shape(s: Signature, operands) -> Any:
     return check(s, *(x.ty for x in operands))
+
+
+def _cuda_kernel(s: Signature, part: str):
+    """CUDA's kernel of record `part`: cuDNN's where it takes the call, else the f32 kernels'
+    (both return None for what they decline: the composition runs)."""
+    cudnn, flash = cuda.kernel_factory(s, part), flash_cuda.kernel_factory(s, part)
+
+    def factory(operand_types, result_type):
+        return cudnn(operand_types, result_type) or flash(operand_types, result_type)
+
+    return factory
 
 
 def _like(e: Any, x: Any, operand: Any) -> Any:
@@ -77,7 +89,7 @@ def records_for(s: Signature) -> Records:
         fallback=backward_fallback,
         kernels={
             "cpu": cpu.kernel_factory(s, "backward"),
-            "cuda": cuda.kernel_factory(s, "backward"),
+            "cuda": _cuda_kernel(s, "backward"),
         },
         register=False,
     )
@@ -128,7 +140,7 @@ def records_for(s: Signature) -> Records:
         fallback=forward_fallback,
         kernels={
             "cpu": cpu.kernel_factory(s, "forward"),
-            "cuda": cuda.kernel_factory(s, "forward"),
+            "cuda": _cuda_kernel(s, "forward"),
         },
         register=False,
     )

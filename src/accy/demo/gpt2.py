@@ -125,11 +125,11 @@ def initial_values(s: Config, seed: int = 0) -> dict[str, np.ndarray]:
     return values
 
 
-def logits(p: dict, ids, s: Config, policy=None, fused: bool = False):
+def logits(p: dict, ids, s: Config, policy=None, fused: bool = False, implementation=None):
     """The next-token logits {batch, token, vocab} for token ids {batch, token}, in accy's
     named-axis API (traced by `accy.jit`). With a mixed-precision `policy` they are cast to its
-    output dtype; `fused` computes attention with `nn.attention` instead of the composition
-    (scores, `nn.causal_mask`, softmax)."""
+    output dtype; `fused` computes attention with `nn.attention` (its `implementation`)
+    instead of the composition (scores, `nn.causal_mask`, softmax)."""
 
     def norm(x, gain, bias):
         return nn.layer_norm(x, "channel") * gain + bias
@@ -141,7 +141,7 @@ def logits(p: dict, ids, s: Config, policy=None, fused: bool = False):
         q, k, v = (qkv.slice("part", j, j + 1, 1).sum("part") for j in range(3))
         k, v = k.rename("token", "key"), v.rename("token", "key")
         if fused:
-            mixed = nn.attention(q, k, v, causal=True)
+            mixed = nn.attention(q, k, v, causal=True, implementation=implementation)
         else:
             scores = q.contract(k, "dim") * (1.0 / math.sqrt(s.head_dim))
             weights = nn.softmax(nn.causal_mask(scores, "token", "key"), "key")
@@ -155,10 +155,10 @@ def logits(p: dict, ids, s: Config, policy=None, fused: bool = False):
     return policy.cast_to_output(scores) if policy is not None else scores
 
 
-def loss(p: dict, ids, targets, s: Config, policy=None, fused: bool = False):
+def loss(p: dict, ids, targets, s: Config, policy=None, fused=False, implementation=None):
     """The mean next-token cross-entropy (nats per token) of `logits` against integer
     `targets` {batch, token}."""
-    scores = logits(p, ids, s, policy, fused)
+    scores = logits(p, ids, s, policy, fused, implementation)
     return nn.cross_entropy(scores, targets, "vocab").mean(("batch", "token"))
 
 
@@ -183,7 +183,10 @@ def training_step(
     `accy.nn.mixed_precision(f32, bf16, f32)`. `scheduled` adds a last argument, the learning
     rate as a scalar named array. Parameters and state are donated (`donate_argnums=(0, 1)`,
     as JAX users write it) on "cpu" and "cuda": the step writes them in place, so the arrays
-    passed in must not be used after the call (use the ones it returns)."""
+    passed in must not be used after the call (use the ones it returns). With `fused`,
+    attention is `nn.attention`'s custom call on "cuda" (its kernels win at every size there)
+    and its own choice by size elsewhere."""
+    implementation = "fused" if device == "cuda" else None
     decay = optim.Adam(learning_rate, BETA1, BETA2, EPS, WEIGHT_DECAY)
     plain = optim.Adam(learning_rate, BETA1, BETA2, EPS, 0.0)
     policy = policy_for(dtype)
@@ -193,7 +196,7 @@ def training_step(
             merged = grouped["decay"] | grouped["plain"]
             if policy is not None:
                 merged = policy.cast_to_compute(merged)
-            return loss(merged, ids, targets, s, policy, fused)
+            return loss(merged, ids, targets, s, policy, fused, implementation)
 
         value, grads = value_and_grad(loss_of)(params)
         new_params, new_state = {}, {}

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, f32
 from ..kernel.call import KernelCall
 from ..kernel.cudnn import ALIGN
@@ -198,7 +199,7 @@ class Layout:
         defines = "".join(f"#define {k} {v}\n" for k, v in constants.items())
         scale = s.scale_for(shape.dim)
         defines += f"#define SCALE {scale!r}f\n#define SCALE2 {scale * LOG2E!r}f\n"
-        return defines + self.offsets_function() + KERNELS
+        return CUDA.prelude + defines + self.offsets_function() + KERNELS
 
 
 KERNELS = r"""

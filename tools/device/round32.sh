@@ -8,14 +8,14 @@ OUT="${OUT:-/tmp/out}"
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
 export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-JAX_PLATFORMS=cpu timeout 150 python3 -m pytest -p no:cacheprovider -p no:benchmark -n 8 -q -rfE \
+JAX_PLATFORMS=cpu timeout 120 python3 -m pytest -p no:cacheprovider -p no:benchmark -n 8 -q -rfE \
   tests/attention > "$OUT/tests.txt" 2>&1
 echo "== attention tests"; grep -E "passed|failed" "$OUT/tests.txt" | tail -1
 grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | head -12
-timeout 150 python3 tools/device/flash_f32.py > "$OUT/flash.txt" 2>&1
+timeout 90 python3 tools/device/flash_f32.py > "$OUT/flash.txt" 2>&1
 echo "== flash f32 kernels"; grep -v Warning "$OUT/flash.txt" | tail -20
-timeout 120 python3 -m bench.gpt2 --device cuda --dtype f32 --steps 5 --systems accy \
+timeout 90 python3 -m bench.gpt2 --device cuda --dtype f32 --steps 5 --systems accy \
   --json "$OUT/gpt2-cuda-f32.json" > "$OUT/gpt2.txt" 2>&1
 echo "== gpt2 f32 (accy)"; tail -n 4 "$OUT/gpt2.txt"
-timeout 100 python3 tools/gpt2_profile.py --dtype f32 --attention fused --top 12 > "$OUT/profile.txt" 2>&1
+timeout 60 python3 tools/gpt2_profile.py --dtype f32 --attention fused --top 12 > "$OUT/profile.txt" 2>&1
 echo "== profile f32 fused"; head -22 "$OUT/profile.txt"

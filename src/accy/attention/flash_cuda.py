@@ -383,8 +383,10 @@ flash_backward_query(float *__restrict__ dst, const float *__restrict__ q,
       }
 #pragma unroll
       for (int c = 0; c < CHUNK; ++c) {
-        const float p = j0 + c0 + c > last ? 0.0f : exp2f(lanes_sum(s[c]) - lse2);
-        s[c] = p * (lanes_sum(dp[c]) - delta); /* dS */
+        /* Every lane shuffles (outside the branch): a shuffle waits for all the lanes. */
+        const float score = lanes_sum(s[c]), dprob = lanes_sum(dp[c]);
+        const float p = j0 + c0 + c > last ? 0.0f : exp2f(score - lse2);
+        s[c] = p * (dprob - delta); /* dS */
       }
       RELOAD_SHARED();
 #pragma unroll
@@ -461,8 +463,9 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
       for (int c = 0; c < CHUNK; ++c) {
         const int r = c0 + c;
         const bool masked = CAUSAL && i0 + r < key;
-        p[c] = masked ? 0.0f : exp2f(lanes_sum(s[c]) - lse2s[r]);
-        s[c] = p[c] * (lanes_sum(dp[c]) - deltas[r]); /* dS */
+        const float score = lanes_sum(s[c]), dprob = lanes_sum(dp[c]);
+        p[c] = masked ? 0.0f : exp2f(score - lse2s[r]);
+        s[c] = p[c] * (dprob - deltas[r]); /* dS */
       }
       RELOAD_SHARED();
 #pragma unroll

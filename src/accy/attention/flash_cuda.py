@@ -44,12 +44,13 @@ log = logging.getLogger("accy.attention.flash_cuda")
 
 ROWS = 64  # query (key) rows per thread block
 KEYS = 32  # key (query) rows per block in shared memory
-CHUNK = 4  # scores computed together in the backward kernels (registers: 2 x CHUNK)
+CHUNK = 2  # scores computed together in the backward kernels (registers: 2 x CHUNK)
 PAD = 4  # floats between the lanes' parts of a shared row: a broadcast read hits one bank set
 LOG2E = 1.0 / math.log(2.0)
+SHARED_BYTES = 48 * 1024  # static shared memory a thread block may have
 # Entries of a row per thread: the forward keeps two rows of them (q, the output), the
 # backward kernels three or four (q, dO, dQ; k, v, dK, dV) and more scores at once.
-PER_THREAD = {"forward": 32, "backward": 16}
+PER_THREAD = {"forward": 32, "backward": 32}
 
 
 def lanes_for(dim: int, part: str = "forward") -> int | None:
@@ -97,6 +98,9 @@ def decline(s: Signature, types: Sequence[TensorType]) -> str | None:
         return f"a dim extent of {shape.dim}: the kernels need a multiple of 4, at most 128"
     if shape.tokens == 0 or shape.keys == 0 or shape.batch_size == 0:
         return "an empty axis"
+    operands = dict(zip(("q", "k", "v"), types[:3], strict=True))
+    if Layout(s, shape, operands, "backward").shared_bytes("backward") > SHARED_BYTES:
+        return f"a dim extent of {shape.dim}: the backward's blocks would not fit shared memory"
     return None
 
 
@@ -112,9 +116,7 @@ def _kernel(
     expected = packed_type(s, shape) if part == "forward" else backward_type(s, shape)
     assert result == expected, (result, expected)  # the record's type rule made it
     layout = Layout(s, shape, dict(zip(("q", "k", "v"), types[:3], strict=True)), part)
-    step = FlashAttention(
-        part, layout.source(), layout.launches(part), ROWS * layout.lanes, layout.scratch(part)
-    )
+    step = FlashAttention(part, layout.source(), layout.launches(part), layout.scratch(part))
     names = ["q", "k", "v"] + (["packed", "dpacked"] if part == "backward" else [])
     parameters = [("dst", result), *zip(names, types, strict=True)]
     digest = hashlib.sha256(step.source.encode()).hexdigest()[:16]
@@ -144,14 +146,21 @@ class Layout:
             stride *= extent
         raise AssertionError(axis)
 
-    def launches(self, part: str) -> tuple[tuple[str, int], ...]:
-        """(kernel, blocks) in launch order; every block has ROWS * LANES threads."""
-        batch = self.shape.batch_size
-        queries = -(-self.shape.tokens // ROWS) * batch
+    def launches(self, part: str) -> tuple[tuple[str, int, int], ...]:
+        """(kernel, thread blocks, threads a block) in launch order."""
+        batch, threads = self.shape.batch_size, ROWS * self.lanes
         if part == "forward":
-            return (("flash_forward", queries),)
+            return (("flash_forward", -(-self.shape.tokens // ROWS) * batch, threads),)
+        rows = min(-(-self.shape.tokens * batch // 8), 132 * 16)  # a warp per row
         keys = -(-self.shape.keys // ROWS) * batch
-        return (("flash_backward_query", queries), ("flash_backward_key", keys))
+        return (("flash_backward_rows", rows, 256), ("flash_backward_key", keys, threads))
+
+    def shared_bytes(self, part: str) -> int:
+        """Static shared memory of the part's largest kernel."""
+        row = 4 * (self.shape.dim + PAD * self.lanes)
+        if part == "forward":
+            return 2 * KEYS * row
+        return (2 * KEYS + ROWS) * row + ROWS * (KEYS + 4) * 4 + 2 * KEYS * 4
 
     def scratch(self, part: str) -> int:
         """Bytes of scratch: each query row's lse and delta (base 2), for the backward."""
@@ -186,6 +195,7 @@ class Layout:
             "KEYS": KEYS,
             "CHUNK": CHUNK,
             "PAD": PAD,
+            "DSROW": KEYS + 4,
             "THREADS": ROWS * self.lanes,
             "SROW": shape.dim + PAD * self.lanes,
             "CAUSAL": int(s.causal),
@@ -329,86 +339,34 @@ flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float 
   if (lane == 0) out[D] = (m + log2f(l)) * LN2; /* the natural-log logsumexp */
 }
 
-/* dQ rows of a query block; writes each row's base-2 lse and delta to `stats` for the key
-   kernel. `packed` holds [O | lse] rows, `dpacked` [dO | dlse]. */
-extern "C" __global__ void __launch_bounds__(THREADS)
-flash_backward_query(float *__restrict__ dst, const float *__restrict__ q,
-                     const float *__restrict__ k, const float *__restrict__ v,
-                     const float *__restrict__ packed, const float *__restrict__ dpacked,
-                     float *__restrict__ stats) {
-  __shared__ __align__(16) float ks[KEYS * SROW];
-  __shared__ __align__(16) float vs[KEYS * SROW];
-  int qb;
-  long long b, oq, ok, ov;
-  query_block(&qb, &b);
-  batch_offsets(b, &oq, &ok, &ov);
-  const int lane = threadIdx.x % LANES, off = lane * PER, part = off + lane * PAD;
-  const int i = qb * ROWS + threadIdx.x / LANES;
-  const int row = i < TQ ? i : TQ - 1;
-  const long long at = (b * TQ + row) * (D + 1);
-  float qr[PER], dout[PER], dq[PER], dot = 0.0f;
+/* Per query row: its base-2 lse and delta = rowsum(dO * O) - dlse into `stats`, and its dQ
+   row zeroed (the key kernel adds into it). One warp per row. */
+extern "C" __global__ void __launch_bounds__(256)
+flash_backward_rows(float *__restrict__ dst, const float *__restrict__ q,
+                    const float *__restrict__ k, const float *__restrict__ v,
+                    const float *__restrict__ packed, const float *__restrict__ dpacked,
+                    float *__restrict__ stats) {
+  const int lane = threadIdx.x % 32;
+  const long long warps = (long long)gridDim.x * (256 / 32);
+  for (long long w = blockIdx.x * (256 / 32) + threadIdx.x / 32; w < NB * TQ; w += warps) {
+    const long long b = w / TQ, i = w % TQ, at = w * (D + 1);
+    float dot = 0.0f;
+    for (int d = lane; d < D; d += 32) dot += dpacked[at + d] * packed[at + d];
 #pragma unroll
-  for (int d = 0; d < PER; ++d) {
-    qr[d] = q[oq + (long long)row * QT + (long long)(off + d) * QD] * SCALE2;
-    dout[d] = dpacked[at + off + d];
-    dot += dout[d] * packed[at + off + d];
-    dq[d] = 0.0f;
-  }
-  const float lse2 = packed[at + D] * LOG2E_F, delta = lanes_sum(dot) - dpacked[at + D];
-  if (i < TQ && lane == 0) {
-    stats[2 * (b * TQ + i)] = lse2;
-    stats[2 * (b * TQ + i) + 1] = delta;
-  }
-  const int kend = CAUSAL ? min(TK, (qb + 1) * ROWS) : TK;
-  const int last = CAUSAL ? row : TK - 1;
-  for (int j0 = 0; j0 < kend; j0 += KEYS) {
-    __syncthreads();
-    load_block(ks, k, ok, j0, TK, KT, KD);
-    load_block(vs, v, ov, j0, TK, VT, VD);
-    __syncthreads();
-#pragma unroll 1
-    for (int c0 = 0; c0 < KEYS; c0 += CHUNK) {
-      float s[CHUNK], dp[CHUNK];
-#pragma unroll
-      for (int c = 0; c < CHUNK; ++c) s[c] = dp[c] = 0.0f;
-#pragma unroll
-      for (int d = 0; d < PER; d += 4) {
-#pragma unroll
-        for (int c = 0; c < CHUNK; ++c) {
-          const float4 x = *(const float4 *)&ks[(c0 + c) * SROW + part + d];
-          const float4 y = *(const float4 *)&vs[(c0 + c) * SROW + part + d];
-          s[c] = dot4(s[c], &qr[d], x);
-          dp[c] = dot4(dp[c], &dout[d], y);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < CHUNK; ++c) {
-        /* Every lane shuffles (outside the branch): a shuffle waits for all the lanes. */
-        const float score = lanes_sum(s[c]), dprob = lanes_sum(dp[c]);
-        const float p = j0 + c0 + c > last ? 0.0f : exp2f(score - lse2);
-        s[c] = p * (dprob - delta); /* dS */
-      }
-      RELOAD_SHARED();
-#pragma unroll
-      for (int c = 0; c < CHUNK; ++c) {
-#pragma unroll
-        for (int d = 0; d < PER; d += 4) {
-          const float4 x = *(const float4 *)&ks[(c0 + c) * SROW + part + d];
-          dq[d] += s[c] * x.x;
-          dq[d + 1] += s[c] * x.y;
-          dq[d + 2] += s[c] * x.z;
-          dq[d + 3] += s[c] * x.w;
-        }
-      }
+    for (int m = 16; m > 0; m >>= 1) dot += __shfl_xor_sync(FULL, dot, m);
+    if (lane == 0) {
+      stats[2 * w] = packed[at + D] * LOG2E_F;
+      stats[2 * w + 1] = dot - dpacked[at + D];
     }
+    float *dq = dst + b * (TQ + 2 * TK) * D + i * D;
+    for (int d = lane; d < D; d += 32) dq[d] = 0.0f;
   }
-  if (i >= TQ) return;
-  float *out = dst + b * (TQ + 2 * TK) * D + (long long)i * D;
-#pragma unroll
-  for (int d = 0; d < PER; ++d) out[off + d] = dq[d] * SCALE;
 }
 
-/* dK and dV rows of a key block, from the query rows that see them. */
+/* dK and dV rows of a key block, from the query rows that see them, and their share of those
+   rows' dQ: dS of a query block and these keys goes through shared memory, where each thread
+   sums a 4 x 4 tile of dQ over the block's keys and adds it to dQ in global memory (an atomic
+   add: several key blocks add to one dQ row, in no fixed order). */
 extern "C" __global__ void __launch_bounds__(THREADS)
 flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
                    const float *__restrict__ k, const float *__restrict__ v,
@@ -416,13 +374,15 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
                    const float *__restrict__ stats) {
   __shared__ __align__(16) float qs[KEYS * SROW];
   __shared__ __align__(16) float dos[KEYS * SROW];
+  __shared__ __align__(16) float ks[ROWS * SROW];  /* this block's keys, for dQ */
+  __shared__ __align__(16) float dss[ROWS * DSROW]; /* dS * SCALE: [key][query row] */
   __shared__ float lse2s[KEYS], deltas[KEYS];
   const int kb = (int)(blockIdx.x / NB); /* the first key blocks see the most queries */
   const long long b = blockIdx.x % NB;
   long long oq, ok, ov;
   batch_offsets(b, &oq, &ok, &ov);
   const int lane = threadIdx.x % LANES, off = lane * PER, part = off + lane * PAD;
-  const int j = kb * ROWS + threadIdx.x / LANES;
+  const int jr = threadIdx.x / LANES, j = kb * ROWS + jr;
   const int key = j < TK ? j : TK - 1;
   float kr[PER], vr[PER], dk[PER], dv[PER];
 #pragma unroll
@@ -431,6 +391,11 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
     vr[d] = v[ov + (long long)key * VT + (long long)(off + d) * VD];
     dk[d] = dv[d] = 0.0f;
   }
+  for (int r = 0; r < ROWS; r += KEYS) load_block(ks + r * SROW, k, ok, kb * ROWS + r, TK, KT, KD);
+  /* The dQ tile of this thread: query rows 4 * (t / TILES_D).., dims 4 * (t % TILES_D).. */
+  const int tq = 4 * (threadIdx.x / (D / 4)), td = 4 * (threadIdx.x % (D / 4));
+  const bool tiles = threadIdx.x < (KEYS / 4) * (D / 4);
+  float *dq = dst + b * (TQ + 2 * TK) * D;
   const long long rows = b * TQ;
   /* Under a causal mask the query blocks before this key block see none of its keys. */
   for (int i0 = CAUSAL ? (kb * ROWS / KEYS) * KEYS : 0; i0 < TQ; i0 += KEYS) {
@@ -462,10 +427,11 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
 #pragma unroll
       for (int c = 0; c < CHUNK; ++c) {
         const int r = c0 + c;
-        const bool masked = CAUSAL && i0 + r < key;
+        const bool masked = (CAUSAL && i0 + r < key) || j >= TK;
         const float score = lanes_sum(s[c]), dprob = lanes_sum(dp[c]);
         p[c] = masked ? 0.0f : exp2f(score - lse2s[r]);
         s[c] = p[c] * (dprob - deltas[r]); /* dS */
+        if (lane == 0) dss[jr * DSROW + r] = s[c] * SCALE;
       }
       RELOAD_SHARED();
 #pragma unroll
@@ -483,6 +449,28 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
           dv[d + 2] += p[c] * y.z;
           dv[d + 3] += p[c] * y.w;
         }
+      }
+    }
+    __syncthreads();
+    if (tiles) { /* dQ[i0 + tq.., td..] += dS[.., keys] K[keys, td..] */
+      float acc[4][4] = {};
+      const int kmax = min(ROWS, TK - kb * ROWS);
+#pragma unroll 4
+      for (int jj = 0; jj < kmax; ++jj) {
+        const float4 a = *(const float4 *)&dss[jj * DSROW + tq];
+        const float4 x = *(const float4 *)&ks[AT(jj, td)];
+        const float av[4] = {a.x, a.y, a.z, a.w}, xv[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[r][e] = fmaf(av[r], xv[e], acc[r][e]);
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        if (i0 + tq + r >= TQ) break;
+        float *row = dq + (long long)(i0 + tq + r) * D + td;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) atomicAdd(row + e, acc[r][e]);
       }
     }
   }
@@ -506,8 +494,7 @@ class FlashAttention:
 
     part: str
     source: str
-    launch: tuple[tuple[str, int], ...]  # (kernel, thread blocks) in order
-    threads: int  # per thread block
+    launch: tuple[tuple[str, int, int], ...]  # (kernel, thread blocks, threads) in order
     stats_bytes: int
 
     @property
@@ -534,7 +521,9 @@ class Issuer:
 
     def __init__(self, step: FlashAttention, module: Any):
         self.step = step
-        self.kernels = [(module.get_function(name), blocks) for name, blocks in step.launch]
+        self.kernels = [
+            (module.get_function(name), grid, block) for name, grid, block in step.launch
+        ]
         self.stream = 0
 
     def bind(self, stream: int) -> None:
@@ -547,5 +536,5 @@ class Issuer:
         pointers = [np.uint64(dst), *(np.uint64(p) for p in operands)]
         if self.step.part == "backward":
             pointers.append(np.uint64(-(-scratch // ALIGN) * ALIGN))
-        for kernel, blocks in self.kernels:
-            kernel((blocks,), (self.step.threads,), tuple(pointers))
+        for kernel, grid, block in self.kernels:
+            kernel((grid,), (block,), tuple(pointers))

@@ -4,8 +4,9 @@
 declared once as custom-call records (`records.py`): type rule (`signature.py`), the
 composition as reference and fallback (`composition.py`), a flash-attention kernel on the CPU
 (`cpu.py`), cuDNN's fused attention on CUDA for bf16/f16 inside the program's CUDA graph
-(`cuda.py`; the composition for f32 and where cuDNN declines), and JVP and VJP rules built on
-the forward's logsumexp and a backward kernel.
+(`cuda.py`), accy's own FlashAttention kernels there for f32 (`flash_cuda.py`; the composition
+where both decline), and JVP and VJP rules built on the forward's logsumexp and a backward
+kernel.
 """
 
 from __future__ import annotations

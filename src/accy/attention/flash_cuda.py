@@ -241,32 +241,9 @@ __device__ __forceinline__ float lanes_sum(float x) {
   return x;
 }
 
-/* One float from global to shared memory (0 where `in` is false): a plain load and store, or
-   with ASYNC an asynchronous copy (cp.async, sm_80 on) that the thread does not wait for:
-   `copies_done` waits. */
-template <bool ASYNC>
-__device__ __forceinline__ void copy_float(float *to, const float *from, bool in) {
-  if (ASYNC) {
-    const unsigned at = (unsigned)__cvta_generic_to_shared(to);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(at), "l"(from),
-                 "r"(in ? 4 : 0)); /* a source size of 0 reads nothing and writes a zero */
-  } else {
-    *to = in ? *from : 0.0f;
-  }
-}
-
-/* Wait until at most `pending` groups of this thread's asynchronous copies are in flight. */
-template <int PENDING>
-__device__ __forceinline__ void copies_done() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
-}
-
-__device__ __forceinline__ void copies_issued() { asm volatile("cp.async.commit_group;\n" ::); }
-
 /* Rows [r0, r0 + KEYS) of x (element strides xt, xd from `base`) into shared memory, zeros
    past `rows`. When THREADS is a multiple of D each thread copies one column, from one
    pointer at constant offsets (few registers, all loads in flight at once). */
-template <bool ASYNC = false>
 __device__ __forceinline__ void load_block(float *shared, const float *x, long long base,
                                            int r0, int rows, int xt, int xd) {
 #if THREADS % D == 0 && KEYS % (THREADS / D) == 0
@@ -274,17 +251,14 @@ __device__ __forceinline__ void load_block(float *shared, const float *x, long l
   const float *from = x + base + (long long)(r0 + first) * xt + (long long)d * xd;
   float *to = shared + AT(first, d);
 #pragma unroll
-  for (int n = 0; n < KEYS / step; ++n) {
-    const bool in = r0 + first + n * step < rows;
-    copy_float<ASYNC>(to + n * step * SROW, in ? from + (long long)n * step * xt : x, in);
-  }
+  for (int n = 0; n < KEYS / step; ++n)
+    to[n * step * SROW] = r0 + first + n * step < rows ? from[(long long)n * step * xt] : 0.0f;
 #else
 #pragma unroll 1
   for (int e = threadIdx.x; e < KEYS * D; e += THREADS) {
     const int r = e / D, d = e % D;
-    const bool in = r0 + r < rows;
-    copy_float<ASYNC>(shared + AT(r, d),
-                      in ? x + base + (long long)(r0 + r) * xt + (long long)d * xd : x, in);
+    shared[AT(r, d)] = r0 + r < rows ? x[base + (long long)(r0 + r) * xt + (long long)d * xd]
+                                     : 0.0f;
   }
 #endif
 }
@@ -298,9 +272,8 @@ __device__ __forceinline__ void query_block(int *qb, long long *b) {
 extern "C" __global__ void __launch_bounds__(THREADS)
 flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float *__restrict__ k,
               const float *__restrict__ v) {
-  /* Two buffers: the next key block is copied in while this one is used. */
-  __shared__ __align__(16) float kbuf[2][KEYS * SROW];
-  __shared__ __align__(16) float vbuf[2][KEYS * SROW];
+  __shared__ __align__(16) float ks[KEYS * SROW];
+  __shared__ __align__(16) float vs[KEYS * SROW];
   int qb;
   long long b, oq, ok, ov;
   query_block(&qb, &b);
@@ -308,10 +281,6 @@ flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float 
   const int lane = threadIdx.x % LANES, off = lane * PER, part = off + lane * PAD;
   const int i = qb * ROWS + threadIdx.x / LANES;
   const int row = i < TQ ? i : TQ - 1; /* rows past the end compute, and store nothing */
-  const int kend = CAUSAL ? min(TK, (qb + 1) * ROWS) : TK;
-  load_block<true>(kbuf[0], k, ok, 0, TK, KT, KD);
-  load_block<true>(vbuf[0], v, ov, 0, TK, VT, VD);
-  copies_issued();
   float qr[PER], o[PER];
 #pragma unroll
   for (int d = 0; d < PER; ++d) {
@@ -319,17 +288,12 @@ flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float 
     o[d] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int j0 = 0, now = 0; j0 < kend; j0 += KEYS, now ^= 1) {
-    if (j0 + KEYS < kend) { /* the other buffer was read before the last barrier */
-      load_block<true>(kbuf[now ^ 1], k, ok, j0 + KEYS, TK, KT, KD);
-      load_block<true>(vbuf[now ^ 1], v, ov, j0 + KEYS, TK, VT, VD);
-      copies_issued();
-      copies_done<1>();
-    } else {
-      copies_done<0>();
-    }
+  const int kend = CAUSAL ? min(TK, (qb + 1) * ROWS) : TK;
+  for (int j0 = 0; j0 < kend; j0 += KEYS) {
     __syncthreads();
-    const float *ks = kbuf[now], *vs = vbuf[now];
+    load_block(ks, k, ok, j0, TK, KT, KD);
+    load_block(vs, v, ov, j0, TK, VT, VD);
+    __syncthreads();
     float s[KEYS];
 #pragma unroll
     for (int j = 0; j < KEYS; ++j) s[j] = 0.0f;
@@ -372,7 +336,6 @@ flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float 
         o[d + 3] += s[j] * x.w;
       }
     }
-    __syncthreads(); /* every thread is done with this buffer before it is refilled */
   }
   if (i >= TQ) return;
   float *out = dst + (b * TQ + i) * (D + 1);

@@ -4,8 +4,8 @@
 # kernel). Steps:
 # 1. the CUDA tests of chains, sibling reductions, epilogues and column reductions;
 # 2. tools/device/chains_ab.py: GPT-2-sized cross-entropy and LayerNorm fwd+bwd, ms per call
-#    chained with the grid capped so rows in flight fit L2 (the default), chained with the full
-#    grid, and apart (CHAIN_WINDOW = 0), and whether all three give the same bits;
+#    chained and apart (CHAIN_WINDOW = 0), and whether both give the same bits (session 7's
+#    third variant, the grid capped so that the rows in flight fit L2, went in session 8);
 # 3. tools/device/chains_step.py: the GPT-2 bf16 step's whole graph, ms: chained, chained
 #    without loops after the last reduction, apart (compiled in one process, timed
 #    alternately twice);

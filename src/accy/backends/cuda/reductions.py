@@ -109,29 +109,6 @@ def chain_cut(outputs: int, length: int, width: int = 1) -> Cut | None:
     return whole if whole.outputs * whole.lanes >= ONE_WAVE else None
 
 
-CHAIN_L2_BYTES = 24 << 20
-"""Bytes of rows that a chain's blocks may hold in flight: about half the H200's 50 MB L2. A
-block's later pass rereads its row after every block in flight has streamed about as much:
-with the GPU full (8 blocks an SM) GPT-2's 100 KB rows of logits would take 105 MB, and the
-second pass would read HBM again."""
-MIN_CHAIN_BLOCKS = 264  # 2 blocks an SM of the H200: enough loads in flight for HBM's bandwidth
-
-
-def chain_grid(cut: Cut, row_bytes: int) -> int:
-    """Blocks for a chain over `cut`'s rows of `row_bytes` each (the bytes a pass reads per
-    row): as many as `cut.grid`, but no more than keep `CHAIN_L2_BYTES` of rows in flight
-    (and no fewer than `MIN_CHAIN_BLOCKS`); a grid-stride loop walks the rest.
-
-    >>> chain_grid(chain_cut(8192, 50304, 8), 50304 * 2)
-    264
-    >>> chain_grid(chain_cut(8192, 768, 8), 768 * 2 * 3)
-    682
-    """
-    rows_per_block = BLOCK // cut.lanes
-    fit = CHAIN_L2_BYTES // max(row_bytes * rows_per_block, 1)
-    return max(1, min(cut.grid, max(fit, MIN_CHAIN_BLOCKS)))
-
-
 def identity(reducer: str, dtype: DType) -> str:
     """The value that leaves a reduction unchanged, as C.
 

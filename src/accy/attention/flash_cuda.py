@@ -190,8 +190,10 @@ class Layout:
 
     def source(self) -> str:
         s, shape = self.s, self.shape
+        # Every thread of a key block sums one 4 x 4 tile of a query block's dQ.
+        assert (KEYS // 4) * (shape.dim // 4) <= ROWS * self.lanes, (KEYS, shape.dim)
         constants = {
-            "NB": shape.batch_size,
+            "NB": f"{shape.batch_size}LL",  # rows = NB * TQ may pass 2^31
             "TQ": shape.tokens,
             "TK": shape.keys,
             "D": shape.dim,

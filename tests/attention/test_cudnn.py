@@ -12,13 +12,13 @@ import pytest
 
 import accy
 from accy import bf16, f16, f32, f64, spec
-from accy.attention import composition
 from accy.attention import cuda as cudnn_attention
 from accy.attention.records import records_for
 from accy.attention.signature import Signature, check, packed_type
 from accy.kernel import toolchain
 
 from ..executors import cuda_device_or_skip
+from .programs import output_and_lse_loss
 
 EXTENTS = {"batch": 2, "head": 3, "token": 96, "key": 96, "dim": 64}
 LAYOUTS = {
@@ -298,17 +298,7 @@ def test_cudnn_backward_takes_a_cotangent_of_the_logsumexp():
     def make(dtype):
         specs = [accy.spec(dtype, {a: EXTENTS[a] for a in axes}) for axes in (q_axes, k_axes)]
         specs.append(specs[1])
-
-        def body(b, args):
-            packed = records_for(s).register().forward.call(b, *args)
-            out, lse = composition.unpack(b, s, check(s, *specs), packed)  # lse = hi + lo
-            total = 0
-            for x in (out, lse):
-                w = np.linspace(-1, 1, x.ty.size).reshape(x.ty.extents)
-                total = total + (x * b.constant(w, x.ty)).sum(tuple(x.ty.axes))
-            return total
-
-        return accy.value_and_grad(accy.trace.define("lse", specs, body), wrt=(0, 1, 2)), specs
+        return output_and_lse_loss(s, specs), specs
 
     program, specs = make(bf16)
     inputs = _inputs(specs, bf16, seed=3)

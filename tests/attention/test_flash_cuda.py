@@ -11,13 +11,13 @@ import pytest
 
 import accy
 from accy import bf16, f32, f64
-from accy.attention import composition, flash_cuda
+from accy.attention import flash_cuda
 from accy.attention import signature as signature_module
-from accy.attention.records import records_for
 from accy.attention.signature import Signature, backward_type, check, packed_type
 from accy.kernel import toolchain
 
 from ..executors import cuda_device_or_skip
+from .programs import output_and_lse_loss
 from .test_cudnn import EXTENTS, LAYOUTS, _host, _inputs, _library_steps
 
 MIXED = (("head", "token", "batch", "dim"), ("batch", "key", "head", "dim"))
@@ -199,17 +199,7 @@ def test_flash_backward_takes_a_cotangent_of_the_logsumexp():
 
     def make(dtype):
         specs = [t.with_dtype(dtype) for t in _types(LAYOUTS["bhsd"])]
-
-        def body(b, args):
-            packed = records_for(s).register().forward.call(b, *args)
-            out, lse = composition.unpack(b, s, check(s, *specs), packed)
-            total = 0
-            for x in (out, lse):
-                w = np.linspace(-1, 1, x.ty.size).reshape(x.ty.extents)
-                total = total + (x * b.constant(w, x.ty)).sum(tuple(x.ty.axes))
-            return total
-
-        return accy.value_and_grad(accy.trace.define("lse", specs, body), wrt=(0, 1, 2)), specs
+        return output_and_lse_loss(s, specs), specs
 
     program, specs = make(f32)
     inputs = _inputs(specs, f32, seed=3)

@@ -29,7 +29,16 @@ from ..codegen.c.dialect import GCC
 from ..core.types import TensorType, f64
 from ..kernel.call import KernelCall
 from ..kernel.handwritten import c_kernel_call
-from .signature import Shape, Signature, backward_type, check, lse_slots, packed_type
+from .signature import (
+    Shape,
+    Signature,
+    backward_type,
+    check,
+    element_strides,
+    lse_slots,
+    packed_type,
+    stride_constants,
+)
 
 # Per-thread scratch stays below this: each block array lives on the thread's stack.
 SCRATCH_BYTES = 256 * 1024
@@ -101,15 +110,8 @@ class _Layout:
         self.parallel = "ACCY_ATTENTION_PARALLEL" if work >= PARALLEL_WORK else "0"
 
     def stride(self, name: str, axis: str) -> int:
-        t = self.operands[name]
-        if not t.has(axis):
-            return 0  # a bias without this axis: broadcast
-        stride = 1
-        for other, extent in reversed(t.named_extents):
-            if other == axis:
-                return stride
-            stride *= extent
-        raise AssertionError(axis)
+        # 0 for a bias without this axis: broadcast
+        return element_strides(self.operands[name]).get(axis, 0)
 
     def load(self, name: str, index: str) -> str:
         ctype = GCC.c_type(self.operands[name].dtype)
@@ -170,12 +172,7 @@ class _Layout:
             "DP": shape.dim + self.slots,  # a packed row: output, then the logsumexp's slots
             "BQ": self.block,
             "BK": self.block,
-            "QT": self.stride("q", s.query_axis),
-            "QD": self.stride("q", s.dim_axis),
-            "KT": self.stride("k", s.key_axis),
-            "KD": self.stride("k", s.dim_axis),
-            "VT": self.stride("v", s.key_axis),
-            "VD": self.stride("v", s.dim_axis),
+            **stride_constants(s, self.operands),
         }
         lines = [f"  enum {{ {', '.join(f'{k} = {v}' for k, v in values.items())} }};"]
         lines.append(f"  const {self.t} SCALE = {self.scale};")

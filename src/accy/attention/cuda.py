@@ -48,7 +48,7 @@ from ..errors import ConfigurationError
 from ..kernel import cudnn as cudnn_library
 from ..kernel.call import KernelCall
 from ..kernel.cudnn import ALIGN, Built, Decline, handle
-from .signature import Signature, backward_type, check, packed_type
+from .signature import Signature, backward_type, check, element_strides, packed_type
 
 log = logging.getLogger("accy.attention.cuda")
 # Built graphs per problem, and why cuDNN declined calls (`_build` is defined below).
@@ -304,18 +304,10 @@ class Problem:
         return offsets, at
 
 
-def _row_major(t: TensorType) -> dict[str, int]:
-    strides, step = {}, 1
-    for axis, extent in reversed(t.named_extents):
-        strides[axis] = step
-        step *= extent
-    return strides
-
-
 def _group(t: TensorType, axes: Sequence[str], what: str) -> tuple[int, int]:
     """(extent, stride) of `axes` of `t` as one dimension, or `Decline` if their strides
     cannot be merged (they must be adjacent in `t`, in this order)."""
-    strides = _row_major(t)
+    strides = element_strides(t)
     present = [a for a in axes if t.has(a)]
     if not present:
         return 1, 0
@@ -386,7 +378,7 @@ def describe(
     for name in ("q", "k", "v"):
         t = operands[name]
         seq = s.query_axis if name == "q" else s.key_axis
-        strides = _row_major(t)
+        strides = element_strides(t)
         (b, sb), (h, sh) = (_group(t, g, name) for g in groups)
         if strides[s.dim_axis] != 1:
             raise Decline(
@@ -403,7 +395,7 @@ def describe(
         t = operands["bias"]
         if not (t.has(s.query_axis) and t.has(s.key_axis)):
             raise Decline(f"the bias {t} lacks the query or the key axis (cuDNN needs both)")
-        strides = _row_major(t)
+        strides = element_strides(t)
         bias = (
             _group(t, groups[0], "bias"),
             _group(t, groups[1], "bias"),
@@ -411,7 +403,11 @@ def describe(
             (shape.keys, strides[s.key_axis]),
         )
     packed = packed_type(s, shape)
-    o = (*(_group(packed, g, "result")[1] for g in groups), _row_major(packed)[s.query_axis], 1)
+    o = (
+        *(_group(packed, g, "result")[1] for g in groups),
+        element_strides(packed)[s.query_axis],
+        1,
+    )
     result = backward_type(s, shape)
     grads = (*(_group(result, g, "result")[1] for g in groups), shape.dim, 1)
     o, grads = (_dense_when_single((b, h, shape.tokens, shape.dim), x) for x in (o, grads))

@@ -46,7 +46,15 @@ from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, f32
 from ..kernel.call import KernelCall
 from ..kernel.cudnn import ALIGN
-from .signature import Shape, Signature, backward_type, check, packed_type
+from .signature import (
+    Shape,
+    Signature,
+    backward_type,
+    check,
+    element_strides,
+    packed_type,
+    stride_constants,
+)
 
 log = logging.getLogger("accy.attention.flash_cuda")
 
@@ -145,12 +153,7 @@ class Layout:
         self.per = shape.dim // self.lanes
 
     def stride(self, name: str, axis: str) -> int:
-        stride = 1
-        for other, extent in reversed(self.operands[name].named_extents):
-            if other == axis:
-                return stride
-            stride *= extent
-        raise AssertionError(axis)
+        return element_strides(self.operands[name])[axis]
 
     def launches(self, part: str) -> tuple[tuple[str, int, int], ...]:
         """(kernel, thread blocks, threads a block) in launch order."""
@@ -207,12 +210,7 @@ class Layout:
             "THREADS": ROWS * self.lanes,
             "SROW": shape.dim + PAD * self.lanes,
             "CAUSAL": int(s.causal),
-            "QT": self.stride("q", s.query_axis),
-            "QD": self.stride("q", s.dim_axis),
-            "KT": self.stride("k", s.key_axis),
-            "KD": self.stride("k", s.dim_axis),
-            "VT": self.stride("v", s.key_axis),
-            "VD": self.stride("v", s.dim_axis),
+            **stride_constants(s, self.operands),
         }
         defines = "".join(f"#define {k} {v}\n" for k, v in constants.items())
         scale = s.scale_for(shape.dim)

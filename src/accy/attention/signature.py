@@ -110,6 +110,39 @@ class Shape:
         return math.prod(e for _, e in self.batch)
 
 
+def element_strides(t: TensorType) -> dict[str, int]:
+    """The stride of each axis of `t` in elements (its layout is row-major: the last axis is
+    contiguous), which the kernels use to read operands in place.
+
+    >>> from accy import spec
+    >>> element_strides(spec(f32, head=2, token=3, dim=4))
+    {'dim': 1, 'token': 4, 'head': 12}
+    """
+    strides, step = {}, 1
+    for axis, extent in reversed(t.named_extents):
+        strides[axis] = step
+        step *= extent
+    return strides
+
+
+def stride_constants(s: Signature, operands: dict[str, TensorType]) -> dict[str, int]:
+    """The kernels' constants for reading q, k and v in place: QT (QD), the element stride of
+    the query's query axis (dim axis), and KT, KD, VT, VD likewise for the key and value.
+
+    >>> from accy import spec
+    >>> sig = Signature(("token", "dim"), ("dim", "key"), ("key", "dim"))
+    >>> q, k, v = spec(f32, token=2, dim=4), spec(f32, dim=4, key=3), spec(f32, key=3, dim=4)
+    >>> stride_constants(sig, {"q": q, "k": k, "v": v})
+    {'QT': 4, 'QD': 1, 'KT': 1, 'KD': 3, 'VT': 4, 'VD': 1}
+    """
+    roles = {"Q": ("q", s.query_axis), "K": ("k", s.key_axis), "V": ("v", s.key_axis)}
+    constants = {}
+    for letter, (name, row_axis) in roles.items():
+        strides = element_strides(operands[name])
+        constants[f"{letter}T"], constants[f"{letter}D"] = strides[row_axis], strides[s.dim_axis]
+    return constants
+
+
 def _require(what: str, t: TensorType, axes: tuple[str, ...], roles: str) -> None:
     for axis in axes:
         if not t.has(axis):

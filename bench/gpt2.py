@@ -309,8 +309,9 @@ def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool
 
 def run_accy_data_parallel(s: Scale, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
     """In each process of `accy launch --gpus N`: the accy step sharded {"batch": "data"} over
-    the N GPUs (one process each, gradients psum-med through NCCL), at `s.batch` per GPU;
-    `fused` computes attention with `nn.attention` (cuDNN in bf16), as the one-GPU step does."""
+    the N GPUs (one process each, gradients psum-med through NCCL), at `s.batch` per GPU, the
+    parameters and optimizer state donated; `fused` computes attention with `nn.attention`,
+    as the one-GPU step does."""
     import dataclasses
 
     import accy
@@ -326,7 +327,7 @@ def run_accy_data_parallel(s: Scale, steps: int, dtype: str = "f32", fused: bool
     _, _, ids, targets = accy_inputs(whole, "cuda", dtype=dtype)  # every process cuts its rows
     step = accy.shard(
         accy_step(s, "cuda", dtype, fused).fn, distributed.mesh, {"batch": "data"},
-        device="cuda", distributed=distributed,
+        device="cuda", distributed=distributed, donate_argnums=(0, 1),
     )  # fmt: skip
     made = time.perf_counter()
     loss, params, state = step(params, state, ids, targets)

@@ -189,3 +189,18 @@ def test_shard_a_function_over_named_arrays():
     assert sharded.sharded(x, w).program.parameter_types[0].extent("batch") == 2
     with pytest.raises(MeshError, match="accy.Mesh"):
         accy.shard(f, "data", {"batch": "data"})
+
+
+def test_donation_is_checked_and_a_simulated_mesh_computes_the_same():
+    mesh = accy.Mesh(range(2), "data")
+    w = accy.named(np.ones(3, np.float32), ("feature",))
+    x = accy.named(np.arange(12, dtype=np.float32).reshape(4, 3), ("batch", "feature"))
+
+    def sgd(w, x):
+        return w - 0.5 * x.mean("batch")
+
+    got = accy.shard(sgd, mesh, {"batch": "data"}, donate_argnums=(0,))(w, x)
+    np.testing.assert_allclose(got.array, 1 - 0.5 * np.asarray(x.array).mean(0))
+    np.testing.assert_array_equal(w.array, np.ones(3, np.float32))  # a simulated mesh keeps it
+    with pytest.raises(accy.AccyError, match=r"shard: donate_argnums=\(2,\) names argument 2"):
+        accy.shard(sgd, mesh, {"batch": "data"}, donate_argnums=(2,))(w, x)

@@ -111,7 +111,7 @@ class Jitted:
 
         traced = trace(call, leaves, treedef, _name(self.fn))
         entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
-        entry.donate = _donated_inputs(self.donate_argnums, leaves, treedef)
+        entry.donate = donated_inputs(self.donate_argnums, leaves, treedef)
         return entry
 
     @property
@@ -123,8 +123,19 @@ class Jitted:
         return f"<accy.jit of {self.fn!r}>"
 
 
-def _donated_inputs(argnums: tuple[int, ...], leaves: list[Any], treedef: Any) -> tuple[int, ...]:
-    """The program inputs of the array leaves of positional arguments `argnums`."""
+def donated_inputs(
+    argnums: tuple[int, ...], leaves: list[Any], treedef: Any, transform: str = "jit"
+) -> tuple[int, ...]:
+    """The program inputs of the array leaves of positional arguments `argnums` (for
+    `transform`'s `donate_argnums`).
+
+    >>> import accy, numpy as np
+    >>> from accy.frontend.tracing import flatten
+    >>> x = accy.named(np.ones(2, np.float32), "n")
+    >>> leaves, treedef = flatten((({"a": x, "b": x}, 3.0, x), {}))
+    >>> donated_inputs((0,), leaves, treedef), donated_inputs((-1,), leaves, treedef)
+    ((0, 1), (2,))
+    """
     if not argnums:
         return ()
     ranges = _argument_ranges(treedef)
@@ -132,7 +143,7 @@ def _donated_inputs(argnums: tuple[int, ...], leaves: list[Any], treedef: Any) -
     for n in argnums:
         if not isinstance(n, int) or not -len(ranges) <= n < len(ranges):
             raise TransformError(
-                f"jit: donate_argnums={argnums} names argument {n!r}, but the call has "
+                f"{transform}: donate_argnums={argnums} names argument {n!r}, but the call has "
                 f"{len(ranges)} positional arguments"
             )
     return tuple(input_of[i] for n in argnums for i in ranges[n] if i in input_of)

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..core import Program
 from ..errors import MeshError
+from ..frontend.functions import donated_inputs
 from ..frontend.named import NamedArray
 from ..frontend.tracing import as_array_leaf, flatten, leaf_paths, trace, unflatten
 from ..transforms.simplify import simplify
@@ -27,7 +28,11 @@ class ShardedFunction:
       .Distributed`): every argument is either the whole array or this device's block of it,
       and the results are this device's blocks (whole where replicated, as the parameters of
       data parallelism). So a training loop feeds the results back as they come, and a batch
-      made whole on every process is cut to each device's part.
+      made whole on every process is cut to each device's part. The arrays of positional
+      arguments `donate_argnums` are donated there, as `accy.jit`'s: a result that can take a
+      donated array's memory is that array (parameters and optimizer state updated in place);
+      a donated array must not be used after the call. A simulated mesh cuts the arrays and
+      puts them back together around each run, so it ignores donation.
     """
 
     def __init__(
@@ -38,9 +43,11 @@ class ShardedFunction:
         device: str,
         distributed: Any = None,
         precision: str = "f32",
+        donate_argnums: tuple[int, ...] = (),
     ):
         self.fn, self.mesh, self.axis_mapping, self.device = fn, mesh, axis_mapping, device
         self.distributed, self.precision = distributed, precision
+        self.donate_argnums = tuple(donate_argnums)
         self._entries: dict[Any, _Entry] = {}
 
     def _entry(self, args: tuple, kwargs: dict) -> tuple[_Entry, list[Any]]:
@@ -56,17 +63,19 @@ class ShardedFunction:
             def call(*a: Any, **k: Any) -> Any:
                 return self.fn(*a, **k)
 
+            donate = donated_inputs(self.donate_argnums, leaves, treedef, "shard")
             traced = trace(call, leaves, treedef, getattr(self.fn, "__name__", "function"))
             sharded = shard_program(simplify(traced.program), self.mesh, self.axis_mapping)
-            entry = self._entries[key] = _Entry(self._executable(sharded), traced, sharded)
+            executable = self._executable(sharded, donate)
+            entry = self._entries[key] = _Entry(executable, traced, sharded, donate)
         return entry, leaves
 
-    def _executable(self, sharded: ShardedProgram) -> Any:
+    def _executable(self, sharded: ShardedProgram, donate: tuple[int, ...]) -> Any:
         if self.distributed is None:
             return MeshExecutable(sharded, device=self.device)
         from .nccl import NcclExecutable  # CuPy only on GPUs
 
-        return NcclExecutable(sharded, self.distributed, precision=self.precision)
+        return NcclExecutable(sharded, self.distributed, precision=self.precision, donate=donate)
 
     def _local_entry(self, treedef: Any, types: tuple) -> _Entry | None:
         """On GPUs: the entry whose every parameter is given whole or as this device's block."""
@@ -128,11 +137,12 @@ class ShardedFunction:
 
 
 class _Entry:
-    """One traced signature: its executable, the trace, and the whole and local parameter
-    types (a process mesh accepts either)."""
+    """One traced signature: its executable, the trace, the whole and local parameter types (a
+    process mesh accepts either), and the parameters donated."""
 
-    def __init__(self, executable: Any, traced: Any, sharded: ShardedProgram):
+    def __init__(self, executable: Any, traced: Any, sharded: ShardedProgram, donate=()):
         self.executable, self.traced, self.sharded = executable, traced, sharded
+        self.donate = donate
         self.whole_types = sharded.source.parameter_types
         self.local_types = tuple(
             local_type(t, s, sharded.mesh)
@@ -157,13 +167,15 @@ def shard(
     device: str = "cpu",
     distributed: Any = None,
     precision: str = "f32",
+    donate_argnums: tuple[int, ...] = (),
 ) -> ShardedProgram | ShardedFunction:
     """Shard a Program (-> its `ShardedProgram`: the per-device program, and how arrays split)
     or a function over named arrays (-> a `ShardedFunction`) over `mesh`, each device holding
     its block of every axis `axis_mapping` maps to a mesh axis. A function runs on a simulated
     mesh (`device` "cpu" or "reference"), or with `device="cuda"` on this process's GPU, its
     collectives through NCCL (`distributed`: this process's `accy.mesh.nccl.Distributed`;
-    `precision="tf32"` lets f32 GEMMs use TF32).
+    `precision="tf32"` lets f32 GEMMs use TF32; `donate_argnums` donates those positional
+    arguments' arrays on GPUs, as `accy.jit`'s).
 
     >>> import accy, numpy as np
     >>> mesh = accy.Mesh(range(2), "data")
@@ -188,7 +200,9 @@ def shard(
             f"shard: device {device!r}; a function runs on a simulated mesh "
             f"({', '.join(SIMULATED_DEVICES)}) or on GPUs ('cuda', with distributed=...)"
         )
-    return ShardedFunction(fn_or_program, mesh, mapping, device, distributed, precision)
+    return ShardedFunction(
+        fn_or_program, mesh, mapping, device, distributed, precision, tuple(donate_argnums)
+    )
 
 
 def compile(sharded: ShardedProgram, device: str = "cpu") -> MeshExecutable:  # noqa: A001

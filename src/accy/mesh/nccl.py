@@ -294,6 +294,7 @@ class NcclExecutable:
         precision: str = "f32",
         graph: bool | None = None,
         bucket_bytes: int | None = None,
+        donate: Sequence[int] = (),
     ):
         sharded = program if isinstance(program, ShardedProgram) else None
         if sharded is not None and sharded.mesh != distributed.mesh:
@@ -314,10 +315,15 @@ class NcclExecutable:
             self.plan, artifact = compile_for_cuda(
                 self.program, positions, distributed.group, bucket_bytes
             )
-            from ..backends.cuda.executable import CudaExecutable  # CuPy only on GPUs
+            from ..backends.cuda.executable import (  # CuPy only on GPUs
+                CudaExecutable,
+                DonatingCudaExecutable,
+            )
 
             # Loading warms every NCCL step up, outside any capture (the same on every rank).
-            self.executable = CudaExecutable(artifact, 0, precision)
+            loaded = CudaExecutable(artifact, 0, precision)
+            self.fragment = loaded.fragment
+            self.executable = DonatingCudaExecutable(loaded, donate) if donate else loaded
             distributed.executables.add(self)
             return
         self.steps = split_program(self.program)
@@ -331,7 +337,7 @@ class NcclExecutable:
         """Destroy the CUDA graph of this executable's step ("graph" mode; see
         `Distributed.close`)."""
         if self.mode == "graph":
-            self.executable.fragment.release_graphs()
+            self.fragment.release_graphs()
 
     def _segments_reason(self, graph: bool | None) -> str | None:
         """Why this executable runs segments (None: it runs one graph)."""

@@ -53,8 +53,11 @@ class ShardedFunction:
     def _entry(self, args: tuple, kwargs: dict) -> tuple[_Entry, list[Any]]:
         tree = (args, kwargs)
         leaves, treedef = flatten(tree)
-        paths = leaf_paths(tree)
-        leaves = [as_array_leaf(x, f"argument{p}") for x, p in zip(leaves, paths, strict=True)]
+        # Named arrays pass as they are; the paths (for the errors of a conversion) are only
+        # worked out when some leaf is not one: a training step passes hundreds every call.
+        if set(map(type, leaves)) != {NamedArray}:
+            paths = leaf_paths(tree)
+            leaves = [as_array_leaf(x, f"argument{p}") for x, p in zip(leaves, paths, strict=True)]
         types = tuple(x.ty for x in leaves)
         key = (treedef, types)
         entry = self._entries.get(key) or self._local_entry(treedef, types)

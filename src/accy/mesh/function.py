@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -122,7 +123,7 @@ class ShardedFunction:
         return unflatten(entry.traced.out_treedef, named)
 
     def _call_local(self, entry: _Entry, leaves: list[Any]) -> Any:
-        rank, sharded = self.distributed.rank, entry.sharded
+        rank = self.distributed.rank
         if entry.captured is None:  # this device's blocks of the captured constants, kept
             count = len(leaves)
             entry.captured = [
@@ -131,11 +132,7 @@ class ShardedFunction:
             ]
         arrays = [entry.block(rank, i, x.array) for i, x in enumerate(leaves)]
         outputs = entry.executable(*arrays, *entry.captured)
-        types = [
-            local_type(t, s, self.mesh)
-            for t, s in zip(sharded.source.output_types, sharded.output_shardings, strict=True)
-        ]
-        named = [NamedArray(o, t, "cuda") for o, t in zip(outputs, types, strict=True)]
+        named = list(map(NamedArray, outputs, entry.local_output_types, itertools.repeat("cuda")))
         return unflatten(entry.traced.out_treedef, named)
 
 
@@ -150,6 +147,11 @@ class _Entry:
         self.local_types = tuple(
             local_type(t, s, sharded.mesh)
             for t, s in zip(self.whole_types, sharded.input_shardings, strict=True)
+        )
+        # Worked out once: a training step returns hundreds of arrays every call.
+        self.local_output_types = tuple(
+            local_type(t, s, sharded.mesh)
+            for t, s in zip(sharded.source.output_types, sharded.output_shardings, strict=True)
         )
         self.captured: list[Any] | None = None
 

@@ -15,7 +15,12 @@ One record holds everything about a custom call `(target, version)`:
   contribution), written with the emitter `e` (`accy.core.operations.OpsApi`: `e.mul(...)`,
   other records' `record.call(e, ...)`), as the kind table's rules are;
 - optionally a `fallback` composition (a Python function of traced values computing the same
-  function from other operations), differentiated when a rule is missing, to any order.
+  function from other operations), differentiated when a rule is missing, to any order;
+- optionally the axes it maps over (`mapped_axes`: names, or a function of the operand types
+  returning them): along such an axis, each entry of the result depends only on the operands'
+  entries at the same index (operands without the axis are used whole), as a batch axis. The
+  SPMD transform (`accy.shard`) keeps such axes split over the devices; every other axis of
+  the operands is gathered whole first.
 
 Constructing a `CustomCall` registers it in the one process-wide table
 (`accy.core.kinds.control.CUSTOM_CALLS`), where the reference evaluator, `accy.grad`,
@@ -136,6 +141,7 @@ class CustomCall:
         vjp: VjpRule | None = None,
         fallback: Callable[..., Any] | None = None,
         kernels: Mapping[str, KernelSource] | None = None,
+        mapped_axes: Sequence[str] | Callable[..., Sequence[str]] | None = None,
         register: bool = True,
         replace: bool = False,
     ) -> None:
@@ -161,6 +167,14 @@ class CustomCall:
         self.jvp = _check_callable(target, "jvp", jvp)
         self.vjp = _check_callable(target, "vjp", vjp)
         self.fallback = _check_callable(target, "fallback", fallback)
+        if mapped_axes is not None and not callable(mapped_axes):
+            if isinstance(mapped_axes, str) or not all(isinstance(a, str) for a in mapped_axes):
+                raise CustomCallError(
+                    f"CustomCall {target!r}: mapped_axes must be axis names (a list of str) or "
+                    f"a function of the operand types returning them, got {mapped_axes!r}"
+                )
+            mapped_axes = tuple(mapped_axes)
+        self.mapped_axes = mapped_axes
         if kernels is not None and not isinstance(kernels, Mapping):
             raise CustomCallError(
                 f"CustomCall {target!r}: kernels must be a mapping of format ('cpu_object', "
@@ -191,8 +205,8 @@ class CustomCall:
     def definition(self) -> dict[str, Any]:
         """The fields that define this record; two records with equal definitions are the same.
 
-        >>> sorted(CustomCall("doc.x", register=False).definition())
-        ['fallback', 'jvp', 'kernels', 'operand_types', 'reference', 'result_type', 'vjp']
+        >>> sorted(CustomCall("doc.x", register=False).definition())[:4]
+        ['fallback', 'jvp', 'kernels', 'mapped_axes']
         """
         return {
             "result_type": self.result_type,
@@ -202,12 +216,30 @@ class CustomCall:
             "vjp": self.vjp,
             "fallback": self.fallback,
             "kernels": self.kernels,
+            "mapped_axes": self.mapped_axes,
         }
 
     def unregister(self) -> None:
         """Remove this record from the process-wide table (if it is the one registered)."""
         if CUSTOM_CALLS.get((self.target, self.version)) is self:
             del CUSTOM_CALLS[(self.target, self.version)]
+
+    def mapped_axes_for(self, operand_types: Sequence[TensorType]) -> frozenset[str]:
+        """The axes this call maps over for operands of `operand_types` (see `mapped_axes`):
+        those named that the result has.
+
+        >>> import accy
+        >>> rows = CustomCall("doc.rows", result_type=lambda x: x, mapped_axes=["row"],
+        ...                   register=False)
+        >>> sorted(rows.mapped_axes_for([accy.spec(accy.f32, row=2, col=3)]))
+        ['row']
+        """
+        rule = self.mapped_axes
+        if rule is None:
+            return frozenset()
+        names = rule(*operand_types) if callable(rule) else rule
+        result = self.result_type_for(operand_types)
+        return frozenset(a for a in names if result.has(a))
 
     # -- tracing ----------------------------------------------------------------------------
 

@@ -457,3 +457,24 @@ def test_registered_restores_the_table():
         assert accy.custom.lookup("test.scoped", 1) is record
         assert record in accy.custom.records()
     assert accy.custom.lookup("test.scoped", 1) is None
+
+
+def test_mapped_axes_are_axis_names_or_a_rule_and_only_the_results():
+    with pytest.raises(accy.CustomCallError, match="mapped_axes must be axis names"):
+        accy.CustomCall("test.mapped_str", result_type=same_type, mapped_axes="lane")
+    with pytest.raises(accy.CustomCallError, match="mapped_axes must be axis names"):
+        accy.CustomCall("test.mapped_ints", result_type=same_type, mapped_axes=[0])
+    named = accy.CustomCall(
+        "test.mapped", result_type=same_type, mapped_axes=["lane", "row"], register=False
+    )
+    assert named.mapped_axes_for([LANE]) == {"lane"}  # "row" is not an axis of the result
+    ruled = accy.CustomCall(
+        "test.mapped_rule", result_type=same_type, mapped_axes=lambda x: x.axes, register=False
+    )
+    assert ruled.mapped_axes_for([LANE]) == {"lane"}
+    assert (
+        accy.CustomCall("test.unmapped", result_type=same_type, register=False).mapped_axes_for(
+            [LANE]
+        )
+        == frozenset()
+    )

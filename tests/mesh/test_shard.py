@@ -204,3 +204,27 @@ def test_donation_is_checked_and_a_simulated_mesh_computes_the_same():
     np.testing.assert_array_equal(w.array, np.ones(3, np.float32))  # a simulated mesh keeps it
     with pytest.raises(accy.AccyError, match=r"shard: donate_argnums=\(2,\) names argument 2"):
         accy.shard(sgd, mesh, {"batch": "data"}, donate_argnums=(2,))(w, x)
+
+
+@pytest.mark.parametrize("device", ("reference", "cpu"))
+@pytest.mark.parametrize("mapping", ({"batch": "data"}, {"head": "data"}), ids=("batch", "head"))
+def test_fused_attention_runs_on_each_devices_batch_and_heads(device, mapping):
+    """nn.attention's records map over the batch and head axes: sharded over either, each
+    device runs attention (and its backward) on its block, with no all_gather, and the loss
+    and gradients are the one device's."""
+    q_spec = spec(f32, batch=4, head=2, token=8, dim=4)
+    k_spec = spec(f32, batch=4, head=2, key=8, dim=4)
+
+    def loss(b, a):
+        q, k, v = a
+        out = nn.attention(q, k, v, causal=True, implementation="fused")
+        return (out * out).sum(("batch", "head", "token", "dim"))
+
+    program = accy.trace.define("attention", [q_spec, k_spec, k_spec], loss)
+    gradient = accy.value_and_grad(program, wrt=(0, 1, 2))
+    sharded = check_sharded(gradient, Mesh(range(2), "data"), mapping, device=device, tol=1e-4)
+    assert sharded.program.count("all_gather") == 0
+    (axis,) = mapping
+    calls = [op for op in sharded.program.operations if op.kind == "custom_call"]
+    assert len(calls) == 2  # forward and backward, on this device's half of the axis
+    assert all(op.type.extent(axis) == {"batch": 2, "head": 1}[axis] for op in calls)

@@ -91,6 +91,7 @@ def records_for(s: Signature) -> Records:
             "cpu": cpu.kernel_factory(s, "backward"),
             "cuda": _cuda_kernel(s, "backward"),
         },
+        mapped_axes=s.batch_axes,  # each batch entry's attention is its own: shardable
         register=False,
     )
 
@@ -142,6 +143,7 @@ def records_for(s: Signature) -> Records:
             "cpu": cpu.kernel_factory(s, "forward"),
             "cuda": _cuda_kernel(s, "forward"),
         },
+        mapped_axes=s.batch_axes,  # each batch entry's attention is its own: shardable
         register=False,
     )
     return Records(forward, backward)

@@ -14,8 +14,10 @@ follow the data, and collectives go where an operation needs what another device
   whole by `psum`, or by `reduce_scatter` when the value has an axis mapped to that mesh axis
   (the gradient of a parameter that is sharded itself: ZeRO/FSDP);
 - an operation that needs a split axis whole (a slice, a pad or a concatenation along it, a
-  gather along it, a max over it, a reshape that regroups it, a scan, a custom call) gets it by
-  `all_gather`;
+  gather along it, a max over it, a reshape that regroups it, a scan, a custom call along an
+  axis it does not map over) gets it by `all_gather`; a custom call that maps over an axis
+  (`accy.CustomCall(mapped_axes=...)`: attention over its batch and head axes) runs on the
+  blocks;
 - when an operation would split two axes of its result over one mesh axis, the axis listed
   first in the mapping keeps it, the other is all-gathered first (a sharded parameter meeting a
   sharded batch: FSDP's gather of the parameters).
@@ -38,6 +40,7 @@ import numpy as np
 from ..core import Operation, Program
 from ..core.builder import Builder
 from ..core.kinds.contraction import dimensions
+from ..core.kinds.control import custom_call_record
 from ..core.types import TensorType, i32
 from ..core.walk import run
 from ..errors import MeshError
@@ -355,6 +358,25 @@ def _replicated(s: _Transform, op: Operation, args: list[Sharded]) -> Any:
     return Sharded(result, REPLICATED)
 
 
+def _custom_call(s: _Transform, op: Operation, args: list[Sharded]) -> Any:
+    """A call that maps over some axes (`accy.CustomCall(mapped_axes=...)`: attention's batch
+    and head axes) runs on each device's blocks of those its operands bring split, every other
+    axis whole; any other call runs whole on every device."""
+    record = custom_call_record(op.attrs)
+    mapped = record.mapped_axes_for(op.operand_types) if record is not None else frozenset()
+    candidates = {a: m for x in args for a, m in x.sharding.split.items() if a in mapped}
+    target = s.choose(op.type, candidates)
+    if not target:
+        return _replicated(s, op, args)
+    operands = [
+        s.reshard(x, {a: m for a, m in target.items() if t.has(a)})
+        for x, t in zip(args, op.operand_types, strict=True)
+    ]
+    local = local_type(op.type, Sharding(tuple(target.items())), s.mesh)
+    value = s.e.emit(op.kind, [x.value for x in operands], op.attrs.replace(type=local))
+    return s.with_axes(Sharded(value, REPLICATED), target)
+
+
 def _creation(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
     """Constants and iotas are made whole, except a splat constant: every block of it is the
     same, so its mapped axes are split at once."""
@@ -578,6 +600,7 @@ def _concatenate(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
 
 
 RULES = {
+    "custom_call": _custom_call,
     "constant": _creation,
     "iota": _creation,
     "broadcast_in_dim": _broadcast,
@@ -606,8 +629,9 @@ RULES = {
         )
     },
 }
-"""Sharding rules by kind; a kind not listed (scan, cond, while_loop, custom_call,
-scatter_add, the collectives) runs whole on every device (`_replicated`)."""
+"""Sharding rules by kind; a kind not listed (scan, cond, while_loop, scatter_add, the
+collectives) runs whole on every device (`_replicated`), as a custom call does along the axes
+it does not map over."""
 
 
 def shard_program(program: Program, mesh: Mesh, axis_mapping: Mapping[str, str]) -> ShardedProgram:

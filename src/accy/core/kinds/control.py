@@ -48,6 +48,10 @@ class CustomCallRecord(Protocol):
         """One cotangent (or None) per operand of a call that is linear in some operands."""
         ...
 
+    def mapped_axes_for(self, operand_types: Any) -> frozenset[str]:
+        """The axes the call maps over, for operands of these types (see `accy.CustomCall`)."""
+        ...
+
 
 CUSTOM_CALLS: dict[tuple[str, int], CustomCallRecord] = {}
 """The one process-wide table of custom-call records by (target, version); `accy.custom`

@@ -5,16 +5,16 @@ Both come from `records_for(signature)`, declared once here with `accy.CustomCal
 - `forward(q, k, v[, bias])` -> [output | logsumexp] in the operands' dtype
   (`signature.packed_type`; in bf16/f16 the logsumexp is two 16-bit entries, hi + lo):
   reference the NumPy composition, kernels on CPU (`cpu.py`) and CUDA (`cuda.py`: cuDNN for
-  bf16/f16; `flash_cuda.py`: f32), a JVP rule
-  that reuses the forward's logsumexp, a VJP rule that calls the backward record, and the
-  traced composition as fallback;
+  bf16/f16; `flash_cuda.py`: f32), a JVP rule that reuses the forward's logsumexp, a VJP rule
+  that calls the backward record, and the traced composition as fallback;
 - `backward(q, k, v[, bias], packed, dpacked)` -> rows [dQ; dK; dV] in one result, in the
   operands' dtype (`signature.backward_type`): the backward kernel, taking the output
   cotangent `dpacked` = [dO | dlse], the output and the logsumexp `packed`. Its fallback is
   the composition's gradient formulas, so second derivatives go through the composition.
 
 The bias gradient is the composition's (`composition.bias_gradient`), which materialises the
-scores; without a bias nothing of size tokens x keys is ever built.
+scores; without a bias nothing of size tokens x keys is ever built. Both records map over the
+batch axes (`mapped_axes`), so `accy.shard` runs them on each device's batch entries.
 """
 
 from __future__ import annotations

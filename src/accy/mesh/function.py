@@ -70,8 +70,7 @@ class ShardedFunction:
             donate = donated_inputs(self.donate_argnums, leaves, treedef, "shard")
             traced = trace(call, leaves, treedef, getattr(self.fn, "__name__", "function"))
             sharded = shard_program(simplify(traced.program), self.mesh, self.axis_mapping)
-            executable = self._executable(sharded, donate)
-            entry = self._entries[key] = _Entry(executable, traced, sharded, donate)
+            entry = self._entries[key] = _Entry(self._executable(sharded, donate), traced, sharded)
         return entry, leaves
 
     def _executable(self, sharded: ShardedProgram, donate: tuple[int, ...]) -> Any:
@@ -137,12 +136,11 @@ class ShardedFunction:
 
 
 class _Entry:
-    """One traced signature: its executable, the trace, the whole and local parameter types (a
-    process mesh accepts either), and the parameters donated."""
+    """One traced signature: its executable, the trace, and the whole and local parameter
+    types (a process mesh accepts either)."""
 
-    def __init__(self, executable: Any, traced: Any, sharded: ShardedProgram, donate=()):
+    def __init__(self, executable: Any, traced: Any, sharded: ShardedProgram):
         self.executable, self.traced, self.sharded = executable, traced, sharded
-        self.donate = donate
         self.whole_types = sharded.source.parameter_types
         self.local_types = tuple(
             local_type(t, s, sharded.mesh)

@@ -33,3 +33,17 @@ def test_gpt2_step_on_two_simulated_devices_matches_one():
         assert np.max(np.abs(got - want)) <= 2e-3 * np.max(np.abs(want)) + 1e-6
     steps = split_program(sharded.sharded(params, state, ids, targets).program)
     assert sum(isinstance(s, Segment) for s in steps) <= 4
+
+
+def test_data_parallel_attention_runs_on_each_devices_batch():
+    """With nn.attention's custom call (as the step runs on CUDA), attention and its backward
+    run on each device's batch entries: the only all_gathers left are the embedding
+    gradient's ids and updates (the scatter runs whole)."""
+    params, state, ids, targets = gpt2.accy_inputs(S, "cpu")
+    step = gpt2.accy_step(S, "cuda", fused=True).fn  # implementation="fused", as on CUDA
+    sharded = accy.shard(step, Mesh(range(2), "data"), {"batch": "data"})
+    program = sharded.sharded(params, state, ids, targets).program
+    calls = [op for op in program.operations if op.kind == "custom_call"]
+    assert len(calls) == 2 * S.layers  # forward and backward records, one per layer each
+    assert all(op.type.extent("batch") == S.batch // 2 for op in calls)
+    assert program.count("all_gather") == 2

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# For the next session on the two-GPU machine (nvidia-h200-x2), written in session 8 without
+# one: everything issue 21's "Done when" measures, in one call (~6 min), each part's summary
+# printed as soon as it ends, the JSON under $OUT.
+# 1. the NCCL test on both GPUs (tests/mesh/test_nccl.py: every collective, DP/FSDP programs,
+#    one graph and segments, and session 8's donation check);
+# 2. bench/mesh.py on 2 GPUs: the 256 MB all-reduce's bus bandwidth (bar: 80% of NCCL's own);
+# 3. GPT-2 bf16 data-parallel (fused attention, parameters and state donated) on 2 GPUs and on
+#    1 through the same path, and the plain one-GPU step, for the scaling (bar: 1.9x);
+# 4. PyTorch DDP (torch.compile, bf16 autocast) on 2 GPUs (bar: match or beat it).
+set -uo pipefail
+OUT="${OUT:-/tmp/out}"
+mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | grep -v "already exists" | tail -2
+export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+JAX_PLATFORMS=cpu timeout 150 python3 -m pytest -p no:cacheprovider -p no:benchmark -q -rfE \
+  tests/mesh/test_nccl.py > "$OUT/nccl-test.txt" 2>&1
+echo "== NCCL test (2 GPUs)"; grep -E "passed|failed|skipped" "$OUT/nccl-test.txt" | tail -2
+timeout 150 python3 -m accy.launch --gpus 2 bench/mesh.py --json "$OUT/mesh-2gpu.json" \
+  > "$OUT/mesh.txt" 2>&1
+echo "== bench/mesh.py (2 GPUs)"; tail -n 12 "$OUT/mesh.txt"
+for gpus in 2 1; do
+  timeout -k 5 120 python3 -m bench.gpt2 --gpus $gpus --steps 10 --dtype bf16 --timeout 110 \
+    --json "$OUT/gpt2-dp-${gpus}gpu.json" > "$OUT/gpt2-dp-$gpus.txt" 2>&1
+  echo "== gpt2 bf16 data-parallel, $gpus GPU(s)"; tail -n 4 "$OUT/gpt2-dp-$gpus.txt"
+done
+CUDA_VISIBLE_DEVICES=0 timeout 90 python3 -m bench.gpt2 --device cuda --dtype bf16 --steps 10 \
+  --systems accy --json "$OUT/gpt2-1gpu.json" > "$OUT/gpt2-1gpu.txt" 2>&1
+echo "== gpt2 bf16, one GPU, the plain step"; tail -n 2 "$OUT/gpt2-1gpu.txt"
+timeout -k 5 150 torchrun --standalone --nproc-per-node 2 bench/ddp_torch.py --dtype bf16 \
+  --compile --json "$OUT/gpt2-ddp-torch-2gpu.json" > "$OUT/ddp.txt" 2>&1
+echo "== PyTorch DDP bf16, 2 GPUs"; tail -n 4 "$OUT/ddp.txt"

@@ -13,6 +13,9 @@ from bench.systems import SYSTEMS
 from bench.workloads import DTYPES, SCALES, WORKLOADS, supporting
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REAL_SCALE = ("gpt2",)
+"""Workloads with a runner of their own (WORKLOADS.md, "Real-scale workloads": `bench.gpt2`),
+run only when named in `--workloads`."""
 BUSY_LOAD = 0.5  # a 1-minute load average above this means other work shares the cores
 BUDGET_S = 1.0
 QUICK_BUDGET_S = 0.2
@@ -26,7 +29,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--workloads",
         default=None,
-        help="comma-separated (default: all seven; with --dtype bf16, mlp, attention, block, conv)",
+        help="comma-separated (default: all seven; with --dtype bf16, mlp, attention, block, "
+        "conv); gpt2 (GPT-2 small's training step, `bench.gpt2`) runs when named",
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -69,8 +73,8 @@ def chosen_workloads(text: str | None, dtype: str) -> list[str]:
     no `dtype` version is an error naming those that do."""
     if text is None:
         return supporting(dtype)
-    names = split_names(text, list(WORKLOADS), "workload")
-    refused = [name for name in names if dtype not in WORKLOADS[name].dtypes]
+    names = split_names(text, [*WORKLOADS, *REAL_SCALE], "workload")
+    refused = [name for name in names if name in WORKLOADS and dtype not in WORKLOADS[name].dtypes]
     if refused:
         raise SystemExit(
             f"--dtype {dtype}: {', '.join(refused)} {'has' if len(refused) == 1 else 'have'} "
@@ -118,6 +122,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         scale=args.scale,
         worker_timeout_s=args.worker_timeout,
     )
+    code = 0
+    if "gpt2" in workloads:
+        workloads.remove("gpt2")
+        code = run_gpt2(args, None if workloads else args.json)
+        if not workloads:
+            return code
     path = args.json or default_json(args.device, args.dtype, args.scale)
     load_before = warn_if_busy()
     results = []
@@ -127,4 +137,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_json(path, results, options, load_average=(load_before, os.getloadavg()[0]))
     print_tables(results, options)
     print(f"results written to {path}")
-    return 1 if problems(results) else 0
+    return 1 if problems(results) or code else 0
+
+
+def run_gpt2(args: argparse.Namespace, json_path: Path | None) -> int:
+    """`bench.gpt2` with this command's device, dtype, systems and scale; its JSON goes to
+    `json_path`, else bench/results/gpt2-<device>[-bf16][-<scale>].json."""
+    from bench import gpt2
+
+    path = json_path or RESULTS / default_json(args.device, args.dtype, args.scale).name.replace(
+        args.device, f"gpt2-{args.device}", 1
+    )
+    argv = ["--device", args.device, "--dtype", args.dtype, "--systems", args.systems]
+    argv += ["--scale", args.scale] if args.scale else []
+    return gpt2.main([*argv, "--json", str(path)])

@@ -145,3 +145,20 @@ def test_auto_attention_is_nn_attention_on_every_device():
     assert chosen("cpu", "f32") == "fused"  # the CPU's flash kernel, or the composition by size
     assert chosen("cpu", "f32", gpus=2) == "fused"
     assert chosen("cuda", "f32", "composition") == "composition"  # asked for: kept
+
+
+def test_python_m_bench_runs_gpt2_when_named(monkeypatch, tmp_path):
+    from bench import cli
+
+    calls = []
+    monkeypatch.setattr(gpt2, "main", lambda argv: calls.append(argv) or 0)
+    assert cli.chosen_workloads("gpt2", "bf16") == ["gpt2"]
+    assert "gpt2" not in cli.chosen_workloads(None, "f32")  # only when named: it is long
+    assert cli.main(["--workloads", "gpt2", "--device", "cuda", "--dtype", "bf16"]) == 0
+    argv = calls[-1]
+    assert argv[:4] == ["--device", "cuda", "--dtype", "bf16"]
+    assert argv[-1].endswith("results/gpt2-cuda-bf16.json")
+    out = tmp_path / "g.json"
+    cli.main(["--workloads", "gpt2", "--scale", "check", "--systems", "accy", "--json", str(out)])
+    assert calls[-1][-4:] == ["--scale", "check", "--json", str(out)]
+    assert calls[-1][calls[-1].index("--systems") + 1] == "accy"

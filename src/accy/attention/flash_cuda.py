@@ -434,6 +434,8 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
       for (int c = 0; c < CHUNK; ++c) {
         const int r = c0 + c;
         const bool masked = (CAUSAL && i0 + r < key) || j >= TK;
+        /* Every lane shuffles, outside the mask's branch: a shuffle waits for all the lanes of
+           the warp (inside it, the first version hung). */
         const float score = lanes_sum(s[c]), dprob = lanes_sum(dp[c]);
         p[c] = masked ? 0.0f : exp2f(score - lse2s[r]);
         s[c] = p[c] * (dprob - deltas[r]); /* dS */

@@ -145,9 +145,7 @@ def run_gpt2(args: argparse.Namespace, json_path: Path | None) -> int:
     `json_path`, else bench/results/gpt2-<device>[-bf16][-<scale>].json."""
     from bench import gpt2
 
-    path = json_path or RESULTS / default_json(args.device, args.dtype, args.scale).name.replace(
-        args.device, f"gpt2-{args.device}", 1
-    )
+    path = json_path or RESULTS / f"gpt2-{default_json(args.device, args.dtype, args.scale).name}"
     argv = ["--device", args.device, "--dtype", args.dtype, "--systems", args.systems]
     argv += ["--scale", args.scale] if args.scale else []
     return gpt2.main([*argv, "--json", str(path)])

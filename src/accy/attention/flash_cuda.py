@@ -113,7 +113,7 @@ def decline(s: Signature, types: Sequence[TensorType]) -> str | None:
     if shape.tokens == 0 or shape.keys == 0 or shape.batch_size == 0:
         return "an empty axis"
     operands = dict(zip(("q", "k", "v"), types[:3], strict=True))
-    if Layout(s, shape, operands).shared_bytes("backward") > SHARED_BYTES:
+    if Layout(s, shape, operands).shared_bytes() > SHARED_BYTES:
         return f"a dim extent of {shape.dim}: the backward's blocks would not fit shared memory"
     return None
 
@@ -164,11 +164,10 @@ class Layout:
         keys = -(-self.shape.keys // ROWS) * batch
         return (("flash_backward_rows", rows, 256), ("flash_backward_key", keys, threads))
 
-    def shared_bytes(self, part: str) -> int:
-        """Static shared memory of the part's largest kernel."""
+    def shared_bytes(self) -> int:
+        """Static shared memory of the largest kernel, the backward's key kernel: query and dO
+        blocks, its own keys, a block of dS, and two floats a query row."""
         row = 4 * (self.shape.dim + PAD * self.lanes)
-        if part == "forward":
-            return 2 * KEYS * row
         return (2 * KEYS + ROWS) * row + ROWS * (KEYS + 4) * 4 + 2 * KEYS * 4
 
     def scratch(self, part: str) -> int:
@@ -532,11 +531,10 @@ class Issuer:
         self.kernels = [
             (module.get_function(name), grid, block) for name, grid, block in step.launch
         ]
-        self.stream = 0
 
     def bind(self, stream: int) -> None:
-        """The following launches go to `stream` (CuPy's current stream when `issue` runs)."""
-        self.stream = int(stream)
+        """Nothing to bind: the kernels launch on CuPy's current stream, which the backend
+        makes `stream` around `issue`."""
 
     def issue(self, dst: int, operands: Sequence[int], scratch: int) -> None:
         import numpy as np

@@ -58,27 +58,22 @@ from .signature import (
 
 log = logging.getLogger("accy.attention.flash_cuda")
 
-ROWS = 64  # query (key) rows per thread block
-KEYS = 32  # key (query) rows per block in shared memory
-CHUNK = 1  # query rows whose scores a thread computes together in the backward (1 is fastest)
-PAD = 4  # floats between the lanes' parts of a shared row: a broadcast read hits one bank set
+BLOCK = 64  # query rows and key rows of a block (the tile of scores a thread block holds)
+GROUP = BLOCK // 4  # threads that share a row of scores: each holds 4 of its keys
+THREADS = GROUP * GROUP  # each thread holds a 4 x 4 tile of every 64 x 64 product
 LOG2E = 1.0 / math.log(2.0)
-SHARED_BYTES = 48 * 1024  # static shared memory a thread block may have
-PER_THREAD = 32  # entries of a row a thread keeps in registers (of q and O; of k, v, dK, dV)
+MAX_DIM = 4 * GROUP  # the dims of a result row are held by the GROUP threads of its row group
 
 
-def lanes_for(dim: int) -> int | None:
-    """Threads per row for a dim extent: each holds `dim / lanes` entries (a multiple of 4, at
-    most `PER_THREAD`) of each row it keeps in registers; None if no such split exists.
+def padded_row(extent: int) -> int:
+    """Floats a shared row of `extent` entries takes: a multiple of 4 (rows are read as float4)
+    whose float4 count is odd, so that the float4 reads of 8 consecutive rows (a quarter warp's)
+    fall in different banks.
 
-    >>> lanes_for(64), lanes_for(128), lanes_for(48), lanes_for(66)
-    (2, 4, 2, None)
+    >>> padded_row(64), padded_row(48), padded_row(36)
+    (68, 52, 44)
     """
-    for lanes in (1, 2, 4, 8):
-        per = dim // lanes
-        if dim % lanes == 0 and per % 4 == 0 and per <= PER_THREAD:
-            return lanes
-    return None
+    return extent + (4 if (extent // 4) % 2 == 0 else 8)
 
 
 def kernel_factory(
@@ -108,13 +103,10 @@ def decline(s: Signature, types: Sequence[TensorType]) -> str | None:
     shape = check(s, *types[:3])
     if shape.dtype != f32:
         return f"{shape.dtype.name} operands (these kernels are f32's)"
-    if lanes_for(shape.dim) is None:
-        return f"a dim extent of {shape.dim}: the kernels need a multiple of 4, at most 64"
+    if shape.dim % 4 or shape.dim > MAX_DIM:
+        return f"a dim extent of {shape.dim}: the kernels need a multiple of 4, at most {MAX_DIM}"
     if shape.tokens == 0 or shape.keys == 0 or shape.batch_size == 0:
         return "an empty axis"
-    operands = dict(zip(("q", "k", "v"), types[:3], strict=True))
-    if Layout(s, shape, operands).shared_bytes() > SHARED_BYTES:
-        return f"a dim extent of {shape.dim}: the backward's blocks would not fit shared memory"
     return None
 
 
@@ -145,30 +137,35 @@ def _kernel(
 
 
 class Layout:
-    """The constants of one call's kernels: extents, strides, the thread layout."""
+    """The constants of one call's kernels: extents, strides, shared memory."""
 
     def __init__(self, s: Signature, shape: Shape, operands: dict[str, TensorType]):
         self.s, self.shape, self.operands = s, shape, operands
-        self.lanes = lanes_for(shape.dim)
-        self.per = shape.dim // self.lanes
+        self.row = padded_row(shape.dim)  # a shared row of q, k, v or dO
+        self.score_row = padded_row(BLOCK)  # a shared row of P or dS
 
-    def stride(self, name: str, axis: str) -> int:
-        return element_strides(self.operands[name])[axis]
-
-    def launches(self, part: str) -> tuple[tuple[str, int, int], ...]:
-        """(kernel, thread blocks, threads a block) in launch order."""
-        batch, threads = self.shape.batch_size, ROWS * self.lanes
+    def launches(self, part: str) -> tuple[Launch, ...]:
+        """The kernels in launch order."""
+        batch = self.shape.batch_size
         if part == "forward":
-            return (("flash_forward", -(-self.shape.tokens // ROWS) * batch, threads),)
+            blocks = -(-self.shape.tokens // BLOCK) * batch
+            return (Launch("flash_forward", blocks, THREADS, self.shared_bytes(part)),)
         rows = min(-(-self.shape.tokens * batch // 8), 132 * 16)  # a warp per row
-        keys = -(-self.shape.keys // ROWS) * batch
-        return (("flash_backward_rows", rows, 256), ("flash_backward_key", keys, threads))
+        keys = -(-self.shape.keys // BLOCK) * batch
+        return (
+            Launch("flash_backward_rows", rows, 256, 0),
+            Launch("flash_backward_key", keys, THREADS, self.shared_bytes(part)),
+        )
 
-    def shared_bytes(self) -> int:
-        """Static shared memory of the largest kernel, the backward's key kernel: query and dO
-        blocks, its own keys, a block of dS, and two floats a query row."""
-        row = 4 * (self.shape.dim + PAD * self.lanes)
-        return (2 * KEYS + ROWS) * row + ROWS * (KEYS + 4) * 4 + 2 * KEYS * 4
+    def shared_bytes(self, part: str) -> int:
+        """Dynamic shared memory of a thread block: the forward holds blocks of q, k and v and
+        one of P; the backward's key kernel blocks of k, v, q and dO, one of P and one of dS,
+        and two floats a query row."""
+        rows = BLOCK * self.row, BLOCK * self.score_row
+        floats = (
+            3 * rows[0] + rows[1] if part == "forward" else 4 * rows[0] + 2 * rows[1] + 2 * BLOCK
+        )
+        return 4 * floats
 
     def scratch(self, part: str) -> int:
         """Bytes of scratch: each query row's lse and delta (base 2), for the backward."""
@@ -179,7 +176,7 @@ class Layout:
         operand (the batch axes in the query's order, the last varying fastest)."""
         lines = ["long long rest = b;", "*oq = 0; *ok = 0; *ov = 0;"]
         for axis, extent in reversed(self.shape.batch):
-            strides = [self.stride(n, axis) for n in ("q", "k", "v")]
+            strides = [element_strides(self.operands[n])[axis] for n in ("q", "k", "v")]
             lines.append(
                 f"{{ const long long at = rest % {extent}; rest /= {extent}; "
                 f"*oq += at * {strides[0]}; *ok += at * {strides[1]}; *ov += at * {strides[2]}; }}"
@@ -192,74 +189,136 @@ class Layout:
 
     def source(self) -> str:
         s, shape = self.s, self.shape
-        # Every thread of a key block sums one 4 x 4 tile of a query block's dQ.
-        assert (KEYS // 4) * (shape.dim // 4) <= ROWS * self.lanes, (KEYS, shape.dim)
         constants = {
             "NB": f"{shape.batch_size}LL",  # rows = NB * TQ may pass 2^31
             "TQ": shape.tokens,
             "TK": shape.keys,
             "D": shape.dim,
-            "LANES": self.lanes,
-            "PER": self.per,
-            "ROWS": ROWS,
-            "KEYS": KEYS,
-            "CHUNK": CHUNK,
-            "PAD": PAD,
-            "DSROW": KEYS + 4,
-            "THREADS": ROWS * self.lanes,
-            "SROW": shape.dim + PAD * self.lanes,
+            "BLOCK": BLOCK,
+            "GROUP": GROUP,
+            "THREADS": THREADS,
+            "SROW": self.row,
+            "PROW": self.score_row,
             "CAUSAL": int(s.causal),
             **stride_constants(s, self.operands),
         }
         defines = "".join(f"#define {k} {v}\n" for k, v in constants.items())
         scale = s.scale_for(shape.dim)
         defines += f"#define SCALE {scale!r}f\n#define SCALE2 {scale * LOG2E!r}f\n"
+        defines += f"#define UNSCALE2 {1.0 / (scale * LOG2E)!r}f\n"
         return CUDA.prelude + defines + self.offsets_function() + KERNELS
 
 
 KERNELS = r"""
 #define LN2 0.6931471805599453f
-#define NQB ((TQ + ROWS - 1) / ROWS)
-#define NKB ((TK + ROWS - 1) / ROWS)
-/* Entry d of a shared row: the lanes' parts are PAD floats apart, so that the LANES distinct
-   addresses a warp reads at once fall in different banks. */
-#define AT(row, d) ((row) * SROW + (d) + ((d) / PER) * PAD)
+#define NQB ((TQ + BLOCK - 1) / BLOCK)
 #define FULL 0xffffffffu
-/* Read shared memory again after this point rather than keep what was read before in
-   registers (a chunk's blocks kept would take hundreds of registers, and spill). */
-#define RELOAD_SHARED() asm volatile("" ::: "memory")
 
-/* acc + a[0..3] . x, as four fused multiply-adds. */
-__device__ __forceinline__ float dot4(float acc, const float *a, float4 x) {
-  return fmaf(a[3], x.w, fmaf(a[2], x.z, fmaf(a[1], x.y, fmaf(a[0], x.x, acc))));
-}
-
-__device__ __forceinline__ float lanes_sum(float x) {
+/* The max and the sum over the GROUP adjacent lanes that hold one row of scores. Every lane
+   of the warp must call them (a shuffle waits for all the lanes it names). */
+__device__ __forceinline__ float group_max(float x) {
 #pragma unroll
-  for (int m = 1; m < LANES; m <<= 1) x += __shfl_xor_sync(FULL, x, m);
+  for (int m = 1; m < GROUP; m <<= 1) x = fmaxf(x, __shfl_xor_sync(FULL, x, m));
+  return x;
+}
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int m = 1; m < GROUP; m <<= 1) x += __shfl_xor_sync(FULL, x, m);
   return x;
 }
 
-/* Rows [r0, r0 + KEYS) of x (element strides xt, xd from `base`) into shared memory, zeros
-   past `rows`. When THREADS is a multiple of D each thread copies one column, from one
-   pointer at constant offsets (few registers, all loads in flight at once). */
-__device__ __forceinline__ void load_block(float *shared, const float *x, long long base,
-                                           int r0, int rows, int xt, int xd) {
-#if THREADS % D == 0 && KEYS % (THREADS / D) == 0
+/* Rows [r0, r0 + BLOCK) of x (element strides xt, xd from `base`) times `scale` into shared
+   rows of SROW floats, zeros past `rows`. When THREADS is a multiple of D each thread copies
+   one column, from one pointer at constant offsets (all loads in flight at once). */
+__device__ __forceinline__ void load_rows(float *shared, const float *x, long long base, int r0,
+                                          int rows, long long xt, long long xd, float scale) {
+#if THREADS % D == 0
   const int d = threadIdx.x % D, first = threadIdx.x / D, step = THREADS / D;
   const float *from = x + base + (long long)(r0 + first) * xt + (long long)d * xd;
-  float *to = shared + AT(first, d);
+  float *to = shared + first * SROW + d;
 #pragma unroll
-  for (int n = 0; n < KEYS / step; ++n)
-    to[n * step * SROW] = r0 + first + n * step < rows ? from[(long long)n * step * xt] : 0.0f;
+  for (int n = 0; n < BLOCK / step; ++n)
+    to[n * step * SROW] = r0 + first + n * step < rows ? from[n * step * xt] * scale : 0.0f;
 #else
 #pragma unroll 1
-  for (int e = threadIdx.x; e < KEYS * D; e += THREADS) {
+  for (int e = threadIdx.x; e < BLOCK * D; e += THREADS) {
     const int r = e / D, d = e % D;
-    shared[AT(r, d)] = r0 + r < rows ? x[base + (long long)(r0 + r) * xt + (long long)d * xd]
-                                     : 0.0f;
+    shared[r * SROW + d] =
+        r0 + r < rows ? x[base + (long long)(r0 + r) * xt + (long long)d * xd] * scale : 0.0f;
   }
 #endif
+}
+
+/* The three shapes of 64 x 64 product a thread block computes, each thread a 4 x 4 tile of
+   it in registers. Which entries of the tile a thread holds follows the operands' layout in
+   shared memory, so that every read is a float4: a side read along its rows ("rows") holds
+   rows r, r + GROUP, r + 2 GROUP, r + 3 GROUP (and the GROUP threads reading consecutive
+   rows hit different banks: padded_row); a side read across its rows ("columns") holds 4
+   adjacent columns. Each step reads 8 float4 and does 64 multiply-adds. */
+
+/* acc + x . y, as four fused multiply-adds. */
+__device__ __forceinline__ float dot4(float acc, float4 x, float4 y) {
+  return fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, acc))));
+}
+
+/* acc[e][f] += sum over c < N of a[e GROUP LDA + c] * b[f GROUP LDB + c]. */
+template <int N, int LDA, int LDB>
+__device__ __forceinline__ void rows_times_rows(float acc[4][4], const float *a, const float *b) {
+#pragma unroll
+  for (int c = 0; c < N; c += 4) {
+    float4 x[4], y[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[e] = *(const float4 *)&a[e * GROUP * LDA + c];
+#pragma unroll
+    for (int f = 0; f < 4; ++f) y[f] = *(const float4 *)&b[f * GROUP * LDB + c];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int f = 0; f < 4; ++f)
+        acc[e][f] = dot4(acc[e][f], x[e], y[f]);
+  }
+}
+
+__device__ __forceinline__ void add_outer(float acc[4], float x, float4 y) {
+  acc[0] = fmaf(x, y.x, acc[0]);
+  acc[1] = fmaf(x, y.y, acc[1]);
+  acc[2] = fmaf(x, y.z, acc[2]);
+  acc[3] = fmaf(x, y.w, acc[3]);
+}
+
+/* acc[e][f] += sum over c < N of a[e GROUP LDA + c] * b[c LDB + f]. */
+template <int N, int LDA, int LDB>
+__device__ __forceinline__ void rows_times_columns(float acc[4][4], const float *a,
+                                                   const float *b) {
+#pragma unroll 4 /* fully unrolled, its loads are hoisted and spill */
+  for (int c = 0; c < N; c += 4) {
+    float4 x[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[e] = *(const float4 *)&a[e * GROUP * LDA + c];
+    const float4 y0 = *(const float4 *)&b[c * LDB], y1 = *(const float4 *)&b[(c + 1) * LDB];
+    const float4 y2 = *(const float4 *)&b[(c + 2) * LDB], y3 = *(const float4 *)&b[(c + 3) * LDB];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      add_outer(acc[e], x[e].x, y0);
+      add_outer(acc[e], x[e].y, y1);
+      add_outer(acc[e], x[e].z, y2);
+      add_outer(acc[e], x[e].w, y3);
+    }
+  }
+}
+
+/* acc[e][f] += sum over c < N of a[c LDA + e] * b[c LDB + f]. */
+template <int N, int LDA, int LDB>
+__device__ __forceinline__ void columns_times_columns(float acc[4][4], const float *a,
+                                                      const float *b) {
+#pragma unroll 8
+  for (int c = 0; c < N; ++c) {
+    const float4 x = *(const float4 *)&a[c * LDA], y = *(const float4 *)&b[c * LDB];
+    add_outer(acc[0], x.x, y);
+    add_outer(acc[1], x.y, y);
+    add_outer(acc[2], x.z, y);
+    add_outer(acc[3], x.w, y);
+  }
 }
 
 /* Block order: the longest first (under a causal mask the last query blocks see most keys). */
@@ -268,80 +327,71 @@ __device__ __forceinline__ void query_block(int *qb, long long *b) {
   *b = blockIdx.x % NB;
 }
 
+/* A thread block owns BLOCK query rows of one batch entry; thread (rt, ct) holds the scores of
+   rows rt + GROUP e against keys ct + GROUP f of each key block, and the output of those rows
+   at dims 4 ct ... 4 ct + 3. Scores are in base 2 (q is scaled by SCALE2 when loaded). */
 extern "C" __global__ void __launch_bounds__(THREADS)
 flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float *__restrict__ k,
               const float *__restrict__ v) {
-  __shared__ __align__(16) float ks[KEYS * SROW];
-  __shared__ __align__(16) float vs[KEYS * SROW];
+  extern __shared__ float4 shared4[];
+  float *qs = (float *)shared4, *ks = qs + BLOCK * SROW, *vs = ks + BLOCK * SROW;
+  float *ps = vs + BLOCK * SROW; /* P: [query row][key] */
   int qb;
   long long b, oq, ok, ov;
   query_block(&qb, &b);
   batch_offsets(b, &oq, &ok, &ov);
-  const int lane = threadIdx.x % LANES, off = lane * PER, part = off + lane * PAD;
-  const int i = qb * ROWS + threadIdx.x / LANES;
-  const int row = i < TQ ? i : TQ - 1; /* rows past the end compute, and store nothing */
-  float qr[PER], o[PER];
+  const int rt = threadIdx.x / GROUP, ct = threadIdx.x % GROUP;
+  load_rows(qs, q, oq, qb * BLOCK, TQ, QT, QD, SCALE2);
+  float o[4][4] = {}, m[4], l[4];
 #pragma unroll
-  for (int d = 0; d < PER; ++d) {
-    qr[d] = q[oq + (long long)row * QT + (long long)(off + d) * QD] * SCALE2;
-    o[d] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  const int kend = CAUSAL ? min(TK, (qb + 1) * ROWS) : TK;
-  for (int j0 = 0; j0 < kend; j0 += KEYS) {
+  for (int e = 0; e < 4; ++e) m[e] = -INFINITY, l[e] = 0.0f;
+  const int kend = CAUSAL ? min(TK, (qb + 1) * BLOCK) : TK;
+  for (int j0 = 0; j0 < kend; j0 += BLOCK) {
+    __syncthreads(); /* the last key block's readers are done with ks, vs and ps */
+    load_rows(ks, k, ok, j0, TK, KT, KD, 1.0f);
+    load_rows(vs, v, ov, j0, TK, VT, VD, 1.0f);
     __syncthreads();
-    load_block(ks, k, ok, j0, TK, KT, KD);
-    load_block(vs, v, ov, j0, TK, VT, VD);
+    float s[4][4] = {};
+    rows_times_rows<D, SROW, SROW>(s, qs + rt * SROW, ks + ct * SROW);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = qb * BLOCK + rt + GROUP * e;
+      float peak = m[e];
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const int j = j0 + ct + GROUP * f;
+        if (j >= TK || (CAUSAL && j > i)) s[e][f] = -INFINITY;
+        peak = fmaxf(peak, s[e][f]);
+      }
+      /* Finite: every row sees key 0 in the first block. */
+      peak = group_max(peak);
+      const float correction = exp2f(m[e] - peak); /* 0 on the first block: m is -inf */
+      float total = 0.0f;
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        s[e][f] = exp2f(s[e][f] - peak);
+        total += s[e][f];
+        ps[(rt + GROUP * e) * PROW + ct + GROUP * f] = s[e][f];
+      }
+      l[e] = l[e] * correction + group_sum(total);
+      m[e] = peak;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[e][c] *= correction;
+    }
     __syncthreads();
-    float s[KEYS];
-#pragma unroll
-    for (int j = 0; j < KEYS; ++j) s[j] = 0.0f;
-#pragma unroll
-    for (int d = 0; d < PER; d += 4) {
-#pragma unroll
-      for (int j = 0; j < KEYS; ++j) {
-        const float4 x = *(const float4 *)&ks[(j) * SROW + part + d];
-        s[j] = dot4(s[j], &qr[d], x);
-      }
-    }
-    const int last = CAUSAL ? row : TK - 1; /* keys after it are masked */
-    const bool edge = j0 + KEYS - 1 > (CAUSAL ? qb * ROWS : TK - 1);
-    float peak = m;
-#pragma unroll
-    for (int j = 0; j < KEYS; ++j) {
-      s[j] = lanes_sum(s[j]);
-      if (edge && j0 + j > last) s[j] = -INFINITY;
-      peak = fmaxf(peak, s[j]);
-    }
-    const float correction = exp2f(m - peak); /* 0 on the first block: m is -inf */
-    float total = 0.0f;
-#pragma unroll
-    for (int j = 0; j < KEYS; ++j) {
-      s[j] = exp2f(s[j] - peak);
-      total += s[j];
-    }
-    l = l * correction + total;
-    m = peak;
-#pragma unroll
-    for (int d = 0; d < PER; ++d) o[d] *= correction;
-#pragma unroll
-    for (int j = 0; j < KEYS; ++j) {
-#pragma unroll
-      for (int d = 0; d < PER; d += 4) {
-        const float4 x = *(const float4 *)&vs[(j) * SROW + part + d];
-        o[d] += s[j] * x.x;
-        o[d + 1] += s[j] * x.y;
-        o[d + 2] += s[j] * x.z;
-        o[d + 3] += s[j] * x.w;
-      }
-    }
+    if (4 * ct < D) rows_times_columns<BLOCK, PROW, SROW>(o, ps + rt * PROW, vs + 4 * ct);
   }
-  if (i >= TQ) return;
-  float *out = dst + (b * TQ + i) * (D + 1);
-  const float inverse = 1.0f / l;
 #pragma unroll
-  for (int d = 0; d < PER; ++d) out[off + d] = o[d] * inverse;
-  if (lane == 0) out[D] = (m + log2f(l)) * LN2; /* the natural-log logsumexp */
+  for (int e = 0; e < 4; ++e) {
+    const int i = qb * BLOCK + rt + GROUP * e;
+    if (i >= TQ) break;
+    float *out = dst + (b * TQ + i) * (D + 1);
+    const float inverse = 1.0f / l[e];
+    if (4 * ct < D)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) out[4 * ct + c] = o[e][c] * inverse;
+    if (ct == 0) out[D] = (m[e] + log2f(l[e])) * LN2; /* the natural-log logsumexp */
+  }
 }
 
 /* Per query row: its base-2 lse and delta = rowsum(dO * O) - dlse into `stats`, and its dQ
@@ -368,125 +418,86 @@ flash_backward_rows(float *__restrict__ dst, const float *__restrict__ q,
   }
 }
 
-/* dK and dV rows of a key block, from the query rows that see them, and their share of those
-   rows' dQ: dS of a query block and these keys goes through shared memory, where each thread
-   sums a 4 x 4 tile of dQ over the block's keys and adds it to dQ in global memory (an atomic
-   add: several key blocks add to one dQ row, in no fixed order). */
+/* dK and dV of a key block, from the query blocks that see it, and its share of their dQ
+   (FlashAttention-2's backward). For each query block: S = Q Kᵀ and dP = dO Vᵀ (thread
+   (rt, ct) holds rows rt + GROUP e, keys ct + GROUP f), P = exp2(S - lse), dS = P (dP -
+   delta); P and dS go through shared memory for dV += Pᵀ dO and dK += dSᵀ Q (thread (rt, ct)
+   holds keys 4 rt.., dims 4 ct..) and dQ += dS K (rows rt + GROUP e, dims 4 ct..), which is
+   added to dQ in global memory (an atomic add: several key blocks add to one dQ row, in no
+   fixed order, so dQ's bits depend on that order; dK and dV have one writer). */
 extern "C" __global__ void __launch_bounds__(THREADS)
 flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
                    const float *__restrict__ k, const float *__restrict__ v,
                    const float *__restrict__ packed, const float *__restrict__ dpacked,
                    const float *__restrict__ stats) {
-  __shared__ __align__(16) float qs[KEYS * SROW];
-  __shared__ __align__(16) float dos[KEYS * SROW];
-  __shared__ __align__(16) float ks[ROWS * SROW];  /* this block's keys, for dQ */
-  __shared__ __align__(16) float dss[ROWS * DSROW]; /* dS * SCALE: [key][query row] */
-  __shared__ float lse2s[KEYS], deltas[KEYS];
+  extern __shared__ float4 shared4[];
+  float *ks = (float *)shared4, *vs = ks + BLOCK * SROW, *qs = vs + BLOCK * SROW;
+  float *dos = qs + BLOCK * SROW, *ps = dos + BLOCK * SROW; /* P: [query row][key] */
+  float *dss = ps + BLOCK * PROW;                           /* dS * SCALE: [query row][key] */
+  float *lse2s = dss + BLOCK * PROW, *deltas = lse2s + BLOCK;
   const int kb = (int)(blockIdx.x / NB); /* the first key blocks see the most queries */
   const long long b = blockIdx.x % NB;
   long long oq, ok, ov;
   batch_offsets(b, &oq, &ok, &ov);
-  const int lane = threadIdx.x % LANES, off = lane * PER, part = off + lane * PAD;
-  const int jr = threadIdx.x / LANES, j = kb * ROWS + jr;
-  const int key = j < TK ? j : TK - 1;
-  float kr[PER], vr[PER], dk[PER], dv[PER];
-#pragma unroll
-  for (int d = 0; d < PER; ++d) {
-    kr[d] = k[ok + (long long)key * KT + (long long)(off + d) * KD] * SCALE2;
-    vr[d] = v[ov + (long long)key * VT + (long long)(off + d) * VD];
-    dk[d] = dv[d] = 0.0f;
-  }
-  for (int r = 0; r < ROWS; r += KEYS) load_block(ks + r * SROW, k, ok, kb * ROWS + r, TK, KT, KD);
-  /* The dQ tile of this thread: query rows 4 * (t / TILES_D).., dims 4 * (t % TILES_D).. */
-  const int tq = 4 * (threadIdx.x / (D / 4)), td = 4 * (threadIdx.x % (D / 4));
-  const bool tiles = threadIdx.x < (KEYS / 4) * (D / 4);
+  const int rt = threadIdx.x / GROUP, ct = threadIdx.x % GROUP;
+  const bool dims = 4 * ct < D; /* this thread holds dims of dK, dV and dQ */
+  load_rows(ks, k, ok, kb * BLOCK, TK, KT, KD, 1.0f);
+  load_rows(vs, v, ov, kb * BLOCK, TK, VT, VD, 1.0f);
+  float dk[4][4] = {}, dv[4][4] = {};
   float *dq = dst + b * (TQ + 2 * TK) * D;
   const long long rows = b * TQ;
   /* Under a causal mask the query blocks before this key block see none of its keys. */
-  for (int i0 = CAUSAL ? (kb * ROWS / KEYS) * KEYS : 0; i0 < TQ; i0 += KEYS) {
-    __syncthreads();
-    load_block(qs, q, oq, i0, TQ, QT, QD);
-    load_block(dos, dpacked, rows * (D + 1), i0, TQ, D + 1, 1); /* dO: dpacked's rows */
-    for (int r = threadIdx.x; r < KEYS; r += THREADS) {
+  for (int i0 = CAUSAL ? kb * BLOCK : 0; i0 < TQ; i0 += BLOCK) {
+    __syncthreads(); /* the last query block's readers are done */
+    load_rows(qs, q, oq, i0, TQ, QT, QD, SCALE2);
+    load_rows(dos, dpacked, rows * (D + 1), i0, TQ, D + 1, 1, 1.0f); /* dO: dpacked's rows */
+    for (int r = threadIdx.x; r < BLOCK; r += THREADS) {
       const bool in = i0 + r < TQ;
       lse2s[r] = in ? stats[2 * (rows + i0 + r)] : INFINITY; /* P = 0 past the end */
       deltas[r] = in ? stats[2 * (rows + i0 + r) + 1] : 0.0f;
     }
     __syncthreads();
-#pragma unroll 1
-    for (int c0 = 0; c0 < KEYS; c0 += CHUNK) {
-      float s[CHUNK], dp[CHUNK];
+    float s[4][4] = {}, dp[4][4] = {};
+    rows_times_rows<D, SROW, SROW>(s, qs + rt * SROW, ks + ct * SROW);
+    rows_times_rows<D, SROW, SROW>(dp, dos + rt * SROW, vs + ct * SROW);
 #pragma unroll
-      for (int c = 0; c < CHUNK; ++c) s[c] = dp[c] = 0.0f;
+    for (int e = 0; e < 4; ++e) {
+      const int r = rt + GROUP * e;
 #pragma unroll
-      for (int d = 0; d < PER; d += 4) {
-#pragma unroll
-        for (int c = 0; c < CHUNK; ++c) {
-          const float4 x = *(const float4 *)&qs[(c0 + c) * SROW + part + d];
-          const float4 y = *(const float4 *)&dos[(c0 + c) * SROW + part + d];
-          s[c] = dot4(s[c], &kr[d], x);
-          dp[c] = dot4(dp[c], &vr[d], y);
-        }
-      }
-      float p[CHUNK];
-#pragma unroll
-      for (int c = 0; c < CHUNK; ++c) {
-        const int r = c0 + c;
-        const bool masked = (CAUSAL && i0 + r < key) || j >= TK;
-        /* Every lane shuffles, outside the mask's branch: a shuffle waits for all the lanes of
-           the warp (inside it, the first version hung). */
-        const float score = lanes_sum(s[c]), dprob = lanes_sum(dp[c]);
-        p[c] = masked ? 0.0f : exp2f(score - lse2s[r]);
-        s[c] = p[c] * (dprob - deltas[r]); /* dS */
-        if (lane == 0) dss[jr * DSROW + r] = s[c] * SCALE;
-      }
-      RELOAD_SHARED();
-#pragma unroll
-      for (int c = 0; c < CHUNK; ++c) {
-#pragma unroll
-        for (int d = 0; d < PER; d += 4) {
-          const float4 x = *(const float4 *)&qs[(c0 + c) * SROW + part + d];
-          const float4 y = *(const float4 *)&dos[(c0 + c) * SROW + part + d];
-          dk[d] += s[c] * x.x;
-          dk[d + 1] += s[c] * x.y;
-          dk[d + 2] += s[c] * x.z;
-          dk[d + 3] += s[c] * x.w;
-          dv[d] += p[c] * y.x;
-          dv[d + 1] += p[c] * y.y;
-          dv[d + 2] += p[c] * y.z;
-          dv[d + 3] += p[c] * y.w;
-        }
+      for (int f = 0; f < 4; ++f) {
+        const int j = kb * BLOCK + ct + GROUP * f;
+        const bool masked = j >= TK || (CAUSAL && j > i0 + r);
+        const float p = masked ? 0.0f : exp2f(s[e][f] - lse2s[r]);
+        ps[r * PROW + ct + GROUP * f] = p;
+        dss[r * PROW + ct + GROUP * f] = p * (dp[e][f] - deltas[r]) * SCALE;
       }
     }
     __syncthreads();
-    if (tiles) { /* dQ[i0 + tq.., td..] += dS[.., keys] K[keys, td..] */
+    if (dims) {
+      columns_times_columns<BLOCK, PROW, SROW>(dv, ps + 4 * rt, dos + 4 * ct);
+      columns_times_columns<BLOCK, PROW, SROW>(dk, dss + 4 * rt, qs + 4 * ct);
       float acc[4][4] = {};
-      const int kmax = min(ROWS, TK - kb * ROWS);
-#pragma unroll 4
-      for (int jj = 0; jj < kmax; ++jj) {
-        const float4 a = *(const float4 *)&dss[jj * DSROW + tq];
-        const float4 x = *(const float4 *)&ks[AT(jj, td)];
-        const float av[4] = {a.x, a.y, a.z, a.w}, xv[4] = {x.x, x.y, x.z, x.w};
+      rows_times_columns<BLOCK, PROW, SROW>(acc, dss + rt * PROW, ks + 4 * ct);
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
+      for (int e = 0; e < 4; ++e) {
+        const int i = i0 + rt + GROUP * e;
+        if (i >= TQ) break;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[r][e] = fmaf(av[r], xv[e], acc[r][e]);
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        if (i0 + tq + r >= TQ) break;
-        float *row = dq + (long long)(i0 + tq + r) * D + td;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) atomicAdd(row + e, acc[r][e]);
+        for (int c = 0; c < 4; ++c) atomicAdd(dq + (long long)i * D + 4 * ct + c, acc[e][c]);
       }
     }
   }
-  if (j >= TK) return;
-  float *out = dst + b * (TQ + 2 * TK) * D + (long long)(TQ + j) * D;
+  if (!dims) return;
+  float *out = dst + b * (TQ + 2 * TK) * D;
 #pragma unroll
-  for (int d = 0; d < PER; ++d) {
-    out[off + d] = dk[d] * SCALE;
-    out[TK * D + off + d] = dv[d];
+  for (int e = 0; e < 4; ++e) {
+    const int j = kb * BLOCK + 4 * rt + e;
+    if (j >= TK) break;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      out[(long long)(TQ + j) * D + 4 * ct + c] = dk[e][c] * UNSCALE2; /* Q was scaled by SCALE2 */
+      out[(long long)(TQ + TK + j) * D + 4 * ct + c] = dv[e][c];
+    }
   }
 }
 """.replace("LOG2E_F", f"{LOG2E!r}f")
@@ -496,12 +507,22 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
 
 
 @dataclass(frozen=True)
+class Launch:
+    """One kernel launch: its name, thread blocks, threads a block, dynamic shared bytes."""
+
+    kernel: str
+    blocks: int
+    threads: int
+    shared_bytes: int
+
+
+@dataclass(frozen=True)
 class FlashAttention:
     """The `LibraryStep` of one call's kernels: their source, launches and scratch."""
 
     part: str
     source: str
-    launch: tuple[tuple[str, int, int], ...]  # (kernel, thread blocks, threads) in order
+    launch: tuple[Launch, ...]  # in order
     stats_bytes: int
 
     @property
@@ -528,9 +549,13 @@ class Issuer:
 
     def __init__(self, step: FlashAttention, module: Any):
         self.step = step
-        self.kernels = [
-            (module.get_function(name), grid, block) for name, grid, block in step.launch
-        ]
+        self.kernels = []
+        for launch in step.launch:
+            kernel = module.get_function(launch.kernel)
+            # Above 48 KB a block's dynamic shared memory must be allowed first (outside any
+            # capture: this runs when the program is loaded).
+            kernel.max_dynamic_shared_size_bytes = launch.shared_bytes
+            self.kernels.append((kernel, launch))
 
     def bind(self, stream: int) -> None:
         """Nothing to bind: the kernels launch on CuPy's current stream, which the backend
@@ -542,5 +567,7 @@ class Issuer:
         pointers = [np.uint64(dst), *(np.uint64(p) for p in operands)]
         if self.step.part == "backward":
             pointers.append(np.uint64(-(-scratch // ALIGN) * ALIGN))
-        for kernel, grid, block in self.kernels:
-            kernel((grid,), (block,), tuple(pointers))
+        for kernel, launch in self.kernels:
+            kernel(
+                (launch.blocks,), (launch.threads,), tuple(pointers), shared_mem=launch.shared_bytes
+            )

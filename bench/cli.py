@@ -35,7 +35,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument(
-        "--dtype", default="f32", choices=DTYPES, help="precision of inputs and losses"
+        "--dtype",
+        default=None,
+        choices=DTYPES,
+        help="precision of inputs and losses (default f32; gpt2 on cuda: f32, then bf16)",
     )
     parser.add_argument(
         "--scale", default=None, choices=SCALES, help="sizes (default: the device's)"
@@ -108,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     written after each workload, so a run stopped part way keeps what it measured.
     """
     args = parse_args(argv)
+    gpt2_dtypes = gpt2_precisions(args)
+    args.dtype = args.dtype or "f32"
     workloads = chosen_workloads(args.workloads, args.dtype)
     systems = split_names(args.systems, SYSTEMS, "system")
     if args.worker_timeout <= 0:
@@ -125,7 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     code = 0
     if "gpt2" in workloads:
         workloads.remove("gpt2")
-        code = run_gpt2(args, None if workloads else args.json)
+        alone = not workloads and len(gpt2_dtypes) == 1
+        for dtype in gpt2_dtypes:
+            code |= run_gpt2(argparse.Namespace(**{**vars(args), "dtype": dtype}), alone)
         if not workloads:
             return code
     path = args.json or default_json(args.device, args.dtype, args.scale)
@@ -140,12 +147,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if problems(results) or code else 0
 
 
-def run_gpt2(args: argparse.Namespace, json_path: Path | None) -> int:
+def gpt2_precisions(args: argparse.Namespace) -> list[str]:
+    """The precisions gpt2 runs in: `--dtype`'s, else f32 and bf16 on CUDA (the two the issue's
+    bar names), f32 on the CPU."""
+    if args.dtype:
+        return [args.dtype]
+    return ["f32", "bf16"] if args.device == "cuda" else ["f32"]
+
+
+def run_gpt2(args: argparse.Namespace, alone: bool) -> int:
     """`bench.gpt2` with this command's device, dtype, systems and scale; its JSON goes to
-    `json_path`, else bench/results/gpt2-<device>[-bf16][-<scale>].json."""
+    `--json` when it is the command's only run (`alone`), else
+    bench/results/gpt2-<device>[-bf16][-<scale>].json."""
     from bench import gpt2
 
-    path = json_path or RESULTS / f"gpt2-{default_json(args.device, args.dtype, args.scale).name}"
+    default = RESULTS / f"gpt2-{default_json(args.device, args.dtype, args.scale).name}"
+    path = args.json if alone and args.json else default
     argv = ["--device", args.device, "--dtype", args.dtype, "--systems", args.systems]
     argv += ["--scale", args.scale] if args.scale else []
     return gpt2.main([*argv, "--json", str(path)])

@@ -162,3 +162,10 @@ def test_python_m_bench_runs_gpt2_when_named(monkeypatch, tmp_path):
     cli.main(["--workloads", "gpt2", "--scale", "check", "--systems", "accy", "--json", str(out)])
     assert calls[-1][-4:] == ["--scale", "check", "--json", str(out)]
     assert calls[-1][calls[-1].index("--systems") + 1] == "accy"
+    calls.clear()  # without --dtype, on CUDA: f32 then bf16, each to its own JSON
+    assert cli.main(["--workloads", "gpt2", "--device", "cuda"]) == 0
+    assert [argv[argv.index("--dtype") + 1] for argv in calls] == ["f32", "bf16"]
+    assert [argv[-1].rsplit("/", 1)[-1] for argv in calls] == [
+        "gpt2-cuda.json",
+        "gpt2-cuda-bf16.json",
+    ]

@@ -314,22 +314,14 @@ def blocks_for(work_items: int, per_block: int = BLOCK) -> int:
 
 
 def grid_stride(
-    counter: str,
-    count: int | str,
-    per_block: int = BLOCK,
-    lanes: int = 1,
-    first: str = "",
-    strides: int = 1,
+    counter: str, count: int | str, per_block: int = BLOCK, lanes: int = 1, first: str = ""
 ) -> str:
     """The head of a grid-stride loop: `counter` runs over `count` items (a number, or a C
     expression), from item `first` (C; 0 by default), `per_block` items per block at a time (a
-    group of `lanes` threads shares an item), `strides` grid strides at a time (the body
-    takes the items `counter`, `counter` + one stride, ...).
+    group of `lanes` threads shares an item).
 
     >>> grid_stride("i", "n", per_block=1, first="s")
     'for (int64_t i = s + (int64_t)blockIdx.x * 1; i < n; i += (int64_t)gridDim.x * 1) {'
-    >>> grid_stride("q", "n", strides=2)[-36:]
-    'q += 2 * (int64_t)gridDim.x * 256) {'
     """
     start = f"(int64_t)blockIdx.x * {per_block}"
     if per_block > 1:
@@ -339,7 +331,7 @@ def grid_stride(
     stop = f"{count}LL" if isinstance(count, int) else count
     return (
         f"for (int64_t {counter} = {start}; {counter} < {stop}; "
-        f"{counter} += {f'{strides} * ' if strides > 1 else ''}(int64_t)gridDim.x * {per_block}) {{"
+        f"{counter} += (int64_t)gridDim.x * {per_block}) {{"
     )
 
 

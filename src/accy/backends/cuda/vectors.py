@@ -114,7 +114,6 @@ class LaneBody(Body):
         self._index_names: dict[str, str] = {}
         self._loaded: dict[str, str] = {}
         self._retired_lanes: dict[str, tuple[str, int]] = {}  # lanes of branches left
-        self.direct_stores = False  # whether a statement stores straight to memory
 
     def lane(self, base: str, k: int) -> str:
         """The name of lane `k` of index `base` (declared on first use)."""
@@ -249,7 +248,6 @@ class LaneBody(Body):
         when `position` is a lane (`stores()` writes it out), else straight to memory."""
         value = CUDA.c_type(dtype).store.format(x=x)
         if position not in self.lanes:
-            self.direct_stores = True
             return f"{pointer}[{position}] = {value};"
         base, k = self.lanes[position]
         return self._into_vector(dtype, pointer, base, k, value)
@@ -262,11 +260,9 @@ class LaneBody(Body):
         scalar = f"{pointer}[{offset_expression(index, strides)}] = {value};"
         varying = [p for p, part in enumerate(index) if self._depends(part)]
         if not self.vectors or len(varying) != 1 or index[varying[0]] not in self.lanes:
-            self.direct_stores = True
             return scalar
         p = varying[0]
         if strides[p] != 1 or not self._static_alignment(0, strides, index, p, dtype.itemsize):
-            self.direct_stores = True
             return scalar
         base, k = self.lanes[index[p]]
         lane0 = offset_expression(index[:p] + (base,) + index[p + 1 :], strides)
@@ -299,11 +295,6 @@ class LaneBody(Body):
             if uses[name] == 1
         }
         return [line for line in lines if line.strip() not in unused]  # in a branch: indented
-
-    @property
-    def vector_loads(self) -> int:
-        """How many vector loads a pass of the body makes."""
-        return len(self._loads)
 
     @property
     def vectorized(self) -> bool:

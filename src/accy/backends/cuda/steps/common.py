@@ -13,16 +13,7 @@ from ....codegen.c.expressions import Body, Flat, Index, NotFlat
 from ....core.types import TensorType
 from ....errors import AccyError
 from ..context import StepContext
-from ..kernels import (
-    BLOCK,
-    Kernel,
-    LevelPointer,
-    axis_names,
-    blocks_for,
-    decompose,
-    grid_stride,
-    indent,
-)
+from ..kernels import Kernel, LevelPointer, axis_names, blocks_for, decompose, grid_stride, indent
 from ..schedule import SCRATCH, Address, Level
 from ..vectors import (
     MAX_VECTOR_LINES,
@@ -139,53 +130,22 @@ def _vector_loop(ctx, pointers, t: TensorType, flat: bool, make: Make, scalar_li
         width //= 2
     if width == 1 or t.size < MIN_VECTOR_ELEMENTS:
         return None
-    first = _lane_pass(ctx, pointers, t, flat, make, width, "i")
-    if not first[0].vectorized:
-        return None
-    passes = [first]
-    if _pairs_vectors(ctx, pointers, first[0]):
-        passes.append(_lane_pass(ctx, pointers, t, flat, make, width, "j"))
-    body = first[0]
-    vectors = f"vector_end / {width}"
-    head = [
-        f"const bool vectorized = {body.aligned_condition()};",
-        f"const int64_t vector_end = vectorized ? {t.size // width * width}LL : 0LL;",
-    ]
-    if len(passes) == 1:
-        head += [grid_stride("q", vectors), f"  const int64_t i = q * {width};"]
-    else:
-        # Two vectors a thread at a time, the second the grid's stride further (or the first
-        # again at the end: the same values read, computed and stored twice).
-        stride = f"(int64_t)gridDim.x * {BLOCK}"
-        head += [
-            grid_stride("q", vectors, strides=2),
-            f"  const int64_t i = q * {width};",
-            f"  const int64_t j = (q + {stride} < {vectors} ? q + {stride} : q) * {width};",
-        ]
-    statements = [line for _, lines in passes for line in lines]
-    statements += [line for body, _ in passes for line in body.stores()]
-    for body, _ in passes:
-        statements = body.pruned(statements)
-    return [*head, *indent(statements), "}"], width
-
-
-def _lane_pass(ctx, pointers, t: TensorType, flat: bool, make: Make, width: int, counter: str):
-    """(the `LaneBody`, its statements before the stores) of one vector at `counter`."""
     body = LaneBody(ctx.module, ctx.plan, pointers, width)
-    head, indices, positions = lane_indices(body, t, flat, counter)
+    head, indices, positions = lane_indices(body, t, flat, "i")
     for index, position in zip(indices, positions, strict=True):
         make(body, index, position)
-    return body, head + body.lines
-
-
-def _pairs_vectors(ctx: StepContext, pointers, body: LaneBody) -> bool:
-    """Whether a thread should compute two vectors at a time: when it writes a buffer in place
-    and loads one vector (the pointers are not `__restrict__`, so the compiler does not load
-    the next vector before this one's store, and a thread would keep 16 bytes in flight: the
-    cross-entropy's logits gradient ran at 2.7 TB/s). Every store must go through the vector
-    stores at the end, so that both vectors are loaded before anything is written."""
-    in_place = any(value in ctx.plan.in_place for value in pointers.used)
-    return in_place and body.vector_loads == 1 and not body.direct_stores
+    if not body.vectorized:
+        return None
+    vectors = t.size // width
+    lines = [
+        f"const bool vectorized = {body.aligned_condition()};",
+        f"const int64_t vector_end = vectorized ? {vectors * width}LL : 0LL;",
+        grid_stride("q", f"vector_end / {width}"),
+        f"  const int64_t i = q * {width};",
+        *indent(body.pruned(head + body.lines + body.stores())),
+        "}",
+    ]
+    return lines, width
 
 
 def element_index(body: Body, t, flat: bool, counter: str = "i", prefix: str = "i"):

@@ -32,11 +32,6 @@ VARIANTS = {
     "forward 2 blocks/SM": lambda source: source.replace(
         FORWARD, FORWARD.replace("(THREADS, 3)", "(THREADS)")
     ),
-    # dV and dK's products unrolled 16 steps at a time instead of 8.
-    "backward unroll 16": lambda source: source.replace(
-        "#pragma unroll 8\n  for (int c = 0; c < N; ++c) {",
-        "#pragma unroll 16\n  for (int c = 0; c < N; ++c) {",
-    ),
     # rows_times_columns (the forward's O, the backward's dQ) unrolled 2 chunks instead of 4.
     "rows x columns unroll 2": lambda source: source.replace(
         "#pragma unroll 4 /* fully", "#pragma unroll 2 /* fully"

@@ -311,7 +311,7 @@ __device__ __forceinline__ void rows_times_columns(float acc[4][4], const float 
 template <int N, int LDA, int LDB>
 __device__ __forceinline__ void columns_times_columns(float acc[4][4], const float *a,
                                                       const float *b) {
-#pragma unroll 8
+#pragma unroll 16 /* 1.091 against 1.100 ms for 8 */
   for (int c = 0; c < N; ++c) {
     const float4 x = *(const float4 *)&a[c * LDA], y = *(const float4 *)&b[c * LDB];
     add_outer(acc[0], x.x, y);

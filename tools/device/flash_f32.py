@@ -23,23 +23,23 @@ from accy.attention.signature import Signature, backward_type, check, packed_typ
 AXES = (("batch", "head", "token", "dim"), ("batch", "head", "key", "dim"))
 
 
-KERNELS = fc.KERNELS
-FORWARD = "__launch_bounds__(THREADS, 3)\nflash_forward("
-BACKWARD = "__launch_bounds__(THREADS)\nflash_backward_key("
-VARIANTS = {
-    "as shipped": lambda source: source,
-    # Two forward blocks an SM (the registers a thread may take: 128).
-    "forward 2 blocks/SM": lambda source: source.replace(
-        FORWARD, FORWARD.replace("(THREADS, 3)", "(THREADS)")
-    ),
-    # rows_times_columns (the forward's O, the backward's dQ) unrolled 2 chunks instead of 4.
-    "rows x columns unroll 2": lambda source: source.replace(
-        "#pragma unroll 4 /* fully", "#pragma unroll 2 /* fully"
+KERNELS, TILE_ROWS = fc.KERNELS, dict(fc.TILE_ROWS)
+VARIANTS = {  # name: (rows of a thread's tiles in each kernel, a change to the source)
+    "as shipped": (TILE_ROWS, lambda source: source),
+    # Tiles of 8 rows (128 threads a block) in one kernel or both.
+    "forward 8-row tiles": ({**TILE_ROWS, "forward": 8}, lambda source: source),
+    "backward 8-row tiles": ({**TILE_ROWS, "backward": 8}, lambda source: source),
+    "backward 8-row tiles, 1 block/SM": (
+        {**TILE_ROWS, "backward": 8},
+        lambda source: source.replace("(B_THREADS, 2)", "(B_THREADS, 1)"),
     ),
     # What the dQ atomics cost (wrong dQ: a timing only).
-    "backward, dQ stored (timing only)": lambda source: source.replace(
-        "atomicAdd(dq + (long long)i * D + 4 * ct + c, acc[e][c])",
-        "dq[(long long)i * D + 4 * ct + c] = acc[e][c]",
+    "backward, dQ stored (timing only)": (
+        TILE_ROWS,
+        lambda source: source.replace(
+            "atomicAdd(dq + (long long)i * D + 4 * ct + c, acc[e][c])",
+            "dq[(long long)i * D + 4 * ct + c] = acc[e][c]",
+        ),
     ),
 }
 
@@ -119,8 +119,9 @@ def main() -> None:
     arrays = [rng.standard_normal((b, h, t, d), dtype=cupy.float32) for _ in range(3)]
     arrays.append(rng.standard_normal((b, h, t, d + 1), dtype=cupy.float32))
     flops_f = 4 * b * h * t * t * d / 2  # causal: half the scores
-    for name, patch in VARIANTS.items():
+    for name, (tile_rows, patch) in VARIANTS.items():
         fc.KERNELS = patch(KERNELS)
+        fc.TILE_ROWS.update(tile_rows)
         fc._kernel.cache_clear()
         try:
             error = max(check_small(True), check_small(False))
@@ -134,6 +135,7 @@ def main() -> None:
             f"{12 * (fms + bms):.1f} ms; max relative error {error:.1e}"
         )
     fc.KERNELS = KERNELS
+    fc.TILE_ROWS.update(TILE_ROWS)
     fc._kernel.cache_clear()
     try:
         import torch

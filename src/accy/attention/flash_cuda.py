@@ -60,9 +60,20 @@ log = logging.getLogger("accy.attention.flash_cuda")
 
 BLOCK = 64  # query rows and key rows of a block (the tile of scores a thread block holds)
 GROUP = BLOCK // 4  # threads that share a row of scores: each holds 4 of its keys
-THREADS = GROUP * GROUP  # each thread holds a 4 x 4 tile of every 64 x 64 product
+# Rows of each 64 x 64 product a thread holds (with 4 columns): 4 (256 threads a block) or 8
+# (128 threads, which read half as many shared float4 per multiply-add).
+TILE_ROWS = {"forward": 4, "backward": 4}
 LOG2E = 1.0 / math.log(2.0)
 MAX_DIM = 4 * GROUP  # the dims of a result row are held by the GROUP threads of its row group
+
+
+def threads(part: str) -> int:
+    """Threads of a block of kernel `part`: one per tile of a 64 x 64 product.
+
+    >>> threads("forward")
+    256
+    """
+    return (BLOCK // TILE_ROWS[part]) * GROUP
 
 
 def padded_row(extent: int) -> int:
@@ -149,12 +160,12 @@ class Layout:
         batch = self.shape.batch_size
         if part == "forward":
             blocks = -(-self.shape.tokens // BLOCK) * batch
-            return (Launch("flash_forward", blocks, THREADS, self.shared_bytes(part)),)
+            return (Launch("flash_forward", blocks, threads(part), self.shared_bytes(part)),)
         rows = min(-(-self.shape.tokens * batch // 8), 132 * 16)  # a warp per row
         keys = -(-self.shape.keys // BLOCK) * batch
         return (
             Launch("flash_backward_rows", rows, 256, 0),
-            Launch("flash_backward_key", keys, THREADS, self.shared_bytes(part)),
+            Launch("flash_backward_key", keys, threads(part), self.shared_bytes(part)),
         )
 
     def shared_bytes(self, part: str) -> int:
@@ -196,7 +207,8 @@ class Layout:
             "D": shape.dim,
             "BLOCK": BLOCK,
             "GROUP": GROUP,
-            "THREADS": THREADS,
+            "FTR": TILE_ROWS["forward"],
+            "BTR": TILE_ROWS["backward"],
             "SROW": self.row,
             "PROW": self.score_row,
             "CAUSAL": int(s.causal),
@@ -212,6 +224,10 @@ class Layout:
 KERNELS = r"""
 #define LN2 0.6931471805599453f
 #define NQB ((TQ + BLOCK - 1) / BLOCK)
+#define F_STEP (BLOCK / FTR) /* rows between a forward thread's rows */
+#define F_THREADS (F_STEP * GROUP)
+#define B_STEP (BLOCK / BTR)
+#define B_THREADS (B_STEP * GROUP)
 #define FULL 0xffffffffu
 
 /* The max and the sum over the GROUP adjacent lanes that hold one row of scores. Every lane
@@ -228,54 +244,55 @@ __device__ __forceinline__ float group_sum(float x) {
 }
 
 /* Rows [r0, r0 + BLOCK) of x (element strides xt, xd from `base`) times `scale` into shared
-   rows of SROW floats, zeros past `rows`. When THREADS is a multiple of D each thread copies
-   one column, from one pointer at constant offsets (all loads in flight at once). */
+   rows of SROW floats, zeros past `rows`, by a block of T threads. When T is a multiple of D
+   each thread copies one column, from one pointer at constant offsets (all loads in flight at
+   once). */
+template <int T>
 __device__ __forceinline__ void load_rows(float *shared, const float *x, long long base, int r0,
                                           int rows, long long xt, long long xd, float scale) {
-#if THREADS % D == 0
-  const int d = threadIdx.x % D, first = threadIdx.x / D, step = THREADS / D;
-  const float *from = x + base + (long long)(r0 + first) * xt + (long long)d * xd;
-  float *to = shared + first * SROW + d;
+  if constexpr (T % D == 0) {
+    const int d = threadIdx.x % D, first = threadIdx.x / D, step = T / D;
+    const float *from = x + base + (long long)(r0 + first) * xt + (long long)d * xd;
+    float *to = shared + first * SROW + d;
 #pragma unroll
-  for (int n = 0; n < BLOCK / step; ++n)
-    to[n * step * SROW] = r0 + first + n * step < rows ? from[n * step * xt] * scale : 0.0f;
-#else
+    for (int n = 0; n < BLOCK / step; ++n)
+      to[n * step * SROW] = r0 + first + n * step < rows ? from[n * step * xt] * scale : 0.0f;
+  } else {
 #pragma unroll 1
-  for (int e = threadIdx.x; e < BLOCK * D; e += THREADS) {
-    const int r = e / D, d = e % D;
-    shared[r * SROW + d] =
-        r0 + r < rows ? x[base + (long long)(r0 + r) * xt + (long long)d * xd] * scale : 0.0f;
+    for (int e = threadIdx.x; e < BLOCK * D; e += T) {
+      const int r = e / D, d = e % D;
+      shared[r * SROW + d] =
+          r0 + r < rows ? x[base + (long long)(r0 + r) * xt + (long long)d * xd] * scale : 0.0f;
+    }
   }
-#endif
 }
 
-/* The three shapes of 64 x 64 product a thread block computes, each thread a 4 x 4 tile of
+/* The three shapes of 64 x 64 product a thread block computes, each thread a TR x 4 tile of
    it in registers. Which entries of the tile a thread holds follows the operands' layout in
    shared memory, so that every read is a float4: a side read along its rows ("rows") holds
-   rows r, r + GROUP, r + 2 GROUP, r + 3 GROUP (and the GROUP threads reading consecutive
-   rows hit different banks: padded_row); a side read across its rows ("columns") holds 4
-   adjacent columns. Each step reads 8 float4 and does 64 multiply-adds. */
+   rows r, r + S, ..., r + (TR - 1) S (S = BLOCK / TR; the GROUP threads reading consecutive
+   rows hit different banks: padded_row); a side read across its rows ("columns") holds
+   adjacent columns. */
 
 /* acc + x . y, as four fused multiply-adds. */
 __device__ __forceinline__ float dot4(float acc, float4 x, float4 y) {
   return fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, acc))));
 }
 
-/* acc[e][f] += sum over c < N of a[e GROUP LDA + c] * b[f GROUP LDB + c]. */
-template <int N, int LDA, int LDB>
-__device__ __forceinline__ void rows_times_rows(float acc[4][4], const float *a, const float *b) {
+/* acc[e][f] += sum over c < N of a[e S LDA + c] * b[f GROUP LDB + c]. */
+template <int TR, int N, int LDA, int LDB>
+__device__ __forceinline__ void rows_times_rows(float acc[TR][4], const float *a, const float *b) {
 #pragma unroll
   for (int c = 0; c < N; c += 4) {
-    float4 x[4], y[4];
+    float4 x[TR], y[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) x[e] = *(const float4 *)&a[e * GROUP * LDA + c];
+    for (int e = 0; e < TR; ++e) x[e] = *(const float4 *)&a[e * (BLOCK / TR) * LDA + c];
 #pragma unroll
     for (int f = 0; f < 4; ++f) y[f] = *(const float4 *)&b[f * GROUP * LDB + c];
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
+    for (int e = 0; e < TR; ++e)
 #pragma unroll
-      for (int f = 0; f < 4; ++f)
-        acc[e][f] = dot4(acc[e][f], x[e], y[f]);
+      for (int f = 0; f < 4; ++f) acc[e][f] = dot4(acc[e][f], x[e], y[f]);
   }
 }
 
@@ -286,19 +303,19 @@ __device__ __forceinline__ void add_outer(float acc[4], float x, float4 y) {
   acc[3] = fmaf(x, y.w, acc[3]);
 }
 
-/* acc[e][f] += sum over c < N of a[e GROUP LDA + c] * b[c LDB + f]. */
-template <int N, int LDA, int LDB>
-__device__ __forceinline__ void rows_times_columns(float acc[4][4], const float *a,
+/* acc[e][f] += sum over c < N of a[e S LDA + c] * b[c LDB + f]. */
+template <int TR, int N, int LDA, int LDB>
+__device__ __forceinline__ void rows_times_columns(float acc[TR][4], const float *a,
                                                    const float *b) {
 #pragma unroll 4 /* fully unrolled, its loads are hoisted and spill */
   for (int c = 0; c < N; c += 4) {
-    float4 x[4];
+    float4 x[TR];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) x[e] = *(const float4 *)&a[e * GROUP * LDA + c];
+    for (int e = 0; e < TR; ++e) x[e] = *(const float4 *)&a[e * (BLOCK / TR) * LDA + c];
     const float4 y0 = *(const float4 *)&b[c * LDB], y1 = *(const float4 *)&b[(c + 1) * LDB];
     const float4 y2 = *(const float4 *)&b[(c + 2) * LDB], y3 = *(const float4 *)&b[(c + 3) * LDB];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < TR; ++e) {
       add_outer(acc[e], x[e].x, y0);
       add_outer(acc[e], x[e].y, y1);
       add_outer(acc[e], x[e].z, y2);
@@ -308,16 +325,20 @@ __device__ __forceinline__ void rows_times_columns(float acc[4][4], const float 
 }
 
 /* acc[e][f] += sum over c < N of a[c LDA + e] * b[c LDB + f]. */
-template <int N, int LDA, int LDB>
-__device__ __forceinline__ void columns_times_columns(float acc[4][4], const float *a,
+template <int TR, int N, int LDA, int LDB>
+__device__ __forceinline__ void columns_times_columns(float acc[TR][4], const float *a,
                                                       const float *b) {
 #pragma unroll 16 /* 1.091 against 1.100 ms for 8 */
   for (int c = 0; c < N; ++c) {
-    const float4 x = *(const float4 *)&a[c * LDA], y = *(const float4 *)&b[c * LDB];
-    add_outer(acc[0], x.x, y);
-    add_outer(acc[1], x.y, y);
-    add_outer(acc[2], x.z, y);
-    add_outer(acc[3], x.w, y);
+    const float4 y = *(const float4 *)&b[c * LDB];
+#pragma unroll
+    for (int e = 0; e < TR; e += 4) {
+      const float4 x = *(const float4 *)&a[c * LDA + e];
+      add_outer(acc[e], x.x, y);
+      add_outer(acc[e + 1], x.y, y);
+      add_outer(acc[e + 2], x.z, y);
+      add_outer(acc[e + 3], x.w, y);
+    }
   }
 }
 
@@ -328,10 +349,11 @@ __device__ __forceinline__ void query_block(int *qb, long long *b) {
 }
 
 /* A thread block owns BLOCK query rows of one batch entry; thread (rt, ct) holds the scores of
-   rows rt + GROUP e against keys ct + GROUP f of each key block, and the output of those rows
-   at dims 4 ct ... 4 ct + 3. Scores are in base 2 (q is scaled by SCALE2 when loaded). Three
-   blocks an SM (at most 85 registers a thread; a few spill) ran 0.43 against 0.45 ms for two. */
-extern "C" __global__ void __launch_bounds__(THREADS, 3)
+   rows rt + F_STEP e (e < FTR) against keys ct + GROUP f of each key block, and the output of
+   those rows at dims 4 ct ... 4 ct + 3. Scores are in base 2 (q is scaled by SCALE2 when
+   loaded). Three blocks an SM: with 4 rows a thread, at most 85 registers (a few spill) ran
+   0.43 against 0.45 ms for two blocks. */
+extern "C" __global__ void __launch_bounds__(F_THREADS, 3)
 flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float *__restrict__ k,
               const float *__restrict__ v) {
   extern __shared__ float4 shared4[];
@@ -342,21 +364,21 @@ flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float 
   query_block(&qb, &b);
   batch_offsets(b, &oq, &ok, &ov);
   const int rt = threadIdx.x / GROUP, ct = threadIdx.x % GROUP;
-  load_rows(qs, q, oq, qb * BLOCK, TQ, QT, QD, SCALE2);
-  float o[4][4] = {}, m[4], l[4];
+  load_rows<F_THREADS>(qs, q, oq, qb * BLOCK, TQ, QT, QD, SCALE2);
+  float o[FTR][4] = {}, m[FTR], l[FTR];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) m[e] = -INFINITY, l[e] = 0.0f;
+  for (int e = 0; e < FTR; ++e) m[e] = -INFINITY, l[e] = 0.0f;
   const int kend = CAUSAL ? min(TK, (qb + 1) * BLOCK) : TK;
   for (int j0 = 0; j0 < kend; j0 += BLOCK) {
     __syncthreads(); /* the last key block's readers are done with ks, vs and ps */
-    load_rows(ks, k, ok, j0, TK, KT, KD, 1.0f);
-    load_rows(vs, v, ov, j0, TK, VT, VD, 1.0f);
+    load_rows<F_THREADS>(ks, k, ok, j0, TK, KT, KD, 1.0f);
+    load_rows<F_THREADS>(vs, v, ov, j0, TK, VT, VD, 1.0f);
     __syncthreads();
-    float s[4][4] = {};
-    rows_times_rows<D, SROW, SROW>(s, qs + rt * SROW, ks + ct * SROW);
+    float s[FTR][4] = {};
+    rows_times_rows<FTR, D, SROW, SROW>(s, qs + rt * SROW, ks + ct * SROW);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = qb * BLOCK + rt + GROUP * e;
+    for (int e = 0; e < FTR; ++e) {
+      const int i = qb * BLOCK + rt + F_STEP * e;
       float peak = m[e];
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
@@ -372,7 +394,7 @@ flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float 
       for (int f = 0; f < 4; ++f) {
         s[e][f] = exp2f(s[e][f] - peak);
         total += s[e][f];
-        ps[(rt + GROUP * e) * PROW + ct + GROUP * f] = s[e][f];
+        ps[(rt + F_STEP * e) * PROW + ct + GROUP * f] = s[e][f];
       }
       l[e] = l[e] * correction + group_sum(total);
       m[e] = peak;
@@ -380,11 +402,11 @@ flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float 
       for (int c = 0; c < 4; ++c) o[e][c] *= correction;
     }
     __syncthreads();
-    if (4 * ct < D) rows_times_columns<BLOCK, PROW, SROW>(o, ps + rt * PROW, vs + 4 * ct);
+    if (4 * ct < D) rows_times_columns<FTR, BLOCK, PROW, SROW>(o, ps + rt * PROW, vs + 4 * ct);
   }
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int i = qb * BLOCK + rt + GROUP * e;
+  for (int e = 0; e < FTR; ++e) {
+    const int i = qb * BLOCK + rt + F_STEP * e;
     if (i >= TQ) break;
     float *out = dst + (b * TQ + i) * (D + 1);
     const float inverse = 1.0f / l[e];
@@ -421,12 +443,12 @@ flash_backward_rows(float *__restrict__ dst, const float *__restrict__ q,
 
 /* dK and dV of a key block, from the query blocks that see it, and its share of their dQ
    (FlashAttention-2's backward). For each query block: S = Q Kᵀ and dP = dO Vᵀ (thread
-   (rt, ct) holds rows rt + GROUP e, keys ct + GROUP f), P = exp2(S - lse), dS = P (dP -
+   (rt, ct) holds rows rt + B_STEP e, keys ct + GROUP f), P = exp2(S - lse), dS = P (dP -
    delta); P and dS go through shared memory for dV += Pᵀ dO and dK += dSᵀ Q (thread (rt, ct)
-   holds keys 4 rt.., dims 4 ct..) and dQ += dS K (rows rt + GROUP e, dims 4 ct..), which is
-   added to dQ in global memory (an atomic add: several key blocks add to one dQ row, in no
+   holds keys BTR rt.., dims 4 ct..) and dQ += dS K (rows rt + B_STEP e, dims 4 ct..), which
+   is added to dQ in global memory (an atomic add: several key blocks add to one dQ row, in no
    fixed order, so dQ's bits depend on that order; dK and dV have one writer). */
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(B_THREADS, 2)
 flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
                    const float *__restrict__ k, const float *__restrict__ v,
                    const float *__restrict__ packed, const float *__restrict__ dpacked,
@@ -442,28 +464,29 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
   batch_offsets(b, &oq, &ok, &ov);
   const int rt = threadIdx.x / GROUP, ct = threadIdx.x % GROUP;
   const bool dims = 4 * ct < D; /* this thread holds dims of dK, dV and dQ */
-  load_rows(ks, k, ok, kb * BLOCK, TK, KT, KD, 1.0f);
-  load_rows(vs, v, ov, kb * BLOCK, TK, VT, VD, 1.0f);
-  float dk[4][4] = {}, dv[4][4] = {};
+  load_rows<B_THREADS>(ks, k, ok, kb * BLOCK, TK, KT, KD, 1.0f);
+  load_rows<B_THREADS>(vs, v, ov, kb * BLOCK, TK, VT, VD, 1.0f);
+  float dk[BTR][4] = {}, dv[BTR][4] = {};
   float *dq = dst + b * (TQ + 2 * TK) * D;
   const long long rows = b * TQ;
   /* Under a causal mask the query blocks before this key block see none of its keys. */
   for (int i0 = CAUSAL ? kb * BLOCK : 0; i0 < TQ; i0 += BLOCK) {
     __syncthreads(); /* the last query block's readers are done */
-    load_rows(qs, q, oq, i0, TQ, QT, QD, SCALE2);
-    load_rows(dos, dpacked, rows * (D + 1), i0, TQ, D + 1, 1, 1.0f); /* dO: dpacked's rows */
-    for (int r = threadIdx.x; r < BLOCK; r += THREADS) {
+    load_rows<B_THREADS>(qs, q, oq, i0, TQ, QT, QD, SCALE2);
+    /* dO: dpacked's rows */
+    load_rows<B_THREADS>(dos, dpacked, rows * (D + 1), i0, TQ, D + 1, 1, 1.0f);
+    for (int r = threadIdx.x; r < BLOCK; r += B_THREADS) {
       const bool in = i0 + r < TQ;
       lse2s[r] = in ? stats[2 * (rows + i0 + r)] : INFINITY; /* P = 0 past the end */
       deltas[r] = in ? stats[2 * (rows + i0 + r) + 1] : 0.0f;
     }
     __syncthreads();
-    float s[4][4] = {}, dp[4][4] = {};
-    rows_times_rows<D, SROW, SROW>(s, qs + rt * SROW, ks + ct * SROW);
-    rows_times_rows<D, SROW, SROW>(dp, dos + rt * SROW, vs + ct * SROW);
+    float s[BTR][4] = {}, dp[BTR][4] = {};
+    rows_times_rows<BTR, D, SROW, SROW>(s, qs + rt * SROW, ks + ct * SROW);
+    rows_times_rows<BTR, D, SROW, SROW>(dp, dos + rt * SROW, vs + ct * SROW);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = rt + GROUP * e;
+    for (int e = 0; e < BTR; ++e) {
+      const int r = rt + B_STEP * e;
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
         const int j = kb * BLOCK + ct + GROUP * f;
@@ -475,13 +498,13 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
     }
     __syncthreads();
     if (dims) {
-      columns_times_columns<BLOCK, PROW, SROW>(dv, ps + 4 * rt, dos + 4 * ct);
-      columns_times_columns<BLOCK, PROW, SROW>(dk, dss + 4 * rt, qs + 4 * ct);
-      float acc[4][4] = {};
-      rows_times_columns<BLOCK, PROW, SROW>(acc, dss + rt * PROW, ks + 4 * ct);
+      columns_times_columns<BTR, BLOCK, PROW, SROW>(dv, ps + BTR * rt, dos + 4 * ct);
+      columns_times_columns<BTR, BLOCK, PROW, SROW>(dk, dss + BTR * rt, qs + 4 * ct);
+      float acc[BTR][4] = {};
+      rows_times_columns<BTR, BLOCK, PROW, SROW>(acc, dss + rt * PROW, ks + 4 * ct);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = i0 + rt + GROUP * e;
+      for (int e = 0; e < BTR; ++e) {
+        const int i = i0 + rt + B_STEP * e;
         if (i >= TQ) break;
 #pragma unroll
         for (int c = 0; c < 4; ++c) atomicAdd(dq + (long long)i * D + 4 * ct + c, acc[e][c]);
@@ -491,8 +514,8 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
   if (!dims) return;
   float *out = dst + b * (TQ + 2 * TK) * D;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int j = kb * BLOCK + 4 * rt + e;
+  for (int e = 0; e < BTR; ++e) {
+    const int j = kb * BLOCK + BTR * rt + e;
     if (j >= TK) break;
 #pragma unroll
     for (int c = 0; c < 4; ++c) {

@@ -2,34 +2,34 @@
 
 cuDNN's fused attention needs bf16/f16, and the composition (GEMMs of the whole scores, then a
 softmax over them) reads and writes the tokens × keys scores several times and computes the
-masked half of a causal score matrix. These kernels keep a block of scores in registers and
-skip the key blocks a causal mask hides:
+masked half of a causal score matrix. These kernels hold a 64 x 64 block of scores at a time
+and skip the key blocks a causal mask hides. Every product of two blocks is register-tiled as
+a SIMT GEMM is: each thread holds a tile of 4 or 8 rows by 4 columns (`TILE_ROWS`) and reads
+its operands from shared memory as float4, so that each read feeds 4 or 8 multiply-adds (the
+previous kernels, a row per thread or two, fed 4; 0.58 and 1.54 ms at GPT-2's shape):
 
-- forward (`flash_forward`): a thread block owns `ROWS` query rows of one batch entry; each row
-  is held by `LANES` adjacent threads (`PER` dims each, so that a row's q and running output fit
-  in registers); key and value blocks of `KEYS` rows go through shared memory, where every
-  thread of the block reads the same entry (a broadcast). Running max and sum per row, as in
-  the CPU kernel (`cpu.py`); the result is [O | lse] per row.
+- forward (`flash_forward`): a thread block owns 64 query rows of one batch entry and walks
+  the key blocks: S = Q Kᵀ, the running max and sum per row (as the CPU kernel, `cpu.py`), P
+  through shared memory, O += P V. The result is [O | lse] per row.
 - backward: `flash_backward_rows` (a warp per query row) writes each row's lse and delta =
   rowsum(dO ∘ O) - dlse to scratch and zeroes its dQ row; `flash_backward_key` (a thread block
-  per `ROWS` key rows, holding their k and v in registers; query blocks of `KEYS` rows through
-  shared memory) recomputes P = exp(S - lse) and dP = dO vᵀ, accumulates dK and dV in
-  registers, and adds its share of each query block's dQ = dS K into the result with atomic
-  adds (FlashAttention-2's backward: five GEMM-sized products instead of seven for a separate
-  dQ pass, 1.54 against 1.70 ms on the H200 at GPT-2's shape). dQ's bits depend on the order
-  of those adds; dK and dV have one writer per row.
+  per 64 key rows, walking the query blocks that see them) recomputes S and P, dP = dO Vᵀ and
+  dS, and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers, and adds dQ += dS K into the
+  result with atomic adds (FlashAttention-2's backward: five products instead of seven for a
+  separate dQ pass). dQ's bits depend on the order of those adds; dK and dV have one writer.
 
-Scores are kept in base 2 (q or k is scaled by scale · log2(e) when loaded), so that each
+Scores are kept in base 2 (q is scaled by scale · log2(e) when loaded), so that each
 probability is one `exp2f`. Every extent and stride is a constant of the generated source (any
 layout of the operands is read in place, as in `cpu.py`), which follows the shared CUDA
 dialect's prelude; the kernels are compiled with NVRTC (through CuPy) when a program using
-them is loaded, and run on the program's stream inside its CUDA graph, as a `LibraryStep`.
-Declines (the composition runs) for other dtypes, a bias, a dim extent that is not a multiple
-of 4 or above 64 (the backward's blocks would not fit shared memory), or empty axes.
+them is loaded, and run on the program's stream inside its CUDA graph, as a `LibraryStep`
+(dynamic shared memory: 70 and 105 KB a block at dim 64). Declines (the composition runs) for
+other dtypes, a bias, a dim extent that is not a multiple of 4 or above 64 (a result row's
+dims are held by 16 threads of 4), or empty axes.
 
 Measured on the H200 at GPT-2 small's shape (8 x 12 heads, 1,024 tokens, dim 64, causal;
-`tools/device/flash_f32.py`): forward 0.58 ms, backward 1.54 ms, against PyTorch's SDPA in f32
-(its memory-efficient kernels) 0.49 and 1.20 ms; the composition took 3.2 ms a layer.
+`tools/device/flash_f32.py`): forward 0.389 ms, backward 1.094 ms, against PyTorch's SDPA in
+f32 (its memory-efficient kernels) 0.486 and 1.190 ms; the composition took 3.2 ms a layer.
 """
 
 from __future__ import annotations

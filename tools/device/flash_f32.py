@@ -23,21 +23,25 @@ from accy.attention.signature import Signature, backward_type, check, packed_typ
 AXES = (("batch", "head", "token", "dim"), ("batch", "head", "key", "dim"))
 
 
-KERNELS, TILE_ROWS = fc.KERNELS, dict(fc.TILE_ROWS)
-VARIANTS = {  # name: (rows of a thread's tiles in each kernel, a change to the source)
-    "as shipped": (TILE_ROWS, lambda source: source),
-    # The other tile heights (4 or 8 rows a thread).
-    "forward tiles of 4 rows": ({**TILE_ROWS, "forward": 4}, lambda source: source),
-    "backward tiles of 8 rows": ({**TILE_ROWS, "backward": 8}, lambda source: source),
+SHIPPED = {"KERNELS": fc.KERNELS, "TILE_ROWS": dict(fc.TILE_ROWS), "BACKWARD": fc.BACKWARD}
+VARIANTS = {  # name: the module's settings that differ from what ships
+    "as shipped": {},
+    "forward tiles of 4 rows": {"TILE_ROWS": {**SHIPPED["TILE_ROWS"], "forward": 4}},
+    "backward: one kernel, tiles of 4 rows": {"BACKWARD": "flash_backward_key"},
     # What the dQ atomics cost (wrong dQ: a timing only).
-    "backward, dQ stored (timing only)": (
-        TILE_ROWS,
-        lambda source: source.replace(
+    "backward, dQ stored (timing only)": {
+        "KERNELS": SHIPPED["KERNELS"].replace(
             "atomicAdd(dq + (long long)i * D + 4 * ct + c, acc[e][c])",
             "dq[(long long)i * D + 4 * ct + c] = acc[e][c]",
-        ),
-    ),
+        )
+    },
 }
+
+
+def configure(settings: dict) -> None:
+    for name, value in {**SHIPPED, **settings}.items():
+        setattr(fc, name, value)
+    fc._kernel.cache_clear()
 
 
 def calls(b, h, t, d, causal=True):
@@ -115,10 +119,8 @@ def main() -> None:
     arrays = [rng.standard_normal((b, h, t, d), dtype=cupy.float32) for _ in range(3)]
     arrays.append(rng.standard_normal((b, h, t, d + 1), dtype=cupy.float32))
     flops_f = 4 * b * h * t * t * d / 2  # causal: half the scores
-    for name, (tile_rows, patch) in VARIANTS.items():
-        fc.KERNELS = patch(KERNELS)
-        fc.TILE_ROWS.update(tile_rows)
-        fc._kernel.cache_clear()
+    for name, settings in VARIANTS.items():
+        configure(settings)
         try:
             error = max(check_small(True), check_small(False))
             _, _, fms, bms = run(b, h, t, d, arrays, repeats=20)
@@ -130,9 +132,7 @@ def main() -> None:
             f"{bms:.3f} ms ({2.5 * flops_f / bms / 1e9:.1f} TFLOP/s of 2.5x), x12 layers "
             f"{12 * (fms + bms):.1f} ms; max relative error {error:.1e}"
         )
-    fc.KERNELS = KERNELS
-    fc.TILE_ROWS.update(TILE_ROWS)
-    fc._kernel.cache_clear()
+    configure({})
     try:
         import torch
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 9, call 5 (one H200): the f32 attention kernels with tiles of 4 or 8 rows a thread:
+# Session 9, call 5 (one H200): the f32 attention kernels (tiles of 4 or 8 rows; the split backward):
 # their tests (as shipped), and every variant of tools/device/flash_f32.py.
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"

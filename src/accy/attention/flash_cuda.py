@@ -65,6 +65,7 @@ GROUP = BLOCK // 4  # threads that share a row of scores: each holds 4 of its ke
 # (tools/device/flash_f32.py) the forward took 0.389 ms with 8 against 0.431 with 4; the
 # backward, whose 8-row tiles need 255 registers (two blocks an SM), 1.180 against 1.094.
 TILE_ROWS = {"forward": 8, "backward": 4}
+BACKWARD = "flash_backward_split"  # or "flash_backward_key"
 LOG2E = 1.0 / math.log(2.0)
 MAX_DIM = 4 * GROUP  # the dims of a result row are held by the GROUP threads of its row group
 
@@ -75,6 +76,8 @@ def threads(part: str) -> int:
     >>> threads("forward")
     256
     """
+    if part == "backward" and BACKWARD == "flash_backward_split":
+        return 256
     return (BLOCK // TILE_ROWS[part]) * GROUP
 
 
@@ -167,7 +170,7 @@ class Layout:
         keys = -(-self.shape.keys // BLOCK) * batch
         return (
             Launch("flash_backward_rows", rows, 256, 0),
-            Launch("flash_backward_key", keys, threads(part), self.shared_bytes(part)),
+            Launch(BACKWARD, keys, threads(part), self.shared_bytes(part)),
         )
 
     def shared_bytes(self, part: str) -> int:
@@ -524,6 +527,100 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
       out[(long long)(TQ + j) * D + 4 * ct + c] = dk[e][c] * UNSCALE2; /* Q was scaled by SCALE2 */
       out[(long long)(TQ + TK + j) * D + 4 * ct + c] = dv[e][c];
     }
+  }
+}
+
+/* The same products as flash_backward_key, split between the block's two halves of 128
+   threads with tiles of 8 rows: for each query block the first half computes S = Q Kᵀ (rows
+   rt + 8 e, keys ct + GROUP f) and stores P, the second dP = dO Vᵀ and stores dP - delta;
+   all threads make dS = P (dP - delta) SCALE in place; then the first half adds Pᵀ dO into
+   dV, the second dSᵀ Q into dK (keys 8 rt.., dims 4 ct..: one accumulator array whose meaning
+   is the half's), and all threads dQ += dS K with tiles of 4 rows. Every shared float4 a
+   half reads feeds 8 multiply-adds (4 with the tiles of 4 rows), and a thread holds one of
+   dK and dV, not both. */
+extern "C" __global__ void __launch_bounds__(256, 2)
+flash_backward_split(float *__restrict__ dst, const float *__restrict__ q,
+                     const float *__restrict__ k, const float *__restrict__ v,
+                     const float *__restrict__ packed, const float *__restrict__ dpacked,
+                     const float *__restrict__ stats) {
+  extern __shared__ float4 shared4[];
+  float *ks = (float *)shared4, *vs = ks + BLOCK * SROW, *qs = vs + BLOCK * SROW;
+  float *dos = qs + BLOCK * SROW, *ps = dos + BLOCK * SROW; /* P: [query row][key] */
+  float *dss = ps + BLOCK * PROW; /* dP - delta, then dS * SCALE: [query row][key] */
+  float *lse2s = dss + BLOCK * PROW, *deltas = lse2s + BLOCK;
+  const int kb = (int)(blockIdx.x / NB); /* the first key blocks see the most queries */
+  const long long b = blockIdx.x % NB;
+  long long oq, ok, ov;
+  batch_offsets(b, &oq, &ok, &ov);
+  const bool second = threadIdx.x >= 128; /* a whole warp is in one half */
+  const int t = threadIdx.x % 128, rt = t / GROUP, ct = t % GROUP;
+  const int rq = threadIdx.x / GROUP; /* dQ's rows: rq + 16 e */
+  const bool dims = 4 * ct < D;      /* this thread holds dims of dK or dV, and of dQ */
+  load_rows<256>(ks, k, ok, kb * BLOCK, TK, KT, KD, 1.0f);
+  load_rows<256>(vs, v, ov, kb * BLOCK, TK, VT, VD, 1.0f);
+  float kv[8][4] = {}; /* dV in the first half, dK (times SCALE2) in the second */
+  float *dq = dst + b * (TQ + 2 * TK) * D;
+  const long long rows = b * TQ;
+  /* Under a causal mask the query blocks before this key block see none of its keys. */
+  for (int i0 = CAUSAL ? kb * BLOCK : 0; i0 < TQ; i0 += BLOCK) {
+    __syncthreads(); /* the last query block's readers are done */
+    load_rows<256>(qs, q, oq, i0, TQ, QT, QD, SCALE2);
+    load_rows<256>(dos, dpacked, rows * (D + 1), i0, TQ, D + 1, 1, 1.0f); /* dO */
+    for (int r = threadIdx.x; r < BLOCK; r += 256) {
+      const bool in = i0 + r < TQ;
+      lse2s[r] = in ? stats[2 * (rows + i0 + r)] : INFINITY; /* P = 0 past the end */
+      deltas[r] = in ? stats[2 * (rows + i0 + r) + 1] : 0.0f;
+    }
+    __syncthreads();
+    {
+      float sd[8][4] = {}; /* S in the first half, dP in the second */
+      rows_times_rows<8, D, SROW, SROW>(sd, (second ? dos : qs) + rt * SROW,
+                                        (second ? vs : ks) + ct * SROW);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int r = rt + 8 * e;
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const int j = kb * BLOCK + ct + GROUP * f, at = r * PROW + ct + GROUP * f;
+          if (second) {
+            dss[at] = sd[e][f] - deltas[r];
+          } else {
+            const bool masked = j >= TK || (CAUSAL && j > i0 + r);
+            ps[at] = masked ? 0.0f : exp2f(sd[e][f] - lse2s[r]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int n = threadIdx.x; n < BLOCK * BLOCK; n += 256) {
+      const int at = (n / BLOCK) * PROW + n % BLOCK;
+      dss[at] *= ps[at] * SCALE;
+    }
+    __syncthreads();
+    if (dims) {
+      columns_times_columns<8, BLOCK, PROW, SROW>(kv, (second ? dss : ps) + 8 * rt,
+                                                  (second ? qs : dos) + 4 * ct);
+      float acc[4][4] = {};
+      rows_times_columns<4, BLOCK, PROW, SROW>(acc, dss + rq * PROW, ks + 4 * ct);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = i0 + rq + GROUP * e;
+        if (i >= TQ) break;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) atomicAdd(dq + (long long)i * D + 4 * ct + c, acc[e][c]);
+      }
+    }
+  }
+  if (!dims) return;
+  float *out = dst + b * (TQ + 2 * TK) * D + (long long)(second ? TQ : TQ + TK) * D;
+  const float factor = second ? UNSCALE2 : 1.0f; /* dK: Q was scaled by SCALE2 */
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int j = kb * BLOCK + 8 * rt + e;
+    if (j >= TK) break;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) out[(long long)j * D + 4 * ct + c] = kv[e][c] * factor;
   }
 }
 """.replace("LOG2E_F", f"{LOG2E!r}f")

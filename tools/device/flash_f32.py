@@ -23,11 +23,10 @@ from accy.attention.signature import Signature, backward_type, check, packed_typ
 AXES = (("batch", "head", "token", "dim"), ("batch", "head", "key", "dim"))
 
 
-SHIPPED = {"KERNELS": fc.KERNELS, "TILE_ROWS": dict(fc.TILE_ROWS), "BACKWARD": fc.BACKWARD}
+SHIPPED = {"KERNELS": fc.KERNELS, "FORWARD_TILE_ROWS": fc.FORWARD_TILE_ROWS}
 VARIANTS = {  # name: the module's settings that differ from what ships
     "as shipped": {},
-    "forward tiles of 4 rows": {"TILE_ROWS": {**SHIPPED["TILE_ROWS"], "forward": 4}},
-    "backward: one kernel, tiles of 4 rows": {"BACKWARD": "flash_backward_key"},
+    "forward tiles of 4 rows": {"FORWARD_TILE_ROWS": 4},
     # What the dQ atomics cost (wrong dQ: a timing only).
     "backward, dQ stored (timing only)": {
         "KERNELS": SHIPPED["KERNELS"].replace(

@@ -4,19 +4,20 @@ cuDNN's fused attention needs bf16/f16, and the composition (GEMMs of the whole 
 softmax over them) reads and writes the tokens × keys scores several times and computes the
 masked half of a causal score matrix. These kernels hold a 64 x 64 block of scores at a time
 and skip the key blocks a causal mask hides. Every product of two blocks is register-tiled as
-a SIMT GEMM is: each thread holds a tile of 4 or 8 rows by 4 columns (`TILE_ROWS`) and reads
-its operands from shared memory as float4, so that each read feeds 4 or 8 multiply-adds (the
-previous kernels, a row per thread or two, fed 4; 0.58 and 1.54 ms at GPT-2's shape):
+a SIMT GEMM is: each thread holds a tile of 8 (or 4) rows by 4 columns and reads its operands
+from shared memory as float4, so that each read feeds 8 (or 4) multiply-adds (the previous
+kernels, a row per thread or two, fed 4: 0.58 and 1.54 ms at GPT-2's shape):
 
 - forward (`flash_forward`): a thread block owns 64 query rows of one batch entry and walks
   the key blocks: S = Q Kᵀ, the running max and sum per row (as the CPU kernel, `cpu.py`), P
   through shared memory, O += P V. The result is [O | lse] per row.
 - backward: `flash_backward_rows` (a warp per query row) writes each row's lse and delta =
   rowsum(dO ∘ O) - dlse to scratch and zeroes its dQ row; `flash_backward_key` (a thread block
-  per 64 key rows, walking the query blocks that see them) recomputes S and P, dP = dO Vᵀ and
-  dS, and accumulates dV += Pᵀ dO and dK += dSᵀ Q in registers, and adds dQ += dS K into the
-  result with atomic adds (FlashAttention-2's backward: five products instead of seven for a
-  separate dQ pass). dQ's bits depend on the order of those adds; dK and dV have one writer.
+  per 64 key rows, walking the query blocks that see them; its two halves split the products)
+  recomputes S and P, dP = dO Vᵀ and dS, accumulates dV += Pᵀ dO and dK += dSᵀ Q in
+  registers, and adds dQ += dS K into the result with atomic adds (FlashAttention-2's
+  backward: five products instead of seven for a separate dQ pass). dQ's bits depend on the
+  order of those adds; dK and dV have one writer.
 
 Scores are kept in base 2 (q is scaled by scale · log2(e) when loaded), so that each
 probability is one `exp2f`. Every extent and stride is a constant of the generated source (any
@@ -28,8 +29,8 @@ other dtypes, a bias, a dim extent that is not a multiple of 4 or above 64 (a re
 dims are held by 16 threads of 4), or empty axes.
 
 Measured on the H200 at GPT-2 small's shape (8 x 12 heads, 1,024 tokens, dim 64, causal;
-`tools/device/flash_f32.py`): forward 0.389 ms, backward 1.094 ms, against PyTorch's SDPA in
-f32 (its memory-efficient kernels) 0.486 and 1.190 ms; the composition took 3.2 ms a layer.
+`tools/device/flash_f32.py`): forward 0.390 ms, backward 1.051 ms, against PyTorch's SDPA in
+f32 (its memory-efficient kernels) 0.490 and 1.202 ms; the composition took 3.2 ms a layer.
 """
 
 from __future__ import annotations
@@ -60,25 +61,22 @@ log = logging.getLogger("accy.attention.flash_cuda")
 
 BLOCK = 64  # query rows and key rows of a block (the tile of scores a thread block holds)
 GROUP = BLOCK // 4  # threads that share a row of scores: each holds 4 of its keys
-# Rows of each 64 x 64 product a thread holds (with 4 columns): 4 (256 threads a block) or 8
-# (128 threads, which read fewer shared float4 per multiply-add). On the H200 at GPT-2's shape
-# (tools/device/flash_f32.py) the forward took 0.389 ms with 8 against 0.431 with 4; the
-# backward, whose 8-row tiles need 255 registers (two blocks an SM), 1.180 against 1.094.
-TILE_ROWS = {"forward": 8, "backward": 4}
-BACKWARD = "flash_backward_split"  # or "flash_backward_key"
+# Rows of each 64 x 64 product a forward thread holds (with 4 columns): 8 (128 threads a
+# block) or 4 (256 threads, which read more shared float4 per multiply-add: 0.431 against
+# 0.389 ms on the H200 at GPT-2's shape, tools/device/flash_f32.py).
+FORWARD_TILE_ROWS = 8
+BACKWARD_THREADS = 256  # two halves of 128 (see flash_backward_key)
 LOG2E = 1.0 / math.log(2.0)
 MAX_DIM = 4 * GROUP  # the dims of a result row are held by the GROUP threads of its row group
 
 
 def threads(part: str) -> int:
-    """Threads of a block of kernel `part`: one per tile of a 64 x 64 product.
+    """Threads of a block of kernel `part`.
 
-    >>> threads("forward")
-    256
+    >>> threads("forward"), threads("backward")
+    (128, 256)
     """
-    if part == "backward" and BACKWARD == "flash_backward_split":
-        return 256
-    return (BLOCK // TILE_ROWS[part]) * GROUP
+    return (BLOCK // FORWARD_TILE_ROWS) * GROUP if part == "forward" else BACKWARD_THREADS
 
 
 def padded_row(extent: int) -> int:
@@ -170,7 +168,7 @@ class Layout:
         keys = -(-self.shape.keys // BLOCK) * batch
         return (
             Launch("flash_backward_rows", rows, 256, 0),
-            Launch(BACKWARD, keys, threads(part), self.shared_bytes(part)),
+            Launch("flash_backward_key", keys, threads(part), self.shared_bytes(part)),
         )
 
     def shared_bytes(self, part: str) -> int:
@@ -212,8 +210,7 @@ class Layout:
             "D": shape.dim,
             "BLOCK": BLOCK,
             "GROUP": GROUP,
-            "FTR": TILE_ROWS["forward"],
-            "BTR": TILE_ROWS["backward"],
+            "FTR": FORWARD_TILE_ROWS,
             "SROW": self.row,
             "PROW": self.score_row,
             "CAUSAL": int(s.causal),
@@ -231,8 +228,6 @@ KERNELS = r"""
 #define NQB ((TQ + BLOCK - 1) / BLOCK)
 #define F_STEP (BLOCK / FTR) /* rows between a forward thread's rows */
 #define F_THREADS (F_STEP * GROUP)
-#define B_STEP (BLOCK / BTR)
-#define B_THREADS (B_STEP * GROUP)
 #define FULL 0xffffffffu
 
 /* The max and the sum over the GROUP adjacent lanes that hold one row of scores. Every lane
@@ -447,99 +442,18 @@ flash_backward_rows(float *__restrict__ dst, const float *__restrict__ q,
 }
 
 /* dK and dV of a key block, from the query blocks that see it, and its share of their dQ
-   (FlashAttention-2's backward). For each query block: S = Q Kᵀ and dP = dO Vᵀ (thread
-   (rt, ct) holds rows rt + B_STEP e, keys ct + GROUP f), P = exp2(S - lse), dS = P (dP -
-   delta); P and dS go through shared memory for dV += Pᵀ dO and dK += dSᵀ Q (thread (rt, ct)
-   holds keys BTR rt.., dims 4 ct..) and dQ += dS K (rows rt + B_STEP e, dims 4 ct..), which
-   is added to dQ in global memory (an atomic add: several key blocks add to one dQ row, in no
-   fixed order, so dQ's bits depend on that order; dK and dV have one writer). */
-extern "C" __global__ void __launch_bounds__(B_THREADS, 2)
-flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
-                   const float *__restrict__ k, const float *__restrict__ v,
-                   const float *__restrict__ packed, const float *__restrict__ dpacked,
-                   const float *__restrict__ stats) {
-  extern __shared__ float4 shared4[];
-  float *ks = (float *)shared4, *vs = ks + BLOCK * SROW, *qs = vs + BLOCK * SROW;
-  float *dos = qs + BLOCK * SROW, *ps = dos + BLOCK * SROW; /* P: [query row][key] */
-  float *dss = ps + BLOCK * PROW;                           /* dS * SCALE: [query row][key] */
-  float *lse2s = dss + BLOCK * PROW, *deltas = lse2s + BLOCK;
-  const int kb = (int)(blockIdx.x / NB); /* the first key blocks see the most queries */
-  const long long b = blockIdx.x % NB;
-  long long oq, ok, ov;
-  batch_offsets(b, &oq, &ok, &ov);
-  const int rt = threadIdx.x / GROUP, ct = threadIdx.x % GROUP;
-  const bool dims = 4 * ct < D; /* this thread holds dims of dK, dV and dQ */
-  load_rows<B_THREADS>(ks, k, ok, kb * BLOCK, TK, KT, KD, 1.0f);
-  load_rows<B_THREADS>(vs, v, ov, kb * BLOCK, TK, VT, VD, 1.0f);
-  float dk[BTR][4] = {}, dv[BTR][4] = {};
-  float *dq = dst + b * (TQ + 2 * TK) * D;
-  const long long rows = b * TQ;
-  /* Under a causal mask the query blocks before this key block see none of its keys. */
-  for (int i0 = CAUSAL ? kb * BLOCK : 0; i0 < TQ; i0 += BLOCK) {
-    __syncthreads(); /* the last query block's readers are done */
-    load_rows<B_THREADS>(qs, q, oq, i0, TQ, QT, QD, SCALE2);
-    /* dO: dpacked's rows */
-    load_rows<B_THREADS>(dos, dpacked, rows * (D + 1), i0, TQ, D + 1, 1, 1.0f);
-    for (int r = threadIdx.x; r < BLOCK; r += B_THREADS) {
-      const bool in = i0 + r < TQ;
-      lse2s[r] = in ? stats[2 * (rows + i0 + r)] : INFINITY; /* P = 0 past the end */
-      deltas[r] = in ? stats[2 * (rows + i0 + r) + 1] : 0.0f;
-    }
-    __syncthreads();
-    float s[BTR][4] = {}, dp[BTR][4] = {};
-    rows_times_rows<BTR, D, SROW, SROW>(s, qs + rt * SROW, ks + ct * SROW);
-    rows_times_rows<BTR, D, SROW, SROW>(dp, dos + rt * SROW, vs + ct * SROW);
-#pragma unroll
-    for (int e = 0; e < BTR; ++e) {
-      const int r = rt + B_STEP * e;
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const int j = kb * BLOCK + ct + GROUP * f;
-        const bool masked = j >= TK || (CAUSAL && j > i0 + r);
-        const float p = masked ? 0.0f : exp2f(s[e][f] - lse2s[r]);
-        ps[r * PROW + ct + GROUP * f] = p;
-        dss[r * PROW + ct + GROUP * f] = p * (dp[e][f] - deltas[r]) * SCALE;
-      }
-    }
-    __syncthreads();
-    if (dims) {
-      columns_times_columns<BTR, BLOCK, PROW, SROW>(dv, ps + BTR * rt, dos + 4 * ct);
-      columns_times_columns<BTR, BLOCK, PROW, SROW>(dk, dss + BTR * rt, qs + 4 * ct);
-      float acc[BTR][4] = {};
-      rows_times_columns<BTR, BLOCK, PROW, SROW>(acc, dss + rt * PROW, ks + 4 * ct);
-#pragma unroll
-      for (int e = 0; e < BTR; ++e) {
-        const int i = i0 + rt + B_STEP * e;
-        if (i >= TQ) break;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) atomicAdd(dq + (long long)i * D + 4 * ct + c, acc[e][c]);
-      }
-    }
-  }
-  if (!dims) return;
-  float *out = dst + b * (TQ + 2 * TK) * D;
-#pragma unroll
-  for (int e = 0; e < BTR; ++e) {
-    const int j = kb * BLOCK + BTR * rt + e;
-    if (j >= TK) break;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      out[(long long)(TQ + j) * D + 4 * ct + c] = dk[e][c] * UNSCALE2; /* Q was scaled by SCALE2 */
-      out[(long long)(TQ + TK + j) * D + 4 * ct + c] = dv[e][c];
-    }
-  }
-}
-
-/* The same products as flash_backward_key, split between the block's two halves of 128
-   threads with tiles of 8 rows: for each query block the first half computes S = Q Kᵀ (rows
-   rt + 8 e, keys ct + GROUP f) and stores P, the second dP = dO Vᵀ and stores dP - delta;
-   all threads make dS = P (dP - delta) SCALE in place; then the first half adds Pᵀ dO into
-   dV, the second dSᵀ Q into dK (keys 8 rt.., dims 4 ct..: one accumulator array whose meaning
-   is the half's), and all threads dQ += dS K with tiles of 4 rows. Every shared float4 a
-   half reads feeds 8 multiply-adds (4 with the tiles of 4 rows), and a thread holds one of
-   dK and dV, not both. */
+   (FlashAttention-2's backward), the products split between the block's two halves of 128
+   threads with tiles of 8 rows. For each query block the first half computes S = Q Kᵀ (rows
+   rt + 8 e, keys ct + GROUP f) and stores P = exp2(S - lse), the second dP = dO Vᵀ and stores
+   dP - delta; all threads make dS = P (dP - delta) SCALE in place; then the first half adds
+   Pᵀ dO into dV, the second dSᵀ Q into dK (keys 8 rt.., dims 4 ct..: one accumulator array
+   whose meaning is the half's, so a thread holds one of them), and all threads add dQ += dS K
+   (tiles of 4 rows: rq + 16 e) into dQ in global memory (an atomic add: several key blocks
+   add to one dQ row, in no fixed order, so dQ's bits depend on that order; dK and dV have one
+   writer). 1.051 against 1.095 ms on the H200 for every thread computing every product with
+   tiles of 4 rows (8-row tiles that way need 255 registers: 1.180). */
 extern "C" __global__ void __launch_bounds__(256, 2)
-flash_backward_split(float *__restrict__ dst, const float *__restrict__ q,
+flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
                      const float *__restrict__ k, const float *__restrict__ v,
                      const float *__restrict__ packed, const float *__restrict__ dpacked,
                      const float *__restrict__ stats) {

@@ -148,8 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def gpt2_precisions(args: argparse.Namespace) -> list[str]:
-    """The precisions gpt2 runs in: `--dtype`'s, else f32 and bf16 on CUDA (the two the issue's
-    bar names), f32 on the CPU."""
+    """The precisions gpt2 runs in: `--dtype`'s, else f32 and bf16 on CUDA (full precision and
+    mixed precision, as GPT-2 is trained on GPUs), f32 on the CPU."""
     if args.dtype:
         return [args.dtype]
     return ["f32", "bf16"] if args.device == "cuda" else ["f32"]

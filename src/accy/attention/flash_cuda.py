@@ -65,7 +65,7 @@ GROUP = BLOCK // 4  # threads that share a row of scores: each holds 4 of its ke
 # block) or 4 (256 threads, which read more shared float4 per multiply-add: 0.431 against
 # 0.389 ms on the H200 at GPT-2's shape, tools/device/flash_f32.py).
 FORWARD_TILE_ROWS = 8
-BACKWARD_THREADS = 256  # two halves of 128 (see flash_backward_key)
+BACKWARD_THREADS = 256  # two halves of 8 x GROUP threads (see flash_backward_key)
 LOG2E = 1.0 / math.log(2.0)
 MAX_DIM = 4 * GROUP  # the dims of a result row are held by the GROUP threads of its row group
 
@@ -211,6 +211,7 @@ class Layout:
             "BLOCK": BLOCK,
             "GROUP": GROUP,
             "FTR": FORWARD_TILE_ROWS,
+            "B_THREADS": BACKWARD_THREADS,
             "SROW": self.row,
             "PROW": self.score_row,
             "CAUSAL": int(s.causal),
@@ -452,7 +453,7 @@ flash_backward_rows(float *__restrict__ dst, const float *__restrict__ q,
    add to one dQ row, in no fixed order, so dQ's bits depend on that order; dK and dV have one
    writer). 1.051 against 1.095 ms on the H200 for every thread computing every product with
    tiles of 4 rows (8-row tiles that way need 255 registers: 1.180). */
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(B_THREADS, 2)
 flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
                      const float *__restrict__ k, const float *__restrict__ v,
                      const float *__restrict__ packed, const float *__restrict__ dpacked,
@@ -466,21 +467,21 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
   const long long b = blockIdx.x % NB;
   long long oq, ok, ov;
   batch_offsets(b, &oq, &ok, &ov);
-  const bool second = threadIdx.x >= 128; /* a whole warp is in one half */
-  const int t = threadIdx.x % 128, rt = t / GROUP, ct = t % GROUP;
+  const bool second = threadIdx.x >= B_THREADS / 2; /* a whole warp is in one half */
+  const int t = threadIdx.x % (B_THREADS / 2), rt = t / GROUP, ct = t % GROUP;
   const int rq = threadIdx.x / GROUP; /* dQ's rows: rq + 16 e */
   const bool dims = 4 * ct < D;      /* this thread holds dims of dK or dV, and of dQ */
-  load_rows<256>(ks, k, ok, kb * BLOCK, TK, KT, KD, 1.0f);
-  load_rows<256>(vs, v, ov, kb * BLOCK, TK, VT, VD, 1.0f);
+  load_rows<B_THREADS>(ks, k, ok, kb * BLOCK, TK, KT, KD, 1.0f);
+  load_rows<B_THREADS>(vs, v, ov, kb * BLOCK, TK, VT, VD, 1.0f);
   float kv[8][4] = {}; /* dV in the first half, dK (times SCALE2) in the second */
   float *dq = dst + b * (TQ + 2 * TK) * D;
   const long long rows = b * TQ;
   /* Under a causal mask the query blocks before this key block see none of its keys. */
   for (int i0 = CAUSAL ? kb * BLOCK : 0; i0 < TQ; i0 += BLOCK) {
     __syncthreads(); /* the last query block's readers are done */
-    load_rows<256>(qs, q, oq, i0, TQ, QT, QD, SCALE2);
-    load_rows<256>(dos, dpacked, rows * (D + 1), i0, TQ, D + 1, 1, 1.0f); /* dO */
-    for (int r = threadIdx.x; r < BLOCK; r += 256) {
+    load_rows<B_THREADS>(qs, q, oq, i0, TQ, QT, QD, SCALE2);
+    load_rows<B_THREADS>(dos, dpacked, rows * (D + 1), i0, TQ, D + 1, 1, 1.0f); /* dO */
+    for (int r = threadIdx.x; r < BLOCK; r += B_THREADS) {
       const bool in = i0 + r < TQ;
       lse2s[r] = in ? stats[2 * (rows + i0 + r)] : INFINITY; /* P = 0 past the end */
       deltas[r] = in ? stats[2 * (rows + i0 + r) + 1] : 0.0f;
@@ -507,7 +508,7 @@ flash_backward_key(float *__restrict__ dst, const float *__restrict__ q,
     }
     __syncthreads();
 #pragma unroll 4
-    for (int n = threadIdx.x; n < BLOCK * BLOCK; n += 256) {
+    for (int n = threadIdx.x; n < BLOCK * BLOCK; n += B_THREADS) {
       const int at = (n / BLOCK) * PROW + n % BLOCK;
       dss[at] *= ps[at] * SCALE;
     }

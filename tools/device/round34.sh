@@ -2,15 +2,8 @@
 # Session 9, call 1 (one H200): the register-tiled f32 FlashAttention kernels: their tests, the
 # kernels alone against PyTorch's SDPA (tools/device/flash_f32.py), and, if the tests pass,
 # bench.gpt2 in f32 against JAX and PyTorch. Each part prints its summary as soon as it ends.
-set -uo pipefail
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | grep -v "already exists" | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-JAX_PLATFORMS=cpu timeout 90 python3 -m pytest -p no:cacheprovider -p no:benchmark -n 8 -rfE \
-  tests/attention/test_flash_cuda.py > "$OUT/flash-tests.txt" 2>&1
-echo "== flash tests (rc $?)"; grep -E "passed|failed" "$OUT/flash-tests.txt" | tail -1
-grep -E "^(FAILED|ERROR)|max error" "$OUT/flash-tests.txt" | head -12
+source tools/device/common.sh
+flash_tests
 timeout 60 python3 tools/device/flash_f32.py > "$OUT/flash.txt" 2>&1
 echo "== flash f32 kernels"; grep -v Warning "$OUT/flash.txt" | tail -6
 if grep -qE "[0-9]+ passed" "$OUT/flash-tests.txt" && ! grep -qE "failed|error" "$OUT/flash-tests.txt"; then

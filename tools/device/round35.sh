@@ -2,11 +2,7 @@
 # Session 9, call 2 (one H200): variants of the register-tiled f32 kernels
 # (tools/device/flash_f32.py), and where the f32 and bf16 GPT-2 steps spend their time
 # (tools/gpt2_profile.py, every action's time dumped under $OUT/profile-<dtype>).
-set -uo pipefail
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | grep -v "already exists" | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+source tools/device/common.sh
 timeout 90 python3 tools/device/flash_f32.py > "$OUT/flash.txt" 2>&1
 echo "== flash f32 kernels"; grep -v Warning "$OUT/flash.txt" | tail -6
 for dtype in f32 bf16; do

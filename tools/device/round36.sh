@@ -2,11 +2,7 @@
 # Session 9, call 4 (one H200): variants of the f32 attention kernels
 # (tools/device/flash_f32.py) and the whole suite with CUDA. (The call also ran
 # tools/device/loop_pairs.py, removed since with the paired loops it measured: no gain.)
-set -uo pipefail
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | grep -v "already exists" | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+source tools/device/common.sh
 timeout 120 python3 tools/device/flash_f32.py > "$OUT/flash.txt" 2>&1
 echo "== flash f32 kernels"; grep -v Warning "$OUT/flash.txt" | tail -8
 JAX_PLATFORMS=cpu ACCY_CACHE_DIR=/tmp/suite-cache timeout 200 \

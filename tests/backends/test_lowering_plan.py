@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import accy
@@ -136,6 +137,40 @@ def test_flat_loops_over_the_same_elements_become_one_loop():
     assert members.count("reduce") == 2 and members.count("loop") >= 2
     assert plan.workspace_bytes == 0  # nothing is stored between the members
     assert f"one loop for {len(members)} steps" in explain(plan)
+
+
+def _updates_of_a_bucket(b, args):
+    # As a data-parallel step's optimizer: gradients sliced out of one all-reduced buffer, each
+    # read by the loops that update its moments (contiguous views at an offset).
+    bucket, m1, v1, m2, v2 = args
+    bucket = bucket * 0.5  # stored: a step of its own, read by both slices
+    g1, g2 = bucket.slice("n", 0, 256), bucket.slice("n", 256, 512)
+    return m1 * 0.9 + g1 * 0.1, v1 * 0.95 + g1 * g1, m2 * 0.9 + g2 * 0.1, v2 * 0.95 + g2 * g2
+
+
+def test_loops_reading_contiguous_slices_of_a_buffer_become_one_loop():
+    specs = [spec(f32, n=512)] + [spec(f32, n=256)] * 4
+    program = accy.trace.define("bucket", specs, _updates_of_a_bucket)
+    plan = build_plan(program)
+    assert kinds(plan) == ["loop", "group"]
+    assert len(plan.steps[1].members) == 4
+    inputs = [np.linspace(-1, 1, t.size, dtype=np.float32) for t in specs]
+    got = accy.compile(program, device="cpu")(*inputs)
+    for g, e in zip(got, accy.reference.run(program, inputs), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-6)
+
+
+def test_a_slice_of_a_group_members_result_starts_a_new_loop():
+    def body(b, args):
+        grown = args[0].exp()  # stored; read by a member of its group and through a slice
+        return grown * 2.0, grown.slice("n", 0, 64) + args[1]
+
+    program = accy.trace.define("sliced", [spec(f32, n=64)] * 2, body)
+    plan = build_plan(program)
+    assert kinds(plan) == ["group", "loop"]  # the slice reads the buffer after its loop
+    x, y = np.linspace(-1, 1, 64, dtype=np.float32), np.ones(64, np.float32)
+    got = accy.compile(program, device="cpu")(x, y)
+    np.testing.assert_allclose(np.asarray(got[1]), np.exp(x) + 1, rtol=1e-6)
 
 
 def test_a_step_reading_a_reduction_of_its_group_starts_a_new_loop():

@@ -5,9 +5,10 @@ A loop over `n` elements, followed by another over `n` elements that reads the f
 element by element, and by a sum of all `n` elements: three passes over memory, or one. A step
 can join a group when it is *flat*: an elementwise loop or a reduction of every axis, whose
 stored reads are all at the element's own position (contiguous buffers of as many elements,
-reached only through elementwise work, reshapes and broadcasts of scalars). In one flat loop,
-element `i` of every member is computed in the same iteration, so a member's result that no
-later step needs is never stored at all.
+reached only through elementwise work, reshapes and broadcasts of scalars), or at that position
+plus an offset (a contiguous slice of a stored buffer: a gradient in its all-reduced bucket).
+In one flat loop, element `i` of every member is computed in the same iteration, so a member's
+result that no later step needs is never stored at all.
 
 A group holds at most `MAX_GROUP_OPERATIONS` operations: C compilers take time quadratic in the
 length of one loop body (register allocation), and past a few hundred operations per element
@@ -55,15 +56,19 @@ def keeps_flat_order(op: Operation) -> bool:
 
 
 class FlatCheck:
-    """Whether a step's inputs can all be read at the element's own flat position."""
+    """Whether a step's inputs can all be read at the element's own flat position (plus a
+    constant offset: a contiguous view of a stored buffer, such as a gradient sliced out of a
+    data-parallel step's all-reduced bucket, is read at its start plus the position)."""
 
-    def __init__(self, producers: dict[int, Operation], is_stored, type_of):
+    def __init__(self, producers: dict[int, Operation], is_stored, type_of, views=None):
         self.producers = producers
         self.is_stored = is_stored
         self.type_of = type_of
+        self.views = views or {}
 
-    def readable(self, value: int, size: int) -> bool:
-        """Whether `value` can be read at the flat position of an element of `size` elements.
+    def readable(self, value: int, size: int, viewed: set[int] | None = None) -> bool:
+        """Whether `value` can be read at the flat position of an element of `size` elements;
+        `viewed` collects the buffers read through a view (at an offset, perhaps).
 
         A walk with a stack and a visited set: an expression that reuses a value (`x + x`) is a
         graph, and following each use separately would take time exponential in its depth.
@@ -80,15 +85,25 @@ class FlatCheck:
                 fresh = [v for v in op.operands if v not in seen]
                 seen.update(fresh)
                 pending.extend(fresh)
-            elif op.kind == "broadcast_in_dim":
-                if op.operand_types[0].rank != 0:  # only a scalar is read once, anywhere
+            elif op.kind == "broadcast_in_dim" and op.operand_types[0].rank == 0:
+                continue  # a scalar is read once, anywhere
+            elif self._contiguous_view(value) is not None:
+                if self.type_of(value).size != size:
                     return False
+                if viewed is not None:
+                    viewed.add(self._contiguous_view(value))
             elif op.kind != "constant":
                 return False
         return True
 
-    def domain(self, step) -> int | None:
-        """The element count a flat step walks, or None if the step is not flat."""
+    def _contiguous_view(self, value: int) -> int | None:
+        """The buffer `value` is a contiguous view of, if it is one."""
+        view = self.views.get(value)
+        return view.base if view is not None and view.is_contiguous(self.type_of(value)) else None
+
+    def domain(self, step, viewed: set[int] | None = None) -> int | None:
+        """The element count a flat step walks, or None if the step is not flat; `viewed`
+        collects the buffers it reads through a view."""
         op = step.op
         if step.kind == "loop":
             if op.kind not in SAME_INDEX_KINDS | {"constant"} and not keeps_flat_order(op):
@@ -100,7 +115,7 @@ class FlatCheck:
             operands = op.operands[:1]
         else:
             return None
-        if size < 2 or not all(self.readable(v, size) for v in operands):
+        if size < 2 or not all(self.readable(v, size, viewed) for v in operands):
             return None
         return size
 
@@ -109,26 +124,32 @@ def consecutive_groups(steps, check: FlatCheck) -> list[list[int]]:
     """Runs of consecutive flat steps with equal element counts (indices into `steps`).
 
     A reduction's result is complete only when the loop ends, so a step that reads it starts a
-    new group; so does a step that would take the group past `MAX_GROUP_OPERATIONS`.
+    new group; so does a step that reads a member's result through a view (element i of the
+    view may be an element the loop has not reached), and a step that would take the group
+    past `MAX_GROUP_OPERATIONS`.
     """
     groups: list[list[int]] = []
-    previous, reduced, operations = None, set(), 0
+    previous, unready, written, operations = None, set(), set(), 0
     for index, step in enumerate(steps):
-        domain = check.domain(step)
+        viewed: set[int] = set()
+        domain = check.domain(step, viewed)
         size = len(step.fused) + 1
         if (
             domain is not None
             and domain == previous
-            and not reduced & set(step.reads)
+            and not unready & set(step.reads)
+            and not viewed & written
             and operations + size <= MAX_GROUP_OPERATIONS
         ):
             groups[-1].append(index)
             operations += size
         elif domain is not None:
             groups.append([index])
-            reduced, operations = set(), size
-        if domain is not None and step.kind == "reduce":
-            reduced |= set(step.writes)
+            unready, written, operations = set(), set(), size
+        if domain is not None:
+            written |= set(step.writes)
+            if step.kind == "reduce":
+                unready |= set(step.writes)
         previous = domain
     return [group for group in groups if len(group) > 1]
 

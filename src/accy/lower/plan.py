@@ -147,7 +147,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     decisions = fusion.decide(program, target.recomputes_transcendentals)
     views = _views_for_buffer_consumers(decisions)
     steps = _merge_siblings(_hoist_reductions(_steps(decisions, views, target)))
-    check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of)
+    check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of, views)
     steps, in_epilogues = _attach_epilogues(program, steps, check, target.epilogue_excludes)
     if target.chains_reductions:
         steps = _chain_reductions(steps, check, target.epilogue_excludes)

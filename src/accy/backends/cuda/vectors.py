@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ...codegen.c.dialect import CUDA
-from ...codegen.c.expressions import Body, Flat, Index, offset_expression
+from ...codegen.c.expressions import Body, Flat, Index, flat_position, offset_expression
 from ...core.types import DType
 from ...lower.views import StridedView
 
@@ -194,10 +194,13 @@ class LaneBody(Body):
         itemsize = self.plan.program.type_of(v).dtype.itemsize
         pointer = self.pointers[view.base]
         if isinstance(index, Flat):
-            if index.var not in self.lanes or scalar != f"{pointer}[{index.var}]":
+            position = flat_position(index.var, view.offset)
+            if index.var not in self.lanes or scalar != f"{pointer}[{position}]":
                 return scalar
+            if view.offset * itemsize % chunk_bytes(self.width, itemsize):
+                return scalar  # a vector at this offset would be misaligned
             base, k = self.lanes[index.var]
-            return self._vector_element(v, pointer, base, k, itemsize)
+            return self._vector_element(v, pointer, flat_position(base, view.offset), k, itemsize)
         varying = [p for p, part in enumerate(index) if self._depends(part)]
         if len(varying) != 1 or index[varying[0]] not in self.lanes:
             return scalar

@@ -62,6 +62,15 @@ def components(index: Index) -> tuple[str, ...]:
     return index
 
 
+def flat_position(counter: str, offset: int) -> str:
+    """Element `counter` of a contiguous view that starts `offset` elements into its buffer.
+
+    >>> flat_position("i", 0), flat_position("i", 768)
+    ('i', 'i + 768')
+    """
+    return f"{counter} + {offset}" if offset else counter
+
+
 def term(index: str, stride: int) -> str | None:
     """`index * stride` as C, or None when it is zero."""
     if stride == 0 or index == "0":
@@ -261,9 +270,9 @@ class Body:
             if all(s == 0 for s in view.strides):
                 return f"{pointer}[{view.offset}]"
             same_shape = value_type.extents == index.type.extents
-            if not (same_shape and view.offset == 0 and view.is_contiguous(value_type)):
+            if not (same_shape and view.is_contiguous(value_type)):
                 raise NotFlat
-            return f"{pointer}[{index.var}]"
+            return f"{pointer}[{flat_position(index.var, view.offset)}]"
         return f"{pointer}[{offset_expression(index, view.strides, view.offset)}]"
 
     def read(self, v: int, view: StridedView, index: Index) -> str:

@@ -67,8 +67,9 @@ class FlatCheck:
         self.views = views or {}
 
     def readable(self, value: int, size: int, viewed: set[int] | None = None) -> bool:
-        """Whether `value` can be read at the flat position of an element of `size` elements;
-        `viewed` collects the buffers read through a view (at an offset, perhaps).
+        """Whether `value` can be read at the flat position of an element of `size` elements.
+        Contiguous views count only for a caller that passes `viewed`, which collects their
+        buffers (it must keep a view from reading a buffer its own loop is still writing).
 
         A walk with a stack and a visited set: an expression that reuses a value (`x + x`) is a
         graph, and following each use separately would take time exponential in its depth.
@@ -87,11 +88,10 @@ class FlatCheck:
                 pending.extend(fresh)
             elif op.kind == "broadcast_in_dim" and op.operand_types[0].rank == 0:
                 continue  # a scalar is read once, anywhere
-            elif self._contiguous_view(value) is not None:
+            elif viewed is not None and self._contiguous_view(value) is not None:
                 if self.type_of(value).size != size:
                     return False
-                if viewed is not None:
-                    viewed.add(self._contiguous_view(value))
+                viewed.add(self._contiguous_view(value))
             elif op.kind != "constant":
                 return False
         return True
@@ -102,8 +102,8 @@ class FlatCheck:
         return view.base if view is not None and view.is_contiguous(self.type_of(value)) else None
 
     def domain(self, step, viewed: set[int] | None = None) -> int | None:
-        """The element count a flat step walks, or None if the step is not flat; `viewed`
-        collects the buffers it reads through a view."""
+        """The element count a flat step walks, or None if the step is not flat (`viewed`: as
+        for `readable`)."""
         op = step.op
         if step.kind == "loop":
             if op.kind not in SAME_INDEX_KINDS | {"constant"} and not keeps_flat_order(op):

@@ -18,6 +18,7 @@ from accy.kernel import toolchain
 
 from ..executors import cuda_device_or_skip, native_cuda, needs_nvcc
 from ..halves import assert_close_scaled, comparable
+from .cuda_emulation import emulate_kernel
 
 FLOATS = [f32, f64, f16, bf16]
 STORAGE = {f32: "float", f64: "double", f16: "accy_half", bf16: "uint16_t"}
@@ -184,6 +185,27 @@ def test_a_misaligned_view_and_a_transpose_are_read_element_by_element():
         assert stores, source
         if program is sliced:
             assert "const accy_vector" not in source
+
+
+@pytest.mark.parametrize("shift", [0, 4])
+@pytest.mark.parametrize("start", [256, 257])
+def test_a_contiguous_slice_at_an_offset_is_read_as_vectors_where_aligned(start, shift):
+    # As a gradient read out of a data-parallel step's all-reduced bucket: x[256:] starts 1 KB
+    # into its buffer, so 16-byte loads reach it; x[257:] does not (scalar loads). The kernel
+    # run on the CPU (blocks in shuffled orders), with the buffers aligned and misaligned (the
+    # scalar loop).
+    n = 16384
+    program = accy.trace.define(
+        "offset", [spec(f32, n=start + n)], lambda b, a: a[0].slice("n", start, start + n) * 2.0
+    )
+    compiled = compile_program(program)
+    vector_load = f"*(const accy_vector<float, 4> *)(v0 + i + {start})"
+    assert (vector_load in compiled.source) == (start % 4 == 0)
+    [launch] = compiled.schedule.actions
+    x = np.linspace(-1, 1, start + n, dtype=np.float32)
+    runs = emulate_kernel(compiled.source, launch.kernel, launch.grid, x, np.float32, (n,), shift)
+    for out in runs:
+        np.testing.assert_array_equal(out, x[start:] * 2)
 
 
 @needs_nvcc

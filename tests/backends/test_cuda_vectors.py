@@ -101,6 +101,18 @@ def _layer_norm(dtype, rows=64, cols=768):
     return accy.value_and_grad(program, wrt=[0, 1])
 
 
+def _bucket_slices(dtype, n=16384):
+    # A data-parallel optimizer's updates: gradients read as contiguous slices of one stored
+    # buffer (the all-reduced bucket), at offsets 0 and n, in one group kernel.
+    def body(b, args):
+        bucket, m1, v1, m2, v2 = args
+        bucket = bucket * 0.5
+        g1, g2 = bucket.slice("n", 0, n), bucket.slice("n", n, 2 * n)
+        return m1 * 0.9 + g1 * 0.1, v1 * 0.95 + g1 * g1, m2 * 0.9 + g2 * 0.1, v2 * 0.95 + g2 * g2
+
+    return accy.trace.define("bucket_slices", [spec(dtype, n=2 * n)] + [spec(dtype, n=n)] * 4, body)
+
+
 VECTORIZED = [
     _elementwise,
     _broadcast,
@@ -111,6 +123,7 @@ VECTORIZED = [
     _unit_columns,
     _cross_entropy,
     _layer_norm,
+    _bucket_slices,
 ]
 PROGRAMS = [*VECTORIZED, _odd]
 

@@ -14,3 +14,10 @@ flash_tests() {  # the f32 attention kernels' tests on the GPU; summary to stdou
   echo "== flash tests (rc $?)"; grep -E "passed|failed" "$OUT/flash-tests.txt" | tail -1
   grep -E "^(FAILED|ERROR)|max error" "$OUT/flash-tests.txt" | head -12
 }
+
+suite() {  # the whole test suite with CUDA on the GPU machine; summary to stdout
+  JAX_PLATFORMS=cpu ACCY_CACHE_DIR=/tmp/suite-cache timeout "${1:-200}" \
+    python3 -m pytest -p no:cacheprovider -p no:benchmark -n 14 -rfE > "$OUT/suite.txt" 2>&1
+  echo "== suite"; grep -E "passed|failed" "$OUT/suite.txt" | tail -1
+  grep -E "^(FAILED|ERROR)" "$OUT/suite.txt" | head -12
+}

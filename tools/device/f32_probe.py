@@ -21,6 +21,7 @@ import torch
 
 sys.path.insert(0, ".")
 from bench.gpt2 import SCALES, batch, initial_values, torch_loss  # noqa: E402
+from tools.device.timing import cuda_ms  # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -36,18 +37,6 @@ def family(name: str) -> str:
     if "triton" in lowered:
         return "triton"
     return "other"
-
-
-def cuda_ms(fn, repeats: int = 10) -> float:
-    for _ in range(2):
-        fn()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / repeats
 
 
 def torch_step_profile() -> None:

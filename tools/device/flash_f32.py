@@ -19,6 +19,7 @@ import accy  # noqa: E402
 from accy.attention import composition  # noqa: E402
 from accy.attention import flash_cuda as fc  # noqa: E402
 from accy.attention.signature import Signature, backward_type, check, packed_type  # noqa: E402
+from tools.device.timing import cuda_ms  # noqa: E402
 
 AXES = (("batch", "head", "token", "dim"), ("batch", "head", "key", "dim"))
 
@@ -140,18 +141,10 @@ def main() -> None:
         do = torch.randn(shape, device="cuda")
         sdpa = torch.nn.functional.scaled_dot_product_attention
 
-        def ms(fn, n=20):
-            fn()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            for _ in range(n):
-                fn()
-            e.record()
-            e.synchronize()
-            return s.elapsed_time(e) / n
-
-        fwd = ms(lambda: sdpa(q, k, v, is_causal=True))
-        both = ms(lambda: torch.autograd.grad(sdpa(q, k, v, is_causal=True), (q, k, v), do))
+        fwd = cuda_ms(lambda: sdpa(q, k, v, is_causal=True), 20, 1)
+        both = cuda_ms(
+            lambda: torch.autograd.grad(sdpa(q, k, v, is_causal=True), (q, k, v), do), 20, 1
+        )
         print(f"torch SDPA f32: forward {fwd:.3f} ms, backward {both - fwd:.3f} ms")
         print(f"  x12 layers {12 * both:.1f} ms")
     except Exception as e:  # PyTorch is optional here

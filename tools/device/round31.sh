@@ -3,11 +3,7 @@
 # the f32 step's time goes: accy's actions (tools/gpt2_profile.py --dtype f32, dump of every
 # action) and PyTorch's kernels by family, SDPA alone, torch.matmul per GEMM shape
 # (tools/device/f32_probe.py).
-set -uo pipefail
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+source tools/device/common.sh
 OUT="$OUT" bash tools/device/chains.sh > "$OUT/chains-summary.txt" 2>&1
 echo "== chains"; cat "$OUT/chains-summary.txt" | head -60
 timeout 90 python3 tools/gpt2_profile.py --dtype f32 --top 40 --dump "$OUT/f32" > "$OUT/f32-profile.txt" 2>&1

@@ -3,11 +3,7 @@
 # attention tests on the GPU; the kernels alone at GPT-2's shape in several configurations
 # against PyTorch's SDPA (tools/device/flash_f32.py); the f32 GPT-2 step through them
 # (bench.gpt2, accy only) and its profile.
-set -uo pipefail
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+source tools/device/common.sh
 JAX_PLATFORMS=cpu timeout 120 python3 -m pytest -p no:cacheprovider -p no:benchmark -n 8 -q -rfE \
   tests/attention/test_flash_cuda.py tests/attention/test_attention.py > "$OUT/tests.txt" 2>&1
 echo "== attention tests"; grep -E "passed|failed" "$OUT/tests.txt" | tail -1

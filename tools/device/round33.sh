@@ -2,21 +2,11 @@
 # Session 8, call 6 (one H200): the f32 kernels with the forward's asynchronous copies: their
 # tests, the kernels alone (tools/device/flash_f32.py), the whole suite with CUDA, and
 # bench.gpt2 in f32 against JAX and PyTorch. Each part prints its summary as soon as it ends.
-set -uo pipefail
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | grep -v "already exists" | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-JAX_PLATFORMS=cpu timeout 60 python3 -m pytest -p no:cacheprovider -p no:benchmark -n 8 -rfE \
-  tests/attention/test_flash_cuda.py > "$OUT/flash-tests.txt" 2>&1
-echo "== flash tests"; grep -E "passed|failed" "$OUT/flash-tests.txt" | tail -1
-grep -E "^(FAILED|ERROR)" "$OUT/flash-tests.txt" | head -8
+source tools/device/common.sh
+flash_tests
 timeout 60 python3 tools/device/flash_f32.py > "$OUT/flash.txt" 2>&1
 echo "== flash f32 kernels"; grep -v Warning "$OUT/flash.txt" | tail -7
-JAX_PLATFORMS=cpu ACCY_CACHE_DIR=/tmp/suite-cache timeout 120 \
-  python3 -m pytest -p no:cacheprovider -p no:benchmark -n 14 -rfE > "$OUT/suite.txt" 2>&1
-echo "== suite"; grep -E "passed|failed" "$OUT/suite.txt" | tail -1
-grep -E "^(FAILED|ERROR)" "$OUT/suite.txt" | head -12
+suite 120
 timeout 200 python3 -m bench.gpt2 --device cuda --dtype f32 --steps 5 \
   --json "$OUT/gpt2-cuda-f32.json" > "$OUT/gpt2.txt" 2>&1
 echo "== gpt2 f32"; tail -n 5 "$OUT/gpt2.txt"

@@ -88,10 +88,10 @@ class FlatCheck:
                 pending.extend(fresh)
             elif op.kind == "broadcast_in_dim" and op.operand_types[0].rank == 0:
                 continue  # a scalar is read once, anywhere
-            elif viewed is not None and self._contiguous_view(value) is not None:
+            elif viewed is not None and (base := self._contiguous_view(value)) is not None:
                 if self.type_of(value).size != size:
                     return False
-                viewed.add(self._contiguous_view(value))
+                viewed.add(base)
             elif op.kind != "constant":
                 return False
         return True

@@ -8,11 +8,7 @@
 # 3. GPT-2 bf16 data-parallel (fused attention, parameters and state donated) on 2 GPUs and on
 #    1 through the same path, and the plain one-GPU step, for the scaling (bar: 1.9x);
 # 4. PyTorch DDP (torch.compile, bf16 autocast) on 2 GPUs (bar: match or beat it).
-set -uo pipefail
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | grep -v "already exists" | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+source tools/device/common.sh
 JAX_PLATFORMS=cpu timeout 150 python3 -m pytest -p no:cacheprovider -p no:benchmark -q -rfE \
   tests/mesh/test_nccl.py > "$OUT/nccl-test.txt" 2>&1
 echo "== NCCL test (2 GPUs)"; grep -E "passed|failed|skipped" "$OUT/nccl-test.txt" | tail -2

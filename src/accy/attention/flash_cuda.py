@@ -211,7 +211,8 @@ class Layout:
             "BLOCK": BLOCK,
             "GROUP": GROUP,
             "FTR": FORWARD_TILE_ROWS,
-            "B_THREADS": BACKWARD_THREADS,
+            "F_THREADS": threads("forward"),
+            "B_THREADS": threads("backward"),
             "SROW": self.row,
             "PROW": self.score_row,
             "CAUSAL": int(s.causal),
@@ -228,7 +229,6 @@ KERNELS = r"""
 #define LN2 0.6931471805599453f
 #define NQB ((TQ + BLOCK - 1) / BLOCK)
 #define F_STEP (BLOCK / FTR) /* rows between a forward thread's rows */
-#define F_THREADS (F_STEP * GROUP)
 #define FULL 0xffffffffu
 
 /* The max and the sum over the GROUP adjacent lanes that hold one row of scores. Every lane

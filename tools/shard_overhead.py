@@ -24,7 +24,7 @@ class _Rank0:
     rank = 0
 
 
-def main(calls: int = 50) -> None:
+def main(calls: int = 20) -> None:
     s = dataclasses.replace(gpt2.SCALES["check"], layers=12)
     args = gpt2.accy_inputs(s, "cpu")
     step = shard(gpt2.accy_step(s, "cpu").fn, Mesh(range(2), "data"), {"batch": "data"})
@@ -33,11 +33,15 @@ def main(calls: int = 50) -> None:
     step.distributed, entry.executable, entry.captured = _Rank0(), lambda *a: outputs, []
     for _ in range(3):
         step._call_local(*step._entry(args, {}))
-    start = time.perf_counter()
-    for _ in range(calls):
-        step._call_local(*step._entry(args, {}))
-    ms = (time.perf_counter() - start) / calls * 1e3
-    print(f"{len(leaves)} arguments: {ms:.2f} ms of host time a call around the executable")
+    rounds = []  # the fastest of several rounds: this machine's other work only adds time
+    for _ in range(40):
+        start = time.perf_counter()
+        for _ in range(calls):
+            step._call_local(*step._entry(args, {}))
+        rounds.append((time.perf_counter() - start) / calls * 1e3)
+    print(
+        f"{len(leaves)} arguments: {min(rounds):.2f} ms of host time a call around the executable"
+    )
 
 
 if __name__ == "__main__":

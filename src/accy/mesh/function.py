@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,12 +12,15 @@ import numpy as np
 from ..core import Program
 from ..errors import MeshError
 from ..frontend.functions import donated_inputs
-from ..frontend.named import NamedArray
+from ..frontend.named import NamedArray, intern
 from ..frontend.tracing import as_array_leaf, flatten, leaf_paths, trace, unflatten
 from ..transforms.simplify import simplify
 from .executable import SIMULATED_DEVICES, MeshExecutable
 from .mesh import Mesh, check_axis_mapping
 from .spmd import ShardedProgram, local_type, shard_program
+
+_type_of = operator.attrgetter("ty")
+_array_of = operator.attrgetter("array")
 
 
 class ShardedFunction:
@@ -59,9 +63,11 @@ class ShardedFunction:
         if set(map(type, leaves)) != {NamedArray}:
             paths = leaf_paths(tree)
             leaves = [as_array_leaf(x, f"argument{p}") for x, p in zip(leaves, paths, strict=True)]
-        types = tuple(x.ty for x in leaves)
+        types = tuple(map(_type_of, leaves))
         key = (treedef, types)
-        entry = self._entries.get(key) or self._local_entry(treedef, types)
+        entry = self._entries.get(key)
+        if entry is None and (entry := self._local_entry(treedef, types)) is not None:
+            self._entries[key] = entry  # the next call with these types finds it at once
         if entry is None:
 
             def call(*a: Any, **k: Any) -> Any:
@@ -129,7 +135,9 @@ class ShardedFunction:
                 entry.block(rank, count + i, np.asarray(c.array))
                 for i, c in enumerate(entry.traced.captured)
             ]
-        arrays = [entry.block(rank, i, x.array) for i, x in enumerate(leaves)]
+        arrays = list(map(_array_of, leaves))
+        for i in entry.cut:  # only the parameters with a mapped axis can be given whole
+            arrays[i] = entry.block(rank, i, arrays[i])
         outputs = entry.executable(*arrays, *entry.captured)
         named = list(map(NamedArray, outputs, entry.local_output_types, itertools.repeat("cuda")))
         return unflatten(entry.traced.out_treedef, named)
@@ -141,22 +149,26 @@ class _Entry:
 
     def __init__(self, executable: Any, traced: Any, sharded: ShardedProgram):
         self.executable, self.traced, self.sharded = executable, traced, sharded
-        self.whole_types = sharded.source.parameter_types
+        # Interned, as NamedArrays' types are, so that comparing them is comparing identities
+        # (a training step passes and returns hundreds of arrays every call).
+        self.whole_types = tuple(map(intern, sharded.source.parameter_types))
         self.local_types = tuple(
-            local_type(t, s, sharded.mesh)
+            intern(local_type(t, s, sharded.mesh))
             for t, s in zip(self.whole_types, sharded.input_shardings, strict=True)
         )
-        # Worked out once: a training step returns hundreds of arrays every call.
         self.local_output_types = tuple(
-            local_type(t, s, sharded.mesh)
+            intern(local_type(t, s, sharded.mesh))
             for t, s in zip(sharded.source.output_types, sharded.output_shardings, strict=True)
         )
+        # The parameters that a caller may give whole where this device holds a block.
+        pairs = enumerate(zip(self.whole_types, self.local_types, strict=True))
+        self.cut = tuple(i for i, (whole, local) in pairs if whole is not local)
         self.captured: list[Any] | None = None
 
     def block(self, rank: int, i: int, array: Any) -> Any:
         """Parameter `i`'s array for device `rank`: as it is when it is the block already."""
         whole, local = self.whole_types[i], self.local_types[i]
-        if whole == local or tuple(array.shape) == local.extents:
+        if whole is local or tuple(array.shape) == local.extents:
             return array
         cut = array[self.sharded.block(rank, whole, self.sharded.input_shardings[i])]
         return np.ascontiguousarray(cut) if isinstance(cut, np.ndarray) else cut.copy()

@@ -7,9 +7,11 @@ The same GPT-2 (bench.gpt2's parameter shapes, initialisation, batch and AdamW) 
 `nn.Module` wrapped in `DistributedDataParallel` (NCCL, gradient buckets overlapped with the
 backward pass), `bench.gpt2`'s batch per GPU (8 x 1024 at the cuda scale), each rank its own
 rows of one batch. Precision: f32 with TF32 off (as bench.gpt2), or `--dtype bf16`: autocast to
-bfloat16 with f32 master weights. `--compile` runs the module through torch.compile (DDP's
-graph breaks at bucket boundaries). Rank 0 prints one JSON line: median step time, tokens/s of
-all GPUs together and per GPU, first step time, losses.
+bfloat16 with f32 master weights. `--compile` runs the module through torch.compile:
+`--wrap compile-ddp` compiles the DDP module (its graph broken at the buckets, so that their
+all-reduces overlap the backward pass), `--wrap ddp-compile` wraps the compiled module (one
+graph; the all-reduces wait for the whole backward). Rank 0 prints one JSON line: median step
+time, tokens/s of all GPUs together and per GPU, first step time, losses.
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--dtype", default="f32", choices=("f32", "bf16"))
     parser.add_argument("--compile", action="store_true")
+    parser.add_argument(
+        "--wrap",
+        default="compile-ddp",
+        choices=("compile-ddp", "ddp-compile"),
+        help="with --compile: torch.compile(DDP(model)) (graph broken at the buckets, so "
+        "all-reduces overlap the backward), or DDP(torch.compile(model)) (one graph)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -79,8 +88,11 @@ def main() -> None:
     s = SCALES[args.scale]
     shapes = parameter_shapes(s)
     model = GPT2(s).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[local])
-    forward = torch.compile(ddp) if args.compile else ddp
+    if args.compile and args.wrap == "ddp-compile":
+        forward = DistributedDataParallel(torch.compile(model), device_ids=[local])
+    else:
+        ddp = DistributedDataParallel(model, device_ids=[local])
+        forward = torch.compile(ddp) if args.compile else ddp
     named = dict(model.p.items())
     groups = [
         {"params": [v for k, v in named.items() if decayed(k, shapes[k])]},
@@ -114,7 +126,7 @@ def main() -> None:
     median = statistics.median(times)
     tokens = world * s.batch * s.tokens
     result = {
-        "system": "torch DDP" + (" compiled" if args.compile else " eager"),
+        "system": "torch DDP" + (f" compiled ({args.wrap})" if args.compile else " eager"),
         "gpus": world,
         "dtype": args.dtype,
         "batch_per_gpu": s.batch,
@@ -123,6 +135,7 @@ def main() -> None:
         "tokens_per_s": tokens / median,
         "tokens_per_s_per_gpu": tokens / median / world,
         "first_step_s": first,
+        "step_times_ms": [round(t * 1e3, 2) for t in times],
         "peak_device_bytes": torch.cuda.max_memory_allocated(device),
         "loss_first": losses[0],
         "loss_last": losses[-1],

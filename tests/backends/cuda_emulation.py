@@ -71,7 +71,14 @@ int main(int argc, char **argv) {
   for (int run = 0; run < runs; ++run) {
     char *out = (char *)aligned_alloc(64, out_bytes + 64) + shift;
     memset(out, 0xff, out_bytes);
-    void *io[2] = {in, out};
+    // argv[8]: the kernel's table, "buffer:byte offset" per entry (buffer 0 in, 1 out).
+    std::vector<void *> io;
+    for (const char *entry = argv[8]; *entry;) {
+      char *end;
+      const long buffer = strtol(entry, &end, 10), offset = strtol(end + 1, &end, 10);
+      io.push_back((buffer ? out : in) + offset);
+      entry = *end ? end + 1 : end;
+    }
     std::vector<int> order(grid);
     for (int i = 0; i < grid; ++i) order[i] = i;
     std::mt19937 rng(run);
@@ -85,7 +92,7 @@ int main(int argc, char **argv) {
           threadIdx.x = t;
           blockIdx.x = b;
           gridDim.x = grid;
-          KERNEL(io, nullptr, scratch);
+          KERNEL(io.data(), nullptr, scratch);
         });
       }
       for (auto &thread : threads) thread.join();
@@ -118,10 +125,12 @@ def emulate_kernel(
     out_shape,
     shift: int = 0,
     runs: int = 2,
+    table: tuple[tuple[int, int], ...] = ((0, 0), (1, 0)),
 ) -> list[np.ndarray]:
-    """Run kernel `name` of `source` (reading `io[0]`, writing `io[1]`) on the CPU over `grid`
-    blocks, `runs` times in different block orders, with both buffers `shift` bytes off
-    alignment; each run's output. Skips without a C++20 compiler."""
+    """Run kernel `name` of `source` on the CPU over `grid` blocks, `runs` times in different
+    block orders, with both buffers `shift` bytes off alignment; each run's output. `table`
+    is the kernel's `io`: (buffer, byte offset) per entry, buffer 0 the input `x` and 1 the
+    output (by default io[0] is x, io[1] the output). Skips without a C++20 compiler."""
     compiler = shutil.which("g++") or shutil.which("clang++")
     if compiler is None:
         pytest.skip("no C++ compiler to emulate CUDA kernels")
@@ -159,6 +168,7 @@ def emulate_kernel(
                 str(shift),
                 str(path / "out"),
                 str(runs),
+                ",".join(f"{buffer}:{offset}" for buffer, offset in table),
             ],
             capture_output=True,
             text=True,

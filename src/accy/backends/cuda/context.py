@@ -73,7 +73,7 @@ def pointer_address(level: Level, pointer: LevelPointer | Address) -> Address:
     if isinstance(pointer, Address):
         return pointer
     if pointer.table:
-        return level.entries[pointer.index]
+        return level.entries[pointer.index].plus(pointer.offset)
     return Address(WORKSPACE, level.ws + pointer.index)
 
 
@@ -131,6 +131,9 @@ class StepContext:
         written = set(self.step.writes)
         declarations = [
             pointer_declaration(self.plan, v, pointers.get(v), v in written) for v in pointers.used
+        ] + [
+            pointer_declaration(self.plan, v, name, v in written, offset)
+            for (v, offset), name in pointers.elements.items()
         ]
         comment = f"step {self.index}{self.phase}: {self.step.kind} {what}".strip()
         return self.declare_kernel(declarations + lines, comment)

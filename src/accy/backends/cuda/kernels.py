@@ -67,11 +67,12 @@ BATCHED_PROLOGUE = """\
 """
 
 
-# The names a kernel's statements make for its own use: pointers `v<value>` (`Pointers`) and
-# temporaries `t<n>`, `j<n>` (`Unit.fresh`), numbered through the whole module.
-LOCAL_NAME = re.compile(r"\b([vtj])(\d+)\b")
-# A level-relative pointer in a kernel written for a plan: `io[k]` or `(ws + n)`.
-LEVEL_POINTER = re.compile(r"\bio\[(\d+)\]|\(ws \+ (\d+)\)")
+# The names a kernel's statements make for its own use: pointers `v<value>` and `o<n>`
+# (`Pointers`) and temporaries `t<n>`, `j<n>` (`Unit.fresh`, numbered through the module).
+LOCAL_NAME = re.compile(r"\b([vtjo])(\d+)\b")
+# A level-relative pointer in a kernel written for a plan: `((char *)io[k] + n)` (byte n of
+# table entry k's buffer), `io[k]`, or `(ws + n)`.
+LEVEL_POINTER = re.compile(r"\(\(char \*\)io\[(\d+)\] \+ (\d+)\)|\bio\[(\d+)\]|\(ws \+ (\d+)\)")
 
 
 def _numbered_locally(body: str) -> str:
@@ -101,10 +102,11 @@ def _body(declaration: str) -> str:
 
 class LevelPointer(NamedTuple):
     """One entry of a relocated kernel's table: entry `index` of the level's input/output table
-    (`table`), or byte `index` of the level's workspace."""
+    (`table`) and `offset` bytes into its buffer, or byte `index` of the level's workspace."""
 
     table: bool
     index: int
+    offset: int = 0
 
 
 @dataclass(frozen=True)
@@ -219,8 +221,13 @@ class Module(Unit):
         pointers: dict[LevelPointer, int] = {}
 
         def own_entry(match: re.Match) -> str:
-            entry, offset = match.groups()
-            pointer = LevelPointer(entry is not None, int(entry if entry is not None else offset))
+            shifted, nbytes, entry, workspace = match.groups()
+            if shifted is not None:
+                pointer = LevelPointer(True, int(shifted), int(nbytes))
+            elif entry is not None:
+                pointer = LevelPointer(True, int(entry))
+            else:
+                pointer = LevelPointer(False, int(workspace))
             return f"((char *)io[{pointers.setdefault(pointer, len(pointers))}])"
 
         statements = LEVEL_POINTER.sub(own_entry, "".join(f"  {line}\n" for line in lines))
@@ -271,31 +278,42 @@ class Module(Unit):
 
 
 class Pointers(dict):
-    """Value -> C name of its pointer; remembers which names a kernel's statements used."""
+    """Value -> C name of its pointer; remembers which names a kernel's statements used, and
+    names pointers to an element of a stored value (`at`)."""
 
     def __init__(self, names: dict[int, str]):
         super().__init__(names)
         self.used: dict[int, None] = {}
+        self.elements: dict[tuple[int, int], str] = {}  # (value, element offset) -> name
 
     def __getitem__(self, value: int) -> str:
         self.used[value] = None
         return super().__getitem__(value)
 
-
-def slot_expression(plan: Plan, slot: Slot) -> str:
-    """Where a slot's buffer starts, as a `char *`-compatible C expression in a kernel."""
-    if slot.storage == "input":
-        return f"(char *)io[{slot.index}]"
-    if slot.storage == "output":
-        return f"(char *)io[{len(plan.program.parameters) + slot.index}]"
-    return f"(ws + {slot.index})"
+    def at(self, value: int, offset: int) -> str:
+        """The name of a pointer to element `offset` of stored value `value`. Its address is
+        worked out outside the kernel (a relocated kernel's table entry), so that kernels that
+        differ only in where their views start are one kernel (a data-parallel optimizer's
+        update of each parameter's slice of its gradient bucket)."""
+        return self.elements.setdefault((value, offset), f"o{len(self.elements)}")
 
 
-def pointer_declaration(plan: Plan, value: int, name: str, writable: bool) -> str:
+def slot_expression(plan: Plan, slot: Slot, nbytes: int = 0) -> str:
+    """Where a slot's buffer starts (or byte `nbytes` of it), as a `char *`-compatible C
+    expression in a kernel (`LEVEL_POINTER`'s forms)."""
+    if slot.storage == "workspace":
+        return f"(ws + {slot.index + nbytes})"
+    entry = slot.index if slot.storage == "input" else len(plan.program.parameters) + slot.index
+    return f"((char *)io[{entry}] + {nbytes})" if nbytes else f"(char *)io[{entry}]"
+
+
+def pointer_declaration(plan: Plan, value: int, name: str, writable: bool, offset: int = 0) -> str:
+    """The declaration of pointer `name` to `value`'s buffer (at element `offset`)."""
     storage = CUDA.c_type(plan.program.type_of(value).dtype).storage
     const = "" if writable else "const "
     restrict = "" if value in plan.in_place else "__restrict__ "
-    where = slot_expression(plan, plan.slots[value])
+    nbytes = offset * plan.program.type_of(value).dtype.itemsize
+    where = slot_expression(plan, plan.slots[value], nbytes)
     return f"{const}{storage} *{restrict}{name} = ({const}{storage} *){where};"
 
 

@@ -192,15 +192,18 @@ class LaneBody(Body):
         if not self.vectors:
             return scalar
         itemsize = self.plan.program.type_of(v).dtype.itemsize
-        pointer = self.pointers[view.base]
         if isinstance(index, Flat):
-            position = flat_position(index.var, view.offset)
-            if index.var not in self.lanes or scalar != f"{pointer}[{position}]":
+            pointer, offset = self.flat_pointer(view)
+            if (
+                index.var not in self.lanes
+                or scalar != f"{pointer}[{flat_position(index.var, offset)}]"
+            ):
                 return scalar
             if view.offset * itemsize % chunk_bytes(self.width, itemsize):
                 return scalar  # a vector at this offset would be misaligned
             base, k = self.lanes[index.var]
-            return self._vector_element(v, pointer, flat_position(base, view.offset), k, itemsize)
+            return self._vector_element(v, pointer, flat_position(base, offset), k, itemsize)
+        pointer = self.pointers[view.base]
         varying = [p for p, part in enumerate(index) if self._depends(part)]
         if len(varying) != 1 or index[varying[0]] not in self.lanes:
             return scalar

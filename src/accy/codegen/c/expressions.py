@@ -264,16 +264,26 @@ class Body:
 
     def element(self, v: int, view: StridedView, index: Index) -> str:
         """The C lvalue of `v`'s element at `index` in its base buffer."""
-        pointer = self.pointers[view.base]
         if isinstance(index, Flat):
             value_type = self.plan.program.type_of(v)
             if all(s == 0 for s in view.strides):
-                return f"{pointer}[{view.offset}]"
+                return f"{self.pointers[view.base]}[{view.offset}]"
             same_shape = value_type.extents == index.type.extents
             if not (same_shape and view.is_contiguous(value_type)):
                 raise NotFlat
-            return f"{pointer}[{flat_position(index.var, view.offset)}]"
-        return f"{pointer}[{offset_expression(index, view.strides, view.offset)}]"
+            pointer, offset = self.flat_pointer(view)
+            return f"{pointer}[{flat_position(index.var, offset)}]"
+        return f"{self.pointers[view.base]}[{offset_expression(index, view.strides, view.offset)}]"
+
+    def flat_pointer(self, view: StridedView) -> tuple[str, int]:
+        """(pointer, element offset) through which a contiguous `view` is read flat: its base
+        buffer's pointer and its offset there, or, where the pointers can name a pointer to an
+        element (`at(base, offset)`: CUDA's, whose kernels then do not depend on where in
+        its buffer the view starts), that pointer and 0."""
+        at = getattr(self.pointers, "at", None)
+        if at is None or not view.offset:
+            return self.pointers[view.base], view.offset
+        return at(view.base, view.offset), 0
 
     def read(self, v: int, view: StridedView, index: Index) -> str:
         """Value `v` at `index`, loaded through `view` (a layout operation's result whose

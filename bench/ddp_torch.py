@@ -75,6 +75,12 @@ def main() -> None:
         help="with --compile: torch.compile(DDP(model)) (graph broken at the buckets, so "
         "all-reduces overlap the backward), or DDP(torch.compile(model)) (one graph)",
     )
+    parser.add_argument(
+        "--bucket-view",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="DDP's gradient_as_bucket_view (default on)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -88,10 +94,12 @@ def main() -> None:
     s = SCALES[args.scale]
     shapes = parameter_shapes(s)
     model = GPT2(s).to(device)
+    # The gradients are views of DDP's buckets (no copy into them before the all-reduce).
+    options = {"device_ids": [local], "gradient_as_bucket_view": args.bucket_view}
     if args.compile and args.wrap == "ddp-compile":
-        forward = DistributedDataParallel(torch.compile(model), device_ids=[local])
+        forward = DistributedDataParallel(torch.compile(model), **options)
     else:
-        ddp = DistributedDataParallel(model, device_ids=[local])
+        ddp = DistributedDataParallel(model, **options)
         forward = torch.compile(ddp) if args.compile else ddp
     named = dict(model.p.items())
     groups = [

@@ -54,16 +54,32 @@ def per_category(actions) -> str:
     return ", ".join(f"{k} {ms:.2f} ms/{n}" for k, (ms, n) in rows)
 
 
-def loop_wall_ms(step, args, steps: int = 20) -> float:
-    """Median wall time of a step whose loss is read every step (as bench.gpt2 does)."""
+def loop_wall_ms(step, args, steps: int = 20) -> str:
+    """Median wall time of a step whose loss is read every step (as bench.gpt2 does), and of
+    its host part (until the call returns, the graph launched)."""
     loss, params, state = step(*args)
     float(cupy.asnumpy(loss.array))
-    times = []
+    times, host = [], []
     for _ in range(steps):
         start = time.perf_counter()
         loss, params, state = step(params, state, *args[2:])
+        host.append(time.perf_counter() - start)
         float(cupy.asnumpy(loss.array))
         times.append(time.perf_counter() - start)
+    wall, launch = statistics.median(times) * 1e3, statistics.median(host) * 1e3
+    return f"{wall:.3f} ms (the call returns after {launch:.3f} ms)"
+
+
+def launch_ms(fragment, addresses, repeats: int = 20) -> float:
+    """Host milliseconds of `fragment.run` (the pointer table and the graph launch), each run
+    waited for before the next."""
+    stream = cupy.cuda.get_current_stream()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fragment.run(addresses, stream)
+        times.append(time.perf_counter() - start)
+        stream.synchronize()
     return statistics.median(times) * 1e3
 
 
@@ -80,6 +96,7 @@ def main() -> None:
     plain = load(compile_artifact(backend_for("cuda"), program, None))
     addresses = [b.data.ptr for b in random_buffers(program)]
     report(f"plain step, the graph alone: {whole_step_ms(plain, addresses):.3f} ms")
+    report(f"plain step, fragment.run's host time: {launch_ms(plain, addresses):.3f} ms")
     sharded = shard_program(program, distributed.mesh, {"batch": "data"})
     sharded_buffers = random_buffers(sharded.program)
     sharded_addresses = [b.data.ptr for b in sharded_buffers]
@@ -93,16 +110,16 @@ def main() -> None:
             unbucketed = executable
 
     jitted = accy_step(s, "cuda", DTYPE, True)
-    ms = loop_wall_ms(jitted, accy_inputs(s, "cuda", dtype=DTYPE))
-    report(f"plain step, a training loop's wall time: {ms:.3f} ms")
+    wall = loop_wall_ms(jitted, accy_inputs(s, "cuda", dtype=DTYPE))
+    report(f"plain step, a training loop's wall time: {wall}")
     whole = dataclasses.replace(s, batch=s.batch * env.world_size)
     params, state, ids, targets = accy_inputs(whole, "cuda", dtype=DTYPE)
     step = shard(
         jitted.fn, distributed.mesh, {"batch": "data"},
         device="cuda", distributed=distributed, donate_argnums=(0, 1),
     )  # fmt: skip
-    ms = loop_wall_ms(step, (params, state, ids, targets))
-    report(f"sharded step, a training loop's wall time: {ms:.3f} ms")
+    wall = loop_wall_ms(step, (params, state, ids, targets))
+    report(f"sharded step, a training loop's wall time: {wall}")
 
     out = Path(args.out)
     for name, fragment, where in (

@@ -214,9 +214,13 @@ class Module(Unit):
 
         >>> module = Module()
         >>> first = module.relocated(["float *v7 = (float *)(ws + 64); v7[0] = 1;"])
-        >>> second = module.relocated(["float *v9 = (float *)(ws + 128); v9[0] = 1;"])
-        >>> first.name == second.name, first.pointers, second.pointers
-        (True, (LevelPointer(table=False, index=64),), (LevelPointer(table=False, index=128),))
+        >>> second = module.relocated(["float *v9 = (float *)((char *)io[2] + 16); v9[0] = 1;"])
+        >>> first.name == second.name
+        True
+        >>> first.pointers
+        (LevelPointer(table=False, index=64, offset=0),)
+        >>> second.pointers
+        (LevelPointer(table=True, index=2, offset=16),)
         """
         pointers: dict[LevelPointer, int] = {}
 

@@ -70,6 +70,25 @@ def loop_wall_ms(step, args, steps: int = 20) -> str:
     return f"{wall:.3f} ms (the call returns after {launch:.3f} ms)"
 
 
+def host_profile(step, args, steps: int = 20, top: int = 14) -> str:
+    """cProfile of a training loop's calls of `step` (host time only): the functions that
+    take the most time of their own."""
+    import cProfile
+    import io
+    import pstats
+
+    loss, params, state = step(*args)
+    profiler = cProfile.Profile()
+    for _ in range(steps):
+        profiler.enable()
+        loss, params, state = step(params, state, *args[2:])
+        profiler.disable()
+        float(cupy.asnumpy(loss.array))
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
 def launch_ms(fragment, addresses, repeats: int = 20) -> float:
     """Host milliseconds of `fragment.run` (the pointer table and the graph launch), each run
     waited for before the next."""
@@ -86,6 +105,7 @@ def launch_ms(fragment, addresses, repeats: int = 20) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="/tmp/dp-profile")
+    parser.add_argument("--no-actions", action="store_true", help="skip timing each action")
     args = parser.parse_args()
     env = Environment.from_env()
     distributed = Distributed(Mesh(range(env.world_size), "data"), env)
@@ -106,12 +126,15 @@ def main() -> None:
         ms = whole_step_ms(executable.fragment, sharded_addresses)
         buckets = len(executable.plan.buckets)
         report(f"sharded step ({buckets} buckets), the graph alone: {ms:.3f} ms")
+        launch = launch_ms(executable.fragment, sharded_addresses)
+        report(f"sharded step ({buckets} buckets), fragment.run's host time: {launch:.3f} ms")
         if bucket_bytes == 0:
             unbucketed = executable
 
     jitted = accy_step(s, "cuda", DTYPE, True)
-    wall = loop_wall_ms(jitted, accy_inputs(s, "cuda", dtype=DTYPE))
-    report(f"plain step, a training loop's wall time: {wall}")
+    plain_args = accy_inputs(s, "cuda", dtype=DTYPE)
+    report(f"plain step, a training loop's wall time: {loop_wall_ms(jitted, plain_args)}")
+    report(host_profile(jitted, accy_inputs(s, "cuda", dtype=DTYPE)))
     whole = dataclasses.replace(s, batch=s.batch * env.world_size)
     params, state, ids, targets = accy_inputs(whole, "cuda", dtype=DTYPE)
     step = shard(
@@ -120,6 +143,11 @@ def main() -> None:
     )  # fmt: skip
     wall = loop_wall_ms(step, (params, state, ids, targets))
     report(f"sharded step, a training loop's wall time: {wall}")
+    params, state, ids, targets = accy_inputs(whole, "cuda", dtype=DTYPE)
+    report(host_profile(step, (params, state, ids, targets)))
+    if args.no_actions:
+        distributed.close()
+        return
 
     out = Path(args.out)
     for name, fragment, where in (

@@ -73,6 +73,27 @@ def _transposed(x):
     return swapped.transpose("a", "b")
 
 
+def test_an_update_takes_its_own_donated_input_before_an_earlier_output_of_its_type():
+    # (loss, count + 1): the loss, a scalar like the count and first among the outputs, is
+    # written after the count's last read, so it could take the count's buffer; then the new
+    # count would need a new buffer on every call (and a loop feeding it back would pass a new
+    # address each time). The update in place is matched first.
+    def counted(b, a):
+        count = a[0] + 1.0
+        return (a[1] * a[1]).sum() + count, count  # the loss reads the new count: it comes after
+
+    program = accy.trace.define("counted", [spec(f32), T], counted)
+    plan = build_plan(program)
+    count_step = next(i for i, s in enumerate(plan.steps) if program.parameters[0] in s.reads)
+    loss_step = next(i for i, s in enumerate(plan.steps) if program.outputs[0] in s.writes)
+    assert count_step < loss_step  # so the loss alone could have taken the count's buffer
+    assert donation_aliases(plan, [0]) == {1: 0}
+    count, x = np.float32(3.0), _arrays(1)[0]
+    loss, new_count = accy.compile(program, device="cpu", donate=(0,))(np.array(count), x)
+    np.testing.assert_allclose(loss, (x * x).sum() + 4.0, rtol=1e-5)
+    assert float(new_count) == 4.0
+
+
 def test_an_output_of_another_type_does_not_take_the_donated_memory():
     program = accy.trace.define("sum", [T], lambda b, a: a[0].sum("b"))
     assert donation_aliases(build_plan(program), [0]) == {}

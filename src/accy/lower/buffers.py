@@ -127,24 +127,32 @@ def donation_aliases(plan: Any, donated: Sequence[int]) -> dict[int, int]:
             writer.setdefault(value, index)
         for value in step.reads:
             last_read[value] = index
+
+    def in_place(position: int, input_index: int) -> bool:
+        value, source = outputs[position], parameters[input_index]
+        return last_read.get(source, -1) == writer[value] and reads_in_place(
+            plan.steps[writer[value]], source, value, program.type_of(value).named_extents
+        )
+
+    def after_last_read(position: int, input_index: int) -> bool:
+        return last_read.get(parameters[input_index], -1) < writer[outputs[position]]
+
     aliases: dict[int, int] = {}
     free = list(dict.fromkeys(donated))
-    for position, value in enumerate(outputs):
-        if position in copied or value not in writer:
-            continue  # a copy (of an input, or of an output written once already)
-        for input_index in free:
-            source = parameters[input_index]
-            if program.type_of(source) != program.type_of(value):
-                continue
-            read = last_read.get(source, -1)
-            step = plan.steps[writer[value]]
-            if read < writer[value] or (
-                read == writer[value]
-                and reads_in_place(step, source, value, program.type_of(value).named_extents)
-            ):
-                aliases[position] = input_index
-                free.remove(input_index)
-                break
+    # Updates in place first (`p - lr * g` into p's buffer), then any output into any input
+    # read before it is written: so an output of the same type that merely comes first (a
+    # scalar loss) does not take the buffer of the input that another output updates (a step
+    # count), which would leave that update a new buffer on every call.
+    for fits in (in_place, after_last_read):
+        for position, value in enumerate(outputs):
+            if position in copied or position in aliases or value not in writer:
+                continue  # a copy (of an input, or of an output written once already)
+            for input_index in free:
+                same_type = program.type_of(parameters[input_index]) == program.type_of(value)
+                if same_type and fits(position, input_index):
+                    aliases[position] = input_index
+                    free.remove(input_index)
+                    break
     return aliases
 
 

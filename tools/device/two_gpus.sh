@@ -7,7 +7,10 @@
 # 2. bench/mesh.py on 2 GPUs: the 256 MB all-reduce's bus bandwidth (bar: 80% of NCCL's own);
 # 3. GPT-2 bf16 data-parallel (fused attention, parameters and state donated) on 2 GPUs and on
 #    1 through the same path, and the plain one-GPU step, for the scaling (bar: 1.9x);
-# 4. PyTorch DDP (torch.compile, bf16 autocast) on 2 GPUs (bar: match or beat it).
+# 4. PyTorch DDP (torch.compile, bf16 autocast, gradient_as_bucket_view) on 2 GPUs (bar: match
+#    or beat it);
+# 5. tools/device/dp_profile.py on 2 GPUs: the sharded graph alone against the plain one, and
+#    the training loop's wall and host time (session 10: on one GPU, 19.72 against 19.05 ms).
 source tools/device/common.sh
 JAX_PLATFORMS=cpu timeout 150 python3 -m pytest -p no:cacheprovider -p no:benchmark -q -rfE \
   tests/mesh/test_nccl.py > "$OUT/nccl-test.txt" 2>&1
@@ -26,3 +29,6 @@ echo "== gpt2 bf16, one GPU, the plain step"; tail -n 2 "$OUT/gpt2-1gpu.txt"
 timeout -k 5 150 torchrun --standalone --nproc-per-node 2 bench/ddp_torch.py --dtype bf16 \
   --compile --json "$OUT/gpt2-ddp-torch-2gpu.json" > "$OUT/ddp.txt" 2>&1
 echo "== PyTorch DDP bf16, 2 GPUs"; tail -n 4 "$OUT/ddp.txt"
+timeout -k 5 200 python3 -m accy.launch --gpus 2 tools/device/dp_profile.py --no-actions \
+  > "$OUT/dp-profile-2.txt" 2>&1
+echo "== dp_profile, 2 GPUs (rc $?)"; grep -E "step" "$OUT/dp-profile-2.txt" | head -n 8

@@ -35,11 +35,19 @@ from tools.gpt2_profile import (  # noqa: E402
     category,
     dump,
     random_buffers,
-    traced_program,
     whole_step_ms,
 )
 
 DTYPE = "bf16"
+
+
+def traced_program(scale):
+    """The jitted bf16 step's program at `scale`, as its first call builds it."""
+    step = accy_step(scale, "cuda", DTYPE, True)
+    step(*accy_inputs(scale, "cuda", dtype=DTYPE))
+    (staged,) = step._staged.values()
+    (entry,) = staged.cache.values()
+    return entry.program
 
 
 def per_category(actions) -> str:
@@ -112,12 +120,14 @@ def main() -> None:
     report = print if env.rank == 0 else (lambda *a, **k: None)
     s = SCALES["cuda"]
 
-    program = traced_program(DTYPE, True)
+    program = traced_program(s)
     plain = load(compile_artifact(backend_for("cuda"), program, None))
     addresses = [b.data.ptr for b in random_buffers(program)]
     report(f"plain step, the graph alone: {whole_step_ms(plain, addresses):.3f} ms")
     report(f"plain step, fragment.run's host time: {launch_ms(plain, addresses):.3f} ms")
-    sharded = shard_program(program, distributed.mesh, {"batch": "data"})
+    # The whole batch is every GPU's batch together, so that each holds the plain step's.
+    whole = dataclasses.replace(s, batch=s.batch * env.world_size)
+    sharded = shard_program(traced_program(whole), distributed.mesh, {"batch": "data"})
     sharded_buffers = random_buffers(sharded.program)
     sharded_addresses = [b.data.ptr for b in sharded_buffers]
     unbucketed = None
@@ -135,7 +145,6 @@ def main() -> None:
     plain_args = accy_inputs(s, "cuda", dtype=DTYPE)
     report(f"plain step, a training loop's wall time: {loop_wall_ms(jitted, plain_args)}")
     report(host_profile(jitted, accy_inputs(s, "cuda", dtype=DTYPE)))
-    whole = dataclasses.replace(s, batch=s.batch * env.world_size)
     params, state, ids, targets = accy_inputs(whole, "cuda", dtype=DTYPE)
     step = shard(
         jitted.fn, distributed.mesh, {"batch": "data"},

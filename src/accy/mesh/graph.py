@@ -12,13 +12,14 @@ step, forward, backward, gradient all-reduces and updates, is then one graph lau
   result transposed back; the CUDA lowering fuses those moves where it can.
 - `psum` of gradients: **buckets**. Psums over a mesh axis are grouped, in the order their
   operands are produced (the backward pass: last layer first), into buckets of about
-  `bucket_bytes` (25 MiB, as PyTorch DDP). A bucket's all-reduces are issued, as one NCCL group
-  on a second stream, right after the operation that produces its last member
-  (`bucket_start`), so that they overlap the rest of the backward pass; the program joins that
-  stream (`bucket_finish`) just before the first operation that reads one of the sums. The
-  bucket's result is one flat array (each member's sum at a 256-byte boundary at least); each
-  member is a slice of it plus the finish's zero token
-  (the data dependency that orders readers after the join; x + 0 is x).
+  `bucket_bytes` (25 MiB, as PyTorch DDP). Right after the operation that produces its last
+  member, the members are packed into one flat array (each at a 256-byte boundary at least: a
+  concatenate of the flattened, zero-padded members, one loop that also computes what only
+  feeds them, such as a gradient's conversion to f32) and that array is all-reduced by one
+  NCCL call on a second stream (`bucket_start`), so that it overlaps the rest of the backward
+  pass; the program joins that stream (`bucket_finish`) just before the first operation that
+  reads one of the sums. Each member's sum is a slice of the bucket plus the finish's zero
+  token (the data dependency that orders readers after the join; x + 0 is x).
 - Everything else is re-emitted as it is.
 
 A psum is bucketed when NCCL can add its dtype, its operand is computed by the program (not a
@@ -361,6 +362,7 @@ class _Rewriter:
             last = max(operands, key=self._position_of_producer)
             self.waiting.setdefault(last, []).append(bucket)
         self.started: dict[int, object] = {}  # bucket -> its flat result
+        self.packed: dict[int, object] = {}  # bucket -> the array it all-reduces
 
     def _position_of_producer(self, value: int) -> int:
         for position, op in enumerate(self.order):
@@ -399,26 +401,36 @@ class _Rewriter:
         self._finish(bucket)
 
     def _start(self, bucket: Bucket) -> None:
-        operands = [self.env[v] for v in self.bucket_operands[bucket.index]]
-        types = tuple(self.program.type_of(v) for v in self.bucket_operands[bucket.index])
-        dtype = types[0].dtype
+        """The members, each flattened and zero-padded to its slot, concatenated into one
+        array (one loop that computes each slot where its elements are: a gradient's
+        conversion to the bucket's dtype is computed there, not stored apart first), and that
+        array all-reduced by one NCCL call into the bucket."""
+        b = self.builder
+        values = self.bucket_operands[bucket.index]
+        types = [self.program.type_of(v) for v in values]
         offsets, total = bucket_offsets([t.size for t in types])
-        flat = TensorType(dtype, ((BUCKET_AXIS, total),))
+        pieces = []
+        for value, t, start, end in zip(values, types, offsets, [*offsets[1:], total], strict=True):
+            piece = b.reshape(self.env[value], ((BUCKET_AXIS, t.size),))
+            gap = end - start - t.size
+            pieces.append(b.pad(piece, BUCKET_AXIS, 0, gap) if gap else piece)
+        packed = b.concatenate(pieces, BUCKET_AXIS) if len(pieces) > 1 else pieces[0]
         step = NcclStep(
             "bucket_start",
             self.group,
             bucket.mesh_axis,
-            sum_type_name(dtype.name),
-            tuple(t.size for t in types),
+            sum_type_name(types[0].dtype.name),
+            (total,),
             self._size(bucket),
             bucket=bucket.index,
-            offsets=tuple(offsets),
+            offsets=(0,),
         )
-        self.started[bucket.index] = self._call(step, operands, types, flat)
+        self.started[bucket.index] = self._call(step, [packed], (packed.ty,), packed.ty)
+        self.packed[bucket.index] = packed
 
     def _finish(self, bucket: Bucket) -> None:
         flat = self.started[bucket.index]
-        operands = [flat] + [self.env[v] for v in self.bucket_operands[bucket.index]]
+        operands = [flat, self.packed[bucket.index]]
         types = tuple(v.ty for v in operands)
         token_type = TensorType(flat.ty.dtype, ())
         step = NcclStep(

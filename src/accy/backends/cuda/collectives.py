@@ -19,14 +19,15 @@ Kinds of step:
   second stream, forked from the bound one and joined back at once (its mesh axis has buckets,
   and a communicator is used from one stream only). Gathers and permutations move
   bytes (`NCCL_UINT8`); sums use the NCCL type of the dtype (`sum_type_name`).
-- `bucket_start`: the psums of several gradients as one NCCL group, on the group's *second
-  stream*: the stream forks from the bound one (an event), so inside the graph the all-reduce
-  is a parallel branch that runs while the backward pass goes on. The result is the bucket, the
-  members' sums one after another.
+- `bucket_start`: the psums of its operands (`accy.mesh.graph` gives one, the gradients packed
+  into one array) as one NCCL group, on the group's *second stream*: the stream forks from the
+  bound one (an event), so inside the graph the all-reduce is a parallel branch that runs while
+  the backward pass goes on. The result is the bucket, the operands' sums one after another.
 - `bucket_finish`: the bound stream joins the second stream (waits on the bucket's event), then
   zeroes its result, a one-element *token*: the program adds the token to every member it reads
   from the bucket, so what reads a sum runs after the join (the data dependency orders the
-  steps), and the gradients, operands of the finish too, stay allocated until NCCL has read them.
+  steps), and what the start read, an operand of the finish too, stays allocated until NCCL
+  has read it.
 
 Rules NCCL sets for captured collectives, and how they are kept: every rank captures the same
 collectives in the same order (every rank runs the same per-device program); one GPU per process;

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,9 +17,6 @@ from ..transforms.simplify import simplify
 from .executable import SIMULATED_DEVICES, MeshExecutable
 from .mesh import Mesh, check_axis_mapping
 from .spmd import ShardedProgram, local_type, shard_program
-
-_type_of = operator.attrgetter("ty")
-_array_of = operator.attrgetter("array")
 
 
 class ShardedFunction:
@@ -63,7 +59,7 @@ class ShardedFunction:
         if set(map(type, leaves)) != {NamedArray}:
             paths = leaf_paths(tree)
             leaves = [as_array_leaf(x, f"argument{p}") for x, p in zip(leaves, paths, strict=True)]
-        types = tuple(map(_type_of, leaves))
+        types = tuple(x.ty for x in leaves)
         key = (treedef, types)
         entry = self._entries.get(key)
         if entry is None and (entry := self._local_entry(treedef, types)) is not None:
@@ -135,7 +131,7 @@ class ShardedFunction:
                 entry.block(rank, count + i, np.asarray(c.array))
                 for i, c in enumerate(entry.traced.captured)
             ]
-        arrays = list(map(_array_of, leaves))
+        arrays = [x.array for x in leaves]
         for i in entry.cut:  # only the parameters with a mapped axis can be given whole
             arrays[i] = entry.block(rank, i, arrays[i])
         outputs = entry.executable(*arrays, *entry.captured)

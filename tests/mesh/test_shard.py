@@ -109,6 +109,38 @@ def test_kinds_that_need_whole_axes(devices):
     check_sharded(program, Mesh(range(devices), "data"), DP, tol=1e-4)
 
 
+EMBED_SPECS = [spec(i32, batch=8, token=3), spec(f32, vocab=5, channel=4)]
+
+
+@pytest.mark.parametrize("devices", (1, 2, 4, 8))
+def test_an_embedding_gradient_scatters_each_devices_tokens(devices):
+    # The gather's transpose adds the cotangent rows into zeros: each device adds its own
+    # batch's rows, and the pending sum is taken once (no all_gather of ids or rows).
+    def loss(b, a):
+        tokens, table = a
+        return (table.gather(tokens, "vocab") ** 2.0).sum()
+
+    program = accy.gradient.value_and_grad(accy.trace.define("embed", EMBED_SPECS, loss), (1,))
+    sharded = check_sharded(program, Mesh(range(devices), "data"), DP)
+    assert sharded.program.count("all_gather") == 0
+    (scatter,) = [op for op in sharded.program.operations if op.kind == "scatter_add"]
+    assert scatter.operand_types[1].extent("batch") == 8 // devices
+
+
+@pytest.mark.parametrize("devices", (2, 4))
+def test_a_scatter_add_into_a_nonzero_operand_runs_whole(devices):
+    # Each device adding its own rows into the operand would add the operand once a device.
+    def body(b, a):
+        tokens, table, rows = a
+        return b.scatter_add(table, tokens, rows, "vocab")
+
+    rows = spec(f32, batch=8, token=3, channel=4)
+    program = accy.trace.define("scatter", [*EMBED_SPECS, rows], body)
+    sharded = check_sharded(program, Mesh(range(devices), "data"), DP)
+    (scatter,) = [op for op in sharded.program.operations if op.kind == "scatter_add"]
+    assert scatter.operand_types[1].extent("batch") == 8
+
+
 def test_splitting_a_reshaped_or_sliced_axis():
     def body(b, a):
         x = a[0]

@@ -563,6 +563,38 @@ def _gather(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
     return Sharded(value, Sharding(tuple(target.items()), table.sharding.partial))
 
 
+def _scatter_add(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
+    """Into a zero operand (a gather's transpose: an embedding's gradient), with the indices
+    and updates split along an axis of the indices (the batch), each device adds its own
+    updates into zeros of its own: the result is the sum over devices of what each added, a
+    pending sum, taken with the other terms of the gradient (GPT-2's tied embedding: one psum
+    with the output layer's term) instead of gathering every device's updates first. Into any
+    other operand (it would be added once a device), or with no such split, it runs whole on
+    every device."""
+    operand, indices, updates = args
+    index_axes = op.operand_types[1].axes
+    candidates = {a: m for x in (indices, updates) for a, m in x.sharding.split.items()}
+    target = {a: m for a, m in s.choose(op.operand_types[1], candidates).items() if a in index_axes}
+    if not target or not _is_zero_splat(s, op.operands[0]):
+        return _replicated(s, op, args)
+    zeros = s.reshard(operand, {})
+    indices = s.reshard(indices, target)
+    updates = s.reshard(updates, target)
+    value = s.e.emit("scatter_add", [zeros.value, indices.value, updates.value], op.attrs)
+    return Sharded(value, Sharding((), frozenset(target.values())))
+
+
+def _is_zero_splat(s: _Transform, value: int) -> bool:
+    """Whether source value `value` is zeros: a splat constant 0, or one broadcast."""
+    producer = s.producers.get(value)
+    while producer is not None and producer.kind == "broadcast_in_dim":
+        producer = s.producers.get(producer.operands[0])
+    if producer is None or producer.kind != "constant":
+        return False
+    splat = producer.attrs["value"]
+    return not isinstance(splat, tuple) and splat == 0
+
+
 def _slice(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
     (x,) = args
     t = op.operand_types[0]
@@ -609,6 +641,7 @@ RULES = {
     "reduce": _reduce,
     "dot_general": _dot_general,
     "gather": _gather,
+    "scatter_add": _scatter_add,
     "slice": _slice,
     "pad": _pad,
     "concatenate": _concatenate,
@@ -629,9 +662,9 @@ RULES = {
         )
     },
 }
-"""Sharding rules by kind; a kind not listed (scan, cond, while_loop, scatter_add, the
-collectives) runs whole on every device (`_replicated`), as a custom call does along the axes
-it does not map over."""
+"""Sharding rules by kind; a kind not listed (scan, cond, while_loop, the collectives) runs
+whole on every device (`_replicated`), as a custom call does along the axes it does not map
+over."""
 
 
 def shard_program(program: Program, mesh: Mesh, axis_mapping: Mapping[str, str]) -> ShardedProgram:

@@ -112,19 +112,34 @@ def test_kinds_that_need_whole_axes(devices):
 EMBED_SPECS = [spec(i32, batch=8, token=3), spec(f32, vocab=5, channel=4)]
 
 
+def embedding_loss(b, a):
+    tokens, table = a
+    return (table.gather(tokens, "vocab") ** 2.0).sum()
+
+
 @pytest.mark.parametrize("devices", (1, 2, 4, 8))
 def test_an_embedding_gradient_scatters_each_devices_tokens(devices):
-    # The gather's transpose adds the cotangent rows into zeros: each device adds its own
-    # batch's rows, and the pending sum is taken once (no all_gather of ids or rows).
-    def loss(b, a):
-        tokens, table = a
-        return (table.gather(tokens, "vocab") ** 2.0).sum()
-
-    program = accy.gradient.value_and_grad(accy.trace.define("embed", EMBED_SPECS, loss), (1,))
+    # The gather's transpose adds the cotangent rows into zeros. With more rows of updates
+    # (24 tokens) than twice the table's (5), each device adds its own batch's rows and the
+    # pending sum is taken once: no all_gather of ids or rows.
+    program = accy.trace.define("embed", EMBED_SPECS, embedding_loss)
+    program = accy.gradient.value_and_grad(program, (1,))
     sharded = check_sharded(program, Mesh(range(devices), "data"), DP)
     assert sharded.program.count("all_gather") == 0
     (scatter,) = [op for op in sharded.program.operations if op.kind == "scatter_add"]
     assert scatter.operand_types[1].extent("batch") == 8 // devices
+
+
+def test_a_large_tables_gradient_gathers_the_rows_instead():
+    # 24 rows of updates against a 64-row table: gathering them moves fewer bytes than
+    # summing the table, so the scatter runs whole on every device.
+    specs = [EMBED_SPECS[0], spec(f32, vocab=64, channel=4)]
+    program = accy.trace.define("embed", specs, embedding_loss)
+    program = accy.gradient.value_and_grad(program, (1,))
+    sharded = check_sharded(program, Mesh(range(2), "data"), DP)
+    (scatter,) = [op for op in sharded.program.operations if op.kind == "scatter_add"]
+    assert scatter.operand_types[1].extent("batch") == 8
+    assert sharded.program.count("all_gather") == 2
 
 
 @pytest.mark.parametrize("devices", (2, 4))

@@ -63,6 +63,7 @@ def collective_program(kind: str, size: int):
         "psum": {},
         "all_gather": {"axis": "m"},  # not the leading axis
         "reduce_scatter": {"axis": "n"},
+        "all_to_all": {"split_axis": "m", "concat_axis": "n"},  # m is not the leading axis
         "ppermute": {"perm": tuple((i, (i + 1) % size) for i in range(size))},
         "axis_index": {},
     }[kind]
@@ -115,6 +116,8 @@ def numpy_step(step: NcclStep, rank: int, exchange: Exchange, result_shape):
         if step.kind == "reduce_scatter":
             total = sum(x.astype(np.float64) for x in mine).astype(arrays[0].dtype)
             return np.split(total, step.size, axis=0)[rank]
+        if step.kind == "all_to_all":  # block `rank` of every sender, in the senders' order
+            return np.concatenate([np.split(x, step.size, axis=0)[rank] for x in mine], axis=0)
         out = np.zeros(result_shape, arrays[0].dtype)  # ppermute
         for source, destination in step.pairs:
             if destination == rank:
@@ -183,7 +186,9 @@ def test_a_data_parallel_step_as_one_graph_program_matches_the_mesh_evaluator(si
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["psum", "all_gather", "reduce_scatter", "ppermute", "axis_index"])
+@pytest.mark.parametrize(
+    "kind", ["psum", "all_gather", "reduce_scatter", "all_to_all", "ppermute", "axis_index"]
+)
 @pytest.mark.parametrize("size", [2, 4])
 def test_every_collective_as_an_nccl_step_matches_the_mesh_evaluator(kind, size):
     program = collective_program(kind, size)
@@ -310,22 +315,22 @@ def test_all_gather_off_the_leading_axis_is_moved_to_the_front_and_back():
 # -- what cannot run in a graph, and bad settings ---------------------------------------------
 
 
+def test_all_to_all_is_one_step_of_block_sized_exchanges():
+    plan = graph_plan(collective_program("all_to_all", 4), {"data": 0}, group=1)
+    (site,) = plan.sites
+    assert site.operand_types[0].axes == ("m", "n")  # the split axis first: blocks contiguous
+    assert site.step.datatype == "NCCL_UINT8" and site.step.counts == (4 * 8 * 16 // 4,)
+    assert plan.program.output_types[0].named_extents == (("n", 32), ("m", 4))
+
+
 def test_programs_the_graph_cannot_hold_say_why():
     attrs = {"mesh_axis": "data", "size": 2}
-    a2a = accy.trace.define(
-        "a2a",
-        [spec(f32, n=4, m=4)],
-        lambda b, a: b.emit(
-            "all_to_all", [a[0] * 2.0], {**attrs, "split_axis": "m", "concat_axis": "n"}
-        ),
-    )
-    assert "all_to_all" in in_graph_reason(a2a)
-    with pytest.raises(
-        MeshError, match="program 'a2a' cannot run inside one CUDA graph: all_to_all"
-    ):
-        graph_plan(a2a, {"data": 0}, group=1)
     only = accy.trace.define("only", [spec(f32, n=4)], lambda b, a: b.emit("psum", [a[0]], attrs))
     assert "only collectives" in in_graph_reason(only)
+    with pytest.raises(
+        MeshError, match="program 'only' cannot run inside one CUDA graph: it has only"
+    ):
+        graph_plan(only, {"data": 0}, group=1)
     assert in_graph_reason(collective_program("psum", 2)) is None
 
 

@@ -10,6 +10,9 @@ step, forward, backward, gradient all-reduces and updates, is then one graph lau
 - `all_gather` / `reduce_scatter` along an axis that is not the leading one: the operand is
   transposed to put the axis first (NCCL concatenates and scatters contiguous blocks) and the
   result transposed back; the CUDA lowering fuses those moves where it can.
+- `all_to_all`: one step of grouped sends and receives (NCCL has no single call for it), the
+  split axis moved first so that each position's block is contiguous, the blocks received cut
+  by sender and merged into the concatenated axis.
 - `psum` of gradients: **buckets**. Psums over a mesh axis are grouped, in the order their
   operands are produced (the backward pass: last layer first), into buckets of about
   `bucket_bytes` (25 MiB, as PyTorch DDP). Right after the operation that produces its last
@@ -36,10 +39,10 @@ bucket (its start would come after its finish is needed; this also keeps a psum 
 another out of its bucket). Gradients become ready in the order `overlap_order` gives: the
 original order, with what only feeds bucketed psums hoisted to run as soon as it can.
 
-`in_graph_reason(program)` says why a program cannot run this way (None when it can): an
-`all_to_all` (NCCL has no single call for it; the segmented path runs it), a collective inside a
-scan or cond body, or no ordinary operation at all (only collectives: the segmented path calls
-NCCL on the caller's arrays directly, without the copies through scratch a graph would need).
+`in_graph_reason(program)` says why a program cannot run this way (None when it can): a
+collective inside a scan or cond body, or no ordinary operation at all (only collectives: the
+segmented path calls NCCL on the caller's arrays directly, without the copies through scratch a
+graph would need).
 
 Every rank's plan lists the same collectives in the same order (`GraphPlan.order`): the
 programs differ only in the positions `axis_index` gives.
@@ -66,6 +69,7 @@ BUCKET_BYTES = 25 * 2**20
 """Default bucket size: PyTorch DDP's `bucket_cap_mb=25`."""
 
 BUCKET_AXIS = "nccl_bucket"
+SENDER_AXIS = "nccl_sender"  # an all_to_all's received blocks, by sender
 ALIGN_ELEMENTS = 128
 """A bucket member's sum starts at a multiple of this many elements (256 bytes and more)."""
 
@@ -153,8 +157,6 @@ def in_graph_reason(program: Program) -> str | None:
     if _nested_mesh_kinds(program):
         return "a collective is inside a scan, cond or while_loop body"
     kinds = {op.kind for op in program.operations}
-    if "all_to_all" in kinds:
-        return "all_to_all has no single NCCL call (grouped sends and receives between segments)"
     if kinds <= {"parameter", *MESH_KINDS}:
         return "it has only collectives (NCCL is called on its arrays directly)"
     return None
@@ -463,6 +465,8 @@ class _Rewriter:
             return (b.full(op.type, self.positions[op.attrs["mesh_axis"]]),)
         if op.kind in ("all_gather", "reduce_scatter"):
             return (self._along_leading_axis(op, operands[0]),)
+        if op.kind == "all_to_all":
+            return (self._all_to_all(op, operands[0]),)
         if op.kind in ("psum", "ppermute"):
             return (self._single(op, operands[0], op.operand_types[0], op.type),)
         result = b.emit(op.kind, operands, op.attrs)
@@ -481,6 +485,33 @@ class _Rewriter:
         gathered = self._single(op, front, front.ty, result_type)
         return b.transpose(gathered, t.axes) if t.axes != order else gathered
 
+    def _all_to_all(self, op: Operation, x) -> object:
+        """all_to_all as one NCCL step of grouped sends and receives: the operand with the
+        split axis first, so that block j (contiguous) goes to position j; what arrives is
+        the blocks in the senders' order along that axis. Cut into (sender, block) and the
+        sender axis moved before the concatenated axis and merged with it (the senders'
+        order outermost), then the axes put back in order; the CUDA lowering fuses the moves."""
+        b, size = self.builder, op.attrs["size"]
+        split, concat = op.attrs["split_axis"], op.attrs["concat_axis"]
+        t = op.operand_types[0]
+        order = (split, *(a for a in t.axes if a != split))
+        front = b.transpose(x, order) if t.axes != order else x
+        received = self._single(op, front, front.ty, front.ty)
+        if split != concat:
+            block = t.extent(split) // size
+            rest = [(a, e) for a, e in received.ty.named_extents if a != split]
+            senders = b.reshape(received, ((SENDER_AXIS, size), (split, block), *rest))
+            moved = [a for a in senders.ty.axes if a != SENDER_AXIS]
+            moved.insert(moved.index(concat), SENDER_AXIS)
+            senders = b.transpose(senders, tuple(moved))
+            merged = [
+                (a, e * size if a == concat else e)
+                for a, e in senders.ty.named_extents
+                if a != SENDER_AXIS
+            ]
+            received = b.reshape(senders, tuple(merged))
+        return b.transpose(received, t.axes) if received.ty.axes != t.axes else received
+
     def _single(self, op: Operation, x, operand_type: TensorType, result_type: TensorType):
         kind, axis = op.kind, op.attrs["mesh_axis"]
         sums = kind in ("psum", "reduce_scatter")
@@ -493,8 +524,9 @@ class _Rewriter:
                     f"{', '.join(sorted(NCCL_SUM_TYPES))}"
                 )
             count = result_type.size if kind == "reduce_scatter" else operand_type.size
-        else:
-            datatype, count = "NCCL_UINT8", operand_type.nbytes
+        else:  # bytes: a whole operand, or one block of an all_to_all's
+            blocks = op.attrs["size"] if kind == "all_to_all" else 1
+            datatype, count = "NCCL_UINT8", operand_type.nbytes // blocks
         step = NcclStep(
             kind,
             self.group,

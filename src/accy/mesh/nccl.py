@@ -18,9 +18,9 @@ with this device's arrays (its blocks) and returning this device's outputs (CuPy
   segment on the current CuPy stream) and every collective is an NCCL call enqueued on that same
   stream from Python between them. Used when `graph=False` or `ACCY_NCCL_GRAPH=0`, when the
   segments are not CUDA (the CPU stand-ins of the tests), and for programs the graph cannot hold
-  (`accy.mesh.graph.in_graph_reason`: an all_to_all, a collective in a loop body, or a program
-  of collectives only, where calling NCCL on the caller's arrays saves the copies a graph's
-  fixed addresses need). `reason` says why.
+  (`accy.mesh.graph.in_graph_reason`: a collective in a loop body, or a program of
+  collectives only, where calling NCCL on the caller's arrays saves the copies a graph's fixed
+  addresses need). `reason` says why.
 
 NCCL needs its operand contiguous with the gathered or scattered axis first: an axis elsewhere
 is moved first and back (a copy each way); the sharding keeps batch axes first where it can.

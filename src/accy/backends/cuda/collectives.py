@@ -14,11 +14,13 @@ which steps name as `group`.
 
 Kinds of step:
 
-- `psum`, `all_gather`, `reduce_scatter`, `ppermute`: one NCCL call (or a group of sends and
-  receives) on the bound stream, from the operand to the result; with `second_stream`, on the
-  second stream, forked from the bound one and joined back at once (its mesh axis has buckets,
-  and a communicator is used from one stream only). Gathers and permutations move
-  bytes (`NCCL_UINT8`); sums use the NCCL type of the dtype (`sum_type_name`).
+- `psum`, `all_gather`, `reduce_scatter`, `all_to_all`, `ppermute`: one NCCL call (or a group
+  of sends and receives: `all_to_all` sends block j of its operand, `counts[0]` bytes, to
+  position j and receives position j's into block j of the result) on the bound stream, from
+  the operand to the result; with `second_stream`, on the second stream, forked from the
+  bound one and joined back at once (its mesh axis has buckets, and a communicator is used
+  from one stream only). Gathers, exchanges and permutations move bytes (`NCCL_UINT8`); sums
+  use the NCCL type of the dtype (`sum_type_name`).
 - `bucket_start`: the psums of its operands (`accy.mesh.graph` gives one, the gradients packed
   into one array) as one NCCL group, on the group's *second stream*: the stream forks from the
   bound one (an event), so inside the graph the all-reduce is a parallel branch that runs while
@@ -58,7 +60,15 @@ NCCL_SUM_TYPES = {
 }
 """The NCCL type that sums each accy dtype (by accy's short name)."""
 
-KINDS = ("psum", "all_gather", "reduce_scatter", "ppermute", "bucket_start", "bucket_finish")
+KINDS = (
+    "psum",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "ppermute",
+    "bucket_start",
+    "bucket_finish",
+)
 
 
 def sum_type_name(dtype_name: str) -> str | None:
@@ -244,12 +254,12 @@ class Issuer:
         cupy = self.group.cupy
         itemsize = 1 if self.step.datatype == "NCCL_UINT8" else _itemsize(self.step.datatype)
         kind, size = self.step.kind, self.step.size
-        scale = size if kind == "reduce_scatter" else 1
+        scale = size if kind in ("reduce_scatter", "all_to_all") else 1
         operands = [cupy.zeros(max(n * itemsize * scale, 1), cupy.uint8) for n in self.step.counts]
         total = sum(self.step.counts) * itemsize
         if kind == "bucket_start":
             total = (self.step.offsets[-1] + self.step.counts[-1]) * itemsize
-        result_bytes = total * size if kind == "all_gather" else total
+        result_bytes = total * size if kind in ("all_gather", "all_to_all") else total
         dst = cupy.zeros(max(result_bytes, 1), cupy.uint8)
         stream = cupy.cuda.Stream(non_blocking=True)
         previous = self.stream
@@ -275,6 +285,17 @@ class Issuer:
         self.communicator.reduceScatter(
             x, dst, self.step.counts[0], self.datatype, self.nccl.NCCL_SUM, stream
         )
+
+    def _all_to_all(self, dst: int, operands: tuple[int, ...], stream: int) -> None:
+        (x,) = operands
+        count = self.step.counts[0]  # bytes of one block
+        self.nccl.groupStart()
+        try:
+            for peer in range(self.step.size):
+                self.communicator.send(x + peer * count, count, self.datatype, peer, stream)
+                self.communicator.recv(dst + peer * count, count, self.datatype, peer, stream)
+        finally:
+            self.nccl.groupEnd()
 
     def _ppermute(self, dst: int, operands: tuple[int, ...], stream: int) -> None:
         (x,) = operands

@@ -315,6 +315,24 @@ def test_all_gather_off_the_leading_axis_is_moved_to_the_front_and_back():
 # -- what cannot run in a graph, and bad settings ---------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("split", "concat"), [("a", "c"), ("c", "a"), ("b", "b"), ("c", "b")], ids=lambda a: a
+)
+def test_all_to_all_of_three_axes_matches_the_mesh_evaluator(split, concat):
+    # The split axis first or last, the concatenated one before or after it, or the same.
+    size = 2
+    attrs = {"mesh_axis": "data", "size": size, "split_axis": split, "concat_axis": concat}
+    program = accy.trace.define(
+        "a2a",
+        [spec(f32, a=2 * size, b=3 * size, c=4 * size)],
+        lambda b, a: b.emit("all_to_all", [a[0] * 2.0], attrs) + 1.0,
+    )
+    rng = np.random.default_rng(1)
+    extents = program.parameter_types[0].extents
+    inputs = [[rng.standard_normal(extents).astype(np.float32)] for _ in range(size)]
+    check_against_mesh_evaluator(program, size, inputs, 0)
+
+
 def test_all_to_all_is_one_step_of_block_sized_exchanges():
     plan = graph_plan(collective_program("all_to_all", 4), {"data": 0}, group=1)
     (site,) = plan.sites

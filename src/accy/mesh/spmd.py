@@ -572,17 +572,17 @@ def _scatter_add(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
     the larger (a small vocabulary, many tokens). Otherwise (GPT-2's 50,304-row table against
     8,192 tokens a device), and into any other operand (which would be added once a device),
     it runs whole on every device."""
-    operand, indices, updates = args
+    _, indices, updates = args
     index_axes = op.operand_types[1].axes
     candidates = {a: m for x in (indices, updates) for a, m in x.sharding.split.items()}
     target = {a: m for a, m in s.choose(op.operand_types[1], candidates).items() if a in index_axes}
     summing_is_cheaper = op.operand_types[2].size > 2 * op.operand_types[0].size
     if not (target and summing_is_cheaper and _is_zero_splat(s, op.operands[0])):
         return _replicated(s, op, args)
-    zeros = s.reshard(operand, {})
+    zeros = s.e.zeros(op.operand_types[0])  # whole, made here: nothing to gather
     indices = s.reshard(indices, target)
     updates = s.reshard(updates, target)
-    value = s.e.emit("scatter_add", [zeros.value, indices.value, updates.value], op.attrs)
+    value = s.e.emit("scatter_add", [zeros, indices.value, updates.value], op.attrs)
     return Sharded(value, Sharding((), frozenset(target.values())))
 
 

@@ -28,9 +28,10 @@ from bench.gpt2 import SCALES, accy_inputs, accy_step  # noqa: E402
 GEMM = re.compile(r"gemm (\d+)x(\d+)x(\d+) batch (\d+)")
 
 
-def traced_program(dtype: str, fused: bool):
-    """The step's program, as the first call of the jitted step builds it."""
-    scale = SCALES["cuda"]
+def traced_program(dtype: str, fused: bool, scale=None):
+    """The step's program at `scale` (the GPU scale by default), as the first call of the
+    jitted step builds it."""
+    scale = scale or SCALES["cuda"]
     step = accy_step(scale, "cuda", dtype, fused)
     step(*accy_inputs(scale, "cuda", dtype=dtype))
     (staged,) = step._staged.values()

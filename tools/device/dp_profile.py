@@ -9,7 +9,7 @@ the whole step's graph alone (GPU time, back to back) for the plain program and 
 sharded one with and without gradient buckets; the wall time of a step called as a training
 loop calls it (host + GPU, the loss read every step) through `accy.jit` and `accy.shard`; and
 each action of the plain and the unbucketed sharded schedule timed alone (totals per category),
-written to DIR as actions-*.tsv with the kernels' CUDA C.
+written to DIR/plain and DIR/sharded (actions.tsv, and the kernels' CUDA C).
 """
 
 from __future__ import annotations
@@ -35,19 +35,12 @@ from tools.gpt2_profile import (  # noqa: E402
     category,
     dump,
     random_buffers,
+    traced_program,
     whole_step_ms,
 )
 
 DTYPE = "bf16"
-
-
-def traced_program(scale):
-    """The jitted bf16 step's program at `scale`, as its first call builds it."""
-    step = accy_step(scale, "cuda", DTYPE, True)
-    step(*accy_inputs(scale, "cuda", dtype=DTYPE))
-    (staged,) = step._staged.values()
-    (entry,) = staged.cache.values()
-    return entry.program
+DP = {"batch": "data"}
 
 
 def per_category(actions) -> str:
@@ -120,14 +113,14 @@ def main() -> None:
     report = print if env.rank == 0 else (lambda *a, **k: None)
     s = SCALES["cuda"]
 
-    program = traced_program(s)
+    program = traced_program(DTYPE, True, s)
     plain = load(compile_artifact(backend_for("cuda"), program, None))
     addresses = [b.data.ptr for b in random_buffers(program)]
     report(f"plain step, the graph alone: {whole_step_ms(plain, addresses):.3f} ms")
     report(f"plain step, fragment.run's host time: {launch_ms(plain, addresses):.3f} ms")
     # The whole batch is every GPU's batch together, so that each holds the plain step's.
     whole = dataclasses.replace(s, batch=s.batch * env.world_size)
-    sharded = shard_program(traced_program(whole), distributed.mesh, {"batch": "data"})
+    sharded = shard_program(traced_program(DTYPE, True, whole), distributed.mesh, DP)
     sharded_buffers = random_buffers(sharded.program)
     sharded_addresses = [b.data.ptr for b in sharded_buffers]
     unbucketed = None
@@ -147,7 +140,7 @@ def main() -> None:
     report(host_profile(jitted, accy_inputs(s, "cuda", dtype=DTYPE)))
     params, state, ids, targets = accy_inputs(whole, "cuda", dtype=DTYPE)
     step = shard(
-        jitted.fn, distributed.mesh, {"batch": "data"},
+        jitted.fn, distributed.mesh, DP,
         device="cuda", distributed=distributed, donate_argnums=(0, 1),
     )  # fmt: skip
     wall = loop_wall_ms(step, (params, state, ids, targets))

@@ -10,7 +10,8 @@ rows of one batch. Precision: f32 with TF32 off (as bench.gpt2), or `--dtype bf1
 bfloat16 with f32 master weights. `--compile` runs the module through torch.compile:
 `--wrap compile-ddp` compiles the DDP module (its graph broken at the buckets, so that their
 all-reduces overlap the backward pass), `--wrap ddp-compile` wraps the compiled module (one
-graph; the all-reduces wait for the whole backward). Rank 0 prints one JSON line: median step
+graph; the all-reduces wait for the whole backward); `--wrap none` (one GPU) is the compiled
+module without DDP, what DDP's cost is measured against. Rank 0 prints one JSON line: median step
 time, tokens/s of all GPUs together and per GPU, first step time, losses.
 """
 
@@ -62,6 +63,23 @@ class GPT2(torch.nn.Module):
         return torch_loss(self.s, self.p, ids, targets)
 
 
+def print_profile(step) -> None:
+    """torch.profiler over 3 steps: the device time the kernels take against the wall time
+    (a step that is slower than its kernels waits on the host), and the busiest operators."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities) as profiler:
+        start = time.perf_counter()
+        for _ in range(3):
+            step()
+        wall = (time.perf_counter() - start) / 3 * 1e3
+    averages = profiler.key_averages()
+    kernels = sum(getattr(e, "self_device_time_total", 0) for e in averages) / 3 / 1e3
+    print(f"profile: {wall:.1f} ms a step (profiled), kernels {kernels:.1f} ms a step")
+    print(averages.table(sort_by="self_device_time_total", row_limit=12))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scale", default="cuda", choices=sorted(SCALES))
@@ -71,15 +89,19 @@ def main() -> None:
     parser.add_argument(
         "--wrap",
         default="compile-ddp",
-        choices=("compile-ddp", "ddp-compile"),
+        choices=("compile-ddp", "ddp-compile", "none"),
         help="with --compile: torch.compile(DDP(model)) (graph broken at the buckets, so "
-        "all-reduces overlap the backward), or DDP(torch.compile(model)) (one graph)",
+        "all-reduces overlap the backward), DDP(torch.compile(model)) (one graph), or, on "
+        "one GPU, torch.compile(model) without DDP (what DDP itself costs)",
     )
     parser.add_argument(
         "--bucket-view",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="DDP's gradient_as_bucket_view (default on)",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="after timing: torch.profiler of 3 steps (rank 0)"
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -96,7 +118,11 @@ def main() -> None:
     model = GPT2(s).to(device)
     # The gradients are views of DDP's buckets (no copy into them before the all-reduce).
     options = {"device_ids": [local], "gradient_as_bucket_view": args.bucket_view}
-    if args.compile and args.wrap == "ddp-compile":
+    if args.wrap == "none":
+        if world != 1:
+            parser.error("--wrap none runs one process: without DDP nothing sums the gradients")
+        forward = torch.compile(model) if args.compile else model
+    elif args.compile and args.wrap == "ddp-compile":
         forward = DistributedDataParallel(torch.compile(model), **options)
     else:
         ddp = DistributedDataParallel(model, **options)
@@ -132,9 +158,12 @@ def main() -> None:
         losses.append(step())
         times.append(time.perf_counter() - t0)
     median = statistics.median(times)
+    if args.profile and rank == 0:
+        print_profile(step)
     tokens = world * s.batch * s.tokens
     result = {
-        "system": "torch DDP" + (f" compiled ({args.wrap})" if args.compile else " eager"),
+        "system": ("torch" if args.wrap == "none" else "torch DDP")
+        + (f" compiled ({args.wrap})" if args.compile else " eager"),
         "gpus": world,
         "dtype": args.dtype,
         "batch_per_gpu": s.batch,

@@ -8,7 +8,7 @@
 # 3. GPT-2 bf16 data-parallel (fused attention, parameters and state donated) on 2 GPUs and on
 #    1 through the same path, and the plain one-GPU step, for the scaling (bar: 1.9x);
 # 4. PyTorch DDP (torch.compile, bf16 autocast, gradient_as_bucket_view) on 2 GPUs (bar: match
-#    or beat it);
+#    or beat it), and the compiled model without DDP on one (session 10: DDP is host-bound);
 # 5. tools/device/dp_profile.py on 2 GPUs: the sharded graph alone against the plain one, and
 #    the training loop's wall and host time (session 10: on one GPU, 19.51 against 18.94 ms);
 # 6. GPT-2 on 2 GPUs again with NCCL_MAX_CTAS=8 (fewer SMs taken from the backward pass while
@@ -34,6 +34,9 @@ echo "== gpt2 bf16, one GPU, the plain step (rc $?)"; tail -n 2 "$OUT/gpt2-1gpu.
 timeout -k 5 150 torchrun --standalone --nproc-per-node 2 bench/ddp_torch.py --dtype bf16 \
   --compile --steps 30 --json "$OUT/gpt2-ddp-torch-2gpu.json" > "$OUT/ddp.txt" 2>&1
 echo "== PyTorch DDP bf16, 2 GPUs (rc $?)"; grep '^{' "$OUT/ddp.txt" | cut -c1-400
+CUDA_VISIBLE_DEVICES=0 timeout -k 5 120 torchrun --standalone --nproc-per-node 1 \
+  bench/ddp_torch.py --dtype bf16 --compile --wrap none --steps 20 > "$OUT/torch-1.txt" 2>&1
+echo "== PyTorch without DDP, 1 GPU (rc $?)"; grep '^{' "$OUT/torch-1.txt" | cut -c1-300
 timeout -k 5 200 python3 -m accy.launch --gpus 2 tools/device/dp_profile.py --no-actions \
   > "$OUT/dp-profile-2.txt" 2>&1
 echo "== dp_profile, 2 GPUs (rc $?)"; grep -E "step" "$OUT/dp-profile-2.txt" | head -n 8

@@ -472,18 +472,21 @@ class _Rewriter:
         result = b.emit(op.kind, operands, op.attrs)
         return result if isinstance(result, tuple) else (result,)
 
+    def _moved(self, x, axes) -> object:
+        """`x` with its axes in the order `axes` (`x` itself when they are already)."""
+        axes = tuple(axes)
+        return self.builder.transpose(x, axes) if x.ty.axes != axes else x
+
     def _along_leading_axis(self, op: Operation, x) -> object:
         """all_gather / reduce_scatter with the axis moved first and back."""
-        b, axis, size = self.builder, op.attrs["axis"], op.attrs["size"]
+        axis, size = op.attrs["axis"], op.attrs["size"]
         t = op.operand_types[0]
-        order = (axis, *(a for a in t.axes if a != axis))
-        front = b.transpose(x, order) if t.axes != order else x
+        front = self._moved(x, (axis, *(a for a in t.axes if a != axis)))
         extent = t.extent(axis) * size if op.kind == "all_gather" else t.extent(axis) // size
         result_type = front.ty.with_axes(
             (name, extent if name == axis else e) for name, e in front.ty.named_extents
         )
-        gathered = self._single(op, front, front.ty, result_type)
-        return b.transpose(gathered, t.axes) if t.axes != order else gathered
+        return self._moved(self._single(op, front, front.ty, result_type), t.axes)
 
     def _all_to_all(self, op: Operation, x) -> object:
         """all_to_all as one NCCL step of grouped sends and receives: the operand with the
@@ -494,8 +497,7 @@ class _Rewriter:
         b, size = self.builder, op.attrs["size"]
         split, concat = op.attrs["split_axis"], op.attrs["concat_axis"]
         t = op.operand_types[0]
-        order = (split, *(a for a in t.axes if a != split))
-        front = b.transpose(x, order) if t.axes != order else x
+        front = self._moved(x, (split, *(a for a in t.axes if a != split)))
         received = self._single(op, front, front.ty, front.ty)
         if split != concat:
             block = t.extent(split) // size
@@ -503,14 +505,14 @@ class _Rewriter:
             senders = b.reshape(received, ((SENDER_AXIS, size), (split, block), *rest))
             moved = [a for a in senders.ty.axes if a != SENDER_AXIS]
             moved.insert(moved.index(concat), SENDER_AXIS)
-            senders = b.transpose(senders, tuple(moved))
+            senders = self._moved(senders, moved)
             merged = [
                 (a, e * size if a == concat else e)
                 for a, e in senders.ty.named_extents
                 if a != SENDER_AXIS
             ]
             received = b.reshape(senders, tuple(merged))
-        return b.transpose(received, t.axes) if received.ty.axes != t.axes else received
+        return self._moved(received, t.axes)
 
     def _single(self, op: Operation, x, operand_type: TensorType, result_type: TensorType):
         kind, axis = op.kind, op.attrs["mesh_axis"]

@@ -21,6 +21,7 @@ from . import (
     trace,
     transforms,
 )
+from .config import config  # the settings object (module: accy.config)
 from .core import SYNTHETIC_ID, Operation, Program
 from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
 from .custom import CustomCall
@@ -93,6 +94,7 @@ __all__ = [
     "grad_with",
     "grad_with_rules",
     "checkpoint",
+    "config",
     "gradient",
     "i32",
     "i64",

@@ -16,18 +16,20 @@ from accy.mesh.nccl import Distributed, communicator, unsigned_id
 from .fake_nccl import FakeNccl, cupy
 from .nccl_checks import run_checks
 
+SECRET = "the secret of the simulated job"
+
 
 def run_ranks(size: int, body) -> list:
     """`body(distributed)` on `size` ranks (threads), each with its Distributed; the results."""
     nccl = FakeNccl()
     mesh = Mesh(range(size), "data")
-    first = Store.connect(Environment(0, size, 0, "127.0.0.1", 0), timeout=60)
+    first = Store.connect(Environment(0, size, 0, "127.0.0.1", 0, SECRET), timeout=60)
     port = first.server.server_address[1]
     results: list = [None] * size
     lock = threading.Lock()
 
     def rank(r: int) -> None:
-        env = Environment(r, size, r, "127.0.0.1", port)
+        env = Environment(r, size, r, "127.0.0.1", port, SECRET)
         store = first if r == 0 else Store.connect(env, timeout=60)
         try:
             distributed = Distributed(mesh, env, store, modules=(cupy, nccl), segment_device="cpu")

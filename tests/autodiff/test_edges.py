@@ -54,6 +54,27 @@ def test_pow_base_derivative_at_a_zero_exponent_is_zero():
     np.testing.assert_allclose(d_exponent, [0.0, np.log(3.0), 0.0], rtol=1e-6)
 
 
+def test_pow_base_derivative_at_a_zero_exponent_is_zero_at_infinite_bases_too():
+    # tinygrad's test_pow_zero_exponent: x^0 is 1 for every x, so d/dx is 0 at -inf, inf and 0
+    # (JAX gives 0 at the infinities and NaN at 0 for a float exponent; 0 for x ** 0).
+    x = np.array([-np.inf, np.inf, 0.0], np.float32)
+    d_base = gradients(POWER, [x, np.zeros(3, np.float32)], wrt=(0,))[0]
+    np.testing.assert_array_equal(d_base, [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("point", [(4.0, 0.0), (4.0, 1.5), (0.5, 0.0), (2.0, -1.0)])
+def test_pow_mixed_second_derivative_matches_jax_in_either_order(point):
+    # JAX's lax_autodiff_test testPowSecondDerivative: d2/dxdy x^y at (4, 0) is 1/4.
+    jax = pytest.importorskip("jax")
+    power = define("power", [spec(f32), spec(f32)], lambda b, args: args[0] ** args[1])
+    args = [np.array(v, np.float32) for v in point]
+    for first, second in ((0, 1), (1, 0)):
+        twice = accy.grad(accy.grad(power, wrt=(first,)), wrt=(second,))
+        (value,) = accy.reference.run(twice, args)
+        expected = jax.grad(jax.grad(lambda x, y: x**y, first), second)(*point)
+        np.testing.assert_allclose(value, expected, rtol=1e-5, err_msg=f"d/d{second} d/d{first}")
+
+
 def test_pow_learnable_exponent_on_a_relu_output_has_finite_gradients():
     def body(b, args):
         x, exponent = args

@@ -230,16 +230,19 @@ def _div_jvp(e, op, p, t, out):
 
 def _pow_jvp(e, op, p, t, out):
     """d(x^y) = y x^(y-1) dx + log(x) x^y dy, with 0 where a term would be 0 * inf: the base
-    term is 0 where y == 0 (x^0 is constant in x, even at x = 0), and the exponent term is 0
-    where x == 0 (log(x) is taken at 1 there, as JAX's _pow_jvp_rhs does: 0^y is constant in y
-    for y > 0), so a learnable exponent on a ReLU output gets no NaN."""
+    term is 0 where y == 0 (x^0 is constant in x, even at x = 0 and x = +-inf), and the exponent
+    term is 0 where x == 0 (log(x) is taken at 1 there, as JAX's _pow_jvp_rhs does: 0^y is
+    constant in y for y > 0), so a learnable exponent on a ReLU output gets no NaN."""
     base, exponent = p
     d_base = t[0]
     if not isinstance(d_base, Zero):
-        # y * x^(y == 0 ? 1 : y - 1), which is 0 at y == 0. Older JAX did this; JAX 0.11's
-        # _pow_jvp_lhs does it for integer exponents only and gives NaN (0 * 0^-1) at x = y = 0.
-        lowered = e.select(e.compare("eq", exponent, 0.0), 1.0, e.sub(exponent, 1.0))
-        d_base = e.mul(d_base, e.mul(exponent, e.pow(base, lowered)))
+        # y * x^(y - 1) with x taken at 1 where x == y == 0 (there 0 * 0^-1 would be NaN). The
+        # exponent stays y - 1 everywhere, so the term's own derivative in y at y = 0 is
+        # x^-1, as JAX's (d2/dxdy x^y at (4, 0) is 0.25); at x = +-inf, (+-inf)^-1 is 0.
+        zero_exponent = e.compare("eq", exponent, 0.0)
+        at_origin = e.select(e.compare("eq", base, 0.0), 1.0, base)
+        safe_base = e.select(zero_exponent, at_origin, base)
+        d_base = e.mul(d_base, e.mul(exponent, e.pow(safe_base, e.sub(exponent, 1.0))))
     d_exponent = t[1]
     if not isinstance(d_exponent, Zero):
         # As JAX's _pow_jvp_rhs: log(x == 0 ? 1 : x) * x^y, which is 0 at x == 0.

@@ -46,24 +46,38 @@ class Linearized:
 
 
 def check_wrt(source: Program, wrt) -> tuple[int, ...]:
-    """`wrt` as a tuple of distinct float parameter indices, or NotDifferentiable."""
+    """`wrt` as a tuple of distinct float parameter indices, or NotDifferentiable. Linear in
+    the number of parameters and of indices (a training step may differentiate 10^4 arrays).
+
+    >>> from accy import f32, i32, spec
+    >>> from accy.trace import define
+    >>> program = define("f", [spec(f32), spec(i32)], lambda b, args: args[0])
+    >>> check_wrt(program, 0)
+    (0,)
+    """
     wrt = (wrt,) if isinstance(wrt, int) else tuple(wrt)
-    count = len(source.parameters)
+    types = source.parameter_types  # one tuple, built once: not once per index
     for index in wrt:
-        if not isinstance(index, int) or not 0 <= index < count:
+        if not isinstance(index, int) or not 0 <= index < len(types):
             raise NotDifferentiable(
-                f"wrt={wrt}: {index!r} is not a parameter index of {source.name!r}, which has "
-                f"{count} parameters ({', '.join(map(str, source.parameter_types))})"
+                f"wrt={_shortened(wrt)}: {index!r} is not a parameter index of {source.name!r}, "
+                f"which has {len(types)} parameters ({_shortened(types)})"
             )
-        if not source.parameter_types[index].dtype.is_float:
-            kind = source.parameter_types[index]
+        if not types[index].dtype.is_float:
             raise NotDifferentiable(
-                f"wrt={wrt}: parameter {index} of {source.name!r} is {kind}; only "
-                "floating-point parameters can be differentiated"
+                f"wrt={_shortened(wrt)}: parameter {index} of {source.name!r} is "
+                f"{types[index]}; only floating-point parameters can be differentiated"
             )
     if len(set(wrt)) != len(wrt):
-        raise NotDifferentiable(f"wrt={wrt} names a parameter twice")
+        raise NotDifferentiable(f"wrt={_shortened(wrt)} names a parameter twice")
     return wrt
+
+
+def _shortened(items: tuple, shown: int = 8) -> str:
+    """`items` for a message: the first `shown`, then how many more."""
+    text = ", ".join(map(str, items[:shown]))
+    more = f", ... ({len(items) - shown} more)" if len(items) > shown else ""
+    return f"({text}{more})"
 
 
 class JvpSemantics:
@@ -76,6 +90,7 @@ class JvpSemantics:
         self.emit = Emitter(next)
         self.parameter_count = len(source.parameters)
         self.wrt = wrt
+        self.tangent_position = {index: position for position, index in enumerate(wrt)}
         self.reverse = reverse
         self.jvp_rules: Any = None  # the user's layer, also used inside scan bodies
 
@@ -106,10 +121,10 @@ class JvpSemantics:
         return Dual(outputs, tangent)
 
     def _tangent_parameter(self, op: Operation) -> Any:
-        index = op.attrs["index"]
-        if index not in self.wrt:
+        position = self.tangent_position.get(op.attrs["index"])
+        if position is None:
             return Zero(op.type)
-        position = self.parameter_count + self.wrt.index(index)
+        position += self.parameter_count
         return self.emit.emit("parameter", [], {"index": position, "type": op.type})
 
     def finish(self, outputs: list[Any]) -> Any:
@@ -238,10 +253,11 @@ def _jvp_body(body, roles, nonzero, y_nonzero, wrt, s) -> Program:
     x slices, their tangents), outputs (carries, their tangents, ys, their tangents)."""
     inner = linearize(body, wrt, jvp_rules=s.jvp_rules, reverse=s.reverse).program
     count = len(body.parameters)
+    tangent_of = {index: count + position for position, index in enumerate(wrt)}
     order = []
     for group in (roles.consts, roles.carries, roles.xs):
         order += list(group)
-        order += [count + wrt.index(i) for i in group if nonzero[i]]
+        order += [tangent_of[i] for i in group if nonzero[i]]
     outputs = len(body.outputs)
     num_carry = roles.num_carry
 
@@ -366,10 +382,11 @@ def _while_jvp(s: JvpSemantics, op: Operation, primals: list, tangents: list) ->
     nonzero = carry_fixpoint(body, roles, nonzero, floats_only=True)
     wrt = tuple(i for i, flag in enumerate(nonzero) if flag)
     inner = linearize(body, wrt, jvp_rules=s.jvp_rules).program
+    tangent_of = {index: count + position for position, index in enumerate(wrt)}
     order = []
     for group in (roles.consts, roles.carries):
         order += list(group)
-        order += [count + wrt.index(i) for i in group if nonzero[i]]
+        order += [tangent_of[i] for i in group if nonzero[i]]
     tangent_carries = [j for j, i in enumerate(roles.carries) if nonzero[i]]
     carries = roles.num_carry
 

@@ -42,20 +42,50 @@ from .tracing import (
     unflatten,
 )
 
-# fn -> {(transform, options): wrapper}: `accy.grad(loss)` called again in a loop finds the
-# same wrapper, and so its compiled programs, as long as `loss` lives.
+# fn -> {(transform, options): (shared wrapper, weak reference to its handle)}: `accy.grad(loss)`
+# called again in a loop finds the same wrapper, and so its compiled programs, as long as `loss`
+# lives. Neither the table nor the shared wrapper holds `fn` strongly (a value that held its key
+# would keep every function given to a transform, and all it closes over, forever); the handle
+# given to the caller does.
 _WRAPPERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _Handle:
+    """A memoized wrapper as its caller holds it: it keeps `fn` alive, and is the shared wrapper
+    (which refers to `fn` weakly) in every other respect."""
+
+    def __init__(self, shared: Any, fn: Callable) -> None:
+        self._shared = shared
+        self.fn = fn
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._shared(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shared, name)
+
+    def __repr__(self) -> str:
+        return type(self._shared).__repr__(self)  # the wrapper's repr, with `fn` itself
 
 
 def _memoized(fn: Callable, key: tuple, make: Callable[[], Any]) -> Any:
     try:
         per_function = _WRAPPERS.setdefault(fn, {})
-    except TypeError:  # not weakly referenceable: no memo
+    except TypeError:  # not weakly referenceable (or not hashable): no memo
         return make()
-    wrapper = per_function.get(key)
-    if wrapper is None:
-        wrapper = per_function[key] = make()
-    return wrapper
+    shared, handle = per_function.get(key, (None, lambda: None))
+    alive = handle()
+    if alive is not None:
+        return alive
+    if shared is None:
+        shared = make()
+        shared.fn = weakref.proxy(fn)
+        if "__wrapped__" in vars(shared):
+            shared.__wrapped__ = shared.fn
+    fresh = _Handle(shared, fn)
+    per_function[key] = (shared, weakref.ref(fresh))
+    return fresh
 
 
 def _name(fn: Callable) -> str:

@@ -1,0 +1,66 @@
+"""A function given to `accy.grad`, `value_and_grad`, `jvp`, `vjp` or `linearize` lives as long
+as its caller keeps it (or the transformed function): once both are gone, it and what it closes
+over are freed, as a training loop that makes a closure per step over its batch needs."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import accy
+
+R = "reference"
+
+
+def lane(values) -> accy.NamedArray:
+    return accy.named(np.asarray(values, np.float32), ("lane",), device=R)
+
+
+def closure_over_a_batch():
+    """A loss closing over a 1 MiB batch, and weak references to both."""
+    batch = np.full(2**18, 0.5, np.float32)
+    first = accy.named(batch[:2].copy(), ("lane",), device=R)
+
+    def loss(w):
+        return (w * first).sum() + float(batch.sum())
+
+    return loss, weakref.ref(loss), weakref.ref(batch)
+
+
+TRANSFORMS = {
+    "grad": lambda loss, w: accy.grad(loss)(w),
+    "value_and_grad": lambda loss, w: accy.value_and_grad(loss)(w),
+    "jvp": lambda loss, w: accy.jvp(loss, (w,), (w,)),
+    "vjp": lambda loss, w: accy.vjp(loss, w)[1](accy.named(np.float32(1.0), (), device=R)),
+    "linearize": lambda loss, w: accy.linearize(loss, w)[1](w),
+}
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_a_transformed_closure_and_what_it_closes_over_are_freed(transform):
+    loss, loss_alive, batch_alive = closure_over_a_batch()
+    TRANSFORMS[transform](loss, lane([1.0, 2.0]))
+    del loss
+    gc.collect()
+    assert loss_alive() is None, f"accy.{transform} kept the function"
+    assert batch_alive() is None, f"accy.{transform} kept what the function closes over"
+
+
+def test_a_transformed_function_keeps_its_function_and_its_compiled_programs():
+    loss, loss_alive, _ = closure_over_a_batch()
+    gradient = accy.grad(loss)
+    del loss
+    gc.collect()
+    assert loss_alive() is not None  # the transformed function still needs it
+    w = lane([1.0, 2.0])
+    np.testing.assert_allclose(gradient(w).array, [0.5, 0.5])
+    again = accy.grad(loss_alive())
+    assert again is gradient and "accy.grad of <function" in repr(gradient)
+    gradient(lane([3.0, 4.0]))
+    assert gradient.staged.traces == 1
+    del gradient, again
+    gc.collect()
+    assert loss_alive() is None

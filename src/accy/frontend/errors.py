@@ -23,8 +23,18 @@ class TransformError(AccyError):
     tangent trees, ...)."""
 
 
+class TreeTooDeep(AccyError):
+    """A tree of arguments or results is nested deeper than accy's trees (optree) can hold."""
+
+
 class DeviceMismatch(AccyError):
     """Arrays on different devices met in one operation or one call."""
 
 
-__all__ = ["DeviceMismatch", "NonArrayLeaf", "StaticArgumentError", "TransformError"]
+__all__ = [
+    "DeviceMismatch",
+    "NonArrayLeaf",
+    "StaticArgumentError",
+    "TransformError",
+    "TreeTooDeep",
+]

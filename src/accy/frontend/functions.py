@@ -33,6 +33,7 @@ from .tracing import (
     Staged,
     Statics,
     argument_path,
+    depth_checked,
     flatten,
     is_array,
     leaf_paths,
@@ -314,12 +315,13 @@ class Differentiated:
         if any(type(a) in PYTHON_SCALARS for a in args) or any(
             isinstance(a, tuple | list | dict) for a in args
         ):
-            args = tuple(
-                optree.tree_map(_scalar_to_array, a, namespace=NAMESPACE)
-                if (i in self.numbers or i - count in self.numbers)
-                else a
-                for i, a in enumerate(args)
-            )
+            with depth_checked():
+                args = tuple(
+                    optree.tree_map(_scalar_to_array, a, namespace=NAMESPACE)
+                    if (i in self.numbers or i - count in self.numbers)
+                    else a
+                    for i, a in enumerate(args)
+                )
         return self.staged((args, kwargs))
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:

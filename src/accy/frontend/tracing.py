@@ -30,7 +30,7 @@ from ..core import Program, Value
 from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, attach_user_location
-from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError
+from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TreeTooDeep
 from .named import NamedArray, check_device, index_by_name, intern, named_scalar
 
 NAMESPACE = "accy"
@@ -52,10 +52,40 @@ def _register_dataclass(cls: type) -> None:
     )
 
 
+TREE_DEPTH_LIMIT: int = getattr(optree, "MAX_RECURSION_DEPTH", 1000)
+"""How many levels of nesting a tree may have (optree's limit); a transform's arguments sit two
+levels down, in the (args, kwargs) pair."""
+
+
+@contextmanager
+def depth_checked() -> Iterator[None]:
+    """Turn optree's (or Python's) RecursionError on a tree nested too deep into TreeTooDeep.
+
+    >>> deep = 1.0
+    >>> for _ in range(TREE_DEPTH_LIMIT + 1):
+    ...     deep = [deep]
+    >>> with depth_checked():
+    ...     flatten(deep)
+    Traceback (most recent call last):
+    accy.frontend.errors.TreeTooDeep: a tree of arguments or results is nested ...
+    """
+    try:
+        yield
+    except RecursionError:
+        raise TreeTooDeep(
+            f"a tree of arguments or results is nested deeper than the {TREE_DEPTH_LIMIT} levels "
+            f"accy's trees (optree) can hold, counting the 2 levels of the (args, kwargs) pair "
+            f"around a transform's arguments: keep trees at most {TREE_DEPTH_LIMIT - 2} levels "
+            "deep (a list or dict of layers instead of layers nested in one another)"
+        ) from None
+
+
 def flatten(tree: Any) -> tuple[list[Any], Any]:
     """The leaves of `tree` and its structure. Dicts, lists, tuples, named tuples and (on first
-    sight, registered then) dataclass instances are nodes; None is an empty node."""
-    leaves, treedef = optree.tree_flatten(tree, namespace=NAMESPACE)
+    sight, registered then) dataclass instances are nodes; None is an empty node. A tree nested
+    deeper than TREE_DEPTH_LIMIT is a TreeTooDeep error."""
+    with depth_checked():
+        leaves, treedef = optree.tree_flatten(tree, namespace=NAMESPACE)
     for leaf in leaves:
         if type(leaf) is NamedArray:
             continue
@@ -66,7 +96,8 @@ def flatten(tree: Any) -> tuple[list[Any], Any]:
 
 
 def unflatten(treedef: Any, leaves: Sequence[Any]) -> Any:
-    return optree.tree_unflatten(treedef, leaves)
+    with depth_checked():
+        return optree.tree_unflatten(treedef, leaves)
 
 
 def structure(tree: Any) -> Any:
@@ -75,7 +106,8 @@ def structure(tree: Any) -> Any:
 
 def leaf_paths(tree: Any) -> list[str]:
     """A readable path for each leaf of `tree`: `args[0]['w'][1]`."""
-    paths, _, _ = optree.tree_flatten_with_path(tree, namespace=NAMESPACE)
+    with depth_checked():
+        paths, _, _ = optree.tree_flatten_with_path(tree, namespace=NAMESPACE)
     return ["".join(f"[{p!r}]" for p in path) for path in paths]
 
 

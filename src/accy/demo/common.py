@@ -65,11 +65,12 @@ def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
     try:
         # Opened here, not by np.load, which leaves the file open when the archive is damaged.
         with open(path, "rb") as file, np.load(file) as data:
+            step, losses = _checked_progress(path, data["step"], data["losses"])
             return TrainingState(
-                step=int(data["step"]),
+                step=step,
                 parameters=[data[f"param_{i}"] for i in range(parameters)],
                 optimizer_state=[data[f"opt_{i}"] for i in range(slots)],
-                losses=[float(x) for x in data["losses"]],
+                losses=losses,
             )
     # np.load reads the archive lazily: a damaged one fails in any of these, as any member is read.
     except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
@@ -78,3 +79,25 @@ def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
             f"cannot resume: the checkpoint at {path} is damaged or incomplete ({reason}); "
             f"delete it to start over, or run without --resume (which overwrites it)"
         ) from None
+
+
+def _checked_progress(path: Path, step: np.ndarray, losses: np.ndarray) -> tuple[int, list[float]]:
+    """The checkpoint's step (a whole number, at least 0) and its losses (one number per step
+    taken), or an AccyError that names what is wrong and says how to start over."""
+    problem = None
+    if step.ndim != 0 or step.dtype.kind not in "iu":
+        problem = f"its step is a {step.dtype} array of shape {step.shape}, not one whole number"
+    elif int(step) < 0:
+        problem = f"its step is {int(step)}, not a number of steps taken (0 or more)"
+    elif losses.ndim != 1 or losses.dtype.kind not in "iuf":
+        problem = (
+            f"its losses are a {losses.dtype} array of shape {losses.shape}, not a list of numbers"
+        )
+    elif len(losses) != int(step):
+        problem = f"it has {len(losses)} losses for {int(step)} steps (one per step)"
+    if problem is not None:
+        raise AccyError(
+            f"cannot resume: the checkpoint at {path} is not one this demo wrote ({problem}); "
+            f"delete it to start over, or run without --resume (which overwrites it)"
+        )
+    return int(step), [float(x) for x in losses]

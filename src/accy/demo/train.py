@@ -299,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         "--minutes", type=float, default=None, help="with --preset: stop after this wall time"
     )
     arguments = parser.parse_args(argv)
+    if arguments.steps is not None and arguments.steps < 1:
+        parser.error(f"--steps must be at least 1, not {arguments.steps}")
     if arguments.preset is not None:
         return preset_main(parser, arguments)
     if arguments.minutes is not None:

@@ -7,14 +7,19 @@ no output may overlap an input or another output. A NumPy array must have the pa
 failure is an `InvalidInput` that names the program, the buffer and what was expected.
 
 `Layout` holds what the checks compare against, worked out once per executable, so that a
-call costs a few comparisons per buffer.
+call costs a few comparisons per buffer. It also remembers the layouts of raw buffers (each
+buffer's type, byte size, contiguity and writability: `buffer_signature`) that passed the
+checks: a later call of one of those layouts only reads each buffer's address, from the object
+itself where CPython's layout of bytes, memoryviews and arrays was recognized, and checks that
+no output overlaps another buffer.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +28,8 @@ from ..core.types import DType, TensorType, bf16
 from ..errors import AccyError, DonationError, InvalidInput
 
 RAW_BYTES = np.dtype(np.uint8)
+CHECKED_LAYOUTS = 64
+"""How many distinct layouts of buffers one program remembers as checked (then it starts over)."""
 BF16_BIT_PATTERNS = (np.dtype(np.uint16), np.dtype(np.int16))
 
 
@@ -77,6 +84,81 @@ def numpy_data_offset() -> int | None:
         if all(ctypes.c_void_p.from_address(id(a) + offset).value == a.ctypes.data for a in probes):
             return offset
     return None
+
+
+@functools.cache
+def bytes_data_offset() -> int | None:
+    """Where a bytes object keeps its first byte, in bytes from the object's start (CPython's
+    `PyBytesObject.ob_sval`), or None if these bytes do not look like that.
+
+    >>> bytes_data_offset() in (32, None)
+    True
+    """
+    offset = sys.getsizeof(b"") - 1  # the header; the one more byte is the closing NUL
+    probes = [bytes(range(256)), b"accy" * 64]
+    if all(ctypes.string_at(id(b) + offset, len(b)) == b for b in probes):
+        return offset
+    return None
+
+
+@functools.cache
+def memoryview_data_offset() -> int | None:
+    """Where a memoryview object keeps the address of its first byte (CPython's
+    `PyMemoryViewObject.view.buf`), or None if this Python does not look like that.
+
+    >>> memoryview_data_offset() is None or memoryview_data_offset() % 8 == 0
+    True
+    """
+    base = np.arange(64, dtype=np.uint8)
+    probes = [memoryview(base), memoryview(base)[8:], memoryview(base.tobytes())[3:]]
+    expected = [np.frombuffer(m, np.uint8).ctypes.data for m in probes]
+    word = ctypes.sizeof(ctypes.c_void_p)
+    for offset in range(word, sys.getsizeof(probes[0]) - word + 1, word):
+        read = [ctypes.c_void_p.from_address(id(m) + offset).value for m in probes]
+        if read == expected:
+            return offset
+    return None
+
+
+def _address_reader(value: Any) -> Callable[[Any], int]:
+    """How to find the first byte of buffers like `value` (one that passed the checks, of
+    nonzero size) quickly: from the object's own fields where CPython's layout was recognized,
+    else through a writable buffer's ctypes view, else through NumPy."""
+    addressof, from_buffer, pointer = ctypes.addressof, ctypes.c_char.from_buffer, ctypes.c_void_p
+    kind = type(value)
+    writable = not (kind is bytes or (kind is memoryview and value.readonly))
+    if kind is np.ndarray:
+        writable = value.flags.writeable
+    if writable:
+        return lambda v: addressof(from_buffer(v))
+    offset = {bytes: bytes_data_offset(), memoryview: memoryview_data_offset()}.get(kind)
+    if kind is bytes and offset is not None:
+        return lambda v: id(v) + offset
+    if kind is np.ndarray:
+        offset = numpy_data_offset()
+    if kind in (memoryview, np.ndarray) and offset is not None:
+        return lambda v: pointer.from_address(id(v) + offset).value
+    return lambda v: as_bytes(v, "").ctypes.data
+
+
+def buffer_signature(value: Any) -> tuple:
+    """What the checks of a raw buffer depend on, apart from its contents and address: two
+    buffers of one signature pass or fail them alike.
+
+    >>> buffer_signature(b"abcd")
+    (<class 'bytes'>, 4)
+    """
+    kind = type(value)
+    if kind is bytes or kind is bytearray:
+        return (kind, len(value))
+    if kind is np.ndarray:
+        flags = value.flags
+        return (kind, value.dtype, value.nbytes, flags.c_contiguous, flags.writeable)
+    try:
+        view = value if kind is memoryview else memoryview(value)
+        return (kind, view.nbytes, view.readonly, view.c_contiguous)
+    except (TypeError, ValueError):  # not a buffer, or a released memoryview: the checks say so
+        return (kind, None)
 
 
 def as_bytes(value: Any, at: str) -> np.ndarray:
@@ -220,6 +302,36 @@ class Layout:
         self._expected = [(t.nbytes, raw_dtypes(t.dtype), False) for t in inputs] + [
             (t.nbytes, raw_dtypes(t.dtype), True) for t in outputs
         ]
+        # The signatures (`buffer_signature` of every buffer) of calls whose buffers passed
+        # the checks, each with how to read its buffers' addresses: a call of a checked layout
+        # costs a signature and an address per buffer, and the overlap check.
+        self._checked_layouts: dict[tuple, list[Callable[[Any], int]]] = {}
+
+    def checked_addresses(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> list[int]:
+        """The addresses of checked buffers, inputs first, outputs checked not to overlap
+        another buffer. The checks of `buffers` run once per distinct layout of buffers
+        (`buffer_signature`); later calls of that layout only find the addresses.
+
+        >>> from accy import f32, spec
+        >>> layout = Layout("f", (spec(f32, n=2),), (spec(f32, n=2),))
+        >>> len(layout.checked_addresses([bytes(8)], [bytearray(8)]))
+        2
+        """
+        values = [*inputs, *outputs]
+        key = tuple(map(buffer_signature, values))
+        readers = self._checked_layouts.get(key)
+        if readers is None:
+            buffers = self.buffers(inputs, outputs)
+            if len(self._checked_layouts) >= CHECKED_LAYOUTS:
+                self._checked_layouts.clear()
+            readers = self._checked_layouts[key] = [
+                _address_reader(v) if b.nbytes else (lambda v: address_of(as_bytes(v, "")))
+                for v, b in zip(values, buffers, strict=True)
+            ]
+        # Equal lengths: `key` was found, so `values` has a reader each.
+        addresses = [read(v) for read, v in zip(readers, values, strict=False)]
+        self.check_disjoint(addresses)
+        return addresses
 
     def buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> list[np.ndarray]:
         """Checked input and output buffers, inputs first, as NumPy arrays (views, not copies)."""
@@ -300,7 +412,8 @@ class Layout:
         (inputs first)."""
         # Quick: no two buffers overlap at all (the spans, sorted, each end before the next).
         end = 0
-        for start, size in sorted(zip(addresses, self._sizes, strict=True)):
+        # As many addresses as buffers (the caller's): strict=True would only add its check.
+        for start, size in sorted(zip(addresses, self._sizes, strict=False)):
             if size:
                 if start < end:
                     break
@@ -319,12 +432,15 @@ __all__ = [
     "address_of",
     "addresses_of",
     "as_bytes",
+    "buffer_signature",
+    "bytes_data_offset",
     "check_buffer_count",
     "check_donated_apart",
     "check_no_overlap",
     "check_raw",
     "check_readable",
     "donated_positions",
+    "memoryview_data_offset",
     "numpy_data_offset",
     "raw_dtypes",
 ]

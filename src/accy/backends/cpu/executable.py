@@ -114,9 +114,7 @@ class CpuExecutable(Executable):
                     self._pack_ids(self._arrays_call, IDS_OFFSET, *map(id, arrays))
                     self.native_arrays_entry(self._arrays_call_address)
                 return
-        addresses = addresses_of(self.layout.buffers(inputs, outputs))
-        self.layout.check_disjoint(addresses)
-        self.run_addresses(addresses)
+        self.run_addresses(self.layout.checked_addresses(inputs, outputs))
 
     def run_checked(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         self.run_addresses(addresses_of([*inputs, *outputs]))

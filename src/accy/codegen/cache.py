@@ -7,7 +7,10 @@ depends on; the caller chooses what that is.
 
 Trust. An entry is used only when `<key>.sha256` holds the sha256 of the key, a zero byte and the
 library's bytes (`entry_digest`): an entry copied from another key (library and digest together),
-truncated or altered is rebuilt, never loaded. The root, the namespace folder and every folder
+truncated or altered is rebuilt, never loaded. Library and digest are read only when they are
+regular files (opened with `O_NOFOLLOW` and without blocking) of bounded size
+(`MAX_ENTRY_BYTES`): a link to /dev/zero, a FIFO or a huge file is no entry, rebuilt unread. The
+root, the namespace folder and every folder
 accy creates for the cache must be folders owned by the current user that neither its group nor
 others can write. Where they are not, or cannot be created, libraries are built into a private
 folder from `tempfile.mkdtemp` (removed when the process exits) and a `CacheWarning` says so.
@@ -16,7 +19,9 @@ Writing. A build runs in a temporary folder beside its entry, removed whatever h
 compiler error or `KeyboardInterrupt` included), and its library is moved into place with
 `os.replace`; a lock file per key makes a second process wait for the first one's build rather
 than repeat it. A cache folder that cannot be written (read-only, disk full) or whose libraries
-cannot be loaded (mounted noexec) gives the same fallback to a private folder, with a warning.
+cannot be loaded (mounted noexec) gives the same fallback to a private folder, with a warning;
+so does a compiler that runs out of space (its "No space left on device" is that, not a bug). An
+entry that another process evicts between its check and its opening is built again in the cache.
 
 Housekeeping. The first time a process uses a cache folder it removes lock files and temporaries
 older than `STALE_SECONDS` (left by a process that was killed). The folder is kept under
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -53,6 +59,11 @@ STALE_SECONDS = 3600.0
 DIGEST_SUFFIX = ".sha256"
 LOCK_SUFFIX = ".lock"
 TEMPORARY_SUFFIX = ".tmp"
+MAX_ENTRY_BYTES = 1024**3
+"""The largest library an entry may hold: a larger file is not an entry (it is rebuilt)."""
+DIGEST_BYTES = 256
+EVICTED_RETRIES = 3
+"""How many times `load` builds an entry again that another process deleted before it opened."""
 ADVICE = (
     "set ACCY_CACHE_DIR to a folder that you own and only you can write, with free space, on a "
     "file system that allows executing programs (not mounted noexec)"
@@ -141,18 +152,62 @@ def _key_of(library: Path) -> str:
     return library.name.split(".", 1)[0]
 
 
+def read_entry_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path` when it is a regular file of at most `limit` bytes, else None: a
+    link (not followed: `O_NOFOLLOW`, so a link to /dev/zero cannot exhaust memory), a FIFO
+    (opened without blocking, so it cannot hang), a device, a folder, a file too large or one
+    that cannot be read.
+
+    >>> read_entry_file(Path("/dev/zero"), 1024) is None
+    True
+    """
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        chunks, left = [], info.st_size
+        while left > 0:  # at most the size fstat gave: a file growing meanwhile stays bounded
+            chunk = os.read(handle, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(handle)
+
+
 def is_valid(library: Path) -> bool:
-    """Whether `library` is a complete entry whose digest matches its key and bytes.
+    """Whether `library` is a complete entry whose digest matches its key and bytes (both
+    regular files, neither larger than an entry may be: `read_entry_file`).
 
     >>> is_valid(Path("/nonexistent/0123.so"))
     False
     """
     entry_key = _key_of(library)
-    try:
-        recorded = library.with_name(entry_key + DIGEST_SUFFIX).read_text().strip()
-        return recorded == entry_digest(entry_key, library.read_bytes())
-    except OSError:
+    recorded = read_entry_file(library.with_name(entry_key + DIGEST_SUFFIX), DIGEST_BYTES)
+    if recorded is None:
         return False
+    data = read_entry_file(library, MAX_ENTRY_BYTES)
+    if data is None:
+        return False
+    return recorded.decode("ascii", "replace").strip() == entry_digest(entry_key, data)
+
+
+def out_of_space(message: str) -> bool:
+    """Whether a tool's error `message` says that the disk (or the user's quota) is full: the
+    compiler's way of reporting ENOSPC, which is a folder that cannot be written, not a bug.
+
+    >>> out_of_space("/usr/bin/ld: final link failed: No space left on device")
+    True
+    """
+    return any(os.strerror(code) in message for code in (errno.ENOSPC, errno.EDQUOT))
 
 
 def discard(library: Path) -> None:
@@ -407,16 +462,26 @@ class Cache:
     def load(
         self, entry_key: str, compile: Callable[[Path], None], open_library: Callable[[Path], T]
     ) -> T:
-        """`open_library` of the library of `entry_key` (from `build`). A library that cannot
-        be opened (OSError: not loadable there; AttributeError: a symbol is missing) is built
+        """`open_library` of the library of `entry_key` (from `build`). An entry that another
+        process deleted (evicted) before it could be opened is built again in the cache. A
+        library that cannot be opened (OSError: not loadable there; AttributeError: a symbol is
+        missing) is built
         again into a fresh private folder, with a `CacheWarning`, and opened from there: a
         loaded library is never replaced under its own path, where the loader would return the
         one it has."""
         library = self.build(entry_key, compile)
-        try:
-            return open_library(library)
-        except (OSError, AttributeError) as error:
-            failure = error
+        for rebuilds_left in range(EVICTED_RETRIES, -1, -1):
+            try:
+                return open_library(library)
+            except (OSError, AttributeError) as error:
+                failure = error
+            if not rebuilds_left or isinstance(failure, AttributeError):
+                break
+            if os.path.lexists(library):
+                break
+            # Another process evicted the entry between its check and its opening: build that
+            # one entry again, in the cache, which stays in use.
+            library = self.build(entry_key, compile)
         discard(library)
         with self._lock:
             if isinstance(failure, OSError):

@@ -10,6 +10,7 @@ is kept on disk for inspection. Generated sources go to a per-process folder
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import hashlib
 import os
@@ -71,8 +72,13 @@ def c_compiler() -> str:
     raise RuntimeUnavailable("no C compiler found (set CC, or install gcc or clang)")
 
 
-def _run(command: list[str], what: str, source: Path) -> None:
+def _run(command: list[str], what: str, source: Path, into_cache: bool = False) -> None:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0 and cache.out_of_space(result.stderr):
+        reason = f"{what}: the compiler ran out of disk space: {result.stderr.strip()}"
+        if into_cache:  # a cache folder that cannot be written: the cache's fallback handles it
+            raise OSError(errno.ENOSPC, reason)
+        raise RuntimeUnavailable(f"{reason}; free some space and try again")
     if result.returncode != 0:
         raise CompileError(
             f"{what} failed to compile (source kept at {source}); this is a bug in accy.kernel:"
@@ -97,7 +103,7 @@ def _library_step(source: str, what: str):
 
     def compile(output: Path) -> None:
         path = _source_file(source, ".c")
-        _run([compiler, *flags, str(path), "-o", str(output), "-lm"], what, path)
+        _run([compiler, *flags, str(path), "-o", str(output), "-lm"], what, path, True)
 
     return entry_key, compile
 

@@ -8,6 +8,7 @@ verified, locked and evicted is `accy.codegen.cache` (namespace "cpu").
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import shutil
@@ -136,6 +137,13 @@ def _run_compiler(
             f"native CPU backend: cannot run the C compiler {compiler.path} ({error}); set $CC "
             f"to a working C compiler"
         ) from error
+    if result.returncode != 0 and cache.out_of_space(result.stderr):
+        # A full disk is a folder that cannot be written: the cache's fallback handles it.
+        raise OSError(
+            errno.ENOSPC,
+            f"the C compiler ran out of space writing into {output.parent}: "
+            f"{result.stderr.strip().splitlines()[-1]}",
+        )
     if result.returncode != 0:
         # The build's folder is removed on the way out: the source is kept elsewhere.
         handle, kept = tempfile.mkstemp(prefix="accy-failed-", suffix=".c")

@@ -4,7 +4,8 @@ On the tiny workload's value_and_grad program (two f32[lane=4] inputs, three out
 times, in one process and interleaved so that a busy machine slows each alike:
 
 - `compile(p)(*arrays)`: the array call (fresh output arrays each call);
-- `Cpu(p).launch(inputs, outputs)`: the seed's raw-buffer call (`accy.execute`);
+- `Cpu(p).launch(inputs, outputs)`: the seed's raw-buffer call (`accy.execute`), on arrays;
+- the same on bytes and memoryviews (the raw-buffer layout checked once, then only addresses);
 - `compile(p).run_buffers(inputs, outputs)`: the same raw-buffer call on the executable.
 
 It prints the median microseconds per call of `--rounds` rounds of `--calls` calls each.
@@ -31,9 +32,12 @@ def call_paths(device: str = "cpu") -> dict[str, Callable[[], object]]:
     outputs = [np.zeros(t.extents, t.dtype.numpy) for t in program.output_types]
     compiled = accy.compile(program, device=device)
     launcher = accy.execute.Cpu(program)
+    raw_inputs = [inputs[0].tobytes(), *(memoryview(i.tobytes()) for i in inputs[1:])]
+    raw_outputs = [memoryview(bytearray(o.nbytes)) for o in outputs]
     return {
         "compile(p)(*arrays)": lambda: compiled(*inputs),
         "Cpu(p).launch(buffers)": lambda: launcher.launch(inputs, outputs),
+        "Cpu(p).launch(bytes, memoryviews)": lambda: launcher.launch(raw_inputs, raw_outputs),
         "compile(p).run_buffers": lambda: compiled.run_buffers(inputs, outputs),
     }
 

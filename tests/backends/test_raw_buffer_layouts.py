@@ -103,3 +103,14 @@ def test_bad_buffers_are_refused_after_their_layout_kind_was_checked(executor):
     both = bytearray(X.tobytes())
     with pytest.raises(accy.InvalidInput, match="output 0 overlaps input 0"):
         executor.launch([memoryview(both), Y.tobytes()], [memoryview(both), bytearray(16)])
+
+
+def test_empty_buffers_pass_on_every_call(native_cpu):
+    program = accy.trace.define(
+        "with_empty", [spec(f32, n=0), spec(f32, m=2)], lambda b, a: (a[0] * 2.0, a[1] + 1.0)
+    )
+    launcher = accy.execute.Cpu(program)
+    for value in (1.0, 2.0):
+        outputs = [bytearray(0), memoryview(bytearray(8))]
+        launcher.launch([b"", np.full(2, value, np.float32).tobytes()], outputs)
+        assert np.frombuffer(outputs[1], np.float32).tolist() == [value + 1.0] * 2

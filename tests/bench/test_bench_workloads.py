@@ -303,6 +303,7 @@ def test_call_paths_prints_microseconds_per_call_for_each_path(capsys):
     assert [line.split("  ")[0].strip() for line in lines] == [
         "compile(p)(*arrays)",
         "Cpu(p).launch(buffers)",
+        "Cpu(p).launch(bytes, memoryviews)",
         "compile(p).run_buffers",
     ]
     assert all(line.endswith("µs per call") for line in lines)

@@ -120,25 +120,54 @@ def memoryview_data_offset() -> int | None:
     return None
 
 
-def _address_reader(value: Any) -> Callable[[Any], int]:
-    """How to find the first byte of buffers like `value` (one that passed the checks, of
-    nonzero size) quickly: from the object's own fields where CPython's layout was recognized,
-    else through a writable buffer's ctypes view, else through NumPy."""
-    addressof, from_buffer, pointer = ctypes.addressof, ctypes.c_char.from_buffer, ctypes.c_void_p
+Probe = Callable[[Any], tuple[tuple, int | None]]
+
+
+@functools.cache
+def _probes() -> dict[type, Probe]:
+    """For each kind of buffer whose layout CPython's objects reveal: a function giving a buffer's
+    `buffer_signature` and its first byte's address (None where it cannot tell quickly)."""
+    addressof, from_buffer = ctypes.addressof, ctypes.c_char.from_buffer
+    pointer_at = ctypes.c_void_p.from_address
+    bytes_offset, view_offset = bytes_data_offset(), memoryview_data_offset()
+    array_offset = numpy_data_offset()
+
+    def of_bytes(v: bytes) -> tuple[tuple, int | None]:
+        return (bytes, len(v)), None if bytes_offset is None else id(v) + bytes_offset
+
+    def of_bytearray(v: bytearray) -> tuple[tuple, int | None]:
+        try:
+            return (bytearray, len(v)), addressof(from_buffer(v))
+        except ValueError:  # empty: no address to take
+            return (bytearray, 0), None
+
+    def of_memoryview(v: memoryview) -> tuple[tuple, int | None]:
+        try:
+            signature = (memoryview, v.nbytes, v.readonly, v.c_contiguous)
+        except ValueError:  # released: the checks say so
+            return (memoryview, None), None
+        return signature, None if view_offset is None else pointer_at(id(v) + view_offset).value
+
+    def of_array(v: np.ndarray) -> tuple[tuple, int | None]:
+        flags = v.flags
+        signature = (np.ndarray, v.dtype, v.nbytes, flags.c_contiguous, flags.writeable)
+        return signature, None if array_offset is None else pointer_at(id(v) + array_offset).value
+
+    return {
+        bytes: of_bytes,
+        bytearray: of_bytearray,
+        memoryview: of_memoryview,
+        np.ndarray: of_array,
+    }
+
+
+def _probe_other(value: Any) -> tuple[tuple, None]:
     kind = type(value)
-    writable = not (kind is bytes or (kind is memoryview and value.readonly))
-    if kind is np.ndarray:
-        writable = value.flags.writeable
-    if writable:
-        return lambda v: addressof(from_buffer(v))
-    offset = {bytes: bytes_data_offset(), memoryview: memoryview_data_offset()}.get(kind)
-    if kind is bytes and offset is not None:
-        return lambda v: id(v) + offset
-    if kind is np.ndarray:
-        offset = numpy_data_offset()
-    if kind in (memoryview, np.ndarray) and offset is not None:
-        return lambda v: pointer.from_address(id(v) + offset).value
-    return lambda v: as_bytes(v, "").ctypes.data
+    try:
+        view = memoryview(value)
+        return (kind, view.nbytes, view.readonly, view.c_contiguous), None
+    except (TypeError, ValueError):  # not a buffer: the checks say so
+        return (kind, None), None
 
 
 def buffer_signature(value: Any) -> tuple:
@@ -148,17 +177,7 @@ def buffer_signature(value: Any) -> tuple:
     >>> buffer_signature(b"abcd")
     (<class 'bytes'>, 4)
     """
-    kind = type(value)
-    if kind is bytes or kind is bytearray:
-        return (kind, len(value))
-    if kind is np.ndarray:
-        flags = value.flags
-        return (kind, value.dtype, value.nbytes, flags.c_contiguous, flags.writeable)
-    try:
-        view = value if kind is memoryview else memoryview(value)
-        return (kind, view.nbytes, view.readonly, view.c_contiguous)
-    except (TypeError, ValueError):  # not a buffer, or a released memoryview: the checks say so
-        return (kind, None)
+    return _probes().get(type(value), _probe_other)(value)[0]
 
 
 def as_bytes(value: Any, at: str) -> np.ndarray:
@@ -303,9 +322,9 @@ class Layout:
             (t.nbytes, raw_dtypes(t.dtype), True) for t in outputs
         ]
         # The signatures (`buffer_signature` of every buffer) of calls whose buffers passed
-        # the checks, each with how to read its buffers' addresses: a call of a checked layout
-        # costs a signature and an address per buffer, and the overlap check.
-        self._checked_layouts: dict[tuple, list[Callable[[Any], int]]] = {}
+        # the checks: a call of a checked layout costs a signature and an address per buffer,
+        # and the overlap check.
+        self._checked_layouts: set[tuple] = set()
 
     def checked_addresses(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> list[int]:
         """The addresses of checked buffers, inputs first, outputs checked not to overlap
@@ -318,18 +337,20 @@ class Layout:
         2
         """
         values = [*inputs, *outputs]
-        key = tuple(map(buffer_signature, values))
-        readers = self._checked_layouts.get(key)
-        if readers is None:
-            buffers = self.buffers(inputs, outputs)
+        probes, other = _probes(), _probe_other
+        probed = [probes.get(type(v), other)(v) for v in values]
+        key = tuple([signature for signature, _ in probed])
+        if key not in self._checked_layouts:
+            self.buffers(inputs, outputs)  # raises InvalidInput for a bad buffer
             if len(self._checked_layouts) >= CHECKED_LAYOUTS:
                 self._checked_layouts.clear()
-            readers = self._checked_layouts[key] = [
-                _address_reader(v) if b.nbytes else (lambda v: address_of(as_bytes(v, "")))
-                for v, b in zip(values, buffers, strict=True)
+            self._checked_layouts.add(key)
+        addresses = [address for _, address in probed]
+        if None in addresses:  # an empty buffer, or a kind whose layout was not recognized
+            addresses = [
+                address_of(as_bytes(v, "")) if a is None else a
+                for v, a in zip(values, addresses, strict=True)
             ]
-        # Equal lengths: `key` was found, so `values` has a reader each.
-        addresses = [read(v) for read, v in zip(readers, values, strict=False)]
         self.check_disjoint(addresses)
         return addresses
 

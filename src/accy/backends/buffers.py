@@ -326,7 +326,7 @@ class Layout:
         # and the overlap check.
         self._checked_layouts: set[tuple] = set()
 
-    def checked_addresses(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> list[int]:
+    def checked_addresses(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> Sequence[int]:
         """The addresses of checked buffers, inputs first, outputs checked not to overlap
         another buffer. The checks of `buffers` run once per distinct layout of buffers
         (`buffer_signature`); later calls of that layout only find the addresses.
@@ -339,13 +339,12 @@ class Layout:
         values = [*inputs, *outputs]
         probes, other = _probes(), _probe_other
         probed = [probes.get(type(v), other)(v) for v in values]
-        key = tuple([signature for signature, _ in probed])
+        key, addresses = zip(*probed, strict=True) if probed else ((), ())
         if key not in self._checked_layouts:
             self.buffers(inputs, outputs)  # raises InvalidInput for a bad buffer
             if len(self._checked_layouts) >= CHECKED_LAYOUTS:
                 self._checked_layouts.clear()
             self._checked_layouts.add(key)
-        addresses = [address for _, address in probed]
         if None in addresses:  # an empty buffer, or a kind whose layout was not recognized
             addresses = [
                 address_of(as_bytes(v, "")) if a is None else a
@@ -428,7 +427,7 @@ class Layout:
         check_raw(array, types[position], at)
         return array
 
-    def check_disjoint(self, addresses: list[int]) -> None:
+    def check_disjoint(self, addresses: Sequence[int]) -> None:
         """Refuse outputs that overlap an input or each other, given every buffer's address
         (inputs first)."""
         # Quick: no two buffers overlap at all (the spans, sorted, each end before the next).

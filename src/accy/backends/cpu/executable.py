@@ -107,7 +107,8 @@ class CpuExecutable(Executable):
         return self._call(*arrays)
 
     def run_buffers(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        if self.takes_arrays:
+        first = inputs[0] if inputs else outputs[0] if outputs else None
+        if self.takes_arrays and type(first) is np.ndarray:  # raw bytes skip the array try
             arrays = self.layout.separate_arrays(inputs, outputs)
             if arrays is not None:
                 with self._lock:

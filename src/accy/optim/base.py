@@ -195,6 +195,9 @@ def zeros_count(params: Any) -> Any:
 def full_like(leaf: Any, value: float, dtype: DType | None = None) -> Any:
     """An array of `leaf`'s axes and extents (and dtype, unless given) filled with `value`."""
     dtype = leaf.dtype if dtype is None else dtype
+    if is_traced(value) and not isinstance(value, NamedArray):  # a traced hyperparameter
+        return leaf.builder.zeros(leaf.ty.with_dtype(dtype)) + value.convert(dtype)
+    value = float(np.asarray(value.array if isinstance(value, NamedArray) else value))
     if isinstance(leaf, NamedArray):
         return named(np.full(leaf.ty.extents, value, dtype.numpy), leaf.axes, device=leaf.device)
     return leaf.builder.full(leaf.ty.with_dtype(dtype), value)

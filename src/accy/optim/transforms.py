@@ -653,7 +653,7 @@ def _safe_norm(x: Any, min_norm: Any) -> Any:
     norm = _norm(x)
     small = norm <= _hyper(min_norm, norm)
     safe = _norm(x.builder.select(small, 1.0, x))
-    return x.builder.select(small, _hyper(min_norm, norm), safe) if min_norm else safe
+    return x.builder.select(small, _hyper(min_norm, norm), safe)
 
 
 def scale_by_trust_ratio(

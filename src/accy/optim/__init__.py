@@ -82,6 +82,7 @@ from .transforms import (
     ScaleByRssState,
     ScaleByScheduleState,
     TraceState,
+    adaptive_grad_clip,
     add_decayed_weights,
     clip,
     clip_by_block_rms,
@@ -89,6 +90,8 @@ from .transforms import (
     ema,
     factored_axes,
     orthogonalize_via_newton_schulz,
+    per_example_global_norm_clip,
+    per_example_layer_norm_clip,
     scale,
     scale_by_adam,
     scale_by_adamax,
@@ -108,6 +111,8 @@ from .transforms import (
     scale_by_trust_ratio,
     scale_by_yogi,
     trace,
+    unitwise_clip,
+    unitwise_norm,
 )
 from .wrappers import (
     InjectHyperparamsState,
@@ -119,6 +124,11 @@ from .wrappers import (
 )
 
 __all__ = [
+    "unitwise_norm",
+    "unitwise_clip",
+    "per_example_layer_norm_clip",
+    "per_example_global_norm_clip",
+    "adaptive_grad_clip",
     "SGD",
     "Adam",
     "EmaState",

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..core.types import f32
+from ..core.types import f32, i32
 from ..errors import AccyError
+from ..frontend.tracing import flatten, unflatten
 from .base import (
     EmptyState,
     GradientTransformation,
@@ -942,6 +943,149 @@ def clip_by_global_norm(max_norm: Any) -> GradientTransformation:
         return tree_map(one, updates), state
 
     return GradientTransformation(init_empty_state, update)
+
+
+def unitwise_norm(x: Any, axes: Any = None) -> Any:
+    """The L2 norm of `x` over `axes` (names), broadcast back to `x`'s axes: adaptive
+    clipping's per-unit norm. Without `axes` the choice follows optax's by rank: everything
+    for scalars and vectors (arrays with at most one axis longer than 1), else the first
+    axis for two or three axes (the input axis of a linear layer), the first three for four
+    (a convolution kernel's spatial and input axes), the first four for five.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([[3.0, 0.0], [4.0, 1.0]]), ("i", "o"), device="reference")
+    >>> unitwise_norm(x).array.tolist()
+    [[5.0, 1.0], [5.0, 1.0]]
+    """
+    if axes is None:
+        long_axes = [a for a, n in x.ty.named_extents if n != 1]
+        rank = len(x.axes)
+        if len(long_axes) <= 1:
+            axes = tuple(x.axes)
+        elif rank in (2, 3):
+            axes = x.axes[:1]
+        elif rank in (4, 5):
+            axes = x.axes[: rank - 1]
+        else:
+            raise AccyError(
+                f"unitwise_norm: no default norm axes for an array of axes {x.axes} (1 to 5 "
+                "axes have one); name the axes to reduce: unitwise_norm(x, axes=(...))"
+            )
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
+    missing = [a for a in axes if not x.ty.has(a)]
+    if missing:
+        raise AccyError(f"unitwise_norm: axes {missing} are not among {x.axes}")
+    wide = _wide(x)
+    return (wide * wide).sum(axes).sqrt().broadcast_to(wide.ty)
+
+
+def unitwise_clip(g_norm: Any, max_norm: Any, grad: Any, div_eps: float = 1e-6) -> Any:
+    """`grad` scaled down to `max_norm` where its unit norm `g_norm` exceeds it."""
+    wide = _wide(grad)
+    clipped = wide * (max_norm / g_norm.max(div_eps))
+    return grad.builder.select(g_norm < max_norm, wide, clipped).convert(grad.dtype)
+
+
+def adaptive_grad_clip(clipping: Any, eps: Any = 1e-3, axes: Any = None) -> GradientTransformation:
+    """Adaptive gradient clipping (optax.adaptive_grad_clip): each unit of an update is
+    clipped to `clipping * max(unit norm of its parameter, eps)`; units by `unitwise_norm`
+    (`axes`: the names of the axes a norm reduces).
+
+    >>> adaptive_grad_clip(0.1).init([])
+    EmptyState()
+    """
+
+    def update(updates, state, params=None, **extra):
+        needs_params(params, "adaptive_grad_clip")
+
+        def one(g, p):
+            g_norm, p_norm = (
+                unitwise_norm(g, axes),
+                unitwise_norm(p, axes).convert(compute_in(g.dtype)),
+            )
+            return unitwise_clip(g_norm, p_norm.max(_hyper(eps, p_norm)) * clipping, g)
+
+        return tree_map(one, updates, params, where="adaptive_grad_clip"), state
+
+    return GradientTransformation(init_empty_state, update)
+
+
+def _per_example_norms(grads: Any, batch_axis: str, where: str) -> Any:
+    total = None
+    for leaf in tree_leaves(grads):
+        if not leaf.ty.has(batch_axis):
+            raise AccyError(
+                f"{where}: a gradient of axes {leaf.axes} has no batch axis {batch_axis!r}; "
+                "per-example clipping needs every gradient to have it"
+            )
+        wide = _wide(leaf)
+        others = [a for a in leaf.axes if a != batch_axis]
+        part = (wide * wide).sum(others).convert(f32)
+        total = part if total is None else total + part
+    if total is None:
+        raise AccyError(f"{where}: the gradients' tree has no arrays")
+    return total.sqrt()
+
+
+def per_example_global_norm_clip(
+    grads: Any, l2_norm_clip: Any, batch_axis: str = "batch"
+) -> tuple[Any, Any]:
+    """Clip each example's gradient (over `batch_axis`) to a global norm of at most
+    `l2_norm_clip`, and sum over the examples: `(summed gradients, number clipped)`
+    (optax.per_example_global_norm_clip, with the batch axis named).
+
+    >>> import accy, numpy as np
+    >>> g = [accy.named(np.array([[3.0, 4.0], [0.3, 0.4]]), ("batch", "x"), device="reference")]
+    >>> total, clipped = per_example_global_norm_clip(g, 1.0)
+    >>> [round(v, 3) for v in total[0].array.tolist()], int(clipped)
+    ([0.9, 1.2], 1)
+    """
+    norms = _per_example_norms(grads, batch_axis, "per_example_global_norm_clip")
+    ratio = (l2_norm_clip / norms).min(1.0)
+    multipliers = norms.builder.select(ratio.ne(ratio), 1.0, ratio)  # 0 / 0: no clipping
+    clipped = (multipliers < 1.0).convert(f32).sum().convert(i32)
+    summed = tree_map(
+        lambda g: (
+            multipliers.convert(compute_in(g.dtype)).contract(_wide(g), batch_axis).convert(g.dtype)
+        ),
+        grads,
+    )
+    return summed, clipped
+
+
+def per_example_layer_norm_clip(
+    grads: Any, global_l2_norm_clip: Any, uniform: bool = True, batch_axis: str = "batch"
+) -> tuple[Any, Any]:
+    """Per-example clipping layer by layer (optax.per_example_layer_norm_clip): each leaf is
+    clipped with `per_example_global_norm_clip` to `global_clip * sqrt(1 / leaves)`
+    (uniform) or `global_clip * sqrt(leaf size / total size)` (per example); returns the
+    trees of summed gradients and of counts clipped.
+
+    >>> import accy, numpy as np
+    >>> g = [accy.named(np.array([[2.0], [0.5]]), ("batch", "x"), device="reference")]
+    >>> total, clipped = per_example_layer_norm_clip(g, 1.0)
+    >>> total[0].array.tolist(), int(clipped[0])
+    ([1.5], 1)
+    """
+    leaves = tree_leaves(grads)
+    for leaf in leaves:
+        if not leaf.ty.has(batch_axis):
+            raise AccyError(
+                f"per_example_layer_norm_clip: a gradient of axes {leaf.axes} has no batch "
+                f"axis {batch_axis!r}"
+            )
+    sizes = [leaf.ty.size // leaf.shape[batch_axis] for leaf in leaves]
+
+    def one(g, size):
+        share = 1.0 / len(leaves) if uniform else size / sum(sizes)
+        total, count = per_example_global_norm_clip(
+            [g], global_l2_norm_clip * share**0.5, batch_axis
+        )
+        return total[0], count
+
+    results = [one(g, n) for g, n in zip(leaves, sizes, strict=True)]
+    treedef = flatten(grads)[1]
+    return unflatten(treedef, [r[0] for r in results]), unflatten(treedef, [r[1] for r in results])
 
 
 # -- muon --------------------------------------------------------------------------------------

@@ -119,11 +119,15 @@ from .wrappers import (
     MaskedState,
     MultiSteps,
     MultiStepsState,
+    WrappedSchedule,
+    WrappedScheduleState,
     inject_hyperparams,
     masked,
 )
 
 __all__ = [
+    "WrappedSchedule",
+    "WrappedScheduleState",
     "unitwise_norm",
     "unitwise_clip",
     "per_example_layer_norm_clip",

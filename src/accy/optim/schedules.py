@@ -27,12 +27,12 @@ Schedule = Callable[[Any], Any]
 
 
 def _count(count: Any) -> Any:
-    """The step count as f32 (an accy value, or a NumPy float32)."""
+    """The step count as f32: an accy value, or NumPy float32 (a scalar or an array of
+    counts, computed elementwise)."""
     if is_traced(count):
         return count.convert(f32) if count.dtype != f32 else count
-    if isinstance(count, np.ndarray) and count.ndim:
-        raise AccyError(f"schedule: the step count must be a scalar, got shape {count.shape}")
-    return np.float32(count)
+    counts = np.asarray(count, np.float32)
+    return counts if counts.ndim else np.float32(counts)
 
 
 def _where(condition: Any, on_true: Any, on_false: Any) -> Any:
@@ -40,7 +40,7 @@ def _where(condition: Any, on_true: Any, on_false: Any) -> Any:
         if not is_traced(on_true) and not is_traced(on_false):
             on_true = condition.builder.scalar(f32, float(on_true))
         return condition.builder.select(condition, on_true, on_false)
-    return np.float32(on_true if condition else on_false)
+    return _float(np.where(condition, on_true, on_false))
 
 
 def _minimum(a: Any, b: Any) -> Any:
@@ -76,8 +76,11 @@ def _pow(base: Any, exponent: Any) -> Any:
 
 
 def _float(value: Any) -> Any:
-    """A schedule's result: NumPy float32 for NumPy inputs."""
-    return value if is_traced(value) else np.float32(value)
+    """A schedule's result: NumPy float32 (a scalar, or an array for an array of counts)."""
+    if is_traced(value):
+        return value
+    value = np.asarray(value, np.float32)
+    return value if value.ndim else np.float32(value)
 
 
 # -- schedules ---------------------------------------------------------------------------------
@@ -223,11 +226,10 @@ def join_schedules(schedules: Sequence[Schedule], boundaries: Sequence[int]) -> 
     def schedule(count):
         value = schedules[0](count)
         for boundary, following in zip(boundaries, schedules[1:], strict=True):
-            shifted = following(count - boundary)
-            if is_traced(count):
-                value = _where(count < boundary, value, shifted)
-            else:
-                value = value if count < boundary else shifted
+            shifted = following(
+                count - boundary if is_traced(count) else np.asarray(count) - boundary
+            )
+            value = _where(count < boundary, value, shifted)
         return _float(value)
 
     return schedule
@@ -344,10 +346,10 @@ def piecewise_interpolate_schedule(
 
     def schedule(count):
         c = _count(count)
-        value: Any = np.float32(0.0)
+        value: Any = 0.0
         for lo, hi, start, end in zip(bounds, bounds[1:], values, values[1:], strict=False):
             fraction = (c - float(lo)) / float(max(hi - lo, 1))
-            inside = (c >= float(lo)) & (c < float(hi)) if is_traced(c) else lo <= c < hi
+            inside = (c >= float(lo)) & (c < float(hi))
             value = value + _where(inside, interpolate(float(start), float(end), fraction), 0.0)
         value = value + _where(c >= float(bounds[-1]), float(values[-1]), 0.0)
         return _float(value)

@@ -64,9 +64,10 @@ def _moment(g: Any, t: Any, decay: Any, order: int) -> Any:
     return (1.0 - d) * (g if order == 1 else g * g) + d * t
 
 
-def _rate(value: Any, count: Any) -> Any:
-    """A hyperparameter that may be a schedule, at step `count`."""
-    return value(count) if callable(value) else value
+def _keep(new: Any, old: Any) -> Any:
+    """New state leaves in the dtypes of the old ones: a state keeps its types from step to
+    step (gradients of another dtype than the parameters' included)."""
+    return tree_map(lambda n, o: n.convert(o.dtype), new, old)
 
 
 # -- scaling -----------------------------------------------------------------------------------
@@ -256,7 +257,7 @@ def scale_by_adam(
             return out.convert(g.dtype), cast(m, mu_dtype or g.dtype), v.convert(g.dtype)
 
         out, mu, nu = leafwise(one, 3, updates, state.mu, state.nu, where="scale_by_adam")
-        return out, ScaleByAdamState(count, mu, nu)
+        return out, ScaleByAdamState(count, _keep(mu, state.mu), _keep(nu, state.nu))
 
     return GradientTransformation(init, update)
 
@@ -308,7 +309,9 @@ def scale_by_amsgrad(
         out, mu, nu, nu_max = leafwise(
             one, 4, updates, state.mu, state.nu, state.nu_max, where="scale_by_amsgrad"
         )
-        return out, ScaleByAmsgradState(count, mu, nu, nu_max)
+        return out, ScaleByAmsgradState(
+            count, _keep(mu, state.mu), _keep(nu, state.nu), _keep(nu_max, state.nu_max)
+        )
 
     return GradientTransformation(init, update)
 
@@ -336,7 +339,7 @@ def scale_by_adamax(b1: Any = 0.9, b2: Any = 0.999, eps: Any = 1e-8) -> Gradient
             return out.convert(g.dtype), m.convert(g.dtype), v.convert(g.dtype)
 
         out, mu, nu = leafwise(one, 3, updates, state.mu, state.nu, where="scale_by_adamax")
-        return out, ScaleByAdamState(count, mu, nu)
+        return out, ScaleByAdamState(count, _keep(mu, state.mu), _keep(nu, state.nu))
 
     return GradientTransformation(init, update)
 
@@ -414,8 +417,8 @@ def scale_by_rms(
 
         out, nu = leafwise(one, 2, updates, state.nu, where="scale_by_rms")
         if bias_correction:
-            return out, ScaleByRmsWithCountState(count, nu)
-        return out, ScaleByRmsState(nu)
+            return out, ScaleByRmsWithCountState(count, _keep(nu, state.nu))
+        return out, ScaleByRmsState(_keep(nu, state.nu))
 
     return GradientTransformation(init, update)
 
@@ -465,8 +468,10 @@ def scale_by_stddev(
 
         out, mu, nu = leafwise(one, 3, updates, state.mu, state.nu, where="scale_by_stddev")
         if bias_correction:
-            return out, ScaleByRStdDevWithCountState(count, mu, nu)
-        return out, ScaleByRStdDevState(mu, nu)
+            return out, ScaleByRStdDevWithCountState(
+                count, _keep(mu, state.mu), _keep(nu, state.nu)
+            )
+        return out, ScaleByRStdDevState(_keep(mu, state.mu), _keep(nu, state.nu))
 
     return GradientTransformation(init, update)
 
@@ -493,7 +498,7 @@ def scale_by_rss(initial_accumulator_value: Any = 0.1, eps: Any = 1e-7) -> Gradi
             return (inverse * wide).convert(g.dtype), s.convert(g.dtype)
 
         out, s = leafwise(one, 2, updates, state.sum_of_squares, where="scale_by_rss")
-        return out, ScaleByRssState(s)
+        return out, ScaleByRssState(_keep(s, state.sum_of_squares))
 
     return GradientTransformation(init, update)
 
@@ -537,7 +542,7 @@ def scale_by_belief(
             return out.convert(g.dtype), m.convert(g.dtype), s.convert(g.dtype)
 
         out, mu, nu = leafwise(one, 3, updates, state.mu, state.nu, where="scale_by_belief")
-        return out, ScaleByBeliefState(count, mu, nu)
+        return out, ScaleByBeliefState(count, _keep(mu, state.mu), _keep(nu, state.nu))
 
     return GradientTransformation(init, update)
 
@@ -576,7 +581,7 @@ def scale_by_yogi(
             return out.convert(g.dtype), m.convert(g.dtype), v.convert(g.dtype)
 
         out, mu, nu = leafwise(one, 3, updates, state.mu, state.nu, where="scale_by_yogi")
-        return out, ScaleByAdamState(count, mu, nu)
+        return out, ScaleByAdamState(count, _keep(mu, state.mu), _keep(nu, state.nu))
 
     return GradientTransformation(init, update)
 
@@ -623,7 +628,7 @@ def scale_by_radam(
             return out.convert(g.dtype), m.convert(g.dtype), v.convert(g.dtype)
 
         out, mu, nu = leafwise(one, 3, updates, state.mu, state.nu, where="scale_by_radam")
-        return out, ScaleByAdamState(count, mu, nu)
+        return out, ScaleByAdamState(count, _keep(mu, state.mu), _keep(nu, state.nu))
 
     return GradientTransformation(init, update)
 
@@ -1195,6 +1200,6 @@ def scale_by_muon(
             return out.convert(g.dtype), cast(m, mu_dtype or g.dtype)
 
         out, mu = leafwise(one, 2, updates, state.mu, where="scale_by_muon")
-        return out, MuonState(count, mu)
+        return out, MuonState(count, _keep(mu, state.mu))
 
     return GradientTransformation(init, update)

@@ -25,6 +25,7 @@ from ..frontend.tracing import flatten, unflatten
 from .base import (
     GradientTransformation,
     compute_in,
+    first_leaf,
     full_like,
     is_traced,
     prefix_leaves,
@@ -205,15 +206,57 @@ def _select_trees(choose: Callable, old: Any, new: Any) -> Any:
 class InjectHyperparamsState(NamedTuple):
     count: Any
     hyperparams: dict
+    hyperparams_states: dict
     inner_state: Any
 
 
+class WrappedScheduleState(NamedTuple):
+    count: Any
+
+
+class WrappedSchedule:
+    """A schedule of the step count as a stateful schedule (optax.WrappedSchedule):
+    `init()` is the count 0, `update(state, **extra)` counts one step, `self(state)` is the
+    schedule's value at the count."""
+
+    def __init__(self, schedule_fn: Callable[[Any], Any]):
+        self.schedule_fn = schedule_fn
+
+    def init(self, like: Any = None) -> WrappedScheduleState:
+        """Step 0 (an i32 scalar where `like` lives)."""
+        return WrappedScheduleState(scalar_like(like, i32, 0))
+
+    def update(self, state: WrappedScheduleState, **extra: Any) -> WrappedScheduleState:
+        """One step more."""
+        return WrappedScheduleState(safe_increment(state.count))
+
+    def __call__(self, state: WrappedScheduleState, **extra: Any) -> Any:
+        return self.schedule_fn(state.count)
+
+
+def is_stateful_schedule(value: Any) -> bool:
+    """An object with `init()`, `update(state, **extra)` and `__call__(state, **extra)`, as
+    optax's StatefulSchedule."""
+    return (
+        callable(value)
+        and callable(getattr(value, "init", None))
+        and callable(getattr(value, "update", None))
+    )
+
+
 def _highest_float(params: Any) -> DType:
-    widest = f32
-    for leaf in tree_leaves(params):
-        if leaf.dtype.name == "f64":
-            widest = leaf.dtype
-    return widest
+    """The widest float dtype among the leaves (optax.tree.dtype(params, "highest"))."""
+    order = ["bf16", "f16", "f32", "f64"]
+    found = [leaf.dtype for leaf in tree_leaves(params) if leaf.dtype.is_float]
+    return max(found, key=lambda d: order.index(d.name)) if found else f32
+
+
+def _is_float_value(value: Any) -> bool:
+    if is_traced(value):
+        return value.dtype.is_float
+    if isinstance(value, np.ndarray | np.generic):
+        return value.dtype.kind == "f"
+    return isinstance(value, float)
 
 
 def inject_hyperparams(
@@ -224,10 +267,12 @@ def inject_hyperparams(
     """`inner_factory` (an optimizer such as `accy.optim.adam`) whose float hyperparameters
     live in the state, as optax.inject_hyperparams: `state.hyperparams["learning_rate"]` can
     be read, or replaced between steps without recompiling; a schedule given for one is
-    evaluated at the step count. Python ints and bools, None, strings, functions named in
-    `static_args` and other objects stay fixed (ints size loops and pick axes in accy).
-    Float hyperparameters are kept in `hyperparam_dtype` (default: the widest float dtype of
-    the parameters, at least f32).
+    evaluated at the step count (a stateful schedule, with `init`/`update`, at its own
+    state in `state.hyperparams_states`). Python ints and bools, None, strings, integer
+    arrays (random keys), functions named in `static_args` and other objects stay fixed
+    (ints size loops and pick axes in accy). Float hyperparameters are kept in
+    `hyperparam_dtype`; without it, an accy array keeps its dtype and Python or NumPy numbers
+    take the widest float dtype of the parameters.
 
     >>> import accy, numpy as np
     >>> p = [accy.named(np.array([1.0], np.float32), ("a",), device="reference")]
@@ -259,43 +304,63 @@ def inject_hyperparams(
         for name, value in bound.arguments.items():
             if name in static or isinstance(value, bool | int) or value is None:
                 other[name] = value
-            elif callable(value):
+            elif is_stateful_schedule(value):
                 schedules[name] = value
-            elif isinstance(value, float | np.floating | np.ndarray) or is_traced(value):
+            elif callable(value):
+                schedules[name] = WrappedSchedule(value)
+            elif _is_float_value(value):
                 numeric[name] = value
             else:
                 other[name] = value
 
-        def hyperparams_at(count: Any, stored: dict, dtype: DType) -> dict:
-            values = {k: _as_dtype(v, dtype, count) for k, v in stored.items()}
-            for name, schedule in schedules.items():
-                values[name] = _as_dtype(schedule(count), dtype, count)
-            return values
+        def scheduled(states: dict, dtype: DType, like: Any, extra: dict) -> dict:
+            return {
+                k: _as_dtype(f(states[k], **extra), dtype, like, True) for k, f in schedules.items()
+            }
 
         def init(params):
             dtype = dtype_given or _highest_float(params)
-            count = zeros_count(params)
-            values = hyperparams_at(count, numeric, dtype)
+            like = first_leaf(params)
+            force = dtype_given is not None
+            values = {k: _as_dtype(v, dtype, like, force) for k, v in numeric.items()}
+            states = {
+                k: f.init(like) if isinstance(f, WrappedSchedule) else f.init()
+                for k, f in schedules.items()
+            }
+            values.update(scheduled(states, dtype, like, {}))
             return InjectHyperparamsState(
-                count, values, inner_factory(**other, **values).init(params)
+                zeros_count(params), values, states, inner_factory(**other, **values).init(params)
             )
 
         def update(updates, state, params=None, **extra):
             dtype = dtype_given or _highest_float(params if params is not None else updates)
-            stored = {k: v for k, v in state.hyperparams.items() if k not in schedules}
-            values = hyperparams_at(state.count, stored, dtype)
+            like = state.count
+            values = {
+                k: _as_dtype(v, dtype, like, dtype_given is not None)
+                for k, v in state.hyperparams.items()
+                if k not in schedules
+            }
+            values.update(scheduled(state.hyperparams_states, dtype, like, extra))
+            states = {
+                k: f.update(state.hyperparams_states[k], **extra) for k, f in schedules.items()
+            }
             updates, inner_state = inner_factory(**other, **values).update(
                 updates, state.inner_state, params, **extra
             )
-            return updates, InjectHyperparamsState(safe_increment(state.count), values, inner_state)
+            return updates, InjectHyperparamsState(
+                safe_increment(state.count), values, states, inner_state
+            )
 
         return GradientTransformation(init, update)
 
     return wrapped
 
 
-def _as_dtype(value: Any, dtype: DType, like: Any) -> Any:
-    """A hyperparameter as a scalar array of `dtype` where `like` lives."""
+def _as_dtype(value: Any, dtype: DType, like: Any, force: bool) -> Any:
+    """A hyperparameter as a scalar array where `like` lives: in `dtype`, or in its own
+    float dtype when it is an accy float array and `force` is False."""
     if is_traced(value):
-        return value.convert(dtype) if value.dtype.is_float else value
+        if value.dtype.is_float and not force:
+            return value
+        return value.convert(dtype)
     return scalar_like(like, dtype, float(np.asarray(value)))

@@ -64,6 +64,14 @@ def _moment(g: Any, t: Any, decay: Any, order: int) -> Any:
     return (1.0 - d) * (g if order == 1 else g * g) + d * t
 
 
+def _squares(params: Any, value: Any = 0.0) -> Any:
+    """A second moment (a running mean or sum of squared gradients) per parameter, filled with
+    `value`: in the parameter's dtype, except f32 for f16 parameters, whose squares of small
+    gradients would underflow to 0 (a gradient of 1e-4 has a square below f16's smallest
+    number) and whose range ends at 65504."""
+    return tree_map(lambda p: full_like(p, value, f32 if p.dtype.name == "f16" else None), params)
+
+
 def _keep(new: Any, old: Any) -> Any:
     """New state leaves in the dtypes of the old ones: a state keeps its types from step to
     step (gradients of another dtype than the parameters' included)."""
@@ -243,7 +251,7 @@ def scale_by_adam(
 
     def init(params):
         return ScaleByAdamState(
-            zeros_count(params), tree_zeros_like(params, mu_dtype), tree_zeros_like(params)
+            zeros_count(params), tree_zeros_like(params, mu_dtype), _squares(params)
         )
 
     def update(updates, state, params=None, **extra):
@@ -286,8 +294,12 @@ def scale_by_amsgrad(
     mu_dtype = resolve_dtype(mu_dtype, "scale_by_amsgrad")
 
     def init(params):
-        z = tree_zeros_like
-        return ScaleByAmsgradState(zeros_count(params), z(params, mu_dtype), z(params), z(params))
+        return ScaleByAmsgradState(
+            zeros_count(params),
+            tree_zeros_like(params, mu_dtype),
+            _squares(params),
+            _squares(params),
+        )
 
     def update(updates, state, params=None, **extra):
         count = safe_increment(state.count)
@@ -400,7 +412,7 @@ def scale_by_rms(
     from .base import bias_correction as correct
 
     def init(params):
-        nu = tree_full_like(params, initial_scale)
+        nu = _squares(params, initial_scale)
         if bias_correction:
             return ScaleByRmsWithCountState(zeros_count(params), nu)
         return ScaleByRmsState(nu)
@@ -449,7 +461,7 @@ def scale_by_stddev(
     from .base import bias_correction as correct
 
     def init(params):
-        mu, nu = tree_zeros_like(params), tree_full_like(params, initial_scale)
+        mu, nu = tree_zeros_like(params), _squares(params, initial_scale)
         if bias_correction:
             return ScaleByRStdDevWithCountState(zeros_count(params), mu, nu)
         return ScaleByRStdDevState(mu, nu)
@@ -488,7 +500,7 @@ def scale_by_rss(initial_accumulator_value: Any = 0.1, eps: Any = 1e-7) -> Gradi
     """
 
     def init(params):
-        return ScaleByRssState(tree_full_like(params, initial_accumulator_value))
+        return ScaleByRssState(_squares(params, initial_accumulator_value))
 
     def update(updates, state, params=None, **extra):
         def one(g, s):
@@ -524,9 +536,7 @@ def scale_by_belief(
     """
 
     def init(params):
-        return ScaleByBeliefState(
-            zeros_count(params), tree_zeros_like(params), tree_zeros_like(params)
-        )
+        return ScaleByBeliefState(zeros_count(params), tree_zeros_like(params), _squares(params))
 
     def update(updates, state, params=None, **extra):
         count = safe_increment(state.count)
@@ -565,7 +575,7 @@ def scale_by_yogi(
         return ScaleByAdamState(
             zeros_count(params),
             full(params, initial_accumulator_value),
-            full(params, initial_accumulator_value),
+            _squares(params, initial_accumulator_value),
         )
 
     def update(updates, state, params=None, **extra):
@@ -604,9 +614,7 @@ def scale_by_radam(
     ro_inf = 2.0 / (1.0 - b2) - 1.0
 
     def init(params):
-        return ScaleByAdamState(
-            zeros_count(params), tree_zeros_like(params), tree_zeros_like(params)
-        )
+        return ScaleByAdamState(zeros_count(params), tree_zeros_like(params), _squares(params))
 
     def update(updates, state, params=None, **extra):
         count = safe_increment(state.count)

@@ -24,19 +24,26 @@ from .transforms import (
     clip_by_block_rms,
     ema,
     scale,
+    scale_by_adadelta,
     scale_by_adam,
     scale_by_adamax,
+    scale_by_adan,
     scale_by_amsgrad,
     scale_by_belief,
     scale_by_factored_rms,
     scale_by_learning_rate,
     scale_by_lion,
     scale_by_muon,
+    scale_by_novograd,
+    scale_by_optimistic_gradient,
     scale_by_param_block_rms,
+    scale_by_polyak,
     scale_by_radam,
     scale_by_rms,
+    scale_by_rprop,
     scale_by_rss,
     scale_by_sign,
+    scale_by_sm3,
     scale_by_stddev,
     scale_by_trust_ratio,
     scale_by_yogi,
@@ -458,3 +465,167 @@ def muon(
         nesterov=nesterov,
     )
     return chain(masked(matrices, is_matrix), masked(others, is_other))
+
+
+def adadelta(
+    learning_rate: Any = None,
+    rho: Any = 0.9,
+    eps: Any = 1e-6,
+    weight_decay: Any = 0.0,
+    weight_decay_mask: Any = None,
+) -> GradientTransformation:
+    """AdaDelta (optax.adadelta).
+
+    >>> len(adadelta(0.1).init([]))
+    3
+    """
+    return chain(
+        add_decayed_weights(weight_decay, mask=weight_decay_mask),
+        scale_by_adadelta(rho, eps),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+def adan(
+    learning_rate: Any,
+    b1: Any = 0.98,
+    b2: Any = 0.92,
+    b3: Any = 0.99,
+    eps: Any = 1e-8,
+    eps_root: Any = 1e-8,
+    weight_decay: Any = 0.0,
+    mask: Any = None,
+) -> GradientTransformation:
+    """Adan (optax.adan).
+
+    >>> len(adan(0.1).init([]))
+    3
+    """
+    return chain(
+        scale_by_adan(b1, b2, b3, eps, eps_root),
+        add_decayed_weights(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+def fromage(learning_rate: Any, min_norm: Any = 1e-6) -> GradientTransformation:
+    """Fromage (optax.fromage): trust-ratio steps with a shrinking of the weights.
+
+    >>> len(fromage(0.1).init([]))
+    3
+    """
+    if callable(learning_rate):
+
+        def shrink(count):
+            return 1.0 / (1.0 + learning_rate(count) ** 2.0) ** 0.5
+
+        return chain(
+            scale_by_trust_ratio(min_norm),
+            scale_by_learning_rate(lambda c: shrink(c) * learning_rate(c)),
+            add_decayed_weights(lambda c: shrink(c) - 1.0),
+        )
+    shrink = 1.0 / (1.0 + learning_rate**2) ** 0.5
+    return chain(
+        scale_by_trust_ratio(min_norm),
+        scale_by_learning_rate(learning_rate * shrink),
+        add_decayed_weights(shrink - 1.0),
+    )
+
+
+def novograd(
+    learning_rate: Any,
+    b1: Any = 0.9,
+    b2: Any = 0.25,
+    eps: Any = 1e-6,
+    eps_root: Any = 0.0,
+    weight_decay: Any = 0.0,
+) -> GradientTransformation:
+    """NovoGrad (optax.novograd).
+
+    >>> len(novograd(0.1).init([]))
+    2
+    """
+    return chain(
+        scale_by_novograd(b1, b2, eps, eps_root, weight_decay),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+def optimistic_gradient_descent(
+    learning_rate: Any, alpha: Any = 1.0, beta: Any = 1.0
+) -> GradientTransformation:
+    """Optimistic gradient descent (optax.optimistic_gradient_descent).
+
+    >>> len(optimistic_gradient_descent(0.1).init([]))
+    2
+    """
+    return chain(scale_by_optimistic_gradient(alpha, beta), scale_by_learning_rate(learning_rate))
+
+
+def optimistic_adam_v2(
+    learning_rate: Any,
+    *,
+    alpha: Any = 1.0,
+    beta: Any = 1.0,
+    b1: Any = 0.9,
+    b2: Any = 0.999,
+    eps: Any = 1e-08,
+    eps_root: Any = 0.0,
+    mu_dtype: Any = None,
+    nesterov: bool = True,
+) -> GradientTransformation:
+    """Optimistic Adam (optax.optimistic_adam_v2).
+
+    >>> len(optimistic_adam_v2(0.1).init([]))
+    3
+    """
+    return chain(
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
+        scale_by_optimistic_gradient(alpha, beta),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+def polyak_sgd(
+    max_learning_rate: Any = 1.0,
+    scaling: Any = 1.0,
+    f_min: Any = 0.0,
+    eps: Any = 0.0,
+    variant: str = "sps",
+) -> GradientTransformation:
+    """SGD with Polyak step sizes (optax.polyak_sgd); `update` needs `value=loss`.
+
+    >>> len(polyak_sgd().init([]))
+    2
+    """
+    return chain(
+        sgd(learning_rate=scaling),
+        scale_by_polyak(f_min=f_min, max_learning_rate=max_learning_rate, eps=eps, variant=variant),
+    )
+
+
+def rprop(
+    learning_rate: Any,
+    eta_minus: Any = 0.5,
+    eta_plus: Any = 1.2,
+    min_step_size: Any = 1e-6,
+    max_step_size: Any = 50.0,
+) -> GradientTransformation:
+    """Rprop (optax.rprop).
+
+    >>> len(rprop(0.1).init([]))
+    2
+    """
+    return chain(
+        scale_by_rprop(learning_rate, eta_minus, eta_plus, min_step_size, max_step_size),
+        scale(-1.0),
+    )
+
+
+def sm3(learning_rate: Any, momentum: Any = 0.9) -> GradientTransformation:
+    """SM3 (optax.sm3).
+
+    >>> len(sm3(0.1).init([]))
+    2
+    """
+    return chain(scale_by_sm3(momentum), scale(-learning_rate))

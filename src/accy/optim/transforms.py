@@ -72,6 +72,13 @@ def _squares(params: Any, value: Any = 0.0) -> Any:
     return tree_map(lambda p: full_like(p, value, f32 if p.dtype.name == "f16" else None), params)
 
 
+def scalar_like_bool(params: Any, value: bool, dtype: Any) -> Any:
+    """A bool scalar where the parameters live."""
+    from .base import first_leaf, scalar_like
+
+    return scalar_like(first_leaf(params), dtype, value)
+
+
 def _keep(new: Any, old: Any) -> Any:
     """New state leaves in the dtypes of the old ones: a state keeps its types from step to
     step (gradients of another dtype than the parameters' included)."""
@@ -1099,6 +1106,329 @@ def per_example_layer_norm_clip(
     results = [one(g, n) for g, n in zip(leaves, sizes, strict=True)]
     treedef = flatten(grads)[1]
     return unflatten(treedef, [r[0] for r in results]), unflatten(treedef, [r[1] for r in results])
+
+
+# -- the rest of optax's scalings --------------------------------------------------------------
+
+
+class ScaleByAdaDeltaState(NamedTuple):
+    e_g: Any
+    e_x: Any
+
+
+def scale_by_adadelta(rho: Any = 0.9, eps: Any = 1e-6) -> GradientTransformation:
+    """AdaDelta: `sqrt(E[dx^2] + eps) / sqrt(E[g^2] + eps) * g` (optax.scale_by_adadelta).
+
+    >>> scale_by_adadelta().init([])
+    ScaleByAdaDeltaState(e_g=[], e_x=[])
+    """
+
+    def init(params):
+        return ScaleByAdaDeltaState(_squares(params), _squares(params))
+
+    def update(updates, state, params=None, **extra):
+        def one(g, e_g, e_x):
+            e_g = _moment(g, e_g, rho, 2)
+            e = _hyper(eps, e_g)
+            out = ((_wide(e_x) + e).sqrt() / (e_g + e).sqrt()) * _wide(g)
+            return out.convert(g.dtype), e_g, _moment(out, e_x, rho, 2)
+
+        out, e_g, e_x = leafwise(one, 3, updates, state.e_g, state.e_x, where="scale_by_adadelta")
+        return out, ScaleByAdaDeltaState(_keep(e_g, state.e_g), _keep(e_x, state.e_x))
+
+    return GradientTransformation(init, update)
+
+
+class ScaleByAdanState(NamedTuple):
+    m: Any
+    v: Any
+    n: Any
+    g: Any
+    t: Any
+
+
+def scale_by_adan(
+    b1: Any = 0.98, b2: Any = 0.92, b3: Any = 0.99, eps: Any = 1e-8, eps_root: Any = 0.0
+) -> GradientTransformation:
+    """Adan: Nesterov-style moments of the gradient and of its difference between steps
+    (optax.scale_by_adan).
+
+    >>> scale_by_adan().init([])[:4]
+    ([], [], [], [])
+    """
+
+    def init(params):
+        z = tree_zeros_like
+        return ScaleByAdanState(
+            z(params), z(params), _squares(params), z(params), zeros_count(params)
+        )
+
+    def update(updates, state, params=None, **extra):
+        t = safe_increment(state.t)
+        first = state.t.eq(0)
+
+        def one(g, m, v, n, previous):
+            wide = _wide(g)
+            diff = g.builder.select(first, 0.0, wide - _wide(previous))
+            m, v = _moment(wide, m, b1, 1), _moment(diff, v, b2, 1)
+            square = wide + (1.0 - _hyper(b2, wide)) * diff
+            n = _moment(square, n, b3, 2)
+            m_hat, v_hat = bias_correction(m, b1, t), bias_correction(v, b2, t)
+            n_hat = bias_correction(n, b3, t).convert(m_hat.dtype)
+            u = m_hat + (1.0 - _hyper(b2, m_hat)) * v_hat
+            out = u / ((n_hat + _hyper(eps_root, n_hat)).sqrt() + _hyper(eps, n_hat))
+            return out.convert(g.dtype), m, v, n, g
+
+        out, m, v, n, g = leafwise(
+            one, 5, updates, state.m, state.v, state.n, state.g, where="scale_by_adan"
+        )
+        keep = _keep
+        return out, ScaleByAdanState(
+            keep(m, state.m), keep(v, state.v), keep(n, state.n), keep(g, state.g), t
+        )
+
+    return GradientTransformation(init, update)
+
+
+class ScaleByNovogradState(NamedTuple):
+    count: Any
+    mu: Any
+    nu: Any
+
+
+def scale_by_novograd(
+    b1: Any = 0.9,
+    b2: Any = 0.25,
+    eps: Any = 1e-8,
+    eps_root: Any = 0.0,
+    weight_decay: Any = 0.0,
+    mu_dtype: Any = None,
+) -> GradientTransformation:
+    """NovoGrad: a second moment per layer (the squared norm of each leaf's gradient), the
+    first step initialising the moments (optax.scale_by_novograd; selected, not branched).
+
+    >>> scale_by_novograd().init([])[1:]
+    ([], [])
+    """
+    mu_dtype = resolve_dtype(mu_dtype, "scale_by_novograd")
+
+    def init(params):
+        nu = tree_map(lambda p: zeros_shaped(p, {}, f32 if p.dtype.name == "f16" else None), params)
+        return ScaleByNovogradState(zeros_count(params), tree_zeros_like(params, mu_dtype), nu)
+
+    def update(updates, state, params=None, **extra):
+        needs_params(params, "scale_by_novograd")
+        count = safe_increment(state.count)
+        first = count.eq(1)
+
+        def one(g, m, v, p):
+            wide = _wide(g)
+            norm2 = (wide * wide).sum().convert(compute_in(v.dtype))
+            v = g.builder.select(first, norm2, _moment(norm2, v, b2, 1))
+            root = (v.convert(wide.dtype) + _hyper(eps_root, wide)).sqrt()
+            step = wide / (root + _hyper(eps, wide))
+            step = step + _hyper(weight_decay, wide) * _wide(p).convert(wide.dtype)
+            m = g.builder.select(
+                first, step, _hyper(b1, step) * _wide(m).convert(step.dtype) + step
+            )
+            return m.convert(g.dtype), m, v
+
+        out, mu, nu = leafwise(
+            one, 3, updates, state.mu, state.nu, params, where="scale_by_novograd"
+        )
+        return out, ScaleByNovogradState(count, _keep(mu, state.mu), _keep(nu, state.nu))
+
+    return GradientTransformation(init, update)
+
+
+class ScaleByOptimisticGradientState(NamedTuple):
+    is_initial_step: Any
+    previous_gradient: Any
+
+
+def scale_by_optimistic_gradient(alpha: Any = 1.0, beta: Any = 1.0) -> GradientTransformation:
+    """Optimistic gradient: `(alpha + beta) g - beta g_previous` (the first step uses g for
+    g_previous), as optax.scale_by_optimistic_gradient.
+
+    >>> scale_by_optimistic_gradient().init([]).previous_gradient
+    []
+    """
+
+    def init(params):
+        from ..core.types import bool_
+
+        flag = scalar_like_bool(params, True, bool_)
+        return ScaleByOptimisticGradientState(flag, tree_zeros_like(params))
+
+    def update(updates, state, params=None, **extra):
+        def one(g, previous):
+            wide = _wide(g)
+            prev = g.builder.select(
+                state.is_initial_step, wide, _wide(previous).convert(wide.dtype)
+            )
+            a, b = _hyper(alpha, wide), _hyper(beta, wide)
+            return ((a + b) * wide - b * prev).convert(g.dtype)
+
+        out = tree_map(one, updates, state.previous_gradient, where="scale_by_optimistic_gradient")
+        flag = state.is_initial_step.builder.select(
+            state.is_initial_step, False, state.is_initial_step
+        )
+        kept = _keep(updates, state.previous_gradient)
+        return out, ScaleByOptimisticGradientState(flag, kept)
+
+    return GradientTransformation(init, update)
+
+
+def _squared_global_norm(tree: Any) -> Any:
+    total = None
+    for leaf in tree_leaves(tree):
+        wide = _wide(leaf)
+        part = (wide * wide).sum().convert(f32 if leaf.dtype.name != "f64" else leaf.dtype)
+        total = part if total is None else total + part.convert(total.dtype)
+    if total is None:
+        raise AccyError("scale_by_polyak: the updates' tree has no arrays")
+    return total
+
+
+def scale_by_polyak(
+    f_min: Any = 0.0, max_learning_rate: Any = 1.0, eps: Any = 0.0, variant: str = "sps"
+) -> GradientTransformation:
+    """The Polyak step size `min((value - f_min) / (|g|^2 + eps), max_learning_rate)` times
+    the updates; `update` needs the loss as the keyword `value` (optax.scale_by_polyak;
+    variant "sps+" clips the gap at 0).
+
+    >>> scale_by_polyak().init([])
+    EmptyState()
+    """
+    if variant not in ("sps", "sps+"):
+        raise AccyError(f"scale_by_polyak: variant={variant!r}; it must be 'sps' or 'sps+'")
+
+    def update(updates, state, params=None, *, value=None, **extra):
+        if value is None:
+            raise AccyError(
+                "scale_by_polyak: update needs the loss: update(grads, state, params, value=loss)"
+            )
+        norm2 = _squared_global_norm(updates)
+        if hasattr(value, "ty"):
+            gap = value.convert(norm2.dtype) - f_min
+        else:
+            gap = norm2.builder.scalar(norm2.dtype, float(value) - f_min)
+        if variant == "sps+":
+            gap = gap.max(0.0)
+        step = norm2.builder.select(
+            norm2 + _hyper(eps, norm2) <= 2.220446049250313e-16,
+            0.0,
+            (gap / (norm2 + _hyper(eps, norm2))).min(_hyper(max_learning_rate, norm2)),
+        )
+        return tree_map(
+            lambda g: (_wide(g) * step.convert(compute_in(g.dtype))).convert(g.dtype), updates
+        ), state
+
+    return GradientTransformation(init_empty_state, update)
+
+
+class ScaleByRpropState(NamedTuple):
+    step_sizes: Any
+    prev_updates: Any
+
+
+def scale_by_rprop(
+    learning_rate: Any,
+    eta_minus: Any = 0.5,
+    eta_plus: Any = 1.2,
+    min_step_size: Any = 1e-6,
+    max_step_size: Any = 50.0,
+) -> GradientTransformation:
+    """Rprop: per-element step sizes grown by `eta_plus` while the gradient keeps its sign,
+    shrunk by `eta_minus` when it flips (optax.scale_by_rprop).
+
+    >>> scale_by_rprop(0.1).init([])
+    ScaleByRpropState(step_sizes=[], prev_updates=[])
+    """
+
+    def init(params):
+        return ScaleByRpropState(tree_full_like(params, learning_rate), tree_zeros_like(params))
+
+    def update(updates, state, params=None, **extra):
+        def one(g, size, prev):
+            select = g.builder.select
+            wide, size_w, prev_w = _wide(g), _wide(size), _wide(prev)
+            sign = wide * prev_w.convert(wide.dtype)
+            plus, minus = _hyper(eta_plus, size_w), _hyper(eta_minus, size_w)
+            if not hasattr(plus, "ty"):
+                plus = g.builder.scalar(size_w.dtype, plus)
+            grown = size_w * select(sign > 0.0, plus, minus)
+            grown = grown.max(_hyper(min_step_size, size_w)).min(_hyper(max_step_size, size_w))
+            size_w = select(sign.eq(0.0), size_w, grown)
+            new_prev = select(sign < 0.0, 0.0, size_w * wide.sign())
+            # as optax: the update is the previous step's, zero where the sign flipped
+            out = select(sign < 0.0, 0.0, prev_w)
+            return out.convert(g.dtype), size_w, new_prev
+
+        out, sizes, prev = leafwise(
+            one, 3, updates, state.step_sizes, state.prev_updates, where="scale_by_rprop"
+        )
+        return out, ScaleByRpropState(
+            _keep(sizes, state.step_sizes), _keep(prev, state.prev_updates)
+        )
+
+    return GradientTransformation(init, update)
+
+
+class ScaleBySM3State(NamedTuple):
+    mu: Any
+    nu: Any
+
+
+def scale_by_sm3(b1: Any = 0.9, b2: Any = 1.0, eps: Any = 1e-8) -> GradientTransformation:
+    """SM3: a second-moment cover of one accumulator per axis (each over that axis alone; the
+    estimate at an element is the minimum over its axes), then momentum (optax.scale_by_sm3).
+
+    >>> scale_by_sm3().init([])
+    ScaleBySM3State(mu=[], nu=[])
+    """
+
+    def accumulators(p):
+        if len(p.axes) == 0:
+            return [zeros_shaped(p, {})]
+        return [zeros_shaped(p, {a: p.shape[a]}) for a in p.axes]
+
+    def init(params):
+        leaves, treedef = flatten(params)
+        return ScaleBySM3State(
+            unflatten(treedef, [accumulators(p) for p in leaves]), tree_zeros_like(params)
+        )
+
+    def update(updates, state, params=None, **extra):
+        leaves, treedef = flatten(updates)
+        covers = treedef.flatten_up_to(state.mu)
+        nus = tree_leaves(state.nu)
+        outs, new_covers, new_nus = [], [], []
+        for g, cover, nu in zip(leaves, covers, nus, strict=True):
+            wide = _wide(g)
+            estimate = cover[0].convert(wide.dtype)
+            for c in cover[1:]:
+                estimate = estimate.min(c.convert(wide.dtype))
+            first = 1.0 - b2 if b2 != 1.0 else 1.0
+            accum = first * (wide * wide) + b2 * estimate
+            inverse = g.builder.select(accum > 0.0, (accum + _hyper(eps, accum)).rsqrt(), 0.0)
+            nu_new = _moment(inverse * wide, nu, b1, 1)
+            outs.append(nu_new.convert(g.dtype))
+            new_nus.append(nu_new.convert(nu.dtype))
+            if len(g.axes) < 2:
+                new_covers.append([accum.convert(c.dtype) for c in cover])
+            else:
+                new_covers.append(
+                    [
+                        accum.max([b for b in g.axes if b != a]).convert(c.dtype)
+                        for a, c in zip(g.axes, cover, strict=True)
+                    ]
+                )
+        return unflatten(treedef, outs), ScaleBySM3State(
+            unflatten(treedef, new_covers), unflatten(treedef, new_nus)
+        )
+
+    return GradientTransformation(init, update)
 
 
 # -- muon --------------------------------------------------------------------------------------

@@ -13,6 +13,11 @@ with their axes; no pickle anywhere, so loading runs no code from the file.
 dtypes; a `CheckpointError` names the first key that differs) and returns a tree of `like`'s
 structure on `like`'s devices; without `like` it rebuilds trees of dicts, lists and tuples.
 
+On a mesh, `save(path, tree, mesh=mesh, axis_mapping=mapping)` writes each device's blocks
+(as `accy.shard` splits the arrays) to a file of their own and `path` as the index, last;
+`load` puts the whole arrays back together, and `load_block(path, like, mesh, mapping, rank)`
+gives one device's blocks on any mesh (re-sharding). A save on one mesh loads on another.
+
 >>> import accy, numpy as np, os, tempfile
 >>> tree = {"w": accy.named(np.ones((2, 3), np.float32), ("in", "out")), "step": 3}
 >>> path = os.path.join(tempfile.mkdtemp(), "ckpt.safetensors")
@@ -29,6 +34,7 @@ import json
 import os
 import struct
 import tempfile
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,8 +64,20 @@ _ACCY_DTYPES = {v: DTYPES[k] for k, v in _SAFETENSORS_DTYPES.items()}
 # -- saving ------------------------------------------------------------------------------------
 
 
-def save(path: str | os.PathLike, tree: Any) -> None:
+def save(
+    path: str | os.PathLike,
+    tree: Any,
+    mesh: Any = None,
+    axis_mapping: dict[str, str] | None = None,
+) -> None:
     """Write `tree` to `path` as one safetensors file, atomically (see the module's doc).
+
+    With a `mesh` (an `accy.Mesh`) and its `axis_mapping`, every device's blocks go to a file
+    of their own (`<path>.<id>.rank<r>-of-<n>.safetensors`, as `accy.shard` splits each array:
+    every mapped axis whose extent the devices divide; whole leaves go with rank 0), and
+    `path` becomes the index that names them. The index is written last, atomically, so a
+    save killed before it leaves the previous checkpoint (index and shards) intact; the
+    previous save's shards are removed once the index points at the new ones.
 
     >>> import accy, numpy as np, os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "t.safetensors")
@@ -74,21 +92,26 @@ def save(path: str | os.PathLike, tree: Any) -> None:
         array, entry = _encode_leaf(key, leaf)
         arrays.append(array)
         entries.append(entry)
-    metadata = {
-        "format": FORMAT,
-        "leaves": json.dumps(entries),
-        "structure": json.dumps(_structure(tree, "")),
-    }
-    specs = {
+    metadata = {"format": FORMAT, "structure": json.dumps(_structure(tree, ""))}
+    if mesh is None:
+        if axis_mapping is not None:
+            raise CheckpointError("save: axis_mapping= needs mesh= (the mesh it maps onto)")
+        metadata["leaves"] = json.dumps(entries)
+        _write_atomically(path, dict(zip(keys, arrays, strict=True)), metadata)
+        return
+    _save_sharded(path, keys, arrays, entries, metadata, mesh, axis_mapping or {})
+
+
+def _specs(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    return {
         key: safetensors.TensorSpec(
             dtype=array.dtype.name,
             shape=list(array.shape),
             data_ptr=array.ctypes.data,
             data_len=array.nbytes,
         )
-        for key, array in zip(keys, arrays, strict=True)
+        for key, array in arrays.items()
     }
-    _write_atomically(path, specs, metadata, arrays)
 
 
 def _flatten(tree: Any) -> tuple[list[str], list[Any], Any]:
@@ -162,7 +185,7 @@ def _structure(tree: Any, key: str) -> Any:
     return {"node": kind.__qualname__}
 
 
-def _write_atomically(path: str, specs: dict, metadata: dict, arrays: Sequence[Any]) -> None:
+def _write_atomically(path: str, arrays: dict[str, np.ndarray], metadata: dict) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     try:
         handle, temporary = tempfile.mkstemp(
@@ -175,8 +198,8 @@ def _write_atomically(path: str, specs: dict, metadata: dict, arrays: Sequence[A
             "be writable"
         ) from None
     try:
-        safetensors.serialize_file(specs, temporary, metadata=metadata)
-        del arrays  # kept alive until here: the specs point into them
+        # the specs point into `arrays`, which this frame keeps alive while they are written
+        safetensors.serialize_file(_specs(arrays), temporary, metadata=metadata)
         descriptor = os.open(temporary, os.O_RDONLY)
         try:
             os.fsync(descriptor)
@@ -208,6 +231,194 @@ def _fsync_folder(folder: str) -> None:
         pass
     finally:
         os.close(descriptor)
+
+
+# -- on a mesh ---------------------------------------------------------------------------------
+
+SHARDED_FORMAT = "accy.checkpoint.sharded/1"
+
+
+def _mesh_of(mesh: Any, axis_mapping: dict[str, str], where: str):
+    from .mesh import Mesh, check_axis_mapping
+
+    if not isinstance(mesh, Mesh):
+        raise CheckpointError(f"{where}: mesh= must be an accy.Mesh, got {type(mesh).__name__}")
+    return mesh, check_axis_mapping(mesh, axis_mapping)
+
+
+def _split_axes(entry: dict, shape: Sequence[int], mesh: Any, axis_mapping: dict) -> dict:
+    """The axes of a named leaf that the mesh splits (axis -> mesh axis), as accy.shard does:
+    mapped axes whose extent the mesh axis divides, one axis per mesh axis."""
+    if entry["kind"] != "named":
+        return {}
+    from .core.types import TensorType
+    from .mesh.spmd import canonical
+
+    ty = TensorType(DTYPES[entry["dtype"]], tuple(zip(entry["axes"], shape, strict=True)))
+    return canonical(ty, mesh, axis_mapping).split
+
+
+def _block(
+    axes: Sequence[str], shape: Sequence[int], split: dict, mesh_shape: dict, coordinates: dict
+) -> tuple:
+    """The slices of a device's block: along each split axis, its share at its coordinate."""
+    index = []
+    for axis, extent in zip(axes, shape, strict=True):
+        if axis in split:
+            size = extent // mesh_shape[split[axis]]
+            start = coordinates[split[axis]] * size
+            index.append(slice(start, start + size))
+        else:
+            index.append(slice(None))
+    return tuple(index)
+
+
+def _save_sharded(path, keys, arrays, entries, metadata, mesh, axis_mapping) -> None:
+    mesh, axis_mapping = _mesh_of(mesh, axis_mapping, "save")
+    previous = _shard_files_of(path)
+    token = uuid.uuid4().hex[:12]
+    base = os.path.basename(path)
+    names = [f"{base}.{token}.rank{r}-of-{mesh.size}.safetensors" for r in range(mesh.size)]
+    folder = os.path.dirname(os.path.abspath(path))
+    for entry, array in zip(entries, arrays, strict=True):
+        entry["shape"] = list(array.shape)
+        entry["split"] = _split_axes(entry, array.shape, mesh, axis_mapping)
+    written = []
+    try:
+        for rank, name in enumerate(names):
+            coordinates = mesh.coordinates(rank)
+            blocks = {}
+            for key, entry, array in zip(keys, entries, arrays, strict=True):
+                if entry["split"]:
+                    axes = entry["axes"]
+                    index = _block(axes, array.shape, entry["split"], mesh.shape, coordinates)
+                    blocks[key] = array[index].copy()
+                elif rank == 0:  # a whole leaf is written once
+                    blocks[key] = array
+            shard_metadata = {
+                "format": SHARDED_FORMAT + ":shard",
+                "token": token,
+                "rank": str(rank),
+            }
+            _write_atomically(os.path.join(folder, name), blocks, shard_metadata)
+            written.append(name)
+        metadata = dict(
+            metadata,
+            format=SHARDED_FORMAT,
+            leaves=json.dumps(entries),
+            token=token,
+            mesh=json.dumps({"axes": list(mesh.axis_names), "shape": list(mesh.shape.values())}),
+            shards=json.dumps(names),
+        )
+        _write_atomically(path, {}, metadata)  # the commit point
+    except BaseException:
+        for name in written:
+            _remove_quietly(os.path.join(folder, name))
+        raise
+    for name in previous:
+        if name not in names:
+            _remove_quietly(os.path.join(folder, name))
+
+
+def _shard_files_of(path: str) -> list[str]:
+    """The shard files the sharded index at `path` names (none if it is something else)."""
+    try:
+        with open(path, "rb") as f:
+            metadata = _metadata(f.read())
+        if metadata.get("format") == SHARDED_FORMAT:
+            return [os.path.basename(n) for n in json.loads(metadata["shards"])]
+    except (OSError, ValueError, KeyError, struct.error):
+        pass
+    return []
+
+
+def _assemble(path: str, metadata: dict, entries: list[dict]) -> dict[str, np.ndarray]:
+    """The whole arrays of a sharded checkpoint, put together from every device's file."""
+    try:
+        names = json.loads(metadata["shards"])
+        layout = json.loads(metadata["mesh"])
+        token = metadata["token"]
+    except (KeyError, ValueError):
+        raise CheckpointError(f"load: {path!r} has damaged accy metadata (shards)") from None
+    mesh_shape = dict(zip(layout["axes"], layout["shape"], strict=True))
+    folder = os.path.dirname(os.path.abspath(path))
+    whole: dict[str, np.ndarray] = {}
+    for entry in entries:
+        dtype = DTYPES[entry["dtype"]].numpy
+        whole[entry["key"]] = np.empty(entry["shape"], dtype)
+    for rank, name in enumerate(names):
+        shard = os.path.join(folder, os.path.basename(name))
+        tensors, shard_metadata = _read_tensors(shard)
+        if shard_metadata.get("token") != token or shard_metadata.get("rank") != str(rank):
+            raise CheckpointError(
+                f"load: {shard!r} is not rank {rank}'s shard of the checkpoint {path!r} (it "
+                "belongs to another save)"
+            )
+        coordinates = _coordinates(rank, mesh_shape)
+        for entry in entries:
+            key = entry["key"]
+            if not entry.get("split") and rank != 0:
+                continue
+            if key not in tensors:
+                raise CheckpointError(
+                    f"load: {shard!r} has no block of key {key}; the checkpoint is damaged"
+                )
+            index = _block(
+                entry.get("axes", []),
+                entry["shape"],
+                entry.get("split", {}),
+                mesh_shape,
+                coordinates,
+            )
+            target = whole[key][index] if entry.get("split") else whole[key]
+            if tensors[key].shape != target.shape or tensors[key].dtype != target.dtype:
+                raise CheckpointError(
+                    f"load: {shard!r}: the block of key {key} has shape {tensors[key].shape}, "
+                    f"the index says {target.shape}; the checkpoint is damaged"
+                )
+            if entry.get("split"):
+                whole[key][index] = tensors[key]
+            else:
+                whole[key] = tensors[key]
+    return whole
+
+
+def _coordinates(rank: int, mesh_shape: dict[str, int]) -> dict[str, int]:
+    position = np.unravel_index(rank, tuple(mesh_shape.values()))
+    return {axis: int(i) for axis, i in zip(mesh_shape, position, strict=True)}
+
+
+def load_block(
+    path: str | os.PathLike, like: Any, mesh: Any, axis_mapping: dict[str, str], rank: int
+) -> Any:
+    """Device `rank`'s blocks of the checkpoint at `path` on `mesh` under `axis_mapping`
+    (what one process of a run on that mesh holds), whatever mesh it was saved from: the
+    checkpoint is re-sharded. `like` is the whole tree (as for `load`).
+
+    >>> import accy, numpy as np, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.safetensors")
+    >>> w = accy.named(np.arange(8.0, dtype=np.float32), ("hidden",))
+    >>> accy.save(path, {"w": w}, mesh=accy.Mesh(range(4), "data"), axis_mapping={"hidden": "data"})
+    >>> two = accy.Mesh(range(2), "data")
+    >>> accy.checkpoint.load_block(path, {"w": w}, two, {"hidden": "data"}, 1)["w"].array.tolist()
+    [4.0, 5.0, 6.0, 7.0]
+    """
+    mesh, axis_mapping = _mesh_of(mesh, axis_mapping, "load_block")
+    if not 0 <= rank < mesh.size:
+        raise CheckpointError(f"load_block: rank {rank} is not one of the mesh's {mesh.size}")
+    whole = load(path, like=like)
+    coordinates = mesh.coordinates(rank)
+
+    def cut(leaf: Any) -> Any:
+        if not isinstance(leaf, NamedArray):
+            return leaf
+        entry = {"kind": "named", "axes": list(leaf.axes), "dtype": leaf.dtype.name}
+        shape = leaf.ty.extents
+        split = _split_axes(entry, shape, mesh, axis_mapping)
+        index = _block(leaf.axes, shape, split, mesh.shape, coordinates)
+        return named(np.asarray(leaf)[index].copy(), leaf.axes, device=leaf.device)
+
+    return optree.tree_map(cut, whole, namespace=NAMESPACE)
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -254,7 +465,8 @@ def load(path: str | os.PathLike, like: Any = None, device: str | None = None) -
     return optree.tree_unflatten(treedef, values)
 
 
-def _read(path: str) -> tuple[list[dict], dict[str, np.ndarray], dict]:
+def _read_tensors(path: str) -> tuple[dict[str, np.ndarray], dict]:
+    """The tensors of the safetensors file at `path` (as NumPy arrays) and its metadata."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -267,16 +479,6 @@ def _read(path: str) -> tuple[list[dict], dict[str, np.ndarray], dict]:
             f"load: {path!r} is not a complete safetensors file ({error}); it may be damaged, "
             "truncated, or another kind of file"
         ) from None
-    metadata = _metadata(data)
-    if metadata.get("format") != FORMAT:
-        raise CheckpointError(
-            f"load: {path!r} is a safetensors file but not an accy checkpoint (its metadata "
-            f"has format {metadata.get('format')!r}, not {FORMAT!r})"
-        )
-    try:
-        entries = json.loads(metadata["leaves"])
-    except (KeyError, ValueError):
-        raise CheckpointError(f"load: {path!r} has damaged accy metadata (leaves)") from None
     tensors = {}
     for name, record in content:
         dtype = _ACCY_DTYPES.get(record["dtype"])
@@ -286,6 +488,22 @@ def _read(path: str) -> tuple[list[dict], dict[str, np.ndarray], dict]:
                 "accy has no dtype for"
             )
         tensors[name] = np.frombuffer(record["data"], dtype.numpy).reshape(record["shape"])
+    return tensors, _metadata(data)
+
+
+def _read(path: str) -> tuple[list[dict], dict[str, np.ndarray], dict]:
+    tensors, metadata = _read_tensors(path)
+    if metadata.get("format") not in (FORMAT, SHARDED_FORMAT):
+        raise CheckpointError(
+            f"load: {path!r} is a safetensors file but not an accy checkpoint (its metadata "
+            f"has format {metadata.get('format')!r}, not {FORMAT!r})"
+        )
+    try:
+        entries = json.loads(metadata["leaves"])
+    except (KeyError, ValueError):
+        raise CheckpointError(f"load: {path!r} has damaged accy metadata (leaves)") from None
+    if metadata["format"] == SHARDED_FORMAT:
+        tensors = _assemble(path, metadata, entries)
     for entry in entries:
         if entry.get("key") not in tensors:
             raise CheckpointError(

@@ -176,3 +176,9 @@ from .errors import MeshError  # noqa: E402
 from .mesh import Mesh, shard  # noqa: E402
 
 __all__ += ["Mesh", "MeshError", "mesh", "shard"]
+
+# Checkpoints: trees of named arrays and optimizer states in safetensors files.
+from .checkpoint import load, save  # noqa: E402
+from .errors import CheckpointError  # noqa: E402
+
+__all__ += ["CheckpointError", "load", "save"]

@@ -122,3 +122,8 @@ def attach_user_location(error: BaseException) -> None:
             location = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     if location and error.args and "(traced at " not in str(error.args[0]):
         error.args = (f"{error.args[0]}\n  (traced at {location})", *error.args[1:])
+
+
+class CheckpointError(AccyError):
+    """A checkpoint could not be written, or a file is not the checkpoint `accy.load` was
+    asked for (not safetensors, damaged, or another tree: the message names the key)."""

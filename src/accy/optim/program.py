@@ -35,11 +35,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import optree
 
-from .core import Program
-from .core.builder import Builder, Value, define
-from .core.types import TensorType, f32
-from .errors import AccyError
-from .gradient import value_and_grad
+from ..core import Program
+from ..core.builder import Builder, Value, define
+from ..core.types import TensorType, compute_dtype, f32
+from ..errors import AccyError
+from ..gradient import value_and_grad
 
 
 class OptState(NamedTuple):
@@ -63,7 +63,7 @@ class TreeOptimizer:
 
     def init(self, params: Any) -> OptState:
         """The initial state for `params`: step 0 and zeros like every parameter per slot."""
-        from .frontend.tracing import flatten
+        from ..frontend.tracing import flatten
 
         leaves, _ = flatten(params)
         # One tree of fresh zeros per slot (not one shared): a step may then donate the state
@@ -79,7 +79,7 @@ class TreeOptimizer:
         """One update: `(new params, new state)`, trees like `params` and `state`.
         `learning_rate` (a Python float or a scalar array, e.g. from a schedule) defaults to
         the optimizer's own; it and the step count are converted to each parameter's dtype."""
-        from .frontend.tracing import flatten, unflatten
+        from ..frontend.tracing import flatten, unflatten
 
         param_leaves, treedef = flatten(params)
         grad_leaves, grad_def = flatten(grads)
@@ -112,7 +112,7 @@ class TreeOptimizer:
 
 def _zeros_like(leaf: Any) -> Any:
     if hasattr(leaf, "device"):  # a NamedArray
-        from .frontend.named import named
+        from ..frontend.named import named
 
         return named(np.zeros(leaf.ty.extents, leaf.dtype.numpy), leaf.axes, device=leaf.device)
     return leaf.builder.zeros(leaf.ty)
@@ -120,7 +120,7 @@ def _zeros_like(leaf: Any) -> Any:
 
 def _scalar_like(leaf: Any, value: float) -> Any:
     """A float32 scalar where `leaf` lives (its device, or its trace)."""
-    from .frontend.named import named
+    from ..frontend.named import named
 
     if leaf is not None and not hasattr(leaf, "device"):
         return leaf.builder.scalar(f32, value)
@@ -159,7 +159,8 @@ class SGD(TreeOptimizer):
 
 @dataclass(frozen=True)
 class Adam(TreeOptimizer):
-    """Adam with decoupled weight decay (AdamW when weight_decay > 0).
+    """Adam with decoupled weight decay (AdamW when weight_decay > 0); f16 and bf16
+    parameters are updated in f32 and rounded once (in f16, eps = 1e-8 would be 0).
 
     m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
     param -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + lr * weight_decay * param.
@@ -182,7 +183,14 @@ class Adam(TreeOptimizer):
         step: Value,
         learning_rate: Value,
     ):
-        m, v = state
+        # 16-bit parameters are updated in f32: in f16, eps = 1e-8 is 0 and a small or zero
+        # gradient's update would be 0 / 0 (NaN) or x / 0 (inf). Results are rounded once.
+        dtype = param.dtype
+        wide = compute_dtype(dtype)
+        param, grad, step, learning_rate = (
+            x.convert(wide) for x in (param, grad, step, learning_rate)
+        )
+        m, v = (x.convert(wide) for x in state)
         m = m * self.beta1 + grad * (1.0 - self.beta1)
         v = v * self.beta2 + grad * grad * (1.0 - self.beta2)
         # Bias corrections from the step number t (a scalar parameter, so nothing recompiles).
@@ -191,7 +199,8 @@ class Adam(TreeOptimizer):
         direction = (m / correction1) / ((v / correction2).sqrt() + self.eps)
         if self.weight_decay:
             direction = direction + param * self.weight_decay
-        return param - direction * learning_rate, [m, v]
+        updated = param - direction * learning_rate
+        return updated.convert(dtype), [m.convert(state[0].dtype), v.convert(state[1].dtype)]
 
 
 def initial_state(optimizer, parameters: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -257,7 +257,7 @@ def torch_step(s: Scale, dtype: str = "f32", compiled: bool = False) -> Step:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     return step
 

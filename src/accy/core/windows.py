@@ -280,5 +280,30 @@ class Windows:
         fill = {"sum": 0, "prod": 1}.get(op)
         if fill is None:
             fill = self.extreme_value(x.ty.dtype, lowest=op == "max")
+        strides = _per_axis("stride", stride, axes)
+        dilations = _per_axis("dilation", dilation, axes)
+        if strides == sizes and all(d == 1 for d in dilations):
+            tiles = self._tiles(x, axes, sizes, padding, fill)
+            if tiles is not None:
+                return self.reduce(tiles, fill, op, [f"{a}_window" for a in axes])
         patches = self.windows(x, axes, sizes, stride, dilation, padding, fill)
         return self.reduce(patches, fill, op, [f"{a}_window" for a in axes])
+
+    def _tiles(self, x, axes, sizes, padding, fill):
+        """Windows that tile their axes (stride = window, no dilation) without copying: each
+        axis padded (`fill`), cropped to whole windows and split into `<axis>` (the window
+        positions) and `<axis>_window` (the offsets), a reshape. So a pooling reads its input
+        once and its gradient (a reduction's) is elementwise, with no window gathered. None
+        where a window would not fit (the general path then says why)."""
+        extents = [x.ty.extent(a) for a in axes]
+        pairs = padding_pairs(padding, extents, sizes, sizes, [1] * len(axes))
+        for axis, k, (low, high) in zip(axes, sizes, pairs, strict=True):
+            if k < 1 or x.ty.extent(axis) + low + high < k:
+                return None
+            if (low, high) != (0, 0):
+                x = self.pad(x, axis, low, high, fill)
+            whole = x.ty.extent(axis) // k * k
+            if whole != x.ty.extent(axis):
+                x = self.slice(x, axis, 0, whole)
+            x = self.split(x, axis, {axis: whole // k, f"{axis}_window": k})
+        return x

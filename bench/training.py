@@ -18,7 +18,7 @@ Per system and precision it reports the first call (from nothing traced or compi
 first step's loss; accy with an empty disk cache), the step time (the median of three rounds
 of `bench.measure.time_steps` in the one process, each round a median of many steps), GFLOP/s
 (the workload's FLOP count over the step) and that as a fraction of this machine's measured
-peak (a 2048x2048 float32 GEMM through NumPy's BLAS, best of five, measured once per run), and
+peak (a 1024x1024 float32 GEMM through NumPy's BLAS, best of 30, measured once per run), and
 the step and first call over JAX's.
 
 The check: every system's losses of its first three steps (the same data each step) against
@@ -139,9 +139,10 @@ def spawn(workload: str, system: str, args: argparse.Namespace) -> dict:
 # -- the harness ---------------------------------------------------------------------------------
 
 
-def measure_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+def measure_peak_gflops(n: int = 1024, repeats: int = 30) -> float:
     """This machine's float32 GEMM rate through NumPy's BLAS (best of `repeats` n x n x n
-    products), GFLOP/s: the peak the workloads' rates are compared with.
+    products, each a few milliseconds, so that the best falls in a quiet moment of a busy
+    machine), GFLOP/s: the peak the workloads' rates are compared with.
 
     >>> measure_peak_gflops(64, 1) > 0
     True
@@ -211,7 +212,7 @@ def run_workload(name: str, args: argparse.Namespace, peak_gflops: float) -> dic
         "flops_per_step": flops,
         "flops_formula": w.flops_formula,
         "peak_gflops": peak_gflops,
-        "peak_method": "2048^3 float32 GEMM through NumPy's BLAS, best of 5",
+        "peak_method": "1024^3 float32 GEMM through NumPy's BLAS, best of 30",
         "cores": len(os.sched_getaffinity(0)),
         "systems": systems,
     }

@@ -214,6 +214,9 @@ def run_workload(name: str, args: argparse.Namespace, peak_gflops: float) -> dic
         "peak_gflops": peak_gflops,
         "peak_method": "1024^3 float32 GEMM through NumPy's BLAS, best of 30",
         "cores": len(os.sched_getaffinity(0)),
+        "load_average": os.getloadavg(),
+        # OpenBLAS's kernels (accy's GEMMs): a core type set here holds them to it.
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
         "systems": systems,
     }
 

@@ -235,22 +235,34 @@ class Windows:
         # 16-bit floats: every product summed in f32 and rounded once, as the kind's.
         wide = f32 if x.ty.dtype in HALF_FLOATS else None
         if math.prod(windows) <= math.prod(outputs) and _few_channels(x.ty, kernel.ty, attrs):
-            result = self._gathered(x, kernel, attrs, spatial, contract, wide)
+            result = self._gathered(x, kernel, attrs, spatial, contract, outputs, wide)
         elif math.prod(windows) <= math.prod(outputs):
             result = self._shifted_sum(x, kernel, attrs, spatial, contract, outputs, wide)
         else:
             result = self._per_position(x, kernel, attrs, spatial, contract, outputs, wide)
         return self.transpose(self.convert(result, out_type.dtype), out_type.axes)
 
-    def _gathered(self, x, kernel, attrs, spatial, contract, wide):
-        """im2col: the padded input's windows gathered once (`windows`, an axis
-        `<axis>_window` per spatial axis), then one contraction over the channels and the
-        window offsets together: a GEMM as deep as the window times the channels."""
-        sizes = [kernel.ty.extent(a) for a in spatial]
-        patches = self.windows(x, spatial, sizes, attrs["stride"], attrs["rhs_dilation"], "valid")
+    def _gathered(self, x, kernel, attrs, spatial, contract, outputs, wide):
+        """im2col: the padded input's windows gathered once, an axis `<axis>_window` per
+        spatial axis (one strided slice of the input per window offset), then one contraction
+        over the window offsets and the channels together: a GEMM as deep as the window times
+        the channels. The window axes go just before the channels, so the gather copies runs of
+        channels and the patches' contracted axes are in the kernel's order."""
         named = {a: f"{a}_window" for a in spatial}
+        before = min(x.ty.position(a) for a in contract)
+        for i, axis in enumerate(spatial):
+            stride, dilation = attrs["stride"][i], attrs["rhs_dilation"][i]
+            span = (outputs[i] - 1) * stride + 1
+            pieces = []
+            for offset in range(kernel.ty.extent(axis)):
+                start = offset * dilation
+                piece = self.slice(x, axis, start, start + span, stride)
+                extents = list(piece.ty.named_extents)
+                extents.insert(before + i, (named[axis], 1))
+                pieces.append(self.reshape(piece, extents))
+            x = pieces[0] if len(pieces) == 1 else self.concatenate(pieces, named[axis])
         kernel = self.rename_axes(kernel, [named.get(a, a) for a in kernel.ty.axes])
-        return self.contract(patches, kernel, (*contract, *named.values()), accumulate=wide)
+        return self.contract(x, kernel, (*named.values(), *contract), accumulate=wide)
 
     def _shifted_sum(self, x, kernel, attrs, spatial, contract, outputs, wide):
         """sum over offsets t of products[position * stride + t * dilation, t]."""

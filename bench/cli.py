@@ -13,9 +13,10 @@ from bench.systems import SYSTEMS
 from bench.workloads import DTYPES, SCALES, WORKLOADS, supporting
 
 RESULTS = Path(__file__).resolve().parent / "results"
-REAL_SCALE = ("gpt2",)
-"""Workloads with a runner of their own (WORKLOADS.md, "Real-scale workloads": `bench.gpt2`),
-run only when named in `--workloads`."""
+TRAINING = ("cnn", "char-gpt")
+REAL_SCALE = ("gpt2", *TRAINING)
+"""Workloads with a runner of their own (WORKLOADS.md, "Real-scale workloads": `bench.gpt2`;
+the training steps of `bench.training`), run only when named in `--workloads`."""
 BUSY_LOAD = 0.5  # a 1-minute load average above this means other work shares the cores
 BUDGET_S = 1.0
 QUICK_BUDGET_S = 0.2
@@ -112,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = parse_args(argv)
     gpt2_dtypes = gpt2_precisions(args)
+    training_dtype = args.dtype  # None: each precision a training workload has
     args.dtype = args.dtype or "f32"
     workloads = chosen_workloads(args.workloads, args.dtype)
     systems = split_names(args.systems, SYSTEMS, "system")
@@ -128,6 +130,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker_timeout_s=args.worker_timeout,
     )
     code = 0
+    training = [name for name in workloads if name in TRAINING]
+    if training:
+        workloads = [name for name in workloads if name not in TRAINING]
+        code |= run_training(
+            argparse.Namespace(**{**vars(args), "dtype": training_dtype}), training
+        )
+        if not workloads:
+            return code
     if "gpt2" in workloads:
         workloads.remove("gpt2")
         alone = not workloads and len(gpt2_dtypes) == 1
@@ -166,3 +176,21 @@ def run_gpt2(args: argparse.Namespace, alone: bool) -> int:
     argv = ["--device", args.device, "--dtype", args.dtype, "--systems", args.systems]
     argv += ["--scale", args.scale] if args.scale else []
     return gpt2.main([*argv, "--json", str(path)])
+
+
+def run_training(args: argparse.Namespace, names: list[str]) -> int:
+    """`bench.training` on `names` with this command's systems (torch: eager and compiled),
+    `--dtype` (default: each precision a workload has) and scale; JSON to its default files."""
+    from bench import training
+
+    if args.device != "cpu":
+        raise SystemExit(f"{', '.join(names)}: CPU workloads; --device {args.device} is not one")
+    chosen = split_names(args.systems, SYSTEMS, "system")
+    systems = [t for s in chosen for t in (["torch", "torch-compile"] if s == "torch" else [s])]
+    argv = ["--workloads", ",".join(names), "--systems", ",".join(systems)]
+    argv += ["--dtype", args.dtype] if args.dtype else []
+    if args.scale == "cuda":
+        raise SystemExit(f"{', '.join(names)}: CPU workloads; they have no --scale cuda")
+    argv += ["--scale", args.scale] if args.scale else []
+    argv += ["--budget", str(QUICK_BUDGET_S)] if args.quick else []
+    return training.main(argv)

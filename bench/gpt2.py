@@ -85,6 +85,10 @@ SCALES = {
     "cpu": Scale(layers=4, heads=4, width=256, batch=4, tokens=256),
     "check": Scale(layers=2, heads=2, width=16, batch=2, tokens=8, vocab=64),
 }
+CHAR_SCALES = {  # the char-gpt workload (bench.training): a byte vocabulary, 2 small blocks
+    "cpu": Scale(layers=2, heads=4, width=64, batch=16, tokens=32, vocab=256),
+    "check": Scale(layers=1, heads=2, width=8, batch=2, tokens=4, vocab=16),
+}
 
 
 def batch(s: Scale, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -129,6 +133,20 @@ def accy_inputs(s: Scale, device: str, seed: int = 0, dtype: str = "f32"):
     )
 
 
+def accy_stepper(s: Scale, device: str, dtype: str = "f32", fused: bool = True):
+    """One accy training step in place, `step() -> loss` (a float: the step has finished);
+    traced and compiled at its first call."""
+    params, state, ids, targets = accy_inputs(s, device)
+    train = accy_step(s, device, dtype, fused)
+    held = [params, state]
+
+    def step() -> float:
+        loss, held[0], held[1] = train(held[0], held[1], ids, targets)
+        return float(np.asarray(_host(loss.array)))
+
+    return step
+
+
 def run_accy(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
     import accy
     from bench.cold_phases import Phases, instrument, summary
@@ -165,10 +183,25 @@ def _host(array):
     return get() if callable(get) else array
 
 
+def timed_steps(step, steps: int) -> dict:
+    """The first call of `step` (building included), then `steps` timed steps, with losses."""
+    start = time.perf_counter()
+    losses = [step()]
+    done = time.perf_counter()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        losses.append(step())
+        times.append(time.perf_counter() - t0)
+    return {"first_step_s": done - start, "step_times_s": times, "losses": losses}
+
+
 # -- JAX -----------------------------------------------------------------------------------------
 
 
-def run_jax(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+def jax_step(s: Scale, device: str, dtype: str = "f32"):
+    """One JAX training step in place, `step() -> loss` (a float: the step has finished);
+    nothing is traced or compiled before its first call."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -209,18 +242,19 @@ def run_jax(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool =
         updates, opt = optimizer.update(grads, opt, p)
         return loss, optax.apply_updates(p, updates), opt
 
-    start = time.perf_counter()
-    opt = optimizer.init(params)
-    loss, params, opt = step(params, opt, ids, targets)
-    losses = [float(loss)]
-    done = time.perf_counter()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        loss, params, opt = step(params, opt, ids, targets)
-        losses.append(float(loss))
-        times.append(time.perf_counter() - t0)
-    result = {"first_step_s": done - start, "step_times_s": times, "losses": losses}
+    held = [params, optimizer.init(params)]
+
+    def one_step() -> float:
+        loss, held[0], held[1] = step(held[0], held[1], ids, targets)
+        return float(loss)
+
+    return one_step
+
+
+def run_jax(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+    import jax
+
+    result = timed_steps(jax_step(s, device, dtype), steps)
     stats = jax.devices()[0].memory_stats() if device == "cuda" else None
     if stats:
         result["peak_device_bytes"] = stats.get("peak_bytes_in_use")
@@ -253,7 +287,9 @@ def torch_loss(s: Scale, p, ids, targets):
     return F.cross_entropy(logits.float().view(b * t, -1), targets.view(-1))
 
 
-def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+def torch_step(s: Scale, device: str, dtype: str = "f32", compiled: bool = True):
+    """One PyTorch training step, `step() -> loss` (a float: the step has finished): the loss
+    under `torch.compile` (or eager: `compiled=False`), `backward()`, AdamW."""
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -277,7 +313,7 @@ def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool
     def loss_fn(ids, targets):
         return torch_loss(s, params, ids, targets)
 
-    compiled_loss = torch.compile(loss_fn)
+    compiled_loss = torch.compile(loss_fn) if compiled else loss_fn
     autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bf16")
 
     def step():
@@ -286,19 +322,18 @@ def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())  # float() synchronizes
 
+    return step
+
+
+def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+    import torch
+
+    step = torch_step(s, device, dtype)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    losses = [step()]
-    done = time.perf_counter()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        losses.append(step())  # float() synchronizes
-        times.append(time.perf_counter() - t0)
-    result = {"first_step_s": done - start, "step_times_s": times, "losses": losses}
+    result = timed_steps(step, steps)
     if device == "cuda":
         result["peak_device_bytes"] = torch.cuda.max_memory_allocated()
     return result

@@ -72,9 +72,15 @@ def _jax(case, x, k):
     return np.asarray(out)
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_conv_matches_jax_on_every_device(device, case):
-    program = _program(case, f32)
+# (channels, outputs): fewer channels than outputs gather the windows (im2col) on the CPU, more
+# sum shifted slices of one GEMM's products; a one-channel image (no groups).
+SHAPES = [(c, 4, 8) for c in CASES] + [(c, 8, 4) for c in CASES] + [(c, 1, 6) for c in CASES[:2]]
+SHAPE_IDS = [f"{i}-{n}to{m}" for (_, n, m), i in zip(SHAPES, IDS * 2 + IDS[:2], strict=True)]
+
+
+@pytest.mark.parametrize("case, channels, outputs", SHAPES, ids=SHAPE_IDS)
+def test_conv_matches_jax_on_every_device(device, case, channels, outputs):
+    program = _program(case, f32, channels, outputs)
     rng = np.random.default_rng(0)
     x, k = (rng.standard_normal(t.extents).astype(np.float32) for t in program.parameter_types)
     (got,) = _numpy(accy.compile(program, device)(x, k))

@@ -109,3 +109,34 @@ def test_conv_errors_name_the_axes():
         accy.trace.define(
             "e", [spec(f32, h=1, c=2), types[1]], lambda b, a: a[0].conv(a[1], ["h"], "c", "o")
         )
+
+
+def test_tiling_pools_read_their_input_once_and_match_jax_with_their_gradients():
+    """Windows that tile (stride = window): a reshape and a reduction, no gathered windows,
+    and the same values and gradients as JAX's reduce_window (distinct inputs: no ties)."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x = np.random.default_rng(3).permutation(2 * 7 * 5 * 3).reshape(2, 7, 5, 3) / 10.0
+
+    def body(b, args):
+        pooled = accy.nn.max_pool(args[0], {"h": 2, "w": 2}, padding="same")
+        mean = accy.nn.avg_pool(args[0], {"h": 3, "w": 2})
+        return (pooled * pooled).sum() + (mean * mean).sum()
+
+    program = accy.trace.define("tiles", [spec(f64, n=2, h=7, w=5, c=3)], body)
+    assert program.count("concatenate") == 0
+    grad_program = accy.value_and_grad(program)
+    assert grad_program.count("concatenate") == 0
+    value, grad = accy.reference.run(grad_program, [x])
+
+    def jax_loss(a):
+        windows = (1, 2, 2, 1)
+        pooled = jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, windows, windows, "SAME")
+        sizes = (1, 3, 2, 1)
+        mean = jax.lax.reduce_window(a, 0.0, jax.lax.add, sizes, sizes, "VALID") / 6.0
+        return (pooled * pooled).sum() + (mean * mean).sum()
+
+    with jax.enable_x64(True):
+        want_value, want_grad = jax.value_and_grad(jax_loss)(jnp.asarray(x))
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-12, atol=1e-12)

@@ -3,10 +3,13 @@ and reduce_window (a composition of pad, strided slices, concatenate and reduce)
 
 `conv` checks its axes, resolves padding and groups (a paired axis) and emits the kind, whose
 derivatives are convolutions (`core/kinds/convolution.py`). `conv_by_windows` is that kind
-composed: every window position gathered into new axes `<axis>_window` (im2col: one strided
-slice of the padded input per window offset), contracted with the kernel (a GEMM, BLAS on the
-CPU and cuBLAS on CUDA); the backends lower `conv` so where they have no library call for it.
-`reduce_window` gathers windows alike and reduces them.
+composed of GEMMs (BLAS on the CPU and cuBLAS on CUDA); the backends lower `conv` so where they
+have no library call for it. With fewer input channels than outputs it gathers every window
+position into new axes `<axis>_window` (im2col: one strided slice of the padded input per
+window offset) and contracts them with the kernel; otherwise it contracts first and sums
+shifted slices of the products (see `conv_by_windows`).
+`reduce_window` gathers windows alike and reduces them; windows that tile their axis
+(stride = window: pooling) are a reshape instead, so nothing is gathered.
 
 Padding: "valid" (none), "same" (output extent ceil(n / stride), the odd element after, as
 JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths crop.
@@ -19,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from ..errors import AxisError, TypeRuleError
-from .kinds.convolution import conv_attrs
+from .kinds.convolution import axis_roles, conv_attrs
 from .kinds.registry import rule_for
 from .types import HALF_FLOATS, f32
 
@@ -78,6 +81,15 @@ def _check_conv_axes(x, kernel, spatial, in_axis: str, out_axis: str, groups: in
             f"conv: with {groups} groups the kernel's {in_axis!r} must be "
             f"{channels // groups} (the input's {channels} / {groups}), got {per_group}"
         )
+
+
+def _few_channels(x, kernel, attrs) -> bool:
+    """Fewer input channels than outputs: gathering the windows (the input once per window
+    offset) writes less than the shifted sum's products (once per offset and output) and makes
+    a deeper GEMM. A one-channel image's first convolution is a 1-deep GEMM otherwise."""
+    roles = axis_roles(x, kernel, attrs)
+    channels = math.prod(kernel.extent(a) for a in roles["contract"])
+    return channels < math.prod(kernel.extent(a) for a in roles["outputs"])
 
 
 def padding_pairs(padding, extents, windows, strides, dilations) -> list[Pair]:
@@ -196,10 +208,13 @@ class Windows:
     def conv_by_windows(self, x, kernel, attrs):
         """The kind `conv` composed of pad (interior for lhs_dilation), strided slices and
         contractions (GEMMs), laid out as the kind's result. The backends lower `conv` this
-        way where they have no library for it. Two ways, by shape, neither materializing the
-        input once per window offset (im2col):
+        way where they have no library for it. Three ways, by shape:
 
-        - a window no larger than the output (forward convolutions, input gradients): one
+        - fewer input channels than outputs, a window no larger than the output: im2col, the
+          input gathered once per window offset (`_gathered`), one GEMM as deep as the window
+          times the channels (the shifted sum below would write more and make a GEMM only as
+          deep as the channels: 1 for a grey image);
+        - otherwise, a window no larger than the output (forward convolutions, input gradients): one
           contraction of the padded input with every kernel element (a GEMM with the window
           offsets among its columns), then the sum over offsets of strided slices of it;
         - a window larger than the output (kernel gradients, whose window is the whole
@@ -219,11 +234,35 @@ class Windows:
         outputs = [out_type.extent(a) for a in spatial]
         # 16-bit floats: every product summed in f32 and rounded once, as the kind's.
         wide = f32 if x.ty.dtype in HALF_FLOATS else None
-        if math.prod(windows) <= math.prod(outputs):
+        if math.prod(windows) <= math.prod(outputs) and _few_channels(x.ty, kernel.ty, attrs):
+            result = self._gathered(x, kernel, attrs, spatial, contract, outputs, wide)
+        elif math.prod(windows) <= math.prod(outputs):
             result = self._shifted_sum(x, kernel, attrs, spatial, contract, outputs, wide)
         else:
             result = self._per_position(x, kernel, attrs, spatial, contract, outputs, wide)
         return self.transpose(self.convert(result, out_type.dtype), out_type.axes)
+
+    def _gathered(self, x, kernel, attrs, spatial, contract, outputs, wide):
+        """im2col: the padded input's windows gathered once, an axis `<axis>_window` per
+        spatial axis (one strided slice of the input per window offset), then one contraction
+        over the window offsets and the channels together: a GEMM as deep as the window times
+        the channels. The window axes go just before the channels, so the gather copies runs of
+        channels and the patches' contracted axes are in the kernel's order."""
+        named = {a: f"{a}_window" for a in spatial}
+        before = min(x.ty.position(a) for a in contract)
+        for i, axis in enumerate(spatial):
+            stride, dilation = attrs["stride"][i], attrs["rhs_dilation"][i]
+            span = (outputs[i] - 1) * stride + 1
+            pieces = []
+            for offset in range(kernel.ty.extent(axis)):
+                start = offset * dilation
+                piece = self.slice(x, axis, start, start + span, stride)
+                extents = list(piece.ty.named_extents)
+                extents.insert(before + i, (named[axis], 1))
+                pieces.append(self.reshape(piece, extents))
+            x = pieces[0] if len(pieces) == 1 else self.concatenate(pieces, named[axis])
+        kernel = self.rename_axes(kernel, [named.get(a, a) for a in kernel.ty.axes])
+        return self.contract(x, kernel, (*named.values(), *contract), accumulate=wide)
 
     def _shifted_sum(self, x, kernel, attrs, spatial, contract, outputs, wide):
         """sum over offsets t of products[position * stride + t * dilation, t]."""
@@ -280,5 +319,30 @@ class Windows:
         fill = {"sum": 0, "prod": 1}.get(op)
         if fill is None:
             fill = self.extreme_value(x.ty.dtype, lowest=op == "max")
+        strides = _per_axis("stride", stride, axes)
+        dilations = _per_axis("dilation", dilation, axes)
+        if strides == sizes and all(d == 1 for d in dilations):
+            tiles = self._tiles(x, axes, sizes, padding, fill)
+            if tiles is not None:
+                return self.reduce(tiles, fill, op, [f"{a}_window" for a in axes])
         patches = self.windows(x, axes, sizes, stride, dilation, padding, fill)
         return self.reduce(patches, fill, op, [f"{a}_window" for a in axes])
+
+    def _tiles(self, x, axes, sizes, padding, fill):
+        """Windows that tile their axes (stride = window, no dilation) without copying: each
+        axis padded (`fill`), cropped to whole windows and split into `<axis>` (the window
+        positions) and `<axis>_window` (the offsets), a reshape. So a pooling reads its input
+        once and its gradient (a reduction's) is elementwise, with no window gathered. None
+        where a window would not fit (the general path then says why)."""
+        extents = [x.ty.extent(a) for a in axes]
+        pairs = padding_pairs(padding, extents, sizes, sizes, [1] * len(axes))
+        for axis, k, (low, high) in zip(axes, sizes, pairs, strict=True):
+            if k < 1 or x.ty.extent(axis) + low + high < k:
+                return None
+            if (low, high) != (0, 0):
+                x = self.pad(x, axis, low, high, fill)
+            whole = x.ty.extent(axis) // k * k
+            if whole != x.ty.extent(axis):
+                x = self.slice(x, axis, 0, whole)
+            x = self.split(x, axis, {axis: whole // k, f"{axis}_window": k})
+        return x

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..config import config
 from ..core import Program
 from ..custom import inline_declined, kernel_registry_for
 from ..errors import AccyError
@@ -218,8 +219,8 @@ def native_backend_for(artifact_format: str) -> NativeBackend:
 
 
 class ExecutableCache:
-    """The executables made most recently, by (program digest, device, options); at most
-    `size` of them (least recently used first out)."""
+    """The executables made most recently, by (program digest, device, options, the settings
+    that change generated code); at most `size` of them (least recently used first out)."""
 
     def __init__(self, size: int = CACHE_SIZE):
         self.size = size
@@ -228,7 +229,7 @@ class ExecutableCache:
 
     def get(self, program: Program, device: str, options: CompileOptions) -> Executable:
         """The executable of `program` on `device`, compiled unless it is cached."""
-        key = (program.digest, device, options.key())
+        key = (program.digest, device, options.key(), config.code_key())
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:

@@ -23,6 +23,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ...config import config
+
 # Setters and getters of the library's thread count, when it exports them.
 THREAD_SYMBOLS = (
     ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
@@ -108,7 +110,7 @@ def _system() -> list[str]:
 def candidate_paths() -> Iterator[str]:
     """Library paths to probe, in the order of the module docstring (found lazily: asking the
     system's linker for a library starts processes)."""
-    override = os.environ.get("ACCY_BLAS_LIBRARY")
+    override = config.blas_library
     if override:
         yield override
     yield from _numpy_bundled()

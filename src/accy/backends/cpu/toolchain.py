@@ -22,6 +22,7 @@ from typing import TypeVar
 from ...codegen import cache
 from ...codegen.cache import discard as discard
 from ...codegen.cache import is_valid as is_valid
+from ...config import config
 from ...errors import CompileError, RuntimeUnavailable
 
 T = TypeVar("T")
@@ -77,7 +78,7 @@ def find_compiler() -> Compiler:
     >>> found
     True
     """
-    requested = os.environ.get("CC")
+    requested = config.environment("CC")
     names = [requested] if requested else ["gcc", "cc", "clang"]
     for name in names:
         path = shutil.which(name)

@@ -28,12 +28,12 @@ import functools
 import hashlib
 import logging
 import math
-import os
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...config import config
 from ...core import Operation
 from ...core.kinds.convolution import axis_roles
 from ...core.kinds.registry import rule_for
@@ -105,8 +105,8 @@ def _mode(x: TensorType, kernel: TensorType, result: TensorType, spatial) -> str
 
 def _check(x: TensorType, kernel: TensorType, attrs) -> dict[str, tuple[str, ...]]:
     """The axis roles of a conv cuDNN may run, or `Decline`."""
-    if os.environ.get("ACCY_CUDNN_CONV", "1") == "0":
-        raise Decline("switched off (ACCY_CUDNN_CONV=0)")
+    if not config.cudnn_conv:
+        raise Decline("switched off (accy.config.cudnn_conv, ACCY_CUDNN_CONV=0)")
     if x.dtype not in DTYPES:
         raise Decline(f"cuDNN convolutions take f32, bf16 or f16, not {x.dtype.name}")
     roles = axis_roles(x, kernel, attrs)

@@ -50,7 +50,7 @@ def test_the_process_config_is_accy_config():
 def test_the_settings_page_lists_exactly_the_settings():
     page = (Path(__file__).parents[2] / "docs" / "config.md").read_text()
     assert page == accy.config.page(), (
-        "docs/config.md is not accy.config.page(): regenerate it with `python -c \"from "
+        'docs/config.md is not accy.config.page(): regenerate it with `python -c "from '
         "accy.config import config; open('docs/config.md', 'w').write(config.page())\"`"
     )
     listed = re.findall(r"^\| `(\w+)` \| `(ACCY_\w+)` \|", page, re.MULTILINE)

@@ -8,6 +8,7 @@
 """
 
 from . import (
+    caches,
     core,
     custom,
     errors,
@@ -21,6 +22,7 @@ from . import (
     trace,
     transforms,
 )
+from .caches import clear_caches
 from .config import config  # the settings object (module: accy.config)
 from .core import SYNTHETIC_ID, Operation, Program
 from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
@@ -84,6 +86,8 @@ __all__ = [
     "Value",
     "bf16",
     "bool_",
+    "caches",
+    "clear_caches",
     "core",
     "custom",
     "errors",

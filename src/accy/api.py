@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .backends.base import CompileOptions, Executable, executable_for
+from .backends.base import CACHE, CompileOptions, Executable, executable_for
 from .core import Program
 from .errors import DonationError
 
@@ -61,7 +61,10 @@ def compile(
     executable = executable_for(program, device, options)
     if not donate:
         return executable
-    return _donating(executable, device, tuple(donate))
+    donated = tuple(donate)
+    return CACHE.derived(
+        executable, ("donate", donated), lambda: _donating(executable, device, donated)
+    )
 
 
 def _donating(executable: Executable, device: str, donate: tuple[int, ...]) -> Any:

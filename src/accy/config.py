@@ -121,10 +121,42 @@ SETTINGS: tuple[Setting, ...] = (
         "executables_max_entries",
         "ACCY_EXECUTABLES_MAX_ENTRIES",
         _whole_number,
-        64,
-        "How many compiled executables the in-memory caches keep alive (accy.compile's, jit's "
-        "and eager operations'); the least recently used are released past it, and with them "
-        "their native libraries.",
+        512,
+        "How many compiled executables stay alive in memory (those of accy.compile, jit and "
+        "eager operations together); past it the least recently used is released with its "
+        "native library and compiled again (from the disk cache) when next needed.",
+    ),
+    Setting(
+        "eager_operations_max_entries",
+        "ACCY_EAGER_OPERATIONS_MAX_ENTRIES",
+        _whole_number,
+        4096,
+        "How many operation signatures (kind, attributes, operand types) each device's eager "
+        "operations remember, and how many scalar constants; the oldest are forgotten past it.",
+    ),
+    Setting(
+        "jit_signatures_max_entries",
+        "ACCY_JIT_SIGNATURES_MAX_ENTRIES",
+        _whole_number,
+        256,
+        "How many traced signatures (argument types and static values) each jitted or "
+        "transformed function keeps, with their programs; the oldest are traced again.",
+    ),
+    Setting(
+        "interned_types_max_entries",
+        "ACCY_INTERNED_TYPES_MAX_ENTRIES",
+        _whole_number,
+        65536,
+        "How many distinct array types NamedArrays share one object of (the fast paths compare "
+        "types by identity); past it the oldest are forgotten, which only costs a slower lookup.",
+    ),
+    Setting(
+        "kernels_max_entries",
+        "ACCY_KERNELS_MAX_ENTRIES",
+        _whole_number,
+        256,
+        "How many compiled kernels of custom calls and attention (with their loaded libraries "
+        "and modules) each kernel table keeps; the oldest are released past it.",
     ),
     Setting(
         "lower_epilogue_window",

@@ -32,7 +32,6 @@ and every step of building a graph is logged (logger `accy.attention.cuda`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import math
@@ -41,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..caches import memoized
 from ..codegen.c.dialect import CUDA
 from ..config import config
 from ..core.types import TensorType, bf16, f16
@@ -177,7 +177,7 @@ def kernel_factory(
     return factory
 
 
-@functools.cache
+@memoized("cudnn attention kernels", "kernels_max_entries")
 def _kernel(
     s: Signature,
     part: str,
@@ -787,7 +787,7 @@ def helper_source(dtype: str) -> str:
     return f"{CUDA.prelude}#define FROM {load}\n#define TO {store}\n{HELPERS}"
 
 
-@functools.cache
+@memoized("cudnn attention helpers")
 def _helpers(dtype: str) -> Any:
     import cupy
 

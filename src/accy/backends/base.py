@@ -12,20 +12,22 @@ Backends register themselves under a device name (`register_backend`); "referenc
 "cuda" are those of accy. `executable_for(program, device, options)` is the way in: it looks the
 device up and keeps the executables it made in `CACHE`, keyed by the program's content digest,
 the device and the options, so that tracing the same function again reuses its compilation.
-The cache holds the `CACHE_SIZE` most recently used executables; an executable nothing else
-refers to is then released with everything it owns (its native library, its workspace).
+The cache holds the `accy.config.executables_max_entries` most recently used executables; an
+executable nothing else refers to is then released with everything it owns (its native
+library, its workspace).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from ..caches import Lru, limit
 from ..config import config
 from ..core import Program
 from ..custom import inline_declined, kernel_registry_for
@@ -33,8 +35,7 @@ from ..errors import AccyError
 from ..lower.artifacts import register_artifact_compiler
 from .buffers import Layout, addresses_of, check_readable
 
-CACHE_SIZE = 64
-"""How many executables `CACHE` keeps (least recently used first out)."""
+log = logging.getLogger("accy.caches")
 
 PRECISIONS = ("f32", "tf32")
 """The precisions of f32 GEMMs an executable may be compiled for."""
@@ -220,40 +221,76 @@ def native_backend_for(artifact_format: str) -> NativeBackend:
 
 class ExecutableCache:
     """The executables made most recently, by (program digest, device, options, the settings
-    that change generated code); at most `size` of them (least recently used first out)."""
+    that change generated code); at most `size` of them, or `accy.config.
+    executables_max_entries` when `size` is None (least recently used first out). The
+    process's one (`CACHE`) is the registered cache "executables" (`accy.clear_caches()`);
+    what else keeps executables (jit, eager operations) holds weak references, so this bound
+    is the bound on live executables."""
 
-    def __init__(self, size: int = CACHE_SIZE):
-        self.size = size
-        self._entries: OrderedDict[tuple, tuple[Executable, CompileOptions]] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, size: int | None = None, name: str | None = None):
+        self._entries = Lru(name, "executables_max_entries" if size is None else size)
+
+    @property
+    def size(self) -> int | None:
+        return limit(self._entries.bound)
 
     def get(self, program: Program, device: str, options: CompileOptions) -> Executable:
         """The executable of `program` on `device`, compiled unless it is cached."""
         key = (program.digest, device, options.key(), config.code_key())
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-                return entry[0]
+        entry = self._entries.get(key)
+        if entry is not None:
+            return entry[0]
+        if self._entries.dropped(key):
+            _note_compiled_again(program, device, self.size)
         executable = backend_for(device).compile(program, options)
-        with self._lock:
-            # The options are held with the entry, so that the ids in its key stay theirs.
-            self._entries[key] = (executable, options)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+        # The options are held with the entry, so that the ids in its key stay theirs.
+        self._entries.put(key, (executable, options))
         return executable
+
+    def derived(self, executable: Any, variant: Hashable, make: Callable[[], Any]) -> Any:
+        """The object `make()` builds from `executable` (a donating wrapper), kept as an entry
+        of its own under (`executable`, `variant`), so that it lives as long as executables do.
+
+        >>> import accy
+        >>> p = accy.trace.define("twice", [accy.spec(accy.f32, n=2)], lambda b, a: a[0] * 2.0)
+        >>> e = accy.compile(p, "reference")
+        >>> CACHE.derived(e, "same", object) is CACHE.derived(e, "same", object)
+        True
+        """
+        # The entry holds `executable` (through what `make` builds), so its id stays its own.
+        key = ("derived", id(executable), variant)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries.put(key, (make(), executable))
+        return entry[0]
 
     def clear(self) -> None:
         """Forget every executable (each is released once nothing else refers to it)."""
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-CACHE = ExecutableCache()
+_noted = threading.Event()
+
+
+def _note_compiled_again(program: Program, device: str, bound: int | None) -> None:
+    """Say once per process that the bound on live executables made a program compile again:
+    a workload that cycles through more programs than the bound compiles over and over."""
+    if not _noted.is_set():
+        _noted.set()
+        log.warning(
+            "accy: compiling program %r for %s again: the executables cache released it, as it "
+            "keeps at most accy.config.executables_max_entries = %s executables alive; raise "
+            "it (ACCY_EXECUTABLES_MAX_ENTRIES) if programs compile over and over",
+            program.name,
+            device,
+            bound,
+        )
+
+
+CACHE = ExecutableCache(name="executables")
 
 
 def executable_for(
@@ -274,7 +311,6 @@ def executable_for(
 
 __all__ = [
     "CACHE",
-    "CACHE_SIZE",
     "DEVICES",
     "Backend",
     "Bindings",

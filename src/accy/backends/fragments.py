@@ -24,7 +24,6 @@ loads the shared libraries it finds there.
 
 from __future__ import annotations
 
-import functools
 import gc
 import hashlib
 import io
@@ -37,6 +36,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ..caches import memoized
 from ..codegen.cache import Cache, discard
 from ..errors import CacheWarning
 
@@ -45,7 +45,7 @@ T = TypeVar("T")
 PROGRAM = "program"  # the placeholder of the caller's program in a stored fragment
 
 
-@functools.cache
+@memoized("accy source digest")
 def source_digest() -> str:
     """The sha256 of every .py file of the installed accy package (relative path and bytes),
     with the Python and NumPy versions (a stored fragment is a pickle of accy's records and

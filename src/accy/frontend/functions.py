@@ -20,6 +20,7 @@ import numpy as np
 import optree
 
 from .. import gradient
+from ..caches import Group, register
 from ..core import Program, Value
 from ..core.builder import define
 from ..errors import GradientRequiresScalarOutput
@@ -45,6 +46,9 @@ from .tracing import (
 # fn -> {(transform, options): wrapper}: `accy.grad(loss)` called again in a loop finds the
 # same wrapper, and so its compiled programs, as long as `loss` lives.
 _WRAPPERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+register("transformed functions", _WRAPPERS.clear, _WRAPPERS.__len__)  # bound: their lives
+# Each jitted function's programs per value of its static arguments.
+STATIC_ARGUMENTS = Group("jit static arguments", "jit_signatures_max_entries")
 
 
 def _memoized(fn: Callable, key: tuple, make: Callable[[], Any]) -> Any:
@@ -88,7 +92,7 @@ class Jitted:
         self.device = None if device is None else check_device(device)
         self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
-        self._staged: dict[tuple, Staged] = {}
+        self._staged = STATIC_ARGUMENTS.table()
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -99,8 +103,8 @@ class Jitted:
         args, kwargs, statics = self.statics.split(args, kwargs)
         staged = self._staged.get(statics)
         if staged is None:
-            staged = self._staged[statics] = Staged(
-                functools.partial(self._build, statics), self.device
+            staged = self._staged.put(
+                statics, Staged(functools.partial(self._build, statics), self.device)
             )
         return staged.call(args, kwargs)
 

@@ -13,12 +13,15 @@ arrays, the NumPy evaluator: no C compiler involved, handy in tests).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..api import compile as compile_program
+from ..backends.arguments import python_values
+from ..caches import Group, Table
 from ..core import Attrs, Value, check_operation
 from ..core.arrays import is_array
 from ..core.builder import Builder
@@ -66,14 +69,17 @@ def check_device(device: str) -> str:
     return DEVICES[DEVICES.index(device)]
 
 
-_INTERNED: dict[TensorType, TensorType] = {}
+_INTERNED = Table("interned types", "interned_types_max_entries")
 _identity = id  # `emit` has a parameter named id
 
 
 def intern(ty: TensorType) -> TensorType:
     """The one shared TensorType object equal to `ty`: NamedArrays hold interned types, so
-    that caches can key on their identity (hashing a TensorType by value is slow)."""
-    return _INTERNED.setdefault(ty, ty)
+    that caches can key on their identity (hashing a TensorType by value is slow). Past its
+    bound the oldest are forgotten: an equal type made later is another object, which only
+    misses the identity-keyed tables (they keep the types they key on alive)."""
+    found = _INTERNED.get(ty)
+    return _INTERNED.put(ty, ty) if found is None else found
 
 
 class NamedArray:
@@ -227,14 +233,26 @@ def scalar_dtype(value: Any) -> DType:
     return i32 if isinstance(value, int) else f32
 
 
-def named_scalar(value: Any, device: str = "cpu") -> NamedArray:
-    """A rank-0 NamedArray holding the Python or NumPy scalar `value` (see `scalar_dtype`)."""
+def named_scalar(value: Any, device: str = "cpu", where: str = "a scalar") -> NamedArray:
+    """A rank-0 NamedArray holding the Python or NumPy scalar `value` (see `scalar_dtype`); a
+    Python int outside i32 is an `InvalidInput` naming `where`, the value and the range.
+
+    >>> named_scalar(2**40, where="argument[1]")
+    Traceback (most recent call last):
+    accy.errors.InvalidInput: argument[1]: 1099511627776 has an int that i32[] does not hold ...
+    """
     dtype = scalar_dtype(value)
-    host = np.asarray(value, dtype.numpy)
+    if isinstance(value, int) and not isinstance(value, bool):  # the one argument rule
+        host = python_values(value, TensorType(dtype), where)
+    else:
+        host = np.asarray(value, dtype.numpy)
     return NamedArray(_on_device(host, device), intern(TensorType(dtype)), device)
 
 
 # -- eager execution ---------------------------------------------------------------------------
+
+
+EAGER_TABLES = Group("eager operations", "eager_operations_max_entries")
 
 
 class EagerOps(OpsApi):
@@ -243,12 +261,13 @@ class EagerOps(OpsApi):
 
     def __init__(self, device: str):
         self.device = device
-        # (kind, attrs, ids of the operand types) -> (call, result types, several, the
-        # operand types, kept so that their ids stay theirs)
-        self._by_id: dict[tuple, tuple[Any, tuple[TensorType, ...], bool, tuple]] = {}
-        self._cache: dict[tuple, tuple[Any, tuple[TensorType, ...], bool]] = {}
-        self._created: dict[tuple, NamedArray] = {}  # scalar constants, by attributes
-        self._scalars: dict[tuple, NamedArray] = {}
+        # (kind, attrs, ids of the operand types) -> (a weak reference to the call, result
+        # types, several, the operand types, kept so that their ids stay theirs); the
+        # executables cache owns the calls (`accy.caches`)
+        self._by_id: Table = EAGER_TABLES.table()
+        self._cache: Table = EAGER_TABLES.table()
+        self._created: Table = EAGER_TABLES.table()  # scalar constants, by attributes
+        self._scalars: Table = EAGER_TABLES.table()
 
     def scalar(self, dtype: DType, value: Any):
         """A rank-0 constant; the ones reductions and arithmetic use repeat, so they are kept
@@ -259,10 +278,7 @@ class EagerOps(OpsApi):
         except TypeError:  # an unhashable value: the operation library reports it
             return super().scalar(dtype, value)
         if found is None:
-            found = super().scalar(dtype, value)
-            if len(self._scalars) > 4096:
-                self._scalars.clear()
-            self._scalars[key] = found
+            found = self._scalars.put(key, super().scalar(dtype, value))
         return found
 
     def align(self, kind: str, *values):
@@ -289,14 +305,14 @@ class EagerOps(OpsApi):
             if created is None:
                 created = self._create(kind, attrs if isinstance(attrs, Attrs) else Attrs(attrs))
                 if created.ty.rank == 0 and key[1] is not None:  # splat scalars repeat a lot
-                    if len(self._created) > 4096:  # many distinct values: start afresh
-                        self._created.clear()
-                    self._created[tuple(key)] = created
+                    self._created.put(tuple(key), created)
             return created
         entry = self._by_id.get(tuple(key)) if key[1] is not None else None
-        if entry is None:
+        call = None if entry is None else entry[0]()
+        if call is None:  # not compiled yet, or released by the executables cache
             entry = self._lookup(kind, attrs, operands, tuple(key))
-        call, result_types, several, _ = entry
+            call = entry[0]()
+        _, result_types, several, _ = entry
         outputs = call(*arrays)
         if not several:
             return NamedArray(outputs[0], result_types[0], device)
@@ -308,11 +324,11 @@ class EagerOps(OpsApi):
         attrs = attrs if isinstance(attrs, Attrs) else (Attrs(attrs) if attrs else _NO_ATTRS)
         types = tuple(operand.ty for operand in operands)
         entry = self._cache.get((kind, attrs, types))
-        if entry is None:
-            entry = self._cache[(kind, attrs, types)] = self._compile(kind, attrs, types)
+        if entry is None or entry[0]() is None:
+            entry = self._cache.put((kind, attrs, types), self._compile(kind, attrs, types))
         entry = (*entry, types)
         if fast[1] is not None:
-            self._by_id[fast] = entry
+            self._by_id.put(fast, entry)
         return entry
 
     def _emit_other(self, kind: str, operands: Sequence[Any], attrs: Any) -> Any:
@@ -339,7 +355,7 @@ class EagerOps(OpsApi):
         result = builder.emit(kind, parameters, attrs)
         program = builder.build(result)
         results = tuple(intern(t) for t in result_types)
-        return compile_program(program, self.device), results, rule.multiple_results
+        return weakref.ref(compile_program(program, self.device)), results, rule.multiple_results
 
     def _create(self, kind: str, attrs: Attrs) -> NamedArray:
         """Creation kinds (constants, iota) are evaluated with NumPy, not compiled: their

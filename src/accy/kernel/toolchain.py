@@ -31,7 +31,7 @@ CACHE_VERSION = "accy-kernel-1"
 STRICT_C_FLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror")
 
 
-@functools.cache
+@functools.cache  # not a cache: the process's one folder, made once
 def work_directory() -> Path:
     """A per-process directory for generated sources and built objects.
 

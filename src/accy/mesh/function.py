@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..caches import Group
 from ..core import Program
 from ..errors import MeshError
 from ..frontend.functions import donated_inputs
@@ -17,6 +18,9 @@ from ..transforms.simplify import simplify
 from .executable import SIMULATED_DEVICES, MeshExecutable
 from .mesh import Mesh, check_axis_mapping
 from .spmd import ShardedProgram, local_type, shard_program
+
+# Each sharded function's programs per signature (accy.clear_caches() empties them).
+SHARDED_SIGNATURES = Group("sharded signatures", "jit_signatures_max_entries")
 
 
 class ShardedFunction:
@@ -49,7 +53,7 @@ class ShardedFunction:
         self.fn, self.mesh, self.axis_mapping, self.device = fn, mesh, axis_mapping, device
         self.distributed, self.precision = distributed, precision
         self.donate_argnums = tuple(donate_argnums)
-        self._entries: dict[Any, _Entry] = {}
+        self._entries = SHARDED_SIGNATURES.table()
 
     def _entry(self, args: tuple, kwargs: dict) -> tuple[_Entry, list[Any]]:
         tree = (args, kwargs)
@@ -63,7 +67,7 @@ class ShardedFunction:
         key = (treedef, types)
         entry = self._entries.get(key)
         if entry is None and (entry := self._local_entry(treedef, types)) is not None:
-            self._entries[key] = entry  # the next call with these types finds it at once
+            self._entries.put(key, entry)  # the next call with these types finds it at once
         if entry is None:
 
             def call(*a: Any, **k: Any) -> Any:
@@ -72,7 +76,8 @@ class ShardedFunction:
             donate = donated_inputs(self.donate_argnums, leaves, treedef, "shard")
             traced = trace(call, leaves, treedef, getattr(self.fn, "__name__", "function"))
             sharded = shard_program(simplify(traced.program), self.mesh, self.axis_mapping)
-            entry = self._entries[key] = _Entry(self._executable(sharded, donate), traced, sharded)
+            executable = self._executable(sharded, donate)
+            entry = self._entries.put(key, _Entry(executable, traced, sharded))
         return entry, leaves
 
     def _executable(self, sharded: ShardedProgram, donate: tuple[int, ...]) -> Any:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import functools
 import glob
 import importlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ...caches import memoized
 from ...config import config
 
 # Setters and getters of the library's thread count, when it exports them.
@@ -118,7 +118,7 @@ def candidate_paths() -> Iterator[str]:
     yield from _system()
 
 
-@functools.cache
+@memoized("blas library")
 def find_blas() -> Blas | None:
     """The first usable BLAS (see the module docstring), or None.
 

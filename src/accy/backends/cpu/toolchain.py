@@ -8,7 +8,6 @@ verified, locked and evicted is `accy.codegen.cache` (namespace "cpu").
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from ...caches import memoized
 from ...codegen import cache
 from ...codegen.cache import discard as discard
 from ...codegen.cache import is_valid as is_valid
@@ -91,7 +91,7 @@ def find_compiler() -> Compiler:
     )
 
 
-@functools.cache
+@memoized("cpu identity")
 def cpu_identity() -> str:
     """What `-march=native` depends on: the CPU's model and feature flags."""
     try:

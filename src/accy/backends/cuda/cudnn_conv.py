@@ -24,7 +24,6 @@ f32 GEMMs do by default. Graphs are built when the program is planned and cached
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import math
@@ -33,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...caches import memoized
 from ...config import config
 from ...core import Operation
 from ...core.kinds.convolution import axis_roles
@@ -366,7 +366,7 @@ class Issuer:
         self.graph.graph.execute(pack, int(workspace), handle=h)
 
 
-@functools.cache
+@memoized("cudnn conv availability")
 def available() -> bool:
     """Whether cuDNN can be imported here (the tests' gate; a GPU is needed to build graphs)."""
     try:

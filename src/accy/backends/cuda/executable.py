@@ -13,13 +13,13 @@ buffers (`run_buffers`, `bind`) are handled by `accy.backends.cuda.arrays`.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ...caches import memoized
 from ...core import Program
 from ...core.types import TensorType, bf16
 from ...errors import DonationError
@@ -33,7 +33,7 @@ from .device import open_device
 from .runtime import CudaFragment, cupy_module
 
 
-@functools.cache
+@memoized("cupy bfloat16 support")
 def cupy_has_bfloat16() -> bool:
     """Whether this CuPy makes `ml_dtypes.bfloat16` arrays (CuPy 14 with ml_dtypes installed)."""
     try:

@@ -71,6 +71,7 @@ __all__ = [
     "CustomCallRequiresJvpContract",
     "CustomCallRequiresVjpContract",
     "DType",
+    "Device",
     "Dual",
     "DTypeError",
     "GradientRequiresScalarOutput",
@@ -90,6 +91,8 @@ __all__ = [
     "clear_caches",
     "core",
     "custom",
+    "device",
+    "devices",
     "errors",
     "f16",
     "f32",
@@ -123,6 +126,7 @@ __all__ = [
 # The backends and the one way to run a program; older execution names over it (compat).
 from . import backends, compat, executable, execute, gpu, lower  # noqa: E402
 from .api import CompiledProgram, compile, run  # noqa: E402
+from .backends.devices import Device, device, devices  # noqa: E402
 
 __all__ += [
     "CompiledProgram",

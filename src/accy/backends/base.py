@@ -34,6 +34,7 @@ from ..custom import inline_declined, kernel_registry_for
 from ..errors import AccyError
 from ..lower.artifacts import register_artifact_compiler
 from .buffers import Layout, addresses_of, check_readable
+from .devices import BACKENDS, CPU, Device, as_device
 
 log = logging.getLogger("accy.caches")
 
@@ -80,7 +81,7 @@ class Executable:
     """A program compiled for one device (see the module doc); subclasses implement
     `__call__`, and `run_checked` or their own `run_buffers` and `bind`."""
 
-    device = ""
+    device: Device = CPU  # each backend's executables set their own
 
     def __init__(self, program: Program):
         self.program = program
@@ -153,11 +154,14 @@ class Bindings:
 
 
 class Backend(Protocol):
-    """Compiles programs for one device."""
+    """Compiles programs for the devices of one platform (`device`: "cpu", "cuda",
+    "reference"); `ordinal` is the device's (a GPU's number, 0 for the others)."""
 
     device: str
 
-    def compile(self, program: Program, options: CompileOptions) -> Executable: ...
+    def compile(
+        self, program: Program, options: CompileOptions, ordinal: int = 0
+    ) -> Executable: ...
 
 
 class NativeBackend(Backend, Protocol):
@@ -170,12 +174,13 @@ class NativeBackend(Backend, Protocol):
     def load(self, artifact: Any, ordinal: int = 0) -> Executable: ...
 
 
-DEVICES: dict[str, Backend] = {}
+DEVICES: dict[str, Backend] = BACKENDS
+"""The backend of each platform (the devices themselves: `accy.backends.devices`)."""
 
 
 def register_backend(backend: Backend) -> None:
-    """Make `backend` the one for its device; a native backend's artifact compiler is
-    registered with `accy.lower.compile_fragment` too."""
+    """Make `backend` the one for its platform's devices; a native backend's artifact compiler
+    is registered with `accy.lower.compile_fragment` too."""
     DEVICES[backend.device] = backend
     artifact_format = getattr(backend, "artifact_format", None)
     if artifact_format is not None:
@@ -194,17 +199,14 @@ def compile_artifact(backend: NativeBackend, program: Program, kernel_call_regis
     return backend.compile_artifact(program, registry)
 
 
-def backend_for(device: str) -> Backend:
-    """The backend registered for `device`.
+def backend_for(device: str | Device) -> Backend:
+    """The backend registered for `device` (a Device or its name).
 
     >>> backend_for("tpu")
     Traceback (most recent call last):
-    accy.errors.AccyError: unknown device 'tpu'; the devices are cpu, cuda, reference
+    accy.errors.AccyError: unknown device 'tpu'; the devices are cpu, cuda, cuda:N ...
     """
-    backend = DEVICES.get(device)
-    if backend is None:
-        raise AccyError(f"unknown device {device!r}; the devices are {', '.join(sorted(DEVICES))}")
-    return backend
+    return as_device(device).backend
 
 
 def native_backend_for(artifact_format: str) -> NativeBackend:
@@ -234,15 +236,16 @@ class ExecutableCache:
     def size(self) -> int | None:
         return limit(self._entries.bound)
 
-    def get(self, program: Program, device: str, options: CompileOptions) -> Executable:
+    def get(self, program: Program, device: str | Device, options: CompileOptions) -> Executable:
         """The executable of `program` on `device`, compiled unless it is cached."""
+        device = as_device(device)
         key = (program.digest, device, options.key(), config.code_key())
         entry = self._entries.get(key)
         if entry is not None:
             return entry[0]
         if self._entries.dropped(key):
             _note_compiled_again(program, device, self.size)
-        executable = backend_for(device).compile(program, options)
+        executable = device.backend.compile(program, options, device.ordinal)
         # The options are held with the entry, so that the ids in its key stay theirs.
         self._entries.put(key, (executable, options))
         return executable
@@ -275,7 +278,7 @@ class ExecutableCache:
 _noted = threading.Event()
 
 
-def _note_compiled_again(program: Program, device: str, bound: int | None) -> None:
+def _note_compiled_again(program: Program, device: Device, bound: int | None) -> None:
     """Say once per process that the bound on live executables made a program compile again:
     a workload that cycles through more programs than the bound compiles over and over."""
     if not _noted.is_set():
@@ -294,7 +297,7 @@ CACHE = ExecutableCache(name="executables")
 
 
 def executable_for(
-    program: Program, device: str = "cpu", options: CompileOptions | None = None
+    program: Program, device: str | Device = CPU, options: CompileOptions | None = None
 ) -> Executable:
     """The executable of `program` on `device`, from `CACHE` or compiled now.
 

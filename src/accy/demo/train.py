@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import nn, optim
+from ..backends.devices import as_device
 from ..config import config
 from ..core.types import dtype_named, f32
 from ..errors import AccyError
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.gpus < 1:
         parser.error("--gpus must be at least 1")
     distributed = None
-    if arguments.gpus > 1 and arguments.device == "cuda":
+    if arguments.gpus > 1 and as_device(arguments.device).is_cuda:
         from ..mesh import Mesh
 
         # Not yet launched: start one process per GPU, each running this command.

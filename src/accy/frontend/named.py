@@ -7,8 +7,9 @@ program, compiled for the array's device the first time its signature (kind, att
 operand types) is seen and cached after that. Inside a traced function the same code records
 operations instead, so a model can be debugged eagerly and then jitted unchanged.
 
-Devices: "cpu" (NumPy arrays, native code), "cuda" (CuPy arrays) and "reference" (NumPy
-arrays, the NumPy evaluator: no C compiler involved, handy in tests).
+Devices (`accy.devices()`): the CPU (NumPy arrays, native code), each CUDA GPU ("cuda:N",
+CuPy arrays in its memory) and the reference (NumPy arrays, the NumPy evaluator: no C compiler
+involved, handy in tests); wherever a device is asked for, a `Device` or its name.
 """
 
 from __future__ import annotations
@@ -21,52 +22,30 @@ import numpy as np
 
 from ..api import compile as compile_program
 from ..backends.arguments import python_values
+from ..backends.devices import CPU, Device, as_device, holding
 from ..caches import Group, Table
 from ..core import Attrs, Value, check_operation
 from ..core.arrays import is_array
 from ..core.builder import Builder
 from ..core.operations import OpsApi
 from ..core.types import DType, TensorType, bool_, dtype_of_numpy, f32, i32
-from ..errors import AccyError, AxisError, RuntimeUnavailable
+from ..errors import AccyError, AxisError
 from .errors import DeviceMismatch
-
-DEVICES = ("cpu", "cuda", "reference")
-
-
-def _device_of(array: Any) -> str:
-    return "cuda" if type(array).__module__.split(".")[0] == "cupy" else "cpu"
 
 
 def _host_array(array: Any) -> np.ndarray:
-    """`array` as a NumPy array (CuPy arrays are copied to the host)."""
+    """`array` as a NumPy array (a GPU's arrays are copied to the host)."""
     if isinstance(array, np.ndarray):
         return array
-    if _device_of(array) == "cuda":
-        return array.get()
+    held = holding(array)
+    if held.is_cuda:
+        return held.host(array)
     if hasattr(array, "__dlpack__") and not isinstance(array, np.generic):
         return np.from_dlpack(array)
     return np.asarray(array)
 
 
-def _on_device(array: np.ndarray, device: str) -> Any:
-    if device == "cuda":
-        try:
-            import cupy  # an optional dependency: accy[cuda]
-        except ImportError:
-            raise RuntimeUnavailable(
-                "device 'cuda' needs CuPy (pip install 'accy[cuda]'), which is not installed"
-            ) from None
-        return cupy.asarray(array)
-    return array
-
-
-def check_device(device: str) -> str:
-    """`device`, checked, as the one string object of DEVICES: the eager and jit fast paths
-    compare devices by identity, and a device name built at run time (read from a command
-    line) is an equal but distinct object."""
-    if device not in DEVICES:
-        raise AccyError(f"unknown device {device!r}; the devices are {', '.join(DEVICES)}")
-    return DEVICES[DEVICES.index(device)]
+check_device = as_device  # the one conversion at the door: a Device, or its name
 
 
 _INTERNED = Table("interned types", "interned_types_max_entries")
@@ -88,7 +67,8 @@ class NamedArray:
     - `.axes`: the axis names in layout order; `.shape`: a dict from axis name to extent (in
       layout order); `.dtype`: an accy dtype; `.ty`: the `TensorType` (dtype and named axes).
     - `.array`: the underlying NumPy or CuPy array, axes in layout order; `np.asarray(x)` gives
-      a NumPy array; `.device` is "cpu", "cuda" or "reference"; `.to(device)` moves it.
+      a NumPy array; `.device` is its `accy.Device` (`accy.device("cpu")`, "cuda:0", ...);
+      `.to(device)` moves it.
     - Operations (`x + y`, `x.sum("token")`, `q.contract(k, "channel")`, ...) broadcast by
       name and run eagerly; `x["token", 1:]` and `x["batch", 0]` slice and index by name.
 
@@ -105,7 +85,7 @@ class NamedArray:
     __slots__ = ("array", "ty", "device", "__weakref__")
     __array_priority__ = 100  # so that `np.float32(2) * x` defers to NamedArray.__rmul__
 
-    def __init__(self, array: Any, ty: TensorType, device: str):
+    def __init__(self, array: Any, ty: TensorType, device: Device):
         self.array = array
         self.ty = ty
         self.device = device
@@ -113,7 +93,8 @@ class NamedArray:
     @property
     def builder(self) -> EagerOps:
         """The eager operation library of this array's device (the `Value` methods call it)."""
-        return EAGER[self.device]
+        ops = EAGER.get(self.device)
+        return ops if ops is not None else eager_ops(self.device)
 
     @property
     def dtype(self) -> DType:
@@ -135,12 +116,15 @@ class NamedArray:
         """The number of elements."""
         return self.ty.size
 
-    def to(self, device: str) -> NamedArray:
-        """This array on `device` ("cpu", "cuda" or "reference"), copied there if needed."""
-        device = check_device(device)
+    def to(self, device: str | Device) -> NamedArray:
+        """This array on `device` (a Device or its name: "cpu", "cuda:1", "reference"), copied
+        there if needed."""
+        device = as_device(device)
         if device is self.device:
             return self
-        return NamedArray(_on_device(_host_array(self.array), device), self.ty, device)
+        if device.is_cuda and self.device.is_cuda:  # GPU to GPU: no trip through the host
+            return NamedArray(device.put(self.array), self.ty, device)
+        return NamedArray(device.put(_host_array(self.array)), self.ty, device)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         host = _host_array(self.array)
@@ -162,7 +146,7 @@ class NamedArray:
         return bool(self.item())
 
     def __repr__(self) -> str:
-        return f"NamedArray({self.ty}, {_host_array(self.array)!r}, device={self.device!r})"
+        return f"NamedArray({self.ty}, {_host_array(self.array)!r}, device='{self.device}')"
 
     def __getitem__(self, key: Any) -> NamedArray:
         return index_by_name(self.builder, self, key)
@@ -179,10 +163,10 @@ def _copy_value_methods() -> None:
             setattr(NamedArray, name, member)
 
 
-def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedArray:
+def named(array: Any, axes: Sequence[str], device: str | Device | None = None) -> NamedArray:
     """Wrap `array` (NumPy, CuPy, a DLPack producer, nested lists or a scalar) as a NamedArray
-    with one name per axis, in layout order. `device` defaults to the array's own ("cpu" for
-    host arrays, "cuda" for CuPy); "reference" runs its operations on the NumPy evaluator.
+    with one name per axis, in layout order. `device` defaults to the array's own (the CPU for
+    host arrays, its GPU for CuPy); "reference" runs its operations on the NumPy evaluator.
 
     >>> import accy, numpy as np
     >>> w = accy.named(np.ones((2, 3), np.float32), ("input", "output"))
@@ -198,8 +182,8 @@ def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedAr
     axes = tuple(axes)
     if isinstance(array, NamedArray):
         array = array.array
-    own = _device_of(array)
-    if own != "cuda" and not isinstance(array, np.ndarray):
+    own = holding(array)
+    if own.is_host and not isinstance(array, np.ndarray):
         array = _host_array(array) if hasattr(array, "__dlpack__") else np.asarray(array)
     if array.ndim != len(axes):
         raise AxisError(
@@ -214,11 +198,9 @@ def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedAr
         )
     )
 
-    device = check_device(device or own)
-    if device == "cuda" and own != "cuda":
-        array = _on_device(array, device)
-    elif device != "cuda" and own == "cuda":
-        array = _host_array(array)
+    device = own if device is None else as_device(device)
+    if device is not own:
+        array = device.put(array if own.is_host else own.host(array))
     return NamedArray(array, ty, device)
 
 
@@ -233,7 +215,7 @@ def scalar_dtype(value: Any) -> DType:
     return i32 if isinstance(value, int) else f32
 
 
-def named_scalar(value: Any, device: str = "cpu", where: str = "a scalar") -> NamedArray:
+def named_scalar(value: Any, device: Device = CPU, where: str = "a scalar") -> NamedArray:
     """A rank-0 NamedArray holding the Python or NumPy scalar `value` (see `scalar_dtype`); a
     Python int outside i32 is an `InvalidInput` naming `where`, the value and the range.
 
@@ -246,7 +228,7 @@ def named_scalar(value: Any, device: str = "cpu", where: str = "a scalar") -> Na
         host = python_values(value, TensorType(dtype), where)
     else:
         host = np.asarray(value, dtype.numpy)
-    return NamedArray(_on_device(host, device), intern(TensorType(dtype)), device)
+    return NamedArray(device.put(host), intern(TensorType(dtype)), device)
 
 
 # -- eager execution ---------------------------------------------------------------------------
@@ -259,7 +241,7 @@ class EagerOps(OpsApi):
     """The named-axis operation library over NamedArrays of one device: `emit` runs each
     operation at once, as a one-op program compiled (and cached) per signature."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: Device):
         self.device = device
         # (kind, attrs, ids of the operand types) -> (a weak reference to the call, result
         # types, several, the operand types, kept so that their ids stay theirs); the
@@ -343,8 +325,8 @@ class EagerOps(OpsApi):
                 raise AccyError(f"{kind}: operand {position} ({operand!r}) is not a NamedArray")
             if operand.device != self.device:
                 raise DeviceMismatch(
-                    f"{kind}: operand {position} is on {operand.device!r} but the operation "
-                    f"runs on {self.device!r}; move it with .to({self.device!r})"
+                    f"{kind}: operand {position} is on '{operand.device}' but the operation "
+                    f"runs on '{self.device}'; move it with .to('{self.device}')"
                 )
         raise AccyError(f"{kind}: internal: unexpected operands {operands!r}")  # unreachable
 
@@ -368,7 +350,7 @@ class EagerOps(OpsApi):
 
             builder = Builder(f"eager_{kind}")
             host = reference_run(builder.build(builder.emit(kind, [], attrs)), [])[0]
-        return NamedArray(_on_device(host, self.device), intern(ty), self.device)
+        return NamedArray(self.device.put(host), intern(ty), self.device)
 
     def subprogram(self, name: str, specs: Sequence[TensorType], body):
         from ..core.builder import define
@@ -394,7 +376,12 @@ def _attrs_key(attrs: Any) -> Any:
     return key
 
 
-EAGER: dict[str, EagerOps] = {device: EagerOps(device) for device in DEVICES}
+EAGER: dict[Device, EagerOps] = {}
+
+
+def eager_ops(device: Device) -> EagerOps:
+    """The eager operation library of `device` (made on first use: one per GPU too)."""
+    return EAGER.setdefault(device, EagerOps(device))
 
 
 # -- indexing by name --------------------------------------------------------------------------

@@ -27,6 +27,7 @@ import numpy as np
 import optree
 
 from ..api import compile as compile_program
+from ..backends.devices import CPU, Device
 from ..caches import Group, Table
 from ..core import Program, Value
 from ..core.builder import Builder
@@ -117,7 +118,7 @@ def non_array_leaf(where: str, leaf: Any) -> NonArrayLeaf:
     )
 
 
-def as_array_leaf(leaf: Any, where: str, device: str = "cpu") -> Any:
+def as_array_leaf(leaf: Any, where: str, device: Device = CPU) -> Any:
     """`leaf` as a NamedArray or traced Value: scalars and rank-0 NumPy arrays become rank-0
     NamedArrays; anything else that is not an array raises `NonArrayLeaf`."""
     if isinstance(leaf, NamedArray | Value):
@@ -427,7 +428,9 @@ class Staged:
     """Programs built per signature by `build(leaves, treedef)` (leaves: NamedArrays or
     Values, only their types matter) and run on concrete arrays or inlined into a trace."""
 
-    def __init__(self, build: Builds, device: str | None = None, static_scalars: bool = False):
+    def __init__(
+        self, build: Builds, device: str | Device | None = None, static_scalars: bool = False
+    ):
         self.build = build
         self.device = None if device is None else check_device(device)
         # Python scalars and other hashable Python values in the arguments stay Python values
@@ -504,7 +507,7 @@ class Staged:
         entry = self.entry(leaves, treedef, (treedef, tuple(map(_type_of, leaves))))
         return self.run_concrete(entry, list(map(_array_of, leaves)), device)
 
-    def run_concrete(self, entry: Entry, arrays: list[Any], device: str) -> Any:
+    def run_concrete(self, entry: Entry, arrays: list[Any], device: Device) -> Any:
         held = entry.compiled.get(device)
         compiled = None if held is None else held()
         if compiled is None:  # not compiled yet, or released by the executables cache
@@ -541,7 +544,7 @@ class Staged:
         if device is None and len(devices) > 1:
             paths = leaf_paths(tree)
             where = ", ".join(
-                f"{argument_path(p)} on {leaf.device!r}"
+                f"{argument_path(p)} on '{leaf.device}'"
                 for p, leaf in zip(paths, converted, strict=True)
                 if isinstance(leaf, NamedArray)
             )
@@ -549,7 +552,7 @@ class Staged:
                 f"arrays on different devices were passed together ({where}); move them with "
                 ".to(device), or give the transform a device"
             )
-        device = device or (devices.pop() if devices else "cpu")
+        device = device or (devices.pop() if devices else CPU)
         entry = self.entry(converted, treedef, key)
         return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.devices import CPU, Device, as_device
 from ..caches import Group
 from ..core import Program
 from ..errors import MeshError
@@ -125,7 +126,7 @@ class ShardedFunction:
         captured = [np.asarray(c.array) for c in entry.traced.captured]
         outputs = entry.executable(*[np.asarray(x.array) for x in leaves], *captured)
         types = entry.sharded.source.output_types
-        named = [NamedArray(o, t, "cpu") for o, t in zip(outputs, types, strict=True)]
+        named = [NamedArray(o, t, CPU) for o, t in zip(outputs, types, strict=True)]
         return unflatten(entry.traced.out_treedef, named)
 
     def _call_local(self, entry: _Entry, leaves: list[Any]) -> Any:
@@ -140,7 +141,9 @@ class ShardedFunction:
         for i in entry.cut:  # only the parameters with a mapped axis can be given whole
             arrays[i] = entry.block(rank, i, arrays[i])
         outputs = entry.executable(*arrays, *entry.captured)
-        named = list(map(NamedArray, outputs, entry.local_output_types, itertools.repeat("cuda")))
+        named = list(
+            map(NamedArray, outputs, entry.local_output_types, itertools.repeat(self.device))
+        )
         return unflatten(entry.traced.out_treedef, named)
 
 
@@ -180,7 +183,7 @@ def shard(
     mesh: Mesh,
     axis_mapping: Mapping[str, str],
     *,
-    device: str = "cpu",
+    device: str | Device = "cpu",
     distributed: Any = None,
     precision: str = "f32",
     donate_argnums: tuple[int, ...] = (),
@@ -206,22 +209,23 @@ def shard(
         return shard_program(fn_or_program, mesh, mapping)
     if not callable(fn_or_program):
         raise MeshError(f"shard needs a Program or a function, got {fn_or_program!r}")
-    if device == "cuda" and distributed is None:
+    device = as_device(device)
+    if device.is_cuda and distributed is None:
         raise MeshError(
             "shard(..., device='cuda') runs one process per GPU: pass distributed="
             "accy.mesh.nccl.Distributed(mesh) (made in each process started by accy launch)"
         )
-    if device != "cuda" and device not in SIMULATED_DEVICES:
+    if not device.is_cuda and device not in SIMULATED_DEVICES:
         raise MeshError(
-            f"shard: device {device!r}; a function runs on a simulated mesh "
-            f"({', '.join(SIMULATED_DEVICES)}) or on GPUs ('cuda', with distributed=...)"
+            f"shard: device '{device}'; a function runs on a simulated mesh "
+            f"({', '.join(map(str, SIMULATED_DEVICES))}) or on GPUs ('cuda', with distributed=...)"
         )
     return ShardedFunction(
         fn_or_program, mesh, mapping, device, distributed, precision, tuple(donate_argnums)
     )
 
 
-def compile(sharded: ShardedProgram, device: str = "cpu") -> MeshExecutable:  # noqa: A001
+def compile(sharded: ShardedProgram, device: str | Device = "cpu") -> MeshExecutable:  # noqa: A001
     """The executable of a sharded program on its simulated mesh (see `MeshExecutable`)."""
     return MeshExecutable(sharded, device=device)
 

@@ -50,6 +50,7 @@ from ..backends.cuda.collectives import (
     sum_type_name,
     unregister_group,
 )
+from ..backends.devices import Device, as_device
 from ..config import config
 from ..core import Program
 from ..core.types import TensorType
@@ -139,9 +140,9 @@ class Distributed:
         store: Store | None = None,
         *,
         modules: tuple[Any, Any] | None = None,
-        segment_device: str = "cuda",
+        segment_device: str | Device = "cuda",
     ):
-        self.segment_device = segment_device
+        self.segment_device = as_device(segment_device)
         self.env = env or Environment.from_env()
         if mesh.size != self.env.world_size:
             raise MeshError(
@@ -345,8 +346,8 @@ class NcclExecutable:
         """Why this executable runs segments (None: it runs one graph)."""
         if graph is False or (graph is None and not config.nccl_graph):
             reason = "turned off (graph=False or ACCY_NCCL_GRAPH=0)"
-        elif self.distributed.segment_device != "cuda":
-            reason = f"the segments run on {self.distributed.segment_device!r}, not CUDA"
+        elif not self.distributed.segment_device.is_cuda:
+            reason = f"the segments run on '{self.distributed.segment_device}', not CUDA"
         else:
             reason = in_graph_reason(self.program)
         if reason is not None and graph is True:

@@ -241,7 +241,7 @@ MISUSES = {
     "an unknown device": (
         lambda: x.to("tpu"),
         accy.AccyError,
-        r"unknown device 'tpu'; the devices are cpu, cuda, reference",
+        r"unknown device 'tpu'; the devices are cpu, cuda, cuda:N \(a GPU's ordinal\), reference",
     ),
 }
 

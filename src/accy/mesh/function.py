@@ -11,7 +11,7 @@ import numpy as np
 from ..backends.devices import CPU, Device, as_device
 from ..caches import Group
 from ..core import Program
-from ..errors import MeshError
+from ..errors import AccyError, MeshError
 from ..frontend.functions import donated_inputs
 from ..frontend.named import NamedArray, intern
 from ..frontend.tracing import as_array_leaf, flatten, leaf_paths, trace, unflatten
@@ -209,15 +209,19 @@ def shard(
         return shard_program(fn_or_program, mesh, mapping)
     if not callable(fn_or_program):
         raise MeshError(f"shard needs a Program or a function, got {fn_or_program!r}")
-    device = as_device(device)
-    if device.is_cuda and distributed is None:
+    given = device
+    try:
+        device = as_device(device)
+    except AccyError:
+        device = None  # named below, with what a sharded function runs on
+    if device is not None and device.is_cuda and distributed is None:
         raise MeshError(
             "shard(..., device='cuda') runs one process per GPU: pass distributed="
             "accy.mesh.nccl.Distributed(mesh) (made in each process started by accy launch)"
         )
-    if not device.is_cuda and device not in SIMULATED_DEVICES:
+    if device is None or (not device.is_cuda and device not in SIMULATED_DEVICES):
         raise MeshError(
-            f"shard: device '{device}'; a function runs on a simulated mesh "
+            f"shard: device {given!r}; a function runs on a simulated mesh "
             f"({', '.join(map(str, SIMULATED_DEVICES))}) or on GPUs ('cuda', with distributed=...)"
         )
     return ShardedFunction(

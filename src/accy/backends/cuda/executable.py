@@ -261,9 +261,9 @@ def _refused_donation(value: Any, t: TensorType, expected: np.dtype, at: str) ->
     elif isinstance(value, np.ndarray):
         what = f"{value.dtype}{list(value.shape)} NumPy array (host memory)"
     return DonationError(
-        f"{at} is donated, so it must be a C-contiguous CuPy array on the executable's GPU that "
-        f"owns its memory, of dtype {expected} and shape {t.extents} (it is overwritten in "
-        f"place); got a {what}"
+        f"{at} is donated, so it must be a C-contiguous CuPy array on the device that owns its "
+        f"memory (the executable's GPU), of dtype {expected} and shape {t.extents} (it is "
+        f"overwritten in place); got a {what}"
     )
 
 

@@ -93,8 +93,10 @@ class NamedArray:
     @property
     def builder(self) -> EagerOps:
         """The eager operation library of this array's device (the `Value` methods call it)."""
-        ops = EAGER.get(self.device)
-        return ops if ops is not None else eager_ops(self.device)
+        try:
+            return EAGER[self.device]
+        except KeyError:  # a GPU's first eager operation
+            return eager_ops(self.device)
 
     @property
     def dtype(self) -> DType:

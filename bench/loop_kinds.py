@@ -1,5 +1,5 @@
 """One loop three ways: as a `scan` (on CUDA, the body's kernels recorded once per step in one
-graph, as scans of up to `accy.backends.cuda.steps.scan.UNROLLED_NODES` nodes are), as the same
+graph, as scans of up to `accy.config.cuda_unrolled_nodes` nodes are), as the same
 scan run as one graph WHILE node (`scan-node`, CUDA only: the body recorded once, its step
 counter and pointer table on the device, as longer scans are) and as a `while_loop` over a step
 counter (a WHILE node too, its condition a kernel of the program). Compile time (the first
@@ -70,13 +70,8 @@ def _compile(program, device: str, unrolled_nodes: int | None):
 
     if unrolled_nodes is None:
         return accy.compile(program, device=device)
-    from accy.backends.cuda.steps import scan
-
-    default, scan.UNROLLED_NODES = scan.UNROLLED_NODES, unrolled_nodes
-    try:
+    with accy.config.override(cuda_unrolled_nodes=unrolled_nodes):
         return accy.compile(program, device=device)
-    finally:
-        scan.UNROLLED_NODES = default
 
 
 def measure(program, inputs, device: str, repeat: int, unrolled_nodes: int | None = None) -> dict:
@@ -113,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     # On CUDA, contractions inside WHILE nodes are cuBLAS unless
-    # ACCY_CUDA_CUBLAS_IN_CONDITIONALS=0 (`accy.backends.cuda.steps.dot`).
-    from accy.backends.cuda.steps import dot
+    # ACCY_CUDA_CUBLAS_IN_CONDITIONALS=0 (`accy.config.cuda_cublas_in_conditionals`).
+    import accy
 
-    cublas_inside = args.device == "cuda" and dot.CUBLAS_IN_CONDITIONALS
+    cublas_inside = args.device == "cuda" and accy.config.cuda_cublas_in_conditionals
     results = []
     for case in args.cases.split(","):
         steps, rows, width = CASES[case]

@@ -81,9 +81,7 @@ def run_accy(
     import accy
 
     if unrolled_nodes is not None:  # CUDA: longer scans run as one graph WHILE node
-        from accy.backends.cuda.steps import scan
-
-        scan.UNROLLED_NODES = unrolled_nodes
+        accy.config.update("cuda_unrolled_nodes", unrolled_nodes)
 
     memory = None
     if device == "cuda":

@@ -8,6 +8,7 @@ and showing the first differing line.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import threading
 
@@ -38,11 +39,22 @@ def _round_trip_failure(program) -> str | None:
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache_dir(tmp_path_factory):
-    """Every test compiles into one fresh cache, never the user's ~/.cache/accy."""
+    """Every test compiles into one fresh cache, never the user's ~/.cache/accy (the processes
+    tests start too, through the variable)."""
+    folder = str(tmp_path_factory.mktemp("accy-cache"))
     patch = pytest.MonkeyPatch()
-    patch.setenv("ACCY_CACHE_DIR", str(tmp_path_factory.mktemp("accy-cache")))
-    yield
+    patch.setenv("ACCY_CACHE_DIR", folder)
+    with accy.config.override(cache_dir=folder):
+        yield
     patch.undo()
+
+
+@pytest.fixture
+def configure():
+    """`configure(name=value, ...)` sets `accy.config` settings for the rest of one test; each
+    comes back at its end."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **values: stack.enter_context(accy.config.override(**values))
 
 
 @pytest.fixture(autouse=True)

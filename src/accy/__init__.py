@@ -8,6 +8,7 @@
 """
 
 from . import (
+    caches,
     core,
     custom,
     errors,
@@ -21,6 +22,7 @@ from . import (
     trace,
     transforms,
 )
+from .caches import clear_caches
 from .config import config  # the settings object (module: accy.config)
 from .core import SYNTHETIC_ID, Operation, Program
 from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
@@ -69,6 +71,7 @@ __all__ = [
     "CustomCallRequiresJvpContract",
     "CustomCallRequiresVjpContract",
     "DType",
+    "Device",
     "Dual",
     "DTypeError",
     "GradientRequiresScalarOutput",
@@ -84,8 +87,12 @@ __all__ = [
     "Value",
     "bf16",
     "bool_",
+    "caches",
+    "clear_caches",
     "core",
     "custom",
+    "device",
+    "devices",
     "errors",
     "f16",
     "f32",
@@ -119,6 +126,7 @@ __all__ = [
 # The backends and the one way to run a program; older execution names over it (compat).
 from . import backends, compat, executable, execute, gpu, lower  # noqa: E402
 from .api import CompiledProgram, compile, run  # noqa: E402
+from .backends.devices import Device, device, devices  # noqa: E402
 
 __all__ += [
     "CompiledProgram",

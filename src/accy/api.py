@@ -6,10 +6,10 @@ device takes and refuses the same arguments (`accy.backends.arguments`): an arra
 parameter's dtype and extents; Python lists and scalars are converted only where nothing is
 lost. bf16 arrays are `ml_dtypes.bfloat16` arrays on both sides, f16 arrays `numpy.float16`.
 
-Devices are those registered in `accy.backends.base.DEVICES`: "cpu" (native code), "cuda" (a
-GPU: CuPy arrays come out) and "reference" (the NumPy evaluator). Compiled programs are kept in
-one cache keyed by the program's content, so compiling or running a program traced again costs
-a lookup.
+Devices are `accy.devices()` (`accy.backends.devices`): "cpu" (native code), "cuda:N" (GPU N;
+"cuda" is GPU 0: CuPy arrays come out) and "reference" (the NumPy evaluator). Compiled
+programs are kept in one cache keyed by the program's content, so compiling or running a
+program traced again costs a lookup.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .backends.base import CompileOptions, Executable, executable_for
+from .backends.base import CACHE, CompileOptions, Executable, executable_for
+from .backends.devices import Device
 from .core import Program
-from .errors import DonationError
 
 CompiledProgram = Executable
 """The type `accy.compile` returns (the name is kept for compatibility)."""
@@ -27,14 +27,15 @@ CompiledProgram = Executable
 
 def compile(
     program: Program,
-    device: str = "cpu",
+    device: str | Device = "cpu",
     *,
     kernel_call_registry: Any = None,
     custom_calls: Any = None,
     precision: str = "f32",
     donate: Sequence[int] = (),
 ) -> Executable:
-    """Compile `program` for `device` ("cpu", "cuda" or "reference"); returns a callable on
+    """Compile `program` for `device` (a `Device` or its name: "cpu", "cuda", "cuda:1",
+    "reference"); returns a callable on
     arrays (which also runs on raw buffers: `run_buffers(inputs, outputs)`).
 
     `kernel_call_registry` gives native code its custom-call kernels, `custom_calls` the
@@ -61,29 +62,16 @@ def compile(
     executable = executable_for(program, device, options)
     if not donate:
         return executable
-    return _donating(executable, device, tuple(donate))
-
-
-def _donating(executable: Executable, device: str, donate: tuple[int, ...]) -> Any:
-    """`executable` with inputs `donate` donated, by its device's way of taking them."""
-    if device == "cpu":
-        from .backends.cpu.executable import DonatingExecutable
-
-        return DonatingExecutable(executable, donate)
-    if device == "cuda":
-        from .backends.cuda.executable import DonatingCudaExecutable
-
-        return DonatingCudaExecutable(executable, donate)
-    raise DonationError(
-        f"donate={donate}: donation is implemented on the cpu and cuda devices; compile for "
-        f"{device!r} without donate"
+    donated = tuple(donate)
+    return CACHE.derived(
+        executable, ("donate", donated), lambda: executable.device.donating(executable, donated)
     )
 
 
 def run(
     program: Program,
     *arrays: Any,
-    device: str = "cpu",
+    device: str | Device = "cpu",
     kernel_call_registry: Any = None,
     custom_calls: Any = None,
 ) -> list[Any]:

@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accy.errors import AccyError
+from accy.errors import ConfigurationError
 
 
-class ConfigError(AccyError):
+class ConfigError(ConfigurationError):
     """A setting's name is unknown, or its value (given or read from its variable) is invalid."""
 
 
@@ -44,10 +44,27 @@ def _boolean(text: str) -> bool:
 
 
 def _whole_number(text: str) -> int:
-    value = int(text.strip())
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
     if value < 0:
-        raise ValueError("must be a whole number of at least 0")
+        raise ValueError("expected a whole number of at least 0, such as 0 or 2147483648")
     return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ValueError("expected a finite number of at least 0, such as 0, 0.5 or 25")
+    return value
+
+
+def _text(text: str) -> str:
+    return text.strip()
 
 
 @dataclass(frozen=True)
@@ -75,6 +92,176 @@ SETTINGS: tuple[Setting, ...] = (
         False,
         "Check every jitted call's outputs for NaN and inf; on one, re-run the step operation by "
         "operation and name the first operation (and the user's source line) that made it.",
+    ),
+    Setting(
+        "cache_dir",
+        "ACCY_CACHE_DIR",
+        _text,
+        "",
+        "The folder of the disk cache of compiled code (empty: ~/.cache/accy). It must be owned "
+        "by the user, writable by no one else, on a file system that allows executing programs.",
+    ),
+    Setting(
+        "cache_max_bytes",
+        "ACCY_CACHE_MAX_BYTES",
+        _whole_number,
+        2 * 1024**3,
+        "The size bound of each folder of the disk cache, in bytes; the least recently used "
+        "entries are removed past it.",
+    ),
+    Setting(
+        "blas_library",
+        "ACCY_BLAS_LIBRARY",
+        _text,
+        "",
+        "The path of a BLAS shared library the CPU backend tries before NumPy's own OpenBLAS, "
+        "SciPy's and the system's (empty: none); read when a BLAS is first looked for.",
+    ),
+    Setting(
+        "executables_max_entries",
+        "ACCY_EXECUTABLES_MAX_ENTRIES",
+        _whole_number,
+        512,
+        "How many compiled executables stay alive in memory (those of accy.compile, jit and "
+        "eager operations together); past it the least recently used is released with its "
+        "native library and compiled again (from the disk cache) when next needed.",
+    ),
+    Setting(
+        "eager_operations_max_entries",
+        "ACCY_EAGER_OPERATIONS_MAX_ENTRIES",
+        _whole_number,
+        4096,
+        "How many operation signatures (kind, attributes, operand types) each device's eager "
+        "operations remember, and how many scalar constants; the oldest are forgotten past it.",
+    ),
+    Setting(
+        "jit_signatures_max_entries",
+        "ACCY_JIT_SIGNATURES_MAX_ENTRIES",
+        _whole_number,
+        256,
+        "How many traced signatures (argument types and static values) each jitted or "
+        "transformed function keeps, with their programs; the oldest are traced again.",
+    ),
+    Setting(
+        "interned_types_max_entries",
+        "ACCY_INTERNED_TYPES_MAX_ENTRIES",
+        _whole_number,
+        65536,
+        "How many distinct array types NamedArrays share one object of (the fast paths compare "
+        "types by identity); past it the oldest are forgotten, which only costs a slower lookup.",
+    ),
+    Setting(
+        "kernels_max_entries",
+        "ACCY_KERNELS_MAX_ENTRIES",
+        _whole_number,
+        256,
+        "How many compiled kernels of custom calls and attention (with their loaded libraries "
+        "and modules) each kernel table keeps; the oldest are released past it.",
+    ),
+    Setting(
+        "lower_epilogue_window",
+        "ACCY_LOWER_EPILOGUE_WINDOW",
+        _whole_number,
+        8,
+        "How many steps after a reduction the fusion planner searches for elementwise work to "
+        "fuse into its epilogue (0: none).",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "lower_chain_window",
+        "ACCY_LOWER_CHAIN_WINDOW",
+        _whole_number,
+        8,
+        "How many steps the fusion planner searches for the next phase of a chain of reductions "
+        "over the same rows (0: no chains).",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "lower_chain_trailing_loops",
+        "ACCY_LOWER_CHAIN_TRAILING_LOOPS",
+        _boolean,
+        True,
+        "Let a chain of reductions end with an elementwise loop that does not write in place.",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "lower_smallest_split",
+        "ACCY_LOWER_SMALLEST_SPLIT",
+        _whole_number,
+        1 << 22,
+        "The fewest multiply-adds of a contraction that the planner splits into GEMMs per "
+        "operand block.",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "cuda_unrolled_nodes",
+        "ACCY_CUDA_UNROLLED_NODES",
+        _whole_number,
+        16384,
+        "CUDA: a scan of at most this many graph nodes (length times body steps) is unrolled "
+        "into the CUDA graph; a longer one runs as a WHILE node.",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "cuda_iterations_per_node_iteration",
+        "ACCY_CUDA_ITERATIONS_PER_NODE_ITERATION",
+        _whole_number,
+        8,
+        "CUDA: how many scan iterations one iteration of a WHILE node's body runs (its body "
+        "recorded that many times).",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "cuda_cublas_in_conditionals",
+        "ACCY_CUDA_CUBLAS_IN_CONDITIONALS",
+        _boolean,
+        True,
+        "CUDA: run wide GEMMs inside graph conditional (WHILE) nodes through cuBLAS rather than "
+        "accy's own kernels.",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "cudnn_conv",
+        "ACCY_CUDNN_CONV",
+        _boolean,
+        True,
+        "CUDA: run the convolutions cuDNN supports through cuDNN (off: accy's composed kernels).",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "cudnn_attention",
+        "ACCY_CUDNN_ATTENTION",
+        _boolean,
+        True,
+        "CUDA: run attention through cuDNN's fused attention where it applies (off: accy's "
+        "kernels).",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "cudnn_min_blocks",
+        "ACCY_CUDNN_MIN_BLOCKS",
+        _whole_number,
+        0,
+        "CUDA: a long sequence (1,024 tokens or more) whose attention makes fewer cuDNN thread "
+        "blocks than this is composed instead of fused (0: never declines for this).",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "nccl_bucket_mb",
+        "ACCY_NCCL_BUCKET_MB",
+        _number,
+        25.0,
+        "Data parallelism over NCCL: the size in MiB of the buckets gradients are all-reduced "
+        "in, overlapped with the backward pass (0: no buckets, every psum on the step's stream).",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "nccl_graph",
+        "ACCY_NCCL_GRAPH",
+        _boolean,
+        True,
+        "Data parallelism over NCCL: capture a step with its collectives as one CUDA graph where "
+        "it can be (off: run it as segments between collectives).",
     ),
 )
 
@@ -165,6 +352,37 @@ class Config:
             if setting.changes_generated_code
         )
 
+    def page(self) -> str:
+        """The settings as a Markdown page: docs/config.md is this text.
+
+        >>> import accy
+        >>> "| `debug_nans` | `ACCY_DEBUG_NANS` | bool | `False` |" in accy.config.page()
+        True
+        """
+        lines = [
+            "# Settings (`accy.config`)",
+            "",
+            "Every setting of accy, generated from `accy.config.SETTINGS` "
+            "(`accy.config.page()`). Read one as",
+            "`accy.config.name`; set one with its variable before the first use, with",
+            '`accy.config.update("name", value)` for the rest of the process, or with',
+            "`with accy.config.override(name=value):` for a block. Settings that change generated "
+            "code (*code*)",
+            "are part of every compile cache key (`accy.config.code_key()`), so code built under "
+            "one value is",
+            "never reused under another.",
+            "",
+            "| setting | variable | type | default | code | meaning |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for setting in self._settings.values():
+            code = "yes" if setting.changes_generated_code else ""
+            lines.append(
+                f"| `{setting.name}` | `{setting.variable}` | {setting.kind.__name__} | "
+                f"`{setting.default!r}` | {code} | {setting.meaning} |"
+            )
+        return "\n".join(lines) + "\n"
+
     def environment(self, name: str) -> str | None:
         """A variable of the environment accy reads but does not own (`CC`, `CUDA_HOME`,
         `RANK`), or None where it is unset: the one door to `os.environ` outside the settings.
@@ -174,6 +392,21 @@ class Config:
         True
         """
         return os.environ.get(name)
+
+    def set_environment(self, name: str, value: str, *, keep_existing: bool = False) -> None:
+        """Set a variable that a library accy loads reads when it starts (OpenMP's
+        `OMP_WAIT_POLICY`, CUDA's `CUDA_VISIBLE_DEVICES`); with `keep_existing`, only where it
+        is unset (the user's choice wins).
+
+        >>> import accy
+        >>> accy.config.set_environment("ACCY_EXAMPLE_VARIABLE", "1", keep_existing=True)
+        >>> accy.config.environment("ACCY_EXAMPLE_VARIABLE")
+        '1'
+        """
+        if keep_existing:
+            os.environ.setdefault(name, value)
+        else:
+            os.environ[name] = value
 
 
 config = Config()

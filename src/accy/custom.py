@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from .caches import Table
 from .core.builder import Builder, define
 from .core.ir import Operation, Program
 from .core.kinds.control import CUSTOM_CALLS, missing_jvp, missing_vjp
@@ -669,8 +670,7 @@ class RecordKernels:
         return call if call is not None else self.records.require(target, version)
 
 
-_MERGED: dict[tuple, tuple[Any, Any]] = {}
-_MERGED_LIMIT = 64
+_MERGED = Table("merged kernel registries", "kernels_max_entries")
 
 
 def kernel_registry_for(program: Program, format: str, explicit_registry: Any = None) -> Any:
@@ -722,10 +722,8 @@ def kernel_registry_for(program: Program, format: str, explicit_registry: Any = 
         merged = KernelCallRegistry([*explicit_registry, *calls])
     else:
         merged = RecordKernels(explicit_registry, calls)
-    if len(_MERGED) >= _MERGED_LIMIT:
-        _MERGED.pop(next(iter(_MERGED)))
     # The entry holds the explicit registry, so its id cannot be reused while it is here.
-    _MERGED[memo_key] = (explicit_registry, merged)
+    _MERGED.put(memo_key, (explicit_registry, merged))
     return merged
 
 

@@ -161,8 +161,8 @@ def test_describe_declines_what_cudnn_cannot_read(dtype, layouts, bias_axes, why
         cudnn_attention.describe(s, "forward", types)
 
 
-def test_switched_off_declines_and_says_why(monkeypatch):
-    monkeypatch.setenv("ACCY_CUDNN_ATTENTION", "0")
+def test_switched_off_declines_and_says_why(configure):
+    configure(cudnn_attention=False)
     q_axes, k_axes = LAYOUTS["bhsd"]
     s = _signature(q_axes, k_axes)
     kv = _spec(bf16, k_axes, key=40)

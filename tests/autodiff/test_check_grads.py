@@ -315,6 +315,8 @@ def test_custom_call_with_user_rules():
     program = define("custom", [spec(f32, lane=4)], double_sum_loss)
     gradient = accy.grad_with_rules(program, (0,), DoubleJvpRule(), DoubleVjpRule())
     (values,) = accy.reference.run(
-        gradient, [away_from_zero(4)], custom_calls={(CUSTOM_DOUBLE, 1): lambda x: 2 * x}
+        gradient,
+        [away_from_zero(4).astype(np.float32)],
+        custom_calls={(CUSTOM_DOUBLE, 1): lambda x: 2 * x},
     )
     np.testing.assert_array_equal(values, [2.0] * 4)

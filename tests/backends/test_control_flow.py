@@ -74,7 +74,7 @@ def test_while_loop_with_a_matrix_product_in_its_body(executor):
     rng = np.random.default_rng(0)
     m = rng.normal(size=(6, 6)).astype(np.float32)
     a = (m @ m.T + 6 * np.eye(6)).astype(np.float32)
-    v0 = np.ones(6, np.float32) / np.sqrt(6)
+    v0 = (np.ones(6) / np.sqrt(6)).astype(np.float32)
     program = define("power", [spec(f32, row=6, col=6), spec(f32, row=6)], power)
     v, rayleigh, steps = executor(program, [a, v0])
     want = v0.astype(np.float64)

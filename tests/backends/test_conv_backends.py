@@ -215,10 +215,10 @@ def test_a_one_dimensional_conv_is_a_two_dimensional_cudnn_problem(fake_cudnn):
     assert len(_library_symbols(compiled)) == 1
 
 
-def test_cudnn_conv_can_be_switched_off(fake_cudnn, monkeypatch):
+def test_cudnn_conv_can_be_switched_off(fake_cudnn, configure):
     from accy.backends.cuda import compile_program, cudnn_conv
 
-    monkeypatch.setenv("ACCY_CUDNN_CONV", "0")
+    configure(cudnn_conv=False)
     compiled = compile_program(_program(CASES[0], f32))
     assert _library_symbols(compiled) == [] and fake_cudnn == []
     assert "ACCY_CUDNN_CONV=0" in " ".join(cudnn_conv.decline_reasons().values())

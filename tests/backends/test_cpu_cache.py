@@ -134,18 +134,17 @@ def test_a_cache_that_cannot_be_written_falls_back_to_a_temporary_folder(native_
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("a file where the cache folder should be")
     source = _fresh_source("unwritable_cache") + "/* fallback */\n"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ACCY_CACHE_DIR", str(blocked))
-        with pytest.warns(accy.errors.CacheWarning, match="cannot use the compile cache folder"):
-            library = toolchain.build(source)
+    refused = pytest.warns(accy.errors.CacheWarning, match="cannot use the compile cache folder")
+    with accy.config.override(cache_dir=str(blocked)), refused:
+        library = toolchain.build(source)
     assert library.exists() and blocked not in library.parents
 
 
 @pytest.fixture
-def own_cache(tmp_path, monkeypatch):
+def own_cache(tmp_path, configure):
     """A fresh cache root for one test."""
     root = tmp_path / "own-cache"
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(root))
+    configure(cache_dir=str(root))
     return root
 
 

@@ -13,8 +13,6 @@ import accy
 from accy import f32, i32, spec
 from accy.backends.cuda import compile_program
 from accy.backends.cuda.schedule import Conditional, Gemm, SetCondition
-from accy.backends.cuda.steps import dot as cuda_dot
-from accy.backends.cuda.steps import scan as cuda_scan
 from accy.trace import define
 
 from ..executors import cuda_device_or_skip, run_fragment
@@ -92,14 +90,14 @@ def _matrix_cond():
 
 
 @pytest.fixture(params=[True, False], ids=["cublas", "kernels"])
-def cublas_inside(request, monkeypatch):
+def cublas_inside(request, configure):
     """Both paths: cuBLAS inside conditional bodies (the default) and accy's kernels there."""
-    monkeypatch.setattr(cuda_dot, "CUBLAS_IN_CONDITIONALS", request.param)
+    configure(cuda_cublas_in_conditionals=request.param)
     return request.param
 
 
-def test_gemms_inside_while_nodes_follow_the_flag(monkeypatch, cublas_inside):
-    monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)
+def test_gemms_inside_while_nodes_follow_the_flag(cublas_inside, configure):
+    configure(cuda_unrolled_nodes=0)
     for program in (_matrix_scan(5), _matrix_while(5)):
         inside = [g for g, within in _gemms(compile_program(program).schedule.actions) if within]
         assert bool(inside) == cublas_inside, program.name
@@ -112,8 +110,8 @@ def test_gemms_inside_if_nodes_stay_kernels(cublas_inside):
     assert inside == []
 
 
-def test_a_while_node_scan_gemm_reads_pointer_arrays_in_the_region(monkeypatch):
-    monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)
+def test_a_while_node_scan_gemm_reads_pointer_arrays_in_the_region(configure):
+    configure(cuda_unrolled_nodes=0)
     compiled = compile_program(_matrix_scan(6))
     (node,) = [a for a in compiled.schedule.actions if isinstance(a, Conditional)]
     (start,) = [a for a in compiled.schedule.actions if isinstance(a, SetCondition)]
@@ -122,7 +120,7 @@ def test_a_while_node_scan_gemm_reads_pointer_arrays_in_the_region(monkeypatch):
     # copy with its own table. The region is [a table per copy | even bases | odd bases |
     # counter]; each GEMM's three pointer arrays are among its copy's entries, which the step
     # kernel rewrites.
-    copies = min(cuda_scan.ITERATIONS_PER_NODE_ITERATION, 6)
+    copies = min(accy.config.cuda_iterations_per_node_iteration, 6)
     assert len(gemms) == copies
     count = (len(compiled.schedule.pool) - start.io - 1) // (copies + 2)
     for copy, gemm in enumerate(gemms):
@@ -153,12 +151,12 @@ def _inputs(program, seed: int, scale: float = 0.3):
 
 @pytest.mark.parametrize("length", [5, 6])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_while_node_scan_with_gemms_values(monkeypatch, cublas_inside, length, reverse):
+def test_while_node_scan_with_gemms_values(cublas_inside, length, reverse, configure):
     cuda_device_or_skip()
     program = _matrix_scan(length, reverse)
     inputs = _inputs(program, length)
     unrolled = run_fragment(compile_program(program), inputs)
-    monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)
+    configure(cuda_unrolled_nodes=0)
     compiled = compile_program(program)
     assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)
     got = run_fragment(compiled, inputs)
@@ -187,7 +185,7 @@ def test_cond_with_gemms_values(cublas_inside, predicate):
     np.testing.assert_allclose(got, want if predicate else np.tanh(want), rtol=1e-4, atol=1e-5)
 
 
-def test_while_node_matrix_rnn_gradient_matches_the_reference(monkeypatch, cublas_inside):
+def test_while_node_matrix_rnn_gradient_matches_the_reference(cublas_inside, configure):
     # The reverse scan's GEMMs (the carry's cotangent through W, the weight gradient summed in a
     # carry) in a WHILE node, against the reference evaluator.
     cuda_device_or_skip()
@@ -208,7 +206,7 @@ def test_while_node_matrix_rnn_gradient_matches_the_reference(monkeypatch, cubla
     types = [spec(f32, h=WIDTH, o=WIDTH), spec(f32, r=ROWS, h=WIDTH)]
     types.append(spec(f32, t=9, r=ROWS, h=WIDTH))
     gradient = accy.grad(define("matrix_rnn", types, loss), wrt=(0, 1, 2))
-    monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)
+    configure(cuda_unrolled_nodes=0)
     compiled = compile_program(gradient)
     assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)
     inputs = _inputs(gradient, 4, scale=0.2)

@@ -19,7 +19,6 @@ import pytest
 
 import accy
 from accy import bf16, f32, spec
-from accy.backends import fragments
 from accy.backends.cuda import compile as cuda_compile
 from accy.codegen.cache import entry_digest, is_valid
 from accy.errors import CacheWarning
@@ -28,10 +27,10 @@ SOURCE_ROOT = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
+def cache_dir(tmp_path, configure):
     """A fresh, empty disk cache for the test."""
     folder = tmp_path / "cache"
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(folder))
+    configure(cache_dir=str(folder))
     return folder
 
 
@@ -187,9 +186,7 @@ def test_another_process_reads_the_fragment_back_without_planning(cache_dir):
     assert warm["hash_ok"] and warm["dtype_ok"]
 
 
-def test_a_changed_program_argument_or_setting_misses(cache_dir, planned, monkeypatch):
-    from accy.backends.cuda.steps import scan as cuda_scan
-
+def test_a_changed_program_argument_or_setting_misses(cache_dir, planned, configure):
     program = _mlp_step()
     cuda_compile.compile_program(program)
     cuda_compile.compile_program(program)
@@ -200,13 +197,13 @@ def test_a_changed_program_argument_or_setting_misses(cache_dir, planned, monkey
     cuda_compile.compile_program(program, batch=False)
     cuda_compile.compile_program(program, prefix="other_")
     assert len(planned) == 4
-    monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 7)  # a setting changed after import
+    configure(cuda_unrolled_nodes=7)  # a setting that changes generated code
     cuda_compile.compile_program(program)
     assert len(planned) == 5
     assert len(_entries(cache_dir)) == 5
 
 
-def test_a_changed_kernel_call_or_cudnn_decision_misses(cache_dir, planned, monkeypatch):
+def test_a_changed_kernel_call_or_cudnn_decision_misses(cache_dir, planned, monkeypatch, configure):
     """The linked kernel calls (cuDNN attention: its problem, settings and workspace) and the
     convs cuDNN runs are part of the key; their library steps survive the round trip."""
     from accy.attention import cuda as cudnn_attention
@@ -227,7 +224,7 @@ def test_a_changed_kernel_call_or_cudnn_decision_misses(cache_dir, planned, monk
     )
     compile_artifact(backend_for("cuda"), gradient, None)
     assert len(planned) == 2
-    monkeypatch.setenv("ACCY_CUDNN_CONV", "0")  # the conv is composed now
+    configure(cudnn_conv=False)  # the conv is composed now
     composed = compile_artifact(backend_for("cuda"), gradient, None)
     assert len(planned) == 3
     assert "CudnnConv" not in {type(c.library).__name__ for c in composed.externals.values()}
@@ -262,10 +259,10 @@ def test_an_entry_that_cannot_be_read_back_is_compiled_again_with_a_warning(cach
     assert len(planned) == 3 and is_valid(entry)
 
 
-def test_an_unusable_cache_folder_still_compiles(tmp_path, monkeypatch, planned):
+def test_an_unusable_cache_folder_still_compiles(tmp_path, planned, configure):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(blocked / "cache"))
+    configure(cache_dir=str(blocked / "cache"))
     program = _mlp_step()
     with pytest.warns(CacheWarning, match="private temporary folder"):
         compiled = cuda_compile.compile_program(program)
@@ -303,12 +300,15 @@ def test_a_fragment_that_cannot_be_pickled_is_compiled_every_time(cache_dir, pla
     assert first.externals["fake_step"] is call
 
 
-def test_the_settings_digest_sees_a_changed_module_setting(monkeypatch):
-    from accy.backends.cuda.steps import dot
-
-    before = fragments.settings_digest(cuda_compile.SETTINGS_MODULES)
-    monkeypatch.setattr(dot, "CUBLAS_IN_CONDITIONALS", not dot.CUBLAS_IN_CONDITIONALS)
-    assert fragments.settings_digest(cuda_compile.SETTINGS_MODULES) != before
+def test_every_setting_that_changes_generated_code_is_in_the_fragment_key(configure):
+    program = _mlp_step()
+    before = cuda_compile.fragment_key(program, None, "accy_", True)
+    configure(cuda_cublas_in_conditionals=not accy.config.cuda_cublas_in_conditionals)
+    changed = cuda_compile.fragment_key(program, None, "accy_", True)
+    configure(cuda_cublas_in_conditionals=not accy.config.cuda_cublas_in_conditionals)
+    assert changed != before == cuda_compile.fragment_key(program, None, "accy_", True)
+    assert ("cuda_cublas_in_conditionals", True) in accy.config.code_key()
+    assert ("debug_nans", False) not in accy.config.code_key()  # it changes no code
 
 
 def test_a_fragment_read_back_runs_on_the_gpu_as_compiled(cache_dir, monkeypatch):

@@ -13,7 +13,6 @@ import accy
 from accy import f32, spec
 from accy.backends.cuda import compile_program
 from accy.backends.cuda.schedule import Conditional, Gemm, SetCondition
-from accy.backends.cuda.steps import scan as cuda_scan
 from accy.kernel import toolchain
 from accy.trace import define
 from bench.scan_rnn import accy_program
@@ -73,11 +72,11 @@ def test_a_long_scan_is_one_while_node_and_the_schedule_does_not_grow():
     assert sizes[0] == sizes[1]
 
 
-def test_a_node_iteration_runs_several_scan_iterations(monkeypatch):
-    # The body is recorded ITERATIONS_PER_NODE_ITERATION times in the node, each copy with a
+def test_a_node_iteration_runs_several_scan_iterations(configure):
+    # The body is recorded cuda_iterations_per_node_iteration times in the node, each copy with a
     # table of its own; 20,000 = 8 x 2,500, 20,001 leaves 7 copies that repeat iteration 0.
     def node_body(length: int, copies: int) -> tuple:
-        monkeypatch.setattr(cuda_scan, "ITERATIONS_PER_NODE_ITERATION", copies)
+        configure(cuda_iterations_per_node_iteration=copies)
         compiled = compile_program(_leaky(length))
         (node,) = [a for a in compiled.schedule.actions if isinstance(a, Conditional)]
         return node.body, compiled
@@ -96,8 +95,8 @@ def test_a_short_scan_stays_unrolled_with_cublas():
     assert any(isinstance(a, Gemm) for a in compiled.schedule.actions)
 
 
-def test_bodies_with_nested_loops_stay_unrolled(monkeypatch):
-    monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)
+def test_bodies_with_nested_loops_stay_unrolled(configure):
+    configure(cuda_unrolled_nodes=0)
 
     def nested(b, args):
         (xs,) = args
@@ -129,12 +128,12 @@ def test_the_step_kernel_compiles_with_nvcc():
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("time_inner", [False, True])
 @pytest.mark.parametrize("copies", [1, 3, 8])
-def test_while_node_scan_values(monkeypatch, length, reverse, time_inner, copies):
+def test_while_node_scan_values(length, reverse, time_inner, copies, configure):
     # copies: scan iterations per node iteration (3: lengths 7 and 8 leave 2 and 1 copies of
     # the first node iteration that run iteration 0 again; 8: one node iteration, or 7 copies).
     cuda_device_or_skip()
-    monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)  # every scan is a WHILE node
-    monkeypatch.setattr(cuda_scan, "ITERATIONS_PER_NODE_ITERATION", copies)
+    configure(cuda_unrolled_nodes=0)  # every scan is a WHILE node
+    configure(cuda_iterations_per_node_iteration=copies)
     program = _leaky(length, reverse, time_inner)
     compiled = compile_program(program)
     assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)
@@ -152,16 +151,16 @@ def _rnn_gradient(length: int, remat: bool = False):
 
 @pytest.mark.parametrize("remat", [False, True])
 @pytest.mark.parametrize("copies", [1, 8])
-def test_while_node_rnn_gradient_matches_the_unrolled_schedule(monkeypatch, remat, copies):
+def test_while_node_rnn_gradient_matches_the_unrolled_schedule(remat, copies, configure):
     cuda_device_or_skip()
-    monkeypatch.setattr(cuda_scan, "ITERATIONS_PER_NODE_ITERATION", copies)
+    configure(cuda_iterations_per_node_iteration=copies)
     gradient = _rnn_gradient(33, remat)
     rng = np.random.default_rng(1)
     inputs = [
         (0.3 * rng.standard_normal(t.extents)).astype(np.float32) for t in gradient.parameter_types
     ]
     unrolled = run_fragment(compile_program(gradient), inputs)
-    monkeypatch.setattr(cuda_scan, "UNROLLED_NODES", 0)
+    configure(cuda_unrolled_nodes=0)
     looped = compile_program(gradient)
     assert any(isinstance(a, Conditional) for a in looped.schedule.actions)
     got = run_fragment(looped, inputs)

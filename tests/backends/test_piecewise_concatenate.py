@@ -17,7 +17,6 @@ import pytest
 import accy
 from accy import bf16, f16, f32, f64, i32, spec
 from accy.backends.cuda import compile_program
-from accy.lower import split_gemms
 from accy.lower.split_gemms import split_widened_gemms
 
 from ..executors import native_cpu, native_cuda
@@ -172,8 +171,8 @@ def test_a_fused_concatenate_branches_once_per_vector():
     assert vector_loop.count("*(const accy_vector<uint16_t, 8> *)(v") == 3
 
 
-def test_split_gemms_concatenates_have_no_clamp(monkeypatch):
-    monkeypatch.setattr(split_gemms, "SMALLEST_SPLIT", 0)
+def test_split_gemms_concatenates_have_no_clamp(configure):
+    configure(lower_smallest_split=0)
     types = [spec(f32, row=64, k=64), spec(bf16, k=64, col=8)]
 
     def body(_, a):

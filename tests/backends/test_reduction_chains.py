@@ -201,8 +201,7 @@ def test_a_loop_after_the_last_reduction_is_the_last_phase():
     assert phase_ops(chain) == [["max"], ["sum"], ["loop"]]
     assert not chains(build_plan(softmax(), CPU))
     off = replace(GPU, chains_reductions=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(grouping, "CHAIN_TRAILING_LOOPS", False)
+    with accy.config.override(lower_chain_trailing_loops=False):
         assert [step.kind for step in build_plan(softmax(), off).steps] == ["chain", "loop"]
 
 
@@ -340,17 +339,14 @@ def test_three_phases_match_numpy(executor):
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_a_chain_gives_the_bits_of_separate_steps(executor, monkeypatch, tmp_path):
+def test_a_chain_gives_the_bits_of_separate_steps(executor):
     # Each phase computes what its step computed on its own: the same bits, but for CUDA's
     # contractions into FMAs (NVRTC's default), which a loop's kernel of its own and a chain's
-    # loop phase may make differently. (A cache folder of its own for the plan without chains:
-    # the disk cache's key knows nothing of the patch.)
+    # loop phase may make differently.
     program = accy.value_and_grad(layer_norm_loss(f32, rows=40, cols=96), wrt=[0, 1])
     inputs = random_inputs(program, np.random.default_rng(1))
     chained = executor(program, inputs)
-    with monkeypatch.context() as patch:
-        patch.setattr(grouping, "CHAIN_WINDOW", 0)
-        patch.setenv("ACCY_CACHE_DIR", str(tmp_path))
+    with accy.config.override(lower_chain_window=0):
         assert not chains(build_plan(program, GPU))
         CACHE.clear()
         try:

@@ -254,10 +254,9 @@ def _elements(step) -> int:
 # Values: the same bits as the unfused plan on the CPU, close to the reference ------------------
 
 
-def _unfused_cpu(program, inputs, monkeypatch):
+def _unfused_cpu(program, inputs):
     """The CPU's outputs with epilogues switched off (each loop its own step, as before)."""
-    with monkeypatch.context() as patch:
-        patch.setattr(grouping, "EPILOGUE_WINDOW", 0)
+    with accy.config.override(lower_epilogue_window=0):
         assert not hosts(build_plan(program))
         CACHE.clear()
         try:
@@ -296,11 +295,11 @@ VALUE_PROGRAMS = [
 
 
 @pytest.mark.parametrize("build, rtol", VALUE_PROGRAMS)
-def test_cpu_gives_the_bits_of_the_unfused_plan(build, rtol, monkeypatch):
+def test_cpu_gives_the_bits_of_the_unfused_plan(build, rtol):
     program = build()
     inputs = _inputs(program)
     got = native_cpu(program, inputs)
-    unfused = _unfused_cpu(program, inputs, monkeypatch)
+    unfused = _unfused_cpu(program, inputs)
     for position, (g, u) in enumerate(zip(got, unfused, strict=True)):
         assert g.dtype == u.dtype and g.shape == u.shape
         assert np.asarray(g).tobytes() == np.asarray(u).tobytes(), f"output {position} differs"
@@ -339,14 +338,13 @@ def test_cuda_matches_the_reference(build, rtol):
         ),
     ],
 )
-def test_cuda_matches_the_unfused_plan(build, rtol, monkeypatch):
+def test_cuda_matches_the_unfused_plan(build, rtol):
     # The same operations in the same order; only contractions into FMAs (NVRTC's default)
     # may differ between a kernel of its own and the reduction's.
     program = build()
     inputs = _inputs(program)
     got = native_cuda(program, inputs)
-    with monkeypatch.context() as patch:
-        patch.setattr(grouping, "EPILOGUE_WINDOW", 0)
+    with accy.config.override(lower_epilogue_window=0):
         CACHE.clear()
         try:
             unfused = native_cuda(program, inputs)

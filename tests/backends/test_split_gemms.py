@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 
 import accy
-from accy.lower import split_gemms
 from accy.lower.split_gemms import split_widened_gemms
 
 
 @pytest.fixture(autouse=True)
-def _every_size(monkeypatch):
-    monkeypatch.setattr(split_gemms, "SMALLEST_SPLIT", 0)
+def _every_size(configure):
+    configure(lower_smallest_split=0)
 
 
 def contractions(program):
@@ -119,14 +118,14 @@ def test_what_is_left_alone():
     assert split_widened_gemms(program) is program
 
 
-def test_small_contractions_are_left_alone(monkeypatch):
-    monkeypatch.setattr(split_gemms, "SMALLEST_SPLIT", 1 << 22)
+def test_small_contractions_are_left_alone(configure):
+    configure(lower_smallest_split=1 << 22)
     program = widened_product({"row": 16, "k": 96}, {"k": 96, "col": 8}, "k")
     assert split_widened_gemms(program) is program
 
 
-def test_block_gradient_planned_for_a_gpu_has_no_f32_gemm(monkeypatch):
-    monkeypatch.setattr(split_gemms, "SMALLEST_SPLIT", 1 << 22)
+def test_block_gradient_planned_for_a_gpu_has_no_f32_gemm(configure):
+    configure(lower_smallest_split=1 << 22)
     from accy.lower import build_plan
     from accy.lower.target import CPU, GPU
     from bench.workloads import WORKLOADS

@@ -32,7 +32,9 @@ def test_a_phase_inside_another_is_not_counted_twice():
     assert 0.02 <= phases.seconds["outer"] < 0.045
 
 
-def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(tmp_path, monkeypatch):
+def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(
+    tmp_path, monkeypatch, configure
+):
     # The tool wraps accy's functions for the rest of the process: undo that afterwards.
     import accy.gradient
     from accy.backends import fragments
@@ -55,7 +57,7 @@ def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(tmp_path, mon
         monkeypatch.setattr(owner, name, getattr(owner, name))
     monkeypatch.setattr(Program.digest, "func", Program.digest.func)
     # A cold start: nothing in the disk cache (a compiled fragment found there skips planning).
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path / "cache"))
+    configure(cache_dir=str(tmp_path / "cache"))
     out = tmp_path / "cold.json"
     assert _tool().main(["--scale", "check", "--json", str(out)]) == 0
     result = json.loads(out.read_text())

@@ -18,14 +18,15 @@ import pytest
 
 import accy
 from accy.codegen import cache
+from accy.config import Config
 from accy.errors import CacheWarning
 
 
 @pytest.fixture
-def root(tmp_path, monkeypatch) -> Path:
+def root(tmp_path, configure) -> Path:
     """A fresh cache root, as $ACCY_CACHE_DIR."""
     folder = tmp_path / "cache"
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(folder))
+    configure(cache_dir=str(folder))
     return folder
 
 
@@ -74,21 +75,21 @@ def test_a_cache_folder_others_can_write_is_refused(root):
     assert not (root / "t").exists()  # nothing was made in it
 
 
-def test_a_cache_folder_of_another_user_is_refused(tmp_path, monkeypatch):
+def test_a_cache_folder_of_another_user_is_refused(tmp_path, configure):
     if os.geteuid() == 0:
         foreign = tmp_path / "foreign"
         foreign.mkdir(mode=0o755)
         os.chown(foreign, 65534, 65534)  # nobody's
     else:
         foreign = Path("/")  # root's
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(foreign))
+    configure(cache_dir=str(foreign))
     with pytest.warns(CacheWarning, match=f"is owned by user id {foreign.stat().st_uid}"):
         library = cache.Cache("t").build(cache.key("a"), writes(b"A"))
     assert foreign not in library.parents and library.read_bytes() == b"A"
 
 
-def test_folders_accy_creates_are_private_whatever_the_umask(tmp_path, monkeypatch):
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path / "made" / "by" / "accy"))
+def test_folders_accy_creates_are_private_whatever_the_umask(tmp_path, configure):
+    configure(cache_dir=str(tmp_path / "made" / "by" / "accy"))
     previous = os.umask(0)
     try:
         library = cache.Cache("t").build(cache.key("a"), writes(b"A"))
@@ -98,10 +99,12 @@ def test_folders_accy_creates_are_private_whatever_the_umask(tmp_path, monkeypat
     assert [stat.S_IMODE(folder.stat().st_mode) for folder in made] == [0o700] * 4
 
 
-def test_an_unwritable_home_falls_back_to_a_private_temporary_folder(tmp_path, monkeypatch):
+def test_an_unwritable_home_falls_back_to_a_private_temporary_folder(
+    tmp_path, monkeypatch, configure
+):
     home = tmp_path / "home"
     home.write_text("a file where the home folder should be")
-    monkeypatch.delenv("ACCY_CACHE_DIR")
+    configure(cache_dir="")  # unset: ~/.cache/accy
     monkeypatch.setenv("HOME", str(home))
     with pytest.warns(CacheWarning, match="cannot use the compile cache folder"):
         library = cache.Cache("t").build(cache.key("a"), writes(b"A"))
@@ -263,8 +266,8 @@ def test_opening_the_cache_removes_stale_temporaries_and_locks(root):
     assert fresh_file.exists() and held_lock.exists()
 
 
-def test_the_least_recently_used_entries_are_evicted(root, monkeypatch):
-    monkeypatch.setenv("ACCY_CACHE_MAX_BYTES", "2200")  # two entries of 1000 + 64 bytes
+def test_the_least_recently_used_entries_are_evicted(root, configure):
+    configure(cache_max_bytes=2200)  # two entries of 1000 + 64 bytes
     store = cache.Cache("t")
     a = store.build(cache.key("a"), writes(b"a" * 1000))
     b = store.build(cache.key("b"), writes(b"b" * 1000))
@@ -276,8 +279,8 @@ def test_the_least_recently_used_entries_are_evicted(root, monkeypatch):
     assert not b.with_suffix(".sha256").exists()
 
 
-def test_eviction_spares_the_entry_just_built_and_entries_being_built(root, monkeypatch):
-    monkeypatch.setenv("ACCY_CACHE_MAX_BYTES", "500")  # less than one entry
+def test_eviction_spares_the_entry_just_built_and_entries_being_built(root, configure):
+    configure(cache_max_bytes=500)  # less than one entry
     store = cache.Cache("t")
     a = store.build(cache.key("a"), writes(b"a" * 1000))
     with open(a.with_suffix(".lock")) as holder:
@@ -288,7 +291,10 @@ def test_eviction_spares_the_entry_just_built_and_entries_being_built(root, monk
     assert (a.exists(), b.exists(), c.exists()) == (False, False, True)
 
 
-def test_a_bad_size_bound_is_a_clear_error(root, monkeypatch):
+def test_a_bad_size_bound_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("ACCY_CACHE_MAX_BYTES", "2GB")
-    with pytest.raises(accy.errors.ConfigurationError, match="ACCY_CACHE_MAX_BYTES='2GB'"):
-        cache.Cache("t").build(cache.key("a"), writes(b"A"))
+    with pytest.raises(
+        accy.errors.ConfigurationError,
+        match="ACCY_CACHE_MAX_BYTES='2GB' .*cache_max_bytes: expected a whole number",
+    ):
+        _ = Config().cache_max_bytes

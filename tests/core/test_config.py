@@ -1,9 +1,12 @@
 """accy.config: typed settings read once from their ACCY_* variables."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 import accy
-from accy.config import Config, ConfigError, Setting, _boolean
+from accy.config import SETTINGS, Config, ConfigError, Setting, _boolean
 
 
 def fresh():
@@ -42,3 +45,28 @@ def test_bad_names_and_values_are_config_errors(monkeypatch):
 def test_the_process_config_is_accy_config():
     assert isinstance(accy.config, Config)
     assert not accy.config.debug_nans
+
+
+def test_the_settings_page_lists_exactly_the_settings():
+    page = (Path(__file__).parents[2] / "docs" / "config.md").read_text()
+    assert page == accy.config.page(), (
+        'docs/config.md is not accy.config.page(): regenerate it with `python -c "from '
+        "accy.config import config; open('docs/config.md', 'w').write(config.page())\"`"
+    )
+    listed = re.findall(r"^\| `(\w+)` \| `(ACCY_\w+)` \|", page, re.MULTILINE)
+    assert listed == [(s.name, s.variable) for s in SETTINGS]
+
+
+def test_every_setting_is_read_from_its_variable_with_its_type(monkeypatch):
+    texts = {bool: ("0", False), int: ("7", 7), float: ("0.5", 0.5), str: ("/x", "/x")}
+    for setting in SETTINGS:
+        text, value = texts[setting.kind]
+        monkeypatch.setenv(setting.variable, text)
+        assert getattr(Config(), setting.name) == value, setting.name
+        assert setting.variable == "ACCY_" + setting.name.upper()
+        assert setting.meaning.endswith(".")
+    for setting in SETTINGS:
+        if setting.kind in (int, float):
+            monkeypatch.setenv(setting.variable, "-1")
+            with pytest.raises(ConfigError, match=f"{setting.variable}='-1'.*at least 0"):
+                getattr(Config(), setting.name)

@@ -280,8 +280,8 @@ def loss():
 def test_reference_input_of_the_wrong_shape_names_the_parameter():
     with pytest.raises(
         accy.InvalidInput,
-        match=r"program 'test', input 0: got an array of shape \(3,\), but the parameter is "
-        r"f32\[lane=4\] \(shape \(4,\), axes in layout order \('lane',\)\)",
+        match=r"program 'test', argument 0: an array of shape \(3,\) was given for "
+        r"f32\[lane=4\], which has shape \(4,\) \(axes in layout order: lane\)",
     ):
         accy.reference.run(loss(), [np.zeros(3, np.float32), np.zeros(3, np.int32)])
 
@@ -289,8 +289,8 @@ def test_reference_input_of_the_wrong_shape_names_the_parameter():
 def test_reference_input_of_the_wrong_dtype_names_the_parameter():
     with pytest.raises(
         accy.InvalidInput,
-        match=r"program 'test', input 1: got an array of dtype float64, but the parameter is "
-        r"i32\[token=3\]; convert it to int32 first",
+        match=r"program 'test', argument 1: an array of dtype float64 was given for "
+        r"i32\[token=3\], which needs int32; convert it with .astype\(numpy.int32\)",
     ):
         accy.reference.run(loss(), [np.zeros(4, np.float32), np.zeros(3, np.float64)])
 
@@ -298,15 +298,27 @@ def test_reference_input_of_the_wrong_dtype_names_the_parameter():
 def test_reference_input_count_must_match_the_parameters():
     with pytest.raises(
         accy.InvalidInput,
-        match=r"program 'test' takes 2 inputs \(f32\[lane=4\], i32\[token=3\]\), got 1",
+        match=r"program 'test' takes 2 arrays \(f32\[lane=4\], i32\[token=3\]\), got 1",
     ):
         accy.reference.run(loss(), [np.zeros(4, np.float32)])
 
 
-def test_reference_accepts_lists_and_same_kind_casts():
-    total, count = accy.reference.run(loss(), [[1, 2, 3, 4], np.array([1, 2, 3], np.int64)])
+def test_reference_takes_arguments_by_the_rule_of_every_device():
+    # Lists convert without loss; an array of another dtype (even of the same kind) does not:
+    # an int64 2**40 would become 0 in an i32 parameter, a float64 would be rounded.
+    total, count = accy.reference.run(loss(), [[1, 2, 3, 4], [1, 2, 3]])
     assert total.dtype == np.float32 and float(total) == 10.0
     assert count.dtype == np.int32 and int(count) == 6
+    for inputs, why in [
+        ([np.zeros(4, np.float32), np.array([2**40, 0, 0], np.int64)], "dtype int64"),
+        ([np.zeros(4, np.float64), np.zeros(3, np.int32)], "dtype float64"),
+        ([np.zeros(4, np.float32), [2**40, 0, 0]], "range is -2147483648 to 2147483647"),
+    ]:
+        for device in ("reference", "cpu"):
+            with pytest.raises(accy.InvalidInput, match=f"program 'test', argument .*{why}"):
+                accy.compile(loss(), device)(*inputs)
+        with pytest.raises(accy.InvalidInput, match=f"program 'test', argument .*{why}"):
+            accy.reference.run(loss(), inputs)
 
 
 # ---------------------------------------------------------------------------------------------

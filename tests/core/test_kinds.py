@@ -581,8 +581,8 @@ def test_convert_to_bf16_rounds_to_nearest_even():
 def test_bf16_arithmetic_rounds_every_result():
     t = spec(bf16, lane=2)
     program = trace([t, t], lambda b, a: a[0] + a[1])
-    x = np.array([1.0, 256.0], dtype=np.float32)
-    y = np.array([2**-9, 1.0], dtype=np.float32)
+    x = np.array([1.0, 256.0], dtype=ml_dtypes.bfloat16)
+    y = np.array([2**-9, 1.0], dtype=ml_dtypes.bfloat16)
     # 1 + 2**-9 rounds back to 1; 257 is not a bf16 (8 significant bits) and ties to 256.
     assert_same(evaluate_one(program, x, y), np.array([1.0, 256.0], dtype=ml_dtypes.bfloat16))
 
@@ -1252,15 +1252,20 @@ def test_custom_call_implementation_of_the_wrong_shape_is_reported_by_target():
         evaluate(program, np.zeros(4, np.float32), custom_calls={"test.bad": lambda x: x[:3]})
 
 
-def test_bf16_parameters_round_their_inputs():
+def test_bf16_parameters_take_bf16_arrays_that_the_caller_rounded():
     program = trace([spec(bf16, lane=2)], lambda b, a: a[0] * 1.0)
     x = np.array([1.0 + 2**-9, 3.0], np.float32)
-    assert_same(evaluate_one(program, x), np.array([1.0, 3.0], ml_dtypes.bfloat16))
+    rounded = x.astype(ml_dtypes.bfloat16)  # to nearest, ties to even: 1 + 2**-9 is 1
+    assert_same(evaluate_one(program, rounded), np.array([1.0, 3.0], ml_dtypes.bfloat16))
+    with pytest.raises(accy.InvalidInput, match=r"convert it with .astype\(ml_dtypes.bfloat16\)"):
+        evaluate_one(program, x)  # the one argument rule: no silent rounding
 
 
 def test_bf16_scalars_keep_rank_zero():
     program = trace([spec(bf16), spec(bf16, lane=3)], lambda b, a: (a[0] + 1.0, a[1].sum()))
-    plus_one, total = evaluate(program, np.float32(2.0), np.array([1.0, 2.0, 2**-8], np.float32))
+    plus_one, total = evaluate(
+        program, ml_dtypes.bfloat16(2.0), np.array([1.0, 2.0, 2**-8], ml_dtypes.bfloat16)
+    )
     assert_same(plus_one, np.array(3.0, ml_dtypes.bfloat16))
     # 1 + 2 = 3, then 3 + 2**-8 rounds back to 3 in bf16 (8 significant bits).
     assert_same(total, np.array(3.0, ml_dtypes.bfloat16))

@@ -487,7 +487,7 @@ def test_on_the_native_cpu_backend(problem):
         for leaves, d in (flatten(params), flatten(x), flatten(y))
     ]
     value, grads = accy.jit(accy.value_and_grad(accy_loss))(*on_cpu)
-    assert value.device == "cpu"
+    assert value.device is accy.device("cpu")
     per_example = accy.jit(accy.vmap(accy.grad(accy_loss), "batch"))(*on_cpu)
     expected = J(
         lambda *a: (
@@ -533,6 +533,6 @@ def test_eager_operations_agree_with_jit_and_jax(case, device):
     b = accy.named(b_np, ("col",), device=device)
     eager = accy_op(a, b)
     jitted = accy.jit(accy_op)(a, b)
-    assert eager.device == jitted.device == device and eager.axes == jitted.axes
+    assert eager.device is jitted.device is accy.device(device) and eager.axes == jitted.axes
     np.testing.assert_allclose(eager.array, jitted.array, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(eager.array, J(jax_op)(a_np, b_np), RTOL, ATOL)

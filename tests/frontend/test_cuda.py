@@ -65,11 +65,11 @@ def on_cuda(cupy, pairs):
 def test_jit_value_and_grad_on_cupy_arrays(cupy, dtype, rtol):
     values, pairs = problem(dtype)
     arrays = on_cuda(cupy, pairs)
-    assert all(a.device == "cuda" for a in arrays.values())
+    assert all(a.device is accy.device("cuda") for a in arrays.values())
     params = {k: arrays[k] for k in ("w1", "b1", "w2")}
     step = accy.jit(accy.value_and_grad(loss))
     value, grads = step(params, arrays["x"], arrays["y"])
-    assert value.device == "cuda" and isinstance(value.array, cupy.ndarray)
+    assert value.device is accy.device("cuda") and isinstance(value.array, cupy.ndarray)
     assert value.item() == pytest.approx(numpy_loss(*values.values()), rel=rtol)
     expected = numpy_grads(*values.values())
     for name, grad in grads.items():
@@ -109,7 +109,7 @@ def test_eager_operations_on_cuda_agree_with_the_cpu(cupy):
         if device == "cuda":
             on_gpu = result
             assert all(isinstance(r.array, cupy.ndarray) for r in on_gpu.values())
-            assert all(r.device == "cuda" for r in on_gpu.values())
+            assert all(r.device is accy.device("cuda") for r in on_gpu.values())
             jitted = accy.jit(lambda a, b: (a * b + 1.0).tanh())(a, b)
             np.testing.assert_allclose(
                 cupy.asnumpy(jitted.array), cupy.asnumpy(result["arith"].array), rtol=1e-6
@@ -123,12 +123,12 @@ def test_eager_operations_on_cuda_agree_with_the_cpu(cupy):
 def test_devices_moves_and_the_optimizer_on_cuda(cupy):
     host = accy.named(np.arange(6.0).reshape(2, 3), ("row", "col"))
     gpu = host.to("cuda")
-    assert gpu.device == "cuda" and isinstance(gpu.array, cupy.ndarray)
+    assert gpu.device is accy.device("cuda") and isinstance(gpu.array, cupy.ndarray)
     np.testing.assert_array_equal(np.asarray(gpu), host.array)
-    assert gpu.to("cpu").device == "cpu"
+    assert gpu.to("cpu").device is accy.device("cpu")
     # jit(device="cuda") moves NumPy inputs to the GPU; the result stays there
     doubled = accy.jit(lambda x: x * 2.0, device="cuda")(host)
-    assert doubled.device == "cuda"
+    assert doubled.device is accy.device("cuda")
     np.testing.assert_array_equal(cupy.asnumpy(doubled.array), 2 * host.array)
     with pytest.raises(accy.DeviceMismatch, match="different devices"):
         accy.jit(lambda a, b: a + b)(host, gpu)

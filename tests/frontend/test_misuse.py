@@ -241,7 +241,7 @@ MISUSES = {
     "an unknown device": (
         lambda: x.to("tpu"),
         accy.AccyError,
-        r"unknown device 'tpu'; the devices are cpu, cuda, reference",
+        r"unknown device 'tpu'; the devices are cpu, cuda, cuda:N \(a GPU's ordinal\), reference",
     ),
 }
 
@@ -252,3 +252,14 @@ def test_misuse_raises_a_clear_error(misuse):
     with pytest.raises(error, match=message) as raised:
         call()
     assert isinstance(raised.value, accy.AccyError)
+
+
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**40])
+def test_a_python_int_outside_i32_names_the_argument_its_value_and_the_range(value):
+    x = accy.named(np.ones(2, np.int32), ("n",))
+    scaled = accy.jit(lambda a, k: a * k)
+    with pytest.raises(accy.InvalidInput, match=rf"args\[1\]: {value} has an int that i32"):
+        scaled(x, value)
+    with pytest.raises(accy.InvalidInput, match="range is -2147483648 to 2147483647"):
+        accy.jit(lambda a: (a, value))(x)
+    assert scaled(x, 2**31 - 1).array.tolist() == [2**31 - 1] * 2  # the edge itself fits

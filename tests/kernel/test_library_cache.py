@@ -13,8 +13,8 @@ def _returning(value: int, name: str) -> str:
     return f"int {name}(void) {{ return {value}; }}\n"
 
 
-def test_kernel_libraries_are_cached_under_the_cache_root(tmp_path, monkeypatch):
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path / "cache"))
+def test_kernel_libraries_are_cached_under_the_cache_root(tmp_path, configure):
+    configure(cache_dir=str(tmp_path / "cache"))
     source = _returning(41, "accy_test_cached")
     library = toolchain.build_shared_library(source, "a cached kernel")
     assert tmp_path / "cache" / "kernel" in library.parents and cache.is_valid(library)
@@ -23,8 +23,8 @@ def test_kernel_libraries_are_cached_under_the_cache_root(tmp_path, monkeypatch)
     assert loaded.accy_test_cached() == 41
 
 
-def test_a_kernel_entry_copied_from_another_source_is_rebuilt(tmp_path, monkeypatch):
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(tmp_path / "cache"))
+def test_a_kernel_entry_copied_from_another_source_is_rebuilt(tmp_path, configure):
+    configure(cache_dir=str(tmp_path / "cache"))
     one = _returning(1, "accy_test_copied")
     two = _returning(2, "accy_test_copied")
     first = toolchain.build_shared_library(one, "kernel one")

@@ -137,7 +137,7 @@ def run_checks(
     for name, mapping in (("dp", {"batch": "data"}), ("fsdp", {"batch": "data", "hidden": "data"})):
         sharded = shard_program(whole, mesh, mapping)
         run = executable(sharded)
-        if graph is not False and distributed.segment_device == "cuda" and run.mode != "graph":
+        if graph is not False and distributed.segment_device.is_cuda and run.mode != "graph":
             failures.append(f"rank {me}: {name} ran as segments: {run.reason}")
         outputs = run(*run.local_inputs(arrays))
         for i, (out, t, s) in enumerate(

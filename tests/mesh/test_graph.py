@@ -17,7 +17,8 @@ from accy import f32, spec
 from accy.backends.base import backend_for, compile_artifact
 from accy.backends.cuda.collectives import NcclStep
 from accy.backends.cuda.schedule import SCRATCH, WORKSPACE, Gemm, Launch, Library
-from accy.errors import MeshError
+from accy.config import Config
+from accy.errors import ConfigurationError, MeshError
 from accy.mesh import Mesh, shard_program
 from accy.mesh.graph import (
     BUCKET_BYTES,
@@ -352,11 +353,13 @@ def test_programs_the_graph_cannot_hold_say_why():
     assert in_graph_reason(collective_program("psum", 2)) is None
 
 
-def test_a_bad_bucket_size_in_the_environment_is_an_error(monkeypatch):
+def test_a_bad_bucket_size_in_the_environment_is_an_error(monkeypatch, configure):
     monkeypatch.setenv("ACCY_NCCL_BUCKET_MB", "lots")
-    with pytest.raises(MeshError, match="ACCY_NCCL_BUCKET_MB='lots': expected a number of MiB"):
-        bucket_bytes_from_env()
+    with pytest.raises(ConfigurationError, match="ACCY_NCCL_BUCKET_MB='lots' .* expected a"):
+        _ = Config().nccl_bucket_mb
     monkeypatch.setenv("ACCY_NCCL_BUCKET_MB", "0.5")
+    assert Config().nccl_bucket_mb == 0.5
+    configure(nccl_bucket_mb=0.5)
     assert bucket_bytes_from_env() == 2**19
 
 

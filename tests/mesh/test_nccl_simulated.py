@@ -136,12 +136,12 @@ def test_the_executable_says_which_way_it_runs_and_refuses_a_graph_it_cannot_bui
         registered_group(group)  # Distributed.close() unregistered it
 
 
-def test_accy_nccl_graph_0_turns_the_graph_off(monkeypatch):
+def test_accy_nccl_graph_0_turns_the_graph_off(configure):
     import accy
     from accy import f32, spec
     from accy.mesh.nccl import NcclExecutable
 
-    monkeypatch.setenv("ACCY_NCCL_GRAPH", "0")
+    configure(nccl_graph=False)
     program = accy.trace.define(
         "twice",
         [spec(f32, n=2)],

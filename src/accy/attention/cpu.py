@@ -21,10 +21,10 @@ it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Callable, Sequence
 
+from ..caches import memoized
 from ..codegen.c.dialect import GCC
 from ..core.types import TensorType, f64
 from ..kernel.call import KernelCall
@@ -71,7 +71,7 @@ def kernel_factory(
     return factory
 
 
-@functools.cache
+@memoized("cpu attention kernels", "kernels_max_entries")
 def _kernel(
     s: Signature, part: str, types: tuple[TensorType, ...], result: TensorType
 ) -> KernelCall:

@@ -32,17 +32,17 @@ and every step of building a graph is logged (logger `accy.attention.cuda`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import math
-import os
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..caches import memoized
 from ..codegen.c.dialect import CUDA
+from ..config import config
 from ..core.types import TensorType, bf16, f16
 from ..errors import ConfigurationError
 from ..kernel import cudnn as cudnn_library
@@ -93,7 +93,7 @@ class Settings:
     heuristics: tuple[str, ...] = ("A", "FALLBACK")
     plan: str = "heuristic"
     deterministic: bool = False
-    min_blocks: int = int(os.environ.get("ACCY_CUDNN_MIN_BLOCKS", "0"))
+    min_blocks: int = field(default_factory=lambda: config.cudnn_min_blocks)
 
 
 LONG_SEQUENCE = 1024  # tokens from which `Settings.min_blocks` applies
@@ -177,7 +177,7 @@ def kernel_factory(
     return factory
 
 
-@functools.cache
+@memoized("cudnn attention kernels", "kernels_max_entries")
 def _kernel(
     s: Signature,
     part: str,
@@ -364,8 +364,8 @@ def describe(
     >>> p.b, p.h, p.q
     (2, 3, (384, 16, 48, 1))
     """
-    if os.environ.get("ACCY_CUDNN_ATTENTION", "1") == "0":
-        raise Decline("switched off (ACCY_CUDNN_ATTENTION=0)")
+    if not config.cudnn_attention:
+        raise Decline("switched off (accy.config.cudnn_attention, ACCY_CUDNN_ATTENTION=0)")
     count = 3 if s.bias is None else 4
     shape = check(s, *types[:count])
     if shape.dtype not in (bf16, f16):
@@ -787,7 +787,7 @@ def helper_source(dtype: str) -> str:
     return f"{CUDA.prelude}#define FROM {load}\n#define TO {store}\n{HELPERS}"
 
 
-@functools.cache
+@memoized("cudnn attention helpers")
 def _helpers(dtype: str) -> Any:
     import cupy
 

@@ -35,7 +35,6 @@ f32 (its memory-efficient kernels) 0.490 and 1.202 ms; the composition took 3.2 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import math
@@ -43,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..caches import memoized
 from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, f32
 from ..kernel.call import KernelCall
@@ -124,7 +124,7 @@ def decline(s: Signature, types: Sequence[TensorType]) -> str | None:
     return None
 
 
-@functools.cache
+@memoized("flash attention kernels", "kernels_max_entries")
 def _kernel(
     s: Signature, part: str, types: tuple[TensorType, ...], result: TensorType
 ) -> KernelCall | None:
@@ -572,7 +572,7 @@ class FlashAttention:
         return Issuer(self, _module(self.source, ordinal))
 
 
-@functools.cache
+@memoized("flash attention modules", "kernels_max_entries")
 def _module(source: str, ordinal: int) -> Any:
     import cupy
 

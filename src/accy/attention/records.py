@@ -65,7 +65,7 @@ def _like(e: Any, x: Any, operand: Any) -> Any:
     return e.convert(x, operand.ty.dtype)
 
 
-@functools.cache
+@functools.cache  # not a cache: one registered record per signature for the process's life
 def records_for(s: Signature) -> Records:
     """The records of signature `s` (made once per signature, registered by the caller).
 

@@ -80,6 +80,24 @@ def check_array(dtype: Any, shape: tuple[int, ...], t: TensorType, at: str) -> N
         )
 
 
+def is_exact(value: Any, array_type: type, extents: tuple[int, ...], dtype: Any) -> bool:
+    """Whether `value` passes the rule as it is: a C-contiguous `array_type` (NumPy's or CuPy's
+    ndarray) of exactly `dtype` and `extents`. Every device asks this first, per argument (four
+    comparisons: the common case of a call), and sends anything else through `host_array`.
+
+    >>> is_exact(np.zeros(2, np.float32), np.ndarray, (2,), np.dtype(np.float32))
+    True
+    >>> is_exact(np.zeros(4, np.float32)[::2], np.ndarray, (2,), np.dtype(np.float32))
+    False
+    """
+    return (
+        type(value) is array_type
+        and value.dtype == dtype
+        and value.shape == extents
+        and value.flags.c_contiguous
+    )
+
+
 def host_array(value: Any, t: TensorType, at: str) -> np.ndarray:
     """`value` as a contiguous host array of `t`'s held dtype and extents, by the rule above.
 
@@ -185,6 +203,7 @@ __all__ = [
     "dtype_name",
     "held_dtype",
     "host_array",
+    "is_exact",
     "python_values",
     "where",
 ]

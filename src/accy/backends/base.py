@@ -12,28 +12,31 @@ Backends register themselves under a device name (`register_backend`); "referenc
 "cuda" are those of accy. `executable_for(program, device, options)` is the way in: it looks the
 device up and keeps the executables it made in `CACHE`, keyed by the program's content digest,
 the device and the options, so that tracing the same function again reuses its compilation.
-The cache holds the `CACHE_SIZE` most recently used executables; an executable nothing else
-refers to is then released with everything it owns (its native library, its workspace).
+The cache holds the `accy.config.executables_max_entries` most recently used executables; an
+executable nothing else refers to is then released with everything it owns (its native
+library, its workspace).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from ..caches import Lru, limit
+from ..config import config
 from ..core import Program
 from ..custom import inline_declined, kernel_registry_for
 from ..errors import AccyError
 from ..lower.artifacts import register_artifact_compiler
 from .buffers import Layout, addresses_of, check_readable
+from .devices import BACKENDS, CPU, Device, as_device
 
-CACHE_SIZE = 64
-"""How many executables `CACHE` keeps (least recently used first out)."""
+log = logging.getLogger("accy.caches")
 
 PRECISIONS = ("f32", "tf32")
 """The precisions of f32 GEMMs an executable may be compiled for."""
@@ -78,7 +81,7 @@ class Executable:
     """A program compiled for one device (see the module doc); subclasses implement
     `__call__`, and `run_checked` or their own `run_buffers` and `bind`."""
 
-    device = ""
+    device: Device = CPU  # each backend's executables set their own
 
     def __init__(self, program: Program):
         self.program = program
@@ -151,11 +154,14 @@ class Bindings:
 
 
 class Backend(Protocol):
-    """Compiles programs for one device."""
+    """Compiles programs for the devices of one platform (`device`: "cpu", "cuda",
+    "reference"); `ordinal` is the device's (a GPU's number, 0 for the others)."""
 
     device: str
 
-    def compile(self, program: Program, options: CompileOptions) -> Executable: ...
+    def compile(
+        self, program: Program, options: CompileOptions, ordinal: int = 0
+    ) -> Executable: ...
 
 
 class NativeBackend(Backend, Protocol):
@@ -168,12 +174,13 @@ class NativeBackend(Backend, Protocol):
     def load(self, artifact: Any, ordinal: int = 0) -> Executable: ...
 
 
-DEVICES: dict[str, Backend] = {}
+DEVICES: dict[str, Backend] = BACKENDS
+"""The backend of each platform (the devices themselves: `accy.backends.devices`)."""
 
 
 def register_backend(backend: Backend) -> None:
-    """Make `backend` the one for its device; a native backend's artifact compiler is
-    registered with `accy.lower.compile_fragment` too."""
+    """Make `backend` the one for its platform's devices; a native backend's artifact compiler
+    is registered with `accy.lower.compile_fragment` too."""
     DEVICES[backend.device] = backend
     artifact_format = getattr(backend, "artifact_format", None)
     if artifact_format is not None:
@@ -192,17 +199,14 @@ def compile_artifact(backend: NativeBackend, program: Program, kernel_call_regis
     return backend.compile_artifact(program, registry)
 
 
-def backend_for(device: str) -> Backend:
-    """The backend registered for `device`.
+def backend_for(device: str | Device) -> Backend:
+    """The backend registered for `device` (a Device or its name).
 
     >>> backend_for("tpu")
     Traceback (most recent call last):
-    accy.errors.AccyError: unknown device 'tpu'; the devices are cpu, cuda, reference
+    accy.errors.AccyError: unknown device 'tpu'; the devices are cpu, cuda, cuda:N ...
     """
-    backend = DEVICES.get(device)
-    if backend is None:
-        raise AccyError(f"unknown device {device!r}; the devices are {', '.join(sorted(DEVICES))}")
-    return backend
+    return as_device(device).backend
 
 
 def native_backend_for(artifact_format: str) -> NativeBackend:
@@ -218,45 +222,82 @@ def native_backend_for(artifact_format: str) -> NativeBackend:
 
 
 class ExecutableCache:
-    """The executables made most recently, by (program digest, device, options); at most
-    `size` of them (least recently used first out)."""
+    """The executables made most recently, by (program digest, device, options, the settings
+    that change generated code); at most `size` of them, or `accy.config.
+    executables_max_entries` when `size` is None (least recently used first out). The
+    process's one (`CACHE`) is the registered cache "executables" (`accy.clear_caches()`);
+    what else keeps executables (jit, eager operations) holds weak references, so this bound
+    is the bound on live executables."""
 
-    def __init__(self, size: int = CACHE_SIZE):
-        self.size = size
-        self._entries: OrderedDict[tuple, tuple[Executable, CompileOptions]] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, size: int | None = None, name: str | None = None):
+        self._entries = Lru(name, "executables_max_entries" if size is None else size)
 
-    def get(self, program: Program, device: str, options: CompileOptions) -> Executable:
+    @property
+    def size(self) -> int | None:
+        return limit(self._entries.bound)
+
+    def get(self, program: Program, device: str | Device, options: CompileOptions) -> Executable:
         """The executable of `program` on `device`, compiled unless it is cached."""
-        key = (program.digest, device, options.key())
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-                return entry[0]
-        executable = backend_for(device).compile(program, options)
-        with self._lock:
-            # The options are held with the entry, so that the ids in its key stay theirs.
-            self._entries[key] = (executable, options)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+        device = as_device(device)
+        key = (program.digest, device, options.key(), config.code_key())
+        entry = self._entries.get(key)
+        if entry is not None:
+            return entry[0]
+        if self._entries.dropped(key):
+            _note_compiled_again(program, device, self.size)
+        executable = device.backend.compile(program, options, device.ordinal)
+        # The options are held with the entry, so that the ids in its key stay theirs.
+        self._entries.put(key, (executable, options))
         return executable
+
+    def derived(self, executable: Any, variant: Hashable, make: Callable[[], Any]) -> Any:
+        """The object `make()` builds from `executable` (a donating wrapper), kept as an entry
+        of its own under (`executable`, `variant`), so that it lives as long as executables do.
+
+        >>> import accy
+        >>> p = accy.trace.define("twice", [accy.spec(accy.f32, n=2)], lambda b, a: a[0] * 2.0)
+        >>> e = accy.compile(p, "reference")
+        >>> CACHE.derived(e, "same", object) is CACHE.derived(e, "same", object)
+        True
+        """
+        # The entry holds `executable` (through what `make` builds), so its id stays its own.
+        key = ("derived", id(executable), variant)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries.put(key, (make(), executable))
+        return entry[0]
 
     def clear(self) -> None:
         """Forget every executable (each is released once nothing else refers to it)."""
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
-CACHE = ExecutableCache()
+_noted = threading.Event()
+
+
+def _note_compiled_again(program: Program, device: Device, bound: int | None) -> None:
+    """Say once per process that the bound on live executables made a program compile again:
+    a workload that cycles through more programs than the bound compiles over and over."""
+    if not _noted.is_set():
+        _noted.set()
+        log.warning(
+            "accy: compiling program %r for %s again: the executables cache released it, as it "
+            "keeps at most accy.config.executables_max_entries = %s executables alive; raise "
+            "it (ACCY_EXECUTABLES_MAX_ENTRIES) if programs compile over and over",
+            program.name,
+            device,
+            bound,
+        )
+
+
+CACHE = ExecutableCache(name="executables")
 
 
 def executable_for(
-    program: Program, device: str = "cpu", options: CompileOptions | None = None
+    program: Program, device: str | Device = CPU, options: CompileOptions | None = None
 ) -> Executable:
     """The executable of `program` on `device`, from `CACHE` or compiled now.
 
@@ -273,7 +314,6 @@ def executable_for(
 
 __all__ = [
     "CACHE",
-    "CACHE_SIZE",
     "DEVICES",
     "Backend",
     "Bindings",

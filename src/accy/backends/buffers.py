@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..caches import memoized
 from ..core.types import DType, TensorType, bf16
 from ..errors import AccyError, DonationError, InvalidInput
 
@@ -68,7 +69,7 @@ def addresses_of(arrays: Sequence[np.ndarray]) -> list[int]:
         return [address_of(a) for a in arrays]
 
 
-@functools.cache
+@memoized("numpy data offset")
 def numpy_data_offset() -> int | None:
     """Where an ndarray object keeps its data pointer, in bytes from the object's start (NumPy's
     `PyArrayObject.data`, 16 on 64-bit CPython), or None if this NumPy does not look like that.

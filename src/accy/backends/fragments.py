@@ -10,8 +10,8 @@ the fragment's reference to it is written as a placeholder and read back as the 
 `program` (the same object, whatever its size).
 
 The key is the caller's, from the parts it depends on; `source_digest()` (the accy package's
-source, NumPy's and Python's versions) and `settings_digest()` (module-level settings that a
-process may change after import) are the parts every backend shares. A fragment that cannot be
+source, NumPy's and Python's versions) and `accy.config.code_key()` (the settings that change
+generated code, by name) are the parts every backend shares. A fragment that cannot be
 pickled (a library step holding a live handle) is returned as compiled and not stored; an entry
 that cannot be read back (it passed the trust check, so written by an accy with the same source:
 this should not happen) is discarded and compiled again, with a `CacheWarning`.
@@ -24,29 +24,28 @@ loads the shared libraries it finds there.
 
 from __future__ import annotations
 
-import functools
 import gc
 import hashlib
 import io
 import pickle
 import sys
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
+from ..caches import memoized
 from ..codegen.cache import Cache, discard
 from ..errors import CacheWarning
 
 T = TypeVar("T")
 
 PROGRAM = "program"  # the placeholder of the caller's program in a stored fragment
-PLAIN = (bool, int, float, str, bytes, type(None))
 
 
-@functools.cache
+@memoized("accy source digest")
 def source_digest() -> str:
     """The sha256 of every .py file of the installed accy package (relative path and bytes),
     with the Python and NumPy versions (a stored fragment is a pickle of accy's records and
@@ -60,42 +59,6 @@ def source_digest() -> str:
     for path in sorted(root.rglob("*.py")):
         digest.update(b"\0" + str(path.relative_to(root)).encode() + b"\0")
         digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _plain(value: Any) -> str | None:
-    """A canonical text of a setting's value (plain scalars, and tuples and frozen sets of
-    them), or None for anything else (functions, classes, mutable tables)."""
-    if isinstance(value, PLAIN):
-        return repr(value)
-    if isinstance(value, tuple):
-        items = [_plain(item) for item in value]
-        return None if None in items else "(" + ",".join(items) + ")"  # type: ignore[arg-type]
-    if isinstance(value, frozenset):  # sorted: a set's order varies with string hashing
-        items = [_plain(item) for item in value]
-        return None if None in items else "{" + ",".join(sorted(items)) + "}"  # type: ignore
-    return None
-
-
-def settings_digest(prefixes: Iterable[str]) -> str:
-    """The sha256 of the module-level settings (names in UPPER_CASE bound to plain values) of
-    every loaded module whose name starts with one of `prefixes`: the tunables that code
-    generation reads (`steps.scan.UNROLLED_NODES`, a switch read from the environment at
-    import, ...) and that tests and experiments change after import, which the source digest
-    cannot see.
-
-    >>> settings_digest(["accy.backends"]) == settings_digest(["accy.backends"])
-    True
-    """
-    prefixes = tuple(prefixes)
-    digest = hashlib.sha256()
-    for name in sorted(n for n in list(sys.modules) if n.startswith(prefixes)):
-        module = sys.modules.get(name)
-        for attribute, value in sorted(vars(module).items() if module else ()):
-            if attribute.isupper():
-                text = _plain(value)
-                if text is not None:
-                    digest.update(f"{name}.{attribute}={text}\0".encode())
     return digest.hexdigest()
 
 

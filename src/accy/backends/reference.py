@@ -18,6 +18,7 @@ from ..interpret import run as interpret
 from ..reference import Evaluate
 from .arguments import check_count, host_array, where
 from .base import CompileOptions, Executable, register_backend
+from .devices import REFERENCE
 
 
 def _from_raw(buffer: np.ndarray, t: TensorType) -> np.ndarray:
@@ -37,7 +38,7 @@ class ReferenceExecutable(Executable):
     [2.0, 4.0]
     """
 
-    device = "reference"
+    device = REFERENCE
 
     def __init__(self, program: Program, custom_calls: Any = None):
         super().__init__(program)
@@ -68,7 +69,9 @@ class ReferenceBackend:
 
     device = "reference"
 
-    def compile(self, program: Program, options: CompileOptions) -> ReferenceExecutable:
+    def compile(
+        self, program: Program, options: CompileOptions, ordinal: int = 0
+    ) -> ReferenceExecutable:
         return ReferenceExecutable(program, options.custom_calls)
 
 

@@ -50,11 +50,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import CacheWarning, CompileError, ConfigurationError, RuntimeUnavailable
+from ..config import config
+from ..errors import CacheWarning, CompileError, RuntimeUnavailable
 
 T = TypeVar("T")
 
-DEFAULT_MAX_BYTES = 2 * 1024**3
 STALE_SECONDS = 3600.0
 DIGEST_SUFFIX = ".sha256"
 LOCK_SUFFIX = ".lock"
@@ -71,38 +71,27 @@ ADVICE = (
 
 
 def cache_root() -> Path:
-    """The folder under which every namespace keeps its entries: `$ACCY_CACHE_DIR`, or
-    `~/.cache/accy`.
+    """The folder under which every namespace keeps its entries: `accy.config.cache_dir`
+    (`$ACCY_CACHE_DIR`), or `~/.cache/accy`.
 
-    >>> import os
-    >>> expected = os.environ.get("ACCY_CACHE_DIR") or os.path.expanduser("~/.cache/accy")
-    >>> cache_root() == Path(expected)
-    True
+    >>> import accy
+    >>> with accy.config.override(cache_dir="/tmp/accy-example"):
+    ...     cache_root()
+    PosixPath('/tmp/accy-example')
     """
-    configured = os.environ.get("ACCY_CACHE_DIR")
+    configured = config.cache_dir
     return Path(configured or os.path.join(os.path.expanduser("~"), ".cache", "accy"))
 
 
 def max_bytes() -> int:
-    """The size bound of a cache folder: `$ACCY_CACHE_MAX_BYTES`, or 2 GiB when it is unset.
+    """The size bound of a cache folder: `accy.config.cache_max_bytes`
+    (`$ACCY_CACHE_MAX_BYTES`, 2 GiB by default).
 
-    >>> import os
-    >>> max_bytes() == int(os.environ.get("ACCY_CACHE_MAX_BYTES") or 2 * 1024**3)
+    >>> import accy
+    >>> max_bytes() == accy.config.cache_max_bytes
     True
     """
-    text = os.environ.get("ACCY_CACHE_MAX_BYTES", "").strip()
-    if not text:
-        return DEFAULT_MAX_BYTES
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ConfigurationError(
-            f"ACCY_CACHE_MAX_BYTES={text!r} is not a size in bytes: give a whole number >= 0 "
-            f"(for example 2147483648 for 2 GiB), or unset it for the default of 2 GiB"
-        )
-    return value
+    return config.cache_max_bytes
 
 
 def key(*parts: str | bytes) -> str:

@@ -451,7 +451,7 @@ class Value:
         ...     return a[0].conv(a[1], ["w"], "c", "o", padding="same")
         >>> p = accy.trace.define("c", [accy.spec(accy.f32, w=4, c=1),
         ...                             accy.spec(accy.f32, w=3, c=1, o=1)], body)
-        >>> x, k = np.arange(4.0).reshape(4, 1), np.ones((3, 1, 1))
+        >>> x, k = np.arange(4.0, dtype=np.float32).reshape(4, 1), np.ones((3, 1, 1), np.float32)
         >>> accy.reference.run(p, [x, k])[0][:, 0].tolist()
         [1.0, 3.0, 6.0, 5.0]
         """

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import nn, optim
+from ..backends.devices import as_device
 from ..core.types import bf16, f32
 from ..frontend import jit, named, value_and_grad
 
@@ -167,9 +168,6 @@ def policy_for(dtype: str):
     return nn.mixed_precision(f32, bf16, f32) if dtype == "bf16" else None
 
 
-DONATING_DEVICES = ("cpu", "cuda")  # where `accy.compile` can take donated arrays
-
-
 def training_step(
     s: Config,
     device: str,
@@ -186,7 +184,8 @@ def training_step(
     passed in must not be used after the call (use the ones it returns). With `fused`,
     attention is `nn.attention`'s custom call on "cuda" (its kernels win at every size there)
     and its own choice by size elsewhere."""
-    implementation = "fused" if device == "cuda" else None
+    device = as_device(device)
+    implementation = "fused" if device.is_cuda else None
     decay = optim.Adam(learning_rate, BETA1, BETA2, EPS, WEIGHT_DECAY)
     plain = optim.Adam(learning_rate, BETA1, BETA2, EPS, 0.0)
     policy = policy_for(dtype)
@@ -206,7 +205,7 @@ def training_step(
             )
         return value, new_params, new_state
 
-    donate = (0, 1) if device in DONATING_DEVICES else ()
+    donate = (0, 1) if device.takes_donations else ()
     if scheduled:
         return jit(step, device=device, donate_argnums=donate)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends.devices import as_device
 from ..errors import AccyError
 from ..frontend import jit, named
 from ..frontend.tracing import flatten
@@ -198,7 +199,7 @@ def train_preset(
         if training_time > 0:
             run.tokens_per_s = tokens_done / training_time
             shown["tokens/s"] = f"{run.tokens_per_s:,.0f}"
-            if device == "cuda":
+            if as_device(device).is_cuda:
                 run.mfu = flops * (run.steps - 1) / training_time / GPU_PEAK_FLOPS
                 shown["MFU"] = f"{run.mfu:.1%}"
         progress.set_postfix(shown)

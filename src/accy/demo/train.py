@@ -9,7 +9,6 @@ inputs. Another jitted function gives the logits used to decode held-out samples
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import nn, optim
+from ..backends.devices import as_device
+from ..config import config
 from ..core.types import dtype_named, f32
 from ..errors import AccyError
 from ..frontend import NamedArray, jit, named, value_and_grad
@@ -312,10 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.gpus < 1:
         parser.error("--gpus must be at least 1")
     distributed = None
-    if arguments.gpus > 1 and arguments.device == "cuda":
+    if arguments.gpus > 1 and as_device(arguments.device).is_cuda:
         from ..mesh import Mesh
 
-        if "RANK" not in os.environ:  # start one process per GPU, each running this command
+        # Not yet launched: start one process per GPU, each running this command.
+        if config.environment("RANK") is None:
             from ..launch import launch
 
             argv = sys.argv[1:] if argv is None else list(argv)

@@ -20,6 +20,7 @@ import numpy as np
 import optree
 
 from .. import gradient
+from ..caches import Group, register
 from ..core import Program, Value
 from ..core.builder import define
 from ..errors import GradientRequiresScalarOutput
@@ -49,6 +50,9 @@ from .tracing import (
 # would keep every function given to a transform, and all it closes over, forever); the handle
 # given to the caller does.
 _WRAPPERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+register("transformed functions", _WRAPPERS.clear, _WRAPPERS.__len__)  # bound: their lives
+# Each jitted function's programs per value of its static arguments.
+STATIC_ARGUMENTS = Group("jit static arguments", "jit_signatures_max_entries")
 
 
 class _Handle:
@@ -119,7 +123,7 @@ class Jitted:
         self.device = None if device is None else check_device(device)
         self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
-        self._staged: dict[tuple, Staged] = {}
+        self._staged = STATIC_ARGUMENTS.table()
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -130,8 +134,8 @@ class Jitted:
         args, kwargs, statics = self.statics.split(args, kwargs)
         staged = self._staged.get(statics)
         if staged is None:
-            staged = self._staged[statics] = Staged(
-                functools.partial(self._build, statics), self.device
+            staged = self._staged.put(
+                statics, Staged(functools.partial(self._build, statics), self.device)
             )
         return staged.call(args, kwargs)
 

@@ -7,73 +7,58 @@ program, compiled for the array's device the first time its signature (kind, att
 operand types) is seen and cached after that. Inside a traced function the same code records
 operations instead, so a model can be debugged eagerly and then jitted unchanged.
 
-Devices: "cpu" (NumPy arrays, native code), "cuda" (CuPy arrays) and "reference" (NumPy
-arrays, the NumPy evaluator: no C compiler involved, handy in tests).
+Devices (`accy.devices()`): the CPU (NumPy arrays, native code), each CUDA GPU ("cuda:N",
+CuPy arrays in its memory) and the reference (NumPy arrays, the NumPy evaluator: no C compiler
+involved, handy in tests); wherever a device is asked for, a `Device` or its name.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..api import compile as compile_program
+from ..backends.arguments import python_values
+from ..backends.devices import CPU, Device, as_device, holding
+from ..caches import Group, Table
 from ..core import Attrs, Value, check_operation
 from ..core.arrays import is_array
 from ..core.builder import Builder
 from ..core.operations import OpsApi
 from ..core.types import DType, TensorType, bool_, dtype_of_numpy, f32, i32
-from ..errors import AccyError, AxisError, RuntimeUnavailable
+from ..errors import AccyError, AxisError
 from .errors import DeviceMismatch
-
-DEVICES = ("cpu", "cuda", "reference")
-
-
-def _device_of(array: Any) -> str:
-    return "cuda" if type(array).__module__.split(".")[0] == "cupy" else "cpu"
 
 
 def _host_array(array: Any) -> np.ndarray:
-    """`array` as a NumPy array (CuPy arrays are copied to the host)."""
+    """`array` as a NumPy array (a GPU's arrays are copied to the host)."""
     if isinstance(array, np.ndarray):
         return array
-    if _device_of(array) == "cuda":
-        return array.get()
+    held = holding(array)
+    if held.is_cuda:
+        return held.host(array)
     if hasattr(array, "__dlpack__") and not isinstance(array, np.generic):
         return np.from_dlpack(array)
     return np.asarray(array)
 
 
-def _on_device(array: np.ndarray, device: str) -> Any:
-    if device == "cuda":
-        try:
-            import cupy  # an optional dependency: accy[cuda]
-        except ImportError:
-            raise RuntimeUnavailable(
-                "device 'cuda' needs CuPy (pip install 'accy[cuda]'), which is not installed"
-            ) from None
-        return cupy.asarray(array)
-    return array
+check_device = as_device  # the one conversion at the door: a Device, or its name
 
 
-def check_device(device: str) -> str:
-    """`device`, checked, as the one string object of DEVICES: the eager and jit fast paths
-    compare devices by identity, and a device name built at run time (read from a command
-    line) is an equal but distinct object."""
-    if device not in DEVICES:
-        raise AccyError(f"unknown device {device!r}; the devices are {', '.join(DEVICES)}")
-    return DEVICES[DEVICES.index(device)]
-
-
-_INTERNED: dict[TensorType, TensorType] = {}
+_INTERNED = Table("interned types", "interned_types_max_entries")
 _identity = id  # `emit` has a parameter named id
 
 
 def intern(ty: TensorType) -> TensorType:
     """The one shared TensorType object equal to `ty`: NamedArrays hold interned types, so
-    that caches can key on their identity (hashing a TensorType by value is slow)."""
-    return _INTERNED.setdefault(ty, ty)
+    that caches can key on their identity (hashing a TensorType by value is slow). Past its
+    bound the oldest are forgotten: an equal type made later is another object, which only
+    misses the identity-keyed tables (they keep the types they key on alive)."""
+    found = _INTERNED.get(ty)
+    return _INTERNED.put(ty, ty) if found is None else found
 
 
 class NamedArray:
@@ -82,7 +67,8 @@ class NamedArray:
     - `.axes`: the axis names in layout order; `.shape`: a dict from axis name to extent (in
       layout order); `.dtype`: an accy dtype; `.ty`: the `TensorType` (dtype and named axes).
     - `.array`: the underlying NumPy or CuPy array, axes in layout order; `np.asarray(x)` gives
-      a NumPy array; `.device` is "cpu", "cuda" or "reference"; `.to(device)` moves it.
+      a NumPy array; `.device` is its `accy.Device` (`accy.device("cpu")`, "cuda:0", ...);
+      `.to(device)` moves it.
     - Operations (`x + y`, `x.sum("token")`, `q.contract(k, "channel")`, ...) broadcast by
       name and run eagerly; `x["token", 1:]` and `x["batch", 0]` slice and index by name.
 
@@ -99,7 +85,7 @@ class NamedArray:
     __slots__ = ("array", "ty", "device", "__weakref__")
     __array_priority__ = 100  # so that `np.float32(2) * x` defers to NamedArray.__rmul__
 
-    def __init__(self, array: Any, ty: TensorType, device: str):
+    def __init__(self, array: Any, ty: TensorType, device: Device):
         self.array = array
         self.ty = ty
         self.device = device
@@ -107,7 +93,10 @@ class NamedArray:
     @property
     def builder(self) -> EagerOps:
         """The eager operation library of this array's device (the `Value` methods call it)."""
-        return EAGER[self.device]
+        try:
+            return EAGER[self.device]
+        except KeyError:  # a GPU's first eager operation
+            return eager_ops(self.device)
 
     @property
     def dtype(self) -> DType:
@@ -129,12 +118,15 @@ class NamedArray:
         """The number of elements."""
         return self.ty.size
 
-    def to(self, device: str) -> NamedArray:
-        """This array on `device` ("cpu", "cuda" or "reference"), copied there if needed."""
-        device = check_device(device)
+    def to(self, device: str | Device) -> NamedArray:
+        """This array on `device` (a Device or its name: "cpu", "cuda:1", "reference"), copied
+        there if needed."""
+        device = as_device(device)
         if device is self.device:
             return self
-        return NamedArray(_on_device(_host_array(self.array), device), self.ty, device)
+        if device.is_cuda and self.device.is_cuda:  # GPU to GPU: no trip through the host
+            return NamedArray(device.put(self.array), self.ty, device)
+        return NamedArray(device.put(_host_array(self.array)), self.ty, device)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         host = _host_array(self.array)
@@ -156,7 +148,7 @@ class NamedArray:
         return bool(self.item())
 
     def __repr__(self) -> str:
-        return f"NamedArray({self.ty}, {_host_array(self.array)!r}, device={self.device!r})"
+        return f"NamedArray({self.ty}, {_host_array(self.array)!r}, device='{self.device}')"
 
     def __getitem__(self, key: Any) -> NamedArray:
         return index_by_name(self.builder, self, key)
@@ -173,10 +165,10 @@ def _copy_value_methods() -> None:
             setattr(NamedArray, name, member)
 
 
-def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedArray:
+def named(array: Any, axes: Sequence[str], device: str | Device | None = None) -> NamedArray:
     """Wrap `array` (NumPy, CuPy, a DLPack producer, nested lists or a scalar) as a NamedArray
-    with one name per axis, in layout order. `device` defaults to the array's own ("cpu" for
-    host arrays, "cuda" for CuPy); "reference" runs its operations on the NumPy evaluator.
+    with one name per axis, in layout order. `device` defaults to the array's own (the CPU for
+    host arrays, its GPU for CuPy); "reference" runs its operations on the NumPy evaluator.
 
     >>> import accy, numpy as np
     >>> w = accy.named(np.ones((2, 3), np.float32), ("input", "output"))
@@ -192,8 +184,8 @@ def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedAr
     axes = tuple(axes)
     if isinstance(array, NamedArray):
         array = array.array
-    own = _device_of(array)
-    if own != "cuda" and not isinstance(array, np.ndarray):
+    own = holding(array)
+    if own.is_host and not isinstance(array, np.ndarray):
         array = _host_array(array) if hasattr(array, "__dlpack__") else np.asarray(array)
     if array.ndim != len(axes):
         raise AxisError(
@@ -208,11 +200,9 @@ def named(array: Any, axes: Sequence[str], device: str | None = None) -> NamedAr
         )
     )
 
-    device = check_device(device or own)
-    if device == "cuda" and own != "cuda":
-        array = _on_device(array, device)
-    elif device != "cuda" and own == "cuda":
-        array = _host_array(array)
+    device = own if device is None else as_device(device)
+    if device is not own:
+        array = device.put(array if own.is_host else own.host(array))
     return NamedArray(array, ty, device)
 
 
@@ -227,28 +217,41 @@ def scalar_dtype(value: Any) -> DType:
     return i32 if isinstance(value, int) else f32
 
 
-def named_scalar(value: Any, device: str = "cpu") -> NamedArray:
-    """A rank-0 NamedArray holding the Python or NumPy scalar `value` (see `scalar_dtype`)."""
+def named_scalar(value: Any, device: Device = CPU, where: str = "a scalar") -> NamedArray:
+    """A rank-0 NamedArray holding the Python or NumPy scalar `value` (see `scalar_dtype`); a
+    Python int outside i32 is an `InvalidInput` naming `where`, the value and the range.
+
+    >>> named_scalar(2**40, where="argument[1]")
+    Traceback (most recent call last):
+    accy.errors.InvalidInput: argument[1]: 1099511627776 has an int that i32[] does not hold ...
+    """
     dtype = scalar_dtype(value)
-    host = np.asarray(value, dtype.numpy)
-    return NamedArray(_on_device(host, device), intern(TensorType(dtype)), device)
+    if isinstance(value, int) and not isinstance(value, bool):  # the one argument rule
+        host = python_values(value, TensorType(dtype), where)
+    else:
+        host = np.asarray(value, dtype.numpy)
+    return NamedArray(device.put(host), intern(TensorType(dtype)), device)
 
 
 # -- eager execution ---------------------------------------------------------------------------
+
+
+EAGER_TABLES = Group("eager operations", "eager_operations_max_entries")
 
 
 class EagerOps(OpsApi):
     """The named-axis operation library over NamedArrays of one device: `emit` runs each
     operation at once, as a one-op program compiled (and cached) per signature."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: Device):
         self.device = device
-        # (kind, attrs, ids of the operand types) -> (call, result types, several, the
-        # operand types, kept so that their ids stay theirs)
-        self._by_id: dict[tuple, tuple[Any, tuple[TensorType, ...], bool, tuple]] = {}
-        self._cache: dict[tuple, tuple[Any, tuple[TensorType, ...], bool]] = {}
-        self._created: dict[tuple, NamedArray] = {}  # scalar constants, by attributes
-        self._scalars: dict[tuple, NamedArray] = {}
+        # (kind, attrs, ids of the operand types) -> (a weak reference to the call, result
+        # types, several, the operand types, kept so that their ids stay theirs); the
+        # executables cache owns the calls (`accy.caches`)
+        self._by_id: Table = EAGER_TABLES.table()
+        self._cache: Table = EAGER_TABLES.table()
+        self._created: Table = EAGER_TABLES.table()  # scalar constants, by attributes
+        self._scalars: Table = EAGER_TABLES.table()
 
     def scalar(self, dtype: DType, value: Any):
         """A rank-0 constant; the ones reductions and arithmetic use repeat, so they are kept
@@ -259,10 +262,7 @@ class EagerOps(OpsApi):
         except TypeError:  # an unhashable value: the operation library reports it
             return super().scalar(dtype, value)
         if found is None:
-            found = super().scalar(dtype, value)
-            if len(self._scalars) > 4096:
-                self._scalars.clear()
-            self._scalars[key] = found
+            found = self._scalars.put(key, super().scalar(dtype, value))
         return found
 
     def align(self, kind: str, *values):
@@ -289,14 +289,14 @@ class EagerOps(OpsApi):
             if created is None:
                 created = self._create(kind, attrs if isinstance(attrs, Attrs) else Attrs(attrs))
                 if created.ty.rank == 0 and key[1] is not None:  # splat scalars repeat a lot
-                    if len(self._created) > 4096:  # many distinct values: start afresh
-                        self._created.clear()
-                    self._created[tuple(key)] = created
+                    self._created.put(tuple(key), created)
             return created
         entry = self._by_id.get(tuple(key)) if key[1] is not None else None
-        if entry is None:
+        call = None if entry is None else entry[0]()
+        if call is None:  # not compiled yet, or released by the executables cache
             entry = self._lookup(kind, attrs, operands, tuple(key))
-        call, result_types, several, _ = entry
+            call = entry[0]()
+        _, result_types, several, _ = entry
         outputs = call(*arrays)
         if not several:
             return NamedArray(outputs[0], result_types[0], device)
@@ -308,11 +308,11 @@ class EagerOps(OpsApi):
         attrs = attrs if isinstance(attrs, Attrs) else (Attrs(attrs) if attrs else _NO_ATTRS)
         types = tuple(operand.ty for operand in operands)
         entry = self._cache.get((kind, attrs, types))
-        if entry is None:
-            entry = self._cache[(kind, attrs, types)] = self._compile(kind, attrs, types)
+        if entry is None or entry[0]() is None:
+            entry = self._cache.put((kind, attrs, types), self._compile(kind, attrs, types))
         entry = (*entry, types)
         if fast[1] is not None:
-            self._by_id[fast] = entry
+            self._by_id.put(fast, entry)
         return entry
 
     def _emit_other(self, kind: str, operands: Sequence[Any], attrs: Any) -> Any:
@@ -327,8 +327,8 @@ class EagerOps(OpsApi):
                 raise AccyError(f"{kind}: operand {position} ({operand!r}) is not a NamedArray")
             if operand.device != self.device:
                 raise DeviceMismatch(
-                    f"{kind}: operand {position} is on {operand.device!r} but the operation "
-                    f"runs on {self.device!r}; move it with .to({self.device!r})"
+                    f"{kind}: operand {position} is on '{operand.device}' but the operation "
+                    f"runs on '{self.device}'; move it with .to('{self.device}')"
                 )
         raise AccyError(f"{kind}: internal: unexpected operands {operands!r}")  # unreachable
 
@@ -339,7 +339,7 @@ class EagerOps(OpsApi):
         result = builder.emit(kind, parameters, attrs)
         program = builder.build(result)
         results = tuple(intern(t) for t in result_types)
-        return compile_program(program, self.device), results, rule.multiple_results
+        return weakref.ref(compile_program(program, self.device)), results, rule.multiple_results
 
     def _create(self, kind: str, attrs: Attrs) -> NamedArray:
         """Creation kinds (constants, iota) are evaluated with NumPy, not compiled: their
@@ -352,7 +352,7 @@ class EagerOps(OpsApi):
 
             builder = Builder(f"eager_{kind}")
             host = reference_run(builder.build(builder.emit(kind, [], attrs)), [])[0]
-        return NamedArray(_on_device(host, self.device), intern(ty), self.device)
+        return NamedArray(self.device.put(host), intern(ty), self.device)
 
     def subprogram(self, name: str, specs: Sequence[TensorType], body):
         from ..core.builder import define
@@ -378,7 +378,12 @@ def _attrs_key(attrs: Any) -> Any:
     return key
 
 
-EAGER: dict[str, EagerOps] = {device: EagerOps(device) for device in DEVICES}
+EAGER: dict[Device, EagerOps] = {}
+
+
+def eager_ops(device: Device) -> EagerOps:
+    """The eager operation library of `device` (made on first use: one per GPU too)."""
+    return EAGER.setdefault(device, EagerOps(device))
 
 
 # -- indexing by name --------------------------------------------------------------------------

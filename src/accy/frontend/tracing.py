@@ -18,6 +18,7 @@ import gc
 import inspect
 import itertools
 import operator
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -26,10 +27,12 @@ import numpy as np
 import optree
 
 from ..api import compile as compile_program
+from ..backends.devices import CPU, Device
+from ..caches import Group, Table
 from ..core import Program, Value
 from ..core.builder import Builder
 from ..core.types import TensorType
-from ..errors import AccyError, attach_user_location
+from ..errors import AccyError, InvalidInput, attach_user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TreeTooDeep
 from .named import NamedArray, check_device, index_by_name, intern, named_scalar
 
@@ -147,7 +150,7 @@ def non_array_leaf(where: str, leaf: Any) -> NonArrayLeaf:
     )
 
 
-def as_array_leaf(leaf: Any, where: str, device: str = "cpu") -> Any:
+def as_array_leaf(leaf: Any, where: str, device: Device = CPU) -> Any:
     """`leaf` as a NamedArray or traced Value: scalars and rank-0 NumPy arrays become rank-0
     NamedArrays; anything else that is not an array raises `NonArrayLeaf`."""
     if isinstance(leaf, NamedArray | Value):
@@ -156,7 +159,9 @@ def as_array_leaf(leaf: Any, where: str, device: str = "cpu") -> Any:
         isinstance(leaf, np.ndarray) and leaf.ndim == 0
     ):
         try:
-            return named_scalar(leaf, device)
+            return named_scalar(leaf, device, where)
+        except InvalidInput:  # a value out of its dtype's range: the message says which
+            raise
         except AccyError:
             raise non_array_leaf(where, leaf) from None
     raise non_array_leaf(where, leaf)
@@ -404,6 +409,8 @@ class Entry:
     captured: list[Any]
     foreign: bool
     out_types: tuple[TensorType, ...] = ()
+    # device -> a weak reference to the program compiled there (`accy.caches`: the executables
+    # cache decides which stay alive)
     compiled: dict[str, Any] = dataclasses.field(default_factory=dict)
     donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
 
@@ -440,6 +447,10 @@ def without_collection() -> Iterator[None]:
         gc.enable()
 
 
+# Every Staged's tables, bounded alike (accy.clear_caches() empties them).
+SIGNATURES = Group("jit signatures", "jit_signatures_max_entries")
+FAST_SIGNATURES = Group("jit signatures by type identity", "jit_signatures_max_entries")
+
 _device_of = operator.attrgetter("device")
 _type_of = operator.attrgetter("ty")
 _array_of = operator.attrgetter("array")
@@ -449,18 +460,20 @@ class Staged:
     """Programs built per signature by `build(leaves, treedef)` (leaves: NamedArrays or
     Values, only their types matter) and run on concrete arrays or inlined into a trace."""
 
-    def __init__(self, build: Builds, device: str | None = None, static_scalars: bool = False):
+    def __init__(
+        self, build: Builds, device: str | Device | None = None, static_scalars: bool = False
+    ):
         self.build = build
         self.device = None if device is None else check_device(device)
         # Python scalars and other hashable Python values in the arguments stay Python values
         # (keying the cache) rather than becoming traced inputs: how grad and vmap treat the
         # arguments they do not transform.
         self.static_scalars = static_scalars
-        self.cache: dict[tuple, Entry] = {}
+        self.cache: Table = SIGNATURES.table()
         # Positional NamedArrays only, no keywords (the usual call): (device, ids of the
         # argument types) -> (those types, kept alive so that the ids stay theirs; the entry;
-        # its compiled program, captured arrays and output devices there).
-        self.flat: dict[tuple, tuple[tuple, Entry]] = {}
+        # a weak reference to its compiled program, captured arrays and output devices there).
+        self.flat: Table = FAST_SIGNATURES.table()
         self.traces = 0  # how many times a program was built (a cache miss): for tests
 
     def entry(self, leaves: Sequence[Any], treedef: Any, key: tuple) -> Entry:
@@ -470,7 +483,7 @@ class Staged:
             with without_collection():
                 entry = self.build(list(leaves), treedef)
             if not entry.foreign:
-                self.cache[key] = entry
+                self.cache.put(key, entry)
         return entry
 
     def call(self, args: tuple, kwargs: dict) -> Any:
@@ -485,8 +498,10 @@ class Staged:
                 key.append(id(a.ty))
             else:
                 found = self.flat.get(tuple(key))
-                if found is not None and (self.device is None or self.device == device):
-                    _, entry, compiled, captured, devices = found
+                # The executables cache owns compiled programs: one it dropped is compiled again.
+                compiled = None if found is None else found[2]()
+                if compiled is not None and (self.device is None or self.device == device):
+                    _, entry, _, captured, devices = found
                     outputs = compiled(*[a.array for a in args], *captured)
                     if entry.single:
                         return NamedArray(outputs[0], entry.out_types[0], device)
@@ -497,12 +512,15 @@ class Staged:
                 result = self((args, kwargs))
                 entry = self.cache.get((structure((args, kwargs)), tuple(a.ty for a in args)))
                 if entry is not None and device in entry.compiled:
-                    self.flat[tuple(key)] = (
-                        tuple(a.ty for a in args),
-                        entry,
-                        entry.compiled[device],
-                        entry.captured_arrays[device],
-                        (device,) * len(entry.out_types),
+                    self.flat.put(
+                        tuple(key),
+                        (
+                            tuple(a.ty for a in args),
+                            entry,
+                            entry.compiled[device],
+                            entry.captured_arrays[device],
+                            (device,) * len(entry.out_types),
+                        ),
                     )
                 return result
         return self((args, kwargs))
@@ -521,13 +539,13 @@ class Staged:
         entry = self.entry(leaves, treedef, (treedef, tuple(map(_type_of, leaves))))
         return self.run_concrete(entry, list(map(_array_of, leaves)), device)
 
-    def run_concrete(self, entry: Entry, arrays: list[Any], device: str) -> Any:
-        compiled = entry.compiled.get(device)
-        if compiled is None:
+    def run_concrete(self, entry: Entry, arrays: list[Any], device: Device) -> Any:
+        held = entry.compiled.get(device)
+        compiled = None if held is None else held()
+        if compiled is None:  # not compiled yet, or released by the executables cache
             with without_collection():
-                compiled = entry.compiled[device] = compile_program(
-                    entry.program, device, donate=entry.donate
-                )
+                compiled = compile_program(entry.program, device, donate=entry.donate)
+            entry.compiled[device] = weakref.ref(compiled)
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
         outputs = compiled(*arrays, *entry.captured_arrays[device])
         named = list(map(NamedArray, outputs, entry.out_types, itertools.repeat(device)))
@@ -558,7 +576,7 @@ class Staged:
         if device is None and len(devices) > 1:
             paths = leaf_paths(tree)
             where = ", ".join(
-                f"{argument_path(p)} on {leaf.device!r}"
+                f"{argument_path(p)} on '{leaf.device}'"
                 for p, leaf in zip(paths, converted, strict=True)
                 if isinstance(leaf, NamedArray)
             )
@@ -566,7 +584,7 @@ class Staged:
                 f"arrays on different devices were passed together ({where}); move them with "
                 ".to(device), or give the transform a device"
             )
-        device = device or (devices.pop() if devices else "cpu")
+        device = device or (devices.pop() if devices else CPU)
         entry = self.entry(converted, treedef, key)
         return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
 

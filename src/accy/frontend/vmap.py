@@ -15,6 +15,7 @@ from typing import Any
 
 import optree
 
+from ..backends.devices import REFERENCE
 from ..core import Program
 from ..core.builder import define
 from ..errors import AxisError
@@ -194,7 +195,7 @@ class Vmapped:
         (extent,) = extents
         # Stand-ins for one example: only their types are read while tracing.
         examples = [
-            NamedArray(None, leaf.ty.without([source]), "reference") if source else leaf
+            NamedArray(None, leaf.ty.without([source]), REFERENCE) if source else leaf
             for leaf, source in zip(leaves, sources, strict=True)
         ]
         traced = trace(self.fn, examples, treedef, _name(self.fn))

@@ -5,12 +5,12 @@ other half, and a reference implementation of a custom call.
 from __future__ import annotations
 
 import ctypes
-import functools
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..caches import memoized
 from ..core.types import DType, TensorType, bf16, bool_, f16
 from .errors import KernelCallMismatch
 from .ir import RESULT
@@ -73,7 +73,7 @@ def run_on_cpu(
     return _library_of(call).run(call, operands, result_type)
 
 
-@functools.cache
+@memoized("custom call cpu libraries", "kernels_max_entries")
 def _library_of(call: KernelCall) -> CpuLibrary:
     return CpuLibrary([call])
 

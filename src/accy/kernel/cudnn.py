@@ -17,6 +17,8 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..caches import Group
+
 log = logging.getLogger("accy.cudnn")
 
 ALIGN = 256  # bytes: every buffer a cuDNN step places in its scratch starts at such a boundary
@@ -52,7 +54,7 @@ def module() -> Any:
     return cudnn
 
 
-@functools.cache
+@functools.cache  # not a cache: the one handle per GPU, which built graphs keep using
 def handle(ordinal: int = 0) -> Any:
     """The process's cuDNN handle on GPU `ordinal` (made on first use)."""
     cudnn = module()
@@ -80,6 +82,10 @@ class Built:
     workspace: int
 
 
+# Every Graphs' built graphs, by problem (accy.clear_caches() empties them).
+BUILT = Group("cudnn graphs", "kernels_max_entries")
+
+
 class Graphs:
     """The graphs of one kind of cuDNN step (`what`: "attention", "conv"), built by
     `build(problem)` on first use and cached per problem, and the reasons cuDNN declined.
@@ -95,7 +101,7 @@ class Graphs:
     def __init__(self, what: str, build: Callable[[Any], Built]):
         self.what, self.build = what, build
         self._lock = threading.Lock()
-        self._built: dict[Hashable, Built] = {}
+        self._built = BUILT.table()
         self._reasons: dict[str, str] = {}
 
     def built(self, problem: Hashable, summary: str) -> Built:
@@ -107,7 +113,7 @@ class Graphs:
             with warnings_logged(f"cuDNN {self.what} {summary}"):
                 done = self.build(problem)
             with self._lock:
-                self._built[problem] = done
+                self._built.put(problem, done)
         return done
 
     def decline(self, where: str, reason: str) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..codegen import cache
+from ..config import config
 from ..errors import CompileError, RuntimeUnavailable
 
 CACHE = cache.Cache("kernel")
@@ -31,7 +32,7 @@ CACHE_VERSION = "accy-kernel-1"
 STRICT_C_FLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror")
 
 
-@functools.cache
+@functools.cache  # not a cache: the process's one folder, made once
 def work_directory() -> Path:
     """A per-process directory for generated sources and built objects.
 
@@ -64,7 +65,7 @@ def c_compiler() -> str:
     >>> os.path.isabs(c_compiler())
     True
     """
-    candidates = [os.environ.get("CC", ""), "cc", "gcc", "clang"]
+    candidates = [config.environment("CC") or "", "cc", "gcc", "clang"]
     for candidate in filter(None, candidates):
         found = shutil.which(candidate)
         if found:
@@ -148,7 +149,7 @@ def nvcc() -> str | None:
     True
     """
     found = shutil.which("nvcc")
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    cuda_home = config.environment("CUDA_HOME") or config.environment("CUDA_PATH")
     if found is None and cuda_home and Path(cuda_home, "bin", "nvcc").exists():
         found = str(Path(cuda_home, "bin", "nvcc"))
     return found

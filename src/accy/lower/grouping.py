@@ -28,6 +28,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from ..config import config
 from ..core import Operation
 from ..core.kinds.elementwise import BINARY
 
@@ -218,9 +219,9 @@ def sibling_reductions(steps) -> list[list[int]]:
     return [s.members for s in sets if len(s.members) > 1]
 
 
-EPILOGUE_WINDOW = 8
-"""Steps after a row reduction searched for its epilogue: a consumer further away would move
-past more work than it saves, and a bounded search keeps planning linear."""
+# Steps after a row reduction searched for its epilogue (`accy.config.lower_epilogue_window`):
+# a consumer further away would move past more work than it saves, and a bounded search keeps
+# planning linear.
 
 
 def _epilogue_size(step, check: FlatCheck, excludes: frozenset[str]) -> int | None:
@@ -269,7 +270,7 @@ def reduction_epilogues(
     between that depend on neither move ahead of the reduction (cross-entropy's backward
     divides by the batch size, a scalar computed between the softmax's sum and the division of
     its results). A loop over other elements (a broadcast of the results back over the rows)
-    never joins. At most `EPILOGUE_WINDOW` steps are searched and `MAX_GROUP_OPERATIONS`
+    never joins. At most `lower_epilogue_window` steps are searched and `MAX_GROUP_OPERATIONS`
     operations joined. A loop computing an operation in `excludes` (the target's
     `epilogue_excludes`) stays a loop.
 
@@ -307,7 +308,7 @@ def _epilogue_of(steps, index: int, size: int, check: FlatCheck, claimed, exclud
     members: list[int] = []
     pending: list[int] = []
     ahead: list[int] = []
-    for later in range(index + 1, min(index + 1 + EPILOGUE_WINDOW, len(steps))):
+    for later in range(index + 1, min(index + 1 + config.lower_epilogue_window, len(steps))):
         if later in claimed:  # already placed before this reduction
             continue
         step = steps[later]
@@ -335,14 +336,11 @@ def _epilogue_of(steps, index: int, size: int, check: FlatCheck, claimed, exclud
     return Epilogue(tuple(members), tuple(a for a in ahead if a < members[-1]))
 
 
-CHAIN_WINDOW = 8
-"""Steps after a row reduction searched for the later phases of its chain (as for epilogues: a
-bounded search keeps planning linear, and a phase further away would move more work)."""
-
-
-CHAIN_TRAILING_LOOPS = True
-"""Whether a loop after a chain's last reduction may be its last phase (LayerNorm's normalized
-output after the variance); tools/device/chains_step.py measures the step without."""
+# Steps after a row reduction searched for the later phases of its chain
+# (`accy.config.lower_chain_window`; as for epilogues: a bounded search keeps planning linear,
+# and a phase further away would move more work). Whether a loop after a chain's last
+# reduction may be its last phase (LayerNorm's normalized output after the variance) is
+# `accy.config.lower_chain_trailing_loops`.
 
 
 def _phase_key(step) -> tuple | None:
@@ -523,7 +521,7 @@ def reduction_chains(
     output after them), unless it computes an operation in `excludes`, or it is the chain's
     last phase and may write over a buffer it reads last (`_InPlace`). The steps in between that
     depend on the chain stay after it; the others run ahead of it. Each row's later passes then
-    read the row while it is still in cache. At most `CHAIN_WINDOW` steps are searched after
+    read the row while it is still in cache. At most `lower_chain_window` steps are searched after
     each phase and `MAX_GROUP_OPERATIONS` operations joined.
 
     >>> import accy
@@ -596,7 +594,7 @@ def _chain_of(steps, index, key, rows: RowReads, claimed, excludes, in_place) ->
     operations = _phase_operations(steps[index])
     phases, ahead = [index], []
     later = index + 1
-    while later < min(phases[-1] + 1 + CHAIN_WINDOW, len(steps)):
+    while later < min(phases[-1] + 1 + config.lower_chain_window, len(steps)):
         step = steps[later]
         reads = set(step.reads)
         fits = _phase_key(step) == key or _loop_phase(step, key, excludes)
@@ -620,7 +618,7 @@ def _chain_of(steps, index, key, rows: RowReads, claimed, excludes, in_place) ->
     while (
         len(phases) > 1
         and steps[phases[-1]].kind == "loop"
-        and (in_place(phases[-1]) or not CHAIN_TRAILING_LOOPS)
+        and (in_place(phases[-1]) or not config.lower_chain_trailing_loops)
     ):
         phases.pop()
     if len(phases) < 2:

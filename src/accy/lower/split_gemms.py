@@ -26,14 +26,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..config import config
 from ..core import Operation, Program, bf16, f32
 from ..core.builder import Builder
 from ..interpret import Emitter, Graph, Layer, run
 from ..transforms.simplify import eliminate_dead_code
 
-SMALLEST_SPLIT = 1 << 22
-"""Multiply-adds below which a contraction stays as it is: the rewrite adds kernels, which only
-pay for themselves on a contraction big enough to be bound by arithmetic."""
+# Below `accy.config.lower_smallest_split` multiply-adds a contraction stays as it is: the
+# rewrite adds kernels, which only pay for themselves on a contraction big enough to be bound
+# by arithmetic.
 
 
 def split_widened_gemms(program: Program) -> Program:
@@ -60,7 +61,7 @@ def _qualifies(op: Operation, operands: Any, widened: Any) -> bool:
     index in `operands`) among the `widened` ones."""
     if op.kind != "dot_general" or op.type.dtype != f32 or "accumulate" in op.attrs:
         return False
-    if not op.attrs["lhs_contracting"] or _multiply_adds(op) < SMALLEST_SPLIT:
+    if not op.attrs["lhs_contracting"] or _multiply_adds(op) < config.lower_smallest_split:
         return False
     return any(i in widened for i in operands)
 

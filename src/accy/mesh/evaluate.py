@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.arguments import host_array
 from ..core import Program
 from ..errors import AccyError, MeshError
 from ..interpret import run as interpret
-from ..reference import Evaluate, as_input_array
+from ..reference import Evaluate
 from .mesh import Mesh
 
 _FINISHED = object()
@@ -129,7 +130,7 @@ def run(
             )
         arrays.append(
             [
-                as_input_array(x, t, f"program {program.name!r}, device {rank}, input {i}")
+                host_array(x, t, f"program {program.name!r}, device {rank}, argument {i}")
                 for i, (x, t) in enumerate(zip(device_inputs, types, strict=True))
             ]
         )

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..api import compile as compile_program
+from ..backends.devices import CPU, REFERENCE, Device, as_device
 from ..core import Program
 from ..errors import MeshError
 from ..reference import Evaluate
@@ -29,7 +30,8 @@ from .mesh import Mesh
 from .segments import MeshStep, Segment, split_program
 from .spmd import ShardedProgram
 
-SIMULATED_DEVICES = ("reference", "cpu")
+SIMULATED_DEVICES = (REFERENCE, CPU)
+"""The devices a whole mesh is simulated on in one process."""
 
 
 class _Lockstep(Evaluate):
@@ -72,25 +74,30 @@ class MeshExecutable:
     """
 
     def __init__(
-        self, program: Program | ShardedProgram, mesh: Mesh | None = None, device: str = "cpu"
+        self,
+        program: Program | ShardedProgram,
+        mesh: Mesh | None = None,
+        device: str | Device = CPU,
     ):
         self.sharded = program if isinstance(program, ShardedProgram) else None
         self.program = program.program if self.sharded else program
         self.mesh = self.sharded.mesh if self.sharded else mesh
         if self.mesh is None:
             raise MeshError("MeshExecutable: a per-device program needs its mesh")
+        device = as_device(device)
         if device not in SIMULATED_DEVICES:
             raise MeshError(
-                f"MeshExecutable: device {device!r} is not simulated in one process; use one of "
-                f"{', '.join(SIMULATED_DEVICES)} (GPUs: one process per GPU, see accy.mesh.nccl)"
+                f"MeshExecutable: device '{device}' is not simulated in one process; use one of "
+                f"{', '.join(map(str, SIMULATED_DEVICES))} (GPUs: one process per GPU, see "
+                "accy.mesh.nccl)"
             )
         self.device = device
         for op in self.program.operations:
             if "mesh_axis" in op.attrs:
                 check_mesh_attrs(self.mesh, op)
-        self.steps = split_program(self.program) if device == "cpu" else None
+        self.steps = split_program(self.program) if device is CPU else None
         self.compiled = {
-            id(step): compile_program(step.program, "cpu")
+            id(step): compile_program(step.program, CPU)
             for step in self.steps or ()
             if isinstance(step, Segment)
         }

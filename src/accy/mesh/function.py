@@ -8,8 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.devices import CPU, Device, as_device
+from ..caches import Group
 from ..core import Program
-from ..errors import MeshError
+from ..errors import AccyError, MeshError
 from ..frontend.functions import donated_inputs
 from ..frontend.named import NamedArray, intern
 from ..frontend.tracing import as_array_leaf, flatten, leaf_paths, trace, unflatten
@@ -17,6 +19,9 @@ from ..transforms.simplify import simplify
 from .executable import SIMULATED_DEVICES, MeshExecutable
 from .mesh import Mesh, check_axis_mapping
 from .spmd import ShardedProgram, local_type, shard_program
+
+# Each sharded function's programs per signature (accy.clear_caches() empties them).
+SHARDED_SIGNATURES = Group("sharded signatures", "jit_signatures_max_entries")
 
 
 class ShardedFunction:
@@ -49,7 +54,7 @@ class ShardedFunction:
         self.fn, self.mesh, self.axis_mapping, self.device = fn, mesh, axis_mapping, device
         self.distributed, self.precision = distributed, precision
         self.donate_argnums = tuple(donate_argnums)
-        self._entries: dict[Any, _Entry] = {}
+        self._entries = SHARDED_SIGNATURES.table()
 
     def _entry(self, args: tuple, kwargs: dict) -> tuple[_Entry, list[Any]]:
         tree = (args, kwargs)
@@ -63,7 +68,7 @@ class ShardedFunction:
         key = (treedef, types)
         entry = self._entries.get(key)
         if entry is None and (entry := self._local_entry(treedef, types)) is not None:
-            self._entries[key] = entry  # the next call with these types finds it at once
+            self._entries.put(key, entry)  # the next call with these types finds it at once
         if entry is None:
 
             def call(*a: Any, **k: Any) -> Any:
@@ -72,7 +77,8 @@ class ShardedFunction:
             donate = donated_inputs(self.donate_argnums, leaves, treedef, "shard")
             traced = trace(call, leaves, treedef, getattr(self.fn, "__name__", "function"))
             sharded = shard_program(simplify(traced.program), self.mesh, self.axis_mapping)
-            entry = self._entries[key] = _Entry(self._executable(sharded, donate), traced, sharded)
+            executable = self._executable(sharded, donate)
+            entry = self._entries.put(key, _Entry(executable, traced, sharded))
         return entry, leaves
 
     def _executable(self, sharded: ShardedProgram, donate: tuple[int, ...]) -> Any:
@@ -120,7 +126,7 @@ class ShardedFunction:
         captured = [np.asarray(c.array) for c in entry.traced.captured]
         outputs = entry.executable(*[np.asarray(x.array) for x in leaves], *captured)
         types = entry.sharded.source.output_types
-        named = [NamedArray(o, t, "cpu") for o, t in zip(outputs, types, strict=True)]
+        named = [NamedArray(o, t, CPU) for o, t in zip(outputs, types, strict=True)]
         return unflatten(entry.traced.out_treedef, named)
 
     def _call_local(self, entry: _Entry, leaves: list[Any]) -> Any:
@@ -135,7 +141,9 @@ class ShardedFunction:
         for i in entry.cut:  # only the parameters with a mapped axis can be given whole
             arrays[i] = entry.block(rank, i, arrays[i])
         outputs = entry.executable(*arrays, *entry.captured)
-        named = list(map(NamedArray, outputs, entry.local_output_types, itertools.repeat("cuda")))
+        named = list(
+            map(NamedArray, outputs, entry.local_output_types, itertools.repeat(self.device))
+        )
         return unflatten(entry.traced.out_treedef, named)
 
 
@@ -175,7 +183,7 @@ def shard(
     mesh: Mesh,
     axis_mapping: Mapping[str, str],
     *,
-    device: str = "cpu",
+    device: str | Device = "cpu",
     distributed: Any = None,
     precision: str = "f32",
     donate_argnums: tuple[int, ...] = (),
@@ -201,22 +209,27 @@ def shard(
         return shard_program(fn_or_program, mesh, mapping)
     if not callable(fn_or_program):
         raise MeshError(f"shard needs a Program or a function, got {fn_or_program!r}")
-    if device == "cuda" and distributed is None:
+    given = device
+    try:
+        device = as_device(device)
+    except AccyError:
+        device = None  # named below, with what a sharded function runs on
+    if device is not None and device.is_cuda and distributed is None:
         raise MeshError(
             "shard(..., device='cuda') runs one process per GPU: pass distributed="
             "accy.mesh.nccl.Distributed(mesh) (made in each process started by accy launch)"
         )
-    if device != "cuda" and device not in SIMULATED_DEVICES:
+    if device is None or (not device.is_cuda and device not in SIMULATED_DEVICES):
         raise MeshError(
-            f"shard: device {device!r}; a function runs on a simulated mesh "
-            f"({', '.join(SIMULATED_DEVICES)}) or on GPUs ('cuda', with distributed=...)"
+            f"shard: device {given!r}; a function runs on a simulated mesh "
+            f"({', '.join(map(str, SIMULATED_DEVICES))}) or on GPUs ('cuda', with distributed=...)"
         )
     return ShardedFunction(
         fn_or_program, mesh, mapping, device, distributed, precision, tuple(donate_argnums)
     )
 
 
-def compile(sharded: ShardedProgram, device: str = "cpu") -> MeshExecutable:  # noqa: A001
+def compile(sharded: ShardedProgram, device: str | Device = "cpu") -> MeshExecutable:  # noqa: A001
     """The executable of a sharded program on its simulated mesh (see `MeshExecutable`)."""
     return MeshExecutable(sharded, device=device)
 

@@ -50,7 +50,6 @@ programs differ only in the positions `axis_index` gives.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +57,7 @@ from typing import Any
 from ..backends.base import backend_for, compile_artifact
 from ..backends.cuda.collectives import NCCL_SUM_TYPES, NcclStep, sum_type_name
 from ..backends.cuda.schedule import WORKSPACE, Library
+from ..config import config
 from ..core import Operation, Program
 from ..core.builder import Builder
 from ..core.types import TensorType
@@ -87,21 +87,16 @@ def bucket_offsets(sizes: list[int]) -> tuple[list[int], int]:
     return offsets, (offsets[-1] + sizes[-1]) if sizes else 0
 
 
-def bucket_bytes_from_env(default: int = BUCKET_BYTES) -> int:
-    """`ACCY_NCCL_BUCKET_MB` in bytes (0: no buckets, every psum on the program's stream).
+def bucket_bytes_from_env() -> int:
+    """`accy.config.nccl_bucket_mb` (`ACCY_NCCL_BUCKET_MB`) in bytes (0: no buckets, every psum
+    on the program's stream).
 
-    >>> bucket_bytes_from_env() == BUCKET_BYTES or "ACCY_NCCL_BUCKET_MB" in os.environ
-    True
+    >>> import accy
+    >>> with accy.config.override(nccl_bucket_mb=0.5):
+    ...     bucket_bytes_from_env()
+    524288
     """
-    value = os.environ.get("ACCY_NCCL_BUCKET_MB")
-    if value is None:
-        return default
-    try:
-        return int(float(value) * 2**20)
-    except ValueError:
-        raise MeshError(
-            f"ACCY_NCCL_BUCKET_MB={value!r}: expected a number of MiB (0 turns buckets off)"
-        ) from None
+    return int(config.nccl_bucket_mb * 2**20)
 
 
 @dataclass(frozen=True)

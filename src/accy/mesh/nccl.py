@@ -36,7 +36,6 @@ CuPy (`cupy.cuda.nccl`) is imported only here, when a `Distributed` is made.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -51,6 +50,8 @@ from ..backends.cuda.collectives import (
     sum_type_name,
     unregister_group,
 )
+from ..backends.devices import Device, as_device
+from ..config import config
 from ..core import Program
 from ..core.types import TensorType
 from ..errors import MeshError, RuntimeUnavailable
@@ -96,8 +97,7 @@ def pin_one_gpu(local_rank: int, environ: dict[str, str] | None = None) -> str:
     >>> pin_one_gpu(1, {"CUDA_VISIBLE_DEVICES": "4,5,6"})
     '5'
     """
-    environ = os.environ if environ is None else environ
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    visible = (config.environment if environ is None else environ.get)("CUDA_VISIBLE_DEVICES")
     devices = visible.split(",") if visible else [str(i) for i in range(local_rank + 1)]
     if len(devices) == 1 and visible:
         return visible  # already one GPU per process (set by the launcher or the user)
@@ -106,7 +106,10 @@ def pin_one_gpu(local_rank: int, environ: dict[str, str] | None = None) -> str:
             f"LOCAL_RANK {local_rank}, but CUDA_VISIBLE_DEVICES={visible!r} lists "
             f"{len(devices)} GPUs"
         )
-    environ["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
+    if environ is None:
+        config.set_environment("CUDA_VISIBLE_DEVICES", devices[local_rank])
+    else:
+        environ["CUDA_VISIBLE_DEVICES"] = devices[local_rank]
     return devices[local_rank]
 
 
@@ -137,9 +140,9 @@ class Distributed:
         store: Store | None = None,
         *,
         modules: tuple[Any, Any] | None = None,
-        segment_device: str = "cuda",
+        segment_device: str | Device = "cuda",
     ):
-        self.segment_device = segment_device
+        self.segment_device = as_device(segment_device)
         self.env = env or Environment.from_env()
         if mesh.size != self.env.world_size:
             raise MeshError(
@@ -341,10 +344,10 @@ class NcclExecutable:
 
     def _segments_reason(self, graph: bool | None) -> str | None:
         """Why this executable runs segments (None: it runs one graph)."""
-        if graph is False or (graph is None and os.environ.get("ACCY_NCCL_GRAPH") == "0"):
+        if graph is False or (graph is None and not config.nccl_graph):
             reason = "turned off (graph=False or ACCY_NCCL_GRAPH=0)"
-        elif self.distributed.segment_device != "cuda":
-            reason = f"the segments run on {self.distributed.segment_device!r}, not CUDA"
+        elif not self.distributed.segment_device.is_cuda:
+            reason = f"the segments run on '{self.distributed.segment_device}', not CUDA"
         else:
             reason = in_graph_reason(self.program)
         if reason is not None and graph is True:

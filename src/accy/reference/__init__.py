@@ -35,33 +35,6 @@ def register_custom_call(target: str, version: int, implementation: Callable[...
     define_reference(target, version, implementation)
 
 
-def as_input_array(value: Any, expected: TensorType, where: str) -> np.ndarray:
-    """`value` as a NumPy array of `expected`'s dtype and extents, or a clear InvalidInput."""
-    array = np.asarray(value)
-    want = expected.dtype.numpy
-    if array.dtype != want:
-        if not _same_kind(array.dtype, want):
-            raise InvalidInput(
-                f"{where}: got an array of dtype {array.dtype}, but the parameter is {expected}; "
-                f"convert it to {want} first"
-            )
-        array = array.astype(want)
-    if array.shape != expected.extents:
-        raise InvalidInput(
-            f"{where}: got an array of shape {array.shape}, but the parameter is {expected} "
-            f"(shape {expected.extents}, axes in layout order {expected.axes})"
-        )
-    return array
-
-
-def _same_kind(given: np.dtype, want: np.dtype) -> bool:
-    """Whether `given` converts to `want` as NumPy's "same_kind" casting allows; every float
-    converts to bf16 (ml_dtypes registers no safe casts from the wider floats)."""
-    if want == bf16.numpy:
-        return given.kind in "biuf" or given == want
-    return np.can_cast(given, want, casting="same_kind")
-
-
 HALVES = (np.dtype(bf16.numpy), np.dtype(f16.numpy))
 
 
@@ -151,24 +124,25 @@ def _conform(result: Any, t: TensorType) -> np.ndarray:
 def run(
     program: Program, inputs: Sequence[Any], custom_calls: CustomCalls | None = None
 ) -> list[np.ndarray]:
-    """Evaluate `program` on NumPy arrays (one per parameter, axes in layout order).
+    """Evaluate `program` on NumPy arrays (one per parameter, axes in layout order), taken by
+    the one argument rule of every device (`accy.backends.arguments`: dtypes exactly, Python
+    values only without loss).
 
     >>> import accy, numpy as np
     >>> p = accy.trace.define("scale", [accy.spec(accy.f32, lane=3)], lambda b, a: a[0] * 2.0)
     >>> accy.reference.run(p, [np.array([1.0, 2.0, 3.0], np.float32)])[0].tolist()
     [2.0, 4.0, 6.0]
     """
+    # The one argument rule of every device (deferred: the backends import this evaluator).
+    from ..backends.arguments import check_count, host_array, where
+
     types = program.parameter_types
-    if len(inputs) != len(types):
-        raise InvalidInput(
-            f"program {program.name!r} takes {len(types)} inputs ({', '.join(map(str, types))}), "
-            f"got {len(inputs)}"
-        )
+    check_count(program.name, types, len(inputs))
     arrays = [
-        as_input_array(x, t, f"program {program.name!r}, input {i}")
+        host_array(x, t, where(program.name, i))
         for i, (x, t) in enumerate(zip(inputs, types, strict=True))
     ]
     return interpret(program, Evaluate(arrays, custom_calls))
 
 
-__all__ = ["Evaluate", "as_input_array", "register_custom_call", "run"]
+__all__ = ["Evaluate", "register_custom_call", "run"]

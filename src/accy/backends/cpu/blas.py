@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import functools
 import glob
 import importlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from ...caches import memoized
+from ...config import config
 
 # Setters and getters of the library's thread count, when it exports them.
 THREAD_SYMBOLS = (
@@ -108,7 +110,7 @@ def _system() -> list[str]:
 def candidate_paths() -> Iterator[str]:
     """Library paths to probe, in the order of the module docstring (found lazily: asking the
     system's linker for a library starts processes)."""
-    override = os.environ.get("ACCY_BLAS_LIBRARY")
+    override = config.blas_library
     if override:
         yield override
     yield from _numpy_bundled()
@@ -116,7 +118,7 @@ def candidate_paths() -> Iterator[str]:
     yield from _system()
 
 
-@functools.cache
+@memoized("blas library")
 def find_blas() -> Blas | None:
     """The first usable BLAS (see the module docstring), or None.
 

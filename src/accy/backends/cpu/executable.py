@@ -23,9 +23,10 @@ import numpy as np
 from ...core import Program
 from ...errors import DonationError
 from ...lower.buffers import ALIGNMENT, donation_aliases
-from ..arguments import check_count, held_dtype, host_array, where
+from ..arguments import check_count, held_dtype, host_array, is_exact, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
 from ..buffers import addresses_of, check_donated_apart, donated_positions, numpy_data_offset
+from ..devices import CPU
 from .compile import CompiledFragment, compile_program
 
 SHORT_PROGRAM_BYTES = 1 << 20
@@ -74,7 +75,7 @@ class CpuExecutable(Executable):
     [6.0, 8.0]
     """
 
-    device = "cpu"
+    device = CPU
 
     def __init__(self, compiled: CompiledFragment):
         super().__init__(compiled.program)
@@ -145,12 +146,7 @@ class CpuExecutable(Executable):
             objects = []
             # Lengths are equal (checked above): strict=True would only add its own check.
             for position, (value, (extents, dtype)) in enumerate(zip(arrays, checks, strict=False)):
-                if not (
-                    type(value) is ndarray
-                    and value.dtype == dtype
-                    and value.shape == extents
-                    and value.flags.c_contiguous
-                ):
+                if not is_exact(value, ndarray, extents, dtype):
                     value = host_array(value, types[position], where(name, position))
                 objects.append(value)
             outputs = [empty(extents, dtype) for extents, dtype in shapes]
@@ -251,10 +247,7 @@ def _donated(value: Any, t, at: str) -> np.ndarray:
     """A donated argument, checked: the array itself, never a converted copy."""
     expected = held_dtype(t)
     if not (
-        type(value) is np.ndarray
-        and value.dtype == expected
-        and value.shape == t.extents
-        and value.flags.c_contiguous
+        is_exact(value, np.ndarray, t.extents, expected)
         and value.flags.writeable
         and value.flags.owndata
     ):
@@ -288,8 +281,12 @@ class CpuBackend:
     def load(self, artifact: CompiledFragment, ordinal: int = 0) -> CpuExecutable:
         return CpuExecutable(artifact)
 
-    def compile(self, program: Program, options: CompileOptions) -> CpuExecutable:
+    def compile(self, program: Program, options: CompileOptions, ordinal: int = 0) -> CpuExecutable:
         return self.load(compile_artifact(self, program, options.kernel_call_registry))
+
+    def donating(self, executable: CpuExecutable, donate: Sequence[int]) -> DonatingExecutable:
+        """`executable` taking the memory of inputs `donate` (`accy.compile(..., donate=)`)."""
+        return DonatingExecutable(executable, donate)
 
 
 register_backend(CpuBackend())

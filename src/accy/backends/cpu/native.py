@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ...config import config
 from .blas import Blas
 
 OPENMP_RUNTIMES = ("libgomp.so.1", "libomp.so", "libomp.so.5", "libiomp5.so")
@@ -51,7 +52,7 @@ class NativeLibrary:
     BLAS handed over; closed when this object is collected."""
 
     def __init__(self, path: Path, blas: Blas | None):
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        config.set_environment("OMP_WAIT_POLICY", "PASSIVE", keep_existing=True)
         self.path = path
         self._library = ctypes.CDLL(str(path))
         pin_openmp_runtime()

@@ -9,7 +9,6 @@ verified, locked and evicted is `accy.codegen.cache` (namespace "cpu").
 from __future__ import annotations
 
 import errno
-import functools
 import os
 import shutil
 import subprocess
@@ -20,9 +19,11 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+from ...caches import memoized
 from ...codegen import cache
 from ...codegen.cache import discard as discard
 from ...codegen.cache import is_valid as is_valid
+from ...config import config
 from ...errors import CompileError, RuntimeUnavailable
 
 T = TypeVar("T")
@@ -78,7 +79,7 @@ def find_compiler() -> Compiler:
     >>> found
     True
     """
-    requested = os.environ.get("CC")
+    requested = config.environment("CC")
     names = [requested] if requested else ["gcc", "cc", "clang"]
     for name in names:
         path = shutil.which(name)
@@ -91,7 +92,7 @@ def find_compiler() -> Compiler:
     )
 
 
-@functools.cache
+@memoized("cpu identity")
 def cpu_identity() -> str:
     """What `-march=native` depends on: the CPU's model and feature flags."""
     try:

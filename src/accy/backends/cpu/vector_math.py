@@ -10,8 +10,9 @@ libmvec; the vector variants keep IEEE special values and are accurate to a few 
 from __future__ import annotations
 
 import ctypes
-import functools
 import platform
+
+from ...caches import memoized
 
 # C math function -> number of arguments (each also exists with an `f` suffix for float).
 FUNCTIONS = {
@@ -35,7 +36,7 @@ def _exported(library: ctypes.CDLL, symbol: str) -> bool:
     return True
 
 
-@functools.cache
+@memoized("vector math declarations")
 def vector_declarations() -> tuple[str, ...]:
     """C declarations that give GCC the SIMD variants libmvec has here (none off x86-64 glibc).
 

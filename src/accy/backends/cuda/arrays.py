@@ -126,13 +126,15 @@ def _inputs(layout: Layout, inputs: Sequence[Any]) -> list:
 def invoke(
     fragment: CudaFragment, layout: Layout, inputs: Sequence[Any], outputs: Sequence[Any]
 ) -> None:
-    """Check the buffers and run once; host outputs are filled when this returns."""
+    """Check the buffers and run once on the fragment's GPU; host outputs are filled when this
+    returns."""
     check_buffer_count("output", outputs, layout.output_types, layout.name)
-    arrays = _inputs(layout, inputs)
-    written = Outputs(outputs, layout.output_types, layout.name)
-    layout.check_disjoint([_address_as_given(v) for v in (*inputs, *outputs)])
-    fragment.run(_pointers(layout, arrays, written.device))
-    written.copy_back()
+    with fragment.device.device:  # uploads and the run on the fragment's own GPU
+        arrays = _inputs(layout, inputs)
+        written = Outputs(outputs, layout.output_types, layout.name)
+        layout.check_disjoint([_address_as_given(v) for v in (*inputs, *outputs)])
+        fragment.run(_pointers(layout, arrays, written.device))
+        written.copy_back()
 
 
 class Bindings:
@@ -142,14 +144,16 @@ class Bindings:
     def __init__(self, fragment: CudaFragment, layout: Layout, inputs: Sequence[Any]):
         cupy = cupy_module()
         self.fragment, self.layout = fragment, layout
-        self._inputs = _inputs(layout, inputs)
-        self._outputs = [cupy.empty(t.nbytes, dtype=cupy.uint8) for t in layout.output_types]
+        with fragment.device.device:  # the bound buffers live on the fragment's GPU
+            self._inputs = _inputs(layout, inputs)
+            self._outputs = [cupy.empty(t.nbytes, dtype=cupy.uint8) for t in layout.output_types]
         self._pointers = _pointers(layout, self._inputs, self._outputs)
         self._launched = False
 
     def launch(self, options: Any = None) -> None:
         """Run the program on the bound inputs (asynchronously)."""
-        self.fragment.run(self._pointers)
+        with self.fragment.device.device:
+            self.fragment.run(self._pointers)
         self._launched = True
 
     launch_with_options = launch
@@ -157,6 +161,8 @@ class Bindings:
     def read_output(self, index: int, buffer: Any) -> None:
         """Copy output `index` of the last launch into `buffer` (host or device)."""
         check_readable(self._launched, index, len(self._outputs))
-        written = Outputs([buffer], [self.layout.output_types[index]], self.layout.name)
-        written.device[0].reshape(-1).view(self._outputs[index].dtype)[...] = self._outputs[index]
-        written.copy_back()
+        with self.fragment.device.device:
+            written = Outputs([buffer], [self.layout.output_types[index]], self.layout.name)
+            target = written.device[0].reshape(-1).view(self._outputs[index].dtype)
+            target[...] = self._outputs[index]
+            written.copy_back()

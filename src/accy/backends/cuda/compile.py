@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from ...codegen.cache import Cache, key
+from ...config import config
 from ...core import Program
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, build_plan
 from ...lower.target import GPU
-from ..fragments import fingerprint, settings_digest, source_digest, stored
+from ..fragments import fingerprint, source_digest, stored
 from . import cudnn_conv
 from .kernels import Module
 from .prelude import PRELUDE
@@ -37,8 +38,6 @@ MAX_UNITS = 16
 UNIT_BYTES = 8_192
 # Compiled fragments, in the disk cache (see `compile_program`).
 FRAGMENTS = Cache("cuda-fragment", suffix=".pickle")
-# The modules whose settings (`fragments.settings_digest`) a compiled fragment depends on.
-SETTINGS_MODULES = ("accy.core", "accy.lower", "accy.codegen", "accy.backends.cuda", "accy.kernel")
 
 
 @dataclass(frozen=True)
@@ -178,7 +177,8 @@ def fragment_key(
     program: Program, kernel_call_registry: Any, prefix: str, batch: bool
 ) -> str | None:
     """The disk cache's key of `compile_program(program, kernel_call_registry, prefix, batch)`:
-    the program's digest, the arguments, the accy source and settings (`accy.backends.fragments`),
+    the program's digest, the arguments, the accy source (`accy.backends.fragments`), the
+    settings that change generated code (`accy.config.code_key()`),
     the kernel calls the program links to (the registry's answers for its custom calls, with
     each library step's problem and settings: cuDNN attention's `Settings` are part of its
     problem), and which convs cuDNN runs (`cudnn_conv.layout_for`, the planner's `keep`: it
@@ -198,7 +198,7 @@ def fragment_key(
     return key(
         FRAGMENTS.namespace,
         source_digest(),
-        settings_digest(SETTINGS_MODULES),
+        repr(config.code_key()),
         program.digest,
         prefix,
         repr(batch),

@@ -24,16 +24,16 @@ f32 GEMMs do by default. Graphs are built when the program is planned and cached
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import math
-import os
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...caches import memoized
+from ...config import config
 from ...core import Operation
 from ...core.kinds.convolution import axis_roles
 from ...core.kinds.registry import rule_for
@@ -105,8 +105,8 @@ def _mode(x: TensorType, kernel: TensorType, result: TensorType, spatial) -> str
 
 def _check(x: TensorType, kernel: TensorType, attrs) -> dict[str, tuple[str, ...]]:
     """The axis roles of a conv cuDNN may run, or `Decline`."""
-    if os.environ.get("ACCY_CUDNN_CONV", "1") == "0":
-        raise Decline("switched off (ACCY_CUDNN_CONV=0)")
+    if not config.cudnn_conv:
+        raise Decline("switched off (accy.config.cudnn_conv, ACCY_CUDNN_CONV=0)")
     if x.dtype not in DTYPES:
         raise Decline(f"cuDNN convolutions take f32, bf16 or f16, not {x.dtype.name}")
     roles = axis_roles(x, kernel, attrs)
@@ -366,7 +366,7 @@ class Issuer:
         self.graph.graph.execute(pack, int(workspace), handle=h)
 
 
-@functools.cache
+@memoized("cudnn conv availability")
 def available() -> bool:
     """Whether cuDNN can be imported here (the tests' gate; a GPU is needed to build graphs)."""
     try:

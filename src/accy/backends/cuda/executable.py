@@ -13,27 +13,28 @@ buffers (`run_buffers`, `bind`) are handled by `accy.backends.cuda.arrays`.
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ...caches import memoized
 from ...core import Program
 from ...core.types import TensorType, bf16
 from ...errors import DonationError
 from ...lower.buffers import donation_aliases
-from ..arguments import check_array, check_count, held_dtype, host_array, where
+from ..arguments import check_array, check_count, held_dtype, host_array, is_exact, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
 from ..buffers import check_donated_apart, donated_positions
+from ..devices import device
 from .arrays import Bindings, as_cupy, invoke, on_device
 from .compile import CompiledFragment, compile_program
 from .device import open_device
 from .runtime import CudaFragment, cupy_module
 
 
-@functools.cache
+@memoized("cupy bfloat16 support")
 def cupy_has_bfloat16() -> bool:
     """Whether this CuPy makes `ml_dtypes.bfloat16` arrays (CuPy 14 with ml_dtypes installed)."""
     try:
@@ -51,24 +52,27 @@ def device_dtype(t: TensorType) -> np.dtype:
     return held_dtype(t)
 
 
-def device_argument(value: Any, t: TensorType, at: str):
-    """`value` as a contiguous device array of `t` (`device_dtype`)."""
+def device_argument(value: Any, t: TensorType, at: str, ordinal: int = 0):
+    """`value` as a contiguous array of `t` (`device_dtype`) in GPU `ordinal`'s memory: copied
+    there from the host or from another GPU (a copy loses nothing)."""
     cupy = cupy_module()
-    if on_device(value):
-        array = as_cupy(value, at)
-        check_array(array.dtype, array.shape, t, at)
-        return cupy.ascontiguousarray(array)
-    host = host_array(value, t, at)
-    return cupy.asarray(host.view(device_dtype(t)))
+    with cupy.cuda.Device(ordinal):
+        if on_device(value):
+            array = as_cupy(value, at)
+            check_array(array.dtype, array.shape, t, at)
+            if array.data.device_id != ordinal:
+                return cupy.array(array, order="C", copy=True)
+            return cupy.ascontiguousarray(array)
+        host = host_array(value, t, at)
+        return cupy.asarray(host.view(device_dtype(t)))
 
 
 class CudaExecutable(Executable):
     """A compiled program loaded on GPU `ordinal`: one graph launch per call."""
 
-    device = "cuda"
-
     def __init__(self, compiled: CompiledFragment, ordinal: int = 0, precision: str = "f32"):
         super().__init__(compiled.program)
+        self.device = device("cuda:" + str(ordinal))
         self.compiled = compiled
         self.fragment = CudaFragment(compiled, ordinal, tf32=precision == "tf32")
         self._call = _array_call(self.fragment, self.program)
@@ -88,23 +92,19 @@ class CudaExecutable(Executable):
         self.fragment.run(addresses, stream)
 
 
-def _argument_reader(program: Program) -> Callable[[Any, int], Any]:
-    """`argument(value, position)`: input `position` as a contiguous CuPy array of its type
-    (itself when it already is one; else checked by the one argument rule and copied)."""
+def _argument_reader(program: Program, ordinal: int) -> Callable[[Any, int], Any]:
+    """`argument(value, position)`: input `position` as a contiguous CuPy array of its type on
+    GPU `ordinal` (itself when it already is one; else checked by the one argument rule and
+    copied there)."""
     cupy = cupy_module()
     name, types = program.name, program.parameter_types
     expected = [(t.extents, held_dtype(t)) for t in types]
 
     def argument(value: Any, position: int):
         extents, dtype = expected[position]
-        if (
-            type(value) is cupy.ndarray
-            and value.dtype == dtype
-            and value.shape == extents
-            and value.flags.c_contiguous
-        ):
+        if is_exact(value, cupy.ndarray, extents, dtype) and value.data.device_id == ordinal:
             return value
-        return device_argument(value, types[position], where(name, position))
+        return device_argument(value, types[position], where(name, position), ordinal)
 
     return argument
 
@@ -114,13 +114,16 @@ def _array_call(fragment: CudaFragment, program: Program) -> Callable[..., list[
     cupy = cupy_module()
     name, types = program.name, program.parameter_types
     shapes = [(t.extents, device_dtype(t)) for t in program.output_types]
-    argument = _argument_reader(program)
+    ordinal = fragment.device.ordinal
+    argument = _argument_reader(program, ordinal)
+    gpu = cupy.cuda.Device(ordinal)  # outputs are allocated, and the graph runs, on this GPU
 
     def call(*arrays: Any) -> list[Any]:
         check_count(name, types, len(arrays))
-        inputs = [argument(a, i) for i, a in enumerate(arrays)]
-        outputs = [cupy.empty(extents, dtype) for extents, dtype in shapes]
-        fragment.run([a.data.ptr for a in inputs] + [o.data.ptr for o in outputs])
+        with gpu:
+            inputs = [argument(a, i) for i, a in enumerate(arrays)]
+            outputs = [cupy.empty(extents, dtype) for extents, dtype in shapes]
+            fragment.run([a.data.ptr for a in inputs] + [o.data.ptr for o in outputs])
         return outputs
 
     return call
@@ -161,10 +164,13 @@ class DonatingCudaExecutable:
         self.aliases = donation_aliases(executable.compiled.plan, self.donated)
         self._types = program.parameter_types
         self._sizes = [t.nbytes for t in self._types]
-        self._argument = _argument_reader(program)
+        self._ordinal = executable.fragment.device.ordinal
+        self._argument = _argument_reader(program, self._ordinal)
         # Per input: how to take it (a donated array is taken itself, never a converted copy).
         self._takers = [
-            _donated_taker(program.name, i, t) if i in self.donated else self._argument
+            _donated_taker(program.name, i, t, self._ordinal)
+            if i in self.donated
+            else self._argument
             for i, t in enumerate(program.parameter_types)
         ]
         # Per output: the input whose array it is, or its (extents, dtype) to allocate.
@@ -181,6 +187,11 @@ class DonatingCudaExecutable:
     def __call__(self, *arrays: Any) -> list[Any]:
         cupy = cupy_module()
         check_count(self.program.name, self._types, len(arrays))
+        with cupy.cuda.Device(self._ordinal):
+            return self._call_here(cupy, arrays)
+
+    def _call_here(self, cupy: Any, arrays: Sequence[Any]) -> list[Any]:
+        """The call, with this executable's GPU current."""
         inputs, addresses = self._take_all(arrays)
         if addresses != self._apart:
             check_donated_apart(self.program.name, addresses, self._sizes, self.donated)
@@ -217,19 +228,19 @@ class DonatingCudaExecutable:
         return getattr(self.executable, name)
 
 
-def _donated_taker(program: str, position: int, t: TensorType) -> Callable[[Any, int], Any]:
-    """`take(value, position)`: donated input `position`, checked: the CuPy array itself,
-    never a converted copy."""
+def _donated_taker(
+    program: str, position: int, t: TensorType, ordinal: int
+) -> Callable[[Any, int], Any]:
+    """`take(value, position)`: donated input `position`, checked: the CuPy array itself on GPU
+    `ordinal`, never a converted copy."""
     cupy = cupy_module()
     extents, expected = t.extents, device_dtype(t)
 
     def take(value: Any, _: int) -> Any:
         if (
-            type(value) is cupy.ndarray
-            and value.dtype == expected
-            and value.shape == extents
-            and value.flags.c_contiguous
+            is_exact(value, cupy.ndarray, extents, expected)
             and value.base is None
+            and value.data.device_id == ordinal
         ):
             return value
         raise _refused_donation(value, t, expected, where(program, position))
@@ -245,13 +256,14 @@ def _refused_donation(value: Any, t: TensorType, expected: np.dtype, at: str) ->
             f"{value.dtype}{list(value.shape)} CuPy array"
             + ("" if value.base is None else ", a view of another array")
             + ("" if value.flags.c_contiguous else ", not C-contiguous")
+            + f" on GPU {value.data.device_id}"
         )
     elif isinstance(value, np.ndarray):
         what = f"{value.dtype}{list(value.shape)} NumPy array (host memory)"
     return DonationError(
         f"{at} is donated, so it must be a C-contiguous CuPy array on the device that owns its "
-        f"memory, of dtype {expected} and shape {t.extents} (it is overwritten in place); "
-        f"got a {what}"
+        f"memory (the executable's GPU), of dtype {expected} and shape {t.extents} (it is "
+        f"overwritten in place); got a {what}"
     )
 
 
@@ -269,11 +281,17 @@ class CudaBackend:
     def load(self, artifact: CompiledFragment, ordinal: int = 0) -> CudaExecutable:
         return CudaExecutable(artifact, ordinal)
 
-    def compile(self, program: Program, options: CompileOptions) -> CudaExecutable:
-        open_device(0)
+    def compile(
+        self, program: Program, options: CompileOptions, ordinal: int = 0
+    ) -> CudaExecutable:
+        open_device(ordinal)
         artifact = compile_artifact(self, program, options.kernel_call_registry)
         # The precision of f32 GEMMs is chosen when cuBLAS calls are captured, not in the code.
-        return CudaExecutable(artifact, 0, options.precision)
+        return CudaExecutable(artifact, ordinal, options.precision)
+
+    def donating(self, executable: CudaExecutable, donate: Sequence[int]) -> Any:
+        """`executable` taking the memory of inputs `donate` (`accy.compile(..., donate=)`)."""
+        return DonatingCudaExecutable(executable, donate)
 
 
 register_backend(CudaBackend())

@@ -16,8 +16,8 @@ in the invocation's buffers are copied through scratch instead (a few microsecon
 megabyte), which makes every address fixed.
 
 Inside the body of a graph conditional node (a cond's branches, a while_loop's body, a scan
-run as a WHILE node) GEMMs are cuBLAS too (`CUBLAS_IN_CONDITIONALS`, default on; the
-environment variable `ACCY_CUDA_CUBLAS_IN_CONDITIONALS=0` turns it off, and contractions there
+run as a WHILE node) GEMMs are cuBLAS too (`accy.config.cuda_cublas_in_conditionals`, default on;
+`ACCY_CUDA_CUBLAS_IN_CONDITIONALS=0` turns it off, and contractions there
 are then accy's kernels, as before). cuBLAS takes its arguments when the graph is captured, so
 in a WHILE-node scan, whose body's buffers move every iteration, a GEMM reads pointer arrays
 that live in the scan's pool region (`StepContext.region`): the scan's step kernel rewrites
@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 
 from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import Body, Index, components, offset_expression
+from ....config import config
 from ....lower.contraction import Gemm as Layout
 from ....lower.contraction import MatrixOperand
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
@@ -62,7 +62,6 @@ LARGE_RESULT = 1 << 16
 # bodies (cond branches) accy's kernels always: on the H200 (session 5) a cond with cuBLAS
 # GEMMs of 256 x 256 x 256 or 1 x 1 x 3 failed to instantiate (cudaErrorInvalidValue), while
 # the same GEMMs in WHILE bodies ran.
-CUBLAS_IN_CONDITIONALS = os.environ.get("ACCY_CUDA_CUBLAS_IN_CONDITIONALS", "1") != "0"
 # ... for results of at least this many rows and columns: a 64 x 64 x 64 GEMM in an IF node's
 # body instantiated and ran on the H200 (loops4), a 1 x 1 x 3 dot product there had failed to
 # instantiate (session 3; cuBLAS picks other kernels for vectors), and matrix-vector products
@@ -77,7 +76,7 @@ def _cublas_in_conditional(layout: Layout, inside: str) -> bool:
     """Whether a contraction of this layout inside a conditional node's body of kind `inside`
     ("while" or "if") is cuBLAS."""
     wide = min(layout.m, layout.n) >= CONDITIONAL_GEMM_MIN
-    return CUBLAS_IN_CONDITIONALS and inside == "while" and wide
+    return config.cuda_cublas_in_conditionals and inside == "while" and wide
 
 
 def _by_cublas(ctx: StepContext) -> bool:

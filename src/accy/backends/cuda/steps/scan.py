@@ -9,7 +9,7 @@ copied slice by slice into scratch by a kernel that reads the slice's start from
 
 Two ways to run the iterations, chosen per scan from the size of the graph it would make:
 
-- **Unrolled** (`length * body steps <= UNROLLED_NODES`): the body is scheduled once per
+- **Unrolled** (`length * body steps <= config.cuda_unrolled_nodes`): the body is scheduled once per
   iteration, each time with its own table in the pointer pool. No per-iteration overhead
   beyond the body's kernels, and contractions stay cuBLAS GEMMs; but the graph, its capture
   time and its host memory grow with the length (16,384 RNN steps: 8.9 s and 5 GB).
@@ -20,12 +20,12 @@ Two ways to run the iterations, chosen per scan from the size of the graph it wo
   each iteration it advances the counter, writes the next iteration's table (entry `e` is
   `base[parity][e] + stride[e] * s`) and sets the node's handle to `counter < length`. The
   graph's size does not depend on the length. A node iteration costs about 9 us, so it runs
-  `ITERATIONS_PER_NODE_ITERATION` scan iterations: the body is recorded that many times in
-  the node, each copy with its own table, all written by the step kernel; where they do not
+  `accy.config.cuda_iterations_per_node_iteration` iterations: the body is recorded that many
+  times in the node, each copy with its own table, all written by the step kernel; where they do not
   divide the length, the first node iteration's first copies run iteration 0 (idempotent: it
   reads nothing it writes). The body's GEMMs are cuBLAS calls whose
   pointer arrays are entries of the region too (`StepContext.region`, derived from the body's
-  table and rewritten with it), unless `dot.CUBLAS_IN_CONDITIONALS` is off. Bodies holding
+  table and rewritten with it), unless `cuda_cublas_in_conditionals` is off. Bodies holding
   nested scans, conds, while_loops or custom calls stay unrolled: their steps build pool
   tables of their own from the body's addresses, which a table rewritten on the device
   cannot feed.
@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ....codegen.c.expressions import offset_expression
+from ....config import config
 from ....core.types import TensorType
 from ..context import Region, StepCode, StepContext, launches
 from ..kernels import LevelPointer, axis_names, blocks_for, decompose, grid_stride
@@ -46,16 +47,16 @@ from .common import copy_kernel, indent
 # Unrolled, the RNN gradient (then ~17 nodes per iteration) took 1.2 s to capture at 1024
 # iterations and 8.9 s (5 GB of host memory) at 16,384 on the H200. Its bodies are now 3 and
 # 2 plan steps: 1024 iterations stay unrolled (cuBLAS, no per-iteration node overhead),
-# 16,384 become WHILE nodes. Benchmarks set it to compare the two (bench.loop_kinds).
-UNROLLED_NODES = 16384
+# 16,384 become WHILE nodes. Benchmarks set it to compare the two (bench.loop_kinds). The
+# bound is `accy.config.cuda_unrolled_nodes` (default 16,384).
 # Steps whose schedules add pool tables derived from the body's addresses (nested loops and
 # branches) or host-library calls (not known to be captured inside a conditional body): a
 # body holding one of them is always unrolled.
 NOT_IN_A_WHILE_NODE = frozenset({"scan", "cond", "while", "custom_call"})
 # Scan iterations per iteration of the WHILE node: each node iteration costs about 9 us on the
 # H200 (a 1024-step RNN gradient: 18.3 ms as a node against 8.8 unrolled, loops4), so the body
-# is recorded this many times inside the node, each copy with its own table in the region.
-ITERATIONS_PER_NODE_ITERATION = 8
+# is recorded this many times inside the node, each copy with its own table in the region
+# (`accy.config.cuda_iterations_per_node_iteration`, default 8).
 
 STEP_KERNEL = """extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle,
                                                     unsigned int value);
@@ -128,7 +129,7 @@ def _runs_as_while_node(ctx: StepContext) -> bool:
     body = ctx.step.body
     if any(step.kind in NOT_IN_A_WHILE_NODE for step in body.steps):
         return False
-    return ctx.step.op.attrs["length"] * max(len(body.steps), 1) > UNROLLED_NODES
+    return ctx.step.op.attrs["length"] * max(len(body.steps), 1) > config.cuda_unrolled_nodes
 
 
 def _step_kernel(ctx: StepContext, strides: list[int], copies: int) -> str:
@@ -290,7 +291,7 @@ def emit_scan(ctx: StepContext) -> StepCode:
     if region is not None:  # the entries the body's steps derive follow the slice pairs
         region.start = len(strides)
         strides += [body_strides[p.index] if p.table else 0 for p, _ in region.derived]
-    copies = max(1, min(ITERATIONS_PER_NODE_ITERATION, length))
+    copies = max(1, min(config.cuda_iterations_per_node_iteration, length))
     step_kernel = _step_kernel(ctx, strides, copies) if as_while else ""
 
     def schedule_while(level: Level, schedule: Schedule) -> None:

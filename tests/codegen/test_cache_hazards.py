@@ -19,11 +19,11 @@ from accy.errors import CacheWarning
 
 
 @pytest.fixture
-def root(tmp_path, monkeypatch) -> Path:
-    """A fresh cache root, as $ACCY_CACHE_DIR."""
+def root(tmp_path) -> Path:
+    """A fresh cache root, as accy.config.cache_dir."""
     folder = tmp_path / "cache"
-    monkeypatch.setenv("ACCY_CACHE_DIR", str(folder))
-    return folder
+    with accy.config.override(cache_dir=str(folder)):
+        yield folder
 
 
 def writes(data: bytes, log: list):

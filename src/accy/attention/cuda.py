@@ -444,7 +444,7 @@ def query_chunks(b: int, h: int, tokens: int, causal: bool) -> int:
     one per 128 queries: one long head keeps a few of the GPU's 132 SMs busy. As grouped-query
     heads the chunks multiply that, and cuDNN sums dK and dV over them. On the H200, one head
     of 2,048 tokens with a bias (the `attention` workload): forward 53 -> 39 us, backward
-    90 -> 44 us with 16 chunks of 128 rows (`tools/device/cudnn_split_probe.py`). Chunks
+    90 -> 44 us with 16 chunks of 128 rows (cuDNN's graphs timed alone). Chunks
     halve while each keeps at least 128 rows; never with a causal mask (its diagonal is the
     whole sequence's, not each chunk's) or several heads.
 

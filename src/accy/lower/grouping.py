@@ -342,7 +342,7 @@ bounded search keeps planning linear, and a phase further away would move more w
 
 CHAIN_TRAILING_LOOPS = True
 """Whether a loop after a chain's last reduction may be its last phase (LayerNorm's normalized
-output after the variance); tools/device/chains_step.py measures the step without."""
+output after the variance); setting it to False plans the step without them."""
 
 
 def _phase_key(step) -> tuple | None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repo root (after tools/gpu_validate.sh's wheel setup):
-# `accy demo --preset gpt2-small --device cuda --dtype bf16 --minutes 9` (the bar of issue 20:
+# `accy demo --preset gpt2-small --device cuda --dtype bf16 --minutes 9` (the bar it is held to:
 # below 1.5 nats/byte on held-out standard-library files within 10 minutes on the H200).
 # A 20-step smoke run of the tiny preset on cuda first (a minute at most); if the bf16 run
 # fails, the rest of the time goes to an f32 run. Full log: $OUT/preset.log; the loss plot(s)

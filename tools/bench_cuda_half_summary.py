@@ -1,7 +1,7 @@
-"""The summary of tools/device/halfbench.sh: its JSON files in OUT (the first argument) as
+"""The summary of tools/bench_cuda_half.sh: its JSON files in OUT (the first argument) as
 short tables, at most about 40 lines.
 
-    python3 tools/device/halfbench_summary.py "$OUT"
+    python3 tools/bench_cuda_half_summary.py "$OUT"
 """
 
 from __future__ import annotations

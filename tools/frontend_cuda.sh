@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root (after tools/gpu_validate.sh's wheel install, so
 # PYTHONPATH=src:/tmp/site): the front end's CUDA tests, its JAX comparison tests, and the call
-# overhead benchmark on cuda and on cpu. The full log goes to $OUT/frontend2.log; a summary of
+# overhead benchmark on cuda and on cpu. The full log goes to $OUT/frontend-cuda.log; a summary of
 # at most ~40 lines is printed last. Each step has its own timeout and runs whatever the
 # previous ones did; the timeouts add up to 4 minutes.
 set -uo pipefail
 OUT="${OUT:-/tmp}"
-LOG="$OUT/frontend2.log"
+LOG="$OUT/frontend-cuda.log"
 export PYTHONPATH="${PYTHONPATH:-src:/tmp/site}" PYTHONUNBUFFERED=1
-export ACCY_CACHE_DIR="${ACCY_CACHE_DIR:-$OUT/accy-cache-frontend2}"
+export ACCY_CACHE_DIR="${ACCY_CACHE_DIR:-$OUT/accy-cache-frontend-cuda}"
 : > "$LOG"
 SUMMARY=()
 
@@ -41,10 +41,10 @@ SIZE=(--number 1000 --rounds 15)
 [ "${FRONTEND2_QUICK:-0}" = 1 ] && SIZE=(--quick)
 for device in cuda cpu; do
   step "bench $device" 35 python3 -m bench.frontend_overhead --device "$device" "${SIZE[@]}" \
-    --json "$OUT/frontend2-overhead-$device.json"
+    --json "$OUT/frontend-cuda-overhead-$device.json"
 done
 
-echo "== frontend2 summary (full log: $LOG)"
+echo "== frontend-cuda summary (full log: $LOG)"
 printf '%s\n' "${SUMMARY[@]}"
 echo "== pytest summaries"
 grep -E "^(SKIPPED|FAILED|ERROR)|[0-9]+ (passed|failed|skipped)" "$LOG" | head -12

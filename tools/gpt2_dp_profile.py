@@ -2,7 +2,7 @@
 time and host time. Run in each process of `python -m accy.launch --gpus N` (N = 1 on a
 one-GPU machine: NCCL with one rank, its steps in the graph as on several):
 
-    python -m accy.launch --gpus 1 tools/device/dp_profile.py --out DIR
+    python -m accy.launch --gpus 1 tools/gpt2_dp_profile.py --out DIR
 
 Prints, for the bf16 step with fused attention at bench.gpt2's GPU scale (8 x 1024 a GPU):
 the whole step's graph alone (GPU time, back to back) for the plain program and for the

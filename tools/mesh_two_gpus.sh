@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Several GPUs (issue 21), on a machine with 2 GPUs, from the repo root, after
-# tools/gpu_validate.sh's setup (PYTHONPATH=src:/tmp/site exported). Full log: $OUT/mesh2.log;
-# JSON results: $OUT/mesh2/*.json; a short summary on stdout at the end.
+# Several GPUs, on a machine with 2 GPUs, from the repo root, after
+# tools/gpu_validate.sh's setup (PYTHONPATH=src:/tmp/site exported). Full log: $OUT/mesh-two-gpus.log;
+# JSON results: $OUT/mesh-two-gpus/*.json; a short summary on stdout at the end.
 #   a. the GPUs and their links (nvidia-smi topo -m)
 #   b. tests/mesh/test_nccl.py: every collective (f32, bf16, bool, i32) and DP/FSDP gradients
 #      through NCCL on 2 GPUs, against NumPy (NCCL_DEBUG=INFO in the log)
@@ -13,8 +13,8 @@
 # Steps run in that order of priority; each has a timeout and the whole stays under BUDGET s.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-RES="$OUT/mesh2"
-LOG="$OUT/mesh2.log"
+RES="$OUT/mesh-two-gpus"
+LOG="$OUT/mesh-two-gpus.log"
 mkdir -p "$RES"
 : >"$LOG"
 export PYTHONPATH=${PYTHONPATH:-src}
@@ -63,7 +63,7 @@ step demo_1gpu 45 python3 -m accy demo --device cuda --steps 1000 --out "$RES/de
 step ddp_compiled_2gpu 120 python3 -m torch.distributed.run --standalone --nproc-per-node 2 bench/ddp_torch.py --steps 8 --compile --dtype "$DDP_DTYPE" --json "$RES/ddp-compiled-2gpu.json"
 
 {
-  echo "== mesh2 summary (${SECONDS}s; log $LOG) =="
+  echo "== mesh-two-gpus summary (${SECONDS}s; log $LOG) =="
   printf '%s\n' "${STATUS[@]}"
   grep -E "[0-9]+ (passed|failed|skipped)|^SKIPPED|^FAILED" "$LOG" | head -3
   grep -E "^rank [0-9]+: .*(matches|got|Error)" "$LOG" | head -4

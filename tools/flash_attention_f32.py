@@ -2,7 +2,7 @@
 (8 x 12 heads, 1,024 tokens, dim 64, causal), against PyTorch's SDPA in f32 (its
 memory-efficient kernels) in the same process.
 
-    PYTHONPATH=src:. python3 tools/device/flash_f32.py
+    PYTHONPATH=src:. python3 tools/flash_attention_f32.py
 
 The kernels are also checked against the NumPy composition on a small odd shape.
 """
@@ -19,7 +19,7 @@ import accy  # noqa: E402
 from accy.attention import composition  # noqa: E402
 from accy.attention import flash_cuda as fc  # noqa: E402
 from accy.attention.signature import Signature, backward_type, check, packed_type  # noqa: E402
-from tools.device.timing import cuda_ms  # noqa: E402
+from tools.cuda_timing import cuda_ms  # noqa: E402
 
 AXES = (("batch", "head", "token", "dim"), ("batch", "head", "key", "dim"))
 

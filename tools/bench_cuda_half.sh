@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repo root (after .whl/*.whl went into /tmp/site, as
 # tools/gpu_validate.sh's first lines do; done here too if it was not): the half-precision
-# benchmarks of issues 15, 16 and 20, each step under a timeout (about 7 minutes in all):
+# benchmarks (bf16 workloads, attention at GPT-2 shape, the GPT-2 step), each step under a timeout (about 7 minutes in all):
 #   1. python -m bench --device cuda --dtype bf16: mlp, attention, block in accy, JAX, PyTorch
 #      (checked against accy's reference, then timed; --quick: no memory phase);
 #   2. attention at GPT-2 small's shape (8 x 12 heads x 1024 tokens x dim 64, causal, bf16,
@@ -9,13 +9,13 @@
 #   3. the gpt2 training step in bf16 and f32 (accy, JAX, PyTorch), and accy bf16 with
 #      nn.attention.
 # JSON into $OUT (bench-cuda-bf16.json, attention-gpt2.json, gpt2-bf16.json, gpt2-f32.json,
-# gpt2-bf16-accy-fused.json), the full log in $OUT/halfbench.log, a summary of ~40 lines last
-# (tools/device/halfbench_summary.py, which reads those JSON files).
+# gpt2-bf16-accy-fused.json), the full log in $OUT/bench-cuda-half.log, a summary of ~40 lines last
+# (tools/bench_cuda_half_summary.py, which reads those JSON files).
 set -uo pipefail
-OUT="${OUT:-/tmp/halfbench}"
+OUT="${OUT:-/tmp/bench-cuda-half}"
 mkdir -p "$OUT"
-LOG="$OUT/halfbench.log"
-STEPS="$OUT/halfbench-steps.txt"
+LOG="$OUT/bench-cuda-half.log"
+STEPS="$OUT/bench-cuda-half-steps.txt"
 if [ ! -d /tmp/site ] && compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 fi
@@ -49,6 +49,6 @@ step gpt2-f32 85 python3 -m bench.gpt2 --device cuda --dtype f32 --steps 5 --tim
 step gpt2-bf16-accy-fused 25 python3 -m bench.gpt2 --device cuda --dtype bf16 --systems accy \
   --accy-attention fused --steps 10 --timeout 20 --json "$OUT/gpt2-bf16-accy-fused.json"
 
-echo "== halfbench summary (full log: $LOG)"
+echo "== bench-cuda-half summary (full log: $LOG)"
 cat "$STEPS"
-python3 tools/device/halfbench_summary.py "$OUT"
+python3 tools/bench_cuda_half_summary.py "$OUT"

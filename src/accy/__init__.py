@@ -170,7 +170,7 @@ __all__ += [
     "vmap",
 ]
 
-# Several devices (issue 21): a named device mesh, the SPMD transform, collectives.
+# Several devices: a named device mesh, the SPMD transform, collectives.
 from . import mesh  # noqa: E402
 from .errors import MeshError  # noqa: E402
 from .mesh import Mesh, shard  # noqa: E402

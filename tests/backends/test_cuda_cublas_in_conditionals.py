@@ -106,7 +106,7 @@ def test_gemms_inside_while_nodes_follow_the_flag(monkeypatch, cublas_inside):
 
 
 def test_gemms_inside_if_nodes_stay_kernels(cublas_inside):
-    # On the H200 (session 5) cuBLAS GEMMs of 256 x 256 x 256 in a cond's branches made the
+    # On the H200 cuBLAS GEMMs of 256 x 256 x 256 in a cond's branches made the
     # graph fail to instantiate (cudaErrorInvalidValue); the same GEMMs in WHILE bodies ran.
     inside = [g for g, within in _gemms(compile_program(_matrix_cond()).schedule.actions) if within]
     assert inside == []
@@ -133,7 +133,7 @@ def test_a_while_node_scan_gemm_reads_pointer_arrays_in_the_region(monkeypatch):
 
 
 def test_cublas_dot_products_inside_a_branch_stay_kernels():
-    # A 1 x 1 x 3 cuBLAS dot product in an IF node failed to instantiate on the H200 (session 3).
+    # A 1 x 1 x 3 cuBLAS dot product in an IF node failed to instantiate on the H200.
     program = define(
         "dot_in_cond",
         [spec(accy.bool_), spec(f32, k=3), spec(f32, k=3)],

@@ -83,7 +83,7 @@ class Settings:
       instead. Default 0 (never declines for this), or `$ACCY_CUDNN_MIN_BLOCKS`: on the H200,
       the `attention` workload's one head of 2,048 tokens with a bias (16 blocks on 132 SMs)
       took 166 us a step through cuDNN and 197 us composed (`tools/gpt2_profile.py
-      --workload attention`, session 7).
+      --workload attention`).
 
     >>> Settings().plan, Settings(plan="fastest").plan
     ('heuristic', 'fastest')

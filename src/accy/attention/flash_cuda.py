@@ -353,7 +353,7 @@ __device__ __forceinline__ void query_block(int *qb, long long *b) {
    rows rt + F_STEP e (e < FTR) against keys ct + GROUP f of each key block, and the output of
    those rows at dims 4 ct ... 4 ct + 3. Scores are in base 2 (q is scaled by SCALE2 when
    loaded). Three blocks an SM: 3 x 128 threads leave each at most 170 registers (168 used at
-   dim 64, session 9) and 3 x 70 KB of shared memory fit the SM's 228 KB. */
+   dim 64) and 3 x 70 KB of shared memory fit the SM's 228 KB. */
 extern "C" __global__ void __launch_bounds__(F_THREADS, 3)
 flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float *__restrict__ k,
               const float *__restrict__ v) {

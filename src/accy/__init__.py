@@ -7,12 +7,18 @@
 1
 """
 
+# The packages (the pipeline, bottom up: core, trace, transforms, lower, backends, frontend).
 from . import (
+    backends,
     core,
     custom,
     errors,
+    frontend,
     gradient,
     interpret,
+    kernel,
+    lower,
+    mesh,
     nn,
     optim,
     random,
@@ -21,7 +27,10 @@ from . import (
     trace,
     transforms,
 )
-from .config import config  # the settings object (module: accy.config)
+
+# The public surface: each name bound once, from the module that owns it.
+from .api import CompiledProgram, compile, run
+from .config import config
 from .core import SYNTHETIC_ID, Operation, Program
 from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
 from .custom import CustomCall
@@ -37,22 +46,25 @@ from .errors import (
     DTypeError,
     GradientRequiresScalarOutput,
     InvalidInput,
+    MeshError,
     NotDifferentiable,
     ParseError,
     RuntimeUnavailable,
     TypeRuleError,
 )
-from .gradient import (
-    checkpoint,
-    grad,
-    grad_with,
-    grad_with_rules,
-    jvp,
-    linear_transpose,
-    linearize,
-    value_and_grad,
-    vjp,
+from .frontend import (
+    DeviceMismatch,
+    NamedArray,
+    NonArrayLeaf,
+    StaticArgumentError,
+    TransformError,
+    jit,
+    named,
+    vmap,
 )
+from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
+from .gradient import checkpoint, grad_with, grad_with_rules, linear_transpose
+from .mesh import Mesh, shard
 from .trace import Builder, Value
 from .transforms.linearize import Dual
 from .transforms.simplify import simplify
@@ -63,49 +75,67 @@ __all__ = [
     "AxisError",
     "Builder",
     "CompileError",
+    "CompiledProgram",
     "CustomCall",
     "CustomCallConflict",
     "CustomCallError",
     "CustomCallRequiresJvpContract",
     "CustomCallRequiresVjpContract",
     "DType",
-    "Dual",
     "DTypeError",
-    "GradientRequiresScalarOutput",
+    "DeviceMismatch",
     "DonationError",
+    "Dual",
+    "GradientRequiresScalarOutput",
     "InvalidInput",
+    "Mesh",
+    "MeshError",
+    "NamedArray",
+    "NonArrayLeaf",
     "NotDifferentiable",
     "Operation",
     "ParseError",
     "Program",
     "RuntimeUnavailable",
+    "StaticArgumentError",
     "TensorType",
+    "TransformError",
     "TypeRuleError",
     "Value",
+    "backends",
     "bf16",
     "bool_",
+    "checkpoint",
+    "compile",
+    "config",
     "core",
     "custom",
     "errors",
     "f16",
     "f32",
     "f64",
+    "frontend",
     "grad",
     "grad_with",
     "grad_with_rules",
-    "checkpoint",
-    "config",
     "gradient",
     "i32",
     "i64",
     "interpret",
-    "nn",
+    "jit",
     "jvp",
+    "kernel",
     "linear_transpose",
     "linearize",
+    "lower",
+    "mesh",
+    "named",
+    "nn",
     "optim",
     "random",
     "reference",
+    "run",
+    "shard",
     "simplify",
     "spec",
     "testing",
@@ -114,65 +144,5 @@ __all__ = [
     "u8",
     "value_and_grad",
     "vjp",
-]
-
-# The backends and the one way to run a program; older execution names over it (compat).
-from . import backends, compat, executable, execute, gpu, lower  # noqa: E402
-from .api import CompiledProgram, compile, run  # noqa: E402
-
-__all__ += [
-    "CompiledProgram",
-    "backends",
-    "compat",
-    "compile",
-    "executable",
-    "execute",
-    "gpu",
-    "lower",
-    "run",
-]
-
-# The kernel language of custom-call kernels.
-from . import kernel  # noqa: E402
-
-__all__ += ["kernel"]
-
-# The Python-first front end: named arrays and function transforms over trees. The
-# transforms take a Program too, and then are exactly `accy.gradient`'s.
-from . import frontend  # noqa: E402
-from .frontend import (  # noqa: E402
-    DeviceMismatch,
-    NamedArray,
-    NonArrayLeaf,
-    StaticArgumentError,
-    TransformError,
-    jit,
-    named,
-    vmap,
-)
-from .frontend.functions import (  # noqa: E402, F811
-    grad,
-    jvp,
-    linearize,
-    value_and_grad,
-    vjp,
-)
-
-__all__ += [
-    "DeviceMismatch",
-    "NamedArray",
-    "NonArrayLeaf",
-    "StaticArgumentError",
-    "TransformError",
-    "frontend",
-    "jit",
-    "named",
     "vmap",
 ]
-
-# Several devices: a named device mesh, the SPMD transform, collectives.
-from . import mesh  # noqa: E402
-from .errors import MeshError  # noqa: E402
-from .mesh import Mesh, shard  # noqa: E402
-
-__all__ += ["Mesh", "MeshError", "mesh", "shard"]

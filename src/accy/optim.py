@@ -36,10 +36,11 @@ import numpy as np
 import optree
 
 from .core import Program
-from .core.builder import Builder, Value, define
+from .core.builder import Builder, Value
 from .core.types import TensorType, f32
 from .errors import AccyError
 from .gradient import value_and_grad
+from .trace import define
 
 
 class OptState(NamedTuple):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import f32, i32, spec
 from accy.trace import define
 
@@ -422,27 +423,25 @@ def test_grad_with_rules_still_rejects_missing_contracts_by_name():
 
 
 def test_value_and_grad_executes_loss_and_gradients_in_one_launch_on_live_cuda():
-    state = cuda_device_or_skip()
-    handle = state.handle()
+    handle = accy.compat.gpu.cuda.State.init_device(cuda_device_or_skip()).handle()
     source = define("live_value_and_grad", lane_specs(2), elementwise_loss)
     combined = accy.value_and_grad(source, wrt=(0, 1))
-    options = accy.lower.FragmentCompilerOptions(artifact_format="cuda_ptx")
-    compiled = accy.lower.compile_fragment(handle, combined, options)
-    fragment = accy.executable.load_fragment(handle, compiled, options)
+    options = accy.compat.lower.FragmentCompilerOptions(artifact_format="cuda_ptx")
+    compiled = accy.compat.lower.compile_fragment(handle, combined, options)
+    fragment = accy.compat.executable.load_fragment(handle, compiled, options)
     x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
     y = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
     loss = np.full((), -1.0, np.float32)
     x_grad = np.full(4, -1.0, np.float32)
     y_grad = np.full(4, -1.0, np.float32)
-    accy.executable.invoke(fragment, [x, y], [loss, x_grad, y_grad])
+    accy.compat.executable.invoke(fragment, [x, y], [loss, x_grad, y_grad])
     assert abs(float(loss) - 5.5) <= 1e-6
     np.testing.assert_array_equal(x_grad, y)
     np.testing.assert_array_equal(y_grad, x)
 
 
 def test_grad_with_custom_call_gradient_executes_on_live_cuda():
-    state = cuda_device_or_skip()
-    handle = state.handle()
+    handle = accy.compat.gpu.cuda.State.init_device(cuda_device_or_skip()).handle()
     from accy.kernel.examples import custom_double_kernel
 
     artifact = custom_double_kernel().create_kernel_call_artifact(
@@ -454,13 +453,13 @@ def test_grad_with_custom_call_gradient_executes_on_live_cuda():
     differentiated = accy.grad_with(
         source, wrt=(0,), hooks={"jvp": accy.interpret.bind(jvp_rule), "vjp": vjp_rule}
     )
-    options = accy.lower.FragmentCompilerOptions(
+    options = accy.compat.lower.FragmentCompilerOptions(
         artifact_format="cuda_ptx", kernel_call_registry=registry
     )
-    compiled = accy.lower.compile_fragment(handle, differentiated, options)
-    fragment = accy.executable.load_fragment(handle, compiled, options)
+    compiled = accy.compat.lower.compile_fragment(handle, differentiated, options)
+    fragment = accy.compat.executable.load_fragment(handle, compiled, options)
     x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
-    bindings = accy.executable.prepare_invocation(fragment, [x])
+    bindings = accy.compat.executable.prepare_invocation(fragment, [x])
     bindings.launch()
     gradient = np.full(4, -1.0, np.float32)
     bindings.read_output(0, gradient)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import bf16, f16, f32, i32, spec, u8
 from accy.trace import define
 
@@ -162,13 +163,15 @@ def test_malformed_program_text_is_a_parse_error_with_a_position(text):
 NO_BUFFERS_SCRIPT = """
 import numpy as np
 import accy
+import accy.compat
 from accy import f32, spec
 from accy.trace import define
 
 nothing = define("nothing", [], lambda b, x: ())
 assert accy.compile(nothing, device="cpu")() == []
-fragment = accy.executable.load_fragment(None, accy.lower.compile_fragment(None, nothing))
-accy.executable.invoke(fragment, [], [])
+artifact = accy.compat.lower.compile_fragment(None, nothing)
+fragment = accy.compat.executable.load_fragment(None, artifact)
+accy.compat.executable.invoke(fragment, [], [])
 constant = define("constant", [], lambda b, x: b.scalar(f32, 2.5) * 2.0)
 (four,) = accy.compile(constant, device="cpu")()
 assert four.shape == () and four == np.float32(5.0), four

@@ -90,9 +90,9 @@ def test_seed_custom_call_gradient_through_the_kernel():
 def test_seed_custom_call_gradient_executes_on_the_native_cpu_backend():
     # The seed's "gradWith custom-call gradient executes on live CUDA", on the native CPU backend:
     # the backend links the kernel's C into the compiled program through the registry.
-    import accy.executable
+    import accy.compat
     import accy.lower
-    from accy.gpu.cpu import State
+    from accy.compat.gpu.cpu import State
 
     handle = State().handle()
     registry = (
@@ -108,10 +108,11 @@ def test_seed_custom_call_gradient_executes_on_the_native_cpu_backend():
         wrt=(0,),
         hooks={"jvp": accy.interpret.bind(DoubleJvpRule()), "vjp": DoubleVjpRule()},
     )
-    options = accy.lower.FragmentCompilerOptions(kernel_call_registry=registry)
-    compiled = accy.lower.compile_fragment(handle, differentiated, options)
-    fragment = accy.executable.load_fragment(handle, compiled, options)
-    bindings = accy.executable.prepare_invocation(fragment, [np.array([1, 2, 3, 4], np.float32)])
+    options = accy.compat.lower.FragmentCompilerOptions(kernel_call_registry=registry)
+    compiled = accy.compat.lower.compile_fragment(handle, differentiated, options)
+    fragment = accy.compat.executable.load_fragment(handle, compiled, options)
+    inputs = [np.array([1, 2, 3, 4], np.float32)]
+    bindings = accy.compat.executable.prepare_invocation(fragment, inputs)
     bindings.launch()
     gradient = np.full(4, -1.0, np.float32)
     bindings.read_output(0, gradient)

@@ -355,7 +355,7 @@ class EagerOps(OpsApi):
         return NamedArray(_on_device(host, self.device), intern(ty), self.device)
 
     def subprogram(self, name: str, specs: Sequence[TensorType], body):
-        from ..core.builder import define
+        from ..trace import define
 
         return define(name, specs, body)
 

@@ -16,8 +16,8 @@ from typing import Any
 import optree
 
 from ..core import Program
-from ..core.builder import define
 from ..errors import AxisError
+from ..trace import define
 from ..transforms.batch import batch
 from ..transforms.simplify import simplify
 from .errors import TransformError

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Program
-from ..core.builder import define
 from ..core.kinds.elementwise import CHEAP_UNARY
 from ..core.kinds.registry import rule_for
 from ..errors import AccyError
 from ..interpret import Inline, run
+from ..trace import define
 from .batch import batch
 from .simplify import eliminate_dead_code
 

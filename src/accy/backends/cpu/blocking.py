@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import Operation, Program
-from ...core.builder import define
 from ...core.kinds.registry import rule_for
 from ...core.types import TensorType
+from ...trace import define
 from ...transforms.loops import (
     Product,
     Roles,

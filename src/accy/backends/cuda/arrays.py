@@ -147,12 +147,10 @@ class Bindings:
         self._pointers = _pointers(layout, self._inputs, self._outputs)
         self._launched = False
 
-    def launch(self, options: Any = None) -> None:
+    def launch(self) -> None:
         """Run the program on the bound inputs (asynchronously)."""
         self.fragment.run(self._pointers)
         self._launched = True
-
-    launch_with_options = launch
 
     def read_output(self, index: int, buffer: Any) -> None:
         """Copy output `index` of the last launch into `buffer` (host or device)."""

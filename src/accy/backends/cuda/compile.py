@@ -1,6 +1,6 @@
 """Compile a program for CUDA: plan, CUDA C and a schedule. No GPU and no CuPy are needed here.
 
-`compile_program` is what `accy.lower.compile_fragment` calls for `artifact_format="cuda_ptx"`.
+`compile_program` makes the CUDA backend's artifact (`artifact_format` "cuda_ptx").
 The result holds the CUDA C of every kernel (`source`) and the `Schedule` of one invocation;
 NVRTC turns the source into device code when the fragment is loaded (`runtime`), or on demand
 into PTX (`CompiledFragment.ptx`). For loading, the kernels are also cut into a few

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import EMITTERS, Body, Flat
+from ....codegen.c.loops import PARALLEL_FOR, SIMD, nest
 from ....lower.plan import Step
-from ..loops import PARALLEL_FOR, SIMD, nest, worth_threads
+from ..loops import worth_threads
 from .context import CHUNKS, StepContext, store_element
 from .reduce import identity
 

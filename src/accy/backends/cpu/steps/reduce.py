@@ -12,7 +12,8 @@ from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import EMITTERS, linear
 from ....codegen.c.literals import highest, lowest
-from ..loops import PARALLEL_FOR, axis_index, axis_loops, coalesced, nest, worth_threads
+from ....codegen.c.loops import PARALLEL_FOR, nest
+from ..loops import axis_index, axis_loops, coalesced, worth_threads
 from .context import CHUNKS, StepContext, store_element
 
 

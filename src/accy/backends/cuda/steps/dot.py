@@ -32,11 +32,10 @@ import os
 
 from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import Body, Index, components, offset_expression
+from ....codegen.c.loops import nest
 from ....lower.contraction import Gemm as Layout
-from ....lower.contraction import MatrixOperand
+from ....lower.contraction import MatrixOperand, loop_indices
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
-from ...cpu.loops import nest
-from ...cpu.steps.dot import loop_indices
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import (
     LevelPointer,

@@ -57,7 +57,7 @@ class Outer:
 
 
 @dataclass(frozen=True)
-class Accumulator:
+class SummedCarry:
     """A carry (at position `carry` among the carries) whose new value is the sum of `rest`
     (body values, the carry itself among them) and of `products` (`Product`s and `Outer`s),
     which are summed a block at a time instead."""
@@ -84,7 +84,7 @@ class Blocking:
     """How one scan is blocked: `size` steps a block; its accumulators."""
 
     size: int
-    accumulators: tuple[Accumulator, ...]
+    accumulators: tuple[SummedCarry, ...]
 
 
 def block_size(length: int) -> int | None:
@@ -132,7 +132,7 @@ def _product(body: Program, roles: Roles, producer: dict, term: int, chain: tupl
     return found if small and all(varying(v) for v in factors) else None
 
 
-def accumulators(body: Program, roles: Roles) -> tuple[Accumulator, ...]:
+def accumulators(body: Program, roles: Roles) -> tuple[SummedCarry, ...]:
     """The carries of `body` that add, at every step, products of two values that change with
     the step and do not depend on that carry, and that no other output reads."""
     invariant = invariant_values(body, roles.consts)
@@ -156,7 +156,7 @@ def accumulators(body: Program, roles: Roles) -> tuple[Accumulator, ...]:
             else:
                 products.append(product)
         if products:
-            found.append(Accumulator(j, tuple(rest), tuple(products)))
+            found.append(SummedCarry(j, tuple(rest), tuple(products)))
     return tuple(found)
 
 

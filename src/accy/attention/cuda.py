@@ -42,12 +42,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.cuda import cudnn as cudnn_library
+from ..backends.cuda.cudnn import ALIGN, Built, Decline, handle
 from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, bf16, f16
 from ..errors import ConfigurationError
-from ..kernel import cudnn as cudnn_library
 from ..kernel.call import KernelCall
-from ..kernel.cudnn import ALIGN, Built, Decline, handle
 from .signature import Signature, backward_type, check, element_strides, packed_type
 
 log = logging.getLogger("accy.attention.cuda")

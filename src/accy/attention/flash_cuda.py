@@ -43,10 +43,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.cuda.cudnn import ALIGN
 from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, f32
 from ..kernel.call import KernelCall
-from ..kernel.cudnn import ALIGN
 from .signature import (
     Shape,
     Signature,

@@ -22,7 +22,7 @@ from ..errors import AccyError
 from ..interpret import Emitter, Graph, Inline, run
 from ..trace import define
 from .linearize import Linearized
-from .loops import (
+from .scan_split import (
     Roles,
     Source,
     carry_fixpoint,

@@ -10,7 +10,7 @@ the original scan over the block's `K` steps:
   outputs, and after it one `K`-deep GEMM adds the block's products to the accumulator, which
   the inner loop no longer carries;
 - the inner scan's contractions of its xs with consts (a remat body's `x_t U`) run before its
-  loop as one GEMM over the block (`transforms.loops.emit_scan`), and its stacked outputs that
+  loop as one GEMM over the block (`transforms.scan_split.emit_scan`), and its stacked outputs that
   are contractions of other stacked outputs with consts (`g_t U^T`) after it
   (`emit_scan_sinking`).
 
@@ -30,7 +30,7 @@ from ...core import Operation, Program
 from ...core.kinds.registry import rule_for
 from ...core.types import TensorType
 from ...trace import define
-from ...transforms.loops import (
+from ...transforms.scan_split import (
     Product,
     Roles,
     dependents,

@@ -426,7 +426,7 @@ def test_value_and_grad_executes_loss_and_gradients_in_one_launch_on_live_cuda()
     handle = accy.compat.gpu.cuda.State.init_device(cuda_device_or_skip()).handle()
     source = define("live_value_and_grad", lane_specs(2), elementwise_loss)
     combined = accy.value_and_grad(source, wrt=(0, 1))
-    options = accy.compat.lower.FragmentCompilerOptions(artifact_format="cuda_ptx")
+    options = accy.compat.lower.FragmentCompilerOptions(artifact_format="cuda_c")
     compiled = accy.compat.lower.compile_fragment(handle, combined, options)
     fragment = accy.compat.executable.load_fragment(handle, compiled, options)
     x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
@@ -454,7 +454,7 @@ def test_grad_with_custom_call_gradient_executes_on_live_cuda():
         source, wrt=(0,), hooks={"jvp": accy.interpret.bind(jvp_rule), "vjp": vjp_rule}
     )
     options = accy.compat.lower.FragmentCompilerOptions(
-        artifact_format="cuda_ptx", kernel_call_registry=registry
+        artifact_format="cuda_c", kernel_call_registry=registry
     )
     compiled = accy.compat.lower.compile_fragment(handle, differentiated, options)
     fragment = accy.compat.executable.load_fragment(handle, compiled, options)

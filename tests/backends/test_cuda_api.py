@@ -37,7 +37,7 @@ def _expected(x, w):
 
 def _fragment(program, registry=None):
     handle = accy.compat.gpu.cuda.State.init_device(0).handle()
-    options = accy.compat.lower.FragmentCompilerOptions("cuda_ptx", registry)
+    options = accy.compat.lower.FragmentCompilerOptions("cuda_c", registry)
     compiled = accy.compat.lower.compile_fragment(handle, program, options)
     return accy.compat.executable.load_fragment(handle, compiled, options)
 

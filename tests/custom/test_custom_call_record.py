@@ -325,7 +325,7 @@ def test_the_registry_for_a_program_keeps_explicit_kernels_first_and_is_reused()
 def test_a_record_without_a_kernel_for_the_backend_is_kernel_call_not_found():
     # Compiling links kernels before any device is opened, so this needs no GPU.
     _, _, source = square_records("cpu")
-    options = accy.compat.lower.FragmentCompilerOptions("cuda_ptx")
+    options = accy.compat.lower.FragmentCompilerOptions("cuda_c")
     expected = "'test.kernel_square'.*no kernel for 'cuda_ptx'.*kernels for: cpu_object"
     with pytest.raises(KernelCallNotFound, match=expected):
         accy.compat.lower.compile_fragment(None, source, options)

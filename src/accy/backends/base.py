@@ -179,8 +179,8 @@ def compile_artifact(backend: NativeBackend, program: Program, kernel_call_regis
     `kernel_call_registry`, else to those of their registered `accy.CustomCall` records."""
     # A call whose record has no kernel for these operands (on this backend) runs as its
     # fallback composition.
-    program = inline_declined(program, backend.artifact_format)
-    registry = kernel_registry_for(program, backend.artifact_format, kernel_call_registry)
+    program = inline_declined(program, backend.device)
+    registry = kernel_registry_for(program, backend.device, kernel_call_registry)
     return backend.compile_artifact(program, registry)
 
 

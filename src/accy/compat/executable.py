@@ -14,7 +14,7 @@ Fragment = Executable
 
 
 def load_fragment(handle: Any, compiled: Any, options: Any = None) -> Executable:
-    """Load an artifact of `accy.compat.lower.compile_fragment`; a "cuda_ptx" one on the GPU of
+    """Load an artifact of `accy.compat.lower.compile_fragment`; a "cuda_c" one on the GPU of
     `handle` (`accy.compat.gpu.cuda.State`). `options`, the compiler's, is taken as the fragment
     API takes it: the artifact already says its format.
 
@@ -33,7 +33,7 @@ def load_fragment(handle: Any, compiled: Any, options: Any = None) -> Executable
     if artifact_format is None:
         raise AccyError(
             f"load_fragment: {type(compiled).__name__} is not a CPU or CUDA artifact; compile "
-            f"it with FragmentCompilerOptions(artifact_format='cpu_object' or 'cuda_ptx')"
+            f"it with FragmentCompilerOptions(artifact_format='cpu_object' or 'cuda_c')"
         )
     return native_backend_for(artifact_format).load(compiled, getattr(handle, "ordinal", 0))
 

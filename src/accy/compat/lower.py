@@ -1,5 +1,6 @@
 """`compile_fragment(handle, program, options)`: a program's artifact for the native backend
-that loads `options.artifact_format` ("cpu_object" or "cuda_ptx")."""
+that loads `options.artifact_format` ("cpu_object": a shared object; "cuda_c": CUDA C for
+NVRTC with its launch schedule)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .backends.base import CompileOptions, Executable, executable_for
+from .backends.cpu.executable import DonatingExecutable
+from .backends.cuda.executable import DonatingCudaExecutable
 from .core import Program
 from .errors import DonationError
 
@@ -67,12 +69,8 @@ def compile(
 def _donating(executable: Executable, device: str, donate: tuple[int, ...]) -> Any:
     """`executable` with inputs `donate` donated, by its device's way of taking them."""
     if device == "cpu":
-        from .backends.cpu.executable import DonatingExecutable
-
         return DonatingExecutable(executable, donate)
     if device == "cuda":
-        from .backends.cuda.executable import DonatingCudaExecutable
-
         return DonatingCudaExecutable(executable, donate)
     raise DonationError(
         f"donate={donate}: donation is implemented on the cpu and cuda devices; compile for "

@@ -20,6 +20,7 @@ from .. import nn, optim
 from ..core.types import dtype_named, f32
 from ..errors import AccyError
 from ..frontend import NamedArray, jit, named, value_and_grad
+from ..mesh import Mesh, shard
 from .common import TrainingState, demo_dependency, host, load_checkpoint, save_checkpoint
 from .data import VOCAB, SortingTask
 from .model import Config, initial_parameters, logits, loss, parameter_specs
@@ -162,8 +163,6 @@ class Model:
 def data_parallel(train_step, gpus: int, device: str, distributed):
     """`train_step` data-parallel over `gpus` devices (the batch split, gradients summed): one
     process per GPU on "cuda" (`distributed`), else a mesh simulated in this process."""
-    from ..mesh import Mesh, shard
-
     mesh = distributed.mesh if distributed is not None else Mesh(range(gpus), "data")
     return shard(train_step, mesh, {"batch": "data"}, device=device, distributed=distributed)
 
@@ -311,8 +310,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--gpus must be at least 1")
     distributed = None
     if arguments.gpus > 1 and arguments.device == "cuda":
-        from ..mesh import Mesh
-
         if "RANK" not in os.environ:  # start one process per GPU, each running this command
             from ..launch import launch
 

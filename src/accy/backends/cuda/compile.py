@@ -20,6 +20,7 @@ import numpy as np
 
 from ...codegen.cache import Cache, key
 from ...core import Program
+from ...kernel.toolchain import cuda_to_ptx
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, build_plan
 from ...lower.target import GPU
@@ -71,8 +72,6 @@ class CompiledFragment:
 
     def ptx(self, arch: str | None = "compute_90") -> str:
         """The kernels as PTX (NVRTC where cuda.core or CuPy is installed, else nvcc)."""
-        from ...kernel.toolchain import cuda_to_ptx
-
         return cuda_to_ptx(self.source, f"program {self.program.name!r}", arch=arch)
 
 

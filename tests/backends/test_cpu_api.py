@@ -1,5 +1,5 @@
-"""The execution API over the native CPU backend: the seed's tests that run natively, through
-the seed's own entry points, then buffers, bad input at the boundary, and `accy.compile`."""
+"""The execution API over the native CPU backend: grad.zig's tests that run natively, through
+the fragment API (`accy.compat`), then buffers, bad input at the boundary, and `accy.compile`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def lane_specs(count):
     return [spec(f32, lane=4)] * count
 
 
-# -- the seed's native tests ---------------------------------------------------------------------
+# -- grad.zig's native tests ----------------------------------------------------------------------
 
 
 def test_grad_of_a_plain_sum_runs_natively(native_cpu):

@@ -1,4 +1,4 @@
-"""The CUDA backend through its public entry points, on a GPU: the seed's fragment API over
+"""The CUDA backend through its public entry points, on a GPU: the fragment API (`accy.compat`) over
 host and device buffers, `accy.compile` over CuPy, PyTorch and JAX arrays, one graph launch per
 call, bad input, the TF32 compile option."""
 

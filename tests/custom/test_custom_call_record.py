@@ -225,7 +225,7 @@ def test_user_rules_are_consulted_before_the_record():
 
 
 def test_a_linear_call_in_a_jvp_rule_is_transposed_by_the_vjp_rule():
-    # The seed's contracts as one record: double is linear, so its JVP applies it to the tangent
+    # grad.zig's contracts as one record: double is linear, so its JVP applies it to the tangent
     # and its VJP to the cotangent.
     double = accy.CustomCall(
         "test.linear_double",
@@ -287,7 +287,7 @@ def test_grad_on_the_native_cpu_links_the_records_kernels():
     want_loss, want_gradient = expected_cubic(X)
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
     np.testing.assert_allclose(gradient, want_gradient, rtol=1e-5, atol=1e-6)
-    # The seed's fragment API finds the kernels too.
+    # The fragment API (accy.compat) finds the kernels too.
     options = accy.compat.lower.FragmentCompilerOptions()
     compiled = accy.compat.lower.compile_fragment(None, combined, options)
     assert "accy_kernel_record_square_backward4" in compiled.source

@@ -60,7 +60,7 @@ def as_cupy(value: Any, where: str):
 
 
 def _raw_device(array, t: TensorType, where: str):
-    """Check a device array as a raw buffer of `t` (the seed API's rules, as on the host)."""
+    """Check a device array as a raw buffer of `t` (the raw-buffer rules, as on the host)."""
     if not array.flags.c_contiguous:
         raise InvalidInput(f"{where}: the device array is not contiguous; pass a contiguous copy")
     check_raw(array, t, where)

@@ -1,7 +1,7 @@
-"""The seed's custom double kernel as the implementation of its custom call.
+"""grad.zig's custom double kernel as the implementation of its custom call.
 
 Until the native backends link kernels themselves, the reference evaluator runs the kernel's
-compiled C for every `custom_call` in the seed's differentiated program: the gradient of
+compiled C for every `custom_call` in grad.zig's differentiated program: the gradient of
 sum(double(x)) must be 2 everywhere.
 """
 
@@ -22,7 +22,7 @@ def double_sum_loss(b, args):
 
 
 class DoubleJvpRule:
-    """The seed's JVP contract: double is linear, so the tangent is doubled too."""
+    """grad.zig's JVP contract: double is linear, so the tangent is doubled too."""
 
     def bind(self, ctx):
         if ctx.op.kind != "custom_call" or ctx.op.attrs["target"] != CUSTOM_DOUBLE_TARGET:
@@ -36,7 +36,7 @@ class DoubleJvpRule:
 
 
 class DoubleVjpRule:
-    """The seed's VJP contract: the cotangent goes through the same kernel."""
+    """grad.zig's VJP contract: the cotangent goes through the same kernel."""
 
     def custom_call(self, ctx):
         if ctx.operand_is_active(0):
@@ -88,7 +88,7 @@ def test_seed_custom_call_gradient_through_the_kernel():
 
 
 def test_seed_custom_call_gradient_executes_on_the_native_cpu_backend():
-    # The seed's "gradWith custom-call gradient executes on live CUDA", on the native CPU backend:
+    # grad.zig's "gradWith custom-call gradient executes on live CUDA", on the native CPU backend:
     # the backend links the kernel's C into the compiled program through the registry.
     import accy.compat
     import accy.lower

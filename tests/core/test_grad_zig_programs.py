@@ -11,7 +11,7 @@ import pytest
 import accy
 from accy.trace import define
 
-from ..seed_programs import (
+from ..grad_zig_programs import (
     CUSTOM_DOUBLE,
     abs_loss,
     batched_dot_general_loss,
@@ -186,7 +186,7 @@ def causal_mask() -> np.ndarray:
 
 
 def attention_noise(seed: int) -> float:
-    """The seed's splitmix64-based noise in [-1, 1]."""
+    """grad.zig's splitmix64-based noise in [-1, 1]."""
     mask = (1 << 64) - 1
     state = (seed + 0x9E3779B97F4A7C15) & mask
     state = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & mask

@@ -1,4 +1,4 @@
-"""The seed's programs (seed/grad.zig), written as the seed writes them: shared by the core
+"""grad.zig's programs, written as grad.zig writes them: shared by the core
 tests (which evaluate them) and the autodiff tests (which differentiate them)."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The 22 tests of the seed (`shared/seed/grad.zig`), ported under their own names.
+"""The 22 tests of grad.zig (the Zig program accy's first tests were ported from), under
+their own names.
 
-Where the seed executes on the native CPU, these run through every available executor of
+Where grad.zig executes on the native CPU, these run through every available executor of
 `tests/executors.py` (the reference evaluator always; the native CPU backend when it exists and
 a C compiler is present). The two live-CUDA tests skip with a reason naming the gate.
 """
@@ -16,7 +17,7 @@ from accy import f32, i32, spec
 from accy.trace import define
 
 from ..executors import EXECUTORS, cuda_device_or_skip
-from ..seed_programs import (
+from ..grad_zig_programs import (
     CUSTOM_DOUBLE,
     abs_loss,
     batched_dot_general_loss,
@@ -44,7 +45,7 @@ def extents(program, value):
     return program.type_of(value).extents
 
 
-# -- user rules of the seed ---------------------------------------------------------------------
+# -- user rules of grad.zig ---------------------------------------------------------------------
 
 
 class GeneratedGradCounter:
@@ -155,7 +156,7 @@ def test_grad_differentiates_relu_through_select(executor):
     differentiated = accy.grad(source, wrt=(0,))
     assert len(differentiated.outputs) == 1
     assert extents(differentiated, differentiated.outputs[0]) == (4,)
-    # Beyond the seed: the values. At the kink x == 0 the tie splits the derivative evenly.
+    # Beyond grad.zig: the values. At the kink x == 0 the tie splits the derivative evenly.
     (gradient,) = executor(differentiated, [np.array([-1.0, 0.0, 2.0, 3.0], np.float32)])
     np.testing.assert_array_equal(gradient, [0.0, 0.5, 1.0, 1.0])
 
@@ -337,7 +338,7 @@ def test_grad_executes_noncanonical_dot_general_gradients_on_native_cpu(executor
 
 
 def attention_noise(seed: int) -> float:
-    """The seed's splitmix64-style noise in [-1, 1]."""
+    """grad.zig's splitmix64-style noise in [-1, 1]."""
     mask = (1 << 64) - 1
     state = (seed + 0x9E3779B97F4A7C15) & mask
     state = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & mask
@@ -404,7 +405,7 @@ def test_grad_with_accepts_custom_call_contracts_through_public_hooks():
     assert len(differentiated.parameters) == 1
     assert len(differentiated.outputs) == 1
     assert extents(differentiated, differentiated.outputs[0]) == (4,)
-    # Beyond the seed: evaluated with a reference implementation of the target, the gradient
+    # Beyond grad.zig: evaluated with a reference implementation of the target, the gradient
     # of sum(2x) is 2 everywhere.
     (gradient,) = accy.reference.run(
         differentiated,

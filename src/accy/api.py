@@ -24,7 +24,7 @@ from .core import Program
 from .errors import DonationError
 
 CompiledProgram = Executable
-"""The type `accy.compile` returns (the name is kept for compatibility)."""
+"""The type `accy.compile` returns (another name of `Executable`)."""
 
 
 def compile(

@@ -2,7 +2,7 @@
 cond's branches and a while_loop's body they read pool tables as elsewhere; in a scan run as a
 WHILE node their pointer arrays are entries of the scan's region, which the step kernel
 rewrites every iteration (`StepContext.region`). With the flag off, contractions there are
-accy's kernels (the old path). Values against NumPy and the unrolled schedule, both ways."""
+accy's kernels. Values against NumPy and the unrolled schedule, both ways."""
 
 from __future__ import annotations
 

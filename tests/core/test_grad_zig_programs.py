@@ -1,4 +1,4 @@
-"""The programs of the seed (seed/grad.zig) trace, type-check and evaluate on the reference
+"""grad.zig's programs trace, type-check and evaluate on the reference
 evaluator with values worked out by hand (or, for attention, by an independent NumPy model)."""
 
 from __future__ import annotations

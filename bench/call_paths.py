@@ -4,7 +4,7 @@ On the tiny workload's value_and_grad program (two f32[lane=4] inputs, three out
 times, in one process and interleaved so that a busy machine slows each alike:
 
 - `compile(p)(*arrays)`: the array call (fresh output arrays each call);
-- `Cpu(p).launch(inputs, outputs)`: the seed's raw-buffer call (`accy.execute`), on arrays;
+- `Cpu(p).launch(inputs, outputs)`: the fragment API's raw-buffer call (`accy.compat.execute`), on arrays;
 - the same on bytes and memoryviews (the raw-buffer layout checked once, then only addresses);
 - `compile(p).run_buffers(inputs, outputs)`: the same raw-buffer call on the executable.
 
@@ -21,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 import accy
+import accy.compat
 from bench.workloads import WORKLOADS
 
 
@@ -31,7 +32,7 @@ def call_paths(device: str = "cpu") -> dict[str, Callable[[], object]]:
     inputs = workload.make_inputs("cpu")
     outputs = [np.zeros(t.extents, t.dtype.numpy) for t in program.output_types]
     compiled = accy.compile(program, device=device)
-    launcher = accy.execute.Cpu(program)
+    launcher = accy.compat.execute.Cpu(program)
     raw_inputs = [inputs[0].tobytes(), *(memoryview(i.tobytes()) for i in inputs[1:])]
     raw_outputs = [memoryview(bytearray(o.nbytes)) for o in outputs]
     return {

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import accy
+from accy.backends.cuda.device import open_device, platform_supported
 from accy.kernel import toolchain
 
 
@@ -70,26 +71,23 @@ def available_backends():
 
 
 def cuda_gate() -> str | None:
-    """Why CUDA tests cannot run here (the gate that is closed), or None when they can."""
-    gpu = getattr(accy, "gpu", None)
-    cuda = getattr(gpu, "cuda", None) if gpu is not None else None
-    if cuda is None:
-        return "cuda gate: build flag disabled (accy has no CUDA backend in this build)"
-    if not cuda.platform_supported():
-        return "cuda gate: unsupported platform (no CUDA driver or CuPy)"
+    """Why CUDA tests cannot run here (what is missing), or None when they can."""
+    if not platform_supported():
+        return "cuda gate: no CuPy or no CUDA driver library on this platform"
     try:
-        cuda.State.init_device(0)
+        open_device(0)
     except accy.RuntimeUnavailable as error:
         return f"cuda gate: device missing ({error})"
     return None
 
 
-def cuda_device_or_skip():
-    """The CUDA device state, or a skip whose reason names the gate that is closed."""
+def cuda_device_or_skip() -> int:
+    """The ordinal of the GPU the tests run on (opened), or a skip whose reason says what is
+    missing."""
     reason = cuda_gate()
     if reason is not None:
         pytest.skip(reason)
-    return accy.gpu.cuda.State.init_device(0)
+    return 0
 
 
 __all__ = ["EXECUTORS", "available_backends", "cuda_device_or_skip", "cuda_gate", "np"]

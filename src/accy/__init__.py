@@ -7,13 +7,19 @@
 1
 """
 
+# The packages (the pipeline, bottom up: core, trace, transforms, lower, backends, frontend).
 from . import (
+    backends,
     caches,
     core,
     custom,
     errors,
+    frontend,
     gradient,
     interpret,
+    kernel,
+    lower,
+    mesh,
     nn,
     optim,
     random,
@@ -22,14 +28,20 @@ from . import (
     trace,
     transforms,
 )
+
+# The public surface: each name bound once, from the module that owns it.
+from .api import CompiledProgram, compile, run
+from .backends.devices import Device, device, devices
 from .caches import clear_caches
-from .config import config  # the settings object (module: accy.config)
+from .checkpoint import load, save
+from .config import config
 from .core import SYNTHETIC_ID, Operation, Program
 from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
 from .custom import CustomCall
 from .errors import (
     AccyError,
     AxisError,
+    CheckpointError,
     CompileError,
     CustomCallConflict,
     CustomCallError,
@@ -39,116 +51,13 @@ from .errors import (
     DTypeError,
     GradientRequiresScalarOutput,
     InvalidInput,
+    MeshError,
     NotDifferentiable,
     ParseError,
     RuntimeUnavailable,
     TypeRuleError,
 )
-from .gradient import (
-    checkpoint,
-    grad,
-    grad_with,
-    grad_with_rules,
-    jvp,
-    linear_transpose,
-    linearize,
-    value_and_grad,
-    vjp,
-)
-from .trace import Builder, Value
-from .transforms.linearize import Dual
-from .transforms.simplify import simplify
-
-__all__ = [
-    "SYNTHETIC_ID",
-    "AccyError",
-    "AxisError",
-    "Builder",
-    "CompileError",
-    "CustomCall",
-    "CustomCallConflict",
-    "CustomCallError",
-    "CustomCallRequiresJvpContract",
-    "CustomCallRequiresVjpContract",
-    "DType",
-    "Device",
-    "Dual",
-    "DTypeError",
-    "GradientRequiresScalarOutput",
-    "DonationError",
-    "InvalidInput",
-    "NotDifferentiable",
-    "Operation",
-    "ParseError",
-    "Program",
-    "RuntimeUnavailable",
-    "TensorType",
-    "TypeRuleError",
-    "Value",
-    "bf16",
-    "bool_",
-    "caches",
-    "clear_caches",
-    "core",
-    "custom",
-    "device",
-    "devices",
-    "errors",
-    "f16",
-    "f32",
-    "f64",
-    "grad",
-    "grad_with",
-    "grad_with_rules",
-    "checkpoint",
-    "config",
-    "gradient",
-    "i32",
-    "i64",
-    "interpret",
-    "nn",
-    "jvp",
-    "linear_transpose",
-    "linearize",
-    "optim",
-    "random",
-    "reference",
-    "simplify",
-    "spec",
-    "testing",
-    "trace",
-    "transforms",
-    "u8",
-    "value_and_grad",
-    "vjp",
-]
-
-# The backends and the one way to run a program; older execution names over it (compat).
-from . import backends, compat, executable, execute, gpu, lower  # noqa: E402
-from .api import CompiledProgram, compile, run  # noqa: E402
-from .backends.devices import Device, device, devices  # noqa: E402
-
-__all__ += [
-    "CompiledProgram",
-    "backends",
-    "compat",
-    "compile",
-    "executable",
-    "execute",
-    "gpu",
-    "lower",
-    "run",
-]
-
-# The kernel language of custom-call kernels.
-from . import kernel  # noqa: E402
-
-__all__ += ["kernel"]
-
-# The Python-first front end: named arrays and function transforms over trees. The
-# transforms take a Program too, and then are exactly `accy.gradient`'s.
-from . import frontend  # noqa: E402
-from .frontend import (  # noqa: E402
+from .frontend import (
     DeviceMismatch,
     NamedArray,
     NonArrayLeaf,
@@ -158,35 +67,95 @@ from .frontend import (  # noqa: E402
     named,
     vmap,
 )
-from .frontend.functions import (  # noqa: E402, F811
-    grad,
-    jvp,
-    linearize,
-    value_and_grad,
-    vjp,
-)
+from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
+from .gradient import checkpoint, grad_with, grad_with_rules, linear_transpose
+from .mesh import Mesh, shard
+from .trace import Builder, Value
+from .transforms.linearize import Dual
+from .transforms.simplify import simplify
 
-__all__ += [
+__all__ = [
+    "SYNTHETIC_ID",
+    "AccyError",
+    "AxisError",
+    "Builder",
+    "CheckpointError",
+    "CompileError",
+    "CompiledProgram",
+    "CustomCall",
+    "CustomCallConflict",
+    "CustomCallError",
+    "CustomCallRequiresJvpContract",
+    "CustomCallRequiresVjpContract",
+    "DType",
+    "DTypeError",
+    "Device",
     "DeviceMismatch",
+    "DonationError",
+    "Dual",
+    "GradientRequiresScalarOutput",
+    "InvalidInput",
+    "Mesh",
+    "MeshError",
     "NamedArray",
     "NonArrayLeaf",
+    "NotDifferentiable",
+    "Operation",
+    "ParseError",
+    "Program",
+    "RuntimeUnavailable",
     "StaticArgumentError",
+    "TensorType",
     "TransformError",
+    "TypeRuleError",
+    "Value",
+    "backends",
+    "bf16",
+    "bool_",
+    "caches",
+    "checkpoint",
+    "clear_caches",
+    "compile",
+    "config",
+    "core",
+    "custom",
+    "device",
+    "devices",
+    "errors",
+    "f16",
+    "f32",
+    "f64",
     "frontend",
+    "grad",
+    "grad_with",
+    "grad_with_rules",
+    "gradient",
+    "i32",
+    "i64",
+    "interpret",
     "jit",
+    "jvp",
+    "kernel",
+    "linear_transpose",
+    "linearize",
+    "load",
+    "lower",
+    "mesh",
     "named",
+    "nn",
+    "optim",
+    "random",
+    "reference",
+    "run",
+    "save",
+    "shard",
+    "simplify",
+    "spec",
+    "testing",
+    "trace",
+    "transforms",
+    "u8",
+    "value_and_grad",
+    "vjp",
     "vmap",
 ]
-
-# Several devices (issue 21): a named device mesh, the SPMD transform, collectives.
-from . import mesh  # noqa: E402
-from .errors import MeshError  # noqa: E402
-from .mesh import Mesh, shard  # noqa: E402
-
-__all__ += ["Mesh", "MeshError", "mesh", "shard"]
-
-# Checkpoints: trees of named arrays and optimizer states in safetensors files.
-from .checkpoint import load, save  # noqa: E402
-from .errors import CheckpointError  # noqa: E402
-
-__all__ += ["CheckpointError", "load", "save"]

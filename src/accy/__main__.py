@@ -7,12 +7,13 @@ import sys
 
 import numpy as np
 
+import accy
+from accy import f32, nn, spec
+from accy.errors import AccyError
+
 
 def example() -> None:
     """Trace a causal-attention loss over named axes, print it, evaluate it, differentiate it."""
-    import accy
-    from accy import f32, nn, spec
-
     tokens, channels = 4, 3
 
     def attention_loss(builder, args):
@@ -59,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["demo"]:
         from .demo.train import main as demo
-        from .errors import AccyError
 
         try:
             return demo(argv[1:])

@@ -22,7 +22,7 @@ from .backends.devices import Device
 from .core import Program
 
 CompiledProgram = Executable
-"""The type `accy.compile` returns (the name is kept for compatibility)."""
+"""The type `accy.compile` returns (another name of `Executable`)."""
 
 
 def compile(

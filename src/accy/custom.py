@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from .caches import Table
-from .core.builder import Builder, define
+from .core.builder import Builder
 from .core.ir import Operation, Program
 from .core.kinds.control import CUSTOM_CALLS, missing_jvp, missing_vjp
 from .core.kinds.registry import Linear, Zero, describe
@@ -72,6 +72,7 @@ from .kernel.call import KernelCall, KernelCallRegistry
 from .kernel.errors import KernelCallNotFound, KernelError
 from .kernel.limits import Limits
 from .kernel.logical.program import Program as KernelProgram
+from .trace import define
 from .transforms.linearize import linearize
 from .transforms.unroll import apply as unroll
 

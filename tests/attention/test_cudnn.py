@@ -382,8 +382,8 @@ def test_the_steps_read_and_write_the_16_bit_results_in_place(monkeypatch):
     between and after them is only the loss's own work (the cotangent, the gradients' slices),
     counted so that a helper kernel coming back shows."""
     from accy.backends.base import backend_for, compile_artifact
+    from accy.backends.cuda.cudnn import Built
     from accy.backends.cuda.schedule import Launch, Library
-    from accy.kernel.cudnn import Built
 
     # A fresh cache of kernels: the fake steps must not outlive the test.
     monkeypatch.setattr(cudnn_attention, "built", lambda problem: Built(None, {}, 0))

@@ -310,7 +310,7 @@ def test_hessian_vector_product_of_an_mlp_matches_differences_of_its_gradient():
 
 
 def test_custom_call_with_user_rules():
-    from .test_seed import CUSTOM_DOUBLE, DoubleJvpRule, DoubleVjpRule, double_sum_loss
+    from .test_grad_zig import CUSTOM_DOUBLE, DoubleJvpRule, DoubleVjpRule, double_sum_loss
 
     program = define("custom", [spec(f32, lane=4)], double_sum_loss)
     gradient = accy.grad_with_rules(program, (0,), DoubleJvpRule(), DoubleVjpRule())

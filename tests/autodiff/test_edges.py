@@ -149,7 +149,7 @@ def test_prod_gradient_of_the_worked_examples():
 
 def test_prod_with_a_zero_init_parameter():
     # init * prod(x): d/d init = prod(x) = 6 and d/dx = init * (others) = 0, with init = 0
-    # (the old rule divided by init as well).
+    # (a rule that divided by init as well would give NaN here).
     program = define(
         "prod_init", [spec(f32, n=3), spec(f32)], lambda b, x: x[0].reduce(x[1], "prod", "n")
     )
@@ -165,7 +165,7 @@ def test_prod_matches_finite_differences_to_second_order(axes):
 
 
 def test_prod_second_derivative_is_exact_with_zeros():
-    # f = x0 x1 x2: d2f/dx0 dx1 = x2, at x = [0, 0, 3] that is 3 (the old rule gave NaN).
+    # f = x0 x1 x2: d2f/dx0 dx1 = x2, at x = [0, 0, 3] that is 3 (not NaN).
     # Checked through the gradient of the first partial: grad(df/dx0) = [0, x2, x1] = [0, 3, 0].
     def first_partial(b, x):
         inner = define("prod", [spec(f32, n=3)], lambda b, y: y[0].prod("n"))

@@ -1,12 +1,12 @@
 """Reverse mode of a scan recomputes light primal values (arithmetic without transcendentals,
-layout, constants) in the backward scan instead of stacking them (`loops.light_recompute`):
+layout, constants) in the backward scan instead of stacking them (`scan_split.light_recompute`):
 fewer stacked bytes, the same gradient as the unrolled program and finite differences."""
 
 from __future__ import annotations
 
 import accy
 from accy import f32, spec
-from accy.transforms import loops
+from accy.transforms import scan_split
 
 from .test_scan_gradients import _check
 
@@ -35,7 +35,7 @@ def test_light_values_are_recomputed_and_the_gradient_is_unchanged(monkeypatch):
     light = _check(program, wrt=(0, 1), cpu=True)
     # The residuals as they were stacked before: every primal value the linear body reads.
     monkeypatch.setattr(
-        loops,
+        scan_split,
         "light_recompute",
         lambda body, needed, role_of, producer: {
             v for v in needed if v not in role_of and not producer[v].operands

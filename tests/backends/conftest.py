@@ -14,7 +14,7 @@ from ..halves import comparable
 
 @pytest.fixture
 def native_cpu():
-    """Skip unless native CPU artifacts can be built (the seed's requireNativeCpuArtifacts)."""
+    """Skip unless native CPU artifacts can be built (grad.zig's requireNativeCpuArtifacts)."""
     try:
         accy.backends.cpu.find_compiler()
     except accy.RuntimeUnavailable:

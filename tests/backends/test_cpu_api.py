@@ -1,5 +1,5 @@
-"""The execution API over the native CPU backend: the seed's tests that run natively, through
-the seed's own entry points, then buffers, bad input at the boundary, and `accy.compile`."""
+"""The execution API over the native CPU backend: grad.zig's tests that run natively, through
+the fragment API (`accy.compat`), then buffers, bad input at the boundary, and `accy.compile`."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import f32, i32, spec
 from accy.backends.dlpack import KDL_BFLOAT, DLManagedTensor
-from accy.executable import invoke, load_fragment, prepare_invocation
-from accy.gpu.cpu import State
-from accy.lower import FragmentCompilerOptions, compile_fragment
+from accy.compat.executable import invoke, load_fragment, prepare_invocation
+from accy.compat.gpu.cpu import State
+from accy.compat.lower import FragmentCompilerOptions, compile_fragment
 
 
 def elementwise_loss(b, args):
@@ -25,7 +26,7 @@ def lane_specs(count):
     return [spec(f32, lane=4)] * count
 
 
-# -- the seed's native tests ---------------------------------------------------------------------
+# -- grad.zig's native tests ----------------------------------------------------------------------
 
 
 def test_grad_of_a_plain_sum_runs_natively(native_cpu):
@@ -33,7 +34,7 @@ def test_grad_of_a_plain_sum_runs_natively(native_cpu):
     differentiated = accy.grad(source, wrt=(0,))
     gradient = np.zeros(4, np.float32)
     x = np.array([1, 2, 3, 4], np.float32)
-    accy.execute.run_cpu(differentiated, [x.tobytes()], [gradient])
+    accy.compat.execute.run_cpu(differentiated, [x.tobytes()], [gradient])
     assert gradient.tolist() == [1.0, 1.0, 1.0, 1.0]
 
 
@@ -50,7 +51,7 @@ def test_grad_executes_with_an_unused_parameter(native_cpu):
     table = np.array([0.5, -1.0, 2.0, 0.25, 3.0, -2.0, 1.5, 0.75], np.float32)
     indices = np.array([2, 0, 2], np.int32)
     table_grad = bytearray(np.full(8, -1.0, np.float32).tobytes())
-    accy.execute.run_cpu(differentiated, [table, memoryview(indices)], [table_grad])
+    accy.compat.execute.run_cpu(differentiated, [table, memoryview(indices)], [table_grad])
     expected = [1.0, 1.0, 0.0, 0.0, 2.0, 2.0, 0.0, 0.0]
     assert np.frombuffer(table_grad, np.float32).tolist() == expected
 
@@ -65,7 +66,7 @@ def test_value_and_grad_computes_loss_and_gradients_in_one_launch(native_cpu):
         np.zeros(4, np.float32),
         np.zeros(4, np.float32),
     )
-    accy.execute.run_cpu(combined, [x, y], [loss, x_grad, y_grad])
+    accy.compat.execute.run_cpu(combined, [x, y], [loss, x_grad, y_grad])
     assert loss == pytest.approx(5.5)
     assert x_grad.tolist() == y.tolist()
     assert y_grad.tolist() == x.tolist()
@@ -101,7 +102,7 @@ def test_noncanonical_dot_general_gradients(native_cpu):
     lhs = np.array([1, 2, 3, 4, 5, 6], np.float32)
     rhs = np.array([0.5, -1.0, 2.0, 0.25, -0.75, 1.5], np.float32)
     lhs_grad, rhs_grad = np.zeros(6, np.float32), np.zeros(6, np.float32)
-    accy.execute.run_cpu(differentiated, [lhs, rhs], [lhs_grad, rhs_grad])
+    accy.compat.execute.run_cpu(differentiated, [lhs, rhs], [lhs_grad, rhs_grad])
     rhs_rows, lhs_rows = rhs.reshape(3, 2).sum(1), lhs.reshape(3, 2).sum(1)
     np.testing.assert_allclose(lhs_grad.reshape(3, 2), np.repeat(rhs_rows[:, None], 2, 1))
     np.testing.assert_allclose(rhs_grad.reshape(3, 2), np.repeat(lhs_rows[:, None], 2, 1))
@@ -126,8 +127,8 @@ def test_value_and_grad_matches_finite_differences_through_causal_attention(nati
     inputs = [rng.uniform(-1, 1, (4, 3)).astype(np.float32) for _ in range(3)]
     mask = np.where(np.tril(np.ones((4, 4))) > 0, 0.0, -30.0).astype(np.float32)
     outputs = [np.zeros((), np.float32)] + [np.zeros((4, 3), np.float32) for _ in range(3)]
-    accy.execute.run_cpu(combined, [*inputs, mask], outputs)
-    loss_executor = accy.execute.Cpu(source)
+    accy.compat.execute.run_cpu(combined, [*inputs, mask], outputs)
+    loss_executor = accy.compat.execute.Cpu(source)
     step = 0.01
     for tensor in range(3):
         for element in range(12):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import f32, spec
 from accy.backends.cpu import toolchain
 from accy.backends.cpu.compile import compile_program
@@ -109,9 +110,9 @@ def test_an_entry_that_does_not_load_is_rebuilt_in_a_private_folder(native_cpu):
     compiled.library_path.write_bytes(b"not a shared object")
     compiled.library_path.with_suffix(".sha256").write_text(_bound_digest(compiled.library_path))
     with pytest.warns(accy.errors.CacheWarning, match="cannot load"):
-        fragment = accy.executable.load_fragment(None, compiled)
+        fragment = accy.compat.executable.load_fragment(None, compiled)
     out = np.zeros(3, np.float32)
-    accy.executable.invoke(fragment, [np.ones(3, np.float32)], [out])
+    accy.compat.executable.invoke(fragment, [np.ones(3, np.float32)], [out])
     assert out.tolist() == [7.0, 7.0, 7.0]
 
 

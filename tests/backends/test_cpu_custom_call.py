@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import f32, spec
-from accy.lower import FragmentCompilerOptions
+from accy.compat.lower import FragmentCompilerOptions
 
 SCALE_AND_SHIFT = """
 void fake_scale_shift(float *dst, const float *x, const float *shift) {
@@ -75,7 +76,7 @@ def test_custom_calls_run_the_registered_kernel(native_cpu):
 def test_a_call_without_a_kernel_fails_at_compile_time_naming_it(native_cpu, registry):
     options = FragmentCompilerOptions(kernel_call_registry=registry)
     with pytest.raises(accy.AccyError, match="custom_call 'test.scale_shift' version 2 has no"):
-        accy.lower.compile_fragment(None, program_with_calls(), options)
+        accy.compat.lower.compile_fragment(None, program_with_calls(), options)
 
 
 def test_the_kernel_checks_the_call(native_cpu):
@@ -85,7 +86,7 @@ def test_the_kernel_checks_the_call(native_cpu):
     program = accy.trace.define("mismatch", [spec(f32, lane=4), spec(f32)], body)
     options = FragmentCompilerOptions(kernel_call_registry=FakeRegistry(KERNEL))
     with pytest.raises(accy.AccyError, match="the result must be f32\\[lane=4\\]"):
-        accy.lower.compile_fragment(None, program, options)
+        accy.compat.lower.compile_fragment(None, program, options)
 
 
 def test_a_kernel_that_does_not_compile_is_a_compile_error(native_cpu):
@@ -94,4 +95,4 @@ def test_a_kernel_that_does_not_compile_is_a_compile_error(native_cpu):
     )
     options = FragmentCompilerOptions(kernel_call_registry=FakeRegistry(broken))
     with pytest.raises(accy.CompileError, match="the C compiler rejected"):
-        accy.lower.compile_fragment(None, program_with_calls(), options)
+        accy.compat.lower.compile_fragment(None, program_with_calls(), options)

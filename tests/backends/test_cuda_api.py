@@ -1,4 +1,4 @@
-"""The CUDA backend through its public entry points, on a GPU: the seed's fragment API over
+"""The CUDA backend through its public entry points, on a GPU: the fragment API (`accy.compat`) over
 host and device buffers, `accy.compile` over CuPy, PyTorch and JAX arrays, one graph launch per
 call, bad input, the TF32 compile option."""
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import f32, i32, spec
 from accy.backends.cuda import runtime
 
@@ -35,10 +36,10 @@ def _expected(x, w):
 
 
 def _fragment(program, registry=None):
-    handle = accy.gpu.cuda.State.init_device(0).handle()
-    options = accy.lower.FragmentCompilerOptions("cuda_ptx", registry)
-    compiled = accy.lower.compile_fragment(handle, program, options)
-    return accy.executable.load_fragment(handle, compiled, options)
+    handle = accy.compat.gpu.cuda.State.init_device(0).handle()
+    options = accy.compat.lower.FragmentCompilerOptions("cuda_c", registry)
+    compiled = accy.compat.lower.compile_fragment(handle, program, options)
+    return accy.compat.executable.load_fragment(handle, compiled, options)
 
 
 def _inputs(seed=0):
@@ -52,9 +53,9 @@ def test_invoke_takes_host_and_device_buffers_in_any_mix(cupy):
     fragment = _fragment(_affine())
     x, w = _inputs()
     host_out = [np.full((6, 4), -1, np.float32), np.full((), -1, np.float32)]
-    accy.executable.invoke(fragment, [x.tobytes(), cupy.asarray(w)], host_out)
+    accy.compat.executable.invoke(fragment, [x.tobytes(), cupy.asarray(w)], host_out)
     device_out = [cupy.full((6, 4), -1, cupy.float32), cupy.full((), -1, cupy.float32)]
-    accy.executable.invoke(fragment, [cupy.asarray(x), w], device_out)
+    accy.compat.executable.invoke(fragment, [cupy.asarray(x), w], device_out)
     for got in (host_out, [cupy.asnumpy(d) for d in device_out]):
         for value, expected in zip(got, _expected(x, w), strict=True):
             np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-5)
@@ -63,7 +64,7 @@ def test_invoke_takes_host_and_device_buffers_in_any_mix(cupy):
 def test_prepared_bindings_launch_again_and_read_outputs_to_host_or_device(cupy):
     fragment = _fragment(_affine())
     x, w = _inputs(1)
-    bindings = accy.executable.prepare_invocation(fragment, [x, cupy.asarray(w)])
+    bindings = accy.compat.executable.prepare_invocation(fragment, [x, cupy.asarray(w)])
     with pytest.raises(accy.AccyError, match="launch"):
         bindings.read_output(0, np.zeros((6, 4), np.float32))
     for _ in range(3):
@@ -84,14 +85,14 @@ def test_bad_buffers_are_refused_before_anything_runs(cupy):
     x, w = _inputs()
     out = [cupy.zeros((6, 4), cupy.float32), cupy.zeros((), cupy.float32)]
     with pytest.raises(accy.InvalidInput, match="input 1: .* 40 bytes"):
-        accy.executable.invoke(fragment, [x, cupy.zeros(10, cupy.float32)], out)
+        accy.compat.executable.invoke(fragment, [x, cupy.zeros(10, cupy.float32)], out)
     with pytest.raises(accy.InvalidInput, match="dtype int32"):
-        accy.executable.invoke(fragment, [cupy.zeros((6, 5), cupy.int32), w], out)
+        accy.compat.executable.invoke(fragment, [cupy.zeros((6, 5), cupy.int32), w], out)
     with pytest.raises(accy.InvalidInput, match="takes 2 inputs"):
-        accy.executable.invoke(fragment, [x], out)
+        accy.compat.executable.invoke(fragment, [x], out)
     with pytest.raises(accy.InvalidInput, match="overlaps"):
         shared = cupy.asarray(x)
-        accy.executable.invoke(fragment, [shared, w], [shared.ravel()[:24], out[1]])
+        accy.compat.executable.invoke(fragment, [shared, w], [shared.ravel()[:24], out[1]])
 
 
 def test_compile_takes_cupy_arrays_and_returns_cupy_arrays(cupy):

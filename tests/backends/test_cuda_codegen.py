@@ -9,6 +9,7 @@ import sys
 import pytest
 
 import accy
+import accy.compat
 from accy import bf16, f16, f32, spec
 from accy.backends.cuda import compile_program, cublas
 from accy.backends.cuda.reductions import choose_cut
@@ -94,16 +95,16 @@ def test_a_custom_call_is_an_external_launch_with_staged_buffers():
 
 
 def test_importing_accy_never_imports_cupy():
-    code = "import sys, accy; accy.gpu.cuda.platform_supported(); print('cupy' in sys.modules)"
+    code = "import sys, accy; accy.backends.cuda.platform_supported(); print('cupy' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
 
 
 def test_compile_fragment_makes_a_cuda_artifact_without_a_gpu():
     program = accy.trace.define("twice", [spec(f32, lane=4)], lambda b, a: a[0] * 2.0)
-    options = accy.lower.FragmentCompilerOptions(artifact_format="cuda_ptx")
-    compiled = accy.lower.compile_fragment(accy.gpu.cuda.Handle(), program, options)
-    assert compiled.artifact_format == "cuda_ptx"
+    options = accy.compat.lower.FragmentCompilerOptions(artifact_format="cuda_c")
+    compiled = accy.compat.lower.compile_fragment(accy.compat.gpu.cuda.Handle(), program, options)
+    assert compiled.artifact_format == "cuda_c"
     assert [type(a) for a in compiled.schedule.actions] == [Launch]
     assert 'extern "C" __global__' in compiled.source
 
@@ -197,7 +198,7 @@ def test_without_a_gpu_cuda_tests_skip_naming_the_gate():
     assert reason is None or reason.startswith("cuda gate: ")
     if reason is not None:
         with pytest.raises(accy.RuntimeUnavailable):
-            accy.gpu.cuda.State.init_device(0)
+            accy.compat.gpu.cuda.State.init_device(0)
 
 
 def test_a_missing_custom_kernel_is_named_at_compile_time():

@@ -2,7 +2,7 @@
 cond's branches and a while_loop's body they read pool tables as elsewhere; in a scan run as a
 WHILE node their pointer arrays are entries of the scan's region, which the step kernel
 rewrites every iteration (`StepContext.region`). With the flag off, contractions there are
-accy's kernels (the old path). Values against NumPy and the unrolled schedule, both ways."""
+accy's kernels. Values against NumPy and the unrolled schedule, both ways."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_gemms_inside_while_nodes_follow_the_flag(cublas_inside, configure):
 
 
 def test_gemms_inside_if_nodes_stay_kernels(cublas_inside):
-    # On the H200 (session 5) cuBLAS GEMMs of 256 x 256 x 256 in a cond's branches made the
+    # On the H200 cuBLAS GEMMs of 256 x 256 x 256 in a cond's branches made the
     # graph fail to instantiate (cudaErrorInvalidValue); the same GEMMs in WHILE bodies ran.
     inside = [g for g, within in _gemms(compile_program(_matrix_cond()).schedule.actions) if within]
     assert inside == []
@@ -131,7 +131,7 @@ def test_a_while_node_scan_gemm_reads_pointer_arrays_in_the_region(configure):
 
 
 def test_cublas_dot_products_inside_a_branch_stay_kernels():
-    # A 1 x 1 x 3 cuBLAS dot product in an IF node failed to instantiate on the H200 (session 3).
+    # A 1 x 1 x 3 cuBLAS dot product in an IF node failed to instantiate on the H200.
     program = define(
         "dot_in_cond",
         [spec(accy.bool_), spec(f32, k=3), spec(f32, k=3)],

@@ -82,7 +82,7 @@ def _fake_cudnn(setattr_, workspace=lambda: 0) -> None:
     import accy.attention.signature
     from accy.attention import cuda as cudnn_attention
     from accy.backends.cuda import cudnn_conv
-    from accy.kernel.cudnn import Built
+    from accy.backends.cuda.cudnn import Built
 
     setattr_(accy.attention.signature, "FUSED_MIN_SCORES", 0)
     setattr_(cudnn_attention, "built", lambda p: Built(None, {}, workspace()))

@@ -38,7 +38,7 @@ def _weight_gradient(dtype, b=3, h=2, t=70, d=33, e=5):
 
 def _from_transposed_view(dtype, b=2, h=3, t=40, d=66, e=4):
     # The operand is a transposed view of the stored [b, h, t, d]: walked in its own order
-    # (d before t) the old kernel wrote coalesced but read with a stride of d.
+    # (d before t) a kernel writes coalesced but reads with a stride of d.
     return accy.trace.define(
         "from_transposed_view",
         [spec(dtype, b=b, h=h, t=t, d=d), spec(dtype, b=b, t=t, e=e)],

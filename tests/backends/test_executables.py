@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import f32, spec
 from accy.backends import base
 from accy.backends.cpu import compile_count
@@ -98,7 +99,8 @@ def test_a_native_library_is_unmapped_once_no_executable_uses_it(native_cpu, mon
         "unmapped_when_dropped", [spec(f32, n=7)], lambda b, a: (a[0] * 5.0).exp().sum()
     )
     first = accy.compile(program)
-    second = accy.execute.Cpu(scale("unmapped_other")).fragment  # evicts `first` from the cache
+    # evicts `first` from the cache:
+    second = accy.compat.execute.Cpu(scale("unmapped_other")).fragment
     path = first.compiled.library_path
     call = first.__call__
     assert mapped(path)
@@ -116,10 +118,11 @@ def test_a_program_without_inputs_and_outputs_runs_in_a_fresh_process(native_cpu
     script = textwrap.dedent(
         """
         import accy
+        import accy.compat
         program = accy.Builder("nothing").build([])
         print(accy.compile(program)(), accy.compile(program, "reference")())
-        accy.execute.run_cpu(program, [], [])
-        accy.execute.Cpu(program).launch([], [])
+        accy.compat.execute.run_cpu(program, [], [])
+        accy.compat.execute.Cpu(program).launch([], [])
         print("ran")
         """
     )

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import f32, f64, spec
 from accy.kernel import KernelCallNotFound, KernelError, Limits
 from accy.kernel.examples import custom_double_kernel, map_kernel
@@ -224,7 +225,7 @@ def test_user_rules_are_consulted_before_the_record():
 
 
 def test_a_linear_call_in_a_jvp_rule_is_transposed_by_the_vjp_rule():
-    # The seed's contracts as one record: double is linear, so its JVP applies it to the tangent
+    # grad.zig's contracts as one record: double is linear, so its JVP applies it to the tangent
     # and its VJP to the cotangent.
     double = accy.CustomCall(
         "test.linear_double",
@@ -286,9 +287,9 @@ def test_grad_on_the_native_cpu_links_the_records_kernels():
     want_loss, want_gradient = expected_cubic(X)
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
     np.testing.assert_allclose(gradient, want_gradient, rtol=1e-5, atol=1e-6)
-    # The seed's fragment API finds the kernels too.
-    options = accy.lower.FragmentCompilerOptions()
-    compiled = accy.lower.compile_fragment(None, combined, options)
+    # The fragment API (accy.compat) finds the kernels too.
+    options = accy.compat.lower.FragmentCompilerOptions()
+    compiled = accy.compat.lower.compile_fragment(None, combined, options)
     assert "accy_kernel_record_square_backward4" in compiled.source
 
 
@@ -324,10 +325,10 @@ def test_the_registry_for_a_program_keeps_explicit_kernels_first_and_is_reused()
 def test_a_record_without_a_kernel_for_the_backend_is_kernel_call_not_found():
     # Compiling links kernels before any device is opened, so this needs no GPU.
     _, _, source = square_records("cpu")
-    options = accy.lower.FragmentCompilerOptions("cuda_ptx")
+    options = accy.compat.lower.FragmentCompilerOptions("cuda_c")
     expected = "'test.kernel_square'.*no kernel for 'cuda_ptx'.*kernels for: cpu_object"
     with pytest.raises(KernelCallNotFound, match=expected):
-        accy.lower.compile_fragment(None, source, options)
+        accy.compat.lower.compile_fragment(None, source, options)
 
 
 def test_a_kernel_built_for_another_target_is_rejected():

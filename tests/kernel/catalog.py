@@ -610,7 +610,7 @@ REDUCTIONS = [
 
 
 # ---------------------------------------------------------------------------------------------
-# the seed's kernel, and a large launch
+# grad.zig's kernel, and a large launch
 
 
 def _double_expected(x: np.ndarray) -> np.ndarray:

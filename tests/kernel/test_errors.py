@@ -488,7 +488,7 @@ def test_missing_c_compiler(monkeypatch):
     monkeypatch.setenv("CC", "")
     monkeypatch.setenv("PATH", "")
     with pytest.raises(accy.RuntimeUnavailable, match="no C compiler found"):
-        toolchain.c_compiler()
+        toolchain.find_compiler("accy.kernel")
 
 
 def test_a_parameter_in_another_kernels_scope():

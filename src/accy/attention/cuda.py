@@ -40,14 +40,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends.cuda import cudnn as cudnn_library
+from ..backends.cuda.cudnn import ALIGN, Built, Decline, handle
 from ..caches import memoized
 from ..codegen.c.dialect import CUDA
 from ..config import config
 from ..core.types import TensorType, bf16, f16
 from ..errors import ConfigurationError
-from ..kernel import cudnn as cudnn_library
 from ..kernel.call import KernelCall
-from ..kernel.cudnn import ALIGN, Built, Decline, handle
 from .signature import Signature, backward_type, check, element_strides, packed_type
 
 log = logging.getLogger("accy.attention.cuda")
@@ -83,7 +83,7 @@ class Settings:
       instead. Default 0 (never declines for this), or `$ACCY_CUDNN_MIN_BLOCKS`: on the H200,
       the `attention` workload's one head of 2,048 tokens with a bias (16 blocks on 132 SMs)
       took 166 us a step through cuDNN and 197 us composed (`tools/gpt2_profile.py
-      --workload attention`, session 7).
+      --workload attention`).
 
     >>> Settings().plan, Settings(plan="fastest").plan
     ('heuristic', 'fastest')
@@ -444,7 +444,7 @@ def query_chunks(b: int, h: int, tokens: int, causal: bool) -> int:
     one per 128 queries: one long head keeps a few of the GPU's 132 SMs busy. As grouped-query
     heads the chunks multiply that, and cuDNN sums dK and dV over them. On the H200, one head
     of 2,048 tokens with a bias (the `attention` workload): forward 53 -> 39 us, backward
-    90 -> 44 us with 16 chunks of 128 rows (`tools/device/cudnn_split_probe.py`). Chunks
+    90 -> 44 us with 16 chunks of 128 rows (cuDNN's graphs timed alone). Chunks
     halve while each keeps at least 128 rows; never with a causal mask (its diagonal is the
     whole sequence's, not each chunk's) or several heads.
 

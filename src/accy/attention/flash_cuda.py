@@ -29,7 +29,7 @@ other dtypes, a bias, a dim extent that is not a multiple of 4 or above 64 (a re
 dims are held by 16 threads of 4), or empty axes.
 
 Measured on the H200 at GPT-2 small's shape (8 x 12 heads, 1,024 tokens, dim 64, causal;
-`tools/device/flash_f32.py`): forward 0.390 ms, backward 1.051 ms, against PyTorch's SDPA in
+`tools/flash_attention_f32.py`): forward 0.390 ms, backward 1.051 ms, against PyTorch's SDPA in
 f32 (its memory-efficient kernels) 0.490 and 1.202 ms; the composition took 3.2 ms a layer.
 """
 
@@ -42,11 +42,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.cuda.cudnn import ALIGN
 from ..caches import memoized
 from ..codegen.c.dialect import CUDA
 from ..core.types import TensorType, f32
 from ..kernel.call import KernelCall
-from ..kernel.cudnn import ALIGN
 from .signature import (
     Shape,
     Signature,
@@ -63,7 +63,7 @@ BLOCK = 64  # query rows and key rows of a block (the tile of scores a thread bl
 GROUP = BLOCK // 4  # threads that share a row of scores: each holds 4 of its keys
 # Rows of each 64 x 64 product a forward thread holds (with 4 columns): 8 (128 threads a
 # block) or 4 (256 threads, which read more shared float4 per multiply-add: 0.431 against
-# 0.389 ms on the H200 at GPT-2's shape, tools/device/flash_f32.py).
+# 0.389 ms on the H200 at GPT-2's shape, tools/flash_attention_f32.py).
 FORWARD_TILE_ROWS = 8
 BACKWARD_THREADS = 256  # two halves of 8 x GROUP threads (see flash_backward_key)
 LOG2E = 1.0 / math.log(2.0)
@@ -353,7 +353,7 @@ __device__ __forceinline__ void query_block(int *qb, long long *b) {
    rows rt + F_STEP e (e < FTR) against keys ct + GROUP f of each key block, and the output of
    those rows at dims 4 ct ... 4 ct + 3. Scores are in base 2 (q is scaled by SCALE2 when
    loaded). Three blocks an SM: 3 x 128 threads leave each at most 170 registers (168 used at
-   dim 64, session 9) and 3 x 70 KB of shared memory fit the SM's 228 KB. */
+   dim 64) and 3 x 70 KB of shared memory fit the SM's 228 KB. */
 extern "C" __global__ void __launch_bounds__(F_THREADS, 3)
 flash_forward(float *__restrict__ dst, const float *__restrict__ q, const float *__restrict__ k,
               const float *__restrict__ v) {

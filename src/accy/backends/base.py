@@ -32,7 +32,6 @@ from ..config import config
 from ..core import Program
 from ..custom import inline_declined, kernel_registry_for
 from ..errors import AccyError
-from ..lower.artifacts import register_artifact_compiler
 from .buffers import Layout, addresses_of, check_readable
 from .devices import BACKENDS, CPU, Device, as_device
 
@@ -137,12 +136,10 @@ class Bindings:
         self._outputs = [np.empty(t.nbytes, dtype=np.uint8) for t in executable.output_types]
         self._launched = False
 
-    def launch(self, options: Any = None) -> None:
-        """Run the program on the bound inputs (`options` is accepted and unused)."""
+    def launch(self) -> None:
+        """Run the program on the bound inputs."""
         self.executable.run_checked(self._inputs, self._outputs)
         self._launched = True
-
-    launch_with_options = launch
 
     def read_output(self, index: int, buffer: Any) -> None:
         """Copy output `index` of the last launch into the writable `buffer`."""
@@ -179,14 +176,9 @@ DEVICES: dict[str, Backend] = BACKENDS
 
 
 def register_backend(backend: Backend) -> None:
-    """Make `backend` the one for its platform's devices; a native backend's artifact compiler
-    is registered with `accy.lower.compile_fragment` too."""
+    """Make `backend` the one for its device (a native one also loads its artifact format:
+    `native_backend_for`)."""
     DEVICES[backend.device] = backend
-    artifact_format = getattr(backend, "artifact_format", None)
-    if artifact_format is not None:
-        register_artifact_compiler(
-            artifact_format, lambda program, registry: compile_artifact(backend, program, registry)
-        )
 
 
 def compile_artifact(backend: NativeBackend, program: Program, kernel_call_registry: Any) -> Any:
@@ -194,8 +186,8 @@ def compile_artifact(backend: NativeBackend, program: Program, kernel_call_regis
     `kernel_call_registry`, else to those of their registered `accy.CustomCall` records."""
     # A call whose record has no kernel for these operands (on this backend) runs as its
     # fallback composition.
-    program = inline_declined(program, backend.artifact_format)
-    registry = kernel_registry_for(program, backend.artifact_format, kernel_call_registry)
+    program = inline_declined(program, backend.device)
+    registry = kernel_registry_for(program, backend.device, kernel_call_registry)
     return backend.compile_artifact(program, registry)
 
 

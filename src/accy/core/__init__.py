@@ -7,7 +7,7 @@ type-checked emission) → `text` (the parser). Tracing, transformations, interp
 parser all build programs through `builder`.
 """
 
-from .builder import Builder, check_operation, define
+from .builder import Builder, check_operation
 from .ir import SYNTHETIC_ID, Attrs, Operation, Program, format_program
 from .kinds import RULES, Linear, Rule, Zero, rule_for
 from .operations import OpsApi, axis_tuple
@@ -33,7 +33,6 @@ __all__ = [
     "bf16",
     "bool_",
     "check_operation",
-    "define",
     "f16",
     "f32",
     "f64",

@@ -1,9 +1,10 @@
-"""Building programs: the one type-checked emission, `Builder`, and `define`.
+"""Building programs: the one type-checked emission, `Builder`, and `trace_into`.
 
 `check_operation` runs a kind's arity check and type rule; every operation that enters a
 program goes through it, whether traced (`Builder.emit`), parsed (`accy.core.text`) or emitted
 by a transformation (`accy.interpret.Emitter`). `Builder` records checked operations into a
-`Program`; `define(name, specs, body)` traces a Python function into one.
+`Program`; `trace_into(builder, specs, body)` traces a Python function into one (the entry
+point, `define`, is `accy.trace`'s).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class Builder(OpsApi):
 
     def subprogram(self, name: str, specs: Sequence[TensorType], body: Callable) -> Program:
         """Trace `body(builder, args)` into a Program of its own (a scan's body)."""
-        return define(name, specs, body)
+        return trace_into(Builder(name), specs, body)[0]
 
     def capturing_subprogram(
         self, name: str, specs: Sequence[TensorType], body: Callable
@@ -119,7 +120,7 @@ class Builder(OpsApi):
         >>> len(body.parameters), captured == [w]
         (2, True)
         """
-        return _define(Builder(name, parent=self), specs, body)
+        return trace_into(Builder(name, parent=self), specs, body)
 
     def _innermost(self, operands: list[Any]) -> Builder:
         inner = self
@@ -176,24 +177,18 @@ class Builder(OpsApi):
         )
 
 
-def define(
-    name: str,
-    specs: Sequence[TensorType],
-    body: Callable[[Builder, list[Value]], Any],
-) -> Program:
-    """Trace `body(builder, args)` with one traced Value per spec and return the Program.
+def trace_into(
+    builder: Builder, specs: Sequence[TensorType], body: Callable
+) -> tuple[Program, list]:
+    """Trace `body(builder, args)` into `builder`, with one parameter per spec: the Program and
+    the values it captured from enclosing builders.
 
     >>> import accy
-    >>> p = accy.trace.define("loss", [accy.spec(accy.f32, lane=4)] * 2,
-    ...                       lambda b, args: (args[0] * args[1]).sum("lane"))
-    >>> [float(v) for v in accy.reference.run(p, [[1, 2, 3, 4], [1, 1, 1, 1]])]
-    [10.0]
+    >>> twice = lambda b, a: a[0] * 2.0
+    >>> program, captured = trace_into(Builder("twice"), [accy.spec(accy.f32, n=2)], twice)
+    >>> program.count("mul"), captured
+    (1, [])
     """
-    program, _ = _define(Builder(name), specs, body)
-    return program
-
-
-def _define(builder: Builder, specs: Sequence[TensorType], body: Callable) -> tuple[Program, list]:
     args = [builder.parameter(spec) for spec in specs]
     try:
         outputs = body(builder, args)

@@ -1,4 +1,5 @@
-"""`Value`: a traced tensor, an SSA value of one `Builder`, with its named-axis type.
+"""`Value`: a traced tensor, an SSA value of one builder (an `OpsApi`: `Builder` while tracing,
+an interpreter's emitter in a transformation), with its named-axis type.
 
 Its methods and Python operators forward to the builder's named-axis operations (`OpsApi`), so
 `x * 2.0`, `x.sum("token")` and `q.contract(k, "channel")` record operations while tracing.
@@ -7,14 +8,10 @@ Its methods and Python operators forward to the builder's named-axis operations 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from ..errors import AccyError
-from .operations import is_axis_argument
+from .operations import OpsApi, is_axis_argument
 from .types import DType, TensorType
-
-if TYPE_CHECKING:
-    from .builder import Builder
 
 
 class Value:
@@ -26,7 +23,7 @@ class Value:
 
     __slots__ = ("builder", "index", "ty")
 
-    def __init__(self, builder: Builder, index: int, ty: TensorType):
+    def __init__(self, builder: OpsApi, index: int, ty: TensorType):
         self.builder = builder
         self.index = index
         self.ty = ty

@@ -21,6 +21,7 @@ from ..config import config
 from ..core.types import dtype_named, f32
 from ..errors import AccyError
 from ..frontend import NamedArray, jit, named, value_and_grad
+from ..mesh import Mesh, shard
 from .common import TrainingState, demo_dependency, host, load_checkpoint, save_checkpoint
 from .data import VOCAB, SortingTask
 from .model import Config, initial_parameters, logits, loss, parameter_specs
@@ -163,8 +164,6 @@ class Model:
 def data_parallel(train_step, gpus: int, device: str, distributed):
     """`train_step` data-parallel over `gpus` devices (the batch split, gradients summed): one
     process per GPU on "cuda" (`distributed`), else a mesh simulated in this process."""
-    from ..mesh import Mesh, shard
-
     mesh = distributed.mesh if distributed is not None else Mesh(range(gpus), "data")
     return shard(train_step, mesh, {"batch": "data"}, device=device, distributed=distributed)
 

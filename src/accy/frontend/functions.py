@@ -22,8 +22,8 @@ import optree
 from .. import gradient
 from ..caches import Group, register
 from ..core import Program, Value
-from ..core.builder import define
 from ..errors import GradientRequiresScalarOutput
+from ..trace import define
 from ..transforms.simplify import simplify
 from .errors import TransformError
 from .named import NamedArray, check_device

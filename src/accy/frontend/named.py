@@ -30,6 +30,8 @@ from ..core.builder import Builder
 from ..core.operations import OpsApi
 from ..core.types import DType, TensorType, bool_, dtype_of_numpy, f32, i32
 from ..errors import AccyError, AxisError
+from ..reference import run as reference_run
+from ..trace import define
 from .errors import DeviceMismatch
 
 
@@ -348,15 +350,11 @@ class EagerOps(OpsApi):
         if kind == "constant" and not is_array(attrs["value"]):
             host = np.full(ty.extents, attrs["value"], ty.dtype.numpy)
         else:
-            from ..reference import run as reference_run
-
             builder = Builder(f"eager_{kind}")
             host = reference_run(builder.build(builder.emit(kind, [], attrs)), [])[0]
         return NamedArray(self.device.put(host), intern(ty), self.device)
 
     def subprogram(self, name: str, specs: Sequence[TensorType], body):
-        from ..core.builder import define
-
         return define(name, specs, body)
 
 

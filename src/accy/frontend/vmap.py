@@ -17,8 +17,8 @@ import optree
 
 from ..backends.devices import REFERENCE
 from ..core import Program
-from ..core.builder import define
 from ..errors import AxisError
+from ..trace import define
 from ..transforms.batch import batch
 from ..transforms.simplify import simplify
 from .errors import TransformError

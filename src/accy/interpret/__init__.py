@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..core.builder import Builder, check_operation, define
+from ..core.builder import Builder, check_operation
 from ..core.ir import SYNTHETIC_ID, Operation, Program
 from ..core.operations import OpsApi
 from ..core.walk import Inline, run
+from ..trace import define
 
 
 class Semantics(Protocol):

@@ -216,8 +216,8 @@ class KernelCall:
 
 
 class KernelCallRegistry:
-    """Kernel calls by (target, version), as `FragmentCompilerOptions(kernel_call_registry=...)`
-    takes them.
+    """Kernel calls by (target, version), as
+    `accy.compile(program, device, kernel_call_registry=...)` takes them.
 
     >>> import accy
     >>> registry = accy.kernel.KernelCallRegistry()

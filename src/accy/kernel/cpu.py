@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -16,8 +16,27 @@ from .errors import KernelCallMismatch
 from .ir import RESULT
 from .toolchain import load_shared_library
 
-if TYPE_CHECKING:
-    from .call import KernelCall
+
+class KernelCall(Protocol):
+    """What running a kernel call on the CPU reads of it (`accy.kernel.call.KernelCall` has it
+    all; this module sits below that one, which runs its calls through `run_on_cpu`)."""
+
+    symbol: str
+    c_source: str
+    parameters: tuple[tuple[str, DType], ...]
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def operand_parameters(self) -> tuple[tuple[str, DType], ...]: ...
+
+    @property
+    def result_dtype(self) -> DType: ...
+
+    def extent_of(self, parameter: str) -> int: ...
+
+    def check_call(self, operand_types: Sequence[TensorType], result_type: TensorType) -> None: ...
 
 
 class CpuLibrary:

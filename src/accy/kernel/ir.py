@@ -8,13 +8,16 @@ variable, so that lowering (`accy.kernel.lower`) only has to print records in or
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core.types import DType
 
-if TYPE_CHECKING:
-    from .logical.scope import Scope
-    from .logical.values import Value
+
+class IndexScope(Protocol):
+    """A scope that gives a loop position as a value (`accy.kernel.logical.scope.Scope`, which
+    builds on these records)."""
+
+    def index_value(self, index: Index1D) -> Any: ...
 
 
 RESULT = "dst"  # the parameter bound to the custom call's result: the only one a kernel writes
@@ -60,7 +63,7 @@ class Index1D:
     def components(self) -> tuple[Index1D, ...]:
         return (self,)
 
-    def value(self, inner: Scope) -> Value:
+    def value(self, inner: IndexScope) -> Any:
         """The position as an i64 value, for arithmetic.
 
         >>> import accy

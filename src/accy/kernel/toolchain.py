@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..codegen import cache
+from ..codegen.compiler import find_compiler
 from ..config import config
 from ..errors import CompileError, RuntimeUnavailable
 
@@ -58,21 +59,6 @@ def _partial(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
 
 
-def c_compiler() -> str:
-    """`$CC`, else cc or gcc or clang from PATH.
-
-    >>> import os
-    >>> os.path.isabs(c_compiler())
-    True
-    """
-    candidates = [config.environment("CC") or "", "cc", "gcc", "clang"]
-    for candidate in filter(None, candidates):
-        found = shutil.which(candidate)
-        if found:
-            return found
-    raise RuntimeUnavailable("no C compiler found (set CC, or install gcc or clang)")
-
-
 def _run(command: list[str], what: str, source: Path, into_cache: bool = False) -> None:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0 and cache.out_of_space(result.stderr):
@@ -94,17 +80,17 @@ def check_c_source(source: str, what: str, *, strict: bool = False) -> None:
     """
     path = _source_file(source, ".c")
     flags = list(STRICT_C_FLAGS if strict else ("-std=c11",))
-    _run([c_compiler(), *flags, "-fsyntax-only", str(path)], what, path)
+    _run([find_compiler("accy.kernel").path, *flags, "-fsyntax-only", str(path)], what, path)
 
 
 def _library_step(source: str, what: str):
-    compiler = c_compiler()
+    compiler = find_compiler("accy.kernel")
     flags = (*STRICT_C_FLAGS, "-O1", "-shared", "-fPIC")
-    entry_key = cache.key(CACHE_VERSION, cache.file_identity(compiler), " ".join(flags), source)
+    entry_key = cache.key(CACHE_VERSION, compiler.identity, " ".join(flags), source)
 
     def compile(output: Path) -> None:
         path = _source_file(source, ".c")
-        _run([compiler, *flags, str(path), "-o", str(output), "-lm"], what, path, True)
+        _run([compiler.path, *flags, str(path), "-o", str(output), "-lm"], what, path, True)
 
     return entry_key, compile
 

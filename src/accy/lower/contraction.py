@@ -123,3 +123,35 @@ def gemm_layout(op: Operation, lhs: StridedView, rhs: StridedView, pack: bool = 
         _operand(lhs, lhs_type.extents, lf, list(lc), list(lb), pack),
         _operand(rhs, rhs_type.extents, list(rc), rf, list(rb), pack),
     )
+
+
+def loop_indices(op, result_index) -> tuple[tuple[str, ...], tuple[str, ...], list]:
+    """For dot_general as loops: each operand's index in terms of the result's counters
+    `result_index` and contraction counters `k0, k1, ...`, and the contraction loops.
+
+    Shared by the CPU and CUDA generators (a CUDA thread runs one result element's loop).
+
+    >>> import accy
+    >>> p = accy.trace.define("mv", [accy.spec(accy.f32, m=2, k=3), accy.spec(accy.f32, k=3)],
+    ...                       lambda b, a: a[0].contract(a[1], "k"))
+    >>> dot = next(op for op in p.operations if op.kind == "dot_general")
+    >>> loop_indices(dot, ("r0",))
+    (('r0', 'k0'), ('k0',), [('k0', 3)])
+    """
+    lc, rc, lb, rb = dimensions(op.attrs)
+    lhs_type, rhs_type = op.operand_types
+    lf = free_dimensions(lhs_type.rank, lc, lb)
+    rf = free_dimensions(rhs_type.rank, rc, rb)
+    contract = [f"k{q}" if lhs_type.extents[p] != 1 else "0" for q, p in enumerate(lc)]
+    lhs_index = [""] * lhs_type.rank
+    rhs_index = [""] * rhs_type.rank
+    for q, (left, right) in enumerate(zip(lb, rb, strict=True)):
+        lhs_index[left] = rhs_index[right] = result_index[q]
+    for q, p in enumerate(lf):
+        lhs_index[p] = result_index[len(lb) + q]
+    for q, p in enumerate(rf):
+        rhs_index[p] = result_index[len(lb) + len(lf) + q]
+    for q, (left, right) in enumerate(zip(lc, rc, strict=True)):
+        lhs_index[left] = rhs_index[right] = contract[q]
+    loops = [(f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1]
+    return tuple(lhs_index), tuple(rhs_index), loops

@@ -31,7 +31,7 @@ class Target:
     `rematerializes_transcendentals`: whether those copies may repeat transcendentals. A GPU's
     copies repeat only arithmetic: GPT-2's GELU output (tanh) took 88 us to compute again per
     layer in the bf16 step (38 us once CUDA kept 16-bit intermediates in float32), to save
-    528 MiB of a peak that stays below PyTorch's without it (session 6).
+    528 MiB of a peak that stays below PyTorch's without it (measured on the H200).
     `epilogue_excludes`: elementwise operations (unary op names, binary kinds) that a row
     reduction's epilogue may not compute (`accy.lower.grouping.reduction_epilogues`). The CPU's
     loops call libmvec's vector variants of exp, log, tanh... whose last bits differ from the

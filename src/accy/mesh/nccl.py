@@ -50,6 +50,7 @@ from ..backends.cuda.collectives import (
     sum_type_name,
     unregister_group,
 )
+from ..backends.cuda.executable import CudaExecutable, DonatingCudaExecutable
 from ..backends.devices import Device, as_device
 from ..config import config
 from ..core import Program
@@ -318,11 +319,6 @@ class NcclExecutable:
             self.plan, artifact = compile_for_cuda(
                 self.program, positions, distributed.group, bucket_bytes
             )
-            from ..backends.cuda.executable import (  # CuPy only on GPUs
-                CudaExecutable,
-                DonatingCudaExecutable,
-            )
-
             # Loading warms every NCCL step up, outside any capture (the same on every rank).
             loaded = CudaExecutable(artifact, 0, precision)
             self.fragment = loaded.fragment

@@ -39,6 +39,8 @@ from ..core import Program
 from ..core.builder import Builder, Value, define
 from ..core.types import TensorType, compute_dtype, f32
 from ..errors import AccyError
+from ..frontend.named import named
+from ..frontend.tracing import flatten, unflatten
 from ..gradient import value_and_grad
 
 
@@ -63,8 +65,6 @@ class TreeOptimizer:
 
     def init(self, params: Any) -> OptState:
         """The initial state for `params`: step 0 and zeros like every parameter per slot."""
-        from ..frontend.tracing import flatten
-
         leaves, _ = flatten(params)
         # One tree of fresh zeros per slot (not one shared): a step may then donate the state
         # (`accy.jit(donate_argnums=...)`), which overwrites each array in place.
@@ -79,8 +79,6 @@ class TreeOptimizer:
         """One update: `(new params, new state)`, trees like `params` and `state`.
         `learning_rate` (a Python float or a scalar array, e.g. from a schedule) defaults to
         the optimizer's own; it and the step count are converted to each parameter's dtype."""
-        from ..frontend.tracing import flatten, unflatten
-
         param_leaves, treedef = flatten(params)
         grad_leaves, grad_def = flatten(grads)
         if grad_def != treedef:
@@ -112,16 +110,12 @@ class TreeOptimizer:
 
 def _zeros_like(leaf: Any) -> Any:
     if hasattr(leaf, "device"):  # a NamedArray
-        from ..frontend.named import named
-
         return named(np.zeros(leaf.ty.extents, leaf.dtype.numpy), leaf.axes, device=leaf.device)
     return leaf.builder.zeros(leaf.ty)
 
 
 def _scalar_like(leaf: Any, value: float) -> Any:
     """A float32 scalar where `leaf` lives (its device, or its trace)."""
-    from ..frontend.named import named
-
     if leaf is not None and not hasattr(leaf, "device"):
         return leaf.builder.scalar(f32, value)
     device = "cpu" if leaf is None else leaf.device

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Operation, Program
-from ..core.builder import Builder, define
+from ..core.builder import Builder
 from ..core.kinds.control import custom_call_jvp
 from ..core.kinds.registry import Zero, rule_for
 from ..errors import AccyError, NotDifferentiable
 from ..interpret import Emitter, Graph, Inline, attach, run
-from .loops import Roles, Source, carry_fixpoint, dependents, emit_scan, inline_cond, split
+from ..trace import define
+from .scan_split import Roles, Source, carry_fixpoint, dependents, emit_scan, inline_cond, split
 from .simplify import simplify
 
 

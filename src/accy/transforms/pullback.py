@@ -15,13 +15,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..core import Operation, Program
-from ..core.builder import Builder, define
+from ..core.builder import Builder
 from ..core.ir import Attrs, permute_parameters
 from ..core.kinds.registry import Linear, rule_for
 from ..errors import AccyError
 from ..interpret import Emitter, Graph, Inline, run
+from ..trace import define
 from .linearize import Linearized
-from .loops import (
+from .scan_split import (
     Roles,
     Source,
     carry_fixpoint,

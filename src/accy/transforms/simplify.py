@@ -14,10 +14,11 @@ from typing import Any
 
 from ..core import Operation, Program
 from ..core.arrays import is_array
-from ..core.builder import Builder, define
+from ..core.builder import Builder
 from ..core.kinds.reduction import reduction_identity
 from ..core.kinds.registry import rule_for
 from ..interpret import Emitter, Graph, Inline, Layer, run
+from ..trace import define
 
 
 class _Simplify(Layer):

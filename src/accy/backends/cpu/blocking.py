@@ -10,7 +10,7 @@ the original scan over the block's `K` steps:
   outputs, and after it one `K`-deep GEMM adds the block's products to the accumulator, which
   the inner loop no longer carries;
 - the inner scan's contractions of its xs with consts (a remat body's `x_t U`) run before its
-  loop as one GEMM over the block (`transforms.loops.emit_scan`), and its stacked outputs that
+  loop as one GEMM over the block (`transforms.scan_split.emit_scan`), and its stacked outputs that
   are contractions of other stacked outputs with consts (`g_t U^T`) after it
   (`emit_scan_sinking`).
 
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import Operation, Program
-from ...core.builder import define
 from ...core.kinds.registry import rule_for
 from ...core.types import TensorType
-from ...transforms.loops import (
+from ...trace import define
+from ...transforms.scan_split import (
     Product,
     Roles,
     dependents,
@@ -57,7 +57,7 @@ class Outer:
 
 
 @dataclass(frozen=True)
-class Accumulator:
+class SummedCarry:
     """A carry (at position `carry` among the carries) whose new value is the sum of `rest`
     (body values, the carry itself among them) and of `products` (`Product`s and `Outer`s),
     which are summed a block at a time instead."""
@@ -84,7 +84,7 @@ class Blocking:
     """How one scan is blocked: `size` steps a block; its accumulators."""
 
     size: int
-    accumulators: tuple[Accumulator, ...]
+    accumulators: tuple[SummedCarry, ...]
 
 
 def block_size(length: int) -> int | None:
@@ -132,7 +132,7 @@ def _product(body: Program, roles: Roles, producer: dict, term: int, chain: tupl
     return found if small and all(varying(v) for v in factors) else None
 
 
-def accumulators(body: Program, roles: Roles) -> tuple[Accumulator, ...]:
+def accumulators(body: Program, roles: Roles) -> tuple[SummedCarry, ...]:
     """The carries of `body` that add, at every step, products of two values that change with
     the step and do not depend on that carry, and that no other output reads."""
     invariant = invariant_values(body, roles.consts)
@@ -156,7 +156,7 @@ def accumulators(body: Program, roles: Roles) -> tuple[Accumulator, ...]:
             else:
                 products.append(product)
         if products:
-            found.append(Accumulator(j, tuple(rest), tuple(products)))
+            found.append(SummedCarry(j, tuple(rest), tuple(products)))
     return tuple(found)
 
 

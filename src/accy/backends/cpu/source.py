@@ -195,7 +195,7 @@ class Translation(Unit):
         if kernel is None:
             raise AccyError(
                 f"custom_call {target!r} version {version} has no kernel to link to: pass a "
-                f"registry that has it as FragmentCompilerOptions(kernel_call_registry=...) "
+                f"registry that has it as accy.compile(program, 'cpu', kernel_call_registry=...) "
                 f"(accy.kernel makes one from a kernel program)"
             )
         kernel.check_call(op.operand_types, op.type)

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -23,7 +21,7 @@ from ...caches import memoized
 from ...codegen import cache
 from ...codegen.cache import discard as discard
 from ...codegen.cache import is_valid as is_valid
-from ...config import config
+from ...codegen.compiler import Compiler, find_compiler
 from ...errors import CompileError, RuntimeUnavailable
 
 T = TypeVar("T")
@@ -59,37 +57,6 @@ def compile_count() -> int:
     True
     """
     return _compiles
-
-
-@dataclass(frozen=True)
-class Compiler:
-    """A C compiler: the path to run, and an identity that changes when the binary does."""
-
-    path: str
-    identity: str
-
-
-def find_compiler() -> Compiler:
-    """The C compiler: `$CC` if set, else gcc, cc or clang on the PATH.
-
-    >>> try:
-    ...     found = bool(find_compiler().identity)
-    ... except RuntimeUnavailable:
-    ...     found = True  # no compiler here: the error says so
-    >>> found
-    True
-    """
-    requested = config.environment("CC")
-    names = [requested] if requested else ["gcc", "cc", "clang"]
-    for name in names:
-        path = shutil.which(name)
-        if path:
-            return Compiler(path, cache.file_identity(path))
-    looked = f"$CC={requested!r}" if requested else "gcc, cc or clang on the PATH"
-    raise RuntimeUnavailable(
-        f"native CPU backend: no C compiler found (looked for {looked}); install gcc, or run "
-        f"programs with accy.reference.run / device='reference'"
-    )
 
 
 @memoized("cpu identity")

@@ -60,7 +60,7 @@ def as_cupy(value: Any, where: str):
 
 
 def _raw_device(array, t: TensorType, where: str):
-    """Check a device array as a raw buffer of `t` (the seed API's rules, as on the host)."""
+    """Check a device array as a raw buffer of `t` (the raw-buffer rules, as on the host)."""
     if not array.flags.c_contiguous:
         raise InvalidInput(f"{where}: the device array is not contiguous; pass a contiguous copy")
     check_raw(array, t, where)
@@ -150,13 +150,11 @@ class Bindings:
         self._pointers = _pointers(layout, self._inputs, self._outputs)
         self._launched = False
 
-    def launch(self, options: Any = None) -> None:
+    def launch(self) -> None:
         """Run the program on the bound inputs (asynchronously)."""
         with self.fragment.device.device:
             self.fragment.run(self._pointers)
         self._launched = True
-
-    launch_with_options = launch
 
     def read_output(self, index: int, buffer: Any) -> None:
         """Copy output `index` of the last launch into `buffer` (host or device)."""

@@ -46,6 +46,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...errors import RuntimeUnavailable
+
 NCCL_SUM_TYPES = {
     "f32": "NCCL_FLOAT32",
     "f64": "NCCL_FLOAT64",
@@ -151,8 +153,6 @@ def unregister_group(number: int) -> None:
 
 
 def registered_group(number: int) -> CommunicatorGroup:
-    from ...errors import RuntimeUnavailable
-
     with _LOCK:
         group = _GROUPS.get(number)
     if group is None:

@@ -1,6 +1,7 @@
 """Compile a program for CUDA: plan, CUDA C and a schedule. No GPU and no CuPy are needed here.
 
-`compile_program` is what `accy.lower.compile_fragment` calls for `artifact_format="cuda_ptx"`.
+`compile_program` makes the CUDA backend's artifact (`artifact_format` "cuda_c": CUDA C for
+NVRTC, with its launch schedule).
 The result holds the CUDA C of every kernel (`source`) and the `Schedule` of one invocation;
 NVRTC turns the source into device code when the fragment is loaded (`runtime`), or on demand
 into PTX (`CompiledFragment.ptx`). For loading, the kernels are also cut into a few
@@ -20,6 +21,7 @@ import numpy as np
 from ...codegen.cache import Cache, key
 from ...config import config
 from ...core import Program
+from ...kernel.toolchain import cuda_to_ptx
 from ...lower.buffers import aligned
 from ...lower.plan import Plan, build_plan
 from ...lower.target import GPU
@@ -51,7 +53,7 @@ class SourceUnit:
 
 @dataclass(frozen=True, eq=False)
 class CompiledFragment:
-    """A program compiled for CUDA (`artifact_format` "cuda_ptx"), ready to be loaded."""
+    """A program compiled for CUDA (`artifact_format` "cuda_c"), ready to be loaded."""
 
     program: Program
     plan: Plan
@@ -63,14 +65,12 @@ class CompiledFragment:
     workspace_bytes: int
     kernel_comments: dict[str, str]
     units: tuple[SourceUnit, ...] = ()
-    artifact_format: str = "cuda_ptx"
+    artifact_format: str = "cuda_c"
     # Large constants: (workspace byte offset, elements), copied in once when loaded.
     constants: tuple[tuple[int, np.ndarray], ...] = ()
 
     def ptx(self, arch: str | None = "compute_90") -> str:
         """The kernels as PTX (NVRTC where cuda.core or CuPy is installed, else nvcc)."""
-        from ...kernel.toolchain import cuda_to_ptx
-
         return cuda_to_ptx(self.source, f"program {self.program.name!r}", arch=arch)
 
 

@@ -38,9 +38,9 @@ from ...core import Operation
 from ...core.kinds.convolution import axis_roles
 from ...core.kinds.registry import rule_for
 from ...core.types import TensorType, bf16, f16, f32
-from ...kernel import cudnn as cudnn_library
 from ...kernel.call import KernelCall
-from ...kernel.cudnn import ALIGN, Built, Decline, handle
+from . import cudnn as cudnn_library
+from .cudnn import ALIGN, Built, Decline, handle
 
 log = logging.getLogger("accy.cuda.cudnn_conv")
 # Built graphs per problem, and why cuDNN declined convs (`_build` is defined below).

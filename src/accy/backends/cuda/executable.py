@@ -271,7 +271,7 @@ class CudaBackend:
     """Compiles programs to CUDA C and schedules (no GPU needed), and loads them on a GPU."""
 
     device = "cuda"
-    artifact_format = "cuda_ptx"
+    artifact_format = "cuda_c"
 
     def compile_artifact(
         self, program: Program, kernel_call_registry: Any = None

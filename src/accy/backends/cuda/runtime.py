@@ -145,7 +145,7 @@ def _resolve(compiled: CompiledFragment, address: Address, count: int) -> tuple[
 class CudaFragment:
     """A program loaded on a GPU, run by one graph launch per call (see the module doc)."""
 
-    artifact_format = "cuda_ptx"
+    artifact_format = "cuda_c"
 
     def __init__(self, compiled: CompiledFragment, ordinal: int = 0, tf32: bool = False):
         cupy = cupy_module()

@@ -122,7 +122,7 @@ UNARY: dict[str, UnaryOp] = {
 CHEAP_UNARY = frozenset({"neg", "abs", "sign", "floor", "ceil", "round", "not", "stop_gradient"})
 """Unary ops of one cheap instruction per element (no division, power or transcendental):
 what the plan computes again rather than stores (`accy.lower.fusion`, `accy.lower.remat`) and
-scan reverse mode recomputes rather than stacks (`accy.transforms.loops`)."""
+scan reverse mode recomputes rather than stacks (`accy.transforms.scan_split`)."""
 
 
 def _erf_slope(e, x):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
@@ -31,10 +31,15 @@ from ..ir import (
 )
 from .values import Number, Value
 
-if TYPE_CHECKING:
-    from .params import Args
 
-Each = Callable[["Scope", Index, "Args"], object]
+class Args(Protocol):
+    """The kernel's parameters as a body sees them (`accy.kernel.logical.params.Args`, which
+    builds on this module); a scope passes them on to each iteration."""
+
+    def param(self, name: str) -> Any: ...
+
+
+Each = Callable[["Scope", Index, Args], object]
 
 
 class Trace:

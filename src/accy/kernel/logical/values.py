@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...core.types import DType
 
-if TYPE_CHECKING:
-    from .scope import Scope
-
 Number = int | float | bool
+
+
+class Scope(Protocol):
+    """What a value's ops ask of the scope they run in (`accy.kernel.logical.scope.Scope`, which
+    builds on this module, has it)."""
+
+    kind: str
+    label: str
+
+    def apply(self, op: str, *operands: Value | Number) -> Value: ...
+
+    def cast(self, value: Value, dtype: DType) -> Value: ...
 
 
 class Value:

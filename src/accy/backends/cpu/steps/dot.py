@@ -6,11 +6,11 @@ import math
 
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import linear, offset_expression
-from ....core.kinds.contraction import dimensions, free_dimensions
+from ....codegen.c.loops import PARALLEL_FOR, SIMD, nest
 from ....core.types import TensorType, f32, f64
-from ....lower.contraction import Gemm, MatrixOperand, gemm_layout
+from ....lower.contraction import Gemm, MatrixOperand, gemm_layout, loop_indices
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
-from ..loops import PARALLEL_FOR, SIMD, axis_index, axis_loops, nest
+from ..loops import axis_index, axis_loops
 from .context import CHUNKS, StepContext, store_element
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -198,31 +198,6 @@ def _gemm_calls(ctx: StepContext, gemm: Gemm, lhs, rhs, out: str) -> list[str]:
         *calls,
         "accy_blas_restore(threads);",
     ]
-
-
-def loop_indices(op, result_index) -> tuple[tuple[str, ...], tuple[str, ...], list]:
-    """For dot_general as loops: each operand's index in terms of the result's counters
-    `result_index` and contraction counters `k0, k1, ...`, and the contraction loops.
-
-    Shared by the CPU and CUDA generators (a CUDA thread runs one result element's loop).
-    """
-    lc, rc, lb, rb = dimensions(op.attrs)
-    lhs_type, rhs_type = op.operand_types
-    lf = free_dimensions(lhs_type.rank, lc, lb)
-    rf = free_dimensions(rhs_type.rank, rc, rb)
-    contract = [f"k{q}" if lhs_type.extents[p] != 1 else "0" for q, p in enumerate(lc)]
-    lhs_index = [""] * lhs_type.rank
-    rhs_index = [""] * rhs_type.rank
-    for q, (left, right) in enumerate(zip(lb, rb, strict=True)):
-        lhs_index[left] = rhs_index[right] = result_index[q]
-    for q, p in enumerate(lf):
-        lhs_index[p] = result_index[len(lb) + q]
-    for q, p in enumerate(rf):
-        rhs_index[p] = result_index[len(lb) + len(lf) + q]
-    for q, (left, right) in enumerate(zip(lc, rc, strict=True)):
-        lhs_index[left] = rhs_index[right] = contract[q]
-    loops = [(f"k{q}", lhs_type.extents[p]) for q, p in enumerate(lc) if lhs_type.extents[p] != 1]
-    return tuple(lhs_index), tuple(rhs_index), loops
 
 
 def _emit_dot_loops(ctx: StepContext) -> list[str]:

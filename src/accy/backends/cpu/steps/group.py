@@ -7,14 +7,15 @@ from dataclasses import dataclass
 from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import EMITTERS, Body, Flat
+from ....codegen.c.loops import PARALLEL_FOR, SIMD, nest
 from ....lower.plan import Step
-from ..loops import PARALLEL_FOR, SIMD, nest, worth_threads
+from ..loops import worth_threads
 from .context import CHUNKS, StepContext, store_element
 from .reduce import identity
 
 
 @dataclass(frozen=True)
-class Accumulator:
+class GroupReduction:
     """A reduction inside a group's loop: its C variable, reducer, dtype, init and result."""
 
     name: str
@@ -44,7 +45,7 @@ def _group_member(ctx: StepContext, body: Body, member: Step, accumulators: list
     )
     body.lines.append(f"{name} = {combined};")
     accumulators.append(
-        Accumulator(
+        GroupReduction(
             name, op.attrs["op"], op.type.dtype, f"{name}_init", ctx.pointers[op.results[0]]
         )
     )
@@ -87,7 +88,7 @@ def emit_group(ctx: StepContext) -> list[str]:
     first = ctx.step.members[0]
     size = first.op.type.size if first.kind == "loop" else first.op.operand_types[0].size
     body = ctx.body()
-    accumulators: list[Accumulator] = []
+    accumulators: list[GroupReduction] = []
     for member in ctx.step.members:
         _group_member(ctx, body, member, accumulators)
     parallel = worth_threads(size, ctx.step.fused)

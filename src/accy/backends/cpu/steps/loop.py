@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ....codegen.c.expressions import EMITTERS, Flat, NotFlat, linear
-from ..loops import PARALLEL_FOR, SIMD, axis_index, axis_loops, coalesced, nest, worth_threads
+from ....codegen.c.loops import PARALLEL_FOR, SIMD, nest
+from ..loops import axis_index, axis_loops, coalesced, worth_threads
 from .context import StepContext, store_element
 
 

@@ -12,7 +12,8 @@ from ....codegen.c import templates
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import EMITTERS, linear
 from ....codegen.c.literals import highest, lowest
-from ..loops import PARALLEL_FOR, axis_index, axis_loops, coalesced, nest, worth_threads
+from ....codegen.c.loops import PARALLEL_FOR, nest
+from ..loops import axis_index, axis_loops, coalesced, worth_threads
 from .context import CHUNKS, StepContext, store_element
 
 
@@ -45,7 +46,7 @@ def _simd(reducers: list[str], variables: list[str]) -> str | None:
 
 
 @dataclass(frozen=True)
-class RowPass:
+class RowNest:
     """The pieces of one pass of row reductions over their rows: statements `before` the loop
     nest (initial values), the loops over the kept and the reduced axes, the accumulators'
     declarations (`starts`), what the inner loop runs per element (`element`) and the stores
@@ -67,8 +68,8 @@ class RowPass:
         return self.starts + inner + self.stores
 
 
-def _row_pass(ctx: StepContext, prefix: str = "") -> RowPass:
-    """The `RowPass` of row reductions `ctx.step` (one, or a `reductions` step's members over
+def _row_pass(ctx: StepContext, prefix: str = "") -> RowNest:
+    """The `RowNest` of row reductions `ctx.step` (one, or a `reductions` step's members over
     the same rows): one accumulator per reduction (named with `prefix`), updated by an inner
     loop over the reduced axes."""
     ops = [m.op for m in ctx.step.members] or [ctx.step.op]
@@ -96,11 +97,11 @@ def _row_pass(ctx: StepContext, prefix: str = "") -> RowPass:
     simd = _simd([op.attrs["op"] for op in ops], names)
     large = worth_threads(x_type.size, ctx.step.fused)
     element = body.lines + combines
-    return RowPass(lines, kept_loops, reduced_loops, starts, element, stores, simd, large)
+    return RowNest(lines, kept_loops, reduced_loops, starts, element, stores, simd, large)
 
 
-def _loop_pass(ctx: StepContext, layout) -> RowPass:
-    """The `RowPass` of loop `ctx.step`, a chain's phase over the rows of `layout`: each
+def _loop_pass(ctx: StepContext, layout) -> RowNest:
+    """The `RowNest` of loop `ctx.step`, a chain's phase over the rows of `layout`: each
     element of the row computed and stored."""
     op = ctx.step.op
     index = axis_index(op.type)
@@ -111,7 +112,7 @@ def _loop_pass(ctx: StepContext, layout) -> RowPass:
     kept_loops = axis_loops(op.type, positions=layout.kept)
     reduced_loops = axis_loops(op.type, positions=layout.reduced)
     large = worth_threads(op.type.size, ctx.step.fused)
-    return RowPass([], kept_loops, reduced_loops, [], body.lines + [stored], [], None, large)
+    return RowNest([], kept_loops, reduced_loops, [], body.lines + [stored], [], None, large)
 
 
 def _reduce_rows(ctx: StepContext) -> list[str]:
@@ -130,7 +131,7 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
     return row.before + nest(row.kept_loops, row.per_row, _outer(row))
 
 
-def _outer(row: RowPass) -> str | None:
+def _outer(row: RowNest) -> str | None:
     """The pragma of a row pass's outermost kept loop: threads over its rows when large."""
     return PARALLEL_FOR if row.kept_loops and row.large and row.kept_loops[0][1] > 1 else None
 

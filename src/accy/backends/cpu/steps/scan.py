@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import linear, offset_expression
+from ....codegen.c.loops import nest
 from ....core.types import TensorType
-from ..loops import axis_index, axis_loops, nest
+from ..loops import axis_index, axis_loops
 from .context import StepContext
 
 

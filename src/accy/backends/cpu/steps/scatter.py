@@ -15,10 +15,11 @@ import math
 
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import Flat, NotFlat, linear
+from ....codegen.c.loops import PARALLEL, nest
 from ....codegen.c.templates import binary
 from ....core.types import TensorType, bf16, f32
 from ....errors import AccyError
-from ..loops import PARALLEL, axis_index, axis_loops, nest, worth_threads
+from ..loops import axis_index, axis_loops, worth_threads
 from .context import StepContext, store_element
 
 # The band of rows (outermost indices) that one thread owns, inside a parallel region.

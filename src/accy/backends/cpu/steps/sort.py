@@ -13,8 +13,9 @@ import math
 
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import linear
+from ....codegen.c.loops import PARALLEL_FOR, nest
 from ....codegen.c.templates import precedes
-from ..loops import PARALLEL_FOR, axis_loops, nest, worth_threads
+from ..loops import axis_loops, worth_threads
 from .context import StepContext, store_element
 
 RUN = 16  # insertion-sorted before merging

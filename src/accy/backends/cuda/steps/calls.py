@@ -31,7 +31,7 @@ def _kernel_call(ctx: StepContext):
     if call is None:
         raise AccyError(
             f"custom_call {target!r} version {version} has no kernel to link to: pass a "
-            f"registry that has it as FragmentCompilerOptions(kernel_call_registry=...)"
+            f"registry that has it as accy.compile(program, 'cuda', kernel_call_registry=...)"
         )
     call.check_call(op.operand_types, op.type)
     if call.library is None and (call.ptx is None or call.grid is None):

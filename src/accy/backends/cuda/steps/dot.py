@@ -31,12 +31,11 @@ import math
 
 from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import Body, Index, components, offset_expression
+from ....codegen.c.loops import nest
 from ....config import config
 from ....lower.contraction import Gemm as Layout
-from ....lower.contraction import MatrixOperand
+from ....lower.contraction import MatrixOperand, loop_indices
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
-from ...cpu.loops import nest
-from ...cpu.steps.dot import loop_indices
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import (
     LevelPointer,
@@ -59,12 +58,12 @@ OP_N, OP_T = 0, 1  # cublasOperation_t
 SHORT_CONTRACTION = 16
 LARGE_RESULT = 1 << 16
 # cuBLAS GEMMs inside WHILE-node bodies (see the module doc). Off: accy's kernels there. In IF
-# bodies (cond branches) accy's kernels always: on the H200 (session 5) a cond with cuBLAS
+# bodies (cond branches) accy's kernels always: on the H200 a cond with cuBLAS
 # GEMMs of 256 x 256 x 256 or 1 x 1 x 3 failed to instantiate (cudaErrorInvalidValue), while
 # the same GEMMs in WHILE bodies ran.
 # ... for results of at least this many rows and columns: a 64 x 64 x 64 GEMM in an IF node's
-# body instantiated and ran on the H200 (loops4), a 1 x 1 x 3 dot product there had failed to
-# instantiate (session 3; cuBLAS picks other kernels for vectors), and matrix-vector products
+# body instantiated and ran on the H200, a 1 x 1 x 3 dot product there had failed to
+# instantiate (cuBLAS picks other kernels for vectors), and matrix-vector products
 # in loop bodies are a warp per result element anyway (`_by_warps`).
 CONDITIONAL_GEMM_MIN = 16
 # The a, b and c of a GEMM whose pointer arrays are in a WHILE-node region: cuBLAS reads the

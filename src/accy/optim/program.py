@@ -36,12 +36,13 @@ import numpy as np
 import optree
 
 from ..core import Program
-from ..core.builder import Builder, Value, define
+from ..core.builder import Builder, Value
 from ..core.types import TensorType, compute_dtype, f32
 from ..errors import AccyError
 from ..frontend.named import named
 from ..frontend.tracing import flatten, unflatten
 from ..gradient import value_and_grad
+from ..trace import define
 
 
 class OptState(NamedTuple):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..caches import Group
+from ...caches import Group
 
 log = logging.getLogger("accy.cudnn")
 

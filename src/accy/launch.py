@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import secrets
 import signal
 import socket
@@ -30,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 
-from .config import config
+from .config import child_environment, config
 from .errors import AccyError, MeshError
 from .mesh.bootstrap import SECRET_VARIABLE
 
@@ -63,21 +62,19 @@ def exit_status(code: int) -> int:
 
 def _child_environment(rank: int, processes: int, port: int, secret: str) -> dict[str, str]:
     # The children inherit the launcher's whole environment, plus their place in the launch.
-    env = dict(
-        os.environ,
+    visible = config.environment("CUDA_VISIBLE_DEVICES")
+    gpus = visible.split(",") if visible else None
+    return child_environment(
         RANK=str(rank),
         WORLD_SIZE=str(processes),
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(processes),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
+        **{SECRET_VARIABLE: secret},
+        # One GPU per process, as its GPU 0 (accy's CUDA backend runs there).
+        CUDA_VISIBLE_DEVICES=gpus[rank % len(gpus)] if gpus else str(rank),
     )
-    env[SECRET_VARIABLE] = secret
-    visible = config.environment("CUDA_VISIBLE_DEVICES")
-    gpus = visible.split(",") if visible else None
-    # One GPU per process, as its GPU 0 (accy's CUDA backend runs there).
-    env["CUDA_VISIBLE_DEVICES"] = gpus[rank % len(gpus)] if gpus else str(rank)
-    return env
 
 
 @contextlib.contextmanager

@@ -379,7 +379,7 @@ class Entry:
     out_types: tuple[TensorType, ...] = ()
     # device -> a weak reference to the program compiled there (`accy.caches`: the executables
     # cache decides which stay alive)
-    compiled: dict[str, Any] = dataclasses.field(default_factory=dict)
+    compiled: dict[Device, Any] = dataclasses.field(default_factory=dict)
     donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
 
     def __post_init__(self) -> None:

@@ -70,6 +70,12 @@ def test_a_gpu_that_is_not_there_is_named():
         accy.compile(twice(), f"cuda:{gpu_count()}")
 
 
+def test_an_array_for_a_gpu_that_is_not_there_is_a_clear_error():
+    # Without CuPy the error says that it is missing; with it, how many GPUs there are.
+    with pytest.raises(accy.RuntimeUnavailable, match="needs CuPy|no CUDA device 7"):
+        accy.named(np.ones(2, np.float32), ("n",), device="cuda:7")
+
+
 def test_an_executable_runs_on_its_own_gpu():
     cuda_device_or_skip()
     import cupy

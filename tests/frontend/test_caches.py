@@ -74,6 +74,21 @@ def test_many_jitted_functions_keep_the_live_executables_bounded(configure, capl
     assert "ACCY_EXECUTABLES_MAX_ENTRIES" in record.getMessage()
 
 
+def test_a_function_past_its_signature_bound_forgets_the_oldest_and_says_so(configure, caplog):
+    from accy.frontend import tracing
+
+    configure(jit_signatures_max_entries=2)
+    double = accy.jit(lambda a: a * 2.0)
+    tracing._noted.clear()
+    with caplog.at_level(logging.WARNING, "accy.caches"):
+        for n in (1, 2, 3, 1):
+            x = accy.named(np.ones(n, np.float32), ("n",), device="reference")
+            assert double(x).array.tolist() == [2.0] * n
+    assert double.traces == 4  # n=1 was forgotten for n=3, and traced again
+    (record,) = [r for r in caplog.records if r.name == "accy.caches"]
+    assert "accy.config.jit_signatures_max_entries = 2" in record.getMessage()
+
+
 def test_clear_caches_empties_every_registered_cache():
     x = accy.named(np.ones(2, np.float32), ("n",))
     doubled = accy.jit(lambda a: a * 2.0)

@@ -1,9 +1,9 @@
-"""Backends: one protocol (`base`), one argument rule (`arguments`), one set of raw-buffer checks
-(`buffers`), and one subpackage or module per device: `reference` (the NumPy evaluator),
-`cpu` (generated C) and `cuda` (generated CUDA C, cuBLAS and CUDA graphs). Importing a
-backend registers it under its device name; `accy.compile` looks devices up there."""
+"""Backends: the devices (`devices`), one protocol (`base`), one argument rule (`arguments`), one
+set of raw-buffer checks (`buffers`), and one subpackage or module per platform: `reference`
+(the NumPy evaluator), `cpu` (generated C) and `cuda` (generated CUDA C, cuBLAS and CUDA
+graphs). Importing a backend registers it for its platform; a device finds it there."""
 
-from . import arguments, base, buffers, cpu, cuda, reference
+from . import arguments, base, buffers, cpu, cuda, devices, reference
 from .base import (
     CACHE,
     DEVICES,
@@ -29,6 +29,7 @@ __all__ = [
     "buffers",
     "cpu",
     "cuda",
+    "devices",
     "executable_for",
     "reference",
     "register_backend",

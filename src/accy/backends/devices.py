@@ -73,6 +73,11 @@ class Device:
         if self.is_host:
             return array
         cupy = _cupy(self)
+        count = gpu_count()
+        if self.ordinal >= count:
+            raise RuntimeUnavailable(
+                f"device {self.name!r}: there is no CUDA device {self.ordinal}; {count} present"
+            )
         with cupy.cuda.Device(self.ordinal):
             return cupy.asarray(array)
 

@@ -17,7 +17,9 @@ import dataclasses
 import gc
 import inspect
 import itertools
+import logging
 import operator
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -28,7 +30,7 @@ import optree
 
 from ..api import compile as compile_program
 from ..backends.devices import CPU, Device
-from ..caches import Group, Table
+from ..caches import Group, Table, limit
 from ..core import Program, Value
 from ..core.builder import Builder
 from ..core.types import TensorType
@@ -411,7 +413,7 @@ class Entry:
     out_types: tuple[TensorType, ...] = ()
     # device -> a weak reference to the program compiled there (`accy.caches`: the executables
     # cache decides which stay alive)
-    compiled: dict[str, Any] = dataclasses.field(default_factory=dict)
+    compiled: dict[Device, Any] = dataclasses.field(default_factory=dict)
     donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
 
     def __post_init__(self) -> None:
@@ -445,6 +447,23 @@ def without_collection() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+_noted = threading.Event()
+
+
+def _note_forgotten_signature(name: str, bound: Any) -> None:
+    """Say once per process that a function's table of traced signatures is full: a function
+    called with ever new shapes forgets its oldest signatures and traces them again."""
+    if not _noted.is_set():
+        _noted.set()
+        logging.getLogger("accy.caches").warning(
+            "accy: %r keeps at most accy.config.%s = %s traced signatures; its oldest is "
+            "forgotten (traced again if it is called again); raise the bound if shapes cycle",
+            name,
+            bound,
+            limit(bound),
+        )
 
 
 # Every Staged's tables, bounded alike (accy.clear_caches() empties them).
@@ -483,6 +502,8 @@ class Staged:
             with without_collection():
                 entry = self.build(list(leaves), treedef)
             if not entry.foreign:
+                if len(self.cache) >= (limit(self.cache.bound) or len(self.cache) + 1):
+                    _note_forgotten_signature(entry.program.name, self.cache.bound)
                 self.cache.put(key, entry)
         return entry
 

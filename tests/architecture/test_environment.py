@@ -12,9 +12,6 @@ import accy
 
 PACKAGE_ROOT = Path(accy.__file__).parent
 DOORS = {"config.py"}
-# The launcher and its bootstrap store still read their variables themselves; they are being
-# moved onto accy.config, and then leave this list.
-NOT_YET_MOVED = {"launch.py", "mesh/bootstrap.py"}
 ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 
 
@@ -39,7 +36,7 @@ def test_only_config_reads_the_environment():
     offenders = {}
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
         relative = path.relative_to(PACKAGE_ROOT).as_posix()
-        if relative in DOORS | NOT_YET_MOVED:
+        if relative in DOORS:
             continue
         reads = environment_reads(path)
         if reads:

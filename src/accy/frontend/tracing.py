@@ -31,7 +31,7 @@ from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, attach_user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError
-from .named import NamedArray, check_device, index_by_name, intern, named_scalar
+from .named import NamedArray, check_device, intern, named_scalar
 
 NAMESPACE = "accy"
 # Closed-over arrays with at most this many elements become constants of the program; larger
@@ -155,34 +155,12 @@ def is_array(leaf: Any) -> bool:
 # -- traced values -----------------------------------------------------------------------------
 
 
-class TracedArray(Value):
-    """A traced value of a function being transformed: a `Value` that also slices by name."""
-
-    __slots__ = ()
-
-    def __getitem__(self, key: Any) -> Value:
-        return index_by_name(self.builder, self, key)
-
-    @property
-    def array(self):
-        raise AccyError(
-            "a traced value has no data while its function is being traced (inside accy.jit, "
-            "accy.grad, accy.vmap, ...); return it from the function to see its value"
-        )
-
-    def __array__(self, dtype=None, copy=None):
-        raise AccyError(
-            "cannot turn a traced value into a NumPy array while its function is being traced "
-            "(inside accy.jit, accy.grad, ...); use accy operations on it, or return it"
-        )
-
-
 class FunctionBuilder(Builder):
     """A Builder that accepts NamedArrays and values of enclosing traces as operands.
 
     A NamedArray the function closed over becomes a constant (small) or an extra input (large);
     a value of an enclosing trace becomes an extra input, bound to that value when the program
-    is inlined there. Results are `TracedArray`s.
+    is inlined there.
     """
 
     def __init__(self, name: str, depth: int = 0):
@@ -225,10 +203,7 @@ class FunctionBuilder(Builder):
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
-        results = super().emit(kind, [self.lift(o) for o in operands], attrs, id)
-        if isinstance(results, tuple):
-            return tuple(TracedArray(self, v.index, v.ty) for v in results)
-        return TracedArray(self, results.index, results.ty)
+        return super().emit(kind, [self.lift(o) for o in operands], attrs, id)
 
     def full(self, type: TensorType, value: Any):
         if isinstance(value, np.ndarray) and value.ndim > 0:
@@ -556,7 +531,6 @@ __all__ = [
     "NonArrayLeaf",
     "Staged",
     "Statics",
-    "TracedArray",
     "as_array_leaf",
     "flatten",
     "inline",

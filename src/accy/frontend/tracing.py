@@ -205,6 +205,35 @@ class FunctionBuilder(Builder):
             return inner.emit(kind, operands, attrs, id)
         return super().emit(kind, [self.lift(o) for o in operands], attrs, id)
 
+    def capturing_subprogram(
+        self, name: str, specs: Sequence[TensorType], body: Callable
+    ) -> tuple[Program, list[Any]]:
+        """Trace a body (of a scan, a cond branch, a while loop) into a Program of its own,
+        with a FunctionBuilder one level deeper: whatever the body reads from outside (values
+        of this trace or of any enclosing one, NamedArrays, values of a transform called in
+        the body) becomes an extra parameter after `specs`, returned beside the program in
+        parameter order so that the operation passes them in (JAX's closure conversion)."""
+        inner = FunctionBuilder(name, len(_ACTIVE))
+        arguments = [inner.parameter(spec) for spec in specs]
+        _ACTIVE.append(inner)
+        try:
+            outputs = body(inner, arguments)
+            program = inner.build(outputs)
+        except AccyError as error:
+            attach_user_location(error)
+            raise
+        finally:
+            _ACTIVE.pop()
+            inner.finished = True
+        return program, list(inner.captured)
+
+    def build(self, outputs) -> Program:
+        """The Program returning `outputs`; an output read from outside (a closed-over array, a
+        value of an enclosing trace) is lifted into this trace first."""
+        many = isinstance(outputs, tuple | list)
+        lifted = [self.lift(v) for v in (outputs if many else [outputs])]
+        return super().build(lifted if many else lifted[0])
+
     def full(self, type: TensorType, value: Any):
         if isinstance(value, np.ndarray) and value.ndim > 0:
             raise NonArrayLeaf(
@@ -212,6 +241,12 @@ class FunctionBuilder(Builder):
                 f"axes first: accy.named(array, {tuple(f'axis{i}' for i in range(value.ndim))})"
             )
         return super().full(type, value)
+
+
+def enclosing_builder(values: Sequence[Any]) -> Any:
+    """The builder of the most deeply nested trace among traced `values` (None if none)."""
+    builders = [v.builder for v in values if isinstance(v, Value)]
+    return max(builders, key=lambda b: getattr(b, "depth", 0), default=None)
 
 
 def innermost(operands: Sequence[Any]) -> Any:
@@ -462,6 +497,8 @@ class Staged:
         if device is None or devices != {device}:
             return self._call_general(tree, leaves, treedef)
         entry = self.entry(leaves, treedef, (treedef, tuple(map(_type_of, leaves))))
+        if entry.foreign:  # it read values of an enclosing trace: it runs there
+            return inline(entry, enclosing_builder(entry.captured), leaves)
         return self.run_concrete(entry, list(map(_array_of, leaves)), device)
 
     def run_concrete(self, entry: Entry, arrays: list[Any], device: str) -> Any:
@@ -511,6 +548,8 @@ class Staged:
             )
         device = device or (devices.pop() if devices else "cpu")
         entry = self.entry(converted, treedef, key)
+        if entry.foreign:  # it read values of an enclosing trace: it runs there
+            return inline(entry, enclosing_builder(entry.captured), arrays)
         return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
 
 

@@ -176,3 +176,8 @@ from .errors import MeshError  # noqa: E402
 from .mesh import Mesh, shard  # noqa: E402
 
 __all__ += ["Mesh", "MeshError", "mesh", "shard"]
+
+# Control flow over trees of named arrays, as jax.lax's (accy.frontend.control).
+from .frontend.control import cond, fori_loop, map, scan, switch, while_loop  # noqa: E402, A004
+
+__all__ += ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]

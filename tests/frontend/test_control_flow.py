@@ -3,7 +3,11 @@
 
 Expected values come from NumPy on the same inputs (and JAX, in tests/peers)."""
 
+import dataclasses
+import functools
+
 import numpy as np
+import pytest
 
 import accy
 from accy.core.value import ArrayOps
@@ -105,3 +109,233 @@ def test_jvp_of_a_function_whose_inner_jit_closes_over_its_argument():
     x = arr([1.0, 2.0], "lane")
     y, dy = accy.jvp(lambda x: accy.jit(lambda w: w * x)(W), (x,), (arr([1.0, 0.0], "lane"),))
     assert y.array.tolist() == [3.0, 8.0] and dy.array.tolist() == [3.0, 0.0]
+
+
+# -- accy.scan and friends over trees ------------------------------------------------------------
+
+XS = np.arange(12, dtype=np.float32).reshape(6, 2) / 10.0
+WEIGHTS = np.array([[0.5, 0.1], [0.2, 0.3]], np.float32)
+
+
+@dataclasses.dataclass
+class Cell:
+    weights: accy.NamedArray
+    bias: accy.NamedArray
+
+
+CELL = Cell(arr(WEIGHTS, ("lane", "out")), arr([0.1, -0.2], "out"))
+
+
+def rnn(cell, h0, xs, **options):
+    """A tanh RNN whose step closes over `cell` and whose carry is a dict."""
+
+    def step(carry, x):
+        h = (carry["h"].contract(cell.weights, "lane") + cell.bias).rename("out", "lane")
+        h = (h + x["in"]).tanh()
+        return {"h": h, "steps": carry["steps"] + 1}, {"h": h, "total": h.sum()}
+
+    return accy.scan(step, {"h": h0, "steps": 0}, {"in": xs}, axis="time", **options)
+
+
+def rnn_numpy(h0, reverse=False):
+    h, hs = np.asarray(h0, np.float64), []
+    for t in reversed(range(6)) if reverse else range(6):
+        h = np.tanh(h @ WEIGHTS + [0.1, -0.2] + XS[t])
+        hs.append(h)
+    return h, np.array(hs[::-1] if reverse else hs)
+
+
+@pytest.mark.parametrize("options", [{}, {"reverse": True}, {"unroll": 4}, {"unroll": True}])
+def test_scan_over_trees_eager_and_jitted_match_numpy(options):
+    h0, xs = arr([0.5, -0.5], "lane"), arr(XS, ("time", "lane"))
+    final_h, hs = rnn_numpy(h0.array, options.get("reverse", False))
+    with_options = functools.partial(rnn, **options)
+    for run in (with_options, accy.jit(with_options)):
+        carry, ys = run(CELL, h0, xs)
+        np.testing.assert_allclose(carry["h"].array, final_h, rtol=1e-5)
+        assert carry["steps"].item() == 6 and carry["steps"].dtype == accy.i32
+        assert ys["h"].axes == ("time", "lane") and ys["total"].axes == ("time",)
+        np.testing.assert_allclose(ys["h"].array, hs, rtol=1e-5)
+        np.testing.assert_allclose(ys["total"].array, hs.sum(1), rtol=1e-5)
+
+
+def test_grad_through_scan_matches_finite_differences():
+    h0, xs = arr([0.5, -0.5], "lane"), arr(XS, ("time", "lane"))
+
+    def loss(cell, h0):
+        _, ys = rnn(cell, h0, xs)
+        return (ys["total"] * ys["total"]).sum()
+
+    grads = accy.grad(loss, argnums=(0, 1))(CELL, h0)
+    assert isinstance(grads[0], Cell)
+
+    def numeric(weights, h):
+        h, total = np.asarray(h, np.float64), 0.0
+        for t in range(6):
+            h = np.tanh(h @ weights + [0.1, -0.2] + XS[t])
+            total += h.sum() ** 2
+        return total
+
+    eps = 1e-4
+    for i, j in [(0, 0), (1, 0), (1, 1)]:
+        bump = np.zeros((2, 2))
+        bump[i, j] = eps
+        expected = (numeric(WEIGHTS + bump, h0.array) - numeric(WEIGHTS - bump, h0.array)) / (
+            2 * eps
+        )
+        np.testing.assert_allclose(grads[0].weights.array[i, j], expected, rtol=2e-3)
+    bump = np.array([eps, 0.0])
+    expected = (numeric(WEIGHTS, h0.array + bump) - numeric(WEIGHTS, h0.array - bump)) / (2 * eps)
+    np.testing.assert_allclose(grads[1].array[0], expected, rtol=2e-3)
+
+
+def test_nested_scans_read_the_enclosing_body_and_module_arrays():
+    grid = arr(np.arange(6, dtype=np.float32).reshape(2, 3), ("row", "col"))
+
+    def f(grid):
+        def outer(total, row):
+            def inner(acc, v):
+                return acc + v * row.sum() + W.sum(), None  # enclosing body and module values
+
+            acc, _ = accy.scan(inner, 0.0, row, axis="col")
+            return total + acc, acc
+
+        return accy.scan(outer, 0.0, grid, axis="row")
+
+    g = np.arange(6, dtype=np.float32).reshape(2, 3)
+    per_row = (g * g.sum(1, keepdims=True)).sum(1) + 3 * 7.0
+    for run in (f, accy.jit(f)):
+        total, accs = run(grid)
+        np.testing.assert_allclose(accs.array, per_row)
+        np.testing.assert_allclose(total.item(), per_row.sum())
+
+
+def test_scan_without_xs_takes_length_and_map_stacks():
+    carry, ys = accy.jit(lambda: accy.scan(lambda c, _: (c * 2.0, c), 1.0, length=4, axis="t"))()
+    assert carry.item() == 16.0 and ys.axes == ("t",) and ys.array.tolist() == [1, 2, 4, 8]
+    xs = arr(XS, ("time", "lane"))
+    expected = (XS * XS).sum(1)
+    for run in (accy.map, accy.jit(accy.map, static_argnames=("f", "axis"))):
+        np.testing.assert_allclose(
+            run(f=lambda x: (x * x).sum(), xs=xs, axis="time").array, expected
+        )
+
+
+def test_cond_and_switch_over_trees_with_closures():
+    x = {"a": arr([1.0, -2.0], "lane"), "b": arr(3.0, ())}
+
+    def f(x, flag, index):
+        small = accy.cond(
+            flag,
+            lambda t: {"a": t["a"] * W, "b": t["b"] + 1.0},
+            lambda t: {"a": -t["a"], "b": t["b"] * x["b"]},  # closes over the argument
+            x,
+        )
+        picked = accy.switch(
+            index, [lambda v: v * 0.0, lambda v: v + W, lambda v: v * 10.0], small["a"]
+        )
+        return small, picked
+
+    for run in (f, accy.jit(f)):
+        for flag in (True, False):
+            for index in (-3, 0, 1, 2, 9):
+                small, picked = run(x, arr(flag, ()) > 0.5, accy.named(np.int32(index), (), R))
+                a = np.array([1.0, -2.0]) * ([3.0, 4.0] if flag else -1.0)
+                assert small["a"].array.tolist() == a.tolist()
+                assert small["b"].item() == (4.0 if flag else 9.0)
+                which = min(max(index, 0), 2)
+                assert picked.array.tolist() == [a * 0.0, a + [3.0, 4.0], a * 10.0][which].tolist()
+
+
+def test_grad_through_cond_matches_numpy():
+    def loss(w, x):
+        return accy.cond(x.sum() > 0.0, lambda w: (w * x).sin().sum(), lambda w: (w * w).sum(), w)
+
+    w = arr([0.3, 0.7], "lane")
+    positive, negative = arr([1.0, 2.0], "lane"), arr([-1.0, -2.0], "lane")
+    np.testing.assert_allclose(
+        accy.grad(loss)(w, positive).array, np.cos(w.array * [1, 2]) * [1, 2], rtol=1e-6
+    )
+    np.testing.assert_allclose(accy.grad(loss)(w, negative).array, 2 * w.array, rtol=1e-6)
+
+
+def test_while_and_fori_loops_over_trees():
+    def collatz(n):
+        return accy.while_loop(
+            lambda c: c["n"] > 1,
+            lambda c: {
+                "n": accy.cond((c["n"] % 2).eq(0), lambda n: n // 2, lambda n: n * 3 + 1, c["n"]),
+                "steps": c["steps"] + 1,
+            },
+            {"n": n, "steps": 0},
+        )
+
+    for run in (collatz, accy.jit(collatz)):
+        assert run(accy.named(np.int32(27), (), R))["steps"].item() == 111
+    x = arr([1.0, 2.0], "lane")
+
+    def powers(x, upper):
+        return accy.fori_loop(0, upper, lambda i, c: c * x + i.convert(accy.f32), x)
+
+    expected = x.array.copy()
+    for i in range(4):
+        expected = expected * x.array + i
+    for upper in (4, accy.named(np.int32(4), (), R)):
+        np.testing.assert_allclose(powers(x, upper).array, expected)
+        np.testing.assert_allclose(accy.jit(powers)(x, upper).array, expected)
+    # static bounds: a scan, which reverse mode differentiates
+    g = accy.grad(lambda x: powers(x, 2).sum())(x)
+    np.testing.assert_allclose(g.array, 3 * x.array**2)  # d/dx (x^3 + 1)
+    assert powers(x, 0) is x
+
+
+def test_jvp_through_while_loop():
+    def f(x):
+        return accy.while_loop(lambda c: c.sum() < 20.0, lambda c: c * c, x)
+
+    x = arr([1.5, 2.0], "lane")
+    y, dy = accy.jvp(f, (x,), (arr([1.0, 0.0], "lane"),))
+    np.testing.assert_allclose(y.array, x.array**4)
+    np.testing.assert_allclose(dy.array, [4 * 1.5**3, 0.0])
+
+
+# -- misuse -------------------------------------------------------------------------------------
+
+
+def test_carries_that_change_structure_or_type_are_errors():
+    x = arr([1.0, 2.0], "lane")
+    for run in (lambda f: f(x), lambda f: accy.jit(f)(x)):
+        with pytest.raises(accy.TransformError, match=r"the carry\['a'\] has type f32\[\], but"):
+            run(
+                lambda x: accy.scan(
+                    lambda c, v: ({"a": c["a"].sum()}, None), {"a": x}, x, axis="lane"
+                )
+            )
+        with pytest.raises(accy.TransformError, match="must have its initial value's structure"):
+            run(lambda x: accy.while_loop(lambda c: c[0].sum() < 5.0, lambda c: (c[0], c[0]), (x,)))
+        with pytest.raises(accy.TransformError, match=r"must return a pair \(carry, y\)"):
+            run(lambda x: accy.scan(lambda c, v: c, x, x, axis="lane"))
+        with pytest.raises(accy.TransformError, match="cond_fn must return a bool scalar"):
+            run(lambda x: accy.while_loop(lambda c: c, lambda c: c, x))
+
+
+def test_scan_axis_and_branch_mismatches_are_errors():
+    x = arr([1.0, 2.0], "lane")
+    with pytest.raises(accy.AxisError, match=r"xs\[1\] \(f32\[lane=2\]\) has no axis 'time'"):
+        accy.scan(lambda c, v: (c, None), 0.0, (arr(XS, ("time", "lane")), x), axis="time")
+    with pytest.raises(accy.AxisError, match="disagree"):
+        accy.scan(lambda c, v: (c, None), 0.0, x, axis="lane", length=3)
+    with pytest.raises(accy.TransformError, match="give the number of steps as length="):
+        accy.scan(lambda c, v: (c, None), 0.0, axis="lane")
+    with pytest.raises(accy.TransformError, match="must have the true branch's structure"):
+        accy.jit(lambda x: accy.cond(x.sum() > 0.0, lambda v: (v, v), lambda v: v, x))(x)
+    with pytest.raises(accy.TransformError, match=r"output has type f32\[lane=2\], but the true"):
+        accy.jit(lambda x: accy.cond(x.sum() > 0.0, lambda v: v.sum(), lambda v: v, x))(x)
+    with pytest.raises(accy.AxisError, match="the predicate must be a scalar"):
+        accy.cond(x > 0.0, lambda v: v, lambda v: v, x)
+    with pytest.raises(accy.TransformError, match="the index must be an integer scalar"):
+        accy.switch(x.sum(), [lambda v: v, lambda v: v], x)
+    with pytest.raises(accy.TransformError, match="true_fn must be a function"):
+        accy.cond(True, 1.0, lambda: 0.0)
+    with pytest.raises(accy.TransformError, match="axis must be an axis name"):
+        accy.scan(lambda c, v: (c, None), 0.0, x, axis=0)

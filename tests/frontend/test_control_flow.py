@@ -339,3 +339,123 @@ def test_scan_axis_and_branch_mismatches_are_errors():
         accy.cond(True, 1.0, lambda: 0.0)
     with pytest.raises(accy.TransformError, match="axis must be an axis name"):
         accy.scan(lambda c, v: (c, None), 0.0, x, axis=0)
+
+
+# -- vmap of control flow and custom calls ------------------------------------------------------
+
+ROWS = np.array([[1.0, -2.0], [-3.0, 4.0], [5.0, 6.0]], np.float32)
+
+
+def test_vmap_of_cond_selects_per_example_or_stays_a_cond():
+    xs = arr(ROWS, ("batch", "lane"))
+
+    def f(x, p):
+        return accy.cond(p, lambda v: v * 2.0, lambda v: -v, x)
+
+    per_example = accy.vmap(lambda x: f(x, x.sum() > 0.0), "batch")(xs)
+    expected = np.where(ROWS.sum(1, keepdims=True) > 0, ROWS * 2, -ROWS)
+    np.testing.assert_array_equal(per_example.array, expected)
+    shared = accy.vmap(f, "batch")(xs, arr(-1.0, ()) > 0.0)
+    np.testing.assert_array_equal(shared.array, -ROWS)
+    program = accy.trace.define(
+        "f",
+        [accy.spec(accy.f32, lane=2), accy.spec(accy.bool_)],
+        lambda b, a: b.cond(a[1], lambda b, v: v[0] * 2.0, lambda b, v: -v[0], [a[0]]),
+    )
+    one_predicate = accy.vmap(program, "batch", in_axes=[True, False], size=3)
+    assert one_predicate.count("cond") == 1 and one_predicate.count("select") == 0
+    per_example = accy.vmap(program, "batch", in_axes=[True, True], size=3)
+    assert per_example.count("cond") == 0 and per_example.count("select") == 1
+
+
+def test_vmap_of_while_loop_runs_each_example_to_its_own_end():
+    xs = arr(ROWS, ("batch", "lane"))
+
+    def f(x):
+        return accy.while_loop(
+            lambda c: c["x"].sum() < 20.0,
+            lambda c: {"x": c["x"] * 2.0 + 1.0, "n": c["n"] + 1},
+            {"x": x, "n": 0},
+        )
+
+    out = accy.vmap(f, "batch")(xs)
+    for row, got, steps in zip(ROWS, out["x"].array, out["n"].array, strict=True):
+        c, n = row.copy(), 0
+        while c.sum() < 20.0:
+            c, n = c * 2 + 1, n + 1
+        assert got.tolist() == c.tolist() and steps == n
+
+
+def test_vmap_of_scan_and_per_example_gradients_through_it():
+    xs = arr(np.stack([XS, XS[::-1] * 0.5, XS * -1.0]), ("example", "time", "lane"))
+    h0 = arr([0.5, -0.5], "lane")
+
+    def loss(cell, x):
+        _, ys = rnn(cell, h0, x)
+        return (ys["total"] * ys["total"]).sum()
+
+    per_example = accy.vmap(accy.grad(loss), "example")(CELL, xs)
+    assert per_example.weights.axes == ("example", "lane", "out")
+    for e in range(3):
+        one = accy.grad(loss)(CELL, xs["example", e])
+        np.testing.assert_allclose(per_example.weights.array[e], one.weights.array, rtol=1e-5)
+        np.testing.assert_allclose(per_example.bias.array[e], one.bias.array, rtol=1e-5)
+
+
+def test_vmap_of_custom_calls_loops_or_uses_the_batch_rule():
+    xs = arr(ROWS, ("batch", "lane"))
+    scale = arr([10.0, 100.0], "lane")
+    loop = accy.CustomCall(
+        "test.flow.scaled", 1, result_type=lambda x, s: x, reference=lambda x, s: x * s
+    )
+    ruled = accy.CustomCall(
+        "test.flow.scaled_batched",
+        1,
+        result_type=lambda x, s: x,
+        reference=lambda x, s: x * s,
+        batch=lambda e, args, batched, axis: loop.call(
+            e, args[0], e.broadcast_to(args[1], args[0].ty)
+        ),
+    )
+    try:
+        for record in (loop, ruled):
+            got = accy.vmap(lambda x, s, r=record: r(x, s) + 1.0, "batch")(xs, scale)
+            np.testing.assert_allclose(got.array, ROWS * [10.0, 100.0] + 1.0)
+        for record, scans in ((ruled, 0), (loop, 1)):  # the rule's: one call on the batch
+            program = accy.trace.define(
+                "f", [accy.spec(accy.f32, lane=2)] * 2, lambda b, a, r=record: r(a[0], a[1])
+            )
+            batched = accy.vmap(program, "batch", in_axes=[True, False], size=3)
+            assert batched.count("scan") == scans and batched.count("custom_call") == 1 - scans
+        wrong = accy.CustomCall(
+            "test.flow.wrong_batch",
+            1,
+            result_type=lambda x: x,
+            reference=lambda x: x,
+            batch=lambda e, args, batched, axis: e.sum(args[0], axis),
+        )
+        with pytest.raises(accy.CustomCallError, match="the batch rule returned f32.lane=2."):
+            accy.vmap(lambda x: wrong(x), "batch")(xs)
+        wrong.unregister()
+    finally:
+        loop.unregister()
+        ruled.unregister()
+
+
+def test_vmap_over_several_axes_at_once():
+    grid = arr(np.arange(24, dtype=np.float32).reshape(2, 3, 4), ("batch", "head", "lane"))
+    w = arr(np.linspace(-1.0, 1.0, 4, dtype=np.float32), "lane")
+
+    def f(x, w):  # one (batch, head) example: x has only "lane"
+        return accy.cond(x.sum() > 20.0, lambda v: (v * w).sum(), lambda v: v.max("lane"), x)
+
+    out = accy.vmap(f, ("batch", "head"))(grid, w)
+    assert out.axes == ("batch", "head")
+    g = np.asarray(grid)
+    expected = np.where(g.sum(-1) > 20.0, (g * np.asarray(w)).sum(-1), g.max(-1))
+    np.testing.assert_allclose(out.array, expected, rtol=1e-6)
+    assert accy.vmap(f, ("head", "batch"))(grid, w).axes == ("head", "batch")
+    with pytest.raises(accy.TransformError, match="in_axes entries can be True"):
+        accy.vmap(f, ("batch", "head"), in_axes=(0, None))(grid, w)
+    with pytest.raises(accy.TransformError, match="must be distinct names"):
+        accy.vmap(f, ("batch", "batch"))

@@ -289,7 +289,9 @@ def vmap(
     (the layout position of `axis`) or None (an output that depends on no mapped argument,
     returned without the axis) per leaf. Given a Program, `accy.vmap(program, axis, in_axes,
     size=n)` returns the batched Program, whose mapped parameters (all, unless `in_axes`, one
-    flag per parameter, says) and outputs take `axis` first.
+    flag per parameter, says) and outputs take `axis` first. Given a tuple of axis names,
+    `fn` is mapped over each (the first outermost), and the outputs carry them first in that
+    order.
 
     >>> import accy, numpy as np
     >>> def loss(w, x):  # one example: x has only a "feature" axis
@@ -304,9 +306,16 @@ def vmap(
     >>> in_axes = (None, {"x": True, "scale": None})  # a tree prefix per argument, as JAX's
     >>> accy.vmap(scaled, "example", in_axes=in_axes)(w, data).array.tolist()
     [2.0, 4.0]
+    >>> grid = accy.named(np.arange(6.0, dtype=np.float32).reshape(2, 3), ("row", "col"))
+    >>> accy.vmap(lambda v: v * 10.0 + 1.0, ("col", "row"))(grid).axes
+    ('col', 'row')
     """
+    if isinstance(axis, tuple | list) and not isinstance(fn, Program):
+        return _vmap_several(fn, tuple(axis), in_axes, out_axes)
     if not isinstance(axis, str) or not axis.isidentifier():
-        raise TransformError(f"accy.vmap: axis must be an axis name, got {axis!r}")
+        raise TransformError(
+            f"accy.vmap: axis must be an axis name, got {axis!r} (or a tuple of axis names)"
+        )
     if isinstance(fn, Program):
         if size is None:
             raise TransformError("accy.vmap of a Program needs the extent of the axis: size=")
@@ -315,6 +324,29 @@ def vmap(
     if not callable(fn):
         raise TransformError(f"accy.vmap needs a function or a Program, got {fn!r}")
     return Vmapped(fn, axis, in_axes, out_axes)
+
+
+def _vmap_several(fn: Callable, axes: tuple, in_axes: Any, out_axes: Any) -> Any:
+    """`fn` mapped over each of `axes`, the first outermost: the outputs carry them first, in
+    that order (with the default out_axes)."""
+    if not axes or len(set(axes)) != len(axes):
+        raise TransformError(
+            f"accy.vmap: the axes to map over must be distinct names, at least one: {axes!r}"
+        )
+    position_like = [
+        e
+        for e in optree.tree_leaves(in_axes, none_is_leaf=True, namespace=NAMESPACE)
+        if not (e is None or isinstance(e, bool))
+    ]
+    if position_like:
+        raise TransformError(
+            f"accy.vmap over several axes {axes}: in_axes entries can be True (mapped along "
+            f"each axis it has) or None/False (shared), not {position_like[0]!r}, whose axis "
+            "would differ per level; map over one axis at a time for that"
+        )
+    for axis in reversed(axes):
+        fn = vmap(fn, axis, in_axes, out_axes)
+    return fn
 
 
 __all__ = ["vmap"]

@@ -365,7 +365,28 @@ def test_vmap_of_cond_selects_per_example_or_stays_a_cond():
     one_predicate = accy.vmap(program, "batch", in_axes=[True, False], size=3)
     assert one_predicate.count("cond") == 1 and one_predicate.count("select") == 0
     per_example = accy.vmap(program, "batch", in_axes=[True, True], size=3)
-    assert per_example.count("cond") == 0 and per_example.count("select") == 1
+    # both branches run, each on operands differentiable only where it is taken, then select
+    assert per_example.count("cond") == 0 and per_example.count("select") == 3
+
+
+def test_work_on_enclosing_values_inside_a_branch_runs_in_the_branch():
+    x = arr([0.0, 4.0], "lane")
+
+    def safe_sqrt(x):  # sqrt's derivative at 0 is infinite: only the taken branch may count
+        return accy.cond(x.sum() < 1e-3, lambda: x * 0.0, lambda: x.sqrt()).sum()
+
+    jitted = accy.jit(safe_sqrt)
+    assert jitted(x).item() == 2.0
+    program = next(iter(jitted._staged[()].cache.values())).program
+    assert program.count("cond") == 1 and program.count("unary") == 0  # sqrt: in the branch
+    zeros = arr([0.0, 0.0], "lane")
+    assert accy.grad(safe_sqrt)(zeros).array.tolist() == [0.0, 0.0]
+    per_example = accy.vmap(accy.grad(lambda v: safe_sqrt(v)), "batch")
+    grads = per_example(arr([[0.0, 0.0], [4.0, 1.0]], ("batch", "lane")))
+    np.testing.assert_allclose(grads.array, [[0.0, 0.0], [0.25, 0.5]])
+    through_vmap = accy.grad(lambda v: accy.vmap(safe_sqrt, "batch")(v).sum())
+    grads = through_vmap(arr([[0.0, 0.0], [4.0, 1.0]], ("batch", "lane")))
+    np.testing.assert_allclose(grads.array, [[0.0, 0.0], [0.25, 0.5]])
 
 
 def test_vmap_of_while_loop_runs_each_example_to_its_own_end():

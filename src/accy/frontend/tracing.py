@@ -167,6 +167,7 @@ class FunctionBuilder(Builder):
         super().__init__(name)
         self.depth = depth  # how many traces enclose this one
         self.finished = False
+        self.body = False  # whether it traces a loop body or a branch (see `current`)
         self.captured: list[Any] = []  # what each extra input is bound to, in order
         self.foreign = False  # whether a value of another trace was captured
         self._lifted: dict[int, Value] = {}
@@ -203,7 +204,17 @@ class FunctionBuilder(Builder):
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
+        current = self.current()
+        if current is not self and kind != "parameter":
+            return current.emit(kind, operands, attrs, id)
         return super().emit(kind, [self.lift(o) for o in operands], attrs, id)
+
+    def current(self) -> FunctionBuilder:
+        """Where an operation asked of this trace is recorded: in the innermost loop body or
+        branch being traced inside it, if any (so that `x.sqrt()` on an enclosing `x` inside
+        a cond branch runs only when the branch does, as JAX records it), else here."""
+        top = _ACTIVE[-1] if _ACTIVE else self
+        return top if top.body and top.depth > self.depth and not self.finished else self
 
     def capturing_subprogram(
         self, name: str, specs: Sequence[TensorType], body: Callable
@@ -214,6 +225,7 @@ class FunctionBuilder(Builder):
         the body) becomes an extra parameter after `specs`, returned beside the program in
         parameter order so that the operation passes them in (JAX's closure conversion)."""
         inner = FunctionBuilder(name, len(_ACTIVE))
+        inner.body = True
         arguments = [inner.parameter(spec) for spec in specs]
         _ACTIVE.append(inner)
         try:
@@ -557,6 +569,8 @@ def inline(entry: Entry, builder: Any, leaves: list[Any]) -> Any:
     """Emit `entry`'s program into the trace of `builder`, bound to `leaves` and its captures."""
     if not hasattr(builder, "call"):
         raise AccyError(f"cannot inline into {builder!r}")
+    if isinstance(builder, FunctionBuilder):
+        builder = builder.current()
     arguments = [builder.lift(leaf) if hasattr(builder, "lift") else leaf for leaf in leaves]
     arguments += [builder.lift(c) if hasattr(builder, "lift") else c for c in entry.captured]
     outputs = builder.call(entry.program, arguments)

@@ -307,21 +307,37 @@ def _cond_evaluate(attrs, args, ev):
 
 def _cond_batch(e, op, operands, batched, ctx):
     """Both branches batched; with one predicate for all examples it stays a cond, and with a
-    predicate per example both branches run and each result is selected per example (as
-    JAX's batched cond becomes a select)."""
+    predicate per example both branches run (on every operand batched) and each result is
+    selected per example (as JAX's batched cond becomes a select)."""
     predicate, args, flags = operands[0], list(operands[1:]), list(batched[1:])
+    if batched[0]:
+        args = [batched_operand(e, x, b, ctx) for x, b in zip(args, flags, strict=True)]
+        flags = [True] * len(args)
     true_body = ctx.batch_program(op.attrs["true_body"], flags)
     false_body = ctx.batch_program(op.attrs["false_body"], flags)
     if not batched[0]:
         attrs = op.attrs.replace(true_body=true_body, false_body=false_body)
         results = e.emit("cond", [predicate, *args], attrs)
         return results if isinstance(results, tuple) else (results,)
-    on_true = _as_tuple(e.call(true_body, args))
-    on_false = _as_tuple(e.call(false_body, args))
+    on_true = _as_tuple(e.call(true_body, taken_only(e, predicate, args)))
+    on_false = _as_tuple(e.call(false_body, taken_only(e, e.unary("not", predicate), args)))
     return tuple(
         e.transpose(e.select(predicate, t, f), t.ty.axes)
         for t, f in zip(on_true, on_false, strict=True)
     )
+
+
+def taken_only(e, taken, args: list) -> list:
+    """The operands of a branch computed whether or not it is taken (a batched cond, a cond
+    differentiated in reverse mode), differentiable only where `taken` holds (as JAX's): a
+    branch not taken can have an infinite derivative (sqrt at 0) that the zero cotangent
+    there would turn into NaN."""
+    return [
+        e.transpose(e.select(taken, x, e.unary("stop_gradient", x)), x.ty.axes)
+        if x.ty.dtype.is_float
+        else x
+        for x in args
+    ]
 
 
 def _as_tuple(results: Any) -> tuple:

@@ -148,7 +148,8 @@ def scan(
     `axis`, placed first. The extent comes from xs, or from `length` when xs is None (then `f`
     gets None). `reverse=True` walks the axis from its end (ys stay in axis order).
     `unroll=k` traces k steps into each iteration of the loop (the largest divisor of the
-    length up to k; True: all of them); the results do not change. `f` may read any array in
+    length up to k; True, or k >= the length: all of them, and no loop remains); the results
+    do not change. `f` may read any array in
     scope; gradients flow through the loop.
 
     >>> import accy, numpy as np
@@ -273,6 +274,19 @@ def _scan_traced(
             ys = ys_per_step[0]
         return [*carry, *ys]
 
+    if per_step == steps:  # unrolled entirely: every step traced in place, no loop
+        outputs = body(
+            target, [*init_leaves, *(index_by_name(target, x, (axis, 0)) for x in scanned)]
+        )
+        carries, ys = outputs[:count], outputs[count:]
+        if per_step > 1:
+            ys = [
+                target.transpose(target.rename(y, inner, axis), (axis, *y.ty.without([inner]).axes))
+                for y in ys
+            ]
+        else:
+            ys = [target.broadcast_to(y, _with_first(y.ty, axis, 1)) for y in ys]
+        return unflatten(init_def, list(carries)), unflatten(y_def[0], list(ys))
     carries, ys = target.scan(body, carries=init_leaves, xs=scanned, axis=axis, reverse=reverse)
     if per_step > 1:
         ys = tuple(target.merge(y, (axis, inner), axis) for y in ys)
@@ -444,6 +458,11 @@ def _branch(transform: str, pred: Any, branches: list[Callable], operands: tuple
 
 
 def _check_predicate_result(transform: str, value: Any) -> Any:
+    leaves, treedef = flatten(value)
+    if not treedef.is_leaf():
+        raise TransformError(
+            f"accy.{transform}: cond_fn must return a bool scalar, got a tree {treedef}"
+        )
     value = as_array_leaf(value, f"accy.{transform}: what cond_fn returned")
     if value.ty.rank != 0 or value.ty.dtype != bool_:
         raise TransformError(f"accy.{transform}: cond_fn must return a bool scalar, got {value.ty}")

@@ -138,6 +138,7 @@ def scan(
     length: int | None = None,
     reverse: bool = False,
     unroll: int | bool = 1,
+    remat: bool = False,
 ) -> tuple[Any, Any]:
     """Loop `f(carry, x) -> (carry, y)` along the named `axis` of `xs`: `jax.lax.scan` with an
     axis name in place of position 0.
@@ -149,8 +150,9 @@ def scan(
     gets None). `reverse=True` walks the axis from its end (ys stay in axis order).
     `unroll=k` traces k steps into each iteration of the loop (the largest divisor of the
     length up to k; True, or k >= the length: all of them, and no loop remains); the results
-    do not change. `f` may read any array in
-    scope; gradients flow through the loop.
+    do not change. `remat=True` makes reverse mode store only each step's carry and recompute
+    the body's intermediates (`jax.checkpoint` of the body; Haliax's scan `remat`). `f` may
+    read any array in scope; gradients flow through the loop.
 
     >>> import accy, numpy as np
     >>> xs = accy.named(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32),
@@ -183,12 +185,12 @@ def scan(
         from .functions import jit
 
         def run(init, xs):
-            return scan(f, init, xs, axis=axis, length=length, reverse=reverse)
+            return scan(f, init, xs, axis=axis, length=length, reverse=reverse, remat=remat)
 
         return jit(run, device=device)(init, xs)
     per_step = _steps_per_iteration(unroll, steps)
     return _scan_traced(
-        target, f, init_leaves, init_def, x_leaves, xs_def, axis, steps, reverse, per_step
+        target, f, init_leaves, init_def, x_leaves, xs_def, axis, steps, reverse, per_step, remat
     )
 
 
@@ -230,6 +232,7 @@ def _scan_traced(
     steps: int,
     reverse: bool,
     per_step: int,
+    remat: bool,
 ) -> tuple[Any, Any]:
     carry_types = [leaf.ty for leaf in init_leaves]
     count = len(init_leaves)
@@ -287,7 +290,9 @@ def _scan_traced(
         else:
             ys = [target.broadcast_to(y, _with_first(y.ty, axis, 1)) for y in ys]
         return unflatten(init_def, list(carries)), unflatten(y_def[0], list(ys))
-    carries, ys = target.scan(body, carries=init_leaves, xs=scanned, axis=axis, reverse=reverse)
+    carries, ys = target.scan(
+        body, carries=init_leaves, xs=scanned, axis=axis, reverse=reverse, remat=remat
+    )
     if per_step > 1:
         ys = tuple(target.merge(y, (axis, inner), axis) for y in ys)
     return unflatten(init_def, list(carries)), unflatten(y_def[0], list(ys))

@@ -24,8 +24,9 @@ from ..core.indexing import index_by_name
 from ..core.types import TensorType, bool_, i32
 from ..errors import AxisError
 from .errors import TransformError
+from .functions import jit
 from .named import NamedArray, named
-from .tracing import _ACTIVE, as_array_leaf, flatten, leaf_paths, unflatten
+from .tracing import _ACTIVE, as_array_leaf, flatten, is_python_value, leaf_paths, unflatten
 
 # -- trees of operands ---------------------------------------------------------------------------
 
@@ -102,31 +103,58 @@ def _check_callable(transform: str, **functions: Any) -> None:
 # -- scan ------------------------------------------------------------------------------------------
 
 
-def _scan_length(axis: str, x_leaves: list[Any], xs: Any, length: int | None) -> int:
-    """The extent of `axis` on every x (checked to agree with each other and with `length`)."""
-    extents = []
-    for leaf, path in zip(x_leaves, leaf_paths(xs), strict=True):
-        if not leaf.ty.has(axis):
+class _Xs:
+    """The xs of a scan: its array leaves (scanned along the axis), and its Python values
+    (hashable non-arrays: a module's static fields), which reach every step unchanged, as
+    `accy.vmap` passes them through."""
+
+    def __init__(self, xs: Any, device: str):
+        leaves, self.treedef = flatten(xs)
+        paths = leaf_paths(xs) if leaves else []
+        self.leaves = leaves
+        self.static = [is_python_value(leaf) for leaf in leaves]
+        self.paths = [p for p, s in zip(paths, self.static, strict=True) if not s]
+        self.arrays = [
+            as_array_leaf(leaf, f"accy.scan: xs{path}", device)
+            for leaf, path, s in zip(leaves, paths, self.static, strict=True)
+            if not s
+        ]
+
+    def rebuild(self, slices: Sequence[Any]) -> Any:
+        """The xs tree of one step: `slices` (one per array leaf) and the static values."""
+        given = iter(slices)
+        return unflatten(
+            self.treedef,
+            [leaf if s else next(given) for leaf, s in zip(self.leaves, self.static, strict=True)],
+        )
+
+    def length(self, axis: str, length: int | None) -> int:
+        """The extent of `axis` on every array x (checked to agree, and with `length`)."""
+        extents = []
+        for leaf, path in zip(self.arrays, self.paths, strict=True):
+            if not leaf.ty.has(axis):
+                raise AxisError(
+                    f"accy.scan over {axis!r}: xs{path} ({leaf.ty}) has no axis {axis!r} to "
+                    f"scan along; its axes are {', '.join(leaf.ty.axes) or 'none (a scalar)'}"
+                )
+            extents.append(leaf.ty.extent(axis))
+        given = set(extents) | ({length} if length is not None else set())
+        if len(given) > 1:
             raise AxisError(
-                f"accy.scan over {axis!r}: xs{path} ({leaf.ty}) has no axis {axis!r} to scan "
-                f"along; its axes are {', '.join(leaf.ty.axes) or 'none (a scalar)'}"
+                f"accy.scan over {axis!r}: the extents of {axis!r} disagree: "
+                + ", ".join(f"xs{p}: {e}" for p, e in zip(self.paths, extents, strict=True))
+                + (f", length={length}" if length is not None else "")
             )
-        extents.append(leaf.ty.extent(axis))
-    given = set(extents) | ({length} if length is not None else set())
-    if len(given) > 1:
-        raise AxisError(
-            f"accy.scan over {axis!r}: the extents of {axis!r} disagree: "
-            + ", ".join(f"xs{p}: {e}" for p, e in zip(leaf_paths(xs), extents, strict=True))
-            + (f", length={length}" if length is not None else "")
-        )
-    if not given:
-        raise TransformError(
-            f"accy.scan over {axis!r}: without xs, give the number of steps as length="
-        )
-    (steps,) = given
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
-        raise TransformError(f"accy.scan: length must be an int >= 0, got {steps!r}")
-    return steps
+        if not given:
+            what = "xs holds no array" if self.leaves else "without xs"
+            raise TransformError(
+                f"accy.scan over {axis!r}: {what} to scan along (Python values in xs reach "
+                "every step unchanged); give the number of steps as length="
+            )
+        (steps,) = given
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            raise TransformError(f"accy.scan: length must be an int >= 0, got {steps!r}")
+        return steps
 
 
 def scan(
@@ -147,7 +175,8 @@ def scan(
     one slice of every x (the x without `axis`) and the carry, whose structure and types stay
     those of `init`. Returns `(final carry, ys)`: the ys tree with every leaf stacked along
     `axis`, placed first. The extent comes from xs, or from `length` when xs is None (then `f`
-    gets None). `reverse=True` walks the axis from its end (ys stay in axis order).
+    gets None); Python values in xs (a module's static fields) reach every step unchanged.
+    `reverse=True` walks the axis from its end (ys stay in axis order).
     `unroll=k` traces k steps into each iteration of the loop (the largest divisor of the
     length up to k; True, or k >= the length: all of them, and no loop remains); the results
     do not change. `remat=True` makes reverse mode store only each step's carry and recompute
@@ -174,15 +203,12 @@ def scan(
         raise TransformError(f"accy.scan: unroll must be an int >= 1 or a bool, got {unroll!r}")
     device = _device_of(init, xs)
     init_leaves, init_def = _array_leaves("scan", "init", init, device)
-    x_leaves, xs_def = _array_leaves("scan", "xs", xs, device)
-    steps = _scan_length(axis, x_leaves, xs, length)
-    target = _traced_target(init_leaves + x_leaves)
+    scanned = _Xs(xs, device)
+    steps = scanned.length(axis, length)
+    target = _traced_target(init_leaves + scanned.arrays)
     if target is None and steps > 0:
-        return _scan_eagerly(
-            f, init_leaves, init_def, x_leaves, xs_def, axis, steps, reverse, device
-        )
+        return _scan_eagerly(f, init_leaves, init_def, scanned, axis, steps, reverse, device)
     if target is None:  # no step to run: the ys' types come from tracing the body once
-        from .functions import jit
 
         def run(init, xs):
             return scan(f, init, xs, axis=axis, length=length, reverse=reverse, remat=remat)
@@ -190,7 +216,7 @@ def scan(
         return jit(run, device=device)(init, xs)
     per_step = _steps_per_iteration(unroll, steps)
     return _scan_traced(
-        target, f, init_leaves, init_def, x_leaves, xs_def, axis, steps, reverse, per_step, remat
+        target, f, init_leaves, init_def, scanned, axis, steps, reverse, per_step, remat
     )
 
 
@@ -226,8 +252,7 @@ def _scan_traced(
     f: Callable,
     init_leaves: list,
     init_def: Any,
-    x_leaves: list,
-    xs_def: Any,
+    xs: _Xs,
     axis: str,
     steps: int,
     reverse: bool,
@@ -237,7 +262,7 @@ def _scan_traced(
     carry_types = [leaf.ty for leaf in init_leaves]
     count = len(init_leaves)
     # Without xs the loop still scans something of its length: the step numbers.
-    scanned = x_leaves or [target.iota(TensorType(i32, ((axis, steps),)), axis)]
+    scanned = xs.arrays or [target.iota(TensorType(i32, ((axis, steps),)), axis)]
     inner = f"{axis}_unrolled"
     if per_step > 1:  # k steps per iteration: split the axis into (iterations, k)
         scanned = [
@@ -253,7 +278,7 @@ def _scan_traced(
             slices = args[count:]
             if per_step > 1:
                 slices = [index_by_name(b, s, (inner, k)) for s in slices]
-            x = unflatten(xs_def, list(slices)) if x_leaves else None
+            x = xs.rebuild(slices if xs.arrays else [])
             carry, y = _call_step(f, init_def, carry_types, unflatten(init_def, carry), x)
             y_leaves, treedef = _array_leaves("scan", "y", y)
             if y_def and treedef != y_def[0]:
@@ -306,8 +331,7 @@ def _scan_eagerly(
     f: Callable,
     init_leaves: list,
     init_def: Any,
-    x_leaves: list,
-    xs_def: Any,
+    xs: _Xs,
     axis: str,
     steps: int,
     reverse: bool,
@@ -318,7 +342,7 @@ def _scan_eagerly(
     ys: list[list[Any]] = []
     y_def = None
     for step in reversed(range(steps)) if reverse else range(steps):
-        x = unflatten(xs_def, [leaf[axis, step] for leaf in x_leaves]) if x_leaves else None
+        x = xs.rebuild([leaf[axis, step] for leaf in xs.arrays])
         carry, y = _call_step(f, init_def, carry_types, unflatten(init_def, carry), x, device)
         y_leaves, treedef = _array_leaves("scan", "y", y, device)
         if y_def is not None and treedef != y_def:

@@ -5,6 +5,8 @@ Expected values come from NumPy on the same inputs (and JAX, in tests/peers)."""
 
 import dataclasses
 import functools
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -480,3 +482,29 @@ def test_vmap_over_several_axes_at_once():
         accy.vmap(f, ("batch", "head"), in_axes=(0, None))(grid, w)
     with pytest.raises(accy.TransformError, match="must be distinct names"):
         accy.vmap(f, ("batch", "batch"))
+
+
+def test_the_control_flow_example_of_docs_frontend_runs(capsys):
+    doc = Path(__file__).resolve().parents[2] / "docs" / "frontend.md"
+    (block,) = [
+        b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S) if "accy.scan" in b
+    ]
+    scope: dict = {}
+    exec(compile(block, f"{doc}:control flow", "exec"), scope)
+    assert capsys.readouterr().out.strip() == "('time',)"
+    h = np.zeros(3)
+    for _ in range(5):
+        h = np.tanh(h @ np.full((3, 3), 0.1) + 1.0)
+    np.testing.assert_allclose(scope["h"].array, h, rtol=1e-6)
+
+
+def test_vmap_size_gives_the_extent_no_argument_carries():
+    x = arr([1.0, 2.0], "lane")
+    out = accy.vmap(lambda v: v * 2.0, "batch", size=3)(x)
+    assert out.axes == ("batch", "lane") and out.array.tolist() == [[2.0, 4.0]] * 3
+    with pytest.raises(accy.AxisError, match=r"disagree on its extent \(\[2, 3\]\)"):
+        accy.vmap(lambda v: v, "lane", size=3)(x)
+    with pytest.raises(accy.TransformError, match="give its extent as size="):
+        accy.vmap(lambda v: v, "batch")(x)
+    with pytest.raises(accy.TransformError, match="size must be an int >= 0"):
+        accy.vmap(lambda v: v, "batch", size=-1)

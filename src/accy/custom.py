@@ -250,7 +250,17 @@ class CustomCall:
 
     def batched(self, e: OpsApi, op: Operation, operands: list, batched: list, axis: str) -> Any:
         """The call mapped over `axis` by the `batch` rule, checked to have `axis` first and
-        the result's other axes; None without a rule (vmap then loops over the examples)."""
+        the result's other axes; None without a rule (vmap then loops over the examples).
+
+        >>> import accy
+        >>> triple = CustomCall("doc.triple", result_type=lambda x: x, reference=lambda x: 3 * x,
+        ...                     batch=lambda e, args, batched, axis: triple.call(e, *args))
+        >>> p = accy.trace.define("p", [accy.spec(accy.f32, n=2)], lambda b, a: triple(a[0]))
+        >>> batched = accy.vmap(p, "example", size=3)  # one call on the whole batch, no loop
+        >>> batched.count("scan"), accy.reference.run(batched, [[[1.0, 2.0]] * 3])[0][2].tolist()
+        (0, [3.0, 6.0])
+        >>> triple.unregister()
+        """
         if self.batch is None:
             return None
         result = self.batch(e, operands, batched, axis)

@@ -508,3 +508,35 @@ def test_vmap_size_gives_the_extent_no_argument_carries():
         accy.vmap(lambda v: v, "batch")(x)
     with pytest.raises(accy.TransformError, match="size must be an int >= 0"):
         accy.vmap(lambda v: v, "batch", size=-1)
+
+
+def test_batched_control_flow_runs_on_the_native_cpu_backend():
+    xs = accy.named(ROWS, ("batch", "lane"))  # cpu
+
+    def f(x):
+        grown = accy.while_loop(lambda c: c.sum() < 20.0, lambda c: c * 2.0 + 1.0, x)
+        return accy.cond(x.sum() > 0.0, lambda v: v * 2.0, lambda v: -v, grown)
+
+    out = accy.jit(accy.vmap(f, "batch"))(xs)
+    assert out.device == "cpu"
+    for row, got in zip(ROWS, out.array, strict=True):
+        c = row.copy()
+        while c.sum() < 20.0:
+            c = c * 2 + 1
+        np.testing.assert_array_equal(got, c * 2 if row.sum() > 0 else -c)
+
+
+def test_more_misuse_is_reported():
+    x = arr([1.0, 2.0], "lane")
+    with pytest.raises(accy.TransformError, match="branches must be a non-empty sequence"):
+        accy.switch(accy.named(np.int32(0), ()), [], x)
+    with pytest.raises(accy.TransformError, match=r"branches\[1\] must be a function"):
+        accy.switch(0, [lambda v: v, "not a function"], x)
+    with pytest.raises(accy.TransformError, match="upper must be an integer scalar"):
+        accy.fori_loop(0, arr(3.0, ()), lambda i, c: c, x)
+    with pytest.raises(accy.TransformError, match="f must be a function"):
+        accy.map(None, x, axis="lane")
+    with pytest.raises(accy.TransformError, match="body_fn must be a function"):
+        accy.while_loop(lambda c: c.sum() < 3.0, [], x)
+    with pytest.raises(accy.NonArrayLeaf, match=r"accy.scan: init\['name'\] is str"):
+        accy.scan(lambda c, v: (c, None), {"name": "text"}, x, axis="lane")

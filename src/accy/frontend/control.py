@@ -26,7 +26,14 @@ from ..errors import AxisError
 from .errors import TransformError
 from .functions import jit
 from .named import NamedArray, named
-from .tracing import _ACTIVE, as_array_leaf, flatten, is_python_value, leaf_paths, unflatten
+from .tracing import (
+    as_array_leaf,
+    flatten,
+    innermost_trace,
+    is_python_value,
+    leaf_paths,
+    unflatten,
+)
 
 # -- trees of operands ---------------------------------------------------------------------------
 
@@ -46,7 +53,7 @@ def _array_leaves(
     ], treedef
 
 
-def _device_of(*trees: Any) -> str:
+def _tree_device(*trees: Any) -> str:
     """The device of the NamedArrays in `trees` ("cpu" when there are none; several devices
     meet in the first eager operation, which reports them)."""
     for tree in trees:
@@ -60,8 +67,8 @@ def _traced_target(leaves: Sequence[Any]) -> Any:
     """The builder a control-flow operation on `leaves` is recorded into: that of the innermost
     trace under way or of the operands' (None outside any trace: the operation runs eagerly)."""
     candidates = [leaf.builder for leaf in leaves if isinstance(leaf, Value)]
-    if _ACTIVE:
-        candidates.append(_ACTIVE[-1])
+    if innermost_trace() is not None:
+        candidates.append(innermost_trace())
     return builtins.max(candidates, key=lambda b: getattr(b, "depth", 0), default=None)
 
 
@@ -201,7 +208,7 @@ def scan(
         unroll = 0 if unroll else 1  # 0: every step
     if not isinstance(unroll, int) or unroll < 0:
         raise TransformError(f"accy.scan: unroll must be an int >= 1 or a bool, got {unroll!r}")
-    device = _device_of(init, xs)
+    device = _tree_device(init, xs)
     init_leaves, init_def = _array_leaves("scan", "init", init, device)
     scanned = _Xs(xs, device)
     steps = scanned.length(axis, length)
@@ -511,7 +518,7 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init: Any) -> Any:
     243.0
     """
     _check_callable("while_loop", cond_fn=cond_fn, body_fn=body_fn)
-    device = _device_of(init)
+    device = _tree_device(init)
     leaves, init_def = _array_leaves("while_loop", "init", init, device)
     types = [leaf.ty for leaf in leaves]
     target = _traced_target(leaves)
@@ -550,9 +557,9 @@ def fori_loop(lower: Any, upper: Any, body_fn: Callable, init: Any) -> Any:
         lower, upper = int(lower), int(upper)
         if upper <= lower:
             return init
-        steps = named(np.arange(lower, upper, dtype=np.int32), ("fori_step",), _device_of(init))
+        steps = named(np.arange(lower, upper, dtype=np.int32), ("fori_step",), _tree_device(init))
         return scan(lambda c, i: (body_fn(i, c), None), init, steps, axis="fori_step")[0]
-    bounds, device = [], _device_of(lower, upper, init)
+    bounds, device = [], _tree_device(lower, upper, init)
     for name, bound in (("lower", lower), ("upper", upper)):
         bound = as_array_leaf(bound, f"accy.fori_loop: {name}", device)
         if bound.ty.rank != 0 or bound.ty.dtype.is_float or bound.ty.dtype == bool_:

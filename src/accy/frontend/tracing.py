@@ -274,6 +274,12 @@ def innermost(operands: Sequence[Any]) -> Any:
 _ACTIVE: list[FunctionBuilder] = []  # the traces under way, outermost first
 
 
+def innermost_trace() -> FunctionBuilder | None:
+    """The innermost trace under way (a transformed function's, or a loop body's), or None
+    outside any."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
 @dataclasses.dataclass
 class Traced:
     """A traced function: its Program (parameters: the argument leaves, then `captured`), the

@@ -26,6 +26,12 @@ def test_one_value_type_shares_every_method():
     for name in ("sum", "contract", "__add__", "__getitem__", "rename", "axes", "shape"):
         assert getattr(accy.NamedArray, name) is getattr(ArrayOps, name)
         assert getattr(accy.Value, name) is getattr(ArrayOps, name)
+    # what only a concrete array has: its data and device
+    data_only = {"to", "item", "device", "__float__", "__int__", "__weakref__"}
+    assert set(dir(accy.NamedArray)) - set(dir(accy.Value)) <= data_only | {"__array_priority__"}
+    assert not set(vars(accy.NamedArray)) & (
+        set(vars(ArrayOps)) - {"__doc__", "__module__", "__slots__"}
+    )
 
 
 def test_index_by_name_inside_builder_bodies():

@@ -79,11 +79,12 @@ def _check_like(
     expected: Sequence[TensorType],
     got: Any,
     device: str = "cpu",
+    like: str = "its initial value's",
 ) -> list[Any]:
     """The leaves of `got` (arrays), checked to have the structure `expected_def` and the types
-    `expected` (a loop's carry keeps its structure and types from step to step)."""
+    `expected` (a loop's carry keeps its structure and types from step to step; the false
+    branch returns what the true one does: `like` names the reference)."""
     leaves, treedef = _array_leaves(transform, what, got, device)
-    like = "the true branch's" if "branch" in what else "its initial value's"
     if treedef != expected_def:
         raise TransformError(
             f"accy.{transform}: {what} must have {like} structure: expected {expected_def}, "
@@ -408,8 +409,8 @@ def _predicate(transform: str, pred: Any) -> Any:
     pred = as_array_leaf(pred, f"accy.{transform}: the predicate")
     if pred.ty.rank != 0:
         raise AxisError(
-            f"accy.{transform}: the predicate must be a scalar, got {pred.ty}; reduce it "
-            "(.all(), .any() through max/min), or select elementwise with where/select"
+            f"accy.{transform}: the predicate must be a scalar, got {pred.ty}; reduce it first "
+            "(of bools, .min() is 'all' and .max() is 'any'), or choose elementwise with select"
         )
     return pred if pred.ty.dtype == bool_ else pred.ne(0)
 
@@ -481,7 +482,9 @@ def _branch(transform: str, pred: Any, branches: list[Callable], operands: tuple
                 out_leaves, treedef = _array_leaves(transform, "a branch's output", out)
                 true_shape[:] = [treedef, [leaf.ty for leaf in out_leaves]]
                 return out_leaves
-            return _check_like(transform, "the false branch's output", *true_shape, out)
+            return _check_like(
+                transform, "the false branch's output", *true_shape, out, like="the true branch's"
+            )
 
         return body
 

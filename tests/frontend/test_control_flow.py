@@ -546,3 +546,9 @@ def test_more_misuse_is_reported():
         accy.while_loop(lambda c: c.sum() < 3.0, [], x)
     with pytest.raises(accy.NonArrayLeaf, match=r"accy.scan: init\['name'\] is str"):
         accy.scan(lambda c, v: (c, None), {"name": "text"}, x, axis="lane")
+
+
+def test_reverse_mode_through_while_loop_points_to_scan():
+    x = arr(1.5, ())
+    with pytest.raises(accy.NotDifferentiable, match="accy.fori_loop with int bounds"):
+        accy.grad(lambda x: accy.while_loop(lambda c: c < 10.0, lambda c: c * c, x))(x)

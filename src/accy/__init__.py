@@ -67,6 +67,7 @@ from .frontend import (
     named,
     vmap,
 )
+from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
 from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
 from .gradient import checkpoint, grad_with, grad_with_rules, linear_transpose
 from .mesh import Mesh, shard
@@ -116,6 +117,7 @@ __all__ = [
     "checkpoint",
     "clear_caches",
     "compile",
+    "cond",
     "config",
     "core",
     "custom",
@@ -125,6 +127,7 @@ __all__ = [
     "f16",
     "f32",
     "f64",
+    "fori_loop",
     "frontend",
     "grad",
     "grad_with",
@@ -140,6 +143,7 @@ __all__ = [
     "linearize",
     "load",
     "lower",
+    "map",
     "mesh",
     "named",
     "nn",
@@ -148,9 +152,11 @@ __all__ = [
     "reference",
     "run",
     "save",
+    "scan",
     "shard",
     "simplify",
     "spec",
+    "switch",
     "testing",
     "trace",
     "transforms",
@@ -158,4 +164,5 @@ __all__ = [
     "value_and_grad",
     "vjp",
     "vmap",
+    "while_loop",
 ]

@@ -16,6 +16,10 @@ One record holds everything about a custom call `(target, version)`:
   other records' `record.call(e, ...)`), as the kind table's rules are;
 - optionally a `fallback` composition (a Python function of traced values computing the same
   function from other operations), differentiated when a rule is missing, to any order;
+- optionally a batching rule `batch(e, args, batched, axis) -> result` for `accy.vmap`: the
+  operands that `batched` marks carry the mapped `axis` first, and the result must carry it
+  first too (written with `e`, as the derivative rules are). Without one, vmap calls the
+  custom call once per example, in a scan along the mapped axis;
 - optionally the axes it maps over (`mapped_axes`: names, or a function of the operand types
   returning them): along such an axis, each entry of the result depends only on the operands'
   entries at the same index (operands without the axis are used whole), as a batch axis. The
@@ -144,6 +148,7 @@ class CustomCall:
         fallback: Callable[..., Any] | None = None,
         kernels: Mapping[str, KernelSource] | None = None,
         mapped_axes: Sequence[str] | Callable[..., Sequence[str]] | None = None,
+        batch: Callable[..., Any] | None = None,
         register: bool = True,
         replace: bool = False,
     ) -> None:
@@ -169,6 +174,7 @@ class CustomCall:
         self.jvp = _check_callable(target, "jvp", jvp)
         self.vjp = _check_callable(target, "vjp", vjp)
         self.fallback = _check_callable(target, "fallback", fallback)
+        self.batch = _check_callable(target, "batch", batch)
         if mapped_axes is not None and not callable(mapped_axes):
             if isinstance(mapped_axes, str) or not all(isinstance(a, str) for a in mapped_axes):
                 raise CustomCallError(
@@ -193,7 +199,7 @@ class CustomCall:
     def __repr__(self) -> str:
         fields = [
             name
-            for name in ("reference", "jvp", "vjp", "fallback")
+            for name in ("reference", "jvp", "vjp", "fallback", "batch")
             if getattr(self, name) is not None
         ]
         fields += [f"kernel {format}" for format in sorted(self.kernels)]
@@ -208,7 +214,7 @@ class CustomCall:
         """The fields that define this record; two records with equal definitions are the same.
 
         >>> sorted(CustomCall("doc.x", register=False).definition())[:4]
-        ['fallback', 'jvp', 'kernels', 'mapped_axes']
+        ['batch', 'fallback', 'jvp', 'kernels']
         """
         return {
             "result_type": self.result_type,
@@ -219,6 +225,7 @@ class CustomCall:
             "fallback": self.fallback,
             "kernels": self.kernels,
             "mapped_axes": self.mapped_axes,
+            "batch": self.batch,
         }
 
     def unregister(self) -> None:
@@ -242,6 +249,30 @@ class CustomCall:
         names = rule(*operand_types) if callable(rule) else rule
         result = self.result_type_for(operand_types)
         return frozenset(a for a in names if result.has(a))
+
+    def batched(self, e: OpsApi, op: Operation, operands: list, batched: list, axis: str) -> Any:
+        """The call mapped over `axis` by the `batch` rule, checked to have `axis` first and
+        the result's other axes; None without a rule (vmap then loops over the examples).
+
+        >>> import accy
+        >>> triple = CustomCall("doc.triple", result_type=lambda x: x, reference=lambda x: 3 * x,
+        ...                     batch=lambda e, args, batched, axis: triple.call(e, *args))
+        >>> p = accy.trace.define("p", [accy.spec(accy.f32, n=2)], lambda b, a: triple(a[0]))
+        >>> batched = accy.vmap(p, "example", size=3)  # one call on the whole batch, no loop
+        >>> batched.count("scan"), accy.reference.run(batched, [[[1.0, 2.0]] * 3])[0][2].tolist()
+        (0, [3.0, 6.0])
+        >>> triple.unregister()
+        """
+        if self.batch is None:
+            return None
+        result = self.batch(e, operands, batched, axis)
+        extent = next(x.ty.extent(axis) for x, b in zip(operands, batched, strict=True) if b)
+        expected = op.type.with_axes(((axis, extent), *op.type.named_extents))
+        got = getattr(result, "ty", None)
+        if got is not None and sorted(got.named_extents) == sorted(expected.named_extents):
+            result = e.transpose(result, expected.axes)  # the axes in another order
+        self._check_value("the batch rule returned", result, expected)
+        return result
 
     # -- tracing ----------------------------------------------------------------------------
 

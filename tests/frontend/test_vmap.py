@@ -163,20 +163,20 @@ def test_vmap_misuse():
         accy.vmap(accy.trace.define("p", [accy.spec(accy.f32)], lambda b, a: a[0]), "e")
 
 
-def test_a_custom_call_cannot_be_vmapped():
+def test_a_custom_call_without_a_batch_rule_is_vmapped_as_a_loop():
     program = accy.trace.define(
         "p",
         [accy.spec(accy.f32, d=2)],
         lambda b, a: b.custom_call("my.kernel", 1, [a[0]], accy.spec(accy.f32, d=2)),
     )
-    with pytest.raises(accy.AccyError, match="custom_call my.kernel has no batching rule"):
-        accy.vmap(program, "example", size=3)
+    batched = accy.vmap(program, "example", size=3)
+    assert batched.count("scan") == 1 and batched.count("custom_call") == 0
+    assert str(batched.output_types[0]) == "f32[example=3, d=2]"
 
 
-def test_every_kind_with_operands_has_a_batching_rule_except_the_documented_ones():
-    # Kinds without operands are never batched; a custom call has no rule of its own (its
-    # record would need one), and cond and while_loop are not batched yet: vmap says so.
+def test_every_kind_with_operands_has_a_batching_rule():
+    # Kinds without operands are never batched; a custom call's rule is its record's, or a
+    # loop over the examples.
     without_operands = {"parameter", "constant", "iota", "axis_index"}
-    not_batched_yet = {"custom_call", "cond", "while_loop"}
     missing = {kind for kind, rule in accy.core.RULES.items() if rule.batch is None}
-    assert missing == without_operands | not_batched_yet
+    assert missing == without_operands

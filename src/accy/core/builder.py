@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import AccyError, attach_user_location
 from .arrays import is_array
 from .ir import Attrs, Operation, Program
 from .kinds.registry import Rule, check_arity, rule_for
 from .operations import OpsApi
 from .types import TensorType
-from .value import Value
+from .value import ArrayOps, Value
 
 
 def check_operation(
@@ -60,6 +62,7 @@ class Builder(OpsApi):
         self.depth = 0 if parent is None else parent.depth + 1
         self.captured: list[Value] = []
         self._captures: dict[tuple[int, int], Value] = {}
+        self._kept: list[Any] = []
 
     def parameter(self, type: TensorType, index: int | None = None, id: int | None = None) -> Value:
         """A new parameter of `type` (index: the next free one unless given)."""
@@ -135,8 +138,11 @@ class Builder(OpsApi):
         return inner
 
     def _capture(self, value: Any) -> Any:
-        """`value` itself, or the parameter standing for it when it is an enclosing value."""
-        if not isinstance(value, Value) or value.builder is self:
+        """`value` itself, or the parameter standing for it when it is an enclosing value, or a
+        constant holding a concrete array (a NamedArray read by a traced body)."""
+        if not isinstance(value, Value):
+            return self._constant_of(value) if isinstance(value, ArrayOps) else value
+        if value.builder is self:
             return value
         ancestor = self.parent
         while ancestor is not None and ancestor is not value.builder:
@@ -147,6 +153,14 @@ class Builder(OpsApi):
         if key not in self._captures:
             self._captures[key] = self.parameter(value.ty)
             self.captured.append(value)
+        return self._captures[key]
+
+    def _constant_of(self, array: ArrayOps) -> Value:
+        """A constant of this program holding the concrete `array`'s elements (once per array)."""
+        key = (id(array), -1)
+        if key not in self._captures:
+            self._captures[key] = self.constant(np.asarray(array), array.ty)
+            self._kept.append(array)  # so that its id stays its own
         return self._captures[key]
 
     def splat_value(self, value: Value):

@@ -20,6 +20,9 @@ happens to out-of-range indices. Compositions over the kinds `gather`, `scatter_
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from ..errors import AxisError, DTypeError, TypeRuleError
@@ -199,3 +202,60 @@ class Indexing:
         picked = self.gather(flat_updates, self.maximum(winner, 0), source)
         landed = self.compare("ge", winner, 0)
         return self.transpose(self.select(landed, picked, operand), operand.ty.axes)
+
+
+# -- indexing by name --------------------------------------------------------------------------
+
+
+def _index_pairs(x: Any, key: Any) -> list[tuple[str, Any]]:
+    """`x["token", 1:]`, `x["token", 1:, "batch", 0]` or `x[{"token": slice(1, None)}]` as
+    (axis, index) pairs."""
+    if isinstance(key, Mapping):
+        return list(key.items())
+    if (
+        not isinstance(key, tuple)
+        or len(key) % 2
+        or not all(isinstance(name, str) for name in key[::2])
+    ):
+        raise AxisError(
+            f"index {key!r}: index by axis name, as x['token', 1:], x['batch', 0], "
+            f"x['token', 1:, 'batch', 0] or x[{{'token': slice(1, None)}}]; the axes of {x.ty} "
+            f"are {', '.join(x.ty.axes) or '(none, it is a scalar)'}"
+        )
+    return list(zip(key[::2], key[1::2], strict=True))
+
+
+def index_by_name(ops: Any, x: Any, key: Any) -> Any:
+    """Slice (`start:stop:step`) or index (an int, which removes the axis) `x` along named axes.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.arange(12).reshape(3, 4).astype(np.float32), ("row", "col"))
+    >>> x["col", ::2, "row", -1].array.tolist()
+    [8.0, 10.0]
+    """
+    for axis, index in _index_pairs(x, key):
+        if not x.ty.has(axis):
+            raise AxisError(
+                f"index: axis {axis!r} is not on {x.ty}; its axes are "
+                f"{', '.join(x.ty.axes) or '(none, it is a scalar)'}"
+            )
+        extent = x.ty.extent(axis)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(extent)
+            if step < 0:
+                raise AxisError(f"index: axis {axis!r}: negative steps are not supported")
+            x = ops.slice(x, axis, start, max(start, stop), step)
+        elif isinstance(index, int | np.integer) and not isinstance(index, bool):
+            position = int(index) + extent if index < 0 else int(index)
+            if not 0 <= position < extent:
+                raise AxisError(
+                    f"index: {int(index)} is out of range for axis {axis!r} of extent {extent}"
+                )
+            x = ops.slice(x, axis, position, position + 1)
+            x = ops.reshape(x, x.ty.without([axis]).named_extents)
+        else:
+            raise AxisError(
+                f"index: axis {axis!r} takes an int or a slice, got {index!r}; gather with "
+                "x.gather(indices, axis) picks rows by an index array"
+            )
+    return x

@@ -601,6 +601,8 @@ class OpsApi(Compositions, Indexing, Windows):
         (true_body, false_body), captured = self._branches(
             "cond_branch", [on_true, on_false], specs
         )
+        if not true_body.outputs and not false_body.outputs:
+            return ()  # nothing to compute: no operation (it would have no result)
         results = self.emit(
             "cond",
             [predicate, *args, *captured],
@@ -625,6 +627,8 @@ class OpsApi(Compositions, Indexing, Windows):
         carries = list(carries)
         specs = [c.ty for c in carries]
         (condition, body), captured = self._branches("while_body", [condition, body], specs)
+        if not carries:
+            return ()  # no state: nothing to compute (the loop has no result)
         # The captured values are consts: reorder (carries, captured) -> (captured, carries).
         if captured:
             order = [*range(len(specs), len(specs) + len(captured)), *range(len(specs))]

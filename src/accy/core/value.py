@@ -1,53 +1,62 @@
-"""`Value`: a traced tensor, an SSA value of one builder (an `OpsApi`: `Builder` while tracing,
-an interpreter's emitter in a transformation), with its named-axis type.
+"""`ArrayOps`, the one set of array methods, and `Value`, a traced tensor.
 
-Its methods and Python operators forward to the builder's named-axis operations (`OpsApi`), so
-`x * 2.0`, `x.sum("token")` and `q.contract(k, "channel")` record operations while tracing.
+`ArrayOps` holds every method and Python operator of an array with named axes (`x * 2.0`,
+`x.sum("token")`, `q.contract(k, "channel")`, `x["token", 1:]`, ...), each forwarding to the
+object's `builder` (an `OpsApi`). A `Value` (an SSA value of one `Builder`) records operations
+with them; the front end's `NamedArray` runs them eagerly through the same methods.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import AccyError
+from .indexing import index_by_name
 from .operations import OpsApi, is_axis_argument
 from .types import DType, TensorType
 
 
-class Value:
-    """A traced tensor: an SSA value of one Builder, with its named-axis type `ty`.
+class ArrayOps:
+    """The methods and operators of an array with named axes, over `self.builder` (the
+    operation library that carries them out) and `self.ty` (its `TensorType`).
 
-    Methods and Python operators record operations; elementwise ones broadcast by axis name
-    and accept Python scalars (`x * 2.0`, `1.0 - x`).
+    Elementwise ones broadcast by axis name and accept Python scalars (`x * 2.0`, `1.0 - x`);
+    `x["token", 1:]` and `x["batch", 0]` slice and index by name.
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=3)], lambda b, a: a[0]["n", 1:] * 2.0)
+    >>> accy.reference.run(p, [[1.0, 2.0, 3.0]])[0].tolist()
+    [4.0, 6.0]
     """
 
-    __slots__ = ("builder", "index", "ty")
-
-    def __init__(self, builder: OpsApi, index: int, ty: TensorType):
-        self.builder = builder
-        self.index = index
-        self.ty = ty
-
-    def __repr__(self) -> str:
-        return f"<Value %{self.index}: {self.ty}>"
+    __slots__ = ()
+    builder: Any
+    ty: TensorType
 
     @property
     def dtype(self) -> DType:
+        """The dtype of the elements (accy.f32, accy.i32, ...)."""
         return self.ty.dtype
 
     @property
     def axes(self) -> tuple[str, ...]:
+        """The axis names, in layout order."""
         return self.ty.axes
 
     @property
     def shape(self) -> dict[str, int]:
+        """A dict from axis name to extent, in layout order (`{"batch": 2, "channel": 3}`)."""
         return self.ty.shape
 
-    def __bool__(self) -> bool:
-        raise AccyError(
-            "a traced value has no truth value while tracing; use select(predicate, a, b) "
-            "instead of Python's if/and/or"
-        )
+    @property
+    def size(self) -> int:
+        """The number of elements."""
+        return self.ty.size
+
+    def __getitem__(self, key: Any):
+        """Slice (`x["token", 1:]`) or index (`x["batch", 0]`, which removes the axis) by name."""
+        return index_by_name(self.builder, self, key)
 
     # elementwise arithmetic
     def add(self, other):
@@ -428,7 +437,7 @@ class Value:
 
     def conv(
         self,
-        kernel: Value,
+        kernel: ArrayOps,
         spatial: Sequence[str],
         in_axis: str,
         out_axis: str,
@@ -500,25 +509,65 @@ class Value:
         """
         return self.builder.dynamic_slice(self, starts, sizes)
 
-    def dynamic_update_slice(self, update: Value, starts: dict):
+    def dynamic_update_slice(self, update: ArrayOps, starts: dict):
         """This value with `update` written at traced `starts`, clamped as `dynamic_slice`."""
         return self.builder.dynamic_update_slice(self, update, starts)
 
-    def gather(self, indices: Value, axis: str, mode: str = "clip", fill_value=None):
+    def gather(self, indices: ArrayOps, axis: str, mode: str = "clip", fill_value=None):
         """Rows along `axis` picked by `indices` (shared axes are batch axes); see
         `OpsApi.gather`."""
         return self.builder.gather(self, indices, axis, mode, fill_value)
 
-    def scatter_add(self, indices: Value, updates: Value, axis: str, mode: str = "clip"):
+    def scatter_add(self, indices: ArrayOps, updates: ArrayOps, axis: str, mode: str = "clip"):
         return self.builder.scatter_add(self, indices, updates, axis, mode)
 
     def scatter(
-        self, indices: Value, updates: Value, axis: str, combine: str = "add", mode: str = "clip"
+        self,
+        indices: ArrayOps,
+        updates: ArrayOps,
+        axis: str,
+        combine: str = "add",
+        mode: str = "clip",
     ):
         """This value with `updates` combined (add, multiply, max, min, set) at `indices`
         along `axis`; see `OpsApi.scatter`."""
         return self.builder.scatter(self, indices, updates, axis, combine, mode)
 
-    def contract(self, other: Value, axes, accumulate: DType | None = None):
+    def contract(self, other: ArrayOps, axes, accumulate: DType | None = None):
         """Sum of products over `axes`; `accumulate` as `OpsApi.contract`."""
         return self.builder.contract(self, other, axes, accumulate)
+
+
+class Value(ArrayOps):
+    """A traced tensor: an SSA value of one Builder, with its named-axis type `ty`; its
+    methods and operators (those of `ArrayOps`) record operations."""
+
+    __slots__ = ("builder", "index", "ty")
+
+    def __init__(self, builder: OpsApi, index: int, ty: TensorType):
+        self.builder = builder
+        self.index = index
+        self.ty = ty
+
+    def __repr__(self) -> str:
+        return f"<Value %{self.index}: {self.ty}>"
+
+    def __bool__(self) -> bool:
+        raise AccyError(
+            "a traced value has no truth value while tracing; use select(predicate, a, b) "
+            "(or accy.cond) instead of Python's if/and/or"
+        )
+
+    @property
+    def array(self):
+        raise AccyError(
+            "a traced value has no data while its function is being traced (inside accy.jit, "
+            "accy.grad, accy.vmap, a loop body, ...); return it from the function to see its value"
+        )
+
+    def __array__(self, dtype=None, copy=None):
+        raise AccyError(
+            "cannot turn a traced value into a NumPy array while its function is being traced "
+            "(inside accy.jit, accy.grad, a loop body, ...); use accy operations on it, or "
+            "return it"
+        )

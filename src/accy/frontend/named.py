@@ -15,7 +15,7 @@ involved, handy in tests); wherever a device is asked for, a `Device` or its nam
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -27,8 +27,10 @@ from ..caches import Group, Table
 from ..core import Attrs, Value, check_operation
 from ..core.arrays import is_array
 from ..core.builder import Builder
+from ..core.indexing import index_by_name
 from ..core.operations import OpsApi
 from ..core.types import DType, TensorType, bool_, dtype_of_numpy, f32, i32
+from ..core.value import ArrayOps
 from ..errors import AccyError, AxisError
 from ..reference import run as reference_run
 from ..trace import define
@@ -63,8 +65,9 @@ def intern(ty: TensorType) -> TensorType:
     return _INTERNED.put(ty, ty) if found is None else found
 
 
-class NamedArray:
-    """An array whose axes have names: the concrete counterpart of a traced `accy.Value`.
+class NamedArray(ArrayOps):
+    """An array whose axes have names: the concrete counterpart of a traced `accy.Value`,
+    with the same methods and operators (`accy.core.value.ArrayOps`).
 
     - `.axes`: the axis names in layout order; `.shape`: a dict from axis name to extent (in
       layout order); `.dtype`: an accy dtype; `.ty`: the `TensorType` (dtype and named axes).
@@ -94,31 +97,11 @@ class NamedArray:
 
     @property
     def builder(self) -> EagerOps:
-        """The eager operation library of this array's device (the `Value` methods call it)."""
+        """The eager operation library of this array's device (the `ArrayOps` methods call it)."""
         try:
             return EAGER[self.device]
         except KeyError:  # a GPU's first eager operation
             return eager_ops(self.device)
-
-    @property
-    def dtype(self) -> DType:
-        """The accy dtype of the elements (accy.f32, accy.i32, ...)."""
-        return self.ty.dtype
-
-    @property
-    def axes(self) -> tuple[str, ...]:
-        """The axis names, in layout order."""
-        return self.ty.axes
-
-    @property
-    def shape(self) -> dict[str, int]:
-        """A dict from axis name to extent, in layout order (`{"batch": 2, "channel": 3}`)."""
-        return self.ty.shape
-
-    @property
-    def size(self) -> int:
-        """The number of elements."""
-        return self.ty.size
 
     def to(self, device: str | Device) -> NamedArray:
         """This array on `device` (a Device or its name: "cpu", "cuda:1", "reference"), copied
@@ -151,20 +134,6 @@ class NamedArray:
 
     def __repr__(self) -> str:
         return f"NamedArray({self.ty}, {_host_array(self.array)!r}, device='{self.device}')"
-
-    def __getitem__(self, key: Any) -> NamedArray:
-        return index_by_name(self.builder, self, key)
-
-
-def _copy_value_methods() -> None:
-    """Give NamedArray the operations of `Value`: they only use `self.builder` and `self.ty`,
-    and a NamedArray's builder (`EagerOps`) runs each operation as it is asked for."""
-    skipped = {"__init__", "__repr__", "__bool__", "__slots__", "__module__", "__doc__"}
-    for name, member in vars(Value).items():
-        if name in skipped or name in vars(NamedArray) or name in Value.__slots__:
-            continue
-        if callable(member) or isinstance(member, property):
-            setattr(NamedArray, name, member)
 
 
 def named(array: Any, axes: Sequence[str], device: str | Device | None = None) -> NamedArray:
@@ -383,65 +352,6 @@ def eager_ops(device: Device) -> EagerOps:
     """The eager operation library of `device` (made on first use: one per GPU too)."""
     return EAGER.setdefault(device, EagerOps(device))
 
-
-# -- indexing by name --------------------------------------------------------------------------
-
-
-def _index_pairs(x: Any, key: Any) -> list[tuple[str, Any]]:
-    """`x["token", 1:]`, `x["token", 1:, "batch", 0]` or `x[{"token": slice(1, None)}]` as
-    (axis, index) pairs."""
-    if isinstance(key, Mapping):
-        return list(key.items())
-    if (
-        not isinstance(key, tuple)
-        or len(key) % 2
-        or not all(isinstance(name, str) for name in key[::2])
-    ):
-        raise AxisError(
-            f"index {key!r}: index by axis name, as x['token', 1:], x['batch', 0], "
-            f"x['token', 1:, 'batch', 0] or x[{{'token': slice(1, None)}}]; the axes of {x.ty} "
-            f"are {', '.join(x.ty.axes) or '(none, it is a scalar)'}"
-        )
-    return list(zip(key[::2], key[1::2], strict=True))
-
-
-def index_by_name(ops: OpsApi, x: Any, key: Any) -> Any:
-    """Slice (`start:stop:step`) or index (an int, which removes the axis) `x` along named axes.
-
-    >>> import accy, numpy as np
-    >>> x = accy.named(np.arange(12).reshape(3, 4).astype(np.float32), ("row", "col"))
-    >>> x["col", ::2, "row", -1].array.tolist()
-    [8.0, 10.0]
-    """
-    for axis, index in _index_pairs(x, key):
-        if not x.ty.has(axis):
-            raise AxisError(
-                f"index: axis {axis!r} is not on {x.ty}; its axes are "
-                f"{', '.join(x.ty.axes) or '(none, it is a scalar)'}"
-            )
-        extent = x.ty.extent(axis)
-        if isinstance(index, slice):
-            start, stop, step = index.indices(extent)
-            if step < 0:
-                raise AxisError(f"index: axis {axis!r}: negative steps are not supported")
-            x = ops.slice(x, axis, start, max(start, stop), step)
-        elif isinstance(index, int | np.integer) and not isinstance(index, bool):
-            position = int(index) + extent if index < 0 else int(index)
-            if not 0 <= position < extent:
-                raise AxisError(
-                    f"index: {int(index)} is out of range for axis {axis!r} of extent {extent}"
-                )
-            x = ops.slice(x, axis, position, position + 1)
-            x = ops.reshape(x, x.ty.without([axis]).named_extents)
-        else:
-            raise AxisError(
-                f"index: axis {axis!r} takes an int or a slice, got {index!r}; gather with "
-                "x.gather(indices, axis) picks rows by an index array"
-            )
-    return x
-
-
-_copy_value_methods()
 
 __all__ = [
     "EAGER",

@@ -36,7 +36,7 @@ from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, InvalidInput, attach_user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TreeTooDeep
-from .named import NamedArray, check_device, index_by_name, intern, named_scalar
+from .named import NamedArray, check_device, intern, named_scalar
 
 NAMESPACE = "accy"
 # Closed-over arrays with at most this many elements become constants of the program; larger
@@ -194,40 +194,19 @@ def is_array(leaf: Any) -> bool:
 # -- traced values -----------------------------------------------------------------------------
 
 
-class TracedArray(Value):
-    """A traced value of a function being transformed: a `Value` that also slices by name."""
-
-    __slots__ = ()
-
-    def __getitem__(self, key: Any) -> Value:
-        return index_by_name(self.builder, self, key)
-
-    @property
-    def array(self):
-        raise AccyError(
-            "a traced value has no data while its function is being traced (inside accy.jit, "
-            "accy.grad, accy.vmap, ...); return it from the function to see its value"
-        )
-
-    def __array__(self, dtype=None, copy=None):
-        raise AccyError(
-            "cannot turn a traced value into a NumPy array while its function is being traced "
-            "(inside accy.jit, accy.grad, ...); use accy operations on it, or return it"
-        )
-
-
 class FunctionBuilder(Builder):
     """A Builder that accepts NamedArrays and values of enclosing traces as operands.
 
     A NamedArray the function closed over becomes a constant (small) or an extra input (large);
     a value of an enclosing trace becomes an extra input, bound to that value when the program
-    is inlined there. Results are `TracedArray`s.
+    is inlined there.
     """
 
     def __init__(self, name: str, depth: int = 0):
         super().__init__(name)
         self.depth = depth  # how many traces enclose this one
         self.finished = False
+        self.body = False  # whether it traces a loop body or a branch (see `current`)
         self.captured: list[Any] = []  # what each extra input is bound to, in order
         self.foreign = False  # whether a value of another trace was captured
         self._lifted: dict[int, Value] = {}
@@ -264,10 +243,47 @@ class FunctionBuilder(Builder):
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
-        results = super().emit(kind, [self.lift(o) for o in operands], attrs, id)
-        if isinstance(results, tuple):
-            return tuple(TracedArray(self, v.index, v.ty) for v in results)
-        return TracedArray(self, results.index, results.ty)
+        current = self.current()
+        if current is not self and kind != "parameter":
+            return current.emit(kind, operands, attrs, id)
+        return super().emit(kind, [self.lift(o) for o in operands], attrs, id)
+
+    def current(self) -> FunctionBuilder:
+        """Where an operation asked of this trace is recorded: in the innermost loop body or
+        branch being traced inside it, if any (so that `x.sqrt()` on an enclosing `x` inside
+        a cond branch runs only when the branch does, as JAX records it), else here."""
+        top = _ACTIVE[-1] if _ACTIVE else self
+        return top if top.body and top.depth > self.depth and not self.finished else self
+
+    def capturing_subprogram(
+        self, name: str, specs: Sequence[TensorType], body: Callable
+    ) -> tuple[Program, list[Any]]:
+        """Trace a body (of a scan, a cond branch, a while loop) into a Program of its own,
+        with a FunctionBuilder one level deeper: whatever the body reads from outside (values
+        of this trace or of any enclosing one, NamedArrays, values of a transform called in
+        the body) becomes an extra parameter after `specs`, returned beside the program in
+        parameter order so that the operation passes them in (JAX's closure conversion)."""
+        inner = FunctionBuilder(name, len(_ACTIVE))
+        inner.body = True
+        arguments = [inner.parameter(spec) for spec in specs]
+        _ACTIVE.append(inner)
+        try:
+            outputs = body(inner, arguments)
+            program = inner.build(outputs)
+        except AccyError as error:
+            attach_user_location(error)
+            raise
+        finally:
+            _ACTIVE.pop()
+            inner.finished = True
+        return program, list(inner.captured)
+
+    def build(self, outputs) -> Program:
+        """The Program returning `outputs`; an output read from outside (a closed-over array, a
+        value of an enclosing trace) is lifted into this trace first."""
+        many = isinstance(outputs, tuple | list)
+        lifted = [self.lift(v) for v in (outputs if many else [outputs])]
+        return super().build(lifted if many else lifted[0])
 
     def full(self, type: TensorType, value: Any):
         if isinstance(value, np.ndarray) and value.ndim > 0:
@@ -276,6 +292,12 @@ class FunctionBuilder(Builder):
                 f"axes first: accy.named(array, {tuple(f'axis{i}' for i in range(value.ndim))})"
             )
         return super().full(type, value)
+
+
+def enclosing_builder(values: Sequence[Any]) -> Any:
+    """The builder of the most deeply nested trace among traced `values` (None if none)."""
+    builders = [v.builder for v in values if isinstance(v, Value)]
+    return max(builders, key=lambda b: getattr(b, "depth", 0), default=None)
 
 
 def innermost(operands: Sequence[Any]) -> Any:
@@ -289,6 +311,12 @@ def innermost(operands: Sequence[Any]) -> Any:
 
 
 _ACTIVE: list[FunctionBuilder] = []  # the traces under way, outermost first
+
+
+def innermost_trace() -> FunctionBuilder | None:
+    """The innermost trace under way (a transformed function's, or a loop body's), or None
+    outside any."""
+    return _ACTIVE[-1] if _ACTIVE else None
 
 
 @dataclasses.dataclass
@@ -558,6 +586,8 @@ class Staged:
         if device is None or devices != {device}:
             return self._call_general(tree, leaves, treedef)
         entry = self.entry(leaves, treedef, (treedef, tuple(map(_type_of, leaves))))
+        if entry.foreign:  # it read values of an enclosing trace: it runs there
+            return inline(entry, enclosing_builder(entry.captured), leaves)
         return self.run_concrete(entry, list(map(_array_of, leaves)), device)
 
     def run_concrete(self, entry: Entry, arrays: list[Any], device: Device) -> Any:
@@ -607,6 +637,8 @@ class Staged:
             )
         device = device or (devices.pop() if devices else CPU)
         entry = self.entry(converted, treedef, key)
+        if entry.foreign:  # it read values of an enclosing trace: it runs there
+            return inline(entry, enclosing_builder(entry.captured), arrays)
         return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
 
 
@@ -614,6 +646,8 @@ def inline(entry: Entry, builder: Any, leaves: list[Any]) -> Any:
     """Emit `entry`'s program into the trace of `builder`, bound to `leaves` and its captures."""
     if not hasattr(builder, "call"):
         raise AccyError(f"cannot inline into {builder!r}")
+    if isinstance(builder, FunctionBuilder):
+        builder = builder.current()
     arguments = [builder.lift(leaf) if hasattr(builder, "lift") else leaf for leaf in leaves]
     arguments += [builder.lift(c) if hasattr(builder, "lift") else c for c in entry.captured]
     outputs = builder.call(entry.program, arguments)
@@ -627,7 +661,6 @@ __all__ = [
     "NonArrayLeaf",
     "Staged",
     "Statics",
-    "TracedArray",
     "as_array_leaf",
     "flatten",
     "inline",

@@ -163,9 +163,12 @@ def _depends_on(program: Program, flags: Sequence[bool]) -> list[bool]:
 class Vmapped:
     """The function behind `accy.vmap(fn, axis)`."""
 
-    def __init__(self, fn: Callable, axis: str, in_axes: Any, out_axes: Any):
+    def __init__(
+        self, fn: Callable, axis: str, in_axes: Any, out_axes: Any, size: int | None = None
+    ):
         self.fn = fn
         self.axis = axis
+        self.size = size
         self.in_axes = in_axes
         self.out_axes = out_axes
         self.staged = Staged(self._build, static_scalars=True)
@@ -182,15 +185,18 @@ class Vmapped:
             for leaf, source in zip(leaves, sources, strict=True)
             if source is not None
         }
+        if self.size is not None:
+            extents.add(self.size)
         if not extents:
             raise TransformError(
                 f"accy.vmap over {axis!r}: no argument has an axis {axis!r} to map over"
                 + ("" if self.in_axes is None else " (in_axes maps none)")
+                + "; give its extent as size= to map a function of unmapped arguments"
             )
         if len(extents) > 1:
             raise AxisError(
-                f"accy.vmap over {axis!r}: the mapped arguments disagree on its extent "
-                f"({sorted(extents)})"
+                f"accy.vmap over {axis!r}: the mapped arguments (and size=) disagree on its "
+                f"extent ({sorted(extents)})"
             )
         (extent,) = extents
         # Stand-ins for one example: only their types are read while tracing.
@@ -288,9 +294,13 @@ def vmap(
     axis, which becomes `axis` in the outputs) or None/False (not mapped); keyword arguments
     are mapped where they have `axis`. `out_axes` is a tree prefix of the output with an int
     (the layout position of `axis`) or None (an output that depends on no mapped argument,
-    returned without the axis) per leaf. Given a Program, `accy.vmap(program, axis, in_axes,
+    returned without the axis) per leaf. `size` is the extent of `axis` (JAX's `axis_size`),
+    needed only when no argument carries it: the outputs are then repeated along it. Given a
+    Program, `accy.vmap(program, axis, in_axes,
     size=n)` returns the batched Program, whose mapped parameters (all, unless `in_axes`, one
-    flag per parameter, says) and outputs take `axis` first.
+    flag per parameter, says) and outputs take `axis` first. Given a tuple of axis names,
+    `fn` is mapped over each (the first outermost), and the outputs carry them first in that
+    order.
 
     >>> import accy, numpy as np
     >>> def loss(w, x):  # one example: x has only a "feature" axis
@@ -305,9 +315,16 @@ def vmap(
     >>> in_axes = (None, {"x": True, "scale": None})  # a tree prefix per argument, as JAX's
     >>> accy.vmap(scaled, "example", in_axes=in_axes)(w, data).array.tolist()
     [2.0, 4.0]
+    >>> grid = accy.named(np.arange(6.0, dtype=np.float32).reshape(2, 3), ("row", "col"))
+    >>> accy.vmap(lambda v: v * 10.0 + 1.0, ("col", "row"))(grid).axes
+    ('col', 'row')
     """
+    if isinstance(axis, tuple | list) and not isinstance(fn, Program):
+        return _vmap_several(fn, tuple(axis), in_axes, out_axes)
     if not isinstance(axis, str) or not axis.isidentifier():
-        raise TransformError(f"accy.vmap: axis must be an axis name, got {axis!r}")
+        raise TransformError(
+            f"accy.vmap: axis must be an axis name, got {axis!r} (or a tuple of axis names)"
+        )
     if isinstance(fn, Program):
         if size is None:
             raise TransformError("accy.vmap of a Program needs the extent of the axis: size=")
@@ -315,7 +332,32 @@ def vmap(
         return simplify(batch(fn, axis, size, flags))
     if not callable(fn):
         raise TransformError(f"accy.vmap needs a function or a Program, got {fn!r}")
-    return Vmapped(fn, axis, in_axes, out_axes)
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        raise TransformError(f"accy.vmap: size must be an int >= 0, got {size!r}")
+    return Vmapped(fn, axis, in_axes, out_axes, size)
+
+
+def _vmap_several(fn: Callable, axes: tuple, in_axes: Any, out_axes: Any) -> Any:
+    """`fn` mapped over each of `axes`, the first outermost: the outputs carry them first, in
+    that order (with the default out_axes)."""
+    if not axes or len(set(axes)) != len(axes):
+        raise TransformError(
+            f"accy.vmap: the axes to map over must be distinct names, at least one: {axes!r}"
+        )
+    position_like = [
+        e
+        for e in optree.tree_leaves(in_axes, none_is_leaf=True, namespace=NAMESPACE)
+        if not (e is None or isinstance(e, bool))
+    ]
+    if position_like:
+        raise TransformError(
+            f"accy.vmap over several axes {axes}: in_axes entries can be True (mapped along "
+            f"each axis it has) or None/False (shared), not {position_like[0]!r}, whose axis "
+            "would differ per level; map over one axis at a time for that"
+        )
+    for axis in reversed(axes):
+        fn = vmap(fn, axis, in_axes, out_axes)
+    return fn
 
 
 __all__ = ["vmap"]

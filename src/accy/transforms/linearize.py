@@ -368,8 +368,9 @@ def _while_jvp(s: JvpSemantics, op: Operation, primals: list, tangents: list) ->
     if s.reverse:
         raise NotDifferentiable(
             "while_loop cannot be differentiated in reverse mode (grad, vjp): its number of "
-            "steps is only known when it runs. Use builder.scan over a fixed number of steps "
-            "(with a select to stop early) for gradients; forward mode (accy.jvp) works"
+            "steps is only known when it runs. Use builder.scan (or accy.scan, or "
+            "accy.fori_loop with int bounds) over a fixed number of steps (a select stops "
+            "early) for gradients; forward mode (accy.jvp) works"
         )
     attrs = op.attrs
     num_consts = attrs["num_consts"]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Program
+from ..core.kinds.control import taken_only
 from ..core.kinds.elementwise import CHEAP_UNARY
 from ..core.kinds.registry import rule_for
 from ..errors import AccyError
@@ -723,20 +724,23 @@ def replay(b: Any, program: Program, arguments: Sequence[Any]) -> dict:
 def inline_cond(attrs: Any, operand_types: Sequence[Any]) -> Program:
     """A program (predicate, args...) -> outputs computing both branches of a cond and
     selecting each output by the predicate: how reverse mode differentiates a cond (the
-    backends run a cond as control flow: only the branch taken).
+    backends run a cond as control flow: only the branch taken). Each branch's operands are
+    differentiable only where it is taken (`taken_only`).
 
     >>> import accy
     >>> p = accy.trace.define("f", [accy.spec(accy.bool_), accy.spec(accy.f32)],
     ...     lambda b, a: b.cond(a[0], lambda b, v: v[0] + 1.0, lambda b, v: v[0], [a[1]]))
     >>> inlined = inline_cond(p.operations[2].attrs, p.operations[2].operand_types)
     >>> inlined.count("select"), [float(x) for x in accy.reference.run(inlined, [True, 2.0])]
-    (1, [3.0])
+    (3, [3.0])
     """
 
     def both(b, args):
         predicate, values = args[0], list(args[1:])
-        on_true = run(attrs["true_body"], Inline(b, values, attrs["true_body"]))
-        on_false = run(attrs["false_body"], Inline(b, values, attrs["false_body"]))
+        when_true = taken_only(b, predicate, values)
+        when_false = taken_only(b, b.unary("not", predicate), values)
+        on_true = run(attrs["true_body"], Inline(b, when_true, attrs["true_body"]))
+        on_false = run(attrs["false_body"], Inline(b, when_false, attrs["false_body"]))
         return [b.select(predicate, t, f) for t, f in zip(on_true, on_false, strict=True)]
 
     return define("cond_inlined", list(operand_types), both)

@@ -1,4 +1,5 @@
-"""`custom_call` (an opaque call to a named target) and `scan` (a loop over a named axis).
+"""`custom_call` (an opaque call to a named target), `scan` (a loop over a named axis), `cond`
+and `while_loop`, with their batching rules (vmap).
 
 custom_call: `custom_call(args...) {target="accy.custom.double", version=1}`; its result type
 is an attribute. Its rules come from the record registered for (target, version) in
@@ -50,6 +51,11 @@ class CustomCallRecord(Protocol):
 
     def mapped_axes_for(self, operand_types: Any) -> frozenset[str]:
         """The axes the call maps over, for operands of these types (see `accy.CustomCall`)."""
+        ...
+
+    def batched(self, e: Any, op: Operation, operands: list, batched: list, axis: str) -> Any:
+        """The call mapped over `axis` (first on the operands that `batched` marks), with
+        `axis` first in the result; None when the record has no batching rule."""
         ...
 
 
@@ -120,6 +126,36 @@ def _custom_call_transpose(e, op, ct, operands):
     return record.transpose(e, op, ct, operands)
 
 
+def _custom_call_batch(e, op, operands, batched, ctx):
+    """The record's batching rule when it has one; else a loop: a scan along the batch axis
+    that makes the call once per example (the unbatched operands are its consts)."""
+    record = custom_call_record(op.attrs)
+    if record is not None:
+        result = record.batched(e, op, list(operands), list(batched), ctx.name)
+        if result is not None:
+            return result
+    shared = [x for x, b in zip(operands, batched, strict=True) if not b]
+    mapped = [x for x, b in zip(operands, batched, strict=True) if b]
+    specs = [x.ty for x in shared] + [x.ty.without([ctx.name]) for x in mapped]
+
+    def per_example(b, args):
+        given, slices = iter(args[: len(shared)]), iter(args[len(shared) :])
+        ordered = [next(slices) if flag else next(given) for flag in batched]
+        return [b.emit("custom_call", ordered, op.attrs)]
+
+    body = e.subprogram("custom_call_per_example", specs, per_example)
+    attrs = {
+        "body": body,
+        "axis": ctx.name,
+        "length": ctx.extent,
+        "num_consts": len(shared),
+        "num_carry": 0,
+        "reverse": False,
+    }
+    (stacked,) = e.emit("scan", shared + mapped, attrs)
+    return stacked
+
+
 register(
     Rule(
         "custom_call",
@@ -128,6 +164,7 @@ register(
         custom_call_jvp,
         _custom_call_transpose,
         result_type_is_attr=True,
+        batch=_custom_call_batch,
     )
 )
 
@@ -268,7 +305,46 @@ def _cond_evaluate(attrs, args, ev):
     return tuple(ev.run_program(branch, list(args[1:])))
 
 
-register(Rule("cond", _cond_infer, _cond_evaluate, multiple_results=True))
+def _cond_batch(e, op, operands, batched, ctx):
+    """Both branches batched; with one predicate for all examples it stays a cond, and with a
+    predicate per example both branches run (on every operand batched) and each result is
+    selected per example (as JAX's batched cond becomes a select)."""
+    predicate, args, flags = operands[0], list(operands[1:]), list(batched[1:])
+    if batched[0]:
+        args = [batched_operand(e, x, b, ctx) for x, b in zip(args, flags, strict=True)]
+        flags = [True] * len(args)
+    true_body = ctx.batch_program(op.attrs["true_body"], flags)
+    false_body = ctx.batch_program(op.attrs["false_body"], flags)
+    if not batched[0]:
+        attrs = op.attrs.replace(true_body=true_body, false_body=false_body)
+        results = e.emit("cond", [predicate, *args], attrs)
+        return results if isinstance(results, tuple) else (results,)
+    on_true = _as_tuple(e.call(true_body, taken_only(e, predicate, args)))
+    on_false = _as_tuple(e.call(false_body, taken_only(e, e.unary("not", predicate), args)))
+    return tuple(
+        e.transpose(e.select(predicate, t, f), t.ty.axes)
+        for t, f in zip(on_true, on_false, strict=True)
+    )
+
+
+def taken_only(e, taken, args: list) -> list:
+    """The operands of a branch computed whether or not it is taken (a batched cond, a cond
+    differentiated in reverse mode), differentiable only where `taken` holds (as JAX's): a
+    branch not taken can have an infinite derivative (sqrt at 0) that the zero cotangent
+    there would turn into NaN."""
+    return [
+        e.transpose(e.select(taken, x, e.unary("stop_gradient", x)), x.ty.axes)
+        if x.ty.dtype.is_float
+        else x
+        for x in args
+    ]
+
+
+def _as_tuple(results: Any) -> tuple:
+    return results if isinstance(results, tuple) else (results,)
+
+
+register(Rule("cond", _cond_infer, _cond_evaluate, multiple_results=True, batch=_cond_batch))
 
 
 def _while_infer(types, attrs):
@@ -304,4 +380,38 @@ def _while_evaluate(attrs, args, ev):
     return tuple(carries)
 
 
-register(Rule("while_loop", _while_infer, _while_evaluate, multiple_results=True))
+def _while_batch(e, op, operands, batched, ctx):
+    """Every carry batched; the loop runs while the predicate holds for any example, and an
+    example whose predicate no longer holds keeps its carries (JAX's batched while_loop)."""
+    num_consts = op.attrs["num_consts"]
+    consts = list(operands[:num_consts])
+    carries = [
+        batched_operand(e, x, b, ctx)
+        for x, b in zip(operands[num_consts:], batched[num_consts:], strict=True)
+    ]
+    flags = list(batched[:num_consts]) + [True] * len(carries)
+    condition = ctx.batch_program(op.attrs["cond_body"], flags)
+    body = ctx.batch_program(op.attrs["body"], flags)
+    types = [x.ty for x in consts + carries]
+
+    def any_holds(b, args):
+        return b.reduce_max(b.call(condition, args), [ctx.name])
+
+    def step(b, args):
+        holds = b.call(condition, args)
+        new = _as_tuple(b.call(body, args))
+        old = args[num_consts:]
+        return [
+            b.transpose(b.select(holds, n, o), o.ty.axes) for n, o in zip(new, old, strict=True)
+        ]
+
+    attrs = op.attrs.replace(
+        cond_body=e.subprogram("while_any", types, any_holds),
+        body=e.subprogram("while_masked_body", types, step),
+    )
+    return _as_tuple(e.emit("while_loop", consts + carries, attrs))
+
+
+register(
+    Rule("while_loop", _while_infer, _while_evaluate, multiple_results=True, batch=_while_batch)
+)

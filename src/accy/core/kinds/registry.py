@@ -16,8 +16,8 @@ Rule signatures:
   an operand that is linear is given as `Linear(type)`, any other as its traced value.
 - `batch(emit, op, operands, batched, ctx) -> result(s)` (vmap): `batched[i]` says whether
   operand i carries the batch axis `ctx.name` (extent `ctx.extent`), always first in its
-  layout; the results must carry it first too. Not called when no operand is batched; a kind
-  without one (custom_call) cannot be vmapped.
+  layout; the results must carry it first too. Not called when no operand is batched; every
+  kind with operands has one (custom_call's asks its record, else loops over the examples).
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ from .mesh import Mesh, shard  # noqa: E402
 __all__ += ["Mesh", "MeshError", "mesh", "shard"]
 
 # Checkpoints: trees of named arrays and optimizer states in safetensors files.
-from .checkpoint import load, save  # noqa: E402
+from .checkpoints import load, save  # noqa: E402
 from .errors import CheckpointError  # noqa: E402
 
 __all__ += ["CheckpointError", "load", "save"]

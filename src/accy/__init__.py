@@ -33,7 +33,7 @@ from . import (
 from .api import CompiledProgram, compile, run
 from .backends.devices import Device, device, devices
 from .caches import clear_caches
-from .checkpoint import load, save
+from .checkpoints import load, save
 from .config import config
 from .core import SYNTHETIC_ID, Operation, Program
 from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8

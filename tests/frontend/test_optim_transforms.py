@@ -205,3 +205,17 @@ def test_misuse_is_an_accy_error_naming_what_is_wrong():
         optim.join_schedules([optim.constant_schedule(1.0)] * 3, [1])
     with pytest.raises(accy.AccyError, match="unexpected keyword"):
         optim.inject_hyperparams(optim.sgd)(learning_rate=0.1, momentom=0.9)
+
+
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_centred_rmsprop_and_ema_as_optax(bias_correction):
+    # initial_scale keeps the first step's variance away from 0: with bias correction and a
+    # zero start, E[g^2] - E[g]^2 is rounding noise (0 in exact arithmetic) divided by eps
+    kwargs = dict(centered=True, momentum=0.9, bias_correction=bias_correction, initial_scale=0.5)
+    shapes = {"w": (2, 3)}
+    run_both(optim.rmsprop(0.01, **kwargs), optax.rmsprop(0.01, **kwargs), shapes)
+    run_both(
+        optim.chain(optim.ema(0.9), optim.scale(-0.1)),
+        optax.chain(optax.ema(0.9), optax.scale(-0.1)),
+        shapes,
+    )

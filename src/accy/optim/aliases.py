@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import GradientTransformation, chain, identity
+from .base import GradientTransformation, chain, identity, tree_map
 from .transforms import (
     NS_COEFFICIENTS,
     _matrix_axes_of,
@@ -438,13 +438,9 @@ def muon(
     """
 
     def is_matrix(tree: Any) -> Any:
-        from .base import tree_map
-
         return tree_map(lambda leaf: _matrix_axes_of(matrix_axes, leaf) is not None, tree)
 
     def is_other(tree: Any) -> Any:
-        from .base import tree_map
-
         return tree_map(lambda leaf: _matrix_axes_of(matrix_axes, leaf) is None, tree)
 
     matrices = chain(

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import optree
 
-from ..core.types import DTYPES, DType, bool_, dtype_of_numpy, f32, i32
+from ..core.types import DTYPES, DType, dtype_of_numpy, f32, i32
 from ..errors import AccyError
 from ..frontend.named import NamedArray, named
 from ..frontend.tracing import NAMESPACE, flatten, unflatten
@@ -296,19 +296,6 @@ def global_norm(tree: Any) -> Any:
         part = squared_norm(leaf).convert(widest)
         total = part if total is None else total + part
     return total.sqrt()
-
-
-def check_float_leaves(tree: Any, where: str) -> None:
-    for i, leaf in enumerate(tree_leaves(tree)):
-        if not is_traced(leaf):
-            raise AccyError(
-                f"{where}: leaf {i} is {type(leaf).__name__}; the trees an optimizer works on "
-                "hold accy arrays (accy.named(...), or traced values inside accy.jit)"
-            )
-        if not leaf.dtype.is_float or leaf.dtype == bool_:
-            raise AccyError(
-                f"{where}: leaf {i} is {leaf.ty}; only floating-point arrays can be trained"
-            )
 
 
 def needs_params(params: Any, where: str) -> None:

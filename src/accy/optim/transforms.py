@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..core.types import f32, i32
+from ..core.types import bool_, f32, i32
 from ..errors import AccyError
 from ..frontend.tracing import flatten, unflatten
 from .base import (
@@ -28,6 +28,7 @@ from .base import (
     bias_correction,
     cast,
     compute_in,
+    first_leaf,
     full_like,
     global_norm,
     identity,
@@ -37,6 +38,7 @@ from .base import (
     power,
     resolve_dtype,
     safe_increment,
+    scalar_like,
     tree_full_like,
     tree_leaves,
     tree_map,
@@ -72,11 +74,7 @@ def _squares(params: Any, value: Any = 0.0) -> Any:
     return tree_map(lambda p: full_like(p, value, f32 if p.dtype.name == "f16" else None), params)
 
 
-def scalar_like_bool(params: Any, value: bool, dtype: Any) -> Any:
-    """A bool scalar where the parameters live."""
-    from .base import first_leaf, scalar_like
-
-    return scalar_like(first_leaf(params), dtype, value)
+_debias = bias_correction  # for the transformations whose argument `bias_correction` hides it
 
 
 def _keep(new: Any, old: Any) -> Any:
@@ -416,7 +414,6 @@ def scale_by_rms(
     >>> scale_by_rms().init([])
     ScaleByRmsState(nu=[])
     """
-    from .base import bias_correction as correct
 
     def init(params):
         nu = _squares(params, initial_scale)
@@ -429,7 +426,7 @@ def scale_by_rms(
 
         def one(g, v):
             v = _moment(g, v, decay, 2)
-            v_hat = correct(v, decay, count) if bias_correction else v
+            v_hat = _debias(v, decay, count) if bias_correction else v
             e = _hyper(eps, v_hat)
             scaling = (v_hat + e).rsqrt() if eps_in_sqrt else 1.0 / (v_hat.sqrt() + e)
             return (scaling * _wide(g)).convert(g.dtype), v.convert(g.dtype)
@@ -465,7 +462,6 @@ def scale_by_stddev(
     >>> scale_by_stddev().init([])
     ScaleByRStdDevState(mu=[], nu=[])
     """
-    from .base import bias_correction as correct
 
     def init(params):
         mu, nu = tree_zeros_like(params), _squares(params, initial_scale)
@@ -478,8 +474,8 @@ def scale_by_stddev(
 
         def one(g, m, v):
             m, v = _moment(g, m, decay, 1), _moment(g, v, decay, 2)
-            m_hat = correct(m, decay, count) if bias_correction else m
-            v_hat = correct(v, decay, count) if bias_correction else v
+            m_hat = _debias(m, decay, count) if bias_correction else m
+            v_hat = _debias(v, decay, count) if bias_correction else v
             e = _hyper(eps, v_hat)
             spread = v_hat - m_hat * m_hat
             scaling = (spread + e).rsqrt() if eps_in_sqrt else 1.0 / (spread.sqrt() + e)
@@ -1255,9 +1251,7 @@ def scale_by_optimistic_gradient(alpha: Any = 1.0, beta: Any = 1.0) -> GradientT
     """
 
     def init(params):
-        from ..core.types import bool_
-
-        flag = scalar_like_bool(params, True, bool_)
+        flag = scalar_like(first_leaf(params), bool_, True)
         return ScaleByOptimisticGradientState(flag, tree_zeros_like(params))
 
     def update(updates, state, params=None, **extra):

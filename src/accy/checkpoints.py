@@ -1,4 +1,5 @@
 """Checkpoints: `accy.save(path, tree)` and `accy.load(path, like=tree)` in safetensors.
+(`accy.checkpoint`, singular, is rematerialization: gradient checkpointing.)
 
 Any tree the front end accepts (dicts, lists, tuples, named tuples such as optimizer states,
 dataclasses, None) of NamedArrays, NumPy arrays and Python scalars is one safetensors file:
@@ -400,7 +401,7 @@ def load_block(
     >>> w = accy.named(np.arange(8.0, dtype=np.float32), ("hidden",))
     >>> accy.save(path, {"w": w}, mesh=accy.Mesh(range(4), "data"), axis_mapping={"hidden": "data"})
     >>> two = accy.Mesh(range(2), "data")
-    >>> accy.checkpoint.load_block(path, {"w": w}, two, {"hidden": "data"}, 1)["w"].array.tolist()
+    >>> accy.checkpoints.load_block(path, {"w": w}, two, {"hidden": "data"}, 1)["w"].array.tolist()
     [4.0, 5.0, 6.0, 7.0]
     """
     mesh, axis_mapping = _mesh_of(mesh, axis_mapping, "load_block")

@@ -274,16 +274,16 @@ SAVER = """
 import sys
 import numpy as np
 import accy
-import accy.checkpoint
+import accy.checkpoints
 import safetensors
 
 if sys.argv[2] == "in-place":  # the control: a writer that overwrites the file where it is
 
     def write_in_place(path, arrays, metadata):
         with open(path, "wb") as f:
-            f.write(safetensors.serialize(accy.checkpoint._specs(arrays), metadata=metadata))
+            f.write(safetensors.serialize(accy.checkpoints._specs(arrays), metadata=metadata))
 
-    accy.checkpoint._write_atomically = write_in_place
+    accy.checkpoints._write_atomically = write_in_place
 blocks = [[accy.named(np.full((1024, 1024), v, np.float32), ("a", "b"))] * 4 for v in (1, 2)]
 version = 0
 while True:

@@ -11,7 +11,7 @@ import safetensors
 
 import accy
 from accy import optim
-from accy.checkpoint import load_block
+from accy.checkpoints import load_block
 
 R = "reference"
 MAPPING = {"batch": "data", "hidden": "data"}  # ZeRO/FSDP: parameters and state split
@@ -108,9 +108,9 @@ def test_a_failed_sharded_save_keeps_the_previous_checkpoint(tmp_path, monkeypat
     after = sorted(os.listdir(tmp_path))
     assert len(after) == 5 and set(after) & set(before) == {"ckpt.safetensors"}
 
-    import accy.checkpoint as checkpoint
+    import accy.checkpoints as checkpoints
 
-    real = checkpoint._write_atomically
+    real = checkpoints._write_atomically
     calls = []
 
     def dies_on_the_third_shard(target, arrays, metadata):
@@ -119,7 +119,7 @@ def test_a_failed_sharded_save_keeps_the_previous_checkpoint(tmp_path, monkeypat
             raise OSError(28, "No space left on device")
         real(target, arrays, metadata)
 
-    monkeypatch.setattr(checkpoint, "_write_atomically", dies_on_the_third_shard)
+    monkeypatch.setattr(checkpoints, "_write_atomically", dies_on_the_third_shard)
     changed = {k: v + 1.0 for k, v in params.items()}
     with pytest.raises(OSError):
         accy.save(path, changed, mesh=mesh, axis_mapping=MAPPING)

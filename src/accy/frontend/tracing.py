@@ -250,6 +250,11 @@ class FunctionBuilder(Builder):
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
+        nested = self._innermost(list(operands))
+        if nested is not self:
+            # `positions * w` with `w` from a scan body of this trace: the body records it
+            # (capturing `positions`), rather than this trace lifting `w` as a foreign value.
+            return nested.emit(kind, operands, attrs, id)
         results = super().emit(kind, [self.lift(o) for o in operands], attrs, id)
         if isinstance(results, tuple):
             return tuple(TracedArray(self, v.index, v.ty) for v in results)

@@ -14,6 +14,7 @@ import os
 from ..core.types import DType
 from . import gpt2, hub, llama
 from .base import CausalLM, next_token_loss
+from .generate import generate
 
 ARCHITECTURES = {"gpt2": gpt2.GPT2, "llama": llama.Llama}
 
@@ -39,4 +40,12 @@ def from_pretrained(
     return ARCHITECTURES[model_type].from_pretrained(folder, dtype=dtype, device=device)
 
 
-__all__ = ["CausalLM", "from_pretrained", "gpt2", "hub", "llama", "next_token_loss"]
+__all__ = [
+    "CausalLM",
+    "from_pretrained",
+    "generate",
+    "gpt2",
+    "hub",
+    "llama",
+    "next_token_loss",
+]

@@ -305,9 +305,7 @@ def rotary(x: Array, positions: Array, theta: float, dim: str = "dim") -> Array:
     b = x.builder
     frequencies = (theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)).astype(np.float32)
     inverse = b.constant(frequencies, TensorType(f32, ((dim, half),)))
-    # Through x's builder: inside a scan body `positions` may belong to the enclosing trace,
-    # and an operation must be recorded where its body-side operand lives.
-    angles = b.mul(inverse, b.convert(positions, f32))
+    angles = positions.convert(f32) * inverse
     cos, sin = angles.cos(), angles.sin()
     wide = x.convert(f32)
     first, second = wide.slice(dim, 0, half), wide.slice(dim, half, d)

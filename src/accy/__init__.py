@@ -39,6 +39,7 @@ from .errors import (
     InvalidInput,
     NotDifferentiable,
     ParseError,
+    PretrainedError,
     RuntimeUnavailable,
     TypeRuleError,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "NotDifferentiable",
     "Operation",
     "ParseError",
+    "PretrainedError",
     "Program",
     "RuntimeUnavailable",
     "TensorType",
@@ -176,3 +178,9 @@ from .errors import MeshError  # noqa: E402
 from .mesh import Mesh, shard  # noqa: E402
 
 __all__ += ["Mesh", "MeshError", "mesh", "shard"]
+
+# Layers as tree modules, and language models with Hugging Face in and out (over the front end).
+from . import models  # noqa: E402
+from .nn import field  # noqa: E402
+
+__all__ += ["field", "models"]

@@ -122,13 +122,16 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     key: Any = None,
+    cache_length: int | None = None,
 ) -> NamedArray:
     """The prompt `ids` {batch, token} followed by `max_new_tokens` generated tokens each
     (i32 {batch, token}). Without a `key`, greedy decoding (the most likely token, the first
     of ties, as `transformers`' `generate(do_sample=False)`); with one (`accy.random.key`),
     sampling at `temperature` (default 1) from the `top_k` most likely tokens and the
     smallest set reaching probability `top_p`. Every sequence of the batch is as long as the
-    prompt (no padding); generation runs on the model's device.
+    prompt (no padding); generation runs on the model's device. The cache holds
+    `cache_length` tokens (default: the model's positions, so that every call with the same
+    batch reuses the same two compiled steps; at least prompt + new tokens).
 
     >>> import accy, numpy as np
     >>> config = accy.models.gpt2.Config(vocab=16, positions=12, embed=8, layers=1, heads=2)
@@ -141,7 +144,13 @@ def generate(
     device = model._device()
     ids = ids.to(device)
     batch, prompt = ids.ty.extent("batch"), ids.ty.extent("token")
-    cache = model.init_cache(batch, prompt + max_new_tokens, device=device)
+    needed = prompt + max_new_tokens
+    length = cache_length or getattr(model.config, "positions", None) or needed
+    if length < needed:
+        raise AccyError(
+            f"generate: cache_length {length} is below the prompt + new tokens ({needed})"
+        )
+    cache = model.init_cache(batch, length, device=device)
     sample = key is not None
     options = {"top_k": top_k, "top_p": top_p, "sample": sample}
     key = named(np.asarray(key if sample else random.key(0)), ("key",), device)

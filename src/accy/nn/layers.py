@@ -557,11 +557,12 @@ class Stacked(Module):
     ) -> Stacked:
         """`count` layers `make(key_i)`, their arrays stacked along `axis`.
 
-        >>> import accy, numpy as np
-        >>> s = accy.nn.Stacked.init(3, lambda k: accy.nn.Linear.init(k, {"embed": 4},
-        ...                          {"hidden": 4}).replace(outputs=("embed",)), accy.random.key(0))
-        >>> s.layers.weight.axes
-        ('layer', 'embed', 'hidden')
+        >>> import accy
+        >>> def make(key):
+        ...     return accy.nn.Linear.init(key, {"embed": 4}, {"hidden": 4})
+        >>> s = accy.nn.Stacked.init(3, make, accy.random.key(0))
+        >>> s.layers.weight.axes, s.count
+        (('layer', 'embed', 'hidden'), 3)
         """
         return cls.stack([make(k) for k in initialisers.split(key, count)], axis, remat)
 

@@ -6,8 +6,8 @@ source (`demo/text.py`), then save it with `save_pretrained` into `OUT/finetuned
 Tokens: with a `tokenizer.json` in the folder (and the `tokenizers` package), the text is
 tokenized with it and samples are decoded with it (the tokenizer files are copied to the
 saved folder); without one, tokens are bytes, which needs a vocabulary of at least 256.
-Training: AdamW (weight decay 0.1 on the matrices, found by `accy.nn.partition`), a warmup
-and cosine schedule given to the one jitted step as an input, windows of up to 64 tokens.
+Training: AdamW (weight decay 0.1 on the matrices: `accy.nn.partition` by `nn.decayed`), a
+warmup and cosine schedule given to the one jitted step as an input, windows of up to 64 tokens.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def training_step(model: Any, learning_rate: float = LEARNING_RATE):
             )
         return value, new, new_states
 
-    matrices, rest = nn.partition(model, nn.is_matrix)
+    matrices, rest = nn.partition(model, nn.decayed, paths=True)
     params = {"decay": matrices, "plain": rest}
     states = {"decay": decay.init(matrices), "plain": plain.init(rest)}
     return jit(step), params, states

@@ -34,6 +34,7 @@ from .layers import (
 from .module import (
     Module,
     combine,
+    decayed,
     field,
     is_array,
     is_float_array,
@@ -56,6 +57,7 @@ __all__ = [
     "Stacked",
     "SwiGLU",
     "combine",
+    "decayed",
     "field",
     "functional",
     "init",

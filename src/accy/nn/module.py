@@ -136,9 +136,23 @@ def is_float_array(leaf: Any) -> bool:
 
 
 def is_matrix(leaf: Any) -> bool:
-    """Whether `leaf` is a float array of rank 2 or more: what weight decay applies to by
-    default (matrices and embeddings, not gains and biases), as nanoGPT and optax's examples."""
+    """Whether `leaf` is a float array of rank 2 or more (matrices, embeddings, and biases
+    over several axes such as {head, dim})."""
     return is_float_array(leaf) and leaf.ty.rank >= 2
+
+
+def decayed(path: str, leaf: Any) -> bool:
+    """Whether weight decay applies to the leaf at `path` (use with `partition(...,
+    paths=True)`): a float array of rank 2 or more that is not a `bias` field, so matrices and
+    embeddings but not gains and biases, as nanoGPT.
+
+    >>> import accy
+    >>> lin = accy.nn.Linear.init(accy.random.key(0), {"a": 2}, {"head": 2, "dim": 3})
+    >>> decay, rest = accy.nn.partition(lin, accy.nn.decayed, paths=True)
+    >>> decay.bias is None, rest.bias.shape
+    (True, {'head': 2, 'dim': 3})
+    """
+    return is_matrix(leaf) and not path.endswith("['bias']")
 
 
 def partition(tree: Any, keep: Callable[..., bool], *, paths: bool = False) -> tuple[Any, Any]:
@@ -200,6 +214,7 @@ def parameter_count(tree: Any) -> int:
 __all__ = [
     "Module",
     "combine",
+    "decayed",
     "field",
     "is_array",
     "is_float_array",

@@ -166,13 +166,16 @@ def test_mlp_swiglu_and_dropout():
 
 
 def test_stacked_scan_equals_its_loop_with_gradients():
+    """The scan (with and without remat) and the unrolled loop under a trace give the eager
+    loop's values, and gradients equal to finite differences."""
+
     def make(k):
         return nn.Linear.init(k, {"embed": 4}, {"out": 4}, device="reference").replace(
             outputs=("embed",)
         )
 
-    for remat in (False, True):
-        stacked = nn.Stacked.init(3, make, KEY, remat=remat)
+    for remat, unroll in ((False, False), (True, False), (False, True)):
+        stacked = nn.Stacked.init(3, make, KEY, remat=remat).replace(unroll=unroll)
         x = named(rng.normal(size=(2, 4)), ("batch", "embed"))
         w = [host(stacked.layer(i).weight, ("embed", "out")) for i in range(3)]
         b = [np.asarray(stacked.layer(i).bias) for i in range(3)]

@@ -15,13 +15,12 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from .. import nn, optim
 from ..errors import AccyError
-from ..frontend import jit, named, value_and_grad
+from ..frontend import jit, named
 from ..models import from_pretrained, generate
 from ..models.base import to_host
 from .text import ByteText
@@ -89,30 +88,6 @@ def windows(tokens: np.ndarray, rng: np.random.Generator, size: int, length: int
     return np.stack([tokens[s : s + length] for s in starts]).astype(np.int32)
 
 
-def training_step(model: Any, learning_rate: float = LEARNING_RATE):
-    """The jitted step `(params, states, ids, rate) -> (loss, params, states)` over the
-    model split into decayed matrices and the rest (`nn.partition`)."""
-    decay = optim.Adam(learning_rate, 0.9, 0.95, 1e-8, 0.1)
-    plain = optim.Adam(learning_rate, 0.9, 0.95, 1e-8, 0.0)
-
-    def step(params, states, ids, rate):
-        def loss(p):
-            return nn.combine(p["decay"], p["plain"]).loss(ids)
-
-        value, grads = value_and_grad(loss)(params)
-        new, new_states = {}, {}
-        for group, optimizer in (("decay", decay), ("plain", plain)):
-            new[group], new_states[group] = optimizer.apply(
-                params[group], grads[group], states[group], rate
-            )
-        return value, new, new_states
-
-    matrices, rest = nn.partition(model, nn.decayed, paths=True)
-    params = {"decay": matrices, "plain": rest}
-    states = {"decay": decay.init(matrices), "plain": plain.init(rest)}
-    return jit(step), params, states
-
-
 def finetune(
     folder: Path,
     device: str,
@@ -126,7 +101,7 @@ def finetune(
 ) -> Finetune:
     """Fine-tune the model of `folder` for `steps` steps at a peak `learning_rate` and save it
     into `out/finetuned`."""
-    from .common import demo_dependency
+    from .common import demo_dependency, language_model_step
 
     tqdm = demo_dependency("tqdm").tqdm
     folder = Path(folder)
@@ -134,7 +109,7 @@ def finetune(
     tokens = Tokens(folder, model.config.vocab)
     text = ByteText.load(max_bytes=1_000_000) if text is None else text
     train, held = tokens.encode(text.train), tokens.encode(text.held_out)
-    length = min(WINDOW, model.config.positions)
+    length = min(WINDOW, model.config.positions)  # the training windows: ids and targets
     held_batches = [
         windows(held, np.random.default_rng([seed, 1, i]), BATCH, length) for i in range(4)
     ]
@@ -153,15 +128,15 @@ def finetune(
         return tokens.decode(to_host(ids, ("batch", "token"))[0, prompt.shape[1] :])
 
     run = Finetune(held_out_before=held_out(model), sample_before=sample(model))
-    step, params, states = training_step(model, learning_rate)
+    step, params, states = language_model_step(model, device, learning_rate)
     for number in tqdm(range(steps), disable=quiet, unit="step", mininterval=0.5):
-        ids = windows(train, np.random.default_rng([seed, 0, number]), BATCH, length)
+        window = windows(train, np.random.default_rng([seed, 0, number]), BATCH, length + 1)
+        ids, targets = (
+            named(w, ("batch", "token"), device) for w in (window[:, :-1], window[:, 1:])
+        )
         rate = optim.warmup_cosine(number + 1, steps, learning_rate, WARMUP)
         value, params, states = step(
-            params,
-            states,
-            named(ids, ("batch", "token"), device),
-            named(np.float32(rate), (), device),
+            params, states, ids, targets, named(np.float32(rate), (), device)
         )
         run.losses.append(value.item())
         run.steps += 1

@@ -101,10 +101,13 @@ class CausalLM(Module):
         x, cache = self.blocks.scan(step, x, cache)
         return self.head(x), cache
 
-    def loss(self, ids: Array) -> Array:
-        """The mean next-token cross-entropy of `ids` {batch, token} (as `transformers`' loss
-        with `labels=ids`: the logits of every token but the last against the next token)."""
-        return next_token_loss(self(ids), ids)
+    def loss(self, ids: Array, targets: Array | None = None) -> Array:
+        """The mean next-token cross-entropy of `ids` {batch, token}: as `transformers`' loss
+        with `labels=ids` (the logits of every token but the last against the next token),
+        or, given `targets` (ids shifted by one), of every token against its target."""
+        if targets is None:
+            return next_token_loss(self(ids), ids)
+        return F.cross_entropy(self(ids), targets, "vocab").mean()
 
     def init_cache(
         self, batch: int, length: int, dtype: DType | None = None, device: str | None = None

@@ -538,12 +538,14 @@ class Stacked(Module):
     that axis first (the parameters of all the layers, stacked), as Haliax's `Stacked`. Inside
     a traced function the layers run as one `scan` over the axis (so the program, and its
     compile time, do not grow with depth; `remat` recomputes each layer's intermediates in the
-    backward pass instead of storing them); on named arrays, eagerly, as a loop over its
-    slices."""
+    backward pass instead of storing them); with `unroll`, or on named arrays outside any
+    trace, as a loop over its slices (a program that grows with depth, but on small models on
+    the CPU a faster one)."""
 
     layers: Module
     axis: str = field(static=True, default="layer")
     remat: bool = field(static=True, default=False)
+    unroll: bool = field(static=True, default=False)
 
     @classmethod
     def init(
@@ -609,7 +611,7 @@ class Stacked(Module):
         leaves, treedef = optree.tree_flatten(self.layers, namespace=NAMESPACE)
         xs = list(xs)
         builder = _trace_of([carry, *leaves, *xs])
-        if builder is None:
+        if builder is None or self.unroll:
             return self._loop(fn, carry, xs)
         width = len(leaves)
 
@@ -630,15 +632,18 @@ class Stacked(Module):
             outputs.append(ys)
         if not outputs[0]:
             return carry, ()
-        stacked = tuple(
-            named(
-                np.stack([np.asarray(y[i]) for y in outputs]),
-                (self.axis, *outputs[0][i].axes),
-                outputs[0][i].device,
+        return carry, tuple(self._stack([y[i] for y in outputs]) for i in range(len(outputs[0])))
+
+    def _stack(self, values: list[Array]) -> Array:
+        """Per-layer arrays as one array with `axis` first (traced values: a concatenation)."""
+        first = values[0]
+        if all(isinstance(v, NamedArray) for v in values):
+            return named(
+                np.stack([np.asarray(v) for v in values]), (self.axis, *first.axes), first.device
             )
-            for i in range(len(outputs[0]))
-        )
-        return carry, stacked
+        b = _trace_of(values)
+        shaped = [b.reshape(v, ((self.axis, 1), *v.ty.named_extents)) for v in values]
+        return b.concatenate(shaped, self.axis)
 
 
 __all__ = [

@@ -22,6 +22,7 @@ def folder(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # four compiles: the step, the loss, generation's prefill and decode
 def test_finetuning_lowers_the_held_out_loss_and_saves_a_folder(folder, tmp_path):
     text = ByteText.load(max_bytes=200_000)
     run = finetune(

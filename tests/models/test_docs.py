@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "from-equinox-optax-transformers.md"
 
 
@@ -14,6 +16,7 @@ def accy_blocks() -> list[str]:
     return [b for b in blocks if "eqx" not in b]  # the Equinox block is for reading only
 
 
+@pytest.mark.slow  # every eager operation of the page compiles its own small program
 def test_the_accy_blocks_run_and_print_what_they_claim(capsys):
     scope: dict = {}
     for number, block in enumerate(accy_blocks()):

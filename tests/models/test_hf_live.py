@@ -37,6 +37,19 @@ MODELS = {
         llama.Config(vocab=40, embed=16, hidden=24, layers=2, heads=4, kv_heads=2, positions=32),
         transformers.LlamaForCausalLM,
     ),
+    "llama3-rope": (  # Llama 3's RoPE scaling, its bands placed within the tiny head dim
+        llama.Llama,
+        llama.Config(
+            vocab=40,
+            embed=32,
+            hidden=24,
+            layers=1,
+            heads=2,
+            positions=32,
+            rope_scaling=(8.0, 1.0, 4.0, 16.0),
+        ),
+        transformers.LlamaForCausalLM,
+    ),
 }
 
 

@@ -34,6 +34,8 @@ from ..nn.module import Module, field
 from . import hub
 from .base import Array, CausalLM, dtype_named, hf_dtype_name, to_host, to_named, weights_dtype
 
+LLAMA3_ROPE = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
 
 @dataclass(frozen=True)
 class Config:
@@ -53,6 +55,7 @@ class Config:
     positions: int = 2048
     eps: float = 1e-6
     rope_theta: float = 10000.0
+    rope_scaling: tuple | None = None  # Llama 3's (factor, low, high, original positions)
     tied: bool = False
     bos: int | None = None
     eos: int | None = None
@@ -82,10 +85,17 @@ class Config:
         rope = config.get("rope_parameters") or {}
         scaling = config.get("rope_scaling") or {}
         kind = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
-        if kind != "default":
+        if kind not in ("default", "llama3"):
             raise PretrainedError(
-                f"Llama: rope_type {kind!r} is not supported (only the default RoPE)"
+                f"Llama: rope_type {kind!r} is not supported (the default RoPE and llama3 are)"
             )
+        rope_scaling = None
+        if kind == "llama3":
+            given = {**scaling, **rope}
+            try:
+                rope_scaling = tuple(float(given[name]) for name in LLAMA3_ROPE)
+            except KeyError as missing:
+                raise PretrainedError(f"Llama: the llama3 rope parameters lack {missing}") from None
         for option in ("attention_bias", "mlp_bias"):
             if config.get(option):
                 raise PretrainedError(f"Llama: {option}=true is not supported")
@@ -103,6 +113,7 @@ class Config:
                 positions=config.get("max_position_embeddings", 2048),
                 eps=config.get("rms_norm_eps", 1e-6),
                 rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10000.0))),
+                rope_scaling=rope_scaling,
                 tied=bool(config.get("tie_word_embeddings", False)),
                 bos=config.get("bos_token_id"),
                 eos=config.get("eos_token_id"),
@@ -124,7 +135,7 @@ class Config:
             "max_position_embeddings": self.positions,
             "rms_norm_eps": self.eps,
             "rope_theta": self.rope_theta,
-            "rope_parameters": {"rope_theta": self.rope_theta, "rope_type": "default"},
+            "rope_parameters": self.rope_parameters(),
             "tie_word_embeddings": self.tied,
             "hidden_act": "silu",
             "attention_bias": False,
@@ -132,6 +143,15 @@ class Config:
             "bos_token_id": self.bos,
             "eos_token_id": self.eos,
         }
+
+    def rope_parameters(self) -> dict[str, Any]:
+        if self.rope_scaling is None:
+            return {"rope_theta": self.rope_theta, "rope_type": "default"}
+        scaling = dict(zip(LLAMA3_ROPE, self.rope_scaling, strict=True))
+        scaling["original_max_position_embeddings"] = int(
+            scaling["original_max_position_embeddings"]
+        )
+        return {"rope_theta": self.rope_theta, "rope_type": "llama3", **scaling}
 
     def generation_config(self) -> dict[str, Any]:
         return {"bos_token_id": self.bos, "eos_token_id": self.eos}
@@ -189,6 +209,7 @@ class Llama(CausalLM):
                 linear(kv_, embed, kv),
                 linear(ko, query, embed),
                 rope_theta=c.rope_theta,
+                rope_scaling=c.rope_scaling,
             )
             hidden = {"hidden": c.hidden}
             mlp = SwiGLU(
@@ -299,6 +320,7 @@ class Llama(CausalLM):
                 linear(v, ("embed",), ("head", "dim")),
                 linear(o, query_axes, ("embed",)),
                 rope_theta=c.rope_theta,
+                rope_scaling=c.rope_scaling,
             )
             mlp = SwiGLU(
                 linear(

@@ -286,11 +286,36 @@ class Conv(Module):
         return y if self.bias is None else y + self.bias
 
 
-def rotary(x: Array, positions: Array, theta: float, dim: str = "dim") -> Array:
+def rope_frequencies(d: int, theta: float, scaling: tuple | None = None) -> np.ndarray:
+    """The inverse frequencies theta^(-2i/d) of RoPE over a head dim of `d`, f32; with
+    `scaling` = (factor, low_freq_factor, high_freq_factor, original_max_positions), Llama
+    3's: long wavelengths divided by `factor`, short ones kept, the band between smoothed (as
+    `transformers`' "llama3" rope_type).
+
+    >>> rope_frequencies(4, 10000.0).tolist()
+    [1.0, 0.009999999776482582]
+    >>> [round(f, 6) for f in rope_frequencies(4, 10000.0, (8.0, 1.0, 4.0, 16)).tolist()]
+    [0.576056, 0.00125]
+    """
+    frequencies = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    if scaling is not None:
+        factor, low, high, original = scaling
+        wavelength = 2 * math.pi / frequencies
+        scaled = np.where(wavelength > original / low, frequencies / factor, frequencies)
+        smooth = (original / wavelength - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelength >= original / high) & (wavelength <= original / low)
+        frequencies = np.where(medium, smoothed, scaled)
+    return frequencies.astype(np.float32)
+
+
+def rotary(
+    x: Array, positions: Array, theta: float, dim: str = "dim", scaling: tuple | None = None
+) -> Array:
     """Rotary position embeddings (RoPE) of `x` at integer `positions` (axes shared with `x`,
     e.g. {token}), in Hugging Face's layout: the first and second halves of `dim` are the two
     coordinates of each rotated pair (`rotate_half`), frequencies theta^(-2i/d). Computed in
-    f32, returned in `x`'s dtype.
+    f32, returned in `x`'s dtype; `scaling` as `rope_frequencies`.
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.ones((2, 4), np.float32), ("token", "dim"), device="reference")
@@ -303,8 +328,7 @@ def rotary(x: Array, positions: Array, theta: float, dim: str = "dim") -> Array:
         raise AxisError(f"rotary: the axis {dim!r} of {x.ty} needs an even extent")
     half = d // 2
     b = x.builder
-    frequencies = (theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)).astype(np.float32)
-    inverse = b.constant(frequencies, TensorType(f32, ((dim, half),)))
+    inverse = b.constant(rope_frequencies(d, theta, scaling), TensorType(f32, ((dim, half),)))
     angles = positions.convert(f32) * inverse
     cos, sin = angles.cos(), angles.sin()
     wide = x.convert(f32)
@@ -334,6 +358,7 @@ class MultiHeadAttention(Module):
     embed: str = field(static=True, default="embed")
     causal: bool = field(static=True, default=True)
     rope_theta: float | None = field(static=True, default=None)
+    rope_scaling: tuple | None = field(static=True, default=None)  # see `rope_frequencies`
 
     @classmethod
     def init(
@@ -402,7 +427,9 @@ class MultiHeadAttention(Module):
         if positions is None and (self.rope_theta is not None or cache is not None):
             positions = x.builder.iota(TensorType(i32, (("token", x.ty.extent("token")),)), "token")
         if self.rope_theta is not None:
-            q, k = rotary(q, positions, self.rope_theta), rotary(k, positions, self.rope_theta)
+            q, k = (
+                rotary(t, positions, self.rope_theta, scaling=self.rope_scaling) for t in (q, k)
+            )
         if cache is not None:
             return self._attend_cached(q, k, v, positions, cache, mask)
         k, v = k.rename("token", "key"), v.rename("token", "key")

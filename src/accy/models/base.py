@@ -49,12 +49,22 @@ def hf_dtype_name(dtype: DType) -> str:
 
 
 def to_named(array: np.ndarray, axes: Sequence[str], dtype: DType, device: str) -> NamedArray:
-    """A host array of a file as a NamedArray of `dtype` (converted on the host)."""
+    """A host array of a file as a NamedArray of `dtype` (converted on the host).
+
+    >>> import numpy as np
+    >>> print(to_named(np.ones((2, 3)), ("a", "b"), f32, "cpu").ty)
+    f32[a=2, b=3]
+    """
     return named(np.ascontiguousarray(np.asarray(array).astype(dtype.numpy)), tuple(axes), device)
 
 
 def to_host(x: NamedArray, axes: Sequence[str], dtype: DType | None = None) -> np.ndarray:
-    """The NumPy array of `x` with its axes in the order `axes` (whatever its layout)."""
+    """The NumPy array of `x` with its axes in the order `axes` (whatever its layout).
+
+    >>> import numpy as np
+    >>> to_host(to_named(np.zeros((2, 3)), ("a", "b"), f32, "cpu"), ("b", "a")).shape
+    (3, 2)
+    """
     missing = set(axes) ^ set(x.axes)
     if missing:
         raise AxisError(f"expected the axes {tuple(axes)}, but the array is {x.ty}")
@@ -91,7 +101,19 @@ class CausalLM(Module):
     def decode(self, ids: Array, cache: tuple[Array, Array], positions: Array):
         """Logits of `ids` {batch, token} at `positions` {token}, attending to every cached
         key up to each token's position, and the cache with this call's keys and values
-        written in: (logits, cache)."""
+        written in: (logits, cache).
+
+        >>> import accy, numpy as np
+        >>> config = accy.models.gpt2.Config(vocab=8, positions=8, embed=4, layers=1, heads=2)
+        >>> model = accy.models.gpt2.GPT2.init(config, accy.random.key(0), device="reference")
+        >>> ids = accy.named(np.array([[1, 2]], np.int32), ("batch", "token"), "reference")
+        >>> at = accy.named(np.array([0, 1], np.int32), "token", "reference")
+        >>> logits, cache = model.decode(ids, model.init_cache(1, 8), at)
+        >>> logits.shape
+        {'batch': 1, 'token': 2, 'vocab': 8}
+        >>> cache[0].axes
+        ('layer', 'batch', 'key', 'head', 'dim')
+        """
         x = self.embed(ids, positions)
 
         def step(layer, h, keys, values):
@@ -104,7 +126,15 @@ class CausalLM(Module):
     def loss(self, ids: Array, targets: Array | None = None) -> Array:
         """The mean next-token cross-entropy of `ids` {batch, token}: as `transformers`' loss
         with `labels=ids` (the logits of every token but the last against the next token),
-        or, given `targets` (ids shifted by one), of every token against its target."""
+        or, given `targets` (ids shifted by one), of every token against its target.
+
+        >>> import accy, numpy as np
+        >>> config = accy.models.gpt2.Config(vocab=8, positions=8, embed=4, layers=1, heads=2)
+        >>> model = accy.models.gpt2.GPT2.init(config, accy.random.key(0), device="reference")
+        >>> ids = accy.named(np.array([[1, 2, 3]], np.int32), ("batch", "token"), "reference")
+        >>> 1.5 < model.loss(ids).item() < 2.7  # about log 8 for a random model
+        True
+        """
         if targets is None:
             return next_token_loss(self(ids), ids)
         return F.cross_entropy(self(ids), targets, "vocab").mean()
@@ -112,7 +142,8 @@ class CausalLM(Module):
     def init_cache(
         self, batch: int, length: int, dtype: DType | None = None, device: str | None = None
     ) -> tuple[NamedArray, NamedArray]:
-        """An empty cache for `batch` sequences of up to `length` tokens."""
+        """An empty cache for `batch` sequences of up to `length` tokens (keys and values,
+        each {layer, batch, key, head, dim}, in the model's dtype); see `decode`."""
         dtype = dtype or weights_dtype(self)
         shape = (self.blocks.count, batch, length, self.kv_heads, self.head_dim)
         axes = ("layer", "batch", "key", "head", "dim")

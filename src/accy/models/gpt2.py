@@ -165,7 +165,13 @@ class GPT2(CausalLM):
         cls, config: Config, key: Any, *, dtype: DType | str = "float32", device: str = "cpu"
     ) -> GPT2:
         """Random weights as GPT-2's initialisation: N(0, 0.02) matrices and embeddings, the
-        residual projections N(0, 0.02 / sqrt(2 layers)), zero biases, unit gains."""
+        residual projections N(0, 0.02 / sqrt(2 layers)), zero biases, unit gains.
+
+        >>> import accy
+        >>> config = Config(vocab=8, positions=8, embed=4, layers=1, heads=2)
+        >>> accy.nn.parameter_count(GPT2.init(config, accy.random.key(0))) > 0
+        True
+        """
         dtype = dtype_named(dtype)
         c = config
         std, residual = 0.02, 0.02 / math.sqrt(2 * c.layers)
@@ -232,7 +238,7 @@ class GPT2(CausalLM):
         cls, folder: str | os.PathLike, *, dtype: DType | str = "float32", device: str = "cpu"
     ) -> GPT2:
         """The model of a local `transformers` GPT-2 folder, its weights in `dtype` (f32 by
-        default, or accy.bf16 / "bfloat16") on `device`."""
+        default, or accy.bf16 / "bfloat16") on `device`. See `save_pretrained` for an example."""
         config = Config.from_hf(hub.read_config(folder, "gpt2"))
         tensors = hub.read_tensors(folder)
         return cls.from_tensors(config, tensors, dtype=dtype, device=device, where=str(folder))
@@ -247,7 +253,15 @@ class GPT2(CausalLM):
         device: str = "cpu",
         where: str = "the weights",
     ) -> GPT2:
-        """The model from Hugging Face's tensors by name (what `from_pretrained` reads)."""
+        """The model from Hugging Face's tensors by name (what `from_pretrained` reads).
+
+        >>> import accy
+        >>> config = Config(vocab=8, positions=8, embed=4, layers=1, heads=2)
+        >>> model = GPT2.init(config, accy.random.key(0))
+        >>> again = GPT2.from_tensors(model.config, model.to_tensors(), device="reference")
+        >>> again.config == model.config
+        True
+        """
         c, dtype = config, dtype_named(dtype)
         tensors = {_unprefixed(name): array for name, array in tensors.items()}
         E, H, D, F_ = c.embed, c.heads, c.head_dim, c.mlp_width
@@ -328,7 +342,14 @@ class GPT2(CausalLM):
 
     def to_tensors(self, dtype: DType | str | None = None) -> dict[str, np.ndarray]:
         """The weights as Hugging Face's tensors by name (`transformer.h.0.attn.c_attn.weight`,
-        ...), in `dtype` (default: the model's)."""
+        ...), in `dtype` (default: the model's).
+
+        >>> import accy
+        >>> config = Config(vocab=8, positions=8, embed=4, layers=1, heads=2)
+        >>> model = GPT2.init(config, accy.random.key(0))
+        >>> model.to_tensors()["transformer.wte.weight"].shape
+        (8, 4)
+        """
         c = self.config
         dtype = dtype_named(dtype) if dtype is not None else weights_dtype(self)
         E = c.embed
@@ -383,7 +404,16 @@ class GPT2(CausalLM):
     ) -> None:
         """Write a folder `transformers.GPT2LMHeadModel.from_pretrained` loads: config.json,
         generation_config.json and the weights in `dtype` (default: the model's), one
-        safetensors file or shards of `max_shard_size` ("5GB")."""
+        safetensors file or shards of `max_shard_size` ("5GB").
+
+        >>> import accy, tempfile
+        >>> config = Config(vocab=8, positions=8, embed=4, layers=1, heads=2)
+        >>> model = GPT2.init(config, accy.random.key(0))
+        >>> folder = tempfile.mkdtemp()
+        >>> model.save_pretrained(folder)
+        >>> type(GPT2.from_pretrained(folder)).__name__
+        'GPT2'
+        """
         tensors = self.to_tensors(dtype)
         dtype = dtype_named(dtype) if dtype is not None else weights_dtype(self)
         config = self.config.to_hf() | {"dtype": hf_dtype_name(dtype)}

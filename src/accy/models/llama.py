@@ -188,7 +188,13 @@ class Llama(CausalLM):
         cls, config: Config, key: Any, *, dtype: DType | str = "float32", device: str = "cpu"
     ) -> Llama:
         """Random weights: N(0, 0.02) matrices and embeddings (transformers' default
-        `initializer_range`), unit norm weights."""
+        `initializer_range`), unit norm weights.
+
+        >>> import accy
+        >>> config = Config(vocab=8, embed=4, hidden=8, layers=1, heads=2)
+        >>> accy.nn.parameter_count(Llama.init(config, accy.random.key(0))) > 0
+        True
+        """
         c, dtype = config, dtype_named(dtype)
         options = {"dtype": dtype, "device": device}
         k_embed, k_blocks, k_head = initialisers.split(key, 3)
@@ -250,7 +256,7 @@ class Llama(CausalLM):
         cls, folder: str | os.PathLike, *, dtype: DType | str = "float32", device: str = "cpu"
     ) -> Llama:
         """The model of a local `transformers` Llama folder, its weights in `dtype` (f32 by
-        default) on `device`."""
+        default) on `device`. See `save_pretrained` for an example."""
         config = Config.from_hf(hub.read_config(folder, "llama"))
         tensors = hub.read_tensors(folder)
         return cls.from_tensors(config, tensors, dtype=dtype, device=device, where=str(folder))
@@ -265,7 +271,15 @@ class Llama(CausalLM):
         device: str = "cpu",
         where: str = "the weights",
     ) -> Llama:
-        """The model from Hugging Face's tensors by name (what `from_pretrained` reads)."""
+        """The model from Hugging Face's tensors by name (what `from_pretrained` reads).
+
+        >>> import accy
+        >>> config = Config(vocab=8, embed=4, hidden=8, layers=1, heads=2)
+        >>> model = Llama.init(config, accy.random.key(0))
+        >>> again = Llama.from_tensors(model.config, model.to_tensors(), device="reference")
+        >>> again.config == model.config
+        True
+        """
         c, dtype = config, dtype_named(dtype)
         tensors = dict(tensors)
         E, KV, G, D, F = c.embed, c.key_value_heads, c.group, c.head_dim, c.hidden
@@ -371,7 +385,14 @@ class Llama(CausalLM):
 
     def to_tensors(self, dtype: DType | str | None = None) -> dict[str, np.ndarray]:
         """The weights as Hugging Face's tensors by name (`model.layers.0.self_attn.q_proj
-        .weight`, ...), in `dtype` (default: the model's)."""
+        .weight`, ...), in `dtype` (default: the model's).
+
+        >>> import accy
+        >>> config = Config(vocab=8, embed=4, hidden=8, layers=1, heads=2)
+        >>> model = Llama.init(config, accy.random.key(0))
+        >>> model.to_tensors()["model.embed_tokens.weight"].shape
+        (8, 4)
+        """
         c = self.config
         dtype = dtype_named(dtype) if dtype is not None else weights_dtype(self)
         E, KV, D = c.embed, c.key_value_heads, c.head_dim
@@ -426,7 +447,16 @@ class Llama(CausalLM):
     ) -> None:
         """Write a folder `transformers.LlamaForCausalLM.from_pretrained` loads: config.json,
         generation_config.json and the weights in `dtype` (default: the model's), one
-        safetensors file or shards of `max_shard_size` ("5GB")."""
+        safetensors file or shards of `max_shard_size` ("5GB").
+
+        >>> import accy, tempfile
+        >>> config = Config(vocab=8, embed=4, hidden=8, layers=1, heads=2)
+        >>> model = Llama.init(config, accy.random.key(0))
+        >>> folder = tempfile.mkdtemp()
+        >>> model.save_pretrained(folder)
+        >>> type(Llama.from_pretrained(folder)).__name__
+        'Llama'
+        """
         tensors = self.to_tensors(dtype)
         dtype = dtype_named(dtype) if dtype is not None else weights_dtype(self)
         config = self.config.to_hf() | {"dtype": hf_dtype_name(dtype)}

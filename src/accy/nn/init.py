@@ -113,7 +113,12 @@ def zeros(shape: Shape, dtype: DType = f32, device: str | None = None) -> NamedA
 
 
 def ones(shape: Shape, dtype: DType = f32, device: str | None = None) -> NamedArray:
-    """An array of ones."""
+    """An array of ones.
+
+    >>> import accy
+    >>> accy.nn.init.ones({"a": 2}, accy.bf16).dtype
+    accy.bf16
+    """
     t = _type(shape, dtype)
     return named(np.ones(t.extents, dtype.numpy), t.axes, check_device(device or "cpu"))
 
@@ -140,7 +145,13 @@ def uniform(
     dtype: DType = f32,
     device: str | None = None,
 ):
-    """Numbers uniform in [low, high)."""
+    """Numbers uniform in [low, high).
+
+    >>> import accy
+    >>> u = accy.nn.init.uniform(accy.random.key(0), {"n": 100}, -1.0, 1.0).array
+    >>> bool(u.min() >= -1.0 and u.max() < 1.0)
+    True
+    """
     if not high > low:
         raise AccyError(f"uniform: high ({high}) must be above low ({low})")
     return _finish(random.uniform(_key(key), _type(shape, dtype), low, high), device)
@@ -190,7 +201,8 @@ def xavier_uniform(
     device: str | None = None,
 ):
     """Glorot/Xavier uniform: U(-a, a) with a = gain sqrt(6 / (fan_in + fan_out)), the fans
-    the products of the named axes' extents (`torch.nn.init.xavier_uniform_`)."""
+    the products of the named axes' extents (`torch.nn.init.xavier_uniform_`); see the module
+    docstring's example."""
     t = _type(shape, dtype)
     n_in, n_out = fans(t, fan_in, fan_out)
     return _scaled("uniform", key, t, gain * math.sqrt(2.0 / (n_in + n_out)), device)
@@ -206,7 +218,13 @@ def xavier_normal(
     dtype: DType = f32,
     device: str | None = None,
 ):
-    """Glorot/Xavier normal: N(0, gain² 2 / (fan_in + fan_out))."""
+    """Glorot/Xavier normal: N(0, gain² 2 / (fan_in + fan_out)).
+
+    >>> import accy
+    >>> w = accy.nn.init.xavier_normal(accy.random.key(0), {"i": 100, "o": 100}, "i", "o")
+    >>> round(float(w.array.std()), 1)
+    0.1
+    """
     t = _type(shape, dtype)
     n_in, n_out = fans(t, fan_in, fan_out)
     return _scaled("normal", key, t, gain * math.sqrt(2.0 / (n_in + n_out)), device)
@@ -222,7 +240,13 @@ def he_normal(
     device: str | None = None,
 ):
     """He/Kaiming normal: N(0, gain² / fan_in), gain sqrt(2) for ReLU
-    (`torch.nn.init.kaiming_normal_`)."""
+    (`torch.nn.init.kaiming_normal_`).
+
+    >>> import accy
+    >>> w = accy.nn.init.he_normal(accy.random.key(0), {"i": 200, "o": 50}, fan_in="i")
+    >>> round(float(w.array.std()), 1)
+    0.1
+    """
     t = _type(shape, dtype)
     n_in, _ = fans(t, fan_in)
     return _scaled("normal", key, t, gain / math.sqrt(n_in), device)
@@ -237,7 +261,13 @@ def he_uniform(
     dtype: DType = f32,
     device: str | None = None,
 ):
-    """He/Kaiming uniform: U(-a, a) with a = gain sqrt(3 / fan_in)."""
+    """He/Kaiming uniform: U(-a, a) with a = gain sqrt(3 / fan_in).
+
+    >>> import accy
+    >>> w = accy.nn.init.he_uniform(accy.random.key(0), {"i": 6, "o": 50}, fan_in="i")
+    >>> bool(abs(w.array).max() <= 1.0)
+    True
+    """
     t = _type(shape, dtype)
     n_in, _ = fans(t, fan_in)
     return _scaled("uniform", key, t, gain / math.sqrt(n_in), device)

@@ -134,7 +134,13 @@ class Embedding(Module):
         return self.weight.gather(ids, self.vocab)
 
     def unembed(self, x: Array) -> Array:
-        """Scores over the vocabulary: `x` contracted with the table over the embedding axes."""
+        """Scores over the vocabulary: `x` contracted with the table over the embedding axes.
+
+        >>> import accy, numpy as np
+        >>> e = accy.nn.Embedding.init(accy.random.key(0), {"vocab": 5}, {"embed": 3})
+        >>> e.unembed(accy.named(np.ones(3, np.float32), "embed")).shape
+        {'vocab': 5}
+        """
         _check_axes("Embedding.unembed", x, self.embed, "embedding")
         return x.contract(self.weight, self.embed)
 
@@ -597,7 +603,13 @@ class Stacked(Module):
 
     @classmethod
     def stack(cls, layers: Sequence[Module], axis: str = "layer", remat: bool = False) -> Stacked:
-        """The modules `layers` (one structure) as one `Stacked` along `axis`."""
+        """The modules `layers` (one structure) as one `Stacked` along `axis`.
+
+        >>> import accy
+        >>> norms = [accy.nn.LayerNorm.init({"embed": 2}) for _ in range(3)]
+        >>> accy.nn.Stacked.stack(norms).layers.weight.shape
+        {'layer': 3, 'embed': 2}
+        """
         if not layers:
             raise AccyError("Stacked needs at least one layer")
 
@@ -615,7 +627,13 @@ class Stacked(Module):
         return leaves[0].ty.extent(self.axis)
 
     def layer(self, index: int) -> Module:
-        """The `index`-th layer (its arrays without `axis`)."""
+        """The `index`-th layer (its arrays without `axis`).
+
+        >>> import accy
+        >>> s = accy.nn.Stacked.stack([accy.nn.LayerNorm.init({"embed": 2})] * 2)
+        >>> s.layer(1).weight.shape
+        {'embed': 2}
+        """
         return optree.tree_map(lambda a: a[self.axis, index], self.layers, namespace=NAMESPACE)
 
     def __call__(self, x: Array, *args: Any, **kwargs: Any) -> Array:
@@ -634,7 +652,15 @@ class Stacked(Module):
     def scan(self, fn: Callable, carry: Array, xs: Sequence[Array] = ()) -> tuple[Array, tuple]:
         """Fold `fn(layer, carry, *x_slices) -> (carry, ys)` over the layers: `xs` are arrays
         with `axis` (one slice per layer: a key/value cache), `ys` a tuple of arrays, returned
-        stacked along `axis`. Returns (final carry, stacked ys)."""
+        stacked along `axis`. Returns (final carry, stacked ys).
+
+        >>> import accy, numpy as np
+        >>> s = accy.nn.Stacked.stack([accy.nn.LayerNorm.init({"embed": 2})] * 3)
+        >>> x = accy.named(np.array([1.0, 3.0], np.float32), "embed")
+        >>> final, (means,) = s.scan(lambda layer, h: (layer(h), (h.sum(),)), x)
+        >>> means.shape
+        {'layer': 3}
+        """
         leaves, treedef = optree.tree_flatten(self.layers, namespace=NAMESPACE)
         xs = list(xs)
         builder = _trace_of([carry, *leaves, *xs])

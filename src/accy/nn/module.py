@@ -131,13 +131,23 @@ def is_array(leaf: Any) -> bool:
 
 
 def is_float_array(leaf: Any) -> bool:
-    """Whether `leaf` is an array of floating-point numbers (what is trained)."""
+    """Whether `leaf` is an array of floating-point numbers (what is trained).
+
+    >>> import accy, numpy as np
+    >>> is_float_array(accy.named(np.zeros(2, np.float32), "a")), is_float_array(1.0)
+    (True, False)
+    """
     return is_array(leaf) and leaf.dtype.is_float
 
 
 def is_matrix(leaf: Any) -> bool:
     """Whether `leaf` is a float array of rank 2 or more (matrices, embeddings, and biases
-    over several axes such as {head, dim})."""
+    over several axes such as {head, dim}).
+
+    >>> import accy, numpy as np
+    >>> is_matrix(accy.named(np.zeros((2, 3), np.float32), ("a", "b")))
+    True
+    """
     return is_float_array(leaf) and leaf.ty.rank >= 2
 
 
@@ -182,7 +192,11 @@ def partition(tree: Any, keep: Callable[..., bool], *, paths: bool = False) -> t
 
 def combine(*trees: Any) -> Any:
     """One tree from trees of one structure (as `partition` makes): each leaf is the first of
-    the trees' leaves there that is not None."""
+    the trees' leaves there that is not None.
+
+    >>> combine({"a": None, "b": 2}, {"a": 1, "b": None})
+    {'a': 1, 'b': 2}
+    """
     if not trees:
         raise AccyError("combine needs at least one tree")
     flat = [optree.tree_flatten(t, namespace=NAMESPACE, none_is_leaf=True) for t in trees]

@@ -166,6 +166,19 @@ def test_dataclass_fields_that_are_strings_or_declared_static_are_structure():
     assert seen == [(int, "first", "kept"), (int, "second", None)]
 
 
+def test_an_operation_of_a_traced_value_and_a_scan_body_value_is_recorded_in_the_body():
+    # `scale * h` with `scale` of the jitted function and `h` of the scan body: the body
+    # records it, capturing `scale` (the enclosing trace must not lift the body's value).
+    stacked = accy.nn.Stacked.stack([accy.nn.LayerNorm.init({"lane": 2}, device="reference")] * 2)
+    x = accy.named(np.array([1.0, 3.0], np.float32), "lane", device="reference")
+    scale = accy.named(np.float32(2.0), (), device="reference")
+
+    def run(s, x, scale):
+        return s.scan(lambda layer, h: (scale * layer(h), ()), x)[0]
+
+    np.testing.assert_allclose(accy.jit(run)(stacked, x, scale).array, run(stacked, x, scale).array)
+
+
 def test_jit_retraces_per_signature_and_hits_the_cache_on_a_repeat():
     calls = []
 

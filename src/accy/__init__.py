@@ -20,6 +20,7 @@ from . import (
     kernel,
     lower,
     mesh,
+    models,
     nn,
     optim,
     random,
@@ -54,6 +55,7 @@ from .errors import (
     MeshError,
     NotDifferentiable,
     ParseError,
+    PretrainedError,
     RuntimeUnavailable,
     TypeRuleError,
 )
@@ -71,6 +73,7 @@ from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
 from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
 from .gradient import checkpoint, grad_with, grad_with_rules, linear_transpose
 from .mesh import Mesh, shard
+from .nn import field
 from .trace import Builder, Value
 from .transforms.linearize import Dual
 from .transforms.simplify import simplify
@@ -103,6 +106,7 @@ __all__ = [
     "NotDifferentiable",
     "Operation",
     "ParseError",
+    "PretrainedError",
     "Program",
     "RuntimeUnavailable",
     "StaticArgumentError",
@@ -127,6 +131,7 @@ __all__ = [
     "f16",
     "f32",
     "f64",
+    "field",
     "fori_loop",
     "frontend",
     "grad",
@@ -145,6 +150,7 @@ __all__ = [
     "lower",
     "map",
     "mesh",
+    "models",
     "named",
     "nn",
     "optim",

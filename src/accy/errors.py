@@ -88,6 +88,11 @@ class ConfigurationError(AccyError):
     """An environment variable accy reads (such as `ACCY_CACHE_MAX_BYTES`) has an unusable value."""
 
 
+class PretrainedError(AccyError):
+    """A Hugging Face model folder (config.json, safetensors files) is missing, unreadable, or
+    does not match the model that reads it."""
+
+
 class AccyWarning(UserWarning):
     """Base class of the warnings accy gives: it worked, but not in the way that was asked."""
 

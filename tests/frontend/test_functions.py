@@ -138,6 +138,47 @@ def test_trees_of_named_tuples_dataclasses_and_lists():
     np.testing.assert_allclose(g.second[1].array, [3.0, 6.0])
 
 
+def test_dataclass_fields_that_are_strings_or_declared_static_are_structure():
+    @dataclasses.dataclass
+    class Scaled:
+        w: object
+        name: str  # a string: static
+        power: int = dataclasses.field(default=2, metadata={"static": True})
+        cached: object = dataclasses.field(default=None, init=False)
+
+    x = arr([1.0, 2.0], ("lane",))
+    model = Scaled(x, "first", 3)
+    model.cached = "kept"
+
+    seen = []
+
+    @accy.jit
+    def loss(m):
+        seen.append((type(m.power), m.name, m.cached))
+        return (m.w**m.power).sum()
+
+    assert loss(model).item() == 9.0
+    g = accy.grad(lambda m: (m.w**m.power).sum())(model)
+    assert (g.name, g.power, g.cached) == ("first", 3, "kept")
+    np.testing.assert_allclose(g.w.array, [3.0, 12.0])
+    loss(Scaled(x, "second", 3))  # another static value: another trace
+    assert loss.traces == 2
+    assert seen == [(int, "first", "kept"), (int, "second", None)]
+
+
+def test_an_operation_of_a_traced_value_and_a_scan_body_value_is_recorded_in_the_body():
+    # `scale * h` with `scale` of the jitted function and `h` of the scan body: the body
+    # records it, capturing `scale` (the enclosing trace must not lift the body's value).
+    stacked = accy.nn.Stacked.stack([accy.nn.LayerNorm.init({"lane": 2}, device="reference")] * 2)
+    x = accy.named(np.array([1.0, 3.0], np.float32), "lane", device="reference")
+    scale = accy.named(np.float32(2.0), (), device="reference")
+
+    def run(s, x, scale):
+        return s.scan(lambda layer, h: (scale * layer(h), ()), x)[0]
+
+    np.testing.assert_allclose(accy.jit(run)(stacked, x, scale).array, run(stacked, x, scale).array)
+
+
 def test_jit_retraces_per_signature_and_hits_the_cache_on_a_repeat():
     calls = []
 

@@ -15,6 +15,8 @@ import numpy as np
 
 from ..errors import AccyError, RuntimeUnavailable
 
+DONATING_DEVICES = ("cpu", "cuda")  # where `accy.jit` can take donated arrays
+
 
 @dataclass
 class TrainingState:
@@ -101,3 +103,39 @@ def _checked_progress(path: Path, step: np.ndarray, losses: np.ndarray) -> tuple
             f"delete it to start over, or run without --resume (which overwrites it)"
         )
     return int(step), [float(x) for x in losses]
+def language_model_step(
+    model, device: str, learning_rate: float, weight_decay: float = 0.1, policy=None
+):
+    """One jitted AdamW step of an `accy.models` language model: `step(params, states, ids,
+    targets, rate) -> (loss, params, states)`, with the initial `params` (the model split by
+    `nn.partition` into "decay", the matrices that `nn.decayed` names, and "plain") and
+    `states`. `targets` are the next tokens of `ids`; `rate` the learning rate (an input, so
+    a schedule does not recompile). Under a mixed-precision `policy` the model computes in its
+    compute dtype from f32 masters. Parameters and states are donated on cpu and cuda."""
+    from .. import nn, optim
+    from ..frontend import jit, value_and_grad
+
+    decay = optim.Adam(learning_rate, 0.9, 0.95, 1e-8, weight_decay)
+    plain = optim.Adam(learning_rate, 0.9, 0.95, 1e-8, 0.0)
+
+    def step(params, states, ids, targets, rate):
+        def loss(p):
+            merged = nn.combine(p["decay"], p["plain"])
+            if policy is None:
+                return merged.loss(ids, targets)
+            scores = policy.cast_to_output(policy.cast_to_compute(merged)(ids))
+            return nn.cross_entropy(scores, targets, "vocab").mean()
+
+        value, grads = value_and_grad(loss)(params)
+        new, new_states = {}, {}
+        for group, optimizer in (("decay", decay), ("plain", plain)):
+            new[group], new_states[group] = optimizer.apply(
+                params[group], grads[group], states[group], rate
+            )
+        return value, new, new_states
+
+    matrices, rest = nn.partition(model, nn.decayed, paths=True)
+    params = {"decay": matrices, "plain": rest}
+    states = {"decay": decay.init(matrices), "plain": plain.init(rest)}
+    donate = (0, 1) if device in DONATING_DEVICES else ()
+    return jit(step, donate_argnums=donate), params, states

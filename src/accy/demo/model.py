@@ -1,15 +1,17 @@
-"""A small decoder-only transformer written with named axes, as plain functions of a dict of
-parameters: they run eagerly on `accy.NamedArray`s and are traced by `accy.jit`.
+"""A small decoder-only transformer written with named axes: its parameters are a dict of
+named arrays (the checkpoint's layout), and `logits` runs them as `accy.nn` modules (`Block`:
+LayerNorm, MultiHeadAttention, MLP) built over the dict's arrays, eagerly on `accy.NamedArray`s
+or traced by `accy.jit`.
 
 Axes: batch, token (query position), key (attended position), channel (model width), head,
 dim (per-head width), hidden (MLP width), vocab. Every parameter has named axes, so the code
 says which axis each contraction sums over.
 
 With `Config.scan_layers` every per-layer parameter is stacked along a `layer` axis
-(`layers_query`: {layer, channel, head, dim}) and the layers run as one `scan` over it, as
-Levanter and MaxText do: the traced program, and its compile time, stay the same size whatever
-the depth. `stack_layers` turns the per-layer parameters into the stacked ones (same values,
-same model).
+(`layers_query`: {layer, channel, head, dim}) and the layers run as one `nn.Stacked` (a scan
+over it), as Levanter and MaxText do: the traced program, and its compile time, stay the same
+size whatever the depth. `stack_layers` turns the per-layer parameters into the stacked ones
+(same values, same model).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import numpy as np
 
 from .. import nn
 from ..core.types import TensorType, f32, spec
-from ..frontend.tracing import innermost
 
 
 @dataclass(frozen=True)
@@ -118,61 +119,62 @@ def initial_parameters(c: Config, rng: np.random.Generator) -> dict[str, np.ndar
     return values
 
 
-def _norm(x, gain, bias):
-    return nn.layer_norm(x, "channel") * gain + bias
+def block(q: dict) -> Block:
+    """One pre-norm transformer layer as `accy.nn` modules over its parameters `q` (by their
+    name in the layer; arrays or traced values, with or without the `layer` axis)."""
+
+    def linear(weight, inputs, outputs):
+        return nn.Linear(weight, None, inputs, outputs)
+
+    heads = ("head", "dim")
+    attention = nn.MultiHeadAttention(
+        linear(q["query"], ("channel",), heads),
+        linear(q["key"], ("channel",), heads),
+        linear(q["value"], ("channel",), heads),
+        linear(q["out"], heads, ("channel",)),
+        embed="channel",
+        causal=True,  # fused: on the CPU a flash-attention kernel, never the {token, key} scores
+    )
+    mlp = nn.MLP(
+        linear(q["up"], ("channel",), ("hidden",)),
+        linear(q["down"], ("hidden",), ("channel",)),
+        nn.gelu_tanh,
+    )
+    return Block(
+        nn.LayerNorm(q["norm1_gain"], q["norm1_bias"], "channel"),
+        attention,
+        nn.LayerNorm(q["norm2_gain"], q["norm2_bias"], "channel"),
+        mlp,
+    )
 
 
-def _attention(x, q: dict):
-    h = _norm(x, q["norm1_gain"], q["norm1_bias"])
-    queries = h.contract(q["query"], "channel")
-    keys = h.contract(q["key"], "channel").rename("token", "key")
-    values = h.contract(q["value"], "channel").rename("token", "key")
-    # Fused: on the CPU a flash-attention kernel, never the {token, key} scores.
-    mixed = nn.attention(queries, keys, values, causal=True)
-    return mixed.contract(q["out"], ("head", "dim"))
+class Block(nn.Module):
+    """A pre-norm layer: x + attention(norm1(x)), then + mlp(norm2(x))."""
 
+    norm1: nn.LayerNorm
+    attention: nn.MultiHeadAttention
+    norm2: nn.LayerNorm
+    mlp: nn.MLP
 
-def _mlp(x, q: dict):
-    h = _norm(x, q["norm2_gain"], q["norm2_bias"])
-    return nn.gelu_tanh(h.contract(q["up"], "channel")).contract(q["down"], "hidden")
-
-
-def _layer(x, q: dict):
-    """One pre-norm transformer layer; `q` holds its parameters by their name in the layer."""
-    x = x + _attention(x, q)
-    return x + _mlp(x, q)
-
-
-def _scanned_layers(x, p: dict, c: Config):
-    """The layers as one scan over the `layer` axis of the stacked parameters (traced), or a
-    loop over its slices (eager named arrays)."""
-    names = list(layer_specs(c))
-    stacked = [p[f"layers_{name}"] for name in names]
-    builder = innermost([x, *stacked])
-    if builder is None:  # eager: no trace to put a scan in
-        for layer in range(c.layers):
-            x = _layer(
-                x, {name: value["layer", layer] for name, value in zip(names, stacked, strict=True)}
-            )
-        return x
-
-    def step(_, args):
-        return (_layer(args[0], dict(zip(names, args[1:], strict=True))),)
-
-    (x,), _ = builder.scan(step, carries=[x], xs=stacked, axis="layer")
-    return x
+    def __call__(self, x):
+        x = x + self.attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
 
 
 def logits(p: dict, ids, c: Config):
     """Next-token logits {batch, token, vocab} from the parameters `p` (a dict of named arrays,
-    or of traced values inside `accy.jit`) and token ids {batch, token}."""
-    x = p["embed"].gather(ids, "vocab") + p["position"]
+    or of traced values inside `accy.jit`) and token ids {batch, token}: the layers are
+    `Block` modules over the dict's arrays; with `scan_layers` one `nn.Stacked` over the
+    stacked ones (a scan when traced, a loop over the slices on named arrays)."""
+    x = nn.Embedding(p["embed"], "vocab")(ids) + p["position"]
     if c.scan_layers:
-        x = _scanned_layers(x, p, c)
+        layers = block({name: p[f"layers_{name}"] for name in layer_specs(c)})
+        x = nn.Stacked(layers, "layer")(x)
     else:
         for layer in range(c.layers):
-            x = _layer(x, {name: p[f"l{layer}_{name}"] for name in layer_specs(c)})
-    return _norm(x, p["final_gain"], p["final_bias"]).contract(p["unembed"], "channel")
+            x = block({name: p[f"l{layer}_{name}"] for name in layer_specs(c)})(x)
+    final = nn.LayerNorm(p["final_gain"], p["final_bias"], "channel")
+    return nn.Linear(p["unembed"], None, ("channel",), ("vocab",))(final(x))
 
 
 def loss(p: dict, ids, targets, weights, c: Config, policy=None):

@@ -1,8 +1,10 @@
-"""`accy demo --preset NAME`: GPT-2 (`demo/gpt2.py`) over byte-level tokens of the Python
-standard library's source (`demo/text.py`), trained with AdamW for a number of steps or a wall
-time; a progress bar with the loss, tokens/s and (on cuda) model FLOP utilisation; the held-out
-loss in nats per byte every `eval_every` steps; a loss plot and a checkpoint in `out`; a sample
-decoded greedily from a prompt at the end.
+"""`accy demo --preset NAME`: GPT-2 (`accy.models.gpt2`, sized by `demo/gpt2.py`'s `Config`)
+over byte-level tokens of the Python standard library's source (`demo/text.py`), trained with
+AdamW for a number of steps or a wall time; a progress bar with the loss, tokens/s and (on
+cuda) model FLOP utilisation; the held-out loss in nats per byte every `eval_every` steps; a
+loss plot and a checkpoint in `out`; a sample decoded greedily (`accy.models.generate`) from a
+prompt at the end. The layers are unrolled (`nn.Stacked(unroll=True)`), faster on small
+models than a scan.
 
 Presets: `gpt2-small` (12 layers, 12 heads x 64, width 768, context 1024, batch 8: the GPU
 job) and `tiny` (2 layers, 2 heads, width 64, context 64, batch 8: the loss goes down on the
@@ -18,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import models, nn, random
 from ..backends.devices import as_device
 from ..errors import AccyError
 from ..frontend import jit, named
 from ..frontend.tracing import flatten
 from . import gpt2
-from .common import TrainingState, demo_dependency, host, save_checkpoint
+from .common import TrainingState, demo_dependency, host, language_model_step, save_checkpoint
 from .gpt2 import Config
 from .text import VOCAB, ByteText
 
@@ -102,22 +105,32 @@ def learning_rate(preset: Preset, step: int, progress: float) -> float:
 
 
 class ByteModel:
-    """The jitted functions of one preset on one device: the training step (learning rate as
-    an input), the held-out loss, and the logits of one window for decoding."""
+    """The model of one preset on one device, `accy.models.gpt2.GPT2` over bytes (its layers
+    unrolled), and its jitted functions: the AdamW training step (learning rate as an
+    input; `common.language_model_step`), the held-out loss, and greedy decoding
+    (`accy.models.generate`)."""
 
-    def __init__(self, preset: Preset, device: str, dtype: str):
+    def __init__(self, preset: Preset, device: str, dtype: str, seed: int = 0):
         self.preset, self.config, self.device = preset, preset.config, device
-        policy = gpt2.policy_for(dtype)
         c = self.config
-        rate = preset.learning_rate
-        self.step = gpt2.training_step(c, device, dtype, learning_rate=rate, scheduled=True)
+        config = models.gpt2.Config(
+            vocab=c.vocab, positions=c.tokens, embed=c.width, layers=c.layers, heads=c.heads
+        )
+        self.model = models.gpt2.GPT2.init(config, random.key(seed), device=device)
+        self.model = self.model.replace(blocks=self.model.blocks.replace(unroll=True))
+        policy = gpt2.policy_for(dtype)
+        self.step, self.params, self.state = language_model_step(
+            self.model, device, preset.learning_rate, gpt2.WEIGHT_DECAY, policy
+        )
 
-        def compute(params):
-            merged = params["decay"] | params["plain"]
-            return policy.cast_to_compute(merged) if policy is not None else merged
+        def loss(params, ids, targets):
+            model = nn.combine(params["decay"], params["plain"])
+            if policy is None:
+                return model.loss(ids, targets)
+            scores = policy.cast_to_output(policy.cast_to_compute(model)(ids))
+            return nn.cross_entropy(scores, targets, "vocab").mean()
 
-        self.loss = jit(lambda p, ids, t: gpt2.loss(compute(p), ids, t, c, policy))
-        self.logits = jit(lambda p, ids: gpt2.logits(compute(p), ids, c, policy))
+        self.loss = jit(loss)
 
     def ids(self, array: np.ndarray):
         return named(array, ("batch", "token"), device=self.device)
@@ -128,17 +141,12 @@ class ByteModel:
         return float(np.mean(values))
 
     def generate(self, params, prompt: bytes, length: int) -> bytes:
-        """`length` bytes after `prompt`, each the model's most likely next byte (greedy), the
-        context the last `config.tokens` bytes."""
-        text = list(prompt)
-        window = self.config.tokens
-        for _ in range(length):
-            context = text[-window:]
-            ids = np.zeros((1, window), np.int32)
-            ids[0, : len(context)] = context  # causal: the padding after it is not seen
-            scores = host(self.logits(params, self.ids(ids)).array)
-            text.append(int(scores[0, len(context) - 1].argmax()))
-        return bytes(text[len(prompt) :])
+        """`length` bytes after `prompt`, each the model's most likely next byte (greedy, with
+        a key/value cache); prompt and sample fit in the context."""
+        model = nn.combine(params["decay"], params["plain"])
+        ids = self.ids(np.frombuffer(prompt, np.uint8).astype(np.int32)[None])
+        out = models.generate(model, ids, length)
+        return bytes(int(b) for b in host(out.array)[0, len(prompt) :])
 
 
 def train_preset(
@@ -160,8 +168,8 @@ def train_preset(
     c = preset.config
     steps = preset.steps if steps is None else steps
     text = ByteText.load() if text is None else text
-    model = ByteModel(preset, device, dtype)
-    params, state = gpt2.initial_state(c, device, seed)
+    model = ByteModel(preset, device, dtype, seed)
+    params, state = model.params, model.state
     held = np.random.default_rng([seed, 1])
     held_batches = [text.batch(held, c.batch, c.tokens, True) for _ in range(preset.eval_batches)]
     flops = gpt2.model_flops(c)

@@ -293,7 +293,15 @@ def main(argv: list[str] | None = None) -> int:
         "--preset",
         default=None,
         help="instead of the sorting task: GPT-2 over the bytes of the Python standard "
-        "library's source, 'gpt2-small' (the GPU job) or 'tiny' (a minute on the CPU)",
+        "library's source, 'gpt2-small' (the GPU job) or 'tiny' (a minute on the CPU); "
+        "'finetune' fine-tunes the Hugging Face folder given by --from on that text",
+    )
+    parser.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        help="with --preset finetune: the Hugging Face model folder (GPT-2 or Llama) to tune",
     )
     parser.add_argument(
         "--minutes", type=float, default=None, help="with --preset: stop after this wall time"
@@ -301,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     if arguments.steps is not None and arguments.steps < 1:
         parser.error(f"--steps must be at least 1, not {arguments.steps}")
+    if arguments.source is not None and arguments.preset != "finetune":
+        parser.error("--from needs --preset finetune")
+    if arguments.preset == "finetune":
+        return finetune_main(parser, arguments)
     if arguments.preset is not None:
         return preset_main(parser, arguments)
     if arguments.minutes is not None:
@@ -351,6 +363,28 @@ def main(argv: list[str] | None = None) -> int:
     plot_losses(state.losses, plot)
     print(f"loss curve: {plot}")
     print(f"checkpoint: {arguments.out / 'checkpoint.npz'}")
+    return 0
+
+
+def finetune_main(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
+    """`accy demo --preset finetune --from FOLDER`: see `demo/finetune.py`."""
+    from .finetune import finetune, report
+
+    if arguments.source is None:
+        parser.error("--preset finetune needs --from FOLDER (a Hugging Face model folder)")
+    for flag, unsupported in (
+        ("--resume", arguments.resume),
+        ("--scan-layers", arguments.scan_layers),
+        ("--gpus", arguments.gpus != 1),
+        ("--dtype", arguments.dtype != "f32"),
+        ("--minutes", arguments.minutes is not None),
+    ):
+        if unsupported:
+            parser.error(f"{flag} is not supported with --preset finetune")
+    demo_dependency("tqdm")
+    steps = 200 if arguments.steps is None else arguments.steps
+    run = finetune(arguments.source, arguments.device, arguments.out, steps, arguments.seed)
+    report(run)
     return 0
 
 

@@ -47,14 +47,39 @@ CONSTANT_LIMIT = 64
 # -- trees -------------------------------------------------------------------------------------
 
 
-def _register_dataclass(cls: type) -> None:
-    names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
-    optree.register_pytree_node(
-        cls,
-        lambda obj: (tuple(getattr(obj, n) for n in names), names, names),
-        lambda keys, children: cls(**dict(zip(keys, children, strict=True))),
-        namespace=NAMESPACE,
-    )
+def is_static_field(field: dataclasses.Field, value: Any) -> bool:
+    """Whether a dataclass field is static (part of the tree's structure, not a leaf): declared
+    so (`accy.field(static=True)`, i.e. `metadata={"static": True}`), or holding a string,
+    which can never be an array."""
+    return bool(field.metadata.get("static")) or isinstance(value, str)
+
+
+def register_dataclass(cls: type, static=is_static_field) -> None:
+    """Register the dataclass `cls` as a tree node: the fields for which `static(field, value)`
+    is false are its children, the others (with their values) its metadata, so they key the
+    trace cache. Every field is kept, `init=False` ones included: unflattening sets the fields
+    on a new instance without calling `__init__` (as JAX's `register_dataclass`)."""
+    fields = dataclasses.fields(cls)
+
+    def flatten_node(obj):
+        children, names, statics = [], [], []
+        for f in fields:
+            value = getattr(obj, f.name)
+            if static(f, value):
+                statics.append((f.name, value))
+            else:
+                children.append(value)
+                names.append(f.name)
+        return tuple(children), (tuple(names), tuple(statics)), tuple(names)
+
+    def unflatten_node(metadata, children):
+        names, statics = metadata
+        obj = object.__new__(cls)
+        for name, value in (*zip(names, children, strict=True), *statics):
+            object.__setattr__(obj, name, value)
+        return obj
+
+    optree.register_pytree_node(cls, flatten_node, unflatten_node, namespace=NAMESPACE)
 
 
 TREE_DEPTH_LIMIT: int = getattr(optree, "MAX_RECURSION_DEPTH", 1000)
@@ -95,7 +120,7 @@ def flatten(tree: Any) -> tuple[list[Any], Any]:
         if type(leaf) is NamedArray:
             continue
         if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
-            _register_dataclass(type(leaf))
+            register_dataclass(type(leaf))
             return flatten(tree)
     return leaves, treedef
 

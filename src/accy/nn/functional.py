@@ -18,11 +18,11 @@ from typing import Any
 
 import optree
 
-from . import random
-from .attention import attention
-from .core.builder import Value
-from .core.types import DType, TensorType, bf16, bool_, f16, f32, i32
-from .errors import AccyError, AxisError, DTypeError
+from .. import random
+from ..attention import attention
+from ..core.builder import Value
+from ..core.types import DType, TensorType, bf16, bool_, f16, f32, i32
+from ..errors import AccyError, AxisError, DTypeError
 
 __all__ = [
     "MixedPrecision",

@@ -13,9 +13,8 @@ from types import ModuleType
 
 import numpy as np
 
+from ..backends.devices import as_device
 from ..errors import AccyError, RuntimeUnavailable
-
-DONATING_DEVICES = ("cpu", "cuda")  # where `accy.jit` can take donated arrays
 
 
 @dataclass
@@ -103,6 +102,8 @@ def _checked_progress(path: Path, step: np.ndarray, losses: np.ndarray) -> tuple
             f"delete it to start over, or run without --resume (which overwrites it)"
         )
     return int(step), [float(x) for x in losses]
+
+
 def language_model_step(
     model, device: str, learning_rate: float, weight_decay: float = 0.1, policy=None
 ):
@@ -137,5 +138,5 @@ def language_model_step(
     matrices, rest = nn.partition(model, nn.decayed, paths=True)
     params = {"decay": matrices, "plain": rest}
     states = {"decay": decay.init(matrices), "plain": plain.init(rest)}
-    donate = (0, 1) if device in DONATING_DEVICES else ()
+    donate = (0, 1) if as_device(device).takes_donations else ()
     return jit(step, donate_argnums=donate), params, states

@@ -17,14 +17,13 @@ from typing import Any
 import numpy as np
 
 from .. import random
+from ..backends.devices import Device, as_device
 from ..core.types import TensorType, f32, i32
 from ..errors import AccyError, AxisError
 from ..frontend import jit
 from ..frontend.named import NamedArray, named
 from ..nn.functional import softmax
 from .base import CausalLM, to_host
-
-DONATING_DEVICES = ("cpu", "cuda")
 
 
 def _filtered(scores: Any, top_k: int | None, top_p: float | None) -> Any:
@@ -62,15 +61,23 @@ def _step(model, cache, ids, start, key, temperature, *, top_k=None, top_p=None,
 
 
 _STATICS = ("top_k", "top_p", "sample")
-_PREFILL = {d: jit(_step, static_argnames=_STATICS, donate_argnums=(1,)) for d in DONATING_DEVICES}
-_DECODE = {d: jit(_step, static_argnames=_STATICS, donate_argnums=(1,)) for d in DONATING_DEVICES}
-_PREFILL["reference"] = jit(_step, static_argnames=_STATICS)
-_DECODE["reference"] = jit(_step, static_argnames=_STATICS)
+# One jitted step per phase and per whether the device takes donations (the cache is updated in
+# place where it can be): prefill and decode keep their own trace caches, so `traces` counts
+# the decode step's compiles alone.
+_STEPS = {
+    (phase, donating): jit(_step, static_argnames=_STATICS, donate_argnums=(1,) if donating else ())
+    for phase in ("prefill", "decode")
+    for donating in (True, False)
+}
 
 
-def decode_step(device: str):
+def _compiled(phase: str, device: str | Device) -> Any:
+    return _STEPS[phase, as_device(device).takes_donations]
+
+
+def decode_step(device: str | Device):
     """The jitted single-token step of `device` (its `traces` count its compiles)."""
-    return _DECODE[device]
+    return _compiled("decode", device)
 
 
 def _check(model: Any, ids: Any, max_new_tokens: int, temperature, top_k, top_p) -> None:
@@ -155,11 +162,11 @@ def generate(
     options = {"top_k": top_k, "top_p": top_p, "sample": sample}
     key = named(np.asarray(key if sample else random.key(0)), ("key",), device)
     heat = named(np.float32(1.0 if temperature is None else temperature), (), device)
-    token, cache, key = _PREFILL[device](
+    token, cache, key = _compiled("prefill", device)(
         model, cache, ids, named(np.int32(0), (), device), key, heat, **options
     )
     produced = [to_host(token, ("batch",))]
-    decode = _DECODE[device]
+    decode = _compiled("decode", device)
     for position in range(prompt, prompt + max_new_tokens - 1):
         step_ids = named(produced[-1].reshape(batch, 1), ("batch", "token"), device)
         start = named(np.int32(position), (), device)

@@ -9,8 +9,8 @@ float is converted explicitly.
 
 JAX's 83 cases here (test methods; a parametrized one counted once): 79 translated, 4 not
 applicable. As 76 test functions (a few JAX cases merged), 116 tests once parametrized: 112
-passing (21 of them in the slow run: the jit variants JAX also runs, the longer RNN), 4
-skipped, each with its reason.
+passing (26 of them in the slow run: the jit variants and batch-axis positions JAX also runs,
+the longer RNN), 4 skipped, each with its reason.
 """
 
 from __future__ import annotations
@@ -260,8 +260,11 @@ def test_while_jvp(jit_loop, jit_body, jit_cond):
     np.testing.assert_allclose(dy.array, dy_expected)
 
 
-@pytest.mark.parametrize("jit_loop", [False, True])
-@pytest.mark.parametrize("jit_body", [False, True])
+@pytest.mark.parametrize(
+    "jit_loop,jit_body",
+    [(False, False), (True, True)]
+    + [pytest.param(*m, marks=pytest.mark.slow) for m in ((False, True), (True, False))],
+)
 def test_while_linearize(jit_loop, jit_body):
     body = jit(lambda x: x * x) if jit_body else (lambda x: x * x)
     loop = functools.partial(accy.while_loop, lambda x: x["r", 0, "c", 2] <= 8.0, body)
@@ -801,7 +804,9 @@ def _jax_grad_body(c, a):
     return jnp.sin(c * b), b
 
 
-@pytest.mark.parametrize("jit_scan,jit_f", MODES + MIXED)
+@pytest.mark.parametrize(
+    "jit_scan,jit_f", [MODES[0], pytest.param(*MODES[1], marks=pytest.mark.slow), *MIXED]
+)
 def test_scan_grad(jit_scan, jit_f):
     scan = _scanners(jit_scan, jit_f, _grad_body)
     c, as_ = f64(C, "c"), f64(AS, ("time", "a"))
@@ -964,7 +969,7 @@ def test_scan_higher_order_differentiation():
 
 
 IN_AXES = [(c, a) for c in (None, 0, 1) for a in (None, 0, 1, 2) if (c, a) != (None, None)]
-FAST_IN_AXES = [(None, 1), (0, None), (1, 2), (0, 0)]  # the others: in the slow run
+FAST_IN_AXES = [(None, 1), (1, 2)]  # the others: in the slow run
 
 
 @pytest.mark.parametrize(

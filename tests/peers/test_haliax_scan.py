@@ -136,7 +136,7 @@ def test_scan_with_aux_named_args():
 
 @pytest.mark.skip(reason="not applicable: Haliax's state-dict layout (serialization, not a loop)")
 def test_stacked_to_state_dict():
-    """Stacked.to_state_dict / from_state_dict round trip."""
+    """Stacked.to_state_dict, then from_state_dict, gives the same module."""
 
 
 def _forward_scan_shapes(remat: bool) -> list[tuple[int, ...]]:

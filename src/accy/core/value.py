@@ -31,6 +31,7 @@ class ArrayOps:
     """
 
     __slots__ = ()
+    __array_priority__ = 100  # so that `np.float32(2) * x` defers to `x.__rmul__`
     builder: Any
     ty: TensorType
 

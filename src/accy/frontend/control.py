@@ -368,7 +368,7 @@ def _scan_eagerly(
 
 
 def _stack(arrays: list[NamedArray], axis: str) -> NamedArray:
-    """NamedArrays of one type stacked along a new first axis `axis`."""
+    """NamedArrays of one type stacked along an added first axis `axis`."""
     first = arrays[0]
     for other in arrays[1:]:
         if other.ty != first.ty:

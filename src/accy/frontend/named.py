@@ -88,7 +88,6 @@ class NamedArray(ArrayOps):
     """
 
     __slots__ = ("array", "ty", "device", "__weakref__")
-    __array_priority__ = 100  # so that `np.float32(2) * x` defers to NamedArray.__rmul__
 
     def __init__(self, array: Any, ty: TensorType, device: Device):
         self.array = array

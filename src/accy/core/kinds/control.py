@@ -399,10 +399,11 @@ def _while_batch(e, op, operands, batched, ctx):
 
     def step(b, args):
         holds = b.call(condition, args)
-        new = _as_tuple(b.call(body, args))
-        old = args[num_consts:]
+        stepped = _as_tuple(b.call(body, args))
+        kept = args[num_consts:]
         return [
-            b.transpose(b.select(holds, n, o), o.ty.axes) for n, o in zip(new, old, strict=True)
+            b.transpose(b.select(holds, s, k), k.ty.axes)
+            for s, k in zip(stepped, kept, strict=True)
         ]
 
     attrs = op.attrs.replace(

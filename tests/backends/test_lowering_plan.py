@@ -13,6 +13,8 @@ from accy.lower.fusion import MAX_INLINE_DEPTH
 from accy.lower.grouping import MAX_GROUP_OPERATIONS
 from accy.lower.views import reshaped_strides
 
+from ..executors import EXECUTORS
+
 
 def kinds(plan):
     return [step.kind for step in plan.steps]
@@ -180,6 +182,41 @@ def test_a_step_reading_a_reduction_of_its_group_starts_a_new_loop():
 
     plan = build_plan(accy.trace.define("normalized", [spec(f32, n=64)], normalized))
     assert kinds(plan) == ["reduce", "loop"]
+
+
+def _adam(b, args):
+    # AdamW's order: the moments, then the step count and its bias corrections (scalars), then
+    # the parameter update reading both.
+    g, m, v, p, count = args
+    m = m * 0.9 + g * 0.1
+    v = v * 0.95 + g * g * 0.05
+    count = count + 1.0
+    c1 = 1.0 - (count * np.log(0.9)).exp()
+    c2 = 1.0 - (count * np.log(0.95)).exp()
+    return m, v, p - ((m / c1) / ((v / c2).sqrt() + 1e-8) + p * 0.1) * 1e-3, count
+
+
+def _adam_program():
+    return accy.trace.define("adam", [spec(f32, n=4096)] * 4 + [spec(f32)], _adam)
+
+
+def test_scalar_loops_run_early_so_the_loops_around_them_become_one():
+    plan = build_plan(_adam_program())
+    assert kinds(plan) == ["loop", "loop", "loop", "group"]
+    assert len(plan.steps[-1].members) == 3  # both moments and the parameter, one loop
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_an_adam_update_with_its_scalars_moved_early_matches_numpy(executor):
+    rng = np.random.default_rng(0)
+    g, m, p = (rng.standard_normal(4096).astype(np.float32) for _ in range(3))
+    v, count = rng.random(4096).astype(np.float32), np.float32(4.0)
+    got = [np.asarray(x) for x in executor(_adam_program(), [g, m, v, p, count])]
+    m1, v1 = 0.9 * m + 0.1 * g, 0.95 * v + 0.05 * g * g
+    c1, c2 = 1 - 0.9**5.0, 1 - 0.95**5.0
+    p1 = p - ((m1 / c1) / (np.sqrt(v1 / c2) + 1e-8) + 0.1 * p) * 1e-3
+    for actual, expected in zip(got, (m1, v1, p1, 5.0), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-7)
 
 
 def test_place_reuses_freed_blocks():

@@ -121,20 +121,27 @@ class FlatCheck:
         return size
 
 
-def consecutive_groups(steps, check: FlatCheck) -> list[list[int]]:
-    """Runs of consecutive flat steps with equal element counts (indices into `steps`).
+def consecutive_groups(steps, check: FlatCheck) -> list[tuple[list[int], list[int]]]:
+    """Runs of consecutive flat steps with equal element counts, as (steps to run just before,
+    members): indices into `steps`.
 
     A reduction's result is complete only when the loop ends, so a step that reads it starts a
     new group; so does a step that reads a member's result through a view (element i of the
     view may be an element the loop has not reached), and a step that would take the group
-    past `MAX_GROUP_OPERATIONS`.
+    past `MAX_GROUP_OPERATIONS`. A scalar loop between members that reads nothing the group
+    writes runs just before the group instead of splitting it: AdamW's step count and bias
+    corrections sit between the moments and the parameter update that reads them.
     """
-    groups: list[list[int]] = []
+    groups: list[tuple[list[int], list[int]]] = []
     previous, unready, written, operations = None, set(), set(), 0
+    passed: list[int] = []  # scalar loops since the group's last member
     for index, step in enumerate(steps):
         viewed: set[int] = set()
         domain = check.domain(step, viewed)
         size = len(step.fused) + 1
+        if domain is None and previous is not None and _passable(step, written):
+            passed.append(index)
+            continue
         if (
             domain is not None
             and domain == previous
@@ -142,17 +149,24 @@ def consecutive_groups(steps, check: FlatCheck) -> list[list[int]]:
             and not viewed & written
             and operations + size <= MAX_GROUP_OPERATIONS
         ):
-            groups[-1].append(index)
+            groups[-1][0].extend(passed)
+            groups[-1][1].append(index)
             operations += size
         elif domain is not None:
-            groups.append([index])
+            groups.append(([], [index]))
             unready, written, operations = set(), set(), size
         if domain is not None:
             written |= set(step.writes)
             if step.kind == "reduce":
                 unready |= set(step.writes)
-        previous = domain
-    return [group for group in groups if len(group) > 1]
+        previous, passed = domain, []
+    return [(ahead, members) for ahead, members in groups if len(members) > 1]
+
+
+def _passable(step, written: set[int]) -> bool:
+    """Whether `step` is a scalar loop that can run before the open group, whose members wrote
+    `written`: it reads none of those."""
+    return step.kind == "loop" and step.op.type.size == 1 and not written & set(step.reads)
 
 
 def _row_key(step) -> tuple | None:

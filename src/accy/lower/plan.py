@@ -413,19 +413,21 @@ def _chain_reductions(steps: list[Step], check: FlatCheck, excludes) -> list[Ste
 
 
 def _group(program: Program, steps: list[Step], check: FlatCheck):
-    """Merge runs of flat steps over the same elements into group steps (see `grouping`)."""
+    """Merge runs of flat steps over the same elements into group steps (see `grouping`), the
+    scalar loops that ran between members just ahead of them."""
     groups = consecutive_groups(steps, check)
     readers = _readers(steps)
-    first = {group[0]: group for group in groups}
-    skipped = {index for group in groups for index in group[1:]}
+    first = {members[0]: (ahead, members) for ahead, members in groups}
+    moved = {index for ahead, members in groups for index in (*members[1:], *ahead)}
     merged, internal = [], set()
     for index, step in enumerate(steps):
         if index in first:
-            members = [steps[i] for i in first[index]]
-            group, inside = _group_step(program, members, readers, first[index])
+            ahead, indices = first[index]
+            merged += [steps[i] for i in ahead]
+            group, inside = _group_step(program, [steps[i] for i in indices], readers, indices)
             merged.append(group)
             internal |= inside
-        elif index not in skipped:
+        elif index not in moved:
             merged.append(step)
     return merged, internal
 

@@ -31,7 +31,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--workloads",
         default=None,
         help="comma-separated (default: all seven; with --dtype bf16, mlp, attention, block, "
-        "conv); gpt2 (GPT-2 small's training step, `bench.gpt2`) runs when named",
+        "conv); gpt2 (GPT-2 small's training step, `bench.gpt2`) and cnn, char-gpt (small "
+        "models' training steps, `bench.training`) run when named",
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))

@@ -47,6 +47,7 @@ import numpy as np
 from bench import cnn, gpt2
 from bench.compare import normwise_error, tolerance
 from bench.measure import run_captured, time_steps
+from bench.report import machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SYSTEMS = ("accy", "jax", "torch", "torch-compile")
@@ -213,7 +214,7 @@ def run_workload(name: str, args: argparse.Namespace, peak_gflops: float) -> dic
         "flops_formula": w.flops_formula,
         "peak_gflops": peak_gflops,
         "peak_method": "1024^3 float32 GEMM through NumPy's BLAS, best of 30",
-        "cores": len(os.sched_getaffinity(0)),
+        "machine": machine(),
         "load_average": os.getloadavg(),
         # OpenBLAS's kernels (accy's GEMMs): a core type set here holds them to it.
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),

@@ -176,3 +176,8 @@ from .errors import MeshError  # noqa: E402
 from .mesh import Mesh, shard  # noqa: E402
 
 __all__ += ["Mesh", "MeshError", "mesh", "shard"]
+
+# Function transforms and array functions of the front end, with their JAX names.
+from .frontend.array_functions import allclose, arange, clip, isclose, var, where  # noqa: E402
+
+__all__ += ["allclose", "arange", "clip", "isclose", "var", "where"]

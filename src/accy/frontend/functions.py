@@ -11,6 +11,7 @@ Program transforms of `accy.gradient`, unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -89,6 +90,7 @@ class Jitted:
         self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
         self._staged: dict[tuple, Staged] = {}
+        self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # methods' objects
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -97,9 +99,10 @@ class Jitted:
             if staged is not None:
                 return staged.call(args, kwargs)
         args, kwargs, statics = self.statics.split(args, kwargs)
-        staged = self._staged.get(statics)
+        key = Statics.key(statics)
+        staged = self._staged.get(key)
         if staged is None:
-            staged = self._staged[statics] = Staged(
+            staged = self._staged[key] = Staged(
                 functools.partial(self._build, statics), self.device
             )
         return staged.call(args, kwargs)
@@ -119,8 +122,42 @@ class Jitted:
         """How many times the function was traced (once per new signature)."""
         return sum(staged.traces for staged in self._staged.values())
 
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """`accy.jit` on a method: `obj.method` binds `obj` as the first argument. An `obj`
+        that is a tree (a dataclass, a named tuple) is traced as an argument, so its arrays are
+        inputs; another object is bound as a constant of its own trace (its attributes read
+        when that trace is made), one per object, as a static argument would be."""
+        if instance is None:
+            return self
+        if _is_tree_node(instance):
+            return functools.partial(self, instance)
+        return self._bound_to(instance)
+
+    def _bound_to(self, instance: Any) -> Jitted:
+        try:
+            bound = self._bound.get(instance)
+        except TypeError:  # neither hashable nor weakly referenceable: one trace per lookup
+            bound = None
+        if bound is None:
+            bound = Jitted(
+                functools.partial(self.fn, instance),
+                self.device,
+                tuple(n for n in self.statics.names),
+                self.donate_argnums,
+            )
+            with contextlib.suppress(TypeError):
+                self._bound[instance] = bound
+        return bound
+
     def __repr__(self) -> str:
         return f"<accy.jit of {self.fn!r}>"
+
+
+def _is_tree_node(value: Any) -> bool:
+    """Whether `value` flattens into leaves (a dataclass, named tuple, registered node) rather
+    than being one leaf."""
+    leaves, treedef = flatten(value)
+    return not treedef.is_leaf()
 
 
 def donated_inputs(
@@ -186,7 +223,12 @@ def jit(
         return functools.partial(
             jit, device=device, static_argnames=static_argnames, donate_argnums=donate
         )
-    return Jitted(fn, device, static_argnames, donate)
+    statics = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    _check_callable(fn, "jit")
+    # One Jitted per function and options: `accy.jit(f)` again finds f's traces and programs.
+    return _memoized(
+        fn, ("jit", device, statics, donate), lambda: Jitted(fn, device, statics, donate)
+    )
 
 
 # -- grad and value_and_grad -------------------------------------------------------------------
@@ -281,11 +323,13 @@ class Differentiated:
         # Python scalars are differentiated where argnums points (as floats), and kept as
         # Python values elsewhere (JAX's grad passes them through untouched too).
         count = len(args)
-        if any(type(a) in PYTHON_SCALARS for a in args) or any(
-            isinstance(a, tuple | list | dict) for a in args
-        ):
+        if any(type(a) is not NamedArray for a in args):
             args = tuple(
-                optree.tree_map(_scalar_to_array, a, namespace=NAMESPACE)
+                optree.tree_map(
+                    functools.partial(_scalar_to_array, transform=self.transform),
+                    a,
+                    namespace=NAMESPACE,
+                )
                 if (i in self.numbers or i - count in self.numbers)
                 else a
                 for i, a in enumerate(args)
@@ -338,8 +382,18 @@ class Differentiated:
         return f"<accy.{self.transform} of {self.fn!r}>"
 
 
-def _scalar_to_array(leaf: Any) -> Any:
-    return np.float32(leaf) if type(leaf) in PYTHON_SCALARS else leaf
+def _scalar_to_array(leaf: Any, transform: str = "grad") -> Any:
+    """A Python float differentiated as an f32 scalar; a Python int or bool is refused, as
+    JAX's grad refuses integer inputs."""
+    if type(leaf) is float:
+        return np.float32(leaf)
+    if type(leaf) in PYTHON_SCALARS:
+        raise TransformError(
+            f"accy.{transform}: an argument to differentiate is the Python {type(leaf).__name__} "
+            f"{leaf!r}; gradients need floating-point inputs: pass {float(leaf)!r} (or "
+            "np.float32(...)), or move it out of argnums"
+        )
+    return leaf
 
 
 def _as_list(outputs: Any) -> list[Any]:
@@ -569,7 +623,7 @@ class _Vjp:
 def _forward(fn: Callable, primals: tuple, transform: str, has_aux: bool) -> tuple[Any, Any]:
     """`fn(*primals)` run through its cached `jit`: (output, aux) with `has_aux`, else
     (output, None)."""
-    output = _memoized(fn, ("jit",), lambda: Jitted(fn))(*primals)
+    output = jit(fn)(*primals)
     return _aux_pair(transform, output) if has_aux else (output, None)
 
 

@@ -13,6 +13,7 @@ arrays, the NumPy evaluator: no C compiler involved, handy in tests).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -153,7 +154,22 @@ class NamedArray:
         return int(self.item())
 
     def __bool__(self) -> bool:
+        if self.ty.rank != 0:
+            raise AxisError(
+                f"the truth value of an array with axes ({self.ty}) is ambiguous; reduce it "
+                "first: (x > 0).min() is all of it, (x > 0).max() any of it"
+            )
         return bool(self.item())
+
+    # Comparisons are elementwise and return bool arrays, as NumPy's and JAX's do (so a
+    # NamedArray is not hashable either); an eager scalar's result converts with bool().
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.builder.compare("eq", self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.builder.compare("ne", self, other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"NamedArray({self.ty}, {_host_array(self.array)!r}, device={self.device!r})"
@@ -253,7 +269,7 @@ class EagerOps(OpsApi):
     def scalar(self, dtype: DType, value: Any):
         """A rank-0 constant; the ones reductions and arithmetic use repeat, so they are kept
         by (dtype, value)."""
-        key = (dtype.name, type(value), value)
+        key = (dtype.name, type(value), value, _is_negative_zero(value))
         try:
             found = self._scalars.get(key)
         except TypeError:  # an unhashable value: the operation library reports it
@@ -375,7 +391,14 @@ def _attrs_key(attrs: Any) -> Any:
         hash(key)
     except TypeError:
         return None
+    if any(_is_negative_zero(value) for _, value in key):
+        return (*key, "-0.0")  # -0.0 == 0.0 in Python; as a constant it is another number
     return key
+
+
+def _is_negative_zero(value: Any) -> bool:
+    """Whether `value` is the float -0.0 (which compares and hashes equal to 0.0)."""
+    return type(value) is float and value == 0.0 and math.copysign(1.0, value) < 0
 
 
 EAGER: dict[str, EagerOps] = {device: EagerOps(device) for device in DEVICES}

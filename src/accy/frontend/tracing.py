@@ -43,11 +43,21 @@ CONSTANT_LIMIT = 64
 
 
 def _register_dataclass(cls: type) -> None:
-    names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
+    # Every field is a child, `init=False` ones too, and a node is rebuilt without calling
+    # `__init__`/`__post_init__` (as Equinox does): the fields come back exactly as they were
+    # flattened, whether or not `__init__` takes them, and whether they hold traced values.
+    names = tuple(f.name for f in dataclasses.fields(cls))
+
+    def rebuild(keys: tuple, children: Any) -> Any:
+        obj = object.__new__(cls)
+        for name, child in zip(keys, children, strict=True):
+            object.__setattr__(obj, name, child)
+        return obj
+
     optree.register_pytree_node(
         cls,
         lambda obj: (tuple(getattr(obj, n) for n in names), names, names),
-        lambda keys, children: cls(**dict(zip(keys, children, strict=True))),
+        rebuild,
         namespace=NAMESPACE,
     )
 
@@ -152,6 +162,26 @@ def is_array(leaf: Any) -> bool:
     return isinstance(leaf, NamedArray | Value)
 
 
+def static_key(value: Any) -> Any:
+    """`value` as a part of a cache key: by type and value, so that `1`, `1.0` and `True`
+    (equal in Python) and `0.0` and `-0.0` (equal too, but `1 / -0.0` is -inf) key apart;
+    tuples and frozensets key by their items.
+
+    >>> static_key(1) == static_key(True), static_key(0.0) == static_key(-0.0)
+    (False, False)
+    >>> static_key((1, 2.0)) == static_key((1, 2.0))
+    True
+    """
+    kind = type(value)
+    if kind is float:
+        return (kind, value.hex()) if value == value else (kind, "nan")
+    if kind is tuple:
+        return (kind, tuple(static_key(v) for v in value))
+    if kind is frozenset:
+        return (kind, frozenset(static_key(v) for v in value))
+    return (kind, value)
+
+
 # -- traced values -----------------------------------------------------------------------------
 
 
@@ -162,6 +192,25 @@ class TracedArray(Value):
 
     def __getitem__(self, key: Any) -> Value:
         return index_by_name(self.builder, self, key)
+
+    # Elementwise comparisons (bool arrays), as on NamedArrays; hashed by identity still, as
+    # the compiler keeps traced values in dicts.
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.builder.compare("eq", self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.builder.compare("ne", self, other)
+
+    __hash__ = Value.__hash__
+
+    def __bool__(self) -> bool:
+        raise AccyError(
+            f"the traced value {self.ty} (%{self.index} of {self.builder.name!r}) has no truth "
+            "value while its function is being traced (inside accy.jit, accy.grad, ...): "
+            "Python's if, and, or and while need a concrete value; choose elementwise with "
+            "accy.where(predicate, a, b), or branch with accy.cond, or make the value a static "
+            "argument (static_argnames=...)"
+        )
 
     @property
     def array(self):
@@ -203,8 +252,13 @@ class FunctionBuilder(Builder):
             return known
         if isinstance(operand, NamedArray) and operand.ty.size <= CONSTANT_LIMIT:
             lifted = self.constant(np.asarray(operand), operand.ty)
-        elif isinstance(operand, NamedArray | Value):
-            self.foreign = self.foreign or isinstance(operand, Value)
+        elif isinstance(operand, NamedArray):
+            # Captured at trace time, as a constant is (JAX's rule): a copy, so that later
+            # in-place changes to the caller's buffer reach no compiled program.
+            self.captured.append(NamedArray(operand.array.copy(), operand.ty, operand.device))
+            lifted = self.parameter(operand.ty)
+        elif isinstance(operand, Value):
+            self.foreign = True
             self.captured.append(operand)
             lifted = self.parameter(operand.ty)
         else:
@@ -347,6 +401,11 @@ class Statics:
         taken = {position for _, _, position in statics}
         dynamic = tuple(a for i, a in enumerate(args) if i not in taken)
         return dynamic, kwargs, tuple(statics)
+
+    @staticmethod
+    def key(statics: tuple) -> tuple:
+        """The cache key of `split`'s statics: by type and value (`static_key`)."""
+        return tuple((name, static_key(value), position) for name, value, position in statics)
 
     @staticmethod
     def merge(args: Sequence[Any], kwargs: dict, statics: tuple) -> tuple[tuple, dict]:
@@ -514,7 +573,7 @@ class Staged:
         traced = [leaf for leaf in converted if isinstance(leaf, Value)]
         key = (
             treedef,
-            tuple(leaf.ty if is_array(leaf) else (type(leaf), leaf) for leaf in converted),
+            tuple(leaf.ty if is_array(leaf) else static_key(leaf) for leaf in converted),
         )
         if traced:
             entry = self.entry(converted, treedef, key)

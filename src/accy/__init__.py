@@ -181,3 +181,7 @@ __all__ += ["Mesh", "MeshError", "mesh", "shard"]
 from .frontend.array_functions import allclose, arange, clip, isclose, var, where  # noqa: E402
 
 __all__ += ["allclose", "arange", "clip", "isclose", "var", "where"]
+
+from .frontend.jacobians import hessian, jacfwd, jacrev  # noqa: E402
+
+__all__ += ["hessian", "jacfwd", "jacrev"]

@@ -546,6 +546,8 @@ class Staged:
         if device is None or devices != {device}:
             return self._call_general(tree, leaves, treedef)
         entry = self.entry(leaves, treedef, (treedef, tuple(map(_type_of, leaves))))
+        if entry.foreign:
+            return _inline_into_captured(entry, leaves)
         return self.run_concrete(entry, list(map(_array_of, leaves)), device)
 
     def run_concrete(self, entry: Entry, arrays: list[Any], device: str) -> Any:
@@ -577,7 +579,10 @@ class Staged:
         )
         if traced:
             entry = self.entry(converted, treedef, key)
-            return inline(entry, traced[0].builder, [c for c in converted if is_array(c)])
+            # Into the innermost trace among the arguments (a cotangent of a vmapped function
+            # next to primals of the function around it belongs to the vmapped one).
+            builder = innermost(traced) or traced[0].builder
+            return inline(entry, builder, [c for c in converted if is_array(c)])
         arrays = [leaf for leaf in converted if is_array(leaf)]
         # Scalars given as Python or NumPy numbers follow the arrays' device.
         devices = {leaf.device for leaf in leaves if isinstance(leaf, NamedArray)}
@@ -595,7 +600,15 @@ class Staged:
             )
         device = device or (devices.pop() if devices else "cpu")
         entry = self.entry(converted, treedef, key)
+        if entry.foreign:
+            return _inline_into_captured(entry, arrays)
         return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
+
+
+def _inline_into_captured(entry: Entry, leaves: list[Any]) -> Any:
+    """Concrete arguments, but a function that closed over values of an enclosing trace (a
+    `vmap` inside `grad` mapping a constant): its program belongs to that trace."""
+    return inline(entry, innermost(entry.captured), leaves)
 
 
 def inline(entry: Entry, builder: Any, leaves: list[Any]) -> Any:

@@ -185,3 +185,16 @@ __all__ += ["allclose", "arange", "clip", "isclose", "var", "where"]
 from .frontend.jacobians import hessian, jacfwd, jacrev  # noqa: E402
 
 __all__ += ["hessian", "jacfwd", "jacrev"]
+
+from .frontend.inspection import Lowered, make_program  # noqa: E402
+from .frontend.regions import checkpoint, checkpoint_policies, remat, stop_gradient  # noqa: E402, F811
+from .frontend.transpose import linear_transpose  # noqa: E402, F811
+
+__all__ += [
+    "Lowered",
+    "checkpoint_policies",
+    "linear_transpose",
+    "make_program",
+    "remat",
+    "stop_gradient",
+]

@@ -98,6 +98,10 @@ class Jitted:
             staged = self._staged.get(())
             if staged is not None:
                 return staged.call(args, kwargs)
+        staged, args, kwargs = self._staged_for(args, kwargs)
+        return staged.call(args, kwargs)
+
+    def _staged_for(self, args: tuple, kwargs: dict) -> tuple[Staged, tuple, dict]:
         args, kwargs, statics = self.statics.split(args, kwargs)
         key = Statics.key(statics)
         staged = self._staged.get(key)
@@ -105,7 +109,23 @@ class Jitted:
             staged = self._staged[key] = Staged(
                 functools.partial(self._build, statics), self.device
             )
-        return staged.call(args, kwargs)
+        return staged, args, kwargs
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """The program this function runs for these arguments, and what it compiles to:
+        `jax.jit(f).lower(*args)`. See `accy.frontend.inspection.Lowered`.
+
+        >>> import accy, numpy as np
+        >>> lowered = accy.jit(lambda x: (x * 2.0).sum()).lower(accy.named(np.ones(3), "n"))
+        >>> lowered.program.count("reduce"), "accy_run" in lowered.source()
+        (1, True)
+        """
+        from .inspection import Lowered
+
+        staged, args, kwargs = self._staged_for(args, kwargs)
+        leaves = [leaf for leaf in flatten((args, kwargs))[0] if isinstance(leaf, NamedArray)]
+        device = self.device or (leaves[0].device if leaves else "cpu")
+        return Lowered(staged.entry_for((args, kwargs)).program, device)
 
     def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:
         def call(*args: Any, **kwargs: Any) -> Any:

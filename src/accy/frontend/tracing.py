@@ -500,6 +500,23 @@ class Staged:
                 self.cache[key] = entry
         return entry
 
+    def entry_for(self, tree: Any) -> Entry:
+        """The Entry (the traced Program) for the arguments `tree`, built if new, without
+        running it: what `accy.make_program` and `jit(f).lower` show."""
+        leaves, treedef = flatten(tree)
+        paths = None
+        converted = []
+        for position, leaf in enumerate(leaves):
+            if not is_array(leaf) and not (self.static_scalars and is_python_value(leaf)):
+                paths = paths or leaf_paths(tree)
+                leaf = as_array_leaf(leaf, argument_path(paths[position]))
+            converted.append(leaf)
+        key = (
+            treedef,
+            tuple(leaf.ty if is_array(leaf) else static_key(leaf) for leaf in converted),
+        )
+        return self.entry(converted, treedef, key)
+
     def call(self, args: tuple, kwargs: dict) -> Any:
         """Run on `(args, kwargs)`. The fast path, where the call overhead matters: every
         argument a NamedArray on one device, and no keywords."""

@@ -198,3 +198,7 @@ __all__ += [
     "remat",
     "stop_gradient",
 ]
+
+from .frontend.custom_rules import custom_jvp, custom_vjp  # noqa: E402
+
+__all__ += ["custom_jvp", "custom_vjp"]

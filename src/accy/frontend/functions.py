@@ -26,6 +26,7 @@ from ..core.builder import define
 from ..errors import GradientRequiresScalarOutput
 from ..transforms.simplify import simplify
 from .errors import TransformError
+from .lowered import Lowered
 from .named import NamedArray, check_device
 from .tracing import (
     NAMESPACE,
@@ -120,8 +121,6 @@ class Jitted:
         >>> lowered.program.count("reduce"), "accy_run" in lowered.source()
         (1, True)
         """
-        from .inspection import Lowered
-
         staged, args, kwargs = self._staged_for(args, kwargs)
         leaves = [leaf for leaf in flatten((args, kwargs))[0] if isinstance(leaf, NamedArray)]
         device = self.device or (leaves[0].device if leaves else "cpu")

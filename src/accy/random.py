@@ -17,8 +17,9 @@ The scheme is JAX's partitionable one: element `i` (its row-major position in th
 type with the axes taken in name order, so that a draw does not depend on the layout order of
 its axes: `x` and `x` transposed drop the same elements) gets `threefry2x32(key, (0, i))`,
 whose two words are xor-ed for 32 bits (`bits`) or joined for 64 (`uniform` of f64); `split`
-gives key `j` the two words of `threefry2x32(key, (0, j))`. A key must be used once: either split or drawn from. A key with more axes than `key` (a batch of
-keys from `split_along`) draws one independent stream per batch element, broadcast by name.
+gives key `j` the two words of `threefry2x32(key, (0, j))`. A key must be used once: either
+split or drawn from. A key with more axes than `key` (a batch of keys from `split_along`) draws
+one independent stream per batch element, broadcast by name.
 
 In front-end code a key is a NamedArray (`key(seed)`), an argument of jitted functions like any
 other; a draw's shape is a TensorType or a dict of axis extents with a `dtype`

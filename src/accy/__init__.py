@@ -202,3 +202,7 @@ __all__ += [
 from .frontend.custom_rules import custom_jvp, custom_vjp  # noqa: E402
 
 __all__ += ["custom_jvp", "custom_vjp"]
+
+from .frontend.dlpack import from_dlpack  # noqa: E402
+
+__all__ += ["from_dlpack"]

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..api import compile as compile_program
+from ..backends.dlpack import host_from_dlpack
 from ..core import Attrs, Value, check_operation
 from ..core.arrays import is_array
 from ..core.builder import Builder
@@ -42,7 +43,7 @@ def _host_array(array: Any) -> np.ndarray:
     if _device_of(array) == "cuda":
         return array.get()
     if hasattr(array, "__dlpack__") and not isinstance(array, np.generic):
-        return np.from_dlpack(array)
+        return host_from_dlpack(array, "named")  # bfloat16 producers too
     return np.asarray(array)
 
 

@@ -35,12 +35,18 @@ from .functions import (
     vjp,
 )
 from .named import NamedArray, named
-from .tracing import NAMESPACE, Entry, Staged, flatten, structure, trace, unflatten
+from .tracing import _ACTIVE, NAMESPACE, Entry, Staged, flatten, structure, trace, unflatten
 from .vmap import vmap
 
 JACOBIAN_AXIS = "jacobian_"
-"""The axis along which the basis of a Jacobian's rows (or columns) is mapped while it is
-computed; it never reaches the result, but a function's own axes must not use the name."""
+"""The prefix of the axis along which the basis of a Jacobian's rows (or columns) is mapped
+while it is computed (`jacobian_0`, then `jacobian_1` for one nested inside it, ...); it never
+reaches the result, but a function's own axes must not use these names."""
+
+
+def _basis_axis() -> str:
+    """The basis axis of a Jacobian computed at this depth of tracing."""
+    return f"{JACOBIAN_AXIS}{len(_ACTIVE)}"
 
 
 class TracedTransform:
@@ -100,18 +106,18 @@ def _check_arguments(transform: str, args: tuple, numbers: tuple[int, ...]) -> N
             )
 
 
-def _basis(ty: Any) -> NamedArray:
-    """The one-hot basis of `ty`'s elements: f32-like, axes (JACOBIAN_AXIS, ty's axes...)."""
+def _basis(ty: Any, axis: str) -> NamedArray:
+    """The one-hot basis of `ty`'s elements: f32-like, axes (axis, ty's axes...)."""
     size = ty.size
     eye = np.eye(size, dtype=ty.dtype.numpy).reshape((size, *ty.extents))
-    return named(eye, (JACOBIAN_AXIS, *ty.axes))
+    return named(eye, (axis, *ty.axes))
 
 
 def _zeros_like(leaf: Any) -> NamedArray:
     return named(np.zeros(leaf.ty.extents, leaf.ty.dtype.numpy), leaf.ty.axes)
 
 
-def _check_disjoint(transform: str, out_ty: Any, in_ty: Any, where: str) -> None:
+def _check_disjoint(transform: str, out_ty: Any, in_ty: Any, where: str, axis: str) -> None:
     shared = [a for a in out_ty.axes if in_ty.has(a)]
     if shared:
         raise AxisError(
@@ -121,10 +127,10 @@ def _check_disjoint(transform: str, out_ty: Any, in_ty: Any, where: str) -> None
             f"function: y.rename({shared[0]!r}, {shared[0] + '_out'!r}))"
         )
     for ty in (out_ty, in_ty):
-        if ty.has(JACOBIAN_AXIS):
+        if ty.has(axis):
             raise AxisError(
-                f"accy.{transform}: {where}: {ty} has the axis {JACOBIAN_AXIS!r}, which "
-                "Jacobians use internally; rename it"
+                f"accy.{transform}: {where}: {ty} has the axis {axis!r}, which Jacobians "
+                "use internally; rename it"
             )
 
 
@@ -136,11 +142,11 @@ def _check_float(transform: str, leaf: Any, what: str) -> None:
         )
 
 
-def _split_basis(x: Any, ty: Any) -> Any:
-    """`x` with JACOBIAN_AXIS (at the front) split back into `ty`'s axes."""
+def _split_basis(x: Any, ty: Any, axis: str) -> Any:
+    """`x` with the basis axis `axis` (at the front) split back into `ty`'s axes."""
     if ty.rank == 0:
-        return x.builder.reshape(x, [(a, e) for a, e in x.ty.named_extents if a != JACOBIAN_AXIS])
-    return x.builder.split(x, JACOBIAN_AXIS, dict(ty.named_extents))
+        return x.builder.reshape(x, [(a, e) for a, e in x.ty.named_extents if a != axis])
+    return x.builder.split(x, axis, dict(ty.named_extents))
 
 
 def _chosen_trees(argnums: Any, trees: list[Any]) -> Any:
@@ -148,6 +154,7 @@ def _chosen_trees(argnums: Any, trees: list[Any]) -> Any:
 
 
 def _jacrev_compute(fn, argnums, has_aux, transform, *args, **kwargs):
+    axis = _basis_axis()
     numbers = _argnums_tuple(transform, argnums)
     _check_arguments(transform, args, numbers)
     chosen = [args[n] for n in numbers]
@@ -162,21 +169,24 @@ def _jacrev_compute(fn, argnums, has_aux, transform, *args, **kwargs):
     for j, out_leaf in enumerate(out_leaves):
         _check_float(transform, out_leaf, f"output leaf {j}")
         for leaf in in_leaves:
-            _check_disjoint(transform, out_leaf.ty, leaf.ty, f"output leaf {j}")
+            _check_disjoint(transform, out_leaf.ty, leaf.ty, f"output leaf {j}", axis)
 
         def pull_one(cotangent, j=j):
             cotangents = [_zeros_like(o) if k != j else cotangent for k, o in enumerate(out_leaves)]
             return pull(unflatten(out_def, cotangents))
 
-        pulled = flatten(vmap(pull_one, JACOBIAN_AXIS)(_basis(out_leaf.ty)))[0]
+        pulled = flatten(vmap(pull_one, axis)(_basis(out_leaf.ty, axis)))[0]
         rows.append(
-            unflatten(in_def, [_split_basis(x, out_leaf.ty) for x in pulled]) if pulled else ()
+            unflatten(in_def, [_split_basis(x, out_leaf.ty, axis) for x in pulled])
+            if pulled
+            else ()
         )
     jac = unflatten(out_def, [_chosen_trees(argnums, list(row)) for row in rows])
     return (jac, aux) if has_aux else jac
 
 
 def _jacfwd_compute(fn, argnums, has_aux, transform, *args, **kwargs):
+    axis = _basis_axis()
     numbers = _argnums_tuple(transform, argnums)
     _check_arguments(transform, args, numbers)
     chosen = tuple(args[n] for n in numbers)
@@ -191,13 +201,13 @@ def _jacfwd_compute(fn, argnums, has_aux, transform, *args, **kwargs):
             tangents = [_zeros_like(x) if k != i else tangent for k, x in enumerate(in_leaves)]
             return jvp(restricted, chosen, unflatten(in_def, tangents), has_aux=has_aux)[1]
 
-        pushed, out_def = flatten(vmap(push_one, JACOBIAN_AXIS)(_basis(in_leaf.ty)))
+        pushed, out_def = flatten(vmap(push_one, axis)(_basis(in_leaf.ty, axis)))
         blocks = []
         for j, block in enumerate(pushed):
-            out_ty = block.ty.without([JACOBIAN_AXIS])
+            out_ty = block.ty.without([axis])
             _check_float(transform, block, f"output leaf {j}")
-            _check_disjoint(transform, out_ty, in_leaf.ty, f"output leaf {j}")
-            split = _split_basis(block, in_leaf.ty)
+            _check_disjoint(transform, out_ty, in_leaf.ty, f"output leaf {j}", axis)
+            split = _split_basis(block, in_leaf.ty, axis)
             blocks.append(split.builder.transpose(split, (*out_ty.axes, *in_leaf.ty.axes)))
         columns.append(blocks)
     if has_aux:
@@ -277,17 +287,27 @@ def second_name(axis: str, second_axis: str | Callable[[str], str]) -> str:
 
 
 def _renamed_gradient(fn, argnums, has_aux, second_axis):
-    """The gradient of `fn` with each axis renamed by `second_axis` (the Hessian's first
-    differentiation)."""
-    from .functions import grad
+    """`jacrev(fn)` with the input's axes renamed by `second_axis` (the Hessian's first
+    differentiation; for a scalar `fn`, its gradient)."""
 
     def gradient(*args: Any, **kwargs: Any) -> Any:
-        result = grad(fn, argnums=argnums, has_aux=has_aux)(*args, **kwargs)
-        g, aux = result if has_aux else (result, None)
-        renamed = _map_leaves(
-            lambda x: x.builder.rename_axes(x, [second_name(a, second_axis) for a in x.ty.axes]),
-            g,
-        )
+        numbers = _argnums_tuple("hessian", argnums)
+        _check_arguments("hessian", args, numbers)
+        inputs = {
+            a
+            for n in numbers
+            for leaf in flatten(args[n])[0]
+            if hasattr(leaf, "ty")
+            for a in leaf.ty.axes
+        }
+        result = jacrev(fn, argnums=argnums, has_aux=has_aux)(*args, **kwargs)
+        jac, aux = result if has_aux else (result, None)
+
+        def rename(x: Any) -> Any:
+            names = [second_name(a, second_axis) if a in inputs else a for a in x.ty.axes]
+            return x.builder.rename_axes(x, names)
+
+        renamed = _map_leaves(rename, jac)
         return (renamed, aux) if has_aux else renamed
 
     return gradient
@@ -308,12 +328,12 @@ def hessian(
     has_aux: bool = False,
     second_axis: str | Callable[[str], str] = "_",
 ) -> Callable:
-    """The Hessian of a scalar-valued `fn` (`jax.hessian`: forward over reverse mode).
+    """The Hessian of `fn` (`jax.hessian`: `jacfwd` of `jacrev`).
 
-    Its leaf for inputs `a` and `b` (leaves of the arguments `argnums`) holds
-    `d^2 f / da db` with `a`'s axes renamed by `second_axis` first (`"_"` appends an
-    underscore: `i` becomes `i_`; a function maps each name), then `b`'s own axes, so that a
-    Hessian of an input with axis `i` has the axes `(i_, i)`.
+    Its leaf for an output leaf and inputs `a` and `b` (leaves of the arguments `argnums`)
+    holds `d^2 out / da db`, with the output's axes, then `a`'s axes renamed by `second_axis`
+    (`"_"` appends an underscore: `i` becomes `i_`; a function maps each name), then `b`'s own
+    axes: a scalar function of an input with axis `i` has a Hessian with the axes `(i_, i)`.
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.array([1.0, 2.0], np.float32), "i")

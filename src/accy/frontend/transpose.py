@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import optree
+
 from ..core.builder import define
 from ..core.ir import permute_parameters
 from ..transforms.linearize import Linearized
@@ -18,7 +20,8 @@ from ..transforms.pullback import pullback
 from ..transforms.simplify import simplify
 from .errors import TransformError
 from .functions import _as_list, _check_callable, _name
-from .tracing import Entry, Staged, argument_path, flatten, leaf_paths, structure, trace
+from .named import named_scalar
+from .tracing import NAMESPACE, Entry, Staged, argument_path, flatten, leaf_paths, structure, trace
 
 
 class _Transposed:
@@ -90,7 +93,12 @@ def linear_transpose(fn: Callable | Any, *primals: Any) -> Any:
     if isinstance(fn, Program):
         return program_transpose(fn)
     _check_callable(fn, "linear_transpose")
-    return _Transposed(fn, tuple(primals))
+    as_arrays = optree.tree_map(
+        lambda leaf: named_scalar(leaf) if type(leaf) is float else leaf,
+        tuple(primals),
+        namespace=NAMESPACE,
+    )
+    return _Transposed(fn, as_arrays)
 
 
 __all__ = ["linear_transpose"]

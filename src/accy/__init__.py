@@ -206,3 +206,19 @@ __all__ += ["custom_jvp", "custom_vjp"]
 from .frontend.dlpack import from_dlpack  # noqa: E402
 
 __all__ += ["from_dlpack"]
+
+from .frontend.axes import (  # noqa: E402
+    eliminate_axes,
+    rearrange,
+    rearrange_for_partial_order,
+    replace_axis,
+    without_axes,
+)
+
+__all__ += [
+    "eliminate_axes",
+    "rearrange",
+    "rearrange_for_partial_order",
+    "replace_axis",
+    "without_axes",
+]

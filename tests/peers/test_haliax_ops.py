@@ -56,7 +56,7 @@ def test_add_no_overlap():
 def test_where(use_jit):
     where = accy.jit(accy.where) if use_jit else accy.where
     a, b = uniform("Height", "Width", "Depth"), uniform("Height", "Width", "Depth")
-    where(0.0 < a, a, 0.0)
+    where(a > 0.0, a, 0.0)
     got = where(a > b, a, b)
     np.testing.assert_allclose(got.array, jnp.where(a.array > b.array, a.array, b.array))
     b_reordered = b.transpose("Width", "Height", "Depth")

@@ -133,6 +133,7 @@ class Jitted:
 
         traced = trace(call, leaves, treedef, _name(self.fn))
         entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
+        entry.locations = traced.locations
         entry.donate = donated_inputs(self.donate_argnums, leaves, treedef)
         return entry
 

@@ -26,10 +26,12 @@ import numpy as np
 import optree
 
 from ..api import compile as compile_program
+from ..config import config
 from ..core import Program, Value
 from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, attach_user_location
+from .debugging import check_outputs, user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError
 from .named import NamedArray, check_device, index_by_name, intern, named_scalar
 
@@ -240,6 +242,7 @@ class FunctionBuilder(Builder):
         self.finished = False
         self.captured: list[Any] = []  # what each extra input is bound to, in order
         self.foreign = False  # whether a value of another trace was captured
+        self.locations: dict[int, str] = {}  # operation id -> the user's line that traced it
         self._lifted: dict[int, Value] = {}
         self._alive: list[Any] = []  # lifted operands, kept so that their ids stay unique
 
@@ -279,7 +282,11 @@ class FunctionBuilder(Builder):
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
-        results = super().emit(kind, [self.lift(o) for o in operands], attrs, id)
+        lifted = [self.lift(o) for o in operands]
+        where = user_location()
+        if where is not None:
+            self.locations[len(self._operations) if id is None else id] = where
+        results = super().emit(kind, lifted, attrs, id)
         if isinstance(results, tuple):
             return tuple(TracedArray(self, v.index, v.ty) for v in results)
         return TracedArray(self, results.index, results.ty)
@@ -316,6 +323,7 @@ class Traced:
     out_treedef: Any
     captured: list[Any]
     foreign: bool
+    locations: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> user line
 
 
 def trace(
@@ -345,7 +353,9 @@ def trace(
     finally:
         _ACTIVE.pop()
         builder.finished = True
-    return Traced(program, output, out_treedef, builder.captured, builder.foreign)
+    return Traced(
+        program, output, out_treedef, builder.captured, builder.foreign, builder.locations
+    )
 
 
 # -- static arguments --------------------------------------------------------------------------
@@ -433,6 +443,7 @@ class Entry:
     out_types: tuple[TensorType, ...] = ()
     compiled: dict[str, Any] = dataclasses.field(default_factory=dict)
     donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
+    locations: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> user line
 
     def __post_init__(self) -> None:
         self.out_types = tuple(intern(t) for t in self.program.output_types)
@@ -531,7 +542,10 @@ class Staged:
                 found = self.flat.get(tuple(key))
                 if found is not None and (self.device is None or self.device == device):
                     _, entry, compiled, captured, devices = found
-                    outputs = compiled(*[a.array for a in args], *captured)
+                    arrays = [a.array for a in args]
+                    outputs = compiled(*arrays, *captured)
+                    if config.debug_nans:
+                        check_outputs(entry, [*arrays, *captured], outputs)
                     if entry.single:
                         return NamedArray(outputs[0], entry.out_types[0], device)
                     # map() wraps the outputs in C, a list comprehension costs ~2x as much
@@ -576,6 +590,8 @@ class Staged:
                 )
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
         outputs = compiled(*arrays, *entry.captured_arrays[device])
+        if config.debug_nans:
+            check_outputs(entry, [*arrays, *entry.captured_arrays[device]], outputs)
         named = list(map(NamedArray, outputs, entry.out_types, itertools.repeat(device)))
         return unflatten(entry.out_treedef, named)
 

@@ -183,3 +183,11 @@ def test_array_function_misuse():
         accy.var(x, ddof=3)
     with pytest.raises(accy.AccyError, match="lower bound, an upper bound"):
         accy.clip(x)
+
+
+def test_shard_of_a_function_closing_over_a_small_array_with_a_mapped_axis():
+    mesh = accy.Mesh(range(2), "data")
+    w = accy.named(np.arange(32, dtype=np.float32), "dim3", device="reference")  # a constant
+    scaled = accy.shard(lambda x: x * w, mesh, {"dim3": "data"}, device="reference")
+    got = scaled(accy.named(np.full(32, 2.0, np.float32), "dim3", device="reference"))
+    np.testing.assert_array_equal(got.array, 2.0 * np.arange(32))

@@ -222,3 +222,7 @@ __all__ += [
     "replace_axis",
     "without_axes",
 ]
+
+from .frontend.printing import debug_print  # noqa: E402
+
+__all__ += ["debug_print"]

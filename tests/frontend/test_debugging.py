@@ -63,3 +63,34 @@ def test_errors_inside_traced_code_point_at_the_users_line():
     with pytest.raises(accy.AxisError) as caught:
         accy.jit(lambda x: x.sum("missing"))(x)  # the bad axis
     assert f"test_debugging.py:{line_of('the bad axis')}" in str(caught.value)
+
+
+def test_debug_print_inside_jit_prints_on_every_run(capsys):
+    @accy.jit
+    def inner(x):
+        accy.debug_print("inner {x}", x=x.sum())
+        return x * 2.0
+
+    @accy.jit
+    def outer(x):
+        y = inner(x)
+        accy.debug_print("y[0]={} n={}", y["n", 0], 2)
+        return y.sum()
+
+    x = accy.named(np.array([1.0, 2.0], np.float32), "n", device="reference")
+    assert outer(x).item() == 6.0
+    outer(x * 2.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[0].startswith("inner NamedArray(f32[], array(3.")
+    assert "y[0]=NamedArray(f32[], array(4." in lines[3] and lines[3].endswith("n=2")
+    accy.debug_print("eager {}", 1.5)
+    assert capsys.readouterr().out == "eager 1.5\n"
+
+
+def test_debug_print_inside_grad_is_refused():
+    def f(x):
+        accy.debug_print("{}", x)
+        return x * x
+
+    with pytest.raises(accy.AccyError, match="not from inside accy.grad"):
+        accy.grad(f)(1.0)

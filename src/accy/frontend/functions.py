@@ -131,9 +131,9 @@ class Jitted:
             args, kwargs = Statics.merge(args, kwargs, statics)
             return self.fn(*args, **kwargs)
 
-        traced = trace(call, leaves, treedef, _name(self.fn))
+        traced = trace(call, leaves, treedef, _name(self.fn), prints=True)
         entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
-        entry.locations = traced.locations
+        entry.locations, entry.prints = traced.locations, traced.prints
         entry.donate = donated_inputs(self.donate_argnums, leaves, treedef)
         return entry
 

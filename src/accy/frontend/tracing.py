@@ -243,6 +243,9 @@ class FunctionBuilder(Builder):
         self.captured: list[Any] = []  # what each extra input is bound to, in order
         self.foreign = False  # whether a value of another trace was captured
         self.locations: dict[int, str] = {}  # operation id -> the user's line that traced it
+        self.allows_prints = False  # whether `accy.debug_print` may record values here (jit)
+        # (format, structure, leaves with PRINTED for the array ones, those arrays)
+        self.prints: list[tuple[str, Any, list[Any], list[Any]]] = []
         self._lifted: dict[int, Value] = {}
         self._alive: list[Any] = []  # lifted operands, kept so that their ids stay unique
 
@@ -324,16 +327,26 @@ class Traced:
     captured: list[Any]
     foreign: bool
     locations: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> user line
+    # `accy.debug_print` calls: (format, structure of its arguments, their leaves with PRINTED
+    # where the next program outputs after the function's own go), in order.
+    prints: list[tuple[str, Any, list[Any]]] = dataclasses.field(default_factory=list)
 
 
 def trace(
-    fn: Callable, leaves: Sequence[Any], treedef: Any, name: str | None = None, finish=None
+    fn: Callable,
+    leaves: Sequence[Any],
+    treedef: Any,
+    name: str | None = None,
+    finish=None,
+    prints: bool = False,
 ) -> Traced:
     """Trace `fn(*args, **kwargs)`, where `(args, kwargs) = unflatten(treedef, leaves)` with
     each array leaf replaced by a traced parameter of the same type (other leaves, already
     substituted statics, pass through). `finish(builder, output)` may post-process the output
-    before its leaves become the program's outputs."""
+    before its leaves become the program's outputs. With `prints`, the values of
+    `accy.debug_print` calls become outputs after those (`Traced.prints`)."""
     builder = FunctionBuilder(name or getattr(fn, "__name__", "function"), len(_ACTIVE))
+    builder.allows_prints = prints
     parameters = [builder.parameter(leaf.ty) if is_array(leaf) else leaf for leaf in leaves]
     args, kwargs = unflatten(treedef, parameters)
     _ACTIVE.append(builder)
@@ -346,6 +359,10 @@ def trace(
             builder.lift(as_array_leaf(leaf, f"the output{path}"))
             for leaf, path in zip(out_leaves, leaf_paths(output), strict=True)
         ]
+        printed = []
+        for text, structure_of, template, recorded in builder.prints:
+            values += [builder.lift(v) for v in recorded]
+            printed.append((text, structure_of, template))
         program = builder.build(values)
     except AccyError as error:
         attach_user_location(error)
@@ -354,7 +371,7 @@ def trace(
         _ACTIVE.pop()
         builder.finished = True
     return Traced(
-        program, output, out_treedef, builder.captured, builder.foreign, builder.locations
+        program, output, out_treedef, builder.captured, builder.foreign, builder.locations, printed
     )
 
 
@@ -444,6 +461,7 @@ class Entry:
     compiled: dict[str, Any] = dataclasses.field(default_factory=dict)
     donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
     locations: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> user line
+    prints: list[tuple[str, Any, list[Any]]] = dataclasses.field(default_factory=list)  # Traced's
 
     def __post_init__(self) -> None:
         self.out_types = tuple(intern(t) for t in self.program.output_types)
@@ -546,6 +564,8 @@ class Staged:
                     outputs = compiled(*arrays, *captured)
                     if config.debug_nans:
                         check_outputs(entry, [*arrays, *captured], outputs)
+                    if entry.prints:
+                        outputs = show_prints(entry, outputs, device)
                     if entry.single:
                         return NamedArray(outputs[0], entry.out_types[0], device)
                     # map() wraps the outputs in C, a list comprehension costs ~2x as much
@@ -592,6 +612,8 @@ class Staged:
         outputs = compiled(*arrays, *entry.captured_arrays[device])
         if config.debug_nans:
             check_outputs(entry, [*arrays, *entry.captured_arrays[device]], outputs)
+        if entry.prints:
+            outputs = show_prints(entry, outputs, device)
         named = list(map(NamedArray, outputs, entry.out_types, itertools.repeat(device)))
         return unflatten(entry.out_treedef, named)
 
@@ -652,7 +674,59 @@ def inline(entry: Entry, builder: Any, leaves: list[Any]) -> Any:
     arguments += [builder.lift(c) if hasattr(builder, "lift") else c for c in entry.captured]
     outputs = builder.call(entry.program, arguments)
     outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+    if entry.prints:  # the inlined function's prints become the enclosing trace's
+        outputs = record_prints(entry, outputs, builder)
     return unflatten(entry.out_treedef, outputs)
+
+
+def show_prints(entry: Entry, outputs: Sequence[Any], device: str) -> list[Any]:
+    """Print the `accy.debug_print` values among a run's outputs; returns the function's own."""
+    count = entry.out_treedef.num_leaves
+    position = count
+    for text, structure_of, template in entry.prints:
+        leaves = []
+        for leaf in template:
+            if leaf is PRINTED:
+                leaf = NamedArray(outputs[position], entry.out_types[position], device)
+                position += 1
+            leaves.append(leaf)
+        args, kwargs = unflatten(structure_of, leaves)
+        print(text.format(*args, **kwargs))
+    return list(outputs[:count])
+
+
+def record_prints(entry: Entry, outputs: list[Any], builder: Any) -> list[Any]:
+    """Hand the `accy.debug_print` values among an inlined program's outputs to `builder`
+    (the enclosing trace); returns the function's own outputs."""
+    count = entry.out_treedef.num_leaves
+    position = count
+    for text, structure_of, template in entry.prints:
+        leaves = []
+        for leaf in template:
+            if leaf is PRINTED:
+                leaf = outputs[position]
+                position += 1
+            leaves.append(leaf)
+        record_print(builder, text, structure_of, leaves)
+    return outputs[:count]
+
+
+PRINTED = object()  # marks an array leaf of a debug_print, returned by the program
+
+
+def record_print(builder: Any, text: str, structure_of: Any, leaves: Sequence[Any]) -> None:
+    """Record one `accy.debug_print` of `leaves` (of its `(args, kwargs)`) in the trace of
+    `builder`, whose program will return their arrays; a trace that cannot (inside grad,
+    vmap, ...) refuses it."""
+    if not getattr(builder, "allows_prints", False):
+        raise AccyError(
+            f"accy.debug_print({text!r}, ...) inside {getattr(builder, 'name', 'a transform')!r}: "
+            "values are printed from accy.jit and eagerly, not from inside accy.grad, vmap or "
+            "the other transforms; return the value (has_aux=True) and print it outside"
+        )
+    template = [PRINTED if hasattr(leaf, "ty") else leaf for leaf in leaves]
+    arrays = [builder.lift(leaf) for leaf in leaves if hasattr(leaf, "ty")]
+    builder.prints.append((text, structure_of, template, arrays))
 
 
 __all__ = [

@@ -177,36 +177,8 @@ from .mesh import Mesh, shard  # noqa: E402
 
 __all__ += ["Mesh", "MeshError", "mesh", "shard"]
 
-# Function transforms and array functions of the front end, with their JAX names.
+# Function transforms, inspection and array functions of the front end, with their JAX names.
 from .frontend.array_functions import allclose, arange, clip, isclose, var, where  # noqa: E402
-
-__all__ += ["allclose", "arange", "clip", "isclose", "var", "where"]
-
-from .frontend.jacobians import hessian, jacfwd, jacrev  # noqa: E402
-
-__all__ += ["hessian", "jacfwd", "jacrev"]
-
-from .frontend.inspection import Lowered, make_program  # noqa: E402
-from .frontend.regions import checkpoint, checkpoint_policies, remat, stop_gradient  # noqa: E402, F811
-from .frontend.transpose import linear_transpose  # noqa: E402, F811
-
-__all__ += [
-    "Lowered",
-    "checkpoint_policies",
-    "linear_transpose",
-    "make_program",
-    "remat",
-    "stop_gradient",
-]
-
-from .frontend.custom_rules import custom_jvp, custom_vjp  # noqa: E402
-
-__all__ += ["custom_jvp", "custom_vjp"]
-
-from .frontend.dlpack import from_dlpack  # noqa: E402
-
-__all__ += ["from_dlpack"]
-
 from .frontend.axes import (  # noqa: E402
     eliminate_axes,
     rearrange,
@@ -214,15 +186,38 @@ from .frontend.axes import (  # noqa: E402
     replace_axis,
     without_axes,
 )
+from .frontend.custom_rules import custom_jvp, custom_vjp  # noqa: E402
+from .frontend.dlpack import from_dlpack  # noqa: E402
+from .frontend.errors import NonFiniteValue  # noqa: E402
+from .frontend.inspection import Lowered, make_program  # noqa: E402
+from .frontend.jacobians import hessian, jacfwd, jacrev  # noqa: E402
+from .frontend.printing import debug_print  # noqa: E402
+from .frontend.regions import checkpoint, checkpoint_policies, remat, stop_gradient  # noqa: E402, F811
+from .frontend.transpose import linear_transpose  # noqa: E402, F811
 
 __all__ += [
+    "Lowered",
+    "NonFiniteValue",
+    "allclose",
+    "arange",
+    "checkpoint_policies",
+    "clip",
+    "custom_jvp",
+    "custom_vjp",
+    "debug_print",
     "eliminate_axes",
+    "from_dlpack",
+    "hessian",
+    "isclose",
+    "jacfwd",
+    "jacrev",
+    "make_program",
     "rearrange",
     "rearrange_for_partial_order",
+    "remat",
     "replace_axis",
+    "stop_gradient",
+    "var",
+    "where",
     "without_axes",
 ]
-
-from .frontend.printing import debug_print  # noqa: E402
-
-__all__ += ["debug_print"]

@@ -37,8 +37,9 @@ def test_debug_nans_names_the_operation_and_the_line():
 def test_debug_nans_in_the_backward_pass_and_in_inputs():
     x = accy.named(np.array([0.0, 1.0], np.float32), "n", device="reference")
     with accy.config.override(debug_nans=True):
-        with pytest.raises(accy.NonFiniteValue, match="made a inf.*generated"):
-            accy.grad(lambda x: x.sqrt().sum())(x)
+        with pytest.raises(accy.NonFiniteValue, match="made a inf.*generated") as caught:
+            accy.grad(lambda x: x.sqrt().sum())(x)  # the square root
+        assert f"traced at {__file__}:{line_of('the square root')}" in str(caught.value)
         nan_in = accy.named(np.array([np.nan, 1.0], np.float32), "n", device="reference")
         with pytest.raises(accy.NonFiniteValue, match="the inputs hold them"):
             accy.jit(lambda x: x * 2.0)(nan_in)

@@ -59,6 +59,37 @@ def _non_finite(array: Any) -> str | None:
     return None
 
 
+class _KeepingIds:
+    """Emits a program's operations into a builder with their ids (so that the user's source
+    lines, kept by id, still name them), its parameters bound to `args`."""
+
+    def __init__(self, builder: Any, args: list[Any]):
+        self.builder = builder
+        self.args = args
+
+    def bind(self, op: Operation, args: list[Any]) -> Any:
+        if op.kind == "parameter":
+            return self.args[op.attrs["index"]]
+        return self.builder.emit(op.kind, args, op.attrs, id=op.id)
+
+    def finish(self, outputs: list[Any]) -> list[Any]:
+        return outputs
+
+
+def call_keeping_ids(builder: Any, program: Program, args: list[Any]) -> Any:
+    """`builder.call(program, args)`, the inlined operations keeping their ids.
+
+    >>> import accy
+    >>> inner = accy.trace.define("f", [accy.spec(accy.f32)], lambda b, a: a[0].exp())
+    >>> outer = accy.trace.define(
+    ...     "g", [accy.spec(accy.f32)] * 2, lambda b, a: call_keeping_ids(b, inner, [a[1]]))
+    >>> [op.id for op in outer.operations if op.kind == "unary"]
+    [1]
+    """
+    outputs = interpret(program, _KeepingIds(builder, list(args)))
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
 class _Checking(Evaluate):
     """The reference evaluator, stopping at the first operation whose result is not finite
     while its operands are."""
@@ -86,13 +117,32 @@ def check_outputs(entry: Any, inputs: list, outputs: list) -> None:
     program: Program = entry.program
     locations: dict[int, str] = getattr(entry, "locations", {}) or {}
 
+    producers = {result: op for op in program.operations for result in op.results}
+
+    def traced_near(op: Operation) -> str | None:
+        """The source line of the nearest traced operation `op` reads, through generated ones
+        (a derivative reads the values of the operations it differentiates)."""
+        frontier, seen = list(op.operands), set()
+        while frontier:
+            value = frontier.pop(0)
+            producer = producers.get(value)
+            if producer is None or value in seen:
+                continue
+            seen.add(value)
+            if producer.id != SYNTHETIC_ID and producer.id in locations:
+                return locations[producer.id]
+            frontier.extend(producer.operands)
+        return None
+
     def describe(op: Operation, made: str) -> str:
         what = op.kind + (f" {op.attrs['op']}" if op.kind == "unary" else "")
         where = locations.get(op.id) if op.id != SYNTHETIC_ID else None
         if where is None:
+            near = traced_near(op)
             where = (
                 "an operation accy generated (a derivative, or a rewrite of the program "
-                f"{program.name!r}), not one line of the function"
+                f"{program.name!r})"
+                + (f", from the values of the operation traced at {near}" if near else "")
             )
         operands = ", ".join(str(t) for t in op.operand_types) or "none"
         return (

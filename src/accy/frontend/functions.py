@@ -25,6 +25,7 @@ from ..core import Program, Value
 from ..core.builder import define
 from ..errors import GradientRequiresScalarOutput
 from ..transforms.simplify import simplify
+from .debugging import call_keeping_ids
 from .errors import TransformError
 from .lowered import Lowered
 from .named import NamedArray, check_device
@@ -382,8 +383,10 @@ class Differentiated:
         shape: dict[str, Any] = {}
 
         def body(b, params):
-            loss, *grads = _as_list(b.call(combined, params))
-            aux = unflatten(aux_def, _as_list(b.call(aux_part, params))) if self.has_aux else None
+            loss, *grads = _as_list(call_keeping_ids(b, combined, params))
+            aux = None
+            if self.has_aux:
+                aux = unflatten(aux_def, _as_list(call_keeping_ids(b, aux_part, params)))
             by_leaf = dict(zip(wrt, grads, strict=True))
             trees = [unflatten(arg_defs[n], [by_leaf[i] for i in ranges[n]]) for n in numbers]
             grads_tree = trees[0] if isinstance(self.argnums, int) else tuple(trees)
@@ -396,7 +399,9 @@ class Differentiated:
             return out_leaves
 
         program = simplify(define(f"{self.transform}_{source.name}", source.parameter_types, body))
-        return Entry(program, shape["treedef"], traced.captured, traced.foreign)
+        entry = Entry(program, shape["treedef"], traced.captured, traced.foreign)
+        entry.locations = traced.locations  # the forward operations keep their ids
+        return entry
 
     def __repr__(self) -> str:
         return f"<accy.{self.transform} of {self.fn!r}>"

@@ -37,7 +37,7 @@ def test_debug_nans_names_the_operation_and_the_line():
 def test_debug_nans_in_the_backward_pass_and_in_inputs():
     x = accy.named(np.array([0.0, 1.0], np.float32), "n", device="reference")
     with accy.config.override(debug_nans=True):
-        with pytest.raises(accy.NonFiniteValue, match="made a inf.*generated") as caught:
+        with pytest.raises(accy.NonFiniteValue, match="made an infinity.*generated") as caught:
             accy.grad(lambda x: x.sqrt().sum())(x)  # the square root
         assert f"traced at {__file__}:{line_of('the square root')}" in str(caught.value)
         nan_in = accy.named(np.array([np.nan, 1.0], np.float32), "n", device="reference")

@@ -146,7 +146,7 @@ def check_outputs(entry: Any, inputs: list, outputs: list) -> None:
             )
         operands = ", ".join(str(t) for t in op.operand_types) or "none"
         return (
-            f"debug_nans: {what} made a {made} in {op.type} (operands {operands}) at {where}; "
+            f"debug_nans: {what} made {'a NaN' if made == 'NaN' else 'an infinity'} in {op.type} (operands {operands}) at {where}; "
             "turn the check off with accy.config.update('debug_nans', False)"
         )
 

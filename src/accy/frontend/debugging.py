@@ -145,8 +145,9 @@ def check_outputs(entry: Any, inputs: list, outputs: list) -> None:
                 + (f", from the values of the operation traced at {near}" if near else "")
             )
         operands = ", ".join(str(t) for t in op.operand_types) or "none"
+        value = "a NaN" if made == "NaN" else "an infinity"
         return (
-            f"debug_nans: {what} made {'a NaN' if made == 'NaN' else 'an infinity'} in {op.type} (operands {operands}) at {where}; "
+            f"debug_nans: {what} made {value} in {op.type} (operands {operands}) at {where}; "
             "turn the check off with accy.config.update('debug_nans', False)"
         )
 

@@ -237,14 +237,16 @@ def test_hessian_aux():
 
 
 def test_jacobian_on_pytrees():
+    zero, one = scalar(0.0), scalar(1.0)  # the peer's 0. and 1., on the reference evaluator
+    three = (scalar(1.0), scalar(2.0), scalar(3.0))
     for ours, theirs in ((accy.jacfwd, jax.jacfwd), (accy.jacrev, jax.jacrev)):
-        close(ours(lambda x, y: (x, y))(0.0, 1.0), theirs(lambda x, y: (x, y))(0.0, 1.0))
-        close(ours(lambda x, y: (x, y), 1)(0.0, 1.0), theirs(lambda x, y: (x, y), 1)(0.0, 1.0))
+        close(ours(lambda x, y: (x, y))(zero, one), theirs(lambda x, y: (x, y))(0.0, 1.0))
+        close(ours(lambda x, y: (x, y), 1)(zero, one), theirs(lambda x, y: (x, y), 1)(0.0, 1.0))
         close(
-            ours(lambda x, y: (x, y), (0, 1))(0.0, 1.0),
+            ours(lambda x, y: (x, y), (0, 1))(zero, one),
             theirs(lambda x, y: (x, y), (0, 1))(0.0, 1.0),
         )
-        close(ours(lambda x: x[:2])((1.0, 2.0, 3.0)), theirs(lambda x: x[:2])((1.0, 2.0, 3.0)))
+        close(ours(lambda x: x[:2])(three), theirs(lambda x: x[:2])((1.0, 2.0, 3.0)))
         x = RNG.normal(size=2).astype(np.float32)
         y = RNG.normal(size=3).astype(np.float32)
         got = ours(lambda x, y: {"x": x.rename("i", "p"), "xy": (x * y).rename("i", "p")})(
@@ -255,7 +257,7 @@ def test_jacobian_on_pytrees():
 
 
 def test_hessian_on_pytrees():
-    got = accy.hessian(lambda x: [v**2.0 for v in x])((1.0, 2.0))
+    got = accy.hessian(lambda x: [v**2.0 for v in x])((scalar(1.0), scalar(2.0)))
     expected = jax.hessian(lambda x: jnp.array(x) ** 2)((1.0, 2.0))
     # JAX stacks the list into one array (the last axis of each block); accy keeps the list.
     stacked = [

@@ -37,6 +37,7 @@ import optree
 from ..core import Program
 from ..custom import CustomCall, lookup, register
 from ..errors import AccyError
+from ..reference import run as reference_run
 from .errors import TransformError
 from .functions import _check_callable, _name
 from .named import NamedArray, named_scalar
@@ -122,9 +123,7 @@ class _Signature:
         return outputs[j] if isinstance(outputs, tuple) else outputs
 
     def _reference(self, j: int, *arrays: Any) -> Any:
-        from ..reference import run
-
-        return run(self.program, list(arrays))[j]
+        return reference_run(self.program, list(arrays))[j]
 
     def primal_trees(self, values: Sequence[Any]) -> tuple:
         """The positional arguments with the array leaves replaced by `values` (the others, the
@@ -254,7 +253,7 @@ def _unwrapped(args: tuple) -> tuple:
     return tuple(a.value if isinstance(a, _Static) else a for a in args)
 
 
-def _differentiable_part(signature: _Signature, trees: tuple, static: set[int]) -> tuple:
+def _differentiable_part(trees: tuple, static: set[int]) -> tuple:
     """The positional argument trees without the nondiff ones (what the rules see)."""
     return tuple(t for i, t in enumerate(trees) if i not in static)
 
@@ -297,8 +296,8 @@ class CustomJvp(_CustomFunction):
         rule = self.jvp_rule
 
         def run_rule(primal_trees: tuple, tangent_trees: tuple) -> Any:
-            p = _differentiable_part(signature, primal_trees, static)
-            t = _differentiable_part(signature, tangent_trees, static)
+            p = _differentiable_part(primal_trees, static)
+            t = _differentiable_part(tangent_trees, static)
             pair = rule(*nondiff, p, t)
             if not isinstance(pair, tuple | list) or len(pair) != 2:
                 raise TransformError(
@@ -420,7 +419,7 @@ class CustomVjp(_CustomFunction):
         stand_ins = [NamedArray(None, t, "reference") for t in residual_types]
         ct_stand_ins = [NamedArray(None, t, "reference") for t in out_types]
         backward = self._trace_rule(signature, "bwd", run_bwd, (stand_ins, ct_stand_ins))
-        diff_trees = _differentiable_part(signature, signature.primal_trees(parameters), static)
+        diff_trees = _differentiable_part(signature.primal_trees(parameters), static)
         expected = structure(tuple(diff_trees))
         returned = backward.out_treedef
         cotangents_by_leaf = self._cotangent_leaves(signature, backward, returned, expected)

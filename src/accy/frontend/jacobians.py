@@ -20,8 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import optree
 
 from ..errors import AxisError
+from ..transforms.simplify import simplify
 from .errors import TransformError
 from .functions import (
     _argnums_tuple,
@@ -73,15 +75,11 @@ class TracedTransform:
         return self.staged((args, kwargs))
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
-        from ..transforms.simplify import simplify
-
         traced = trace(self.compute, leaves, treedef, self.name)
         return Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
 
 
 def _map_leaves(fn: Callable, tree: Any) -> Any:
-    import optree
-
     return optree.tree_map(fn, tree, namespace=NAMESPACE)
 
 

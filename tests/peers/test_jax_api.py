@@ -438,3 +438,35 @@ def test_stop_gradient():
 
     close(accy.grad(f)(3.0), jax.grad(f_jax)(3.0))
     close(accy.jvp(f, (3.0,), (1.0,)), jax.jvp(f_jax, (3.0,), (1.0,)))
+
+
+def test_jit_decorator_factory():
+    @accy.jit(static_argnames=["flag"])
+    def func(x, flag):
+        return x if flag else -x
+
+    expected = jax.jit(lambda x, flag: x if flag else -x, static_argnames=["flag"])
+    assert func(1, True).item() == expected(1, True) == 1
+    assert func(1, False).item() == expected(1, False) == -1
+
+
+def test_jit_of_noncallable():
+    with pytest.raises(accy.TransformError, match="needs a function"):
+        accy.jit(3)
+
+
+def test_jit_lower_compile():
+    def f(x):
+        return (x**2.0).sqrt() + 1.0
+
+    lowered = accy.jit(f).lower(1.0)
+    compiled = lowered.compile()
+    expected = jax.jit(lambda x: jnp.sqrt(x**2) + 1.0).lower(1.0).compile()(1.0)
+    close(compiled(np.float32(1.0))[0], expected)
+    assert [str(t) for t in lowered.program.parameter_types] == ["f32[]"]
+
+
+def test_jit_lower_as_text():
+    lowered = accy.jit(lambda x: x + 4.0).lower(1.0)
+    assert isinstance(lowered.as_text(), str) and "add" in lowered.as_text()
+    assert isinstance(lowered.source(), str) and isinstance(lowered.plan(), str)

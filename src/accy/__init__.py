@@ -69,9 +69,25 @@ from .frontend import (
     named,
     vmap,
 )
+from .frontend.array_functions import allclose, arange, clip, isclose, var, where
+from .frontend.axes import (
+    eliminate_axes,
+    rearrange,
+    rearrange_for_partial_order,
+    replace_axis,
+    without_axes,
+)
 from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
+from .frontend.custom_rules import custom_jvp, custom_vjp
+from .frontend.dlpack import from_dlpack
+from .frontend.errors import NonFiniteValue
 from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
-from .gradient import checkpoint, grad_with, grad_with_rules, linear_transpose
+from .frontend.inspection import Lowered, make_program
+from .frontend.jacobians import hessian, jacfwd, jacrev
+from .frontend.printing import debug_print
+from .frontend.regions import checkpoint, checkpoint_policies, remat, stop_gradient
+from .frontend.transpose import linear_transpose
+from .gradient import grad_with, grad_with_rules
 from .mesh import Mesh, shard
 from .nn import field
 from .trace import Builder, Value
@@ -99,10 +115,12 @@ __all__ = [
     "Dual",
     "GradientRequiresScalarOutput",
     "InvalidInput",
+    "Lowered",
     "Mesh",
     "MeshError",
     "NamedArray",
     "NonArrayLeaf",
+    "NonFiniteValue",
     "NotDifferentiable",
     "Operation",
     "ParseError",
@@ -114,33 +132,46 @@ __all__ = [
     "TransformError",
     "TypeRuleError",
     "Value",
+    "allclose",
+    "arange",
     "backends",
     "bf16",
     "bool_",
     "caches",
     "checkpoint",
+    "checkpoint_policies",
     "clear_caches",
+    "clip",
     "compile",
     "cond",
     "config",
     "core",
     "custom",
+    "custom_jvp",
+    "custom_vjp",
+    "debug_print",
     "device",
     "devices",
+    "eliminate_axes",
     "errors",
     "f16",
     "f32",
     "f64",
     "field",
     "fori_loop",
+    "from_dlpack",
     "frontend",
     "grad",
     "grad_with",
     "grad_with_rules",
     "gradient",
+    "hessian",
     "i32",
     "i64",
     "interpret",
+    "isclose",
+    "jacfwd",
+    "jacrev",
     "jit",
     "jvp",
     "kernel",
@@ -148,6 +179,7 @@ __all__ = [
     "linearize",
     "load",
     "lower",
+    "make_program",
     "map",
     "mesh",
     "models",
@@ -155,20 +187,28 @@ __all__ = [
     "nn",
     "optim",
     "random",
+    "rearrange",
+    "rearrange_for_partial_order",
     "reference",
+    "remat",
+    "replace_axis",
     "run",
     "save",
     "scan",
     "shard",
     "simplify",
     "spec",
+    "stop_gradient",
     "switch",
     "testing",
     "trace",
     "transforms",
     "u8",
     "value_and_grad",
+    "var",
     "vjp",
     "vmap",
+    "where",
     "while_loop",
+    "without_axes",
 ]

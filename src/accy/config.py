@@ -290,6 +290,9 @@ class Config:
         setting = self._setting(name)
         if name not in self._values:
             self._values[name] = self._read(setting)
+        # Kept as a plain attribute too, so later reads skip this method: the jit call path
+        # reads `debug_nans` on every call.
+        self.__dict__[name] = self._values[name]
         return self._values[name]
 
     def _read(self, setting: Setting) -> Any:
@@ -325,7 +328,7 @@ class Config:
         >>> accy.config.update("debug_nans", False)
         """
         setting = self._setting(name)
-        self._values[name] = self._checked(setting, value)
+        self._values[name] = self.__dict__[name] = self._checked(setting, value)
 
     @contextlib.contextmanager
     def override(self, **values: Any) -> Iterator[None]:
@@ -337,6 +340,7 @@ class Config:
             yield
         finally:
             self._values.update(before)
+            self.__dict__.update(before)
 
     def code_key(self) -> tuple[tuple[str, Any], ...]:
         """The settings that change generated code, with their values: part of every compile

@@ -76,7 +76,7 @@ class Attrs(Mapping[str, Any]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Attrs):
-            return self._items == other._items
+            return self._items == other._items and _signed_zeros(self) == _signed_zeros(other)
         return isinstance(other, Mapping) and dict(self._items) == dict(other)
 
     def __reduce__(self) -> tuple:
@@ -88,6 +88,16 @@ class Attrs(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"Attrs({dict(self._items)!r})"
+
+
+def _signed_zeros(attrs: Attrs) -> tuple:
+    """The names of the float attributes holding -0.0: equal to 0.0 in Python, but a different
+    number (`x / -0.0` is -inf), so attributes that differ only there are not the same."""
+    return tuple(
+        name
+        for name, value in attrs._items
+        if type(value) is float and value == 0.0 and math.copysign(1.0, value) < 0
+    )
 
 
 def _attrs_of_items(items: tuple) -> Attrs:

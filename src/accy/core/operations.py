@@ -135,7 +135,10 @@ class OpsApi(Compositions, Indexing, Windows):
         return self.emit("compare", [a, b], {"direction": direction})
 
     def select(self, predicate, on_true, on_false):
-        """Elementwise `on_true if predicate else on_false`, broadcasting by axis name."""
+        """Elementwise `on_true if predicate else on_false`, broadcasting by axis name; a
+        Python bool is a predicate too."""
+        if not hasattr(predicate, "ty"):
+            predicate = self.full(TensorType(bool_, ()), normalize_scalar(predicate, bool_))
         on_true, on_false = self._values("select", on_true, on_false)
         predicate, on_true, on_false = self.align("select", predicate, on_true, on_false)
         return self.emit("select", [predicate, on_true, on_false])

@@ -31,9 +31,15 @@ class DeviceMismatch(AccyError):
     """Arrays on different devices met in one operation or one call."""
 
 
+class NonFiniteValue(AccyError):
+    """With `accy.config.debug_nans`, a call's outputs held a NaN or an infinity; the message
+    names the first operation that made one, its axes and the user's source line."""
+
+
 __all__ = [
     "DeviceMismatch",
     "NonArrayLeaf",
+    "NonFiniteValue",
     "StaticArgumentError",
     "TransformError",
     "TreeTooDeep",

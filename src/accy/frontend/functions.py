@@ -11,6 +11,7 @@ Program transforms of `accy.gradient`, unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -25,7 +26,9 @@ from ..core import Program, Value
 from ..errors import GradientRequiresScalarOutput
 from ..trace import define
 from ..transforms.simplify import simplify
+from .debugging import call_keeping_ids
 from .errors import TransformError
+from .lowered import Lowered
 from .named import NamedArray, check_device
 from .tracing import (
     NAMESPACE,
@@ -124,6 +127,7 @@ class Jitted:
         self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
         self._staged = STATIC_ARGUMENTS.table()
+        self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # methods' objects
         functools.update_wrapper(self, fn, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -131,21 +135,41 @@ class Jitted:
             staged = self._staged.get(())
             if staged is not None:
                 return staged.call(args, kwargs)
+        staged, args, kwargs = self._staged_for(args, kwargs)
+        return staged.call(args, kwargs)
+
+    def _staged_for(self, args: tuple, kwargs: dict) -> tuple[Staged, tuple, dict]:
         args, kwargs, statics = self.statics.split(args, kwargs)
-        staged = self._staged.get(statics)
+        key = Statics.key(statics)
+        staged = self._staged.get(key)
         if staged is None:
             staged = self._staged.put(
-                statics, Staged(functools.partial(self._build, statics), self.device)
+                key, Staged(functools.partial(self._build, statics), self.device)
             )
-        return staged.call(args, kwargs)
+        return staged, args, kwargs
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """The program this function runs for these arguments, and what it compiles to:
+        `jax.jit(f).lower(*args)`. See `accy.frontend.inspection.Lowered`.
+
+        >>> import accy, numpy as np
+        >>> lowered = accy.jit(lambda x: (x * 2.0).sum()).lower(accy.named(np.ones(3), "n"))
+        >>> lowered.program.count("reduce"), "accy_run" in lowered.source()
+        (1, True)
+        """
+        staged, args, kwargs = self._staged_for(args, kwargs)
+        leaves = [leaf for leaf in flatten((args, kwargs))[0] if isinstance(leaf, NamedArray)]
+        device = self.device or (leaves[0].device if leaves else "cpu")
+        return Lowered(staged.entry_for((args, kwargs)).program, device)
 
     def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:
         def call(*args: Any, **kwargs: Any) -> Any:
             args, kwargs = Statics.merge(args, kwargs, statics)
             return self.fn(*args, **kwargs)
 
-        traced = trace(call, leaves, treedef, _name(self.fn))
+        traced = trace(call, leaves, treedef, _name(self.fn), prints=True)
         entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
+        entry.locations, entry.prints = traced.locations, traced.prints
         entry.donate = donated_inputs(self.donate_argnums, leaves, treedef)
         return entry
 
@@ -154,8 +178,42 @@ class Jitted:
         """How many times the function was traced (once per new signature)."""
         return sum(staged.traces for staged in self._staged.values())
 
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """`accy.jit` on a method: `obj.method` binds `obj` as the first argument. An `obj`
+        that is a tree (a dataclass, a named tuple) is traced as an argument, so its arrays are
+        inputs; another object is bound as a constant of its own trace (its attributes read
+        when that trace is made), one per object, as a static argument would be."""
+        if instance is None:
+            return self
+        if _is_tree_node(instance):
+            return functools.partial(self, instance)
+        return self._bound_to(instance)
+
+    def _bound_to(self, instance: Any) -> Jitted:
+        try:
+            bound = self._bound.get(instance)
+        except TypeError:  # neither hashable nor weakly referenceable: one trace per lookup
+            bound = None
+        if bound is None:
+            bound = Jitted(
+                functools.partial(self.fn, instance),
+                self.device,
+                tuple(n for n in self.statics.names),
+                self.donate_argnums,
+            )
+            with contextlib.suppress(TypeError):
+                self._bound[instance] = bound
+        return bound
+
     def __repr__(self) -> str:
         return f"<accy.jit of {self.fn!r}>"
+
+
+def _is_tree_node(value: Any) -> bool:
+    """Whether `value` flattens into leaves (a dataclass, named tuple, registered node) rather
+    than being one leaf."""
+    leaves, treedef = flatten(value)
+    return not treedef.is_leaf()
 
 
 def donated_inputs(
@@ -221,7 +279,12 @@ def jit(
         return functools.partial(
             jit, device=device, static_argnames=static_argnames, donate_argnums=donate
         )
-    return Jitted(fn, device, static_argnames, donate)
+    statics = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    _check_callable(fn, "jit")
+    # One Jitted per function and options: `accy.jit(f)` again finds f's traces and programs.
+    return _memoized(
+        fn, ("jit", device, statics, donate), lambda: Jitted(fn, device, statics, donate)
+    )
 
 
 # -- grad and value_and_grad -------------------------------------------------------------------
@@ -316,12 +379,14 @@ class Differentiated:
         # Python scalars are differentiated where argnums points (as floats), and kept as
         # Python values elsewhere (JAX's grad passes them through untouched too).
         count = len(args)
-        if any(type(a) in PYTHON_SCALARS for a in args) or any(
-            isinstance(a, tuple | list | dict) for a in args
-        ):
+        if any(type(a) is not NamedArray for a in args):
             with depth_checked():
                 args = tuple(
-                    optree.tree_map(_scalar_to_array, a, namespace=NAMESPACE)
+                    optree.tree_map(
+                        functools.partial(_scalar_to_array, transform=self.transform),
+                        a,
+                        namespace=NAMESPACE,
+                    )
                     if (i in self.numbers or i - count in self.numbers)
                     else a
                     for i, a in enumerate(args)
@@ -354,8 +419,10 @@ class Differentiated:
         shape: dict[str, Any] = {}
 
         def body(b, params):
-            loss, *grads = _as_list(b.call(combined, params))
-            aux = unflatten(aux_def, _as_list(b.call(aux_part, params))) if self.has_aux else None
+            loss, *grads = _as_list(call_keeping_ids(b, combined, params))
+            aux = None
+            if self.has_aux:
+                aux = unflatten(aux_def, _as_list(call_keeping_ids(b, aux_part, params)))
             by_leaf = dict(zip(wrt, grads, strict=True))
             trees = [unflatten(arg_defs[n], [by_leaf[i] for i in ranges[n]]) for n in numbers]
             grads_tree = trees[0] if isinstance(self.argnums, int) else tuple(trees)
@@ -368,14 +435,26 @@ class Differentiated:
             return out_leaves
 
         program = simplify(define(f"{self.transform}_{source.name}", source.parameter_types, body))
-        return Entry(program, shape["treedef"], traced.captured, traced.foreign)
+        entry = Entry(program, shape["treedef"], traced.captured, traced.foreign)
+        entry.locations = traced.locations  # the forward operations keep their ids
+        return entry
 
     def __repr__(self) -> str:
         return f"<accy.{self.transform} of {self.fn!r}>"
 
 
-def _scalar_to_array(leaf: Any) -> Any:
-    return np.float32(leaf) if type(leaf) in PYTHON_SCALARS else leaf
+def _scalar_to_array(leaf: Any, transform: str = "grad") -> Any:
+    """A Python float differentiated as an f32 scalar; a Python int or bool is refused, as
+    JAX's grad refuses integer inputs."""
+    if type(leaf) is float:
+        return np.float32(leaf)
+    if type(leaf) in PYTHON_SCALARS:
+        raise TransformError(
+            f"accy.{transform}: an argument to differentiate is the Python {type(leaf).__name__} "
+            f"{leaf!r}; gradients need floating-point inputs: pass {float(leaf)!r} (or "
+            "np.float32(...)), or move it out of argnums"
+        )
+    return leaf
 
 
 def _as_list(outputs: Any) -> list[Any]:
@@ -605,7 +684,7 @@ class _Vjp:
 def _forward(fn: Callable, primals: tuple, transform: str, has_aux: bool) -> tuple[Any, Any]:
     """`fn(*primals)` run through its cached `jit`: (output, aux) with `has_aux`, else
     (output, None)."""
-    output = _memoized(fn, ("jit",), lambda: Jitted(fn))(*primals)
+    output = jit(fn)(*primals)
     return _aux_pair(transform, output) if has_aux else (output, None)
 
 

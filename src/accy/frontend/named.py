@@ -14,6 +14,7 @@ involved, handy in tests); wherever a device is asked for, a `Device` or its nam
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,7 @@ import numpy as np
 from ..api import compile as compile_program
 from ..backends.arguments import python_values
 from ..backends.devices import CPU, Device, as_device, holding
+from ..backends.dlpack import host_from_dlpack
 from ..caches import Group, Table
 from ..core import Attrs, Value, check_operation
 from ..core.arrays import is_array
@@ -45,7 +47,7 @@ def _host_array(array: Any) -> np.ndarray:
     if held.is_cuda:
         return held.host(array)
     if hasattr(array, "__dlpack__") and not isinstance(array, np.generic):
-        return np.from_dlpack(array)
+        return host_from_dlpack(array, "named")  # bfloat16 producers too
     return np.asarray(array)
 
 
@@ -129,7 +131,22 @@ class NamedArray(ArrayOps):
         return int(self.item())
 
     def __bool__(self) -> bool:
+        if self.ty.rank != 0:
+            raise AxisError(
+                f"the truth value of an array with axes ({self.ty}) is ambiguous; reduce it "
+                "first: (x > 0).min() is all of it, (x > 0).max() any of it"
+            )
         return bool(self.item())
+
+    # Comparisons are elementwise and return bool arrays, as NumPy's and JAX's do (so a
+    # NamedArray is not hashable either); an eager scalar's result converts with bool().
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.builder.compare("eq", self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.builder.compare("ne", self, other)
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"NamedArray({self.ty}, {_host_array(self.array)!r}, device='{self.device}')"
@@ -226,7 +243,7 @@ class EagerOps(OpsApi):
     def scalar(self, dtype: DType, value: Any):
         """A rank-0 constant; the ones reductions and arithmetic use repeat, so they are kept
         by (dtype, value)."""
-        key = (dtype.name, type(value), value)
+        key = (dtype.name, type(value), value, _is_negative_zero(value))
         try:
             found = self._scalars.get(key)
         except TypeError:  # an unhashable value: the operation library reports it
@@ -341,7 +358,14 @@ def _attrs_key(attrs: Any) -> Any:
         hash(key)
     except TypeError:
         return None
+    if any(_is_negative_zero(value) for _, value in key):
+        return (*key, "-0.0")  # -0.0 == 0.0 in Python; as a constant it is another number
     return key
+
+
+def _is_negative_zero(value: Any) -> bool:
+    """Whether `value` is the float -0.0 (which compares and hashes equal to 0.0)."""
+    return type(value) is float and value == 0.0 and math.copysign(1.0, value) < 0
 
 
 EAGER: dict[Device, EagerOps] = {}

@@ -31,10 +31,12 @@ import optree
 from ..api import compile as compile_program
 from ..backends.devices import CPU, Device
 from ..caches import Group, Table, limit
+from ..config import config
 from ..core import Program, Value
 from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, InvalidInput, attach_user_location
+from .debugging import check_outputs, user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TreeTooDeep
 from .named import NamedArray, check_device, intern, named_scalar
 
@@ -216,7 +218,68 @@ def is_array(leaf: Any) -> bool:
     return isinstance(leaf, NamedArray | Value)
 
 
+def static_key(value: Any) -> Any:
+    """`value` as a part of a cache key: by type and value, so that `1`, `1.0` and `True`
+    (equal in Python) and `0.0` and `-0.0` (equal too, but `1 / -0.0` is -inf) key apart;
+    tuples and frozensets key by their items.
+
+    >>> static_key(1) == static_key(True), static_key(0.0) == static_key(-0.0)
+    (False, False)
+    >>> static_key((1, 2.0)) == static_key((1, 2.0))
+    True
+    """
+    kind = type(value)
+    if kind is float:
+        return (kind, value.hex()) if value == value else (kind, "nan")
+    if kind is tuple:
+        return (kind, tuple(static_key(v) for v in value))
+    if kind is frozenset:
+        return (kind, frozenset(static_key(v) for v in value))
+    return (kind, value)
+
+
 # -- traced values -----------------------------------------------------------------------------
+
+
+class TracedArray(Value):
+    """A traced value of a function being transformed: a `Value` whose comparisons are
+    elementwise (bool arrays, as on NamedArrays) and which has no truth value or data while
+    its function is traced. Only the front end's traces make them: the compiler's own Values
+    compare by identity, as it keeps them in lists and dicts."""
+
+    __slots__ = ()
+
+    # Elementwise comparisons (bool arrays), as on NamedArrays; hashed by identity still, as
+    # the compiler keeps traced values in dicts.
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.builder.compare("eq", self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self.builder.compare("ne", self, other)
+
+    __hash__ = Value.__hash__
+
+    def __bool__(self) -> bool:
+        raise AccyError(
+            f"the traced value {self.ty} (%{self.index} of {self.builder.name!r}) has no truth "
+            "value while its function is being traced (inside accy.jit, accy.grad, ...): "
+            "Python's if, and, or and while need a concrete value; choose elementwise with "
+            "accy.where(predicate, a, b), or branch with accy.cond, or make the value a static "
+            "argument (static_argnames=...)"
+        )
+
+    @property
+    def array(self):
+        raise AccyError(
+            "a traced value has no data while its function is being traced (inside accy.jit, "
+            "accy.grad, accy.vmap, ...); return it from the function to see its value"
+        )
+
+    def __array__(self, dtype=None, copy=None):
+        raise AccyError(
+            "cannot turn a traced value into a NumPy array while its function is being traced "
+            "(inside accy.jit, accy.grad, ...); use accy operations on it, or return it"
+        )
 
 
 class FunctionBuilder(Builder):
@@ -234,6 +297,10 @@ class FunctionBuilder(Builder):
         self.body = False  # whether it traces a loop body or a branch (see `current`)
         self.captured: list[Any] = []  # what each extra input is bound to, in order
         self.foreign = False  # whether a value of another trace was captured
+        self.locations: dict[int, str] = {}  # operation id -> the user's line that traced it
+        self.allows_prints = False  # whether `accy.debug_print` may record values here (jit)
+        # (format, structure, leaves with PRINTED for the array ones, those arrays)
+        self.prints: list[tuple[str, Any, list[Any], list[Any]]] = []
         self._lifted: dict[int, Value] = {}
         self._alive: list[Any] = []  # lifted operands, kept so that their ids stay unique
 
@@ -246,8 +313,13 @@ class FunctionBuilder(Builder):
             return known
         if isinstance(operand, NamedArray) and operand.ty.size <= CONSTANT_LIMIT:
             lifted = self.constant(np.asarray(operand), operand.ty)
-        elif isinstance(operand, NamedArray | Value):
-            self.foreign = self.foreign or isinstance(operand, Value)
+        elif isinstance(operand, NamedArray):
+            # Captured at trace time, as a constant is (JAX's rule): a copy, so that later
+            # in-place changes to the caller's buffer reach no compiled program.
+            self.captured.append(NamedArray(operand.array.copy(), operand.ty, operand.device))
+            lifted = self.parameter(operand.ty)
+        elif isinstance(operand, Value):
+            self.foreign = True
             self.captured.append(operand)
             lifted = self.parameter(operand.ty)
         else:
@@ -271,7 +343,14 @@ class FunctionBuilder(Builder):
         current = self.current()
         if current is not self and kind != "parameter":
             return current.emit(kind, operands, attrs, id)
-        return super().emit(kind, [self.lift(o) for o in operands], attrs, id)
+        lifted = [self.lift(o) for o in operands]
+        where = user_location()
+        if where is not None:
+            self.locations[len(self._operations) if id is None else id] = where
+        results = super().emit(kind, lifted, attrs, id)
+        if isinstance(results, tuple):
+            return tuple(TracedArray(self, v.index, v.ty) for v in results)
+        return TracedArray(self, results.index, results.ty)
 
     def current(self) -> FunctionBuilder:
         """Where an operation asked of this trace is recorded: in the innermost loop body or
@@ -354,16 +433,27 @@ class Traced:
     out_treedef: Any
     captured: list[Any]
     foreign: bool
+    locations: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> user line
+    # `accy.debug_print` calls: (format, structure of its arguments, their leaves with PRINTED
+    # where the next program outputs after the function's own go), in order.
+    prints: list[tuple[str, Any, list[Any]]] = dataclasses.field(default_factory=list)
 
 
 def trace(
-    fn: Callable, leaves: Sequence[Any], treedef: Any, name: str | None = None, finish=None
+    fn: Callable,
+    leaves: Sequence[Any],
+    treedef: Any,
+    name: str | None = None,
+    finish=None,
+    prints: bool = False,
 ) -> Traced:
     """Trace `fn(*args, **kwargs)`, where `(args, kwargs) = unflatten(treedef, leaves)` with
     each array leaf replaced by a traced parameter of the same type (other leaves, already
     substituted statics, pass through). `finish(builder, output)` may post-process the output
-    before its leaves become the program's outputs."""
+    before its leaves become the program's outputs. With `prints`, the values of
+    `accy.debug_print` calls become outputs after those (`Traced.prints`)."""
     builder = FunctionBuilder(name or getattr(fn, "__name__", "function"), len(_ACTIVE))
+    builder.allows_prints = prints
     parameters = [builder.parameter(leaf.ty) if is_array(leaf) else leaf for leaf in leaves]
     args, kwargs = unflatten(treedef, parameters)
     _ACTIVE.append(builder)
@@ -376,6 +466,10 @@ def trace(
             builder.lift(as_array_leaf(leaf, f"the output{path}"))
             for leaf, path in zip(out_leaves, leaf_paths(output), strict=True)
         ]
+        printed = []
+        for text, structure_of, template, recorded in builder.prints:
+            values += [builder.lift(v) for v in recorded]
+            printed.append((text, structure_of, template))
         program = builder.build(values)
     except AccyError as error:
         attach_user_location(error)
@@ -383,7 +477,9 @@ def trace(
     finally:
         _ACTIVE.pop()
         builder.finished = True
-    return Traced(program, output, out_treedef, builder.captured, builder.foreign)
+    return Traced(
+        program, output, out_treedef, builder.captured, builder.foreign, builder.locations, printed
+    )
 
 
 # -- static arguments --------------------------------------------------------------------------
@@ -441,6 +537,11 @@ class Statics:
         return dynamic, kwargs, tuple(statics)
 
     @staticmethod
+    def key(statics: tuple) -> tuple:
+        """The cache key of `split`'s statics: by type and value (`static_key`)."""
+        return tuple((name, static_key(value), position) for name, value, position in statics)
+
+    @staticmethod
     def merge(args: Sequence[Any], kwargs: dict, statics: tuple) -> tuple[tuple, dict]:
         """The inverse of `split`: static values back where the function expects them."""
         args, kwargs = list(args), dict(kwargs)
@@ -468,6 +569,8 @@ class Entry:
     # cache decides which stay alive)
     compiled: dict[Device, Any] = dataclasses.field(default_factory=dict)
     donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
+    locations: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> user line
+    prints: list[tuple[str, Any, list[Any]]] = dataclasses.field(default_factory=list)  # Traced's
 
     def __post_init__(self) -> None:
         self.out_types = tuple(intern(t) for t in self.program.output_types)
@@ -560,6 +663,23 @@ class Staged:
                 self.cache.put(key, entry)
         return entry
 
+    def entry_for(self, tree: Any) -> Entry:
+        """The Entry (the traced Program) for the arguments `tree`, built if new, without
+        running it: what `accy.make_program` and `jit(f).lower` show."""
+        leaves, treedef = flatten(tree)
+        paths = None
+        converted = []
+        for position, leaf in enumerate(leaves):
+            if not is_array(leaf) and not (self.static_scalars and is_python_value(leaf)):
+                paths = paths or leaf_paths(tree)
+                leaf = as_array_leaf(leaf, argument_path(paths[position]))
+            converted.append(leaf)
+        key = (
+            treedef,
+            tuple(leaf.ty if is_array(leaf) else static_key(leaf) for leaf in converted),
+        )
+        return self.entry(converted, treedef, key)
+
     def call(self, args: tuple, kwargs: dict) -> Any:
         """Run on `(args, kwargs)`. The fast path, where the call overhead matters: every
         argument a NamedArray on one device, and no keywords."""
@@ -576,7 +696,12 @@ class Staged:
                 compiled = None if found is None else found[2]()
                 if compiled is not None and (self.device is None or self.device == device):
                     _, entry, _, captured, devices = found
-                    outputs = compiled(*[a.array for a in args], *captured)
+                    arrays = [a.array for a in args]
+                    outputs = compiled(*arrays, *captured)
+                    if config.debug_nans:
+                        check_outputs(entry, [*arrays, *captured], outputs)
+                    if entry.prints:
+                        outputs = show_prints(entry, outputs, device)
                     if entry.single:
                         return NamedArray(outputs[0], entry.out_types[0], device)
                     # map() wraps the outputs in C, a list comprehension costs ~2x as much
@@ -624,6 +749,10 @@ class Staged:
             entry.compiled[device] = weakref.ref(compiled)
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
         outputs = compiled(*arrays, *entry.captured_arrays[device])
+        if config.debug_nans:
+            check_outputs(entry, [*arrays, *entry.captured_arrays[device]], outputs)
+        if entry.prints:
+            outputs = show_prints(entry, outputs, device)
         named = list(map(NamedArray, outputs, entry.out_types, itertools.repeat(device)))
         return unflatten(entry.out_treedef, named)
 
@@ -640,11 +769,14 @@ class Staged:
         traced = [leaf for leaf in converted if isinstance(leaf, Value)]
         key = (
             treedef,
-            tuple(leaf.ty if is_array(leaf) else (type(leaf), leaf) for leaf in converted),
+            tuple(leaf.ty if is_array(leaf) else static_key(leaf) for leaf in converted),
         )
         if traced:
             entry = self.entry(converted, treedef, key)
-            return inline(entry, traced[0].builder, [c for c in converted if is_array(c)])
+            # Into the innermost trace among the arguments (a cotangent of a vmapped function
+            # next to primals of the function around it belongs to the vmapped one).
+            builder = innermost(traced) or traced[0].builder
+            return inline(entry, builder, [c for c in converted if is_array(c)])
         arrays = [leaf for leaf in converted if is_array(leaf)]
         # Scalars given as Python or NumPy numbers follow the arrays' device.
         devices = {leaf.device for leaf in leaves if isinstance(leaf, NamedArray)}
@@ -677,7 +809,59 @@ def inline(entry: Entry, builder: Any, leaves: list[Any]) -> Any:
     arguments += [builder.lift(c) if hasattr(builder, "lift") else c for c in entry.captured]
     outputs = builder.call(entry.program, arguments)
     outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+    if entry.prints:  # the inlined function's prints become the enclosing trace's
+        outputs = record_prints(entry, outputs, builder)
     return unflatten(entry.out_treedef, outputs)
+
+
+def show_prints(entry: Entry, outputs: Sequence[Any], device: Device) -> list[Any]:
+    """Print the `accy.debug_print` values among a run's outputs; returns the function's own."""
+    count = entry.out_treedef.num_leaves
+    position = count
+    for text, structure_of, template in entry.prints:
+        leaves = []
+        for leaf in template:
+            if leaf is PRINTED:
+                leaf = NamedArray(outputs[position], entry.out_types[position], device)
+                position += 1
+            leaves.append(leaf)
+        args, kwargs = unflatten(structure_of, leaves)
+        print(text.format(*args, **kwargs))
+    return list(outputs[:count])
+
+
+def record_prints(entry: Entry, outputs: list[Any], builder: Any) -> list[Any]:
+    """Hand the `accy.debug_print` values among an inlined program's outputs to `builder`
+    (the enclosing trace); returns the function's own outputs."""
+    count = entry.out_treedef.num_leaves
+    position = count
+    for text, structure_of, template in entry.prints:
+        leaves = []
+        for leaf in template:
+            if leaf is PRINTED:
+                leaf = outputs[position]
+                position += 1
+            leaves.append(leaf)
+        record_print(builder, text, structure_of, leaves)
+    return outputs[:count]
+
+
+PRINTED = object()  # marks an array leaf of a debug_print, returned by the program
+
+
+def record_print(builder: Any, text: str, structure_of: Any, leaves: Sequence[Any]) -> None:
+    """Record one `accy.debug_print` of `leaves` (of its `(args, kwargs)`) in the trace of
+    `builder`, whose program will return their arrays; a trace that cannot (inside grad,
+    vmap, ...) refuses it."""
+    if not getattr(builder, "allows_prints", False):
+        raise AccyError(
+            f"accy.debug_print({text!r}, ...) inside {getattr(builder, 'name', 'a transform')!r}: "
+            "values are printed from accy.jit and eagerly, not from inside accy.grad, vmap or "
+            "the other transforms; return the value (has_aux=True) and print it outside"
+        )
+    template = [PRINTED if hasattr(leaf, "ty") else leaf for leaf in leaves]
+    arrays = [builder.lift(leaf) for leaf in leaves if hasattr(leaf, "ty")]
+    builder.prints.append((text, structure_of, template, arrays))
 
 
 __all__ = [

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..core import Operation, Program
+from ..core.arrays import is_array
 from ..core.builder import Builder
 from ..core.kinds.contraction import dimensions
 from ..core.kinds.control import custom_call_record
@@ -380,7 +381,7 @@ def _custom_call(s: _Transform, op: Operation, args: list[Sharded]) -> Any:
 def _creation(s: _Transform, op: Operation, args: list[Sharded]) -> Sharded:
     """Constants and iotas are made whole, except a splat constant: every block of it is the
     same, so its mapped axes are split at once."""
-    if op.kind != "constant" or isinstance(op.attrs["value"], tuple):
+    if op.kind != "constant" or is_array(op.attrs["value"]):  # an array constant: whole
         return Sharded(s.e.emit(op.kind, [], op.attrs), REPLICATED)
     split = s.choose(op.type, s.mapping)
     local = local_type(op.type, Sharding(tuple(split.items())), s.mesh)

@@ -2,13 +2,17 @@
 
 Gradients come out of linearize and transpose with work that is visibly useless: multiplying by
 a broadcast 1.0 seed, adding zeros, broadcasting a constant, duplicate constants, residuals
-nobody reads. `simplify` removes it. Each rule keeps the program's meaning, except that `x * 0`
-folds to 0 (as symbolic zeros do in JAX), also where x is NaN or infinite.
+nobody reads. `simplify` removes it. Each rule keeps the program's IEEE meaning: `x * 0` stays
+(it is NaN where x is NaN or infinite), `0 - x` becomes `-x` only for a -0.0 (so that
+`0.0 - 0.0` stays +0.0), and a -0.0 constant is never merged with 0.0. Two rules follow XLA
+(and so JAX) rather than IEEE on the sign of a zero: `x + 0.0` is x, and a sum over axes of
+extent 1 is its operand (both give -0.0 for a -0.0 where IEEE gives +0.0).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +74,11 @@ def _is(s: _Simplify, value: Any, scalar: float) -> bool:
     return held is not None and not isinstance(held, bool) and held == scalar
 
 
+def _is_negative_zero(s: _Simplify, value: Any) -> bool:
+    held = s.splat(value)
+    return isinstance(held, float) and held == 0 and math.copysign(1.0, held) < 0
+
+
 COMMUTATIVE = {"add", "mul", "max", "min"}
 
 
@@ -80,7 +89,7 @@ def _mul(s, op, args):
             return x
         if _is(s, y, -1):
             return s.emit.neg(x)
-        if _is(s, y, 0) and op.type.dtype.is_float:
+        if _is(s, y, 0) and not op.type.dtype.is_float:
             return s.constant(op.type, 0)
     if s.splat(a) is not None and s.splat(b) is not None:
         return s.constant(op.type, s.splat(a) * s.splat(b))
@@ -171,8 +180,8 @@ def _sub(s, op, args):
     a, b = args
     if _is(s, b, 0):
         return a
-    if _is(s, a, 0):
-        return s.emit.neg(b)
+    if _is(s, a, 0) and (_is_negative_zero(s, a) or not op.type.dtype.is_float):
+        return s.emit.neg(b)  # -0.0 - x is -x; 0.0 - 0.0 is +0.0, not -(0.0)
     return None
 
 
@@ -234,7 +243,9 @@ def _is_identity(s: _Simplify, op: Operation, init: Any) -> bool:
 
 
 def _dot_general(s, op, args):
-    if any(_is(s, a, 0) for a in args):
+    # With a float operand of zeros the result is zero only where the other holds no NaN or
+    # infinity, so only integer contractions fold.
+    if not op.type.dtype.is_float and any(_is(s, a, 0) for a in args):
         return s.constant(op.type, 0)
     return None
 

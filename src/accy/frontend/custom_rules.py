@@ -1,0 +1,534 @@
+"""`custom_jvp` and `custom_vjp`: front-end functions of trees with derivative rules of their
+own, spelled as JAX's (`f.defjvp(rule)`, `f.defvjp(fwd, bwd)`).
+
+Under a trace, each call becomes one `accy.CustomCall` per output leaf, whose operands are the
+array leaves of the arguments and then the arrays the function closed over. Every record runs
+by composition on every device (its `fallback` is the traced function, which the native
+backends inline and the reference evaluator runs), so no kernel is written; its derivative is
+the user's rule, traced once per signature into a Program and inlined where it is needed:
+
+- `custom_jvp`: the record's JVP rule runs the traced `rule(primals, tangents)` and takes this
+  leaf's tangent; reverse mode transposes it (so the rule must be linear in the tangents, as
+  JAX requires).
+- `custom_vjp`: the record's VJP rule recomputes the residuals with the traced `fwd` on the
+  primals, then pulls this leaf's cotangent (zeros for the other leaves) back through the traced
+  `bwd`; the leaves' contributions add up, since `bwd` is linear in the cotangent. Forward mode
+  differentiates the function itself.
+
+Outside any trace a call just runs the function. Arguments that are not arrays (Python numbers,
+strings; and the `nondiff_argnums`) are static: they key the signature, and their tangents and
+cotangents are None. Arrays the function closes over are constants to the rules (their
+derivative is zero), as JAX treats `nondiff_argnums`; the rules may close over concrete arrays
+and over what the function closes over, but not over other traced values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import optree
+
+from ..core import Program
+from ..custom import CustomCall, lookup, register
+from ..errors import AccyError
+from ..reference import run as reference_run
+from .errors import TransformError
+from .functions import _check_callable, _name
+from .named import NamedArray, named_scalar
+from .tracing import (
+    NAMESPACE,
+    Traced,
+    flatten,
+    innermost,
+    is_array,
+    static_key,
+    structure,
+    trace,
+    unflatten,
+)
+
+_COUNTER = itertools.count()
+
+
+def _positional(fn: Callable, args: tuple, kwargs: dict) -> tuple:
+    """`args` and `kwargs` as positional arguments of `fn` (as JAX resolves them)."""
+    if not kwargs:
+        return args
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as error:
+        raise TransformError(f"{_name(fn)}: {error}") from None
+    bound.apply_defaults()
+    return tuple(bound.args) + tuple(bound.kwargs.values())
+
+
+def _closure_inputs(what: str, traced: Traced, ops: Any, closed: list, operands: list) -> list:
+    """What a rule closed over, as values of `ops`: concrete arrays as constants, and values of
+    an enclosing trace that the function itself closed over (`closed`) as the call's operands
+    standing for them (`operands`); any other traced value is an error."""
+    values = []
+    for captured in traced.captured:
+        if isinstance(captured, NamedArray):
+            values.append(ops.constant(np.asarray(captured), captured.ty))
+            continue
+        position = next((k for k, c in enumerate(closed) if c is captured), None)
+        if position is None:
+            raise AccyError(
+                f"{what} closes over a traced value ({captured.ty}) that the function does not "
+                "use; a derivative rule may use its arguments, what the function closes over, "
+                "and concrete arrays: pass the value as an argument"
+            )
+        values.append(operands[position])
+    return values
+
+
+class _Signature:
+    """What one call signature of a custom function traced to: the function's Program and its
+    CustomCall records (one per output leaf)."""
+
+    def __init__(self, owner: Any, args: tuple, leaves: list[Any], treedef: Any):
+        self.owner = owner
+        self.args = args
+        self.leaves = leaves
+        self.treedef = treedef
+        self.arrays = [i for i, leaf in enumerate(leaves) if is_array(leaf)]
+        fn = owner.fn
+        self.traced = trace(lambda *a: fn(*_unwrapped(a)), leaves, treedef, _name(fn))
+        self.program: Program = self.traced.program
+        self.out_treedef = self.traced.out_treedef
+        self.rule_programs: dict[str, Any] = {}
+        self.prepared = False
+        tag = f"accy.{owner.kind}.{_name(owner.fn)}.{next(_COUNTER)}"
+        self.records = [
+            CustomCall(
+                f"{tag}.{j}",
+                1,
+                result_type=self.program.output_types[j],
+                reference=functools.partial(self._reference, j),
+                fallback=functools.partial(self._fallback, j),
+                kernels={"cpu": _decline, "cuda": _decline},
+                **owner.rule_for(self, j),
+            )
+            for j in range(len(self.program.outputs))
+        ]
+
+    def _fallback(self, j: int, *values: Any) -> Any:
+        outputs = values[0].builder.call(self.program, list(values))
+        return outputs[j] if isinstance(outputs, tuple) else outputs
+
+    def _reference(self, j: int, *arrays: Any) -> Any:
+        return reference_run(self.program, list(arrays))[j]
+
+    def primal_trees(self, values: Sequence[Any]) -> tuple:
+        """The positional arguments with the array leaves replaced by `values` (the others, the
+        static ones, as given)."""
+        leaves = list(self.leaves)
+        for position, value in zip(self.arrays, values, strict=False):
+            leaves[position] = value
+        return unflatten(self.treedef, leaves)[0]
+
+    def tangent_trees(self, values: Sequence[Any]) -> tuple:
+        """Like `primal_trees`, with None for the static leaves."""
+        leaves: list[Any] = [None] * len(self.leaves)
+        for position, value in zip(self.arrays, values, strict=False):
+            leaves[position] = value
+        return unflatten(self.treedef, leaves)[0]
+
+    def emit(self, builder: Any, leaves: list[Any]) -> Any:
+        for record in self.records:  # registered again if the table was reset meanwhile
+            if lookup(record.target, record.version) is not record:
+                register(record, replace=True)
+        operands = [builder.lift(leaves[i]) for i in self.arrays]
+        operands += [builder.lift(c) for c in self.traced.captured]
+        outputs = [record.call(builder, *operands) for record in self.records]
+        return unflatten(self.out_treedef, outputs)
+
+
+def _decline(operand_types: Any, result_type: Any) -> None:
+    """The kernel function of every record: none, so the backends inline the fallback."""
+    return None
+
+
+class _CustomFunction:
+    """What `custom_jvp` and `custom_vjp` share: calls, signatures, `nondiff_argnums`."""
+
+    kind = "custom"
+
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int]):
+        _check_callable(fn, self.kind)
+        self.fn = fn
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        self._signatures: dict[tuple, _Signature] = {}
+        self._preparing = False
+        functools.update_wrapper(self, fn, updated=())
+
+    def _require_rules(self) -> None:
+        raise NotImplementedError
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        args = _positional(self.fn, args, kwargs)
+        self._require_rules()
+        for n in self.nondiff_argnums:
+            if not -len(args) <= n < len(args):
+                raise TransformError(
+                    f"accy.{self.kind}: nondiff_argnums names argument {n}, but "
+                    f"{_name(self.fn)} was called with {len(args)} arguments"
+                )
+        static = {n % len(args) for n in self.nondiff_argnums}
+        # Python floats are f32 arguments with tangents, as JAX traces them; nondiff arguments
+        # are static, their arrays too.
+        args = tuple(
+            _Static(a) if i in static else optree.tree_map(_float_as_array, a, namespace=NAMESPACE)
+            for i, a in enumerate(args)
+        )
+        leaves, treedef = flatten((args, {}))
+        outer = innermost([leaf for leaf in leaves if is_array(leaf)])
+        key = (treedef, tuple(leaf.ty if is_array(leaf) else static_key(leaf) for leaf in leaves))
+        signature = self._signatures.get(key)
+        if signature is None:
+            signature = _Signature(self, args, leaves, treedef)
+            if not signature.traced.foreign:  # closed over nothing of a trace: reusable
+                self._signatures[key] = signature
+        if outer is None and signature.traced.foreign:
+            outer = innermost(signature.traced.captured)
+        if outer is None:  # nothing is traced: no derivative to customize
+            return self.fn(*_unwrapped(args))
+        # The rules are traced now, while the traces they may close over are open; a rule
+        # that fails here is traced again (and its error raised) when it is differentiated.
+        if not signature.prepared and not self._preparing:  # not again for the function
+            signature.prepared = self._preparing = True  # that the rule itself calls
+            try:
+                with contextlib.suppress(AccyError):
+                    self.prepare(signature)
+            finally:
+                self._preparing = False
+        return signature.emit(outer, leaves)
+
+    def prepare(self, signature: _Signature) -> None:
+        raise NotImplementedError
+
+    def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _trace_rule(self, signature: _Signature, name: str, rule: Callable, trees: tuple):
+        """Trace `rule(*trees)` (trees of traced values and static leaves), once per signature."""
+        found = signature.rule_programs.get(name)
+        if found is None:
+            leaves, treedef = flatten((trees, {}))
+            found = signature.rule_programs[name] = trace(
+                lambda *t: rule(*t), leaves, treedef, f"{name}_{_name(self.fn)}"
+            )
+        return found
+
+    def _nondiff(self, signature: _Signature) -> tuple:
+        return tuple(_unwrapped(signature.args)[n] for n in self.nondiff_argnums)
+
+
+def _float_as_array(leaf: Any) -> Any:
+    return named_scalar(leaf) if type(leaf) is float else leaf
+
+
+class _Static:
+    """A nondiff argument, kept whole as one static leaf (its arrays are not traced)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Static) and other.value is self.value
+
+
+def _unwrapped(args: tuple) -> tuple:
+    return tuple(a.value if isinstance(a, _Static) else a for a in args)
+
+
+def _differentiable_part(trees: tuple, static: set[int]) -> tuple:
+    """The positional argument trees without the nondiff ones (what the rules see)."""
+    return tuple(t for i, t in enumerate(trees) if i not in static)
+
+
+class CustomJvp(_CustomFunction):
+    """The function behind `accy.custom_jvp(fn)`; give its rule with `defjvp`."""
+
+    kind = "custom_jvp"
+
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = ()):
+        super().__init__(fn, nondiff_argnums)
+        self.jvp_rule: Callable | None = None
+
+    def defjvp(self, rule: Callable) -> Callable:
+        """Set the JVP rule `rule(primals, tangents) -> (primal_out, tangent_out)` (with
+        `nondiff_argnums`, `rule(*nondiff, primals, tangents)`); returns `rule`, so it works as
+        a decorator, as JAX's."""
+        _check_callable(rule, "custom_jvp.defjvp")
+        self.jvp_rule = rule
+        self._signatures.clear()
+        return rule
+
+    def _require_rules(self) -> None:
+        if self.jvp_rule is None:
+            raise TransformError(
+                f"accy.custom_jvp function {_name(self.fn)!r} has no JVP rule; define it with "
+                "@f.defjvp before calling f"
+            )
+
+    def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
+        return {"jvp": functools.partial(self._jvp, signature, j)}
+
+    def prepare(self, signature: _Signature) -> None:
+        self._jvp_program(signature)
+
+    def _jvp_program(self, signature: _Signature) -> Traced:
+        """The rule traced on this signature's primals and tangents, checked."""
+        static = {n % len(signature.args) for n in self.nondiff_argnums}
+        nondiff = self._nondiff(signature)
+        rule = self.jvp_rule
+
+        def run_rule(primal_trees: tuple, tangent_trees: tuple) -> Any:
+            p = _differentiable_part(primal_trees, static)
+            t = _differentiable_part(tangent_trees, static)
+            pair = rule(*nondiff, p, t)
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise TransformError(
+                    f"the custom_jvp rule of {_name(self.fn)!r} must return a pair "
+                    f"(primal_out, tangent_out), got {type(pair).__name__}"
+                )
+            return tuple(pair)
+
+        parameters = [signature.leaves[i] for i in signature.arrays]
+        traced = self._trace_rule(
+            signature,
+            "jvp",
+            run_rule,
+            (signature.primal_trees(parameters), signature.tangent_trees(parameters)),
+        )
+        out_def, tangent_def = traced.out_treedef.children()
+        for what, got in (("primal_out", out_def), ("tangent_out", tangent_def)):
+            if got != signature.out_treedef:
+                raise TransformError(
+                    f"the custom_jvp rule of {_name(self.fn)!r} returned a {what} of structure "
+                    f"{got}, but the function returns {signature.out_treedef}"
+                )
+        return traced
+
+    def _jvp(self, signature: _Signature, j: int, e: Any, primals, tangents, result) -> Any:
+        count = len(signature.arrays)
+        traced = self._jvp_program(signature)
+        constants = _closure_inputs(
+            f"the custom_jvp rule of {_name(self.fn)!r}",
+            traced,
+            e,
+            signature.traced.captured,
+            list(primals[count:]),
+        )
+        arguments = [*primals[:count], *(e.instantiate(t) for t in tangents[:count]), *constants]
+        outputs = e.call(traced.program, arguments)
+        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        tangent = outputs[len(signature.records) + j]
+        expected = signature.program.output_types[j]
+        if tangent.ty != expected:
+            raise TransformError(
+                f"the custom_jvp rule of {_name(self.fn)!r} gave a tangent {tangent.ty} for an "
+                f"output {expected}; they must have the same type"
+            )
+        return tangent
+
+
+class CustomVjp(_CustomFunction):
+    """The function behind `accy.custom_vjp(fn)`; give its rules with `defvjp`."""
+
+    kind = "custom_vjp"
+
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = ()):
+        super().__init__(fn, nondiff_argnums)
+        self.fwd: Callable | None = None
+        self.bwd: Callable | None = None
+
+    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        """Set the rules: `fwd(*args) -> (output, residuals)` and `bwd(residuals, cotangent) ->
+        one cotangent tree (or None) per argument` (with `nondiff_argnums`, `bwd(*nondiff,
+        residuals, cotangent)` and one per differentiable argument), as JAX's."""
+        _check_callable(fwd, "custom_vjp.defvjp (fwd)")
+        _check_callable(bwd, "custom_vjp.defvjp (bwd)")
+        self.fwd, self.bwd = fwd, bwd
+        self._signatures.clear()
+
+    def _require_rules(self) -> None:
+        if self.fwd is None:
+            raise TransformError(
+                f"accy.custom_vjp function {_name(self.fn)!r} has no rules; define them with "
+                "f.defvjp(fwd, bwd) before calling f"
+            )
+
+    def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
+        return {"vjp": functools.partial(self._vjp, signature, j)}
+
+    def prepare(self, signature: _Signature) -> None:
+        self._vjp_programs(signature)
+
+    def _vjp_programs(self, signature: _Signature) -> tuple:
+        """fwd and bwd traced on this signature, checked: (fwd, the structure of its output,
+        bwd, which bwd output is each argument leaf's cotangent)."""
+        static = {n % len(signature.args) for n in self.nondiff_argnums}
+        nondiff = self._nondiff(signature)
+        name = _name(self.fn)
+        fwd, bwd = self.fwd, self.bwd
+        parameters = [signature.leaves[i] for i in signature.arrays]
+
+        def run_fwd(primal_trees: tuple) -> Any:
+            pair = fwd(*_unwrapped(primal_trees))
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise TransformError(
+                    f"the custom_vjp fwd of {name!r} must return a pair (output, residuals), "
+                    f"got {type(pair).__name__}"
+                )
+            return tuple(pair)
+
+        forward = self._trace_rule(signature, "fwd", run_fwd, (signature.primal_trees(parameters),))
+        out_def, residual_def = forward.out_treedef.children()
+        if out_def != signature.out_treedef:
+            raise TransformError(
+                f"the custom_vjp fwd of {name!r} returned an output of structure {out_def}, "
+                f"but the function returns {signature.out_treedef}"
+            )
+        out_types = signature.program.output_types
+
+        def run_bwd(residual_leaves: list, cotangent_leaves: list) -> Any:
+            res = unflatten(residual_def, residual_leaves)
+            ct = unflatten(signature.out_treedef, cotangent_leaves)
+            cotangents = bwd(*nondiff, res, ct)
+            if not isinstance(cotangents, tuple | list):
+                raise TransformError(
+                    f"the custom_vjp bwd of {name!r} must return a tuple with one cotangent per "
+                    f"differentiable argument, got {type(cotangents).__name__}"
+                )
+            return tuple(cotangents)
+
+        residual_types = forward.program.output_types[out_def.num_leaves :]
+        stand_ins = [NamedArray(None, t, "reference") for t in residual_types]
+        ct_stand_ins = [NamedArray(None, t, "reference") for t in out_types]
+        backward = self._trace_rule(signature, "bwd", run_bwd, (stand_ins, ct_stand_ins))
+        diff_trees = _differentiable_part(signature.primal_trees(parameters), static)
+        expected = structure(tuple(diff_trees))
+        returned = backward.out_treedef
+        cotangents_by_leaf = self._cotangent_leaves(signature, backward, returned, expected)
+        return forward, out_def, backward, cotangents_by_leaf
+
+    def _vjp(self, signature: _Signature, j: int, e: Any, primals, result, cotangent) -> list:
+        count = len(signature.arrays)
+        name = _name(self.fn)
+        forward, out_def, backward, cotangents_by_leaf = self._vjp_programs(signature)
+        closed, operands = signature.traced.captured, list(primals[count:])
+        constants = _closure_inputs(f"the custom_vjp fwd of {name!r}", forward, e, closed, operands)
+        outputs = e.call(forward.program, [*primals[:count], *constants])
+        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        residuals = outputs[out_def.num_leaves :]
+        out_types = signature.program.output_types
+        cts = [e.zeros(t) if k != j else cotangent for k, t in enumerate(out_types)]
+        constants = _closure_inputs(
+            f"the custom_vjp bwd of {name!r}", backward, e, closed, operands
+        )
+        pulled = e.call(backward.program, [*residuals, *cts, *constants])
+        pulled = list(pulled) if isinstance(pulled, tuple) else [pulled]
+        result_cts: list[Any] = []
+        for position in range(count):
+            index = cotangents_by_leaf[position]
+            result_cts.append(None if index is None else pulled[index])
+        for position, ct in enumerate(result_cts):
+            if ct is not None and ct.ty != primals[position].ty:
+                raise TransformError(
+                    f"the custom_vjp bwd of {name!r} gave a cotangent {ct.ty} for an argument "
+                    f"leaf {primals[position].ty}; they must have the same type"
+                )
+        return result_cts + [None] * (len(primals) - count)
+
+    def _cotangent_leaves(self, signature, backward, returned, expected) -> list[int | None]:
+        """For each array leaf of the arguments: which output of the traced bwd is its
+        cotangent (None: bwd gave None for its argument, or it is a nondiff one)."""
+        name = _name(self.fn)
+        static = {n % len(signature.args) for n in self.nondiff_argnums}
+        diff_positions = [i for i in range(len(signature.args)) if i not in static]
+        pieces = list(backward.output) if isinstance(backward.output, tuple) else None
+        if pieces is None or len(pieces) != len(diff_positions):
+            raise TransformError(
+                f"the custom_vjp bwd of {name!r} must return a tuple with one cotangent per "
+                f"differentiable argument ({len(diff_positions)}), got {returned}"
+            )
+        by_argument: dict[int, list[int | None]] = {}
+        next_output = 0
+        for position, piece in zip(diff_positions, pieces, strict=True):
+            argument = signature.args[position]
+            count = len([leaf for leaf in flatten(argument)[0] if is_array(leaf)])
+            if piece is None:
+                by_argument[position] = [None] * count
+                continue
+            if structure(piece) != structure(argument):
+                raise TransformError(
+                    f"the custom_vjp bwd of {name!r} returned for argument {position} a tree "
+                    f"of structure {structure(piece)}, but the argument has "
+                    f"{structure(argument)}"
+                )
+            by_argument[position] = list(range(next_output, next_output + count))
+            next_output += count
+        order: list[int | None] = []
+        for position, argument in enumerate(signature.args):
+            count = len([leaf for leaf in flatten(argument)[0] if is_array(leaf)])
+            order += by_argument.get(position, [None] * count)
+        return order
+
+
+def custom_jvp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = ()) -> Any:
+    """`fn` with a forward-mode rule of its own (`jax.custom_jvp`): decorate, then give the
+    rule with `@f.defjvp`; reverse mode transposes the rule.
+
+    >>> import accy, numpy as np
+    >>> @accy.custom_jvp
+    ... def safe_log1p_exp(x):
+    ...     return (x.exp() + 1.0).log()
+    >>> @safe_log1p_exp.defjvp
+    ... def _(primals, tangents):
+    ...     (x,), (t,) = primals, tangents
+    ...     return safe_log1p_exp(x), t * x.logistic()
+    >>> x = accy.named(np.array([0.0, 100.0], np.float32), "n")
+    >>> accy.grad(lambda x: safe_log1p_exp(x).sum())(x).array.tolist()
+    [0.5, 1.0]
+    """
+    if fn is None:
+        return functools.partial(custom_jvp, nondiff_argnums=nondiff_argnums)
+    return CustomJvp(fn, nondiff_argnums)
+
+
+def custom_vjp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = ()) -> Any:
+    """`fn` with a reverse-mode rule of its own (`jax.custom_vjp`): decorate, then give
+    `f.defvjp(fwd, bwd)`.
+
+    >>> import accy, numpy as np
+    >>> @accy.custom_vjp
+    ... def clip_gradient(x):
+    ...     return x
+    >>> def fwd(x):
+    ...     return x, None
+    >>> def bwd(_, g):
+    ...     return (accy.clip(g, -1.0, 1.0),)
+    >>> clip_gradient.defvjp(fwd, bwd)
+    >>> x = accy.named(np.array([1.0, 2.0], np.float32), "n")
+    >>> accy.grad(lambda x: (clip_gradient(x) * 5.0).sum())(x).array.tolist()
+    [1.0, 1.0]
+    """
+    if fn is None:
+        return functools.partial(custom_vjp, nondiff_argnums=nondiff_argnums)
+    return CustomVjp(fn, nondiff_argnums)
+
+
+__all__ = ["CustomJvp", "CustomVjp", "custom_jvp", "custom_vjp"]

@@ -1,0 +1,37 @@
+"""Seeing what runs: `make_program` (the traced Program of a function, `jax.make_jaxpr`) and
+`Lowered` (what `accy.jit(f).lower(*args)` returns: the Program, its fused plan and its
+generated source).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..core import Program
+from .functions import _check_callable, jit
+from .lowered import Lowered
+
+
+def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Callable:
+    """`make_program(fn)(*args)` is the Program that `accy.jit(fn)` traces for these arguments
+    (`jax.make_jaxpr`): its parameters are the array leaves of the arguments (then any arrays
+    it closed over), its outputs the leaves of the result.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.ones(3, np.float32), "n")
+    >>> program = accy.make_program(lambda x, k: x * k, static_argnames="k")(x, k=2.0)
+    >>> program.count("mul"), [str(t) for t in program.parameter_types]
+    (1, ['f32[n=3]'])
+    """
+    _check_callable(fn, "make_program")
+    jitted = jit(fn, static_argnames=static_argnames)
+
+    def program_of(*args: Any, **kwargs: Any) -> Program:
+        staged, args, kwargs = jitted._staged_for(args, kwargs)
+        return staged.entry_for((args, kwargs)).program
+
+    return program_of
+
+
+__all__ = ["Lowered", "make_program"]

@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backends.devices import CPU
 from ..core.types import DType, TensorType, bool_
 from ..errors import AccyError, AxisError, DTypeError
-from .named import EAGER, NamedArray, named, scalar_dtype
+from .named import NamedArray, eager_ops, named, scalar_dtype
 
 
 def operations_of(*operands: Any) -> Any:
@@ -63,7 +64,7 @@ def where(predicate: Any, on_true: Any, on_false: Any) -> Any:
     """
     ops = operations_of(predicate, on_true, on_false)
     if ops is None:
-        ops = EAGER["cpu"]
+        ops = eager_ops(CPU)
     branch_dtype = next((v.ty.dtype for v in (on_true, on_false) if hasattr(v, "ty")), None)
     predicate = _array_like(ops, predicate, bool_)
     if predicate.ty.dtype != bool_:

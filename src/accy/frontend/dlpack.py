@@ -91,7 +91,7 @@ def _dlpack(self: NamedArray, *, stream: Any = None, max_version: Any = None, **
 
 
 def _dlpack_device(self: NamedArray) -> tuple[int, int]:
-    if self.device == "cuda":
+    if self.device.is_cuda:
         return self.array.__dlpack_device__()
     return (1, 0)
 

@@ -21,6 +21,7 @@ import numpy as np
 import optree
 
 from .. import gradient
+from ..backends.devices import CPU
 from ..caches import Group, register
 from ..core import Program, Value
 from ..errors import GradientRequiresScalarOutput
@@ -159,7 +160,7 @@ class Jitted:
         """
         staged, args, kwargs = self._staged_for(args, kwargs)
         leaves = [leaf for leaf in flatten((args, kwargs))[0] if isinstance(leaf, NamedArray)]
-        device = self.device or (leaves[0].device if leaves else "cpu")
+        device = self.device or (leaves[0].device if leaves else CPU)
         return Lowered(staged.entry_for((args, kwargs)).program, device)
 
     def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..backends.devices import REFERENCE, Device, as_device
 from ..core import Program
 
 
 class Lowered:
     """A jitted function's Program for one signature, and what it compiles to on `device`."""
 
-    def __init__(self, program: Program, device: str):
+    def __init__(self, program: Program, device: str | Device):
         self.program = program
-        self.device = device
+        self.device = as_device(device)
 
     def as_text(self) -> str:
         """The Program in accy's text form (what `print(lowered.program)` shows)."""
@@ -35,9 +36,9 @@ class Lowered:
         >>> f.lower(accy.named(np.ones(2), "n")).source().startswith("program")
         True
         """
-        if self.device == "reference":
+        if self.device is REFERENCE:
             return self.as_text()
-        if self.device == "cuda":
+        if self.device.is_cuda:
             from ..backends.cuda.compile import compile_program
 
             return compile_program(self.program).source
@@ -56,7 +57,7 @@ class Lowered:
         return compile_program(self.program, self.device)
 
     def __repr__(self) -> str:
-        return f"<accy Lowered {self.program.name!r} for {self.device!r}>"
+        return f"<accy Lowered {self.program.name!r} for {self.device}>"
 
 
 __all__ = ["Lowered"]

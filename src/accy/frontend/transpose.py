@@ -13,8 +13,8 @@ from typing import Any
 
 import optree
 
-from ..core.builder import define
 from ..core.ir import permute_parameters
+from ..trace import define
 from ..transforms.linearize import Linearized
 from ..transforms.pullback import pullback
 from ..transforms.simplify import simplify

@@ -1,4 +1,4 @@
-"""The raw-buffer call (`accy.execute.Cpu(program).launch(inputs, outputs)`) checks each
+"""The raw-buffer call (`accy.compat.execute.Cpu(program).launch(inputs, outputs)`) checks each
 distinct layout of buffers once, as the array path checks each signature once: later calls of a
 checked layout only read the buffers' addresses (from the objects themselves where CPython's
 layout is recognized) and check that no output overlaps another buffer. Every buffer kind
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import accy
+import accy.compat
 from accy import f32, spec
 from accy.backends.buffers import Layout
 
@@ -22,7 +23,7 @@ def executor(native_cpu):
     program = accy.trace.define(
         "two_outputs", [spec(f32, lane=4)] * 2, lambda b, a: (a[0] * a[1], a[0] + a[1])
     )
-    return accy.execute.Cpu(program)
+    return accy.compat.execute.Cpu(program)
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def test_empty_buffers_pass_on_every_call(native_cpu):
     program = accy.trace.define(
         "with_empty", [spec(f32, n=0), spec(f32, m=2)], lambda b, a: (a[0] * 2.0, a[1] + 1.0)
     )
-    launcher = accy.execute.Cpu(program)
+    launcher = accy.compat.execute.Cpu(program)
     for value in (1.0, 2.0):
         outputs = [bytearray(0), memoryview(bytearray(8))]
         launcher.launch([b"", np.full(2, value, np.float32).tobytes()], outputs)

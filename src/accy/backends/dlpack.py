@@ -127,3 +127,36 @@ def _elements(tensor: DLTensor) -> np.ndarray:
 
 
 __all__ = ["host_from_dlpack"]
+
+
+def export_array(
+    array: Any, is_bf16: bool, stream: Any = None, max_version: Any = None, copy: Any = None
+) -> Any:
+    """The DLPack capsule of `array` (what a NamedArray's `__dlpack__()` returns). NumPy exports
+    no bfloat16 (it has no such dtype), so a bf16 array (`is_bf16`) is exported as its 16-bit
+    words with the capsule's dtype set to the standard's bfloat16 code (`kDLBfloat`); other
+    dtypes pass through the array library's own DLPack without a copy.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.arange(3, dtype=np.float32), "n")
+    >>> np.from_dlpack(x).tolist()
+    [0.0, 1.0, 2.0]
+    """
+    if not is_bf16:
+        options: dict[str, Any] = {}
+        if stream is not None:
+            options["stream"] = stream
+        if max_version is not None:
+            options["max_version"] = max_version
+        if copy is not None:
+            options["copy"] = copy
+        return array.__dlpack__(**options)
+    words = array.view(np.uint16) if isinstance(array, np.ndarray) else array.view("uint16")
+    # The unversioned capsule (a consumer asking for a newer one still reads it), whose dtype
+    # is rewritten in place: the capsule is ours until the consumer takes it.
+    capsule = words.__dlpack__() if stream is None else words.__dlpack__(stream=stream)
+    if not _capsule_is_valid(capsule, CAPSULE):
+        raise InvalidInput("__dlpack__: the array library gave no DLPack capsule to rewrite")
+    managed = DLManagedTensor.from_address(_capsule_pointer(capsule, CAPSULE))
+    managed.dl_tensor.dtype.code = KDL_BFLOAT
+    return capsule

@@ -18,7 +18,7 @@ def fragment_for(program: Program, options: FragmentCompilerOptions | None = Non
     >>> import accy
     >>> p = accy.trace.define("twice", [accy.spec(accy.f32, lane=2)], lambda b, a: a[0] * 2.0)
     >>> fragment_for(p).device
-    'cpu'
+    Device('cpu')
     """
     options = options or FragmentCompilerOptions()
     device = native_backend_for(options.artifact_format).device

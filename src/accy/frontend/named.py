@@ -24,14 +24,14 @@ import numpy as np
 from ..api import compile as compile_program
 from ..backends.arguments import python_values
 from ..backends.devices import CPU, Device, as_device, holding
-from ..backends.dlpack import host_from_dlpack
+from ..backends.dlpack import export_array, host_from_dlpack
 from ..caches import Group, Table
 from ..core import Attrs, Value, check_operation
 from ..core.arrays import is_array
 from ..core.builder import Builder
 from ..core.indexing import index_by_name
 from ..core.operations import OpsApi
-from ..core.types import DType, TensorType, bool_, dtype_of_numpy, f32, i32
+from ..core.types import DType, TensorType, bf16, bool_, dtype_of_numpy, f32, i32
 from ..core.value import ArrayOps
 from ..errors import AccyError, AxisError
 from ..reference import run as reference_run
@@ -113,6 +113,17 @@ class NamedArray(ArrayOps):
         if device.is_cuda and self.device.is_cuda:  # GPU to GPU: no trip through the host
             return NamedArray(device.put(self.array), self.ty, device)
         return NamedArray(device.put(_host_array(self.array)), self.ty, device)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, **rest: Any) -> Any:
+        """This array's DLPack capsule (`torch.from_dlpack(x)`, `jax.numpy.from_dlpack(x)`)."""
+        is_bf16 = self.dtype == bf16
+        return export_array(self.array, is_bf16, stream, max_version, rest.get("copy"))
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """The DLPack device of this array: its GPU's, or the host (kDLCPU, 0)."""
+        if self.device.is_cuda:
+            return self.array.__dlpack_device__()
+        return (1, 0)
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         host = _host_array(self.array)

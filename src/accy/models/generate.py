@@ -60,13 +60,23 @@ def _step(model, cache, ids, start, key, temperature, *, top_k=None, top_p=None,
     return random.categorical(drawn, scores, "vocab"), cache, key
 
 
+def _prefill(*args: Any, **options: Any) -> Any:
+    return _step(*args, **options)
+
+
+def _decode(*args: Any, **options: Any) -> Any:
+    return _step(*args, **options)
+
+
 _STATICS = ("top_k", "top_p", "sample")
-# One jitted step per phase and per whether the device takes donations (the cache is updated in
-# place where it can be): prefill and decode keep their own trace caches, so `traces` counts
-# the decode step's compiles alone.
+# One jitted step per phase (two functions, so that `accy.jit`'s cache per function keeps their
+# traces apart and `traces` counts the decode step's compiles alone) and per whether the device
+# takes donations (the cache is then updated in place).
 _STEPS = {
-    (phase, donating): jit(_step, static_argnames=_STATICS, donate_argnums=(1,) if donating else ())
-    for phase in ("prefill", "decode")
+    (phase, donating): jit(
+        function, static_argnames=_STATICS, donate_argnums=(1,) if donating else ()
+    )
+    for phase, function in (("prefill", _prefill), ("decode", _decode))
     for donating in (True, False)
 }
 
@@ -160,7 +170,10 @@ def generate(
     cache = model.init_cache(batch, length, device=device)
     sample = key is not None
     options = {"top_k": top_k, "top_p": top_p, "sample": sample}
-    key = named(np.asarray(key if sample else random.key(0)), ("key",), device)
+    key = key if sample else random.key(0)
+    key = (
+        key.to(device) if isinstance(key, NamedArray) else named(np.asarray(key), ("key",), device)
+    )
     heat = named(np.float32(1.0 if temperature is None else temperature), (), device)
     token, cache, key = _compiled("prefill", device)(
         model, cache, ids, named(np.int32(0), (), device), key, heat, **options

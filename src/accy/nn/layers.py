@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import optree
 
+from ..backends.devices import CPU
 from ..core import Value
 from ..core.types import DType, TensorType, f32, i32
 from ..errors import AccyError, AxisError
@@ -236,7 +237,9 @@ class Dropout(Module):
         if key is None or self.rate == 0.0:
             return x
         if isinstance(key, np.ndarray):
-            key = named(key, ("key",), x.device if isinstance(x, NamedArray) else "cpu")
+            key = named(key, ("key",), x.device if isinstance(x, NamedArray) else CPU)
+        elif isinstance(key, NamedArray) and isinstance(x, NamedArray):
+            key = key.to(x.device)  # a key (made on the CPU) follows the array it drops from
         return F.dropout(key, x, self.rate)
 
 

@@ -25,7 +25,7 @@ def operations_of(*operands: Any) -> Any:
 
     >>> import accy, numpy as np
     >>> operations_of(2.0, accy.named(np.ones(2, np.float32), "n")).device
-    'cpu'
+    Device('cpu')
     """
     found = None
     for operand in operands:

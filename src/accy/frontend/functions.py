@@ -72,7 +72,23 @@ class _Handle:
         return self._shared(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._shared, name)
+        value = getattr(self._shared, name)
+        if getattr(value, "__self__", None) is not self._shared:
+            return value
+
+        # A method of the shared wrapper (`accy.jit(lambda x: ...).lower(x)`): it keeps this
+        # handle, and so `fn`, alive while it runs, however briefly the caller held the handle.
+        def method(*args: Any, handle: _Handle = self, **kwargs: Any) -> Any:
+            return value(*args, **kwargs)
+
+        return functools.update_wrapper(method, value)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        """On a method: what the shared wrapper binds (`accy.jit` binds `self`), else this."""
+        bind = getattr(type(self._shared), "__get__", None)
+        if instance is None or bind is None:
+            return self
+        return bind(self._shared, instance, owner)
 
     def __repr__(self) -> str:
         return type(self._shared).__repr__(self)  # the wrapper's repr, with `fn` itself

@@ -4,6 +4,8 @@ fewer stacked bytes, the same gradient as the unrolled program and finite differ
 
 from __future__ import annotations
 
+import pytest
+
 import accy
 from accy import f32, spec
 from accy.transforms import scan_split
@@ -48,6 +50,7 @@ def test_light_values_are_recomputed_and_the_gradient_is_unchanged(monkeypatch):
     assert _stacked_bytes(light) < _stacked_bytes(stacked_all)
 
 
+@pytest.mark.slow
 def test_the_demo_scan_stacks_less_and_matches_the_unrolled_model():
     import numpy as np
 

@@ -37,6 +37,7 @@ def _registry():
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_the_cuda_c_of_every_test_program_compiles_with_nvcc():
     # One translation unit (distinct symbol prefixes, the prelude guarded): one nvcc run.
     compiled = [compile_program(case.build(), prefix=f"p{n}_") for n, case in enumerate(CASES)]

@@ -39,6 +39,7 @@ def train_steps(gpus: int, steps: int = 3) -> list[np.ndarray]:
     return [*parameters, *slots, np.asarray(float(value))]
 
 
+@pytest.mark.slow
 def test_two_simulated_devices_train_the_demo_to_the_parameters_of_one():
     one, two = train_steps(1), train_steps(2)
     for a, b in zip(one, two, strict=True):

@@ -5,6 +5,7 @@ segments (forward and backward, then the updates) around the gradients' psums.""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import accy
 from accy.frontend.tracing import flatten
@@ -15,6 +16,7 @@ from bench import gpt2
 S = gpt2.SCALES["check"]
 
 
+@pytest.mark.slow
 def test_gpt2_step_on_two_simulated_devices_matches_one():
     params, state, ids, targets = gpt2.accy_inputs(S, "cpu")
     single = gpt2.accy_step(S, "reference")

@@ -56,7 +56,7 @@ def test_the_tiny_preset_lowers_the_held_out_loss_and_samples_bytes(tmp_path):
     assert run.held_out[-1][0] == 30 and last < first - 0.5
     assert isinstance(run.sample, bytes) and len(run.sample) == 20
     assert (tmp_path / "loss.png").stat().st_size > 0
-    assert (tmp_path / "checkpoint.npz").exists()
+    assert (tmp_path / "checkpoint.safetensors").exists()
 
 
 def test_a_bad_preset_name_is_refused_clearly(tmp_path, capsys):

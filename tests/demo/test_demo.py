@@ -10,7 +10,14 @@ import pytest
 
 import accy
 from accy.__main__ import main as accy_main
-from accy.demo.train import TrainingState, load_checkpoint, main, save_checkpoint, train
+from accy.demo.common import Checkpoint
+from accy.demo.train import load_checkpoint, main, save_checkpoint, train
+
+
+def small_checkpoint(step: int, losses: list[float], size: int = 2) -> Checkpoint:
+    """A checkpoint of one parameter `w` and the state of `accy.optim.adam` for it."""
+    params = {"w": accy.named(np.full(size, float(step), np.float32), ("a",))}
+    return Checkpoint(step, losses, params, accy.optim.adam(0.1).init(params))
 
 
 def test_training_lowers_the_loss(tmp_path):
@@ -33,25 +40,54 @@ def test_a_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(tmp_path):
 
 
 def test_checkpoints_are_written_atomically(tmp_path, monkeypatch):
-    path = tmp_path / "checkpoint.npz"
-    good = TrainingState(1, [np.ones(2, np.float32)], [np.zeros(2, np.float32)], [1.0])
-    save_checkpoint(path, good)
+    import safetensors
+
+    path = tmp_path / "checkpoint.safetensors"
+    save_checkpoint(path, small_checkpoint(1, [1.0]))
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(np, "savez", interrupted)
+    monkeypatch.setattr(safetensors, "serialize_file", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(path, TrainingState(2, [np.zeros(2)], [np.zeros(2)], [0.5]))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.npz"]
-    assert load_checkpoint(path, 1, 1).step == 1  # the old checkpoint is intact
+        save_checkpoint(path, small_checkpoint(2, [1.0, 0.5]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.safetensors"]
+    back = load_checkpoint(path, small_checkpoint(0, []))  # the previous checkpoint is intact
+    assert back.step == 1 and back.params["w"].array.tolist() == [1.0, 1.0]
 
 
 def test_a_corrupt_checkpoint_is_a_clear_error(tmp_path):
-    path = tmp_path / "checkpoint.npz"
+    path = tmp_path / "checkpoint.safetensors"
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(accy.AccyError, match="cannot resume"):
-        load_checkpoint(path, 1, 1)
+        load_checkpoint(path, small_checkpoint(0, []))
+
+
+def test_a_checkpoint_keeps_the_whole_optimizer_state(tmp_path):
+    path = tmp_path / "checkpoint.safetensors"
+    like = small_checkpoint(0, [])
+    opt = accy.optim.adam(0.1)
+    grads = {"w": accy.named(np.array([1.0, -2.0], np.float32), ("a",))}
+    _, state = opt.update(grads, like.opt_state, like.params)
+    save_checkpoint(path, Checkpoint(1, [0.25], like.params, state))
+    back = load_checkpoint(path, like)
+    assert type(back.opt_state) is type(state) and back.losses == [0.25]
+    for a, b in zip(
+        accy.optim.base.tree_leaves(back.opt_state), accy.optim.base.tree_leaves(state), strict=True
+    ):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(a, "array", a)), np.asarray(getattr(b, "array", b))
+        )
+
+
+def test_a_checkpoint_of_another_model_is_a_clear_error(tmp_path):
+    path = tmp_path / "checkpoint.safetensors"
+    save_checkpoint(path, small_checkpoint(1, [1.0], size=3))
+    with pytest.raises(accy.AccyError, match="does not fit this model") as raised:
+        load_checkpoint(path, small_checkpoint(0, []))
+    assert "extents {'a': 3}" in str(raised.value) and "delete it to start over" in str(
+        raised.value
+    )
 
 
 def test_the_command_line_trains_reports_and_plots(tmp_path, capsys):
@@ -59,26 +95,26 @@ def test_the_command_line_trains_reports_and_plots(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "held-out accuracy" in printed
     assert (tmp_path / "loss.png").stat().st_size > 0
-    assert (tmp_path / "checkpoint.npz").exists()
+    assert (tmp_path / "checkpoint.safetensors").exists()
 
 
 @pytest.mark.parametrize("keep", [0.0, 0.5, 0.99], ids=["empty", "half", "nearly_whole"])
 def test_resuming_from_a_truncated_checkpoint_says_how_to_start_over(tmp_path, keep):
-    path = tmp_path / "checkpoint.npz"
-    save_checkpoint(path, TrainingState(3, [np.ones(64, np.float32)], [np.ones(64)], [1.0]))
+    path = tmp_path / "checkpoint.safetensors"
+    save_checkpoint(path, small_checkpoint(3, [1.0, 1.0, 1.0], size=64))
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(accy.AccyError, match="damaged") as raised:
-        load_checkpoint(path, 1, 1)
+        load_checkpoint(path, small_checkpoint(0, [], size=64))
     assert str(path) in str(raised.value) and "without --resume" in str(raised.value)
 
 
 def test_the_command_line_reports_a_damaged_checkpoint_without_a_traceback(tmp_path, capsys):
-    (tmp_path / "checkpoint.npz").write_bytes(b"")
+    (tmp_path / "checkpoint.safetensors").write_bytes(b"")
     arguments = ["demo", "--resume", "--steps", "1", "--device", "reference", "--out"]
     assert accy_main([*arguments, str(tmp_path)]) == 1
     error = capsys.readouterr().err
-    assert str(tmp_path / "checkpoint.npz") in error and "delete it" in error
+    assert str(tmp_path / "checkpoint.safetensors") in error and "delete it" in error
 
 
 @pytest.mark.parametrize("missing", ["tqdm", "matplotlib"])
@@ -88,7 +124,7 @@ def test_the_demo_without_its_extra_says_which_to_install(tmp_path, capsys, monk
     assert accy_main(arguments) == 1
     error = capsys.readouterr().err
     assert missing in error and "pip install 'accy[demo]'" in error
-    assert not (tmp_path / "checkpoint.npz").exists()  # refused before any training
+    assert not (tmp_path / "checkpoint.safetensors").exists()  # refused before any training
 
 
 def test_scan_layers_gives_the_loss_and_gradients_of_the_unrolled_model():

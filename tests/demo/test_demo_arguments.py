@@ -9,13 +9,22 @@ import pytest
 
 import accy
 from accy.__main__ import main as accy_main
+from accy.demo.common import Checkpoint
 from accy.demo.train import load_checkpoint
 
 
+def fresh() -> Checkpoint:
+    """A checkpoint of one parameter `w` and the state of `accy.optim.adam` for it."""
+    params = {"w": accy.named(np.ones(2, np.float32), ("a",))}
+    return Checkpoint(0, [], params, accy.optim.adam(0.1).init(params))
+
+
 def write_checkpoint(path, step, losses) -> None:
-    """A checkpoint of one parameter and one optimizer slot, with the given step and losses."""
-    one = np.ones(2, np.float32)
-    np.savez(path, param_0=one, opt_0=one, step=np.asarray(step), losses=np.asarray(losses))
+    """A checkpoint in the demo's layout with the given step and losses, as they are."""
+    like = fresh()
+    progress = {"step": np.asarray(step), "losses": np.asarray(losses)}
+    leaves = accy.optim.base.tree_leaves(like.opt_state)
+    accy.save(path, {"progress": progress, "params": like.params, "opt_state": leaves})
 
 
 @pytest.mark.parametrize(
@@ -30,22 +39,29 @@ def write_checkpoint(path, step, losses) -> None:
     ids=["2-d step", "fractional step", "negative step", "0-d losses", "losses short"],
 )
 def test_a_checkpoint_with_a_malformed_step_or_losses_is_refused(tmp_path, step, losses, message):
-    path = tmp_path / "checkpoint.npz"
+    path = tmp_path / "checkpoint.safetensors"
     write_checkpoint(path, step, losses)
     with pytest.raises(accy.AccyError, match=message) as raised:
-        load_checkpoint(path, 1, 1)
+        load_checkpoint(path, fresh())
     assert str(path) in str(raised.value) and "delete it to start over" in str(raised.value)
 
 
 def test_a_well_formed_checkpoint_is_read_back(tmp_path):
-    path = tmp_path / "checkpoint.npz"
+    path = tmp_path / "checkpoint.safetensors"
     write_checkpoint(path, 2, [0.5, 0.25])
-    state = load_checkpoint(path, 1, 1)
+    state = load_checkpoint(path, fresh())
     assert state.step == 2 and state.losses == [0.5, 0.25]
 
 
+def test_a_safetensors_file_of_another_layout_is_refused(tmp_path):
+    path = tmp_path / "checkpoint.safetensors"
+    accy.save(path, {"params": fresh().params})
+    with pytest.raises(accy.AccyError, match="not one this demo wrote"):
+        load_checkpoint(path, fresh())
+
+
 def test_the_command_line_reports_a_malformed_checkpoint_without_a_traceback(tmp_path, capsys):
-    write_checkpoint(tmp_path / "checkpoint.npz", -1, [])
+    write_checkpoint(tmp_path / "checkpoint.safetensors", -1, [])
     arguments = ["demo", "--resume", "--steps", "1", "--device", "reference", "--out"]
     assert accy_main([*arguments, str(tmp_path)]) == 1
     assert "step is -1" in capsys.readouterr().err

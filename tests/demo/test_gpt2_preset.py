@@ -56,7 +56,7 @@ def test_the_tiny_preset_lowers_the_held_out_loss_and_samples_bytes(tmp_path):
     assert run.held_out[-1][0] == 30 and last < first - 0.5
     assert isinstance(run.sample, bytes) and len(run.sample) == 20
     assert (tmp_path / "loss.png").stat().st_size > 0
-    assert (tmp_path / "checkpoint.npz").exists()
+    assert (tmp_path / "checkpoint.safetensors").exists()
 
 
 def test_a_bad_preset_name_is_refused_clearly(tmp_path, capsys):
@@ -93,3 +93,29 @@ def test_minutes_without_a_preset_is_refused(capsys):
     with pytest.raises(SystemExit):
         accy_main(["demo", "--minutes", "1"])
     assert "--minutes needs --preset" in capsys.readouterr().err
+
+
+def test_the_language_model_step_is_optax_adamw_with_the_decay_mask():
+    import optax
+
+    from accy.demo.common import decay_mask, language_model_step
+    from accy.frontend.tracing import flatten
+
+    config = accy.models.gpt2.Config(vocab=16, positions=8, embed=8, layers=1, heads=2)
+    model = accy.models.gpt2.GPT2.init(config, accy.random.key(0), device="reference")
+    ids = np.random.default_rng(0).integers(0, 16, (2, 5)).astype(np.int32)
+    ids, targets = (accy.named(a, ("batch", "token"), "reference") for a in (ids, ids[:, ::-1]))
+    rate = accy.named(np.float32(0.01), (), "reference")
+    step, params, states = language_model_step(model, "reference", 0.5, weight_decay=0.1)
+    _, grads = accy.value_and_grad(lambda m: m.loss(ids, targets))(model)
+    _, tuned, _ = step(params, states, ids, targets, rate)
+    mask = decay_mask(model)
+    assert True in mask and False in mask  # matrices decay, gains and biases do not
+    leaves = [np.asarray(x.array) for x in flatten(model)[0]]
+    opt = optax.adamw(0.01, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1, mask=mask)
+    updates, _ = opt.update(
+        [np.asarray(g.array) for g in flatten(grads)[0]], opt.init(leaves), leaves
+    )
+    expected = optax.apply_updates(leaves, updates)
+    for got, want in zip(flatten(tuned)[0], expected, strict=True):
+        np.testing.assert_allclose(np.asarray(got.array), np.asarray(want), rtol=1e-4, atol=1e-6)

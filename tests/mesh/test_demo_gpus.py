@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 import accy
-from accy import optim
 from accy.demo.data import VOCAB, SortingTask
 from accy.demo.model import Config, initial_parameters
-from accy.demo.train import Model, TrainingState, main
+from accy.demo.train import Model, main, make_optimizer
 from accy.errors import MeshError
 from accy.mesh import Mesh
 
@@ -20,11 +19,9 @@ from .test_nccl_simulated import run_ranks
 def train_steps(gpus: int, steps: int = 3) -> list[np.ndarray]:
     task = SortingTask(length=4)
     config = Config(vocab=VOCAB, tokens=task.tokens, channels=16, heads=2, hidden=32, batch=8)
-    optimizer = optim.Adam(learning_rate=3e-3)
-    model = Model(config, optimizer, "cpu", gpus=gpus)
+    model = Model(config, make_optimizer(), "cpu", gpus=gpus)
     parameters = list(initial_parameters(config, np.random.default_rng(0)).values())
-    state = TrainingState(0, parameters, optim.initial_state(optimizer, parameters), [])
-    params, opt_state = model.tree(state)
+    params, opt_state = model.initial(parameters)
     for step in range(steps):
         ids, targets, weights = task.batch(np.random.default_rng([0, step]), config.batch)
         value, params, opt_state = model.step(

@@ -1,20 +1,22 @@
-"""What both demos share: the optional dependencies, host copies of device arrays, and
-checkpoints written atomically and read back with a clear error when damaged."""
+"""What the demos share: the optional dependencies, host copies of device arrays, checkpoints
+(`accy.save`/`accy.load`) read back with a clear error when damaged, and the AdamW step of the
+language-model presets."""
 
 from __future__ import annotations
 
 import importlib
-import os
-import tempfile
-import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
 from ..backends.devices import as_device
-from ..errors import AccyError, RuntimeUnavailable
+from ..checkpoints import load, save
+from ..errors import AccyError, CheckpointError, RuntimeUnavailable
+from ..frontend.tracing import flatten, leaf_paths
 
 
 @dataclass
@@ -41,50 +43,98 @@ def host(array) -> np.ndarray:
     return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
-def save_checkpoint(path: Path, state: TrainingState) -> None:
-    """Write the checkpoint atomically: a temporary file in the same folder, then a rename."""
+class Checkpoint(NamedTuple):
+    """What a demo checkpoint holds: the steps taken, one loss per step, the parameters and
+    the whole optimizer state (trees of named arrays; `accy.optim` states are named tuples)."""
+
+    step: int
+    losses: list[float]
+    params: Any
+    opt_state: Any
+
+
+FIELDS = ("progress", "params", "opt_state")
+CHECKPOINT = "checkpoint.safetensors"  # the file name in a demo's output folder
+
+
+def _tree(checkpoint: Checkpoint) -> dict:
+    """The tree `accy.save` writes: the optimizer state as its list of leaves, so that the file
+    reads back without `like` (named tuples rebuild only with one) to learn the step count."""
+    return {
+        "progress": {
+            "step": np.asarray(checkpoint.step, np.int64),
+            "losses": np.asarray(checkpoint.losses, np.float64),
+        },
+        "params": checkpoint.params,
+        "opt_state": flatten(checkpoint.opt_state)[0],
+    }
+
+
+def save_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+    """Write `checkpoint` to `path` with `accy.save` (safetensors, atomically: a crash leaves
+    the previous file whole).
+
+    >>> import accy, numpy as np, tempfile
+    >>> from pathlib import Path
+    >>> params = {"w": accy.named(np.ones(2, np.float32), ("a",))}
+    >>> opt = accy.optim.adam(0.1)
+    >>> path = Path(tempfile.mkdtemp()) / "checkpoint.safetensors"
+    >>> save_checkpoint(path, Checkpoint(1, [0.5], params, opt.init(params)))
+    >>> load_checkpoint(path, Checkpoint(0, [], params, opt.init(params))).losses
+    [0.5]
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = {f"param_{i}": host(p) for i, p in enumerate(state.parameters)}
-    arrays |= {f"opt_{i}": host(s) for i, s in enumerate(state.optimizer_state)}
-    arrays["step"] = np.array(state.step)
-    arrays["losses"] = np.array(state.losses, np.float64)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            np.savez(file, **arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    save(path, _tree(checkpoint))
 
 
-def load_checkpoint(path: Path, parameters: int, slots: int) -> TrainingState:
-    """The state saved at `path`; a file that is not a whole checkpoint (empty, truncated,
-    corrupted, or from another model) is an `AccyError` that says how to start over."""
+def load_checkpoint(
+    path: Path, like: Checkpoint, check_params: Callable[[dict], None] | None = None
+) -> Checkpoint:
+    """The checkpoint saved at `path`, as trees of `like`'s structure on its devices (`like`'s
+    step and losses are ignored). A file that is not a whole checkpoint of this model (empty,
+    truncated, corrupted, a malformed step or losses, other parameters) is an `AccyError` that
+    names what is wrong and says how to start over; `check_params(saved parameters)` may
+    refuse the saved parameters first, with an error of its own."""
     try:
-        # Opened here, not by np.load, which leaves the file open when the archive is damaged.
-        with open(path, "rb") as file, np.load(file) as data:
-            step, losses = _checked_progress(path, data["step"], data["losses"])
-            return TrainingState(
-                step=step,
-                parameters=[data[f"param_{i}"] for i in range(parameters)],
-                optimizer_state=[data[f"opt_{i}"] for i in range(slots)],
-                losses=losses,
-            )
-    # np.load reads the archive lazily: a damaged one fails in any of these, as any member is read.
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        reason = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        saved = load(path)
+    except CheckpointError as error:
         raise AccyError(
-            f"cannot resume: the checkpoint at {path} is damaged or incomplete ({reason}); "
+            f"cannot resume: the checkpoint at {path} is damaged or incomplete ({error}); "
             f"delete it to start over, or run without --resume (which overwrites it)"
         ) from None
+    if not isinstance(saved, dict) or set(saved) != set(FIELDS):
+        found = sorted(saved) if isinstance(saved, dict) else type(saved).__name__
+        _not_written_here(path, f"it holds {found}, not the fields {list(FIELDS)}")
+    progress = saved["progress"]
+    if not isinstance(progress, dict) or set(progress) != {"step", "losses"}:
+        _not_written_here(path, "its progress is not a step and a list of losses")
+    step, losses = _checked_progress(path, progress["step"], progress["losses"])
+    if not isinstance(saved["params"], dict):
+        _not_written_here(path, "its parameters are not a dict of named arrays")
+    if check_params is not None:
+        check_params(saved["params"])
+    try:
+        tree = load(path, like=_tree(Checkpoint(step, losses, like.params, like.opt_state)))
+    except CheckpointError as error:
+        raise AccyError(
+            f"cannot resume: the checkpoint at {path} does not fit this model ({error}); "
+            f"delete it to start over, or run without --resume (which overwrites it)"
+        ) from None
+    opt_state = flatten(like.opt_state)[1].unflatten(tree["opt_state"])
+    return Checkpoint(step, losses, tree["params"], opt_state)
+
+
+def _not_written_here(path: Path, problem: str) -> NoReturn:
+    raise AccyError(
+        f"cannot resume: the checkpoint at {path} is not one this demo wrote ({problem}); "
+        f"delete it to start over, or run without --resume (which overwrites it)"
+    )
 
 
 def _checked_progress(path: Path, step: np.ndarray, losses: np.ndarray) -> tuple[int, list[float]]:
     """The checkpoint's step (a whole number, at least 0) and its losses (one number per step
     taken), or an AccyError that names what is wrong and says how to start over."""
+    step, losses = np.asarray(step), np.asarray(losses)
     problem = None
     if step.ndim != 0 or step.dtype.kind not in "iu":
         problem = f"its step is a {step.dtype} array of shape {step.shape}, not one whole number"
@@ -97,46 +147,61 @@ def _checked_progress(path: Path, step: np.ndarray, losses: np.ndarray) -> tuple
     elif len(losses) != int(step):
         problem = f"it has {len(losses)} losses for {int(step)} steps (one per step)"
     if problem is not None:
-        raise AccyError(
-            f"cannot resume: the checkpoint at {path} is not one this demo wrote ({problem}); "
-            f"delete it to start over, or run without --resume (which overwrites it)"
-        )
+        _not_written_here(path, problem)
     return int(step), [float(x) for x in losses]
+
+
+def decay_mask(params: Any) -> list[bool]:
+    """Per leaf of `params` (in `flatten` order), whether weight decay applies (`nn.decayed`:
+    the matrices and embeddings, not gains and biases): `adamw`'s `mask` for an optimizer over
+    the leaves. (A module's Python bools are static fields, so the mask is a list, not a
+    module.)
+
+    >>> import accy
+    >>> decay_mask(accy.nn.Linear.init(accy.random.key(0), {"a": 2}, {"b": 3}))
+    [True, False]
+    """
+    from .. import nn
+
+    leaves = flatten(params)[0]
+    return [nn.decayed(path, leaf) for path, leaf in zip(leaf_paths(params), leaves, strict=True)]
 
 
 def language_model_step(
     model, device: str, learning_rate: float, weight_decay: float = 0.1, policy=None
 ):
     """One jitted AdamW step of an `accy.models` language model: `step(params, states, ids,
-    targets, rate) -> (loss, params, states)`, with the initial `params` (the model split by
-    `nn.partition` into "decay", the matrices that `nn.decayed` names, and "plain") and
-    `states`. `targets` are the next tokens of `ids`; `rate` the learning rate (an input, so
-    a schedule does not recompile). Under a mixed-precision `policy` the model computes in its
-    compute dtype from f32 masters. Parameters and states are donated on cpu and cuda."""
+    targets, rate) -> (loss, params, states)`, with the initial `params` (the model) and
+    `states`. The optimizer is `accy.optim.adamw` (b1 0.9, b2 0.95, eps 1e-8) over the
+    model's leaves, decaying those `decay_mask` picks, under `inject_hyperparams`: `rate`, the
+    learning rate, is an input put into the state, so a schedule does not recompile.
+    `targets` are the next tokens of `ids`. Under a mixed-precision `policy` the model
+    computes in its compute dtype from f32 masters. Parameters and states are donated on cpu
+    and cuda."""
     from .. import nn, optim
     from ..frontend import jit, value_and_grad
 
-    decay = optim.Adam(learning_rate, 0.9, 0.95, 1e-8, weight_decay)
-    plain = optim.Adam(learning_rate, 0.9, 0.95, 1e-8, 0.0)
+    optimizer = optim.inject_hyperparams(optim.adamw)(
+        learning_rate=learning_rate,
+        b1=0.9,
+        b2=0.95,
+        eps=1e-8,
+        weight_decay=weight_decay,
+        mask=decay_mask(model),
+    )
 
     def step(params, states, ids, targets, rate):
-        def loss(p):
-            merged = nn.combine(p["decay"], p["plain"])
+        def loss(merged):
             if policy is None:
                 return merged.loss(ids, targets)
             scores = policy.cast_to_output(policy.cast_to_compute(merged)(ids))
             return nn.cross_entropy(scores, targets, "vocab").mean()
 
         value, grads = value_and_grad(loss)(params)
-        new, new_states = {}, {}
-        for group, optimizer in (("decay", decay), ("plain", plain)):
-            new[group], new_states[group] = optimizer.apply(
-                params[group], grads[group], states[group], rate
-            )
-        return value, new, new_states
+        leaves, treedef = flatten(params)
+        states = states._replace(hyperparams={**states.hyperparams, "learning_rate": rate})
+        updates, states = optimizer.update(flatten(grads)[0], states, leaves)
+        return value, treedef.unflatten(optim.apply_updates(leaves, updates)), states
 
-    matrices, rest = nn.partition(model, nn.decayed, paths=True)
-    params = {"decay": matrices, "plain": rest}
-    states = {"decay": decay.init(matrices), "plain": plain.init(rest)}
     donate = (0, 1) if as_device(device).takes_donations else ()
-    return jit(step, donate_argnums=donate), params, states
+    return jit(step, donate_argnums=donate), model, optimizer.init(flatten(model)[0])

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import nn, optim
+from .. import optim
 from ..errors import AccyError
 from ..frontend import jit, named
 from ..models import from_pretrained, generate
@@ -140,7 +140,7 @@ def finetune(
         )
         run.losses.append(value.item())
         run.steps += 1
-    model = nn.combine(params["decay"], params["plain"])
+    model = params
     run.held_out_after, run.sample_after = held_out(model), sample(model)
     run.saved = out / "finetuned"
     model.save_pretrained(run.saved)

@@ -24,9 +24,15 @@ from .. import models, nn, random
 from ..backends.devices import as_device
 from ..errors import AccyError
 from ..frontend import jit, named
-from ..frontend.tracing import flatten
 from . import gpt2
-from .common import TrainingState, demo_dependency, host, language_model_step, save_checkpoint
+from .common import (
+    CHECKPOINT,
+    Checkpoint,
+    demo_dependency,
+    host,
+    language_model_step,
+    save_checkpoint,
+)
 from .gpt2 import Config
 from .text import VOCAB, ByteText
 
@@ -123,8 +129,7 @@ class ByteModel:
             self.model, device, preset.learning_rate, gpt2.WEIGHT_DECAY, policy
         )
 
-        def loss(params, ids, targets):
-            model = nn.combine(params["decay"], params["plain"])
+        def loss(model, ids, targets):
             if policy is None:
                 return model.loss(ids, targets)
             scores = policy.cast_to_output(policy.cast_to_compute(model)(ids))
@@ -143,9 +148,8 @@ class ByteModel:
     def generate(self, params, prompt: bytes, length: int) -> bytes:
         """`length` bytes after `prompt`, each the model's most likely next byte (greedy, with
         a key/value cache); prompt and sample fit in the context."""
-        model = nn.combine(params["decay"], params["plain"])
         ids = self.ids(np.frombuffer(prompt, np.uint8).astype(np.int32)[None])
-        out = models.generate(model, ids, length)
+        out = models.generate(params, ids, length)
         return bytes(int(b) for b in host(out.array)[0, len(prompt) :])
 
 
@@ -218,9 +222,7 @@ def train_preset(
     progress.close()
     if run.held_out[-1][0] != run.steps:
         run.held_out.append((run.steps, model.held_out_loss(params, held_batches)))
-    leaves = [host(a.array) for a in flatten(params)[0]]
-    slots = [host(a.array) for a in flatten(state)[0]]
-    save_checkpoint(out / "checkpoint.npz", TrainingState(run.steps, leaves, slots, run.losses))
+    save_checkpoint(out / CHECKPOINT, Checkpoint(run.steps, run.losses, {"model": params}, state))
     plot(run, out / "loss.png", name)
     run.sample = model.generate(params, PROMPT, sample_bytes)
     return run
@@ -258,4 +260,4 @@ def report(run: Run, out: Path) -> None:
     print(f"throughput {run.tokens_per_s:,.0f} tokens/s{mfu}")
     print(f"sample (greedy) after {PROMPT!r}: {run.sample!r}")
     print(f"loss curve: {out / 'loss.png'}")
-    print(f"checkpoint: {out / 'checkpoint.npz'}")
+    print(f"checkpoint: {out / CHECKPOINT}")

@@ -2,8 +2,11 @@
 
 The training step is one jitted function, so one compiled program: the loss, its gradient
 through `accy.value_and_grad`, and the Adam update over the tree of parameters
-(`accy.optim.Adam.apply`); the learning rate of the warmup + cosine schedule is one of its
-inputs. Another jitted function gives the logits used to decode held-out samples greedily.
+(`accy.optim.adam` under `inject_hyperparams`); the learning rate of the warmup + cosine
+schedule is one of its inputs, put into the optimizer state's hyperparameters, so that no step
+recompiles. Another jitted function gives the logits used to decode held-out samples greedily.
+Checkpoints (`accy.save`) hold the step count, the losses, the parameters and the whole
+optimizer state.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +25,17 @@ from ..config import config
 from ..core.types import dtype_named, f32
 from ..errors import AccyError
 from ..frontend import NamedArray, jit, named, value_and_grad
+from ..frontend.tracing import flatten
 from ..mesh import Mesh, shard
-from .common import TrainingState, demo_dependency, host, load_checkpoint, save_checkpoint
+from .common import (
+    CHECKPOINT,
+    Checkpoint,
+    TrainingState,
+    demo_dependency,
+    host,
+    load_checkpoint,
+    save_checkpoint,
+)
 from .data import VOCAB, SortingTask
 from .model import Config, initial_parameters, logits, loss, parameter_specs
 
@@ -32,17 +45,33 @@ WARMUP = 100
 HELD_OUT_SEED_OFFSET = 1_000_003
 
 
-def check_layout(state: TrainingState, specs: dict, path: Path) -> None:
-    """Refuse a checkpoint whose parameters do not have this model's shapes (say, written with
-    --scan-layers, stacked along `layer`, and resumed without it)."""
-    for (name, t), array in zip(specs.items(), state.parameters, strict=True):
-        if tuple(array.shape) != t.extents:
-            raise AccyError(
-                f"cannot resume: parameter {name!r} in the checkpoint at {path} has shape "
-                f"{tuple(array.shape)}, this model's is {t.extents} (a checkpoint written with "
-                "--scan-layers resumes only with it, and one written without it only without "
-                "it); delete it to start over"
-            )
+def make_optimizer(peak_learning_rate: float = PEAK_LEARNING_RATE):
+    """The demo's Adam, its learning rate a hyperparameter of the state (`inject_hyperparams`)
+    that each step sets from the schedule."""
+    return optim.inject_hyperparams(optim.adam)(learning_rate=peak_learning_rate)
+
+
+def check_layout(saved: dict, specs: dict, path: Path) -> None:
+    """Refuse a checkpoint whose parameters do not have this model's names and shapes (say,
+    written with --scan-layers, stacked along `layer`, and resumed without it)."""
+    shapes = {n: tuple(getattr(a, "array", a).shape) for n, a in saved.items()}
+    if set(shapes) != set(specs):
+        differ = sorted(set(shapes) ^ set(specs))[0]
+        where = "checkpoint" if differ in shapes else "model"
+        problem = f"parameter {differ!r} is only in the {where}"
+    else:
+        differ = next((n for n, t in specs.items() if shapes[n] != t.extents), None)
+        if differ is None:
+            return
+        problem = (
+            f"parameter {differ!r} has shape {shapes[differ]}, this model's is "
+            f"{specs[differ].extents}"
+        )
+    raise AccyError(
+        f"cannot resume: in the checkpoint at {path}, {problem} (a checkpoint written with "
+        "--scan-layers resumes only with it, and one written without it only without it); "
+        "delete it to start over"
+    )
 
 
 def decode(logits_of, task: SortingTask, inputs: np.ndarray) -> np.ndarray:
@@ -101,7 +130,7 @@ class Model:
     def __init__(
         self,
         config: Config,
-        optimizer: optim.Adam,
+        optimizer: optim.GradientTransformation,
         device: str,
         dtype: str = "f32",
         gpus: int = 1,
@@ -122,8 +151,11 @@ class Model:
         def train_step(params, state, ids, targets, weights, learning_rate):
             value, grads = value_and_grad(batch_loss)(params, ids, targets, weights)
             value, grads = value * (1.0 / policy.loss_scale), policy.unscale(grads)
-            params, state = optimizer.apply(params, grads, state, learning_rate)
-            return value, params, state
+            state = state._replace(
+                hyperparams={**state.hyperparams, "learning_rate": learning_rate}
+            )
+            updates, state = optimizer.update(grads, state, params)
+            return value, optim.apply_updates(params, updates), state
 
         def model_logits(params, ids):
             return policy.cast_to_output(logits(policy.cast_to_compute(params), ids, config))
@@ -136,29 +168,20 @@ class Model:
     def named(self, array: np.ndarray, axes) -> NamedArray:
         return named(array, axes, device=self.device)
 
-    def tree(self, state: TrainingState) -> tuple[dict, optim.OptState]:
-        """The parameters and the optimizer state of `state` as trees of named arrays."""
-        names, slots = list(self.specs), self.optimizer.slots
+    def initial(self, parameters: list[np.ndarray]) -> tuple[dict, Any]:
+        """The parameters (host arrays in `parameter_specs` order) as a tree of named arrays,
+        and the optimizer's initial state for them."""
         params = {
             n: self.named(p, self.specs[n].axes)
-            for n, p in zip(names, state.parameters, strict=True)
+            for n, p in zip(self.specs, parameters, strict=True)
         }
-        moments = tuple(
-            {
-                n: self.named(state.optimizer_state[i * slots + k], self.specs[n].axes)
-                for i, n in enumerate(names)
-            }
-            for k in range(slots)
-        )
-        step = self.named(np.float32(state.step), ())
-        return params, optim.OptState(step, moments)
+        return params, self.optimizer.init(params)
 
-    def flat(self, params: dict, opt_state: optim.OptState) -> tuple[list, list]:
-        """The inverse of `tree`: host arrays in checkpoint order (per parameter, its slots)."""
-        names = list(self.specs)
-        parameters = [host(params[n].array) for n in names]
-        slots = [host(slot[n].array) for n in names for slot in opt_state.slots]
-        return parameters, slots
+    def flat(self, params: dict, opt_state: Any) -> tuple[list, list]:
+        """Host copies: the parameters in `parameter_specs` order, the optimizer state's leaves."""
+        parameters = [host(params[n].array) for n in self.specs]
+        leaves = [host(getattr(leaf, "array", leaf)) for leaf in flatten(opt_state)[0]]
+        return parameters, leaves
 
 
 def data_parallel(train_step, gpus: int, device: str, distributed):
@@ -189,20 +212,21 @@ def train(
 
     task = SortingTask()
     config = Config(vocab=VOCAB, tokens=task.tokens, scan_layers=scan_layers)
-    optimizer = optim.Adam(learning_rate=PEAK_LEARNING_RATE)
-    model = Model(config, optimizer, device, dtype, gpus, distributed)
+    model = Model(config, make_optimizer(), device, dtype, gpus, distributed)
     writer = distributed is None or distributed.rank == 0
     quiet = quiet or not writer
     started = time.perf_counter()
-    checkpoint = out / "checkpoint.npz"
+    checkpoint = out / CHECKPOINT
     parameters = list(initial_parameters(config, np.random.default_rng(seed)).values())
-    slots = len(parameters) * optimizer.slots
+    params, opt_state = model.initial(parameters)
+    state = TrainingState(0, [], [], [])
     if resume and checkpoint.exists():
-        state = load_checkpoint(checkpoint, len(parameters), slots)
-        check_layout(state, model.specs, checkpoint)
-    else:
-        state = TrainingState(0, parameters, optim.initial_state(optimizer, parameters), [])
-    params, opt_state = model.tree(state)
+        saved = load_checkpoint(
+            checkpoint,
+            Checkpoint(0, [], params, opt_state),
+            lambda saved: check_layout(saved, model.specs, checkpoint),
+        )
+        state.step, state.losses, params, opt_state = saved
     tokens_per_step = config.batch * task.tokens
     progress = tqdm(total=steps, initial=state.step, disable=quiet, unit="step", mininterval=0.5)
     while state.step < steps:
@@ -231,8 +255,7 @@ def train(
         )
         progress.update(1)
         if writer and (state.step % 200 == 0 or state.step == steps):
-            state.parameters, state.optimizer_state = model.flat(params, opt_state)
-            save_checkpoint(checkpoint, state)
+            save_checkpoint(checkpoint, Checkpoint(state.step, state.losses, params, opt_state))
     progress.close()
     state.parameters, state.optimizer_state = model.flat(params, opt_state)
     if not writer:
@@ -362,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     plot = arguments.out / "loss.png"
     plot_losses(state.losses, plot)
     print(f"loss curve: {plot}")
-    print(f"checkpoint: {arguments.out / 'checkpoint.npz'}")
+    print(f"checkpoint: {arguments.out / CHECKPOINT}")
     return 0
 
 

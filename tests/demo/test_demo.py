@@ -27,6 +27,7 @@ def test_training_lowers_the_loss(tmp_path):
     assert 0.0 <= token_accuracy <= 1.0
 
 
+@pytest.mark.slow
 def test_a_resumed_run_reaches_the_same_state_as_an_uninterrupted_one(tmp_path):
     straight, *_ = train(16, 3, "reference", tmp_path / "straight", False, quiet=True)
     train(8, 3, "reference", tmp_path / "resumed", False, quiet=True)
@@ -127,6 +128,7 @@ def test_the_demo_without_its_extra_says_which_to_install(tmp_path, capsys, monk
     assert not (tmp_path / "checkpoint.safetensors").exists()  # refused before any training
 
 
+@pytest.mark.slow
 def test_scan_layers_gives_the_loss_and_gradients_of_the_unrolled_model():
     # The layers stacked along `layer` and run as one scan: the same model, so the same loss
     # and (restacked) the same gradients, traced (a scan in the program) and eager (a loop).
@@ -162,6 +164,7 @@ def test_scan_layers_gives_the_loss_and_gradients_of_the_unrolled_model():
         )
 
 
+@pytest.mark.slow
 def test_scan_layers_trains_and_refuses_an_unstacked_checkpoint(tmp_path):
     state, *_ = train(6, 0, "reference", tmp_path, False, quiet=True, scan_layers=True)
     assert state.step == 6 and state.parameters[2].shape[0] == 2  # stacked along `layer`

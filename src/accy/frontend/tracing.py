@@ -89,9 +89,21 @@ TREE_DEPTH_LIMIT: int = getattr(optree, "MAX_RECURSION_DEPTH", 1000)
 levels down, in the (args, kwargs) pair."""
 
 
+def too_deep() -> TreeTooDeep:
+    """The error for a tree nested deeper than optree (or Python) can recurse."""
+    return TreeTooDeep(
+        f"a tree of arguments or results is nested deeper than the {TREE_DEPTH_LIMIT} levels "
+        f"accy's trees (optree) can hold, counting the 2 levels of the (args, kwargs) pair "
+        f"around a transform's arguments: keep trees at most {TREE_DEPTH_LIMIT - 2} levels "
+        "deep (a list or dict of layers instead of layers nested in one another)"
+    )
+
+
 @contextmanager
 def depth_checked() -> Iterator[None]:
     """Turn optree's (or Python's) RecursionError on a tree nested too deep into TreeTooDeep.
+    (The per-call paths, `flatten` and `unflatten`, catch it themselves: a `try` costs nothing
+    where a context manager costs a generator per call.)
 
     >>> deep = 1.0
     >>> for _ in range(TREE_DEPTH_LIMIT + 1):
@@ -104,20 +116,17 @@ def depth_checked() -> Iterator[None]:
     try:
         yield
     except RecursionError:
-        raise TreeTooDeep(
-            f"a tree of arguments or results is nested deeper than the {TREE_DEPTH_LIMIT} levels "
-            f"accy's trees (optree) can hold, counting the 2 levels of the (args, kwargs) pair "
-            f"around a transform's arguments: keep trees at most {TREE_DEPTH_LIMIT - 2} levels "
-            "deep (a list or dict of layers instead of layers nested in one another)"
-        ) from None
+        raise too_deep() from None
 
 
 def flatten(tree: Any) -> tuple[list[Any], Any]:
     """The leaves of `tree` and its structure. Dicts, lists, tuples, named tuples and (on first
     sight, registered then) dataclass instances are nodes; None is an empty node. A tree nested
     deeper than TREE_DEPTH_LIMIT is a TreeTooDeep error."""
-    with depth_checked():
+    try:
         leaves, treedef = optree.tree_flatten(tree, namespace=NAMESPACE)
+    except RecursionError:
+        raise too_deep() from None
     for leaf in leaves:
         if type(leaf) is NamedArray:
             continue
@@ -128,8 +137,10 @@ def flatten(tree: Any) -> tuple[list[Any], Any]:
 
 
 def unflatten(treedef: Any, leaves: Sequence[Any]) -> Any:
-    with depth_checked():
+    try:
         return optree.tree_unflatten(treedef, leaves)
+    except RecursionError:
+        raise too_deep() from None
 
 
 def structure(tree: Any) -> Any:

@@ -91,6 +91,7 @@ def test_a_checkpoint_of_another_model_is_a_clear_error(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_the_command_line_trains_reports_and_plots(tmp_path, capsys):
     assert main(["--steps", "5", "--device", "reference", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out

@@ -46,6 +46,7 @@ def test_a_too_small_corpus_is_refused(tmp_path):
         ByteText.load(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_tiny_preset_lowers_the_held_out_loss_and_samples_bytes(tmp_path):
     text = ByteText.load(max_bytes=2_000_000)
     run = preset.train_preset(

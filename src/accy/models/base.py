@@ -10,6 +10,7 @@ fixed length: `decode` writes this call's tokens into them at `positions`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..errors import AxisError, DTypeError
 from ..frontend.named import NamedArray, named
 from ..nn import functional as F
 from ..nn.module import Module
+from . import hub
 
 Array = Any
 DTYPE_NAMES = {"float32": f32, "bfloat16": bf16, "float16": f16}
@@ -85,7 +87,50 @@ def weights_dtype(tree: Any) -> DType:
 class CausalLM(Module):
     """A decoder-only language model. Subclasses hold `blocks` (an `nn.Stacked`) and define
     `embed(ids, positions)`, `block(layer, x, positions, cache)` and `head(x)`, plus
-    `kv_heads` and `head_dim` for the cache."""
+    `kv_heads` and `head_dim` for the cache; for Hugging Face folders, `config_class` (with
+    `from_hf`/`to_hf`/`generation_config`), `model_type`, `from_tensors` and `to_tensors`."""
+
+    @classmethod
+    def from_pretrained(
+        cls, folder: str | os.PathLike, *, dtype: DType | str = "float32", device: str = "cpu"
+    ) -> Any:
+        """The model of a local `transformers` folder of this architecture, its weights in
+        `dtype` (f32 by default, or accy.bf16 / "bfloat16") on `device`. See `save_pretrained`
+        for an example."""
+        config = cls.config_class.from_hf(hub.read_config(folder, cls.model_type))
+        tensors = hub.read_tensors(folder)
+        return cls.from_tensors(config, tensors, dtype=dtype, device=device, where=str(folder))
+
+    def save_pretrained(
+        self,
+        folder: str | os.PathLike,
+        *,
+        dtype: DType | str | None = None,
+        max_shard_size: str | int | None = None,
+    ) -> None:
+        """Write a folder that `transformers`' `from_pretrained` loads (GPT2LMHeadModel,
+        LlamaForCausalLM, ...): config.json, generation_config.json and the weights in `dtype`
+        (default: the model's), one safetensors file or shards of `max_shard_size` ("5GB").
+
+        >>> import accy, tempfile
+        >>> config = accy.models.gpt2.Config(vocab=8, positions=8, embed=4, layers=1, heads=2)
+        >>> model = accy.models.gpt2.GPT2.init(config, accy.random.key(0))
+        >>> folder = tempfile.mkdtemp()
+        >>> model.save_pretrained(folder)
+        >>> type(accy.models.gpt2.GPT2.from_pretrained(folder)).__name__
+        'GPT2'
+        """
+        tensors = self.to_tensors(dtype)
+        dtype = dtype_named(dtype) if dtype is not None else weights_dtype(self)
+        config = self.config.to_hf() | {"dtype": hf_dtype_name(dtype)}
+        config["torch_dtype"] = config["dtype"]
+        hub.write_folder(
+            folder,
+            config,
+            tensors,
+            hub.size_in_bytes(max_shard_size),
+            {"generation_config.json": self.config.generation_config()},
+        )
 
     def __call__(self, ids: Array, *, positions: Array | None = None) -> Array:
         """Next-token logits {..., token, vocab} of integer `ids` {..., token}."""

@@ -19,7 +19,6 @@ the axis `position`; the layers are stacked along `layer` and run by a scan.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +32,7 @@ from ..nn import init as initialisers
 from ..nn.layers import MLP, Embedding, LayerNorm, Linear, MultiHeadAttention, Stacked
 from ..nn.module import Module, field
 from . import hub
-from .base import Array, CausalLM, dtype_named, hf_dtype_name, to_host, to_named, weights_dtype
+from .base import Array, CausalLM, dtype_named, to_host, to_named, weights_dtype
 
 QKV = ("query", "key", "value")
 ACTIVATIONS = {
@@ -146,6 +145,9 @@ class Block(Module):
 class GPT2(CausalLM):
     """GPT-2 (the language-modelling head tied to the token embedding)."""
 
+    config_class = Config  # what from_pretrained reads config.json into
+    model_type = "gpt2"  # the `model_type` of its transformers folders
+
     wte: Embedding
     wpe: Embedding
     blocks: Stacked
@@ -232,16 +234,6 @@ class GPT2(CausalLM):
         return self.wte.unembed(self.ln_f(x))
 
     # -- Hugging Face ------------------------------------------------------------------------
-
-    @classmethod
-    def from_pretrained(
-        cls, folder: str | os.PathLike, *, dtype: DType | str = "float32", device: str = "cpu"
-    ) -> GPT2:
-        """The model of a local `transformers` GPT-2 folder, its weights in `dtype` (f32 by
-        default, or accy.bf16 / "bfloat16") on `device`. See `save_pretrained` for an example."""
-        config = Config.from_hf(hub.read_config(folder, "gpt2"))
-        tensors = hub.read_tensors(folder)
-        return cls.from_tensors(config, tensors, dtype=dtype, device=device, where=str(folder))
 
     @classmethod
     def from_tensors(
@@ -394,37 +386,6 @@ class GPT2(CausalLM):
         out["transformer.ln_f.weight"] = host(self.ln_f.weight, ("embed",))
         out["transformer.ln_f.bias"] = host(self.ln_f.bias, ("embed",))
         return out
-
-    def save_pretrained(
-        self,
-        folder: str | os.PathLike,
-        *,
-        dtype: DType | str | None = None,
-        max_shard_size: str | int | None = None,
-    ) -> None:
-        """Write a folder `transformers.GPT2LMHeadModel.from_pretrained` loads: config.json,
-        generation_config.json and the weights in `dtype` (default: the model's), one
-        safetensors file or shards of `max_shard_size` ("5GB").
-
-        >>> import accy, tempfile
-        >>> config = Config(vocab=8, positions=8, embed=4, layers=1, heads=2)
-        >>> model = GPT2.init(config, accy.random.key(0))
-        >>> folder = tempfile.mkdtemp()
-        >>> model.save_pretrained(folder)
-        >>> type(GPT2.from_pretrained(folder)).__name__
-        'GPT2'
-        """
-        tensors = self.to_tensors(dtype)
-        dtype = dtype_named(dtype) if dtype is not None else weights_dtype(self)
-        config = self.config.to_hf() | {"dtype": hf_dtype_name(dtype)}
-        config["torch_dtype"] = config["dtype"]
-        hub.write_folder(
-            folder,
-            config,
-            tensors,
-            hub.size_in_bytes(max_shard_size),
-            {"generation_config.json": self.config.generation_config()},
-        )
 
 
 def _unprefixed(name: str) -> str:

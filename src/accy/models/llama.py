@@ -19,7 +19,6 @@ keep the layout of the files, with no permutation).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +31,7 @@ from ..nn import init as initialisers
 from ..nn.layers import Embedding, Linear, MultiHeadAttention, RMSNorm, Stacked, SwiGLU
 from ..nn.module import Module, field
 from . import hub
-from .base import Array, CausalLM, dtype_named, hf_dtype_name, to_host, to_named, weights_dtype
+from .base import Array, CausalLM, dtype_named, to_host, to_named, weights_dtype
 
 LLAMA3_ROPE = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
@@ -169,6 +168,9 @@ class Block(Module):
 class Llama(CausalLM):
     """Llama (`lm_head` None when the output layer is the token embedding)."""
 
+    config_class = Config  # what from_pretrained reads config.json into
+    model_type = "llama"  # the `model_type` of its transformers folders
+
     embed_tokens: Embedding
     blocks: Stacked
     norm: RMSNorm
@@ -250,16 +252,6 @@ class Llama(CausalLM):
         return self.embed_tokens.unembed(x) if self.lm_head is None else self.lm_head(x)
 
     # -- Hugging Face ------------------------------------------------------------------------
-
-    @classmethod
-    def from_pretrained(
-        cls, folder: str | os.PathLike, *, dtype: DType | str = "float32", device: str = "cpu"
-    ) -> Llama:
-        """The model of a local `transformers` Llama folder, its weights in `dtype` (f32 by
-        default) on `device`. See `save_pretrained` for an example."""
-        config = Config.from_hf(hub.read_config(folder, "llama"))
-        tensors = hub.read_tensors(folder)
-        return cls.from_tensors(config, tensors, dtype=dtype, device=device, where=str(folder))
 
     @classmethod
     def from_tensors(
@@ -437,37 +429,6 @@ class Llama(CausalLM):
         if self.lm_head is not None:
             out["lm_head.weight"] = to_host(self.lm_head.weight, ("vocab", "embed"), dtype)
         return out
-
-    def save_pretrained(
-        self,
-        folder: str | os.PathLike,
-        *,
-        dtype: DType | str | None = None,
-        max_shard_size: str | int | None = None,
-    ) -> None:
-        """Write a folder `transformers.LlamaForCausalLM.from_pretrained` loads: config.json,
-        generation_config.json and the weights in `dtype` (default: the model's), one
-        safetensors file or shards of `max_shard_size` ("5GB").
-
-        >>> import accy, tempfile
-        >>> config = Config(vocab=8, embed=4, hidden=8, layers=1, heads=2)
-        >>> model = Llama.init(config, accy.random.key(0))
-        >>> folder = tempfile.mkdtemp()
-        >>> model.save_pretrained(folder)
-        >>> type(Llama.from_pretrained(folder)).__name__
-        'Llama'
-        """
-        tensors = self.to_tensors(dtype)
-        dtype = dtype_named(dtype) if dtype is not None else weights_dtype(self)
-        config = self.config.to_hf() | {"dtype": hf_dtype_name(dtype)}
-        config["torch_dtype"] = config["dtype"]
-        hub.write_folder(
-            folder,
-            config,
-            tensors,
-            hub.size_in_bytes(max_shard_size),
-            {"generation_config.json": self.config.generation_config()},
-        )
 
 
 Model = Llama

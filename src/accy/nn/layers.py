@@ -542,7 +542,8 @@ class SwiGLU(Module):
         dtype: DType = f32,
         device: str | None = None,
     ) -> SwiGLU:
-        """
+        """Gate, up and down projections initialised as `Linear.init` (no bias by default).
+
         >>> import accy, numpy as np
         >>> mlp = accy.nn.SwiGLU.init(accy.random.key(0), {"embed": 4}, {"hidden": 8})
         >>> mlp(accy.named(np.ones(4, np.float32), "embed")).shape

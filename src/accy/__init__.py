@@ -85,7 +85,13 @@ from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
 from .frontend.inspection import Lowered, make_program
 from .frontend.jacobians import hessian, jacfwd, jacrev
 from .frontend.printing import debug_print
-from .frontend.regions import checkpoint, checkpoint_policies, remat, stop_gradient
+from .frontend.regions import (
+    checkpoint,
+    checkpoint_name,
+    checkpoint_policies,
+    remat,
+    stop_gradient,
+)
 from .frontend.transpose import linear_transpose
 from .gradient import grad_with, grad_with_rules
 from .mesh import Mesh, shard
@@ -139,6 +145,7 @@ __all__ = [
     "bool_",
     "caches",
     "checkpoint",
+    "checkpoint_name",
     "checkpoint_policies",
     "clear_caches",
     "clip",

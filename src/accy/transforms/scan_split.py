@@ -139,8 +139,16 @@ class Split:
         return bool(self.primal_outputs) or self.residual_count > 0
 
 
+SAVED = "checkpoint_saved"
+"""The attribute (True) of an operation in a `remat` scan's body whose results reverse mode
+stacks rather than recomputes: what a checkpoint policy chose to store
+(`accy.checkpoint_policies`). Transformations keep it, as they keep every attribute."""
+
+
 def split(body: Program, roles: Roles, linear: Sequence[bool], remat: bool) -> Split:
-    """Split `body` given which parameters are linear (a fixpoint over carries is applied)."""
+    """Split `body` given which parameters are linear (a fixpoint over carries is applied).
+    Under `remat`, only the results of operations marked `SAVED` are stacked; the rest of the
+    primal work the linear body reads is recomputed there."""
     linear = carry_fixpoint(body, roles, linear, floats_only=False)
     parameters = body.parameters
     linear_params = {i for i, a in enumerate(linear) if a}
@@ -184,7 +192,7 @@ def split(body: Program, roles: Roles, linear: Sequence[bool], remat: bool) -> S
         stack = list(needed)
         while stack:
             v = stack.pop()
-            if v in recompute or v in role_of:
+            if v in recompute or v in role_of or producer[v].attrs.get(SAVED, False):
                 continue
             recompute.add(v)
             stack.extend(producer[v].operands)

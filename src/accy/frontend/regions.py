@@ -217,7 +217,11 @@ class Checkpointed:
         builders = []
 
         def region(*args: Any, **kwargs: Any) -> Any:
-            builders.append(innermost_trace())
+            builder = innermost_trace()
+            # Work on enclosing values inside the region is the region's (recomputed with it),
+            # as a loop body's is: `x.sin()` on a closed-over traced `x` happens in here.
+            builder.body = True
+            builders.append(builder)
             return self.fn(*args, **kwargs)
 
         traced = trace(region, leaves, treedef, f"checkpoint_{_name(self.fn)}")

@@ -419,6 +419,9 @@ def _transpose_linear_scan(
             "num_consts": len(primal_consts),
             "num_carry": len(accumulated) + num_carry,
             "reverse": not attrs["reverse"],
+            # A checkpointed region's reverse scan is checkpointed too, so that differentiating
+            # it again (a second derivative) recomputes its primal work rather than storing it.
+            **({"remat": True} if attrs.get("remat", False) else {}),
         }
     )
     results = _emit_reverse_scan(emit, scan_operands, reverse_attrs, len(primal_consts))

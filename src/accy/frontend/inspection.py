@@ -8,26 +8,51 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+import optree
+
+from ..backends.devices import REFERENCE
 from ..core import Program
+from ..core.types import TensorType
 from .functions import _check_callable, jit
 from .lowered import Lowered
+from .named import NamedArray
+from .tracing import NAMESPACE
+
+
+def _placeholder(leaf: Any) -> Any:
+    """An abstract input (`accy.spec(...)`, JAX's ShapeDtypeStruct) as an array of its type
+    that tracing never reads: a broadcast view of one zero, which costs no memory."""
+    if not isinstance(leaf, TensorType):
+        return leaf
+    shape = tuple(extent for _, extent in leaf.named_extents)
+    return NamedArray(np.broadcast_to(np.zeros((), leaf.dtype.numpy), shape), leaf, REFERENCE)
 
 
 def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Callable:
     """`make_program(fn)(*args)` is the Program that `accy.jit(fn)` traces for these arguments
     (`jax.make_jaxpr`): its parameters are the array leaves of the arguments (then any arrays
-    it closed over), its outputs the leaves of the result.
+    it closed over), its outputs the leaves of the result. A leaf may be a type alone
+    (`accy.spec(accy.f32, n=3)`, as JAX's `ShapeDtypeStruct`): nothing is computed.
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.ones(3, np.float32), "n")
     >>> program = accy.make_program(lambda x, k: x * k, static_argnames="k")(x, k=2.0)
     >>> program.count("mul"), [str(t) for t in program.parameter_types]
     (1, ['f32[n=3]'])
+    >>> accy.make_program(lambda x: x.sum("n"))(accy.spec(accy.f32, n=4)).parameter_types
+    (<f32[n=4]>,)
     """
     _check_callable(fn, "make_program")
     jitted = jit(fn, static_argnames=static_argnames)
 
     def program_of(*args: Any, **kwargs: Any) -> Program:
+        args, kwargs = optree.tree_map(
+            _placeholder,
+            (args, kwargs),
+            is_leaf=lambda leaf: isinstance(leaf, TensorType),
+            namespace=NAMESPACE,
+        )
         staged, args, kwargs = jitted._staged_for(args, kwargs)
         return staged.entry_for((args, kwargs)).program
 

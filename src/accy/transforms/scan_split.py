@@ -293,7 +293,9 @@ def split(body: Program, roles: Roles, linear: Sequence[bool], remat: bool) -> S
             + [parameters[i] for i in linear_x_params]
         )
         env = dict(zip(keys, args, strict=True))
-        _replay(b, body, env, lambda op: op.results[0] in lv or op.results[0] in recompute)
+        # Any result, not the first: the linear body may need only a later result of a
+        # multi-result operation (the ys of a scan nested in a checkpointed region).
+        _replay(b, body, env, lambda op: any(r in lv or r in recompute for r in op.results))
         return [env[body.outputs[o]] for o in linear_outputs]
 
     linear_body = define(body.name + "_linear", types, linear_fn)
@@ -321,7 +323,7 @@ def recompute_inputs(body: Program, recompute: set[int], needed: list, lv: set[i
     recomputes, and does not recompute itself: parameters, and (without remat) residuals."""
     inputs = {v for v in needed if v not in recompute}
     for op in body.operations:
-        if op.kind != "parameter" and op.results[0] in recompute:
+        if op.kind != "parameter" and any(r in recompute for r in op.results):
             inputs.update(v for v in op.operands if v not in recompute and v not in lv)
     return inputs
 

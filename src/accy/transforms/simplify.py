@@ -316,7 +316,34 @@ class _SkipDead(Layer):
             pruned = _scan_without_dead_ys(self.emit, op, args, self.live)
             if pruned is not None:
                 return pruned
+            op, args = _scan_without_unread_consts(op, args)
         return self.next.bind(op, args)
+
+
+def _scan_without_unread_consts(op: Operation, args: list[Any]) -> tuple[Operation, list[Any]]:
+    """The scan without the consts its body does not read (a checkpointed region's argument
+    that only a pruned output used), as the operation and its arguments."""
+    body: Program = op.attrs["body"]
+    num_consts = op.attrs["num_consts"]
+    read = {v for o in body.operations for v in o.operands} | set(body.outputs)
+    parameters = body.parameters
+    unread = [i for i in range(num_consts) if parameters[i] not in read]
+    if not unread:
+        return op, args
+    kept = [i for i in range(len(args)) if i not in unread]
+    types = body.parameter_types
+
+    def reading_the_rest(b, values):
+        given = dict(zip(kept, values, strict=True))
+        arguments = [given[i] if i in given else b.zeros(types[i]) for i in range(len(args))]
+        return run(body, Inline(b, arguments, body))
+
+    smaller = eliminate_dead_code(define(body.name, [types[i] for i in kept], reading_the_rest))
+    attrs = op.attrs.replace(body=smaller, num_consts=num_consts - len(unread))
+    operands = tuple(op.operands[i] for i in kept)
+    operand_types = tuple(op.operand_types[i] for i in kept)
+    pruned = dataclasses.replace(op, operands=operands, attrs=attrs, operand_types=operand_types)
+    return pruned, [args[i] for i in kept]
 
 
 def _scan_without_dead_ys(emit: Emitter, op: Operation, args: list[Any], live: set[int]) -> Any:
@@ -330,7 +357,9 @@ def _scan_without_dead_ys(emit: Emitter, op: Operation, args: list[Any], live: s
     body: Program = op.attrs["body"]
     outputs = body.outputs[:num_carry] + tuple(body.outputs[num_carry + k] for k in kept)
     smaller = eliminate_dead_code(dataclasses.replace(body, outputs=outputs))
-    results = emit.emit("scan", args, op.attrs.replace(body=smaller))
+    op = dataclasses.replace(op, attrs=op.attrs.replace(body=smaller))
+    op, args = _scan_without_unread_consts(op, args)
+    results = emit.emit("scan", args, op.attrs)
     results = results if isinstance(results, tuple) else (results,)
     stacked = dict(zip(kept, results[num_carry:], strict=True))
     return tuple(results[:num_carry]) + tuple(stacked.get(k) for k in range(len(ys)))

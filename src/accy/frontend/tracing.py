@@ -29,6 +29,7 @@ import numpy as np
 import optree
 
 from ..api import compile as compile_program
+from ..backends.base import array_call
 from ..backends.devices import CPU, Device
 from ..caches import Group, Table, limit
 from ..config import config
@@ -657,8 +658,10 @@ class Staged:
         self.static_scalars = static_scalars
         self.cache: Table = SIGNATURES.table()
         # Positional NamedArrays only, no keywords (the usual call): (device, ids of the
-        # argument types) -> (those types, kept alive so that the ids stay theirs; the entry;
-        # a weak reference to its compiled program, captured arrays and output devices there).
+        # argument types) -> what `call` needs, bound once (`_remember_fast`): a weak reference
+        # to the compiled program's call, the captured arrays, the one output's type (or None),
+        # the outputs' structure, types and devices, and the argument types (kept alive, so
+        # that the ids stay theirs).
         self.flat: Table = FAST_SIGNATURES.table()
         self.traces = 0  # how many times a program was built (a cache miss): for tests
 
@@ -693,47 +696,61 @@ class Staged:
 
     def call(self, args: tuple, kwargs: dict) -> Any:
         """Run on `(args, kwargs)`. The fast path, where the call overhead matters: every
-        argument a NamedArray on one device, and no keywords."""
+        argument a NamedArray on one device, no keywords, a signature run before (`flat`)
+        whose compiled program is alive, and `debug_nans` off; everything else (a first call,
+        a released program, keywords, trees, scalars, NaN checks) takes the general path."""
         if not kwargs and args:
             device = args[0].device if type(args[0]) is NamedArray else None
-            key = [device]
+            key, arrays = [device], []
             for a in args:
                 if type(a) is not NamedArray or a.device is not device:
                     break
                 key.append(id(a.ty))
+                arrays.append(a.array)
             else:
-                found = self.flat.get(tuple(key))
-                # The executables cache owns compiled programs: one it dropped is compiled again.
-                compiled = None if found is None else found[2]()
-                if compiled is not None and (self.device is None or self.device == device):
-                    _, entry, _, captured, devices = found
-                    arrays = [a.array for a in args]
-                    outputs = compiled(*arrays, *captured)
-                    if config.debug_nans:
-                        check_outputs(entry, [*arrays, *captured], outputs)
-                    if entry.prints:
-                        outputs = show_prints(entry, outputs, device)
-                    if entry.single:
-                        return NamedArray(outputs[0], entry.out_types[0], device)
-                    # map() wraps the outputs in C, a list comprehension costs ~2x as much
-                    return unflatten(
-                        entry.out_treedef, list(map(NamedArray, outputs, entry.out_types, devices))
-                    )
+                key = tuple(key)
+                found = self.flat.get(key)
+                if found is not None:
+                    run, captured, single, treedef, out_types, devices, _ = found
+                    # The executables cache owns compiled programs: one it dropped is None.
+                    run = run()
+                    if run is not None and not config.debug_nans:
+                        outputs = run(*arrays, *captured)
+                        if single is not None:
+                            return NamedArray(outputs[0], single, device)
+                        # map() wraps the outputs in C, a list comprehension costs ~2x as much
+                        return unflatten(
+                            treedef, list(map(NamedArray, outputs, out_types, devices))
+                        )
                 result = self((args, kwargs))
-                entry = self.cache.get((structure((args, kwargs)), tuple(a.ty for a in args)))
-                if entry is not None and device in entry.compiled:
-                    self.flat.put(
-                        tuple(key),
-                        (
-                            tuple(a.ty for a in args),
-                            entry,
-                            entry.compiled[device],
-                            entry.captured_arrays[device],
-                            (device,) * len(entry.out_types),
-                        ),
-                    )
+                self._remember_fast(key, args, device)
                 return result
         return self((args, kwargs))
+
+    def _remember_fast(self, key: tuple, args: tuple, device: Device) -> None:
+        """Record the call just run on the positional NamedArrays `args` for the fast path of
+        `call`: what it needs bound once (the compiled program's call, held weakly; the captured
+        arrays; how to wrap the outputs). Entries that print (`accy.debug_print`) are left to
+        the general path, as is a device other than this Staged's own."""
+        entry = self.cache.get((structure((args, {})), tuple(a.ty for a in args)))
+        if entry is None or entry.prints or device not in entry.compiled:
+            return
+        compiled = entry.compiled[device]()
+        if compiled is None or self.device not in (None, device):
+            return
+        single = entry.out_types[0] if entry.single else None
+        self.flat.put(
+            key,
+            (
+                weakref.ref(array_call(compiled)),
+                entry.captured_arrays[device],
+                single,
+                entry.out_treedef,
+                entry.out_types,
+                (device,) * len(entry.out_types),
+                tuple(a.ty for a in args),  # kept alive, so that the ids in `key` stay theirs
+            ),
+        )
 
     def __call__(self, tree: Any) -> Any:
         """Run on `tree` (the arguments): its leaves must be arrays or scalars."""

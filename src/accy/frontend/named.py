@@ -365,7 +365,7 @@ def _attrs_key(attrs: Any) -> Any:
     """A cheap hashable stand-in for `attrs` (a dict of plain values, as the operation library
     passes them), or None when its values do not hash (lists): then `Attrs` normalizes them."""
     if not attrs:
-        return _NO_ATTRS
+        return ()  # hashed in C (an `Attrs` hashes in Python)
     if isinstance(attrs, Attrs):
         return attrs
     key = tuple(attrs.items())

@@ -366,7 +366,7 @@ def _attrs_key(attrs: Any) -> Any:
     passes them), or None when its values do not hash (lists): then `Attrs` normalizes them."""
     if not attrs:
         return ()  # hashed in C (an `Attrs` hashes in Python)
-    if isinstance(attrs, Attrs):
+    if type(attrs) is not dict and isinstance(attrs, Attrs):  # (an ABC's isinstance is slow)
         return attrs
     key = tuple(attrs.items())
     try:

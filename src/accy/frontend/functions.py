@@ -39,12 +39,12 @@ from .tracing import (
     Staged,
     Statics,
     argument_path,
-    depth_checked,
     flatten,
     is_array,
     leaf_paths,
     non_array_leaf,
     structure,
+    too_deep,
     trace,
     unflatten,
 )
@@ -421,20 +421,24 @@ class Differentiated(_Shared):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Python scalars are differentiated where argnums points (as floats), and kept as
         # Python values elsewhere (JAX's grad passes them through untouched too).
-        count = len(args)
-        if any(type(a) is not NamedArray for a in args):
-            with depth_checked():
-                args = tuple(
-                    optree.tree_map(
-                        functools.partial(_scalar_to_array, transform=self.transform),
-                        a,
-                        namespace=NAMESPACE,
-                    )
-                    if (i in self.numbers or i - count in self.numbers)
-                    else a
-                    for i, a in enumerate(args)
-                )
+        for a in args:  # a loop, not any(...): it is per-call overhead
+            if type(a) is not NamedArray:
+                args = self._scalars_to_arrays(args)
+                break
         return self.staged((args, kwargs))
+
+    def _scalars_to_arrays(self, args: tuple) -> tuple:
+        """`args` with the Python floats of the arguments in argnums as f32 scalars (and their
+        Python ints refused); arguments without Python scalars are left as they are."""
+        count, converted = len(args), list(args)
+        to_array = functools.partial(_scalar_to_array, transform=self.transform)
+        try:
+            for i, a in enumerate(args):
+                if (i in self.numbers or i - count in self.numbers) and _holds_python_scalars(a):
+                    converted[i] = optree.tree_map(to_array, a, namespace=NAMESPACE)
+        except RecursionError:  # (a try, not depth_checked(): no generator per call)
+            raise too_deep() from None
+        return tuple(converted)
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
         wrt = _wrt_leaves(self.transform, self.argnums, leaves, treedef)
@@ -484,6 +488,16 @@ class Differentiated(_Shared):
 
     def __repr__(self) -> str:
         return f"<accy.{self.transform} of {self.fn!r}>"
+
+
+def _holds_python_scalars(tree: Any) -> bool:
+    """Whether `tree` is or holds a Python scalar (its leaves' types, checked in C)."""
+    if type(tree) in PYTHON_SCALARS:
+        return True
+    if type(tree) is NamedArray:
+        return False
+    kinds = set(map(type, optree.tree_leaves(tree, namespace=NAMESPACE)))
+    return not kinds.isdisjoint(PYTHON_SCALARS)
 
 
 def _scalar_to_array(leaf: Any, transform: str = "grad") -> Any:

@@ -124,6 +124,12 @@ def flatten(tree: Any) -> tuple[list[Any], Any]:
     """The leaves of `tree` and its structure. Dicts, lists, tuples, named tuples and (on first
     sight, registered then) dataclass instances are nodes; None is an empty node. A tree nested
     deeper than TREE_DEPTH_LIMIT is a TreeTooDeep error."""
+    leaves, treedef, _ = flatten_with_kinds(tree)
+    return leaves, treedef
+
+
+def flatten_with_kinds(tree: Any) -> tuple[list[Any], Any, set[type]]:
+    """`flatten(tree)`, and the set of its leaves' types (which a call's fast path asks for)."""
     try:
         leaves, treedef = optree.tree_flatten(tree, namespace=NAMESPACE)
     except RecursionError:
@@ -131,11 +137,12 @@ def flatten(tree: Any) -> tuple[list[Any], Any]:
     # Per kind of leaf, not per leaf (set and map loop in C): a training step's few hundred
     # arrays are one kind. A leaf that is a dataclass (not a dataclass class: its kind is
     # `type`) is of a dataclass kind.
-    for kind in set(map(type, leaves)):
+    kinds = set(map(type, leaves))
+    for kind in kinds:
         if kind is not NamedArray and dataclasses.is_dataclass(kind):
             register_dataclass(kind)
-            return flatten(tree)
-    return leaves, treedef
+            return flatten_with_kinds(tree)
+    return leaves, treedef, kinds
 
 
 def unflatten(treedef: Any, leaves: Sequence[Any]) -> Any:
@@ -578,8 +585,9 @@ class Entry:
     captured: list[Any]
     foreign: bool
     out_types: tuple[TensorType, ...] = ()
-    # device -> a weak reference to the program compiled there (`accy.caches`: the executables
-    # cache decides which stay alive)
+    # device -> a weak reference to the call of the program compiled there (its `array_call`,
+    # which lives as long as the executable: `accy.caches`' executables cache decides which
+    # stay alive)
     compiled: dict[Device, Any] = dataclasses.field(default_factory=dict)
     donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
     locations: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> user line
@@ -639,6 +647,7 @@ def _note_forgotten_signature(name: str, bound: Any) -> None:
 SIGNATURES = Group("jit signatures", "jit_signatures_max_entries")
 FAST_SIGNATURES = Group("jit signatures by type identity", "jit_signatures_max_entries")
 
+_ONLY_NAMED_ARRAYS = {NamedArray}
 _device_of = operator.attrgetter("device")
 _type_of = operator.attrgetter("ty")
 _array_of = operator.attrgetter("array")
@@ -736,14 +745,14 @@ class Staged:
         entry = self.cache.get((structure((args, {})), tuple(a.ty for a in args)))
         if entry is None or entry.prints or device not in entry.compiled:
             return
-        compiled = entry.compiled[device]()
-        if compiled is None or self.device not in (None, device):
+        held = entry.compiled[device]
+        if held() is None or self.device not in (None, device):
             return
         single = entry.out_types[0] if entry.single else None
         self.flat.put(
             key,
             (
-                weakref.ref(array_call(compiled)),
+                held,
                 entry.captured_arrays[device],
                 single,
                 entry.out_treedef,
@@ -755,29 +764,30 @@ class Staged:
 
     def __call__(self, tree: Any) -> Any:
         """Run on `tree` (the arguments): its leaves must be arrays or scalars."""
-        leaves, treedef = flatten(tree)
+        leaves, treedef, kinds = flatten_with_kinds(tree)
         # The fast path: every leaf a NamedArray on one device (checked with set and map,
         # which loop in C: a training step passes a few hundred arrays on every call).
-        if set(map(type, leaves)) != {NamedArray}:
+        if kinds != _ONLY_NAMED_ARRAYS:
             return self._call_general(tree, leaves, treedef)
         devices = set(map(_device_of, leaves))
         device = self.device or (next(iter(devices)) if len(devices) == 1 else None)
         if device is None or devices != {device}:
             return self._call_general(tree, leaves, treedef)
-        entry = self.entry(leaves, treedef, (treedef, tuple(map(_type_of, leaves))))
+        key = (treedef, tuple(map(_type_of, leaves)))
+        entry = self.cache.get(key) or self.entry(leaves, treedef, key)
         if entry.foreign:  # it read values of an enclosing trace: it runs there
             return inline(entry, enclosing_builder(entry.captured), leaves)
         return self.run_concrete(entry, list(map(_array_of, leaves)), device)
 
     def run_concrete(self, entry: Entry, arrays: list[Any], device: Device) -> Any:
         held = entry.compiled.get(device)
-        compiled = None if held is None else held()
-        if compiled is None:  # not compiled yet, or released by the executables cache
+        run = None if held is None else held()
+        if run is None:  # not compiled yet, or released by the executables cache
             with without_collection():
-                compiled = compile_program(entry.program, device, donate=entry.donate)
-            entry.compiled[device] = weakref.ref(compiled)
+                run = array_call(compile_program(entry.program, device, donate=entry.donate))
+            entry.compiled[device] = weakref.ref(run)
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
-        outputs = compiled(*arrays, *entry.captured_arrays[device])
+        outputs = run(*arrays, *entry.captured_arrays[device])
         if config.debug_nans:
             check_outputs(entry, [*arrays, *entry.captured_arrays[device]], outputs)
         if entry.prints:

@@ -1,6 +1,6 @@
-"""A function given to `accy.grad`, `value_and_grad`, `jvp`, `vjp` or `linearize` lives as long
-as its caller keeps it (or the transformed function): once both are gone, it and what it closes
-over are freed, as a training loop that makes a closure per step over its batch needs."""
+"""A function given to `accy.jit`, `grad`, `value_and_grad`, `jvp`, `vjp` or `linearize` lives as
+long as its caller keeps it (or the transformed function): once both are gone, it and what it
+closes over are freed, as a training loop that makes a closure per step over its batch needs."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def closure_over_a_batch():
 
 
 TRANSFORMS = {
+    "jit": lambda loss, w: accy.jit(loss)(w),
     "grad": lambda loss, w: accy.grad(loss)(w),
     "value_and_grad": lambda loss, w: accy.value_and_grad(loss)(w),
     "jvp": lambda loss, w: accy.jvp(loss, (w,), (w,)),
@@ -62,5 +63,21 @@ def test_a_transformed_function_keeps_its_function_and_its_compiled_programs():
     gradient(lane([3.0, 4.0]))
     assert gradient.staged.traces == 1
     del gradient, again
+    gc.collect()
+    assert loss_alive() is None
+
+
+def test_a_jitted_function_is_its_wrapper_holding_the_function_and_sharing_its_programs():
+    loss, loss_alive, _ = closure_over_a_batch()
+    jitted = accy.jit(loss)
+    assert isinstance(jitted, accy.frontend.functions.Jitted) and jitted.fn is loss
+    w = lane([1.0, 2.0])
+    first = jitted(w).item()
+    assert jitted(w).item() == first and jitted.traces == 1
+    del jitted
+    gc.collect()
+    again = accy.jit(loss)  # another wrapper for the caller, the same traced programs
+    assert again(w).item() == first and again.traces == 1
+    del loss, again
     gc.collect()
     assert loss_alive() is None

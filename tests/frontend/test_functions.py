@@ -353,3 +353,16 @@ def test_a_leaked_traced_value_is_refused():
     accy.jit(f)(x)
     with pytest.raises(accy.AccyError, match="used after its function returned"):
         leaked[0] + 1.0
+
+
+def test_grad_differentiates_python_floats_inside_a_tree_and_refuses_ints():
+    def loss(p, scale):
+        return p["a"] * p["b"] * scale
+
+    b = accy.named(np.float32(3.0), (), device=R)
+    g = accy.grad(loss)({"a": 2.0, "b": b}, 5.0)  # d/da = b * scale, d/db = a * scale
+    assert g["a"].item() == 15.0 and g["b"].item() == 10.0
+    assert g["a"].dtype == accy.f32  # the float was differentiated as an f32 scalar
+    with pytest.raises(accy.AccyError, match="Python int 2; gradients need floating-point"):
+        accy.grad(loss)({"a": 2, "b": b}, 5.0)
+    assert accy.grad(loss, argnums=1)({"a": 2, "b": b}, 5.0).item() == 6.0  # int outside

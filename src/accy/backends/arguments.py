@@ -23,6 +23,7 @@ it is the same on every device: the CUDA backend checks device arrays with `chec
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -82,20 +83,39 @@ def check_array(dtype: Any, shape: tuple[int, ...], t: TensorType, at: str) -> N
 
 def is_exact(value: Any, array_type: type, extents: tuple[int, ...], dtype: Any) -> bool:
     """Whether `value` passes the rule as it is: a C-contiguous `array_type` (NumPy's or CuPy's
-    ndarray) of exactly `dtype` and `extents`. Every device asks this first, per argument (four
-    comparisons: the common case of a call), and sends anything else through `host_array`.
+    ndarray) of exactly `dtype` and `extents`. Every device asks this first (`all_exact` for a
+    whole call), and sends anything else through `host_array`.
 
     >>> is_exact(np.zeros(2, np.float32), np.ndarray, (2,), np.dtype(np.float32))
     True
     >>> is_exact(np.zeros(4, np.float32)[::2], np.ndarray, (2,), np.dtype(np.float32))
     False
     """
-    return (
-        type(value) is array_type
-        and value.dtype == dtype
-        and value.shape == extents
-        and value.flags.c_contiguous
-    )
+    return all_exact((value,), array_type, ((extents, dtype),))
+
+
+def all_exact(
+    values: Sequence[Any], array_type: type, checks: Sequence[tuple[tuple[int, ...], Any]]
+) -> bool:
+    """Whether each of `values` passes the rule as it is (`is_exact`) for its `(extents,
+    dtype)` in `checks` (the same number of them): four comparisons per value, the common case
+    of a call, in one loop (a call of `is_exact` per argument would cost as much again).
+
+    >>> f32 = np.dtype(np.float32)
+    >>> all_exact([np.zeros(2, f32), np.zeros(3, f32)], np.ndarray, [((2,), f32), ((3,), f32)])
+    True
+    >>> all_exact([np.zeros(2, f32), np.zeros(2)], np.ndarray, [((2,), f32), ((2,), f32)])
+    False
+    """
+    for value, (extents, dtype) in zip(values, checks, strict=False):
+        if not (
+            type(value) is array_type
+            and value.dtype == dtype
+            and value.shape == extents
+            and value.flags.c_contiguous
+        ):
+            return False
+    return True
 
 
 def host_array(value: Any, t: TensorType, at: str) -> np.ndarray:
@@ -198,6 +218,7 @@ def _preview(value: Any) -> str:
 
 
 __all__ = [
+    "all_exact",
     "check_array",
     "check_count",
     "dtype_name",

@@ -91,6 +91,12 @@ class Executable:
     def __call__(self, *arrays: Any) -> list[Any]:
         raise NotImplementedError
 
+    def array_call(self) -> Callable[..., list[Any]]:
+        """The function a call on arrays runs (`self(*arrays)` is `self.array_call()(*arrays)`),
+        for a caller that keeps it, weakly, to skip the method call: it lives as long as this
+        executable (`self` here; a backend whose `__call__` forwards gives the function)."""
+        return self
+
     def run_checked(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         """Run on buffers that `layout` has checked, writing `outputs` in place."""
         raise NotImplementedError
@@ -125,6 +131,18 @@ class Executable:
             f"<{type(self).__name__} {self.program.name!r} on {self.device}: "
             f"{self.input_count()} in, {self.output_count()} out>"
         )
+
+
+def array_call(executable: Any) -> Callable[..., list[Any]]:
+    """What calling `executable` (as `accy.compile` returns it) on arrays runs: its
+    `array_call()`, or the object itself where it wraps an executable (a donating one).
+
+    >>> import accy
+    >>> p = accy.trace.define("twice", [accy.spec(accy.f32, n=2)], lambda b, a: a[0] * 2.0)
+    >>> array_call(accy.compile(p, "reference"))([1.0, 2.0])[0].tolist()
+    [2.0, 4.0]
+    """
+    return executable.array_call() if isinstance(executable, Executable) else executable
 
 
 class Bindings:

@@ -191,12 +191,14 @@ class OpsApi(Compositions, Indexing, Windows):
 
     def _values(self, kind: str, a, b):
         """Make Python scalars into constants of the other operand's dtype; check dtypes."""
-        if not hasattr(a, "ty") and not hasattr(b, "ty"):
-            raise AccyError(f"{kind} needs at least one traced value, got {a!r} and {b!r}")
-        if not hasattr(a, "ty"):
-            a = self.full(TensorType(b.ty.dtype, ()), a)
-        if not hasattr(b, "ty"):
-            b = self.full(TensorType(a.ty.dtype, ()), b)
+        a_has, b_has = hasattr(a, "ty"), hasattr(b, "ty")  # asked once each: every operation
+        if not (a_has and b_has):
+            if not a_has and not b_has:
+                raise AccyError(f"{kind} needs at least one traced value, got {a!r} and {b!r}")
+            if not a_has:
+                a = self.full(TensorType(b.ty.dtype, ()), a)
+            if not b_has:
+                b = self.full(TensorType(a.ty.dtype, ()), b)
         if a.ty.dtype != b.ty.dtype:
             raise DTypeError(
                 f"{kind}: operands have different dtypes (left {a.ty}, right {b.ty}); accy does "

@@ -28,6 +28,23 @@ class DType:
     def __repr__(self) -> str:
         return f"accy.{self.name}"
 
+    def __eq__(self, other: object) -> bool:
+        # The dataclass's comparison, after an identity check: every binary operation compares
+        # its operands' dtypes, and the comparison builds and compares two tuples of fields.
+        if self is other:
+            return True
+        if type(other) is not DType:
+            return NotImplemented
+        fields = (self.name, self.numpy, self.is_float, self.itemsize)
+        return fields == (other.name, other.numpy, other.is_float, other.itemsize)
+
+    def __ne__(self, other: object) -> bool:
+        # Its own, as object's `!=` through `__eq__` costs three times as much.
+        if self is other:
+            return False
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
     def __reduce__(self) -> tuple:
         # Pickled by name: an unpickled dtype is the module's own object (f32 is f32), and a
         # pickled program or plan does not carry NumPy dtypes along.

@@ -12,6 +12,7 @@ Program transforms of `accy.gradient`, unchanged.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -38,12 +39,12 @@ from .tracing import (
     Staged,
     Statics,
     argument_path,
-    depth_checked,
     flatten,
     is_array,
     leaf_paths,
     non_array_leaf,
     structure,
+    too_deep,
     trace,
     unflatten,
 )
@@ -59,9 +60,35 @@ register("transformed functions", _WRAPPERS.clear, _WRAPPERS.__len__)  # bound: 
 STATIC_ARGUMENTS = Group("jit static arguments", "jit_signatures_max_entries")
 
 
+class _Shared:
+    """A transform's wrapper that `_memoized` shares among the callers of one function. The
+    shared wrapper refers to the function weakly, so that its traced programs last as long as
+    the function and keep nothing alive; a caller gets `holding(fn)`, a shallow copy that holds
+    the function and shares every table of the wrapper, so that calling it is calling the
+    wrapper, with nothing forwarding in between. Programs are built by the shared wrapper
+    (`builder`), so that no cached build refers to the function strongly."""
+
+    fn: Callable
+
+    def holding(self, fn: Callable) -> Any:
+        """This wrapper as a caller holds it: the same, but holding `fn`."""
+        handle = copy.copy(self)
+        handle.fn = fn
+        handle._shared = self
+        if "__wrapped__" in vars(self):
+            handle.__wrapped__ = fn
+        return handle
+
+    @property
+    def builder(self) -> Any:
+        """The wrapper whose methods build programs: the shared one."""
+        return self.__dict__.get("_shared", self)
+
+
 class _Handle:
-    """A memoized wrapper as its caller holds it: it keeps `fn` alive, and is the shared wrapper
-    (which refers to `fn` weakly) in every other respect."""
+    """A memoized wrapper that is not a `_Shared` (a plain function) as its caller holds it: it
+    keeps `fn` alive, and is the shared wrapper (which refers to `fn` weakly) in every other
+    respect."""
 
     def __init__(self, shared: Any, fn: Callable) -> None:
         self._shared = shared
@@ -76,15 +103,15 @@ class _Handle:
         if getattr(value, "__self__", None) is not self._shared:
             return value
 
-        # A method of the shared wrapper (`accy.jit(lambda x: ...).lower(x)`): it keeps this
-        # handle, and so `fn`, alive while it runs, however briefly the caller held the handle.
+        # A method of the shared wrapper: it keeps this handle, and so `fn`, alive while it
+        # runs, however briefly the caller held the handle.
         def method(*args: Any, handle: _Handle = self, **kwargs: Any) -> Any:
             return value(*args, **kwargs)
 
         return functools.update_wrapper(method, value)
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
-        """On a method: what the shared wrapper binds (`accy.jit` binds `self`), else this."""
+        """On a method: what the shared wrapper binds, else this."""
         bind = getattr(type(self._shared), "__get__", None)
         if instance is None or bind is None:
             return self
@@ -108,7 +135,7 @@ def _memoized(fn: Callable, key: tuple, make: Callable[[], Any]) -> Any:
         shared.fn = weakref.proxy(fn)
         if "__wrapped__" in vars(shared):
             shared.__wrapped__ = shared.fn
-    fresh = _Handle(shared, fn)
+    fresh = shared.holding(fn) if isinstance(shared, _Shared) else _Handle(shared, fn)
     per_function[key] = (shared, weakref.ref(fresh))
     return fresh
 
@@ -128,7 +155,7 @@ def _check_callable(fn: Any, transform: str) -> None:
 # -- jit ---------------------------------------------------------------------------------------
 
 
-class Jitted:
+class Jitted(_Shared):
     """A function traced and compiled once per signature; call it like the function."""
 
     def __init__(
@@ -160,9 +187,8 @@ class Jitted:
         key = Statics.key(statics)
         staged = self._staged.get(key)
         if staged is None:
-            staged = self._staged.put(
-                key, Staged(functools.partial(self._build, statics), self.device)
-            )
+            build = functools.partial(self.builder._build, statics)
+            staged = self._staged.put(key, Staged(build, self.device))
         return staged, args, kwargs
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
@@ -213,7 +239,7 @@ class Jitted:
             bound = None
         if bound is None:
             bound = Jitted(
-                functools.partial(self.fn, instance),
+                functools.partial(self.builder.fn, instance),
                 self.device,
                 tuple(n for n in self.statics.names),
                 self.donate_argnums,
@@ -379,7 +405,7 @@ def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[An
     return loss, aux
 
 
-class Differentiated:
+class Differentiated(_Shared):
     """The function behind `accy.grad(fn)` and `accy.value_and_grad(fn)`."""
 
     def __init__(self, fn: Callable, argnums, has_aux: bool, with_value: bool):
@@ -395,20 +421,24 @@ class Differentiated:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Python scalars are differentiated where argnums points (as floats), and kept as
         # Python values elsewhere (JAX's grad passes them through untouched too).
-        count = len(args)
-        if any(type(a) is not NamedArray for a in args):
-            with depth_checked():
-                args = tuple(
-                    optree.tree_map(
-                        functools.partial(_scalar_to_array, transform=self.transform),
-                        a,
-                        namespace=NAMESPACE,
-                    )
-                    if (i in self.numbers or i - count in self.numbers)
-                    else a
-                    for i, a in enumerate(args)
-                )
+        for a in args:  # a loop, not any(...): it is per-call overhead
+            if type(a) is not NamedArray:
+                args = self._scalars_to_arrays(args)
+                break
         return self.staged((args, kwargs))
+
+    def _scalars_to_arrays(self, args: tuple) -> tuple:
+        """`args` with the Python floats of the arguments in argnums as f32 scalars (and their
+        Python ints refused); arguments without Python scalars are left as they are."""
+        count, converted = len(args), list(args)
+        to_array = functools.partial(_scalar_to_array, transform=self.transform)
+        try:
+            for i, a in enumerate(args):
+                if (i in self.numbers or i - count in self.numbers) and _holds_python_scalars(a):
+                    converted[i] = optree.tree_map(to_array, a, namespace=NAMESPACE)
+        except RecursionError:  # (a try, not depth_checked(): no generator per call)
+            raise too_deep() from None
+        return tuple(converted)
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
         wrt = _wrt_leaves(self.transform, self.argnums, leaves, treedef)
@@ -458,6 +488,16 @@ class Differentiated:
 
     def __repr__(self) -> str:
         return f"<accy.{self.transform} of {self.fn!r}>"
+
+
+def _holds_python_scalars(tree: Any) -> bool:
+    """Whether `tree` is or holds a Python scalar (its leaves' types, checked in C)."""
+    if type(tree) in PYTHON_SCALARS:
+        return True
+    if type(tree) is NamedArray:
+        return False
+    kinds = set(map(type, optree.tree_leaves(tree, namespace=NAMESPACE)))
+    return not kinds.isdisjoint(PYTHON_SCALARS)
 
 
 def _scalar_to_array(leaf: Any, transform: str = "grad") -> Any:
@@ -619,7 +659,7 @@ def _check_like(
             )
 
 
-class _Jvp:
+class _Jvp(_Shared):
     """(primals, tangents) -> (outputs, output tangents[, aux]), traced per signature."""
 
     def __init__(self, fn: Callable, has_aux: bool = False):
@@ -666,7 +706,7 @@ class _Jvp:
         return Entry(program, structure(pair), traced.captured, traced.foreign)
 
 
-class _Vjp:
+class _Vjp(_Shared):
     """(primals, output cotangents) -> one cotangent tree per primal, traced per signature."""
 
     def __init__(self, fn: Callable, has_aux: bool = False):

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..api import compile as compile_program
 from ..backends.arguments import python_values
+from ..backends.base import array_call
 from ..backends.devices import CPU, Device, as_device, holding
 from ..backends.dlpack import export_array, host_from_dlpack
 from ..caches import Group, Table
@@ -254,7 +255,7 @@ class EagerOps(OpsApi):
     def scalar(self, dtype: DType, value: Any):
         """A rank-0 constant; the ones reductions and arithmetic use repeat, so they are kept
         by (dtype, value)."""
-        key = (dtype.name, type(value), value, _is_negative_zero(value))
+        key = (dtype.name, type(value), value, type(value) is float and _is_negative_zero(value))
         try:
             found = self._scalars.get(key)
         except TypeError:  # an unhashable value: the operation library reports it
@@ -266,9 +267,10 @@ class EagerOps(OpsApi):
     def align(self, kind: str, *values):
         """Operands of one type need no broadcast: skip building the target types."""
         first = values[0].ty
-        if all(v.ty is first for v in values):
-            return list(values)
-        return super().align(kind, *values)
+        for v in values:  # a loop, not all(...): a generator costs more than the whole check
+            if v.ty is not first:
+                return super().align(kind, *values)
+        return list(values)
 
     def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
         """Run one operation of `kind` on NamedArrays now; returns its NamedArray result(s).
@@ -337,7 +339,9 @@ class EagerOps(OpsApi):
         result = builder.emit(kind, parameters, attrs)
         program = builder.build(result)
         results = tuple(intern(t) for t in result_types)
-        return weakref.ref(compile_program(program, self.device)), results, rule.multiple_results
+        # The executable's call, held weakly: the executables cache decides how long it lives.
+        call = array_call(compile_program(program, self.device))
+        return weakref.ref(call), results, rule.multiple_results
 
     def _create(self, kind: str, attrs: Attrs) -> NamedArray:
         """Creation kinds (constants, iota) are evaluated with NumPy, not compiled: their
@@ -361,16 +365,17 @@ def _attrs_key(attrs: Any) -> Any:
     """A cheap hashable stand-in for `attrs` (a dict of plain values, as the operation library
     passes them), or None when its values do not hash (lists): then `Attrs` normalizes them."""
     if not attrs:
-        return _NO_ATTRS
-    if isinstance(attrs, Attrs):
+        return ()  # hashed in C (an `Attrs` hashes in Python)
+    if type(attrs) is not dict and isinstance(attrs, Attrs):  # (an ABC's isinstance is slow)
         return attrs
     key = tuple(attrs.items())
     try:
         hash(key)
     except TypeError:
         return None
-    if any(_is_negative_zero(value) for _, value in key):
-        return (*key, "-0.0")  # -0.0 == 0.0 in Python; as a constant it is another number
+    for _, value in key:  # a loop, not any(...): every eager operation passes here
+        if type(value) is float and _is_negative_zero(value):
+            return (*key, "-0.0")  # -0.0 == 0.0 in Python; as a constant it is another number
     return key
 
 

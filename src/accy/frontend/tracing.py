@@ -29,6 +29,7 @@ import numpy as np
 import optree
 
 from ..api import compile as compile_program
+from ..backends.base import array_call
 from ..backends.devices import CPU, Device
 from ..caches import Group, Table, limit
 from ..config import config
@@ -123,17 +124,25 @@ def flatten(tree: Any) -> tuple[list[Any], Any]:
     """The leaves of `tree` and its structure. Dicts, lists, tuples, named tuples and (on first
     sight, registered then) dataclass instances are nodes; None is an empty node. A tree nested
     deeper than TREE_DEPTH_LIMIT is a TreeTooDeep error."""
+    leaves, treedef, _ = flatten_with_kinds(tree)
+    return leaves, treedef
+
+
+def flatten_with_kinds(tree: Any) -> tuple[list[Any], Any, set[type]]:
+    """`flatten(tree)`, and the set of its leaves' types (which a call's fast path asks for)."""
     try:
         leaves, treedef = optree.tree_flatten(tree, namespace=NAMESPACE)
     except RecursionError:
         raise too_deep() from None
-    for leaf in leaves:
-        if type(leaf) is NamedArray:
-            continue
-        if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
-            register_dataclass(type(leaf))
-            return flatten(tree)
-    return leaves, treedef
+    # Per kind of leaf, not per leaf (set and map loop in C): a training step's few hundred
+    # arrays are one kind. A leaf that is a dataclass (not a dataclass class: its kind is
+    # `type`) is of a dataclass kind.
+    kinds = set(map(type, leaves))
+    for kind in kinds:
+        if kind is not NamedArray and dataclasses.is_dataclass(kind):
+            register_dataclass(kind)
+            return flatten_with_kinds(tree)
+    return leaves, treedef, kinds
 
 
 def unflatten(treedef: Any, leaves: Sequence[Any]) -> Any:
@@ -576,8 +585,9 @@ class Entry:
     captured: list[Any]
     foreign: bool
     out_types: tuple[TensorType, ...] = ()
-    # device -> a weak reference to the program compiled there (`accy.caches`: the executables
-    # cache decides which stay alive)
+    # device -> a weak reference to the call of the program compiled there (its `array_call`,
+    # which lives as long as the executable: `accy.caches`' executables cache decides which
+    # stay alive)
     compiled: dict[Device, Any] = dataclasses.field(default_factory=dict)
     donate: tuple[int, ...] = ()  # program inputs the call may overwrite (`accy.jit`)
     locations: dict[int, str] = dataclasses.field(default_factory=dict)  # op id -> user line
@@ -637,6 +647,7 @@ def _note_forgotten_signature(name: str, bound: Any) -> None:
 SIGNATURES = Group("jit signatures", "jit_signatures_max_entries")
 FAST_SIGNATURES = Group("jit signatures by type identity", "jit_signatures_max_entries")
 
+_ONLY_NAMED_ARRAYS = {NamedArray}
 _device_of = operator.attrgetter("device")
 _type_of = operator.attrgetter("ty")
 _array_of = operator.attrgetter("array")
@@ -657,8 +668,10 @@ class Staged:
         self.static_scalars = static_scalars
         self.cache: Table = SIGNATURES.table()
         # Positional NamedArrays only, no keywords (the usual call): (device, ids of the
-        # argument types) -> (those types, kept alive so that the ids stay theirs; the entry;
-        # a weak reference to its compiled program, captured arrays and output devices there).
+        # argument types) -> what `call` needs, bound once (`_remember_fast`): a weak reference
+        # to the compiled program's call, the captured arrays, the one output's type (or None),
+        # the outputs' structure, types and devices, and the argument types (kept alive, so
+        # that the ids stay theirs).
         self.flat: Table = FAST_SIGNATURES.table()
         self.traces = 0  # how many times a program was built (a cache miss): for tests
 
@@ -693,73 +706,88 @@ class Staged:
 
     def call(self, args: tuple, kwargs: dict) -> Any:
         """Run on `(args, kwargs)`. The fast path, where the call overhead matters: every
-        argument a NamedArray on one device, and no keywords."""
+        argument a NamedArray on one device, no keywords, a signature run before (`flat`)
+        whose compiled program is alive, and `debug_nans` off; everything else (a first call,
+        a released program, keywords, trees, scalars, NaN checks) takes the general path."""
         if not kwargs and args:
             device = args[0].device if type(args[0]) is NamedArray else None
-            key = [device]
+            key, arrays = [device], []
             for a in args:
                 if type(a) is not NamedArray or a.device is not device:
                     break
                 key.append(id(a.ty))
+                arrays.append(a.array)
             else:
-                found = self.flat.get(tuple(key))
-                # The executables cache owns compiled programs: one it dropped is compiled again.
-                compiled = None if found is None else found[2]()
-                if compiled is not None and (self.device is None or self.device == device):
-                    _, entry, _, captured, devices = found
-                    arrays = [a.array for a in args]
-                    outputs = compiled(*arrays, *captured)
-                    if config.debug_nans:
-                        check_outputs(entry, [*arrays, *captured], outputs)
-                    if entry.prints:
-                        outputs = show_prints(entry, outputs, device)
-                    if entry.single:
-                        return NamedArray(outputs[0], entry.out_types[0], device)
-                    # map() wraps the outputs in C, a list comprehension costs ~2x as much
-                    return unflatten(
-                        entry.out_treedef, list(map(NamedArray, outputs, entry.out_types, devices))
-                    )
+                key = tuple(key)
+                found = self.flat.get(key)
+                if found is not None:
+                    run, captured, single, treedef, out_types, devices, _ = found
+                    # The executables cache owns compiled programs: one it dropped is None.
+                    run = run()
+                    if run is not None and not config.debug_nans:
+                        outputs = run(*arrays, *captured)
+                        if single is not None:
+                            return NamedArray(outputs[0], single, device)
+                        # map() wraps the outputs in C, a list comprehension costs ~2x as much
+                        return unflatten(
+                            treedef, list(map(NamedArray, outputs, out_types, devices))
+                        )
                 result = self((args, kwargs))
-                entry = self.cache.get((structure((args, kwargs)), tuple(a.ty for a in args)))
-                if entry is not None and device in entry.compiled:
-                    self.flat.put(
-                        tuple(key),
-                        (
-                            tuple(a.ty for a in args),
-                            entry,
-                            entry.compiled[device],
-                            entry.captured_arrays[device],
-                            (device,) * len(entry.out_types),
-                        ),
-                    )
+                self._remember_fast(key, args, device)
                 return result
         return self((args, kwargs))
 
+    def _remember_fast(self, key: tuple, args: tuple, device: Device) -> None:
+        """Record the call just run on the positional NamedArrays `args` for the fast path of
+        `call`: what it needs bound once (the compiled program's call, held weakly; the captured
+        arrays; how to wrap the outputs). Entries that print (`accy.debug_print`) are left to
+        the general path, as is a device other than this Staged's own."""
+        entry = self.cache.get((structure((args, {})), tuple(a.ty for a in args)))
+        if entry is None or entry.prints or device not in entry.compiled:
+            return
+        held = entry.compiled[device]
+        if held() is None or self.device not in (None, device):
+            return
+        single = entry.out_types[0] if entry.single else None
+        self.flat.put(
+            key,
+            (
+                held,
+                entry.captured_arrays[device],
+                single,
+                entry.out_treedef,
+                entry.out_types,
+                (device,) * len(entry.out_types),
+                tuple(a.ty for a in args),  # kept alive, so that the ids in `key` stay theirs
+            ),
+        )
+
     def __call__(self, tree: Any) -> Any:
         """Run on `tree` (the arguments): its leaves must be arrays or scalars."""
-        leaves, treedef = flatten(tree)
+        leaves, treedef, kinds = flatten_with_kinds(tree)
         # The fast path: every leaf a NamedArray on one device (checked with set and map,
         # which loop in C: a training step passes a few hundred arrays on every call).
-        if set(map(type, leaves)) != {NamedArray}:
+        if kinds != _ONLY_NAMED_ARRAYS:
             return self._call_general(tree, leaves, treedef)
         devices = set(map(_device_of, leaves))
         device = self.device or (next(iter(devices)) if len(devices) == 1 else None)
         if device is None or devices != {device}:
             return self._call_general(tree, leaves, treedef)
-        entry = self.entry(leaves, treedef, (treedef, tuple(map(_type_of, leaves))))
+        key = (treedef, tuple(map(_type_of, leaves)))
+        entry = self.cache.get(key) or self.entry(leaves, treedef, key)
         if entry.foreign:  # it read values of an enclosing trace: it runs there
             return inline(entry, enclosing_builder(entry.captured), leaves)
         return self.run_concrete(entry, list(map(_array_of, leaves)), device)
 
     def run_concrete(self, entry: Entry, arrays: list[Any], device: Device) -> Any:
         held = entry.compiled.get(device)
-        compiled = None if held is None else held()
-        if compiled is None:  # not compiled yet, or released by the executables cache
+        run = None if held is None else held()
+        if run is None:  # not compiled yet, or released by the executables cache
             with without_collection():
-                compiled = compile_program(entry.program, device, donate=entry.donate)
-            entry.compiled[device] = weakref.ref(compiled)
+                run = array_call(compile_program(entry.program, device, donate=entry.donate))
+            entry.compiled[device] = weakref.ref(run)
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
-        outputs = compiled(*arrays, *entry.captured_arrays[device])
+        outputs = run(*arrays, *entry.captured_arrays[device])
         if config.debug_nans:
             check_outputs(entry, [*arrays, *entry.captured_arrays[device]], outputs)
         if entry.prints:

@@ -23,7 +23,7 @@ import numpy as np
 from ...core import Program
 from ...errors import DonationError
 from ...lower.buffers import ALIGNMENT, donation_aliases
-from ..arguments import check_count, held_dtype, host_array, is_exact, where
+from ..arguments import all_exact, check_count, held_dtype, host_array, is_exact, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
 from ..buffers import addresses_of, check_donated_apart, donated_positions, numpy_data_offset
 from ..devices import CPU
@@ -129,69 +129,71 @@ class CpuExecutable(Executable):
 
     # -- the call on arrays ---------------------------------------------------------------------
 
+    def array_call(self) -> Callable[..., list[np.ndarray]]:
+        """The function `__call__` runs, for callers that keep it (weakly: it lives as long as
+        this executable) to skip the method call: `accy.jit`'s and the eager operations' fast
+        paths."""
+        return self._call
+
     def _array_call(self) -> Callable[..., list[np.ndarray]]:
         """The function `__call__` runs: arrays of the right dtype, shape and layout pass with
-        four comparisons each; anything else goes through `host_array`'s rule, which raises
-        `InvalidInput` before native code runs."""
+        four comparisons each (`all_exact`); anything else goes through `host_array`'s rule,
+        which raises `InvalidInput` before native code runs. One function per way of running
+        (through the arrays or their addresses, holding the GIL or the lock), so that a call
+        is one Python frame and the native call."""
         name, types = self.program.name, self.parameter_types
         checks = [(t.extents, held_dtype(t)) for t in types]
         # bf16 arrays (ml_dtypes) hold the very bits native code reads: no conversion.
-        shapes = [(t.extents, held_dtype(t)) for t in self.output_types]
+        out_extents = [t.extents for t in self.output_types]
+        out_dtypes = [held_dtype(t) for t in self.output_types]
         count, ndarray, empty = len(checks), np.ndarray, np.empty
-        run = self._runner()
 
-        def call(*arrays: Any) -> list[np.ndarray]:
-            if len(arrays) != count:
-                check_count(name, types, len(arrays))
-            objects = []
-            # Lengths are equal (checked above): strict=True would only add its own check.
-            for position, (value, (extents, dtype)) in enumerate(zip(arrays, checks, strict=False)):
-                if not is_exact(value, ndarray, extents, dtype):
-                    value = host_array(value, types[position], where(name, position))
-                objects.append(value)
-            outputs = [empty(extents, dtype) for extents, dtype in shapes]
-            return run(objects, outputs)
+        def checked(arrays: tuple) -> list[np.ndarray]:
+            check_count(name, types, len(arrays))
+            pairs = enumerate(zip(arrays, types, strict=True))
+            return [host_array(a, t, where(name, i)) for i, (a, t) in pairs]
 
-        return call
-
-    def _runner(self):
-        """`run(inputs, outputs) -> results` on checked arrays, by the fastest way there is."""
+        # The code and memory every call uses must outlive it: each function holds them.
+        holds = (self.library, self._workspace)
+        lock = self._lock
         if not self.takes_arrays:
-            return self._address_runner()
-        call, address, lock = self._arrays_call, self._arrays_call_address, self._lock
-        pack, entry, offset = self._pack_ids, self.native_arrays_entry, IDS_OFFSET
-        holds = (self.library, self._workspace)  # the code and memory must outlive every call
+            buffers, pack_buffers, native = self._buffers, self._pack_buffers, self.native_entry
+            arguments = (self._buffers_address, self._workspace_address)
 
-        def run_holding_gil(inputs: list, outputs: list, _holds=holds) -> list[np.ndarray]:
+            def call_by_address(*arrays: Any, _holds=holds) -> list[np.ndarray]:
+                if len(arrays) != count or not all_exact(arrays, ndarray, checks):
+                    arrays = checked(arrays)
+                outputs = list(map(empty, out_extents, out_dtypes))
+                addresses = addresses_of([*arrays, *outputs])
+                with lock:
+                    pack_buffers(buffers, 0, *addresses)
+                    native(*arguments)
+                return outputs
+
+            return call_by_address
+
+        struct_, address = self._arrays_call, self._arrays_call_address
+        pack, entry, offset = self._pack_ids, self.native_arrays_entry, IDS_OFFSET
+
+        def call_holding_gil(*arrays: Any, _holds=holds) -> list[np.ndarray]:
+            if len(arrays) != count or not all_exact(arrays, ndarray, checks):
+                arrays = checked(arrays)
+            outputs = list(map(empty, out_extents, out_dtypes))
             # No thread switch can happen between packing and the call, nor during it.
-            pack(call, offset, *map(id, inputs), *map(id, outputs))
+            pack(struct_, offset, *map(id, arrays), *map(id, outputs))
             entry(address)
             return outputs
 
-        def run(inputs: list, outputs: list, _holds=holds) -> list[np.ndarray]:
+        def call(*arrays: Any, _holds=holds) -> list[np.ndarray]:
+            if len(arrays) != count or not all_exact(arrays, ndarray, checks):
+                arrays = checked(arrays)
+            outputs = list(map(empty, out_extents, out_dtypes))
             with lock:
-                pack(call, offset, *map(id, inputs), *map(id, outputs))
+                pack(struct_, offset, *map(id, arrays), *map(id, outputs))
                 entry(address)
             return outputs
 
-        return run_holding_gil if self.holds_gil else run
-
-    def _address_runner(self):
-        """The runner through buffer addresses (where native code cannot read NumPy's arrays)."""
-        # Held by the closure (not through `self`, which would make a cycle that only the
-        # garbage collector breaks): the code and the memory must outlive every call.
-        library, workspace, lock = self.library, self._workspace, self._lock
-        buffers, pack, entry = self._buffers, self._pack_buffers, self.native_entry
-        arguments = (self._buffers_address, self._workspace_address)
-
-        def run(inputs: list, outputs: list, _holds=(library, workspace)) -> list[np.ndarray]:
-            addresses = addresses_of([*inputs, *outputs])
-            with lock:
-                pack(buffers, 0, *addresses)
-                entry(*arguments)
-            return outputs
-
-        return run
+        return call_holding_gil if self.holds_gil else call
 
 
 class DonatingExecutable:

@@ -54,6 +54,7 @@ def _gemm(g: ConvGeometry, blas: bool, ctype: str, a: str, b: str, c: str, beta:
     """The tile's GEMM: rows form c[count, outputs] = a[count, depth] @ b[depth, outputs];
     columns form c[outputs, depth] = beta * c + a[count, outputs]ᵀ @ b[count, depth]."""
     function = "accy_sgemm" if g.dtype == "f32" else "accy_dgemm"
+    a, b, c = f"({a})", f"({b})", f"({c})"
     if g.form == "rows":
         if blas:
             return [

@@ -2,7 +2,9 @@
 loss and its gradients in the input and the kernel against JAX's (`lax.conv_general_dilated`
 under `jax.grad`, in float64), for strides, paddings (asymmetric, negative), dilations, input
 dilation, odd sizes, one to three spatial axes, a channels-first layout, several parts of
-tiles, float64, and without a BLAS; each checked to run as kept convs, not their composition."""
+tiles, float64, and without a BLAS (the f32 tiles multiply in AVX-512 micro-kernels where the
+compiler targets AVX-512, f64 in BLAS or loops); each checked to run as kept convs, not their
+composition."""
 
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ CASES = {
     "input-dilated": _case((5, 4), (3, 3), lhs_dilation=(2, 1), padding=((1, 2), (0, 1))),
     "strided-dilated-large-window": _case((11, 10), (5, 4), stride=2, dilation=2, padding="same"),
     "one-channel": _case((8, 8), (3, 3), channels=1, outputs=4),
+    "many-outputs": _case((5, 4), (3, 3), channels=2, outputs=70, batch=1),  # bands of vectors
     "one-dimensional": _case((13,), (4,), stride=2, padding="same"),
     "three-dimensional": _case((5, 4, 6), (3, 2, 3), channels=2, outputs=3, stride=(1, 2, 1)),
 }
@@ -208,12 +211,16 @@ def test_float64_convs_run_in_dgemm():
     _check(cases, dtype=f64, seed=3, tolerance=1e-12)
 
 
-def test_without_a_blas_the_tiles_multiply_in_loops(monkeypatch):
+@pytest.mark.parametrize("dtype", [f32, f64], ids=["f32", "f64"])
+def test_without_a_blas_the_tiles_multiply_in_loops_or_micro_kernels(monkeypatch, dtype):
+    """f64 multiplies in plain loops then; f32 in the AVX-512 micro-kernels where the compiler
+    targets AVX-512, else in loops too."""
     from accy.backends.cpu import compile as cpu_compile
 
     monkeypatch.setattr(cpu_compile, "find_blas", lambda: None)
     c = _case((6, 7), (3, 3), channels=2, outputs=3, batch=3, stride=(1, 2))
-    _check({"strided": c, "three-dimensional": CASES["three-dimensional"]}, seed=4)
+    cases = {"strided": c, "three-dimensional": CASES["three-dimensional"]}
+    _check(cases, dtype=dtype, seed=4, tolerance=2e-5 if dtype == f32 else 1e-12)
 
 
 def test_grouped_and_half_precision_convs_are_composed():

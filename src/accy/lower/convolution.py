@@ -34,6 +34,7 @@ TILE_BYTES = 192 << 10  # the patch matrix of one tile: a good part of the L2, w
 MAX_TILE_ROWS = 512
 MIN_TILE_ROWS = 16
 PARALLEL_WORK = 1 << 22  # rows * depth * outputs from which tiles are shared among threads
+VECTOR = 16  # f32 lanes of an AVX-512 register
 PARTS = 8  # at most this many parts share a conv's tiles (the step emitters' CHUNKS)
 
 
@@ -72,10 +73,23 @@ class ConvGeometry:
         return math.prod(self.column_extents) * self.inner
 
     @property
+    def vectorized(self) -> bool:
+        """Whether the tiles multiply in the CPU's own AVX-512 micro-kernels where the
+        compiler targets AVX-512 (f32), rather than in BLAS."""
+        return self.dtype == "f32"
+
+    @property
+    def stride(self) -> int:
+        """Elements from one patch row to the next: in the vectorized columns form, the depth
+        rounded up to whole vectors (the micro-kernel's loads run along it)."""
+        if self.vectorized and self.form == "columns":
+            return -(-self.depth // VECTOR) * VECTOR
+        return self.depth
+
+    @property
     def tile(self) -> int:
         """Rows per tile: a patch tile of about `TILE_BYTES`."""
-        item = 4 if self.dtype == "f32" else 8
-        rows = TILE_BYTES // max(self.depth * item, 1)
+        rows = TILE_BYTES // max(self.stride * self.item, 1)
         return max(MIN_TILE_ROWS, min(MAX_TILE_ROWS, rows, self.rows))
 
     @property
@@ -94,13 +108,22 @@ class ConvGeometry:
     def item(self) -> int:
         return 4 if self.dtype == "f32" else 8
 
+    @property
+    def padded_outputs(self) -> int:
+        """The outputs rounded up to whole vectors: the columns of the vectorized rows form's
+        copy of the kernel (zeros past the outputs, so that every load is a whole vector)."""
+        return -(-self.outputs // VECTOR) * VECTOR
+
     def scratch(self) -> tuple[tuple[str, int], ...]:
         """Workspace names and sizes in bytes: a patch tile per part; in the columns form a
-        partial result per part as well."""
-        patches = ("patches", self.parts * self.tile * self.depth * self.item)
-        if self.form == "rows" or self.parts == 1:  # one part writes the result itself
-            return (patches,)
-        return (patches, ("partial", self.parts * self.outputs * self.depth * self.item))
+        partial result per part as well (with more than one part); in the vectorized rows
+        form the kernel padded to whole vectors."""
+        scratch = [("patches", self.parts * self.tile * self.stride * self.item)]
+        if self.form == "columns" and self.parts > 1:  # one part writes the result itself
+            scratch.append(("partial", self.parts * self.outputs * self.depth * self.item))
+        if self.form == "rows" and self.vectorized:
+            scratch.append(("weights", self.depth * self.padded_outputs * self.item))
+        return tuple(scratch)
 
 
 def _form(x: TensorType, kernel: TensorType, result: TensorType, spatial) -> str:

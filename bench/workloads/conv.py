@@ -6,8 +6,8 @@ cross-entropy against integer labels, averaged over the batch. Gradients with re
 kernels and w. Kernels are laid out {height, width, channel, out} (JAX's HWIO); the peers read
 the same arrays (PyTorch in its NCHW / OIHW order, permuted inside the step).
 
-Each convolution is the kind `conv` (cuDNN on CUDA, im2col and BLAS on the CPU); its
-gradients are convolutions too.
+Each convolution is the kind `conv` (cuDNN on CUDA, the tiled implicit GEMM of
+`accy.lower.convolution` on the CPU); its gradients are convolutions too.
 
 In bf16 the input, the kernels and the activations are bf16 (each convolution sums in f32 and
 rounds once), the classifier's contraction keeps its f32 sum (`wide`) and the cross-entropy is

@@ -126,7 +126,9 @@ def test_conv_gradients_agree_with_the_reference_on_every_device(device):
     expected = accy.reference.run(program, args)
     got = _numpy(accy.compile(program, device)(*args))
     for g, e in zip(got, expected, strict=True):
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+        # Sums of up to ~500 f32 products in another order: rounding scales with the largest
+        # values (thousands here), so the absolute tolerance does too.
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6 * float(np.abs(e).max()))
 
 
 # CUDA without a GPU: the plan and schedule of a conv cuDNN would run (cuDNN faked) -----------

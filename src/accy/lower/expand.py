@@ -1,10 +1,10 @@
 """Kinds that a backend lowers as a composition of other kinds, rewritten before planning.
 
 `conv` becomes its im2col composition (`core/windows.py`, `conv_by_windows`: pad, strided
-slices, one contraction): on the CPU that contraction is one BLAS GEMM, which is what a
-direct convolution would call too. A backend with a convolution library (cuDNN) passes
-`keep`: for each conv it can run, the axis orders its operands must have (a library wants
-one layout, channels last); the conv is then kept, its operands transposed to those orders
+slices, one contraction) unless the backend keeps it. A backend with a convolution kernel
+(cuDNN; the CPU's tiled implicit GEMM, `accy.lower.convolution`) passes `keep`: for each conv
+it can run, the axis orders its operands must have (channels last, or first for a kernel
+gradient's contracted batch); the conv is then kept, its operands transposed to those orders
 (copies where the order differs: the planner stores them contiguously) and its result
 transposed back. `keep` returns None for the others, which are composed.
 """

@@ -117,7 +117,7 @@ OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
     "scatter": lambda op: [("init", "inline"), ("updates", "inline"), ("updates", "inline")],
     "dot_general": _all_buffers,
     "custom_call": _all_buffers,
-    "conv": _all_buffers,  # kept whole only for a library (cuDNN), which reads buffers
+    "conv": _all_buffers,  # kept whole for a library (cuDNN) or the CPU's kernel: buffers
     "scan": _all_buffers,
     "cond": _all_buffers,
     "while_loop": _all_buffers,

@@ -506,6 +506,8 @@ def _scratch(
         return _half_gemm_scratch(op)
     if kind == "dot" and (op.type.dtype in BLAS_DTYPES or is_half_gemm(op)):
         return _gemm_scratch(op, detail)
+    if kind == "conv" and target.conv_scratch is not None:
+        return tuple(Scratch(name, nbytes) for name, nbytes in target.conv_scratch(op))
     if kind == "reduce" and detail.needs_accumulator or kind == "scatter" and op.type.dtype == bf16:
         return (Scratch("accumulator", op.type.size * 4),)
     return ()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..core import Operation
+from .convolution import cpu_orders, cpu_scratch
 from .expand import Keep, compose_all
 
 
@@ -43,7 +46,9 @@ class Target:
     of HBM and saves a launch, a CPU from its L2 instead of memory. Both take it; the values are
     the unchained plan's bits (each phase computes what its step computed).
     `keep`: which kinds that have a composition the target runs whole, on operands in which
-    layout (`accy.lower.expand`; by default every such kind is composed).
+    layout (`accy.lower.expand`; by default every such kind is composed). `conv_scratch`: the
+    workspace (names and bytes) of a conv kept for the target's own kernel (the CPU's tiled
+    implicit GEMM, `accy.lower.convolution`); None where a library brings its own (cuDNN).
 
     >>> CPU.half_gemms_in_float32, GPU.recomputes_transcendentals
     (True, True)
@@ -58,6 +63,7 @@ class Target:
     epilogue_excludes: frozenset[str] = frozenset()
     chains_reductions: bool = True
     keep: Keep = compose_all
+    conv_scratch: Callable[[Operation], tuple[tuple[str, int], ...]] | None = None
 
 
 VECTOR_MATH = frozenset(
@@ -66,7 +72,7 @@ VECTOR_MATH = frozenset(
 """What the CPU's vectorized loops compute with libmvec's variants (`logistic` calls `expf`);
 `accy.backends.cpu.vector_math` declares them."""
 
-CPU = Target(epilogue_excludes=VECTOR_MATH)
+CPU = Target(epilogue_excludes=VECTOR_MATH, keep=cpu_orders, conv_scratch=cpu_scratch)
 GPU = Target(
     half_gemms_in_float32=False,
     recomputes_transcendentals=True,

@@ -21,8 +21,8 @@ Why a kind (and groups only in the values API, as a paired axis): the derivative
 it. The JVP is bilinear; the transpose in the input is a convolution of the cotangent with the
 flipped kernel (outputs contracted, stride and lhs_dilation swapped); the transpose in the
 kernel is a convolution of the input with the cotangent (batch axes contracted, stride and
-rhs_dilation swapped), as JAX's. The backends lower it whole (cuDNN) or as the im2col
-composition (`core/windows.py`).
+rhs_dilation swapped), as JAX's. The backends lower it whole (cuDNN; the CPU's tiled implicit
+GEMM, `accy.lower.convolution`) or as the im2col composition (`core/windows.py`).
 """
 
 from __future__ import annotations

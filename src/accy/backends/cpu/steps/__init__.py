@@ -7,6 +7,7 @@ from collections.abc import Callable
 from .calls import emit_copy, emit_custom_call
 from .context import StepContext
 from .control import emit_cond, emit_while
+from .conv import emit_conv
 from .dot import emit_dot
 from .group import emit_group
 from .loop import emit_loop
@@ -23,6 +24,7 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
     "group": emit_group,
     "scatter": emit_scatter,
     "dot": emit_dot,
+    "conv": emit_conv,
     "custom_call": emit_custom_call,
     "copy": emit_copy,
     "scan": emit_scan,

@@ -1,0 +1,313 @@
+"""conv: the tiled implicit GEMM of `accy.lower.convolution` (patch tiles in cache).
+
+Each part of the tiles (a fixed number, by shape) has its own patch tile in the workspace and
+runs its tiles in order: gather the tile's windows (one `memcpy` of the innermost run per row
+and window offset, zeros where the window meets padding or an input dilation's hole), then
+multiply. In the `rows` form the product is the tile's result rows; in the `columns` form it is
+added into the part's partial result, and the partials are summed in part order afterwards.
+
+The multiplication: f32 where the compiler targets AVX-512, register-blocked micro-kernels of
+our own (`rows`: a block of patch rows times a band of kernel columns, an accumulator register
+per row and vector of columns; `columns`: a block of outputs times a band of patch columns),
+fused multiply-adds; the AVX2 BLAS this project's machines run reaches half of that. Otherwise
+BLAS GEMMs (f64, or a machine without AVX-512), or plain loops where no BLAS was found. Each
+result element is summed in one order, fixed by the shape: the threads never change it.
+"""
+
+from __future__ import annotations
+
+from ....codegen.c.dialect import GCC
+from ....codegen.c.loops import PARALLEL_FOR, nest
+from ....lower.convolution import VECTOR, ConvGeometry, geometry
+from ..loops import PARALLEL_WORK
+from .context import StepContext
+from .dot import NO_TRANS, ROW_MAJOR, TRANS
+
+VECTORS = """#ifdef __AVX512F__
+typedef float accy_v16 __attribute__((vector_size(64)));
+typedef float accy_v16u __attribute__((vector_size(64), aligned(4)));
+#endif"""
+# Fused multiply-adds in the micro-kernels only (the unit is built with -ffp-contract=off, so
+# that elementwise code rounds as the reference does); BLAS fuses them too.
+FUSED = '__attribute__((optimize("fp-contract=fast")))'
+# Accumulator rows of a micro-kernel by its vectors of columns: 24 of the 32 registers hold
+# accumulators, the rest the loaded vectors and the broadcast.
+BLOCK_ROWS = {4: 6, 3: 8, 2: 12, 1: 12}
+BAND = 4  # vectors of columns per micro-kernel
+
+
+def _store(pointer: str, acc: str, last: bool, add: str | None) -> list[str]:
+    """Store (or, where `add` holds at run time, add) vector `acc` at `pointer`; a `last`
+    vector stores only its first `last` lanes."""
+    full = f"*(accy_v16u *)({pointer})"
+    if not last:
+        if add is None:
+            return [f"{full} = {acc};"]
+        return [f"if ({add}) {full} += {acc}; else {full} = {acc};"]
+    lines = [f"if (last == {VECTOR}) {{"]
+    lines += ["  " + line for line in _store(pointer, acc, False, add)]
+    lines += ["} else {", "  accy_v16 v = {0};"]
+    if add is not None:
+        lines.append(f"  if ({add}) memcpy(&v, {pointer}, last * sizeof(float));")
+    lines += [f"  v += {acc};", f"  memcpy({pointer}, &v, last * sizeof(float));", "}"]
+    return lines
+
+
+def _micro_kernel(form: str, rows: int, band: int) -> tuple[str, str]:
+    """The name and C of one micro-kernel: `rows` accumulator rows times `band` vectors.
+
+    rows form: out[r, v] = sum_k p[r * ldp + k] * w[k * ldw + v] over `depth` k.
+    columns form: out[r, v] (+)= sum_t g[t * ldg + r] * p[t * ldp + v] over `count` t.
+    """
+    name = f"accy_conv_{form}_{rows}x{band}"
+    accs = [[f"a{r}_{j}" for j in range(band)] for r in range(rows)]
+    declare = "accy_v16 " + ", ".join(f"{a} = {{0}}" for row in accs for a in row) + ";"
+    if form == "rows":
+        params = (
+            "const float *restrict p, int64_t ldp, const float *restrict w, int64_t ldw, "
+            "float *restrict out, int64_t ldo, int64_t depth, int64_t last"
+        )
+        loop = ["for (int64_t k = 0; k < depth; ++k) {", "  const float *wk = w + k * ldw;"]
+        loop += [
+            f"  const accy_v16 w{j} = *(const accy_v16u *)(wk + {j * VECTOR});" for j in range(band)
+        ]
+        for r in range(rows):
+            loop.append(f"  {{ const float b = p[{r} * ldp + k];")
+            loop += [f"    {accs[r][j]} += b * w{j};" for j in range(band)]
+            loop.append("  }")
+        add = None
+    else:
+        params = (
+            "const float *restrict g, int64_t ldg, const float *restrict p, int64_t ldp, "
+            "float *restrict out, int64_t ldo, int64_t count, int64_t last, int add"
+        )
+        loop = ["for (int64_t t = 0; t < count; ++t) {", "  const float *pt = p + t * ldp;"]
+        loop += [
+            f"  const accy_v16 w{j} = *(const accy_v16u *)(pt + {j * VECTOR});" for j in range(band)
+        ]
+        for r in range(rows):
+            loop.append(f"  {{ const float b = g[t * ldg + {r}];")
+            loop += [f"    {accs[r][j]} += b * w{j};" for j in range(band)]
+            loop.append("  }")
+        add = "add"
+    loop.append("}")
+    stores = []
+    for r in range(rows):
+        for j in range(band):
+            pointer = f"out + {r} * ldo + {j * VECTOR}"
+            stores += _store(pointer, accs[r][j], j == band - 1, add)
+    body = [declare, *loop, *stores]
+    text = (
+        f"#ifdef __AVX512F__\n{FUSED}\nstatic void {name}({params}) {{\n"
+        + "".join(f"  {line}\n" for line in body)
+        + "}\n#endif"
+    )
+    return name, text
+
+
+def _declare_once(ctx: StepContext, text: str) -> None:
+    if text not in ctx.unit.declarations:
+        ctx.unit.declare(text)
+
+
+def _patch_rows(g: ConvGeometry, ctype: str, x: str, patches: str) -> list[str]:
+    """Fill `patches` (rows `t` of `count`, from row `start`) with the windows of the input."""
+    d = len(g.extents)
+    lines = ["int64_t rest = start + t;"]
+    for i in reversed(range(d)):
+        lines.append(f"const int64_t r{i} = rest % {g.row_extents[i]}; rest /= {g.row_extents[i]};")
+    lines.append(f"{ctype} *dst = {patches} + t * {g.stride};")
+    address = "rest"
+    for i in range(d):
+        address = f"({address}) * {g.extents[i]} + i{i}"
+    run = f"{g.inner} * sizeof({ctype})"
+    inner = [
+        f"if (ok{d - 1}) memcpy(dst, {x} + (({address}) * {g.inner}), {run});",
+        f"else memset(dst, 0, {run});",
+        f"dst += {g.inner};",
+    ]
+    for i in reversed(range(d)):
+        dilated = (g.extents[i] - 1) * g.lhs_dilation[i] + 1
+        ld = g.lhs_dilation[i]
+        holes = f" && p{i} % {ld} == 0" if ld > 1 else ""
+        previous = f"ok{i - 1} && " if i else ""
+        header = [
+            f"const int64_t p{i} = r{i} * {g.row_step[i]} + q{i} * {g.column_step[i]} - "
+            f"({g.low[i]});",
+            f"const int ok{i} = {previous}p{i} >= 0 && p{i} < {dilated}{holes};",
+            f"const int64_t i{i} = p{i} / {ld};",
+        ]
+        inner = nest([(f"q{i}", g.column_extents[i])], header + inner)
+    lines += inner
+    if g.stride > g.depth:  # the vectors' lanes past the depth multiply as zeros
+        lines.append(f"memset(dst, 0, {g.stride - g.depth} * sizeof({ctype}));")
+    return lines
+
+
+def _library_gemm(
+    g: ConvGeometry, blas: bool, ctype: str, a: str, b: str, c: str, beta: str
+) -> list[str]:
+    """The tile's GEMM by BLAS (or loops): rows form c[count, outputs] = a[count, depth] @
+    b[depth, outputs]; columns form c[outputs, depth] = beta * c + a[count, outputs]ᵀ @
+    b[count, depth]."""
+    function = "accy_sgemm" if g.dtype == "f32" else "accy_dgemm"
+    a, b, c = f"({a})", f"({b})", f"({c})"
+    if g.form == "rows":
+        if blas:
+            return [
+                f"{function}({ROW_MAJOR}, {NO_TRANS}, {NO_TRANS}, count, {g.outputs}, {g.depth}, "
+                f"1, {a}, {g.stride}, {b}, {g.outputs}, 0, {c}, {g.outputs});"
+            ]
+        product = f"{a}[t * {g.stride} + k] * {b}[k * {g.outputs} + o]"
+        return nest(
+            [("t", "count"), ("o", g.outputs)],
+            [f"{ctype} acc = 0;", f"for (int64_t k = 0; k < {g.depth}; ++k) acc += {product};"]
+            + [f"{c}[t * {g.outputs} + o] = acc;"],
+            bounds={"t": ("0", "count")},
+        )
+    if blas:
+        return [
+            f"{function}({ROW_MAJOR}, {TRANS}, {NO_TRANS}, {g.outputs}, {g.depth}, count, "
+            f"1, {a}, {g.outputs}, {b}, {g.stride}, {beta}, {c}, {g.depth});"
+        ]
+    product = f"{a}[t * {g.outputs} + o] * {b}[t * {g.stride} + k]"
+    return nest(
+        [("o", g.outputs), ("k", g.depth)],
+        [
+            f"{ctype} acc = ({beta}) ? {c}[o * {g.depth} + k] : 0;",
+            f"for (int64_t t = 0; t < count; ++t) acc += {product};",
+            f"{c}[o * {g.depth} + k] = acc;",
+        ],
+    )
+
+
+def _bands(columns: int) -> list[tuple[int, int]]:
+    """(first vector, vectors) of each band of `columns` columns: whole bands, then the rest."""
+    vectors = -(-columns // VECTOR)
+    bands = [(v, BAND) for v in range(0, vectors - vectors % BAND, BAND)]
+    if vectors % BAND:
+        bands.append((vectors - vectors % BAND, vectors % BAND))
+    return bands
+
+
+def _blocked(ctx, form: str, band: int, extent: str, counts, call: str) -> list[str]:
+    """A loop over blocks of `BLOCK_ROWS[band]` rows of `extent` (a C expression; `counts`:
+    the values it can take), calling the micro-kernel of each block's rows (`call` formats
+    with `name`)."""
+    rows = BLOCK_ROWS[band]
+    sizes = sorted({rows for n in counts if n >= rows} | {n % rows for n in counts} - {0})
+    cases = []
+    for size in sizes:
+        name, text = _micro_kernel(form, size, band)
+        _declare_once(ctx, text)
+        cases.append(f"  case {size}: {call.format(name=name)} break;")
+    return [
+        f"for (int64_t r0 = 0; r0 < {extent}; r0 += {rows}) {{",
+        f"  switch ({extent} - r0 < {rows} ? {extent} - r0 : {rows}) {{",
+        *cases,
+        "  }",
+        "}",
+    ]
+
+
+def _vector_rows(ctx, g: ConvGeometry, out: str, weights: str) -> list[str]:
+    """A tile of the rows form in micro-kernels: blocks of patch rows by bands of columns."""
+    counts = {g.tile, g.rows - (g.tiles - 1) * g.tile}
+    lines = []
+    for first, band in _bands(g.outputs):
+        column = first * VECTOR
+        last = f"{g.outputs - column - (band - 1) * VECTOR}"
+        last = f"({last} < {VECTOR} ? {last} : {VECTOR})"
+        call = (
+            f"{{name}}(mine + r0 * {g.stride}, {g.stride}, {weights} + {column}, "
+            f"{g.padded_outputs}, {out} + (start + r0) * {g.outputs} + {column}, {g.outputs}, "
+            f"{g.depth}, {last});"
+        )
+        lines += _blocked(ctx, "rows", band, "count", counts, call)
+    return lines
+
+
+def _vector_columns(ctx, g: ConvGeometry, kernel: str) -> list[str]:
+    """A tile of the columns form in micro-kernels: blocks of outputs by bands of columns."""
+    lines = []
+    for first, band in _bands(g.depth):
+        column = first * VECTOR
+        last = f"{g.depth - column - (band - 1) * VECTOR}"
+        last = f"({last} < {VECTOR} ? {last} : {VECTOR})"
+        call = (
+            f"{{name}}({kernel} + start * {g.outputs} + r0, {g.outputs}, mine + {column}, "
+            f"{g.stride}, into + r0 * {g.depth} + {column}, {g.depth}, count, {last}, "
+            "tile > first);"
+        )
+        lines += _blocked(ctx, "columns", band, str(g.outputs), {g.outputs}, call)
+    return lines
+
+
+def _either(vector: list[str], library: list[str]) -> list[str]:
+    return ["#ifdef __AVX512F__", *vector, "#else", *library, "#endif"]
+
+
+def emit_conv(ctx: StepContext) -> list[str]:
+    """The kept conv's tiles, shared by the threads in `parts` (see the module doc)."""
+    ctx.value_pointers()
+    op = ctx.step.op
+    g = geometry(op)
+    ctype = GCC.c_type(op.type.dtype).storage
+    x_view, k_view = (ctx.plan.view(v) for v in op.operands)
+    x = f"({ctx.pointers[x_view.base]} + {x_view.offset})"
+    kernel = f"({ctx.pointers[k_view.base]} + {k_view.offset})"
+    out = ctx.pointers[op.results[0]]
+    blas = ctx.unit.blas is not None
+    if g.vectorized:
+        _declare_once(ctx, VECTORS)
+    patches = ctx.scratch(ctype, "patches")
+    summed = g.form == "columns" and g.parts > 1
+    partial = ctx.scratch(ctype, "partial") if summed else None
+    weights = ctx.scratch(ctype, "weights") if g.form == "rows" and g.vectorized else None
+    tile = [
+        f"const int64_t start = tile * {g.tile};",
+        f"const int64_t count = {g.rows} - start < {g.tile} ? {g.rows} - start : {g.tile};",
+        *nest([("t", "count")], _patch_rows(g, ctype, x, "mine"), bounds={"t": ("0", "count")}),
+    ]
+    if g.form == "rows":
+        library = _library_gemm(g, blas, ctype, "mine", kernel, f"{out} + start * {g.outputs}", "0")
+        into = None
+    else:
+        into = f"{partial} + part * {g.outputs * g.depth}" if summed else out
+        a = f"{kernel} + start * {g.outputs}"
+        library = _library_gemm(g, blas, ctype, a, "mine", "into", "tile > first")
+    if not g.vectorized:
+        tile += library
+    elif g.form == "rows":
+        tile += _either(_vector_rows(ctx, g, out, weights), library)
+    else:
+        tile += _either(_vector_columns(ctx, g, kernel), library)
+    body = [
+        f"const int64_t first = {g.tiles} * part / {g.parts};",
+        f"const int64_t last = {g.tiles} * (part + 1) / {g.parts};",
+        f"{ctype} *const mine = {patches} + part * {g.tile * g.stride};",
+    ]
+    if into is not None:
+        body += [
+            f"{ctype} *const into = {into};",
+            f"if (last == first) memset(into, 0, {g.outputs * g.depth} * sizeof({ctype}));",
+        ]
+    body += nest([("tile", "last")], tile, bounds={"tile": ("first", "last")})
+    lines = nest([("part", g.parts)], body, PARALLEL_FOR if g.parts > 1 else None)
+    if weights is not None:  # the kernel, its rows padded to whole vectors with zeros
+        pack = nest(
+            [("k", g.depth), ("o", g.padded_outputs)],
+            [
+                f"{weights}[k * {g.padded_outputs} + o] = "
+                f"o < {g.outputs} ? {kernel}[k * {g.outputs} + o] : 0;"
+            ],
+        )
+        lines = ["#ifdef __AVX512F__", *pack, "#endif", *lines]
+    if summed:
+        size = g.outputs * g.depth
+        terms = " + ".join(f"{partial}[{p * size} + j]" for p in range(g.parts))
+        pragma = PARALLEL_FOR if size >= PARALLEL_WORK else None
+        lines += nest([("j", size)], [f"{out}[j] = {terms};"], pragma)
+    if blas:
+        lines = ["const int threads = accy_blas_serial();", *lines, "accy_blas_restore(threads);"]
+    return lines

@@ -22,7 +22,7 @@ done
 if [ -d "${OLD:-.old}" ]; then
   python3 tools/compare_commits.py "${OLD:-.old}" . --device cuda --rounds 1 > "$OUT/bench.txt" 2>&1
 fi
-PYTHONPATH="$PYTHONPATH:." timeout "${GPT2_SECONDS:-150}" python3 -m bench.gpt2 --device cuda --systems "${GPT2_SYSTEMS:-accy,jax,torch}" \
+PYTHONPATH="$PYTHONPATH:." timeout "${GPT2_SECONDS:-150}" python3 -m bench.gpt2 --device cuda --dtype "${GPT2_DTYPE:-bf16}" --systems "${GPT2_SYSTEMS:-accy,jax,torch}" \
   --json "$OUT/gpt2-cuda.json" > "$OUT/gpt2.txt" 2>&1
 echo "== pytest"; tail -60 "$OUT/pytest.txt"
 for dtype in f32 bf16; do echo "== demo $dtype"; cat "$OUT/demo-$dtype.txt"; done

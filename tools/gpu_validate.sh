@@ -14,9 +14,9 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 # On every core (-n); the host's pytest-benchmark plugin refuses xdist, and JAX stays on the CPU
 # for the front end's comparisons.
 JAX_PLATFORMS=cpu timeout "${PYTEST_SECONDS:-360}" python3 -m pytest -p no:cacheprovider -p no:benchmark -n "${PYTEST_WORKERS:-12}" -rfE "${@}" 2>&1 \
-  | tail -60 > "$OUT/pytest.txt"
+  > "$OUT/pytest.txt"
 for dtype in f32 bf16; do
-  python3 -m accy demo --device cuda --dtype "$dtype" --steps 400 --out "$OUT/demo-$dtype" 2>&1 \
+  python3 -m accy demo --device cuda --dtype "$dtype" --steps 400 --out "/tmp/demo-$dtype" 2>&1 \
     | tr '\r' '\n' | grep -E 'compiled|final training loss|accuracy' > "$OUT/demo-$dtype.txt"
 done
 if [ -d "${OLD:-.old}" ]; then

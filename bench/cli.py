@@ -14,9 +14,10 @@ from bench.workloads import DTYPES, SCALES, WORKLOADS, supporting
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TRAINING = ("cnn", "char-gpt")
-REAL_SCALE = ("gpt2", *TRAINING)
-"""Workloads with a runner of their own (WORKLOADS.md, "Real-scale workloads": `bench.gpt2`;
-the training steps of `bench.training`), run only when named in `--workloads`."""
+REAL_SCALE = ("gpt2", "llama1b", *TRAINING)
+"""Workloads with a runner of their own (WORKLOADS.md, "Real-scale workloads": `bench.gpt2`,
+`bench.llama1b`; the training steps of `bench.training`), run only when named in
+`--workloads`."""
 BUSY_LOAD = 0.5  # a 1-minute load average above this means other work shares the cores
 BUDGET_S = 1.0
 QUICK_BUDGET_S = 0.2
@@ -31,7 +32,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--workloads",
         default=None,
         help="comma-separated (default: all seven; with --dtype bf16, mlp, attention, block, "
-        "conv); gpt2 (GPT-2 small's training step, `bench.gpt2`) and cnn, char-gpt (small "
+        "conv); gpt2 (GPT-2 small's training step, `bench.gpt2`), llama1b (a 1B Llama's, "
+        "`bench.llama1b`) and cnn, char-gpt (small "
         "models' training steps, `bench.training`) run when named",
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
@@ -114,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = parse_args(argv)
     gpt2_dtypes = gpt2_precisions(args)
+    llama_dtype = args.dtype or "bf16"  # mixed precision, as such a model is trained
     training_dtype = args.dtype  # None: each precision a training workload has
     args.dtype = args.dtype or "f32"
     workloads = chosen_workloads(args.workloads, args.dtype)
@@ -144,6 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         alone = not workloads and len(gpt2_dtypes) == 1
         for dtype in gpt2_dtypes:
             code |= run_gpt2(argparse.Namespace(**{**vars(args), "dtype": dtype}), alone)
+        if not workloads:
+            return code
+    if "llama1b" in workloads:
+        workloads.remove("llama1b")
+        code |= run_llama1b(args, llama_dtype, alone=not workloads)
         if not workloads:
             return code
     path = args.json or default_json(args.device, args.dtype, args.scale)
@@ -177,6 +185,20 @@ def run_gpt2(args: argparse.Namespace, alone: bool) -> int:
     argv = ["--device", args.device, "--dtype", args.dtype, "--systems", args.systems]
     argv += ["--scale", args.scale] if args.scale else []
     return gpt2.main([*argv, "--json", str(path)])
+
+
+def run_llama1b(args: argparse.Namespace, dtype: str, alone: bool) -> int:
+    """`bench.llama1b` with this command's device, systems and scale, in `dtype`; its JSON
+    goes to `--json` when it is the command's only run (`alone`), else
+    bench/results/llama1b-<device>-<dtype>[-<scale>].json."""
+    from bench import llama1b
+
+    scale = [args.scale] if args.scale not in (None, args.device) else []
+    name = "-".join([args.device, dtype, *scale])
+    path = args.json if alone and args.json else RESULTS / f"llama1b-{name}.json"
+    argv = ["--device", args.device, "--dtype", dtype, "--systems", args.systems]
+    argv += ["--scale", args.scale] if args.scale else []
+    return llama1b.main([*argv, "--json", str(path)])
 
 
 def run_training(args: argparse.Namespace, names: list[str]) -> int:

@@ -113,6 +113,21 @@ def _bucket_slices(dtype, n=16384):
     return accy.trace.define("bucket_slices", [spec(dtype, n=2 * n)] + [spec(dtype, n=n)] * 4, body)
 
 
+def _adamw(dtype, n=20480):
+    # Two parameters' AdamW updates in one loop (f32 masters, gradients in `dtype`): 12 f32
+    # streams and 2 of `dtype`, too many registers at 8 lanes a thread.
+    def body(b, args):
+        updated = []
+        for p, m, v, g in (args[:4], args[4:]):
+            g = g.convert(f32)
+            m = m * 0.9 + g * 0.1
+            v = v * 0.95 + g * g * 0.05
+            updated += [p - m / ((v + 1e-8).sqrt()) * 1e-3, m, v]
+        return tuple(updated)
+
+    return accy.trace.define("adamw", ([spec(f32, n=n)] * 3 + [spec(dtype, n=n)]) * 2, body)
+
+
 VECTORIZED = [
     _elementwise,
     _broadcast,
@@ -125,7 +140,7 @@ VECTORIZED = [
     _layer_norm,
     _bucket_slices,
 ]
-PROGRAMS = [*VECTORIZED, _odd]
+PROGRAMS = [*VECTORIZED, _odd, _adamw]
 
 
 def _inputs(program, rng) -> list[np.ndarray]:
@@ -153,6 +168,15 @@ def test_kernels_load_and_store_16_bytes_at_a_time(build, dtype):
     assert (STORAGE[dtype], str(LANES[dtype])) in _vector_types(source)
     # Each vector path keeps its scalar fallback, taken where a pointer is misaligned.
     assert source.count("& 15)") >= 1
+
+
+@pytest.mark.parametrize(("dtype", "lanes"), [(bf16, 4), (f16, 4), (f32, 4), (f64, 2)], ids=str)
+def test_a_loop_of_many_streams_takes_fewer_lanes(dtype, lanes):
+    # 8 lanes of 14 streams would be 416 bytes of values a thread (150 registers for GPT-2's
+    # AdamW): 4 lanes keep the f32 streams' 16-byte vectors, the halves' 8 bytes.
+    types = _vector_types(compile_program(_adamw(dtype)).source)
+    assert ("float", str(lanes)) in types
+    assert all(width == str(lanes) for _, width in types), types
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

@@ -26,6 +26,11 @@ WORKER = str(Path(__file__).with_name("bootstrap_worker.py"))
 STEPPING = str(Path(__file__).with_name("stepping_worker.py"))
 
 
+def with_source(path: str) -> str:
+    """The tree's src first, then the caller's path (where packages such as optree may live)."""
+    return os.pathsep.join(filter(None, [str(Path(__file__).parents[2] / "src"), path]))
+
+
 def test_processes_agree_on_ranks_and_ids(tmp_path):
     assert launch(4, [sys.executable, WORKER, str(tmp_path)]) == 0
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
@@ -222,7 +227,7 @@ def test_a_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path, number):
     command = [sys.executable, "-m", "accy.launch", "--gpus", "2", "--grace", "1"]
     launcher = subprocess.Popen(
         [*command, STEPPING, str(tmp_path), "block+stubborn"],
-        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2] / "src")),
+        env=dict(os.environ, PYTHONPATH=with_source(os.environ.get("PYTHONPATH", ""))),
     )
     try:
         wait_for([tmp_path / "blocked0", tmp_path / "blocked1"], 60)

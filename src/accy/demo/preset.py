@@ -166,7 +166,8 @@ def train_preset(
     text: ByteText | None = None,
 ) -> Run:
     """Train preset `name`, checkpointing to `out`; stops after `steps` (default the
-    preset's) or `minutes` of wall time, whichever comes first."""
+    preset's) or `minutes` of wall time, whichever comes first; a run with a time limit still
+    takes its first step (the held-out loss's compile counts against the limit)."""
     tqdm = demo_dependency("tqdm").tqdm
     preset = preset_named(name)
     c = preset.config
@@ -186,7 +187,7 @@ def train_preset(
     training_time, tokens_done = 0.0, 0
     while run.steps < steps:
         elapsed = time.perf_counter() - started
-        if budget is not None and elapsed >= budget:
+        if budget is not None and elapsed >= budget and run.steps > 0:
             break
         fraction = max(run.steps / steps, elapsed / budget if budget else 0.0)
         rate = learning_rate(preset, run.steps, fraction)

@@ -454,13 +454,19 @@ class MultiHeadAttention(Module):
         return self.output(mixed)
 
     def _shared(self, k: Array, v: Array, q: Array) -> tuple[Array, Array]:
-        """Keys and values broadcast along the query's `group` axis (grouped-query heads)."""
+        """Keys and values broadcast along the query's `group` axis (grouped-query heads),
+        laid out as the query, {..., head, group, dim}: cuDNN's fused attention merges
+        (head, group) into one dimension of its heads in every operand."""
         if not self.grouped:
             return k, v
         extent = ("group", q.ty.extent("group"))
-        return tuple(
-            t.broadcast_to(TensorType(t.dtype, (*t.ty.named_extents, extent))) for t in (k, v)
-        )
+
+        def spread(t: Array) -> Array:
+            named = list(t.ty.named_extents)
+            at = t.ty.axes.index("head") + 1 if t.ty.has("head") else len(named)
+            return t.broadcast_to(TensorType(t.dtype, (*named[:at], extent, *named[at:])))
+
+        return spread(k), spread(v)
 
     def _attend_cached(self, q, k, v, positions, cache, mask):
         cached_k, cached_v = cache

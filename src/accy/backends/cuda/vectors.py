@@ -36,6 +36,10 @@ from ...lower.views import StridedView
 
 VECTOR_BYTES = 16  # the widest load a thread issues (LDG.128)
 MAX_WIDTH = 8  # lanes per thread: 8 bf16 values fill 16 bytes
+# The lanes' values of a thread's streams, in bytes, past which registers limit the kernel
+# rather than bytes in flight: AdamW's update of two f32 parameters (12 f32 and 2 bf16
+# streams) took 150 registers at 8 lanes (one block of 256 a multiprocessor) and 118 at 4.
+LANE_BYTES = 192
 # A body this many statements long (times its lanes) is not worth the code it would take.
 MAX_VECTOR_LINES = 768
 # Below this many elements a kernel is latency-bound: vectors would only cost code (the
@@ -45,15 +49,24 @@ MIN_VECTOR_ELEMENTS = 1 << 14
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
-def lane_width(itemsizes) -> int:
+def lane_width(itemsizes, streams=()) -> int:
     """Lanes per thread for a loop that reads and writes values of `itemsizes` bytes: enough
-    for 16 bytes of the narrowest, at most `MAX_WIDTH`.
+    for 16 bytes of the narrowest, at most `MAX_WIDTH`; halved while the lanes of its
+    `streams` (the itemsizes of the buffers it reads or writes at every element) would hold
+    more than `LANE_BYTES` a thread, but never below 16 bytes of the widest.
 
     >>> lane_width([2, 4]), lane_width([4]), lane_width([8]), lane_width([1])
     (8, 4, 2, 8)
+    >>> adamw = [4, 4, 4, 2, 4, 4, 4]  # reads p, m, v and a bf16 gradient; writes p, m, v
+    >>> lane_width(adamw, adamw), lane_width([2, 2, 4], [2, 2])
+    (4, 8)
     """
     narrowest = min(itemsizes, default=4)
-    return max(1, min(MAX_WIDTH, VECTOR_BYTES // narrowest))
+    width = max(1, min(MAX_WIDTH, VECTOR_BYTES // narrowest))
+    floor = max(1, VECTOR_BYTES // max(itemsizes, default=4))
+    while width > floor and width * sum(streams) > LANE_BYTES:
+        width //= 2
+    return width
 
 
 def chunk_bytes(width: int, itemsize: int) -> int:

@@ -56,9 +56,16 @@ def store_at(body: Body, dtype, pointer: str, position: str, x: str) -> str:
     return store(dtype, pointer, position, x)
 
 
-def step_itemsizes(ctx: StepContext) -> list[int]:
-    """Bytes per element of every buffer the step reads or writes (they set its lane width)."""
-    return [ctx.itemsize(v) for v in (*ctx.step.writes, *ctx.step.reads)]
+def step_lane_width(ctx: StepContext) -> int:
+    """The step's lanes per thread (`vectors.lane_width`): from the bytes per element of every
+    buffer it reads or writes; its streams are those of at least half the largest buffer's
+    elements (smaller ones, a row's statistics or a scalar, are loaded once per thread, not
+    once per lane)."""
+    values = (*ctx.step.writes, *ctx.step.reads)
+    sizes = [ctx.plan.program.type_of(v).size for v in values]
+    largest = max(sizes, default=0)
+    streams = [ctx.itemsize(v) for v, n in zip(values, sizes, strict=True) if 2 * n >= largest]
+    return lane_width([ctx.itemsize(v) for v in values], streams)
 
 
 def innermost(extents) -> int | None:
@@ -122,7 +129,7 @@ def _scalar_statements(ctx, pointers, t: TensorType, flat: bool, make: Make) -> 
 def _vector_loop(ctx, pointers, t: TensorType, flat: bool, make: Make, scalar_lines: int):
     """(statements, lanes) of the vector loop over the first whole vectors of `t`, or None
     where no access would be a vector."""
-    width = lane_width(step_itemsizes(ctx))
+    width = step_lane_width(ctx)
     if not flat:
         p = innermost(t.extents)
         width = 1 if p is None else lane_divisor(width, t.extents[p])

@@ -6,8 +6,8 @@ from ....codegen.c.expressions import EMITTERS, Body, Flat
 from ....core.types import TensorType
 from ..context import StepCode, StepContext, launches
 from ..reductions import Accumulator, choose_cut
-from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor, lane_width
-from .common import elementwise_kernel, step_itemsizes, store_at
+from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor
+from .common import elementwise_kernel, step_lane_width, store_at
 from .reduce import initial_values, reduction
 
 
@@ -60,7 +60,7 @@ def emit_group(ctx: StepContext) -> StepCode:
     initial = initial_values(ctx, reductions)
 
     outputs = [op.results[0] for op in reductions]
-    width = lane_divisor(lane_width(step_itemsizes(ctx)), size)
+    width = lane_divisor(step_lane_width(ctx), size)
     if size < MIN_VECTOR_ELEMENTS:
         width = 1
     cut = choose_cut(1, size, True, width=width)

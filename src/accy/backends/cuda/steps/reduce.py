@@ -23,8 +23,8 @@ from ..reductions import (
     choose_cut,
     reduction_lines,
 )
-from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor, lane_width
-from .common import elementwise_kernel, innermost, rounded, step_itemsizes, store, store_at
+from ..vectors import MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor
+from .common import elementwise_kernel, innermost, rounded, step_lane_width, store, store_at
 from .loop import emit_loop
 
 
@@ -187,7 +187,7 @@ def reduction_width(ctx: StepContext, extents, size: int) -> int:
     p = innermost(extents)
     if p is None or size < MIN_VECTOR_ELEMENTS:
         return 1
-    return lane_divisor(lane_width(step_itemsizes(ctx)), extents[p])
+    return lane_divisor(step_lane_width(ctx), extents[p])
 
 
 def _columns(ctx: StepContext, outputs: int, length: int, initial) -> StepCode:
@@ -218,7 +218,7 @@ def _columns(ctx: StepContext, outputs: int, length: int, initial) -> StepCode:
         statements = body.pruned(statements) if body.vectors else statements
         return ColumnLoop(statements, values, body.aligned_condition())
 
-    width = lane_divisor(lane_width(step_itemsizes(ctx)), kept_extents[q])
+    width = lane_divisor(step_lane_width(ctx), kept_extents[q])
     vector = None
     if width > 1 and x_type.size >= MIN_VECTOR_ELEMENTS:
         vector_body = LaneBody(ctx.module, ctx.plan, pointers, width)

@@ -14,6 +14,9 @@ One record holds everything about a custom call `(target, version)`:
   `vjp(e, primals, result, cotangent) -> cotangents` (one per operand, None for no
   contribution), written with the emitter `e` (`accy.core.operations.OpsApi`: `e.mul(...)`,
   other records' `record.call(e, ...)`), as the kind table's rules are;
+- optionally a `forward` rule `forward(e, primals) -> result`: the primal result that reverse
+  mode computes in place of the call (a `custom_vjp`'s `fwd`, whose output may differ from
+  the function's, as JAX runs `fwd` under differentiation); without one, the call itself;
 - optionally a `fallback` composition (a Python function of traced values computing the same
   function from other operations), differentiated when a rule is missing, to any order;
 - optionally a batching rule `batch(e, args, batched, axis) -> result` for `accy.vmap`: the
@@ -146,6 +149,7 @@ class CustomCall:
         jvp: JvpRule | None = None,
         vjp: VjpRule | None = None,
         fallback: Callable[..., Any] | None = None,
+        forward: Callable[..., Any] | None = None,
         kernels: Mapping[str, KernelSource] | None = None,
         mapped_axes: Sequence[str] | Callable[..., Sequence[str]] | None = None,
         batch: Callable[..., Any] | None = None,
@@ -174,6 +178,7 @@ class CustomCall:
         self.jvp = _check_callable(target, "jvp", jvp)
         self.vjp = _check_callable(target, "vjp", vjp)
         self.fallback = _check_callable(target, "fallback", fallback)
+        self.forward = _check_callable(target, "forward", forward)
         self.batch = _check_callable(target, "batch", batch)
         if mapped_axes is not None and not callable(mapped_axes):
             if isinstance(mapped_axes, str) or not all(isinstance(a, str) for a in mapped_axes):
@@ -199,7 +204,7 @@ class CustomCall:
     def __repr__(self) -> str:
         fields = [
             name
-            for name in ("reference", "jvp", "vjp", "fallback", "batch")
+            for name in ("reference", "jvp", "vjp", "fallback", "forward", "batch")
             if getattr(self, name) is not None
         ]
         fields += [f"kernel {format}" for format in sorted(self.kernels)]
@@ -214,7 +219,7 @@ class CustomCall:
         """The fields that define this record; two records with equal definitions are the same.
 
         >>> sorted(CustomCall("doc.x", register=False).definition())[:4]
-        ['batch', 'fallback', 'jvp', 'kernels']
+        ['batch', 'fallback', 'forward', 'jvp']
         """
         return {
             "result_type": self.result_type,
@@ -223,6 +228,7 @@ class CustomCall:
             "jvp": self.jvp,
             "vjp": self.vjp,
             "fallback": self.fallback,
+            "forward": self.forward,
             "kernels": self.kernels,
             "mapped_axes": self.mapped_axes,
             "batch": self.batch,
@@ -384,6 +390,15 @@ class CustomCall:
                 "or a fallback)",
             )
         raise missing_jvp(op.attrs, " and no fallback")
+
+    def primal(self, e: OpsApi, op: Operation, primals: list) -> Any:
+        """The result that reverse mode computes for `op` (by the `forward` rule), or None
+        when the record has no such rule (the call itself is the primal)."""
+        if self.forward is None:
+            return None
+        result = self.forward(e, primals)
+        self._check_value("its forward rule returned", result, op.type)
+        return result
 
     def transpose(self, e: OpsApi, op: Operation, cotangent: Any, operands: list) -> list:
         """Cotangents of the linear operands of `op`, by the VJP rule."""

@@ -372,7 +372,10 @@ class CustomVjp(_CustomFunction):
             )
 
     def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
-        return {"vjp": functools.partial(self._vjp, signature, j)}
+        return {
+            "vjp": functools.partial(self._vjp, signature, j),
+            "forward": functools.partial(self._forward, signature, j),
+        }
 
     def prepare(self, signature: _Signature) -> None:
         self._vjp_programs(signature)
@@ -425,15 +428,34 @@ class CustomVjp(_CustomFunction):
         cotangents_by_leaf = self._cotangent_leaves(signature, backward, returned, expected)
         return forward, out_def, backward, cotangents_by_leaf
 
+    def _run_fwd(self, signature: _Signature, e: Any, primals: list) -> tuple[list, list]:
+        """fwd on the call's operands: (its output leaves, its residual leaves)."""
+        count = len(signature.arrays)
+        forward, out_def, _, _ = self._vjp_programs(signature)
+        closed, operands = signature.traced.captured, list(primals[count:])
+        what = f"the custom_vjp fwd of {_name(self.fn)!r}"
+        constants = _closure_inputs(what, forward, e, closed, operands)
+        outputs = e.call(forward.program, [*primals[:count], *constants])
+        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        return outputs[: out_def.num_leaves], outputs[out_def.num_leaves :]
+
+    def _forward(self, signature: _Signature, j: int, e: Any, primals: list) -> Any:
+        """Output leaf `j` as fwd computes it: the primal under reverse mode, as in JAX."""
+        output = self._run_fwd(signature, e, primals)[0][j]
+        expected = signature.program.output_types[j]
+        if output.ty != expected:
+            raise TransformError(
+                f"the custom_vjp fwd of {_name(self.fn)!r} returned an output leaf {output.ty} "
+                f"where the function returns {expected}; they must have the same type"
+            )
+        return output
+
     def _vjp(self, signature: _Signature, j: int, e: Any, primals, result, cotangent) -> list:
         count = len(signature.arrays)
         name = _name(self.fn)
-        forward, out_def, backward, cotangents_by_leaf = self._vjp_programs(signature)
+        _, _, backward, cotangents_by_leaf = self._vjp_programs(signature)
         closed, operands = signature.traced.captured, list(primals[count:])
-        constants = _closure_inputs(f"the custom_vjp fwd of {name!r}", forward, e, closed, operands)
-        outputs = e.call(forward.program, [*primals[:count], *constants])
-        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
-        residuals = outputs[out_def.num_leaves :]
+        residuals = self._run_fwd(signature, e, primals)[1]
         out_types = signature.program.output_types
         cts = [e.zeros(t) if k != j else cotangent for k, t in enumerate(out_types)]
         constants = _closure_inputs(

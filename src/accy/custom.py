@@ -66,7 +66,7 @@ import numpy as np
 
 from .caches import Table
 from .core.builder import Builder
-from .core.ir import Operation, Program
+from .core.ir import Operation, Program, permute_parameters
 from .core.kinds.control import CUSTOM_CALLS, missing_jvp, missing_vjp
 from .core.kinds.registry import Linear, Zero, describe
 from .core.operations import OpsApi
@@ -80,7 +80,8 @@ from .kernel.errors import KernelCallNotFound, KernelError
 from .kernel.limits import Limits
 from .kernel.logical.program import Program as KernelProgram
 from .trace import define
-from .transforms.linearize import linearize
+from .transforms.linearize import Linearized, linearize
+from .transforms.pullback import pullback
 from .transforms.unroll import apply as unroll
 
 ResultType = TensorType | Callable[..., TensorType]
@@ -412,7 +413,10 @@ class CustomCall:
                 for c, t in zip(cotangents, linear, strict=True)
             ]
         # The call itself applied to tangents (a JVP rule made it, so it is linear in them):
-        # its VJP rule is its transpose. The linear operands are given as `Linear(type)`.
+        # its VJP rule is its transpose, else its fallback's (JAX transposes a custom_jvp
+        # function applied to tangents by its body). Linear operands come as `Linear(type)`.
+        if self.vjp is None and self.fallback is not None:
+            return self._fallback_transpose(e, op, cotangent, operands)
         if self.vjp is None:
             raise missing_vjp(
                 op.attrs,
@@ -421,6 +425,21 @@ class CustomCall:
         cotangents = self._run_vjp(e, op, list(operands), None, cotangent, len(operands))
         pairs = zip(cotangents, operands, strict=True)
         return [c if isinstance(o, Linear) else None for c, o in pairs]
+
+    def _fallback_transpose(self, e, op, cotangent, operands: list) -> list:
+        """Cotangents of the `Linear` operands by transposing the fallback, which must be
+        linear in them (an operation that is not has no transpose rule: an error naming it)."""
+        program = self.fallback_program(op.operand_types)
+        linear = [i for i, o in enumerate(operands) if isinstance(o, Linear)]
+        fixed = [i for i, o in enumerate(operands) if not isinstance(o, Linear)]
+        source = permute_parameters(unroll(program), fixed + linear)
+        transposed = pullback(Linearized(source, len(fixed), 0, tuple(range(len(linear)))))
+        pulled = e.call(transposed.program, [operands[i] for i in fixed] + [cotangent])
+        pulled = list(pulled) if isinstance(pulled, tuple) else [pulled]
+        cotangents: list[Any] = [None] * len(operands)
+        for position, c in zip(linear, pulled, strict=True):
+            cotangents[position] = c
+        return cotangents
 
     def _run_vjp(self, e, op, primals, result, cotangent, count) -> list:
         cotangents = self.vjp(e, primals, result, cotangent)

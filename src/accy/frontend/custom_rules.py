@@ -46,6 +46,7 @@ from .tracing import (
     Traced,
     flatten,
     innermost,
+    innermost_trace,
     is_array,
     static_key,
     structure,
@@ -56,16 +57,36 @@ from .tracing import (
 _COUNTER = itertools.count()
 
 
-def _positional(fn: Callable, args: tuple, kwargs: dict) -> tuple:
-    """`args` and `kwargs` as positional arguments of `fn` (as JAX resolves them)."""
-    if not kwargs:
-        return args
+def _signature_of(fn: Callable) -> inspect.Signature | None:
+    if isinstance(fn, functools.partial):  # opaque, as JAX treats it: positional arguments
+        return inspect.signature(lambda *args, **kwargs: None)
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature
+        return None
+
+
+def _positional(fn: Callable, kind: str, signature: Any, args: tuple, kwargs: dict) -> tuple:
+    """`args` and `kwargs` as positional arguments of `fn` (whose `signature` it is, or None),
+    as JAX resolves them: missing arguments and keyword-only ones are errors."""
+    if signature is None:
+        return args + tuple(kwargs.values())
+    try:
+        bound = signature.bind(*args, **kwargs)
     except TypeError as error:
-        raise TransformError(f"{_name(fn)}: {error}") from None
+        raise TransformError(
+            f"the arguments to the accy.{kind} function {_name(fn)}{signature} do not match "
+            f"it: {error}"
+        ) from None
     bound.apply_defaults()
-    return tuple(bound.args) + tuple(bound.kwargs.values())
+    passed = [k for k in bound.kwargs if k in kwargs]
+    if passed:
+        raise TransformError(
+            f"the arguments to the accy.{kind} function {_name(fn)}{signature}: the keyword "
+            f"arguments {', '.join(passed)} cannot be passed by position, as the rules get "
+            "the arguments; make them positional parameters"
+        )
+    return tuple(bound.args)
 
 
 def _closure_inputs(what: str, traced: Traced, ops: Any, closed: list, operands: list) -> list:
@@ -160,10 +181,12 @@ class _CustomFunction:
 
     kind = "custom"
 
-    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int]):
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int], nondiff_argnames=()):
         _check_callable(fn, self.kind)
         self.fn = fn
-        self.nondiff_argnums = tuple(nondiff_argnums)
+        self._signature = _signature_of(fn)
+        positions = set(nondiff_argnums) | set(_positions_of(fn, nondiff_argnames, self.kind))
+        self.nondiff_argnums = tuple(sorted(positions))  # the rules get them in this order
         self._signatures: dict[tuple, _Signature] = {}
         self._preparing = False
         functools.update_wrapper(self, fn, updated=())
@@ -172,7 +195,7 @@ class _CustomFunction:
         raise NotImplementedError
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = _positional(self.fn, args, kwargs)
+        args = _positional(self.fn, self.kind, self._signature, args, kwargs)
         self._require_rules()
         for n in self.nondiff_argnums:
             if not -len(args) <= n < len(args):
@@ -188,15 +211,15 @@ class _CustomFunction:
             for i, a in enumerate(args)
         )
         leaves, treedef = flatten((args, {}))
-        outer = innermost([leaf for leaf in leaves if is_array(leaf)])
         key = (treedef, tuple(leaf.ty if is_array(leaf) else static_key(leaf) for leaf in leaves))
         signature = self._signatures.get(key)
         if signature is None:
             signature = _Signature(self, args, leaves, treedef)
             if not signature.traced.foreign:  # closed over nothing of a trace: reusable
                 self._signatures[key] = signature
-        if outer is None and signature.traced.foreign:
-            outer = innermost(signature.traced.captured)
+        # The call belongs to the innermost trace among its arguments and what the function
+        # closed over (a vmapped value it closes over, next to an argument from around vmap).
+        outer = innermost([leaf for leaf in leaves if is_array(leaf)] + signature.traced.captured)
         if outer is None:  # nothing is traced: no derivative to customize
             return self.fn(*_unwrapped(args))
         # The rules are traced now, while the traces they may close over are open; a rule
@@ -228,6 +251,27 @@ class _CustomFunction:
 
     def _nondiff(self, signature: _Signature) -> tuple:
         return tuple(_unwrapped(signature.args)[n] for n in self.nondiff_argnums)
+
+
+def _positions_of(fn: Callable, names: Sequence[str], kind: str) -> list[int]:
+    """The positions of the parameters of `fn` called `names` (JAX's `nondiff_argnames`)."""
+    if isinstance(names, str):
+        names = (names,)
+    if not names:
+        return []
+    parameters = list(inspect.signature(fn).parameters)
+    missing = [n for n in names if n not in parameters]
+    if missing:
+        raise TransformError(
+            f"accy.{kind}: nondiff_argnames names {missing}, but {_name(fn)} has the "
+            f"parameters {parameters}"
+        )
+    return [parameters.index(n) for n in names]
+
+
+def _zeros_like(x: Any) -> Any:
+    """Zeros of the type of the traced value `x`, in the trace under way."""
+    return (innermost_trace() or x.builder).full(x.ty, 0.0)
 
 
 def _float_as_array(leaf: Any) -> Any:
@@ -263,8 +307,8 @@ class CustomJvp(_CustomFunction):
 
     kind = "custom_jvp"
 
-    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = ()):
-        super().__init__(fn, nondiff_argnums)
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = (), nondiff_argnames=()):
+        super().__init__(fn, nondiff_argnums, nondiff_argnames)
         self.jvp_rule: Callable | None = None
 
     def defjvp(self, rule: Callable) -> Callable:
@@ -275,6 +319,53 @@ class CustomJvp(_CustomFunction):
         self.jvp_rule = rule
         self._signatures.clear()
         return rule
+
+    def defjvps(self, *rules: Callable | None) -> None:
+        """One JVP rule per positional argument, `rule(tangent, primal_out, *primals) ->
+        tangent_out` (None: the output does not depend on that argument); the output's tangent
+        is their sum, as JAX's `defjvps`.
+
+        >>> import accy
+        >>> @accy.custom_jvp
+        ... def f(x, y):
+        ...     return x.sin() * y
+        >>> f.defjvps(lambda x_dot, out, x, y: x.cos() * x_dot * y,
+        ...           lambda y_dot, out, x, y: x.sin() * y_dot)
+        >>> round(accy.grad(f, argnums=1)(1.0, 2.0).item(), 4)
+        0.8415
+        """
+        if self.nondiff_argnums:
+            raise TransformError(
+                f"accy.custom_jvp function {_name(self.fn)!r}: defjvps cannot be used with "
+                "nondiff_argnums; write one rule with defjvp"
+            )
+        for rule in rules:
+            if rule is not None:
+                _check_callable(rule, "custom_jvp.defjvps")
+
+        def jvp(primals: tuple, tangents: tuple) -> tuple:
+            if len(rules) != len(primals):
+                raise TransformError(
+                    f"custom_jvp.defjvps of {_name(self.fn)!r} got {len(rules)} rules for "
+                    f"{len(primals)} arguments; give one rule (or None) per argument"
+                )
+            out = self(*primals)
+            terms = [
+                rule(t, out, *primals)
+                for rule, t in zip(rules, tangents, strict=True)
+                if rule is not None and t is not None
+            ]
+            total = (
+                functools.reduce(
+                    lambda a, b: optree.tree_map(lambda x, y: x + y, a, b, namespace=NAMESPACE),
+                    terms,
+                )
+                if terms
+                else optree.tree_map(lambda x: x * 0.0, out, namespace=NAMESPACE)
+            )
+            return out, total
+
+        self.defjvp(jvp)
 
     def _require_rules(self) -> None:
         if self.jvp_rule is None:
@@ -320,6 +411,15 @@ class CustomJvp(_CustomFunction):
                     f"the custom_jvp rule of {_name(self.fn)!r} returned a {what} of structure "
                     f"{got}, but the function returns {signature.out_treedef}"
                 )
+        count = out_def.num_leaves
+        got_types = list(traced.program.output_types[:count])
+        expected_types = list(signature.program.output_types)
+        if got_types != expected_types:
+            raise TransformError(
+                f"the custom_jvp rule of {_name(self.fn)!r} returned a primal_out of types "
+                f"({', '.join(map(str, got_types))}), but the function returns "
+                f"({', '.join(map(str, expected_types))}); they must be the same"
+            )
         return traced
 
     def _jvp(self, signature: _Signature, j: int, e: Any, primals, tangents, result) -> Any:
@@ -350,8 +450,8 @@ class CustomVjp(_CustomFunction):
 
     kind = "custom_vjp"
 
-    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = ()):
-        super().__init__(fn, nondiff_argnums)
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = (), nondiff_argnames=()):
+        super().__init__(fn, nondiff_argnums, nondiff_argnames)
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
 
@@ -510,7 +610,12 @@ class CustomVjp(_CustomFunction):
         return order
 
 
-def custom_jvp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = ()) -> Any:
+def custom_jvp(
+    fn: Callable | None = None,
+    *,
+    nondiff_argnums: Sequence[int] = (),
+    nondiff_argnames: Sequence[str] = (),
+) -> Any:
     """`fn` with a forward-mode rule of its own (`jax.custom_jvp`): decorate, then give the
     rule with `@f.defjvp`; reverse mode transposes the rule.
 
@@ -527,11 +632,18 @@ def custom_jvp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = (
     [0.5, 1.0]
     """
     if fn is None:
-        return functools.partial(custom_jvp, nondiff_argnums=nondiff_argnums)
-    return CustomJvp(fn, nondiff_argnums)
+        return functools.partial(
+            custom_jvp, nondiff_argnums=nondiff_argnums, nondiff_argnames=nondiff_argnames
+        )
+    return CustomJvp(fn, nondiff_argnums, nondiff_argnames)
 
 
-def custom_vjp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = ()) -> Any:
+def custom_vjp(
+    fn: Callable | None = None,
+    *,
+    nondiff_argnums: Sequence[int] = (),
+    nondiff_argnames: Sequence[str] = (),
+) -> Any:
     """`fn` with a reverse-mode rule of its own (`jax.custom_vjp`): decorate, then give
     `f.defvjp(fwd, bwd)`.
 
@@ -549,8 +661,10 @@ def custom_vjp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = (
     [1.0, 1.0]
     """
     if fn is None:
-        return functools.partial(custom_vjp, nondiff_argnums=nondiff_argnums)
-    return CustomVjp(fn, nondiff_argnums)
+        return functools.partial(
+            custom_vjp, nondiff_argnums=nondiff_argnums, nondiff_argnames=nondiff_argnames
+        )
+    return CustomVjp(fn, nondiff_argnums, nondiff_argnames)
 
 
 __all__ = ["CustomJvp", "CustomVjp", "custom_jvp", "custom_vjp"]

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import optree
 
-from ..core import Program
+from ..core import Program, Value
 from ..custom import CustomCall, lookup, register
 from ..errors import AccyError
 from ..reference import run as reference_run
@@ -125,6 +125,10 @@ class _Signature:
         self.out_treedef = self.traced.out_treedef
         self.rule_programs: dict[str, Any] = {}
         self.prepared = False
+        # Values of enclosing traces that the rules close over and the function does not:
+        # extra operands of the call, after the function's captures (JAX lets a bwd close
+        # over a traced value).
+        self.extra: list[Any] = []
         tag = f"accy.{owner.kind}.{_name(owner.fn)}.{next(_COUNTER)}"
         self.records = [
             CustomCall(
@@ -139,12 +143,25 @@ class _Signature:
             for j in range(len(self.program.outputs))
         ]
 
+    @property
+    def closed(self) -> list[Any]:
+        """What the call's operands after the arguments' arrays stand for."""
+        return [*self.traced.captured, *self.extra]
+
     def _fallback(self, j: int, *values: Any) -> Any:
-        outputs = values[0].builder.call(self.program, list(values))
+        used = list(values[: len(self.program.parameters)])  # not the rules' extra operands
+        outputs = values[0].builder.call(self.program, used)
         return outputs[j] if isinstance(outputs, tuple) else outputs
 
     def _reference(self, j: int, *arrays: Any) -> Any:
-        return reference_run(self.program, list(arrays))[j]
+        return reference_run(self.program, list(arrays[: len(self.program.parameters)]))[j]
+
+    def note_rule_captures(self) -> None:
+        """Collect what the traced rules close over beyond the function's captures."""
+        for traced in self.rule_programs.values():
+            for value in traced.captured:
+                if isinstance(value, Value) and not any(value is c for c in self.closed):
+                    self.extra.append(value)
 
     def primal_trees(self, values: Sequence[Any]) -> tuple:
         """The positional arguments with the array leaves replaced by `values` (the others, the
@@ -166,7 +183,7 @@ class _Signature:
             if lookup(record.target, record.version) is not record:
                 register(record, replace=True)
         operands = [builder.lift(leaves[i]) for i in self.arrays]
-        operands += [builder.lift(c) for c in self.traced.captured]
+        operands += [builder.lift(c) for c in self.closed]
         outputs = [record.call(builder, *operands) for record in self.records]
         return unflatten(self.out_treedef, outputs)
 
@@ -219,7 +236,8 @@ class _CustomFunction:
                 self._signatures[key] = signature
         # The call belongs to the innermost trace among its arguments and what the function
         # closed over (a vmapped value it closes over, next to an argument from around vmap).
-        outer = innermost([leaf for leaf in leaves if is_array(leaf)] + signature.traced.captured)
+        candidates = [leaf for leaf in leaves if is_array(leaf)] + signature.traced.captured
+        outer = innermost(candidates)
         if outer is None:  # nothing is traced: no derivative to customize
             return self.fn(*_unwrapped(args))
         # The rules are traced now, while the traces they may close over are open; a rule
@@ -231,6 +249,10 @@ class _CustomFunction:
                     self.prepare(signature)
             finally:
                 self._preparing = False
+            signature.note_rule_captures()
+            if signature.extra:  # the rules read values of open traces: not reusable
+                self._signatures.pop(key, None)
+                outer = innermost(candidates + signature.extra)
         return signature.emit(outer, leaves)
 
     def prepare(self, signature: _Signature) -> None:
@@ -429,7 +451,7 @@ class CustomJvp(_CustomFunction):
             f"the custom_jvp rule of {_name(self.fn)!r}",
             traced,
             e,
-            signature.traced.captured,
+            signature.closed,
             list(primals[count:]),
         )
         arguments = [*primals[:count], *(e.instantiate(t) for t in tangents[:count]), *constants]
@@ -532,7 +554,7 @@ class CustomVjp(_CustomFunction):
         """fwd on the call's operands: (its output leaves, its residual leaves)."""
         count = len(signature.arrays)
         forward, out_def, _, _ = self._vjp_programs(signature)
-        closed, operands = signature.traced.captured, list(primals[count:])
+        closed, operands = signature.closed, list(primals[count:])
         what = f"the custom_vjp fwd of {_name(self.fn)!r}"
         constants = _closure_inputs(what, forward, e, closed, operands)
         outputs = e.call(forward.program, [*primals[:count], *constants])
@@ -554,7 +576,7 @@ class CustomVjp(_CustomFunction):
         count = len(signature.arrays)
         name = _name(self.fn)
         _, _, backward, cotangents_by_leaf = self._vjp_programs(signature)
-        closed, operands = signature.traced.captured, list(primals[count:])
+        closed, operands = signature.closed, list(primals[count:])
         residuals = self._run_fwd(signature, e, primals)[1]
         out_types = signature.program.output_types
         cts = [e.zeros(t) if k != j else cotangent for k, t in enumerate(out_types)]

@@ -689,4 +689,49 @@ def custom_vjp(
     return CustomVjp(fn, nondiff_argnums, nondiff_argnames)
 
 
-__all__ = ["CustomJvp", "CustomVjp", "custom_jvp", "custom_vjp"]
+def custom_gradient(fn: Callable) -> Callable:
+    """`fn(*args) -> (output, vjp)` as a function with that reverse-mode rule
+    (`jax.custom_gradient`): `vjp(cotangent)` returns one cotangent per argument (a single one
+    for a function of one argument). Built on `custom_vjp`: the residuals are the arguments,
+    and the backward pass runs `fn` again to get `vjp`.
+
+    >>> import accy, numpy as np
+    >>> @accy.custom_gradient
+    ... def f(x):
+    ...     return x**2.0, lambda g: (g * x,)
+    >>> x = accy.named(np.float32(3.0), ())
+    >>> f(x).item(), accy.grad(f)(x).item()
+    (9.0, 3.0)
+    """
+    _check_callable(fn, "custom_gradient")
+
+    @functools.wraps(fn)
+    def primal(*args: Any) -> Any:
+        return _output_and_vjp(fn, args)[0]
+
+    wrapped = CustomVjp(primal)
+
+    def fwd(*args: Any) -> tuple:
+        return _output_and_vjp(fn, args)[0], args
+
+    def bwd(args: tuple, cotangent: Any) -> tuple:
+        cotangents = _output_and_vjp(fn, args)[1](cotangent)
+        if len(args) == 1 and not isinstance(cotangents, tuple | list):
+            cotangents = (cotangents,)  # a single cotangent, as JAX allows
+        return tuple(cotangents) if isinstance(cotangents, list) else cotangents
+
+    wrapped.defvjp(fwd, bwd)
+    return wrapped
+
+
+def _output_and_vjp(fn: Callable, args: tuple) -> tuple:
+    pair = fn(*args)
+    if not isinstance(pair, tuple | list) or len(pair) != 2 or not callable(pair[1]):
+        raise TransformError(
+            f"the accy.custom_gradient function {_name(fn)!r} must return a pair (output, "
+            f"vjp function), got {type(pair).__name__}"
+        )
+    return pair
+
+
+__all__ = ["CustomJvp", "CustomVjp", "custom_gradient", "custom_jvp", "custom_vjp"]

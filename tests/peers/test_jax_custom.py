@@ -11,6 +11,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optree
 import pytest
 
 import accy
@@ -1768,3 +1769,66 @@ def test_custom_vjp_resolve_kwargs_errors():
         f(scalar(0.5))
     with pytest.raises(accy.TransformError, match="keyword arguments z cannot be passed by"):
         f(scalar(0.5), scalar(0.1), z=scalar(1.0))
+
+
+def first_of_a_tree(api, bwd):
+    @api.custom_vjp
+    def f(x):
+        return x[0]
+
+    f.defvjp(lambda x: (f(x), None), bwd)
+    return f
+
+
+@translates("CustomVJPTest.test_nones_representing_zeros_in_subtrees_returned_by_bwd")
+def test_custom_vjp_bwd_none_for_a_subtree():
+    def case(api):
+        f = first_of_a_tree(api, lambda _, z_bar: ((z_bar, (None, None)),))
+        return api.grad(f)((api.s(1.0), (api.s(2.0), api.s(3.0))))
+
+    same(case)
+
+
+@translates("CustomVJPTest.test_pytree_nones_returned_by_bwd")
+def test_custom_vjp_bwd_none_for_a_subtree_holding_none():
+    def case(api):
+        f = first_of_a_tree(api, lambda _, z_bar: ((z_bar, (None, None)),))
+        return api.grad(f)((api.s(1.0), (api.s(2.0), None)))
+
+    same(case)
+
+
+def test_custom_vjp_bwd_tree_deeper_than_the_argument_error():
+    f = first_of_a_tree(Api, lambda _, z_bar: ((z_bar, ((z_bar, z_bar), None)),))
+    with pytest.raises(accy.TransformError, match="returned for argument 0 a tree of structure"):
+        accy.grad(f)((scalar(1.0), (scalar(2.0), scalar(3.0))))
+
+
+class Listing(list):
+    """A list subclass registered as a pytree node (JAX's case registers one)."""
+
+
+def _unflatten_listing(_, children):
+    assert children[0] is not None
+    return Listing(children)
+
+
+jax.tree_util.register_pytree_node(Listing, lambda x: (list(x), None), _unflatten_listing)
+optree.register_pytree_node(
+    Listing,
+    lambda x: (list(x), None),
+    _unflatten_listing,
+    namespace=accy.frontend.tracing.NAMESPACE,
+)
+
+
+@translates(
+    "CustomVJPTest.test_pytrees_not_required_to_contain_nones",
+    "CustomVJP3Test.test_pytrees_not_required_to_contain_nones",
+)
+def test_custom_vjp_bwd_returning_a_registered_pytree():
+    def case(api):
+        f = first_of_a_tree(api, lambda _, g: (Listing([g]),))
+        return api.grad(f)(Listing([api.s(1.0)]))
+
+    same(case)

@@ -613,23 +613,39 @@ class CustomVjp(_CustomFunction):
         next_output = 0
         for position, piece in zip(diff_positions, pieces, strict=True):
             argument = signature.args[position]
-            count = len([leaf for leaf in flatten(argument)[0] if is_array(leaf)])
-            if piece is None:
-                by_argument[position] = [None] * count
-                continue
-            if structure(piece) != structure(argument):
-                raise TransformError(
-                    f"the custom_vjp bwd of {name!r} returned for argument {position} a tree "
-                    f"of structure {structure(piece)}, but the argument has "
-                    f"{structure(argument)}"
-                )
-            by_argument[position] = list(range(next_output, next_output + count))
-            next_output += count
+            given = _given_leaves(piece, argument, f"the custom_vjp bwd of {name!r}", position)
+            by_argument[position] = []
+            for leaf, has_value in zip(flatten(argument)[0], given, strict=True):
+                if has_value:
+                    next_output += 1  # the traced bwd's outputs skip the Nones
+                if is_array(leaf):
+                    by_argument[position].append(next_output - 1 if has_value else None)
         order: list[int | None] = []
         for position, argument in enumerate(signature.args):
             count = len([leaf for leaf in flatten(argument)[0] if is_array(leaf)])
             order += by_argument.get(position, [None] * count)
         return order
+
+
+def _given_leaves(piece: Any, argument: Any, what: str, position: int) -> list[bool]:
+    """For each leaf of `argument`: whether `piece`, its cotangent tree, gives it a value; a
+    None in `piece` stands for zeros of the whole subtree there, as in JAX."""
+    given: list[bool] = []
+
+    def visit(part: Any, subtree: Any) -> None:
+        leaves = flatten(subtree)[0]
+        if part is not None and (len(leaves) != 1 or structure(subtree).num_nodes != 1):
+            raise ValueError  # a leaf of the cotangent where the argument has a subtree
+        given.extend([part is not None] * len(leaves))
+
+    try:  # tree_map_ builds no tree: a registered node never sees None children
+        optree.tree_map_(visit, piece, argument, is_leaf=lambda x: x is None, namespace=NAMESPACE)
+    except (ValueError, TypeError):
+        raise TransformError(
+            f"{what} returned for argument {position} a tree of structure {structure(piece)}, "
+            f"but the argument has {structure(argument)} (None may stand for any subtree)"
+        ) from None
+    return given
 
 
 def custom_jvp(

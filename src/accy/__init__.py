@@ -78,7 +78,7 @@ from .frontend.axes import (
     without_axes,
 )
 from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
-from .frontend.custom_rules import custom_gradient, custom_jvp, custom_vjp
+from .frontend.custom_rules import custom_gradient, custom_jvp, custom_vjp, custom_vmap
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
 from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
@@ -150,6 +150,7 @@ __all__ = [
     "custom_gradient",
     "custom_jvp",
     "custom_vjp",
+    "custom_vmap",
     "debug_print",
     "device",
     "devices",

@@ -7,6 +7,7 @@ import collections
 import concurrent.futures
 import copy
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +42,15 @@ OPTIMIZE_REMAT = (
 HIJAX = "JAX's hijax hi-typed primitives (VJPHiPrimitive, HiType): accy has no such layer"
 AXIS_INDEX = "lax.axis_index under a named vmap axis: accy's vmap has no axis_index"
 STAGES = "JAX's staging internals (pe.lower_jaxpr2, eval_jaxpr_p)"
+VMAP_JVP = (
+    "accy lacks JAX's jvp of custom_vmap (a tangent batched by the rule's own JVP): accy "
+    "differentiates a custom_vmap function through the function itself"
+)
+SEQUENTIAL_VMAP = (
+    "accy lacks custom_batching.sequential_vmap (vmap of a custom call without a batching "
+    "rule already runs it once per example)"
+)
+BATCH_MAP = "lax.map's batch_size: accy.map has no batch_size"
 COMPILE_TIME_EVAL = "jax.ensure_compile_time_eval: accy has no eager island inside jit"
 
 
@@ -1169,6 +1179,25 @@ NOT_APPLICABLE = {
     "CustomJVP3Test.test_expand_stages_call_without_inlining": STAGES,
     "CustomVJP3Test.test_expand_stages_call_without_inlining": STAGES,
     "CustomVJP3Test.test_jvp_error_symbolic_zeros": SYMBOLIC_ZEROS,
+    "CustomVmapTest.test_jvp_basic": VMAP_JVP,
+    "CustomVmapTest.test_jvp_closure": VMAP_JVP,
+    "CustomVmapTest.test_jvp_nary": VMAP_JVP,
+    "CustomVmapTest.test_jvp_extra_batched_tangents": VMAP_JVP,
+    "CustomVmapTest.test_jacfwd": VMAP_JVP,
+    "CustomVmapTest.test_jvp_extra_batched_primals": VMAP_JVP,
+    "CustomVmapTest.test_jvp_extra_batched_primals_with_linear_vmap_rule": VMAP_JVP,
+    "CustomVmapTest.test_jvp_dataflow_violation": VMAP_JVP,
+    "CustomVmapTest.test_sequential_vmap_basic": SEQUENTIAL_VMAP,
+    "CustomVmapTest.test_sequential_vmap_nary_same_batching": SEQUENTIAL_VMAP,
+    "CustomVmapTest.test_sequential_vmap_nary_mixed_batching": SEQUENTIAL_VMAP,
+    "CustomVmapTest.test_compose_custom_vjp_bwd_rule": SEQUENTIAL_VMAP,
+    "CustomVmapTest.test_batch_map_basic": BATCH_MAP,
+    "CustomVmapTest.test_batch_map_pytrees": BATCH_MAP,
+    "CustomVmapTest.test_batch_divides_axis": BATCH_MAP,
+    "CustomVmapTest.test_compose_custom_vjp": (
+        "accy lacks batching a custom_vjp call by the custom_vmap rule inside it: vmap runs a "
+        "custom_vjp call once per example"
+    ),
 }
 
 test_not_applicable = not_applicable_tests(NOT_APPLICABLE)
@@ -1910,3 +1939,278 @@ def test_custom_vjp_fwd_more_batched_than_the_function():
 
     f.defvjp(lambda x: (x * 0.0, None), lambda res, g: (g,))
     close(accy.grad(lambda x: accy.vmap(f, "n")(x).sum())(Api.vec([0.0, 1.0, 2.0])), np.ones(3))
+
+
+# -- CustomVmapTest -----------------------------------------------------------------------------
+
+Api.custom_vmap = staticmethod(accy.custom_vmap)
+Jax.custom_vmap = staticmethod(jax.custom_batching.custom_vmap)
+
+
+def sin_batched_as_cos(api, seen=None):
+    """JAX's running custom_vmap example: sin, whose batching rule computes cos."""
+
+    @api.custom_vmap
+    def f(x):
+        return api.sin(x)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, xs):
+        if seen is not None:
+            seen.append((axis_size, in_batched))
+        return api.cos(xs), in_batched[0]
+
+    return f
+
+
+@translates("CustomVmapTest.test_basic", "CustomVmapTest.test_rule_input_signature")
+def test_custom_vmap_basic():
+    seen = {Api: [], Jax: []}
+
+    def case(api):
+        f = sin_batched_as_cos(api, seen[api])
+        return f(api.s(1.0)), api.vmap(f)(api.vec([0.0, 1.0, 2.0]))
+
+    same(case)
+    assert seen[Api] == seen[Jax] == [(3, [True])]
+    ((size, in_batched),) = seen[Api]
+    assert type(size) is int and type(in_batched) is list
+
+
+@translates("CustomVmapTest.test_closure")
+def test_custom_vmap_closure():
+    def case(api):
+        z = api.vec([2.0, 1.0, 3.0], ("k",))
+
+        @api.custom_vmap
+        def f(x):
+            return z + api.sin(x)
+
+        @f.def_vmap
+        def rule(axis_size, in_batched, *args):
+            assert len(in_batched) == len(args) == 1
+            if api is Jax:
+                return z + jnp.cos(args[0])[:, None], in_batched[0]
+            return z + args[0].cos(), in_batched[0]
+
+        return f(api.s(1.0)), api.vmap(f)(api.vec([0.0, 1.0, 2.0]))
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_rule_multi_output")
+def test_custom_vmap_rule_multi_output():
+    def case(api):
+        @api.custom_vmap
+        def f(x):
+            return api.sin(x), api.cos(x)
+
+        f.def_vmap(lambda size, in_batched, xs: ((api.cos(xs), api.sin(xs)), tuple(in_batched * 2)))
+        return f(api.s(1.0)), api.vmap(f)(api.vec([0.0, 1.0, 2.0]))
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_nary")
+def test_custom_vmap_nary():
+    def case(api):
+        @api.custom_vmap
+        def f(x, y):
+            return api.sin(x) + y**2.0
+
+        @f.def_vmap
+        def rule(axis_size, in_batched, xs, ys):
+            assert in_batched == [True, True] and axis_size == 3
+            return api.cos(xs) + ys**2.0, True
+
+        xs = api.vec([0.0, 1.0, 2.0])
+        return api.vmap(f)(xs, xs)
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_nary_mixed_batching")
+def test_custom_vmap_nary_mixed_batching():
+    log = []
+
+    @accy.custom_vmap
+    def vector_dot(u, v):
+        return u.contract(v, "k")
+
+    @vector_dot.def_vmap
+    def vector_dot_vmap_rule(axis_size, in_batched, u, v):
+        log.append(in_batched)
+        assert axis_size == 4
+        for x, b in zip((u, v), in_batched, strict=True):
+            assert x.ty.has("n") == b
+        return u.contract(v, "k"), in_batched[0] or in_batched[1]
+
+    def ones(**axes):
+        return accy.named(np.ones(tuple(axes.values()), np.float32), tuple(axes), device=R)
+
+    vmap = lambda in_axes: accy.vmap(vector_dot, "n", in_axes=in_axes)  # noqa: E731
+    close(vmap((True, None))(ones(n=4, k=3), ones(k=3)), np.ones((4, 3)) @ np.ones(3))
+    close(vmap((True, None))(ones(k=3, n=4), ones(k=3)), np.ones((3, 4)).T @ np.ones(3))
+    close(vmap((None, True))(ones(k=3), ones(n=4, k=3)), np.ones(3) @ np.ones((4, 3)).T)
+    close(vmap((True, True))(ones(n=4, k=3), ones(n=4, k=3)), np.full(4, 3.0))
+    # JAX traces the rule on every call; accy once per signature and batching (the first two
+    # calls share theirs), as jit caches.
+    assert log == [[True, False], [False, True], [True, True]]
+
+
+@translates("CustomVmapTest.test_rule_output_vs_batching_output_mismatch")
+def test_custom_vmap_rule_output_and_batching_mismatch_error():
+    @accy.custom_vmap
+    def f(x):
+        return x.sin()
+
+    @f.def_vmap
+    def test_rule_abc(axis_size, in_batched, xs):
+        return [xs.sin(), xs.cos()], in_batched
+
+    with pytest.raises(
+        accy.TransformError, match=r"structure of the output of the custom_vmap rule test_rule_abc"
+    ):
+        accy.vmap(f, "n")(Api.vec([0.0, 1.0, 2.0]))
+
+    @f.def_vmap
+    def test_rule_abc1(axis_size, in_batched, xs):
+        return xs.sin(), [True, True]
+
+    with pytest.raises(
+        accy.TransformError,
+        match="output batching specification of the custom_vmap rule test_rule_abc1",
+    ):
+        accy.vmap(f, "n")(Api.vec([0.0, 1.0, 2.0]))
+
+
+@translates("CustomVmapTest.test_rule_vs_call_output_mismatch")
+def test_custom_vmap_rule_output_structure_error():
+    @accy.custom_vmap
+    def f(x):
+        return x.sin()
+
+    @f.def_vmap
+    def test_rule_abc2(axis_size, in_batched, xs):
+        return [xs.sin()], in_batched
+
+    with pytest.raises(
+        accy.TransformError, match="rule test_rule_abc2.*does not match that of the function 'f'"
+    ):
+        accy.vmap(f, "n")(Api.vec([0.0, 1.0, 2.0]))
+
+
+def test_custom_vmap_rule_output_type_error():
+    @accy.custom_vmap
+    def f(x):
+        return x.sin()
+
+    f.def_vmap(lambda size, in_batched, xs: (xs.sum(), True))  # says batched, is not
+    with pytest.raises(accy.TransformError, match=r"output leaf f32\[\] \(batched=True\)"):
+        accy.vmap(f, "n")(Api.vec([0.0, 1.0, 2.0]))
+
+
+def tree_of_sin(api, x):
+    return jax.tree.map(api.sin, x, is_leaf=lambda v: isinstance(v, accy.NamedArray))
+
+
+@pytest.mark.parametrize("nones", [False, True], ids=["tree", "tree_with_nones"])
+@translates("CustomVmapTest.test_tree", "CustomVmapTest.test_tree_with_nones")
+def test_custom_vmap_tree(nones):
+    def case(api):
+        def tree(x):
+            if nones:
+                return (x, [x + 1.0, None], [x + 3.0], None)
+            return (x, [x + 1.0, x + 2.0], [x + 3.0], x + 4.0)
+
+        is_leaf = lambda v: isinstance(v, accy.NamedArray)  # noqa: E731
+
+        @api.custom_vmap
+        def f(xs):
+            return jax.tree.map(api.sin, xs, is_leaf=is_leaf)
+
+        @f.def_vmap
+        def rule(axis_size, in_batched, xs):
+            assert in_batched == [jax.tree.map(lambda _: True, tree(1.0))]
+            return jax.tree.map(api.cos, xs, is_leaf=is_leaf), in_batched[0]
+
+        return f(tree(api.s(1.0))), api.vmap(f)(tree(api.vec([0.0, 1.0, 2.0])))
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_jit")
+def test_custom_vmap_jit():
+    def case(api):
+        f = sin_batched_as_cos(api)
+        x, xs = api.s(1.0), api.vec([0.0, 1.0, 2.0])
+        return f(x), api.jit(f)(x), api.jit(api.vmap(f))(xs), api.vmap(api.jit(f))(xs)
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_undefined_rule")
+def test_custom_vmap_undefined_rule_error():
+    @accy.custom_vmap
+    def f(x):
+        return x.sin()
+
+    with pytest.raises(accy.TransformError, match="custom_vmap function 'f' has no batching rule"):
+        f(scalar(0.5))
+
+
+@translates("CustomVmapTest.test_kwargs")
+def test_custom_vmap_kwargs():
+    def case(api):
+        f = sin_batched_as_cos(api)
+        return f(x=api.s(1.0)), api.vmap(f)(x=api.vec([0.0, 1.0, 2.0]))
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_resolve_kwargs_error_message")
+def test_custom_vmap_resolve_kwargs_errors():
+    @accy.custom_vmap
+    def f(x, y, *, z=None):
+        return x.sin() * y
+
+    f.def_vmap(lambda size, in_batched, xs, ys: (xs.cos() * ys, True))
+    with pytest.raises(accy.TransformError, match="function f.*missing a required argument: 'y'"):
+        f(scalar(0.5))
+    with pytest.raises(accy.TransformError, match="keyword arguments z cannot be passed by"):
+        f(scalar(0.5), scalar(0.1), z=scalar(1.0))
+
+
+@translates("CustomVmapTest.test_partial_eval_raises")
+def test_custom_vmap_grad_differentiates_the_function():
+    # JAX's linearization refuses grad of a custom_vmap function; accy differentiates the
+    # function itself (the rule is only for vmap): the derivative of sin.
+    f = sin_batched_as_cos(Api)
+    close(accy.grad(f)(scalar(0.5)), jax.grad(jnp.sin)(0.5))
+
+
+@translates("CustomApiTest.test_method_forwarding")
+def test_stacked_custom_decorators_forward_methods():
+    def case(api):
+        @api.custom_vmap
+        @api.custom_jvp
+        def f(x):
+            return 2.0 * x
+
+        f.def_vmap(lambda size, in_batched, xs: (2.0 * xs, in_batched[0]))
+        f.defjvp(lambda x, tx: (2.0 * x[0], 3.0 * tx[0]))
+        xs = api.vec([0.0, 1.0, 2.0])
+        return api.vmap(f)(xs), api.jvp(f, (api.s(1.0),), (api.s(1.0),))
+
+    same(case)
+
+
+@translates("CustomApiTest.test_def_method_forwarding_all_permutations")
+def test_stacked_custom_decorators_in_any_order_have_all_methods():
+    for rule, method in ((accy.custom_jvp, "defjvp"), (accy.custom_vjp, "defvjp")):
+        for wraps in itertools.permutations([rule, accy.custom_vmap]):
+            f = lambda x: x + 1.0  # noqa: E731
+            for wrap in wraps:
+                f = wrap(f)
+            for name in (method, "def_vmap"):
+                assert callable(getattr(f, name))

@@ -208,6 +208,14 @@ class _CustomFunction:
         self._preparing = False
         functools.update_wrapper(self, fn, updated=())
 
+    def __getattr__(self, name: str) -> Any:
+        # Forwarded to the decorated function, so that stacked decorators keep each other's
+        # methods (`custom_vmap(custom_jvp(f)).defjvp`), as JAX's.
+        fn = self.__dict__.get("fn")
+        if fn is None:
+            raise AttributeError(name)
+        return getattr(fn, name)
+
     def _require_rules(self) -> None:
         raise NotImplementedError
 
@@ -705,6 +713,141 @@ def custom_vjp(
     return CustomVjp(fn, nondiff_argnums, nondiff_argnames)
 
 
+class CustomVmap(_CustomFunction):
+    """The function behind `accy.custom_vmap(fn)`; give its batching rule with `def_vmap`."""
+
+    kind = "custom_vmap"
+
+    def __init__(self, fn: Callable):
+        super().__init__(fn, ())
+        self.vmap_rule: Callable | None = None
+
+    def def_vmap(self, rule: Callable) -> Callable:
+        """Set the batching rule `rule(axis_size, in_batched, *args) -> (out, out_batched)`,
+        as JAX's: `in_batched` holds one tree of bools per argument (which leaves carry the
+        mapped axis, first); `out_batched` is a tree prefix of `out` saying which of its
+        leaves do. With named axes, the rule sees the mapped axis by its name. Returns `rule`,
+        so it works as a decorator."""
+        _check_callable(rule, "custom_vmap.def_vmap")
+        self.vmap_rule = rule
+        self._signatures.clear()
+        return rule
+
+    def _require_rules(self) -> None:
+        if self.vmap_rule is None:
+            raise TransformError(
+                f"accy.custom_vmap function {_name(self.fn)!r} has no batching rule; define "
+                "it with @f.def_vmap before calling f"
+            )
+
+    def prepare(self, signature: _Signature) -> None:
+        """Nothing to trace ahead: the rule is traced when vmap meets the call."""
+
+    def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
+        return {"batch": functools.partial(self._batch, signature, j)}
+
+    def _batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis) -> Any:
+        count = len(signature.arrays)
+        if any(batched[count:]):  # a mapped value the function closes over: one call each
+            return None
+        extent = next(x.ty.extent(axis) for x, b in zip(operands, batched, strict=True) if b)
+        traced = self._rule_program(signature, axis, extent, tuple(batched[:count]))
+        what = f"the custom_vmap rule of {_name(self.fn)!r}"
+        constants = _closure_inputs(what, traced, e, signature.closed, list(operands[count:]))
+        outputs = e.call(traced.program, [*operands[:count], *constants])
+        return outputs[j] if isinstance(outputs, tuple) else outputs
+
+    def _rule_program(self, signature: _Signature, axis: str, extent: int, batched: tuple):
+        """The rule traced on the arguments batched along `axis` as `batched` says, its
+        outputs all carrying `axis` first (an unbatched one broadcast)."""
+        name = f"vmap_{_name(self.fn)}"
+        found = signature.rule_programs.get((name, axis, extent, batched))
+        if found is not None:
+            return found
+        rule, fn_name = self.vmap_rule, _name(self.fn)
+        rule_name = getattr(rule, "__name__", "rule")
+        parameters = [signature.leaves[i] for i in signature.arrays]
+        stand_ins = [
+            NamedArray(None, p.ty.with_axes(((axis, extent), *p.ty.named_extents)), "reference")
+            if b
+            else p
+            for p, b in zip(parameters, batched, strict=True)
+        ]
+        flags = [False] * len(signature.leaves)
+        for position, b in zip(signature.arrays, batched, strict=True):
+            flags[position] = b
+        in_batched = list(unflatten(signature.treedef, flags)[0])
+        out_types = signature.program.output_types
+
+        def run_rule(*trees: Any) -> list:
+            pair = rule(extent, in_batched, *trees)
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise TransformError(
+                    f"the custom_vmap rule {rule_name} of {fn_name!r} must return a pair "
+                    f"(out, out_batched), got {type(pair).__name__}"
+                )
+            out, out_batched = pair
+            if structure(out) != signature.out_treedef:
+                raise TransformError(
+                    f"the structure of the output of the custom_vmap rule {rule_name} "
+                    f"({structure(out)}) does not match that of the function {fn_name!r} "
+                    f"({signature.out_treedef})"
+                )
+            try:
+                flags = optree.broadcast_prefix(out_batched, out, namespace=NAMESPACE)
+            except ValueError:
+                raise TransformError(
+                    f"the structure of the output value and of the output batching "
+                    f"specification of the custom_vmap rule {rule_name} do not match: "
+                    f"{structure(out)} and {structure(out_batched)}"
+                ) from None
+            leaves = flatten(out)[0]
+            return [
+                _mapped_first(leaf, t, axis, extent, flag, rule_name)
+                for leaf, t, flag in zip(leaves, out_types, flags, strict=True)
+            ]
+
+        trees = signature.primal_trees(stand_ins)
+        leaves, treedef = flatten((trees, {}))
+        found = trace(lambda *t: run_rule(*t), leaves, treedef, name)
+        signature.rule_programs[(name, axis, extent, batched)] = found
+        return found
+
+
+def _mapped_first(leaf: Any, expected: Any, axis: str, extent: int, batched: bool, rule: str):
+    """An output leaf of a batching rule with the mapped `axis` first (broadcast along it when
+    the rule says the leaf is not batched), checked against the function's output type."""
+    mapped = expected.with_axes(((axis, extent), *expected.named_extents))
+    got = getattr(leaf, "ty", None)
+    if not batched and got == expected:
+        return leaf.broadcast_to(mapped)
+    if batched and got is not None and sorted(got.named_extents) == sorted(mapped.named_extents):
+        return leaf if got == mapped else leaf.transpose(mapped.axes)
+    raise TransformError(
+        f"the custom_vmap rule {rule} returned an output leaf {got} (batched={batched}), but "
+        f"the function's output is {expected}: a batched leaf is {mapped}"
+    )
+
+
+def custom_vmap(fn: Callable) -> CustomVmap:
+    """`fn` with a batching rule of its own (`jax.custom_batching.custom_vmap`): decorate, then
+    give the rule with `@f.def_vmap`. Outside vmap the function runs; under `accy.vmap` the
+    rule runs once on the whole batch. Differentiation goes through the function itself.
+
+    >>> import accy, numpy as np
+    >>> @accy.custom_vmap
+    ... def f(x):
+    ...     return x.sin()
+    >>> @f.def_vmap
+    ... def rule(axis_size, in_batched, xs):
+    ...     return xs.cos(), in_batched[0]
+    >>> xs = accy.named(np.zeros(3, np.float32), "n")
+    >>> f(xs).array.tolist(), accy.vmap(f, "n")(xs).array.tolist()
+    ([0.0, 0.0, 0.0], [1.0, 1.0, 1.0])
+    """
+    return CustomVmap(fn)
+
+
 def custom_gradient(fn: Callable) -> Callable:
     """`fn(*args) -> (output, vjp)` as a function with that reverse-mode rule
     (`jax.custom_gradient`): `vjp(cotangent)` returns one cotangent per argument (a single one
@@ -750,4 +893,12 @@ def _output_and_vjp(fn: Callable, args: tuple) -> tuple:
     return pair
 
 
-__all__ = ["CustomJvp", "CustomVjp", "custom_gradient", "custom_jvp", "custom_vjp"]
+__all__ = [
+    "CustomJvp",
+    "CustomVjp",
+    "CustomVmap",
+    "custom_gradient",
+    "custom_jvp",
+    "custom_vjp",
+    "custom_vmap",
+]

@@ -2214,3 +2214,80 @@ def test_stacked_custom_decorators_in_any_order_have_all_methods():
                 f = wrap(f)
             for name in (method, "def_vmap"):
                 assert callable(getattr(f, name))
+
+
+@translates("CustomJVPTest.test_custom_jvp_vmap_broadcasting_interaction_2")
+def test_custom_jvp_nested_vmap_with_a_shared_scalar():
+    rng = np.random.default_rng(0)
+    points = rng.uniform(size=(5, 2)).astype(np.float32)  # JAX's case: 250 points
+
+    def case(api):
+        @api.custom_jvp
+        def transform(box, r):
+            return r * box  # JAX's case branches on box's shape: a scalar box here
+
+        @transform.defjvp
+        def transform_jvp(primals, tangents):
+            (box, r), (dbox, dr) = primals, tangents
+            return transform(box, r), dr + transform(dbox, r)
+
+        def displacement(ra, rb, **kwargs):
+            return transform(kwargs.get("box", 1.0), ra - rb)
+
+        def energy(box):
+            d = functools.partial(displacement, box=box)
+            if api is Jax:
+                d = jax.vmap(jax.vmap(d, (None, 0)), (0, None))
+                return jnp.sum(d(points, points) ** 2)
+            d = accy.vmap(accy.vmap(d, "q", in_axes=(None, True)), "p", in_axes=(True, None))
+            ra = accy.named(points, ("p", "d"), device=R)
+            return (d(ra, ra.rename("p", "q")) ** 2.0).sum()
+
+        return api.grad(energy)(api.s(1.0))
+
+    same(case)
+
+
+def simplex_projection(api):
+    """JAX's case: the projection onto the unit simplex, its JVP the support's."""
+
+    @api.custom_jvp
+    def proj(x):
+        if api is Jax:
+            u = jnp.sort(x)[::-1]
+            cssv = jnp.cumsum(u) - 1.0
+            ind = jnp.arange(x.shape[0], dtype=x.dtype) + 1
+            idx = jnp.count_nonzero(u - cssv / ind > 0)
+            return jax.nn.relu(x - cssv[idx - 1] / idx.astype(x.dtype))
+        u = x.sort("n", descending=True)
+        cssv = u.cumsum("n") - 1.0
+        ind = accy.arange("n", 1, x.ty.extent("n") + 1, dtype=accy.f32, device=R)
+        idx = accy.where(u - cssv / ind > 0.0, 1.0, 0.0).sum()
+        return accy.nn.relu(x - cssv.gather((idx - 1.0).convert(accy.i32), "n") / idx)
+
+    @proj.defjvp
+    def proj_jvp(primals, tangents):
+        (x,), (x_dot,) = primals, tangents
+        out = proj(x)
+        supp = api.where(out > 0.0, 1.0, 0.0)
+        return out, supp * x_dot - (api.sum(supp * x_dot) / api.sum(supp)) * supp
+
+    return proj
+
+
+@translates("CustomJVPTest.test_custom_jvp_implicit_broadcasting")
+def test_custom_jvp_simplex_projection():
+    rng = np.random.default_rng(0)
+    x, xs = rng.random(5).astype(np.float32), rng.random((4, 5)).astype(np.float32)
+    ours, theirs = simplex_projection(Api), simplex_projection(Jax)
+    out = lambda x: ours(x).rename("n", "out")  # noqa: E731
+    for jacobian, jax_jacobian in ((accy.jacfwd, jax.jacfwd), (accy.jacrev, jax.jacrev)):
+        close(jacobian(out)(Api.vec(x)), jax_jacobian(theirs)(x))
+
+    def fun_ours(xs):
+        return (accy.vmap(ours, "m")(xs) ** 2.0).sum()
+
+    def fun_theirs(xs):
+        return jnp.sum(jax.vmap(theirs)(xs) ** 2)
+
+    close(accy.grad(fun_ours)(Api.vec(xs, ("m", "n"))), jax.grad(fun_theirs)(xs))

@@ -78,7 +78,7 @@ from .frontend.axes import (
     without_axes,
 )
 from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
-from .frontend.custom_rules import custom_jvp, custom_vjp
+from .frontend.custom_rules import custom_gradient, custom_jvp, custom_vjp, custom_vmap
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
 from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
@@ -154,8 +154,10 @@ __all__ = [
     "config",
     "core",
     "custom",
+    "custom_gradient",
     "custom_jvp",
     "custom_vjp",
+    "custom_vmap",
     "debug_print",
     "device",
     "devices",

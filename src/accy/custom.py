@@ -14,6 +14,9 @@ One record holds everything about a custom call `(target, version)`:
   `vjp(e, primals, result, cotangent) -> cotangents` (one per operand, None for no
   contribution), written with the emitter `e` (`accy.core.operations.OpsApi`: `e.mul(...)`,
   other records' `record.call(e, ...)`), as the kind table's rules are;
+- optionally a `forward` rule `forward(e, primals) -> result`: the primal result that reverse
+  mode computes in place of the call (a `custom_vjp`'s `fwd`, whose output may differ from
+  the function's, as JAX runs `fwd` under differentiation); without one, the call itself;
 - optionally a `fallback` composition (a Python function of traced values computing the same
   function from other operations), differentiated when a rule is missing, to any order;
 - optionally a batching rule `batch(e, args, batched, axis) -> result` for `accy.vmap`: the
@@ -63,7 +66,7 @@ import numpy as np
 
 from .caches import Table
 from .core.builder import Builder
-from .core.ir import Operation, Program
+from .core.ir import Operation, Program, permute_parameters
 from .core.kinds.control import CUSTOM_CALLS, missing_jvp, missing_vjp
 from .core.kinds.registry import Linear, Zero, describe
 from .core.operations import OpsApi
@@ -77,7 +80,8 @@ from .kernel.errors import KernelCallNotFound, KernelError
 from .kernel.limits import Limits
 from .kernel.logical.program import Program as KernelProgram
 from .trace import define
-from .transforms.linearize import linearize
+from .transforms.linearize import Linearized, linearize
+from .transforms.pullback import pullback
 from .transforms.unroll import apply as unroll
 
 ResultType = TensorType | Callable[..., TensorType]
@@ -146,6 +150,7 @@ class CustomCall:
         jvp: JvpRule | None = None,
         vjp: VjpRule | None = None,
         fallback: Callable[..., Any] | None = None,
+        forward: Callable[..., Any] | None = None,
         kernels: Mapping[str, KernelSource] | None = None,
         mapped_axes: Sequence[str] | Callable[..., Sequence[str]] | None = None,
         batch: Callable[..., Any] | None = None,
@@ -174,6 +179,7 @@ class CustomCall:
         self.jvp = _check_callable(target, "jvp", jvp)
         self.vjp = _check_callable(target, "vjp", vjp)
         self.fallback = _check_callable(target, "fallback", fallback)
+        self.forward = _check_callable(target, "forward", forward)
         self.batch = _check_callable(target, "batch", batch)
         if mapped_axes is not None and not callable(mapped_axes):
             if isinstance(mapped_axes, str) or not all(isinstance(a, str) for a in mapped_axes):
@@ -199,7 +205,7 @@ class CustomCall:
     def __repr__(self) -> str:
         fields = [
             name
-            for name in ("reference", "jvp", "vjp", "fallback", "batch")
+            for name in ("reference", "jvp", "vjp", "fallback", "forward", "batch")
             if getattr(self, name) is not None
         ]
         fields += [f"kernel {format}" for format in sorted(self.kernels)]
@@ -214,7 +220,7 @@ class CustomCall:
         """The fields that define this record; two records with equal definitions are the same.
 
         >>> sorted(CustomCall("doc.x", register=False).definition())[:4]
-        ['batch', 'fallback', 'jvp', 'kernels']
+        ['batch', 'fallback', 'forward', 'jvp']
         """
         return {
             "result_type": self.result_type,
@@ -223,6 +229,7 @@ class CustomCall:
             "jvp": self.jvp,
             "vjp": self.vjp,
             "fallback": self.fallback,
+            "forward": self.forward,
             "kernels": self.kernels,
             "mapped_axes": self.mapped_axes,
             "batch": self.batch,
@@ -385,6 +392,15 @@ class CustomCall:
             )
         raise missing_jvp(op.attrs, " and no fallback")
 
+    def primal(self, e: OpsApi, op: Operation, primals: list) -> Any:
+        """The result that reverse mode computes for `op` (by the `forward` rule), or None
+        when the record has no such rule (the call itself is the primal)."""
+        if self.forward is None:
+            return None
+        result = self.forward(e, primals)
+        self._check_value("its forward rule returned", result, op.type)
+        return result
+
     def transpose(self, e: OpsApi, op: Operation, cotangent: Any, operands: list) -> list:
         """Cotangents of the linear operands of `op`, by the VJP rule."""
         if op.attrs.get("linearized", False):
@@ -397,7 +413,10 @@ class CustomCall:
                 for c, t in zip(cotangents, linear, strict=True)
             ]
         # The call itself applied to tangents (a JVP rule made it, so it is linear in them):
-        # its VJP rule is its transpose. The linear operands are given as `Linear(type)`.
+        # its VJP rule is its transpose, else its fallback's (JAX transposes a custom_jvp
+        # function applied to tangents by its body). Linear operands come as `Linear(type)`.
+        if self.vjp is None and self.fallback is not None:
+            return self._fallback_transpose(e, op, cotangent, operands)
         if self.vjp is None:
             raise missing_vjp(
                 op.attrs,
@@ -406,6 +425,21 @@ class CustomCall:
         cotangents = self._run_vjp(e, op, list(operands), None, cotangent, len(operands))
         pairs = zip(cotangents, operands, strict=True)
         return [c if isinstance(o, Linear) else None for c, o in pairs]
+
+    def _fallback_transpose(self, e, op, cotangent, operands: list) -> list:
+        """Cotangents of the `Linear` operands by transposing the fallback, which must be
+        linear in them (an operation that is not has no transpose rule: an error naming it)."""
+        program = self.fallback_program(op.operand_types)
+        linear = [i for i, o in enumerate(operands) if isinstance(o, Linear)]
+        fixed = [i for i, o in enumerate(operands) if not isinstance(o, Linear)]
+        source = permute_parameters(unroll(program), fixed + linear)
+        transposed = pullback(Linearized(source, len(fixed), 0, tuple(range(len(linear)))))
+        pulled = e.call(transposed.program, [operands[i] for i in fixed] + [cotangent])
+        pulled = list(pulled) if isinstance(pulled, tuple) else [pulled]
+        cotangents: list[Any] = [None] * len(operands)
+        for position, c in zip(linear, pulled, strict=True):
+            cotangents[position] = c
+        return cotangents
 
     def _run_vjp(self, e, op, primals, result, cotangent, count) -> list:
         cotangents = self.vjp(e, primals, result, cotangent)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import optree
 
-from ..core import Program
+from ..core import Program, Value
 from ..custom import CustomCall, lookup, register
 from ..errors import AccyError
 from ..reference import run as reference_run
@@ -46,6 +46,7 @@ from .tracing import (
     Traced,
     flatten,
     innermost,
+    innermost_trace,
     is_array,
     static_key,
     structure,
@@ -56,16 +57,36 @@ from .tracing import (
 _COUNTER = itertools.count()
 
 
-def _positional(fn: Callable, args: tuple, kwargs: dict) -> tuple:
-    """`args` and `kwargs` as positional arguments of `fn` (as JAX resolves them)."""
-    if not kwargs:
-        return args
+def _signature_of(fn: Callable) -> inspect.Signature | None:
+    if isinstance(fn, functools.partial):  # opaque, as JAX treats it: positional arguments
+        return inspect.signature(lambda *args, **kwargs: None)
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature
+        return None
+
+
+def _positional(fn: Callable, kind: str, signature: Any, args: tuple, kwargs: dict) -> tuple:
+    """`args` and `kwargs` as positional arguments of `fn` (whose `signature` it is, or None),
+    as JAX resolves them: missing arguments and keyword-only ones are errors."""
+    if signature is None:
+        return args + tuple(kwargs.values())
+    try:
+        bound = signature.bind(*args, **kwargs)
     except TypeError as error:
-        raise TransformError(f"{_name(fn)}: {error}") from None
+        raise TransformError(
+            f"the arguments to the accy.{kind} function {_name(fn)}{signature} do not match "
+            f"it: {error}"
+        ) from None
     bound.apply_defaults()
-    return tuple(bound.args) + tuple(bound.kwargs.values())
+    passed = [k for k in bound.kwargs if k in kwargs]
+    if passed:
+        raise TransformError(
+            f"the arguments to the accy.{kind} function {_name(fn)}{signature}: the keyword "
+            f"arguments {', '.join(passed)} cannot be passed by position, as the rules get "
+            "the arguments; make them positional parameters"
+        )
+    return tuple(bound.args)
 
 
 def _closure_inputs(what: str, traced: Traced, ops: Any, closed: list, operands: list) -> list:
@@ -104,6 +125,10 @@ class _Signature:
         self.out_treedef = self.traced.out_treedef
         self.rule_programs: dict[str, Any] = {}
         self.prepared = False
+        # Values of enclosing traces that the rules close over and the function does not:
+        # extra operands of the call, after the function's captures (JAX lets a bwd close
+        # over a traced value).
+        self.extra: list[Any] = []
         tag = f"accy.{owner.kind}.{_name(owner.fn)}.{next(_COUNTER)}"
         self.records = [
             CustomCall(
@@ -118,12 +143,25 @@ class _Signature:
             for j in range(len(self.program.outputs))
         ]
 
+    @property
+    def closed(self) -> list[Any]:
+        """What the call's operands after the arguments' arrays stand for."""
+        return [*self.traced.captured, *self.extra]
+
     def _fallback(self, j: int, *values: Any) -> Any:
-        outputs = values[0].builder.call(self.program, list(values))
+        used = list(values[: len(self.program.parameters)])  # not the rules' extra operands
+        outputs = values[0].builder.call(self.program, used)
         return outputs[j] if isinstance(outputs, tuple) else outputs
 
     def _reference(self, j: int, *arrays: Any) -> Any:
-        return reference_run(self.program, list(arrays))[j]
+        return reference_run(self.program, list(arrays[: len(self.program.parameters)]))[j]
+
+    def note_rule_captures(self) -> None:
+        """Collect what the traced rules close over beyond the function's captures."""
+        for traced in self.rule_programs.values():
+            for value in traced.captured:
+                if isinstance(value, Value) and not any(value is c for c in self.closed):
+                    self.extra.append(value)
 
     def primal_trees(self, values: Sequence[Any]) -> tuple:
         """The positional arguments with the array leaves replaced by `values` (the others, the
@@ -145,7 +183,7 @@ class _Signature:
             if lookup(record.target, record.version) is not record:
                 register(record, replace=True)
         operands = [builder.lift(leaves[i]) for i in self.arrays]
-        operands += [builder.lift(c) for c in self.traced.captured]
+        operands += [builder.lift(c) for c in self.closed]
         outputs = [record.call(builder, *operands) for record in self.records]
         return unflatten(self.out_treedef, outputs)
 
@@ -160,19 +198,29 @@ class _CustomFunction:
 
     kind = "custom"
 
-    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int]):
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int], nondiff_argnames=()):
         _check_callable(fn, self.kind)
         self.fn = fn
-        self.nondiff_argnums = tuple(nondiff_argnums)
+        self._signature = _signature_of(fn)
+        positions = set(nondiff_argnums) | set(_positions_of(fn, nondiff_argnames, self.kind))
+        self.nondiff_argnums = tuple(sorted(positions))  # the rules get them in this order
         self._signatures: dict[tuple, _Signature] = {}
         self._preparing = False
         functools.update_wrapper(self, fn, updated=())
+
+    def __getattr__(self, name: str) -> Any:
+        # Forwarded to the decorated function, so that stacked decorators keep each other's
+        # methods (`custom_vmap(custom_jvp(f)).defjvp`), as JAX's.
+        fn = self.__dict__.get("fn")
+        if fn is None:
+            raise AttributeError(name)
+        return getattr(fn, name)
 
     def _require_rules(self) -> None:
         raise NotImplementedError
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = _positional(self.fn, args, kwargs)
+        args = _positional(self.fn, self.kind, self._signature, args, kwargs)
         self._require_rules()
         for n in self.nondiff_argnums:
             if not -len(args) <= n < len(args):
@@ -188,15 +236,16 @@ class _CustomFunction:
             for i, a in enumerate(args)
         )
         leaves, treedef = flatten((args, {}))
-        outer = innermost([leaf for leaf in leaves if is_array(leaf)])
         key = (treedef, tuple(leaf.ty if is_array(leaf) else static_key(leaf) for leaf in leaves))
         signature = self._signatures.get(key)
         if signature is None:
             signature = _Signature(self, args, leaves, treedef)
             if not signature.traced.foreign:  # closed over nothing of a trace: reusable
                 self._signatures[key] = signature
-        if outer is None and signature.traced.foreign:
-            outer = innermost(signature.traced.captured)
+        # The call belongs to the innermost trace among its arguments and what the function
+        # closed over (a vmapped value it closes over, next to an argument from around vmap).
+        candidates = [leaf for leaf in leaves if is_array(leaf)] + signature.traced.captured
+        outer = innermost(candidates)
         if outer is None:  # nothing is traced: no derivative to customize
             return self.fn(*_unwrapped(args))
         # The rules are traced now, while the traces they may close over are open; a rule
@@ -208,6 +257,10 @@ class _CustomFunction:
                     self.prepare(signature)
             finally:
                 self._preparing = False
+            signature.note_rule_captures()
+            if signature.extra:  # the rules read values of open traces: not reusable
+                self._signatures.pop(key, None)
+                outer = innermost(candidates + signature.extra)
         return signature.emit(outer, leaves)
 
     def prepare(self, signature: _Signature) -> None:
@@ -228,6 +281,27 @@ class _CustomFunction:
 
     def _nondiff(self, signature: _Signature) -> tuple:
         return tuple(_unwrapped(signature.args)[n] for n in self.nondiff_argnums)
+
+
+def _positions_of(fn: Callable, names: Sequence[str], kind: str) -> list[int]:
+    """The positions of the parameters of `fn` called `names` (JAX's `nondiff_argnames`)."""
+    if isinstance(names, str):
+        names = (names,)
+    if not names:
+        return []
+    parameters = list(inspect.signature(fn).parameters)
+    missing = [n for n in names if n not in parameters]
+    if missing:
+        raise TransformError(
+            f"accy.{kind}: nondiff_argnames names {missing}, but {_name(fn)} has the "
+            f"parameters {parameters}"
+        )
+    return [parameters.index(n) for n in names]
+
+
+def _zeros_like(x: Any) -> Any:
+    """Zeros of the type of the traced value `x`, in the trace under way."""
+    return (innermost_trace() or x.builder).full(x.ty, 0.0)
 
 
 def _float_as_array(leaf: Any) -> Any:
@@ -263,8 +337,8 @@ class CustomJvp(_CustomFunction):
 
     kind = "custom_jvp"
 
-    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = ()):
-        super().__init__(fn, nondiff_argnums)
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = (), nondiff_argnames=()):
+        super().__init__(fn, nondiff_argnums, nondiff_argnames)
         self.jvp_rule: Callable | None = None
 
     def defjvp(self, rule: Callable) -> Callable:
@@ -275,6 +349,53 @@ class CustomJvp(_CustomFunction):
         self.jvp_rule = rule
         self._signatures.clear()
         return rule
+
+    def defjvps(self, *rules: Callable | None) -> None:
+        """One JVP rule per positional argument, `rule(tangent, primal_out, *primals) ->
+        tangent_out` (None: the output does not depend on that argument); the output's tangent
+        is their sum, as JAX's `defjvps`.
+
+        >>> import accy
+        >>> @accy.custom_jvp
+        ... def f(x, y):
+        ...     return x.sin() * y
+        >>> f.defjvps(lambda x_dot, out, x, y: x.cos() * x_dot * y,
+        ...           lambda y_dot, out, x, y: x.sin() * y_dot)
+        >>> round(accy.grad(f, argnums=1)(1.0, 2.0).item(), 4)
+        0.8415
+        """
+        if self.nondiff_argnums:
+            raise TransformError(
+                f"accy.custom_jvp function {_name(self.fn)!r}: defjvps cannot be used with "
+                "nondiff_argnums; write one rule with defjvp"
+            )
+        for rule in rules:
+            if rule is not None:
+                _check_callable(rule, "custom_jvp.defjvps")
+
+        def jvp(primals: tuple, tangents: tuple) -> tuple:
+            if len(rules) != len(primals):
+                raise TransformError(
+                    f"custom_jvp.defjvps of {_name(self.fn)!r} got {len(rules)} rules for "
+                    f"{len(primals)} arguments; give one rule (or None) per argument"
+                )
+            out = self(*primals)
+            terms = [
+                rule(t, out, *primals)
+                for rule, t in zip(rules, tangents, strict=True)
+                if rule is not None and t is not None
+            ]
+            total = (
+                functools.reduce(
+                    lambda a, b: optree.tree_map(lambda x, y: x + y, a, b, namespace=NAMESPACE),
+                    terms,
+                )
+                if terms
+                else optree.tree_map(lambda x: x * 0.0, out, namespace=NAMESPACE)
+            )
+            return out, total
+
+        self.defjvp(jvp)
 
     def _require_rules(self) -> None:
         if self.jvp_rule is None:
@@ -320,6 +441,15 @@ class CustomJvp(_CustomFunction):
                     f"the custom_jvp rule of {_name(self.fn)!r} returned a {what} of structure "
                     f"{got}, but the function returns {signature.out_treedef}"
                 )
+        count = out_def.num_leaves
+        got_types = list(traced.program.output_types[:count])
+        expected_types = list(signature.program.output_types)
+        if got_types != expected_types:
+            raise TransformError(
+                f"the custom_jvp rule of {_name(self.fn)!r} returned a primal_out of types "
+                f"({', '.join(map(str, got_types))}), but the function returns "
+                f"({', '.join(map(str, expected_types))}); they must be the same"
+            )
         return traced
 
     def _jvp(self, signature: _Signature, j: int, e: Any, primals, tangents, result) -> Any:
@@ -329,7 +459,7 @@ class CustomJvp(_CustomFunction):
             f"the custom_jvp rule of {_name(self.fn)!r}",
             traced,
             e,
-            signature.traced.captured,
+            signature.closed,
             list(primals[count:]),
         )
         arguments = [*primals[:count], *(e.instantiate(t) for t in tangents[:count]), *constants]
@@ -350,8 +480,8 @@ class CustomVjp(_CustomFunction):
 
     kind = "custom_vjp"
 
-    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = ()):
-        super().__init__(fn, nondiff_argnums)
+    def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = (), nondiff_argnames=()):
+        super().__init__(fn, nondiff_argnums, nondiff_argnames)
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
 
@@ -372,7 +502,10 @@ class CustomVjp(_CustomFunction):
             )
 
     def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
-        return {"vjp": functools.partial(self._vjp, signature, j)}
+        return {
+            "vjp": functools.partial(self._vjp, signature, j),
+            "forward": functools.partial(self._forward, signature, j),
+        }
 
     def prepare(self, signature: _Signature) -> None:
         self._vjp_programs(signature)
@@ -425,15 +558,34 @@ class CustomVjp(_CustomFunction):
         cotangents_by_leaf = self._cotangent_leaves(signature, backward, returned, expected)
         return forward, out_def, backward, cotangents_by_leaf
 
+    def _run_fwd(self, signature: _Signature, e: Any, primals: list) -> tuple[list, list]:
+        """fwd on the call's operands: (its output leaves, its residual leaves)."""
+        count = len(signature.arrays)
+        forward, out_def, _, _ = self._vjp_programs(signature)
+        closed, operands = signature.closed, list(primals[count:])
+        what = f"the custom_vjp fwd of {_name(self.fn)!r}"
+        constants = _closure_inputs(what, forward, e, closed, operands)
+        outputs = e.call(forward.program, [*primals[:count], *constants])
+        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        return outputs[: out_def.num_leaves], outputs[out_def.num_leaves :]
+
+    def _forward(self, signature: _Signature, j: int, e: Any, primals: list) -> Any:
+        """Output leaf `j` as fwd computes it: the primal under reverse mode, as in JAX."""
+        output = self._run_fwd(signature, e, primals)[0][j]
+        expected = signature.program.output_types[j]
+        if output.ty != expected:
+            raise TransformError(
+                f"the custom_vjp fwd of {_name(self.fn)!r} returned an output leaf {output.ty} "
+                f"where the function returns {expected}; they must have the same type"
+            )
+        return output
+
     def _vjp(self, signature: _Signature, j: int, e: Any, primals, result, cotangent) -> list:
         count = len(signature.arrays)
         name = _name(self.fn)
-        forward, out_def, backward, cotangents_by_leaf = self._vjp_programs(signature)
-        closed, operands = signature.traced.captured, list(primals[count:])
-        constants = _closure_inputs(f"the custom_vjp fwd of {name!r}", forward, e, closed, operands)
-        outputs = e.call(forward.program, [*primals[:count], *constants])
-        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
-        residuals = outputs[out_def.num_leaves :]
+        _, _, backward, cotangents_by_leaf = self._vjp_programs(signature)
+        closed, operands = signature.closed, list(primals[count:])
+        residuals = self._run_fwd(signature, e, primals)[1]
         out_types = signature.program.output_types
         cts = [e.zeros(t) if k != j else cotangent for k, t in enumerate(out_types)]
         constants = _closure_inputs(
@@ -469,18 +621,13 @@ class CustomVjp(_CustomFunction):
         next_output = 0
         for position, piece in zip(diff_positions, pieces, strict=True):
             argument = signature.args[position]
-            count = len([leaf for leaf in flatten(argument)[0] if is_array(leaf)])
-            if piece is None:
-                by_argument[position] = [None] * count
-                continue
-            if structure(piece) != structure(argument):
-                raise TransformError(
-                    f"the custom_vjp bwd of {name!r} returned for argument {position} a tree "
-                    f"of structure {structure(piece)}, but the argument has "
-                    f"{structure(argument)}"
-                )
-            by_argument[position] = list(range(next_output, next_output + count))
-            next_output += count
+            given = _given_leaves(piece, argument, f"the custom_vjp bwd of {name!r}", position)
+            by_argument[position] = []
+            for leaf, has_value in zip(flatten(argument)[0], given, strict=True):
+                if has_value:
+                    next_output += 1  # the traced bwd's outputs skip the Nones
+                if is_array(leaf):
+                    by_argument[position].append(next_output - 1 if has_value else None)
         order: list[int | None] = []
         for position, argument in enumerate(signature.args):
             count = len([leaf for leaf in flatten(argument)[0] if is_array(leaf)])
@@ -488,7 +635,33 @@ class CustomVjp(_CustomFunction):
         return order
 
 
-def custom_jvp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = ()) -> Any:
+def _given_leaves(piece: Any, argument: Any, what: str, position: int) -> list[bool]:
+    """For each leaf of `argument`: whether `piece`, its cotangent tree, gives it a value; a
+    None in `piece` stands for zeros of the whole subtree there, as in JAX."""
+    given: list[bool] = []
+
+    def visit(part: Any, subtree: Any) -> None:
+        leaves = flatten(subtree)[0]
+        if part is not None and (len(leaves) != 1 or structure(subtree).num_nodes != 1):
+            raise ValueError  # a leaf of the cotangent where the argument has a subtree
+        given.extend([part is not None] * len(leaves))
+
+    try:  # tree_map_ builds no tree: a registered node never sees None children
+        optree.tree_map_(visit, piece, argument, is_leaf=lambda x: x is None, namespace=NAMESPACE)
+    except (ValueError, TypeError):
+        raise TransformError(
+            f"{what} returned for argument {position} a tree of structure {structure(piece)}, "
+            f"but the argument has {structure(argument)} (None may stand for any subtree)"
+        ) from None
+    return given
+
+
+def custom_jvp(
+    fn: Callable | None = None,
+    *,
+    nondiff_argnums: Sequence[int] = (),
+    nondiff_argnames: Sequence[str] = (),
+) -> Any:
     """`fn` with a forward-mode rule of its own (`jax.custom_jvp`): decorate, then give the
     rule with `@f.defjvp`; reverse mode transposes the rule.
 
@@ -505,11 +678,18 @@ def custom_jvp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = (
     [0.5, 1.0]
     """
     if fn is None:
-        return functools.partial(custom_jvp, nondiff_argnums=nondiff_argnums)
-    return CustomJvp(fn, nondiff_argnums)
+        return functools.partial(
+            custom_jvp, nondiff_argnums=nondiff_argnums, nondiff_argnames=nondiff_argnames
+        )
+    return CustomJvp(fn, nondiff_argnums, nondiff_argnames)
 
 
-def custom_vjp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = ()) -> Any:
+def custom_vjp(
+    fn: Callable | None = None,
+    *,
+    nondiff_argnums: Sequence[int] = (),
+    nondiff_argnames: Sequence[str] = (),
+) -> Any:
     """`fn` with a reverse-mode rule of its own (`jax.custom_vjp`): decorate, then give
     `f.defvjp(fwd, bwd)`.
 
@@ -527,8 +707,198 @@ def custom_vjp(fn: Callable | None = None, *, nondiff_argnums: Sequence[int] = (
     [1.0, 1.0]
     """
     if fn is None:
-        return functools.partial(custom_vjp, nondiff_argnums=nondiff_argnums)
-    return CustomVjp(fn, nondiff_argnums)
+        return functools.partial(
+            custom_vjp, nondiff_argnums=nondiff_argnums, nondiff_argnames=nondiff_argnames
+        )
+    return CustomVjp(fn, nondiff_argnums, nondiff_argnames)
 
 
-__all__ = ["CustomJvp", "CustomVjp", "custom_jvp", "custom_vjp"]
+class CustomVmap(_CustomFunction):
+    """The function behind `accy.custom_vmap(fn)`; give its batching rule with `def_vmap`."""
+
+    kind = "custom_vmap"
+
+    def __init__(self, fn: Callable):
+        super().__init__(fn, ())
+        self.vmap_rule: Callable | None = None
+
+    def def_vmap(self, rule: Callable) -> Callable:
+        """Set the batching rule `rule(axis_size, in_batched, *args) -> (out, out_batched)`,
+        as JAX's: `in_batched` holds one tree of bools per argument (which leaves carry the
+        mapped axis, first); `out_batched` is a tree prefix of `out` saying which of its
+        leaves do. With named axes, the rule sees the mapped axis by its name. Returns `rule`,
+        so it works as a decorator."""
+        _check_callable(rule, "custom_vmap.def_vmap")
+        self.vmap_rule = rule
+        self._signatures.clear()
+        return rule
+
+    def _require_rules(self) -> None:
+        if self.vmap_rule is None:
+            raise TransformError(
+                f"accy.custom_vmap function {_name(self.fn)!r} has no batching rule; define "
+                "it with @f.def_vmap before calling f"
+            )
+
+    def prepare(self, signature: _Signature) -> None:
+        """Nothing to trace ahead: the rule is traced when vmap meets the call."""
+
+    def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
+        return {"batch": functools.partial(self._batch, signature, j)}
+
+    def _batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis) -> Any:
+        count = len(signature.arrays)
+        if any(batched[count:]):  # a mapped value the function closes over: one call each
+            return None
+        extent = next(x.ty.extent(axis) for x, b in zip(operands, batched, strict=True) if b)
+        traced = self._rule_program(signature, axis, extent, tuple(batched[:count]))
+        what = f"the custom_vmap rule of {_name(self.fn)!r}"
+        constants = _closure_inputs(what, traced, e, signature.closed, list(operands[count:]))
+        outputs = e.call(traced.program, [*operands[:count], *constants])
+        return outputs[j] if isinstance(outputs, tuple) else outputs
+
+    def _rule_program(self, signature: _Signature, axis: str, extent: int, batched: tuple):
+        """The rule traced on the arguments batched along `axis` as `batched` says, its
+        outputs all carrying `axis` first (an unbatched one broadcast)."""
+        name = f"vmap_{_name(self.fn)}"
+        found = signature.rule_programs.get((name, axis, extent, batched))
+        if found is not None:
+            return found
+        rule, fn_name = self.vmap_rule, _name(self.fn)
+        rule_name = getattr(rule, "__name__", "rule")
+        parameters = [signature.leaves[i] for i in signature.arrays]
+        stand_ins = [
+            NamedArray(None, p.ty.with_axes(((axis, extent), *p.ty.named_extents)), "reference")
+            if b
+            else p
+            for p, b in zip(parameters, batched, strict=True)
+        ]
+        flags = [False] * len(signature.leaves)
+        for position, b in zip(signature.arrays, batched, strict=True):
+            flags[position] = b
+        in_batched = list(unflatten(signature.treedef, flags)[0])
+        out_types = signature.program.output_types
+
+        def run_rule(*trees: Any) -> list:
+            pair = rule(extent, in_batched, *trees)
+            if not isinstance(pair, tuple | list) or len(pair) != 2:
+                raise TransformError(
+                    f"the custom_vmap rule {rule_name} of {fn_name!r} must return a pair "
+                    f"(out, out_batched), got {type(pair).__name__}"
+                )
+            out, out_batched = pair
+            if structure(out) != signature.out_treedef:
+                raise TransformError(
+                    f"the structure of the output of the custom_vmap rule {rule_name} "
+                    f"({structure(out)}) does not match that of the function {fn_name!r} "
+                    f"({signature.out_treedef})"
+                )
+            try:
+                flags = optree.broadcast_prefix(out_batched, out, namespace=NAMESPACE)
+            except ValueError:
+                raise TransformError(
+                    f"the structure of the output value and of the output batching "
+                    f"specification of the custom_vmap rule {rule_name} do not match: "
+                    f"{structure(out)} and {structure(out_batched)}"
+                ) from None
+            leaves = flatten(out)[0]
+            return [
+                _mapped_first(leaf, t, axis, extent, flag, rule_name)
+                for leaf, t, flag in zip(leaves, out_types, flags, strict=True)
+            ]
+
+        trees = signature.primal_trees(stand_ins)
+        leaves, treedef = flatten((trees, {}))
+        found = trace(lambda *t: run_rule(*t), leaves, treedef, name)
+        signature.rule_programs[(name, axis, extent, batched)] = found
+        return found
+
+
+def _mapped_first(leaf: Any, expected: Any, axis: str, extent: int, batched: bool, rule: str):
+    """An output leaf of a batching rule with the mapped `axis` first (broadcast along it when
+    the rule says the leaf is not batched), checked against the function's output type."""
+    mapped = expected.with_axes(((axis, extent), *expected.named_extents))
+    got = getattr(leaf, "ty", None)
+    if not batched and got == expected:
+        return leaf.broadcast_to(mapped)
+    if batched and got is not None and sorted(got.named_extents) == sorted(mapped.named_extents):
+        return leaf if got == mapped else leaf.transpose(mapped.axes)
+    raise TransformError(
+        f"the custom_vmap rule {rule} returned an output leaf {got} (batched={batched}), but "
+        f"the function's output is {expected}: a batched leaf is {mapped}"
+    )
+
+
+def custom_vmap(fn: Callable) -> CustomVmap:
+    """`fn` with a batching rule of its own (`jax.custom_batching.custom_vmap`): decorate, then
+    give the rule with `@f.def_vmap`. Outside vmap the function runs; under `accy.vmap` the
+    rule runs once on the whole batch. Differentiation goes through the function itself.
+
+    >>> import accy, numpy as np
+    >>> @accy.custom_vmap
+    ... def f(x):
+    ...     return x.sin()
+    >>> @f.def_vmap
+    ... def rule(axis_size, in_batched, xs):
+    ...     return xs.cos(), in_batched[0]
+    >>> xs = accy.named(np.zeros(3, np.float32), "n")
+    >>> f(xs).array.tolist(), accy.vmap(f, "n")(xs).array.tolist()
+    ([0.0, 0.0, 0.0], [1.0, 1.0, 1.0])
+    """
+    return CustomVmap(fn)
+
+
+def custom_gradient(fn: Callable) -> Callable:
+    """`fn(*args) -> (output, vjp)` as a function with that reverse-mode rule
+    (`jax.custom_gradient`): `vjp(cotangent)` returns one cotangent per argument (a single one
+    for a function of one argument). Built on `custom_vjp`: the residuals are the arguments,
+    and the backward pass runs `fn` again to get `vjp`.
+
+    >>> import accy, numpy as np
+    >>> @accy.custom_gradient
+    ... def f(x):
+    ...     return x**2.0, lambda g: (g * x,)
+    >>> x = accy.named(np.float32(3.0), ())
+    >>> f(x).item(), accy.grad(f)(x).item()
+    (9.0, 3.0)
+    """
+    _check_callable(fn, "custom_gradient")
+
+    @functools.wraps(fn)
+    def primal(*args: Any) -> Any:
+        return _output_and_vjp(fn, args)[0]
+
+    wrapped = CustomVjp(primal)
+
+    def fwd(*args: Any) -> tuple:
+        return _output_and_vjp(fn, args)[0], args
+
+    def bwd(args: tuple, cotangent: Any) -> tuple:
+        cotangents = _output_and_vjp(fn, args)[1](cotangent)
+        if len(args) == 1 and not isinstance(cotangents, tuple | list):
+            cotangents = (cotangents,)  # a single cotangent, as JAX allows
+        return tuple(cotangents) if isinstance(cotangents, list) else cotangents
+
+    wrapped.defvjp(fwd, bwd)
+    return wrapped
+
+
+def _output_and_vjp(fn: Callable, args: tuple) -> tuple:
+    pair = fn(*args)
+    if not isinstance(pair, tuple | list) or len(pair) != 2 or not callable(pair[1]):
+        raise TransformError(
+            f"the accy.custom_gradient function {_name(fn)!r} must return a pair (output, "
+            f"vjp function), got {type(pair).__name__}"
+        )
+    return pair
+
+
+__all__ = [
+    "CustomJvp",
+    "CustomVjp",
+    "CustomVmap",
+    "custom_gradient",
+    "custom_jvp",
+    "custom_vjp",
+    "custom_vmap",
+]

@@ -812,9 +812,10 @@ class Staged:
         )
         if traced:
             entry = self.entry(converted, treedef, key)
-            # Into the innermost trace among the arguments (a cotangent of a vmapped function
-            # next to primals of the function around it belongs to the vmapped one).
-            builder = innermost(traced) or traced[0].builder
+            # Into the innermost trace among the arguments and what the function closed over
+            # (a cotangent of a vmapped function next to primals of the function around it
+            # belongs to the vmapped one; so does a call closing over a vmapped value).
+            builder = innermost(traced + entry.captured) or traced[0].builder
             return inline(entry, builder, [c for c in converted if is_array(c)])
         arrays = [leaf for leaf in converted if is_array(leaf)]
         # Scalars given as Python or NumPy numbers follow the arrays' device.

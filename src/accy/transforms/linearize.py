@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core import Operation, Program
 from ..core.builder import Builder
-from ..core.kinds.control import custom_call_jvp
+from ..core.kinds.control import custom_call_jvp, custom_call_primal
 from ..core.kinds.registry import Zero, rule_for
 from ..errors import AccyError, NotDifferentiable
 from ..interpret import Emitter, Graph, Inline, attach, run
@@ -108,7 +108,7 @@ class JvpSemantics:
         tangents = [a.tangent for a in args]
         if op.kind in LOOP_JVPS and not all(isinstance(t, Zero) for t in tangents):
             return LOOP_JVPS[op.kind](self, op, primals, tangents)
-        outputs = self.next.bind(op, primals)
+        outputs = self._primal(op, primals, tangents)
         if op.kind == "parameter":
             return Dual(outputs, self._tangent_parameter(op))
         rule = rule_for(op.kind)
@@ -128,6 +128,16 @@ class JvpSemantics:
         if rule.multiple_results:
             return tuple(Dual(p, t) for p, t in zip(outputs, tangent, strict=True))
         return Dual(outputs, tangent)
+
+    def _primal(self, op: Operation, primals: list, tangents: list) -> Any:
+        # In reverse mode a differentiated custom call's result may come from its record's
+        # forward rule (a custom_vjp's fwd), as JAX runs fwd under differentiation.
+        perturbed = not all(isinstance(t, Zero) for t in tangents)
+        if op.kind == "custom_call" and self.reverse and perturbed:
+            result = custom_call_primal(self.emit, op, primals)
+            if result is not None:
+                return result
+        return self.next.bind(op, primals)
 
     def _tangent_parameter(self, op: Operation) -> Any:
         position = self.tangent_position.get(op.attrs["index"])

@@ -45,6 +45,10 @@ class CustomCallRecord(Protocol):
         """The tangent of the call's result (`reverse`: the linearization is for transposing)."""
         ...
 
+    def primal(self, e: Any, op: Operation, primals: list) -> Any:
+        """The result reverse mode computes in place of the call, or None for the call."""
+        ...
+
     def transpose(self, e: Any, op: Operation, cotangent: Any, operands: list) -> list:
         """One cotangent (or None) per operand of a call that is linear in some operands."""
         ...
@@ -117,6 +121,13 @@ def custom_call_jvp(
     if record is None:
         raise missing_jvp(op.attrs)
     return record.tangent(e, op, list(primals), list(tangents), out, reverse=reverse)
+
+
+def custom_call_primal(e: Any, op: Operation, primals: Sequence[Any]) -> Any:
+    """What reverse mode computes as a differentiated custom call's result: its record's
+    `forward` rule (a custom_vjp's fwd), or None for the call itself."""
+    record = custom_call_record(op.attrs)
+    return None if record is None else record.primal(e, op, list(primals))
 
 
 def _custom_call_transpose(e, op, ct, operands):

@@ -1,6 +1,6 @@
-"""Seeing what runs: `make_program` (the traced Program of a function, `jax.make_jaxpr`) and
-`Lowered` (what `accy.jit(f).lower(*args)` returns: the Program, its fused plan and its
-generated source).
+"""Seeing what runs: `make_program` (the traced Program of a function, `jax.make_jaxpr`),
+`eval_shape` (the types of its outputs, `jax.eval_shape`) and `Lowered` (what
+`accy.jit(f).lower(*args)` returns: the Program, its fused plan and its generated source).
 """
 
 from __future__ import annotations
@@ -8,9 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core import Program
+import optree
+
+from ..backends.devices import REFERENCE
+from ..core import Program, TensorType
 from .functions import _check_callable, jit
 from .lowered import Lowered
+from .named import NamedArray
+from .tracing import NAMESPACE, unflatten
 
 
 def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Callable:
@@ -34,4 +39,36 @@ def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Cal
     return program_of
 
 
-__all__ = ["Lowered", "make_program"]
+def eval_shape(
+    fn: Callable, *args: Any, static_argnames: Sequence[str] | str = (), **kwargs: Any
+) -> Any:
+    """The types of `fn(*args, **kwargs)`'s outputs, traced as `accy.jit(fn)` traces it (and
+    sharing its trace) but never run (`jax.eval_shape`): a tree of `TensorType`s with the
+    output's structure. An argument leaf may be a `TensorType` (`accy.spec(...)`, JAX's
+    `ShapeDtypeStruct`): an abstract array of that type, which needs no data.
+
+    >>> import accy, numpy as np
+    >>> w = accy.spec(accy.f32, feature=3, hidden=4)
+    >>> x = accy.named(np.ones((2, 3), np.float32), ("batch", "feature"))
+    >>> accy.eval_shape(lambda w, x: {"h": x.contract(w, "feature").tanh()}, w, x)
+    {'h': <f32[batch=2, hidden=4]>}
+    """
+    _check_callable(fn, "eval_shape")
+    staged, args, kwargs = jit(fn, static_argnames=static_argnames)._staged_for(args, kwargs)
+    tree = optree.tree_map(
+        _abstract, (args, kwargs), is_leaf=_is_type, none_is_leaf=False, namespace=NAMESPACE
+    )
+    entry = staged.entry_for(tree)
+    return unflatten(entry.out_treedef, list(entry.program.output_types))
+
+
+def _is_type(leaf: Any) -> bool:
+    return isinstance(leaf, TensorType)
+
+
+def _abstract(leaf: Any) -> Any:
+    """A TensorType leaf as a NamedArray without data: tracing reads only its type."""
+    return NamedArray(None, leaf, REFERENCE) if isinstance(leaf, TensorType) else leaf
+
+
+__all__ = ["Lowered", "eval_shape", "make_program"]

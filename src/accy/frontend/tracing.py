@@ -292,6 +292,30 @@ class TracedArray(Value):
             "(inside accy.jit, accy.grad, ...); use accy operations on it, or return it"
         )
 
+    def _no_python_value(self, conversion: str) -> AccyError:
+        return AccyError(
+            f"{conversion} of the traced value {self.ty} (%{self.index} of "
+            f"{self.builder.name!r}) needs a concrete value, which it has not while its "
+            "function is being traced (inside accy.jit, accy.grad, ...): convert its dtype "
+            "with x.convert(accy.i32) and keep it an array, or make the value a static "
+            "argument (static_argnames=...)"
+        )
+
+    def item(self) -> Any:
+        raise self._no_python_value("item()")
+
+    def __float__(self) -> float:
+        raise self._no_python_value("float()")
+
+    def __int__(self) -> int:
+        raise self._no_python_value("int()")
+
+    def __complex__(self) -> complex:
+        raise self._no_python_value("complex()")
+
+    def __index__(self) -> int:  # list indexing, range(), hex() and oct()
+        raise self._no_python_value("using it as a Python index (__index__)")
+
 
 class FunctionBuilder(Builder):
     """A Builder that accepts NamedArrays and values of enclosing traces as operands.

@@ -317,6 +317,15 @@ class TracedArray(Value):
         raise self._no_python_value("using it as a Python index (__index__)")
 
 
+def escaped_value(use: str, name: str) -> AccyError:
+    """The error for a traced value of the finished trace `name`, met again by `use`."""
+    return AccyError(
+        f"{use}: a traced value of {name!r} was used after its function returned "
+        "(kept in a global or an attribute while tracing?); traced values only exist "
+        "inside the transformed function: return it instead"
+    )
+
+
 class FunctionBuilder(Builder):
     """A Builder that accepts NamedArrays and values of enclosing traces as operands.
 
@@ -367,11 +376,7 @@ class FunctionBuilder(Builder):
         # An operation on a value of a trace nested inside this one belongs to that trace
         # (`x * y` with x from an outer function and y from the inner one it differentiates).
         if self.finished:
-            raise AccyError(
-                f"{kind}: a traced value of {self.name!r} was used after its function returned "
-                "(kept in a global or an attribute while tracing?); traced values only exist "
-                "inside the transformed function: return it instead"
-            )
+            raise escaped_value(kind, self.name)
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
@@ -811,6 +816,8 @@ class Staged:
             # Into the innermost trace among the arguments (a cotangent of a vmapped function
             # next to primals of the function around it belongs to the vmapped one).
             builder = innermost(traced) or traced[0].builder
+            if getattr(builder, "finished", False):
+                raise escaped_value("an argument", builder.name)
             return inline(entry, builder, [c for c in converted if is_array(c)])
         arrays = [leaf for leaf in converted if is_array(leaf)]
         # Scalars given as Python or NumPy numbers follow the arrays' device.

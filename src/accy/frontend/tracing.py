@@ -317,10 +317,12 @@ class TracedArray(Value):
         raise self._no_python_value("using it as a Python index (__index__)")
 
 
-def escaped_value(use: str, name: str) -> AccyError:
-    """The error for a traced value of the finished trace `name`, met again by `use`."""
+def escaped_value(use: str, name: str, types: Sequence[str] = ()) -> AccyError:
+    """The error for traced values (of `types`) of the finished trace `name`, met again by
+    `use`."""
+    of = f" ({', '.join(types)})" if types else ""
     return AccyError(
-        f"{use}: a traced value of {name!r} was used after its function returned "
+        f"{use}: a traced value{of} of {name!r} was used after its function returned "
         "(kept in a global or an attribute while tracing?); traced values only exist "
         "inside the transformed function: return it instead"
     )
@@ -347,6 +349,12 @@ class FunctionBuilder(Builder):
         self.prints: list[tuple[str, Any, list[Any], list[Any]]] = []
         self._lifted: dict[int, Value] = {}
         self._alive: list[Any] = []  # lifted operands, kept so that their ids stay unique
+
+    def _values(self, kind: str, a: Any, b: Any) -> Any:
+        if self.finished:  # before a Python scalar operand becomes a constant of this trace
+            types = [str(v.ty) for v in (a, b) if isinstance(v, Value) and v.builder is self]
+            raise escaped_value(kind, self.name, types)
+        return super()._values(kind, a, b)
 
     def lift(self, operand: Any) -> Any:
         """`operand` as a value of this trace (operands that already are, unchanged)."""
@@ -376,7 +384,8 @@ class FunctionBuilder(Builder):
         # An operation on a value of a trace nested inside this one belongs to that trace
         # (`x * y` with x from an outer function and y from the inner one it differentiates).
         if self.finished:
-            raise escaped_value(kind, self.name)
+            types = [str(v.ty) for v in operands if isinstance(v, Value) and v.builder is self]
+            raise escaped_value(kind, self.name, types)
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
@@ -817,7 +826,7 @@ class Staged:
             # next to primals of the function around it belongs to the vmapped one).
             builder = innermost(traced) or traced[0].builder
             if getattr(builder, "finished", False):
-                raise escaped_value("an argument", builder.name)
+                raise escaped_value("an argument", builder.name, [str(v.ty) for v in traced])
             return inline(entry, builder, [c for c in converted if is_array(c)])
         arrays = [leaf for leaf in converted if is_array(leaf)]
         # Scalars given as Python or NumPy numbers follow the arrays' device.

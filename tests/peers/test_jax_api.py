@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import accy
+from tests.peers.ledger import not_applicable_tests, translates
 
 RNG = np.random.default_rng(0)
 
@@ -34,6 +35,7 @@ def close(got, expected, rtol=1e-5):
         np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(e), rtol=rtol, atol=1e-6)
 
 
+@translates("JitTest.test_jit_static_args")
 def test_jit_static_args():
     sides = {"accy": [], "jax": []}
 
@@ -69,6 +71,7 @@ def test_jit_static_args():
         assert len(sides["accy"]) == len(sides["jax"])
 
 
+@translates("JitTest.test_static_args_equality")
 def test_static_args_equality():
     class A:
         def __hash__(self):
@@ -89,6 +92,7 @@ def test_static_args_equality():
     assert len(side) == 2 and f1.traces == 1  # one trace each: accy's, JAX's
 
 
+@translates("JitTest.test_jit_kwargs")
 def test_jit_kwargs():
     side = []
 
@@ -103,6 +107,7 @@ def test_jit_kwargs():
     assert g(1, 2, z=3).item() == 123 and g.traces == 2
 
 
+@translates("JitTest.test_jit_static_argnums_requires_type_equality")
 def test_jit_static_argnums_requires_type_equality():
     seen = []
 
@@ -117,6 +122,7 @@ def test_jit_static_argnums_requires_type_equality():
     assert [type(v) for v in seen] == [int, bool, float]  # no cache hit across types
 
 
+@translates("JitTest.test_jit_nan_times_zero")
 def test_jit_nan_times_zero():
     def f(x):
         return 1 + x * 0
@@ -125,6 +131,7 @@ def test_jit_nan_times_zero():
     assert np.isnan(accy.jit(f)(scalar(np.nan)).item())
 
 
+@translates("APITest.test_grad_argnums")
 def test_grad_argnums():
     def f(x, y, z, flag=False):
         assert flag
@@ -138,6 +145,7 @@ def test_grad_argnums():
     )
 
 
+@translates("APITest.test_value_and_grad_argnums")
 def test_value_and_grad_argnums():
     def f(x, y, z, flag=False):
         assert flag
@@ -150,6 +158,7 @@ def test_value_and_grad_argnums():
         )
 
 
+@translates("APITest.test_grad_of_jit")
 def test_grad_of_jit():
     side = []
 
@@ -163,6 +172,7 @@ def test_grad_of_jit():
     assert len(side) == 1
 
 
+@translates("APITest.test_jit_of_grad")
 def test_jit_of_grad():
     side = []
 
@@ -177,6 +187,11 @@ def test_jit_of_grad():
     assert len(side) == 1
 
 
+@translates(
+    "APITest.test_grad_tuple_output",
+    "APITest.test_grad_unit_output",
+    "APITest.test_grad_nonscalar_output",
+)
 def test_grad_nonscalar_and_tuple_outputs():
     with pytest.raises(accy.GradientRequiresScalarOutput, match="scalar"):
         accy.grad(lambda x: x)(vec([0.0, 0.0, 0.0]))
@@ -186,16 +201,19 @@ def test_grad_nonscalar_and_tuple_outputs():
         accy.grad(lambda x: ())(vec([0.0, 0.0, 0.0]))
 
 
+@translates("APITest.test_grad_bad_input")
 def test_grad_bad_input():
     with pytest.raises(accy.NonArrayLeaf, match="'foo'"):
         accy.grad(lambda x: x)("foo")
 
 
+@translates("APITest.test_grad_of_int_errors")
 def test_grad_of_int_errors():
     with pytest.raises(accy.TransformError, match="floating-point"):
         accy.grad(lambda x: x**2)(3)
 
 
+@translates("APITest.test_jacobian")
 def test_jacobian():
     a = RNG.normal(size=(4, 3)).astype(np.float32)
     x = RNG.normal(size=3).astype(np.float32)
@@ -211,6 +229,7 @@ def test_jacobian():
     close(accy.jacrev(tanh)(vec(x)), jax.jacrev(lambda x: jnp.tanh(a @ x))(x))
 
 
+@translates("APITest.test_hessian")
 def test_hessian():
     a = RNG.normal(size=(4, 4)).astype(np.float32)
     x = RNG.normal(size=4).astype(np.float32)
@@ -224,6 +243,7 @@ def test_hessian():
     np.testing.assert_allclose(expected, a + a.T, rtol=1e-4)
 
 
+@translates("APITest.test_hessian_aux")
 def test_hessian_aux():
     a = RNG.normal(size=(4, 4)).astype(np.float32)
     x = RNG.normal(size=4).astype(np.float32)
@@ -236,6 +256,7 @@ def test_hessian_aux():
     close(aux, eaux)
 
 
+@translates("APITest.test_jacobian_on_pytrees")
 def test_jacobian_on_pytrees():
     zero, one = scalar(0.0), scalar(1.0)  # the peer's 0. and 1., on the reference evaluator
     three = (scalar(1.0), scalar(2.0), scalar(3.0))
@@ -256,6 +277,7 @@ def test_jacobian_on_pytrees():
         close(got, expected)
 
 
+@translates("APITest.test_hessian_on_pytrees")
 def test_hessian_on_pytrees():
     got = accy.hessian(lambda x: [v**2.0 for v in x])((scalar(1.0), scalar(2.0)))
     expected = jax.hessian(lambda x: jnp.array(x) ** 2)((1.0, 2.0))
@@ -266,18 +288,21 @@ def test_hessian_on_pytrees():
     close(stacked, expected)
 
 
+@translates("APITest.test_grad_and_aux_basic")
 def test_grad_and_aux_basic():
     g, aux = accy.grad(lambda x: (x**3.0, [x**2.0]), has_aux=True)(3.0)
     eg, eaux = jax.grad(lambda x: (x**3, [x**2]), has_aux=True)(3.0)
     close((g, aux), (eg, eaux))
 
 
+@translates("APITest.test_grad_and_aux_error")
 def test_grad_and_aux_error():
     for bad in (lambda x: (1, 2, 3), lambda x: x, lambda x: (x,)):
         with pytest.raises(accy.TransformError, match="must return a pair"):
             accy.grad(bad, has_aux=True)(1.0)
 
 
+@translates("APITest.test_grad_and_aux_nested")
 def test_grad_and_aux_nested():
     def f(x):
         g, aux = accy.grad(lambda x: (x**3.0, [x**3.0]), has_aux=True)(x)
@@ -293,11 +318,18 @@ def test_grad_and_aux_nested():
     close(accy.jit(accy.grad(accy.jit(f)))(scalar(4.0)), expected)
 
 
+@translates("APITest.test_grad_and_aux_constant")
 def test_grad_and_aux_constant():
     g, aux = accy.grad(lambda x: (x**3.0, [4.0]), has_aux=True)(4.0)
     close((g, aux), jax.grad(lambda x: (x**3, [4.0]), has_aux=True)(4.0))
 
 
+@translates(
+    "APITest.test_jacfwd_and_aux_basic",
+    "APITest.test_jacrev_and_aux_basic",
+    "APITest.test_jacfwd_and_aux_nested",
+    "APITest.test_jacrev_and_aux_nested",
+)
 def test_jacfwd_and_jacrev_and_aux_nested():
     for ours, theirs in ((accy.jacfwd, jax.jacfwd), (accy.jacrev, jax.jacrev)):
         jac, aux = ours(lambda x: (x**3.0, [x**2.0]), has_aux=True)(3.0)
@@ -315,12 +347,14 @@ def test_jacfwd_and_jacrev_and_aux_nested():
         close(accy.jit(ours(accy.jit(f)))(scalar(4.0)), theirs(f_jax)(4.0))
 
 
+@translates("APITest.test_jvp_and_aux_basic")
 def test_jvp_and_aux_basic():
     got = accy.jvp(lambda x: (x**3.0, [x**2.0]), (3.0,), (4.0,), has_aux=True)
     expected = jax.jvp(lambda x: (x**3, [x**2]), (3.0,), (4.0,), has_aux=True)
     close(got, expected)
 
 
+@translates("APITest.test_jvp_mismatched_arguments")
 def test_jvp_mismatched_arguments():
     with pytest.raises(accy.TransformError, match="structure"):
         accy.jvp(lambda x, y: x * y, (np.float32(2),), ())
@@ -328,11 +362,13 @@ def test_jvp_mismatched_arguments():
         accy.jvp(lambda x: -x, (vec([1.0, 2.0, 3.0]),), (vec([1.0, 2.0, 3.0, 4.0]),))
 
 
+@translates("APITest.test_jvp_non_tuple_arguments")
 def test_jvp_non_tuple_arguments():
     with pytest.raises(accy.TransformError, match="tuples of arguments"):
         accy.jvp(lambda x, y: x + y, 0.0, (1.0,))
 
 
+@translates("APITest.test_vjp_mismatched_arguments")
 def test_vjp_mismatched_arguments():
     _, pullback = accy.vjp(lambda x, y: x * y, np.float32(3), np.float32(4))
     with pytest.raises(accy.TransformError, match="structure"):
@@ -341,6 +377,7 @@ def test_vjp_mismatched_arguments():
         pullback(np.float16(42))
 
 
+@translates("APITest.test_jvp_jit_cached")
 def test_jvp_jit_cached():
     def func(x):
         def inner(y):
@@ -357,6 +394,7 @@ def test_jvp_jit_cached():
     close(accy.jvp(func, (5.0,), (1.0,)), jax.jvp(func_jax, (5.0,), (1.0,)))
 
 
+@translates("APITest.test_linear_transpose_abstract")
 def test_linear_transpose_abstract():
     y = np.arange(3, dtype=np.float32)
     (z,) = accy.linear_transpose(lambda x: 2.0 * x, vec([0.0, 0.0, 0.0]))(vec(y))
@@ -364,11 +402,13 @@ def test_linear_transpose_abstract():
     close(z, e)
 
 
+@translates("APITest.test_linear_transpose_dce")
 def test_linear_transpose_dce():
     f = accy.jit(lambda x: (2.0 * x, x > 0))
     close(accy.linear_transpose(lambda x: f(x)[0], 1.0)(1.0), (2.0,))
 
 
+@translates("APITest.test_linear_transpose_error")
 def test_linear_transpose_error():
     t = accy.linear_transpose(lambda x: [x, x], 1.0)
     with pytest.raises(accy.TransformError, match="structure"):
@@ -378,18 +418,21 @@ def test_linear_transpose_error():
         t(1.0)
 
 
+@translates("APITest.test_linear_transpose_zeros")
 def test_linear_transpose_zeros():
     got = accy.linear_transpose(lambda x: x[0], [1.0, 2.0])(3.0)
     expected = jax.linear_transpose(lambda x: x[0], [1.0, 2.0])(3.0)
     close(got, expected)
 
 
+@translates("APITest.test_linearize_instantiates_zero_outputs")
 def test_linearize_instantiates_zero_outputs():
     _, f_lin = accy.linearize(lambda x: (x, 1.0), 3.0)
     _, y = f_lin(1.0)
     close(y + 1.0, 1.0)
 
 
+@translates("APITest.test_linearize_aux")
 def test_linearize_aux():
     f, lin_fn, aux = accy.linearize(lambda x: (x * 2.0 - 3.0, x > 0), 3.4, has_aux=True)
     ef, elin, eaux = jax.linearize(lambda x: (x * 2 - 3, x > 0), 3.4, has_aux=True)
@@ -397,6 +440,7 @@ def test_linearize_aux():
     assert bool(aux) == bool(eaux)
 
 
+@translates("RematTest.test_remat_basic")
 @pytest.mark.parametrize("remat", [accy.checkpoint, accy.remat])
 def test_remat_basic(remat):
     @remat
@@ -415,6 +459,7 @@ def test_remat_basic(remat):
     close((ans, f_lin(3.0)), (eans, elin(3.0)))
 
 
+@translates("RematTest.test_remat_freevars")
 def test_remat_freevars():
     def f2(x):
         y = 2.0 * x.sin()
@@ -440,6 +485,7 @@ def test_stop_gradient():
     close(accy.jvp(f, (3.0,), (1.0,)), jax.jvp(f_jax, (3.0,), (1.0,)))
 
 
+@translates("JitTest.test_jit_decorator_factory")
 def test_jit_decorator_factory():
     @accy.jit(static_argnames=["flag"])
     def func(x, flag):
@@ -450,11 +496,13 @@ def test_jit_decorator_factory():
     assert func(1, False).item() == expected(1, False) == -1
 
 
+@translates("JitTest.test_jit_of_noncallable")
 def test_jit_of_noncallable():
     with pytest.raises(accy.TransformError, match="needs a function"):
         accy.jit(3)
 
 
+@translates("JitTest.test_jit_lower_compile")
 def test_jit_lower_compile():
     def f(x):
         return (x**2.0).sqrt() + 1.0
@@ -466,7 +514,584 @@ def test_jit_lower_compile():
     assert [str(t) for t in lowered.program.parameter_types] == ["f32[]"]
 
 
+@translates("JitTest.test_jit_lower_as_text")
 def test_jit_lower_as_text():
     lowered = accy.jit(lambda x: x + 4.0).lower(1.0)
     assert isinstance(lowered.as_text(), str) and "add" in lowered.as_text()
     assert isinstance(lowered.source(), str) and isinstance(lowered.plan(), str)
+
+
+# -- errors of misuse: traced values, bad inputs, shapes ---------------------------------------
+
+
+@translates("APITest.test_jit_item")
+def test_jit_item():
+    x = scalar(1.0)
+    assert x.item() == float(jnp.array(1.0).item()) == 1.0
+    with pytest.raises(accy.AccyError, match=r"item\(\) of the traced value f32\[\]"):
+        accy.jit(lambda x: x.item())(x)
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        jax.jit(lambda x: x.item())(jnp.array(1.0))
+
+
+@translates("APITest.test_grad_wrap")
+@pytest.mark.parametrize("transform", ["grad", "jacfwd", "jacrev"])
+def test_grad_wrap(transform):
+    def my_function(x, flag):
+        return x if flag else 0.0 * x
+
+    ours = accy.jit(getattr(accy, transform)(my_function), static_argnames=["flag"])
+    theirs = jax.jit(getattr(jax, transform)(my_function), static_argnames=["flag"])
+    for flag in (False, True):
+        assert ours(1.0, flag).item() == theirs(1.0, flag) == float(flag)
+
+
+@translates("APITest.test_bad_input")
+def test_bad_input():
+    with pytest.raises(accy.NonArrayLeaf, match=r"args\[0\] \(in argnums=0\) is str 'foo'"):
+        accy.grad(lambda x: x)("foo")
+    with pytest.raises(accy.NonArrayLeaf, match=r"args\[0\] is str 'foo'.*static"):
+        accy.jit(lambda x: x)("foo")
+    with pytest.raises(TypeError, match="as an abstract array"):
+        jax.jit(lambda x: x)("foo")
+
+
+@translates("APITest.test_grad_nonscalar_output_hint")
+def test_grad_nonscalar_output_hint():
+    one = accy.spec(accy.f32, one=1)
+    with pytest.raises(accy.GradientRequiresScalarOutput, match=r"f32\[one=1\].*\.sum\(\)"):
+        accy.grad(lambda x: (x**2.0).broadcast_to(one))(1.0)
+    with pytest.raises(accy.GradientRequiresScalarOutput, match=r"f32\[i=3\].*\.sum\(\)"):
+        accy.value_and_grad(lambda x: x)(vec([0.0, 0.0, 0.0]))
+    with pytest.raises(TypeError, match="Output had shape"):
+        jax.grad(lambda x: jnp.array([x**2]))(1.0)
+
+
+@translates("APITest.test_unwrapped_numpy")
+def test_unwrapped_numpy():
+    with pytest.raises(accy.AccyError, match="cannot turn a traced value into a NumPy array"):
+        accy.grad(lambda x: np.exp(x).sum())(vec([0.0, 0.0, 0.0]))
+    with pytest.raises(Exception, match="The numpy.ndarray conversion"):
+        jax.grad(lambda x: np.exp(x).sum())(np.zeros(3))
+
+
+@translates("APITest.test_binop_mismatch")
+def test_binop_mismatch():
+    x, y = vec(np.zeros(3)), vec(np.zeros(4))
+    with pytest.raises(accy.AxisError, match="add: axis 'i' has extent 3 on one operand and 4"):
+        x + y
+    with pytest.raises(accy.AxisError, match="add: axis 'i' has extent 3 on one operand and 4"):
+        accy.grad(lambda x, y: (x + y).sum())(x, y)
+    with pytest.raises(TypeError, match="incompatible shapes"):
+        jax.grad(lambda x, y: (x + y).sum())(np.zeros(3), np.zeros(4))
+
+
+@translates("APITest.test_dot_mismatch")
+def test_dot_mismatch():
+    with pytest.raises(accy.AxisError, match="contract: axis 'i' has extent 3 .* and 4"):
+        accy.grad(lambda x, y: x.contract(y, "i"))(vec(np.zeros(3)), vec(np.zeros(4)))
+    with pytest.raises(TypeError, match="dot_general requires contracting dimensions"):
+        jax.grad(jnp.dot)(np.zeros(3), np.zeros(4))
+
+
+@translates("APITest.test_abstract_error_message", "APITest.test_cast_int")
+@pytest.mark.parametrize("castfun", [float, complex, int])
+def test_abstract_error_message(castfun):
+    with pytest.raises(accy.AccyError, match=rf"{castfun.__name__}\(\) of the traced.*convert"):
+        accy.jit(lambda x: castfun(x))(1.0)
+    with pytest.raises(TypeError, match="astype"):
+        jax.jit(lambda x: castfun(x))(1.0)
+
+
+@translates("APITest.test_list_index_err")
+def test_list_index_err():
+    table = [1, 2, 3]
+    assert accy.jit(lambda n: table[n], static_argnames="n")(0).item() == table[0]
+    with pytest.raises(accy.AccyError, match=r"Python index \(__index__\)"):
+        accy.jit(lambda n: table[n])(0)
+    with pytest.raises(TypeError, match="__index__"):
+        jax.jit(lambda n: table[n])(0)
+
+
+@translates("APITest.test_range_err")
+def test_range_err():
+    def f(x, n):
+        for i in range(n):
+            x = x + i
+        return x
+
+    assert accy.jit(f, static_argnames="n")(0, 5).item() == jax.jit(f, static_argnums=1)(0, 5)
+    with pytest.raises(accy.AccyError, match=r"Python index \(__index__\)"):
+        accy.jit(f)(0, 5)
+
+
+@translates("APITest.test_casts")
+@pytest.mark.parametrize("castfun", [hex, oct])
+def test_casts(castfun):
+    with pytest.raises(accy.AccyError, match=r"Python index \(__index__\)"):
+        accy.jit(lambda x: castfun(x))(0)
+    with pytest.raises(TypeError, match="__index__"):
+        jax.jit(lambda x: castfun(x))(0)
+
+
+@translates("APITest.test_is_subclass")
+def test_is_subclass():
+    assert not issubclass(np.ndarray, accy.NamedArray)
+    assert not issubclass(np.ndarray, jax.Array)
+
+
+@translates("APITest.test_is_instance")
+def test_is_instance():
+    seen = []
+
+    def f(x):
+        seen.append(isinstance(x, accy.Value | jax.Array) and not isinstance(x, np.ndarray))
+        return x + 2
+
+    assert accy.jit(f)(3).item() == jax.jit(f)(3) == 5
+    close(accy.vmap(f, "i")(vec([0.0, 1.0, 2.0])), jax.vmap(f)(np.arange(3.0)))
+    assert seen == [True] * 4
+
+
+@translates(
+    "APITest.test_vmap_inconsistent_sizes_constructs_proper_error_message",
+    "APITest.test_vmap_inconsistent_sizes_constructs_proper_error_message_kwargs",
+    "APITest.test_vmap_inconsistent_sizes_constructs_proper_error_message_starargs",
+    "APITest.test_vmap_mismatched_keyword",
+)
+def test_vmap_inconsistent_sizes_error_message():
+    one, two, three = (vec(np.ones(n), "b") for n in (1, 2, 3))
+    with pytest.raises(accy.AxisError, match=r"args\[0\] along 'b' of f32\[b=2\], args\[1\]"):
+        accy.vmap(lambda x1, x2, g: g(x1, x2), "b", (0, 0, None))(two, three, lambda a, b: a + b)
+    with pytest.raises(accy.AxisError, match=r"kwargs\['a3'\] along 'b' of f32\[b=1\]"):
+        accy.vmap(lambda x1, x2, a3: x1 + x2 + a3, "b")(two, a3=one, x2=two)
+    with pytest.raises(accy.AxisError, match=r"disagree on its extent \(\[2, 3\]\)"):
+        accy.vmap(lambda x, *args: x - sum(args), "b")(three, two, two)
+    with pytest.raises(accy.AxisError, match=r"kwargs\['y'\] along 'b' of f32\[b=2\]"):
+        accy.vmap(lambda x, y: x + y, "b")(one, y=two)
+    with pytest.raises(ValueError, match="inconsistent sizes"):
+        jax.vmap(lambda x1, x2, a3: x1 + x2 + a3)(jnp.ones(2), a3=jnp.ones(1), x2=jnp.ones(2))
+
+
+@translates("APITest.test_issue1372")
+def test_issue1372():
+    def f(x, u):
+        return (x * x).sum() + (u * u).sum()
+
+    x, u = vec(np.ones(5)), vec(np.ones(2), "j")
+    jx, ju = jnp.ones(5), jnp.ones(2)
+    prime = {0: "i", 1: "j"}
+
+    def fj(x, u):
+        return jnp.dot(x, x) + jnp.dot(u, u)
+
+    for outer, jouter in ((accy.jacrev, jax.jacrev), (accy.jacfwd, jax.jacfwd)):
+        for inner, jinner in ((accy.jacrev, jax.jacrev), (accy.jacfwd, jax.jacfwd)):
+            for a in (0, 1):
+                for b in (0, 1):
+                    # the first derivative's axis, renamed so that the second one's can follow
+                    def first(x, u, a=a, inner=inner):
+                        return inner(f, a)(x, u).rename(prime[a], prime[a] + "_")
+
+                    got = outer(first, b)(x, u)
+                    expected = jouter(jinner(fj, a), b)(jx, ju)
+                    assert got.shape == dict(
+                        zip((prime[a] + "_", prime[b]), expected.shape, strict=True)
+                    )
+                    close(got, expected)
+
+
+@translates("APITest.test_large_device_constant")
+def test_large_device_constant():
+    x = accy.named(np.ones(int(2e6), np.float32), "i")
+    got = accy.jit(lambda x: 2.0 * x)(x)
+    np.testing.assert_array_equal(np.asarray(got.array), jax.jit(lambda x: 2 * x)(x.array))
+
+
+# -- has_aux, vjp and linearize: structure and types -------------------------------------------
+
+
+@translates("APITest.test_grad_and_aux_no_tracers")
+def test_grad_and_aux_no_tracers():
+    def f(x):
+        return x**2.0, {"identity": x, "p1": x + 1.0}
+
+    _, aux = accy.grad(f, has_aux=True)(3.0)
+    assert isinstance(aux, dict)
+    assert all(type(v) is accy.NamedArray for v in aux.values())
+    _, eaux = jax.grad(lambda x: (x**2, {"identity": x, "p1": x + 1}), has_aux=True)(3.0)
+    close(aux, eaux)
+
+
+@translates("APITest.test_vjp_bad_cotangent_shape")
+def test_vjp_bad_cotangent_shape():
+    x = accy.named(np.ones((2, 5), np.float32), ("i", "k"))
+    y = accy.named(np.ones((5, 3), np.float32), ("k", "j"))
+    _, pullback = accy.vjp(lambda x, y: x.contract(y, "k"), x, y)
+    bad = accy.named(np.ones((2, 4), np.float32), ("i", "j"))
+    with pytest.raises(accy.TransformError, match=r"f32\[i=2, j=4\].*f32\[i=2, j=3\]"):
+        pullback(bad)
+    _, jax_pullback = jax.vjp(jnp.matmul, x.array, y.array)
+    with pytest.raises(ValueError, match="unexpected JAX type"):
+        jax_pullback(np.ones((2, 4), np.float32))
+
+
+@translates("APITest.test_vjp_too_many_args", "APITest.test_vjp_multiple_arguments_error_message")
+def test_vjp_too_many_args():
+    def foo(x):
+        return (x, x)
+
+    _, pullback = accy.vjp(foo, 1.0)
+    with pytest.raises(accy.TransformError, match="for 'foo' takes one cotangent.*with 2"):
+        pullback(1.0, 1.0)
+    close(pullback((1.0, 1.0)), jax.vjp(foo, 1.0)[1]((1.0, 1.0)))
+    with pytest.raises(TypeError, match="applied to foo"):
+        jax.vjp(foo, 1.0)[1](1.0, 1.0)
+
+
+@translates("APITest.test_issue_871")
+def test_issue_871():
+    t = accy.named(
+        np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32), ("i", "j"), device="reference"
+    )
+    x = vec([1.0, 2.0, 3.0])
+    for fn in (lambda x: x.sum(), accy.jit(lambda x: x.sum())):
+        _, f_jvp = accy.linearize(fn, x)
+        with pytest.raises(accy.TransformError, match=r"f32\[i=3, j=2\].*f32\[i=3\]"):
+            f_jvp(t)
+    _, jax_jvp = jax.linearize(jnp.sum, jnp.array([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="tangent values inconsistent"):
+        jax_jvp(t.array)
+
+
+@translates("APITest.test_linearize_aval_error")
+def test_linearize_aval_error():
+    _, f_jvp = accy.linearize(lambda x: x, 1.0)
+    close(f_jvp(1.0), jax.linearize(lambda x: x, 1.0)[1](1.0))
+    with pytest.raises(accy.TransformError, match=r"tangents leaf 0 has type i32\[\].*f32\[\]"):
+        f_jvp(1)
+    # The tangent of an integer primal (JAX's float0 one) is an integer zero in accy, and the
+    # tangent passed for it is not read: JAX's second error has no counterpart.
+    ints = accy.named(np.ones(2, np.int32), "i", device="reference")
+    _, f_jvp = accy.linearize(lambda x: x, ints)
+    tangent = f_jvp(accy.named(np.zeros(2, np.int32), "i", device="reference"))
+    assert tangent.dtype == accy.i32 and not np.asarray(tangent.array).any()
+
+
+@translates("APITest.test_basic_vjp3")
+def test_basic_vjp3():
+    f = accy.jit(lambda x: x.sin().sin())
+    _, f_vjp = accy.vjp(f, 1.0)
+    (g,) = f_vjp(1.0)
+    (e,) = jax.vjp(jax.jit(lambda x: jnp.sin(jnp.sin(x))), 1.0)[1](1.0)
+    close(g, e)
+    close(g, np.cos(np.sin(1.0)) * np.cos(1.0))
+
+
+@translates("APITest.test_jvp_asarray_returns_array")
+def test_jvp_asarray_returns_array():
+    p, t = accy.jvp(lambda x: x, (1.0,), (2.0,))
+    assert type(p) is type(t) is accy.NamedArray
+    close((p, t), jax.jvp(jnp.asarray, (1.0,), (2.0,)))
+
+
+# -- integer primals: zero tangents and cotangents (JAX's float0) ------------------------------
+
+
+@translates("APITest.test_jvp_of_int_identity", "APITest.test_jvp_of_int_add")
+@pytest.mark.parametrize("fn", [lambda x: x, lambda x: x + 1])
+def test_jvp_of_int(fn):
+    primal, tangent = accy.jvp(fn, (2,), (0,))
+    eprimal, etangent = jax.jvp(fn, (2,), (np.zeros((), jax.dtypes.float0),))
+    assert primal.item() == eprimal
+    assert tangent.dtype == accy.i32 and tangent.item() == 0
+    assert etangent.dtype == jax.dtypes.float0
+
+
+@translates("APITest.test_jit_jvp_of_int")
+def test_jit_jvp_of_int():
+    primal, tangent = accy.jvp(accy.jit(lambda x: x + 1), (2,), (0,))
+    eprimal, _ = jax.jvp(jax.jit(lambda x: x + 1), (2,), (np.zeros((), jax.dtypes.float0),))
+    assert primal.item() == eprimal == 3 and tangent.item() == 0
+
+
+@translates("APITest.test_jvp_of_convert_element_type")
+def test_jvp_of_convert_element_type():
+    primal, tangent = accy.jvp(lambda x: x.convert(accy.i32) + 1, (2.0,), (1.0,))
+    eprimal, etangent = jax.jvp(lambda x: x.astype(np.int32) + 1, (2.0,), (1.0,))
+    assert primal.dtype == accy.i32 and primal.item() == eprimal == 3
+    assert tangent.item() == 0 and etangent.dtype == jax.dtypes.float0
+
+
+@translates("APITest.test_vjp_of_int_index")
+def test_vjp_of_int_index():
+    def f(x, i):
+        return x.dynamic_slice({"i": i}, {"i": 1}).sum()
+
+    primal, f_vjp = accy.vjp(f, vec([2.0, 2.0]), np.int32(1))
+    ct_x, ct_i = f_vjp(1.0)
+    eprimal, ef_vjp = jax.vjp(lambda x, i: x[i], np.ones(2, np.float32) * 2, 1)
+    ect_x, _ = ef_vjp(1.0)
+    close(primal, eprimal)
+    close(ct_x, ect_x)
+    assert ct_i.dtype == accy.i32 and ct_i.item() == 0
+
+
+@translates("APITest.test_vjp_of_int_shapes")
+def test_vjp_of_int_shapes():
+    x = accy.named(np.ones((4, 1), np.int32), ("a", "b"))
+    out, f_vjp = accy.vjp(lambda x: x.merge(("a", "b"), "ab").split("ab", p=2, q=2), x)
+    (ct,) = f_vjp(accy.named(np.zeros((2, 2), np.int32), ("p", "q")))
+    (ect,) = jax.vjp(lambda x: jax.lax.reshape(x, (2, 2)), np.ones((4, 1), int))[1](
+        np.zeros((2, 2), jax.dtypes.float0)
+    )
+    assert out.shape == {"p": 2, "q": 2}
+    assert ct.shape == {"a": 4, "b": 1} and not np.asarray(ct.array).any()
+    assert ect.shape == (4, 1)
+
+
+@translates("APITest.test_jit_vjp_of_int")
+def test_jit_vjp_of_int():
+    primal, f_vjp = accy.vjp(lambda x, y: x + y, 2, 1)
+    ct_x, ct_y = accy.jit(lambda ct: f_vjp(ct))(0)
+    eprimal, _ = jax.vjp(lambda x, y: x + y, 2, 1)
+    assert primal.item() == eprimal == 3
+    assert ct_x.item() == ct_y.item() == 0 and ct_x.dtype == accy.i32
+
+
+@translates("APITest.test_vjp_of_int_fulllike")
+def test_vjp_of_int_fulllike():
+    def full_like(x, fill):
+        return fill.convert(x.dtype).broadcast_to(x.ty)
+
+    x = accy.named(np.zeros((2, 2), np.float32), ("a", "b"))
+    out, f_vjp = accy.vjp(full_like, x, np.int32(1))
+    ct_x, ct_fill = f_vjp(out)
+    eout, ef_vjp = jax.vjp(jax.lax.full_like, jnp.zeros((2, 2)), 1)
+    ect_x, _ = ef_vjp(eout)
+    close((out, ct_x), (eout, ect_x))
+    assert ct_fill.dtype == accy.i32 and ct_fill.item() == 0
+
+
+@translates("APITest.test_grad_of_bool_vjp3")
+def test_grad_of_bool_vjp3():
+    def cond(pred):
+        return accy.cond(pred, lambda: 1.0, lambda: 2.0)
+
+    value, f_vjp = accy.vjp(cond, np.bool_(True))
+    (g,) = f_vjp(1.0)
+    evalue, ef_vjp = jax.vjp(lambda p: jax.lax.cond(p, lambda _: 1.0, lambda _: 2.0, 1.0), True)
+    close(value, evalue)
+    assert g.dtype == accy.bool_ and not g.item()
+    assert ef_vjp(1.0)[0].dtype == jax.dtypes.float0
+
+
+# -- not applicable ----------------------------------------------------------------------------
+
+CONCRETE_GRAD = (
+    "accy lacks concrete values under grad: accy.grad traces its function abstractly (as jit "
+    "does), so Python control flow and .item() on an argument need accy.cond/accy.where"
+)
+DEVICE_PUT = "device_put/device_get and sharding objects: accy places arrays with accy.named(...)"
+PRIMITIVE = "defines a JAX Primitive and its rules (JAX internals); accy extends with accy.custom"
+COMPLEX = "complex dtypes: accy has none"
+ASYNC = "accy lacks asynchronous dispatch, so it has no block_until_ready/copy_to_host_async"
+LEAKS = "accy lacks a tracer-leak checker (jax.checking_leaks); a leaked value errors when used"
+CACHE_MISS = "accy lacks cache-miss explanations (jax.config explain_cache_misses)"
+ALLOW_INT = "accy lacks grad(allow_int=True) and float0; its vjp gives integer zeros instead"
+REFS = "mutable array refs (jax.new_ref, vjp.with_refs): accy arrays are immutable values"
+DIRECT_LINEARIZE = "JAX internals: primitive linearization rules and use_direct_linearize"
+INLINE = "accy lacks jit(inline=...): a nested jit is always inlined into its caller's Program"
+PRECISION = "accy lacks a matmul-precision setting (jax.default_matmul_precision)"
+EMPTY = "accy lacks lax.empty (uninitialized arrays)"
+FUNCTION_OUTPUTS = (
+    "accy lacks functions as jit outputs (JAX's vjp/linearize/linear_transpose return "
+    "tree_util.Partial pytrees); accy's can be passed in as static arguments or closures"
+)
+
+NOT_APPLICABLE = {
+    "APITest.test_grad_item": CONCRETE_GRAD,
+    "APITest.test_switch_value_jit": CONCRETE_GRAD,
+    "APITest.test_fwd_and_bwd": "accy lacks fwd_and_bwd (a vjp split into forward/backward)",
+    "APITest.test_ad_weak_types": "weak types: accy has none (it never promotes dtypes)",
+    "APITest.test_unimplemented_interpreter_rules": PRIMITIVE,
+    "APITest.test_wrong_output_abstract_eval": PRIMITIVE,
+    "APITest.test_device_put_and_get": DEVICE_PUT,
+    "APITest.test_device_put_sharding": DEVICE_PUT,
+    "APITest.test_device_put_sharding_tree": DEVICE_PUT,
+    "APITest.test_device_put_sharding_tree_prefix": DEVICE_PUT,
+    "APITest.test_device_put_sharding_mismatched_tree_same_leaf_count": DEVICE_PUT,
+    "APITest.test_device_put_sharding_mismatched_tree_different_leaf_count": DEVICE_PUT,
+    "APITest.test_device_put_mismatched_tree_shows_mismatch_detail": DEVICE_PUT,
+    "APITest.test_device_put_mismatched_tree_shows_all_mismatches": DEVICE_PUT,
+    "APITest.test_internal_device_put_with_device": DEVICE_PUT,
+    "APITest.test_internal_device_put_assembled": DEVICE_PUT,
+    "APITest.test_device_put_custom_type_not_accepting_none_leaves": DEVICE_PUT,
+    "APITest.test_device_put_literals": DEVICE_PUT,
+    "APITest.test_device_get_scalar": DEVICE_PUT,
+    "APITest.test_device_put_across_devices": DEVICE_PUT,
+    "APITest.test_device_put_across_platforms": DEVICE_PUT,
+    "APITest.test_device_put_on_single_device_donated_buffer_fails": DEVICE_PUT,
+    "APITest.test_device_put_on_multi_device_donated_buffer_fails": DEVICE_PUT,
+    "APITest.test_concurrent_device_get_and_put": DEVICE_PUT,
+    "APITest.test_invalid_value_device_put": DEVICE_PUT,
+    "APITest.test_frexp_sharded": DEVICE_PUT,
+    "APITest.test_sharding_attr_on_tracer_error": DEVICE_PUT,
+    "APITest.test_eval_shape_out_shardings": DEVICE_PUT,
+    "APITest.test_hessian_holomorphic": COMPLEX,
+    "APITest.test_linear_transpose_complex": COMPLEX,
+    "APITest.test_complex_grad_raises_error": COMPLEX,
+    "APITest.test_holomorphic_grad": COMPLEX,
+    "APITest.test_nonholomorphic_grad": COMPLEX,
+    "APITest.test_complex_output_jacrev_raises_error": COMPLEX,
+    "APITest.test_nonholomorphic_jacrev": COMPLEX,
+    "APITest.test_heterogeneous_grad": COMPLEX,
+    "APITest.test_complex_input_jacfwd_raises_error": COMPLEX,
+    "APITest.test_grad_complex_result_errors": COMPLEX,
+    "APITest.test_holomorphic_grad_of_float_errors": COMPLEX,
+    "APITest.test_holomorphic_jacrev_of_float_errors": COMPLEX,
+    "APITest.test_holomorphic_jacfwd_of_float_errors": COMPLEX,
+    "APITest.test_jacfwd_of_complex_errors": COMPLEX,
+    "APITest.test_heterogeneous_jacfwd": "implicit dtype promotion (f16 + f32): accy has none",
+    "APITest.test_heterogeneous_jacrev": "implicit dtype promotion (f16 + f32): accy has none",
+    "APITest.test_std_basis": "a private helper of JAX's jacobians (api._std_basis)",
+    "APITest.test_linear_transpose_integer": (
+        "accy lacks linear_transpose of integer functions: its linear maps are floating-point"
+    ),
+    "APITest.test_devicearray_delete": "accy lacks explicit buffer deletion (Array.delete)",
+    "APITest.test_devicearray_block_until_ready": ASYNC,
+    "APITest.test_block_until_ready_function": ASYNC,
+    "APITest.test_block_until_ready_numpy_arrays": ASYNC,
+    "APITest.test_block_until_ready_mixed": ASYNC,
+    "APITest.test_copy_to_host_async": ASYNC,
+    "APITest.test_copy_to_host_async_non_array": ASYNC,
+    "APITest.test_copy_to_host_async_does_not_hide_attribute_error": ASYNC,
+    "APITest.test_shape_dtype_struct_non_jax_dtypes": "accy's TensorType holds accy dtypes only",
+    "APITest.test_eval_shape_nested_jit_sds": (
+        "accy.jit takes arrays only: a TensorType stands for an array at eval_shape's arguments"
+    ),
+    "APITest.test_eval_shape_duck_typing": (
+        "duck-typed .shape/.dtype arguments: accy needs axis names (a TensorType)"
+    ),
+    "APITest.test_eval_shape_duck_typing2": (
+        "duck-typed .shape/.dtype arguments: accy needs axis names (a TensorType)"
+    ),
+    "APITest.test_eval_shape_weak_type": "weak types: accy has none (it never promotes dtypes)",
+    "APITest.test_grad_of_int": ALLOW_INT,
+    "APITest.test_grad_of_bool": ALLOW_INT,
+    "APITest.test_grad_of_int_index": ALLOW_INT,
+    "APITest.test_jit_grad_of_int": ALLOW_INT,
+    "APITest.test_float0_reshape": ALLOW_INT,
+    "APITest.test_float0_error": ALLOW_INT,
+    "APITest.test_lax_logistic": "lowering for TPU (lowering_platforms, StableHLO text)",
+    "APITest.test_lowering_platform_aot": "lowering for TPU (lowering_platforms)",
+    "APITest.test_compiler_ir": "XLA HLO / StableHLO text (accy lowers to C and CUDA)",
+    "APITest.test_xla_constant_dedup": "XLA HLO text (accy lowers to C and CUDA)",
+    "APITest.test_dtype_from_builtin_types": "dtype canonicalization under JAX's x64 flag",
+    "APITest.test_dtype_warning": "dtype canonicalization under JAX's x64 flag",
+    "APITest.test_pmap_in_axes_bool_error": "pmap: accy maps devices with accy.mesh",
+    "APITest.test_pmap_empty_arguments": "pmap: accy maps devices with accy.mesh",
+    "APITest.test_pmap_global_cache": "pmap: accy maps devices with accy.mesh",
+    "APITest.test_pmap_static_kwarg_error_message": "pmap: accy maps devices with accy.mesh",
+    "APITest.test_constant_handler_mro": "pmap: accy maps devices with accy.mesh",
+    "APITest.test_jit_compilation_time_logging": "accy lacks compile logging",
+    "APITest.test_grad_of_jit_compilation_caching": "accy lacks compile logging",
+    "APITest.test_tree_map_rest_prefix_err": "jax.tree utilities: accy uses optree's",
+    "APITest.test_escaped_tracer_omnistaging_top_trace": (
+        "accy runs a scan outside any trace eagerly, so what its body leaks is a concrete array"
+    ),
+    "APITest.test_grad_of_token_consuming_primitive": "accy lacks effect tokens",
+    "APITest.test_jit_returning_token": "accy lacks effect tokens",
+    "APITest.test_jit_capturing_token": "accy lacks effect tokens",
+    "APITest.test_leak_checker_catches_a_jit_leak": LEAKS,
+    "APITest.test_leak_checker_catches_a_pmap_leak": LEAKS,
+    "APITest.test_leak_checker_catches_a_grad_leak": LEAKS,
+    "APITest.test_leak_checker_avoids_false_positives": LEAKS,
+    "APITest.test_leak_checker_catches_a_scan_leak": LEAKS,
+    "APITest.test_leak_checker_avoids_false_positives_scan": LEAKS,
+    "APITest.test_leak_checker_avoids_false_positives_scan_jvp": LEAKS,
+    "APITest.test_leak_checker_avoids_false_positives_scan_vmap": LEAKS,
+    "APITest.test_leak_checker_avoids_false_positives_scan_vmap_2": LEAKS,
+    "APITest.test_leak_checker_avoids_false_positives_remat3_jit": LEAKS,
+    "APITest.test_leak_checker_avoids_false_positives_remat3_scan_transpose": LEAKS,
+    "APITest.test_leak_checker_remat3_zero_tangent_output_stays_concrete": LEAKS,
+    "APITest.test_leak_checker_remat3_linearize_zero_tangent_output": LEAKS,
+    "APITest.test_leak_checker_catches_a_sublevel_leak": LEAKS,
+    "APITest.test_leak_checker_avoids_false_positive_custom_jvp": LEAKS,
+    "APITest.test_leak_checker_internal_error": LEAKS,
+    "APITest.test_leak_checker_reference_chain": LEAKS,
+    "APITest.test_leak_checker_reports_frame_locals": LEAKS,
+    "APITest.test_leak_checker_catches_linearize_tracer_escape": LEAKS,
+    "APITest.test_why_alive_ref_chain_ending_in_frame_local": LEAKS,
+    "APITest.test_leaked_tracer_issue_7613": LEAKS,
+    "APITest.test_default_device": "accy lacks a default-device context (jax.default_device)",
+    "APITest.test_dunder_jax_array": "accy lacks the __jax_array__ protocol for user types",
+    "APITest.test_dunder_jax_array_warnings": "accy lacks the __jax_array__ protocol",
+    "APITest.test_dunder_jax_array_bug": "accy lacks the __jax_array__ protocol",
+    "APITest.test_vmap_make_jaxpr_close_over_tracer": (
+        "evaluates a jaxpr with jax.core.eval_jaxpr inside vmap (JAX internals)"
+    ),
+    "APITest.test_dot_precision_context_manager": PRECISION,
+    "APITest.test_dot_precision_flag": PRECISION,
+    "APITest.test_dot_precision_forces_retrace": PRECISION,
+    "APITest.test_rank_promotion_forces_retrace": "rank promotion: accy broadcasts by axis name",
+    "APITest.test_backward_pass_ref_dropping": (
+        "JAX's eager backward pass freeing residuals; accy traces the backward pass"
+    ),
+    "APITest.test_jit_inline": INLINE,
+    "APITest.test_jit_inline_multistate": INLINE,
+    "APITest.test_inline_optimized_hlo": INLINE,
+    "APITest.test_vjp_fun_jit": FUNCTION_OUTPUTS,
+    "APITest.test_linearize_fun_jit": FUNCTION_OUTPUTS,
+    "APITest.test_linear_transpose_fun_jit": FUNCTION_OUTPUTS,
+    "APITest.test_lax_real_empty": EMPTY,
+    "APITest.test_lax_empty_vmap": EMPTY,
+    "APITest.test_lax_empty_batching_bug": EMPTY,
+    "APITest.test_num_cpu_devices_called_after_initialization": (
+        "accy lacks a configurable count of CPU devices (jax_num_cpu_devices)"
+    ),
+    "APITest.test_cache_miss_explanations_skip_internals": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_first_miss": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_in_tree": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_arg_passed_as_kwarg": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_static_argnums": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_static_argnames": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_dtype": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_weak_type": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_shape": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_shape_explain_closest": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_tracing_config": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_multiple_changes": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_new_function_in_loop": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_no_source_info": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_are_thread_safe": CACHE_MISS,
+    "APITest.test_remat_of_jit_input_to_output_forwarding": (
+        "accy lacks saved_residuals and callable checkpoint policies"
+    ),
+    "APITest.test_inlined_literals_with_error": (
+        "accy folds operations on constants while tracing: the nested jit's result is concrete"
+    ),
+    "APITest.test_use_direct_linearize": DIRECT_LINEARIZE,
+    "APITest.test_deferred_primal_with_direct_linearize": DIRECT_LINEARIZE,
+    "APITest.test_structured_residuals_deduped_by_jit": DIRECT_LINEARIZE,
+    "APITest.test_structured_residuals_deduped_by_scan": DIRECT_LINEARIZE,
+    "APITest.test_structured_residuals_deduped_by_shard_map": DIRECT_LINEARIZE,
+    "APITest.test_structured_residuals_input_forwarded_by_jit": DIRECT_LINEARIZE,
+    "APITest.test_structured_residuals_input_forwarded_by_scan": DIRECT_LINEARIZE,
+    "APITest.test_ensure_compile_time_eval_no_leaks": (
+        "accy lacks ensure_compile_time_eval (and linalg.solve)"
+    ),
+    "APITest.test_user_trace_context_hooks": "accy lacks user trace contexts (make_user_context)",
+    "APITest.test_user_context_global": "accy lacks user trace contexts (make_user_context)",
+    "APITest.test_dce_sink_vmap": "accy lacks lax.dce_sink",
+    "APITest.test_dce_sink_in_custom_jvp_and_vjp": "accy lacks lax.dce_sink",
+    "APITest.test_disallowed_bf16_reductions": "accy lacks the allow_f16_reductions setting",
+    "APITest.test_vjp3_dont_want": REFS,
+    "APITest.test_vjp3_dont_want_bilinear": REFS,
+    "APITest.test_vjp3_with_refs_tree_errors": REFS,
+    "APITest.test_vjp3_with_refs_aval_mismatch_errors": REFS,
+    "APITest.test_vjp3_ref_arg_needs_with_refs_errors": REFS,
+    "APITest.test_grad_wrt_ref_arg_error": REFS,
+}
+
+test_not_applicable = not_applicable_tests(NOT_APPLICABLE)

@@ -4,6 +4,12 @@ has_aux, static arguments): the peer's inputs, and JAX's own results computed in
 accy names its static arguments (`static_argnames`); JAX's `static_argnums` cases are
 translated to the parameters' names."""
 
+import collections
+import collections.abc
+import gc
+import operator
+import weakref
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -1095,3 +1101,272 @@ NOT_APPLICABLE = {
 }
 
 test_not_applicable = not_applicable_tests(NOT_APPLICABLE)
+
+
+# -- arrays and their types ----------------------------------------------------------------------
+
+
+@translates("APITest.test_legacy_devicearray_repr", "APITest.test_devicearray_repr")
+def test_devicearray_repr():
+    assert str(scalar(3.0).item()) == str(jnp.array(3.0).item()) == "3.0"
+    x = vec(np.zeros(3))
+    assert repr(x).startswith("NamedArray(f32[i=3]") and repr(jnp.zeros(3)).startswith("Array")
+
+
+@translates("APITest.test_device_array_repr")
+def test_device_array_repr():
+    assert repr(accy.named(np.ones((), np.float32), ()) + 1.0).startswith("NamedArray")
+    assert repr(jnp.ones(()) + 1.0).startswith("Array")
+
+
+@translates("APITest.test_device_array_hash")
+def test_device_array_hash():
+    x = vec([1.0]) + 1.0
+    for array in (x, jnp.ones((1,)) + 1.0):
+        assert not isinstance(array, collections.abc.Hashable)
+        with pytest.raises(TypeError, match="unhashable type"):
+            hash(array)
+
+
+@translates("APITest.test_devicearray_weakref_friendly")
+def test_devicearray_weakref_friendly():
+    x = scalar(1.0)
+    y = weakref.ref(x)
+    assert y().item() == 1.0
+    del x
+    gc.collect()
+    assert y() is None
+
+
+@translates("APITest.test_namedtuple_transparency")
+def test_namedtuple_transparency():
+    Point = collections.namedtuple("Point", ["x", "y"])
+
+    def f(pt):
+        return (pt.x**2.0 + pt.y**2.0).sqrt()
+
+    def f_jax(pt):
+        return jnp.sqrt(pt.x**2 + pt.y**2)
+
+    pt = Point(scalar(1.0), scalar(2.0))
+    g = accy.grad(f)(pt)
+    assert isinstance(g, Point)
+    close(g, jax.grad(f_jax)(Point(1.0, 2.0)))
+    close(accy.jit(f)(pt), f_jax(Point(1.0, 2.0)))
+
+
+@translates("APITest.test_namedtuple_subclass_transparency")
+def test_namedtuple_subclass_transparency():
+    Point = collections.namedtuple("Point", ["x", "y"])
+
+    class ZeroPoint(Point):
+        def is_zero(self):
+            return (self.x == 0.0) & (self.y == 0.0)
+
+    def f(pt):  # the peer's Python `if` on traced values, as accy.where
+        return accy.where(pt.is_zero(), 0.0, (pt.x**2.0 + pt.y**2.0).sqrt())
+
+    pt = ZeroPoint(scalar(3.0), scalar(4.0))
+    assert f(pt).item() == 5.0
+    g = accy.grad(f)(pt)
+    assert isinstance(pt, ZeroPoint) and isinstance(g, Point)
+    close(g, jax.grad(lambda p: jnp.sqrt(p.x**2 + p.y**2))(ZeroPoint(3.0, 4.0)))
+
+
+@translates("APITest.test_shape_dtype_struct")
+@pytest.mark.parametrize("i", [1, 2, 3])
+def test_shape_dtype_struct(i):
+    s = accy.spec(accy.f32, a=i, b=2, c=3)
+    e = jax.ShapeDtypeStruct(shape=(i, 2, 3), dtype=jnp.float32)
+    assert tuple(s.shape.values()) == e.shape and s.shape == {"a": i, "b": 2, "c": 3}
+    assert s.dtype == accy.f32 and s.dtype.numpy == e.dtype
+    assert s.rank == e.ndim == 3 and s.size == e.size == i * 6
+    assert str(s) == f"f32[a={i}, b=2, c=3]" and repr(s) == f"<f32[a={i}, b=2, c=3]>"
+
+
+@translates("APITest.test_shape_dtype_struct_scalar")
+def test_shape_dtype_struct_scalar():
+    s = accy.spec(accy.f32)
+    assert s.shape == {} and s.size == 1 and s.rank == 0
+    with pytest.raises(TypeError, match="len"):
+        len(s)
+    with pytest.raises(TypeError, match="len"):
+        len(jax.ShapeDtypeStruct(shape=(), dtype=jnp.float32))
+
+
+@translates("APITest.test_shape_dtype_struct_hash")
+def test_shape_dtype_struct_hash():
+    s1, s2, s3 = (
+        accy.spec(accy.f32, a=2, b=3),
+        accy.spec(accy.f32, a=2, b=3),
+        accy.spec(accy.f32, a=2, b=4),
+    )
+    assert hash(s1) == hash(s2) and s1 == s2
+    assert hash(s1) != hash(s3) and s1 != s3
+
+
+@translates("APITest.test_shape_dtype_struct_invalid_shape")
+def test_shape_dtype_struct_invalid_shape():
+    with pytest.raises(accy.AxisError, match="by axis name.*got 4"):
+        accy.spec(accy.f32, 4)
+    with pytest.raises(TypeError, match="'int' object is not iterable"):
+        jax.ShapeDtypeStruct(shape=4, dtype="float32")
+
+
+@translates("APITest.test_shape_dtype_struct_dtype_none")
+def test_shape_dtype_struct_dtype_none():
+    with pytest.raises(accy.DTypeError, match="needs an accy dtype.*got None"):
+        accy.spec(None)
+    with pytest.raises(ValueError, match="dtype must be specified"):
+        jax.ShapeDtypeStruct(shape=(), dtype=None)
+
+
+@translates("APITest.test_none_in_sds_shape_error")
+def test_none_in_sds_shape_error():
+    with pytest.raises(accy.AxisError, match="axis 'a' has extent None"):
+        accy.spec(accy.i32, a=None, b=2)
+
+
+@translates("APITest.test_error_for_invalid_dtype")
+def test_error_for_invalid_dtype():
+    with pytest.raises(accy.DTypeError, match="<U5 has no accy dtype"):
+        accy.named(np.array("hello"), ())
+    with pytest.raises(accy.DTypeError, match="a constant must be a Python scalar"):
+        accy.named(np.int32(7), ()) + np.array("hello")
+    with pytest.raises(TypeError, match="Error interpreting argument"):
+        jax.lax.add(jnp.array(7), np.array("hello"))
+
+
+@translates("APITest.test_asarray_no_copy_np")
+def test_asarray_no_copy_np():
+    x = RNG.uniform(0, 1, (100, 200)).astype("float32")
+    assert np.shares_memory(accy.named(x, ("a", "b")).array, x)
+
+
+@translates("APITest.test_scalar_conversion_errors")
+def test_scalar_conversion_errors():
+    array_int = accy.named(np.arange(10, dtype=np.int32), "i")
+    empty_int = accy.named(np.arange(0, dtype=np.int32), "i")
+    scalar_float, scalar_int = scalar(0.0), accy.named(np.int32(0), ())
+    array1_float = vec([0.0])
+    for func in (operator.index, hex, oct):
+        for bad in (array_int, empty_int, scalar_float):
+            with pytest.raises(accy.DTypeError, match="only a scalar integer array"):
+                func(bad)
+            with pytest.raises(accy.AccyError, match=r"__index__"):
+                accy.jit(func)(bad)
+        with pytest.raises(accy.AccyError, match=r"__index__"):
+            accy.jit(func)(scalar_int)
+        assert func(scalar_int) == func(0)
+    for func in (int, float, complex):
+        with pytest.raises(accy.AxisError, match="item\\(\\) needs a scalar"):
+            func(array_int)
+        with pytest.raises(accy.AxisError, match="item\\(\\) needs a scalar"):
+            func(array1_float)
+        with pytest.raises(accy.AccyError, match=f"{func.__name__}\\(\\) of the traced"):
+            accy.jit(func)(scalar_int)
+        assert func(scalar_int) == func(0)
+    for bad in (empty_int, array_int):
+        with pytest.raises(accy.AxisError, match="truth value of an array with axes"):
+            bool(bad)
+    with pytest.raises(accy.AccyError, match="has no truth value"):
+        accy.jit(bool)(scalar_int)
+    assert bool(scalar_int) is False
+    with pytest.raises(TypeError, match="Only integer scalar arrays"):
+        operator.index(jnp.float32(0))
+
+
+# -- eval_shape ----------------------------------------------------------------------------------
+
+
+def tanh_dot(x, y):
+    return (x.contract(y, "b") + 3.0).tanh()
+
+
+@translates("APITest.test_eval_shape")
+def test_eval_shape():
+    x = accy.named(np.ones((2, 3), np.float32), ("a", "b"))
+    y = accy.named(np.ones((3, 4), np.float32), ("b", "c"))
+    expected = jax.eval_shape(lambda x, y: jnp.tanh(jnp.dot(x, y) + 3.0), x.array, y.array)
+    out = accy.eval_shape(tanh_dot, x, y)
+    assert tuple(out.shape.values()) == expected.shape and out.axes == ("a", "c")
+    # abstract arguments (JAX's ShapeDtypeStruct) need no data
+    assert accy.eval_shape(tanh_dot, accy.spec(accy.f32, a=2, b=3), y) == out
+
+
+@translates("APITest.test_eval_shape_constants")
+def test_eval_shape_constants():
+    x = accy.named(np.ones((2, 3), np.float32), ("a", "b"))
+    y = accy.named(np.ones((3, 4), np.float32), ("b", "c"))
+    expected = jax.eval_shape(lambda: jnp.tanh(jnp.dot(jnp.ones((2, 3)), jnp.ones((3, 4))) + 3.0))
+    assert tuple(accy.eval_shape(lambda: tanh_dot(x, y)).shape.values()) == expected.shape
+
+
+@translates(
+    "APITest.test_eval_shape_tuple_unpacking",
+    "APITest.test_eval_shape_tuple_itemgetting",
+    "APITest.test_eval_shape_output_dict",
+)
+def test_eval_shape_trees():
+    x = (accy.spec(accy.f32, i=2), accy.spec(accy.f32, i=2))
+    jx = (jnp.ones(2), jnp.ones(2))
+
+    def unpacking(x, y):
+        a, b = x
+        return a + b + y
+
+    def itemgetting(x, y):
+        return x[0] + x[1] + y
+
+    for fn in (unpacking, itemgetting):
+        assert accy.eval_shape(fn, x, 3.0) == accy.spec(accy.f32, i=2)
+        assert jax.eval_shape(fn, jx, 3.0).shape == (2,)
+    out = accy.eval_shape(lambda x, y: {"hi": itemgetting(x, y)}, x, 3.0)
+    expected = jax.eval_shape(lambda x, y: {"hi": itemgetting(x, y)}, jx, 3.0)
+    assert {k: tuple(v.shape.values()) for k, v in out.items()} == jax.tree.map(np.shape, expected)
+
+
+@translates("APITest.test_eval_shape_shape_error")
+def test_eval_shape_shape_error():
+    x, y = accy.spec(accy.f32, a=3, b=3), accy.spec(accy.f32, b=4, c=4)
+    with pytest.raises(accy.AxisError, match="contract: axis 'b' has extent 3"):
+        accy.eval_shape(tanh_dot, x, y)
+    with pytest.raises(TypeError):
+        jax.eval_shape(lambda x, y: jnp.tanh(jnp.dot(x, y)), jnp.ones((3, 3)), jnp.ones((4, 4)))
+
+
+@translates("APITest.test_eval_shape_trace_cache_share")
+def test_eval_shape_trace_cache_share():
+    def f(x):
+        return x
+
+    x = accy.named(np.arange(8, dtype=np.int32), "i")
+    accy.eval_shape(f, x)
+    jitted = accy.jit(f)
+    jitted(x)
+    assert jitted.traces == 1
+
+
+@translates("APITest.test_eval_shape_error_bad_output")
+def test_eval_shape_error_bad_output():
+    def f(x):
+        return (2.0, f)
+
+    with pytest.raises(accy.NonArrayLeaf, match=r"the output\[1\] is function"):
+        accy.eval_shape(f, 1.0)
+    with pytest.raises(TypeError, match=r"output component \[1\]"):
+        jax.eval_shape(f, 1)
+
+
+@translates("APITest.test_inline_return_twice")
+def test_inline_return_twice():
+    add_one = accy.jit(lambda x: x + 1)
+
+    def add_one_and_dupe(x):
+        y = add_one(x)
+        return (y, y)
+
+    assert accy.eval_shape(accy.jit(add_one_and_dupe), 0) == (accy.spec(accy.i32),) * 2
+    jax_add_one = jax.jit(lambda x: x + 1)
+    expected = jax.eval_shape(jax.jit(lambda x: (jax_add_one(x),) * 2, inline=True), 0)
+    assert [e.shape for e in expected] == [(), ()]

@@ -1370,3 +1370,207 @@ def test_inline_return_twice():
     jax_add_one = jax.jit(lambda x: x + 1)
     expected = jax.eval_shape(jax.jit(lambda x: (jax_add_one(x),) * 2, inline=True), 0)
     assert [e.shape for e in expected] == [(), ()]
+
+
+# -- vmap: in_axes, out_axes and their errors ----------------------------------------------------
+
+
+def batch_of(values, *axes):
+    return accy.named(np.asarray(values, np.float32), axes or ("b",), device="reference")
+
+
+@translates("APITest.test_vmap_preserves_docstr")
+def test_vmap_preserves_docstr():
+    def superfun(a):
+        """Does things with stuff."""
+
+    assert superfun.__doc__ in accy.vmap(superfun, "b").__doc__
+    assert superfun.__doc__ in jax.vmap(superfun).__doc__
+    assert accy.vmap(superfun, "b").__name__ == "superfun"
+
+
+@translates("APITest.test_vmap_in_axes_list")
+def test_vmap_in_axes_list():
+    dictionary = {"a": 5.0, "b": batch_of(np.ones(2), "j")}
+    x, y = batch_of(np.zeros(3)), batch_of(np.arange(3.0))
+
+    def f(dct, x, y):
+        return dct["a"] + dct["b"] + x + y
+
+    out1 = accy.vmap(f, "b", (None, 0, 0))(dictionary, x, y)
+    out2 = accy.vmap(f, "b", [None, 0, 0])(dictionary, x, y)
+    close(out1, out2)
+    expected = jax.vmap(f, (None, 0, 0))(
+        {"a": 5.0, "b": jnp.ones(2)}, jnp.zeros(3), jnp.arange(3.0)
+    )
+    close(out1, expected)
+
+
+@translates("APITest.test_vmap_in_axes_non_tuple_error")
+def test_vmap_in_axes_non_tuple_error():
+    with pytest.raises(accy.TransformError, match=r"in_axes=\{'a': 0\}; give one entry per"):
+        accy.vmap(lambda x: x["a"], "b", in_axes={"a": 0})({"a": batch_of(np.zeros(3))})
+    with pytest.raises(TypeError, match="vmap in_axes must be an int, None, or a tuple"):
+        jax.vmap(lambda x: x["a"], in_axes={"a": 0})
+
+
+@translates(
+    "APITest.test_vmap_in_axes_wrong_length_tuple_error",
+    "APITest.test_vmap_in_axes_tuple_with_kwargs_error",
+    "APITest.test_vmap_in_axes_tuple_with_kwonly_error",
+)
+def test_vmap_in_axes_wrong_length_tuple_error():
+    tree = {"a": batch_of(np.zeros((3, 3)), "b", "j")}
+    with pytest.raises(accy.TransformError, match="in_axes has 2 entries but .* with 1 positional"):
+        accy.vmap(lambda x: x["a"], "b", in_axes=(0, {"a": 0}))(tree)
+    two = batch_of([1.0, 2.0])
+    with pytest.raises(accy.TransformError, match="in_axes has 3 entries but .* with 0 positional"):
+        accy.vmap(lambda a, b, c: a + b + c, "b", in_axes=(0, 0, None))(a=two, b=two, c=0.5)
+
+    def g(a, *, b):
+        return a.contract(b, "k")
+
+    a, b = batch_of(np.ones((2, 4)), "i", "k"), batch_of(np.ones((10, 4, 2)), "b", "k", "i")
+    with pytest.raises(accy.TransformError, match="in_axes has 2 entries but .* with 1 positional"):
+        accy.vmap(g, "b", in_axes=(None, 0))(a, b=b)
+    with pytest.raises(ValueError, match=r"len\(in_axes\)=2, len\(args\)=1"):
+        jax.vmap(g, in_axes=(None, 0))(jnp.ones((2, 4)), b=jnp.ones((10, 4, 2)))
+
+
+@translates("APITest.test_vmap_in_axes_tree_prefix_error")
+def test_vmap_in_axes_tree_prefix_error():
+    with pytest.raises(accy.TransformError, match=r"in_axes\[0\] must be a tree prefix"):
+        accy.vmap(lambda x: x, "b", in_axes=([0],))(batch_of(np.ones(3)))
+    with pytest.raises(ValueError, match="vmap in_axes specification must be a tree prefix"):
+        jax.vmap(lambda x: x, in_axes=([0],))(jnp.ones(3))
+
+
+@translates("APITest.test_vmap_in_axes_leaf_types", "APITest.test_vmap_out_axes_leaf_types")
+def test_vmap_in_axes_leaf_types():
+    x = batch_of([1.0, 2.0])
+    with pytest.raises(accy.TransformError, match=r"the in_axes entry for args\[0\] is Named"):
+        accy.vmap(lambda x: x, "b", in_axes=(x,))(x)
+    with pytest.raises(accy.TransformError, match="out_axes must be a tree prefix"):
+        accy.vmap(lambda x: x, "b", out_axes=(x,))(x)
+    with pytest.raises(TypeError, match="vmap out_axes must be an int, None, or"):
+        jax.vmap(lambda x: x, out_axes=(jnp.array([1.0, 2.0]),))(jnp.array([1.0, 2.0]))
+
+
+@translates("APITest.test_vmap_unbatched_object_passthrough_issue_183")
+def test_vmap_unbatched_object_passthrough_issue_183():
+    def fun(f, x):
+        return f(x)
+
+    ans = accy.vmap(fun, "b", (None, 0))(lambda x: x + 1.0, batch_of(np.arange(3.0)))
+    close(ans, jax.vmap(fun, (None, 0))(lambda x: x + 1, jnp.arange(3.0)))
+
+
+@translates("APITest.test_vmap_mismatched_axis_sizes_error_message_issue_705")
+def test_vmap_mismatched_axis_sizes_error_message_issue_705():
+    xs = batch_of(RNG.normal(size=(10, 4)), "r", "c")
+    us = batch_of(RNG.normal(size=(10, 2)), "r", "k")
+
+    def h(a, b):
+        return a.sum() + b.sum()
+
+    with pytest.raises(accy.AxisError, match=r"args\[0\] along 'r' of .*args\[1\] along 'k'"):
+        accy.vmap(h, "b", in_axes=(0, 1))(xs, us)
+    with pytest.raises(accy.AxisError, match=r"\[2, 10\].*args\[1\] along 'k'.*args\[2\]"):
+        accy.vmap(lambda x, y, z: None, "b", in_axes=(0, 1, 0))(xs, us, xs)
+    with pytest.raises(accy.AxisError, match=r"args\[1\]\[0\] along 'k'.*args\[1\]\[1\]"):
+        accy.vmap(h, "b", in_axes=(0, 1))(xs, [us, us])
+    with pytest.raises(accy.AxisError, match="its axis at position 0, but it has 0"):
+        accy.vmap(lambda x: x, "b", in_axes=0)(scalar(1.0))
+    with pytest.raises(accy.TransformError, match="no argument has an axis 'b' to map over"):
+        accy.vmap(lambda x: x, "b", in_axes=None)(batch_of([1.0, 2.0], "i"))
+    with pytest.raises(accy.AxisError, match="its axis at position 1, but it has 1"):
+        accy.vmap(lambda x: x, "b", in_axes=1)(batch_of([1.0, 2.0]))
+    with pytest.raises(accy.TransformError, match="out_axes must be a tree prefix"):
+        accy.vmap(lambda x: x, "b", in_axes=0, out_axes=(2, 3))(batch_of([1.0, 2.0]))
+    with pytest.raises(accy.TransformError, match="out_axes is None .* depends on the mapped"):
+        accy.vmap(lambda x: x, "b", out_axes=None)(batch_of([1.0, 2.0]))
+    with pytest.raises(ValueError, match="inconsistent sizes for array axes to be mapped"):
+        jax.vmap(h, in_axes=(0, 1))(xs.array, us.array)
+
+
+@translates("APITest.test_vmap_explicit_axis_size_mismatch")
+def test_vmap_explicit_axis_size_mismatch():
+    x = accy.named(np.arange(8, dtype=np.int32), "b", device="reference")
+    with pytest.raises(
+        accy.AxisError, match=r"\[2, 8\].*args\[0\] along 'b' of i32\[b=8\]; size=2"
+    ):
+        accy.vmap(lambda x: x, "b", in_axes=0, size=2)(x)
+    with pytest.raises(ValueError, match="the `axis_size` argument was 2"):
+        jax.vmap(lambda x: x, in_axes=0, axis_size=2)(jnp.arange(8, dtype=jnp.int32))
+
+
+@translates("APITest.test_vmap_structured_in_axes")
+def test_vmap_structured_in_axes():
+    sizes = {"a": 2, "b_": 3, "c": 4, "d": 5, "k": 6}  # k: the batch, at a different position
+
+    def ones(*axes):
+        return accy.named(np.ones([sizes[a] for a in axes], np.float32), axes, device="reference")
+
+    x, y, z = ones("k", "a", "b_"), ones("b_", "k", "c"), ones("c", "d", "k")
+
+    def foo(tree_arg):
+        x, (y, z) = tree_arg
+        return x.contract(y.contract(z, "c"), "b_")
+
+    def foo_jax(tree_arg):
+        x, (y, z) = tree_arg
+        return jnp.dot(x, jnp.dot(y, z))
+
+    Point = collections.namedtuple("Point", ["x", "y"])
+    for make in (lambda a, b: (a, b), Point):
+        tree, in_axes = (x, make(y, z)), ((0, make(1, 2)),)
+        got = accy.vmap(foo, "batch", in_axes=in_axes)(tree)
+        arrays = (x.array, make(y.array, z.array))
+        expected = jax.vmap(foo_jax, in_axes=in_axes)(arrays)
+        assert tuple(got.shape.values()) == expected.shape == (6, 2, 5)
+        close(got, expected)
+
+    def foo_dict(tree_arg):
+        x, dct = tree_arg
+        return x.contract(dct["a"].contract(dct["b"], "c"), "b_")
+
+    for kind in (dict, collections.OrderedDict):
+        tree = (x, kind([("a", y), ("b", z)]))
+        got = accy.vmap(foo_dict, "batch", in_axes=((0, kind([("a", 1), ("b", 2)])),))(tree)
+        assert got.shape == {"batch": 6, "a": 2, "d": 5}
+        close(got, np.full((6, 2, 5), 12.0))
+
+
+@translates("APITest.test_vmap_in_axes_bool_error")
+def test_vmap_in_axes_bool_error():
+    # accy reads False as "not mapped" (None's synonym): with nothing mapped, vmap says so
+    with pytest.raises(accy.TransformError, match="no argument has an axis 'b'.*maps none"):
+        accy.vmap(lambda x: x, "b", in_axes=False)(batch_of(np.zeros(3)))
+    with pytest.raises(TypeError, match="must be an int"):
+        jax.vmap(lambda x: x, in_axes=False)(jnp.zeros(3))
+
+
+@translates("APITest.test_vmap_empty_arguments")
+def test_vmap_empty_arguments():
+    with pytest.raises(accy.TransformError, match="no argument has an axis 'b'.*size="):
+        accy.vmap(lambda x: x, "b")({})
+    with pytest.raises(ValueError, match="must be passed at least one argument"):
+        jax.vmap(lambda x: x)({})
+
+
+@translates("APITest.test_vmap_scalar")
+def test_vmap_scalar():
+    got = accy.vmap(lambda x: x, "b", in_axes=None, size=1)(scalar(1.0))
+    close(got, jax.vmap(lambda x: x, in_axes=None, axis_size=1)(1.0))
+    for position in (0, 1):
+        with pytest.raises(accy.AxisError, match=f"at position {position}, but it has 0"):
+            accy.vmap(lambda x: x, "b", in_axes=position, size=1)(scalar(1.0))
+
+
+@translates("APITest.test_vmap_unmapped_last")
+def test_vmap_unmapped_last():
+    zeros = accy.named(np.zeros(2, np.float32), "j", device="reference")
+    got = accy.vmap(lambda x: zeros, "b", out_axes=-1)(batch_of(np.zeros(5)))
+    expected = jax.vmap(lambda x: np.zeros((2,)), out_axes=-1)(np.zeros((5,)))
+    assert got.axes == ("j", "b")
+    close(got, expected)

@@ -6,6 +6,8 @@ translated to the parameters' names."""
 
 import collections
 import collections.abc
+import dataclasses
+import functools
 import gc
 import operator
 import weakref
@@ -1573,4 +1575,154 @@ def test_vmap_unmapped_last():
     got = accy.vmap(lambda x: zeros, "b", out_axes=-1)(batch_of(np.zeros(5)))
     expected = jax.vmap(lambda x: np.zeros((2,)), out_axes=-1)(np.zeros((5,)))
     assert got.axes == ("j", "b")
+    close(got, expected)
+
+
+# -- traces, caches and programs ---------------------------------------------------------------
+
+
+def constant_sizes(program):
+    """The element counts of a Program's constants (closed-over arrays it embeds)."""
+    sizes = []
+    for op in program.operations:
+        if op.kind == "constant":
+            sizes.append(program.type_of(op.results[0]).size)
+    return sizes
+
+
+@translates("APITest.test_constants_not_in_lowering_jit")
+def test_constants_not_in_lowering_jit():
+    # a closed-over array larger than accy's constant limit is bound as an input, not embedded
+    const = accy.random.uniform(accy.random.key(0), {"i": 100})
+
+    def f():
+        return accy.jit(lambda: const + 1.0)()
+
+    program = accy.make_program(f)()
+    assert 100 not in constant_sizes(program) and len(program.parameter_types) == 1
+    close(accy.jit(f)(), np.asarray(const.array) + 1.0)
+    close(accy.jit(f)(), jax.jit(lambda: jax.jit(lambda: const.array + 1.0)())())
+
+
+@translates("APITest.test_constants_not_in_lowering_scan")
+def test_constants_not_in_lowering_scan():
+    const = accy.random.uniform(accy.random.key(0), {"i": 100})
+
+    def f(xs):
+        def body(carry, x):
+            return const, None
+
+        return accy.scan(accy.jit(body), accy.named(np.zeros(100, np.float32), "i"), xs, axis="t")
+
+    xs = accy.named(np.zeros((8, 100), np.float32), ("t", "i"))
+    assert 100 not in constant_sizes(accy.make_program(f)(xs))
+    res, _ = accy.jit(f)(xs)
+    close(res, np.asarray(const.array))
+
+
+@translates("APITest.test_constants_not_in_lowering_cond")
+def test_constants_not_in_lowering_cond():
+    const = accy.random.uniform(accy.random.key(0), {"i": 100})
+
+    def f(x):
+        return accy.cond(x >= 0.0, accy.jit(lambda: const), lambda: const)
+
+    assert 100 not in constant_sizes(accy.make_program(f)(42.0))
+    close(accy.jit(f)(42.0), np.asarray(const.array))
+    close(accy.jit(f)(-43.0), jax.lax.cond(-43.0 >= 0, lambda: const.array, lambda: const.array))
+
+
+@translates("APITest.test_grad_without_enough_args_error_message")
+def test_grad_without_enough_args_error_message():
+    df = accy.grad(lambda x, y: x + y, argnums=0)
+    with pytest.raises(accy.TransformError, match="argnums=0, but .* with 0 positional"):
+        functools.partial(df, x=0.0)(y=1.0)
+    with pytest.raises(TypeError, match="requires at least 1 positional arguments"):
+        functools.partial(jax.grad(lambda x, y: x + y, argnums=0), x=0.0)(y=1.0)
+
+
+@translates("APITest.test_grad_object_array_error")
+def test_grad_object_array_error():
+    x = np.array([1, 2, 3], dtype=object)
+    with pytest.raises(accy.NonArrayLeaf, match=r"args\[0\] is a NumPy array .* without axis"):
+        accy.grad(lambda x: x)(x)
+    with pytest.raises(TypeError, match="is not a valid JAX type"):
+        jax.grad(lambda x: x)(x)
+
+
+@translates("APITest.test_grad_of_jit_compilation_caching2")
+def test_grad_of_jit_compilation_caching2():
+    f = accy.jit(lambda x: x.sin())
+    close(accy.grad(f)(3.0), np.cos(3.0))
+    compiled = accy.caches.statistics()["executables"][0]
+    close(accy.grad(f)(3.0), jax.grad(jax.jit(jnp.sin))(3.0))
+    close(accy.grad(f)(4.0), jax.grad(jax.jit(jnp.sin))(4.0))
+    assert accy.caches.statistics()["executables"][0] == compiled  # cache hits only
+    assert f.traces == 1
+
+
+@translates("APITest.test_grad_does_not_unflatten_tree_with_none")
+def test_grad_does_not_unflatten_tree_with_none():
+    @dataclasses.dataclass
+    class CustomNode:
+        children: list
+
+        def __post_init__(self):
+            assert all(c is not None for c in self.children)
+
+    got = accy.grad(lambda x: x.children[0])(CustomNode([scalar(0.0)]))
+    assert isinstance(got, CustomNode)
+    close(got.children, [1.0])
+
+
+@translates("APITest.test_trivial_computations")
+def test_trivial_computations():
+    x = accy.named(np.array([1, 2, 3], np.int32), "i")
+    y = accy.jit(lambda x: x)(x)
+    assert not np.shares_memory(np.asarray(x.array), np.asarray(y.array))
+    z1, z2 = accy.jit(lambda x: (x, x))(x)
+    assert not np.shares_memory(np.asarray(z1.array), np.asarray(z2.array))
+    x1, x2 = (
+        accy.named(np.array([1, 2], np.int32), "i"),
+        accy.named(np.array([2, 3], np.int32), "i"),
+    )
+    z1, z2, z3 = accy.jit(lambda x, y: (y, 1, x))(x1, x2)
+    assert not np.shares_memory(np.asarray(z1.array), np.asarray(x2.array))
+    assert not np.shares_memory(np.asarray(z3.array), np.asarray(x1.array))
+    assert z2.item() == 1 == jax.jit(lambda x, y: (y, 1, x))(x1.array, x2.array)[1]
+
+
+@translates("APITest.test_nested_jit_hoisting")
+def test_nested_jit_hoisting():
+    f = accy.jit(lambda x, y: (y + 2 * x, 3))
+
+    def g(x):
+        return f(2, x)
+
+    ans = accy.jit(g)(3)
+    assert (ans[0].item(), ans[1].item()) == jax.jit(lambda x: jax.jit(f.__wrapped__)(2, x))(3)
+    program = accy.make_program(g)(3)
+    # the inner jit is inlined: its multiply and add, in order, in the outer program
+    kinds = [op.kind for op in program.operations if op.kind in ("mul", "add")]
+    assert kinds == ["mul", "add"]
+
+
+@translates("APITest.test_primitive_compilation_cache")
+def test_primitive_compilation_cache():
+    a = accy.named(np.int32(1), ())
+    accy.named(np.int32(5), ()) + accy.named(np.int32(6), ())  # the kernel for i32[] + i32[]
+    before = accy.caches.statistics()["eager operations"][0]
+    assert (a + accy.named(np.int32(2), ())).item() == jax.lax.add(1, 2)
+    assert (accy.named(np.int32(2), ()) + accy.named(np.int32(3), ())).item() == 5
+    assert accy.caches.statistics()["eager operations"][0] == before
+
+
+@translates("APITest.test_arange_jit")
+def test_arange_jit():
+    def fun(x):
+        return accy.arange("r", x.shape["i"]).gather(x, "r")
+
+    x = accy.named(np.array([0, 1, 2], np.int32), "i")
+    got = accy.jit(fun)(x)
+    expected = jax.jit(lambda x: jnp.arange(x.shape[0])[x])(jnp.array([0, 1, 2], jnp.int32))
     close(got, expected)

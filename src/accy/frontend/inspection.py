@@ -36,6 +36,8 @@ def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Cal
         staged, args, kwargs = jitted._staged_for(args, kwargs)
         return staged.entry_for((args, kwargs)).program
 
+    program_of.__name__ = f"make_program({getattr(fn, '__name__', type(fn).__name__)})"
+    program_of.__qualname__ = f"make_program({getattr(fn, '__qualname__', type(fn).__qualname__)})"
     return program_of
 
 

@@ -7,9 +7,11 @@ translated to the parameters' names."""
 import collections
 import collections.abc
 import dataclasses
+import enum
 import functools
 import gc
 import operator
+import re
 import weakref
 
 import jax
@@ -1726,3 +1728,149 @@ def test_arange_jit():
     got = accy.jit(fun)(x)
     expected = jax.jit(lambda x: jnp.arange(x.shape[0])[x])(jnp.array([0, 1, 2], jnp.int32))
     close(got, expected)
+
+
+# -- escaped traced values ---------------------------------------------------------------------
+
+ESCAPED = "used after its function returned"
+
+
+class Saver:
+    """The peer's helper_save_tracer: keeps what the function it wraps was traced with."""
+
+    def __init__(self):
+        self.saved = None
+
+    def __call__(self, x):
+        self.saved = x
+        return x
+
+
+@translates(
+    "APITest.test_escaped_tracers_different_top_level_traces",
+    "APITest.test_escaped_tracers_cant_lift_sublevels",
+)
+def test_escaped_tracers_top_level():
+    save = Saver()
+    accy.jit(save)(0.0)
+    with pytest.raises(accy.AccyError, match=ESCAPED):
+        accy.jit(lambda x: save.saved)(0.0)
+    with pytest.raises(accy.AccyError, match=ESCAPED):
+        accy.jit(lambda x: x)(save.saved)
+    jax_save = Saver()
+    jax.jit(jax_save)(0.0)
+    with pytest.raises(jax.errors.UnexpectedTracerError):
+        jax.jit(lambda x: jax_save.saved)(0.0)
+
+
+@translates("APITest.test_escaped_tracers_tracer_from_higher_level")
+def test_escaped_tracers_tracer_from_higher_level():
+    save = Saver()
+    accy.grad(save)(0.0)
+    with pytest.raises(accy.AccyError, match=ESCAPED):
+        accy.grad(lambda x: x)(save.saved)
+
+
+@translates(
+    "APITest.test_escaped_tracers_incompatible_sublevel",
+    "APITest.test_escaped_tracers_cant_lift",
+    "APITest.test_escaped_tracers_not_among_input_tracers",
+)
+@pytest.mark.parametrize(
+    "outer, inner, inner_arg",
+    [("jit", "jit", "zero"), ("grad", "grad", "zero"), ("jit", "grad", "x")],
+)
+def test_escaped_tracers_sublevel(outer, inner, inner_arg):
+    save = Saver()
+
+    def func1(x):
+        getattr(accy, inner)(save)(0.0 if inner_arg == "zero" else x)
+        return x + save.saved
+
+    with pytest.raises(accy.AccyError, match=ESCAPED):
+        getattr(accy, outer)(func1)(2.0)
+
+
+@translates("APITest.test_escaped_tracer_omnistaging")
+def test_escaped_tracer_omnistaging():
+    count = scalar(1.0)
+
+    @accy.jit
+    def f(x):
+        nonlocal count
+        count = count + x  # leaks a traced value out of the trace
+        return x
+
+    f(1.0)
+
+    def body(c, x):
+        count + 1.0
+        return None, None
+
+    with pytest.raises(accy.AccyError, match=ESCAPED):
+        accy.jit(lambda: accy.scan(body, None, axis="t", length=2))()
+
+
+@translates("APITest.test_escaped_tracer_shape_dtype")
+def test_escaped_tracer_shape_dtype():
+    save = Saver()
+    accy.jit(save)(accy.named(np.ones((4, 3), np.int32), ("a", "b")))
+    with pytest.raises(accy.AccyError, match=r"traced value \(i32\[a=4, b=3\]\).*" + ESCAPED):
+        save.saved + 1
+
+
+@translates("APITest.test_eval_context")
+def test_eval_context():
+    @accy.jit
+    def f():
+        # operations on constants run eagerly while tracing (JAX's eval_context)
+        assert (accy.named(np.int32(1), ()) + 1 == 2).item()
+        return 0
+
+    assert f().item() == 0
+
+
+@translates("APITest.test_no_double_dots_in_error_message")
+def test_no_double_dots_in_error_message():
+    with pytest.raises(accy.AccyError, match=r"bool\[\] .*has no truth value") as error:
+        accy.jit(lambda x: 1 if x > 0 else 0)(0)
+    assert not re.search(r"(?<!\.)\.\.(?!\.)", str(error.value))  # ellipses only
+
+
+@translates("APITest.test_returned_non_jaxtype")
+def test_returned_non_jaxtype():
+    class TestEnum(enum.Enum):
+        A = enum.auto()
+
+    @dataclasses.dataclass
+    class TestClass3:
+        test_enum_field: TestEnum = dataclasses.field(metadata=dict(static=True))
+        test_data_field: int = 0
+
+    with pytest.raises(accy.NonArrayLeaf, match="the output is TestEnum"):
+        accy.jit(lambda t: t.test_enum_field)(TestClass3(TestEnum.A, 1))
+
+
+@translates("APITest.test_large_python_ints")
+def test_large_python_ints():
+    with pytest.raises(accy.InvalidInput, match="cannot be converted to i32"):
+        accy.jit(lambda x, y: x.convert(accy.f32) * y)(2**100, 3.0)
+    with pytest.raises(OverflowError):
+        jnp.multiply(2**100, 3.0)
+    out = accy.jit(lambda x: x)(np.float32(2**100))
+    assert out.item() == np.float32(2**100) == jax.lax.convert_element_type(2**100, jnp.float32)
+
+
+@translates("APITest.test_mesh_creation_error_message")
+def test_mesh_creation_error_message():
+    with pytest.raises(accy.MeshError, match=r"2 axis name\(s\) .* of 1 dimension"):
+        accy.Mesh(accy.devices(), ("x", "y"))
+    with pytest.raises(ValueError, match="ndim of its first argument"):
+        jax.sharding.Mesh(jax.devices(), ("x", "y"))
+
+
+@translates("APITest.test_default_backend")
+def test_default_backend():
+    # arrays go to the first device accy lists unless told otherwise (JAX's default backend)
+    assert accy.named(np.ones(2, np.float32), "i").device is accy.devices()[0]
+    assert jax.local_devices()[0].platform == jax.default_backend()

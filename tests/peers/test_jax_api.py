@@ -12,6 +12,7 @@ import functools
 import gc
 import operator
 import re
+import typing
 import weakref
 
 import jax
@@ -1874,3 +1875,250 @@ def test_default_backend():
     # arrays go to the first device accy lists unless told otherwise (JAX's default backend)
     assert accy.named(np.ones(2, np.float32), "i").device is accy.devices()[0]
     assert jax.local_devices()[0].platform == jax.default_backend()
+
+
+@translates("APITest.test_constant_handlers")
+@pytest.mark.parametrize("dtype", [accy.f32, accy.f64, accy.f16, accy.bf16, accy.i32, accy.u8])
+def test_constant_handlers(dtype):
+    def f():
+        zero = accy.named(dtype.numpy.type(0), ())
+        return (zero if dtype.is_float else zero.convert(accy.f32)).exp()
+
+    expected = jax.jit(lambda: jnp.exp(dtype.numpy.type(0)))()
+    close(accy.jit(f)(), expected)
+
+
+@translates("APITest.test_compute_with_large_transfer")
+def test_compute_with_large_transfer():
+    def f(x, delta):
+        return x + delta
+
+    xs = RNG.uniform(0.0, 1.0, size=(2, 131, 111, 3)).astype(np.float32)
+    for x in xs:
+        delta = np.float32(RNG.uniform(-0.5, 0.5))
+        got = accy.jit(f)(accy.named(x, ("h", "w", "c")), delta)
+        np.testing.assert_allclose(np.asarray(got.array), jax.jit(f)(x, delta), rtol=1e-6)
+
+
+@translates("APITest.test_vmap_caching")
+def test_vmap_caching():
+    jf = accy.jit(lambda x: (x * x).mean())
+    x = accy.random.uniform(accy.random.key(0), {"a": 8, "b": 4})
+    first = accy.hessian(jf)(x)
+    compiled = accy.caches.statistics()["executables"][0]
+    for _ in range(3):
+        close(accy.hessian(jf)(x), first)
+    assert accy.caches.statistics()["executables"][0] == compiled
+    expected = jax.hessian(jax.jit(lambda x: jnp.square(x).mean()))(np.asarray(x.array))
+    close(first, expected)
+
+
+@translates("APITest.test_grad_negative_argnums")
+def test_grad_negative_argnums():
+    def f(x, y):
+        return x.sum() * y.sum()
+
+    x = accy.random.normal(accy.random.key(0), {"a": 4, "b": 4})
+    y = accy.random.normal(accy.random.key(1), {"a": 4, "b": 4})
+    got = accy.grad(f, argnums=-1)(x, y)
+    expected = jax.grad(lambda x, y: x.sum() * y.sum(), argnums=-1)(x.array, y.array)
+    close(got, expected, rtol=1e-4)
+
+
+@translates("APITest.test_jit_negative_static_argnums")
+def test_jit_negative_static_argnums():
+    # accy names its static arguments: JAX's static_argnums=-1 is the last one, y
+    @accy.jit(static_argnames="y")
+    def g(x, y):
+        assert isinstance(y, int)
+        return x * y
+
+    jg = jax.jit(lambda x, y: x * y, static_argnums=-1)
+    for i in range(3):
+        assert g(2, i).item() == jg(2, i) == 2 * i
+
+
+@translates("APITest.test_make_jaxpr_static_argnums_order")
+def test_make_jaxpr_static_argnums_order():
+    def f(a, b, c):
+        return (a + c) - (b * c)
+
+    for static in (("b", "a"), ("a", "b")):
+        assert accy.jit(f, static_argnames=static)(1, 2, 3).item() == -2
+        program = accy.make_program(f, static_argnames=static)(1, 2, 3)
+        assert len(program.parameter_types) == 1  # only c is traced
+        values = [op.attrs["value"] for op in program.operations if op.kind == "constant"]
+        assert [np.asarray(v).item() for v in values] == [1, 2]
+    assert jax.jit(f, static_argnums=(1, 0))(1, 2, 3) == -2
+
+
+@translates("APITest.test_fastpath_cache_confusion", "APITest.test_fastpath_cache_confusion2")
+@pytest.mark.parametrize("nullary", [False, True])
+def test_fastpath_cache_confusion(nullary):
+    a = accy.jit(lambda *x: ())
+    b = accy.jit(lambda x: a() if nullary else a(x))
+    g = accy.jit(lambda x: (x, x))
+    h = accy.jit(lambda x: g(x))
+    program = accy.make_program(h)(7)
+    assert [str(t) for t in program.output_types] == ["i32[]", "i32[]"]
+    assert [v.item() for v in h(7)] == [7, 7]
+    assert b(8) == ()
+
+
+@translates("APITest.test_make_jaxpr_weakref")
+def test_make_jaxpr_weakref():
+    class Foo(typing.NamedTuple):
+        x: int
+
+        def __call__(self, y):
+            return self.x + y
+
+    program = accy.make_program(Foo(1))(3)
+    assert program.count("add") == 1
+    jax.make_jaxpr(Foo(1))(3)
+
+
+@translates("APITest.test_make_jaxpr_name")
+def test_make_jaxpr_name():
+    def foo(x, y, z):
+        return x + y + z
+
+    assert accy.make_program(foo).__name__ == "make_program(foo)"
+    assert accy.make_program(foo).__qualname__ == f"make_program({foo.__qualname__})"
+    assert jax.make_jaxpr(foo).__name__ == "make_jaxpr(foo)"
+
+
+@translates("APITest.test_inner_jit_function_retracing")
+def test_inner_jit_function_retracing():
+    counts = {"inner": 0, "outer": 0}
+
+    @accy.jit
+    def inner_fn(state):
+        counts["inner"] += 1
+        return 2 * state
+
+    @accy.jit
+    def outer_fn(x):
+        counts["outer"] += 1
+        old_x = x
+        for _ in range(10):
+            x = inner_fn(x)
+        return x + old_x
+
+    state = accy.named(np.arange(5, dtype=np.int32), "i")
+    outer_fn(state)
+    got = outer_fn(state)
+    assert counts == {"inner": 1, "outer": 1}
+    inner_fn(state)
+    assert counts["inner"] == 1  # not traced again when called at the top level
+    np.testing.assert_array_equal(np.asarray(got.array), np.arange(5) * 1025)
+
+
+@translates("APITest.test_grad_conj_symbolic_zeros")
+def test_grad_conj_symbolic_zeros():
+    # (real values: the peer's conj is the identity, a second output that is dropped)
+    out = accy.grad(lambda x: accy.jit(lambda x, y: (x, y))(x, x * 1.0)[0])(3.0)
+    expected = jax.grad(lambda x: jax.jit(lambda x, y: (x, y))(x, jax.lax.conj(x))[0])(3.0)
+    close(out, expected)
+
+
+@translates("APITest.test_clear_cache")
+def test_clear_cache():
+    traced = []
+
+    @accy.jit
+    def add(x):
+        traced.append(None)
+        return x * 2
+
+    x = accy.named(np.arange(8, dtype=np.int32), "i")
+    add(x)
+    accy.clear_caches()
+    add(x)
+    assert len(traced) == 2
+
+
+@translates("APITest.test_jit_custom_floats")
+@pytest.mark.parametrize("dtype", [accy.bf16, accy.f16])
+def test_jit_custom_floats(dtype):
+    x = accy.named(np.ones((), dtype.numpy), ())
+    got = accy.jit(lambda x: x + 1.0)(x)
+    assert got.dtype == dtype
+    assert got.item() == jax.jit(lambda x: x + 1)(jnp.ones((), dtype.numpy)) == 2.0
+
+
+@translates("APITest.test_jit_boundmethod_reference_cycle")
+def test_jit_boundmethod_reference_cycle():
+    class A:
+        def __init__(self):
+            self._foo = accy.jit(self.foo)
+
+        def foo(self):
+            pass
+
+    a = weakref.ref(A())
+    gc.collect()
+    assert a() is None
+
+
+@translates("APITest.test_forwarding_bug")
+def test_forwarding_bug():
+    def f(x):
+        return accy.jit(lambda a, x: (a, x.exp()))(0.0, x)[0]
+
+    def f_jax(x):
+        return jax.jit(lambda a, x: (a, jnp.exp(x)))(0.0, x)[0]
+
+    close(accy.grad(f)(1.0), jax.grad(f_jax)(1.0))
+
+
+@translates("APITest.test_jit_forwarding_correctness")
+@pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.parametrize("seed, num_input_fwd, num_output_fwd", [(0, 0, 0), (1, 1, 2), (2, 3, 1)])
+def test_jit_forwarding_correctness(remat, seed, num_input_fwd, num_output_fwd):
+    rng = np.random.RandomState(seed)
+    in_perm, out_perm = rng.permutation(3), rng.permutation(3)
+
+    def make(exp, sin, jit, checkpoint):
+        def f(inputs):
+            inputs = [inputs[i] for i in in_perm]
+            outputs = inputs[:num_input_fwd] + [
+                exp(inputs[i]) if i < num_output_fwd else sin(inputs[i])
+                for i in range(3 - num_input_fwd)
+            ]
+            return [outputs[i] for i in out_perm]
+
+        f = jit(f)
+        return checkpoint(f) if remat else f
+
+    ours = make(lambda x: x.exp(), lambda x: x.sin(), accy.jit, accy.checkpoint)
+    theirs = make(jnp.exp, jnp.sin, jax.jit, jax.checkpoint)
+    xs = [0.0, 1.0, 2.0]
+    cts = [0.5, -1.0, 2.0]
+    out, pullback = accy.vjp(ours, [scalar(v) for v in xs])
+    eout, epullback = jax.vjp(theirs, xs)
+    close(out, eout)
+    close(pullback([scalar(c) for c in cts]), epullback(cts))
+
+
+@translates("APITest.test_inner_jit_forwarded_consts_stay_const")
+def test_inner_jit_forwarded_consts_stay_const():
+    assert accy.jit(lambda: int(accy.jit(lambda x: x)(3)))().item() == 3
+
+
+@translates("APITest.test_make_jaxpr_deduplicates_consts")
+def test_make_jaxpr_deduplicates_consts():
+    c = accy.named(np.ones(3, np.float32), "i")
+    program = accy.make_program(lambda: (c, c.sum(), c, c, c.sum(), c))()
+    assert constant_sizes(program).count(3) == 1
+
+
+@translates("APITest.test_implicit_dce_linearize_jaxpr")
+def test_implicit_dce_linearize_jaxpr():
+    def foo(x):
+        const = accy.named(np.zeros(300, np.float32), "k")
+        x * const  # dead: nothing uses it
+        return x
+
+    program = accy.make_program(lambda x: accy.vjp(foo, x)[1](1.0))(3.0)
+    assert program.count("mul") == 0

@@ -2122,3 +2122,30 @@ def test_implicit_dce_linearize_jaxpr():
 
     program = accy.make_program(lambda x: accy.vjp(foo, x)[1](1.0))(3.0)
     assert program.count("mul") == 0
+
+
+@translates("APITest.test_while_jvp_debug_info_crash")
+def test_while_jvp_debug_info_crash():
+    # reverse mode through a while_loop whose result is under stop_gradient: the loop's
+    # tangents reach no output, so only its primal loop runs
+    def loop_fun(x, p):
+        _, res = accy.while_loop(lambda v: v[0] < 3, lambda v: (v[0] + 1, v[1] * p), (0, x))
+        return accy.stop_gradient(res)
+
+    def loop_fun_jax(x, p):
+        _, res = jax.lax.while_loop(lambda v: v[0] < 3, lambda v: (v[0] + 1, v[1] * p), (0, x))
+        return jax.lax.stop_gradient(res)
+
+    def outer(p_vector):
+        inner_grad = accy.vmap(lambda p: accy.grad(lambda q: loop_fun(1.0, q))(p), "b")
+        return inner_grad(p_vector).sum()
+
+    def outer_jax(p_vector):
+        return jax.vmap(jax.grad(lambda q: loop_fun_jax(1.0, q)))(p_vector).sum()
+
+    p = batch_of([2.0, 3.0])
+    close(accy.grad(outer)(p), jax.grad(outer_jax)(jnp.array([2.0, 3.0])))
+    close(
+        accy.grad(lambda p: loop_fun(1.0, p) * p)(2.0),
+        jax.grad(lambda p: loop_fun_jax(1.0, p) * p)(2.0),
+    )

@@ -82,7 +82,7 @@ from .frontend.custom_rules import custom_gradient, custom_jvp, custom_vjp, cust
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
 from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
-from .frontend.inspection import Lowered, make_program
+from .frontend.inspection import Lowered, eval_shape, make_program
 from .frontend.jacobians import hessian, jacfwd, jacrev
 from .frontend.printing import debug_print
 from .frontend.regions import (
@@ -163,6 +163,7 @@ __all__ = [
     "devices",
     "eliminate_axes",
     "errors",
+    "eval_shape",
     "f16",
     "f32",
     "f64",

@@ -215,6 +215,11 @@ def spec(dtype: DType, shape: dict[str, int] | None = None, /, **axes: int) -> T
     """
     if not isinstance(dtype, DType):
         raise DTypeError(f"spec needs an accy dtype such as accy.f32 first, got {dtype!r}")
+    if shape is not None and not isinstance(shape, dict):
+        raise AxisError(
+            f"spec takes its extents by axis name (a dict or keywords: spec(f32, token=4)), "
+            f"got {shape!r}"
+        )
     named = dict(shape or {})
     for name, extent in axes.items():
         if name in named:

@@ -808,8 +808,14 @@ def vjp(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kwargs: 
     output, aux = _forward(fn, primals, "vjp", has_aux)
     backward = _memoized(fn, ("vjp", has_aux), lambda: _Vjp(fn, has_aux))
 
-    def vjp_fn(cotangent: Any) -> tuple:
-        return tuple(backward.staged((tuple(primals), cotangent)))
+    def vjp_fn(*cotangents: Any) -> tuple:
+        if len(cotangents) != 1:
+            raise TransformError(
+                f"accy.vjp: the function returned for {_name(fn)!r} takes one cotangent tree "
+                f"(the output's structure), but was called with {len(cotangents)} arguments; "
+                "pass a tuple for a function that returns several outputs"
+            )
+        return tuple(backward.staged((tuple(primals), cotangents[0])))
 
     return (output, vjp_fn, aux) if has_aux else (output, vjp_fn)
 

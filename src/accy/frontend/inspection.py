@@ -1,6 +1,6 @@
-"""Seeing what runs: `make_program` (the traced Program of a function, `jax.make_jaxpr`) and
-`Lowered` (what `accy.jit(f).lower(*args)` returns: the Program, its fused plan and its
-generated source).
+"""Seeing what runs: `make_program` (the traced Program of a function, `jax.make_jaxpr`),
+`eval_shape` (the types of its outputs, `jax.eval_shape`) and `Lowered` (what
+`accy.jit(f).lower(*args)` returns: the Program, its fused plan and its generated source).
 """
 
 from __future__ import annotations
@@ -8,25 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import optree
 
 from ..backends.devices import REFERENCE
-from ..core import Program
-from ..core.types import TensorType
+from ..core import Program, TensorType
 from .functions import _check_callable, jit
 from .lowered import Lowered
 from .named import NamedArray
-from .tracing import NAMESPACE
-
-
-def _placeholder(leaf: Any) -> Any:
-    """An abstract input (`accy.spec(...)`, JAX's ShapeDtypeStruct) as an array of its type
-    that tracing never reads: a broadcast view of one zero, which costs no memory."""
-    if not isinstance(leaf, TensorType):
-        return leaf
-    shape = tuple(extent for _, extent in leaf.named_extents)
-    return NamedArray(np.broadcast_to(np.zeros((), leaf.dtype.numpy), shape), leaf, REFERENCE)
+from .tracing import NAMESPACE, unflatten
 
 
 def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Callable:
@@ -47,16 +36,44 @@ def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Cal
     jitted = jit(fn, static_argnames=static_argnames)
 
     def program_of(*args: Any, **kwargs: Any) -> Program:
-        args, kwargs = optree.tree_map(
-            _placeholder,
-            (args, kwargs),
-            is_leaf=lambda leaf: isinstance(leaf, TensorType),
-            namespace=NAMESPACE,
-        )
         staged, args, kwargs = jitted._staged_for(args, kwargs)
-        return staged.entry_for((args, kwargs)).program
+        return staged.entry_for(_abstract_leaves((args, kwargs))).program
 
+    program_of.__name__ = f"make_program({getattr(fn, '__name__', type(fn).__name__)})"
+    program_of.__qualname__ = f"make_program({getattr(fn, '__qualname__', type(fn).__qualname__)})"
     return program_of
 
 
-__all__ = ["Lowered", "make_program"]
+def eval_shape(
+    fn: Callable, *args: Any, static_argnames: Sequence[str] | str = (), **kwargs: Any
+) -> Any:
+    """The types of `fn(*args, **kwargs)`'s outputs, traced as `accy.jit(fn)` traces it (and
+    sharing its trace) but never run (`jax.eval_shape`): a tree of `TensorType`s with the
+    output's structure. An argument leaf may be a `TensorType` (`accy.spec(...)`, JAX's
+    `ShapeDtypeStruct`): an abstract array of that type, which needs no data.
+
+    >>> import accy, numpy as np
+    >>> w = accy.spec(accy.f32, feature=3, hidden=4)
+    >>> x = accy.named(np.ones((2, 3), np.float32), ("batch", "feature"))
+    >>> accy.eval_shape(lambda w, x: {"h": x.contract(w, "feature").tanh()}, w, x)
+    {'h': <f32[batch=2, hidden=4]>}
+    """
+    _check_callable(fn, "eval_shape")
+    staged, args, kwargs = jit(fn, static_argnames=static_argnames)._staged_for(args, kwargs)
+    entry = staged.entry_for(_abstract_leaves((args, kwargs)))
+    return unflatten(entry.out_treedef, list(entry.program.output_types))
+
+
+def _abstract_leaves(tree: Any) -> Any:
+    """`tree` with each TensorType leaf (`accy.spec(...)`) as a NamedArray without data:
+    tracing reads only its type."""
+    return optree.tree_map(
+        lambda leaf: NamedArray(None, leaf, REFERENCE) if isinstance(leaf, TensorType) else leaf,
+        tree,
+        is_leaf=lambda leaf: isinstance(leaf, TensorType),
+        none_is_leaf=False,
+        namespace=NAMESPACE,
+    )
+
+
+__all__ = ["Lowered", "eval_shape", "make_program"]

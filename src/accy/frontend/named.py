@@ -32,9 +32,9 @@ from ..core.arrays import is_array
 from ..core.builder import Builder
 from ..core.indexing import index_by_name
 from ..core.operations import OpsApi
-from ..core.types import DType, TensorType, bf16, bool_, dtype_of_numpy, f32, i32
+from ..core.types import DType, TensorType, bf16, bool_, dtype_of_numpy, f32, i32, i64, u8
 from ..core.value import ArrayOps
-from ..errors import AccyError, AxisError
+from ..errors import AccyError, AxisError, DTypeError
 from ..reference import run as reference_run
 from ..trace import define
 from .errors import DeviceMismatch
@@ -140,6 +140,18 @@ class NamedArray(ArrayOps):
         return float(self.item())
 
     def __int__(self) -> int:
+        return int(self.item())
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
+    def __index__(self) -> int:
+        """A scalar integer array as a Python index (list indexing, range(), hex())."""
+        if self.ty.rank != 0 or self.ty.dtype not in (i32, i64, u8):
+            raise DTypeError(
+                f"only a scalar integer array is a Python index, but this one is {self.ty}; "
+                "convert it with x.convert(accy.i32) or read it with int(x.item())"
+            )
         return int(self.item())
 
     def __bool__(self) -> bool:

@@ -301,6 +301,41 @@ class TracedArray(Value):
             "(inside accy.jit, accy.grad, ...); use accy operations on it, or return it"
         )
 
+    def _no_python_value(self, conversion: str) -> AccyError:
+        return AccyError(
+            f"{conversion} of the traced value {self.ty} (%{self.index} of "
+            f"{self.builder.name!r}) needs a concrete value, which it has not while its "
+            "function is being traced (inside accy.jit, accy.grad, ...): convert its dtype "
+            "with x.convert(accy.i32) and keep it an array, or make the value a static "
+            "argument (static_argnames=...)"
+        )
+
+    def item(self) -> Any:
+        raise self._no_python_value("item()")
+
+    def __float__(self) -> float:
+        raise self._no_python_value("float()")
+
+    def __int__(self) -> int:
+        raise self._no_python_value("int()")
+
+    def __complex__(self) -> complex:
+        raise self._no_python_value("complex()")
+
+    def __index__(self) -> int:  # list indexing, range(), hex() and oct()
+        raise self._no_python_value("using it as a Python index (__index__)")
+
+
+def escaped_value(use: str, name: str, types: Sequence[str] = ()) -> AccyError:
+    """The error for traced values (of `types`) of the finished trace `name`, met again by
+    `use`."""
+    of = f" ({', '.join(types)})" if types else ""
+    return AccyError(
+        f"{use}: a traced value{of} of {name!r} was used after its function returned "
+        "(kept in a global or an attribute while tracing?); traced values only exist "
+        "inside the transformed function: return it instead"
+    )
+
 
 class FunctionBuilder(Builder):
     """A Builder that accepts NamedArrays and values of enclosing traces as operands.
@@ -323,6 +358,12 @@ class FunctionBuilder(Builder):
         self.prints: list[tuple[str, Any, list[Any], list[Any]]] = []
         self._lifted: dict[int, Value] = {}
         self._alive: list[Any] = []  # lifted operands, kept so that their ids stay unique
+
+    def _values(self, kind: str, a: Any, b: Any) -> Any:
+        if self.finished:  # before a Python scalar operand becomes a constant of this trace
+            types = [str(v.ty) for v in (a, b) if isinstance(v, Value) and v.builder is self]
+            raise escaped_value(kind, self.name, types)
+        return super()._values(kind, a, b)
 
     def lift(self, operand: Any) -> Any:
         """`operand` as a value of this trace (operands that already are, unchanged)."""
@@ -352,11 +393,8 @@ class FunctionBuilder(Builder):
         # An operation on a value of a trace nested inside this one belongs to that trace
         # (`x * y` with x from an outer function and y from the inner one it differentiates).
         if self.finished:
-            raise AccyError(
-                f"{kind}: a traced value of {self.name!r} was used after its function returned "
-                "(kept in a global or an attribute while tracing?); traced values only exist "
-                "inside the transformed function: return it instead"
-            )
+            types = [str(v.ty) for v in operands if isinstance(v, Value) and v.builder is self]
+            raise escaped_value(kind, self.name, types)
         inner = innermost(operands)
         if inner is not None and inner.depth > self.depth:
             return inner.emit(kind, operands, attrs, id)
@@ -816,6 +854,8 @@ class Staged:
             # (a cotangent of a vmapped function next to primals of the function around it
             # belongs to the vmapped one; so does a call closing over a vmapped value).
             builder = innermost(traced + entry.captured) or traced[0].builder
+            if getattr(builder, "finished", False):
+                raise escaped_value("an argument", builder.name, [str(v.ty) for v in traced])
             return inline(entry, builder, [c for c in converted if is_array(c)])
         arrays = [leaf for leaf in converted if is_array(leaf)]
         # Scalars given as Python or NumPy numbers follow the arrays' device.

@@ -96,13 +96,12 @@ def _in_axes_entries(axis: str, in_axes: Any, leaves: list[Any], treedef: Any) -
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
     if not isinstance(in_axes, tuple):
-        if isinstance(in_axes, dict) or not (
-            in_axes is False or in_axes is True or isinstance(in_axes, str)
-        ):
+        if not isinstance(in_axes, bool | int | str):
             raise TransformError(
                 f"accy.vmap: in_axes={in_axes!r}; give one entry per positional argument in a "
                 "tuple (each a tree prefix of its argument: in_axes=({'w': None, 'x': True},) "
-                "for one dict argument), or one entry for all of them (True, None, an axis name)"
+                "for one dict argument), or one entry for all of them (True, None, an axis "
+                "name, a layout position)"
             )
         in_axes = (in_axes,) * len(args)
     if len(in_axes) != len(args):
@@ -146,6 +145,16 @@ def _mapped_leaves(axis: str, in_axes: Any, leaves: list[Any], treedef: Any) -> 
             )
         sources.append(source)
     return sources
+
+
+def _extents_by_argument(leaves: list[Any], treedef: Any, sources: list[str | None]) -> str:
+    """Each mapped leaf's path, mapped axis and type, for an error about their extents."""
+    paths = leaf_paths(unflatten(treedef, leaves))
+    return ", ".join(
+        f"{argument_path(path)} along {source!r} of {leaf.ty}"
+        for path, leaf, source in zip(paths, leaves, sources, strict=True)
+        if source is not None
+    )
 
 
 def _depends_on(program: Program, flags: Sequence[bool]) -> list[bool]:
@@ -196,7 +205,8 @@ class Vmapped:
         if len(extents) > 1:
             raise AxisError(
                 f"accy.vmap over {axis!r}: the mapped arguments (and size=) disagree on its "
-                f"extent ({sorted(extents)})"
+                f"extent ({sorted(extents)}): {_extents_by_argument(leaves, treedef, sources)}"
+                + ("" if self.size is None else f"; size={self.size}")
             )
         (extent,) = extents
         # Stand-ins for one example: only their types are read while tracing.

@@ -102,17 +102,23 @@ class JvpSemantics:
         self.tangent_position = {index: position for position, index in enumerate(wrt)}
         self.reverse = reverse
         self.jvp_rules: Any = None  # the user's layer, also used inside scan bodies
+        self.source = source
+        self._tangent_free: set[int] | None = None
 
     def bind(self, op: Operation, args: list[Dual]) -> Any:
         primals = [a.primal for a in args]
         tangents = [a.tangent for a in args]
-        if op.kind in LOOP_JVPS and not all(isinstance(t, Zero) for t in tangents):
-            return LOOP_JVPS[op.kind](self, op, primals, tangents)
-        outputs = self._primal(op, primals, tangents)
+        zero = all(isinstance(t, Zero) for t in tangents)
+        if op.kind in LOOP_JVPS and not zero:
+            if not self._tangent_reaches_outputs(op):
+                zero = True  # e.g. a while_loop under stop_gradient: its primal loop only
+            else:
+                return LOOP_JVPS[op.kind](self, op, primals, tangents)
+        outputs = self._primal(op, primals, perturbed=not zero)
         if op.kind == "parameter":
             return Dual(outputs, self._tangent_parameter(op))
         rule = rule_for(op.kind)
-        if all(isinstance(t, Zero) for t in tangents):
+        if zero:
             tangent = (
                 tuple(Zero(t) for t in op.result_types) if rule.multiple_results else Zero(op.type)
             )
@@ -129,15 +135,23 @@ class JvpSemantics:
             return tuple(Dual(p, t) for p, t in zip(outputs, tangent, strict=True))
         return Dual(outputs, tangent)
 
-    def _primal(self, op: Operation, primals: list, tangents: list) -> Any:
+    def _primal(self, op: Operation, primals: list, *, perturbed: bool) -> Any:
         # In reverse mode a differentiated custom call's result may come from its record's
         # forward rule (a custom_vjp's fwd), as JAX runs fwd under differentiation.
-        perturbed = not all(isinstance(t, Zero) for t in tangents)
         if op.kind == "custom_call" and self.reverse and perturbed:
             result = custom_call_primal(self.emit, op, primals)
             if result is not None:
                 return result
         return self.next.bind(op, primals)
+
+    def _tangent_reaches_outputs(self, op: Operation) -> bool:
+        """In reverse mode, whether a tangent of `op`'s results can reach an output (not only
+        through stop_gradient): a loop whose tangents cannot is run for its primal values."""
+        if not self.reverse:
+            return True
+        if self._tangent_free is None:
+            self._tangent_free = _tangent_free_operations(self.source)
+        return id(op) not in self._tangent_free
 
     def _tangent_parameter(self, op: Operation) -> Any:
         position = self.tangent_position.get(op.attrs["index"])
@@ -154,6 +168,19 @@ class JvpSemantics:
 
     def builder_handle(self) -> Builder:
         return self.next.builder_handle()
+
+
+def _tangent_free_operations(program: Program) -> set[int]:
+    """The ids of `program`'s operations whose results reach its outputs only through
+    stop_gradient, or not at all: their tangents are zero wherever they are used."""
+    needed = set(program.outputs)
+    free = set()
+    for op in reversed(program.operations):
+        if not any(r in needed for r in op.results):
+            free.add(id(op))
+        elif not (op.kind == "unary" and op.attrs.get("op") == "stop_gradient"):
+            needed.update(op.operands)
+    return free
 
 
 def _as_dual(value: Any) -> Dual:

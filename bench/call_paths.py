@@ -4,7 +4,8 @@ On the tiny workload's value_and_grad program (two f32[lane=4] inputs, three out
 times, in one process and interleaved so that a busy machine slows each alike:
 
 - `compile(p)(*arrays)`: the array call (fresh output arrays each call);
-- `Cpu(p).launch(inputs, outputs)`: the fragment API's raw-buffer call (`accy.compat.execute`), on arrays;
+- `Cpu(p).launch(inputs, outputs)`: the fragment API's raw-buffer call
+  (`accy.compat.execute`), on arrays;
 - the same on bytes and memoryviews (the raw-buffer layout checked once, then only addresses);
 - `compile(p).run_buffers(inputs, outputs)`: the same raw-buffer call on the executable.
 

@@ -7,6 +7,7 @@ library steps such as cuDNN attention), then the slowest actions.
 
     PYTHONPATH=src python3 tools/gpt2_profile.py [--dtype bf16] [--attention fused] [--top 25]
     PYTHONPATH=src python3 tools/gpt2_profile.py --workload block --dtype bf16
+    PYTHONPATH=src python3 tools/gpt2_profile.py --workload llama1b --dtype bf16
 """
 
 from __future__ import annotations
@@ -34,6 +35,21 @@ def traced_program(dtype: str, fused: bool, scale=None):
     scale = scale or SCALES["cuda"]
     step = accy_step(scale, "cuda", dtype, fused)
     step(*accy_inputs(scale, "cuda", dtype=dtype))
+    (staged,) = step._staged.values()
+    (entry,) = staged.cache.values()
+    return entry.program
+
+
+def llama1b_program(dtype: str):
+    """The llama1b workload's step program (`bench.llama1b`, its GPU scale), as the first call
+    of the jitted step builds it."""
+    import accy
+    from bench import llama1b
+
+    scale = llama1b.SCALES["cuda"]
+    step, model, state = llama1b.accy_step(scale, "cuda", dtype)
+    ids, targets = (accy.named(a, ("batch", "token"), device="cuda") for a in llama1b.batch(scale))
+    step(model, state, ids, targets)
     (staged,) = step._staged.values()
     (entry,) = staged.cache.values()
     return entry.program
@@ -108,7 +124,7 @@ def main() -> None:
     parser.add_argument(
         "--workload",
         default="gpt2",
-        help="gpt2, attention-gpt2 (bench.flash_attention's preset), or a bench workload",
+        help="gpt2, llama1b, attention-gpt2 (bench.flash_attention's preset), or a bench workload",
     )
     parser.add_argument(
         "--dump", metavar="DIR", help="write each action's time (actions.tsv) and the CUDA C"
@@ -121,6 +137,8 @@ def main() -> None:
     configure_cudnn(args.cudnn_plan, args.cudnn_min_blocks)
     if args.workload == "gpt2":
         program = traced_program(args.dtype, args.attention == "fused")
+    elif args.workload == "llama1b":
+        program = llama1b_program(args.dtype)
     elif args.workload == "attention-gpt2":  # bench.flash_attention --preset gpt2
         from bench.flash_attention import PRESETS, accy_program
 

@@ -121,7 +121,7 @@ def _adamw(dtype, n=20480):
         for p, m, v, g in (args[:4], args[4:]):
             g = g.convert(f32)
             m = m * 0.9 + g * 0.1
-            v = v * 0.95 + g * g * 0.05
+            v = v.abs() * 0.95 + g * g * 0.05  # a second moment (the inputs are normal)
             updated += [p - m / ((v + 1e-8).sqrt()) * 1e-3, m, v]
         return tuple(updated)
 

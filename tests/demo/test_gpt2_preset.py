@@ -99,7 +99,7 @@ def test_minutes_without_a_preset_is_refused(capsys):
 def test_the_language_model_step_is_optax_adamw_with_the_decay_mask():
     import optax
 
-    from accy.demo.common import decay_mask, language_model_step
+    from accy.demo.common import language_model_step
     from accy.frontend.tracing import flatten
 
     config = accy.models.gpt2.Config(vocab=16, positions=8, embed=8, layers=1, heads=2)
@@ -110,7 +110,7 @@ def test_the_language_model_step_is_optax_adamw_with_the_decay_mask():
     step, params, states = language_model_step(model, "reference", 0.5, weight_decay=0.1)
     _, grads = accy.value_and_grad(lambda m: m.loss(ids, targets))(model)
     _, tuned, _ = step(params, states, ids, targets, rate)
-    mask = decay_mask(model)
+    mask = accy.nn.decay_mask(model)
     assert True in mask and False in mask  # matrices decay, gains and biases do not
     leaves = [np.asarray(x.array) for x in flatten(model)[0]]
     opt = optax.adamw(0.01, b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1, mask=mask)

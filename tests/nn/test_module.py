@@ -135,3 +135,34 @@ def test_initialisers_record_into_a_trace_given_a_traced_key():
     np.testing.assert_allclose(
         draw(key).array, nn.init.normal(accy.random.key(5), {"n": 6}, 2.0).array, rtol=1e-6
     )
+
+
+def test_decay_mask_judges_stacked_layers_as_one_layer_holds_them():
+    # nanoGPT decays every parameter of rank >= 2: the matrices and embeddings, not the
+    # LayerNorm gains or the biases. A Stacked model's gains are {layer, embed}: rank 2 by
+    # count, a gain by what one layer holds.
+    def block(key):
+        return {
+            "norm": nn.LayerNorm.init({"embed": 4}),
+            "proj": nn.Linear.init(key, {"embed": 4}, {"out": 2}),
+        }
+
+    model = {
+        "blocks": nn.Stacked.init(3, block, accy.random.key(0)),
+        "outer": nn.Stacked.stack(
+            [nn.Stacked.init(2, block, accy.random.key(1))] * 2, axis="stage"
+        ),
+        "head": nn.Linear.init(accy.random.key(2), {"embed": 4}, {"vocab": 5}),
+    }
+    leaves = accy.frontend.tracing.flatten(model)[0]
+    paths = accy.frontend.tracing.leaf_paths(model)
+    # The oracle: the rank each leaf has in one unstacked layer, as PyTorch's p.dim() sees it.
+    stacked_rank = {"blocks": 1, "outer": 2, "head": 0}
+    expected = [
+        leaf.ty.rank - stacked_rank[path.split("'")[1]] >= 2 and not path.endswith("['bias']")
+        for path, leaf in zip(paths, leaves, strict=True)
+    ]
+    assert accy.nn.decay_mask(model) == expected
+    assert expected.count(True) == 3  # the two stacks' proj weights and the head's
+    # Counting every axis, as `decayed` alone does, would decay the stacked gains.
+    assert [nn.decayed(p, leaf) for p, leaf in zip(paths, leaves, strict=True)] != expected

@@ -16,7 +16,7 @@ import numpy as np
 from ..backends.devices import as_device
 from ..checkpoints import load, save
 from ..errors import AccyError, CheckpointError, RuntimeUnavailable
-from ..frontend.tracing import flatten, leaf_paths
+from ..frontend.tracing import flatten
 
 
 @dataclass
@@ -151,29 +151,13 @@ def _checked_progress(path: Path, step: np.ndarray, losses: np.ndarray) -> tuple
     return int(step), [float(x) for x in losses]
 
 
-def decay_mask(params: Any) -> list[bool]:
-    """Per leaf of `params` (in `flatten` order), whether weight decay applies (`nn.decayed`:
-    the matrices and embeddings, not gains and biases): `adamw`'s `mask` for an optimizer over
-    the leaves. (A module's Python bools are static fields, so the mask is a list, not a
-    module.)
-
-    >>> import accy
-    >>> decay_mask(accy.nn.Linear.init(accy.random.key(0), {"a": 2}, {"b": 3}))
-    [True, False]
-    """
-    from .. import nn
-
-    leaves = flatten(params)[0]
-    return [nn.decayed(path, leaf) for path, leaf in zip(leaf_paths(params), leaves, strict=True)]
-
-
 def language_model_step(
     model, device: str, learning_rate: float, weight_decay: float = 0.1, policy=None
 ):
     """One jitted AdamW step of an `accy.models` language model: `step(params, states, ids,
     targets, rate) -> (loss, params, states)`, with the initial `params` (the model) and
     `states`. The optimizer is `accy.optim.adamw` (b1 0.9, b2 0.95, eps 1e-8) over the
-    model's leaves, decaying those `decay_mask` picks, under `inject_hyperparams`: `rate`, the
+    model's leaves, decaying those `nn.decay_mask` picks, under `inject_hyperparams`: `rate`, the
     learning rate, is an input put into the state, so a schedule does not recompile.
     `targets` are the next tokens of `ids`. Under a mixed-precision `policy` the model
     computes in its compute dtype from f32 masters. Parameters and states are donated on cpu
@@ -187,7 +171,7 @@ def language_model_step(
         b2=0.95,
         eps=1e-8,
         weight_decay=weight_decay,
-        mask=decay_mask(model),
+        mask=nn.decay_mask(model),
     )
 
     def step(params, states, ids, targets, rate):

@@ -29,6 +29,7 @@ from .layers import (
     RMSNorm,
     Stacked,
     SwiGLU,
+    decay_mask,
     rotary,
 )
 from .module import (
@@ -57,6 +58,7 @@ __all__ = [
     "Stacked",
     "SwiGLU",
     "combine",
+    "decay_mask",
     "decayed",
     "field",
     "functional",

@@ -27,10 +27,10 @@ from ..core import Value
 from ..core.types import DType, TensorType, f32, i32
 from ..errors import AccyError, AxisError
 from ..frontend.named import NamedArray, named
-from ..frontend.tracing import NAMESPACE, innermost
+from ..frontend.tracing import NAMESPACE, flatten, innermost, leaf_paths
 from . import functional as F
 from . import init as initialisers
-from .module import Module, field
+from .module import Module, decayed, field
 
 Array = Any  # a NamedArray or a traced value
 
@@ -709,6 +709,38 @@ class Stacked(Module):
         return b.concatenate(shaped, self.axis)
 
 
+def decay_mask(tree: Any) -> list[bool]:
+    """Per leaf of `tree` (in `flatten` order), whether weight decay applies (`decayed`, each
+    leaf judged as one layer holds it: the axis a `Stacked` adds does not make a stacked gain a
+    matrix): `adamw`'s `mask` for an optimizer over the leaves, as nanoGPT decays.
+
+    >>> import accy
+    >>> norms = accy.nn.Stacked.stack([accy.nn.LayerNorm.init({"embed": 2})] * 3)
+    >>> lin = accy.nn.Linear.init(accy.random.key(0), {"a": 2}, {"b": 3})
+    >>> accy.nn.decay_mask({"norms": norms, "lin": lin})
+    [True, False, False, False]
+    """
+    stacks = _stacked_axes(tree, "")
+    leaves = flatten(tree)[0]
+    return [
+        decayed(path, leaf, [axis for prefix, axis in stacks if path.startswith(prefix)])
+        for path, leaf in zip(leaf_paths(tree), leaves, strict=True)
+    ]
+
+
+def _stacked_axes(tree: Any, prefix: str) -> list[tuple[str, str]]:
+    """(path prefix of its layers' leaves, axis) for each `Stacked` in `tree`, nested ones too."""
+    found = []
+    paths, nodes, _ = optree.tree_flatten_with_path(
+        tree, is_leaf=lambda node: isinstance(node, Stacked), namespace=NAMESPACE
+    )
+    for path, node in zip(paths, nodes, strict=True):
+        if isinstance(node, Stacked):
+            where = prefix + "".join(f"[{p!r}]" for p in path) + "['layers']"
+            found += [(where, node.axis), *_stacked_axes(node.layers, where)]
+    return found
+
+
 __all__ = [
     "Conv",
     "Dropout",
@@ -720,5 +752,6 @@ __all__ = [
     "RMSNorm",
     "Stacked",
     "SwiGLU",
+    "decay_mask",
     "rotary",
 ]

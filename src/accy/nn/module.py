@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
@@ -151,10 +151,12 @@ def is_matrix(leaf: Any) -> bool:
     return is_float_array(leaf) and leaf.ty.rank >= 2
 
 
-def decayed(path: str, leaf: Any) -> bool:
+def decayed(path: str, leaf: Any, stacked_axes: Collection[str] = ()) -> bool:
     """Whether weight decay applies to the leaf at `path` (use with `partition(...,
     paths=True)`): a float array of rank 2 or more that is not a `bias` field, so matrices and
-    embeddings but not gains and biases, as nanoGPT.
+    embeddings but not gains and biases, as nanoGPT. Axes in `stacked_axes` (the axis a
+    `Stacked` adds to its layers' arrays) do not count in the rank; `accy.nn.decay_mask` finds
+    them for a whole model.
 
     >>> import accy
     >>> lin = accy.nn.Linear.init(accy.random.key(0), {"a": 2}, {"head": 2, "dim": 3})
@@ -162,7 +164,9 @@ def decayed(path: str, leaf: Any) -> bool:
     >>> decay.bias is None, rest.bias.shape
     (True, {'head': 2, 'dim': 3})
     """
-    return is_matrix(leaf) and not path.endswith("['bias']")
+    if not is_float_array(leaf) or path.endswith("['bias']"):
+        return False
+    return leaf.ty.rank - len(set(stacked_axes) & set(leaf.axes)) >= 2
 
 
 def partition(tree: Any, keep: Callable[..., bool], *, paths: bool = False) -> tuple[Any, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -24,12 +25,13 @@ from .. import gradient
 from ..backends.devices import CPU
 from ..caches import Group, register
 from ..core import Program, Value
+from ..core.types import TensorType
 from ..errors import GradientRequiresScalarOutput
 from ..trace import define
 from ..transforms.simplify import simplify
 from .debugging import call_keeping_ids
-from .errors import TransformError
-from .lowered import Lowered
+from .errors import StaticArgumentError, TransformError
+from .lowered import Lowered, abstract_inputs
 from .named import NamedArray, check_device
 from .tracing import (
     NAMESPACE,
@@ -113,15 +115,32 @@ def _memoized(fn: Callable, key: tuple, make: Callable[[], Any]) -> Any:
     return fresh
 
 
+def _function_name(fn: Any) -> str:
+    """`fn`'s `__name__`, through `functools.partial` wrappers (as JAX names a partial)."""
+    while isinstance(fn, functools.partial) and not hasattr(fn, "__name__"):
+        fn = fn.func
+    return getattr(fn, "__name__", "function")
+
+
 def _name(fn: Callable) -> str:
     name = getattr(fn, "__name__", "function")
     return name if name.isidentifier() else "function"
 
 
 def _check_callable(fn: Any, transform: str) -> None:
+    if isinstance(fn, staticmethod):
+        raise TransformError(
+            f"accy.{transform} of a staticmethod is not supported: apply @staticmethod outside "
+            f"(above) @accy.{transform}, so that the transform gets the function itself"
+        )
     if not callable(fn):
         raise TransformError(
             f"accy.{transform} needs a function (or a Program), got {type(fn).__name__} {fn!r}"
+        )
+    if inspect.isgeneratorfunction(fn):
+        raise TransformError(
+            f"accy.{transform} needs a function that returns arrays, got the generator function "
+            f"{_name(fn)!r} (a function with yield): return its values instead"
         )
 
 
@@ -146,6 +165,8 @@ class Jitted:
         self._staged = STATIC_ARGUMENTS.table()
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # methods' objects
         functools.update_wrapper(self, fn, updated=())
+        if not hasattr(self, "__name__"):  # a functools.partial: its function's name
+            self.__name__ = _function_name(fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.statics.names:  # the common case, kept short: it is per-call overhead
@@ -158,7 +179,15 @@ class Jitted:
     def _staged_for(self, args: tuple, kwargs: dict) -> tuple[Staged, tuple, dict]:
         args, kwargs, statics = self.statics.split(args, kwargs)
         key = Statics.key(statics)
-        staged = self._staged.get(key)
+        try:
+            staged = self._staged.get(key)
+        except Exception as error:  # a static value's __hash__ or __eq__ raised
+            names = ", ".join(repr(name) for name, _, _ in statics)
+            raise StaticArgumentError(
+                f"accy.jit of {_name(self.fn)!r}: the static arguments ({names}) key the compile "
+                f"cache, but hashing or comparing them raised {type(error).__name__}: {error}; "
+                "static values must hash and compare with == without raising"
+            ) from error
         if staged is None:
             staged = self._staged.put(
                 key, Staged(functools.partial(self._build, statics), self.device)
@@ -174,9 +203,14 @@ class Jitted:
         >>> lowered.program.count("reduce"), "accy_run" in lowered.source()
         (1, True)
         """
+        given = optree.tree_leaves(
+            (args, kwargs), is_leaf=lambda leaf: isinstance(leaf, TensorType), namespace=NAMESPACE
+        )
+        abstract = any(isinstance(leaf, TensorType) for leaf in given)
+        args, kwargs = abstract_inputs((args, kwargs))
         staged, args, kwargs = self._staged_for(args, kwargs)
         leaves = [leaf for leaf in flatten((args, kwargs))[0] if isinstance(leaf, NamedArray)]
-        device = self.device or (leaves[0].device if leaves else CPU)
+        device = self.device or (leaves[0].device if leaves and not abstract else CPU)
         return Lowered(staged.entry_for((args, kwargs)).program, device)
 
     def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:
@@ -194,6 +228,13 @@ class Jitted:
     def traces(self) -> int:
         """How many times the function was traced (once per new signature)."""
         return sum(staged.traces for staged in self._staged.values())
+
+    def __getattr__(self, name: str) -> Any:
+        """The function's own attributes (`f.some_value`), as JAX's jitted functions have."""
+        fn = self.__dict__.get("fn")
+        if fn is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(fn, name)
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         """`accy.jit` on a method: `obj.method` binds `obj` as the first argument. An `obj`
@@ -223,7 +264,10 @@ class Jitted:
         return bound
 
     def __repr__(self) -> str:
-        return f"<accy.jit of {self.fn!r}>"
+        try:
+            return f"<accy.jit of {self.fn!r}>"
+        except Exception:  # the function's own repr failed, or the wrapper lost it
+            return "<accy.jit>"
 
 
 def _is_tree_node(value: Any) -> bool:

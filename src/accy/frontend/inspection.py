@@ -8,25 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-import optree
-
-from ..backends.devices import REFERENCE
 from ..core import Program
-from ..core.types import TensorType
 from .functions import _check_callable, jit
-from .lowered import Lowered
-from .named import NamedArray
-from .tracing import NAMESPACE
-
-
-def _placeholder(leaf: Any) -> Any:
-    """An abstract input (`accy.spec(...)`, JAX's ShapeDtypeStruct) as an array of its type
-    that tracing never reads: a broadcast view of one zero, which costs no memory."""
-    if not isinstance(leaf, TensorType):
-        return leaf
-    shape = tuple(extent for _, extent in leaf.named_extents)
-    return NamedArray(np.broadcast_to(np.zeros((), leaf.dtype.numpy), shape), leaf, REFERENCE)
+from .lowered import Lowered, abstract_inputs
 
 
 def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Callable:
@@ -47,12 +31,7 @@ def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Cal
     jitted = jit(fn, static_argnames=static_argnames)
 
     def program_of(*args: Any, **kwargs: Any) -> Program:
-        args, kwargs = optree.tree_map(
-            _placeholder,
-            (args, kwargs),
-            is_leaf=lambda leaf: isinstance(leaf, TensorType),
-            namespace=NAMESPACE,
-        )
+        args, kwargs = abstract_inputs((args, kwargs))
         staged, args, kwargs = jitted._staged_for(args, kwargs)
         return staged.entry_for((args, kwargs)).program
 

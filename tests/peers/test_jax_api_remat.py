@@ -6,6 +6,8 @@ run. What a policy saves is read off the backward pass: the operations the rever
 checkpointed region recomputes, and the residuals it reads."""
 
 import functools
+import re
+from pathlib import Path
 
 import jax
 import jax.ad_checkpoint
@@ -1325,6 +1327,26 @@ def test_doesnt_leak_symbolic_zeros():
     assert isinstance(ans, accy.NamedArray) and ans.item() == 0.0
     (jax_ans,) = jax.vjp(lambda x: 1.0, 3.14)[1](1.0)
     assert isinstance(jax_ans, jax.Array) and float(jax_ans) == 0.0
+
+
+# -- accy's own: the policies' errors and the documented example ----------------------------------
+
+
+def test_policy_errors_name_what_is_wrong():
+    with pytest.raises(accy.AccyError, match="names are strings .* got 3"):
+        P.save_only_these_names("h", 3)
+    with pytest.raises(accy.AccyError, match="the name is a string, got 3"):
+        accy.checkpoint_name(scalar(1.0), 3)
+    with pytest.raises(accy.AccyError, match="policy=3 is not a policy"):
+        accy.checkpoint(lambda x: x, policy=3)
+
+
+def test_the_policies_example_of_docs_frontend_runs(capsys):
+    doc = Path(__file__).parents[2] / "docs" / "frontend.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    (block,) = [b for b in blocks if "checkpoint_name" in b]
+    exec(compile(block, "docs/frontend.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "{'i': 3, 'o': 2}"
 
 
 PRIMITIVE = (

@@ -186,6 +186,68 @@ def test_jit_donate_static_argnums():
     np.testing.assert_allclose(e.array, expected[0])
 
 
+def cpu(values, axis="n"):
+    return accy.named(np.asarray(values, np.float32), (axis,))
+
+
+@translates("JitTest.test_jit_donate_argnames_kwargs_static_argnums")
+def test_jit_donate_argnames_kwargs_static_argnums():
+    jit_fun = accy.jit(
+        lambda a, b, c, d, e: ((a + b + c), (a + b + d), (a + b + e)),
+        static_argnames=("a", "b"),
+        donate_argnames=("d", "e"),
+    )
+    c, d, e = cpu([2.0, 2.0], "m"), cpu([1.0] * 4), cpu([3.0] * 4)
+    f, g, h = jit_fun(1.0, 2.0, c, d=d, e=e)
+    np.testing.assert_allclose(f.array, [5.0, 5.0])
+    np.testing.assert_allclose(g.array, [4.0] * 4)
+    np.testing.assert_allclose(h.array, [6.0] * 4)
+    assert not np.shares_memory(f.array, c.array)  # c is not donated
+    assert np.shares_memory(g.array, d.array) and np.shares_memory(h.array, e.array)
+
+
+@translates(
+    "JitTest.test_specify_donate_argnums_and_argnames", "JitTest.test_donate_argnames_with_args"
+)
+def test_specify_donate_argnums_and_argnames():
+    @functools.partial(accy.jit, donate_argnums=0, donate_argnames=("inp2", "inp3"))
+    def f(inp1, inp2, inp3):
+        return inp1 * 2.0, inp2 * 2.0, inp3 * 2.0
+
+    x, y, z = cpu([4.0] * 5), cpu([2.0] * 5), cpu([1.0] * 5)
+    outs = f(x, inp2=y, inp3=z)
+    for out, donated, value in zip(outs, (x, y, z), (8.0, 4.0, 2.0), strict=True):
+        assert np.shares_memory(out.array, donated.array)
+        np.testing.assert_allclose(out.array, value)
+    g = accy.jit(lambda inp1: inp1 * 2.0, donate_argnames="inp1")
+    w = cpu([4.0] * 5)
+    assert np.shares_memory(g(w).array, w.array)  # named, passed by position
+
+
+@translates("JitTest.test_intersecting_static_and_donate_argnames")
+def test_intersecting_static_and_donate_argnames():
+    with pytest.raises(accy.AccyError, match="both static_argnames and donate_argnames"):
+        accy.jit(lambda x: x, static_argnames="x", donate_argnames="x")
+    with pytest.raises(ValueError, match="static_argnames and donate_argnames cannot intersect"):
+        jax.jit(lambda x: x, static_argnames="x", donate_argnames="x")
+
+
+@translates("JitTest.test_donate_argnames_signature_fail")
+def test_donate_argnames_signature_fail():
+    class NoSignature:
+        @property
+        def __signature__(self):
+            raise TypeError("no signature")
+
+        def __call__(self, *args, **kwargs):
+            return None
+
+    with pytest.raises(accy.AccyError, match="pass donate_argnums instead"):
+        accy.jit(NoSignature(), donate_argnames="a")
+    with pytest.raises(ValueError, match="Pass donate_argnums instead of donate_argnames"):
+        jax.jit(NoSignature(), donate_argnames="a")(np.arange(4), np.arange(4))
+
+
 @translates("JitTest.test_double_donation")
 def test_double_donation():
     f = accy.jit(lambda x, y: x + y, donate_argnums=(0,))
@@ -691,7 +753,6 @@ def test_sum_of_closed_over_bools():
     assert accy.jit(lambda: mask.convert(accy.i32).sum())().item() == 32
 
 
-DONATE_ARGNAMES = "accy lacks donate_argnames (it donates by position, donate_argnums)"
 COMPILER_OPTIONS = "XLA compiler options (compiler_options=...): accy's compilers take none"
 TOKENS = "JAX's ordered-effect tokens: accy has no tokens"
 ARGS_INFO = "accy lacks Lowered.args_info (which inputs are donated)"
@@ -704,13 +765,9 @@ NOT_APPLICABLE = {
         "accy lacks a default_device context: a call runs where its arrays are, or jit's device="
     ),
     "JitTest.test_complex_support": "complex dtypes: accy has none",
-    "JitTest.test_donate_argnames_signature_fail": DONATE_ARGNAMES,
-    "JitTest.test_jit_donate_argnames_kwargs_static_argnums": DONATE_ARGNAMES,
-    "JitTest.test_specify_donate_argnums_and_argnames": DONATE_ARGNAMES,
-    "JitTest.test_donate_argnames_with_args": DONATE_ARGNAMES,
-    "JitTest.test_intersecting_static_and_donate_argnames": DONATE_ARGNAMES,
     "JitTest.test_donate_argnums_with_kwargs": (
-        "accy donates positional arguments only: an argument passed by keyword is not donated"
+        "accy lacks donating, by donate_argnums, an argument passed by keyword (donate_argnames "
+        "donates it either way)"
     ),
     "JitTest.test_jit_donate_warning_raised": (
         "accy lacks a warning for a donated array that no output can take"

@@ -156,12 +156,15 @@ class Jitted:
         device: str | None = None,
         static_argnames: Sequence[str] = (),
         donate_argnums: Sequence[int] = (),
+        donate_argnames: Sequence[str] = (),
     ):
         _check_callable(fn, "jit")
         self.fn = fn
         self.device = None if device is None else check_device(device)
         self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
+        self.donate_argnames = tuple(donate_argnames)
+        self._donated_parameters = _donated_parameters(fn, self.donate_argnames, self.statics)
         self._staged = STATIC_ARGUMENTS.table()
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # methods' objects
         functools.update_wrapper(self, fn, updated=())
@@ -221,7 +224,15 @@ class Jitted:
         traced = trace(call, leaves, treedef, _name(self.fn), prints=True)
         entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
         entry.locations, entry.prints = traced.locations, traced.prints
-        entry.donate = donated_inputs(self.donate_argnums, leaves, treedef)
+        argnums = self.donate_argnums
+        if self.donate_argnames:  # the named ones passed by position, counted without statics
+            passed = treedef.children()[0].num_children
+            taken = [position for _, _, position in statics if position is not None]
+            for index in self._donated_parameters:
+                position = index - sum(p < index for p in taken)
+                if index not in taken and position < passed:
+                    argnums += (position,)
+        entry.donate = donated_inputs(argnums, leaves, treedef, names=self.donate_argnames)
         return entry
 
     @property
@@ -258,7 +269,7 @@ class Jitted:
                 self.device,
                 tuple(n for n in self.statics.names),
                 self.donate_argnums,
-            )
+            )  # donate_argnames would name the bound function's parameters: not carried
             with contextlib.suppress(TypeError):
                 self._bound[instance] = bound
         return bound
@@ -277,8 +288,48 @@ def _is_tree_node(value: Any) -> bool:
     return not treedef.is_leaf()
 
 
+def _donated_parameters(fn: Callable, names: tuple[str, ...], statics: Statics) -> list[int]:
+    """The positions in `fn`'s signature of the parameters `donate_argnames` names (those that
+    can be passed by position); a name that is static, positional-only or not a parameter is
+    a `TransformError`."""
+    if not names:
+        return []
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as error:
+        raise TransformError(
+            f"jit: donate_argnames={names} needs the signature of {_name(fn)!r}, which Python "
+            f"cannot give ({error}); pass donate_argnums instead"
+        ) from None
+    known = {p.name: (i, p.kind) for i, p in enumerate(parameters)}
+    has_kwargs = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    positions = []
+    for name in names:
+        if name in statics.names:
+            raise TransformError(
+                f"jit: {name!r} is in both static_argnames and donate_argnames; a static "
+                "argument is a Python value, with no array to donate"
+            )
+        index, kind = known.get(name, (None, None))
+        if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL) or (
+            index is None and not has_kwargs
+        ):
+            raise TransformError(
+                f"jit: donate_argnames names {name!r}, which {_name(fn)!r} cannot take by "
+                f"keyword; its parameters are {', '.join(known) or 'none'} (donate a "
+                "positional-only one with donate_argnums)"
+            )
+        if kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            positions.append(index)
+    return positions
+
+
 def donated_inputs(
-    argnums: tuple[int, ...], leaves: list[Any], treedef: Any, transform: str = "jit"
+    argnums: tuple[int, ...],
+    leaves: list[Any],
+    treedef: Any,
+    transform: str = "jit",
+    names: tuple[str, ...] = (),
 ) -> tuple[int, ...]:
     """The program inputs of the array leaves of positional arguments `argnums` (for
     `transform`'s `donate_argnums`).
@@ -290,7 +341,7 @@ def donated_inputs(
     >>> donated_inputs((0,), leaves, treedef), donated_inputs((-1,), leaves, treedef)
     ((0, 1), (2,))
     """
-    if not argnums:
+    if not argnums and not names:
         return ()
     ranges = _argument_ranges(treedef)
     input_of = {leaf: p for p, leaf in enumerate(i for i, l in enumerate(leaves) if is_array(l))}
@@ -300,7 +351,15 @@ def donated_inputs(
                 f"{transform}: donate_argnums={argnums} names argument {n!r}, but the call has "
                 f"{len(ranges)} positional arguments"
             )
-    return tuple(input_of[i] for n in argnums for i in ranges[n] if i in input_of)
+    donated = [i for n in argnums for i in ranges[n]]
+    if names:  # keyword arguments named in donate_argnames
+        kwargs_def = treedef.children()[1]
+        start = treedef.children()[0].num_leaves
+        for key, child in zip(kwargs_def.entries(), kwargs_def.children(), strict=True):
+            if key in names:
+                donated += range(start, start + child.num_leaves)
+            start += child.num_leaves
+    return tuple(input_of[i] for i in dict.fromkeys(donated) if i in input_of)
 
 
 def jit(
@@ -309,6 +368,7 @@ def jit(
     device: str | None = None,
     static_argnames: Sequence[str] | str = (),
     donate_argnums: Sequence[int] | int = (),
+    donate_argnames: Sequence[str] | str = (),
 ) -> Any:
     """`fn`, traced on its first call for each input signature (tree structure, dtypes, axis
     names and extents, static values), compiled once for the device of its inputs (or
@@ -321,7 +381,8 @@ def jit(
     parameter's update, an optimizer state) is written into it and returned as that same
     array. The caller must not use a donated argument after the call (its arrays then hold
     the outputs' values). On "cpu" and "cuda" (`accy.DonationError` on "reference"); see
-    `accy.compile` for what a donated array must be.
+    `accy.compile` for what a donated array must be. `donate_argnames` names them instead,
+    whether they are passed by position or by keyword.
 
     >>> import accy, numpy as np
     >>> @accy.jit
@@ -336,15 +397,22 @@ def jit(
     1
     """
     donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+    names = (donate_argnames,) if isinstance(donate_argnames, str) else tuple(donate_argnames)
     if fn is None:
         return functools.partial(
-            jit, device=device, static_argnames=static_argnames, donate_argnums=donate
+            jit,
+            device=device,
+            static_argnames=static_argnames,
+            donate_argnums=donate,
+            donate_argnames=names,
         )
     statics = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     _check_callable(fn, "jit")
     # One Jitted per function and options: `accy.jit(f)` again finds f's traces and programs.
     return _memoized(
-        fn, ("jit", device, statics, donate), lambda: Jitted(fn, device, statics, donate)
+        fn,
+        ("jit", device, statics, donate, names),
+        lambda: Jitted(fn, device, statics, donate, names),
     )
 
 

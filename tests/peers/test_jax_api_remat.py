@@ -840,6 +840,27 @@ def test_remat_checkpoint_dots_inside_cond():
     close(accy.grad(lambda w: f(w).sum())(w), expected, rtol=1e-4)
 
 
+@translates("RematTest.test_remat_checkpoint_dots_outside_cond")
+def test_remat_checkpoint_dots_outside_cond():
+    x = vec(np.ones(5))
+
+    @functools.partial(accy.checkpoint, policy=P.checkpoint_dots)
+    def f(w):
+        return accy.cond(x.sum() > 0, lambda x: _dots_chain(w, x), lambda x: x, x)
+
+    data = np.full((5, 5), 0.1, np.float32)
+    w = vec(data, ("i", "o"))
+    # JAX's counts: the branch's dots are saved, so two sines are redone, three cosines, and
+    # five dots (two per primal dot but the first, whose x is not differentiated).
+    assert recomputed(f, w) == {"sin": 2, "cos": 3, "dot": 5}
+
+    def jax_f(w):
+        return jax.lax.cond(True, lambda x: _jax_dots_chain(w, x), lambda x: x, jnp.ones(5))
+
+    expected = jax.grad(lambda w: jax_f(w).sum())(data)
+    close(accy.grad(lambda w: f(w).sum())(w), expected, rtol=1e-4)
+
+
 @translates("RematTest.test_remat_of_while_loop")
 def test_remat_of_while_loop():
     def f(x):
@@ -1414,9 +1435,6 @@ NOT_APPLICABLE = {
     ),
     "RematTest.test_remat_checkpoint_dots_outside_scan": (
         "accy lacks policies that reach into a scan nested in the region: its dots are recomputed"
-    ),
-    "RematTest.test_remat_checkpoint_dots_outside_cond": (
-        "accy lacks policies that reach into a cond nested in the region: its dots are recomputed"
     ),
     "RematTest.test_remat_residual_logging": (
         "accy lacks logging what a checkpointed region saves"

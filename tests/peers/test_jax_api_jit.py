@@ -224,6 +224,24 @@ def test_specify_donate_argnums_and_argnames():
     assert np.shares_memory(g(w).array, w.array)  # named, passed by position
 
 
+@translates("JitTest.test_donate_argnums_with_kwargs")
+def test_donate_argnums_with_kwargs():
+    f = accy.jit(lambda inp1: inp1 * 2.0, donate_argnums=0)
+    x = cpu([4.0] * 5)
+    out = f(inp1=x)  # donated by position, passed by keyword
+    assert np.shares_memory(out.array, x.array)
+    np.testing.assert_allclose(out.array, 8.0)
+
+
+def test_donate_argnames_must_name_keyword_parameters():
+    def h(a, /, b):
+        return b
+
+    for name in ("a", "nope"):
+        with pytest.raises(accy.AccyError, match=f"names {name!r}, which 'h' cannot take"):
+            accy.jit(h, donate_argnames=name)
+
+
 @translates("JitTest.test_intersecting_static_and_donate_argnames")
 def test_intersecting_static_and_donate_argnames():
     with pytest.raises(accy.AccyError, match="both static_argnames and donate_argnames"):
@@ -765,10 +783,6 @@ NOT_APPLICABLE = {
         "accy lacks a default_device context: a call runs where its arrays are, or jit's device="
     ),
     "JitTest.test_complex_support": "complex dtypes: accy has none",
-    "JitTest.test_donate_argnums_with_kwargs": (
-        "accy lacks donating, by donate_argnums, an argument passed by keyword (donate_argnames "
-        "donates it either way)"
-    ),
     "JitTest.test_jit_donate_warning_raised": (
         "accy lacks a warning for a donated array that no output can take"
     ),

@@ -165,6 +165,9 @@ class Jitted:
         self.statics = Statics(fn, static_argnames)
         self.donate_argnames = tuple(donate_argnames)
         self._donated_parameters = _donated_parameters(fn, self.donate_argnames, self.statics)
+        # The names of the donate_argnums parameters, donated when passed by keyword too.
+        self._argnum_names = _names_of_positions(fn, self.donate_argnums, self.statics)
+        self._donated_keywords = self.donate_argnames + tuple(self._argnum_names.values())
         self._staged = STATIC_ARGUMENTS.table()
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # methods' objects
         functools.update_wrapper(self, fn, updated=())
@@ -224,7 +227,8 @@ class Jitted:
         traced = trace(call, leaves, treedef, _name(self.fn), prints=True)
         entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
         entry.locations, entry.prints = traced.locations, traced.prints
-        argnums = self.donate_argnums
+        keywords = treedef.children()[1].entries()
+        argnums = tuple(n for n in self.donate_argnums if self._argnum_names.get(n) not in keywords)
         if self.donate_argnames:  # the named ones passed by position, counted without statics
             passed = treedef.children()[0].num_children
             taken = [position for _, _, position in statics if position is not None]
@@ -232,7 +236,7 @@ class Jitted:
                 position = index - sum(p < index for p in taken)
                 if index not in taken and position < passed:
                     argnums += (position,)
-        entry.donate = donated_inputs(argnums, leaves, treedef, names=self.donate_argnames)
+        entry.donate = donated_inputs(argnums, leaves, treedef, names=self._donated_keywords)
         return entry
 
     @property
@@ -322,6 +326,26 @@ def _donated_parameters(fn: Callable, names: tuple[str, ...], statics: Statics) 
         if kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
             positions.append(index)
     return positions
+
+
+def _names_of_positions(fn: Callable, argnums: tuple[int, ...], statics: Statics) -> dict:
+    """The names of the non-static parameters at `argnums` that may be passed by keyword, by
+    position."""
+    if not argnums:
+        return {}
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    dynamic = [p for p in parameters if p.kind in positional and p.name not in statics.names]
+    return {
+        n: dynamic[n].name
+        for n in argnums
+        if isinstance(n, int)
+        and -len(dynamic) <= n < len(dynamic)
+        and dynamic[n].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    }
 
 
 def donated_inputs(

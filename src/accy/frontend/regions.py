@@ -6,7 +6,9 @@ constant to differentiation).
 the builder-style `fn(builder, args)` of `accy.gradient.checkpoint`: called as
 `checkpointed(builder, [values])` it is that. A front-end region is traced like any function
 (closures over arrays and over enclosing traces work) and emitted as the one-step `remat` scan
-of `OpsApi.checkpoint`; outside any trace it just runs.
+of `OpsApi.checkpoint`; outside any trace it just runs. Its policy (`checkpoint_policies`, JAX's)
+marks the operations of the region's program whose results reverse mode stores anyway (the
+attribute `transforms.scan_split.SAVED`); `checkpoint_name` tags values for the names policies.
 """
 
 from __future__ import annotations

@@ -307,16 +307,19 @@ def test_jit_global_cache():
 
 @translates("JitTest.test_jit_cache_clear")
 def test_jit_cache_clear():
+    traced = []
+
     @accy.jit
     def f(x, y):
+        traced.append(None)
         return x + y
 
     f(scalar(1.0), scalar(2.0))
     f(scalar(1.0), scalar(2.0))
-    assert f.traces == 1
-    accy.clear_caches()
+    assert len(traced) == 1
+    accy.clear_caches()  # JAX's f.clear_cache(): the traces and compiled programs go
     assert f(scalar(1.0), scalar(2.0)).item() == 3.0
-    assert f.traces == 1  # traced again after the caches were emptied: one live trace
+    assert len(traced) == 2  # traced again
 
 
 @translates("JitTest.test_cache_key_defaults")
@@ -339,23 +342,6 @@ def test_jit_copy(copier):
     out = accy.jit(lambda x: copier(x) * 2.0)(scalar(1.0))
     assert isinstance(out, accy.NamedArray) and out.item() == 2.0
     assert jax.jit(lambda x: copier(x) * 2.0)(1.0) == 2.0
-
-
-@translates("JitTest.test_disable_jit")
-def test_disable_jit():
-    effects = []
-
-    @accy.jit
-    def f(x):
-        effects.append(1)
-        return x
-
-    f(scalar(2.0))
-    f(scalar(2.0))
-    assert len(effects) == 1
-    f.__wrapped__(scalar(2.0))  # the function itself, unjitted, runs eagerly each time
-    f.__wrapped__(scalar(2.0))
-    assert len(effects) == 3
 
 
 @translates("JitTest.test_static_argnum_on_method")
@@ -824,6 +810,9 @@ NOT_APPLICABLE = {
     "JitTest.test_lower_compile_with_compiler_options_multiple": COMPILER_OPTIONS,
     "JitTest.test_caches_depend_on_axis_env": (
         "pmap axis environments for psum: accy has no named-axis environment outside vmap"
+    ),
+    "JitTest.test_disable_jit": (
+        "accy lacks a disable_jit context (f.__wrapped__ is the function itself, run eagerly)"
     ),
     "JitTest.test_no_tracing": "accy lacks a no_tracing context (tracing is counted by .traces)",
     "JitTest.test_no_execution": "accy lacks a no_execution context",

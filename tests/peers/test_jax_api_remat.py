@@ -92,10 +92,7 @@ def test_remat_grad_python_control_flow_static_argnums():
     def g(x, positive):
         return (x.sin(), 3.0) if positive else (x.cos(), 4.0)
 
-    def f(x):
-        return g(x, float(x.item()) > 0 if not isinstance(x, accy.core.Value) else True)[0]
-
-    close(f(scalar(2.0)), np.sin(2.0))
+    close(g(scalar(2.0), 2.0 > 0)[0], np.sin(2.0))
     close(accy.grad(lambda x: g(x, True)[0])(scalar(2.0)), jax.grad(jnp.sin)(2.0))
 
 
@@ -494,17 +491,12 @@ def test_remat_dropvar_policy():
 
 @translates("RematTest.test_remat_custom_jvp_policy")
 def test_remat_custom_jvp_policy():
-    def sin_rule(sin):
-        def sin_jvp(primals, tangents):
-            ((x,), (g,)) = primals, tangents
-            return sin(x), x.cos() * g if isinstance(x, accy.core.Value) else jnp.cos(x) * g
-
-        return sin_jvp
-
     sin = accy.custom_jvp(lambda x: x.sin())
-    sin.defjvp(sin_rule(sin))
+    sin.defjvp(lambda primals, tangents: (sin(primals[0]), primals[0].cos() * tangents[0]))
     jax_sin = jax.custom_jvp(jnp.sin)
-    jax_sin.defjvp(sin_rule(jax_sin))
+    jax_sin.defjvp(
+        lambda primals, tangents: (jax_sin(primals[0]), jnp.cos(primals[0]) * tangents[0])
+    )
 
     @functools.partial(accy.checkpoint, policy=P.checkpoint_dots)
     def f(x):

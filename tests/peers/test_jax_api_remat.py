@@ -1078,6 +1078,74 @@ def _scan_body(program):
     return scans[0].attrs["body"] if scans else None
 
 
+@translates("DCETest.test_dce_jaxpr_scan_nontrivial_fixedpoint_carry")
+@pytest.mark.parametrize(
+    "used, inputs, adds",
+    [
+        ((0, 1, 2), [True, True, True, False], 2),
+        ((2,), [True, True, True, False], 2),
+        ((0, 1), [True, True, False, False], 1),
+        ((3,), [True, True, True, True], 3),
+    ],
+)
+def test_dce_jaxpr_scan_nontrivial_fixedpoint_carry(used, inputs, adds):
+    def body(c, _):
+        return [c[0]] + [c1 + c2 for c1, c2 in zip(c[:-1], c[1:], strict=True)], None
+
+    def f(*lst):
+        out, _ = accy.scan(body, list(lst), length=len(lst), axis="t")
+        return [out[i] for i in used]
+
+    def jax_f(*lst):
+        out, _ = jax.lax.scan(body, list(lst), None, length=len(lst))
+        return [out[i] for i in used]
+
+    args = [scalar(v) for v in (1.0, 2.0, 3.0, 4.0)]
+    program = accy.make_program(f)(*args)
+    assert _used_parameters(program) == inputs
+    assert _scan_body(program).count("add") == adds
+    for got, expected in zip(accy.jit(f)(*args), jax_f(1.0, 2.0, 3.0, 4.0), strict=True):
+        close(got, expected)
+    grads = accy.grad(lambda *a: sum(f(*a)), argnums=tuple(range(4)))(*args)
+    expected = jax.grad(lambda *a: sum(jax_f(*a)), argnums=tuple(range(4)))(1.0, 2.0, 3.0, 4.0)
+    for got, e in zip(grads, expected, strict=True):
+        close(got, e)
+
+
+@translates("DCETest.test_dce_jaxpr_scan_nontrivial_fixedpoint_carry_2")
+@pytest.mark.parametrize(
+    "used, inputs, muls",
+    [((8,), [1, 2, 3, 5, 8], 4), ((9,), [9], 0), ((9, 7, 6), [6, 7, 9], 0), ((3,), [1, 2, 3], 2)],
+)
+def test_dce_jaxpr_scan_nontrivial_fixedpoint_carry_2(used, inputs, muls):
+    hidden = [1, 2, 3, 5, 8]
+    three = vec([3.0, 1.0, 4.0], ("k",))
+
+    def body(c, _):
+        _ = three.sin()  # unused work (JAX: jnp.sin of a constant), pruned
+        sub = [c[i] for i in hidden]
+        sub = [sub[0]] + [c1 * c2 for c1, c2 in zip(sub[:-1], sub[1:], strict=True)]
+        new = list(c)
+        for i, elt in zip(hidden, sub, strict=True):
+            new[i] = elt
+        return new, None
+
+    xs = vec(np.arange(10.0), ("t",))
+
+    def f(*lst):
+        out, _ = accy.scan(body, list(lst), xs, axis="t")
+        return [out[i] for i in used]
+
+    args = [scalar(v) for v in range(1, 11)]
+    program = accy.make_program(f)(*args)
+    assert _used_parameters(program)[:10] == [i in inputs for i in range(10)]
+    body_program = _scan_body(program)
+    assert (body_program.count("mul") if body_program else 0) == muls
+    out, _ = jax.lax.scan(body, [float(v) for v in range(1, 11)], np.arange(10.0))
+    for got, i in zip(accy.jit(f)(*args), used, strict=True):
+        close(got, out[i], rtol=1e-5)
+
+
 @translates("DCETest.test_dce_jaxpr_scan_nontrivial_fixedpoint_extensive_output")
 @pytest.mark.parametrize("use_ys", [True, False])
 def test_dce_jaxpr_scan_nontrivial_fixedpoint_extensive_output(use_ys):
@@ -1456,12 +1524,6 @@ NOT_APPLICABLE = {
     ),
     "Remat3Test.test_custom_vjp_with_checkpoint_name_in_fwd_static_argnums": (
         "accy lacks saving a custom_vjp's residuals: its fwd is rerun in the backward pass"
-    ),
-    "DCETest.test_dce_jaxpr_scan_nontrivial_fixedpoint_carry": (
-        "accy lacks pruning a scan's dead carries (a fixpoint over the carries' dependences)"
-    ),
-    "DCETest.test_dce_jaxpr_scan_nontrivial_fixedpoint_carry_2": (
-        "accy lacks pruning a scan's dead carries (a fixpoint over the carries' dependences)"
     ),
     "DCETest.test_dce_jaxpr_cond_nontrivial": (
         "accy lacks pruning a cond's dead outputs (and the work of each branch behind them)"

@@ -1285,6 +1285,59 @@ def test_dce_jaxpr_cond(swap, one_sided, used, inputs, sines):
         close(got, expected[i])
 
 
+NONTRIVIAL_BRANCHES = {
+    "x2 pruned": (lambda a, b: (a.sin(), b.sin()), lambda a, b: (a.sin(), a.sin())),
+    "swapped": (lambda a, b: (a.sin(), b.sin()), lambda a, b: (b.sin(), a.sin())),
+    "one each": (lambda a, b: (a.sin(), a.sin()), lambda a, b: (b.sin(), b.sin())),
+}
+
+
+@translates("DCETest.test_dce_jaxpr_cond_nontrivial")
+@pytest.mark.parametrize(
+    "branches, used, inputs, sines",
+    [
+        ("x2 pruned", (0,), [True, False], 2),  # one sine trimmed on each side, x2 unread
+        ("swapped", (0,), [True, True], 2),  # trimmed, but x2 is still read
+        ("one each", (0, 1), [True, True], 4),  # nothing to prune
+        ("one each", (0,), [True, True], 2),  # work pruned, inputs kept
+    ],
+)
+def test_dce_jaxpr_cond_nontrivial(branches, used, inputs, sines):
+    true_fn, false_fn = NONTRIVIAL_BRANCHES[branches]
+
+    def f(x1, x2):
+        out = accy.cond(x1 > 0, true_fn, false_fn, x1, x2)
+        return [out[i] for i in used]
+
+    x1, x2 = scalar(1.0), scalar(-2.0)
+    program = accy.make_program(f)(x1, x2)
+    assert _used_parameters(program) == inputs
+    assert count(program, "unary", "sin") == sines
+    for flag in (1.0, -1.0):
+        x1 = scalar(flag)
+        got = accy.jit(f)(x1, x2)
+        taken = true_fn if flag > 0 else false_fn
+        expected = jax.jit(lambda a, b, t=taken: [_jax_of(v) for v in t(_Jax(a), _Jax(b))])(
+            flag, -2.0
+        )
+        for g, i in zip(got, used, strict=True):
+            close(g, expected[i])
+
+
+class _Jax:
+    """A JAX value with `.sin()`, so that one branch serves accy and JAX."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def sin(self):
+        return _Jax(jnp.sin(self.value))
+
+
+def _jax_of(wrapped):
+    return wrapped.value
+
+
 # -- NamedCallTest, and the one-case classes -----------------------------------------------------
 
 
@@ -1524,9 +1577,6 @@ NOT_APPLICABLE = {
     ),
     "Remat3Test.test_custom_vjp_with_checkpoint_name_in_fwd_static_argnums": (
         "accy lacks saving a custom_vjp's residuals: its fwd is rerun in the backward pass"
-    ),
-    "DCETest.test_dce_jaxpr_cond_nontrivial": (
-        "accy lacks pruning a cond's dead outputs (and the work of each branch behind them)"
     ),
     "JaxprTest.test_make_jaxpr_axis_env": (
         "axis_env names a pmap axis for psum outside any mapped context: accy has no such axis "

@@ -305,6 +305,8 @@ def live_values(program: Program) -> set[int]:
         if op.kind == "scan":
             kept = _live_scan_carries(op, live)
             live.update(op.operands[i] for i in _scan_operands_read(op, kept, live))
+        elif op.kind == "cond":
+            live.update(op.operands[i] for i in _cond_operands_read(op, live))
         else:
             live.update(op.operands)
     return live
@@ -362,6 +364,10 @@ class _SkipDead(Layer):
     def bind(self, op: Operation, args: list[Any]) -> Any:
         if not any(r in self.live for r in op.results):
             return tuple(None for _ in op.results) if rule_for(op.kind).multiple_results else None
+        if op.kind == "cond" and op.results:
+            pruned = _cond_without_dead_outputs(self.emit, op, args, self.live)
+            if pruned is not None:
+                return pruned
         if op.kind == "scan":
             kept = _live_scan_carries(op, self.live)
             if len(kept) < op.attrs["num_carry"]:
@@ -371,6 +377,49 @@ class _SkipDead(Layer):
                 return pruned
             op, args = _scan_without_unread_consts(op, args)
         return self.next.bind(op, args)
+
+
+def _cond_operands_read(op: Operation, live: set[int]) -> list[int]:
+    """The operand positions a cond reads for its live results: the predicate, and the
+    arguments either branch reads for them."""
+    outputs = [k for k, r in enumerate(op.results) if r in live]
+    read = [0]
+    for position in range(1, len(op.operands)):
+        for branch in (op.attrs["true_body"], op.attrs["false_body"]):
+            needed = _depends_on(branch, [branch.outputs[k] for k in outputs])
+            if branch.parameters[position - 1] in needed:
+                read.append(position)
+                break
+    return read
+
+
+def _cond_without_dead_outputs(emit: Emitter, op: Operation, args: list[Any], live: set[int]):
+    """The cond computing only its live results, from the arguments they read (None when
+    nothing can go); the dead results are None."""
+    outputs = [k for k, r in enumerate(op.results) if r in live]
+    read = _cond_operands_read(op, live)
+    if len(outputs) == len(op.results) and len(read) == len(op.operands):
+        return None
+    kept = [i - 1 for i in read[1:]]
+
+    def pruned(branch: Program) -> Program:
+        types = branch.parameter_types
+
+        def running(b, values):
+            given = dict(zip(kept, values, strict=True))
+            arguments = [given[i] if i in given else b.zeros(types[i]) for i in range(len(types))]
+            results = run(branch, Inline(b, arguments, branch))
+            return [results[k] for k in outputs]
+
+        return eliminate_dead_code(define(branch.name, [types[i] for i in kept], running))
+
+    attrs = op.attrs.replace(
+        true_body=pruned(op.attrs["true_body"]), false_body=pruned(op.attrs["false_body"])
+    )
+    results = emit.emit("cond", [args[i] for i in read], attrs)
+    results = results if isinstance(results, tuple) else (results,)
+    found = dict(zip(outputs, results, strict=True))
+    return tuple(found.get(k) for k in range(len(op.results)))
 
 
 def _scan_without_dead_carries(

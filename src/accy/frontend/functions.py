@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,12 +26,13 @@ from .. import gradient
 from ..backends.devices import CPU
 from ..caches import Group, register
 from ..core import Program, Value
+from ..core.types import TensorType
 from ..errors import GradientRequiresScalarOutput
 from ..trace import define
 from ..transforms.simplify import simplify
 from .debugging import call_keeping_ids
-from .errors import TransformError
-from .lowered import Lowered
+from .errors import StaticArgumentError, TransformError
+from .lowered import Lowered, abstract_inputs
 from .named import NamedArray, check_device
 from .tracing import (
     NAMESPACE,
@@ -140,15 +142,32 @@ def _memoized(fn: Callable, key: tuple, make: Callable[[], Any]) -> Any:
     return fresh
 
 
+def _function_name(fn: Any) -> str:
+    """`fn`'s `__name__`, through `functools.partial` wrappers (as JAX names a partial)."""
+    while isinstance(fn, functools.partial) and not hasattr(fn, "__name__"):
+        fn = fn.func
+    return getattr(fn, "__name__", "function")
+
+
 def _name(fn: Callable) -> str:
     name = getattr(fn, "__name__", "function")
     return name if name.isidentifier() else "function"
 
 
 def _check_callable(fn: Any, transform: str) -> None:
+    if isinstance(fn, staticmethod):
+        raise TransformError(
+            f"accy.{transform} of a staticmethod is not supported: apply @staticmethod outside "
+            f"(above) @accy.{transform}, so that the transform gets the function itself"
+        )
     if not callable(fn):
         raise TransformError(
             f"accy.{transform} needs a function (or a Program), got {type(fn).__name__} {fn!r}"
+        )
+    if inspect.isgeneratorfunction(fn):
+        raise TransformError(
+            f"accy.{transform} needs a function that returns arrays, got the generator function "
+            f"{_name(fn)!r} (a function with yield): return its values instead"
         )
 
 
@@ -164,15 +183,23 @@ class Jitted(_Shared):
         device: str | None = None,
         static_argnames: Sequence[str] = (),
         donate_argnums: Sequence[int] = (),
+        donate_argnames: Sequence[str] = (),
     ):
         _check_callable(fn, "jit")
         self.fn = fn
         self.device = None if device is None else check_device(device)
         self.donate_argnums = tuple(donate_argnums)
         self.statics = Statics(fn, static_argnames)
+        self.donate_argnames = tuple(donate_argnames)
+        self._donated_parameters = _donated_parameters(fn, self.donate_argnames, self.statics)
+        # The names of the donate_argnums parameters, donated when passed by keyword too.
+        self._argnum_names = _names_of_positions(fn, self.donate_argnums, self.statics)
+        self._donated_keywords = self.donate_argnames + tuple(self._argnum_names.values())
         self._staged = STATIC_ARGUMENTS.table()
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # methods' objects
         functools.update_wrapper(self, fn, updated=())
+        if not hasattr(self, "__name__"):  # a functools.partial: its function's name
+            self.__name__ = _function_name(fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.statics.names:  # the common case, kept short: it is per-call overhead
@@ -185,7 +212,15 @@ class Jitted(_Shared):
     def _staged_for(self, args: tuple, kwargs: dict) -> tuple[Staged, tuple, dict]:
         args, kwargs, statics = self.statics.split(args, kwargs)
         key = Statics.key(statics)
-        staged = self._staged.get(key)
+        try:
+            staged = self._staged.get(key)
+        except Exception as error:  # a static value's __hash__ or __eq__ raised
+            names = ", ".join(repr(name) for name, _, _ in statics)
+            raise StaticArgumentError(
+                f"accy.jit of {_name(self.fn)!r}: the static arguments ({names}) key the compile "
+                f"cache, but hashing or comparing them raised {type(error).__name__}: {error}; "
+                "static values must hash and compare with == without raising"
+            ) from error
         if staged is None:
             build = functools.partial(self.builder._build, statics)
             staged = self._staged.put(key, Staged(build, self.device))
@@ -200,9 +235,14 @@ class Jitted(_Shared):
         >>> lowered.program.count("reduce"), "accy_run" in lowered.source()
         (1, True)
         """
+        given = optree.tree_leaves(
+            (args, kwargs), is_leaf=lambda leaf: isinstance(leaf, TensorType), namespace=NAMESPACE
+        )
+        abstract = any(isinstance(leaf, TensorType) for leaf in given)
+        args, kwargs = abstract_inputs((args, kwargs))
         staged, args, kwargs = self._staged_for(args, kwargs)
         leaves = [leaf for leaf in flatten((args, kwargs))[0] if isinstance(leaf, NamedArray)]
-        device = self.device or (leaves[0].device if leaves else CPU)
+        device = self.device or (leaves[0].device if leaves and not abstract else CPU)
         return Lowered(staged.entry_for((args, kwargs)).program, device)
 
     def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:
@@ -213,13 +253,29 @@ class Jitted(_Shared):
         traced = trace(call, leaves, treedef, _name(self.fn), prints=True)
         entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
         entry.locations, entry.prints = traced.locations, traced.prints
-        entry.donate = donated_inputs(self.donate_argnums, leaves, treedef)
+        keywords = treedef.children()[1].entries()
+        argnums = tuple(n for n in self.donate_argnums if self._argnum_names.get(n) not in keywords)
+        if self.donate_argnames:  # the named ones passed by position, counted without statics
+            passed = treedef.children()[0].num_children
+            taken = [position for _, _, position in statics if position is not None]
+            for index in self._donated_parameters:
+                position = index - sum(p < index for p in taken)
+                if index not in taken and position < passed:
+                    argnums += (position,)
+        entry.donate = donated_inputs(argnums, leaves, treedef, names=self._donated_keywords)
         return entry
 
     @property
     def traces(self) -> int:
         """How many times the function was traced (once per new signature)."""
         return sum(staged.traces for staged in self._staged.values())
+
+    def __getattr__(self, name: str) -> Any:
+        """The function's own attributes (`f.some_value`), as JAX's jitted functions have."""
+        fn = self.__dict__.get("fn")
+        if fn is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(fn, name)
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         """`accy.jit` on a method: `obj.method` binds `obj` as the first argument. An `obj`
@@ -243,13 +299,16 @@ class Jitted(_Shared):
                 self.device,
                 tuple(n for n in self.statics.names),
                 self.donate_argnums,
-            )
+            )  # donate_argnames would name the bound function's parameters: not carried
             with contextlib.suppress(TypeError):
                 self._bound[instance] = bound
         return bound
 
     def __repr__(self) -> str:
-        return f"<accy.jit of {self.fn!r}>"
+        try:
+            return f"<accy.jit of {self.fn!r}>"
+        except Exception:  # the function's own repr failed, or the wrapper lost it
+            return "<accy.jit>"
 
 
 def _is_tree_node(value: Any) -> bool:
@@ -259,8 +318,68 @@ def _is_tree_node(value: Any) -> bool:
     return not treedef.is_leaf()
 
 
+def _donated_parameters(fn: Callable, names: tuple[str, ...], statics: Statics) -> list[int]:
+    """The positions in `fn`'s signature of the parameters `donate_argnames` names (those that
+    can be passed by position); a name that is static, positional-only or not a parameter is
+    a `TransformError`."""
+    if not names:
+        return []
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError) as error:
+        raise TransformError(
+            f"jit: donate_argnames={names} needs the signature of {_name(fn)!r}, which Python "
+            f"cannot give ({error}); pass donate_argnums instead"
+        ) from None
+    known = {p.name: (i, p.kind) for i, p in enumerate(parameters)}
+    has_kwargs = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    positions = []
+    for name in names:
+        if name in statics.names:
+            raise TransformError(
+                f"jit: {name!r} is in both static_argnames and donate_argnames; a static "
+                "argument is a Python value, with no array to donate"
+            )
+        index, kind = known.get(name, (None, None))
+        if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL) or (
+            index is None and not has_kwargs
+        ):
+            raise TransformError(
+                f"jit: donate_argnames names {name!r}, which {_name(fn)!r} cannot take by "
+                f"keyword; its parameters are {', '.join(known) or 'none'} (donate a "
+                "positional-only one with donate_argnums)"
+            )
+        if kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            positions.append(index)
+    return positions
+
+
+def _names_of_positions(fn: Callable, argnums: tuple[int, ...], statics: Statics) -> dict:
+    """The names of the non-static parameters at `argnums` that may be passed by keyword, by
+    position."""
+    if not argnums:
+        return {}
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    dynamic = [p for p in parameters if p.kind in positional and p.name not in statics.names]
+    return {
+        n: dynamic[n].name
+        for n in argnums
+        if isinstance(n, int)
+        and -len(dynamic) <= n < len(dynamic)
+        and dynamic[n].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    }
+
+
 def donated_inputs(
-    argnums: tuple[int, ...], leaves: list[Any], treedef: Any, transform: str = "jit"
+    argnums: tuple[int, ...],
+    leaves: list[Any],
+    treedef: Any,
+    transform: str = "jit",
+    names: tuple[str, ...] = (),
 ) -> tuple[int, ...]:
     """The program inputs of the array leaves of positional arguments `argnums` (for
     `transform`'s `donate_argnums`).
@@ -272,7 +391,7 @@ def donated_inputs(
     >>> donated_inputs((0,), leaves, treedef), donated_inputs((-1,), leaves, treedef)
     ((0, 1), (2,))
     """
-    if not argnums:
+    if not argnums and not names:
         return ()
     ranges = _argument_ranges(treedef)
     input_of = {leaf: p for p, leaf in enumerate(i for i, l in enumerate(leaves) if is_array(l))}
@@ -282,7 +401,15 @@ def donated_inputs(
                 f"{transform}: donate_argnums={argnums} names argument {n!r}, but the call has "
                 f"{len(ranges)} positional arguments"
             )
-    return tuple(input_of[i] for n in argnums for i in ranges[n] if i in input_of)
+    donated = [i for n in argnums for i in ranges[n]]
+    if names:  # keyword arguments named in donate_argnames
+        kwargs_def = treedef.children()[1]
+        start = treedef.children()[0].num_leaves
+        for key, child in zip(kwargs_def.entries(), kwargs_def.children(), strict=True):
+            if key in names:
+                donated += range(start, start + child.num_leaves)
+            start += child.num_leaves
+    return tuple(input_of[i] for i in dict.fromkeys(donated) if i in input_of)
 
 
 def jit(
@@ -291,6 +418,7 @@ def jit(
     device: str | None = None,
     static_argnames: Sequence[str] | str = (),
     donate_argnums: Sequence[int] | int = (),
+    donate_argnames: Sequence[str] | str = (),
 ) -> Any:
     """`fn`, traced on its first call for each input signature (tree structure, dtypes, axis
     names and extents, static values), compiled once for the device of its inputs (or
@@ -303,7 +431,8 @@ def jit(
     parameter's update, an optimizer state) is written into it and returned as that same
     array. The caller must not use a donated argument after the call (its arrays then hold
     the outputs' values). On "cpu" and "cuda" (`accy.DonationError` on "reference"); see
-    `accy.compile` for what a donated array must be.
+    `accy.compile` for what a donated array must be. `donate_argnames` names them instead,
+    whether they are passed by position or by keyword.
 
     >>> import accy, numpy as np
     >>> @accy.jit
@@ -318,15 +447,22 @@ def jit(
     1
     """
     donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+    names = (donate_argnames,) if isinstance(donate_argnames, str) else tuple(donate_argnames)
     if fn is None:
         return functools.partial(
-            jit, device=device, static_argnames=static_argnames, donate_argnums=donate
+            jit,
+            device=device,
+            static_argnames=static_argnames,
+            donate_argnums=donate,
+            donate_argnames=names,
         )
     statics = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
     _check_callable(fn, "jit")
     # One Jitted per function and options: `accy.jit(f)` again finds f's traces and programs.
     return _memoized(
-        fn, ("jit", device, statics, donate), lambda: Jitted(fn, device, statics, donate)
+        fn,
+        ("jit", device, statics, donate, names),
+        lambda: Jitted(fn, device, statics, donate, names),
     )
 
 

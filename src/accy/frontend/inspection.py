@@ -8,14 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import optree
-
-from ..backends.devices import REFERENCE
-from ..core import Program, TensorType
+from ..core import Program
 from .functions import _check_callable, jit
-from .lowered import Lowered
-from .named import NamedArray
-from .tracing import NAMESPACE, unflatten
+from .lowered import Lowered, abstract_inputs
+from .tracing import unflatten
 
 
 def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Callable:
@@ -36,8 +32,9 @@ def make_program(fn: Callable, static_argnames: Sequence[str] | str = ()) -> Cal
     jitted = jit(fn, static_argnames=static_argnames)
 
     def program_of(*args: Any, **kwargs: Any) -> Program:
+        args, kwargs = abstract_inputs((args, kwargs))
         staged, args, kwargs = jitted._staged_for(args, kwargs)
-        return staged.entry_for(_abstract_leaves((args, kwargs))).program
+        return staged.entry_for((args, kwargs)).program
 
     program_of.__name__ = f"make_program({getattr(fn, '__name__', type(fn).__name__)})"
     program_of.__qualname__ = f"make_program({getattr(fn, '__qualname__', type(fn).__qualname__)})"
@@ -59,21 +56,10 @@ def eval_shape(
     {'h': <f32[batch=2, hidden=4]>}
     """
     _check_callable(fn, "eval_shape")
+    args, kwargs = abstract_inputs((args, kwargs))
     staged, args, kwargs = jit(fn, static_argnames=static_argnames)._staged_for(args, kwargs)
-    entry = staged.entry_for(_abstract_leaves((args, kwargs)))
+    entry = staged.entry_for((args, kwargs))
     return unflatten(entry.out_treedef, list(entry.program.output_types))
-
-
-def _abstract_leaves(tree: Any) -> Any:
-    """`tree` with each TensorType leaf (`accy.spec(...)`) as a NamedArray without data:
-    tracing reads only its type."""
-    return optree.tree_map(
-        lambda leaf: NamedArray(None, leaf, REFERENCE) if isinstance(leaf, TensorType) else leaf,
-        tree,
-        is_leaf=lambda leaf: isinstance(leaf, TensorType),
-        none_is_leaf=False,
-        namespace=NAMESPACE,
-    )
 
 
 __all__ = ["Lowered", "eval_shape", "make_program"]

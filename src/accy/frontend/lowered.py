@@ -5,8 +5,36 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import optree
+
 from ..backends.devices import REFERENCE, Device, as_device
 from ..core import Program
+from ..core.types import TensorType
+from .named import NamedArray
+from .tracing import NAMESPACE
+
+
+def abstract_inputs(tree: Any) -> Any:
+    """`tree` with each type leaf (`accy.spec(...)`, JAX's `ShapeDtypeStruct`) replaced by an
+    array of that type which tracing never reads: a broadcast view of one zero, costing no
+    memory. What `make_program` and `jit(f).lower` trace abstract inputs with.
+
+    >>> import accy
+    >>> abstract_inputs({"x": accy.spec(accy.f32, n=2), "k": 3})["x"].shape
+    {'n': 2}
+    """
+
+    def placeholder(leaf: Any) -> Any:
+        if not isinstance(leaf, TensorType):
+            return leaf
+        shape = tuple(extent for _, extent in leaf.named_extents)
+        zeros = np.broadcast_to(np.zeros((), leaf.dtype.numpy), shape)
+        return NamedArray(zeros, leaf, REFERENCE)
+
+    return optree.tree_map(
+        placeholder, tree, is_leaf=lambda leaf: isinstance(leaf, TensorType), namespace=NAMESPACE
+    )
 
 
 class Lowered:
@@ -60,4 +88,4 @@ class Lowered:
         return f"<accy Lowered {self.program.name!r} for {self.device}>"
 
 
-__all__ = ["Lowered"]
+__all__ = ["Lowered", "abstract_inputs"]

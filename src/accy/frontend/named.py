@@ -34,7 +34,7 @@ from ..core.indexing import index_by_name
 from ..core.operations import OpsApi
 from ..core.types import DType, TensorType, bf16, bool_, dtype_of_numpy, f32, i32, i64, u8
 from ..core.value import ArrayOps
-from ..errors import AccyError, AxisError, DTypeError
+from ..errors import AccyError, AxisError, DTypeError, InvalidInput
 from ..reference import run as reference_run
 from ..trace import define
 from .errors import DeviceMismatch
@@ -195,6 +195,11 @@ def named(array: Any, axes: Sequence[str], device: str | Device | None = None) -
     axes = tuple(axes)
     if isinstance(array, NamedArray):
         array = array.array
+    if isinstance(array, np.ma.MaskedArray):
+        raise InvalidInput(
+            "named: NumPy masked arrays are not supported (their mask would be dropped); pass "
+            "array.filled(value) for the values, and the mask as an array of its own"
+        )
     own = holding(array)
     if own.is_host and not isinstance(array, np.ndarray):
         array = _host_array(array) if hasattr(array, "__dlpack__") else np.asarray(array)

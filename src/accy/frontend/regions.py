@@ -6,7 +6,9 @@ constant to differentiation).
 the builder-style `fn(builder, args)` of `accy.gradient.checkpoint`: called as
 `checkpointed(builder, [values])` it is that. A front-end region is traced like any function
 (closures over arrays and over enclosing traces work) and emitted as the one-step `remat` scan
-of `OpsApi.checkpoint`; outside any trace it just runs.
+of `OpsApi.checkpoint`; outside any trace it just runs. Its policy (`checkpoint_policies`, JAX's)
+marks the operations of the region's program whose results reverse mode stores anyway (the
+attribute `transforms.scan_split.SAVED`); `checkpoint_name` tags values for the names policies.
 """
 
 from __future__ import annotations
@@ -111,7 +113,9 @@ class checkpoint_policies:  # noqa: N801 (JAX's spelling: jax.checkpoint_policie
       names.
     - `save_from_both_policies(a, b)`: what either policy stores.
 
-    A policy of one's own is a function `policy(operation, name) -> bool` (see `Policy`).
+    A policy of one's own is a function `policy(operation, name) -> bool` (see `Policy`). It
+    is asked about the region's own operations and those of its conds' branches, not about a
+    nested scan's body (recomputed whole) or the operations JVP rules add.
 
     >>> import accy
     >>> sorted(n for n in vars(accy.checkpoint_policies) if n.endswith("saveable"))
@@ -191,12 +195,18 @@ def with_saved_marked(program: Program, names: dict[int, str], policy: Policy) -
     `SAVED` (`True`), which reverse mode of a `remat` scan reads (`transforms.scan_split`)."""
     operations = []
     for op in program.operations:
-        if op.kind != "parameter":
+        if op.kind == "cond":  # reverse mode inlines both branches: their operations count too
+            branches = {k: with_saved_marked(op.attrs[k], {}, policy) for k in BRANCHES}
+            op = dataclasses.replace(op, attrs=op.attrs.replace(**branches))
+        elif op.kind != "parameter":
             name = next((names[v] for v in op.results if v in names), None)
             if policy(op, name):
                 op = dataclasses.replace(op, attrs=op.attrs.replace(**{SAVED: True}))
         operations.append(op)
     return Program(program.name, tuple(operations), program.outputs, program.value_types)
+
+
+BRANCHES = ("true_body", "false_body")
 
 
 class Checkpointed:

@@ -279,6 +279,14 @@ class TracedArray(Value):
 
     __hash__ = Value.__hash__
 
+    # Traced values are immutable: a copy is the value itself (`copy.deepcopy` would otherwise
+    # copy the whole trace and return a value of no trace).
+    def __copy__(self) -> TracedArray:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> TracedArray:
+        return self
+
     def __bool__(self) -> bool:
         raise AccyError(
             f"the traced value {self.ty} (%{self.index} of {self.builder.name!r}) has no truth "
@@ -453,6 +461,8 @@ class FunctionBuilder(Builder):
                 f"a NumPy array of shape {value.shape} was used in an accy operation; name its "
                 f"axes first: accy.named(array, {tuple(f'axis{i}' for i in range(value.ndim))})"
             )
+        if isinstance(value, np.ndarray):  # a 0-d array (`np.array(2)`) is its scalar
+            value = value.item()
         return super().full(type, value)
 
 
@@ -565,6 +575,12 @@ class Statics:
                     f"parameter {name!r}; its parameters are {', '.join(known) or 'none'}"
                 )
             kind = parameters[known[name]].kind if name in known else None
+            if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL):
+                raise StaticArgumentError(
+                    f"static_argnames names {name!r}, a positional-only or *args parameter of "
+                    f"{getattr(fn, '__name__', fn)!r}, which has no name to pass it by; make it "
+                    "a keyword-capable parameter, or close over the value instead"
+                )
             if kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
                 self.positions[name] = known[name]
 
@@ -590,6 +606,12 @@ class Statics:
                     "static values key the compile cache, so pass a hashable one (a tuple "
                     "rather than a list, a frozen dataclass), or make it an array argument"
                 ) from None
+            except Exception as error:  # its __hash__ raised something else
+                raise StaticArgumentError(
+                    f"static argument {name!r} is {describe_leaf(value)}, whose __hash__ raised "
+                    f"{type(error).__name__}: {error}; static values key the compile cache, so "
+                    "they must hash without raising"
+                ) from error
         taken = {position for _, _, position in statics}
         dynamic = tuple(a for i, a in enumerate(args) if i not in taken)
         return dynamic, kwargs, tuple(statics)

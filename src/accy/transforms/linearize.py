@@ -19,15 +19,7 @@ from ..core.kinds.registry import Zero, rule_for
 from ..errors import AccyError, NotDifferentiable
 from ..interpret import Emitter, Graph, Inline, attach, run
 from ..trace import define
-from .scan_split import (
-    Roles,
-    Source,
-    carry_fixpoint,
-    dependents,
-    emit_scan,
-    inline_cond,
-    split,
-)
+from .scan_split import Roles, Source, carry_fixpoint, dependents, emit_scan, inline_cond, split
 from .simplify import simplify
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import Operation, Program
@@ -295,12 +295,64 @@ RULES: dict[str, Callable[[_Simplify, Operation, list[Any]], Any]] = {
 
 
 def live_values(program: Program) -> set[int]:
-    """Values that the outputs depend on (parameters always count as live)."""
+    """Values that the outputs depend on (parameters always count as live). A scan's operands
+    count only where its live results need them: a carry that no live result depends on
+    (through the other carries, to a fixpoint) is dead, and so is its initial value."""
     live = set(program.outputs) | set(program.parameters)
     for op in reversed(program.operations):
-        if any(r in live for r in op.results):
+        if not any(r in live for r in op.results):
+            continue
+        if op.kind == "scan":
+            kept = _live_scan_carries(op, live)
+            live.update(op.operands[i] for i in _scan_operands_read(op, kept, live))
+        elif op.kind == "cond":
+            live.update(op.operands[i] for i in _cond_operands_read(op, live))
+        else:
             live.update(op.operands)
     return live
+
+
+def _depends_on(body: Program, outputs: Sequence[int]) -> set[int]:
+    """The values of `body` that `outputs` depend on."""
+    needed = set(outputs)
+    for op in reversed(body.operations):
+        if any(r in needed for r in op.results):
+            needed.update(op.operands)
+    return needed
+
+
+def _live_scan_carries(op: Operation, live: set[int]) -> list[int]:
+    """The carries of a scan that its live results need: the live carries, and those the
+    needed carries and live ys read, to a fixpoint."""
+    body: Program = op.attrs["body"]
+    num_consts, num_carry = op.attrs["num_consts"], op.attrs["num_carry"]
+    ys = [k for k, y in enumerate(op.results[num_carry:]) if y in live]
+    kept = {j for j in range(num_carry) if op.results[j] in live}
+    while True:
+        outputs = [body.outputs[j] for j in kept] + [body.outputs[num_carry + k] for k in ys]
+        needed = _depends_on(body, outputs)
+        more = {j for j in range(num_carry) if body.parameters[num_consts + j] in needed}
+        if more <= kept:
+            return sorted(kept)
+        kept |= more
+
+
+def _scan_operands_read(op: Operation, kept: list[int], live: set[int]) -> list[int]:
+    """The operand positions a scan keeping the carries `kept` reads: those carries, the
+    consts its body reads for them and its live ys, and every x (they give its length)."""
+    num_consts, num_carry = op.attrs["num_consts"], op.attrs["num_carry"]
+    if len(kept) == num_carry:
+        return list(range(len(op.operands)))
+    body: Program = op.attrs["body"]
+    ys = [k for k, y in enumerate(op.results[num_carry:]) if y in live]
+    outputs = [body.outputs[j] for j in kept] + [body.outputs[num_carry + k] for k in ys]
+    needed = _depends_on(body, outputs)
+    consts = [i for i in range(num_consts) if body.parameters[i] in needed]
+    return (
+        consts
+        + [num_consts + j for j in kept]
+        + list(range(num_consts + num_carry, len(op.operands)))
+    )
 
 
 class _SkipDead(Layer):
@@ -312,12 +364,100 @@ class _SkipDead(Layer):
     def bind(self, op: Operation, args: list[Any]) -> Any:
         if not any(r in self.live for r in op.results):
             return tuple(None for _ in op.results) if rule_for(op.kind).multiple_results else None
+        if op.kind == "cond" and op.results:
+            pruned = _cond_without_dead_outputs(self.emit, op, args, self.live)
+            if pruned is not None:
+                return pruned
         if op.kind == "scan":
+            kept = _live_scan_carries(op, self.live)
+            if len(kept) < op.attrs["num_carry"]:
+                return _scan_without_dead_carries(self.emit, op, args, kept, self.live)
             pruned = _scan_without_dead_ys(self.emit, op, args, self.live)
             if pruned is not None:
                 return pruned
             op, args = _scan_without_unread_consts(op, args)
         return self.next.bind(op, args)
+
+
+def _cond_operands_read(op: Operation, live: set[int]) -> list[int]:
+    """The operand positions a cond reads for its live results: the predicate, and the
+    arguments either branch reads for them."""
+    outputs = [k for k, r in enumerate(op.results) if r in live]
+    read = [0]
+    for position in range(1, len(op.operands)):
+        for branch in (op.attrs["true_body"], op.attrs["false_body"]):
+            needed = _depends_on(branch, [branch.outputs[k] for k in outputs])
+            if branch.parameters[position - 1] in needed:
+                read.append(position)
+                break
+    return read
+
+
+def _cond_without_dead_outputs(emit: Emitter, op: Operation, args: list[Any], live: set[int]):
+    """The cond computing only its live results, from the arguments they read (None when
+    nothing can go); the dead results are None."""
+    outputs = [k for k, r in enumerate(op.results) if r in live]
+    read = _cond_operands_read(op, live)
+    if len(outputs) == len(op.results) and len(read) == len(op.operands):
+        return None
+    kept = [i - 1 for i in read[1:]]
+
+    def pruned(branch: Program) -> Program:
+        types = branch.parameter_types
+
+        def running(b, values):
+            given = dict(zip(kept, values, strict=True))
+            arguments = [given[i] if i in given else b.zeros(types[i]) for i in range(len(types))]
+            results = run(branch, Inline(b, arguments, branch))
+            return [results[k] for k in outputs]
+
+        return eliminate_dead_code(define(branch.name, [types[i] for i in kept], running))
+
+    attrs = op.attrs.replace(
+        true_body=pruned(op.attrs["true_body"]), false_body=pruned(op.attrs["false_body"])
+    )
+    results = emit.emit("cond", [args[i] for i in read], attrs)
+    results = results if isinstance(results, tuple) else (results,)
+    found = dict(zip(outputs, results, strict=True))
+    return tuple(found.get(k) for k in range(len(op.results)))
+
+
+def _scan_without_dead_carries(
+    emit: Emitter, op: Operation, args: list[Any], kept: list[int], live: set[int]
+) -> Any:
+    """The scan carrying only the carries `kept` (and computing only its live ys); the dead
+    carries' results are None."""
+    body: Program = op.attrs["body"]
+    num_consts, num_carry = op.attrs["num_consts"], op.attrs["num_carry"]
+    ys = [k for k, y in enumerate(op.results[num_carry:]) if y in live]
+    dropped = [num_consts + j for j in range(num_carry) if j not in kept]
+    positions = [i for i in range(len(args)) if i not in dropped]
+    types = body.parameter_types
+
+    def carrying_the_rest(b, values):
+        given = dict(zip(positions, values, strict=True))
+        arguments = [given[i] if i in given else b.zeros(types[i]) for i in range(len(args))]
+        outputs = run(body, Inline(b, arguments, body))
+        return [outputs[j] for j in kept] + [outputs[num_carry + k] for k in ys]
+
+    smaller = eliminate_dead_code(
+        define(body.name, [types[i] for i in positions], carrying_the_rest)
+    )
+    attrs = op.attrs.replace(body=smaller, num_carry=len(kept))
+    smaller_op = dataclasses.replace(
+        op,
+        operands=tuple(op.operands[i] for i in positions),
+        operand_types=tuple(op.operand_types[i] for i in positions),
+        attrs=attrs,
+    )
+    smaller_op, kept_args = _scan_without_unread_consts(smaller_op, [args[i] for i in positions])
+    results = emit.emit("scan", kept_args, smaller_op.attrs)
+    results = results if isinstance(results, tuple) else (results,)
+    carries = dict(zip(kept, results[: len(kept)], strict=True))
+    stacked = dict(zip(ys, results[len(kept) :], strict=True))
+    return tuple(carries.get(j) for j in range(num_carry)) + tuple(
+        stacked.get(k) for k in range(len(op.results) - num_carry)
+    )
 
 
 def _scan_without_unread_consts(op: Operation, args: list[Any]) -> tuple[Operation, list[Any]]:

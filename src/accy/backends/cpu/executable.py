@@ -172,28 +172,62 @@ class CpuExecutable(Executable):
 
             return call_by_address
 
-        struct_, address = self._arrays_call, self._arrays_call_address
-        pack, entry, offset = self._pack_ids, self.native_arrays_entry, IDS_OFFSET
+        namespace = {
+            "all_exact": all_exact,
+            "checked": checked,
+            "ndarray": ndarray,
+            "checks": checks,
+            "empty": empty,
+            "pack": self._pack_ids,
+            "struct_": self._arrays_call,
+            "offset": IDS_OFFSET,
+            "entry": self.native_arrays_entry,
+            "address": self._arrays_call_address,
+            "lock": lock,
+            "holds": holds,
+        }
+        for k, (extents, dtype) in enumerate(zip(out_extents, out_dtypes, strict=True)):
+            namespace[f"e{k}"], namespace[f"d{k}"] = extents, dtype
+        source = unrolled_array_call(count, len(out_extents), locked=not self.holds_gil)
+        exec(compile(source, f"<array call of {name!r}>", "exec"), namespace)
+        # Taken out of the namespace it runs in, so that the two make no cycle: the function
+        # (and the library it holds) goes as soon as this executable does.
+        return namespace.pop("call")
 
-        def call_holding_gil(*arrays: Any, _holds=holds) -> list[np.ndarray]:
-            if len(arrays) != count or not all_exact(arrays, ndarray, checks):
-                arrays = checked(arrays)
-            outputs = list(map(empty, out_extents, out_dtypes))
-            # No thread switch can happen between packing and the call, nor during it.
-            pack(struct_, offset, *map(id, arrays), *map(id, outputs))
-            entry(address)
-            return outputs
 
-        def call(*arrays: Any, _holds=holds) -> list[np.ndarray]:
-            if len(arrays) != count or not all_exact(arrays, ndarray, checks):
-                arrays = checked(arrays)
-            outputs = list(map(empty, out_extents, out_dtypes))
-            with lock:
-                pack(struct_, offset, *map(id, arrays), *map(id, outputs))
-                entry(address)
-            return outputs
+def unrolled_array_call(inputs: int, outputs: int, locked: bool) -> str:
+    """The source of the array call on `inputs` arrays making `outputs` outputs, each array
+    named (`a0`, `o0`, ...), so that their ids are packed by one call with the ids written out
+    (star arguments of `map(id, ...)` cost 240 ns more for three arrays, and a list of outputs
+    from `map(empty, ...)` 140 ns more for one). It runs in a namespace of `CpuExecutable.
+    _array_call` (each output's extents `e0`... and dtype `d0`...). Holding the GIL (not
+    `locked`), no thread switch can happen between packing and the native call, nor during it.
 
-        return call_holding_gil if self.holds_gil else call
+    >>> print(unrolled_array_call(2, 1, locked=False), end="")
+    def call(*arrays, _holds=holds):
+        if len(arrays) != 2 or not all_exact(arrays, ndarray, checks):
+            arrays = checked(arrays)
+        a0, a1 = arrays
+        o0 = empty(e0, d0)
+        pack(struct_, offset, id(a0), id(a1), id(o0))
+        entry(address)
+        return [o0]
+    """
+    names = [f"a{i}" for i in range(inputs)]
+    made = [f"o{k}" for k in range(outputs)]
+    ids = ", ".join(f"id({n})" for n in names + made)
+    run = [f"pack(struct_, offset, {ids})", "entry(address)"]
+    lines = [
+        "def call(*arrays, _holds=holds):",
+        f"    if len(arrays) != {inputs} or not all_exact(arrays, ndarray, checks):",
+        "        arrays = checked(arrays)",
+        *([f"    {', '.join(names)}{',' if inputs == 1 else ''} = arrays"] if names else []),
+        *(f"    o{k} = empty(e{k}, d{k})" for k in range(outputs)),
+        *(["    with lock:", *(f"        {line}" for line in run)] if locked else []),
+        *([] if locked else [f"    {line}" for line in run]),
+        f"    return [{', '.join(made)}]",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 class DonatingExecutable:

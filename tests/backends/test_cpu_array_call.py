@@ -1,6 +1,7 @@
-"""The native CPU executable's array call (one function per executable, its arrays named, made
-by `unrolled_array_call`): many inputs and outputs, arguments it converts or refuses, and both
-ways of running (holding the GIL, or the executable's lock). Values checked against NumPy."""
+"""The native CPU executable's array call (one function per executable, made from the source
+`array_call_source` writes): many inputs and outputs, arguments it converts or refuses, in each
+way of running (holding the GIL, under the executable's lock, through the arrays' addresses)
+and with its arrays named or looped over. Values checked against NumPy."""
 
 from __future__ import annotations
 
@@ -31,13 +32,21 @@ def expected(arrays: list[np.ndarray]) -> list[np.ndarray]:
     return [total, arrays[0] * arrays[1], np.float32(total.sum())]
 
 
-@pytest.mark.parametrize("holding_gil", [True, False])
-def test_many_arrays_in_and_out_converted_and_refused_alike(native_cpu, monkeypatch, holding_gil):
-    if not holding_gil:  # every program counts as long: it runs under the executable's lock
-        monkeypatch.setattr(cpu_executable, "SHORT_PROGRAM_BYTES", -1)
-    program = many_in_three_out(f"array_call_{'gil' if holding_gil else 'lock'}")
-    run = accy.compile(program, "cpu")
-    assert run.holds_gil is holding_gil
+WAYS = {  # way -> (settings of the executable module, whether the call holds the GIL)
+    "holding_gil": ({}, True),
+    "locked": ({"SHORT_PROGRAM_BYTES": -1}, False),  # every program counts as long
+    "addresses": ({"numpy_data_offset": lambda: None}, True),  # NumPy's layout not recognized
+    "looping": ({"UNROLLED_ARRAYS": 4}, True),
+}
+
+
+@pytest.mark.parametrize("way", list(WAYS))
+def test_many_arrays_in_and_out_converted_and_refused_alike(native_cpu, monkeypatch, way):
+    settings, holds_gil = WAYS[way]
+    for name, value in settings.items():
+        monkeypatch.setattr(cpu_executable, name, value)
+    run = accy.compile(many_in_three_out(f"array_call_{way}"), "cpu")
+    assert run.holds_gil is holds_gil and run.takes_arrays is (way != "addresses")
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(3).astype(np.float32) for _ in range(COUNT)]
     for got, want in zip(run(*arrays), expected(arrays), strict=True):

@@ -23,7 +23,7 @@ import numpy as np
 from ...core import Program
 from ...errors import DonationError
 from ...lower.buffers import ALIGNMENT, donation_aliases
-from ..arguments import all_exact, check_count, held_dtype, host_array, is_exact, where
+from ..arguments import check_count, exact_source, held_dtype, host_array, is_exact, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
 from ..buffers import addresses_of, check_donated_apart, donated_positions, numpy_data_offset
 from ..devices import CPU
@@ -136,98 +136,140 @@ class CpuExecutable(Executable):
         return self._call
 
     def _array_call(self) -> Callable[..., list[np.ndarray]]:
-        """The function `__call__` runs: arrays of the right dtype, shape and layout pass with
-        four comparisons each (`all_exact`); anything else goes through `host_array`'s rule,
-        which raises `InvalidInput` before native code runs. One function per way of running
-        (through the arrays or their addresses, holding the GIL or the lock), so that a call
-        is one Python frame and the native call."""
+        """The function `__call__` runs, made for this executable (`array_call_source`): arrays
+        of the right dtype, shape and layout pass with four comparisons each; anything else
+        goes through `host_array`'s rule, which raises `InvalidInput` before native code runs.
+        A call is then one Python frame and the native call."""
         name, types = self.program.name, self.parameter_types
-        checks = [(t.extents, held_dtype(t)) for t in types]
-        # bf16 arrays (ml_dtypes) hold the very bits native code reads: no conversion.
-        out_extents = [t.extents for t in self.output_types]
-        out_dtypes = [held_dtype(t) for t in self.output_types]
-        count, ndarray, empty = len(checks), np.ndarray, np.empty
 
         def checked(arrays: tuple) -> list[np.ndarray]:
             check_count(name, types, len(arrays))
             pairs = enumerate(zip(arrays, types, strict=True))
             return [host_array(a, t, where(name, i)) for i, (a, t) in pairs]
 
-        # The code and memory every call uses must outlive it: each function holds them.
-        holds = (self.library, self._workspace)
-        lock = self._lock
-        if not self.takes_arrays:
-            buffers, pack_buffers, native = self._buffers, self._pack_buffers, self.native_entry
-            arguments = (self._buffers_address, self._workspace_address)
-
-            def call_by_address(*arrays: Any, _holds=holds) -> list[np.ndarray]:
-                if len(arrays) != count or not all_exact(arrays, ndarray, checks):
-                    arrays = checked(arrays)
-                outputs = list(map(empty, out_extents, out_dtypes))
-                addresses = addresses_of([*arrays, *outputs])
-                with lock:
-                    pack_buffers(buffers, 0, *addresses)
-                    native(*arguments)
-                return outputs
-
-            return call_by_address
-
-        namespace = {
-            "all_exact": all_exact,
+        namespace: dict[str, Any] = {
             "checked": checked,
-            "ndarray": ndarray,
-            "checks": checks,
-            "empty": empty,
-            "pack": self._pack_ids,
-            "struct_": self._arrays_call,
-            "offset": IDS_OFFSET,
-            "entry": self.native_arrays_entry,
-            "address": self._arrays_call_address,
-            "lock": lock,
-            "holds": holds,
+            "ndarray": np.ndarray,
+            "empty": np.empty,
+            "lock": self._lock,
+            # The code and memory every call uses must outlive it: the function holds them.
+            "holds": (self.library, self._workspace),
         }
-        for k, (extents, dtype) in enumerate(zip(out_extents, out_dtypes, strict=True)):
-            namespace[f"e{k}"], namespace[f"d{k}"] = extents, dtype
-        source = unrolled_array_call(count, len(out_extents), locked=not self.holds_gil)
+        # bf16 arrays (ml_dtypes) hold the very bits native code reads: no conversion.
+        namespace["checks"] = [(t.extents, held_dtype(t)) for t in types]
+        namespace["made"] = [(t.extents, held_dtype(t)) for t in self.output_types]
+        for prefix, kinds in (("i", types), ("o", self.output_types)):
+            for k, t in enumerate(kinds):
+                namespace[f"{prefix}e{k}"], namespace[f"{prefix}d{k}"] = t.extents, held_dtype(t)
+        if self.takes_arrays:
+            way = "holding_gil" if self.holds_gil else "locked"
+            namespace.update(
+                pack=self._pack_ids,
+                struct_=self._arrays_call,
+                offset=IDS_OFFSET,
+                entry=self.native_arrays_entry,
+                address=self._arrays_call_address,
+            )
+        else:
+            way = "addresses"
+            namespace.update(
+                addresses_of=addresses_of,
+                pack=self._pack_buffers,
+                buffers=self._buffers,
+                entry=self.native_entry,
+                arguments=(self._buffers_address, self._workspace_address),
+            )
+        source = array_call_source(len(types), len(self.output_types), way)
         exec(compile(source, f"<array call of {name!r}>", "exec"), namespace)
         # Taken out of the namespace it runs in, so that the two make no cycle: the function
         # (and the library it holds) goes as soon as this executable does.
         return namespace.pop("call")
 
 
-def unrolled_array_call(inputs: int, outputs: int, locked: bool) -> str:
+def array_call_source(inputs: int, outputs: int, way: str) -> str:
     """The source of the array call on `inputs` arrays making `outputs` outputs, each array
-    named (`a0`, `o0`, ...), so that their ids are packed by one call with the ids written out
-    (star arguments of `map(id, ...)` cost 240 ns more for three arrays, and a list of outputs
-    from `map(empty, ...)` 140 ns more for one). It runs in a namespace of `CpuExecutable.
-    _array_call` (each output's extents `e0`... and dtype `d0`...). Holding the GIL (not
-    `locked`), no thread switch can happen between packing and the native call, nor during it.
+    named (`a0`, `o0`, ...) so that every step is spelled out: the argument rule's check
+    (`exact_source`, against the parameter's extents `ie0` and dtype `id0`), each output made
+    (`empty(oe0, od0)`) and the ids packed by one call (a loop, `map(id, ...)` as star
+    arguments and a list from `map(empty, ...)` cost as much again as the whole call of a
+    small program). `way` is how it runs: "holding_gil" (no thread switch can happen between
+    packing and the native call, nor during it), "locked" (the executable's lock around both),
+    or "addresses" (through the arrays' addresses, under the lock). It runs in the namespace
+    `CpuExecutable._array_call` makes.
 
-    >>> print(unrolled_array_call(2, 1, locked=False), end="")
+    >>> print(array_call_source(1, 2, "holding_gil"), end="")
     def call(*arrays, _holds=holds):
-        if len(arrays) != 2 or not all_exact(arrays, ndarray, checks):
-            arrays = checked(arrays)
-        a0, a1 = arrays
-        o0 = empty(e0, d0)
-        pack(struct_, offset, id(a0), id(a1), id(o0))
+        if len(arrays) != 1:
+            checked(arrays)
+        a0, = arrays
+        if not (
+            type(a0) is ndarray and a0.dtype == id0 and a0.shape == ie0 and a0.flags.c_contiguous
+        ):
+            a0, = checked(arrays)
+        o0 = empty(oe0, od0)
+        o1 = empty(oe1, od1)
+        pack(struct_, offset, id(a0), id(o0), id(o1))
         entry(address)
-        return [o0]
+        return [o0, o1]
     """
+    if inputs + outputs > UNROLLED_ARRAYS:
+        return _looping_call_source(way)
     names = [f"a{i}" for i in range(inputs)]
     made = [f"o{k}" for k in range(outputs)]
-    ids = ", ".join(f"id({n})" for n in names + made)
-    run = [f"pack(struct_, offset, {ids})", "entry(address)"]
+    unpacked = ", ".join(names) + ("," if inputs == 1 else "")
+    exact = [exact_source(n, "ndarray", f"ie{i}", f"id{i}") for i, n in enumerate(names)]
     lines = [
         "def call(*arrays, _holds=holds):",
-        f"    if len(arrays) != {inputs} or not all_exact(arrays, ndarray, checks):",
-        "        arrays = checked(arrays)",
-        *([f"    {', '.join(names)}{',' if inputs == 1 else ''} = arrays"] if names else []),
-        *(f"    o{k} = empty(e{k}, d{k})" for k in range(outputs)),
-        *(["    with lock:", *(f"        {line}" for line in run)] if locked else []),
-        *([] if locked else [f"    {line}" for line in run]),
-        f"    return [{', '.join(made)}]",
+        f"    if len(arrays) != {inputs}:",
+        "        checked(arrays)",  # refuses the count
+    ]
+    if names:
+        lines += [
+            f"    {unpacked} = arrays",
+            "    if not (",
+            *(f"        {'and ' if i else ''}{condition}" for i, condition in enumerate(exact)),
+            "    ):",
+            f"        {unpacked} = checked(arrays)",
+        ]
+    lines += [f"    o{k} = empty(oe{k}, od{k})" for k in range(outputs)]
+    lines += [f"    {line}" for line in _native_call(way, names + made)]
+    lines += [f"    return [{', '.join(made)}]"]
+    return "\n".join(lines) + "\n"
+
+
+UNROLLED_ARRAYS = 64
+"""Up to this many arrays (inputs and outputs), the array call names each one; a call of more
+loops over them (its source would take tens of milliseconds to compile, and its program runs
+long enough that the loop does not matter)."""
+
+
+def _looping_call_source(way: str) -> str:
+    """The array call's source for any number of arrays: loops over them (`checks` holds the
+    parameters' (extents, dtype) pairs, `made` the outputs')."""
+    lines = [
+        "def call(*arrays, _holds=holds):",
+        "    if len(arrays) != len(checks):",
+        "        checked(arrays)",
+        "    for value, (extents, dtype) in zip(arrays, checks):",
+        f"        if not ({exact_source('value', 'ndarray', 'extents', 'dtype')}):",
+        "            arrays = checked(arrays)",
+        "            break",
+        "    outputs = [empty(extents, dtype) for extents, dtype in made]",
+        *(f"    {line}" for line in _native_call(way, None)),
+        "    return outputs",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _native_call(way: str, names: list[str] | None) -> list[str]:
+    """The lines that hand the arrays `names` (None: `arrays` and `outputs`) to native code."""
+    listed = "*arrays, *outputs" if names is None else ", ".join(names)
+    if way == "addresses":
+        run = [f"addresses = addresses_of([{listed}])"]
+        return run + ["with lock:", "    pack(buffers, 0, *addresses)", "    entry(*arguments)"]
+    ids = f"*map(id, ({listed}))" if names is None else ", ".join(f"id({n})" for n in names)
+    run = [f"pack(struct_, offset, {ids})", "entry(address)"]
+    return ["with lock:", *(f"    {line}" for line in run)] if way == "locked" else run
 
 
 class DonatingExecutable:

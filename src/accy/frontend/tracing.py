@@ -725,7 +725,8 @@ class Staged:
                     # The executables cache owns compiled programs: one it dropped is None.
                     run = run()
                     if run is not None and not config.debug_nans:
-                        outputs = run(*arrays, *captured)
+                        arrays += captured  # (one star argument: two cost a tuple more)
+                        outputs = run(*arrays)
                         if single is not None:
                             return NamedArray(outputs[0], single, device)
                         # map() wraps the outputs in C, a list comprehension costs ~2x as much

@@ -5,6 +5,9 @@ and with its arrays named or looped over. Values checked against NumPy."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 import pytest
 
@@ -60,3 +63,31 @@ def test_many_arrays_in_and_out_converted_and_refused_alike(native_cpu, monkeypa
         run(*arrays[:5], arrays[5].astype(np.float64), *arrays[6:])
     with pytest.raises(accy.InvalidInput, match=f"takes {COUNT} arrays"):
         run(*arrays[:-1])
+
+
+def test_threads_calling_one_executable_each_get_their_own_results(native_cpu):
+    # A short program's call keeps the GIL; Python hands the GIL from thread to thread as often
+    # as it can here, and no call may see another's arrays.
+    run = accy.compile(
+        accy.trace.define("threads_scale", [spec(f32, n=3)], lambda b, a: a[0] * 3.0)
+    )
+    assert run.holds_gil
+    failures: list[int] = []
+
+    def repeat(k: int) -> None:
+        x = np.full(3, float(k), np.float32)
+        for _ in range(2000):
+            if run(x)[0].tolist() != [3.0 * k] * 3:
+                failures.append(k)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=repeat, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not failures

@@ -3,11 +3,12 @@
 One call is one native call, which runs the whole program. `accy_run(buffers, workspace)` takes
 the buffers' addresses; `accy_run_arrays(call)` takes NumPy array objects and reads their
 addresses itself (`accy.backends.buffers.numpy_data_offset`), which makes the array call cost
-little more than the checks of its arguments. The executable owns one workspace for the
-program's intermediates, so calls on one executable are serialized: by a lock, or, for a short
-program (`is_short`), by the GIL, which such a program's native call keeps (releasing and taking
-back the GIL and a lock would cost more than the call). Separate executables run concurrently.
-Every call path holds the `NativeLibrary` it calls into.
+little more than the checks of its arguments; that call is a function written for each
+executable (`array_call_source`), its arrays named, with no loop. The executable owns one
+workspace for the program's intermediates, so calls on one executable are serialized: by a
+lock, or, for a short program (`is_short`), by the GIL, which such a program's native call
+keeps (releasing and taking back the GIL and a lock would cost more than the call). Separate
+executables run concurrently. Every call path holds the `NativeLibrary` it calls into.
 """
 
 from __future__ import annotations
@@ -164,11 +165,13 @@ class CpuExecutable(Executable):
         if self.takes_arrays:
             way = "holding_gil" if self.holds_gil else "locked"
             namespace.update(
-                pack=self._pack_ids,
-                struct_=self._arrays_call,
-                offset=IDS_OFFSET,
+                # Each call packs its own argument (workspace, data offset, the arrays' ids):
+                # faster than packing into one kept buffer, and calls share no state but the
+                # workspace, which the GIL or the lock serializes.
+                pack=struct.Struct(f"{2 + len(types) + len(self.output_types)}P").pack,
+                workspace=self._workspace_address,
+                data_offset=numpy_data_offset(),
                 entry=self.native_arrays_entry,
-                address=self._arrays_call_address,
             )
         else:
             way = "addresses"
@@ -190,12 +193,12 @@ def array_call_source(inputs: int, outputs: int, way: str) -> str:
     """The source of the array call on `inputs` arrays making `outputs` outputs, each array
     named (`a0`, `o0`, ...) so that every step is spelled out: the argument rule's check
     (`exact_source`, against the parameter's extents `ie0` and dtype `id0`), each output made
-    (`empty(oe0, od0)`) and the ids packed by one call (a loop, `map(id, ...)` as star
-    arguments and a list from `map(empty, ...)` cost as much again as the whole call of a
-    small program). `way` is how it runs: "holding_gil" (no thread switch can happen between
-    packing and the native call, nor during it), "locked" (the executable's lock around both),
-    or "addresses" (through the arrays' addresses, under the lock). It runs in the namespace
-    `CpuExecutable._array_call` makes.
+    (`empty(oe0, od0)`) and the ids packed by one call into the call's own argument of
+    `accy_run_arrays` (a loop, `map(id, ...)` as star arguments and a list from `map(empty,
+    ...)` cost as much again as the whole call of a small program). `way` is how it runs:
+    "holding_gil" (the native call keeps the GIL, which serializes the calls), "locked" (the
+    executable's lock around the native call), or "addresses" (through the arrays' addresses,
+    under the lock). It runs in the namespace `CpuExecutable._array_call` makes.
 
     >>> print(array_call_source(1, 2, "holding_gil"), end="")
     def call(*arrays, _holds=holds):
@@ -208,8 +211,7 @@ def array_call_source(inputs: int, outputs: int, way: str) -> str:
             a0, = checked(arrays)
         o0 = empty(oe0, od0)
         o1 = empty(oe1, od1)
-        pack(struct_, offset, id(a0), id(o0), id(o1))
-        entry(address)
+        entry(pack(workspace, data_offset, id(a0), id(o0), id(o1)))
         return [o0, o1]
     """
     if inputs + outputs > UNROLLED_ARRAYS:
@@ -268,7 +270,7 @@ def _native_call(way: str, names: list[str] | None) -> list[str]:
         run = [f"addresses = addresses_of([{listed}])"]
         return run + ["with lock:", "    pack(buffers, 0, *addresses)", "    entry(*arguments)"]
     ids = f"*map(id, ({listed}))" if names is None else ", ".join(f"id({n})" for n in names)
-    run = [f"pack(struct_, offset, {ids})", "entry(address)"]
+    run = [f"entry(pack(workspace, data_offset, {ids}))"]
     return ["with lock:", *(f"    {line}" for line in run)] if way == "locked" else run
 
 

@@ -10,6 +10,7 @@ import dataclasses
 from typing import NamedTuple
 
 import numpy as np
+import optree
 import pytest
 
 import accy
@@ -366,3 +367,34 @@ def test_grad_differentiates_python_floats_inside_a_tree_and_refuses_ints():
     with pytest.raises(accy.AccyError, match="Python int 2; gradients need floating-point"):
         accy.grad(loss)({"a": 2, "b": b}, 5.0)
     assert accy.grad(loss, argnums=1)({"a": 2, "b": b}, 5.0).item() == 6.0  # int outside
+
+
+class Pair(NamedTuple):
+    first: accy.NamedArray
+    second: accy.NamedArray
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        lambda a, b: ((a, [b]), a * b),  # tuples and lists: a wrapper written out
+        lambda a, b: {"sum": a + b, "pair": (a, b)},  # a dict: optree's unflatten
+        lambda a, b: Pair(a, b * 2.0),  # a named tuple, likewise
+    ],
+)
+def test_jit_outputs_keep_their_structure_on_every_call(shape):
+    a_np, b_np = np.array([1.0, 2.0], np.float32), np.array([3.0, 5.0], np.float32)
+    a, b = (accy.named(v, ("n",), device=R) for v in (a_np, b_np))
+    f = accy.jit(lambda a, b: shape(a, b))
+    expected = shape(a_np, b_np)
+    for _ in range(3):  # the first call traces; the others take the fast path
+        got = f(a, b)
+        assert type(got) is type(expected)
+        structures = (optree.tree_structure(t, namespace="accy") for t in (got, expected))
+        assert next(structures) == next(structures)
+        flat_got = optree.tree_leaves(got, namespace="accy")
+        flat_expected = optree.tree_leaves(expected, namespace="accy")
+        assert [x.device for x in flat_got] == [a.device] * len(flat_expected)
+        for x, want in zip(flat_got, flat_expected, strict=True):
+            np.testing.assert_array_equal(x.array, want)
+    assert f.traces == 1

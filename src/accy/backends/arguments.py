@@ -23,7 +23,6 @@ it is the same on every device: the CUDA backend checks device arrays with `chec
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -83,39 +82,39 @@ def check_array(dtype: Any, shape: tuple[int, ...], t: TensorType, at: str) -> N
 
 def is_exact(value: Any, array_type: type, extents: tuple[int, ...], dtype: Any) -> bool:
     """Whether `value` passes the rule as it is: a C-contiguous `array_type` (NumPy's or CuPy's
-    ndarray) of exactly `dtype` and `extents`. Every device asks this first (`all_exact` for a
-    whole call), and sends anything else through `host_array`.
+    ndarray) of exactly `dtype` and `extents`. Every device asks this first, per argument (four
+    comparisons: the common case of a call), and sends anything else through `host_array`;
+    the CPU's array call asks it inline (`exact_source`).
 
     >>> is_exact(np.zeros(2, np.float32), np.ndarray, (2,), np.dtype(np.float32))
     True
     >>> is_exact(np.zeros(4, np.float32)[::2], np.ndarray, (2,), np.dtype(np.float32))
     False
     """
-    return all_exact((value,), array_type, ((extents, dtype),))
+    return (
+        type(value) is array_type
+        and value.dtype == dtype
+        and value.shape == extents
+        and value.flags.c_contiguous
+    )
 
 
-def all_exact(
-    values: Sequence[Any], array_type: type, checks: Sequence[tuple[tuple[int, ...], Any]]
-) -> bool:
-    """Whether each of `values` passes the rule as it is (`is_exact`) for its `(extents,
-    dtype)` in `checks` (the same number of them): four comparisons per value, the common case
-    of a call, in one loop (a call of `is_exact` per argument would cost as much again).
+def exact_source(value: str, array_type: str, extents: str, dtype: str) -> str:
+    """`is_exact(value, array_type, extents, dtype)` as a Python expression over those names:
+    how a call made per executable, which names each of its arrays, asks it inline (a function
+    call per argument would cost as much again as the comparisons).
 
-    >>> f32 = np.dtype(np.float32)
-    >>> all_exact([np.zeros(2, f32), np.zeros(3, f32)], np.ndarray, [((2,), f32), ((3,), f32)])
-    True
-    >>> all_exact([np.zeros(2, f32), np.zeros(2)], np.ndarray, [((2,), f32), ((2,), f32)])
-    False
+    >>> exact_source("a0", "ndarray", "e0", "d0")
+    'type(a0) is ndarray and a0.dtype == d0 and a0.shape == e0 and a0.flags.c_contiguous'
+    >>> names = {"ndarray": np.ndarray, "e0": (2,), "d0": np.dtype(np.float32)}
+    >>> for a0 in (np.zeros(2, np.float32), np.zeros(4, np.float32)[::2], np.zeros(2), [0, 0]):
+    ...     assert eval(exact_source("a0", "ndarray", "e0", "d0"), {"a0": a0, **names}) == (
+    ...         is_exact(a0, np.ndarray, (2,), np.dtype(np.float32)))
     """
-    for value, (extents, dtype) in zip(values, checks, strict=False):
-        if not (
-            type(value) is array_type
-            and value.dtype == dtype
-            and value.shape == extents
-            and value.flags.c_contiguous
-        ):
-            return False
-    return True
+    return (
+        f"type({value}) is {array_type} and {value}.dtype == {dtype} and "
+        f"{value}.shape == {extents} and {value}.flags.c_contiguous"
+    )
 
 
 def host_array(value: Any, t: TensorType, at: str) -> np.ndarray:
@@ -218,10 +217,10 @@ def _preview(value: Any) -> str:
 
 
 __all__ = [
-    "all_exact",
     "check_array",
     "check_count",
     "dtype_name",
+    "exact_source",
     "held_dtype",
     "host_array",
     "is_exact",

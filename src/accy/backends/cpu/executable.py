@@ -3,11 +3,12 @@
 One call is one native call, which runs the whole program. `accy_run(buffers, workspace)` takes
 the buffers' addresses; `accy_run_arrays(call)` takes NumPy array objects and reads their
 addresses itself (`accy.backends.buffers.numpy_data_offset`), which makes the array call cost
-little more than the checks of its arguments. The executable owns one workspace for the
-program's intermediates, so calls on one executable are serialized: by a lock, or, for a short
-program (`is_short`), by the GIL, which such a program's native call keeps (releasing and taking
-back the GIL and a lock would cost more than the call). Separate executables run concurrently.
-Every call path holds the `NativeLibrary` it calls into.
+little more than the checks of its arguments; that call is a function written for each
+executable (`array_call_source`), its arrays named, with no loop. The executable owns one
+workspace for the program's intermediates, so calls on one executable are serialized: by a
+lock, or, for a short program (`is_short`), by the GIL, which such a program's native call
+keeps (releasing and taking back the GIL and a lock would cost more than the call). Separate
+executables run concurrently. Every call path holds the `NativeLibrary` it calls into.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from ...core import Program
 from ...errors import DonationError
 from ...lower.buffers import ALIGNMENT, donation_aliases
-from ..arguments import all_exact, check_count, held_dtype, host_array, is_exact, where
+from ..arguments import check_count, exact_source, held_dtype, host_array, is_exact, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
 from ..buffers import addresses_of, check_donated_apart, donated_positions, numpy_data_offset
 from ..devices import CPU
@@ -136,64 +137,141 @@ class CpuExecutable(Executable):
         return self._call
 
     def _array_call(self) -> Callable[..., list[np.ndarray]]:
-        """The function `__call__` runs: arrays of the right dtype, shape and layout pass with
-        four comparisons each (`all_exact`); anything else goes through `host_array`'s rule,
-        which raises `InvalidInput` before native code runs. One function per way of running
-        (through the arrays or their addresses, holding the GIL or the lock), so that a call
-        is one Python frame and the native call."""
+        """The function `__call__` runs, made for this executable (`array_call_source`): arrays
+        of the right dtype, shape and layout pass with four comparisons each; anything else
+        goes through `host_array`'s rule, which raises `InvalidInput` before native code runs.
+        A call is then one Python frame and the native call."""
         name, types = self.program.name, self.parameter_types
-        checks = [(t.extents, held_dtype(t)) for t in types]
-        # bf16 arrays (ml_dtypes) hold the very bits native code reads: no conversion.
-        out_extents = [t.extents for t in self.output_types]
-        out_dtypes = [held_dtype(t) for t in self.output_types]
-        count, ndarray, empty = len(checks), np.ndarray, np.empty
 
         def checked(arrays: tuple) -> list[np.ndarray]:
             check_count(name, types, len(arrays))
             pairs = enumerate(zip(arrays, types, strict=True))
             return [host_array(a, t, where(name, i)) for i, (a, t) in pairs]
 
-        # The code and memory every call uses must outlive it: each function holds them.
-        holds = (self.library, self._workspace)
-        lock = self._lock
-        if not self.takes_arrays:
-            buffers, pack_buffers, native = self._buffers, self._pack_buffers, self.native_entry
-            arguments = (self._buffers_address, self._workspace_address)
+        namespace: dict[str, Any] = {
+            "checked": checked,
+            "ndarray": np.ndarray,
+            "empty": np.empty,
+            "lock": self._lock,
+            # The code and memory every call uses must outlive it: the function holds them.
+            "holds": (self.library, self._workspace),
+        }
+        # bf16 arrays (ml_dtypes) hold the very bits native code reads: no conversion.
+        namespace["checks"] = [(t.extents, held_dtype(t)) for t in types]
+        namespace["made"] = [(t.extents, held_dtype(t)) for t in self.output_types]
+        for prefix, kinds in (("i", types), ("o", self.output_types)):
+            for k, t in enumerate(kinds):
+                namespace[f"{prefix}e{k}"], namespace[f"{prefix}d{k}"] = t.extents, held_dtype(t)
+        if self.takes_arrays:
+            way = "holding_gil" if self.holds_gil else "locked"
+            namespace.update(
+                # Each call packs its own argument (workspace, data offset, the arrays' ids):
+                # faster than packing into one kept buffer, and calls share no state but the
+                # workspace, which the GIL or the lock serializes.
+                pack=struct.Struct(f"{2 + len(types) + len(self.output_types)}P").pack,
+                workspace=self._workspace_address,
+                data_offset=numpy_data_offset(),
+                entry=self.native_arrays_entry,
+            )
+        else:
+            way = "addresses"
+            namespace.update(
+                addresses_of=addresses_of,
+                pack=self._pack_buffers,
+                buffers=self._buffers,
+                entry=self.native_entry,
+                arguments=(self._buffers_address, self._workspace_address),
+            )
+        source = array_call_source(len(types), len(self.output_types), way)
+        exec(compile(source, f"<array call of {name!r}>", "exec"), namespace)
+        # Taken out of the namespace it runs in, so that the two make no cycle: the function
+        # (and the library it holds) goes as soon as this executable does.
+        return namespace.pop("call")
 
-            def call_by_address(*arrays: Any, _holds=holds) -> list[np.ndarray]:
-                if len(arrays) != count or not all_exact(arrays, ndarray, checks):
-                    arrays = checked(arrays)
-                outputs = list(map(empty, out_extents, out_dtypes))
-                addresses = addresses_of([*arrays, *outputs])
-                with lock:
-                    pack_buffers(buffers, 0, *addresses)
-                    native(*arguments)
-                return outputs
 
-            return call_by_address
+def array_call_source(inputs: int, outputs: int, way: str) -> str:
+    """The source of the array call on `inputs` arrays making `outputs` outputs, each array
+    named (`a0`, `o0`, ...) so that every step is spelled out: the argument rule's check
+    (`exact_source`, against the parameter's extents `ie0` and dtype `id0`), each output made
+    (`empty(oe0, od0)`) and the ids packed by one call into the call's own argument of
+    `accy_run_arrays` (a loop, `map(id, ...)` as star arguments and a list from `map(empty,
+    ...)` cost as much again as the whole call of a small program). `way` is how it runs:
+    "holding_gil" (the native call keeps the GIL, which serializes the calls), "locked" (the
+    executable's lock around the native call), or "addresses" (through the arrays' addresses,
+    under the lock). It runs in the namespace `CpuExecutable._array_call` makes.
 
-        struct_, address = self._arrays_call, self._arrays_call_address
-        pack, entry, offset = self._pack_ids, self.native_arrays_entry, IDS_OFFSET
+    >>> print(array_call_source(1, 2, "holding_gil"), end="")
+    def call(*arrays, _holds=holds):
+        if len(arrays) != 1:
+            checked(arrays)
+        a0, = arrays
+        if not (
+            type(a0) is ndarray and a0.dtype == id0 and a0.shape == ie0 and a0.flags.c_contiguous
+        ):
+            a0, = checked(arrays)
+        o0 = empty(oe0, od0)
+        o1 = empty(oe1, od1)
+        entry(pack(workspace, data_offset, id(a0), id(o0), id(o1)))
+        return [o0, o1]
+    """
+    if inputs + outputs > UNROLLED_ARRAYS:
+        return _looping_call_source(way)
+    names = [f"a{i}" for i in range(inputs)]
+    made = [f"o{k}" for k in range(outputs)]
+    unpacked = ", ".join(names) + ("," if inputs == 1 else "")
+    exact = [exact_source(n, "ndarray", f"ie{i}", f"id{i}") for i, n in enumerate(names)]
+    lines = [
+        "def call(*arrays, _holds=holds):",
+        f"    if len(arrays) != {inputs}:",
+        "        checked(arrays)",  # refuses the count
+    ]
+    if names:
+        lines += [
+            f"    {unpacked} = arrays",
+            "    if not (",
+            *(f"        {'and ' if i else ''}{condition}" for i, condition in enumerate(exact)),
+            "    ):",
+            f"        {unpacked} = checked(arrays)",
+        ]
+    lines += [f"    o{k} = empty(oe{k}, od{k})" for k in range(outputs)]
+    lines += [f"    {line}" for line in _native_call(way, names + made)]
+    lines += [f"    return [{', '.join(made)}]"]
+    return "\n".join(lines) + "\n"
 
-        def call_holding_gil(*arrays: Any, _holds=holds) -> list[np.ndarray]:
-            if len(arrays) != count or not all_exact(arrays, ndarray, checks):
-                arrays = checked(arrays)
-            outputs = list(map(empty, out_extents, out_dtypes))
-            # No thread switch can happen between packing and the call, nor during it.
-            pack(struct_, offset, *map(id, arrays), *map(id, outputs))
-            entry(address)
-            return outputs
 
-        def call(*arrays: Any, _holds=holds) -> list[np.ndarray]:
-            if len(arrays) != count or not all_exact(arrays, ndarray, checks):
-                arrays = checked(arrays)
-            outputs = list(map(empty, out_extents, out_dtypes))
-            with lock:
-                pack(struct_, offset, *map(id, arrays), *map(id, outputs))
-                entry(address)
-            return outputs
+UNROLLED_ARRAYS = 64
+"""Up to this many arrays (inputs and outputs), the array call names each one; a call of more
+loops over them (its source would take tens of milliseconds to compile, and its program runs
+long enough that the loop does not matter)."""
 
-        return call_holding_gil if self.holds_gil else call
+
+def _looping_call_source(way: str) -> str:
+    """The array call's source for any number of arrays: loops over them (`checks` holds the
+    parameters' (extents, dtype) pairs, `made` the outputs')."""
+    lines = [
+        "def call(*arrays, _holds=holds):",
+        "    if len(arrays) != len(checks):",
+        "        checked(arrays)",
+        "    for value, (extents, dtype) in zip(arrays, checks):",
+        f"        if not ({exact_source('value', 'ndarray', 'extents', 'dtype')}):",
+        "            arrays = checked(arrays)",
+        "            break",
+        "    outputs = [empty(extents, dtype) for extents, dtype in made]",
+        *(f"    {line}" for line in _native_call(way, None)),
+        "    return outputs",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _native_call(way: str, names: list[str] | None) -> list[str]:
+    """The lines that hand the arrays `names` (None: `arrays` and `outputs`) to native code."""
+    listed = "*arrays, *outputs" if names is None else ", ".join(names)
+    if way == "addresses":
+        run = [f"addresses = addresses_of([{listed}])"]
+        return run + ["with lock:", "    pack(buffers, 0, *addresses)", "    entry(*arguments)"]
+    ids = f"*map(id, ({listed}))" if names is None else ", ".join(f"id({n})" for n in names)
+    run = [f"entry(pack(workspace, data_offset, {ids}))"]
+    return ["with lock:", *(f"    {line}" for line in run)] if way == "locked" else run
 
 
 class DonatingExecutable:

@@ -2,9 +2,9 @@
 loss and its gradients in the input and the kernel against JAX's (`lax.conv_general_dilated`
 under `jax.grad`, in float64), for strides, paddings (asymmetric, negative), dilations, input
 dilation, odd sizes, one to three spatial axes, a channels-first layout, several parts of
-tiles, float64, and without a BLAS (the f32 tiles multiply in AVX-512 micro-kernels where the
-compiler targets AVX-512, f64 in BLAS or loops); each checked to run as kept convs, not their
-composition."""
+tiles, float64, bf16 and f16 (summed in f32), and without a BLAS (the f32 tiles multiply in
+AVX-512 micro-kernels where the compiler targets AVX-512, f64 in BLAS or loops); each checked
+to run as kept convs, not their composition."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import accy
-from accy import f32, f64, spec
+from accy import bf16, f16, f32, f64, spec
 from accy.core.windows import padding_pairs
 from accy.lower.convolution import cpu_orders, geometry
 from accy.lower.plan import build_plan
@@ -152,17 +152,21 @@ def _kept_convs(program) -> list:
     return [s for s in build_plan(program).steps if s.kind == "conv"]
 
 
-def _check(cases, dtype=f32, channels_first=False, seed=0, tolerance=2e-5):
-    """Every case's loss and gradients against JAX's; the kept convs of the program."""
+def _check(cases, dtype=f32, channels_first=False, seed=0, tolerance=2e-5, rtol=0.0):
+    """Every case's loss and gradients against JAX's on the same (rounded) values, within
+    `tolerance` of each output's largest magnitude and `rtol` of each element; the kept convs
+    of the program."""
     rng = np.random.default_rng(seed)
     cases = dict(cases)
+    rounded = lambda a: a.astype(dtype.numpy).astype(np.float64)  # noqa: E731
     weights = [
-        rng.standard_normal(_forward_type(c, dtype, channels_first).extents) for c in cases.values()
+        rounded(rng.standard_normal(_forward_type(c, dtype, channels_first).extents))
+        for c in cases.values()
     ]
     program = _loss_program(list(cases.values()), dtype, channels_first, weights)
     kept = _kept_convs(program)
     assert len(kept) == 3 * len(cases), [s.kind for s in build_plan(program).steps]
-    args = [rng.standard_normal(t.extents) for t in program.parameter_types]
+    args = [rounded(rng.standard_normal(t.extents)) for t in program.parameter_types]
     got = accy.compile(program, "cpu")(*(a.astype(dtype.numpy) for a in args))
     total, expected = _jax_losses(list(cases.values()), args, weights, channels_first)
     for i, name in enumerate(cases):
@@ -171,11 +175,11 @@ def _check(cases, dtype=f32, channels_first=False, seed=0, tolerance=2e-5):
             np.testing.assert_allclose(
                 np.asarray(got[1 + 2 * i + j], np.float64),
                 e,
-                rtol=0,
+                rtol=rtol,
                 atol=tolerance * max(float(np.abs(e).max()), 1.0),
                 err_msg=f"{name}: the gradient in {what}",
             )
-    np.testing.assert_allclose(float(got[0]), total, rtol=tolerance)
+    np.testing.assert_allclose(float(got[0]), total, rtol=max(tolerance, 8 * rtol))
     return kept
 
 
@@ -223,14 +227,23 @@ def test_without_a_blas_the_tiles_multiply_in_loops_or_micro_kernels(monkeypatch
     _check(cases, dtype=dtype, seed=4, tolerance=2e-5 if dtype == f32 else 1e-12)
 
 
-def test_grouped_and_half_precision_convs_are_composed():
+@pytest.mark.parametrize("dtype", [bf16, f16], ids=["bf16", "f16"])
+def test_half_precision_convs_sum_in_f32_and_round_once(dtype):
+    """Each gradient element is an f32 sum of exact products of 16-bit values, rounded once
+    (half an ulp: 2^-9 of bf16, 2^-12 of f16, relative)."""
+    cases = {n: CASES[n] for n in ("strided", "input-dilated", "many-outputs")}
+    rtol = 2.0**-8 if dtype == bf16 else 2.0**-10
+    _check(cases, dtype=dtype, seed=5, tolerance=1e-5, rtol=rtol)
+
+
+def test_grouped_and_integer_convs_are_composed():
     types = [spec(f32, n=2, w=6, c=4), spec(f32, w=3, c=2, o=4)]
     grouped = accy.trace.define("g", types, lambda b, a: a[0].conv(a[1], ["w"], "c", "o", groups=2))
     assert _kept_convs(grouped) == []
-    half = accy.trace.define(
-        "h",
-        [t.with_dtype(accy.bf16) for t in (spec(f32, n=2, w=6, c=4), spec(f32, w=3, c=4, o=4))],
+    integer = accy.trace.define(
+        "i",
+        [t.with_dtype(accy.i32) for t in (spec(f32, n=2, w=6, c=4), spec(f32, w=3, c=4, o=4))],
         lambda b, a: a[0].conv(a[1], ["w"], "c", "o"),
     )
-    assert _kept_convs(half) == []
-    assert cpu_orders(half.operations[-1]) is None
+    assert _kept_convs(integer) == []
+    assert cpu_orders(integer.operations[-1]) is None

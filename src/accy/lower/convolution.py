@@ -16,8 +16,11 @@ Two forms, by shape (the conv kind's derivatives close over it, so both are conv
   = the sum over tiles of kernel-tileᵀ @ patches. Each of a fixed number of parts (by shape,
   never by thread count) sums its tiles into a partial result; the partials are added in order.
 
-Declined (composed, `core/windows.py`): paired axes (groups, a vmapped kernel), dtypes other
-than f32 and f64, no contracted axis, an empty operand, sizes past 32-bit BLAS integers.
+16-bit floats (bf16, f16) are converted to f32 as they are gathered and summed in f32, the
+result rounded once, as the kind's reference does.
+
+Declined (composed, `core/windows.py`): paired axes (groups, a vmapped kernel), integer
+dtypes, no contracted axis, an empty operand, sizes past 32-bit BLAS integers.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from dataclasses import dataclass
 
 from ..core import Operation
 from ..core.kinds.convolution import axis_roles
-from ..core.types import TensorType, f32, f64
+from ..core.types import TensorType, bf16, f16, f32, f64
 
-DTYPES = (f32, f64)
+DTYPES = (f32, f64, bf16, f16)
+HALF = ("bf16", "f16")
 TILE_BYTES = 192 << 10  # the patch matrix of one tile: a good part of the L2, with the GEMM's
 MAX_TILE_ROWS = 512
 MIN_TILE_ROWS = 16
@@ -75,8 +79,16 @@ class ConvGeometry:
     @property
     def vectorized(self) -> bool:
         """Whether the tiles multiply in the CPU's own AVX-512 micro-kernels where the
-        compiler targets AVX-512 (f32), rather than in BLAS."""
-        return self.dtype == "f32"
+        compiler targets AVX-512 (f32, and 16-bit floats computed in f32), rather than in
+        BLAS."""
+        return self.dtype != "f64"
+
+    @property
+    def half(self) -> bool:
+        """A 16-bit float conv: its operands are converted to f32 as they are gathered (the
+        patches, the kernel, a kernel gradient's cotangent tile), the products summed in f32
+        and rounded once into the result, as the kind's."""
+        return self.dtype in HALF
 
     @property
     def stride(self) -> int:
@@ -106,7 +118,8 @@ class ConvGeometry:
 
     @property
     def item(self) -> int:
-        return 4 if self.dtype == "f32" else 8
+        """Bytes of the compute type (f32 for 16-bit floats): the workspace's elements."""
+        return 8 if self.dtype == "f64" else 4
 
     @property
     def padded_outputs(self) -> int:
@@ -114,15 +127,29 @@ class ConvGeometry:
         copy of the kernel (zeros past the outputs, so that every load is a whole vector)."""
         return -(-self.outputs // VECTOR) * VECTOR
 
+    @property
+    def packs_weights(self) -> bool:
+        """Whether the rows form copies the kernel (padded to whole vectors, and in f32)."""
+        return self.form == "rows" and self.vectorized
+
+    @property
+    def sums_partials(self) -> bool:
+        """Whether the columns form sums into partial results (in the compute type) and then
+        adds them into the result: with several parts, or a 16-bit result to round."""
+        return self.form == "columns" and (self.parts > 1 or self.half)
+
     def scratch(self) -> tuple[tuple[str, int], ...]:
-        """Workspace names and sizes in bytes: a patch tile per part; in the columns form a
-        partial result per part as well (with more than one part); in the vectorized rows
-        form the kernel padded to whole vectors."""
+        """Workspace names and sizes in bytes: a patch tile per part; in the columns form
+        partial results (`sums_partials`) and, for 16-bit floats, a tile of the cotangent in
+        f32 per part; in the rows form the padded kernel (`packs_weights`) and, for 16-bit
+        floats, a tile of f32 results per part."""
         scratch = [("patches", self.parts * self.tile * self.stride * self.item)]
-        if self.form == "columns" and self.parts > 1:  # one part writes the result itself
+        if self.sums_partials:
             scratch.append(("partial", self.parts * self.outputs * self.depth * self.item))
-        if self.form == "rows" and self.vectorized:
+        if self.packs_weights:
             scratch.append(("weights", self.depth * self.padded_outputs * self.item))
+        if self.half:
+            scratch.append(("staged", self.parts * self.tile * self.outputs * self.item))
         return tuple(scratch)
 
 

@@ -355,6 +355,10 @@ def emit_conv(ctx: StepContext) -> list[str]:
         total = GCC.c_type(dtype).store.format(x=f"({terms})")
         pragma = PARALLEL_FOR if size >= PARALLEL_WORK else None
         lines += nest([("j", size)], [f"{out}[j] = {total};"], pragma)
-    if ctx.unit.blas is not None:
-        lines = ["const int threads = accy_blas_serial();", *lines, "accy_blas_restore(threads);"]
+    if ctx.unit.blas is not None:  # BLAS's GEMM sections take turns (the CPU README)
+        serial, restore = "const int threads = accy_blas_serial();", "accy_blas_restore(threads);"
+        if g.vectorized:  # the micro-kernels call no BLAS
+            serial = f"#ifndef __AVX512F__\n{serial}\n#endif"
+            restore = f"#ifndef __AVX512F__\n{restore}\n#endif"
+        lines = [serial, *lines, restore]
     return lines

@@ -227,6 +227,24 @@ def test_without_a_blas_the_tiles_multiply_in_loops_or_micro_kernels(monkeypatch
     _check(cases, dtype=dtype, seed=4, tolerance=2e-5 if dtype == f32 else 1e-12)
 
 
+@pytest.mark.parametrize(
+    "dtype, blas", [(f32, True), (bf16, True), (bf16, False)], ids=["f32", "bf16", "bf16-no-blas"]
+)
+def test_without_avx512_the_tiles_multiply_in_blas_or_loops(monkeypatch, dtype, blas):
+    """The path of a machine without AVX-512: the same C built with `-mno-avx512f`."""
+    from accy.backends.cpu import compile as cpu_compile
+    from accy.backends.cpu import toolchain
+
+    monkeypatch.setattr(toolchain, "BASE_FLAGS", (*toolchain.BASE_FLAGS, "-mno-avx512f"))
+    if not blas:
+        monkeypatch.setattr(cpu_compile, "find_blas", lambda: None)
+    c = _case((24, 24), (3, 2), channels=3, outputs=18, batch=2, stride=(2, 1))  # 2 tiles
+    cases = {"strided": c, "input-dilated": CASES["input-dilated"]}
+    rtol = 2.0**-8 if dtype == bf16 else 0.0
+    # A seed of its own each: the programs (their constants) differ, so none is a cache hit.
+    _check(cases, dtype=dtype, seed=6 if blas else 7, tolerance=2e-5, rtol=rtol)
+
+
 @pytest.mark.parametrize("dtype", [bf16, f16], ids=["bf16", "f16"])
 def test_half_precision_convs_sum_in_f32_and_round_once(dtype):
     """Each gradient element is an f32 sum of exact products of 16-bit values, rounded once

@@ -13,6 +13,7 @@ import pytest
 
 import accy
 from accy import bf16, f16, f32, f64, spec
+from accy.core.kinds.convolution import conv_attrs
 from accy.core.windows import padding_pairs
 from accy.lower.convolution import cpu_orders, geometry
 from accy.lower.plan import build_plan
@@ -265,3 +266,32 @@ def test_grouped_and_integer_convs_are_composed():
     )
     assert _kept_convs(integer) == []
     assert cpu_orders(integer.operations[-1]) is None
+
+
+def _multi_axis_loss(dtype) -> accy.Program:
+    """A conv whose roles span several axes each, interleaved: batch n and m, contracted c
+    and d, outputs p and o; asymmetric padding, a stride and a kernel dilation."""
+    types = [
+        spec(dtype, n=2, h=7, c=2, m=3, w=6, d=3),
+        spec(dtype, p=2, h=3, c=2, w=2, d=3, o=3),
+    ]
+    attrs = conv_attrs(["h", "w"], ["c", "d"], [2, 1], [(1, 0), (0, 1)], [1, 1], [1, 2])
+
+    def loss(b, args):
+        y = b.emit("conv", [args[0], args[1]], attrs)
+        return (y * y).sum()
+
+    return accy.value_and_grad(accy.trace.define("multi", types, loss), wrt=(0, 1))
+
+
+def test_several_axes_per_role_are_merged_and_laid_out_back():
+    """Against the reference evaluator in f64 (JAX's convolution has one axis per role)."""
+    program = _multi_axis_loss(f32)
+    assert len(_kept_convs(program)) == 3
+    rng = np.random.default_rng(8)
+    args = [rng.standard_normal(t.extents) for t in program.parameter_types]
+    truth = accy.reference.run(_multi_axis_loss(f64), args)
+    got = accy.compile(program, "cpu")(*(a.astype(np.float32) for a in args))
+    for g, t in zip(got, truth, strict=True):
+        scale = max(float(np.abs(t).max()), 1.0)
+        np.testing.assert_allclose(np.asarray(g, np.float64), t, rtol=0, atol=2e-6 * scale)

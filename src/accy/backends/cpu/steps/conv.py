@@ -17,7 +17,7 @@ result element is summed in one order, fixed by the shape: the threads never cha
 from __future__ import annotations
 
 from ....codegen.c.dialect import GCC
-from ....codegen.c.loops import PARALLEL_FOR, nest
+from ....codegen.c.loops import IF_PARALLEL, PARALLEL_FOR, nest
 from ....lower.convolution import VECTOR, ConvGeometry, geometry
 from ..loops import PARALLEL_WORK
 from .context import StepContext
@@ -34,6 +34,9 @@ FUSED = '__attribute__((optimize("fp-contract=fast")))'
 # accumulators, the rest the loaded vectors and the broadcast.
 BLOCK_ROWS = {4: 6, 3: 8, 2: 12, 1: 12}
 BAND = 4  # vectors of columns per micro-kernel
+# Parts are handed out one at a time: a part computes the same whichever thread runs it, and
+# on a busy machine a thread that is descheduled holds up only the part it has.
+PARALLEL_PARTS = f"#pragma omp parallel for schedule(dynamic, 1) {IF_PARALLEL}"
 
 
 def _store(pointer: str, acc: str, last: bool, add: str | None) -> list[str]:
@@ -346,7 +349,7 @@ def emit_conv(ctx: StepContext) -> list[str]:
             f"if (last == first) memset(into, 0, {g.outputs * g.depth} * sizeof({ftype}));",
         ]
     body += nest([("tile", "last")], tile, bounds={"tile": ("first", "last")})
-    lines = nest([("part", g.parts)], body, PARALLEL_FOR if g.parts > 1 else None)
+    lines = nest([("part", g.parts)], body, PARALLEL_PARTS if g.parts > 1 else None)
     if weights is not None:
         lines = [*_packed_weights(g, dtype, kernel, weights), *lines]
     if g.sums_partials:

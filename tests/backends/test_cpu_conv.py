@@ -295,3 +295,20 @@ def test_several_axes_per_role_are_merged_and_laid_out_back():
     for g, t in zip(got, truth, strict=True):
         scale = max(float(np.abs(t).max()), 1.0)
         np.testing.assert_allclose(np.asarray(g, np.float64), t, rtol=0, atol=2e-6 * scale)
+
+
+def test_the_kernel_can_be_switched_off_for_the_composition(configure):
+    c = _case((6, 5), (3, 3), channels=2, outputs=3, batch=1, stride=(1, 2))
+    weights = [np.ones(_forward_type(c, f32, False).extents)]
+    assert len(_kept_convs(_loss_program([c], weights=weights))) == 3
+    configure(cpu_conv=False)
+    program = _loss_program([c], weights=weights)
+    assert _kept_convs(program) == [] and build_plan(program).program.count("conv") == 0
+    rng = np.random.default_rng(9)
+    args = [rng.standard_normal(t.extents) for t in program.parameter_types]
+    got = accy.compile(program, "cpu")(*(a.astype(np.float32) for a in args))
+    _, expected = _jax_losses([c], args, weights, False)
+    for g, e in zip(got[1:], expected, strict=True):
+        np.testing.assert_allclose(
+            np.asarray(g, np.float64), e, rtol=0, atol=2e-5 * np.abs(e).max()
+        )

@@ -19,8 +19,9 @@ Two forms, by shape (the conv kind's derivatives close over it, so both are conv
 16-bit floats (bf16, f16) are converted to f32 as they are gathered and summed in f32, the
 result rounded once, as the kind's reference does.
 
-Declined (composed, `core/windows.py`): paired axes (groups, a vmapped kernel), integer
-dtypes, no contracted axis, an empty operand, sizes past 32-bit BLAS integers.
+Declined (composed, `core/windows.py`): every conv with `accy.config.cpu_conv` off
+(`ACCY_CPU_CONV=0`); paired axes (groups, a vmapped kernel), integer dtypes, no contracted
+axis, an empty operand, sizes past 32-bit BLAS integers.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..config import config
 from ..core import Operation
 from ..core.kinds.convolution import axis_roles
 from ..core.types import TensorType, bf16, f16, f32, f64
@@ -189,7 +191,7 @@ def cpu_orders(op: Operation) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     >>> cpu_orders(p.operations[-1])
     (('w', 'c'), ('w', 'c', 'o'))
     """
-    if op.kind != "conv" or _declined(op):
+    if op.kind != "conv" or not config.cpu_conv or _declined(op):
         return None
     x, kernel = op.operand_types
     roles = axis_roles(x, kernel, op.attrs)

@@ -20,8 +20,9 @@ Two forms, by shape (the conv kind's derivatives close over it, so both are conv
 result rounded once, as the kind's reference does.
 
 Declined (composed, `core/windows.py`): every conv with `accy.config.cpu_conv` off
-(`ACCY_CPU_CONV=0`); paired axes (groups, a vmapped kernel), integer dtypes, no contracted
-axis, an empty operand, sizes past 32-bit BLAS integers.
+(`ACCY_CPU_CONV=0`); integer dtypes, no contracted axis, an empty operand, sizes past 32-bit
+BLAS integers. Paired axes (groups, a vmapped kernel) are laid out outermost on both operands
+and the result: the conv of each of their elements runs in turn on its own slices.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class ConvGeometry:
     column_step: tuple[int, ...]
     low: tuple[int, ...]
     lhs_dilation: tuple[int, ...]
+    groups: int = 1  # the paired axes' elements: a conv of its own each, outermost in memory
 
     @property
     def rows(self) -> int:
@@ -174,7 +176,6 @@ def _declined(op: Operation) -> bool:
     roles = axis_roles(x, kernel, op.attrs)
     return (
         x.dtype not in DTYPES
-        or bool(roles["paired"])
         or not roles["contract"]
         or 0 in (*x.extents, *kernel.extents, *op.type.extents)
         or max(x.size, kernel.size, op.type.size) >= 1 << 31
@@ -196,9 +197,10 @@ def cpu_orders(op: Operation) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     x, kernel = op.operand_types
     roles = axis_roles(x, kernel, op.attrs)
     spatial, contract = roles["spatial"], roles["contract"]
+    paired, batch, outputs = roles["paired"], roles["batch"], roles["outputs"]
     if _form(x, kernel, op.type, spatial) == "rows":
-        return (*roles["batch"], *spatial, *contract), (*spatial, *contract, *roles["outputs"])
-    return (*contract, *spatial, *roles["batch"]), (*contract, *spatial, *roles["outputs"])
+        return (*paired, *batch, *spatial, *contract), (*paired, *spatial, *contract, *outputs)
+    return (*paired, *contract, *spatial, *batch), (*paired, *contract, *spatial, *outputs)
 
 
 def geometry(op: Operation) -> ConvGeometry:
@@ -225,6 +227,7 @@ def geometry(op: Operation) -> ConvGeometry:
         extents=tuple(x.extent(s) for s in spatial),
         low=tuple(a["low"]),
         lhs_dilation=tuple(a["lhs_dilation"]),
+        groups=size(x, roles["paired"]),
     )
     if form == "rows":
         return ConvGeometry(

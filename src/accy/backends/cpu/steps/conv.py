@@ -5,6 +5,8 @@ runs its tiles in order: gather the tile's windows (one `memcpy` of the innermos
 and window offset, zeros where the window meets padding or an input dilation's hole), then
 multiply. In the `rows` form the product is the tile's result rows; in the `columns` form it is
 added into the part's partial result, and the partials are summed in part order afterwards.
+The elements of paired axes (groups, a vmapped kernel) are convs of their own, run in turn on
+their slices.
 
 The multiplication: f32 where the compiler targets AVX-512, register-blocked micro-kernels of
 our own (`rows`: a block of patch rows times a band of kernel columns, an accumulator register
@@ -317,9 +319,13 @@ def emit_conv(ctx: StepContext) -> list[str]:
     dtype = op.type.dtype
     ftype = GCC.c_type(dtype).compute
     x_view, k_view = (ctx.plan.view(v) for v in op.operands)
-    x = f"({ctx.pointers[x_view.base]} + {x_view.offset})"
-    kernel = f"({ctx.pointers[k_view.base]} + {k_view.offset})"
-    out = ctx.pointers[op.results[0]]
+    storage = GCC.c_type(dtype).storage
+    groups = [  # each group's slices of x, the kernel and the result
+        (f"const {storage} *const xg", f"{ctx.pointers[x_view.base]} + {x_view.offset}", "x"),
+        (f"const {storage} *const kg", f"{ctx.pointers[k_view.base]} + {k_view.offset}", "k"),
+        (f"{storage} *const og", ctx.pointers[op.results[0]], "out"),
+    ]
+    x, kernel, out = "xg", "kg", "og"
     if g.vectorized:
         _declare_once(ctx, VECTORS)
     patches = ctx.scratch(ftype, "patches")
@@ -358,6 +364,9 @@ def emit_conv(ctx: StepContext) -> list[str]:
         total = GCC.c_type(dtype).store.format(x=f"({terms})")
         pragma = PARALLEL_FOR if size >= PARALLEL_WORK else None
         lines += nest([("j", size)], [f"{out}[j] = {total};"], pragma)
+    sizes = {"x": op.operand_types[0].size, "k": op.operand_types[1].size, "out": op.type.size}
+    slices = [f"{name} = {base} + group * {sizes[of] // g.groups};" for name, base, of in groups]
+    lines = nest([("group", g.groups)], [*slices, *lines])
     if ctx.unit.blas is not None:  # BLAS's GEMM sections take turns (the CPU README)
         serial, restore = "const int threads = accy_blas_serial();", "accy_blas_restore(threads);"
         if g.vectorized:  # the micro-kernels call no BLAS

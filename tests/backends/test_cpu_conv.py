@@ -237,7 +237,13 @@ def test_without_a_blas_the_tiles_multiply_in_loops_or_micro_kernels(monkeypatch
 
 
 @pytest.mark.parametrize(
-    "dtype, blas", [(f32, True), (bf16, True), (bf16, False)], ids=["f32", "bf16", "bf16-no-blas"]
+    "dtype, blas",
+    [
+        (f32, True),
+        pytest.param(bf16, True, marks=pytest.mark.slow),
+        pytest.param(bf16, False, marks=pytest.mark.slow),
+    ],
+    ids=["f32", "bf16", "bf16-no-blas"],
 )
 def test_without_avx512_the_tiles_multiply_in_blas_or_loops(monkeypatch, dtype, blas):
     """The path of a machine without AVX-512: the same C built with `-mno-avx512f`."""
@@ -254,7 +260,9 @@ def test_without_avx512_the_tiles_multiply_in_blas_or_loops(monkeypatch, dtype, 
     _check(cases, dtype=dtype, seed=6 if blas else 7, tolerance=2e-5, rtol=rtol)
 
 
-@pytest.mark.parametrize("dtype", [bf16, f16], ids=["bf16", "f16"])
+@pytest.mark.parametrize(
+    "dtype", [bf16, pytest.param(f16, marks=pytest.mark.slow)], ids=["bf16", "f16"]
+)
 def test_half_precision_convs_sum_in_f32_and_round_once(dtype):
     """Each gradient element is an f32 sum of exact products of 16-bit values, rounded once
     (half an ulp: 2^-9 of bf16, 2^-12 of f16, relative)."""

@@ -221,6 +221,14 @@ SETTINGS: tuple[Setting, ...] = (
         changes_generated_code=True,
     ),
     Setting(
+        "cpu_conv",
+        "ACCY_CPU_CONV",
+        _boolean,
+        True,
+        "CPU: run convolutions as accy's tiled implicit-GEMM kernel (off: the im2col composition).",
+        changes_generated_code=True,
+    ),
+    Setting(
         "cudnn_conv",
         "ACCY_CUDNN_CONV",
         _boolean,

@@ -16,8 +16,13 @@ Two forms, by shape (the conv kind's derivatives close over it, so both are conv
   = the sum over tiles of kernel-tileᵀ @ patches. Each of a fixed number of parts (by shape,
   never by thread count) sums its tiles into a partial result; the partials are added in order.
 
-Declined (composed, `core/windows.py`): paired axes (groups, a vmapped kernel), dtypes other
-than f32 and f64, no contracted axis, an empty operand, sizes past 32-bit BLAS integers.
+16-bit floats (bf16, f16) are converted to f32 as they are gathered and summed in f32, the
+result rounded once, as the kind's reference does.
+
+Declined (composed, `core/windows.py`): every conv with `accy.config.cpu_conv` off
+(`ACCY_CPU_CONV=0`); integer dtypes, no contracted axis, an empty operand, sizes past 32-bit
+BLAS integers. Paired axes (groups, a vmapped kernel) are laid out outermost on both operands
+and the result: the conv of each of their elements runs in turn on its own slices.
 """
 
 from __future__ import annotations
@@ -25,17 +30,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..config import config
 from ..core import Operation
 from ..core.kinds.convolution import axis_roles
-from ..core.types import TensorType, f32, f64
+from ..core.types import TensorType, bf16, f16, f32, f64
 
-DTYPES = (f32, f64)
-TILE_BYTES = 192 << 10  # the patch matrix of one tile: a good part of the L2, with the GEMM's
+DTYPES = (f32, f64, bf16, f16)
+HALF = ("bf16", "f16")
+TILE_BYTES = 512 << 10  # a patch tile: a quarter of a core's L2 (2 MiB on the 2-core EPYC)
 MAX_TILE_ROWS = 512
 MIN_TILE_ROWS = 16
+MIN_COLUMN_ROWS = 128
 PARALLEL_WORK = 1 << 22  # rows * depth * outputs from which tiles are shared among threads
 VECTOR = 16  # f32 lanes of an AVX-512 register
 PARTS = 8  # at most this many parts share a conv's tiles (the step emitters' CHUNKS)
+PARTIALS_BYTES = 32 << 20  # a kernel gradient's partial results, all parts together
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class ConvGeometry:
     column_step: tuple[int, ...]
     low: tuple[int, ...]
     lhs_dilation: tuple[int, ...]
+    groups: int = 1  # the paired axes' elements: a conv of its own each, outermost in memory
 
     @property
     def rows(self) -> int:
@@ -75,8 +85,16 @@ class ConvGeometry:
     @property
     def vectorized(self) -> bool:
         """Whether the tiles multiply in the CPU's own AVX-512 micro-kernels where the
-        compiler targets AVX-512 (f32), rather than in BLAS."""
-        return self.dtype == "f32"
+        compiler targets AVX-512 (f32, and 16-bit floats computed in f32), rather than in
+        BLAS."""
+        return self.dtype != "f64"
+
+    @property
+    def half(self) -> bool:
+        """A 16-bit float conv: its operands are converted to f32 as they are gathered (the
+        patches, the kernel, a kernel gradient's cotangent tile), the products summed in f32
+        and rounded once into the result, as the kind's."""
+        return self.dtype in HALF
 
     @property
     def stride(self) -> int:
@@ -90,7 +108,10 @@ class ConvGeometry:
     def tile(self) -> int:
         """Rows per tile: a patch tile of about `TILE_BYTES`."""
         rows = TILE_BYTES // max(self.stride * self.item, 1)
-        return max(MIN_TILE_ROWS, min(MAX_TILE_ROWS, rows, self.rows))
+        # The columns form adds each tile's product into the partial result: as many rows
+        # as there are, up to MIN_COLUMN_ROWS, so that the adds stay a small part of the work.
+        least = MIN_COLUMN_ROWS if self.form == "columns" else MIN_TILE_ROWS
+        return min(max(least, min(MAX_TILE_ROWS, rows)), self.rows)
 
     @property
     def tiles(self) -> int:
@@ -102,11 +123,15 @@ class ConvGeometry:
         never depend on the threads there are."""
         if self.rows * self.depth * self.outputs < PARALLEL_WORK:
             return 1
+        if self.form == "columns":  # a partial result each: at most PARTIALS_BYTES of them
+            fit = PARTIALS_BYTES // (self.outputs * self.depth * self.item)
+            return max(1, min(PARTS, self.tiles, fit))
         return min(PARTS, self.tiles)
 
     @property
     def item(self) -> int:
-        return 4 if self.dtype == "f32" else 8
+        """Bytes of the compute type (f32 for 16-bit floats): the workspace's elements."""
+        return 8 if self.dtype == "f64" else 4
 
     @property
     def padded_outputs(self) -> int:
@@ -114,15 +139,29 @@ class ConvGeometry:
         copy of the kernel (zeros past the outputs, so that every load is a whole vector)."""
         return -(-self.outputs // VECTOR) * VECTOR
 
+    @property
+    def packs_weights(self) -> bool:
+        """Whether the rows form copies the kernel (padded to whole vectors, and in f32)."""
+        return self.form == "rows" and self.vectorized
+
+    @property
+    def sums_partials(self) -> bool:
+        """Whether the columns form sums into partial results (in the compute type) and then
+        adds them into the result: with several parts, or a 16-bit result to round."""
+        return self.form == "columns" and (self.parts > 1 or self.half)
+
     def scratch(self) -> tuple[tuple[str, int], ...]:
-        """Workspace names and sizes in bytes: a patch tile per part; in the columns form a
-        partial result per part as well (with more than one part); in the vectorized rows
-        form the kernel padded to whole vectors."""
+        """Workspace names and sizes in bytes: a patch tile per part; in the columns form
+        partial results (`sums_partials`) and, for 16-bit floats, a tile of the cotangent in
+        f32 per part; in the rows form the padded kernel (`packs_weights`) and, for 16-bit
+        floats, a tile of f32 results per part."""
         scratch = [("patches", self.parts * self.tile * self.stride * self.item)]
-        if self.form == "columns" and self.parts > 1:  # one part writes the result itself
+        if self.sums_partials:
             scratch.append(("partial", self.parts * self.outputs * self.depth * self.item))
-        if self.form == "rows" and self.vectorized:
+        if self.packs_weights:
             scratch.append(("weights", self.depth * self.padded_outputs * self.item))
+        if self.half:
+            scratch.append(("staged", self.parts * self.tile * self.outputs * self.item))
         return tuple(scratch)
 
 
@@ -137,7 +176,6 @@ def _declined(op: Operation) -> bool:
     roles = axis_roles(x, kernel, op.attrs)
     return (
         x.dtype not in DTYPES
-        or bool(roles["paired"])
         or not roles["contract"]
         or 0 in (*x.extents, *kernel.extents, *op.type.extents)
         or max(x.size, kernel.size, op.type.size) >= 1 << 31
@@ -154,14 +192,15 @@ def cpu_orders(op: Operation) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     >>> cpu_orders(p.operations[-1])
     (('w', 'c'), ('w', 'c', 'o'))
     """
-    if op.kind != "conv" or _declined(op):
+    if op.kind != "conv" or not config.cpu_conv or _declined(op):
         return None
     x, kernel = op.operand_types
     roles = axis_roles(x, kernel, op.attrs)
     spatial, contract = roles["spatial"], roles["contract"]
+    paired, batch, outputs = roles["paired"], roles["batch"], roles["outputs"]
     if _form(x, kernel, op.type, spatial) == "rows":
-        return (*roles["batch"], *spatial, *contract), (*spatial, *contract, *roles["outputs"])
-    return (*contract, *spatial, *roles["batch"]), (*contract, *spatial, *roles["outputs"])
+        return (*paired, *batch, *spatial, *contract), (*paired, *spatial, *contract, *outputs)
+    return (*paired, *contract, *spatial, *batch), (*paired, *contract, *spatial, *outputs)
 
 
 def geometry(op: Operation) -> ConvGeometry:
@@ -188,6 +227,7 @@ def geometry(op: Operation) -> ConvGeometry:
         extents=tuple(x.extent(s) for s in spatial),
         low=tuple(a["low"]),
         lhs_dilation=tuple(a["lhs_dilation"]),
+        groups=size(x, roles["paired"]),
     )
     if form == "rows":
         return ConvGeometry(

@@ -5,6 +5,8 @@ runs its tiles in order: gather the tile's windows (one `memcpy` of the innermos
 and window offset, zeros where the window meets padding or an input dilation's hole), then
 multiply. In the `rows` form the product is the tile's result rows; in the `columns` form it is
 added into the part's partial result, and the partials are summed in part order afterwards.
+The elements of paired axes (groups, a vmapped kernel) are convs of their own, run in turn on
+their slices.
 
 The multiplication: f32 where the compiler targets AVX-512, register-blocked micro-kernels of
 our own (`rows`: a block of patch rows times a band of kernel columns, an accumulator register
@@ -17,7 +19,7 @@ result element is summed in one order, fixed by the shape: the threads never cha
 from __future__ import annotations
 
 from ....codegen.c.dialect import GCC
-from ....codegen.c.loops import PARALLEL_FOR, nest
+from ....codegen.c.loops import IF_PARALLEL, PARALLEL_FOR, nest
 from ....lower.convolution import VECTOR, ConvGeometry, geometry
 from ..loops import PARALLEL_WORK
 from .context import StepContext
@@ -34,6 +36,9 @@ FUSED = '__attribute__((optimize("fp-contract=fast")))'
 # accumulators, the rest the loaded vectors and the broadcast.
 BLOCK_ROWS = {4: 6, 3: 8, 2: 12, 1: 12}
 BAND = 4  # vectors of columns per micro-kernel
+# Parts are handed out one at a time: a part computes the same whichever thread runs it, and
+# on a busy machine a thread that is descheduled holds up only the part it has.
+PARALLEL_PARTS = f"#pragma omp parallel for schedule(dynamic, 1) {IF_PARALLEL}"
 
 
 def _store(pointer: str, acc: str, last: bool, add: str | None) -> list[str]:
@@ -110,22 +115,33 @@ def _declare_once(ctx: StepContext, text: str) -> None:
         ctx.unit.declare(text)
 
 
-def _patch_rows(g: ConvGeometry, ctype: str, x: str, patches: str) -> list[str]:
-    """Fill `patches` (rows `t` of `count`, from row `start`) with the windows of the input."""
+def _patch_rows(g: ConvGeometry, dtype, x: str, patches: str) -> list[str]:
+    """Fill `patches` (rows `t` of `count`, from row `start`) with the windows of the input,
+    converted to the compute type (16-bit floats to f32)."""
     d = len(g.extents)
+    ftype = GCC.c_type(dtype).compute
     lines = ["int64_t rest = start + t;"]
     for i in reversed(range(d)):
         lines.append(f"const int64_t r{i} = rest % {g.row_extents[i]}; rest /= {g.row_extents[i]};")
-    lines.append(f"{ctype} *dst = {patches} + t * {g.stride};")
+    lines.append(f"{ftype} *dst = {patches} + t * {g.stride};")
     address = "rest"
     for i in range(d):
         address = f"({address}) * {g.extents[i]} + i{i}"
-    run = f"{g.inner} * sizeof({ctype})"
-    inner = [
-        f"if (ok{d - 1}) memcpy(dst, {x} + (({address}) * {g.inner}), {run});",
-        f"else memset(dst, 0, {run});",
-        f"dst += {g.inner};",
-    ]
+    run = f"{g.inner} * sizeof({ftype})"
+    source = f"{x} + (({address}) * {g.inner})"
+    if g.half:
+        load = GCC.c_type(dtype).load.format(x="src[c]")
+        copy = [
+            f"if (ok{d - 1}) {{",
+            f"  const {GCC.c_type(dtype).storage} *src = {source};",
+            f"  for (int64_t c = 0; c < {g.inner}; ++c) dst[c] = {load};",
+            "} else {",
+            f"  memset(dst, 0, {run});",
+            "}",
+        ]
+    else:
+        copy = [f"if (ok{d - 1}) memcpy(dst, {source}, {run});", f"else memset(dst, 0, {run});"]
+    inner = [*copy, f"dst += {g.inner};"]
     for i in reversed(range(d)):
         dilated = (g.extents[i] - 1) * g.lhs_dilation[i] + 1
         ld = g.lhs_dilation[i]
@@ -140,43 +156,41 @@ def _patch_rows(g: ConvGeometry, ctype: str, x: str, patches: str) -> list[str]:
         inner = nest([(f"q{i}", g.column_extents[i])], header + inner)
     lines += inner
     if g.stride > g.depth:  # the vectors' lanes past the depth multiply as zeros
-        lines.append(f"memset(dst, 0, {g.stride - g.depth} * sizeof({ctype}));")
+        lines.append(f"memset(dst, 0, {g.stride - g.depth} * sizeof({ftype}));")
     return lines
 
 
-def _library_gemm(
-    g: ConvGeometry, blas: bool, ctype: str, a: str, b: str, c: str, beta: str
-) -> list[str]:
-    """The tile's GEMM by BLAS (or loops): rows form c[count, outputs] = a[count, depth] @
-    b[depth, outputs]; columns form c[outputs, depth] = beta * c + a[count, outputs]ᵀ @
-    b[count, depth]."""
-    function = "accy_sgemm" if g.dtype == "f32" else "accy_dgemm"
-    a, b, c = f"({a})", f"({b})", f"({c})"
+def _library_gemm(g: ConvGeometry, blas: bool, ftype: str, a, b, c, beta: str) -> list[str]:
+    """The tile's GEMM by BLAS (or loops), operands (pointer, leading dimension): rows form
+    c[count, outputs] = a[count, depth] @ b[depth, outputs]; columns form c[outputs, depth] =
+    beta * c + a[count, outputs]ᵀ @ b[count, depth]."""
+    function = "accy_sgemm" if g.dtype != "f64" else "accy_dgemm"
+    (a, lda), (b, ldb), (c, ldc) = ((f"({p})", ld) for p, ld in (a, b, c))
     if g.form == "rows":
         if blas:
             return [
                 f"{function}({ROW_MAJOR}, {NO_TRANS}, {NO_TRANS}, count, {g.outputs}, {g.depth}, "
-                f"1, {a}, {g.stride}, {b}, {g.outputs}, 0, {c}, {g.outputs});"
+                f"1, {a}, {lda}, {b}, {ldb}, 0, {c}, {ldc});"
             ]
-        product = f"{a}[t * {g.stride} + k] * {b}[k * {g.outputs} + o]"
+        product = f"{a}[t * {lda} + k] * {b}[k * {ldb} + o]"
         return nest(
             [("t", "count"), ("o", g.outputs)],
-            [f"{ctype} acc = 0;", f"for (int64_t k = 0; k < {g.depth}; ++k) acc += {product};"]
-            + [f"{c}[t * {g.outputs} + o] = acc;"],
+            [f"{ftype} acc = 0;", f"for (int64_t k = 0; k < {g.depth}; ++k) acc += {product};"]
+            + [f"{c}[t * {ldc} + o] = acc;"],
             bounds={"t": ("0", "count")},
         )
     if blas:
         return [
             f"{function}({ROW_MAJOR}, {TRANS}, {NO_TRANS}, {g.outputs}, {g.depth}, count, "
-            f"1, {a}, {g.outputs}, {b}, {g.stride}, {beta}, {c}, {g.depth});"
+            f"1, {a}, {lda}, {b}, {ldb}, {beta}, {c}, {ldc});"
         ]
-    product = f"{a}[t * {g.outputs} + o] * {b}[t * {g.stride} + k]"
+    product = f"{a}[t * {lda} + o] * {b}[t * {ldb} + k]"
     return nest(
         [("o", g.outputs), ("k", g.depth)],
         [
-            f"{ctype} acc = ({beta}) ? {c}[o * {g.depth} + k] : 0;",
+            f"{ftype} acc = ({beta}) ? {c}[o * {ldc} + k] : 0;",
             f"for (int64_t t = 0; t < count; ++t) acc += {product};",
-            f"{c}[o * {g.depth} + k] = acc;",
+            f"{c}[o * {ldc} + k] = acc;",
         ],
     )
 
@@ -210,34 +224,38 @@ def _blocked(ctx, form: str, band: int, extent: str, counts, call: str) -> list[
     ]
 
 
-def _vector_rows(ctx, g: ConvGeometry, out: str, weights: str) -> list[str]:
-    """A tile of the rows form in micro-kernels: blocks of patch rows by bands of columns."""
+def _last(columns: int, first: int, band: int) -> str:
+    """The lanes of a band's last vector that hold columns (a C expression)."""
+    last = f"{columns - first * VECTOR - (band - 1) * VECTOR}"
+    return f"({last} < {VECTOR} ? {last} : {VECTOR})"
+
+
+def _vector_rows(ctx, g: ConvGeometry, weights: str, target: str) -> list[str]:
+    """A tile of the rows form in micro-kernels: blocks of patch rows by bands of columns,
+    into `target` (the tile's first result row, `outputs` apart)."""
     counts = {g.tile, g.rows - (g.tiles - 1) * g.tile}
     lines = []
     for first, band in _bands(g.outputs):
         column = first * VECTOR
-        last = f"{g.outputs - column - (band - 1) * VECTOR}"
-        last = f"({last} < {VECTOR} ? {last} : {VECTOR})"
         call = (
             f"{{name}}(mine + r0 * {g.stride}, {g.stride}, {weights} + {column}, "
-            f"{g.padded_outputs}, {out} + (start + r0) * {g.outputs} + {column}, {g.outputs}, "
-            f"{g.depth}, {last});"
+            f"{g.padded_outputs}, {target} + r0 * {g.outputs} + {column}, {g.outputs}, "
+            f"{g.depth}, {_last(g.outputs, first, band)});"
         )
         lines += _blocked(ctx, "rows", band, "count", counts, call)
     return lines
 
 
-def _vector_columns(ctx, g: ConvGeometry, kernel: str) -> list[str]:
-    """A tile of the columns form in micro-kernels: blocks of outputs by bands of columns."""
+def _vector_columns(ctx, g: ConvGeometry, cotangent: str) -> list[str]:
+    """A tile of the columns form in micro-kernels: blocks of outputs by bands of columns;
+    `cotangent` is the tile's first row of the kernel operand (`outputs` apart)."""
     lines = []
     for first, band in _bands(g.depth):
         column = first * VECTOR
-        last = f"{g.depth - column - (band - 1) * VECTOR}"
-        last = f"({last} < {VECTOR} ? {last} : {VECTOR})"
         call = (
-            f"{{name}}({kernel} + start * {g.outputs} + r0, {g.outputs}, mine + {column}, "
-            f"{g.stride}, into + r0 * {g.depth} + {column}, {g.depth}, count, {last}, "
-            "tile > first);"
+            f"{{name}}({cotangent} + r0, {g.outputs}, mine + {column}, "
+            f"{g.stride}, into + r0 * {g.depth} + {column}, {g.depth}, count, "
+            f"{_last(g.depth, first, band)}, tile > first);"
         )
         lines += _blocked(ctx, "columns", band, str(g.outputs), {g.outputs}, call)
     return lines
@@ -247,67 +265,112 @@ def _either(vector: list[str], library: list[str]) -> list[str]:
     return ["#ifdef __AVX512F__", *vector, "#else", *library, "#endif"]
 
 
+def _rows_tile(ctx, g: ConvGeometry, kernel: str, out: str, weights, staged) -> list[str]:
+    """The multiplication of a rows-form tile (its patches are `mine`)."""
+    blas, dtype = ctx.unit.blas is not None, ctx.step.op.type.dtype
+    ftype = GCC.c_type(dtype).compute
+    target = "staged_mine" if g.half else f"{out} + start * {g.outputs}"
+    b = (weights, g.padded_outputs) if g.half else (kernel, g.outputs)
+    library = _library_gemm(g, blas, ftype, ("mine", g.stride), b, (target, g.outputs), "0")
+    lines = _either(_vector_rows(ctx, g, weights, target), library) if g.vectorized else library
+    if g.half:  # each f32 sum rounded once into the 16-bit result
+        store = GCC.c_type(dtype).store.format(x=f"staged_mine[t * {g.outputs} + o]")
+        lines += nest(
+            [("t", "count"), ("o", g.outputs)],
+            [f"{out}[(start + t) * {g.outputs} + o] = {store};"],
+            bounds={"t": ("0", "count")},
+        )
+    return lines
+
+
+def _columns_tile(ctx, g: ConvGeometry, kernel: str) -> list[str]:
+    """The multiplication of a columns-form tile into `into` (its patches are `mine`)."""
+    blas, dtype = ctx.unit.blas is not None, ctx.step.op.type.dtype
+    ftype = GCC.c_type(dtype).compute
+    lines = []
+    cotangent = f"({kernel} + start * {g.outputs})"
+    if g.half:  # the tile's rows of the cotangent in f32
+        load = GCC.c_type(dtype).load.format(x=f"{cotangent}[i]")
+        size = f"count * {g.outputs}"
+        lines += nest([("i", size)], [f"staged_mine[i] = {load};"], bounds={"i": ("0", size)})
+        cotangent = "staged_mine"
+    a, b = (cotangent, g.outputs), ("mine", g.stride)
+    library = _library_gemm(g, blas, ftype, a, b, ("into", g.depth), "tile > first")
+    if g.vectorized:
+        return lines + _either(_vector_columns(ctx, g, cotangent), library)
+    return lines + library
+
+
+def _packed_weights(g: ConvGeometry, dtype, kernel: str, weights: str) -> list[str]:
+    """The kernel in the compute type, its rows padded with zeros to whole vectors."""
+    load = GCC.c_type(dtype).load.format(x=f"{kernel}[k * {g.outputs} + o]")
+    pack = nest(
+        [("k", g.depth), ("o", g.padded_outputs)],
+        [f"{weights}[k * {g.padded_outputs} + o] = o < {g.outputs} ? {load} : 0;"],
+    )
+    return pack if g.half else ["#ifdef __AVX512F__", *pack, "#endif"]
+
+
 def emit_conv(ctx: StepContext) -> list[str]:
     """The kept conv's tiles, shared by the threads in `parts` (see the module doc)."""
     ctx.value_pointers()
     op = ctx.step.op
     g = geometry(op)
-    ctype = GCC.c_type(op.type.dtype).storage
+    dtype = op.type.dtype
+    ftype = GCC.c_type(dtype).compute
     x_view, k_view = (ctx.plan.view(v) for v in op.operands)
-    x = f"({ctx.pointers[x_view.base]} + {x_view.offset})"
-    kernel = f"({ctx.pointers[k_view.base]} + {k_view.offset})"
-    out = ctx.pointers[op.results[0]]
-    blas = ctx.unit.blas is not None
+    storage = GCC.c_type(dtype).storage
+    groups = [  # each group's slices of x, the kernel and the result
+        (f"const {storage} *const xg", f"{ctx.pointers[x_view.base]} + {x_view.offset}", "x"),
+        (f"const {storage} *const kg", f"{ctx.pointers[k_view.base]} + {k_view.offset}", "k"),
+        (f"{storage} *const og", ctx.pointers[op.results[0]], "out"),
+    ]
+    x, kernel, out = "xg", "kg", "og"
     if g.vectorized:
         _declare_once(ctx, VECTORS)
-    patches = ctx.scratch(ctype, "patches")
-    summed = g.form == "columns" and g.parts > 1
-    partial = ctx.scratch(ctype, "partial") if summed else None
-    weights = ctx.scratch(ctype, "weights") if g.form == "rows" and g.vectorized else None
+    patches = ctx.scratch(ftype, "patches")
+    partial = ctx.scratch(ftype, "partial") if g.sums_partials else None
+    weights = ctx.scratch(ftype, "weights") if g.packs_weights else None
+    staged = ctx.scratch(ftype, "staged") if g.half else None
     tile = [
         f"const int64_t start = tile * {g.tile};",
         f"const int64_t count = {g.rows} - start < {g.tile} ? {g.rows} - start : {g.tile};",
-        *nest([("t", "count")], _patch_rows(g, ctype, x, "mine"), bounds={"t": ("0", "count")}),
+        *nest([("t", "count")], _patch_rows(g, dtype, x, "mine"), bounds={"t": ("0", "count")}),
     ]
     if g.form == "rows":
-        library = _library_gemm(g, blas, ctype, "mine", kernel, f"{out} + start * {g.outputs}", "0")
-        into = None
+        tile += _rows_tile(ctx, g, kernel, out, weights, staged)
     else:
-        into = f"{partial} + part * {g.outputs * g.depth}" if summed else out
-        a = f"{kernel} + start * {g.outputs}"
-        library = _library_gemm(g, blas, ctype, a, "mine", "into", "tile > first")
-    if not g.vectorized:
-        tile += library
-    elif g.form == "rows":
-        tile += _either(_vector_rows(ctx, g, out, weights), library)
-    else:
-        tile += _either(_vector_columns(ctx, g, kernel), library)
+        tile += _columns_tile(ctx, g, kernel)
     body = [
         f"const int64_t first = {g.tiles} * part / {g.parts};",
         f"const int64_t last = {g.tiles} * (part + 1) / {g.parts};",
-        f"{ctype} *const mine = {patches} + part * {g.tile * g.stride};",
+        f"{ftype} *const mine = {patches} + part * {g.tile * g.stride};",
     ]
-    if into is not None:
+    if staged is not None:
+        body.append(f"{ftype} *const staged_mine = {staged} + part * {g.tile * g.outputs};")
+    if g.form == "columns":
+        into = f"{partial} + part * {g.outputs * g.depth}" if g.sums_partials else out
         body += [
-            f"{ctype} *const into = {into};",
-            f"if (last == first) memset(into, 0, {g.outputs * g.depth} * sizeof({ctype}));",
+            f"{ftype} *const into = {into};",
+            f"if (last == first) memset(into, 0, {g.outputs * g.depth} * sizeof({ftype}));",
         ]
     body += nest([("tile", "last")], tile, bounds={"tile": ("first", "last")})
-    lines = nest([("part", g.parts)], body, PARALLEL_FOR if g.parts > 1 else None)
-    if weights is not None:  # the kernel, its rows padded to whole vectors with zeros
-        pack = nest(
-            [("k", g.depth), ("o", g.padded_outputs)],
-            [
-                f"{weights}[k * {g.padded_outputs} + o] = "
-                f"o < {g.outputs} ? {kernel}[k * {g.outputs} + o] : 0;"
-            ],
-        )
-        lines = ["#ifdef __AVX512F__", *pack, "#endif", *lines]
-    if summed:
+    lines = nest([("part", g.parts)], body, PARALLEL_PARTS if g.parts > 1 else None)
+    if weights is not None:
+        lines = [*_packed_weights(g, dtype, kernel, weights), *lines]
+    if g.sums_partials:
         size = g.outputs * g.depth
         terms = " + ".join(f"{partial}[{p * size} + j]" for p in range(g.parts))
+        total = GCC.c_type(dtype).store.format(x=f"({terms})")
         pragma = PARALLEL_FOR if size >= PARALLEL_WORK else None
-        lines += nest([("j", size)], [f"{out}[j] = {terms};"], pragma)
-    if blas:
-        lines = ["const int threads = accy_blas_serial();", *lines, "accy_blas_restore(threads);"]
+        lines += nest([("j", size)], [f"{out}[j] = {total};"], pragma)
+    sizes = {"x": op.operand_types[0].size, "k": op.operand_types[1].size, "out": op.type.size}
+    slices = [f"{name} = {base} + group * {sizes[of] // g.groups};" for name, base, of in groups]
+    lines = nest([("group", g.groups)], [*slices, *lines])
+    if ctx.unit.blas is not None:  # BLAS's GEMM sections take turns (the CPU README)
+        serial, restore = "const int threads = accy_blas_serial();", "accy_blas_restore(threads);"
+        if g.vectorized:  # the micro-kernels call no BLAS
+            serial = f"#ifndef __AVX512F__\n{serial}\n#endif"
+            restore = f"#ifndef __AVX512F__\n{restore}\n#endif"
+        lines = [serial, *lines, restore]
     return lines

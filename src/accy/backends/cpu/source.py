@@ -221,6 +221,8 @@ def translation(
     unit = Translation(registry, blas)
     unit.write_function(plan, "accy_run", exported=True)
     blas_part = NO_BLAS if blas is None else BLAS_DECLARATIONS.format(blasint=blas.c_int_type)
+    if blas is not None and blas.sgemm_kernel:  # the choice is in the source, hence in the key
+        blas_part = f"/* float32 GEMMs: {blas.sgemm_kernel} */\n{blas_part.strip()}"
     parts = [
         GCC.prelude.strip(),
         OPENMP.strip(),

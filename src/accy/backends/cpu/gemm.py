@@ -1,0 +1,288 @@
+"""accy's own float32 GEMM for CPUs with AVX-512F, called where BLAS's `sgemm` would be.
+
+NumPy's OpenBLAS may be held to its AVX2 kernels (`OPENBLAS_CORETYPE=Haswell`, which some
+environments set), and XLA, with AVX-512 kernels of its own, then runs a transformer's GEMMs
+about 1.7x faster. This module builds, once per machine (the disk cache's `gemm` folder), a
+small library with a cblas-compatible `sgemm`: BLIS's loop order (panels of B of `KC` x `NC`
+packed once per block, micro-panels of A of `MR` rows), a 12 x 32 micro-kernel holding its
+24 accumulators in zmm registers and fused multiply-adds (as every BLAS's sgemm). What it does
+not serve (column-major calls, alpha != 1 or beta != 0, fewer than 16 columns, where its
+32-wide tiles would be mostly padding) it hands to the BLAS's own `sgemm`.
+
+The generated programs call it through the same pointer as BLAS's (`NativeLibrary` hands it
+over at load time), so the choice costs no code generation and no compile of the program:
+`accy.config.cpu_gemm_kernel` (on by default) picks it for programs compiled from then on.
+Results depend on the GEMM's shape alone, never on the thread that runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import subprocess
+import threading
+from pathlib import Path
+
+from ...codegen import cache
+from ...codegen.compiler import find_compiler
+from ...config import config
+from ...errors import CompileError
+from .blas import Blas
+from .toolchain import cpu_identity
+
+CACHE = cache.Cache("gemm")
+VERSION = "accy-gemm-1"
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-pipe", "-nostdlib")
+
+SOURCE = r"""
+/* accy's float32 GEMM (AVX-512F): row-major C = A B, A m x k and B k x n, each maybe transposed. */
+typedef long int64_t;
+typedef int int32_t;
+typedef unsigned long size_t;
+void *aligned_alloc(size_t alignment, size_t size);
+void *memcpy(void *restrict to, const void *restrict from, size_t size);
+
+typedef float v16 __attribute__((vector_size(64), aligned(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+enum { MR = 12, NR = 32, KC = 256, NC = 1024, ROW_MAJOR = 101, TRANS = 112 };
+
+static inline v16 fma16(v16 a, v16 b, v16 c) {
+  return __builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4);
+}
+
+/* The MR x NR tile at c gets (or, with accumulate, adds) a (kc x MR) times b (kc x NR); only
+   its first rows x cols elements are written. */
+static void kernel(int64_t kc, const float *restrict a, const float *restrict b,
+                   float *restrict c, int64_t ldc, int accumulate, int64_t rows, int64_t cols) {
+  v16 acc[MR][2];
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = (v16){0};
+  for (int64_t p = 0; p < kc; ++p) {
+    const v16 b0 = *(const v16 *)b, b1 = *(const v16 *)(b + 16);
+    for (int i = 0; i < MR; ++i) {
+      const v16 ai = (v16){0} + a[i];
+      acc[i][0] = fma16(ai, b0, acc[i][0]);
+      acc[i][1] = fma16(ai, b1, acc[i][1]);
+    }
+    a += MR;
+    b += NR;
+  }
+  if (rows == MR && cols == NR) {
+    for (int i = 0; i < MR; ++i) {
+      v16u *row = (v16u *)(c + i * ldc);
+      if (accumulate) {
+        row[0] += acc[i][0];
+        row[1] += acc[i][1];
+      } else {
+        row[0] = acc[i][0];
+        row[1] = acc[i][1];
+      }
+    }
+    return;
+  }
+  float tile[MR * NR] __attribute__((aligned(64)));
+  for (int i = 0; i < MR; ++i) {
+    *(v16 *)(tile + i * NR) = acc[i][0];
+    *(v16 *)(tile + i * NR + 16) = acc[i][1];
+  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * NR + j] : tile[i * NR + j];
+}
+
+/* B[p0 : p0 + kc, j0 : j0 + nc] as panels of NR columns, each kc x NR, zero-padded. */
+static void pack_b(int trans, const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
+                   int64_t nc, float *restrict out) {
+  for (int64_t q = 0; q < nc; q += NR) {
+    const int64_t w = nc - q < NR ? nc - q : NR;
+    float *restrict panel = out + q * kc;
+    if (!trans) {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float *from = b + (p0 + p) * ldb + j0 + q;
+        float *to = panel + p * NR;
+        if (w == NR) {
+          memcpy(to, from, NR * sizeof(float));
+        } else {
+          for (int64_t j = 0; j < w; ++j) to[j] = from[j];
+          for (int64_t j = w; j < NR; ++j) to[j] = 0;
+        }
+      }
+    } else { /* B(p, j) is b[j * ldb + p] */
+      for (int64_t j = 0; j < w; ++j) {
+        const float *from = b + (j0 + q + j) * ldb + p0;
+        for (int64_t p = 0; p < kc; ++p) panel[p * NR + j] = from[p];
+      }
+      for (int64_t j = w; j < NR; ++j)
+        for (int64_t p = 0; p < kc; ++p) panel[p * NR + j] = 0;
+    }
+  }
+}
+
+/* A[i0 : i0 + rows, p0 : p0 + kc] as kc x MR, zero-padded. */
+static void pack_a(int trans, const float *a, int64_t lda, int64_t i0, int64_t rows, int64_t p0,
+                   int64_t kc, float *restrict out) {
+  if (!trans) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const float *from = a + (i0 + i) * lda + p0;
+      for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = from[p];
+    }
+  } else { /* A(i, p) is a[p * lda + i] */
+    for (int64_t p = 0; p < kc; ++p) {
+      const float *from = a + (p0 + p) * lda + i0;
+      for (int64_t i = 0; i < rows; ++i) out[p * MR + i] = from[i];
+    }
+  }
+  for (int64_t i = rows; i < MR; ++i)
+    for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = 0;
+}
+
+static void gemm(int transa, int transb, int64_t m, int64_t n, int64_t k, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
+                 float *b_packed, float *a_packed) {
+  for (int64_t j0 = 0; j0 < n; j0 += NC) {
+    const int64_t nc = n - j0 < NC ? n - j0 : NC;
+    for (int64_t p0 = 0; p0 < k; p0 += KC) {
+      const int64_t kc = k - p0 < KC ? k - p0 : KC;
+      pack_b(transb, b, ldb, p0, kc, j0, nc, b_packed);
+      for (int64_t i0 = 0; i0 < m; i0 += MR) {
+        const int64_t rows = m - i0 < MR ? m - i0 : MR;
+        pack_a(transa, a, lda, i0, rows, p0, kc, a_packed);
+        for (int64_t q = 0; q < nc; q += NR) {
+          const int64_t cols = nc - q < NR ? nc - q : NR;
+          kernel(kc, a_packed, b_packed + q * kc, c + i0 * ldc + j0 + q, ldc, p0 > 0, rows,
+                 cols);
+        }
+      }
+    }
+  }
+}
+
+/* Each thread's packing buffers, allocated on its first GEMM and kept. */
+static __thread float *b_buffer, *a_buffer;
+
+static int buffers(void) {
+  if (!b_buffer) b_buffer = aligned_alloc(64, sizeof(float) * KC * NC);
+  if (!a_buffer) a_buffer = aligned_alloc(64, sizeof(float) * KC * MR);
+  return b_buffer && a_buffer;
+}
+
+#define ACCY_SGEMM(name, blasint)                                                             \
+  static void (*name##_blas)(int, int, int, blasint, blasint, blasint, float, const float *,  \
+                             blasint, const float *, blasint, float, float *, blasint);       \
+  void name##_fallback(void *blas) { name##_blas = blas; }                                    \
+  void name(int order, int ta, int tb, blasint m, blasint n, blasint k, float alpha,          \
+            const float *a, blasint lda, const float *b, blasint ldb, float beta, float *c,   \
+            blasint ldc) {                                                                    \
+    if (order != ROW_MAJOR || alpha != 1.0f || beta != 0.0f || n < 16 || k < 1 ||             \
+        !buffers()) {                                                                         \
+      name##_blas(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);               \
+      return;                                                                                 \
+    }                                                                                         \
+    gemm(ta == TRANS, tb == TRANS, m, n, k, a, lda, b, ldb, c, ldc, b_buffer, a_buffer);      \
+  }
+
+ACCY_SGEMM(accy_sgemm64, int64_t)
+ACCY_SGEMM(accy_sgemm32, int32_t)
+"""
+
+
+def cpu_has_avx512() -> bool:
+    """True where the CPU runs AVX-512F instructions (what the kernel needs).
+
+    >>> isinstance(cpu_has_avx512(), bool)
+    True
+    """
+    return " avx512f " in f" {cpu_identity().replace(chr(10), ' ')} "
+
+
+def _compile(output: Path) -> None:
+    compiler = find_compiler()
+    source = output.with_suffix(".c")
+    source.write_text(SOURCE)
+    command = [compiler.path, *FLAGS, str(source), "-o", str(output)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CompileError(
+            f"the C compiler rejected accy's GEMM kernel (a bug in accy): {' '.join(command)}\n"
+            f"{result.stderr[-4000:]}"
+        )
+
+
+KERNEL = "accy's AVX-512 kernel (accy.backends.cpu.gemm)"
+_LOCK = threading.Lock()
+_loaded: dict[str, ctypes.CDLL] = {}  # by cache key: opened once, never closed
+
+
+def _library() -> ctypes.CDLL:
+    entry = cache.key(VERSION, find_compiler().identity, cpu_identity(), " ".join(FLAGS), SOURCE)
+    with _LOCK:
+        if entry not in _loaded:
+            _loaded[entry] = CACHE.load(entry, _compile, lambda path: ctypes.CDLL(str(path)))
+        return _loaded[entry]
+
+
+def _build_quietly() -> None:
+    # A failure is raised again, where it can be reported, when the library is loaded.
+    with contextlib.suppress(Exception):
+        _library()
+
+
+def calls_sgemm(source: str) -> bool:
+    """True when generated C `source` calls the float32 GEMM.
+
+    >>> calls_sgemm("accy_sgemm(101, 111, 111, 2, 2, 2, ...);"), calls_sgemm("int x;")
+    (True, False)
+    """
+    return "accy_sgemm(" in source
+
+
+def start_building(blas: Blas | None, source: str) -> None:
+    """Start building the kernel's library in the background (beside the program's own compile,
+    on another core) where `source`, built with `blas`, will call it; `with_gemm_kernel` waits
+    for it."""
+    if blas is not None and blas.sgemm_kernel == KERNEL and calls_sgemm(source) and not _loaded:
+        threading.Thread(target=_build_quietly, name="accy-gemm-build", daemon=True).start()
+
+
+def choose_gemm_kernel(blas: Blas) -> Blas:
+    """`blas`, marked to have its `sgemm` replaced by accy's kernel at load time, where the CPU
+    has AVX-512F and `accy.config.cpu_gemm_kernel` is on (the generated source records the
+    choice, so programs built either way are different libraries); `blas` itself otherwise.
+
+    >>> from accy.backends.cpu.blas import find_blas
+    >>> blas = find_blas()
+    >>> blas is None or choose_gemm_kernel(blas).sgemm_kernel in ("", KERNEL)
+    True
+    """
+    if not (config.cpu_gemm_kernel and cpu_has_avx512()):
+        return blas
+    return dataclasses.replace(blas, sgemm_kernel=KERNEL)
+
+
+def with_gemm_kernel(blas: Blas, source: str) -> Blas:
+    """`blas` with its `sgemm` address replaced by the kernel's where `choose_gemm_kernel`
+    marked it and `source` calls it (the kernel hands what it does not serve to `blas`'s own
+    `sgemm`).
+
+    >>> from accy.backends.cpu.blas import find_blas
+    >>> blas = find_blas()
+    >>> blas is None or with_gemm_kernel(blas, "int x;") == blas  # no GEMM: unchanged
+    True
+    """
+    if blas.sgemm_kernel != KERNEL or not calls_sgemm(source):
+        return blas
+    library = _library()
+    name = "accy_sgemm64" if blas.integer_bits == 64 else "accy_sgemm32"
+    getattr(library, f"{name}_fallback")(ctypes.c_void_p(blas.sgemm))
+    sgemm = ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+    return dataclasses.replace(blas, sgemm=sgemm)
+
+
+__all__ = [
+    "KERNEL",
+    "calls_sgemm",
+    "choose_gemm_kernel",
+    "cpu_has_avx512",
+    "start_building",
+    "with_gemm_kernel",
+]

@@ -1,0 +1,127 @@
+"""accy's own float32 GEMM (`accy.backends.cpu.gemm`): every layout of the operands (each
+transposed or not), tiles cut at every edge (rows not a multiple of 12, columns not of 32,
+depths not of 256, more than one 1024-column block), the shapes it hands to the BLAS, and bf16
+operands, against NumPy's float64 product within an f32 GEMM's rounding bound; and the choice
+(`accy.config.cpu_gemm_kernel`) is in the generated source."""
+
+from __future__ import annotations
+
+import ctypes
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import accy
+from accy.backends.cpu import gemm
+from accy.backends.cpu.blas import find_blas
+from accy.backends.cpu.compile import compile_program
+
+needs_kernel = pytest.mark.skipif(
+    not gemm.cpu_has_avx512() or find_blas() is None, reason="the CPU has no AVX-512F, or no BLAS"
+)
+
+
+def gemm_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """What an f32 GEMM may be off by: k * 2^-24 * (|a| |b|), sums in any order."""
+    return a.shape[1] * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+
+
+def product_program(m: int, n: int, k: int, a_transposed: bool, b_transposed: bool, dtype):
+    """out[m, n] = sum_k a b, with a stored [k, m] where a_transposed and b stored [n, k] where
+    b_transposed (the layouts that make the generated code pass BLAS's transpose flags)."""
+    a_axes = {"k": k, "m": m} if a_transposed else {"m": m, "k": k}
+    b_axes = {"n": n, "k": k} if b_transposed else {"k": k, "n": n}
+    types = [accy.spec(dtype, **a_axes), accy.spec(dtype, **b_axes)]
+    accumulate = accy.f32 if dtype == accy.bf16 else None
+
+    def body(builder, args):
+        out = args[0].contract(args[1], "k", accumulate=accumulate)
+        return out.transpose("m", "n") if out.axes != ("m", "n") else out
+
+    return accy.trace.define("product", types, body)
+
+
+def run_product(m, n, k, a_transposed, b_transposed, dtype=accy.f32, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    if dtype == accy.bf16:
+        a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    program = product_program(m, n, k, a_transposed, b_transposed, dtype)
+    stored_a = np.ascontiguousarray(a.T) if a_transposed else a
+    stored_b = np.ascontiguousarray(b.T) if b_transposed else b
+    (out,) = accy.compile(program, device="cpu")(stored_a, stored_b)
+    return np.asarray(out, np.float64), a.astype(np.float64), b.astype(np.float64), program
+
+
+LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
+# (m, n, k): whole tiles; rows, columns and depth cut at tile edges; two column blocks and
+# three depth blocks; 16 columns (the narrowest it takes); one row.
+SHAPES = [(24, 64, 256), (37, 45, 300), (13, 1100, 530), (5, 16, 7), (1, 40, 33)]
+
+
+@pytest.mark.parametrize("a_transposed, b_transposed", LAYOUTS)
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_f32_products_match_numpy(native_cpu, m, n, k, a_transposed, b_transposed):
+    out, a, b, _ = run_product(m, n, k, a_transposed, b_transposed)
+    assert out.shape == (m, n)
+    assert np.all(np.abs(out - a @ b) <= gemm_bound(a, b) + 1e-30)
+
+
+@pytest.mark.parametrize("m, n, k", [(40, 10, 64), (300, 3, 500)])
+def test_narrow_products_handed_to_blas_match_numpy(native_cpu, m, n, k):
+    out, a, b, _ = run_product(m, n, k, False, False)
+    assert np.all(np.abs(out - a @ b) <= gemm_bound(a, b) + 1e-30)
+
+
+@pytest.mark.parametrize("a_transposed, b_transposed", [(False, False), (True, True)])
+def test_bf16_products_summed_in_f32_match_numpy(native_cpu, a_transposed, b_transposed):
+    out, a, b, _ = run_product(29, 70, 260, a_transposed, b_transposed, accy.bf16, seed=1)
+    assert np.all(np.abs(out - a @ b) <= gemm_bound(a, b) + 1e-30)
+
+
+def test_threaded_bands_match_numpy(native_cpu):
+    # Large enough (m n k >= 2^23) to be cut into bands that OpenMP threads run.
+    out, a, b, _ = run_product(300, 200, 160, False, True, seed=2)
+    assert np.all(np.abs(out - a @ b) <= gemm_bound(a, b) + 1e-30)
+
+
+@needs_kernel
+def test_the_choice_is_in_the_source_and_the_kernel_is_called(native_cpu, configure):
+    program = product_program(24, 64, 32, False, False, accy.f32)
+    chosen = compile_program(program)
+    assert gemm.KERNEL in chosen.source and chosen.blas.sgemm_kernel == gemm.KERNEL
+    blas = find_blas()
+    assert gemm.with_gemm_kernel(chosen.blas, chosen.source).sgemm != blas.sgemm
+    configure(cpu_gemm_kernel=False)
+    plain = compile_program(program)
+    assert gemm.KERNEL not in plain.source and plain.blas == blas
+    assert plain.library_path != chosen.library_path  # never the same library
+
+
+@needs_kernel
+def test_the_kernel_alone_matches_numpy_and_hands_over_what_it_does_not_serve(native_cpu):
+    blas = find_blas()
+    marked = gemm.choose_gemm_kernel(blas)
+    sgemm_address = gemm.with_gemm_kernel(marked, "accy_sgemm(").sgemm
+    integer = ctypes.c_int64 if blas.integer_bits == 64 else ctypes.c_int32
+    pointer = ctypes.c_void_p
+    arguments = [ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, pointer, integer]
+    arguments += [pointer, integer, ctypes.c_float, pointer, integer]
+    sgemm = ctypes.CFUNCTYPE(None, *arguments)(sgemm_address)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((20, 50)).astype(np.float32)
+    b = rng.standard_normal((50, 40)).astype(np.float32)
+    c = rng.standard_normal((20, 40)).astype(np.float32)
+    expected = 2 * (a.astype(np.float64) @ b) + 0.5 * c
+    # alpha 2 and beta 0.5: BLAS's own sgemm does it
+    sgemm(101, 111, 111, 20, 40, 50, 2.0, a.ctypes.data, 50, b.ctypes.data, 40, 0.5,
+          c.ctypes.data, 40)  # fmt: skip
+    assert np.all(np.abs(c - expected) <= 2 * gemm_bound(a, b) + 1e-5)
+    # a leading dimension wider than the row: a view into a larger array
+    wide = np.zeros((20, 48), np.float32)
+    sgemm(101, 111, 111, 20, 40, 50, 1.0, a.ctypes.data, 50, b.ctypes.data, 40, 0.0,
+          wide.ctypes.data, 48)  # fmt: skip
+    assert np.all(np.abs(wide[:, :40] - a.astype(np.float64) @ b) <= gemm_bound(a, b) + 1e-30)
+    assert np.all(wide[:, 40:] == 0)

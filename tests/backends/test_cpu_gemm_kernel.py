@@ -27,13 +27,14 @@ def gemm_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.shape[1] * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
 
 
-def product_program(m: int, n: int, k: int, a_transposed: bool, b_transposed: bool, dtype):
+def product_program(
+    m: int, n: int, k: int, a_transposed: bool, b_transposed: bool, dtype, accumulate=None
+):
     """out[m, n] = sum_k a b, with a stored [k, m] where a_transposed and b stored [n, k] where
     b_transposed (the layouts that make the generated code pass BLAS's transpose flags)."""
     a_axes = {"k": k, "m": m} if a_transposed else {"m": m, "k": k}
     b_axes = {"n": n, "k": k} if b_transposed else {"k": k, "n": n}
     types = [accy.spec(dtype, **a_axes), accy.spec(dtype, **b_axes)]
-    accumulate = accy.f32 if dtype == accy.bf16 else None
 
     def body(builder, args):
         out = args[0].contract(args[1], "k", accumulate=accumulate)
@@ -42,13 +43,13 @@ def product_program(m: int, n: int, k: int, a_transposed: bool, b_transposed: bo
     return accy.trace.define("product", types, body)
 
 
-def run_product(m, n, k, a_transposed, b_transposed, dtype=accy.f32, seed=0):
+def run_product(m, n, k, a_transposed, b_transposed, dtype=accy.f32, seed=0, accumulate=None):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     if dtype == accy.bf16:
         a, b = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
-    program = product_program(m, n, k, a_transposed, b_transposed, dtype)
+    program = product_program(m, n, k, a_transposed, b_transposed, dtype, accumulate)
     stored_a = np.ascontiguousarray(a.T) if a_transposed else a
     stored_b = np.ascontiguousarray(b.T) if b_transposed else b
     (out,) = accy.compile(program, device="cpu")(stored_a, stored_b)
@@ -77,13 +78,44 @@ def test_narrow_products_handed_to_blas_match_numpy(native_cpu, m, n, k):
 
 @pytest.mark.parametrize("a_transposed, b_transposed", [(False, False), (True, True)])
 def test_bf16_products_summed_in_f32_match_numpy(native_cpu, a_transposed, b_transposed):
-    out, a, b, _ = run_product(29, 70, 260, a_transposed, b_transposed, accy.bf16, seed=1)
+    out, a, b, program = run_product(
+        29, 70, 260, a_transposed, b_transposed, accy.bf16, seed=1, accumulate=accy.f32
+    )
+    assert program.output_types[0].dtype == accy.f32
     assert np.all(np.abs(out - a @ b) <= gemm_bound(a, b) + 1e-30)
 
 
-def test_threaded_bands_match_numpy(native_cpu):
+# k of one pass (the sums rounded straight from the registers) and of three (kept in float32
+# between passes, rounded on the last); 20 columns, 10 (narrow: the packing path).
+@pytest.mark.parametrize("m, n, k", [(29, 70, 200), (13, 45, 600), (30, 20, 40), (16, 10, 300)])
+def test_bf16_products_rounded_once_match_numpy(native_cpu, m, n, k):
+    out, a, b, program = run_product(m, n, k, False, True, accy.bf16, seed=4)
+    assert program.output_types[0].dtype == accy.bf16
+    if gemm.cpu_has_avx512() and find_blas() is not None:  # the kernel's path, or packing's
+        assert ("accy_gemm_mixed(" in compile_program(program).source) == (n >= 16)
+    exact = a @ b
+    # within the f32 sums' bound, then one rounding to bf16 (half a unit in the last of 8 bits)
+    assert np.all(np.abs(out - exact) <= gemm_bound(a, b) * 1.01 + np.abs(exact) * 2.0**-8)
+
+
+def test_batched_bf16_products_match_numpy(native_cpu):
+    types = [accy.spec(accy.bf16, head=3, row=20, k=40), accy.spec(accy.bf16, head=3, k=40, col=48)]
+    program = accy.trace.define(
+        "batched", types, lambda b, a: a[0].contract(a[1], "k", accumulate=accy.f32)
+    )
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 20, 40)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((3, 40, 48)).astype(ml_dtypes.bfloat16)
+    (out,) = accy.compile(program, device="cpu")(a, b)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    bound = 40 * 2.0**-24 * (np.abs(a64) @ np.abs(b64))
+    assert np.all(np.abs(np.asarray(out, np.float64) - a64 @ b64) <= bound + 1e-30)
+
+
+@pytest.mark.parametrize("dtype", [accy.f32, accy.bf16])
+def test_threaded_bands_match_numpy(native_cpu, dtype):
     # Large enough (m n k >= 2^23) to be cut into bands that OpenMP threads run.
-    out, a, b, _ = run_product(300, 200, 160, False, True, seed=2)
+    out, a, b, _ = run_product(300, 200, 160, False, True, dtype, seed=2, accumulate=accy.f32)
     assert np.all(np.abs(out - a @ b) <= gemm_bound(a, b) + 1e-30)
 
 
@@ -93,7 +125,8 @@ def test_the_choice_is_in_the_source_and_the_kernel_is_called(native_cpu, config
     chosen = compile_program(program)
     assert gemm.KERNEL in chosen.source and chosen.blas.sgemm_kernel == gemm.KERNEL
     blas = find_blas()
-    assert gemm.with_gemm_kernel(chosen.blas, chosen.source).sgemm != blas.sgemm
+    loaded = gemm.with_gemm_kernel(chosen.blas, chosen.source)
+    assert loaded.sgemm != blas.sgemm and loaded.mixed_gemm != 0
     configure(cpu_gemm_kernel=False)
     plain = compile_program(program)
     assert gemm.KERNEL not in plain.source and plain.blas == blas

@@ -36,9 +36,13 @@ VERSION = "accy-gemm-1"
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-pipe", "-nostdlib")
 
 SOURCE = r"""
-/* accy's float32 GEMM (AVX-512F): row-major C = A B, A m x k and B k x n, each maybe transposed. */
+/* accy's float32 GEMM (AVX-512F): row-major C = A B, A m x k and B k x n, each maybe
+   transposed; operands float32 or bfloat16 (converted as they are packed), the result float32 or
+   rounded once to bfloat16 as it is stored. */
 typedef long int64_t;
 typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef unsigned short uint16_t;
 typedef unsigned long size_t;
 void *aligned_alloc(size_t alignment, size_t size);
 void *memcpy(void *restrict to, const void *restrict from, size_t size);
@@ -51,10 +55,35 @@ static inline v16 fma16(v16 a, v16 b, v16 c) {
   return __builtin_ia32_vfmaddps512_mask(a, b, c, (unsigned short)-1, 4);
 }
 
-/* The MR x NR tile at c gets (or, with accumulate, adds) a (kc x MR) times b (kc x NR); only
-   its first rows x cols elements are written. */
-static void kernel(int64_t kc, const float *restrict a, const float *restrict b,
-                   float *restrict c, int64_t ldc, int accumulate, int64_t rows, int64_t cols) {
+static inline float bf16_load(uint16_t bits) {
+  const uint32_t wide = (uint32_t)bits << 16;
+  float x;
+  memcpy(&x, &wide, 4);
+  return x;
+}
+
+/* Round to nearest even; NaN stays a quiet NaN (the generated code's accy_bf16_store). */
+static inline uint16_t bf16_store(float x) {
+  uint32_t bits;
+  memcpy(&bits, &x, 4);
+  if (x != x) return (uint16_t)((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return (uint16_t)(bits >> 16);
+}
+
+/* Where a tile's sums go: `c` (float32) gets them, plus what it holds where `accumulate`; on
+   the last pass over k with `rounded` set, they go, rounded, to `rounded` instead. */
+typedef struct {
+  float *c;
+  uint16_t *rounded;
+  int64_t ldc;
+  int accumulate, last;
+} Target;
+
+/* The MR x NR tile at (i0, j0) of the target gets a (kc x MR) times b (kc x NR); only its
+   first rows x cols elements are written. */
+static void kernel(int64_t kc, const float *restrict a, const float *restrict b, Target t,
+                   int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
   v16 acc[MR][2];
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = (v16){0};
   for (int64_t p = 0; p < kc; ++p) {
@@ -67,10 +96,11 @@ static void kernel(int64_t kc, const float *restrict a, const float *restrict b,
     a += MR;
     b += NR;
   }
-  if (rows == MR && cols == NR) {
+  float *c = t.c + i0 * t.ldc + j0;
+  if (rows == MR && cols == NR && !(t.last && t.rounded)) {
     for (int i = 0; i < MR; ++i) {
-      v16u *row = (v16u *)(c + i * ldc);
-      if (accumulate) {
+      v16u *row = (v16u *)(c + i * t.ldc);
+      if (t.accumulate) {
         row[0] += acc[i][0];
         row[1] += acc[i][1];
       } else {
@@ -85,76 +115,80 @@ static void kernel(int64_t kc, const float *restrict a, const float *restrict b,
     *(v16 *)(tile + i * NR) = acc[i][0];
     *(v16 *)(tile + i * NR + 16) = acc[i][1];
   }
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      c[i * ldc + j] = accumulate ? c[i * ldc + j] + tile[i * NR + j] : tile[i * NR + j];
-}
-
-/* B[p0 : p0 + kc, j0 : j0 + nc] as panels of NR columns, each kc x NR, zero-padded. */
-static void pack_b(int trans, const float *b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0,
-                   int64_t nc, float *restrict out) {
-  for (int64_t q = 0; q < nc; q += NR) {
-    const int64_t w = nc - q < NR ? nc - q : NR;
-    float *restrict panel = out + q * kc;
-    if (!trans) {
-      for (int64_t p = 0; p < kc; ++p) {
-        const float *from = b + (p0 + p) * ldb + j0 + q;
-        float *to = panel + p * NR;
-        if (w == NR) {
-          memcpy(to, from, NR * sizeof(float));
-        } else {
-          for (int64_t j = 0; j < w; ++j) to[j] = from[j];
-          for (int64_t j = w; j < NR; ++j) to[j] = 0;
-        }
-      }
-    } else { /* B(p, j) is b[j * ldb + p] */
-      for (int64_t j = 0; j < w; ++j) {
-        const float *from = b + (j0 + q + j) * ldb + p0;
-        for (int64_t p = 0; p < kc; ++p) panel[p * NR + j] = from[p];
-      }
-      for (int64_t j = w; j < NR; ++j)
-        for (int64_t p = 0; p < kc; ++p) panel[p * NR + j] = 0;
-    }
+  if (t.accumulate)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) tile[i * NR + j] += c[i * t.ldc + j];
+  if (t.last && t.rounded) {
+    uint16_t *out = t.rounded + i0 * t.ldc + j0;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) out[i * t.ldc + j] = bf16_store(tile[i * NR + j]);
+  } else {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) c[i * t.ldc + j] = tile[i * NR + j];
   }
 }
 
-/* A[i0 : i0 + rows, p0 : p0 + kc] as kc x MR, zero-padded. */
-static void pack_a(int trans, const float *a, int64_t lda, int64_t i0, int64_t rows, int64_t p0,
-                   int64_t kc, float *restrict out) {
-  if (!trans) {
-    for (int64_t i = 0; i < rows; ++i) {
-      const float *from = a + (i0 + i) * lda + p0;
-      for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = from[p];
-    }
-  } else { /* A(i, p) is a[p * lda + i] */
-    for (int64_t p = 0; p < kc; ++p) {
-      const float *from = a + (p0 + p) * lda + i0;
-      for (int64_t i = 0; i < rows; ++i) out[p * MR + i] = from[i];
-    }
+/* Packing, for float32 (f32) and bfloat16 (bf16) operands. pack_b: B[p0 : p0 + kc, j0 : j0 + nc]
+   as panels of NR columns, each kc x NR, zero-padded. pack_a: A[i0 : i0 + rows, p0 : p0 + kc]
+   as kc x MR, zero-padded. */
+#define ACCY_PACKING(suffix, T, LOAD)                                                         \
+  static void pack_b_##suffix(int trans, const T *b, int64_t ldb, int64_t p0, int64_t kc,     \
+                              int64_t j0, int64_t nc, float *restrict out) {                 \
+    for (int64_t q = 0; q < nc; q += NR) {                                                    \
+      const int64_t w = nc - q < NR ? nc - q : NR;                                            \
+      float *restrict panel = out + q * kc;                                                   \
+      if (!trans) {                                                                           \
+        for (int64_t p = 0; p < kc; ++p) {                                                    \
+          const T *from = b + (p0 + p) * ldb + j0 + q;                                        \
+          float *to = panel + p * NR;                                                         \
+          if (w == NR) {                                                                      \
+            for (int64_t j = 0; j < NR; ++j) to[j] = LOAD(from[j]);                           \
+          } else {                                                                            \
+            for (int64_t j = 0; j < w; ++j) to[j] = LOAD(from[j]);                            \
+            for (int64_t j = w; j < NR; ++j) to[j] = 0;                                       \
+          }                                                                                   \
+        }                                                                                     \
+      } else { /* B(p, j) is b[j * ldb + p] */                                                \
+        for (int64_t j = 0; j < w; ++j) {                                                     \
+          const T *from = b + (j0 + q + j) * ldb + p0;                                        \
+          for (int64_t p = 0; p < kc; ++p) panel[p * NR + j] = LOAD(from[p]);                 \
+        }                                                                                     \
+        for (int64_t j = w; j < NR; ++j)                                                      \
+          for (int64_t p = 0; p < kc; ++p) panel[p * NR + j] = 0;                             \
+      }                                                                                       \
+    }                                                                                         \
+  }                                                                                           \
+  static void pack_a_##suffix(int trans, const T *a, int64_t lda, int64_t i0, int64_t rows,   \
+                              int64_t p0, int64_t kc, float *restrict out) {                 \
+    if (!trans) {                                                                             \
+      for (int64_t i = 0; i < rows; ++i) {                                                    \
+        const T *from = a + (i0 + i) * lda + p0;                                              \
+        for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = LOAD(from[p]);                     \
+      }                                                                                       \
+    } else { /* A(i, p) is a[p * lda + i] */                                                  \
+      for (int64_t p = 0; p < kc; ++p) {                                                      \
+        const T *from = a + (p0 + p) * lda + i0;                                              \
+        for (int64_t i = 0; i < rows; ++i) out[p * MR + i] = LOAD(from[i]);                   \
+      }                                                                                       \
+    }                                                                                         \
+    for (int64_t i = rows; i < MR; ++i)                                                       \
+      for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = 0;                                   \
   }
-  for (int64_t i = rows; i < MR; ++i)
-    for (int64_t p = 0; p < kc; ++p) out[p * MR + i] = 0;
+
+#define ACCY_SAME(x) (x)
+ACCY_PACKING(f32, float, ACCY_SAME)
+ACCY_PACKING(bf16, uint16_t, bf16_load)
+
+static void pack_b(int bf16, int trans, const void *b, int64_t ldb, int64_t p0, int64_t kc,
+                   int64_t j0, int64_t nc, float *out) {
+  if (bf16) pack_b_bf16(trans, b, ldb, p0, kc, j0, nc, out);
+  else pack_b_f32(trans, b, ldb, p0, kc, j0, nc, out);
 }
 
-static void gemm(int transa, int transb, int64_t m, int64_t n, int64_t k, const float *a,
-                 int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc,
-                 float *b_packed, float *a_packed) {
-  for (int64_t j0 = 0; j0 < n; j0 += NC) {
-    const int64_t nc = n - j0 < NC ? n - j0 : NC;
-    for (int64_t p0 = 0; p0 < k; p0 += KC) {
-      const int64_t kc = k - p0 < KC ? k - p0 : KC;
-      pack_b(transb, b, ldb, p0, kc, j0, nc, b_packed);
-      for (int64_t i0 = 0; i0 < m; i0 += MR) {
-        const int64_t rows = m - i0 < MR ? m - i0 : MR;
-        pack_a(transa, a, lda, i0, rows, p0, kc, a_packed);
-        for (int64_t q = 0; q < nc; q += NR) {
-          const int64_t cols = nc - q < NR ? nc - q : NR;
-          kernel(kc, a_packed, b_packed + q * kc, c + i0 * ldc + j0 + q, ldc, p0 > 0, rows,
-                 cols);
-        }
-      }
-    }
-  }
+static void pack_a(int bf16, int trans, const void *a, int64_t lda, int64_t i0, int64_t rows,
+                   int64_t p0, int64_t kc, float *out) {
+  if (bf16) pack_a_bf16(trans, a, lda, i0, rows, p0, kc, out);
+  else pack_a_f32(trans, a, lda, i0, rows, p0, kc, out);
 }
 
 /* Each thread's packing buffers, allocated on its first GEMM and kept. */
@@ -164,6 +198,55 @@ static int buffers(void) {
   if (!b_buffer) b_buffer = aligned_alloc(64, sizeof(float) * KC * NC);
   if (!a_buffer) a_buffer = aligned_alloc(64, sizeof(float) * KC * MR);
   return b_buffer && a_buffer;
+}
+
+/* flags: bit 0 A transposed, bit 1 B transposed, bit 2 A bfloat16, bit 3 B bfloat16. */
+static void gemm(int flags, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                 const void *b, int64_t ldb, float *c, uint16_t *rounded, int64_t ldc) {
+  const int transa = flags & 1, transb = (flags >> 1) & 1;
+  const int a_bf16 = (flags >> 2) & 1, b_bf16 = (flags >> 3) & 1;
+  for (int64_t j0 = 0; j0 < n; j0 += NC) {
+    const int64_t nc = n - j0 < NC ? n - j0 : NC;
+    for (int64_t p0 = 0; p0 < k; p0 += KC) {
+      const int64_t kc = k - p0 < KC ? k - p0 : KC;
+      const Target target = {c, rounded, ldc, p0 > 0, p0 + kc >= k};
+      pack_b(b_bf16, transb, b, ldb, p0, kc, j0, nc, b_buffer);
+      for (int64_t i0 = 0; i0 < m; i0 += MR) {
+        const int64_t rows = m - i0 < MR ? m - i0 : MR;
+        pack_a(a_bf16, transa, a, lda, i0, rows, p0, kc, a_buffer);
+        for (int64_t q = 0; q < nc; q += NR) {
+          const int64_t cols = nc - q < NR ? nc - q : NR;
+          kernel(kc, a_buffer, b_buffer + q * kc, target, i0, j0 + q, rows, cols);
+        }
+      }
+    }
+  }
+}
+
+/* The same product as plain loops: where the packing buffers could not be allocated. */
+static void unpacked(int flags, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                     const void *b, int64_t ldb, float *c, uint16_t *rounded, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const int64_t at = flags & 1 ? p * lda + i : i * lda + p;
+        const int64_t bt = flags & 2 ? j * ldb + p : p * ldb + j;
+        const float x = flags & 4 ? bf16_load(((const uint16_t *)a)[at]) : ((const float *)a)[at];
+        const float y = flags & 8 ? bf16_load(((const uint16_t *)b)[bt]) : ((const float *)b)[bt];
+        sum += x * y;
+      }
+      if (rounded) rounded[i * ldc + j] = bf16_store(sum);
+      else c[i * ldc + j] = sum;
+    }
+}
+
+/* A product of float32 or bfloat16 operands (`flags` as gemm's) into float32 `c`, or rounded
+   into bfloat16 `rounded` (then `c`, as large, holds the sums between passes over k). */
+void accy_gemm_mixed(int flags, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                     const void *b, int64_t ldb, float *c, uint16_t *rounded, int64_t ldc) {
+  if (k < 1 || !buffers()) unpacked(flags, m, n, k, a, lda, b, ldb, c, rounded, ldc);
+  else gemm(flags, m, n, k, a, lda, b, ldb, c, rounded, ldc);
 }
 
 #define ACCY_SGEMM(name, blasint)                                                             \
@@ -178,7 +261,7 @@ static int buffers(void) {
       name##_blas(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);               \
       return;                                                                                 \
     }                                                                                         \
-    gemm(ta == TRANS, tb == TRANS, m, n, k, a, lda, b, ldb, c, ldc, b_buffer, a_buffer);      \
+    gemm((ta == TRANS) | (tb == TRANS) << 1, m, n, k, a, lda, b, ldb, c, 0, ldc);             \
   }
 
 ACCY_SGEMM(accy_sgemm64, int64_t)
@@ -209,6 +292,19 @@ def _compile(output: Path) -> None:
 
 
 KERNEL = "accy's AVX-512 kernel (accy.backends.cpu.gemm)"
+MIXED_GEMM_SMALLEST_N = 16
+"""The fewest columns of a bf16 product that `accy_gemm_mixed` computes (narrower ones are
+packed to float32 and go to the sgemm, which hands them to BLAS)."""
+MIXED_GEMM_DECLARATIONS = """
+typedef void (*accy_gemm_mixed_t)(int, int64_t, int64_t, int64_t, const void *, int64_t,
+                                  const void *, int64_t, float *, uint16_t *, int64_t);
+static accy_gemm_mixed_t accy_gemm_mixed;
+
+void accy_set_gemm_mixed(void *gemm) {
+  accy_gemm_mixed = (accy_gemm_mixed_t)gemm;
+}
+"""
+"""What a program built for the kernel declares: the bf16 GEMM's pointer, set at load time."""
 _LOCK = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}  # by cache key: opened once, never closed
 
@@ -228,12 +324,12 @@ def _build_quietly() -> None:
 
 
 def calls_sgemm(source: str) -> bool:
-    """True when generated C `source` calls the float32 GEMM.
+    """True when generated C `source` calls the kernel's float32 or bf16 GEMM.
 
     >>> calls_sgemm("accy_sgemm(101, 111, 111, 2, 2, 2, ...);"), calls_sgemm("int x;")
     (True, False)
     """
-    return "accy_sgemm(" in source
+    return "accy_sgemm(" in source or "accy_gemm_mixed(" in source
 
 
 def start_building(blas: Blas | None, source: str) -> None:
@@ -275,11 +371,14 @@ def with_gemm_kernel(blas: Blas, source: str) -> Blas:
     name = "accy_sgemm64" if blas.integer_bits == 64 else "accy_sgemm32"
     getattr(library, f"{name}_fallback")(ctypes.c_void_p(blas.sgemm))
     sgemm = ctypes.cast(getattr(library, name), ctypes.c_void_p).value
-    return dataclasses.replace(blas, sgemm=sgemm)
+    mixed = ctypes.cast(library.accy_gemm_mixed, ctypes.c_void_p).value
+    return dataclasses.replace(blas, sgemm=sgemm, mixed_gemm=mixed)
 
 
 __all__ = [
     "KERNEL",
+    "MIXED_GEMM_DECLARATIONS",
+    "MIXED_GEMM_SMALLEST_N",
     "calls_sgemm",
     "choose_gemm_kernel",
     "cpu_has_avx512",

@@ -80,22 +80,37 @@ typedef struct {
   int accumulate, last;
 } Target;
 
-/* The MR x NR tile at (i0, j0) of the target gets a (kc x MR) times b (kc x NR); only its
-   first rows x cols elements are written. */
-static void kernel(int64_t kc, const float *restrict a, const float *restrict b, Target t,
-                   int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
-  v16 acc[MR][2];
-  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = (v16){0};
-  for (int64_t p = 0; p < kc; ++p) {
-    const v16 b0 = *(const v16 *)b, b1 = *(const v16 *)(b + 16);
-    for (int i = 0; i < MR; ++i) {
-      const v16 ai = (v16){0} + a[i];
-      acc[i][0] = fma16(ai, b0, acc[i][0]);
-      acc[i][1] = fma16(ai, b1, acc[i][1]);
-    }
-    a += MR;
-    b += NR;
+/* acc = A (MR x kc, element (i, p) at a[i * rs + p * cs]) times b (kc x NR, packed). */
+#define ACCY_MULTIPLY(rs, cs)                                                                 \
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = (v16){0};                              \
+  for (int64_t p = 0; p < kc; ++p) {                                                          \
+    const v16 b0 = *(const v16 *)b, b1 = *(const v16 *)(b + 16);                              \
+    for (int i = 0; i < MR; ++i) {                                                            \
+      const v16 ai = (v16){0} + a[i * (rs) + p * (cs)];                                       \
+      acc[i][0] = fma16(ai, b0, acc[i][0]);                                                   \
+      acc[i][1] = fma16(ai, b1, acc[i][1]);                                                   \
+    }                                                                                         \
+    b += NR;                                                                                  \
   }
+
+static void store(v16 acc[MR][2], Target t, int64_t i0, int64_t j0, int64_t rows, int64_t cols);
+
+/* The MR x NR tile at (i0, j0) of the target gets A times b (kc x NR), A's micro-panel read
+   where `lda` is 0 from a (kc x MR, packed), else from MR full rows of the operand itself
+   (element (i, p) at a[i * lda + p]); only the tile's first rows x cols elements are
+   written. */
+static void kernel(int64_t kc, const float *restrict a, int64_t lda, const float *restrict b,
+                   Target t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
+  v16 acc[MR][2];
+  if (!lda) {
+    ACCY_MULTIPLY(1, MR)
+  } else {
+    ACCY_MULTIPLY(lda, 1)
+  }
+  store(acc, t, i0, j0, rows, cols);
+}
+
+static void store(v16 acc[MR][2], Target t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
   float *c = t.c + i0 * t.ldc + j0;
   if (rows == MR && cols == NR && !(t.last && t.rounded)) {
     for (int i = 0; i < MR; ++i) {
@@ -213,10 +228,16 @@ static void gemm(int flags, int64_t m, int64_t n, int64_t k, const void *a, int6
       pack_b(b_bf16, transb, b, ldb, p0, kc, j0, nc, b_buffer);
       for (int64_t i0 = 0; i0 < m; i0 += MR) {
         const int64_t rows = m - i0 < MR ? m - i0 : MR;
-        pack_a(a_bf16, transa, a, lda, i0, rows, p0, kc, a_buffer);
+        /* float32 rows of A are read where they are; bf16 ones, a last partial block and
+           a transposed A (a cache line a step of k there) are packed (converted, padded) */
+        const int direct = !a_bf16 && !transa && rows == MR;
+        const float *panel = a_buffer;
+        if (direct) panel = (const float *)a + i0 * lda + p0;
+        else pack_a(a_bf16, transa, a, lda, i0, rows, p0, kc, a_buffer);
         for (int64_t q = 0; q < nc; q += NR) {
           const int64_t cols = nc - q < NR ? nc - q : NR;
-          kernel(kc, a_buffer, b_buffer + q * kc, target, i0, j0 + q, rows, cols);
+          kernel(kc, panel, direct ? lda : 0, b_buffer + q * kc, target, i0, j0 + q, rows,
+                 cols);
         }
       }
     }

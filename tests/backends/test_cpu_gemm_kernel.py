@@ -158,3 +158,11 @@ def test_the_kernel_alone_matches_numpy_and_hands_over_what_it_does_not_serve(na
           wide.ctypes.data, 48)  # fmt: skip
     assert np.all(np.abs(wide[:, :40] - a.astype(np.float64) @ b) <= gemm_bound(a, b) + 1e-30)
     assert np.all(wide[:, 40:] == 0)
+
+
+@needs_kernel
+def test_a_kernel_the_compiler_rejects_is_a_clear_error(native_cpu, monkeypatch):
+    monkeypatch.setattr(gemm, "SOURCE", "this is not C;")
+    monkeypatch.setattr(gemm, "_loaded", {})
+    with pytest.raises(accy.errors.CompileError, match="ACCY_CPU_GEMM_KERNEL=0"):
+        gemm.with_gemm_kernel(gemm.choose_gemm_kernel(find_blas()), "accy_sgemm(")

@@ -307,7 +307,8 @@ def _compile(output: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise CompileError(
-            f"the C compiler rejected accy's GEMM kernel (a bug in accy): {' '.join(command)}\n"
+            f"the C compiler rejected accy's GEMM kernel (a bug in accy; set "
+            f"ACCY_CPU_GEMM_KERNEL=0 to use the BLAS's sgemm instead): {' '.join(command)}\n"
             f"{result.stderr[-4000:]}"
         )
 

@@ -16,6 +16,7 @@ import accy
 from accy.backends.cpu import gemm
 from accy.backends.cpu.blas import find_blas
 from accy.backends.cpu.compile import compile_program
+from accy.backends.cpu.steps.dot import PARALLEL_GEMM_MNK
 
 needs_kernel = pytest.mark.skipif(
     not gemm.cpu_has_avx512() or find_blas() is None, reason="the CPU has no AVX-512F, or no BLAS"
@@ -114,8 +115,9 @@ def test_batched_bf16_products_match_numpy(native_cpu):
 
 @pytest.mark.parametrize("dtype", [accy.f32, accy.bf16])
 def test_threaded_bands_match_numpy(native_cpu, dtype):
-    # Large enough (m n k >= 2^23) to be cut into bands that OpenMP threads run.
-    out, a, b, _ = run_product(300, 200, 160, False, True, dtype, seed=2, accumulate=accy.f32)
+    m, n, k = 400, 256, 200  # cut into bands that OpenMP threads run
+    assert m * n * k >= PARALLEL_GEMM_MNK
+    out, a, b, _ = run_product(m, n, k, False, True, dtype, seed=2, accumulate=accy.f32)
     assert np.all(np.abs(out - a @ b) <= gemm_bound(a, b) + 1e-30)
 
 

@@ -15,7 +15,9 @@ from ..loops import axis_index, axis_loops
 from .context import CHUNKS, StepContext, store_element
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
-PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared among threads
+PARALLEL_GEMM_MNK = 1 << 24  # batch * m * n * k from which a GEMM is shared among threads
+# (below it, a GEMM takes about 0.2 ms or less on one core of AVX-512: waking a sleeping thread
+# and splitting B's packing gain little there, and lose much on a busy machine)
 # A shared GEMM's bands (2 to CHUNKS) each have at least BAND_MNK of work and BAND_ROWS rows (or
 # columns): each band's call packs the operand it does not cut once more, so small bands cost
 # more in packing than they gain (8 bands of a 256 x 512 x 512 product ran 20% slower than 2 on

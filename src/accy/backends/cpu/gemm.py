@@ -32,8 +32,10 @@ from .blas import Blas
 from .toolchain import cpu_identity
 
 CACHE = cache.Cache("gemm")
-VERSION = "accy-gemm-1"
-FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-pipe", "-nostdlib")
+VERSION = "accy-gemm-2"
+# -O2: a third of -O3's compile time (it is part of a cold first call); the micro-kernel's
+# loops over its rows are unrolled by pragmas, so that its accumulators stay in registers.
+FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-pipe", "-nostdlib")
 
 SOURCE = r"""
 /* accy's float32 GEMM (AVX-512F): row-major C = A B, A m x k and B k x n, each maybe
@@ -82,10 +84,10 @@ typedef struct {
 
 /* acc = A (MR x kc, element (i, p) at a[i * rs + p * cs]) times b (kc x NR, packed). */
 #define ACCY_MULTIPLY(rs, cs)                                                                 \
-  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = (v16){0};                              \
+  _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = (v16){0};    \
   for (int64_t p = 0; p < kc; ++p) {                                                          \
     const v16 b0 = *(const v16 *)b, b1 = *(const v16 *)(b + 16);                              \
-    for (int i = 0; i < MR; ++i) {                                                            \
+    _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) {                                   \
       const v16 ai = (v16){0} + a[i * (rs) + p * (cs)];                                       \
       acc[i][0] = fma16(ai, b0, acc[i][0]);                                                   \
       acc[i][1] = fma16(ai, b1, acc[i][1]);                                                   \
@@ -113,6 +115,7 @@ static void kernel(int64_t kc, const float *restrict a, int64_t lda, const float
 static void store(v16 acc[MR][2], Target t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
   float *c = t.c + i0 * t.ldc + j0;
   if (rows == MR && cols == NR && !(t.last && t.rounded)) {
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       v16u *row = (v16u *)(c + i * t.ldc);
       if (t.accumulate) {
@@ -126,6 +129,7 @@ static void store(v16 acc[MR][2], Target t, int64_t i0, int64_t j0, int64_t rows
     return;
   }
   float tile[MR * NR] __attribute__((aligned(64)));
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i) {
     *(v16 *)(tile + i * NR) = acc[i][0];
     *(v16 *)(tile + i * NR + 16) = acc[i][1];

@@ -7,6 +7,7 @@ operands, against NumPy's float64 product within an f32 GEMM's rounding bound; a
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import ml_dtypes
 import numpy as np
@@ -21,6 +22,16 @@ from accy.backends.cpu.steps.dot import PARALLEL_GEMM_MNK
 needs_kernel = pytest.mark.skipif(
     not gemm.cpu_has_avx512() or find_blas() is None, reason="the CPU has no AVX-512F, or no BLAS"
 )
+
+
+@pytest.fixture(autouse=True)
+def _every_product_takes_the_kernel(monkeypatch):
+    """The small products here use the kernel too (by default a program needs 2^26
+    multiply-adds of GEMMs); executables compiled under the default are dropped."""
+    monkeypatch.setattr(gemm, "SMALLEST_GEMM_WORK", 0)
+    accy.clear_caches()
+    yield
+    accy.clear_caches()
 
 
 def gemm_bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -136,9 +147,22 @@ def test_the_choice_is_in_the_source_and_the_kernel_is_called(native_cpu, config
 
 
 @needs_kernel
+def test_programs_of_small_gemms_do_not_wait_for_the_kernel(monkeypatch):
+    monkeypatch.setattr(gemm, "SMALLEST_GEMM_WORK", 1 << 26)
+    from accy.lower.plan import build_plan
+
+    blas = find_blas()
+    small = build_plan(product_program(256, 256, 64, False, False, accy.f32))
+    large = build_plan(product_program(512, 512, 256, False, False, accy.f32))
+    assert gemm.gemm_work(small) == 256 * 256 * 64 and gemm.gemm_work(large) == 1 << 26
+    assert gemm.choose_gemm_kernel(blas, small) == blas
+    assert gemm.choose_gemm_kernel(blas, large).sgemm_kernel == gemm.KERNEL
+
+
+@needs_kernel
 def test_the_kernel_alone_matches_numpy_and_hands_over_what_it_does_not_serve(native_cpu):
     blas = find_blas()
-    marked = gemm.choose_gemm_kernel(blas)
+    marked = dataclasses.replace(blas, sgemm_kernel=gemm.KERNEL)
     sgemm_address = gemm.with_gemm_kernel(marked, "accy_sgemm(").sgemm
     integer = ctypes.c_int64 if blas.integer_bits == 64 else ctypes.c_int32
     pointer = ctypes.c_void_p
@@ -167,4 +191,6 @@ def test_a_kernel_the_compiler_rejects_is_a_clear_error(native_cpu, monkeypatch)
     monkeypatch.setattr(gemm, "SOURCE", "this is not C;")
     monkeypatch.setattr(gemm, "_loaded", {})
     with pytest.raises(accy.errors.CompileError, match="ACCY_CPU_GEMM_KERNEL=0"):
-        gemm.with_gemm_kernel(gemm.choose_gemm_kernel(find_blas()), "accy_sgemm(")
+        gemm.with_gemm_kernel(
+            dataclasses.replace(find_blas(), sgemm_kernel=gemm.KERNEL), "accy_sgemm("
+        )

@@ -81,7 +81,7 @@ def compile_program(program: Program, kernel_call_registry=None) -> CompiledFrag
     # same bytes as `program`'s output, whose type the executable keeps.
     plan = build_plan(block_scans(program, outputs_as_blocks=True))
     blas = find_blas()
-    blas = None if blas is None else choose_gemm_kernel(blas)
+    blas = None if blas is None else choose_gemm_kernel(blas, plan)
     source, data = translation(plan, kernel_call_registry, blas)
     start_building(blas, source)
     library = toolchain.build(source, data)

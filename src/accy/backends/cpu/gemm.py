@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import math
 import subprocess
 import threading
 from pathlib import Path
@@ -27,7 +28,9 @@ from pathlib import Path
 from ...codegen import cache
 from ...codegen.compiler import find_compiler
 from ...config import config
+from ...core.types import f64
 from ...errors import CompileError
+from ...lower.plan import Plan
 from .blas import Blas
 from .toolchain import cpu_identity
 
@@ -318,6 +321,10 @@ def _compile(output: Path) -> None:
 
 
 KERNEL = "accy's AVX-512 kernel (accy.backends.cpu.gemm)"
+SMALLEST_GEMM_WORK = 1 << 26
+"""The fewest multiply-adds (of one run's GEMMs) for which a program uses the kernel: building
+its library takes about 0.2 s of a core once per cache, which a program of small GEMMs (an
+attention's 256 x 256 x 64 products: a few million) would wait for and not win back soon."""
 MIXED_GEMM_SMALLEST_N = 16
 """The fewest columns of a bf16 product that `accy_gemm_mixed` computes (narrower ones are
 packed to float32 and go to the sgemm, which hands them to BLAS)."""
@@ -366,17 +373,45 @@ def start_building(blas: Blas | None, source: str) -> None:
         threading.Thread(target=_build_quietly, name="accy-gemm-build", daemon=True).start()
 
 
-def choose_gemm_kernel(blas: Blas) -> Blas:
-    """`blas`, marked to have its `sgemm` replaced by accy's kernel at load time, where the CPU
-    has AVX-512F and `accy.config.cpu_gemm_kernel` is on (the generated source records the
-    choice, so programs built either way are different libraries); `blas` itself otherwise.
+def gemm_work(plan: Plan) -> int:
+    """The multiply-adds of one run of `plan`'s float GEMMs (those of scan bodies and branches
+    counted once).
 
+    >>> import accy
+    >>> from accy.lower.plan import build_plan
+    >>> p = accy.trace.define("mm", [accy.spec(accy.f32, m=4, k=3), accy.spec(accy.f32, k=3, n=5)],
+    ...                       lambda b, a: a[0].contract(a[1], "k"))
+    >>> gemm_work(build_plan(p))
+    60
+    """
+    total = 0
+    for step in plan.steps:
+        if step.kind == "dot" and step.op.type.dtype != f64:
+            g = step.detail
+            total += math.prod(g.batch_extents) * g.m * g.n * g.k
+        for inner in (step.body, *step.branches):
+            total += 0 if inner is None else gemm_work(inner)
+        total += sum(gemm_work(member.body) for member in step.members if member.body)
+    return total
+
+
+def choose_gemm_kernel(blas: Blas, plan: Plan) -> Blas:
+    """`blas`, marked to have its `sgemm` replaced by accy's kernel at load time, where the CPU
+    has AVX-512F, `accy.config.cpu_gemm_kernel` is on and `plan`'s GEMMs have at least
+    `SMALLEST_GEMM_WORK` multiply-adds (the generated source records the choice, so programs
+    built either way are different libraries); `blas` itself otherwise.
+
+    >>> import accy
     >>> from accy.backends.cpu.blas import find_blas
+    >>> from accy.lower.plan import build_plan
+    >>> p = accy.trace.define("x2", [accy.spec(accy.f32, n=4)], lambda b, a: a[0] * 2.0)
     >>> blas = find_blas()
-    >>> blas is None or choose_gemm_kernel(blas).sgemm_kernel in ("", KERNEL)
-    True
+    >>> blas is None or choose_gemm_kernel(blas, build_plan(p)).sgemm_kernel  # no GEMM
+    ''
     """
     if not (config.cpu_gemm_kernel and cpu_has_avx512()):
+        return blas
+    if gemm_work(plan) < SMALLEST_GEMM_WORK:
         return blas
     return dataclasses.replace(blas, sgemm_kernel=KERNEL)
 
@@ -403,11 +438,13 @@ def with_gemm_kernel(blas: Blas, source: str) -> Blas:
 
 __all__ = [
     "KERNEL",
+    "SMALLEST_GEMM_WORK",
     "MIXED_GEMM_DECLARATIONS",
     "MIXED_GEMM_SMALLEST_N",
     "calls_sgemm",
     "choose_gemm_kernel",
     "cpu_has_avx512",
+    "gemm_work",
     "start_building",
     "with_gemm_kernel",
 ]

@@ -194,3 +194,34 @@ def test_a_kernel_the_compiler_rejects_is_a_clear_error(native_cpu, monkeypatch)
         gemm.with_gemm_kernel(
             dataclasses.replace(find_blas(), sgemm_kernel=gemm.KERNEL), "accy_sgemm("
         )
+
+
+@pytest.mark.parametrize("dtype", [accy.f32, accy.bf16])
+def test_a_two_layer_gradient_matches_the_reference(native_cpu, dtype):
+    """Every GEMM of a value_and_grad (each operand transposed somewhere) on the kernel."""
+    types = [
+        accy.spec(dtype, row=40, embed=36),
+        accy.spec(dtype, embed=36, ff=70),
+        accy.spec(dtype, ff=70, embed=36),
+    ]
+
+    def loss(builder, args):
+        x, w1, w2 = args
+        hidden = x.contract(w1, "embed").tanh()
+        out = hidden.contract(w2, "ff", accumulate=accy.f32 if dtype == accy.bf16 else None)
+        return (out * out).sum()
+
+    program = accy.value_and_grad(accy.trace.define("layers", types, loss), wrt=(1, 2))
+    rng = np.random.default_rng(6)
+    held = dtype.numpy
+    inputs = [
+        rng.standard_normal((40, 36)).astype(held),
+        (rng.standard_normal((36, 70)) / 6).astype(held),
+        (rng.standard_normal((70, 36)) / 8).astype(held),
+    ]
+    got = accy.compile(program, device="cpu")(*inputs)
+    want = accy.reference.run(program, inputs)
+    tolerance = 1e-5 if dtype == accy.f32 else 2e-2  # bf16: roundings placed differently
+    for g, w in zip(got, want, strict=True):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        assert np.max(np.abs(g - w)) <= tolerance * np.max(np.abs(w))

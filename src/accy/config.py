@@ -118,6 +118,15 @@ SETTINGS: tuple[Setting, ...] = (
         "SciPy's and the system's (empty: none); read when a BLAS is first looked for.",
     ),
     Setting(
+        "cpu_gemm_kernel",
+        "ACCY_CPU_GEMM_KERNEL",
+        _boolean,
+        True,
+        "Native CPU: float32 (and 16-bit) GEMMs run accy's AVX-512 kernel where the CPU has "
+        "AVX-512F (off: the BLAS's sgemm for every GEMM).",
+        changes_generated_code=True,
+    ),
+    Setting(
         "executables_max_entries",
         "ACCY_EXECUTABLES_MAX_ENTRIES",
         _whole_number,

@@ -53,6 +53,10 @@ class Blas:
     integer_bits: int
     set_threads: int = 0  # void (*)(int), or 0 where the library has none
     get_threads: int = 0  # int (*)(void)
+    # What runs float32 GEMMs in this library's place, where something does (empty: its own
+    # sgemm); see `accy.backends.cpu.gemm`.
+    sgemm_kernel: str = ""
+    mixed_gemm: int = 0  # that kernel's bf16 GEMM, once loaded (`accy_gemm_mixed`)
 
     @property
     def c_int_type(self) -> str:

@@ -13,6 +13,7 @@ from ...lower.plan import Plan, build_plan
 from . import toolchain
 from .blas import Blas, find_blas
 from .blocking import block_scans
+from .gemm import choose_gemm_kernel, start_building, with_gemm_kernel
 from .native import NativeLibrary
 from .source import translation
 
@@ -61,9 +62,8 @@ class CompiledFragment:
         """The library, opened (closed when the result is collected) and given the process's
         shared block (`SHARED`): the disk cache's entry (checked again, and rebuilt if it
         changed), or one built into a private folder where the entry cannot be opened."""
-        library = toolchain.load(
-            self.source, lambda path: NativeLibrary(path, self.blas), self.data
-        )
+        blas = None if self.blas is None else with_gemm_kernel(self.blas, self.source)
+        library = toolchain.load(self.source, lambda path: NativeLibrary(path, blas), self.data)
         library.set_shared(ctypes.byref(SHARED))
         return library
 
@@ -81,6 +81,8 @@ def compile_program(program: Program, kernel_call_registry=None) -> CompiledFrag
     # same bytes as `program`'s output, whose type the executable keeps.
     plan = build_plan(block_scans(program, outputs_as_blocks=True))
     blas = find_blas()
+    blas = None if blas is None else choose_gemm_kernel(blas, plan)
     source, data = translation(plan, kernel_call_registry, blas)
+    start_building(blas, source)
     library = toolchain.build(source, data)
     return CompiledFragment(program, plan, source, library, blas, data=data)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from ...codegen.c.loops import nest
 from ...core import Operation
 from ...core.types import TensorType
 
@@ -135,3 +136,43 @@ def _product(extents) -> int:
     for n in extents:
         result *= n
     return result
+
+
+_DEFINITION = re.compile(r"const [A-Za-z_][\w ]* (t\d+) = (.*);")
+
+
+def nest_hoisting(
+    loops: Loops, lines: list[str], outer_pragma: str | None, inner_pragma: str | None
+) -> list[str]:
+    """`nest(loops, lines, ...)` with the definitions that do not depend on the innermost
+    counter (a mask read once per row of a broadcast) computed before the innermost loop:
+    GCC does not vectorize an OpenMP-outlined loop that reads such an invariant, so the whole
+    loop ran scalar (and its exps through scalar calls). Same statements, same order.
+
+    >>> body = ["const float t1 = m[i0];", "const float t2 = x[i0 * 4 + i1] * t1;", "y[i1] = t2;"]
+    >>> print("\\n".join(nest_hoisting([("i0", 2), ("i1", 4)], body, None, None)))
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      const float t1 = m[i0];
+      for (int64_t i1 = 0; i1 < 4; ++i1) {
+        const float t2 = x[i0 * 4 + i1] * t1;
+        y[i1] = t2;
+      }
+    }
+    """
+    blocks = any("{" in line or "}" in line for line in lines)
+    if len(loops) < 2 or blocks:  # statements in blocks keep their scopes
+        return nest(loops, lines, outer_pragma, inner_pragma)
+    varying = {loops[-1][0]}
+    outside, inside = [], []
+    for line in lines:
+        match = _DEFINITION.fullmatch(line.strip())
+        if match and not (_names(match.group(2)) & varying):
+            outside.append(line)
+            continue
+        # what this line defines (or, not a definition, may assign) varies too
+        varying |= {match.group(1)} if match else _names(line)
+        inside.append(line)
+    if not outside:
+        return nest(loops, lines, outer_pragma, inner_pragma)
+    inner = nest(loops[-1:], inside, None, inner_pragma)
+    return nest(loops[:-1], outside + inner, outer_pragma)

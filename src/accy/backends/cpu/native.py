@@ -69,6 +69,8 @@ class NativeLibrary:
         if blas is not None:
             pointers = (blas.sgemm, blas.dgemm, blas.set_threads, blas.get_threads)
             self._library.accy_set_blas(*(ctypes.c_void_p(p) for p in pointers))
+        if blas is not None and blas.mixed_gemm:  # accy's own GEMM kernel (`cpu.gemm`)
+            self._library.accy_set_gemm_mixed(ctypes.c_void_p(blas.mixed_gemm))
 
     def set_shared(self, shared: ctypes.c_void_p) -> None:
         """Hand the library the process's shared block (`compile.SHARED`)."""

@@ -17,6 +17,7 @@ from ...core.arrays import ConstantArray
 from ...errors import AccyError
 from ...lower.plan import Plan
 from .blas import Blas
+from .gemm import MIXED_GEMM_DECLARATIONS
 from .steps import STEP_EMITTERS, StepContext
 from .vector_math import vector_declarations
 
@@ -221,6 +222,9 @@ def translation(
     unit = Translation(registry, blas)
     unit.write_function(plan, "accy_run", exported=True)
     blas_part = NO_BLAS if blas is None else BLAS_DECLARATIONS.format(blasint=blas.c_int_type)
+    if blas is not None and blas.sgemm_kernel:  # the choice is in the source, hence in the key
+        blas_part = f"/* float32 GEMMs: {blas.sgemm_kernel} */\n{blas_part.strip()}"
+        blas_part += MIXED_GEMM_DECLARATIONS
     parts = [
         GCC.prelude.strip(),
         OPENMP.strip(),

@@ -6,21 +6,28 @@ import math
 
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import linear, offset_expression
-from ....codegen.c.loops import PARALLEL_FOR, SIMD, nest
-from ....core.types import TensorType, f32, f64
+from ....codegen.c.loops import IF_PARALLEL, PARALLEL_FOR, SIMD, nest
+from ....core.types import TensorType, bf16, f32, f64
 from ....lower.contraction import Gemm, MatrixOperand, gemm_layout, loop_indices
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
+from ..gemm import KERNEL, MIXED_GEMM_SMALLEST_N
 from ..loops import axis_index, axis_loops
 from .context import CHUNKS, StepContext, store_element
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
-PARALLEL_GEMM_MNK = 1 << 23  # batch * m * n * k from which a GEMM is shared among threads
+PARALLEL_GEMM_MNK = 1 << 24  # batch * m * n * k from which a GEMM is shared among threads
+# (below it, a GEMM takes about 0.2 ms or less on one core of AVX-512: waking a sleeping thread
+# and splitting B's packing gain little there, and lose much on a busy machine)
 # A shared GEMM's bands (2 to CHUNKS) each have at least BAND_MNK of work and BAND_ROWS rows (or
 # columns): each band's call packs the operand it does not cut once more, so small bands cost
 # more in packing than they gain (8 bands of a 256 x 512 x 512 product ran 20% slower than 2 on
 # two cores; 8 of 2048 x 512 x 2048, about 10%).
 BAND_MNK = 1 << 25
 BAND_ROWS = 512
+# Bands are handed out one at a time: on a busy machine a thread the kernel has descheduled
+# holds up a static share, while the running thread can take its bands (each band writes its
+# own rows, so the result is the same whoever computes it).
+BANDS_FOR = f"#pragma omp parallel for schedule(dynamic, 1) {IF_PARALLEL}"
 
 
 def _pack(
@@ -58,29 +65,29 @@ def _gemm_call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
     )
 
 
-def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str) -> list[str]:
+def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str, call=_gemm_call) -> list[str]:
     """One GEMM shared by the threads as GEMMs over bands of rows (or of columns). How many
     bands depends on the shape alone (`BAND_MNK`, `BAND_ROWS`), never on the
     thread count: BLAS's results may depend on the extents it is given, and must not change
     with the threads available."""
     if gemm.m >= gemm.n:
         a_band = f"{a} + first" if gemm.lhs.transposed else f"{a} + first * {gemm.lhs.leading}"
-        call = _gemm_call(
+        band_call = call(
             op, gemm, "last - first", str(gemm.n), a_band, b, f"{c} + first * {gemm.n}"
         )
         extent = gemm.m
     else:
         b_band = f"{b} + first * {gemm.rhs.leading}" if gemm.rhs.transposed else f"{b} + first"
-        call = _gemm_call(op, gemm, str(gemm.m), "last - first", a, b_band, f"{c} + first")
+        band_call = call(op, gemm, str(gemm.m), "last - first", a, b_band, f"{c} + first")
         extent = gemm.n
     parts = min(
         CHUNKS, extent, max(2, min(gemm.m * gemm.n * gemm.k // BAND_MNK, extent // BAND_ROWS))
     )
     band = [
         f"const int64_t first = {extent} * part / {parts}, last = {extent} * (part + 1) / {parts};",
-        f"if (last > first) {call}",
+        f"if (last > first) {band_call}",
     ]
-    return nest([("part", parts)], band, PARALLEL_FOR)
+    return nest([("part", parts)], band, BANDS_FOR)
 
 
 def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
@@ -112,6 +119,70 @@ def _emit_half_gemm(ctx: StepContext) -> list[str]:
     size = op.type.size
     rounded = store_element(op.type.dtype, out, "i", f"{product}[i]")
     return [*calls, *nest([("i", size)], [rounded], PARALLEL_FOR if size >= 1 << 16 else None)]
+
+
+RESULT = "ACCY_RESULT"  # where a mixed GEMM's call puts its result pointer (two of them)
+
+
+def _uses_mixed_gemm(ctx: StepContext) -> bool:
+    """A bf16 (or bf16 and f32) product that accy's GEMM kernel reads and rounds itself: no
+    conversion passes before or after it. Narrow products keep the packing path, whose sgemm
+    the kernel hands to BLAS."""
+    op, gemm = ctx.step.op, ctx.step.detail
+    dtypes = {t.dtype for t in op.operand_types} | {op.type.dtype}
+    blas = ctx.unit.blas
+    return (
+        blas is not None
+        and blas.sgemm_kernel == KERNEL
+        and dtypes <= {bf16, f32}
+        and gemm.n >= MIXED_GEMM_SMALLEST_N
+    )
+
+
+def _mixed_call(sums: str, rounded: str | None):
+    """Writes one `accy_gemm_mixed` call (the call builder of `_gemm_calls`, whose result
+    pointer is `RESULT`): the float32 sums go to `sums` (a float32 buffer), or, with `rounded`
+    (the bf16 output), are rounded into it, `sums` holding them between passes over k."""
+
+    def call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
+        lhs_type, rhs_type = op.operand_types
+        flags = (
+            int(gemm.lhs.transposed)
+            | int(gemm.rhs.transposed) << 1
+            | int(lhs_type.dtype == bf16 and not gemm.lhs.packed) << 2
+            | int(rhs_type.dtype == bf16 and not gemm.rhs.packed) << 3
+        )
+        into = c.replace(RESULT, f"(float *){sums}")
+        out = "(uint16_t *)0" if rounded is None else c.replace(RESULT, f"(uint16_t *){rounded}")
+        return (
+            f"accy_gemm_mixed({flags}, {m}, {n}, {gemm.k}, {a}, {gemm.lhs.leading}, {b}, "
+            f"{gemm.rhs.leading}, {into}, {out}, {max(gemm.n, 1)});"
+        )
+
+    return call
+
+
+def _emit_mixed_gemm(ctx: StepContext) -> list[str]:
+    """A bf16 product through `accy_gemm_mixed`: bf16 operands read (and converted) as the
+    kernel packs them, a bf16 result rounded once from the float32 sums as it is stored."""
+    op, gemm = ctx.step.op, ctx.step.detail
+    lhs_type, rhs_type = op.operand_types
+    operands = []
+    for value, t, matrix, name in (
+        (op.operands[0], lhs_type, gemm.lhs, "lhs"),
+        (op.operands[1], rhs_type, gemm.rhs, "rhs"),
+    ):
+        if matrix.packed:  # a layout GEMMs cannot read: packed (as float32) first
+            operands.append((_pack(ctx, value, t, matrix, name, f32), 0, matrix.batch_strides))
+        else:
+            view = ctx.plan.view(value)
+            operands.append((ctx.pointers[view.base], view.offset, matrix.batch_strides))
+    out = ctx.pointers[op.results[0]]
+    if op.type.dtype == f32:
+        call = _mixed_call(out, None)
+    else:  # the sums' scratch is touched only where k takes more than one pass
+        call = _mixed_call(ctx.scratch("float", "result"), out)
+    return _gemm_calls(ctx, gemm, *operands, RESULT, call, locked=False)
 
 
 def _matrix_vector(op, gemm: Gemm, a: str, b: str, out: str) -> list[str]:
@@ -155,8 +226,12 @@ def _matrix_vector(op, gemm: Gemm, a: str, b: str, out: str) -> list[str]:
     ]
 
 
-def _gemm_calls(ctx: StepContext, gemm: Gemm, lhs, rhs, out: str) -> list[str]:
-    """The BLAS calls of `gemm` from operands (pointer, offset, batch strides) into `out`."""
+def _gemm_calls(
+    ctx: StepContext, gemm: Gemm, lhs, rhs, out: str, call=None, locked: bool = True
+) -> list[str]:
+    """The BLAS calls of `gemm` from operands (pointer, offset, batch strides) into `out`
+    (`call` writes one call, `_gemm_call`'s BLAS sgemm/dgemm unless given; `locked`: the calls
+    go to the BLAS, whose threads are held to one around them)."""
     op = ctx.step.op
     (a, a_offset, a_batch), (b, b_offset, b_batch) = lhs, rhs
     count = math.prod(gemm.batch_extents)
@@ -165,15 +240,16 @@ def _gemm_calls(ctx: StepContext, gemm: Gemm, lhs, rhs, out: str) -> list[str]:
     if gemm.k == 0:
         return [f"memset({out}, 0, {gemm.m * gemm.n * count} * sizeof(*{out}));"]
     large = count * gemm.m * gemm.n * gemm.k >= PARALLEL_GEMM_MNK
-    if 1 in (gemm.m, gemm.n) and not gemm.batch_extents and not large:
+    if call is None and 1 in (gemm.m, gemm.n) and not gemm.batch_extents and not large:
         a, b = f"{a} + {a_offset}", f"{b} + {b_offset}"
         return [*ctx.prologue, *_matrix_vector(op, gemm, a, b, out)]
+    call = call or _gemm_call
     if not gemm.batch_extents:
         a, b = f"{a} + {a_offset}", f"{b} + {b_offset}"
         calls = (
-            _split_gemm(op, gemm, a, b, out)
+            _split_gemm(op, gemm, a, b, out, call)
             if large
-            else [_gemm_call(op, gemm, str(gemm.m), str(gemm.n), a, b, out)]
+            else [call(op, gemm, str(gemm.m), str(gemm.n), a, b, out)]
         )
     else:
         batch = tuple(
@@ -182,7 +258,7 @@ def _gemm_calls(ctx: StepContext, gemm: Gemm, lhs, rhs, out: str) -> list[str]:
         )
         a_at = offset_expression(batch, a_batch, a_offset)
         b_at = offset_expression(batch, b_batch, b_offset)
-        call = _gemm_call(
+        one = call(
             op,
             gemm,
             str(gemm.m),
@@ -191,7 +267,9 @@ def _gemm_calls(ctx: StepContext, gemm: Gemm, lhs, rhs, out: str) -> list[str]:
             f"{b} + {b_at}",
             f"{out} + batch * {gemm.m * gemm.n}",
         )
-        calls = nest([("batch", count)], [call], PARALLEL_FOR if large else None)
+        calls = nest([("batch", count)], [one], BANDS_FOR if large else None)
+    if not locked:
+        return [*ctx.prologue, *calls]
     return [
         *ctx.prologue,
         "const int threads = accy_blas_serial();",
@@ -234,7 +312,7 @@ def emit_dot(ctx: StepContext) -> list[str]:
     if blas is None or not _fits_blas_integers(gemm, blas.integer_bits):
         return _emit_dot_loops(ctx)
     if is_half_gemm(op):
-        return _emit_half_gemm(ctx)
+        return _emit_mixed_gemm(ctx) if _uses_mixed_gemm(ctx) else _emit_half_gemm(ctx)
     if op.type.dtype in BLAS_DTYPES and op.operand_types[0].dtype == op.type.dtype:
         return _emit_gemm(ctx, gemm)
     return _emit_dot_loops(ctx)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ....codegen.c.expressions import EMITTERS, Flat, NotFlat, linear
 from ....codegen.c.loops import PARALLEL_FOR, SIMD, nest
-from ..loops import axis_index, axis_loops, coalesced, worth_threads
+from ..loops import axis_index, axis_loops, coalesced, nest_hoisting, worth_threads
 from .context import StepContext, store_element
 
 
@@ -28,7 +28,7 @@ def _nested_loop(ctx: StepContext) -> list[str]:
         return body.lines + [store]
 
     loops, lines = coalesced(axis_loops(t), statements)
-    return nest(loops, lines, _pragma(ctx, bool(loops)), SIMD)
+    return nest_hoisting(loops, lines, _pragma(ctx, bool(loops)), SIMD)
 
 
 def _pragma(ctx: StepContext, has_loops: bool) -> str | None:

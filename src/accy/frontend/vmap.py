@@ -26,6 +26,7 @@ from .functions import _name
 from .named import NamedArray, index_by_name
 from .tracing import (
     NAMESPACE,
+    PRINTED,
     Entry,
     Staged,
     argument_path,
@@ -204,11 +205,12 @@ class Vmapped:
             NamedArray(None, leaf.ty.without([source]), REFERENCE) if source else leaf
             for leaf, source in zip(leaves, sources, strict=True)
         ]
-        traced = trace(self.fn, examples, treedef, _name(self.fn))
+        traced = trace(self.fn, examples, treedef, _name(self.fn), prints=True)
         arrays = [source for leaf, source in zip(leaves, sources, strict=True) if is_array(leaf)]
         flags = [source is not None for source in arrays] + [False] * len(traced.captured)
         batched = batch(traced.program, axis, extent, flags)
-        mapped_outputs = _depends_on(traced.program, flags)
+        own = traced.out_treedef.num_leaves  # then the values of its debug_print calls
+        mapped_outputs = _depends_on(traced.program, flags)[:own]
         positions = self._output_positions(traced, mapped_outputs)
         specs = [leaf.ty for leaf in leaves if is_array(leaf)]
         specs += [c.ty for c in traced.captured]
@@ -221,12 +223,17 @@ class Vmapped:
             ]
             outputs = b.call(batched, firsts)
             outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
-            return [
-                _place(b, y, axis, position) for y, position in zip(outputs, positions, strict=True)
+            placed = [
+                _place(b, y, axis, position)
+                for y, position in zip(outputs[:own], positions, strict=True)
             ]
+            return placed + _printed_per_example(b, traced.prints, outputs[own:], axis, extent)
 
         program = simplify(define(f"vmap_{traced.program.name}", specs, body))
-        return Entry(program, traced.out_treedef, traced.captured, traced.foreign)
+        entry = Entry(program, traced.out_treedef, traced.captured, traced.foreign)
+        # each debug_print prints once per example, in order (JAX unrolls it over the axis)
+        entry.prints = [p for p in traced.prints for _ in range(extent)]
+        return entry
 
     def _output_positions(self, traced: Any, mapped: list[bool]) -> list[int | None]:
         """The layout position of the mapped axis in each output (None: not mapped, which only
@@ -256,6 +263,22 @@ class Vmapped:
 
     def __repr__(self) -> str:
         return f"<accy.vmap of {self.fn!r} over {self.axis!r}>"
+
+
+def _printed_per_example(
+    b: Any, prints: list[Any], values: list[Any], axis: str, extent: int
+) -> list[Any]:
+    """The batched values of debug_print calls (`values`, each print's in turn), as one
+    example's values after another for each print: the outputs its `extent` copies read."""
+    per_example: list[Any] = []
+    start = 0
+    for _, _, template in prints:
+        count = sum(leaf is PRINTED for leaf in template)
+        mine = values[start : start + count]
+        start += count
+        for i in range(extent):
+            per_example += [index_by_name(b, y, (axis, i)) for y in mine]
+    return per_example
 
 
 def _mapped_first(b: Any, p: Any, source: str, axis: str) -> Any:

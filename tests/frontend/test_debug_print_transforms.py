@@ -1,6 +1,7 @@
-"""`accy.debug_print` under grad, jvp, vjp, linearize and vmap prints what `jax.debug.print`
-prints for the same program: the primal values once under differentiation, and once per
-example under vmap (in JAX's order when vmaps nest)."""
+"""`accy.debug_print` under grad, jvp, vjp, linearize and vmap, and inside scan bodies, prints
+what `jax.debug.print` prints for the same program: the primal values once under
+differentiation, once per example under vmap (in JAX's order when vmaps nest), and at every
+step of a scan."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import accy
 
@@ -108,13 +110,51 @@ def test_a_format_spec_on_an_array_with_axes_is_an_axis_error():
         accy.grad(f)(accy.named(np.ones(2, np.float32), "n", device=R))
 
 
-def test_debug_print_inside_a_loop_body_is_refused():
+def test_a_scan_body_prints_at_every_step_as_jax_does(capsys):
+    def step(c, _):
+        accy.debug_print("c = {c:.1f}", c=c)
+        return c + 1.0, None
+
+    def jax_step(c, _):
+        jax.debug.print("c = {c:.1f}", c=c)
+        return c + 1.0, None
+
+    x = scalar(1.0)
+    cases = [
+        (
+            lambda: accy.value_and_grad(lambda x: accy.scan(step, x, None, length=2, axis="t")[0])(
+                x
+            ),
+            lambda: jax.value_and_grad(lambda x: lax.scan(jax_step, x, None, length=2)[0])(1.0),
+        ),
+        (
+            lambda: accy.jit(lambda x: accy.scan(step, x, None, length=3, axis="t", reverse=True))(
+                x
+            ),
+            lambda: jax.jit(lambda x: lax.scan(jax_step, x, None, length=3, reverse=True))(1.0),
+        ),
+        (
+            lambda: accy.jit(lambda x: accy.scan(step, x, None, length=4, axis="t", unroll=2))(x),
+            lambda: jax.jit(lambda x: lax.scan(jax_step, x, None, length=4, unroll=2))(1.0),
+        ),
+        (
+            lambda: accy.jit(lambda x: accy.fori_loop(0, 2, lambda i, c: step(c, i)[0], x))(x),
+            lambda: jax.jit(lambda x: lax.fori_loop(0, 2, lambda i, c: jax_step(c, i)[0], x))(1.0),
+        ),
+    ]
+    for ours, theirs in cases:
+        expected = printed(capsys, theirs)
+        assert printed(capsys, ours) == expected
+    assert expected == "c = 1.0\nc = 2.0\n"
+
+
+def test_debug_print_inside_a_while_loop_body_is_refused():
     def f(x):
-        def body(carry, _):
+        def body(carry):
             accy.debug_print("{}", carry)
-            return carry * 2.0, None
+            return carry * 2.0
 
-        return accy.scan(body, x, None, axis="step", length=2)[0]
+        return accy.while_loop(lambda c: c < 4.0, body, x)
 
-    with pytest.raises(accy.AccyError, match="not from inside a loop body"):
-        accy.grad(f)(scalar(1.0))
+    with pytest.raises(accy.AccyError, match="not from inside a while_loop body"):
+        accy.jvp(f, (scalar(1.0),), (scalar(1.0),))

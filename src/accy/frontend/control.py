@@ -28,11 +28,13 @@ from .errors import TransformError
 from .functions import jit
 from .named import NamedArray, named
 from .tracing import (
+    PRINTED,
     as_array_leaf,
     flatten,
     innermost_trace,
     is_python_value,
     leaf_paths,
+    record_print,
     unflatten,
 )
 
@@ -291,8 +293,11 @@ def _scan_traced(
             target.split(x, axis, {axis: steps // per_step, inner: per_step}) for x in scanned
         ]
     y_def: list[Any] = []
+    printed: list[Any] = []  # one iteration's debug_print calls: (format, structure, template)
 
     def body(b, args):
+        if b is not target:  # a loop body of its own: its prints become extra ys
+            b.allows_prints = True
         carry = list(args[:count])
         ys_per_step = []
         order = range(per_step - 1, -1, -1) if reverse else range(per_step)
@@ -322,7 +327,8 @@ def _scan_traced(
             ]
         else:
             ys = ys_per_step[0]
-        return [*carry, *ys]
+        printed[:] = [] if b is target else getattr(b, "prints", [])
+        return [*carry, *ys, *(v for *_, arrays in printed for v in arrays)]
 
     if per_step == steps:  # unrolled entirely: every step traced in place, no loop
         outputs = body(
@@ -340,9 +346,30 @@ def _scan_traced(
     carries, ys = target.scan(
         body, carries=init_leaves, xs=scanned, axis=axis, reverse=reverse, remat=remat
     )
+    ys, printed_ys = ys[: y_def[0].num_leaves], ys[y_def[0].num_leaves :]
+    if printed:
+        _print_each_step(target, printed, printed_ys, axis, steps // per_step, reverse)
     if per_step > 1:
         ys = tuple(target.merge(y, (axis, inner), axis) for y in ys)
     return unflatten(init_def, list(carries)), unflatten(y_def[0], list(ys))
+
+
+def _print_each_step(
+    target: Any, printed: list, values: Sequence[Any], axis: str, iterations: int, reverse: bool
+) -> None:
+    """Record the debug_print calls of a scan's body in the enclosing trace, once per
+    iteration in the order the loop runs (JAX prints inside a scan at every step): `values`
+    are the printed arrays, stacked along `axis`."""
+    for step in reversed(range(iterations)) if reverse else range(iterations):
+        position = 0
+        for text, structure_of, template, _ in printed:
+            leaves = []
+            for leaf in template:
+                if leaf is PRINTED:
+                    leaf = index_by_name(target, values[position], (axis, step))
+                    position += 1
+                leaves.append(leaf)
+            record_print(target, text, structure_of, leaves)
 
 
 def _with_first(ty: TensorType, axis: str, extent: int) -> TensorType:

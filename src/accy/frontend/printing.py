@@ -14,8 +14,9 @@ def debug_print(text: str, *args: Any, **kwargs: Any) -> None:
     once on concrete arrays, and each time the transformed function runs when they are traced
     (the values become extra outputs of its program). Under `grad`, `jvp`, `vjp` and
     `linearize` the primal values print once, in the forward pass; under `vmap` once per
-    example, as JAX's. A format spec formats a scalar's value (`{x:.3f}`); without one an
-    array prints as its repr.
+    example; inside a `scan` (and `fori_loop` with int bounds) body at every step, as JAX's.
+    A `while_loop` body or a `cond` branch refuses it. A format spec formats a scalar's value
+    (`{x:.3f}`); without one an array prints as its repr.
 
     >>> import accy, numpy as np
     >>> @accy.jit

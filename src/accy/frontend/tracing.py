@@ -873,8 +873,9 @@ def record_print(builder: Any, text: str, structure_of: Any, leaves: Sequence[An
     if not allows:
         raise AccyError(
             f"accy.debug_print({text!r}, ...) inside {getattr(builder, 'name', 'a transform')!r}: "
-            "values are printed from accy.jit, grad, jvp, vjp and vmap and eagerly, not from "
-            "inside a loop body, a branch or a custom rule; return the value and print it outside"
+            "values are printed from accy.jit, grad, jvp, vjp, vmap and scan bodies and eagerly, "
+            "not from inside a while_loop body, a cond branch or a custom rule (where a value "
+            "may not be printed at all); return the value and print it outside"
         )
     template = [PRINTED if hasattr(leaf, "ty") else leaf for leaf in leaves]
     arrays = [builder.lift(leaf) for leaf in leaves if hasattr(leaf, "ty")]

@@ -150,15 +150,82 @@ def _mapped_leaves(axis: str, in_axes: Any, leaves: list[Any], treedef: Any) -> 
 
 
 def _depends_on(program: Program, flags: Sequence[bool]) -> list[bool]:
-    """For each output of `program`: whether it depends on a parameter that `flags` marks."""
+    """For each output of `program`: whether it depends on a parameter that `flags` marks.
+    Through control flow, as JAX's batching tracks it: a loop's carry that the body hands back
+    unchanged depends only on its initial value, and a cond's output that every branch
+    forwards from one operand only on that operand (so `out_axes=None` can name them)."""
     marked: set[int] = set()
     for op in program.operations:
         if op.kind == "parameter":
             if flags[op.attrs["index"]]:
                 marked.update(op.results)
-        elif any(v in marked for v in op.operands):
-            marked.update(op.results)
+            continue
+        operands = [v in marked for v in op.operands]
+        if any(operands):
+            depends = _results_depend_on(op, operands)
+            marked.update(r for r, d in zip(op.results, depends, strict=True) if d)
     return [v in marked for v in program.outputs]
+
+
+def _results_depend_on(op: Any, flags: list[bool]) -> list[bool]:
+    """Which results of a control-flow `op` depend on its operands that `flags` marks (every
+    result, for other kinds)."""
+    attrs = op.attrs
+    if op.kind == "cond":
+        branches = [attrs["true_body"], attrs["false_body"]]
+        depends = [_depends_on(b, flags[1:]) for b in branches]
+        forwarded = [_forwarded(b) for b in branches]
+        return [
+            depends[0][j]
+            or depends[1][j]
+            or (flags[0] and (forwarded[0][j] is None or forwarded[0][j] != forwarded[1][j]))
+            for j in range(len(op.results))
+        ]
+    if op.kind in ("while_loop", "scan"):
+        consts = attrs["num_consts"]
+        count = attrs.get("num_carry", len(op.results)) if op.kind == "scan" else len(op.results)
+        body = attrs["body"]
+        carried = flags[consts : consts + count]
+        while True:  # a carry depends on what the body computes it from, at any step
+            depends = _depends_on(body, [*flags[:consts], *carried, *flags[consts + count :]])
+            grown = [c or d for c, d in zip(carried, depends[:count], strict=True)]
+            if grown == carried:
+                break
+            carried = grown
+        if op.kind == "scan":
+            return carried + depends[count:]
+        if _depends_on(attrs["cond_body"], [*flags[:consts], *carried])[0]:
+            # the number of steps differs per example: so does every carry the body changes
+            forwarded = _forwarded(body)
+            carried = [c or forwarded[j] != consts + j for j, c in enumerate(carried)]
+        return carried
+    return [True] * len(op.results)
+
+
+def _forwarded(program: Program) -> list[int | None]:
+    """For each output of `program`: the parameter it returns unchanged (through loops that
+    hand a carry back unchanged and conds whose branches all forward it), or None."""
+    source: dict[int, int] = {}
+    for op in program.operations:
+        if op.kind == "parameter":
+            source[op.results[0]] = op.attrs["index"]
+        elif op.kind in ("while_loop", "scan"):
+            consts = op.attrs["num_consts"]
+            count = op.attrs.get("num_carry", len(op.results))
+            body = _forwarded(op.attrs["body"])
+            for j in range(count):
+                operand = op.operands[consts + j]
+                if body[j] == consts + j and operand in source:
+                    source[op.results[j]] = source[operand]
+        elif op.kind == "cond":
+            on_true, on_false = (
+                _forwarded(op.attrs["true_body"]),
+                _forwarded(op.attrs["false_body"]),
+            )
+            for j, (t, f) in enumerate(zip(on_true, on_false, strict=True)):
+                if t is not None and t == f and op.operands[1 + t] in source:
+                    source[op.results[j]] = source[op.operands[1 + t]]
+    return [source.get(v) for v in program.outputs]
 
 
 class Vmapped:

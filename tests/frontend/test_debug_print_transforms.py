@@ -158,3 +158,39 @@ def test_debug_print_inside_a_while_loop_body_is_refused():
 
     with pytest.raises(accy.AccyError, match="not from inside a while_loop body"):
         accy.jvp(f, (scalar(1.0),), (scalar(1.0),))
+
+
+def test_a_print_of_values_no_example_changes_prints_once_under_vmap_and_jacobians(capsys):
+    def ours(x, y):
+        accy.debug_print("y={:.1f}", y)
+        return x * y
+
+    def theirs(x, y):
+        jax.debug.print("y={:.1f}", y)
+        return x * y
+
+    xs = accy.named(np.arange(3.0, dtype=np.float32), "b", device=R)
+    expected = printed(capsys, lambda: jax.vmap(theirs, in_axes=(0, None))(jnp.arange(3.0), 5.0))
+    assert printed(capsys, lambda: accy.vmap(ours, "b")(xs, scalar(5.0))) == expected == "y=5.0\n"
+
+    def accy_h(x):
+        accy.debug_print("sum={:.2f}", x.sum())
+        return x.sin()
+
+    def jax_h(x):
+        jax.debug.print("sum={:.2f}", x.sum())
+        return jnp.sin(x)
+
+    x = accy.named(np.array([0.5, 1.0], np.float32), "n", device=R)
+    renamed = lambda x: accy_h(x).rename("n", "m")  # noqa: E731
+    cases = [
+        (lambda: accy.jacfwd(renamed)(x), lambda: jax.jacfwd(jax_h)(jnp.array([0.5, 1.0]))),
+        (lambda: accy.jacrev(renamed)(x), lambda: jax.jacrev(jax_h)(jnp.array([0.5, 1.0]))),
+        (
+            lambda: accy.hessian(lambda x: accy_h(x).sum())(x),
+            lambda: jax.hessian(lambda x: jax_h(x).sum())(jnp.array([0.5, 1.0])),
+        ),
+    ]
+    for ours_run, theirs_run in cases:
+        expected = printed(capsys, theirs_run)
+        assert printed(capsys, ours_run) == expected == "sum=1.50\n"

@@ -277,8 +277,14 @@ class Vmapped:
         flags = [source is not None for source in arrays] + [False] * len(traced.captured)
         batched = batch(traced.program, axis, extent, flags)
         own = traced.out_treedef.num_leaves  # then the values of its debug_print calls
-        mapped_outputs = _depends_on(traced.program, flags)[:own]
-        positions = self._output_positions(traced, mapped_outputs)
+        depends = _depends_on(traced.program, flags)
+        positions = self._output_positions(traced, depends[:own])
+        # a print of values that differ per example prints once per example (JAX unrolls it
+        # over the axis); one of shared values prints once
+        copies = [
+            extent if mapped else min(extent, 1)
+            for mapped in _printed_mapped(traced.prints, depends[own:])
+        ]
         specs = [leaf.ty for leaf in leaves if is_array(leaf)]
         specs += [c.ty for c in traced.captured]
         sources_all = arrays + [None] * len(traced.captured)
@@ -294,12 +300,11 @@ class Vmapped:
                 _place(b, y, axis, position)
                 for y, position in zip(outputs[:own], positions, strict=True)
             ]
-            return placed + _printed_per_example(b, traced.prints, outputs[own:], axis, extent)
+            return placed + _printed_per_example(b, traced.prints, outputs[own:], axis, copies)
 
         program = simplify(define(f"vmap_{traced.program.name}", specs, body))
         entry = Entry(program, traced.out_treedef, traced.captured, traced.foreign)
-        # each debug_print prints once per example, in order (JAX unrolls it over the axis)
-        entry.prints = [p for p in traced.prints for _ in range(extent)]
+        entry.prints = [p for p, n in zip(traced.prints, copies, strict=True) for _ in range(n)]
         return entry
 
     def _output_positions(self, traced: Any, mapped: list[bool]) -> list[int | None]:
@@ -332,18 +337,29 @@ class Vmapped:
         return f"<accy.vmap of {self.fn!r} over {self.axis!r}>"
 
 
+def _printed_mapped(prints: list[Any], depends: list[bool]) -> list[bool]:
+    """For each debug_print call: whether a value it prints depends on the mapped arguments
+    (`depends`: for each printed value, in order)."""
+    mapped, start = [], 0
+    for _, _, template in prints:
+        count = sum(leaf is PRINTED for leaf in template)
+        mapped.append(any(depends[start : start + count]))
+        start += count
+    return mapped
+
+
 def _printed_per_example(
-    b: Any, prints: list[Any], values: list[Any], axis: str, extent: int
+    b: Any, prints: list[Any], values: list[Any], axis: str, copies: list[int]
 ) -> list[Any]:
     """The batched values of debug_print calls (`values`, each print's in turn), as one
-    example's values after another for each print: the outputs its `extent` copies read."""
+    example's values after another for each print: the outputs its `copies` read."""
     per_example: list[Any] = []
     start = 0
-    for _, _, template in prints:
+    for (_, _, template), count_of_copies in zip(prints, copies, strict=True):
         count = sum(leaf is PRINTED for leaf in template)
         mine = values[start : start + count]
         start += count
-        for i in range(extent):
+        for i in range(count_of_copies):
             per_example += [index_by_name(b, y, (axis, i)) for y in mine]
     return per_example
 

@@ -8,11 +8,11 @@ axis that the mapped arrays carry. accy promotes no dtype, so an int loop counte
 float is converted explicitly.
 
 JAX's 161 cases here (test methods; a parametrized one counted once, its parameters a
-representative subset): 132 translated, each test tagged with `@translates`, and 29 not
-applicable (`NOT_APPLICABLE`, one skipped test each, with its reason). As 125 test functions (a
-few JAX cases merged), 219 tests once parametrized: 154 passing in the default run, 36 more in
+representative subset): 133 translated, each test tagged with `@translates`, and 28 not
+applicable (`NOT_APPLICABLE`, one skipped test each, with its reason). As 126 test functions (a
+few JAX cases merged), 219 tests once parametrized: 155 passing in the default run, 36 more in
 the slow run (the jit variants and batch-axis positions JAX also runs, more parameters of the
-randomized cases, the longer RNN), 29 skipped.
+randomized cases, the longer RNN), 28 skipped.
 """
 
 from __future__ import annotations
@@ -2033,6 +2033,58 @@ def test_cond_ad_batched_unit():
     np.testing.assert_array_equal(got.array, expected)
 
 
+@translates("LaxControlFlowTest.test_custom_jvp_tangent_cond_transpose")
+def test_custom_jvp_tangent_cond_transpose():
+    """A custom_jvp rule that switches on its tangents: reverse mode transposes that cond."""
+
+    def mask_fun(arr, choice):
+        return (1.0 - choice) * arr.sum() + choice * (1.0 - arr.sum())
+
+    def switch_fun(arr, choice):
+        index = choice.floor().convert(accy.i32)
+        return accy.switch(index, [lambda x: x.sum(), lambda x: 1.0 - x.sum()], arr)
+
+    def jax_mask_fun(arr, choice):
+        return (1 - choice) * arr.sum() + choice * (1 - arr.sum())
+
+    def jax_switch_fun(arr, choice):
+        choice = jnp.floor(choice).astype(jnp.int32)
+        return lax.switch(choice, [lambda x: x.sum(), lambda x: 1 - x.sum()], arr)
+
+    def custom(fun, rule_fun):
+        wrapped = accy.custom_jvp(fun)
+
+        @wrapped.defjvp
+        def _(primals, tangents):
+            (arr, choice), (arr_dot, _) = primals, tangents
+            return fun(arr, choice), rule_fun(arr_dot, choice)
+
+        return wrapped
+
+    arr = f64(np.arange(3.0), "n")
+    for choice in (0.0, 1.0):
+        expected = jax.grad(jax_mask_fun)(np.arange(3.0), choice)
+        np.testing.assert_array_equal(jax.grad(jax_switch_fun)(np.arange(3.0), choice), expected)
+        for fun in (
+            mask_fun,
+            switch_fun,
+            custom(switch_fun, mask_fun),
+            custom(switch_fun, switch_fun),
+        ):
+            np.testing.assert_allclose(accy.grad(fun)(arr, f64(choice)).array, expected)
+    # the transpose of a function linear in x through a cond, against JAX's
+    for pred in (True, False):
+        linear = lambda x, p=pred: accy.cond(  # noqa: E731
+            f64(1.0) > (0.0 if p else 2.0), lambda x: 2.0 * x, lambda x: -x.cumsum("n"), x
+        )
+        jax_linear = lambda x, p=pred: lax.cond(  # noqa: E731
+            p, lambda x: 2.0 * x, lambda x: -jnp.cumsum(x), x
+        )
+        (got,) = accy.linear_transpose(linear, arr)(f64([1.0, 2.0, 3.0], "n"))
+        (want,) = jax.linear_transpose(jax_linear, np.zeros(3))(np.array([1.0, 2.0, 3.0]))
+        np.testing.assert_allclose(got.array, want)
+
+
 @translates("LaxControlFlowTest.test_cond_vmap_forwarding_doesnt_promote")
 def test_cond_vmap_forwarding_doesnt_promote():
     def f(x, y):
@@ -2457,10 +2509,6 @@ NOT_APPLICABLE = {
         "than its identity)"
     ),
     "LaxControlFlowTest.testIssue804": "jax.pmap with lax.psum: accy has no pmap",
-    "LaxControlFlowTest.test_custom_jvp_tangent_cond_transpose": (
-        "accy lacks a transpose rule for cond: a custom_jvp rule that switches on its tangents "
-        "cannot be run in reverse mode"
-    ),
     "LaxControlFlowTest.testForiLoopBatchedIssue1190": (
         "accy lacks per-carry batching of while_loop: under vmap every carry is batched (the "
         "loop counter too), so the unbatched-counter check does not hold"

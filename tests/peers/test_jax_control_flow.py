@@ -1772,15 +1772,16 @@ def test_switch_grad_with_forwarding(seed, num_input_fwd, num_output_fwd):
     branches = make(lambda x: x.exp(), lambda x: x.sin(), lambda v, i: v["n", int(i)])
     jax_branches = make(jnp.exp, jnp.sin, lambda v, i: v[i])
     x = np.arange(float(num_args))
+    # the index is traced, as in JAX's jitted f_: one program for every branch taken
+    f = jit(lambda idx, inputs: accy.switch(idx, branches, inputs))
     for idx in range(num_branches):
-        f = jit(lambda inputs, idx=idx: accy.switch(i32(idx), branches, inputs))
         jax_f = jax.jit(lambda inputs, idx=idx: lax.switch(idx, jax_branches, inputs))
-        out, tangent = accy.jvp(f, (f64(x, "n"),), (f64(x + 1.0, "n"),))
+        out, tangent = accy.jvp(f, (i32(idx), f64(x, "n")), (i32(0), f64(x + 1.0, "n")))
         jax_out, jax_tangent = jax.jvp(jax_f, (x,), (x + 1.0,))
         np.testing.assert_allclose(value(out), jax_out)
         np.testing.assert_allclose(value(tangent), jax_tangent)
         cotangent = [f64(c) for c in (1.0, 2.0, 3.0)]
-        (got,) = accy.vjp(f, f64(x, "n"))[1](cotangent)
+        _, got = accy.vjp(f, i32(idx), f64(x, "n"))[1](cotangent)
         (expected,) = jax.vjp(jax_f, x)[1]([1.0, 2.0, 3.0])
         np.testing.assert_allclose(got.array, expected)
 

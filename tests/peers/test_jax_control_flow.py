@@ -8,11 +8,11 @@ axis that the mapped arrays carry. accy promotes no dtype, so an int loop counte
 float is converted explicitly.
 
 JAX's 161 cases here (test methods; a parametrized one counted once, its parameters a
-representative subset): 133 translated, each test tagged with `@translates`, and 28 not
-applicable (`NOT_APPLICABLE`, one skipped test each, with its reason). As 126 test functions (a
-few JAX cases merged), 219 tests once parametrized: 155 passing in the default run, 36 more in
+representative subset): 134 translated, each test tagged with `@translates`, and 27 not
+applicable (`NOT_APPLICABLE`, one skipped test each, with its reason). As 127 test functions (a
+few JAX cases merged), 219 tests once parametrized: 156 passing in the default run, 36 more in
 the slow run (the jit variants and batch-axis positions JAX also runs, more parameters of the
-randomized cases, the longer RNN), 28 skipped.
+randomized cases, the longer RNN), 27 skipped.
 """
 
 from __future__ import annotations
@@ -1558,6 +1558,27 @@ def test_fori_loop_with_dynamic_indices_cannot_unroll():
         f(10)
 
 
+@translates("LaxControlFlowTest.testForiLoopBatchedIssue1190")
+def test_fori_loop_batched_issue1190():
+    """The loop counter, which no example changes, stays unbatched in the vmapped loop (the
+    predicate is then one for all examples, and the loop is not masked)."""
+
+    def f(x):
+        return accy.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] + 1), (0, x))
+
+    mapped = accy.vmap(f, "batch")
+    out = mapped(i32(np.arange(3), "batch"))
+    expected = jax.vmap(
+        lambda x: lax.while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] + 1), (0, x))
+    )(jnp.arange(3))
+    np.testing.assert_array_equal(out[1].array, expected[1])
+    np.testing.assert_array_equal(out[0].array, expected[0])
+    (loop,) = [op for op in program_of(mapped).operations if op.kind == "while_loop"]
+    counter = loop.attrs["cond_body"].parameter_types[loop.attrs["num_consts"]]
+    assert counter.rank == 0
+    assert loop.attrs["cond_body"].count("reduce") == 0  # no "any example" reduction
+
+
 @translates("LaxControlFlowTest.testCaching")
 def test_caching():
     """accy runs a loop outside any trace eagerly (JAX's disable_jit); inside accy.jit its
@@ -2510,10 +2531,6 @@ NOT_APPLICABLE = {
         "than its identity)"
     ),
     "LaxControlFlowTest.testIssue804": "jax.pmap with lax.psum: accy has no pmap",
-    "LaxControlFlowTest.testForiLoopBatchedIssue1190": (
-        "accy lacks per-carry batching of while_loop: under vmap every carry is batched (the "
-        "loop counter too), so the unbatched-counter check does not hold"
-    ),
     "LaxControlFlowTest.test_while_loop_of_pmap": "jax.pmap inside a loop: accy has no pmap",
     "LaxControlFlowTest.test_while_loop_of_pmap_error_message": (
         "jax.pmap's device-count error: accy has no pmap"

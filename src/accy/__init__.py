@@ -77,7 +77,7 @@ from .frontend.axes import (
     replace_axis,
     without_axes,
 )
-from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
+from .frontend.control import associative_scan, cond, fori_loop, map, scan, switch, while_loop
 from .frontend.custom_rules import custom_gradient, custom_jvp, custom_vjp, custom_vmap
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
@@ -140,6 +140,7 @@ __all__ = [
     "Value",
     "allclose",
     "arange",
+    "associative_scan",
     "backends",
     "bf16",
     "bool_",

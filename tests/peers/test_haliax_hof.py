@@ -6,9 +6,10 @@ no ys. The inputs are the peer's (`jax.random.uniform(PRNGKey(0), ...)`, what
 `hax.random.uniform` draws); the expected values come from the oracle the Haliax assertions
 use, jax.numpy on the same arrays. Haliax itself does not import under this JAX.
 
-Haliax's 18 cases: 17 translated (one only in part: its positional half is skipped), 1 not
-applicable; here as 19 tests (cases that differ only by Axis object versus name are merged,
-some split into their parts): 17 passing, 2 skipped, each with its reason.
+Haliax's 21 cases: all translated, each test tagged with `@translates` (cases that differ only
+by Axis object versus name are one test), as 19 tests, 20 once parametrized, all passing. Where
+Haliax's init is a bare jnp array without names (test_scan_doesnt_scan_init), the accy init is
+named: accy has no positional arrays.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 import accy
+from tests.peers.ledger import translates
 
 R = "reference"
 HEIGHT, WIDTH, DEPTH, BATCH = 10, 3, 4, 10
@@ -43,6 +45,7 @@ def scan_fun(acc, x):
     return acc + x.sum(), x["Width", 2]
 
 
+@translates("test_scan", "test_scan_str_arg")
 @pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
 def test_scan(jitted):
     """test_scan and test_scan_str_arg: an axis name either way (accy has no Axis objects)."""
@@ -54,6 +57,7 @@ def test_scan(jitted):
     np.testing.assert_array_equal(selected.array, jnp.take(x.array, 2, axis=1))
 
 
+@translates("test_scan_not_0th_axis")
 def test_scan_not_0th_axis():
     x = named1()
     total, selected = accy.scan(scan_fun, 0.0, x, axis="Depth")
@@ -63,6 +67,7 @@ def test_scan_not_0th_axis():
     np.testing.assert_array_equal(selected.array, jnp.take(x.array, 2, axis=1).T)
 
 
+@translates("test_scan_static_args")
 def test_scan_static_args():
     def scan_fun(acc, x, static1, *, static2):
         assert static1 is True
@@ -76,6 +81,7 @@ def test_scan_static_args():
     np.testing.assert_array_equal(selected.array, jnp.take(x.array, 2, axis=1).T)
 
 
+@translates("test_scan_doesnt_scan_scalars")
 def test_scan_doesnt_scan_scalars():
     x = uniform(("Height", HEIGHT))
     total, selected = accy.scan(lambda acc, v: (acc + 4.0 * v, v * 4.0), 0.0, x, axis="Height")
@@ -83,6 +89,7 @@ def test_scan_doesnt_scan_scalars():
     np.testing.assert_array_equal(selected.array, x.array * 4.0)
 
 
+@translates("test_scan_doesnt_scan_init")
 def test_scan_doesnt_scan_init():
     x = uniform(("Height", HEIGHT))
     init = np.arange(HEIGHT, dtype=np.float32)
@@ -103,11 +110,7 @@ def test_scan_doesnt_scan_init():
     np.testing.assert_allclose(total.array, init + jnp.sum(x.array * 4.0), rtol=1e-6)
 
 
-@pytest.mark.skip(reason="positional-only: an init without axis names (a bare jnp array)")
-def test_scan_doesnt_scan_init_positional():
-    """The first half of test_scan_doesnt_scan_init: init = jnp.arange(...) has no names."""
-
-
+@translates("test_scan_hierarchical")
 def test_scan_hierarchical():
     """ScanCheckpointPolicy(nested_remat=True): accy's remat gives the same values and
     gradients."""
@@ -134,6 +137,7 @@ def fold(f, axis):
     return lambda init, xs: accy.scan(lambda c, x: (f(c, x), None), init, xs, axis=axis)[0]
 
 
+@translates("test_fold", "test_fold_str_args")
 def test_fold():
     """test_fold and test_fold_str_args."""
     x = named1()
@@ -143,6 +147,7 @@ def test_fold():
     np.testing.assert_allclose(total.array, jnp.sum(x.array, axis=2), rtol=1e-6)
 
 
+@translates("test_fold_static_args")
 def test_fold_static_args():
     def fold_fun(acc, x, static1, *, static2):
         assert static1 is True
@@ -155,6 +160,7 @@ def test_fold_static_args():
     np.testing.assert_allclose(total.array, jnp.sum(x.array, axis=2), rtol=1e-6)
 
 
+@translates("test_fold_doesnt_reduce_scalars")
 def test_fold_doesnt_reduce_scalars():
     x = uniform(("Height", HEIGHT))
     acc = accy.named(np.zeros(HEIGHT, np.float32), "Height", R)
@@ -162,6 +168,7 @@ def test_fold_doesnt_reduce_scalars():
     np.testing.assert_allclose(total.array, np.full(HEIGHT, jnp.sum(x.array * 4.0)), rtol=1e-6)
 
 
+@translates("test_vmap_unmapped_args")
 def test_vmap_unmapped_args():
     """hax.vmap(f, Axis("Batch", 10)) on an argument without Batch: the extent is size=."""
     x = uniform(("Width", WIDTH), ("Depth", DEPTH))
@@ -177,6 +184,7 @@ class Foo:
     flag: bool = False
 
 
+@translates("test_vmap_non_static_bool_fields")
 def test_vmap_non_static_bool_fields():
     """A vmapped constructor: the array field gains Batch. Haliax keeps `flag` a Python True
     (a non-array leaf); accy's transformed functions return arrays, so it is a bool array of
@@ -187,22 +195,28 @@ def test_vmap_non_static_bool_fields():
     assert foo.flag.axes == ("Batch",) and foo.flag.array.all()
 
 
+@translates("test_vmap_mapped_args")
 def test_vmap_mapped_args():
-    """test_vmap_mapped_args and test_vmap_str_args."""
     x = uniform(("Batch", BATCH), ("Width", WIDTH), ("Depth", DEPTH))
     selected = accy.vmap(lambda v: v.sum("Width"), "Batch")(x)
     assert selected.axes == ("Batch", "Depth")
     np.testing.assert_allclose(selected.array, jnp.sum(x.array, axis=1), rtol=1e-6)
 
 
+@translates("test_vmap_str_args")
 def test_vmap_returning_a_non_haliax_array():
-    """The second half of test_vmap_str_args: the function returns a bare array; in accy a
-    transformed function returns named arrays, and the error says so."""
+    """The axis named by a string, then a function that returns a bare array: in accy a
+    traced value has no array to return, and the error says so."""
     x = uniform(("Batch", BATCH), ("Width", WIDTH), ("Depth", DEPTH))
+    selected = accy.vmap(lambda v: v.sum("Width"), "Batch")(x)
+    expected = jnp.array([jnp.sum(x.array[i], axis=0) for i in range(BATCH)])
+    assert selected.axes == ("Batch", "Depth")
+    np.testing.assert_allclose(selected.array, expected, rtol=1e-6)
     with pytest.raises(accy.AccyError, match="traced value has no data"):
         accy.vmap(lambda v: v.sum("Width").array, "Batch")(x)
 
 
+@translates("test_vmap_mapped_kwarg")
 def test_vmap_mapped_kwarg():
     x = uniform(("Batch", BATCH), ("Width", WIDTH), ("Depth", DEPTH))
     selected = accy.vmap(lambda x: x.sum("Width"), "Batch")(x=x)
@@ -210,6 +224,7 @@ def test_vmap_mapped_kwarg():
     np.testing.assert_allclose(selected.array, jnp.sum(x.array, axis=1), rtol=1e-6)
 
 
+@translates("test_vmap_static_args")
 def test_vmap_static_args():
     x = uniform(("Batch", BATCH), ("Width", WIDTH), ("Depth", DEPTH))
     selected = accy.vmap(lambda x, y: x.sum("Width") if y else x, "Batch")(x, True)
@@ -228,14 +243,44 @@ class Summer:
         return x.sum(self.field)
 
 
-@pytest.mark.skip(reason="not applicable: a vmap whose only argument is an axis (nothing mapped)")
+@translates("test_vmap_error_for_incorrectly_specified_args")
 def test_vmap_error_for_incorrectly_specified_args():
-    """hax.vmap(lambda a: Module(a), Batch)(Width) maps over nothing."""
+    """hax.vmap(lambda a: Module(a), Batch)(Width): a module built from an axis name (a Python
+    value, not marked static) comes back unchanged, as in Haliax; with something mapped, the
+    module's axis name reaches every example."""
+    made = accy.vmap(lambda a: Summer(a), "Batch", size=BATCH)("Width")
+    assert made == Summer("Width")
 
-
-def test_vmap_of_a_module_holding_an_axis_name():
-    """What test_vmap_error_for_incorrectly_specified_args exercises, with something mapped: a
-    module whose field is an axis name (a Python value) passes through vmap untouched."""
     x = uniform(("Batch", BATCH), ("Width", WIDTH), ("Depth", DEPTH))
     out = accy.vmap(lambda m, x: m(x), "Batch")(Summer("Width"), x)
     np.testing.assert_allclose(out.array, jnp.sum(x.array, axis=1), rtol=1e-6)
+
+
+@translates("test_vmap_multiple_axes")
+def test_vmap_multiple_axes():
+    x = uniform(("Batch1", 4), ("Batch2", 3), ("Width", 2), ("Depth", 5))
+    selected = accy.vmap(lambda v: v.sum("Width"), ("Batch1", "Batch2"))(x)
+    assert selected.axes == ("Batch1", "Batch2", "Depth")
+    np.testing.assert_allclose(selected.array, jnp.sum(x.array, axis=2), rtol=1e-6)
+
+
+@translates("test_scan_reports_mismatched_unnamed_array")
+def test_scan_reports_mismatched_unnamed_array():
+    """hax.scan(f, Height)(0, good, y=bad): accy's scan takes one xs tree, and the error names
+    the path of the leaf whose extent differs."""
+    good = accy.named(np.zeros((2, 3), np.float32), ("Height", "w"), R)
+    bad = accy.named(np.zeros((1, 3), np.float32), ("Height", "w"), R)
+    with pytest.raises(accy.AxisError, match=r"disagree: xs\[0\]: 2, xs\[1\]\['y'\]: 1"):
+        accy.scan(lambda c, xs: (c, xs[0] + xs[1]["y"]), 0.0, (good, {"y": bad}), axis="Height")
+
+
+@dataclasses.dataclass
+class ArrayHolder:
+    my_array: accy.NamedArray
+
+
+@translates("test_scan_reports_eqx_module_field_path")
+def test_scan_reports_eqx_module_field_path():
+    foo = ArrayHolder(accy.named(np.zeros((1, 3), np.float32), ("Height", "w"), R))
+    with pytest.raises(accy.AxisError, match=r"xs\['my_array'\]: 1, length=2"):
+        accy.scan(lambda c, foo: (c, foo.my_array), 0.0, foo, axis="Height", length=2)

@@ -48,16 +48,32 @@ class Compositions:
         n = x.ty.extent(axis)
         return self.gather(x, self._index_vector(np.arange(n)[::-1], axis), axis)
 
-    def roll(self, x, shift: int, axis: str):
-        """Elements moved `shift` places forward along `axis`, wrapping around (np.roll)."""
+    def roll(self, x, shift, axis: str):
+        """Elements moved `shift` places forward along `axis`, wrapping around (np.roll);
+        `shift` is an int, or an integer scalar array (traced or not: jnp.roll's array shift)."""
         self._require_axes("roll", x, [axis])
         n = x.ty.extent(axis)
+        if hasattr(shift, "ty"):
+            return self._roll_by_array(x, shift, axis, n)
         shift = shift % n if n else 0
         if shift == 0:
             return x
         return self.concatenate(
             [self.slice(x, axis, n - shift, n), self.slice(x, axis, 0, n - shift)], axis
         )
+
+    def _roll_by_array(self, x, shift, axis: str, n: int):
+        if shift.ty.rank != 0 or shift.ty.dtype.is_float or shift.ty.dtype.name == "bool":
+            raise AxisError(
+                f"roll: the shift must be an int or an integer scalar, got {shift.ty}; roll "
+                "along one axis by one amount (index or reduce the shift first)"
+            )
+        if n == 0:
+            return x
+        # the window of [x, x] that starts (n - shift) mod n elements in
+        start = self.remainder(self.sub(n, self.remainder(shift, n)), n)
+        doubled = self.concatenate([x, x], axis)
+        return self.transpose(self.dynamic_slice(doubled, {axis: start}, {axis: n}), x.ty.axes)
 
     def triangle(self, x, rows: str, columns: str, k: int = 0, lower: bool = True):
         """`x` where column - row <= k (lower) or >= k (upper), zero elsewhere."""

@@ -388,8 +388,9 @@ class ArrayOps:
         """The elements along `axis` in reverse order."""
         return self.builder.flip(self, axis)
 
-    def roll(self, shift: int, axis: str):
-        """Elements moved `shift` places along `axis`, wrapping around (np.roll)."""
+    def roll(self, shift, axis: str):
+        """Elements moved `shift` places along `axis`, wrapping around (np.roll); `shift` is an
+        int or an integer scalar array."""
         return self.builder.roll(self, shift, axis)
 
     def tril(self, rows: str, columns: str, k: int = 0):

@@ -28,11 +28,13 @@ from .errors import TransformError
 from .functions import jit
 from .named import NamedArray, named
 from .tracing import (
+    PRINTED,
     as_array_leaf,
     flatten,
     innermost_trace,
     is_python_value,
     leaf_paths,
+    record_print,
     unflatten,
 )
 
@@ -206,6 +208,7 @@ def scan(
     _check_callable("scan", f=f)
     if not isinstance(axis, str) or not axis.isidentifier():
         raise TransformError(f"accy.scan: axis must be an axis name, got {axis!r}")
+    _check_known("scan", length=length, unroll=unroll)
     if isinstance(unroll, bool):
         unroll = 0 if unroll else 1  # 0: every step
     if not isinstance(unroll, int) or unroll < 0:
@@ -227,6 +230,18 @@ def scan(
     return _scan_traced(
         target, f, init_leaves, init_def, scanned, axis, steps, reverse, per_step, remat
     )
+
+
+def _check_known(transform: str, **options: Any) -> None:
+    """Options that shape the loop (its length, its unrolling) are Python values: a traced one
+    (an argument of a jitted function) is refused, saying how to pass it."""
+    for name, option in options.items():
+        if isinstance(option, Value | NamedArray):
+            raise TransformError(
+                f"accy.{transform}: {name} must be a Python int known when the loop is traced, "
+                f"got an array {option.ty}; pass it as a static argument of accy.jit "
+                "(static_argnames=...) or as a constant"
+            )
 
 
 def _steps_per_iteration(unroll: int, steps: int) -> int:
@@ -278,8 +293,11 @@ def _scan_traced(
             target.split(x, axis, {axis: steps // per_step, inner: per_step}) for x in scanned
         ]
     y_def: list[Any] = []
+    printed: list[Any] = []  # one iteration's debug_print calls: (format, structure, template)
 
     def body(b, args):
+        if b is not target:  # a loop body of its own: its prints become extra ys
+            b.allows_prints = True
         carry = list(args[:count])
         ys_per_step = []
         order = range(per_step - 1, -1, -1) if reverse else range(per_step)
@@ -309,7 +327,8 @@ def _scan_traced(
             ]
         else:
             ys = ys_per_step[0]
-        return [*carry, *ys]
+        printed[:] = [] if b is target else getattr(b, "prints", [])
+        return [*carry, *ys, *(v for *_, arrays in printed for v in arrays)]
 
     if per_step == steps:  # unrolled entirely: every step traced in place, no loop
         outputs = body(
@@ -327,9 +346,30 @@ def _scan_traced(
     carries, ys = target.scan(
         body, carries=init_leaves, xs=scanned, axis=axis, reverse=reverse, remat=remat
     )
+    ys, printed_ys = ys[: y_def[0].num_leaves], ys[y_def[0].num_leaves :]
+    if printed:
+        _print_each_step(target, printed, printed_ys, axis, steps // per_step, reverse)
     if per_step > 1:
         ys = tuple(target.merge(y, (axis, inner), axis) for y in ys)
     return unflatten(init_def, list(carries)), unflatten(y_def[0], list(ys))
+
+
+def _print_each_step(
+    target: Any, printed: list, values: Sequence[Any], axis: str, iterations: int, reverse: bool
+) -> None:
+    """Record the debug_print calls of a scan's body in the enclosing trace, once per
+    iteration in the order the loop runs (JAX prints inside a scan at every step): `values`
+    are the printed arrays, stacked along `axis`."""
+    for step in reversed(range(iterations)) if reverse else range(iterations):
+        position = 0
+        for text, structure_of, template, _ in printed:
+            leaves = []
+            for leaf in template:
+                if leaf is PRINTED:
+                    leaf = index_by_name(target, values[position], (axis, step))
+                    position += 1
+                leaves.append(leaf)
+            record_print(target, text, structure_of, leaves)
 
 
 def _with_first(ty: TensorType, axis: str, extent: int) -> TensorType:
@@ -543,17 +583,23 @@ def while_loop(cond_fn: Callable, body_fn: Callable, init: Any) -> Any:
     return unflatten(init_def, list(target.while_loop(condition, body, leaves)))
 
 
-def fori_loop(lower: Any, upper: Any, body_fn: Callable, init: Any) -> Any:
+def fori_loop(
+    lower: Any, upper: Any, body_fn: Callable, init: Any, *, unroll: int | bool | None = None
+) -> Any:
     """`carry = body_fn(i, carry)` for i in range(lower, upper), as `jax.lax.fori_loop`; `i` is
     an i32 scalar. With Python int bounds the loop is a `scan` (reverse mode differentiates
-    it); with traced bounds, a `while_loop`.
+    it), which `unroll` unrolls as `scan`'s does; with traced bounds, a `while_loop`, which
+    cannot be unrolled.
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.float32(0.0), ())
     >>> accy.fori_loop(0, 5, lambda i, c: c + i.convert(accy.f32), x).item()
     10.0
+    >>> accy.fori_loop(0, 5, lambda i, c: c + i.convert(accy.f32), x, unroll=2).item()
+    10.0
     """
     _check_callable("fori_loop", body_fn=body_fn)
+    _check_known("fori_loop", unroll=unroll)
     static = all(
         isinstance(b, int | np.integer) and not isinstance(b, bool) for b in (lower, upper)
     )
@@ -561,8 +607,24 @@ def fori_loop(lower: Any, upper: Any, body_fn: Callable, init: Any) -> Any:
         lower, upper = int(lower), int(upper)
         if upper <= lower:
             return init
-        steps = named(np.arange(lower, upper, dtype=np.int32), ("fori_step",), _tree_device(init))
-        return scan(lambda c, i: (body_fn(i, c), None), init, steps, axis="fori_step")[0]
+        device = _tree_device(init)
+        init_leaves, init_def = _array_leaves("fori_loop", "init", init, device)
+        types = [leaf.ty for leaf in init_leaves]
+
+        def step(carry: Any, i: Any) -> tuple[Any, None]:
+            out = body_fn(i, carry)
+            leaves = _check_like("fori_loop", "body_fn's carry", init_def, types, out, device)
+            return unflatten(init_def, leaves), None
+
+        steps = named(np.arange(lower, upper, dtype=np.int32), ("fori_step",), device)
+        options = {} if unroll is None else {"unroll": unroll}
+        return scan(step, init, steps, axis="fori_step", **options)[0]
+    if unroll is not None:
+        raise TransformError(
+            f"accy.fori_loop: unroll={unroll!r} needs Python int bounds (the number of steps "
+            f"known when tracing); the bounds here are traced ({_bound_text(lower, upper)}), so "
+            "the loop is a while_loop: pass them as static arguments, or drop unroll"
+        )
     bounds, device = [], _tree_device(lower, upper, init)
     for name, bound in (("lower", lower), ("upper", upper)):
         bound = as_array_leaf(bound, f"accy.fori_loop: {name}", device)
@@ -583,4 +645,94 @@ def fori_loop(lower: Any, upper: Any, body_fn: Callable, init: Any) -> Any:
     return out
 
 
-__all__ = ["cond", "fori_loop", "map", "scan", "switch", "while_loop"]
+def _bound_text(*bounds: Any) -> str:
+    return ", ".join(str(b.ty) if hasattr(b, "ty") else repr(b) for b in bounds)
+
+
+# -- associative_scan ------------------------------------------------------------------------------
+
+
+def associative_scan(fn: Callable, elems: Any, *, axis: str, reverse: bool = False) -> Any:
+    """The inclusive prefix combination of `elems` along the named `axis` with the associative
+    `fn`: element i of the result is `fn(... fn(fn(e0, e1), e2) ..., ei)`, as
+    `jax.lax.associative_scan` (an axis name in place of `axis=0`). `elems` is a tree of
+    arrays that all carry `axis` with one extent; `fn(a, b)` combines two such trees
+    elementwise (a holds the earlier elements, and both carry `axis`). The combination runs in
+    log2(extent) parallel rounds. `reverse=True` combines from the end.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([1, 2, 3, 4], np.int32), "t")
+    >>> accy.associative_scan(lambda a, b: a + b, x, axis="t").array.tolist()
+    [1, 3, 6, 10]
+    >>> accy.associative_scan(lambda a, b: a + b, x, axis="t", reverse=True).array.tolist()
+    [10, 9, 7, 4]
+    """
+    _check_callable("associative_scan", fn=fn)
+    if not isinstance(axis, str) or not axis.isidentifier():
+        raise TransformError(f"accy.associative_scan: axis must be an axis name, got {axis!r}")
+    leaves, treedef = _array_leaves("associative_scan", "elems", elems, _tree_device(elems))
+    if not leaves:
+        raise TransformError("accy.associative_scan: elems holds no array to scan along")
+    paths = leaf_paths(elems)
+    extents = set()
+    for leaf, path in zip(leaves, paths, strict=True):
+        if not leaf.ty.has(axis):
+            raise AxisError(
+                f"accy.associative_scan over {axis!r}: elems{path} ({leaf.ty}) has no axis "
+                f"{axis!r}; its axes are {', '.join(leaf.ty.axes) or 'none (a scalar)'}"
+            )
+        extents.add(leaf.ty.extent(axis))
+    if len(extents) > 1:
+        raise AxisError(
+            f"accy.associative_scan over {axis!r}: the elems disagree on its extent "
+            f"({sorted(extents)})"
+        )
+    (extent,) = extents
+    if reverse:
+        leaves = [leaf.flip(axis) for leaf in leaves]
+    types = [leaf.ty for leaf in leaves]
+    shift = 1
+    while shift < extent:  # Hillis and Steele: each round combines elements `shift` apart
+        earlier = unflatten(treedef, [leaf[axis, : extent - shift] for leaf in leaves])
+        later = unflatten(treedef, [leaf[axis, shift:] for leaf in leaves])
+        combined = _combined(fn, treedef, types, earlier, later, axis, extent - shift)
+        leaves = [
+            _concatenate([leaf[axis, :shift], c], axis)
+            for leaf, c in zip(leaves, combined, strict=True)
+        ]
+        shift *= 2
+    if reverse:
+        leaves = [leaf.flip(axis) for leaf in leaves]
+    return unflatten(treedef, leaves)
+
+
+def _combined(
+    fn: Callable, treedef: Any, types: list, a: Any, b: Any, axis: str, extent: int
+) -> list[Any]:
+    """`fn(a, b)`'s leaves, checked to keep the elems' structure and types (with `extent`
+    elements along `axis`)."""
+    expected = [
+        ty.with_axes([(n, extent if n == axis else e) for n, e in ty.named_extents]) for ty in types
+    ]
+    out = fn(a, b)
+    leaves, out_def = _array_leaves("associative_scan", "what fn returned", out)
+    if out_def != treedef:
+        raise TransformError(
+            f"accy.associative_scan: fn must return a tree of the elems' structure: expected "
+            f"{treedef}, got {out_def}"
+        )
+    for leaf, ty, path in zip(leaves, expected, leaf_paths(out), strict=True):
+        if sorted(leaf.ty.named_extents) != sorted(ty.named_extents) or leaf.ty.dtype != ty.dtype:
+            raise TransformError(
+                f"accy.associative_scan: what fn returned{path} has type {leaf.ty}, but the "
+                f"elems there are {ty}; fn combines its arguments elementwise"
+            )
+    return leaves
+
+
+def _concatenate(values: list[Any], axis: str) -> Any:
+    builder = builtins.max((v.builder for v in values), key=lambda b: getattr(b, "depth", -1))
+    return builder.concatenate(values, axis)
+
+
+__all__ = ["associative_scan", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]

@@ -584,14 +584,17 @@ class Differentiated(_Shared):
             treedef,
             _name(self.fn),
             finish=lambda b, out: _check_scalar_output(self.transform, out, self.has_aux),
+            prints=True,
         )
         source = traced.program
         parameter_of = {
             leaf: p for p, leaf in enumerate(i for i, l in enumerate(leaves) if is_array(l))
         }
         wrt_parameters = [parameter_of[i] for i in wrt]
-        loss_only = Program(source.name, source.operations, source.outputs[:1], source.value_types)
-        aux_part = Program(source.name, source.operations, source.outputs[1:], source.value_types)
+        own = traced.out_treedef.num_leaves  # then the values of its debug_print calls
+        loss_only = _outputs_part(source, 0, 1)
+        aux_part = _outputs_part(source, 1, own)
+        printed_part = _outputs_part(source, own, len(source.outputs))
         combined = (
             gradient.value_and_grad(loss_only, wrt=tuple(wrt_parameters)) if wrt else loss_only
         )
@@ -615,11 +618,14 @@ class Differentiated(_Shared):
             else:
                 result = (grads_tree, aux) if self.has_aux else grads_tree
             out_leaves, shape["treedef"] = flatten(result)
+            if printed_part.outputs:  # printed once, with the primal values (as JAX's)
+                out_leaves += _as_list(call_keeping_ids(b, printed_part, params))
             return out_leaves
 
         program = simplify(define(f"{self.transform}_{source.name}", source.parameter_types, body))
         entry = Entry(program, shape["treedef"], traced.captured, traced.foreign)
         entry.locations = traced.locations  # the forward operations keep their ids
+        entry.prints = traced.prints
         return entry
 
     def __repr__(self) -> str:
@@ -652,6 +658,12 @@ def _scalar_to_array(leaf: Any, transform: str = "grad") -> Any:
 
 def _as_list(outputs: Any) -> list[Any]:
     return list(outputs) if isinstance(outputs, tuple) else [outputs]
+
+
+def _outputs_part(source: Program, start: int, stop: int) -> Program:
+    """`source` returning only its outputs `start:stop` (a function's aux outputs, or the
+    values of its debug_print calls, which are not differentiated)."""
+    return Program(source.name, source.operations, source.outputs[start:stop], source.value_types)
 
 
 def grad(fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, **kwargs: Any):
@@ -744,13 +756,24 @@ def _aux_pair(transform: str, output: Any, first: str = "output") -> tuple[Any, 
 
 
 def _trace_on(
-    fn: Callable, leaves: list[Any], primal_def: Any, transform: str = "", has_aux: bool = False
+    fn: Callable,
+    leaves: list[Any],
+    primal_def: Any,
+    transform: str = "",
+    has_aux: bool = False,
+    prints: bool | str = False,
 ):
     """Trace `fn(*primals)`, the primals being the tuple of trees `primal_def` describes. With
-    `has_aux`, the traced outputs are the leaves of `(out, aux)`: out's first."""
+    `has_aux`, the traced outputs are the leaves of `(out, aux)`: out's first; the values of
+    its debug_print calls follow (`prints`, as `trace`'s)."""
     finish = (lambda b, out: _aux_pair(transform, out)) if has_aux else None
     return trace(
-        fn, leaves, structure((unflatten(primal_def, leaves), {})), _name(fn), finish=finish
+        fn,
+        leaves,
+        structure((unflatten(primal_def, leaves), {})),
+        _name(fn),
+        finish=finish,
+        prints=prints,
     )
 
 
@@ -758,7 +781,7 @@ def _outputs_and_aux(traced: Any, has_aux: bool) -> tuple[Any, Any, int]:
     """(structure of the differentiated outputs, structure of aux or None, how many program
     outputs are differentiated) of a function traced by `_trace_on`."""
     if not has_aux:
-        return traced.out_treedef, None, len(traced.program.outputs)
+        return traced.out_treedef, None, traced.out_treedef.num_leaves
     out_def, aux_def = traced.out_treedef.children()
     return out_def, aux_def, out_def.num_leaves
 
@@ -796,11 +819,14 @@ def _check_like(
 
 
 class _Jvp(_Shared):
-    """(primals, tangents) -> (outputs, output tangents[, aux]), traced per signature."""
+    """(primals, tangents) -> (outputs, output tangents[, aux]), traced per signature; the
+    function's debug_print calls print their primal values (`prints`, as `trace`'s: "drop"
+    for linearize's, whose forward pass printed them)."""
 
-    def __init__(self, fn: Callable, has_aux: bool = False):
+    def __init__(self, fn: Callable, has_aux: bool = False, prints: bool | str = True):
         self.fn = fn
         self.has_aux = has_aux
+        self.prints = prints
         self.staged = Staged(self._build)
 
     def __call__(self, primals: tuple, tangents: tuple) -> Any:
@@ -812,14 +838,13 @@ class _Jvp(_Shared):
         )
         primal_types = [leaf.ty for leaf in primal_leaves]
         _check_like("jvp", "tangents", tangent_leaves, tangent_def, primal_types, primal_def)
-        traced = _trace_on(self.fn, primal_leaves, primal_def, "jvp", self.has_aux)
+        traced = _trace_on(self.fn, primal_leaves, primal_def, "jvp", self.has_aux, self.prints)
         out_def, aux_def, outputs = _outputs_and_aux(traced, self.has_aux)
         source = traced.program
         wrt = _float_leaves(primal_leaves)
         forward = gradient.jvp(_without_aux(source, outputs), wrt=tuple(wrt))
-        aux_part = Program(
-            source.name, source.operations, source.outputs[outputs:], source.value_types
-        )
+        # the aux outputs, then the values of the function's debug_print calls
+        aux_part = _outputs_part(source, outputs, len(source.outputs))
         count = len(primal_leaves)
         specs = [leaf.ty for leaf in leaves] + list(source.parameter_types[count:])
 
@@ -830,7 +855,7 @@ class _Jvp(_Shared):
                 params[2 * count :],
             )
             results = _as_list(b.call(forward, [*primals, *captured, *(tangents[i] for i in wrt)]))
-            if aux_def is not None and aux_def.num_leaves:
+            if aux_part.outputs:
                 results += _as_list(b.call(aux_part, [*primals, *captured]))
             return results
 
@@ -839,7 +864,9 @@ class _Jvp(_Shared):
         pair = (numbered, numbered)
         if aux_def is not None:
             pair += (unflatten(aux_def, list(range(aux_def.num_leaves))),)
-        return Entry(program, structure(pair), traced.captured, traced.foreign)
+        entry = Entry(program, structure(pair), traced.captured, traced.foreign)
+        entry.prints = traced.prints
+        return entry
 
 
 class _Vjp(_Shared):
@@ -852,7 +879,8 @@ class _Vjp(_Shared):
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
         primal_leaves, primal_def, ct_leaves, ct_def = _split_primals_and_other(treedef, leaves)
-        traced = _trace_on(self.fn, primal_leaves, primal_def, "vjp", self.has_aux)
+        # its forward pass (`accy.vjp`'s call of the function) printed the debug_print values
+        traced = _trace_on(self.fn, primal_leaves, primal_def, "vjp", self.has_aux, "drop")
         out_def, _, outputs = _outputs_and_aux(traced, self.has_aux)
         source = _without_aux(traced.program, outputs)
         out_types = list(source.output_types)
@@ -974,7 +1002,7 @@ def linearize(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kw
         raise TransformError(
             f"accy.linearize of a function takes has_aux= only, got {', '.join(kwargs)}"
         )
-    forward = _memoized(fn, ("jvp", has_aux), lambda: _Jvp(fn, has_aux))
+    forward = _memoized(fn, ("linearize", has_aux), lambda: _Jvp(fn, has_aux, prints="drop"))
     output, aux = _forward(fn, primals, "linearize", has_aux)
 
     def f_jvp(*tangents: Any) -> Any:

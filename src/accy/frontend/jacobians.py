@@ -75,8 +75,11 @@ class TracedTransform:
         return self.staged((args, kwargs))
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
-        traced = trace(self.compute, leaves, treedef, self.name)
-        return Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
+        # the transforms `compute` is built from decide what its debug_print calls print
+        traced = trace(self.compute, leaves, treedef, self.name, prints=True)
+        entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
+        entry.prints = traced.prints
+        return entry
 
 
 def _map_leaves(fn: Callable, tree: Any) -> Any:

@@ -175,6 +175,22 @@ class NamedArray(ArrayOps):
     def __repr__(self) -> str:
         return f"NamedArray({self.ty}, {_host_array(self.array)!r}, device='{self.device}')"
 
+    def __format__(self, spec: str) -> str:
+        """The repr, or with a format spec (`f"{loss:.4f}"`) a scalar's value so formatted.
+
+        >>> import accy, numpy as np
+        >>> f"{accy.named(np.float32(0.5), ()):.3f}"
+        '0.500'
+        """
+        if not spec:
+            return repr(self)
+        if self.ty.rank != 0:
+            raise AxisError(
+                f"the format spec {spec!r} formats a scalar, but the array has axes ({self.ty}); "
+                "index or reduce it to a scalar first, or format it with {} (no spec)"
+            )
+        return format(self.item(), spec)
+
 
 def named(array: Any, axes: Sequence[str], device: str | Device | None = None) -> NamedArray:
     """Wrap `array` (NumPy, CuPy, a DLPack producer, nested lists or a scalar) as a NamedArray

@@ -361,7 +361,9 @@ class FunctionBuilder(Builder):
         self.captured: list[Any] = []  # what each extra input is bound to, in order
         self.foreign = False  # whether a value of another trace was captured
         self.locations: dict[int, str] = {}  # operation id -> the user's line that traced it
-        self.allows_prints = False  # whether `accy.debug_print` may record values here (jit)
+        # whether `accy.debug_print` records values here (True), ignores them ("drop": a trace
+        # whose forward values were printed by another, as vjp's backward), or refuses them
+        self.allows_prints: bool | str = False
         # (format, structure, leaves with PRINTED for the array ones, those arrays)
         self.prints: list[tuple[str, Any, list[Any], list[Any]]] = []
         self._lifted: dict[int, Value] = {}
@@ -513,13 +515,14 @@ def trace(
     treedef: Any,
     name: str | None = None,
     finish=None,
-    prints: bool = False,
+    prints: bool | str = False,
 ) -> Traced:
     """Trace `fn(*args, **kwargs)`, where `(args, kwargs) = unflatten(treedef, leaves)` with
     each array leaf replaced by a traced parameter of the same type (other leaves, already
     substituted statics, pass through). `finish(builder, output)` may post-process the output
     before its leaves become the program's outputs. With `prints`, the values of
-    `accy.debug_print` calls become outputs after those (`Traced.prints`)."""
+    `accy.debug_print` calls become outputs after those (`Traced.prints`); with
+    `prints="drop"` the calls print nothing (their values were printed by another trace)."""
     builder = FunctionBuilder(name or getattr(fn, "__name__", "function"), len(_ACTIVE))
     builder.allows_prints = prints
     parameters = [builder.parameter(leaf.ty) if is_array(leaf) else leaf for leaf in leaves]
@@ -1003,13 +1006,17 @@ PRINTED = object()  # marks an array leaf of a debug_print, returned by the prog
 
 def record_print(builder: Any, text: str, structure_of: Any, leaves: Sequence[Any]) -> None:
     """Record one `accy.debug_print` of `leaves` (of its `(args, kwargs)`) in the trace of
-    `builder`, whose program will return their arrays; a trace that cannot (inside grad,
-    vmap, ...) refuses it."""
-    if not getattr(builder, "allows_prints", False):
+    `builder`, whose program will return their arrays; a trace that cannot (a loop body, a
+    custom rule, ...) refuses it, and one whose values another trace prints ignores it."""
+    allows = getattr(builder, "allows_prints", False)
+    if allows == "drop":
+        return
+    if not allows:
         raise AccyError(
             f"accy.debug_print({text!r}, ...) inside {getattr(builder, 'name', 'a transform')!r}: "
-            "values are printed from accy.jit and eagerly, not from inside accy.grad, vmap or "
-            "the other transforms; return the value (has_aux=True) and print it outside"
+            "values are printed from accy.jit, grad, jvp, vjp, vmap and scan bodies and eagerly, "
+            "not from inside a while_loop body, a cond branch or a custom rule (where a value "
+            "may not be printed at all); return the value and print it outside"
         )
     template = [PRINTED if hasattr(leaf, "ty") else leaf for leaf in leaves]
     arrays = [builder.lift(leaf) for leaf in leaves if hasattr(leaf, "ty")]

@@ -26,6 +26,7 @@ from .functions import _name
 from .named import NamedArray, index_by_name
 from .tracing import (
     NAMESPACE,
+    PRINTED,
     Entry,
     Staged,
     argument_path,
@@ -158,15 +159,82 @@ def _extents_by_argument(leaves: list[Any], treedef: Any, sources: list[str | No
 
 
 def _depends_on(program: Program, flags: Sequence[bool]) -> list[bool]:
-    """For each output of `program`: whether it depends on a parameter that `flags` marks."""
+    """For each output of `program`: whether it depends on a parameter that `flags` marks.
+    Through control flow, as JAX's batching tracks it: a loop's carry that the body hands back
+    unchanged depends only on its initial value, and a cond's output that every branch
+    forwards from one operand only on that operand (so `out_axes=None` can name them)."""
     marked: set[int] = set()
     for op in program.operations:
         if op.kind == "parameter":
             if flags[op.attrs["index"]]:
                 marked.update(op.results)
-        elif any(v in marked for v in op.operands):
-            marked.update(op.results)
+            continue
+        operands = [v in marked for v in op.operands]
+        if any(operands):
+            depends = _results_depend_on(op, operands)
+            marked.update(r for r, d in zip(op.results, depends, strict=True) if d)
     return [v in marked for v in program.outputs]
+
+
+def _results_depend_on(op: Any, flags: list[bool]) -> list[bool]:
+    """Which results of a control-flow `op` depend on its operands that `flags` marks (every
+    result, for other kinds)."""
+    attrs = op.attrs
+    if op.kind == "cond":
+        branches = [attrs["true_body"], attrs["false_body"]]
+        depends = [_depends_on(b, flags[1:]) for b in branches]
+        forwarded = [_forwarded(b) for b in branches]
+        return [
+            depends[0][j]
+            or depends[1][j]
+            or (flags[0] and (forwarded[0][j] is None or forwarded[0][j] != forwarded[1][j]))
+            for j in range(len(op.results))
+        ]
+    if op.kind in ("while_loop", "scan"):
+        consts = attrs["num_consts"]
+        count = attrs.get("num_carry", len(op.results)) if op.kind == "scan" else len(op.results)
+        body = attrs["body"]
+        carried = flags[consts : consts + count]
+        while True:  # a carry depends on what the body computes it from, at any step
+            depends = _depends_on(body, [*flags[:consts], *carried, *flags[consts + count :]])
+            grown = [c or d for c, d in zip(carried, depends[:count], strict=True)]
+            if grown == carried:
+                break
+            carried = grown
+        if op.kind == "scan":
+            return carried + depends[count:]
+        if _depends_on(attrs["cond_body"], [*flags[:consts], *carried])[0]:
+            # the number of steps differs per example: so does every carry the body changes
+            forwarded = _forwarded(body)
+            carried = [c or forwarded[j] != consts + j for j, c in enumerate(carried)]
+        return carried
+    return [True] * len(op.results)
+
+
+def _forwarded(program: Program) -> list[int | None]:
+    """For each output of `program`: the parameter it returns unchanged (through loops that
+    hand a carry back unchanged and conds whose branches all forward it), or None."""
+    source: dict[int, int] = {}
+    for op in program.operations:
+        if op.kind == "parameter":
+            source[op.results[0]] = op.attrs["index"]
+        elif op.kind in ("while_loop", "scan"):
+            consts = op.attrs["num_consts"]
+            count = op.attrs.get("num_carry", len(op.results))
+            body = _forwarded(op.attrs["body"])
+            for j in range(count):
+                operand = op.operands[consts + j]
+                if body[j] == consts + j and operand in source:
+                    source[op.results[j]] = source[operand]
+        elif op.kind == "cond":
+            on_true, on_false = (
+                _forwarded(op.attrs["true_body"]),
+                _forwarded(op.attrs["false_body"]),
+            )
+            for j, (t, f) in enumerate(zip(on_true, on_false, strict=True)):
+                if t is not None and t == f and op.operands[1 + t] in source:
+                    source[op.results[j]] = source[op.operands[1 + t]]
+    return [source.get(v) for v in program.outputs]
 
 
 class Vmapped:
@@ -214,12 +282,19 @@ class Vmapped:
             NamedArray(None, leaf.ty.without([source]), REFERENCE) if source else leaf
             for leaf, source in zip(leaves, sources, strict=True)
         ]
-        traced = trace(self.fn, examples, treedef, _name(self.fn))
+        traced = trace(self.fn, examples, treedef, _name(self.fn), prints=True)
         arrays = [source for leaf, source in zip(leaves, sources, strict=True) if is_array(leaf)]
         flags = [source is not None for source in arrays] + [False] * len(traced.captured)
         batched = batch(traced.program, axis, extent, flags)
-        mapped_outputs = _depends_on(traced.program, flags)
-        positions = self._output_positions(traced, mapped_outputs)
+        own = traced.out_treedef.num_leaves  # then the values of its debug_print calls
+        depends = _depends_on(traced.program, flags)
+        positions = self._output_positions(traced, depends[:own])
+        # a print of values that differ per example prints once per example (JAX unrolls it
+        # over the axis); one of shared values prints once
+        copies = [
+            extent if mapped else min(extent, 1)
+            for mapped in _printed_mapped(traced.prints, depends[own:])
+        ]
         specs = [leaf.ty for leaf in leaves if is_array(leaf)]
         specs += [c.ty for c in traced.captured]
         sources_all = arrays + [None] * len(traced.captured)
@@ -231,12 +306,16 @@ class Vmapped:
             ]
             outputs = b.call(batched, firsts)
             outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
-            return [
-                _place(b, y, axis, position) for y, position in zip(outputs, positions, strict=True)
+            placed = [
+                _place(b, y, axis, position)
+                for y, position in zip(outputs[:own], positions, strict=True)
             ]
+            return placed + _printed_per_example(b, traced.prints, outputs[own:], axis, copies)
 
         program = simplify(define(f"vmap_{traced.program.name}", specs, body))
-        return Entry(program, traced.out_treedef, traced.captured, traced.foreign)
+        entry = Entry(program, traced.out_treedef, traced.captured, traced.foreign)
+        entry.prints = [p for p, n in zip(traced.prints, copies, strict=True) for _ in range(n)]
+        return entry
 
     def _output_positions(self, traced: Any, mapped: list[bool]) -> list[int | None]:
         """The layout position of the mapped axis in each output (None: not mapped, which only
@@ -266,6 +345,33 @@ class Vmapped:
 
     def __repr__(self) -> str:
         return f"<accy.vmap of {self.fn!r} over {self.axis!r}>"
+
+
+def _printed_mapped(prints: list[Any], depends: list[bool]) -> list[bool]:
+    """For each debug_print call: whether a value it prints depends on the mapped arguments
+    (`depends`: for each printed value, in order)."""
+    mapped, start = [], 0
+    for _, _, template in prints:
+        count = sum(leaf is PRINTED for leaf in template)
+        mapped.append(any(depends[start : start + count]))
+        start += count
+    return mapped
+
+
+def _printed_per_example(
+    b: Any, prints: list[Any], values: list[Any], axis: str, copies: list[int]
+) -> list[Any]:
+    """The batched values of debug_print calls (`values`, each print's in turn), as one
+    example's values after another for each print: the outputs its `copies` read."""
+    per_example: list[Any] = []
+    start = 0
+    for (_, _, template), count_of_copies in zip(prints, copies, strict=True):
+        count = sum(leaf is PRINTED for leaf in template)
+        mine = values[start : start + count]
+        start += count
+        for i in range(count_of_copies):
+            per_example += [index_by_name(b, y, (axis, i)) for y in mine]
+    return per_example
 
 
 def _mapped_first(b: Any, p: Any, source: str, axis: str) -> Any:

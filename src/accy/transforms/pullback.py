@@ -478,5 +478,37 @@ def _add_all(emit: Any, terms: list) -> Any:
     return total
 
 
-LOOP_TRANSPOSES = {"scan": _transpose_scan}
+def _transpose_cond(backward: _Backward, op: Operation, cotangents: list, operands: list) -> list:
+    """The cotangents of a cond's linear operands (a cond on tangents: a custom JVP rule that
+    branches). The cond is transposed as reverse mode differentiates one: both branches
+    computed and each result selected by the predicate, then the pullback of that program,
+    inlined here (the select gives the branch not taken a zero cotangent)."""
+    emit = backward.emit
+    attrs = op.attrs
+
+    def both(b: Any, args: list) -> list:
+        predicate, values = args[0], list(args[1:])
+        on_true = run(attrs["true_body"], Inline(b, values, attrs["true_body"]))
+        on_false = run(attrs["false_body"], Inline(b, values, attrs["false_body"]))
+        return [b.select(predicate, t, f) for t, f in zip(on_true, on_false, strict=True)]
+
+    inlined = define("cond_transposed", list(op.operand_types), both)
+    primal = [i for i, o in enumerate(operands) if not isinstance(o, Linear)]
+    linear = [i for i, o in enumerate(operands) if isinstance(o, Linear)]
+    transposed = pullback(
+        Linearized(permute_parameters(inlined, primal + linear), len(primal), 0, ()),
+        vjp_rules=backward.vjp_rules,
+    ).program
+    seeds = [
+        c if c is not None else emit.zeros(t)
+        for c, t in zip(cotangents, op.result_types, strict=True)
+    ]
+    results = run(transposed, Inline(emit, [operands[i] for i in primal] + seeds, transposed))
+    contributions: list = [None] * len(operands)
+    for i, contribution in zip(linear, results, strict=True):
+        contributions[i] = contribution
+    return contributions
+
+
+LOOP_TRANSPOSES = {"scan": _transpose_scan, "cond": _transpose_cond}
 """Transpose rules of the kinds with sub-programs (they call `pullback` on their bodies)."""

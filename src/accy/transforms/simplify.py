@@ -253,7 +253,11 @@ def _dot_general(s, op, args):
 def _scan(s: _Simplify, op: Operation, args: list[Any]) -> Any:
     """A scan over a splat constant (a gradient's seed of 1.0 for every step, say) reads the
     scalar inside its body instead: the stacked constant is never made (16 MiB for a
-    16,384-step RNN's seed)."""
+    16,384-step RNN's seed). A y that is an x slice unchanged is that x (JAX's scan forwarding
+    of inputs to outputs): the loop does not copy it."""
+    forwarded = _scan_forwarding_xs(s, op, args)
+    if forwarded is not None:
+        return forwarded
     attrs = op.attrs
     first_x = attrs["num_consts"] + attrs["num_carry"]
     splats = {i: s.splat(a) for i, a in enumerate(args) if i >= first_x}
@@ -273,6 +277,31 @@ def _scan(s: _Simplify, op: Operation, args: list[Any]) -> Any:
 
     smaller = define(body.name, [body.parameter_types[i] for i in kept], reading_the_scalars)
     return s.emit.emit("scan", [args[i] for i in kept], attrs.replace(body=smaller))
+
+
+def _scan_forwarding_xs(s: _Simplify, op: Operation, args: list[Any]) -> Any:
+    """The scan's results with each y that its body returns as an x slice unchanged taken
+    from that x (laid out as the y, the scanned axis first), or None when there is none."""
+    attrs = op.attrs
+    body: Program = attrs["body"]
+    num_carry = attrs["num_carry"]
+    first_x = attrs["num_consts"] + num_carry
+    x_of = {p: first_x + j for j, p in enumerate(body.parameters[first_x:])}
+    forwarded = {k: x_of[v] for k, v in enumerate(body.outputs[num_carry:]) if v in x_of}
+    if not forwarded:
+        return None
+    y_types = op.result_types[num_carry:]
+    ys = {k: s.emit.transpose(args[i], y_types[k].axes) for k, i in forwarded.items()}
+    kept = [k for k in range(len(y_types)) if k not in forwarded]
+    carries: tuple = ()
+    if num_carry or kept:
+        outputs = body.outputs[:num_carry] + tuple(body.outputs[num_carry + k] for k in kept)
+        smaller = eliminate_dead_code(dataclasses.replace(body, outputs=outputs))
+        results = s.emit.emit("scan", args, attrs.replace(body=smaller))
+        results = results if isinstance(results, tuple) else (results,)
+        carries = tuple(results[:num_carry])
+        ys.update(zip(kept, results[num_carry:], strict=True))
+    return carries + tuple(ys[k] for k in range(len(y_types)))
 
 
 RULES: dict[str, Callable[[_Simplify, Operation, list[Any]], Any]] = {

@@ -33,7 +33,7 @@ from ...errors import (
 )
 from ..ir import Operation, Program
 from ..types import TensorType
-from .registry import Rule, attr, batch_first, batched_operand, register
+from .registry import BatchedResults, Rule, attr, batch_first, batched_operand, register
 
 
 class CustomCallRecord(Protocol):
@@ -392,8 +392,14 @@ def _while_evaluate(attrs, args, ev):
 
 
 def _while_batch(e, op, operands, batched, ctx):
-    """Every carry batched; the loop runs while the predicate holds for any example, and an
-    example whose predicate no longer holds keeps its carries (JAX's batched while_loop)."""
+    """With one predicate for all examples (it reads no batched value), only the carries that
+    depend on batched values are batched (a loop counter stays a scalar) and the loop stays
+    as it is; else every carry is batched, the loop runs while the predicate holds for any
+    example, and an example whose predicate no longer holds keeps its carries (JAX's batched
+    while_loop)."""
+    shared = _while_batch_shared_predicate(e, op, operands, batched, ctx)
+    if shared is not None:
+        return shared
     num_consts = op.attrs["num_consts"]
     consts = list(operands[:num_consts])
     carries = [
@@ -422,6 +428,36 @@ def _while_batch(e, op, operands, batched, ctx):
         body=e.subprogram("while_masked_body", types, step),
     )
     return _as_tuple(e.emit("while_loop", consts + carries, attrs))
+
+
+def _while_batch_shared_predicate(e, op, operands, batched, ctx):
+    """The batched loop when its predicate is the same for every example (None otherwise):
+    the carries batched are those that depend on batched values at any step (a fixpoint)."""
+    if ctx.outputs_batched is None:
+        return None
+    attrs = op.attrs
+    num_consts = attrs["num_consts"]
+    consts = list(batched[:num_consts])
+    carried = list(batched[num_consts:])
+    while True:
+        stepped = ctx.outputs_batched(attrs["body"], consts + carried)
+        grown = [c or s for c, s in zip(carried, stepped, strict=True)]
+        if grown == carried:
+            break
+        carried = grown
+    if ctx.outputs_batched(attrs["cond_body"], consts + carried)[0]:
+        return None
+    carries = [
+        batched_operand(e, x, b, ctx) if want else x
+        for x, b, want in zip(operands[num_consts:], batched[num_consts:], carried, strict=True)
+    ]
+    flags = consts + carried
+    new_attrs = attrs.replace(
+        cond_body=ctx.batch_program(attrs["cond_body"], flags, [False]),
+        body=ctx.batch_program(attrs["body"], flags, carried),
+    )
+    results = _as_tuple(e.emit("while_loop", list(operands[:num_consts]) + carries, new_attrs))
+    return BatchedResults(results, tuple(carried))
 
 
 register(

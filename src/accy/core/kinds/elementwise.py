@@ -552,7 +552,9 @@ def _bitcast_infer(types, attrs):
 
 
 def _bitcast_evaluate(attrs, args, _):
-    return np.ascontiguousarray(args[0]).view(dtype_named(attrs["dtype"]).numpy)
+    array = np.asarray(args[0])
+    # ascontiguousarray makes a scalar 1-d: the shape is put back
+    return np.ascontiguousarray(array).view(dtype_named(attrs["dtype"]).numpy).reshape(array.shape)
 
 
 register(

@@ -62,11 +62,24 @@ class Rule:
 @dataclass(frozen=True)
 class BatchContext:
     """What a batching rule needs beyond its operands: the batch axis, and a way to batch a
-    nested program (a scan's body) with the given parameters batched."""
+    nested program (a scan's body) with the given parameters batched: `batch_program(body,
+    flags)` (every output batched) or `batch_program(body, flags, outputs)` (the outputs that
+    `outputs` marks; the others stay unbatched), and `outputs_batched(body, flags)`, which of
+    its outputs depend on the batched parameters."""
 
     name: str
     extent: int
     batch_program: Callable[..., Any]
+    outputs_batched: Callable[..., list[bool]] | None = None
+
+
+@dataclass(frozen=True)
+class BatchedResults:
+    """What a batching rule returns when only some of its results are batched: the results,
+    and for each whether it carries the batch axis (first)."""
+
+    values: tuple
+    batched: tuple[bool, ...]
 
 
 def batch_type(t: TensorType, ctx: BatchContext) -> TensorType:

@@ -1,25 +1,34 @@
-"""`custom_jvp` and `custom_vjp`: front-end functions of trees with derivative rules of their
-own, spelled as JAX's (`f.defjvp(rule)`, `f.defvjp(fwd, bwd)`).
+"""`custom_jvp`, `custom_vjp`, `custom_gradient` and `custom_vmap`: front-end functions of
+trees with derivative (or batching) rules of their own, spelled as JAX's (`f.defjvp(rule)`,
+`f.defjvps(...)`, `f.defvjp(fwd, bwd)`, `f.def_vmap(rule)`).
 
 Under a trace, each call becomes one `accy.CustomCall` per output leaf, whose operands are the
-array leaves of the arguments and then the arrays the function closed over. Every record runs
-by composition on every device (its `fallback` is the traced function, which the native
-backends inline and the reference evaluator runs), so no kernel is written; its derivative is
-the user's rule, traced once per signature into a Program and inlined where it is needed:
+array leaves of the arguments, then the values the function closed over, then the values of
+enclosing traces that only the rules close over. Every record runs by composition on every
+device (its `fallback` is the traced function, which the native backends inline and the
+reference evaluator runs), so no kernel is written; its derivative is the user's rule, traced
+once per signature into a Program and inlined where it is needed:
 
 - `custom_jvp`: the record's JVP rule runs the traced `rule(primals, tangents)` and takes this
   leaf's tangent; reverse mode transposes it (so the rule must be linear in the tangents, as
-  JAX requires).
-- `custom_vjp`: the record's VJP rule recomputes the residuals with the traced `fwd` on the
-  primals, then pulls this leaf's cotangent (zeros for the other leaves) back through the traced
-  `bwd`; the leaves' contributions add up, since `bwd` is linear in the cotangent. Forward mode
-  differentiates the function itself.
+  JAX requires; a custom function the rule applies to tangents is transposed through its
+  body).
+- `custom_vjp`: under reverse mode the primal output is `fwd`'s (the record's `forward`
+  rule), as JAX runs `fwd` under differentiation; the record's VJP rule recomputes the
+  residuals with the traced `fwd`, then pulls this leaf's cotangent (zeros for the other
+  leaves) back through the traced `bwd`; the leaves' contributions add up, since `bwd` is
+  linear in the cotangent. `bwd` may give None for any subtree of an argument (zeros).
+  Forward mode differentiates the function itself.
+- `custom_gradient`: a `custom_vjp` whose residuals are the arguments.
+- `custom_vmap`: the record's batching rule runs the traced `rule(axis_size, in_batched,
+  *args)` on the whole batch; differentiation goes through the function itself.
 
-Outside any trace a call just runs the function. Arguments that are not arrays (Python numbers,
-strings; and the `nondiff_argnums`) are static: they key the signature, and their tangents and
-cotangents are None. Arrays the function closes over are constants to the rules (their
-derivative is zero), as JAX treats `nondiff_argnums`; the rules may close over concrete arrays
-and over what the function closes over, but not over other traced values.
+Outside any trace a call just runs the function. Arguments are resolved to positions as JAX
+does (keyword-only ones passed are an error). Arguments that are not arrays (Python numbers,
+strings; and the `nondiff_argnums`/`nondiff_argnames`) are static: they key the signature,
+and their tangents and cotangents are None. Values the function or only its rules close over
+are constants to the rules (their derivative through the call is zero), as JAX treats
+`nondiff_argnums`; rules may close over concrete arrays and over values of open traces.
 """
 
 from __future__ import annotations

@@ -78,7 +78,13 @@ from .frontend.axes import (
     without_axes,
 )
 from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
-from .frontend.custom_rules import custom_gradient, custom_jvp, custom_vjp, custom_vmap
+from .frontend.custom_rules import (
+    custom_gradient,
+    custom_jvp,
+    custom_vjp,
+    custom_vmap,
+    sequential_vmap,
+)
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
 from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
@@ -197,6 +203,7 @@ __all__ = [
     "run",
     "save",
     "scan",
+    "sequential_vmap",
     "shard",
     "simplify",
     "spec",

@@ -66,7 +66,7 @@ import numpy as np
 
 from .caches import Table
 from .core.builder import Builder
-from .core.ir import Operation, Program, permute_parameters
+from .core.ir import Attrs, Operation, Program, permute_parameters
 from .core.kinds.control import CUSTOM_CALLS, missing_jvp, missing_vjp
 from .core.kinds.registry import Linear, Zero, describe
 from .core.operations import OpsApi
@@ -666,7 +666,7 @@ def define_reference(
 def inline_declined(program: Program, format: str) -> Program:
     """`program` with each custom call whose record declines it on `format` (see
     `CustomCall.declines`) replaced by the record's fallback composition; `program` itself when
-    there is none. Calls inside nested programs (scan bodies) are left as they are.
+    there is none. Nested programs (scan bodies, cond branches) are expanded the same way.
 
     >>> import accy
     >>> small = accy.CustomCall("doc.small", result_type=lambda x: x,
@@ -686,14 +686,23 @@ def inline_declined(program: Program, format: str) -> Program:
         and (record := lookup(op.attrs["target"], op.attrs["version"])) is not None
         and record.declines(fmt, op.operand_types, op.type)
     }
-    if not declined:
+    nested = {}  # id(op) -> its attributes with the nested programs expanded
+    for op in program.operations:
+        attrs = {
+            key: inline_declined(value, format) if isinstance(value, Program) else value
+            for key, value in op.attrs.items()
+        }
+        if any(attrs[key] is not value for key, value in op.attrs.items()):
+            nested[id(op)] = Attrs(attrs)
+    if not declined and not nested:
         return program
     builder = Builder(program.name)
 
     class Expand:
         def bind(self, op: Operation, args: list) -> Any:
             if id(op) not in declined:
-                return builder.emit(op.kind, args, op.attrs, id=op.id)
+                attrs = nested.get(id(op), op.attrs)
+                return builder.emit(op.kind, args, attrs, id=op.id)
             record = lookup(op.attrs["target"], op.attrs["version"])
             fallback = record.fallback_program(op.operand_types)
             (result,) = run(fallback, Inline(builder, list(args), fallback))

@@ -727,9 +727,10 @@ class CustomVmap(_CustomFunction):
 
     kind = "custom_vmap"
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, sequential: bool = False):
         super().__init__(fn, ())
         self.vmap_rule: Callable | None = None
+        self.sequential = sequential  # no rule: vmap calls the function once per example
 
     def def_vmap(self, rule: Callable) -> Callable:
         """Set the batching rule `rule(axis_size, in_batched, *args) -> (out, out_batched)`,
@@ -743,7 +744,7 @@ class CustomVmap(_CustomFunction):
         return rule
 
     def _require_rules(self) -> None:
-        if self.vmap_rule is None:
+        if self.vmap_rule is None and not self.sequential:
             raise TransformError(
                 f"accy.custom_vmap function {_name(self.fn)!r} has no batching rule; define "
                 "it with @f.def_vmap before calling f"
@@ -753,6 +754,8 @@ class CustomVmap(_CustomFunction):
         """Nothing to trace ahead: the rule is traced when vmap meets the call."""
 
     def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
+        if self.sequential:  # a record without a batching rule runs in a scan per example
+            return {}
         return {"batch": functools.partial(self._batch, signature, j)}
 
     def _batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis) -> Any:
@@ -857,6 +860,19 @@ def custom_vmap(fn: Callable) -> CustomVmap:
     return CustomVmap(fn)
 
 
+def sequential_vmap(fn: Callable) -> CustomVmap:
+    """`fn` that `accy.vmap` calls once per example, in a scan along the mapped axis, instead
+    of batching its operations (`jax.custom_batching.sequential_vmap`).
+
+    >>> import accy, numpy as np
+    >>> f = accy.sequential_vmap(lambda x: x + 1.0)
+    >>> xs = accy.named(np.arange(3.0, dtype=np.float32), "n")
+    >>> accy.vmap(f, "n")(xs).array.tolist(), accy.make_program(accy.vmap(f, "n"))(xs).count("scan")
+    ([1.0, 2.0, 3.0], 1)
+    """
+    return CustomVmap(fn, sequential=True)
+
+
 def custom_gradient(fn: Callable) -> Callable:
     """`fn(*args) -> (output, vjp)` as a function with that reverse-mode rule
     (`jax.custom_gradient`): `vjp(cotangent)` returns one cotangent per argument (a single one
@@ -910,4 +926,5 @@ __all__ = [
     "custom_jvp",
     "custom_vjp",
     "custom_vmap",
+    "sequential_vmap",
 ]

@@ -54,10 +54,6 @@ VMAP_JVP = (
     "accy lacks JAX's jvp of custom_vmap (a tangent batched by the rule's own JVP): accy "
     "differentiates a custom_vmap function through the function itself"
 )
-SEQUENTIAL_VMAP = (
-    "accy lacks custom_batching.sequential_vmap (vmap of a custom call without a batching "
-    "rule already runs it once per example)"
-)
 BATCH_MAP = "lax.map's batch_size: accy.map has no batch_size"
 COMPILE_TIME_EVAL = "jax.ensure_compile_time_eval: accy has no eager island inside jit"
 
@@ -1195,10 +1191,6 @@ NOT_APPLICABLE = {
     "CustomVmapTest.test_jvp_extra_batched_primals": VMAP_JVP,
     "CustomVmapTest.test_jvp_extra_batched_primals_with_linear_vmap_rule": VMAP_JVP,
     "CustomVmapTest.test_jvp_dataflow_violation": VMAP_JVP,
-    "CustomVmapTest.test_sequential_vmap_basic": SEQUENTIAL_VMAP,
-    "CustomVmapTest.test_sequential_vmap_nary_same_batching": SEQUENTIAL_VMAP,
-    "CustomVmapTest.test_sequential_vmap_nary_mixed_batching": SEQUENTIAL_VMAP,
-    "CustomVmapTest.test_compose_custom_vjp_bwd_rule": SEQUENTIAL_VMAP,
     "CustomVmapTest.test_batch_map_basic": BATCH_MAP,
     "CustomVmapTest.test_batch_map_pytrees": BATCH_MAP,
     "CustomVmapTest.test_batch_divides_axis": BATCH_MAP,
@@ -2300,3 +2292,72 @@ def test_custom_jvp_simplex_projection():
         return jnp.sum(jax.vmap(theirs)(xs) ** 2)
 
     close(accy.grad(fun_ours)(Api.vec(xs, ("m", "n"))), jax.grad(fun_theirs)(xs))
+
+
+Api.sequential_vmap = staticmethod(accy.sequential_vmap)
+Jax.sequential_vmap = staticmethod(jax.custom_batching.sequential_vmap)
+
+
+def one_loop(fn, *args):
+    """The vmapped `fn`'s Program is one scan, as JAX's jaxpr is lax.map's."""
+    program = accy.make_program(fn)(*args)
+    assert program.count("scan") == 1, program
+
+
+@translates("CustomVmapTest.test_sequential_vmap_basic")
+def test_sequential_vmap_basic():
+    def case(api):
+        f = api.sequential_vmap(lambda x: x + 1.0)
+        return api.vmap(f)(api.vec([0.0, 1.0, 2.0]))
+
+    same(case)
+    one_loop(accy.vmap(accy.sequential_vmap(lambda x: x + 1.0), "n"), Api.vec([0.0, 1.0, 2.0]))
+
+
+@translates("CustomVmapTest.test_sequential_vmap_nary_same_batching")
+def test_sequential_vmap_nary_same_batching():
+    def case(api):
+        f = api.sequential_vmap(lambda x, y: x + y)
+        xs = api.vec([0.0, 1.0, 2.0])
+        return api.vmap(f)(xs, 4.0 + xs)
+
+    same(case)
+    xs = Api.vec([0.0, 1.0, 2.0])
+    one_loop(accy.vmap(accy.sequential_vmap(lambda x, y: x + y), "n"), xs, xs)
+
+
+@translates("CustomVmapTest.test_sequential_vmap_nary_mixed_batching")
+def test_sequential_vmap_nary_mixed_batching():
+    def case(api):
+        f = api.sequential_vmap(lambda x, y: x + y)
+        xs, y = api.vec([0.0, 1.0, 2.0]), api.s(4.0)
+        if api is Jax:
+            return jax.vmap(f, in_axes=(0, None))(xs, y)
+        return accy.vmap(f, "n", in_axes=(True, None))(xs, y)
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_compose_custom_vjp_bwd_rule")
+def test_sequential_vmap_fwd_and_bwd_of_a_custom_vjp():
+    def case(api):
+        @api.sequential_vmap
+        def fun_fwd(x, y):
+            return api.sin(x) * y, (x, y)
+
+        @api.sequential_vmap
+        def fun_bwd(res, ct):
+            x, y = res
+            return x * ct, y * ct
+
+        fun = api.custom_vjp(lambda *args: fun_fwd(*args)[0])
+        fun.defvjp(fun_fwd, fun_bwd)
+        xs, y = api.vec(np.linspace(0, 1, 5)), api.s(0.5)
+        if api is Jax:
+            f = jax.vmap(jax.jit(fun), in_axes=(0, None))
+        else:
+            f = accy.vmap(api.jit(fun), "n", in_axes=(True, None))
+        out, f_vjp = api.vjp(f, xs, y)
+        return out, f_vjp(out)
+
+    same(case)

@@ -79,6 +79,7 @@ from .frontend.axes import (
 )
 from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
 from .frontend.custom_rules import (
+    closure_convert,
     custom_gradient,
     custom_jvp,
     custom_vjp,
@@ -148,6 +149,7 @@ __all__ = [
     "checkpoint_policies",
     "clear_caches",
     "clip",
+    "closure_convert",
     "compile",
     "cond",
     "config",

@@ -40,10 +40,6 @@ SYMBOLIC_ZEROS = (
 )
 JAXPR_TEXT = "the jaxpr's pretty-printed text (accy's Program text is a different IR)"
 WITH_LOGS = "accy lacks with_logs (custom_gradient/defvjp_with_logs: logs out of the backward pass)"
-CLOSURE_CONVERT = (
-    "accy lacks jax.closure_convert: what a rule's nondiff function closes over is a constant "
-    "to the rule"
-)
 OPTIMIZE_REMAT = (
     "JAX internal optimize_remat_of_custom_vjp_fwd (accy recomputes residuals by fwd itself)"
 )
@@ -1155,9 +1151,6 @@ NOT_APPLICABLE = {
     "CustomVJPTest.test_defvjp_with_logs": WITH_LOGS,
     "CustomVJPTest.test_defvjp_with_logs_nondiff_argnums_and_none_logs": WITH_LOGS,
     "CustomVJPTest.test_defvjp_with_logs_bad_return_errors": WITH_LOGS,
-    "CustomVJPTest.test_closure_convert": CLOSURE_CONVERT,
-    "CustomVJPTest.test_closure_convert_mixed_consts": CLOSURE_CONVERT,
-    "CustomVJPTest.test_closure_convert_pytree_mismatch": CLOSURE_CONVERT,
     "CustomVJPTest.test_bwd_rule_shape_mismatch_disable": (
         "JAX's config flag to skip bwd type checks: accy always checks them"
     ),
@@ -2361,3 +2354,76 @@ def test_sequential_vmap_fwd_and_bwd_of_a_custom_vjp():
         return out, f_vjp(out)
 
     same(case)
+
+
+def cos_after_of(api):
+    """JAX's closure_convert cases: a custom_vjp of cos(fn(x)) whose rule scales each argument
+    and each const of `fn` by its own factor."""
+    closure_convert = accy.closure_convert if api is Api else jax.closure_convert
+
+    @functools.partial(api.custom_vjp, nondiff_argnums=(0,))
+    def _cos_after(fn, x, *args):
+        return api.cos(fn(x, *args))
+
+    def fwd(fn, x, *args):
+        return _cos_after(fn, x, *args), (x, args)
+
+    def rev(fn, res, g):
+        x, args = res
+        return (17.0 * x, *[42.0 * a for a in args])
+
+    _cos_after.defvjp(fwd, rev)
+
+    def cos_after(fn, x):
+        converted_fn, aux_args = closure_convert(fn, x)
+        assert len(aux_args) <= 2
+        return _cos_after(converted_fn, x, *aux_args)
+
+    return cos_after
+
+
+@translates("CustomVJPTest.test_closure_convert")
+def test_closure_convert():
+    def case(api):
+        cos_after = cos_after_of(api)
+
+        def solve(c, x):
+            return cos_after(lambda x: api.sum((x - c) ** 2.0), x)
+
+        c, x = api.vec([2.0, 2.0]), api.vec([1.0, 1.0])
+        return solve(c, x), api.grad(solve, argnums=(0, 1))(c, x)
+
+    same(case)
+
+
+@translates("CustomVJPTest.test_closure_convert_mixed_consts")
+def test_closure_convert_mixed_consts():
+    # JAX hoists only c (s takes no part in autodiff); accy hoists every traced value it closes
+    # over, s too, whose cotangent the rule gives and grad drops: the same gradients.
+    def case(api):
+        cos_after = cos_after_of(api)
+
+        def solve(c, s, x):
+            return cos_after(lambda x: api.sum(s * (x - c) ** 2.0), x)
+
+        c, s, x = api.vec([2.0, 2.0]), api.vec([3.0, 3.0]), api.vec([1.0, 1.0])
+        return solve(c, s, x), api.grad(solve, argnums=(0, 2))(c, s, x)
+
+    same(case)
+
+
+@translates("CustomVJPTest.test_closure_convert_pytree_mismatch")
+def test_closure_convert_inputs_mismatch_error():
+    x, z = scalar(2.0), scalar(3.0)
+
+    def check(pure, aux):
+        close(pure(x, *aux), jax.vjp(lambda x, z: z * x, 2.0, 3.0)[1](2.0))
+        with pytest.raises(accy.TransformError, match="inputs to the closure that closure_convert"):
+            pure(x, aux)
+
+    _, vjp = accy.vjp(lambda x, z: z * x, x, z)
+    check(*accy.closure_convert(vjp, x))  # eager: vjp closes over no traced value
+    check_traced = accy.jit(
+        lambda x, z: accy.closure_convert(lambda c: c * z, x)[0](x, z), device=R
+    )
+    close(check_traced(x, z), 6.0)

@@ -22,6 +22,9 @@ once per signature into a Program and inlined where it is needed:
 - `custom_gradient`: a `custom_vjp` whose residuals are the arguments.
 - `custom_vmap`: the record's batching rule runs the traced `rule(axis_size, in_batched,
   *args)` on the whole batch; differentiation goes through the function itself.
+  `sequential_vmap` is one without a rule: vmap calls it once per example.
+- `closure_convert`: a function's closed-over traced values as extra arguments, so that a
+  rule (given the converted function as a nondiff argument) differentiates them.
 
 Outside any trace a call just runs the function. Arguments are resolved to positions as JAX
 does (keyword-only ones passed are an error). Arguments that are not arrays (Python numbers,
@@ -873,6 +876,56 @@ def sequential_vmap(fn: Callable) -> CustomVmap:
     return CustomVmap(fn, sequential=True)
 
 
+def closure_convert(fn: Callable, *example_args: Any) -> tuple[Callable, list]:
+    """`(converted, consts)`: `fn` with the traced values it closes over hoisted out as extra
+    arguments, `converted(*args, *consts)` computing `fn(*args)` (`jax.closure_convert`), so
+    that a custom rule given `converted` as a nondiff argument differentiates `consts` as its
+    other arguments. `example_args` give the arguments' trees and types; concrete arrays that
+    `fn` closes over stay constants.
+
+    >>> import accy, numpy as np
+    >>> def solve(c, x):
+    ...     converted, consts = accy.closure_convert(lambda x: (x - c) ** 2.0, x)
+    ...     return converted(x, *consts)
+    >>> c, x = accy.named(np.float32(2.0), ()), accy.named(np.float32(1.0), ())
+    >>> accy.grad(solve, argnums=(0, 1))(c, x)[0].item()
+    2.0
+    """
+    _check_callable(fn, "closure_convert")
+    leaves, treedef = flatten((tuple(example_args), {}))
+    traced = trace(fn, leaves, treedef, _name(fn))
+    consts = [c for c in traced.captured if isinstance(c, Value)]
+    count = len(example_args)
+
+    def converted(*args: Any) -> Any:
+        given, hoisted = args[:count], list(args[count:])
+        arg_leaves, arg_def = flatten((tuple(given), {}))
+        if arg_def != treedef or len(hoisted) != len(consts):
+            raise TransformError(
+                f"the inputs to the closure that closure_convert made of {_name(fn)} must be "
+                f"the arguments ({treedef}) and then its {len(consts)} consts, got {arg_def} "
+                f"and {len(hoisted)}"
+            )
+        for got, const in zip(hoisted, consts, strict=True):
+            if getattr(got, "ty", None) != const.ty:
+                raise TransformError(
+                    f"closure_convert of {_name(fn)}: a const of type {const.ty} was given "
+                    f"{getattr(got, 'ty', got)!r}"
+                )
+        replaced = iter(hoisted)
+        captured = [next(replaced) if isinstance(c, Value) else c for c in traced.captured]
+        arrays = [leaf for leaf in arg_leaves if is_array(leaf)]
+        builder = innermost([*arrays, *captured])
+        if builder is None:  # nothing traced: fn closes over no traced value either
+            return fn(*given)
+        builder = builder.current()
+        outputs = builder.call(traced.program, [builder.lift(v) for v in [*arrays, *captured]])
+        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        return unflatten(traced.out_treedef, outputs)
+
+    return converted, consts
+
+
 def custom_gradient(fn: Callable) -> Callable:
     """`fn(*args) -> (output, vjp)` as a function with that reverse-mode rule
     (`jax.custom_gradient`): `vjp(cotangent)` returns one cotangent per argument (a single one
@@ -922,6 +975,7 @@ __all__ = [
     "CustomJvp",
     "CustomVjp",
     "CustomVmap",
+    "closure_convert",
     "custom_gradient",
     "custom_jvp",
     "custom_vjp",

@@ -79,6 +79,7 @@ from .frontend.axes import (
 )
 from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
 from .frontend.custom_rules import (
+    SymbolicZero,
     closure_convert,
     custom_gradient,
     custom_jvp,
@@ -103,6 +104,7 @@ from .transforms.simplify import simplify
 
 __all__ = [
     "SYNTHETIC_ID",
+    "SymbolicZero",
     "AccyError",
     "AxisError",
     "Builder",

@@ -17,6 +17,8 @@ One record holds everything about a custom call `(target, version)`:
 - optionally a `forward` rule `forward(e, primals) -> result`: the primal result that reverse
   mode computes in place of the call (a `custom_vjp`'s `fwd`, whose output may differ from
   the function's, as JAX runs `fwd` under differentiation); without one, the call itself;
+- `symbolic_zeros=True`: the JVP rule gets the tangents known to be zero as `Zero(type)`
+  (not instantiated) and may return one;
 - optionally a `fallback` composition (a Python function of traced values computing the same
   function from other operations), differentiated when a rule is missing, to any order;
 - optionally a batching rule `batch(e, args, batched, axis) -> result` for `accy.vmap`: the
@@ -154,6 +156,7 @@ class CustomCall:
         kernels: Mapping[str, KernelSource] | None = None,
         mapped_axes: Sequence[str] | Callable[..., Sequence[str]] | None = None,
         batch: Callable[..., Any] | None = None,
+        symbolic_zeros: bool = False,
         register: bool = True,
         replace: bool = False,
     ) -> None:
@@ -180,6 +183,7 @@ class CustomCall:
         self.vjp = _check_callable(target, "vjp", vjp)
         self.fallback = _check_callable(target, "fallback", fallback)
         self.forward = _check_callable(target, "forward", forward)
+        self.symbolic_zeros = bool(symbolic_zeros)
         self.batch = _check_callable(target, "batch", batch)
         if mapped_axes is not None and not callable(mapped_axes):
             if isinstance(mapped_axes, str) or not all(isinstance(a, str) for a in mapped_axes):
@@ -233,6 +237,7 @@ class CustomCall:
             "kernels": self.kernels,
             "mapped_axes": self.mapped_axes,
             "batch": self.batch,
+            "symbolic_zeros": self.symbolic_zeros,
         }
 
     def unregister(self) -> None:
@@ -378,6 +383,12 @@ class CustomCall:
                 "linearized": True,
             }
             return e.emit("custom_call", operands, attrs)
+        if self.jvp is not None and self.symbolic_zeros:  # the rule sees which are Zero
+            tangent = self.jvp(e, primals, list(tangents), result)
+            if isinstance(tangent, Zero) and tangent.type == op.type:
+                return tangent
+            self._check_value("its JVP rule returned", tangent, op.type)
+            return tangent
         if self.jvp is not None:
             tangent = self.jvp(e, primals, [e.instantiate(t) for t in tangents], result)
             self._check_value("its JVP rule returned", tangent, op.type)

@@ -10,7 +10,8 @@ reference evaluator runs), so no kernel is written; its derivative is the user's
 once per signature into a Program and inlined where it is needed:
 
 - `custom_jvp`: the record's JVP rule runs the traced `rule(primals, tangents)` and takes this
-  leaf's tangent; reverse mode transposes it (so the rule must be linear in the tangents, as
+  leaf's tangent (with `symbolic_zeros=True`, the rule is traced per pattern of tangents known
+  to be zero, which it sees as `SymbolicZero`s and may return); reverse mode transposes it (so the rule must be linear in the tangents, as
   JAX requires; a custom function the rule applies to tangents is transposed through its
   body).
 - `custom_vjp`: under reverse mode the primal output is `fwd`'s (the record's `forward`
@@ -47,6 +48,7 @@ import numpy as np
 import optree
 
 from ..core import Program, Value
+from ..core.kinds.registry import Zero
 from ..custom import CustomCall, lookup, register
 from ..errors import AccyError
 from ..reference import run as reference_run
@@ -135,7 +137,8 @@ class _Signature:
         self.traced = trace(lambda *a: fn(*_unwrapped(a)), leaves, treedef, _name(fn))
         self.program: Program = self.traced.program
         self.out_treedef = self.traced.out_treedef
-        self.rule_programs: dict[str, Any] = {}
+        self.rule_programs: dict[Any, Any] = {}
+        self.symbolic_outputs: dict[str, list[int]] = {}  # jvp rule name -> SymbolicZero leaves
         self.prepared = False
         # Values of enclosing traces that the rules close over and the function does not:
         # extra operands of the call, after the function's captures (JAX lets a bwd close
@@ -311,6 +314,39 @@ def _positions_of(fn: Callable, names: Sequence[str], kind: str) -> list[int]:
     return [parameters.index(n) for n in names]
 
 
+class SymbolicZero:
+    """A tangent known to be zero, given to a `custom_jvp` rule defined with
+    `symbolic_zeros=True` (JAX's `jax.custom_derivatives.SymbolicZero`): it has the type of
+    the value it is the tangent of, and the rule may return it as a tangent.
+
+    >>> import accy
+    >>> z = SymbolicZero(accy.spec(accy.f32, n=2))
+    >>> z, z.shape, z.dtype
+    (SymbolicZero(f32[n=2]), {'n': 2}, accy.f32)
+    """
+
+    __slots__ = ("ty",)
+
+    def __init__(self, ty: Any):
+        self.ty = ty
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return dict(self.ty.named_extents)
+
+    @property
+    def dtype(self) -> Any:
+        return self.ty.dtype
+
+    def __repr__(self) -> str:
+        return f"SymbolicZero({self.ty})"
+
+
+def _zeros_of(ty: Any) -> Any:
+    """Zeros of type `ty`, in the trace under way."""
+    return innermost_trace().full(ty, 0.0)
+
+
 def _zeros_like(x: Any) -> Any:
     """Zeros of the type of the traced value `x`, in the trace under way."""
     return (innermost_trace() or x.builder).full(x.ty, 0.0)
@@ -352,13 +388,17 @@ class CustomJvp(_CustomFunction):
     def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = (), nondiff_argnames=()):
         super().__init__(fn, nondiff_argnums, nondiff_argnames)
         self.jvp_rule: Callable | None = None
+        self.symbolic_zeros = False
 
-    def defjvp(self, rule: Callable) -> Callable:
+    def defjvp(self, rule: Callable, symbolic_zeros: bool = False) -> Callable:
         """Set the JVP rule `rule(primals, tangents) -> (primal_out, tangent_out)` (with
         `nondiff_argnums`, `rule(*nondiff, primals, tangents)`); returns `rule`, so it works as
-        a decorator, as JAX's."""
+        a decorator, as JAX's. With `symbolic_zeros`, a tangent known to be zero comes as a
+        `SymbolicZero` (the rule is traced once per pattern of them), and the rule may return
+        one."""
         _check_callable(rule, "custom_jvp.defjvp")
         self.jvp_rule = rule
+        self.symbolic_zeros = bool(symbolic_zeros)
         self._signatures.clear()
         return rule
 
@@ -417,16 +457,24 @@ class CustomJvp(_CustomFunction):
             )
 
     def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
-        return {"jvp": functools.partial(self._jvp, signature, j)}
+        return {
+            "jvp": functools.partial(self._jvp, signature, j),
+            "symbolic_zeros": self.symbolic_zeros,
+        }
 
     def prepare(self, signature: _Signature) -> None:
-        self._jvp_program(signature)
+        # With symbolic zeros the rule is traced when differentiated, once the tangents known
+        # to be zero are known (so it may close over the traces open then, not earlier ones).
+        if not self.symbolic_zeros:
+            self._jvp_program(signature)
 
-    def _jvp_program(self, signature: _Signature) -> Traced:
-        """The rule traced on this signature's primals and tangents, checked."""
+    def _jvp_program(self, signature: _Signature, zeros: tuple = ()) -> Traced:
+        """The rule traced on this signature's primals and tangents, checked; with symbolic
+        zeros, `zeros` says which argument leaves' tangents are `SymbolicZero`s."""
         static = {n % len(signature.args) for n in self.nondiff_argnums}
         nondiff = self._nondiff(signature)
         rule = self.jvp_rule
+        symbolic: list[int] = []  # the tangent_out leaves the rule gave as SymbolicZero
 
         def run_rule(primal_trees: tuple, tangent_trees: tuple) -> Any:
             p = _differentiable_part(primal_trees, static)
@@ -437,15 +485,28 @@ class CustomJvp(_CustomFunction):
                     f"the custom_jvp rule of {_name(self.fn)!r} must return a pair "
                     f"(primal_out, tangent_out), got {type(pair).__name__}"
                 )
-            return tuple(pair)
+            leaves, treedef = flatten(pair[1])
+            symbolic.extend(k for k, leaf in enumerate(leaves) if isinstance(leaf, SymbolicZero))
+            leaves = [
+                _zeros_of(leaf.ty) if isinstance(leaf, SymbolicZero) else leaf for leaf in leaves
+            ]
+            return pair[0], unflatten(treedef, leaves)
 
         parameters = [signature.leaves[i] for i in signature.arrays]
+        tangents = [
+            SymbolicZero(p.ty) if zero else p
+            for p, zero in zip(parameters, zeros or [False] * len(parameters), strict=True)
+        ]
+        name = f"jvp{''.join('0' if z else '1' for z in zeros)}" if any(zeros) else "jvp"
+        known = name in signature.rule_programs
         traced = self._trace_rule(
             signature,
-            "jvp",
+            name,
             run_rule,
-            (signature.primal_trees(parameters), signature.tangent_trees(parameters)),
+            (signature.primal_trees(parameters), signature.tangent_trees(tangents)),
         )
+        if not known:
+            signature.symbolic_outputs[name] = symbolic
         out_def, tangent_def = traced.out_treedef.children()
         for what, got in (("primal_out", out_def), ("tangent_out", tangent_def)):
             if got != signature.out_treedef:
@@ -466,7 +527,11 @@ class CustomJvp(_CustomFunction):
 
     def _jvp(self, signature: _Signature, j: int, e: Any, primals, tangents, result) -> Any:
         count = len(signature.arrays)
-        traced = self._jvp_program(signature)
+        zeros = tuple(isinstance(t, Zero) for t in tangents[:count]) if self.symbolic_zeros else ()
+        traced = self._jvp_program(signature, zeros)
+        name = f"jvp{''.join('0' if z else '1' for z in zeros)}" if any(zeros) else "jvp"
+        if j in signature.symbolic_outputs.get(name, ()):
+            return Zero(signature.program.output_types[j])
         constants = _closure_inputs(
             f"the custom_jvp rule of {_name(self.fn)!r}",
             traced,
@@ -474,7 +539,8 @@ class CustomJvp(_CustomFunction):
             signature.closed,
             list(primals[count:]),
         )
-        arguments = [*primals[:count], *(e.instantiate(t) for t in tangents[:count]), *constants]
+        given = [e.instantiate(t) for t in tangents[:count] if not (zeros and isinstance(t, Zero))]
+        arguments = [*primals[:count], *given, *constants]
         outputs = e.call(traced.program, arguments)
         outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
         tangent = outputs[len(signature.records) + j]
@@ -972,6 +1038,7 @@ def _output_and_vjp(fn: Callable, args: tuple) -> tuple:
 
 
 __all__ = [
+    "SymbolicZero",
     "CustomJvp",
     "CustomVjp",
     "CustomVmap",

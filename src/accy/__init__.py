@@ -86,6 +86,7 @@ from .frontend.custom_rules import (
     custom_vjp,
     custom_vmap,
     sequential_vmap,
+    zero_from_primal,
 )
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
@@ -224,4 +225,5 @@ __all__ = [
     "where",
     "while_loop",
     "without_axes",
+    "zero_from_primal",
 ]

@@ -18,7 +18,7 @@ One record holds everything about a custom call `(target, version)`:
   mode computes in place of the call (a `custom_vjp`'s `fwd`, whose output may differ from
   the function's, as JAX runs `fwd` under differentiation); without one, the call itself;
 - `symbolic_zeros=True`: the JVP rule gets the tangents known to be zero as `Zero(type)`
-  (not instantiated) and may return one;
+  (not instantiated); any JVP rule may return one;
 - optionally a `fallback` composition (a Python function of traced values computing the same
   function from other operations), differentiated when a rule is missing, to any order;
 - optionally a batching rule `batch(e, args, batched, axis) -> result` for `accy.vmap`: the
@@ -383,14 +383,12 @@ class CustomCall:
                 "linearized": True,
             }
             return e.emit("custom_call", operands, attrs)
-        if self.jvp is not None and self.symbolic_zeros:  # the rule sees which are Zero
-            tangent = self.jvp(e, primals, list(tangents), result)
+        if self.jvp is not None:
+            # With symbolic_zeros the rule sees which tangents are Zero; any rule may give one.
+            given = tangents if self.symbolic_zeros else [e.instantiate(t) for t in tangents]
+            tangent = self.jvp(e, primals, list(given), result)
             if isinstance(tangent, Zero) and tangent.type == op.type:
                 return tangent
-            self._check_value("its JVP rule returned", tangent, op.type)
-            return tangent
-        if self.jvp is not None:
-            tangent = self.jvp(e, primals, [e.instantiate(t) for t in tangents], result)
             self._check_value("its JVP rule returned", tangent, op.type)
             return tangent
         if self.fallback is not None:

@@ -36,8 +36,8 @@ CONTROL_FLOW = (
 )
 FLOAT0 = "float0 tangents of integer inputs: accy has no float0 dtype (integer leaves get None)"
 SYMBOLIC_ZEROS = (
-    "accy lacks symbolic_zeros=True: a rule always gets instantiated tangents (None only for "
-    "static arguments)"
+    "accy lacks custom_vjp's symbolic_zeros=True (fwd's CustomVJPPrimal with .perturbed, bwd's "
+    "SymbolicZero cotangents); custom_jvp has it"
 )
 JAXPR_TEXT = "the jaxpr's pretty-printed text (accy's Program text is a different IR)"
 WITH_LOGS = "accy lacks with_logs (custom_gradient/defvjp_with_logs: logs out of the backward pass)"
@@ -1105,10 +1105,6 @@ NOT_APPLICABLE = {
     "CustomJVPTest.test_maybe_perturbed_int_regression": "JAX internal (closure_convert of an int)",
     "CustomJVPTest.test_sinc_constant_function_batching": (
         "jnp.sinc's internal custom_jvp: accy has no sinc"
-    ),
-    "CustomJVPTest.test_symbolic_zeros_memoization_caching": SYMBOLIC_ZEROS,
-    "CustomJVPTest.test_symbolic_zero_under_vmap_of_jit": (
-        "accy lacks jax.custom_derivatives.zero_from_primal"
     ),
     "CustomJVPTest.test_symbolic_zero_custom_jvp_vmap_doesnt_instantiate": (
         "accy lacks symbolic zeros through vmap: a custom call vmapped one example at a time "
@@ -2547,3 +2543,44 @@ def test_custom_jvp_symbolic_zeros_in_a_tree_under_jacobians():
     jax_first = lambda x: jax.jit(f_jax)((x, 3.0))[0]  # noqa: E731
     close(accy.jacrev(first)(x), jax.jacrev(jax_first)(jnp.zeros(2)))
     close(accy.jacfwd(first)(x), jax.jacfwd(jax_first)(jnp.zeros(2)))
+
+
+@translates("CustomJVPTest.test_symbolic_zeros_memoization_caching")
+def test_custom_jvp_symbolic_zeros_two_patterns_under_linearize():
+    def case(api):
+        @api.custom_jvp
+        def f(x, y):
+            return x * y
+
+        @functools.partial(f.defjvp, symbolic_zeros=True)
+        def f_jvp(primals, tangents):
+            return f(*primals), tangents[1]
+
+        linearize = accy.linearize if api is Api else jax.linearize
+        x, y = api.s(2.0), api.s(3.0)
+        out, f_lin = linearize(f, x, y)
+        out_x, f_lin_x = linearize(lambda x: f(x, y), x)  # another zero pattern
+        return out, f_lin(api.s(1.0), api.s(1.0)), out_x, f_lin_x(api.s(1.0))
+
+    same(case)
+
+
+@translates("CustomJVPTest.test_symbolic_zero_under_vmap_of_jit")
+def test_custom_jvp_zero_from_primal_under_vmap_of_jit():
+    def case(api):
+        zero_from_primal = (
+            accy.zero_from_primal if api is Api else jax.custom_derivatives.zero_from_primal
+        )
+
+        @api.custom_jvp
+        def f(x):
+            return x + 1.0
+
+        @f.defjvp
+        def f_jvp(primals, tangents):
+            return f(primals[0]), zero_from_primal(primals[0], symbolic_zeros=True)
+
+        x = api.vec([0.0, 1.0, 2.0])
+        return api.jvp(api.vmap(api.jit(f)), (x,), (x,))
+
+    same(case)

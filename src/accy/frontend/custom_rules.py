@@ -11,9 +11,9 @@ once per signature into a Program and inlined where it is needed:
 
 - `custom_jvp`: the record's JVP rule runs the traced `rule(primals, tangents)` and takes this
   leaf's tangent (with `symbolic_zeros=True`, the rule is traced per pattern of tangents known
-  to be zero, which it sees as `SymbolicZero`s and may return); reverse mode transposes it (so the rule must be linear in the tangents, as
-  JAX requires; a custom function the rule applies to tangents is transposed through its
-  body).
+  to be zero, which it sees as `SymbolicZero`s and may return); reverse mode transposes it
+  (so the rule must be linear in the tangents, as JAX requires; a custom function the rule
+  applies to tangents is transposed through its body).
 - `custom_vjp`: under reverse mode the primal output is `fwd`'s (the record's `forward`
   rule), as JAX runs `fwd` under differentiation; the record's VJP rule recomputes the
   residuals with the traced `fwd`, then pulls this leaf's cotangent (zeros for the other
@@ -340,6 +340,28 @@ class SymbolicZero:
 
     def __repr__(self) -> str:
         return f"SymbolicZero({self.ty})"
+
+
+def zero_from_primal(x: Any, symbolic_zeros: bool = False) -> Any:
+    """A zero tangent for each leaf of the tree `x`: `SymbolicZero`s with `symbolic_zeros`
+    (for a `custom_jvp` rule defined with them to return), else zero arrays
+    (`jax.custom_derivatives.zero_from_primal`).
+
+    >>> import accy, numpy as np
+    >>> accy.zero_from_primal(accy.named(np.ones(2, np.float32), "n"), symbolic_zeros=True)
+    SymbolicZero(f32[n=2])
+    """
+
+    def zero(leaf: Any) -> Any:
+        if not is_array(leaf):
+            raise TransformError(f"zero_from_primal: {leaf!r} is not an array")
+        if symbolic_zeros:
+            return SymbolicZero(leaf.ty)
+        if isinstance(leaf, NamedArray):
+            return NamedArray(np.zeros(leaf.array.shape, leaf.array.dtype), leaf.ty, leaf.device)
+        return _zeros_of(leaf.ty)
+
+    return optree.tree_map(zero, x, namespace=NAMESPACE)
 
 
 def _zeros_of(ty: Any) -> Any:
@@ -1048,4 +1070,5 @@ __all__ = [
     "custom_vjp",
     "custom_vmap",
     "sequential_vmap",
+    "zero_from_primal",
 ]

@@ -23,8 +23,8 @@ One record holds everything about a custom call `(target, version)`:
   function from other operations), differentiated when a rule is missing, to any order;
 - optionally a batching rule `batch(e, args, batched, axis) -> result` for `accy.vmap`: the
   operands that `batched` marks carry the mapped `axis` first, and the result must carry it
-  first too (written with `e`, as the derivative rules are). Without one, vmap calls the
-  custom call once per example, in a scan along the mapped axis;
+  first too (written with `e`, as the derivative rules are). Without one, or when it returns
+  None, vmap calls the custom call once per example, in a scan along the mapped axis;
 - optionally the axes it maps over (`mapped_axes`: names, or a function of the operand types
   returning them): along such an axis, each entry of the result depends only on the operands'
   entries at the same index (operands without the axis are used whole), as a batch axis. The
@@ -278,6 +278,8 @@ class CustomCall:
         if self.batch is None:
             return None
         result = self.batch(e, operands, batched, axis)
+        if result is None:  # the rule declines these operands: vmap loops over the examples
+            return None
         extent = next(x.ty.extent(axis) for x, b in zip(operands, batched, strict=True) if b)
         expected = op.type.with_axes(((axis, extent), *op.type.named_extents))
         got = getattr(result, "ty", None)

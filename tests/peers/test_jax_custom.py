@@ -1184,10 +1184,6 @@ NOT_APPLICABLE = {
     "CustomVmapTest.test_batch_map_basic": BATCH_MAP,
     "CustomVmapTest.test_batch_map_pytrees": BATCH_MAP,
     "CustomVmapTest.test_batch_divides_axis": BATCH_MAP,
-    "CustomVmapTest.test_compose_custom_vjp": (
-        "accy lacks batching a custom_vjp call by the custom_vmap rule inside it: vmap runs a "
-        "custom_vjp call once per example"
-    ),
 }
 
 test_not_applicable = not_applicable_tests(NOT_APPLICABLE)
@@ -2584,3 +2580,38 @@ def test_custom_jvp_zero_from_primal_under_vmap_of_jit():
         return api.jvp(api.vmap(api.jit(f)), (x,), (x,))
 
     same(case)
+
+
+@translates("CustomVmapTest.test_compose_custom_vjp")
+def test_custom_vmap_inside_custom_vjp():
+    def case(api):
+        @api.custom_vmap
+        def inner(x, y):
+            return api.sin(x) * y
+
+        inner.def_vmap(lambda size, in_batched, xs, ys: (api.cos(xs) * ys, True))
+        f = api.custom_vjp(inner)
+
+        def f_bwd(res, g):
+            cos_x, sin_x, y = res
+            return cos_x * g * y, sin_x * g
+
+        f.defvjp(lambda x, y: (f(x, y), (api.cos(x), api.sin(x), y)), f_bwd)
+        xs, ys = api.vec(np.linspace(0, 1, 5)), api.vec(np.linspace(-0.1, 0.1, 5))
+        return api.vmap(f)(xs, ys), api.grad(f)(api.s(0.0), api.s(-0.1))
+
+    same(case)
+
+
+def test_vmap_of_custom_functions_is_one_batched_call():
+    # vmap maps a custom function and its rules together: one call on the whole batch (no
+    # loop over the examples), whose derivative is still the rule's.
+    f, g = sin_twice_cos(Api), sin_twice_cos_vjp(Api)
+    xs = Api.vec([0.0, 1.0, 2.0])
+    for h in (f, g):
+        program = accy.make_program(accy.vmap(h, "n"))(xs)
+        assert program.count("scan") == 0 and program.count("custom_call") == 1
+        close(accy.grad(lambda x, h=h: accy.vmap(h, "n")(x).sum())(xs), 2.0 * np.cos([0, 1, 2]))
+    shared = accy.vmap(lambda x, y: x_sin_y_with_none(Api)(x, y), "n", in_axes=(True, None))
+    grads = accy.grad(lambda x, y: shared(x, y).sum(), argnums=(0, 1))(xs, scalar(0.5))
+    close(grads, (np.zeros(3), 2.0 * np.cos(0.5) * 3))  # bwd gives None for x; y summed

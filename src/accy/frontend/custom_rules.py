@@ -67,6 +67,7 @@ from .tracing import (
     trace,
     unflatten,
 )
+from .vmap import vmap
 
 _COUNTER = itertools.count()
 
@@ -139,6 +140,8 @@ class _Signature:
         self.out_treedef = self.traced.out_treedef
         self.rule_programs: dict[Any, Any] = {}
         self.symbolic_outputs: dict[str, list[int]] = {}  # jvp rule name -> SymbolicZero leaves
+        self.batched_calls: dict[tuple, Traced] = {}  # (axis, extent, batched) -> mapped call
+        self.batched_calls_under_way: set[tuple] = set()
         self.prepared = False
         # Values of enclosing traces that the rules close over and the function does not:
         # extra operands of the call, after the function's captures (JAX lets a bwd close
@@ -297,6 +300,94 @@ class _CustomFunction:
     def _nondiff(self, signature: _Signature) -> tuple:
         return tuple(_unwrapped(signature.args)[n] for n in self.nondiff_argnums)
 
+    def batched(self, axis: str, flags: list) -> _CustomFunction:
+        """The function mapped over `axis` (on the leaves that `flags` marks, per positional
+        argument tree), with its rules mapped the same way: another custom function."""
+        raise NotImplementedError
+
+    def _batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis) -> Any:
+        """vmap of a call: one call of the mapped function (whose rules are the mapped rules,
+        so the call keeps its custom derivative); None (one call per example, in a scan) when
+        the call reads values it closed over."""
+        count = len(signature.arrays)
+        if len(operands) > count or getattr(self, "symbolic_zeros", False):
+            return None  # closed-over operands, or rules that see symbolic zeros: per example
+        extent = next(x.ty.extent(axis) for x, b in zip(operands, batched, strict=True) if b)
+        key = (axis, extent, tuple(batched))
+        traced = signature.batched_calls.get(key)
+        if traced is None and key in signature.batched_calls_under_way:
+            return None  # the mapped rules call the function itself: that call loops
+        if traced is None:
+            signature.batched_calls_under_way.add(key)
+            try:
+                traced = self._batched_call(signature, axis, extent, batched)
+            finally:
+                signature.batched_calls_under_way.discard(key)
+            if traced is None:
+                return None
+            signature.batched_calls[key] = traced
+        outputs = e.call(traced.program, list(operands))
+        return outputs[j] if isinstance(outputs, tuple) else outputs
+
+    def _batched_call(self, signature: _Signature, axis: str, extent: int, batched) -> Any:
+        if True:
+            parameters = [signature.leaves[i] for i in signature.arrays]
+            stand_ins = [
+                NamedArray(None, p.ty.with_axes(((axis, extent), *p.ty.named_extents)), "reference")
+                if b
+                else p
+                for p, b in zip(parameters, batched, strict=True)
+            ]
+            flags = [False] * len(signature.leaves)
+            for position, b in zip(signature.arrays, batched, strict=True):
+                flags[position] = b
+            mapped = self.batched(axis, list(unflatten(signature.treedef, flags)[0]))
+            leaves, treedef = flatten((signature.primal_trees(stand_ins), {}))
+            traced = trace(
+                lambda *t: mapped(*_unwrapped(t)), leaves, treedef, f"vmap_{_name(self.fn)}"
+            )
+            if traced.captured:  # it read values of a trace: one call per example instead
+                return None
+            return traced
+
+    def _mapped(self, fn: Callable, axis: str, flags: list, leading: int = 0) -> Callable:
+        """`fn` mapped over `axis`: its nondiff arguments (after `leading` others given as
+        is) are closed over, the others mapped where `flags` marks them."""
+        nondiff = set(self.nondiff_argnums)
+
+        def mapped(*args: Any) -> Any:
+            fixed, rest = args[:leading], args[leading:]
+            diff = [i for i in range(len(rest)) if i not in nondiff]
+
+            def per_example(*values: Any) -> Any:
+                full = list(rest)
+                for i, v in zip(diff, values, strict=True):
+                    full[i] = v
+                return fn(*fixed, *full)
+
+            in_axes = tuple(_in_axes(flags[i]) for i in diff)
+            return vmap(per_example, axis, in_axes=in_axes)(*(rest[i] for i in diff))
+
+        return mapped
+
+
+def _summed_where_unmapped(cotangent: Any, flags: Any, axis: str) -> Any:
+    """`cotangent` (a tree, or None) summed over `axis` at the leaves `flags` marks unmapped."""
+    if cotangent is None:
+        return None
+    return optree.tree_map(
+        lambda c, f: c if f or c is None else c.sum(axis),
+        cotangent,
+        flags,
+        is_leaf=lambda x: x is None,
+        namespace=NAMESPACE,
+    )
+
+
+def _in_axes(flags: Any) -> Any:
+    """vmap's in_axes for an argument tree from its tree of batched flags."""
+    return optree.tree_map(lambda b: True if b else None, flags, namespace=NAMESPACE)
+
 
 def _positions_of(fn: Callable, names: Sequence[str], kind: str) -> list[int]:
     """The positions of the parameters of `fn` called `names` (JAX's `nondiff_argnames`)."""
@@ -362,6 +453,10 @@ def zero_from_primal(x: Any, symbolic_zeros: bool = False) -> Any:
         return _zeros_of(leaf.ty)
 
     return optree.tree_map(zero, x, namespace=NAMESPACE)
+
+
+def _instantiated(leaf: Any) -> Any:
+    return _zeros_of(leaf.ty) if isinstance(leaf, SymbolicZero) else leaf
 
 
 def _zeros_of(ty: Any) -> Any:
@@ -482,7 +577,26 @@ class CustomJvp(_CustomFunction):
         return {
             "jvp": functools.partial(self._jvp, signature, j),
             "symbolic_zeros": self.symbolic_zeros,
+            "batch": functools.partial(self._batch, signature, j),
         }
+
+    def batched(self, axis: str, flags: list) -> CustomJvp:
+        mapped = CustomJvp(self._mapped(self.fn, axis, flags), self.nondiff_argnums)
+        rule, count = self.jvp_rule, len(self.nondiff_argnums)
+
+        def mapped_rule(*args: Any) -> Any:
+            nondiff, (primals, tangents) = args[:count], args[count:]
+
+            def per_example(p: Any, t: Any) -> Any:
+                pair = rule(*nondiff, p, t)  # a SymbolicZero it gives becomes zeros here
+                if isinstance(pair, tuple | list) and len(pair) == 2:
+                    pair = (pair[0], optree.tree_map(_instantiated, pair[1], namespace=NAMESPACE))
+                return pair
+
+            return vmap(per_example, axis)(primals, tangents)
+
+        mapped.defjvp(mapped_rule, symbolic_zeros=False)
+        return mapped
 
     def prepare(self, signature: _Signature) -> None:
         # With symbolic zeros the rule is traced when differentiated, once the tangents known
@@ -605,7 +719,24 @@ class CustomVjp(_CustomFunction):
         return {
             "vjp": functools.partial(self._vjp, signature, j),
             "forward": functools.partial(self._forward, signature, j),
+            "batch": functools.partial(self._batch, signature, j),
         }
+
+    def batched(self, axis: str, flags: list) -> CustomVjp:
+        mapped = CustomVjp(self._mapped(self.fn, axis, flags), self.nondiff_argnums)
+        bwd, count = self.bwd, len(self.nondiff_argnums)
+        diff_flags = [f for i, f in enumerate(flags) if i not in set(self.nondiff_argnums)]
+
+        def mapped_bwd(*args: Any) -> Any:
+            nondiff, (residuals, cotangent) = args[:count], args[count:]
+            pulled = vmap(lambda r, g: tuple(bwd(*nondiff, r, g)), axis)(residuals, cotangent)
+            # An argument that was not mapped gets the sum over the examples.
+            return tuple(
+                _summed_where_unmapped(c, f, axis) for c, f in zip(pulled, diff_flags, strict=False)
+            )
+
+        mapped.defvjp(self._mapped(self.fwd, axis, flags), mapped_bwd)
+        return mapped
 
     def prepare(self, signature: _Signature) -> None:
         self._vjp_programs(signature)

@@ -4,11 +4,12 @@ computed in the same run (or, where JAX raises for something accy supports, the 
 value or JAX's equivalent formulation, said in the test).
 
 JAX's 218 cases here (test methods; a parametrized one counted once; CustomJVP3Test and
-CustomVJP3Test repeat the base classes' cases under other JAX modes): 123 translated, 95 not
-applicable. As 114 test functions (some JAX cases merged, a few checks of accy's own errors
-added), 115 tests once parametrized: 114 in the default run, 1 slow; the not-applicable
-cases are 95 skipped tests, each with its reason (symbolic zeros, float0, jaxpr text,
-collectives, JAX internals, Python control flow on traced values, jvp of custom_vmap...).
+CustomVJP3Test repeat the base classes' cases under other JAX modes): 138 translated, 80 not
+applicable. As 129 test functions (some JAX cases merged, a few checks of accy's own errors
+and behaviour added), 133 tests once parametrized: 132 in the default run, 1 slow; the
+not-applicable cases are 80 skipped tests, each with its reason (custom_vjp's symbolic zeros,
+float0, jaxpr text, collectives, with_logs, JAX internals, Python control flow on traced
+values, jvp of custom_vmap...).
 """
 
 import collections

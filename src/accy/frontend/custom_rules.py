@@ -27,6 +27,11 @@ once per signature into a Program and inlined where it is needed:
 - `closure_convert`: a function's closed-over traced values as extra arguments, so that a
   rule (given the converted function as a nondiff argument) differentiates them.
 
+Under `accy.vmap`, a `custom_jvp`/`custom_vjp` call becomes one call of the function mapped
+over the axis, whose rules are the rules mapped the same way (an argument not mapped gets
+its cotangent summed over the examples), so the batched call keeps its custom derivative; a
+call that reads values it closed over runs once per example instead, in a scan.
+
 Outside any trace a call just runs the function. Arguments are resolved to positions as JAX
 does (keyword-only ones passed are an error). Arguments that are not arrays (Python numbers,
 strings; and the `nondiff_argnums`/`nondiff_argnames`) are static: they key the signature,

@@ -1140,10 +1140,6 @@ NOT_APPLICABLE = {
     "CustomVJPTest.test_run_rules_more_than_once": SYMBOLIC_ZEROS,
     "CustomVJPTest.test_symbolic_zeros_remat": SYMBOLIC_ZEROS,
     "CustomVJP3Test.test_symbolic_zeros_remat": SYMBOLIC_ZEROS,
-    "CustomVJPTest.test_custom_vjp_closure_4521": (
-        "accy lacks custom functions without array outputs (JAX's returns None) under vmap "
-        "out_axes=None"
-    ),
     "CustomVJPTest.test_custom_gradient_with_logs": WITH_LOGS,
     "CustomVJPTest.test_custom_gradient_with_logs_bad_return_errors": WITH_LOGS,
     "CustomVJPTest.test_defvjp_with_logs": WITH_LOGS,
@@ -2616,3 +2612,33 @@ def test_vmap_of_custom_functions_is_one_batched_call():
     shared = accy.vmap(lambda x, y: x_sin_y_with_none(Api)(x, y), "n", in_axes=(True, None))
     grads = accy.grad(lambda x, y: shared(x, y).sum(), argnums=(0, 1))(xs, scalar(0.5))
     close(grads, (np.zeros(3), 2.0 * np.cos(0.5) * 3))  # bwd gives None for x; y summed
+
+
+@translates("CustomVJPTest.test_custom_vjp_closure_4521")
+def test_custom_vjp_without_outputs_under_vmap_and_scan():
+    # A custom_vjp function returning None: its bwd is never run (it raises), and the vjp of
+    # a function around it gives zeros, as JAX's.
+    def case(api):
+        @api.custom_vjp
+        def g(x, y):
+            return None
+
+        def g_bwd(residuals, z_bar):
+            raise AssertionError("bwd of a function without outputs is never run")
+
+        g.defvjp(lambda x, y: (None, y), g_bwd)
+
+        def f(xs, y):
+            if api is Jax:
+                jax.vmap(g, in_axes=(0, None), out_axes=None)(xs, y)
+            else:
+                accy.vmap(g, "n", in_axes=(True, None), out_axes=None)(xs, y)
+
+        def scan_body(xs, _):
+            y = jnp.zeros(1) if api is Jax else accy.named(np.zeros(1, np.float32), "k", device=R)
+            _, vjp_f = api.vjp(f, xs, y)
+            return xs, vjp_f(None)
+
+        return api.scan(scan_body, api.vec(np.ones(5)), 3)  # JAX's case: 100 steps
+
+    same(case)

@@ -272,11 +272,12 @@ class _CustomFunction:
         if outer is None:  # nothing is traced: no derivative to customize
             return self.fn(*_unwrapped(args))
         # The rules are traced now, while the traces they may close over are open; a rule
-        # that fails here is traced again (and its error raised) when it is differentiated.
+        # that fails here (the user's code may raise anything) is traced again, and its error
+        # raised, only when it is differentiated: JAX never runs a rule it does not need.
         if not signature.prepared and not self._preparing:  # not again for the function
             signature.prepared = self._preparing = True  # that the rule itself calls
             try:
-                with contextlib.suppress(AccyError):
+                with contextlib.suppress(Exception):
                     self.prepare(signature)
             finally:
                 self._preparing = False

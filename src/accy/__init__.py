@@ -78,7 +78,16 @@ from .frontend.axes import (
     without_axes,
 )
 from .frontend.control import associative_scan, cond, fori_loop, map, scan, switch, while_loop
-from .frontend.custom_rules import custom_gradient, custom_jvp, custom_vjp, custom_vmap
+from .frontend.custom_rules import (
+    SymbolicZero,
+    closure_convert,
+    custom_gradient,
+    custom_jvp,
+    custom_vjp,
+    custom_vmap,
+    sequential_vmap,
+    zero_from_primal,
+)
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
 from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
@@ -102,6 +111,7 @@ from .transforms.simplify import simplify
 
 __all__ = [
     "SYNTHETIC_ID",
+    "SymbolicZero",
     "AccyError",
     "AxisError",
     "Builder",
@@ -150,6 +160,7 @@ __all__ = [
     "checkpoint_policies",
     "clear_caches",
     "clip",
+    "closure_convert",
     "compile",
     "cond",
     "config",
@@ -206,6 +217,7 @@ __all__ = [
     "run",
     "save",
     "scan",
+    "sequential_vmap",
     "shard",
     "simplify",
     "spec",
@@ -222,4 +234,5 @@ __all__ = [
     "where",
     "while_loop",
     "without_axes",
+    "zero_from_primal",
 ]

@@ -17,12 +17,14 @@ One record holds everything about a custom call `(target, version)`:
 - optionally a `forward` rule `forward(e, primals) -> result`: the primal result that reverse
   mode computes in place of the call (a `custom_vjp`'s `fwd`, whose output may differ from
   the function's, as JAX runs `fwd` under differentiation); without one, the call itself;
+- `symbolic_zeros=True`: the JVP rule gets the tangents known to be zero as `Zero(type)`
+  (not instantiated); any JVP rule may return one;
 - optionally a `fallback` composition (a Python function of traced values computing the same
   function from other operations), differentiated when a rule is missing, to any order;
 - optionally a batching rule `batch(e, args, batched, axis) -> result` for `accy.vmap`: the
   operands that `batched` marks carry the mapped `axis` first, and the result must carry it
-  first too (written with `e`, as the derivative rules are). Without one, vmap calls the
-  custom call once per example, in a scan along the mapped axis;
+  first too (written with `e`, as the derivative rules are). Without one, or when it returns
+  None, vmap calls the custom call once per example, in a scan along the mapped axis;
 - optionally the axes it maps over (`mapped_axes`: names, or a function of the operand types
   returning them): along such an axis, each entry of the result depends only on the operands'
   entries at the same index (operands without the axis are used whole), as a batch axis. The
@@ -66,7 +68,7 @@ import numpy as np
 
 from .caches import Table
 from .core.builder import Builder
-from .core.ir import Operation, Program, permute_parameters
+from .core.ir import Attrs, Operation, Program, permute_parameters
 from .core.kinds.control import CUSTOM_CALLS, missing_jvp, missing_vjp
 from .core.kinds.registry import Linear, Zero, describe
 from .core.operations import OpsApi
@@ -154,6 +156,7 @@ class CustomCall:
         kernels: Mapping[str, KernelSource] | None = None,
         mapped_axes: Sequence[str] | Callable[..., Sequence[str]] | None = None,
         batch: Callable[..., Any] | None = None,
+        symbolic_zeros: bool = False,
         register: bool = True,
         replace: bool = False,
     ) -> None:
@@ -180,6 +183,7 @@ class CustomCall:
         self.vjp = _check_callable(target, "vjp", vjp)
         self.fallback = _check_callable(target, "fallback", fallback)
         self.forward = _check_callable(target, "forward", forward)
+        self.symbolic_zeros = bool(symbolic_zeros)
         self.batch = _check_callable(target, "batch", batch)
         if mapped_axes is not None and not callable(mapped_axes):
             if isinstance(mapped_axes, str) or not all(isinstance(a, str) for a in mapped_axes):
@@ -233,6 +237,7 @@ class CustomCall:
             "kernels": self.kernels,
             "mapped_axes": self.mapped_axes,
             "batch": self.batch,
+            "symbolic_zeros": self.symbolic_zeros,
         }
 
     def unregister(self) -> None:
@@ -273,6 +278,8 @@ class CustomCall:
         if self.batch is None:
             return None
         result = self.batch(e, operands, batched, axis)
+        if result is None:  # the rule declines these operands: vmap loops over the examples
+            return None
         extent = next(x.ty.extent(axis) for x, b in zip(operands, batched, strict=True) if b)
         expected = op.type.with_axes(((axis, extent), *op.type.named_extents))
         got = getattr(result, "ty", None)
@@ -379,7 +386,11 @@ class CustomCall:
             }
             return e.emit("custom_call", operands, attrs)
         if self.jvp is not None:
-            tangent = self.jvp(e, primals, [e.instantiate(t) for t in tangents], result)
+            # With symbolic_zeros the rule sees which tangents are Zero; any rule may give one.
+            given = tangents if self.symbolic_zeros else [e.instantiate(t) for t in tangents]
+            tangent = self.jvp(e, primals, list(given), result)
+            if isinstance(tangent, Zero) and tangent.type == op.type:
+                return tangent
             self._check_value("its JVP rule returned", tangent, op.type)
             return tangent
         if self.fallback is not None:
@@ -666,7 +677,7 @@ def define_reference(
 def inline_declined(program: Program, format: str) -> Program:
     """`program` with each custom call whose record declines it on `format` (see
     `CustomCall.declines`) replaced by the record's fallback composition; `program` itself when
-    there is none. Calls inside nested programs (scan bodies) are left as they are.
+    there is none. Nested programs (scan bodies, cond branches) are expanded the same way.
 
     >>> import accy
     >>> small = accy.CustomCall("doc.small", result_type=lambda x: x,
@@ -686,14 +697,23 @@ def inline_declined(program: Program, format: str) -> Program:
         and (record := lookup(op.attrs["target"], op.attrs["version"])) is not None
         and record.declines(fmt, op.operand_types, op.type)
     }
-    if not declined:
+    nested = {}  # id(op) -> its attributes with the nested programs expanded
+    for op in program.operations:
+        attrs = {
+            key: inline_declined(value, format) if isinstance(value, Program) else value
+            for key, value in op.attrs.items()
+        }
+        if any(attrs[key] is not value for key, value in op.attrs.items()):
+            nested[id(op)] = Attrs(attrs)
+    if not declined and not nested:
         return program
     builder = Builder(program.name)
 
     class Expand:
         def bind(self, op: Operation, args: list) -> Any:
             if id(op) not in declined:
-                return builder.emit(op.kind, args, op.attrs, id=op.id)
+                attrs = nested.get(id(op), op.attrs)
+                return builder.emit(op.kind, args, attrs, id=op.id)
             record = lookup(op.attrs["target"], op.attrs["version"])
             fallback = record.fallback_program(op.operand_types)
             (result,) = run(fallback, Inline(builder, list(args), fallback))

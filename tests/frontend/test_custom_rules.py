@@ -85,3 +85,19 @@ def test_custom_jvp_against_jax_on_a_stable_softplus():
     got = accy.grad(lambda x: ours(x).sum())(accy.named(x, "n", device="reference"))
     np.testing.assert_allclose(got.array, jax.grad(lambda x: theirs(x).sum())(x), rtol=1e-6)
     assert np.isfinite(got.array).all()
+
+
+def test_custom_rules_inside_scan_bodies_compile_on_the_cpu():
+    # The CPU backend has no kernel for a custom function's call: the call is inlined, in the
+    # scan body that vmap (one call per example) and accy.scan put it in too.
+    @accy.custom_jvp
+    def f(x):
+        return x.sin()
+
+    f.defjvp(lambda p, t: (f(p[0]), 2.0 * t[0]))
+    xs = accy.named(np.arange(3.0, dtype=np.float32), "n")  # on the CPU
+    looped = accy.jit(lambda x: accy.scan(lambda c, _: (f(c), None), x, axis="s", length=2)[0])
+    np.testing.assert_allclose(accy.vmap(f, "n")(xs).array, np.sin(np.arange(3.0)), rtol=1e-6)
+    np.testing.assert_allclose(looped(xs).array, np.sin(np.sin(np.arange(3.0))), rtol=1e-6)
+    grads = accy.grad(lambda x: accy.vmap(f, "n")(x).sum())(xs)
+    np.testing.assert_allclose(grads.array, np.full(3, 2.0), rtol=1e-6)

@@ -1,25 +1,43 @@
-"""`custom_jvp` and `custom_vjp`: front-end functions of trees with derivative rules of their
-own, spelled as JAX's (`f.defjvp(rule)`, `f.defvjp(fwd, bwd)`).
+"""`custom_jvp`, `custom_vjp`, `custom_gradient` and `custom_vmap`: front-end functions of
+trees with derivative (or batching) rules of their own, spelled as JAX's (`f.defjvp(rule)`,
+`f.defjvps(...)`, `f.defvjp(fwd, bwd)`, `f.def_vmap(rule)`).
 
 Under a trace, each call becomes one `accy.CustomCall` per output leaf, whose operands are the
-array leaves of the arguments and then the arrays the function closed over. Every record runs
-by composition on every device (its `fallback` is the traced function, which the native
-backends inline and the reference evaluator runs), so no kernel is written; its derivative is
-the user's rule, traced once per signature into a Program and inlined where it is needed:
+array leaves of the arguments, then the values the function closed over, then the values of
+enclosing traces that only the rules close over. Every record runs by composition on every
+device (its `fallback` is the traced function, which the native backends inline and the
+reference evaluator runs), so no kernel is written; its derivative is the user's rule, traced
+once per signature into a Program and inlined where it is needed:
 
 - `custom_jvp`: the record's JVP rule runs the traced `rule(primals, tangents)` and takes this
-  leaf's tangent; reverse mode transposes it (so the rule must be linear in the tangents, as
-  JAX requires).
-- `custom_vjp`: the record's VJP rule recomputes the residuals with the traced `fwd` on the
-  primals, then pulls this leaf's cotangent (zeros for the other leaves) back through the traced
-  `bwd`; the leaves' contributions add up, since `bwd` is linear in the cotangent. Forward mode
-  differentiates the function itself.
+  leaf's tangent (with `symbolic_zeros=True`, the rule is traced per pattern of tangents known
+  to be zero, which it sees as `SymbolicZero`s and may return); reverse mode transposes it
+  (so the rule must be linear in the tangents, as JAX requires; a custom function the rule
+  applies to tangents is transposed through its body).
+- `custom_vjp`: under reverse mode the primal output is `fwd`'s (the record's `forward`
+  rule), as JAX runs `fwd` under differentiation; the record's VJP rule recomputes the
+  residuals with the traced `fwd`, then pulls this leaf's cotangent (zeros for the other
+  leaves) back through the traced `bwd`; the leaves' contributions add up, since `bwd` is
+  linear in the cotangent. `bwd` may give None for any subtree of an argument (zeros).
+  Forward mode differentiates the function itself.
+- `custom_gradient`: a `custom_vjp` whose residuals are the arguments.
+- `custom_vmap`: the record's batching rule runs the traced `rule(axis_size, in_batched,
+  *args)` on the whole batch; differentiation goes through the function itself.
+  `sequential_vmap` is one without a rule: vmap calls it once per example.
+- `closure_convert`: a function's closed-over traced values as extra arguments, so that a
+  rule (given the converted function as a nondiff argument) differentiates them.
 
-Outside any trace a call just runs the function. Arguments that are not arrays (Python numbers,
-strings; and the `nondiff_argnums`) are static: they key the signature, and their tangents and
-cotangents are None. Arrays the function closes over are constants to the rules (their
-derivative is zero), as JAX treats `nondiff_argnums`; the rules may close over concrete arrays
-and over what the function closes over, but not over other traced values.
+Under `accy.vmap`, a `custom_jvp`/`custom_vjp` call becomes one call of the function mapped
+over the axis, whose rules are the rules mapped the same way (an argument not mapped gets
+its cotangent summed over the examples), so the batched call keeps its custom derivative; a
+call that reads values it closed over runs once per example instead, in a scan.
+
+Outside any trace a call just runs the function. Arguments are resolved to positions as JAX
+does (keyword-only ones passed are an error). Arguments that are not arrays (Python numbers,
+strings; and the `nondiff_argnums`/`nondiff_argnames`) are static: they key the signature,
+and their tangents and cotangents are None. Values the function or only its rules close over
+are constants to the rules (their derivative through the call is zero), as JAX treats
+`nondiff_argnums`; rules may close over concrete arrays and over values of open traces.
 """
 
 from __future__ import annotations
@@ -35,6 +53,7 @@ import numpy as np
 import optree
 
 from ..core import Program, Value
+from ..core.kinds.registry import Zero
 from ..custom import CustomCall, lookup, register
 from ..errors import AccyError
 from ..reference import run as reference_run
@@ -53,6 +72,7 @@ from .tracing import (
     trace,
     unflatten,
 )
+from .vmap import vmap
 
 _COUNTER = itertools.count()
 
@@ -123,7 +143,10 @@ class _Signature:
         self.traced = trace(lambda *a: fn(*_unwrapped(a)), leaves, treedef, _name(fn))
         self.program: Program = self.traced.program
         self.out_treedef = self.traced.out_treedef
-        self.rule_programs: dict[str, Any] = {}
+        self.rule_programs: dict[Any, Any] = {}
+        self.symbolic_outputs: dict[str, list[int]] = {}  # jvp rule name -> SymbolicZero leaves
+        self.batched_calls: dict[tuple, Traced] = {}  # (axis, extent, batched) -> mapped call
+        self.batched_calls_under_way: set[tuple] = set()
         self.prepared = False
         # Values of enclosing traces that the rules close over and the function does not:
         # extra operands of the call, after the function's captures (JAX lets a bwd close
@@ -249,11 +272,12 @@ class _CustomFunction:
         if outer is None:  # nothing is traced: no derivative to customize
             return self.fn(*_unwrapped(args))
         # The rules are traced now, while the traces they may close over are open; a rule
-        # that fails here is traced again (and its error raised) when it is differentiated.
+        # that fails here (the user's code may raise anything) is traced again, and its error
+        # raised, only when it is differentiated: JAX never runs a rule it does not need.
         if not signature.prepared and not self._preparing:  # not again for the function
             signature.prepared = self._preparing = True  # that the rule itself calls
             try:
-                with contextlib.suppress(AccyError):
+                with contextlib.suppress(Exception):
                     self.prepare(signature)
             finally:
                 self._preparing = False
@@ -282,6 +306,94 @@ class _CustomFunction:
     def _nondiff(self, signature: _Signature) -> tuple:
         return tuple(_unwrapped(signature.args)[n] for n in self.nondiff_argnums)
 
+    def batched(self, axis: str, flags: list) -> _CustomFunction:
+        """The function mapped over `axis` (on the leaves that `flags` marks, per positional
+        argument tree), with its rules mapped the same way: another custom function."""
+        raise NotImplementedError
+
+    def _batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis) -> Any:
+        """vmap of a call: one call of the mapped function (whose rules are the mapped rules,
+        so the call keeps its custom derivative); None (one call per example, in a scan) when
+        the call reads values it closed over."""
+        count = len(signature.arrays)
+        if len(operands) > count or getattr(self, "symbolic_zeros", False):
+            return None  # closed-over operands, or rules that see symbolic zeros: per example
+        extent = next(x.ty.extent(axis) for x, b in zip(operands, batched, strict=True) if b)
+        key = (axis, extent, tuple(batched))
+        traced = signature.batched_calls.get(key)
+        if traced is None and key in signature.batched_calls_under_way:
+            return None  # the mapped rules call the function itself: that call loops
+        if traced is None:
+            signature.batched_calls_under_way.add(key)
+            try:
+                traced = self._batched_call(signature, axis, extent, batched)
+            finally:
+                signature.batched_calls_under_way.discard(key)
+            if traced is None:
+                return None
+            signature.batched_calls[key] = traced
+        outputs = e.call(traced.program, list(operands))
+        return outputs[j] if isinstance(outputs, tuple) else outputs
+
+    def _batched_call(self, signature: _Signature, axis: str, extent: int, batched) -> Any:
+        if True:
+            parameters = [signature.leaves[i] for i in signature.arrays]
+            stand_ins = [
+                NamedArray(None, p.ty.with_axes(((axis, extent), *p.ty.named_extents)), "reference")
+                if b
+                else p
+                for p, b in zip(parameters, batched, strict=True)
+            ]
+            flags = [False] * len(signature.leaves)
+            for position, b in zip(signature.arrays, batched, strict=True):
+                flags[position] = b
+            mapped = self.batched(axis, list(unflatten(signature.treedef, flags)[0]))
+            leaves, treedef = flatten((signature.primal_trees(stand_ins), {}))
+            traced = trace(
+                lambda *t: mapped(*_unwrapped(t)), leaves, treedef, f"vmap_{_name(self.fn)}"
+            )
+            if traced.captured:  # it read values of a trace: one call per example instead
+                return None
+            return traced
+
+    def _mapped(self, fn: Callable, axis: str, flags: list, leading: int = 0) -> Callable:
+        """`fn` mapped over `axis`: its nondiff arguments (after `leading` others given as
+        is) are closed over, the others mapped where `flags` marks them."""
+        nondiff = set(self.nondiff_argnums)
+
+        def mapped(*args: Any) -> Any:
+            fixed, rest = args[:leading], args[leading:]
+            diff = [i for i in range(len(rest)) if i not in nondiff]
+
+            def per_example(*values: Any) -> Any:
+                full = list(rest)
+                for i, v in zip(diff, values, strict=True):
+                    full[i] = v
+                return fn(*fixed, *full)
+
+            in_axes = tuple(_in_axes(flags[i]) for i in diff)
+            return vmap(per_example, axis, in_axes=in_axes)(*(rest[i] for i in diff))
+
+        return mapped
+
+
+def _summed_where_unmapped(cotangent: Any, flags: Any, axis: str) -> Any:
+    """`cotangent` (a tree, or None) summed over `axis` at the leaves `flags` marks unmapped."""
+    if cotangent is None:
+        return None
+    return optree.tree_map(
+        lambda c, f: c if f or c is None else c.sum(axis),
+        cotangent,
+        flags,
+        is_leaf=lambda x: x is None,
+        namespace=NAMESPACE,
+    )
+
+
+def _in_axes(flags: Any) -> Any:
+    """vmap's in_axes for an argument tree from its tree of batched flags."""
+    return optree.tree_map(lambda b: True if b else None, flags, namespace=NAMESPACE)
+
 
 def _positions_of(fn: Callable, names: Sequence[str], kind: str) -> list[int]:
     """The positions of the parameters of `fn` called `names` (JAX's `nondiff_argnames`)."""
@@ -297,6 +409,65 @@ def _positions_of(fn: Callable, names: Sequence[str], kind: str) -> list[int]:
             f"parameters {parameters}"
         )
     return [parameters.index(n) for n in names]
+
+
+class SymbolicZero:
+    """A tangent known to be zero, given to a `custom_jvp` rule defined with
+    `symbolic_zeros=True` (JAX's `jax.custom_derivatives.SymbolicZero`): it has the type of
+    the value it is the tangent of, and the rule may return it as a tangent.
+
+    >>> import accy
+    >>> z = SymbolicZero(accy.spec(accy.f32, n=2))
+    >>> z, z.shape, z.dtype
+    (SymbolicZero(f32[n=2]), {'n': 2}, accy.f32)
+    """
+
+    __slots__ = ("ty",)
+
+    def __init__(self, ty: Any):
+        self.ty = ty
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return dict(self.ty.named_extents)
+
+    @property
+    def dtype(self) -> Any:
+        return self.ty.dtype
+
+    def __repr__(self) -> str:
+        return f"SymbolicZero({self.ty})"
+
+
+def zero_from_primal(x: Any, symbolic_zeros: bool = False) -> Any:
+    """A zero tangent for each leaf of the tree `x`: `SymbolicZero`s with `symbolic_zeros`
+    (for a `custom_jvp` rule defined with them to return), else zero arrays
+    (`jax.custom_derivatives.zero_from_primal`).
+
+    >>> import accy, numpy as np
+    >>> accy.zero_from_primal(accy.named(np.ones(2, np.float32), "n"), symbolic_zeros=True)
+    SymbolicZero(f32[n=2])
+    """
+
+    def zero(leaf: Any) -> Any:
+        if not is_array(leaf):
+            raise TransformError(f"zero_from_primal: {leaf!r} is not an array")
+        if symbolic_zeros:
+            return SymbolicZero(leaf.ty)
+        if isinstance(leaf, NamedArray):
+            return NamedArray(np.zeros(leaf.array.shape, leaf.array.dtype), leaf.ty, leaf.device)
+        return _zeros_of(leaf.ty)
+
+    return optree.tree_map(zero, x, namespace=NAMESPACE)
+
+
+def _instantiated(leaf: Any) -> Any:
+    return _zeros_of(leaf.ty) if isinstance(leaf, SymbolicZero) else leaf
+
+
+def _zeros_of(ty: Any) -> Any:
+    """Zeros of type `ty`, in the trace under way."""
+    return innermost_trace().full(ty, 0.0)
 
 
 def _zeros_like(x: Any) -> Any:
@@ -340,13 +511,17 @@ class CustomJvp(_CustomFunction):
     def __init__(self, fn: Callable, nondiff_argnums: Sequence[int] = (), nondiff_argnames=()):
         super().__init__(fn, nondiff_argnums, nondiff_argnames)
         self.jvp_rule: Callable | None = None
+        self.symbolic_zeros = False
 
-    def defjvp(self, rule: Callable) -> Callable:
+    def defjvp(self, rule: Callable, symbolic_zeros: bool = False) -> Callable:
         """Set the JVP rule `rule(primals, tangents) -> (primal_out, tangent_out)` (with
         `nondiff_argnums`, `rule(*nondiff, primals, tangents)`); returns `rule`, so it works as
-        a decorator, as JAX's."""
+        a decorator, as JAX's. With `symbolic_zeros`, a tangent known to be zero comes as a
+        `SymbolicZero` (the rule is traced once per pattern of them), and the rule may return
+        one."""
         _check_callable(rule, "custom_jvp.defjvp")
         self.jvp_rule = rule
+        self.symbolic_zeros = bool(symbolic_zeros)
         self._signatures.clear()
         return rule
 
@@ -405,16 +580,43 @@ class CustomJvp(_CustomFunction):
             )
 
     def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
-        return {"jvp": functools.partial(self._jvp, signature, j)}
+        return {
+            "jvp": functools.partial(self._jvp, signature, j),
+            "symbolic_zeros": self.symbolic_zeros,
+            "batch": functools.partial(self._batch, signature, j),
+        }
+
+    def batched(self, axis: str, flags: list) -> CustomJvp:
+        mapped = CustomJvp(self._mapped(self.fn, axis, flags), self.nondiff_argnums)
+        rule, count = self.jvp_rule, len(self.nondiff_argnums)
+
+        def mapped_rule(*args: Any) -> Any:
+            nondiff, (primals, tangents) = args[:count], args[count:]
+
+            def per_example(p: Any, t: Any) -> Any:
+                pair = rule(*nondiff, p, t)  # a SymbolicZero it gives becomes zeros here
+                if isinstance(pair, tuple | list) and len(pair) == 2:
+                    pair = (pair[0], optree.tree_map(_instantiated, pair[1], namespace=NAMESPACE))
+                return pair
+
+            return vmap(per_example, axis)(primals, tangents)
+
+        mapped.defjvp(mapped_rule, symbolic_zeros=False)
+        return mapped
 
     def prepare(self, signature: _Signature) -> None:
-        self._jvp_program(signature)
+        # With symbolic zeros the rule is traced when differentiated, once the tangents known
+        # to be zero are known (so it may close over the traces open then, not earlier ones).
+        if not self.symbolic_zeros:
+            self._jvp_program(signature)
 
-    def _jvp_program(self, signature: _Signature) -> Traced:
-        """The rule traced on this signature's primals and tangents, checked."""
+    def _jvp_program(self, signature: _Signature, zeros: tuple = ()) -> Traced:
+        """The rule traced on this signature's primals and tangents, checked; with symbolic
+        zeros, `zeros` says which argument leaves' tangents are `SymbolicZero`s."""
         static = {n % len(signature.args) for n in self.nondiff_argnums}
         nondiff = self._nondiff(signature)
         rule = self.jvp_rule
+        symbolic: list[int] = []  # the tangent_out leaves the rule gave as SymbolicZero
 
         def run_rule(primal_trees: tuple, tangent_trees: tuple) -> Any:
             p = _differentiable_part(primal_trees, static)
@@ -425,15 +627,28 @@ class CustomJvp(_CustomFunction):
                     f"the custom_jvp rule of {_name(self.fn)!r} must return a pair "
                     f"(primal_out, tangent_out), got {type(pair).__name__}"
                 )
-            return tuple(pair)
+            leaves, treedef = flatten(pair[1])
+            symbolic.extend(k for k, leaf in enumerate(leaves) if isinstance(leaf, SymbolicZero))
+            leaves = [
+                _zeros_of(leaf.ty) if isinstance(leaf, SymbolicZero) else leaf for leaf in leaves
+            ]
+            return pair[0], unflatten(treedef, leaves)
 
         parameters = [signature.leaves[i] for i in signature.arrays]
+        tangents = [
+            SymbolicZero(p.ty) if zero else p
+            for p, zero in zip(parameters, zeros or [False] * len(parameters), strict=True)
+        ]
+        name = f"jvp{''.join('0' if z else '1' for z in zeros)}" if any(zeros) else "jvp"
+        known = name in signature.rule_programs
         traced = self._trace_rule(
             signature,
-            "jvp",
+            name,
             run_rule,
-            (signature.primal_trees(parameters), signature.tangent_trees(parameters)),
+            (signature.primal_trees(parameters), signature.tangent_trees(tangents)),
         )
+        if not known:
+            signature.symbolic_outputs[name] = symbolic
         out_def, tangent_def = traced.out_treedef.children()
         for what, got in (("primal_out", out_def), ("tangent_out", tangent_def)):
             if got != signature.out_treedef:
@@ -454,7 +669,11 @@ class CustomJvp(_CustomFunction):
 
     def _jvp(self, signature: _Signature, j: int, e: Any, primals, tangents, result) -> Any:
         count = len(signature.arrays)
-        traced = self._jvp_program(signature)
+        zeros = tuple(isinstance(t, Zero) for t in tangents[:count]) if self.symbolic_zeros else ()
+        traced = self._jvp_program(signature, zeros)
+        name = f"jvp{''.join('0' if z else '1' for z in zeros)}" if any(zeros) else "jvp"
+        if j in signature.symbolic_outputs.get(name, ()):
+            return Zero(signature.program.output_types[j])
         constants = _closure_inputs(
             f"the custom_jvp rule of {_name(self.fn)!r}",
             traced,
@@ -462,7 +681,8 @@ class CustomJvp(_CustomFunction):
             signature.closed,
             list(primals[count:]),
         )
-        arguments = [*primals[:count], *(e.instantiate(t) for t in tangents[:count]), *constants]
+        given = [e.instantiate(t) for t in tangents[:count] if not (zeros and isinstance(t, Zero))]
+        arguments = [*primals[:count], *given, *constants]
         outputs = e.call(traced.program, arguments)
         outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
         tangent = outputs[len(signature.records) + j]
@@ -505,7 +725,24 @@ class CustomVjp(_CustomFunction):
         return {
             "vjp": functools.partial(self._vjp, signature, j),
             "forward": functools.partial(self._forward, signature, j),
+            "batch": functools.partial(self._batch, signature, j),
         }
+
+    def batched(self, axis: str, flags: list) -> CustomVjp:
+        mapped = CustomVjp(self._mapped(self.fn, axis, flags), self.nondiff_argnums)
+        bwd, count = self.bwd, len(self.nondiff_argnums)
+        diff_flags = [f for i, f in enumerate(flags) if i not in set(self.nondiff_argnums)]
+
+        def mapped_bwd(*args: Any) -> Any:
+            nondiff, (residuals, cotangent) = args[:count], args[count:]
+            pulled = vmap(lambda r, g: tuple(bwd(*nondiff, r, g)), axis)(residuals, cotangent)
+            # An argument that was not mapped gets the sum over the examples.
+            return tuple(
+                _summed_where_unmapped(c, f, axis) for c, f in zip(pulled, diff_flags, strict=False)
+            )
+
+        mapped.defvjp(self._mapped(self.fwd, axis, flags), mapped_bwd)
+        return mapped
 
     def prepare(self, signature: _Signature) -> None:
         self._vjp_programs(signature)
@@ -718,9 +955,10 @@ class CustomVmap(_CustomFunction):
 
     kind = "custom_vmap"
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, sequential: bool = False):
         super().__init__(fn, ())
         self.vmap_rule: Callable | None = None
+        self.sequential = sequential  # no rule: vmap calls the function once per example
 
     def def_vmap(self, rule: Callable) -> Callable:
         """Set the batching rule `rule(axis_size, in_batched, *args) -> (out, out_batched)`,
@@ -734,7 +972,7 @@ class CustomVmap(_CustomFunction):
         return rule
 
     def _require_rules(self) -> None:
-        if self.vmap_rule is None:
+        if self.vmap_rule is None and not self.sequential:
             raise TransformError(
                 f"accy.custom_vmap function {_name(self.fn)!r} has no batching rule; define "
                 "it with @f.def_vmap before calling f"
@@ -744,6 +982,8 @@ class CustomVmap(_CustomFunction):
         """Nothing to trace ahead: the rule is traced when vmap meets the call."""
 
     def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
+        if self.sequential:  # a record without a batching rule runs in a scan per example
+            return {}
         return {"batch": functools.partial(self._batch, signature, j)}
 
     def _batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis) -> Any:
@@ -848,6 +1088,69 @@ def custom_vmap(fn: Callable) -> CustomVmap:
     return CustomVmap(fn)
 
 
+def sequential_vmap(fn: Callable) -> CustomVmap:
+    """`fn` that `accy.vmap` calls once per example, in a scan along the mapped axis, instead
+    of batching its operations (`jax.custom_batching.sequential_vmap`).
+
+    >>> import accy, numpy as np
+    >>> f = accy.sequential_vmap(lambda x: x + 1.0)
+    >>> xs = accy.named(np.arange(3.0, dtype=np.float32), "n")
+    >>> accy.vmap(f, "n")(xs).array.tolist(), accy.make_program(accy.vmap(f, "n"))(xs).count("scan")
+    ([1.0, 2.0, 3.0], 1)
+    """
+    return CustomVmap(fn, sequential=True)
+
+
+def closure_convert(fn: Callable, *example_args: Any) -> tuple[Callable, list]:
+    """`(converted, consts)`: `fn` with the traced values it closes over hoisted out as extra
+    arguments, `converted(*args, *consts)` computing `fn(*args)` (`jax.closure_convert`), so
+    that a custom rule given `converted` as a nondiff argument differentiates `consts` as its
+    other arguments. `example_args` give the arguments' trees and types; concrete arrays that
+    `fn` closes over stay constants.
+
+    >>> import accy, numpy as np
+    >>> def solve(c, x):
+    ...     converted, consts = accy.closure_convert(lambda x: (x - c) ** 2.0, x)
+    ...     return converted(x, *consts)
+    >>> c, x = accy.named(np.float32(2.0), ()), accy.named(np.float32(1.0), ())
+    >>> accy.grad(solve, argnums=(0, 1))(c, x)[0].item()
+    2.0
+    """
+    _check_callable(fn, "closure_convert")
+    leaves, treedef = flatten((tuple(example_args), {}))
+    traced = trace(fn, leaves, treedef, _name(fn))
+    consts = [c for c in traced.captured if isinstance(c, Value)]
+    count = len(example_args)
+
+    def converted(*args: Any) -> Any:
+        given, hoisted = args[:count], list(args[count:])
+        arg_leaves, arg_def = flatten((tuple(given), {}))
+        if arg_def != treedef or len(hoisted) != len(consts):
+            raise TransformError(
+                f"the inputs to the closure that closure_convert made of {_name(fn)} must be "
+                f"the arguments ({treedef}) and then its {len(consts)} consts, got {arg_def} "
+                f"and {len(hoisted)}"
+            )
+        for got, const in zip(hoisted, consts, strict=True):
+            if getattr(got, "ty", None) != const.ty:
+                raise TransformError(
+                    f"closure_convert of {_name(fn)}: a const of type {const.ty} was given "
+                    f"{getattr(got, 'ty', got)!r}"
+                )
+        replaced = iter(hoisted)
+        captured = [next(replaced) if isinstance(c, Value) else c for c in traced.captured]
+        arrays = [leaf for leaf in arg_leaves if is_array(leaf)]
+        builder = innermost([*arrays, *captured])
+        if builder is None:  # nothing traced: fn closes over no traced value either
+            return fn(*given)
+        builder = builder.current()
+        outputs = builder.call(traced.program, [builder.lift(v) for v in [*arrays, *captured]])
+        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        return unflatten(traced.out_treedef, outputs)
+
+    return converted, consts
+
+
 def custom_gradient(fn: Callable) -> Callable:
     """`fn(*args) -> (output, vjp)` as a function with that reverse-mode rule
     (`jax.custom_gradient`): `vjp(cotangent)` returns one cotangent per argument (a single one
@@ -894,11 +1197,15 @@ def _output_and_vjp(fn: Callable, args: tuple) -> tuple:
 
 
 __all__ = [
+    "SymbolicZero",
     "CustomJvp",
     "CustomVjp",
     "CustomVmap",
+    "closure_convert",
     "custom_gradient",
     "custom_jvp",
     "custom_vjp",
     "custom_vmap",
+    "sequential_vmap",
+    "zero_from_primal",
 ]

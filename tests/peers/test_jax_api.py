@@ -575,7 +575,7 @@ def test_bad_input():
 @translates("APITest.test_grad_nonscalar_output_hint")
 def test_grad_nonscalar_output_hint():
     one = accy.spec(accy.f32, one=1)
-    with pytest.raises(accy.GradientRequiresScalarOutput, match=r"f32\[one=1\].*\.sum\(\)"):
+    with pytest.raises(accy.GradientRequiresScalarOutput, match=r"f32\[one=1\].*sum.*jacrev"):
         accy.grad(lambda x: (x**2.0).broadcast_to(one))(1.0)
     with pytest.raises(accy.GradientRequiresScalarOutput, match=r"f32\[i=3\].*\.sum\(\)"):
         accy.value_and_grad(lambda x: x)(vec([0.0, 0.0, 0.0]))

@@ -369,7 +369,8 @@ def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[An
     if loss.ty.rank != 0:
         raise GradientRequiresScalarOutput(
             f"accy.{transform}: the function must return a scalar (rank 0), but it returned "
-            f"{loss.ty}; reduce it (e.g. .sum() or .mean()), or use accy.vjp"
+            f"{loss.ty}; reduce it (e.g. .sum() or .mean()), or use accy.jacrev for its Jacobian "
+            "or accy.vjp for a vector-Jacobian product"
         )
     if not loss.ty.dtype.is_float:
         raise TransformError(

@@ -86,6 +86,7 @@ from .frontend.inspection import Lowered, eval_shape, make_program
 from .frontend.jacobians import hessian, jacfwd, jacrev
 from .frontend.printing import debug_print
 from .frontend.regions import checkpoint, checkpoint_policies, remat, stop_gradient
+from .frontend.tracing import block_until_ready
 from .frontend.transpose import linear_transpose
 from .gradient import grad_with, grad_with_rules
 from .mesh import Mesh, shard
@@ -136,6 +137,7 @@ __all__ = [
     "arange",
     "backends",
     "bf16",
+    "block_until_ready",
     "bool_",
     "caches",
     "checkpoint",

@@ -3,7 +3,7 @@ value_and_grad, jacfwd/jacrev/hessian, jvp/vjp/linearize, linear_transpose, vmap
 out_axes, eval_shape, make_program, static arguments, caches, the errors of misuse): the peer's
 programs with named axes for positions, and JAX's own results computed in the same run.
 
-APITest's 318 cases: 158 translated (all passing), 160 not applicable (`NOT_APPLICABLE`, with
+APITest's 318 cases: 162 translated (all passing), 156 not applicable (`NOT_APPLICABLE`, with
 the reason: mostly device_put/sharding, complex dtypes, the leak checker, cache-miss
 explanations, float0, mutable refs and JAX internals). A few tests here also translate cases
 of JitTest and RematTest (tagged with those names). accy names its static arguments
@@ -909,7 +909,7 @@ CONCRETE_GRAD = (
 DEVICE_PUT = "device_put/device_get and sharding objects: accy places arrays with accy.named(...)"
 PRIMITIVE = "defines a JAX Primitive and its rules (JAX internals); accy extends with accy.custom"
 COMPLEX = "complex dtypes: accy has none"
-ASYNC = "accy lacks asynchronous dispatch, so it has no block_until_ready/copy_to_host_async"
+ASYNC = "accy lacks copy_to_host_async (a device-to-host copy started ahead of reading)"
 LEAKS = "accy lacks a tracer-leak checker (jax.checking_leaks); a leaked value errors when used"
 CACHE_MISS = "accy lacks cache-miss explanations (jax.config explain_cache_misses)"
 ALLOW_INT = "accy lacks grad(allow_int=True) and float0; its vjp gives integer zeros instead"
@@ -973,10 +973,6 @@ NOT_APPLICABLE = {
         "accy lacks linear_transpose of integer functions: its linear maps are floating-point"
     ),
     "APITest.test_devicearray_delete": "accy lacks explicit buffer deletion (Array.delete)",
-    "APITest.test_devicearray_block_until_ready": ASYNC,
-    "APITest.test_block_until_ready_function": ASYNC,
-    "APITest.test_block_until_ready_numpy_arrays": ASYNC,
-    "APITest.test_block_until_ready_mixed": ASYNC,
     "APITest.test_copy_to_host_async": ASYNC,
     "APITest.test_copy_to_host_async_non_array": ASYNC,
     "APITest.test_copy_to_host_async_does_not_hide_attribute_error": ASYNC,
@@ -1282,6 +1278,37 @@ def test_scalar_conversion_errors():
     assert bool(scalar_int) is False
     with pytest.raises(TypeError, match="Only integer scalar arrays"):
         operator.index(jnp.float32(0))
+
+
+@translates("APITest.test_devicearray_block_until_ready")
+def test_devicearray_block_until_ready():
+    x = scalar(1.0)
+    assert x.block_until_ready() is x
+    y = jnp.array(1.0)
+    assert y.block_until_ready() is y
+
+
+@translates(
+    "APITest.test_block_until_ready_function",
+    "APITest.test_block_until_ready_numpy_arrays",
+    "APITest.test_block_until_ready_mixed",
+)
+@pytest.mark.parametrize(
+    "tree",
+    [
+        lambda: (scalar(1.0), np.ones(3)),
+        lambda: (np.ones(1), np.ones(2)),
+        lambda: (scalar(1.0), accy.named(np.float32(2.0), ()), np.ones(3), 4),
+    ],
+)
+def test_block_until_ready_function(tree):
+    tree = tree()
+    assert accy.block_until_ready(tree) is tree
+    ours = [v.item() if isinstance(v, accy.NamedArray) else v for v in tree]
+    theirs = jax.block_until_ready(
+        [v.item() if isinstance(v, accy.NamedArray) else v for v in tree]
+    )
+    close(ours, theirs)
 
 
 # -- eval_shape ----------------------------------------------------------------------------------

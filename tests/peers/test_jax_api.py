@@ -3,9 +3,9 @@ value_and_grad, jacfwd/jacrev/hessian, jvp/vjp/linearize, linear_transpose, vmap
 out_axes, eval_shape, make_program, static arguments, caches, the errors of misuse): the peer's
 programs with named axes for positions, and JAX's own results computed in the same run.
 
-APITest's 318 cases: 162 translated (all passing), 156 not applicable (`NOT_APPLICABLE`, with
+APITest's 318 cases: 166 translated (all passing), 152 not applicable (`NOT_APPLICABLE`, with
 the reason: mostly device_put/sharding, complex dtypes, the leak checker, cache-miss
-explanations, float0, mutable refs and JAX internals). A few tests here also translate cases
+explanations, float0 arrays, mutable refs and JAX internals). A few tests here also translate cases
 of JitTest and RematTest (tagged with those names). accy names its static arguments
 (`static_argnames`); JAX's `static_argnums` cases are translated to the parameters' names."""
 
@@ -839,10 +839,7 @@ def test_jvp_of_convert_element_type():
 
 @translates("APITest.test_vjp_of_int_index")
 def test_vjp_of_int_index():
-    def f(x, i):
-        return x.dynamic_slice({"i": i}, {"i": 1}).sum()
-
-    primal, f_vjp = accy.vjp(f, vec([2.0, 2.0]), np.int32(1))
+    primal, f_vjp = accy.vjp(take, vec([2.0, 2.0]), np.int32(1))
     ct_x, ct_i = f_vjp(1.0)
     eprimal, ef_vjp = jax.vjp(lambda x, i: x[i], np.ones(2, np.float32) * 2, 1)
     ect_x, _ = ef_vjp(1.0)
@@ -887,6 +884,45 @@ def test_vjp_of_int_fulllike():
     assert ct_fill.dtype == accy.i32 and ct_fill.item() == 0
 
 
+FLOAT0_ZERO = np.zeros((), jax.dtypes.float0)
+
+
+@translates("APITest.test_grad_of_int")
+def test_grad_of_int():
+    out = accy.grad(lambda x: x.convert(accy.f32) + 0.0, allow_int=True)(1)
+    expected = jax.grad(lambda x: x + 0.0, allow_int=True)(1)
+    assert out.dtype == accy.i32 and out.item() == 0
+    assert expected == FLOAT0_ZERO
+
+
+@translates("APITest.test_grad_of_bool")
+def test_grad_of_bool():
+    def cond(pred):
+        return accy.cond(pred, lambda: 1.0, lambda: 2.0)
+
+    value, grd = accy.value_and_grad(cond, allow_int=True)(True)
+    evalue, egrd = jax.value_and_grad(
+        lambda p: jax.lax.cond(p, lambda _: 1.0, lambda _: 2.0, 1.0), allow_int=True
+    )(True)
+    assert value.item() == evalue == 1.0
+    assert grd.dtype == accy.bool_ and not grd.item() and egrd == FLOAT0_ZERO
+
+
+def take(x, i):
+    return x.dynamic_slice({"i": i}, {"i": 1}).sum()
+
+
+@translates("APITest.test_grad_of_int_index", "APITest.test_jit_grad_of_int")
+@pytest.mark.parametrize("jitted", [False, True])
+def test_grad_of_int_index(jitted):
+    grad_f = accy.grad(take, argnums=(0, 1), allow_int=True)
+    grad_x, grad_i = (accy.jit(grad_f) if jitted else grad_f)(vec([1.0, 1.0]), 1)
+    egrad_f = jax.grad(lambda x, i: x[i], argnums=(0, 1), allow_int=True)
+    egrad_x, egrad_i = (jax.jit(egrad_f) if jitted else egrad_f)(np.ones(2), 1)
+    close(grad_x, egrad_x)
+    assert grad_i.dtype == accy.i32 and grad_i.item() == 0 and egrad_i == FLOAT0_ZERO
+
+
 @translates("APITest.test_grad_of_bool_vjp3")
 def test_grad_of_bool_vjp3():
     def cond(pred):
@@ -912,7 +948,7 @@ COMPLEX = "complex dtypes: accy has none"
 ASYNC = "accy lacks copy_to_host_async (a device-to-host copy started ahead of reading)"
 LEAKS = "accy lacks a tracer-leak checker (jax.checking_leaks); a leaked value errors when used"
 CACHE_MISS = "accy lacks cache-miss explanations (jax.config explain_cache_misses)"
-ALLOW_INT = "accy lacks grad(allow_int=True) and float0; its vjp gives integer zeros instead"
+FLOAT0 = "float0 arrays: accy's zero gradient of an integer is an integer zero of its dtype"
 REFS = "mutable array refs (jax.new_ref, vjp.with_refs): accy arrays are immutable values"
 DIRECT_LINEARIZE = "JAX internals: primitive linearization rules and use_direct_linearize"
 INLINE = "accy lacks jit(inline=...): a nested jit is always inlined into its caller's Program"
@@ -987,12 +1023,8 @@ NOT_APPLICABLE = {
         "duck-typed .shape/.dtype arguments: accy needs axis names (a TensorType)"
     ),
     "APITest.test_eval_shape_weak_type": "weak types: accy has none (it never promotes dtypes)",
-    "APITest.test_grad_of_int": ALLOW_INT,
-    "APITest.test_grad_of_bool": ALLOW_INT,
-    "APITest.test_grad_of_int_index": ALLOW_INT,
-    "APITest.test_jit_grad_of_int": ALLOW_INT,
-    "APITest.test_float0_reshape": ALLOW_INT,
-    "APITest.test_float0_error": ALLOW_INT,
+    "APITest.test_float0_reshape": FLOAT0,
+    "APITest.test_float0_error": FLOAT0,
     "APITest.test_lax_logistic": "lowering for TPU (lowering_platforms, StableHLO text)",
     "APITest.test_lowering_platform_aot": "lowering for TPU (lowering_platforms)",
     "APITest.test_compiler_ir": "XLA HLO / StableHLO text (accy lowers to C and CUDA)",

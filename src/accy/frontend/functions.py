@@ -318,9 +318,14 @@ def _argument_ranges(treedef: Any) -> list[range]:
 
 
 def _wrt_leaves(
-    transform: str, argnums: int | tuple[int, ...], leaves: list[Any], treedef: Any
+    transform: str,
+    argnums: int | tuple[int, ...],
+    leaves: list[Any],
+    treedef: Any,
+    allow_int: bool = False,
 ) -> list[int]:
-    """The leaf indices of the arguments `argnums`; each must hold floating-point arrays."""
+    """The leaf indices of the arguments `argnums`; each must hold floating-point arrays
+    (or, with `allow_int`, any arrays)."""
     ranges = _argument_ranges(treedef)
     numbers = _argnums_tuple(transform, argnums)
     for number in numbers:
@@ -334,12 +339,13 @@ def _wrt_leaves(
         if not is_array(leaves[i]):
             where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
             raise non_array_leaf(f"accy.{transform}: {where} (in argnums={argnums!r})", leaves[i])
-        if not leaves[i].ty.dtype.is_float:
+        if not leaves[i].ty.dtype.is_float and not allow_int:
             where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
             raise TransformError(
                 f"accy.{transform}: the gradient with respect to {where} "
-                f"({leaves[i].ty}) does not exist: it is not floating-point; convert it, or "
-                f"move it to an argument outside argnums={argnums!r}"
+                f"({leaves[i].ty}) does not exist: it is not floating-point; convert it, "
+                f"move it to an argument outside argnums={argnums!r}, or pass allow_int=True "
+                "for a zero gradient"
             )
     return chosen
 
@@ -383,11 +389,14 @@ def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[An
 class Differentiated:
     """The function behind `accy.grad(fn)` and `accy.value_and_grad(fn)`."""
 
-    def __init__(self, fn: Callable, argnums, has_aux: bool, with_value: bool):
+    def __init__(
+        self, fn: Callable, argnums, has_aux: bool, with_value: bool, allow_int: bool = False
+    ):
         self.fn = fn
         self.argnums = argnums
         self.has_aux = has_aux
         self.with_value = with_value
+        self.allow_int = allow_int
         self.transform = "value_and_grad" if with_value else "grad"
         self.staged = Staged(self._build, static_scalars=True)
         self.numbers = _argnums_tuple(self.transform, argnums)
@@ -401,7 +410,9 @@ class Differentiated:
             with depth_checked():
                 args = tuple(
                     optree.tree_map(
-                        functools.partial(_scalar_to_array, transform=self.transform),
+                        functools.partial(
+                            _scalar_to_array, transform=self.transform, allow_int=self.allow_int
+                        ),
                         a,
                         namespace=NAMESPACE,
                     )
@@ -412,7 +423,9 @@ class Differentiated:
         return self.staged((args, kwargs))
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
-        wrt = _wrt_leaves(self.transform, self.argnums, leaves, treedef)
+        chosen = _wrt_leaves(self.transform, self.argnums, leaves, treedef, self.allow_int)
+        wrt = [i for i in chosen if leaves[i].ty.dtype.is_float]
+        integral = [i for i in chosen if not leaves[i].ty.dtype.is_float]  # zero gradients
         traced = trace(
             self.fn,
             leaves,
@@ -442,6 +455,7 @@ class Differentiated:
             if self.has_aux:
                 aux = unflatten(aux_def, _as_list(call_keeping_ids(b, aux_part, params)))
             by_leaf = dict(zip(wrt, grads, strict=True))
+            by_leaf.update((i, b.full(leaves[i].ty, 0)) for i in integral)
             trees = [unflatten(arg_defs[n], [by_leaf[i] for i in ranges[n]]) for n in numbers]
             grads_tree = trees[0] if isinstance(self.argnums, int) else tuple(trees)
             value = (loss, aux) if self.has_aux else loss
@@ -461,16 +475,19 @@ class Differentiated:
         return f"<accy.{self.transform} of {self.fn!r}>"
 
 
-def _scalar_to_array(leaf: Any, transform: str = "grad") -> Any:
+def _scalar_to_array(leaf: Any, transform: str = "grad", allow_int: bool = False) -> Any:
     """A Python float differentiated as an f32 scalar; a Python int or bool is refused, as
-    JAX's grad refuses integer inputs."""
+    JAX's grad refuses integer inputs (or, with `allow_int`, an i32 or bool scalar)."""
     if type(leaf) is float:
         return np.float32(leaf)
+    if allow_int and type(leaf) in (int, bool):
+        return np.bool_(leaf) if type(leaf) is bool else np.int32(leaf)
     if type(leaf) in PYTHON_SCALARS:
         raise TransformError(
             f"accy.{transform}: an argument to differentiate is the Python {type(leaf).__name__} "
             f"{leaf!r}; gradients need floating-point inputs: pass {float(leaf)!r} (or "
-            "np.float32(...)), or move it out of argnums"
+            "np.float32(...)), move it out of argnums, or pass allow_int=True for a zero "
+            "gradient"
         )
     return leaf
 
@@ -479,13 +496,22 @@ def _as_list(outputs: Any) -> list[Any]:
     return list(outputs) if isinstance(outputs, tuple) else [outputs]
 
 
-def grad(fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, **kwargs: Any):
+def grad(
+    fn: Callable | Program,
+    *args: Any,
+    argnums=0,
+    has_aux: bool = False,
+    allow_int: bool = False,
+    **kwargs: Any,
+):
     """The gradient of a scalar-valued function with respect to its argument(s) `argnums`.
 
     `accy.grad(fn)` returns a function with `fn`'s arguments whose result has the tree
     structure of argument `argnums` (a tuple of such trees when `argnums` is a tuple); with
-    `has_aux=True`, `fn` returns `(value, aux)` and the result is `(gradient, aux)`. Given a
-    Program, `accy.grad(program, wrt=...)` is `accy.gradient.grad`: the gradient Program.
+    `has_aux=True`, `fn` returns `(value, aux)` and the result is `(gradient, aux)`. With
+    `allow_int=True`, integer and bool leaves of `argnums` are allowed, their gradients zeros of
+    their own dtype (JAX's float0 zeros). Given a Program, `accy.grad(program, wrt=...)` is
+    `accy.gradient.grad`: the gradient Program.
 
     >>> import accy, numpy as np
     >>> def loss(params, x):
@@ -503,13 +529,18 @@ def grad(fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, *
     _check_callable(fn, "grad")
     return _memoized(
         fn,
-        ("grad", _hashable_argnums("grad", argnums), has_aux),
-        lambda: Differentiated(fn, argnums, has_aux, with_value=False),
+        ("grad", _hashable_argnums("grad", argnums), has_aux, allow_int),
+        lambda: Differentiated(fn, argnums, has_aux, with_value=False, allow_int=allow_int),
     )
 
 
 def value_and_grad(
-    fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, **kwargs: Any
+    fn: Callable | Program,
+    *args: Any,
+    argnums=0,
+    has_aux: bool = False,
+    allow_int: bool = False,
+    **kwargs: Any,
 ):
     """Like `grad`, returning `(value, gradient)` (`((value, aux), gradient)` with `has_aux`).
     Given a Program, it is `accy.gradient.value_and_grad`.
@@ -526,8 +557,8 @@ def value_and_grad(
     _check_callable(fn, "value_and_grad")
     return _memoized(
         fn,
-        ("value_and_grad", _hashable_argnums("value_and_grad", argnums), has_aux),
-        lambda: Differentiated(fn, argnums, has_aux, with_value=True),
+        ("value_and_grad", _hashable_argnums("value_and_grad", argnums), has_aux, allow_int),
+        lambda: Differentiated(fn, argnums, has_aux, with_value=True, allow_int=allow_int),
     )
 
 

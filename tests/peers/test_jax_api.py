@@ -942,7 +942,10 @@ CONCRETE_GRAD = (
     "accy lacks concrete values under grad: accy.grad traces its function abstractly (as jit "
     "does), so Python control flow and .item() on an argument need accy.cond/accy.where"
 )
-DEVICE_PUT = "device_put/device_get and sharding objects: accy places arrays with accy.named(...)"
+DEVICE_PUT = (
+    "JAX's device_put/device_get and sharding objects: accy places arrays with "
+    "accy.named(..., device=) and x.to(device), and shards them with accy.shard"
+)
 PRIMITIVE = "defines a JAX Primitive and its rules (JAX internals); accy extends with accy.custom"
 COMPLEX = "complex dtypes: accy has none"
 ASYNC = "accy lacks copy_to_host_async (a device-to-host copy started ahead of reading)"

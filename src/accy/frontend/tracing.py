@@ -296,9 +296,9 @@ class TracedArray(Value):
         return AccyError(
             f"{conversion} of the traced value {self.ty} (%{self.index} of "
             f"{self.builder.name!r}) needs a concrete value, which it has not while its "
-            "function is being traced (inside accy.jit, accy.grad, ...): convert its dtype "
-            "with x.convert(accy.i32) and keep it an array, or make the value a static "
-            "argument (static_argnames=...)"
+            "function is being traced (inside accy.jit, accy.grad, ...): keep it an array "
+            "(x.convert(accy.i32) changes its dtype; accy.where and accy.cond choose by it), "
+            "or make the value a static argument (static_argnames=...)"
         )
 
     def item(self) -> Any:
@@ -936,8 +936,8 @@ __all__ = [
     "NonArrayLeaf",
     "Staged",
     "Statics",
-    "block_until_ready",
     "as_array_leaf",
+    "block_until_ready",
     "flatten",
     "inline",
     "leaf_paths",

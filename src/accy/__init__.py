@@ -81,7 +81,7 @@ from .frontend.control import cond, fori_loop, map, scan, switch, while_loop
 from .frontend.custom_rules import custom_jvp, custom_vjp
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
-from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
+from .frontend.functions import fwd_and_bwd, grad, jvp, linearize, value_and_grad, vjp
 from .frontend.inspection import Lowered, eval_shape, make_program
 from .frontend.jacobians import hessian, jacfwd, jacrev
 from .frontend.printing import debug_print
@@ -160,6 +160,7 @@ __all__ = [
     "f16",
     "f32",
     "f64",
+    "fwd_and_bwd",
     "field",
     "fori_loop",
     "from_dlpack",

@@ -3,7 +3,7 @@ value_and_grad, jacfwd/jacrev/hessian, jvp/vjp/linearize, linear_transpose, vmap
 out_axes, eval_shape, make_program, static arguments, caches, the errors of misuse): the peer's
 programs with named axes for positions, and JAX's own results computed in the same run.
 
-APITest's 318 cases: 166 translated (all passing), 152 not applicable (`NOT_APPLICABLE`, with
+APITest's 318 cases: 167 translated (all passing), 151 not applicable (`NOT_APPLICABLE`, with
 the reason: mostly device_put/sharding, complex dtypes, the leak checker, cache-miss
 explanations, float0 arrays, mutable refs and JAX internals). A few tests here also translate cases
 of JitTest and RematTest (tagged with those names). accy names its static arguments
@@ -737,6 +737,28 @@ def test_grad_and_aux_no_tracers():
     close(aux, eaux)
 
 
+@translates("APITest.test_fwd_and_bwd")
+def test_fwd_and_bwd():
+    def f(x, w):
+        return x.contract(w, "k")
+
+    x = accy.named(np.ones((4, 4), np.float32), ("i", "k"), device="reference")
+    w = accy.named(np.ones((4, 4), np.float32), ("k", "j"), device="reference")
+    cot_out = accy.named(np.ones((4, 4), np.float32), ("i", "j"), device="reference")
+    expected_y, f_vjp = jax.vjp(jnp.matmul, x.array, w.array)
+    expected_cots = f_vjp(cot_out.array)
+    fwd, bwd = accy.fwd_and_bwd(f, argnums=(0, 1))
+    y, residuals = fwd(x, w)
+    cot_x, cot_w = bwd(residuals, cot_out)
+    close((y, cot_x, cot_w), (expected_y, *expected_cots))
+    fwd(x, w), bwd(residuals, cot_out)  # traced once each: no new trace for the same types
+    assert fwd.traces == bwd.traces == 1
+    fwd, bwd = accy.fwd_and_bwd(lambda x, w: (f(x, w), x.sum()), argnums=1, has_aux=True)
+    y, residuals, aux = fwd(x, w)
+    (cot_w,) = bwd(residuals, cot_out)
+    close((y, cot_w, aux), (expected_y, expected_cots[1], 16.0))
+
+
 @translates("APITest.test_vjp_bad_cotangent_shape")
 def test_vjp_bad_cotangent_shape():
     x = accy.named(np.ones((2, 5), np.float32), ("i", "k"))
@@ -965,7 +987,6 @@ FUNCTION_OUTPUTS = (
 NOT_APPLICABLE = {
     "APITest.test_grad_item": CONCRETE_GRAD,
     "APITest.test_switch_value_jit": CONCRETE_GRAD,
-    "APITest.test_fwd_and_bwd": "accy lacks fwd_and_bwd (a vjp split into forward/backward)",
     "APITest.test_ad_weak_types": "weak types: accy has none (it never promotes dtypes)",
     "APITest.test_unimplemented_interpreter_rules": PRIMITIVE,
     "APITest.test_wrong_output_abstract_eval": PRIMITIVE,

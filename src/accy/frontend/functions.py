@@ -812,6 +812,49 @@ def vjp(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kwargs: 
     return (output, vjp_fn, aux) if has_aux else (output, vjp_fn)
 
 
+def fwd_and_bwd(
+    fn: Callable, argnums: int | Sequence[int], has_aux: bool = False
+) -> tuple[Callable, Callable]:
+    """`jax.fwd_and_bwd`: `fwd(*args)` is `(fn(*args), residuals)` (`(output, residuals, aux)`
+    with `has_aux`), and `bwd(residuals, cotangent)` the tuple of cotangents of the arguments
+    `argnums`; both are jitted, so a training loop traces each once. The residuals are the
+    arguments themselves: accy's backward pass recomputes what it needs from the primals (as
+    the function `accy.vjp` returns does), so they cross jit boundaries as arrays.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.ones((2, 2), np.float32), ("i", "k"))
+    >>> w = accy.named(np.ones((2, 3), np.float32), ("k", "j"))
+    >>> fwd, bwd = accy.fwd_and_bwd(lambda x, w: x.contract(w, "k"), argnums=(0, 1))
+    >>> y, residuals = fwd(x, w)
+    >>> ct_x, ct_w = bwd(residuals, y)
+    >>> ct_w.shape, ct_w.array.tolist()[0]
+    ({'k': 2, 'j': 3}, [4.0, 4.0, 4.0])
+    """
+    _check_callable(fn, "fwd_and_bwd")
+    numbers = _argnums_tuple("fwd_and_bwd", argnums)
+
+    def forward(*args: Any) -> tuple:
+        if has_aux:
+            output, aux = _aux_pair("fwd_and_bwd", fn(*args))
+            return output, args, aux
+        return fn(*args), args
+
+    def backward(residuals: tuple, cotangent: Any) -> tuple:
+        for number in numbers:
+            if not -len(residuals) <= number < len(residuals):
+                raise TransformError(
+                    f"accy.fwd_and_bwd: argnums={argnums!r}, but the function was called with "
+                    f"{len(residuals)} positional argument{'s' if len(residuals) != 1 else ''}"
+                )
+        pullback = vjp(fn, *residuals, has_aux=has_aux)[1]
+        cotangents = pullback(cotangent)
+        return tuple(cotangents[number] for number in numbers)
+
+    forward.__name__ = f"fwd_{_name(fn)}"
+    backward.__name__ = f"bwd_{_name(fn)}"
+    return jit(forward), jit(backward)
+
+
 def linearize(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kwargs: Any):
     """`(fn(*primals), f_jvp)`, where `f_jvp(*tangents)` is the derivative of fn at primals
     along the tangents; with `has_aux=True`, `(output, f_jvp, aux)`. Given a Program,
@@ -839,4 +882,13 @@ def linearize(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kw
     return (output, f_jvp, aux) if has_aux else (output, f_jvp)
 
 
-__all__ = ["Jitted", "grad", "jit", "jvp", "linearize", "value_and_grad", "vjp"]
+__all__ = [
+    "Jitted",
+    "fwd_and_bwd",
+    "grad",
+    "jit",
+    "jvp",
+    "linearize",
+    "value_and_grad",
+    "vjp",
+]

@@ -3,7 +3,7 @@ value_and_grad, jacfwd/jacrev/hessian, jvp/vjp/linearize, linear_transpose, vmap
 out_axes, eval_shape, make_program, static arguments, caches, the errors of misuse): the peer's
 programs with named axes for positions, and JAX's own results computed in the same run.
 
-APITest's 318 cases: 167 translated (all passing), 151 not applicable (`NOT_APPLICABLE`, with
+APITest's 318 cases: 170 translated (all passing), 148 not applicable (`NOT_APPLICABLE`, with
 the reason: mostly device_put/sharding, complex dtypes, the leak checker, cache-miss
 explanations, float0 arrays, mutable refs and JAX internals). A few tests here also translate cases
 of JitTest and RematTest (tagged with those names). accy names its static arguments
@@ -759,6 +759,31 @@ def test_fwd_and_bwd():
     close((y, cot_w, aux), (expected_y, expected_cots[1], 16.0))
 
 
+@translates(
+    "APITest.test_vjp_fun_jit",
+    "APITest.test_linearize_fun_jit",
+    "APITest.test_linear_transpose_fun_jit",
+)
+@pytest.mark.parametrize("kind", ["vjp", "linearize", "linear_transpose"])
+def test_transformed_functions_cross_jit(kind):
+    # the functions vjp, linearize and linear_transpose return are trees (of their primals),
+    # so a jitted function can return them and take them as arguments (JAX's Partial)
+    def f(x):
+        return 2.0 * x
+
+    def make(transform, f, x):
+        if transform is accy.linear_transpose or transform is jax.linear_transpose:
+            return transform(f, x)
+        return transform(f, x)[1]
+
+    ours = accy.jit(make, static_argnames=("transform", "f"))(getattr(accy, kind), f, 1.0)
+    theirs = jax.jit(make, static_argnums=(0, 1))(getattr(jax, kind), f, 1.0)
+    got = accy.jit(lambda g, x: g(x))(ours, 3.0)
+    expected = jax.jit(lambda g, x: g(x))(theirs, 3.0)
+    close(got, expected)
+    close(got, (6.0,) if kind != "linearize" else 6.0)
+
+
 @translates("APITest.test_vjp_bad_cotangent_shape")
 def test_vjp_bad_cotangent_shape():
     x = accy.named(np.ones((2, 5), np.float32), ("i", "k"))
@@ -979,10 +1004,6 @@ DIRECT_LINEARIZE = "JAX internals: primitive linearization rules and use_direct_
 INLINE = "accy lacks jit(inline=...): a nested jit is always inlined into its caller's Program"
 PRECISION = "accy lacks a matmul-precision setting (jax.default_matmul_precision)"
 EMPTY = "accy lacks lax.empty (uninitialized arrays)"
-FUNCTION_OUTPUTS = (
-    "accy lacks functions as jit outputs (JAX's vjp/linearize/linear_transpose return "
-    "tree_util.Partial pytrees); accy's can be passed in as static arguments or closures"
-)
 
 NOT_APPLICABLE = {
     "APITest.test_grad_item": CONCRETE_GRAD,
@@ -1107,9 +1128,6 @@ NOT_APPLICABLE = {
     "APITest.test_jit_inline": INLINE,
     "APITest.test_jit_inline_multistate": INLINE,
     "APITest.test_inline_optimized_hlo": INLINE,
-    "APITest.test_vjp_fun_jit": FUNCTION_OUTPUTS,
-    "APITest.test_linearize_fun_jit": FUNCTION_OUTPUTS,
-    "APITest.test_linear_transpose_fun_jit": FUNCTION_OUTPUTS,
     "APITest.test_lax_real_empty": EMPTY,
     "APITest.test_lax_empty_vmap": EMPTY,
     "APITest.test_lax_empty_batching_bug": EMPTY,

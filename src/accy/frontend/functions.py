@@ -12,6 +12,7 @@ Program transforms of `accy.gradient`, unchanged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import weakref
 from collections.abc import Callable, Sequence
@@ -798,18 +799,45 @@ def vjp(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kwargs: 
     if kwargs:
         raise TransformError(f"accy.vjp of a function takes has_aux= only, got {', '.join(kwargs)}")
     output, aux = _forward(fn, primals, "vjp", has_aux)
-    backward = _memoized(fn, ("vjp", has_aux), lambda: _Vjp(fn, has_aux))
+    vjp_fn = VjpFunction(tuple(primals), fn, has_aux)
+    return (output, vjp_fn, aux) if has_aux else (output, vjp_fn)
 
-    def vjp_fn(*cotangents: Any) -> tuple:
+
+# The functions vjp and linearize return are trees whose leaves are the primals (and whose
+# function is static): like JAX's (tree_util.Partial), they can be returned from and passed
+# to jitted functions. Their backward and forward passes recompute from the primals.
+
+
+@dataclasses.dataclass(eq=False)
+class VjpFunction:
+    """What `accy.vjp` returns: `f_vjp(cotangent)` is one cotangent tree per primal."""
+
+    primals: tuple
+    fn: Callable = dataclasses.field(metadata={"static": True})
+    has_aux: bool = dataclasses.field(default=False, metadata={"static": True})
+
+    def __call__(self, *cotangents: Any) -> tuple:
         if len(cotangents) != 1:
             raise TransformError(
-                f"accy.vjp: the function returned for {_name(fn)!r} takes one cotangent tree "
-                f"(the output's structure), but was called with {len(cotangents)} arguments; "
-                "pass a tuple for a function that returns several outputs"
+                f"accy.vjp: the function returned for {_name(self.fn)!r} takes one cotangent "
+                f"tree (the output's structure), but was called with {len(cotangents)} "
+                "arguments; pass a tuple for a function that returns several outputs"
             )
-        return tuple(backward.staged((tuple(primals), cotangents[0])))
+        backward = _memoized(self.fn, ("vjp", self.has_aux), lambda: _Vjp(self.fn, self.has_aux))
+        return tuple(backward.staged((self.primals, cotangents[0])))
 
-    return (output, vjp_fn, aux) if has_aux else (output, vjp_fn)
+
+@dataclasses.dataclass(eq=False)
+class JvpFunction:
+    """What `accy.linearize` returns: `f_jvp(*tangents)` is the output's tangent."""
+
+    primals: tuple
+    fn: Callable = dataclasses.field(metadata={"static": True})
+    has_aux: bool = dataclasses.field(default=False, metadata={"static": True})
+
+    def __call__(self, *tangents: Any) -> Any:
+        forward = _memoized(self.fn, ("jvp", self.has_aux), lambda: _Jvp(self.fn, self.has_aux))
+        return forward(self.primals, tangents)[1]
 
 
 def fwd_and_bwd(
@@ -873,11 +901,8 @@ def linearize(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kw
         raise TransformError(
             f"accy.linearize of a function takes has_aux= only, got {', '.join(kwargs)}"
         )
-    forward = _memoized(fn, ("jvp", has_aux), lambda: _Jvp(fn, has_aux))
     output, aux = _forward(fn, primals, "linearize", has_aux)
-
-    def f_jvp(*tangents: Any) -> Any:
-        return forward(primals, tangents)[1]
+    f_jvp = JvpFunction(tuple(primals), fn, has_aux)
 
     return (output, f_jvp, aux) if has_aux else (output, f_jvp)
 

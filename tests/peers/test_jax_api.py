@@ -3,7 +3,7 @@ value_and_grad, jacfwd/jacrev/hessian, jvp/vjp/linearize, linear_transpose, vmap
 out_axes, eval_shape, make_program, static arguments, caches, the errors of misuse): the peer's
 programs with named axes for positions, and JAX's own results computed in the same run.
 
-APITest's 318 cases: 170 translated (all passing), 148 not applicable (`NOT_APPLICABLE`, with
+APITest's 318 cases: 172 translated (all passing), 146 not applicable (`NOT_APPLICABLE`, with
 the reason: mostly device_put/sharding, complex dtypes, the leak checker, cache-miss
 explanations, float0 arrays, mutable refs and JAX internals). A few tests here also translate cases
 of JitTest and RematTest (tagged with those names). accy names its static arguments
@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import functools
 import gc
+import logging
 import operator
 import re
 import typing
@@ -1081,8 +1082,6 @@ NOT_APPLICABLE = {
     "APITest.test_pmap_global_cache": "pmap: accy maps devices with accy.mesh",
     "APITest.test_pmap_static_kwarg_error_message": "pmap: accy maps devices with accy.mesh",
     "APITest.test_constant_handler_mro": "pmap: accy maps devices with accy.mesh",
-    "APITest.test_jit_compilation_time_logging": "accy lacks compile logging",
-    "APITest.test_grad_of_jit_compilation_caching": "accy lacks compile logging",
     "APITest.test_tree_map_rest_prefix_err": "jax.tree utilities: accy uses optree's",
     "APITest.test_escaped_tracer_omnistaging_top_trace": (
         "accy runs a scan outside any trace eagerly, so what its body leaks is a concrete array"
@@ -1755,6 +1754,28 @@ def test_grad_object_array_error():
         accy.grad(lambda x: x)(x)
     with pytest.raises(TypeError, match="is not a valid JAX type"):
         jax.grad(lambda x: x)(x)
+
+
+@translates("APITest.test_jit_compilation_time_logging")
+def test_jit_compilation_time_logging(caplog):
+    f = accy.jit(lambda x: x * 2.0)
+    f(accy.named(np.ones(2, np.float32), "i"))  # another signature first
+    with caplog.at_level(logging.DEBUG, logger="accy.compile"):
+        f(2.0)
+    messages = [r.getMessage() for r in caplog.records if r.name == "accy.compile"]
+    assert len(messages) == 2
+    assert "traced" in messages[0] and "compiled" in messages[1] and " ms" in messages[1]
+
+
+@translates("APITest.test_grad_of_jit_compilation_caching")
+def test_grad_of_jit_compilation_caching(caplog):
+    f = accy.jit(lambda x: x.sin())
+    with caplog.at_level(logging.DEBUG, logger="accy.compile"):
+        ans1 = accy.grad(f)(2.0)
+        logged = len(caplog.records)
+        ans2 = accy.grad(f)(3.0)
+    assert logged >= 2 and len(caplog.records) == logged  # the second call hits every cache
+    close((ans1, ans2), (jax.grad(jax.jit(jnp.sin))(2.0), jax.grad(jax.jit(jnp.sin))(3.0)))
 
 
 @translates("APITest.test_grad_of_jit_compilation_caching2")

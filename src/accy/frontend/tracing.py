@@ -20,6 +20,7 @@ import itertools
 import logging
 import operator
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -656,6 +657,10 @@ def without_collection() -> Iterator[None]:
 
 _noted = threading.Event()
 
+# Each trace and each compile of a transformed function, at DEBUG level (JAX's log_compiles):
+# logging.getLogger("accy.compile").setLevel(logging.DEBUG) with a handler shows them.
+COMPILE_LOG = logging.getLogger("accy.compile")
+
 
 def _note_forgotten_signature(name: str, bound: Any) -> None:
     """Say once per process that a function's table of traced signatures is full: a function
@@ -704,8 +709,11 @@ class Staged:
         entry = self.cache.get(key)
         if entry is None:
             self.traces += 1
+            start = time.perf_counter()
             with without_collection():
                 entry = self.build(list(leaves), treedef)
+            elapsed = 1e3 * (time.perf_counter() - start)
+            COMPILE_LOG.debug("accy: traced %r in %.1f ms", entry.program.name, elapsed)
             if not entry.foreign:
                 if len(self.cache) >= (limit(self.cache.bound) or len(self.cache) + 1):
                     _note_forgotten_signature(entry.program.name, self.cache.bound)
@@ -793,8 +801,15 @@ class Staged:
         held = entry.compiled.get(device)
         compiled = None if held is None else held()
         if compiled is None:  # not compiled yet, or released by the executables cache
+            start = time.perf_counter()
             with without_collection():
                 compiled = compile_program(entry.program, device, donate=entry.donate)
+            COMPILE_LOG.debug(
+                "accy: compiled %r for %s in %.1f ms",
+                entry.program.name,
+                device.name,
+                1e3 * (time.perf_counter() - start),
+            )
             entry.compiled[device] = weakref.ref(compiled)
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
         outputs = compiled(*arrays, *entry.captured_arrays[device])

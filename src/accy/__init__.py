@@ -90,7 +90,7 @@ from .frontend.custom_rules import (
 )
 from .frontend.dlpack import from_dlpack
 from .frontend.errors import NonFiniteValue
-from .frontend.functions import grad, jvp, linearize, value_and_grad, vjp
+from .frontend.functions import fwd_and_bwd, grad, jvp, linearize, value_and_grad, vjp
 from .frontend.inspection import Lowered, eval_shape, make_program
 from .frontend.jacobians import hessian, jacfwd, jacrev
 from .frontend.printing import debug_print
@@ -101,6 +101,7 @@ from .frontend.regions import (
     remat,
     stop_gradient,
 )
+from .frontend.tracing import block_until_ready
 from .frontend.transpose import linear_transpose
 from .gradient import grad_with, grad_with_rules
 from .mesh import Mesh, shard
@@ -153,6 +154,7 @@ __all__ = [
     "associative_scan",
     "backends",
     "bf16",
+    "block_until_ready",
     "bool_",
     "caches",
     "checkpoint",
@@ -179,6 +181,7 @@ __all__ = [
     "f16",
     "f32",
     "f64",
+    "fwd_and_bwd",
     "field",
     "fori_loop",
     "from_dlpack",

@@ -69,6 +69,19 @@ def test_slicing_and_indexing_by_name():
     np.testing.assert_array_equal(jitted.array, data[2, 1:3])
 
 
+def test_indexing_by_a_traced_integer():
+    data = np.arange(12.0).reshape(3, 4)
+    x = accy.named(data, ("row", "col"), device="reference")
+    pick = accy.jit(lambda x, i: x["col", i])
+    # JAX's x[:, i] with a traced i: negative positions count from the end, others are clamped
+    for i, expected in [(1, 1), (-1, 3), (9, 3), (-9, 0)]:
+        got = pick(x, np.int32(i))
+        assert got.axes == ("row",)
+        np.testing.assert_array_equal(got.array, data[:, expected])
+    with pytest.raises(accy.AxisError, match="an integer scalar array or a slice"):
+        accy.jit(lambda x, i: x["col", i])(x, 1.0)
+
+
 def test_mixed_eager_and_traced_operands():
     w = accy.named(np.array([1.0, 2.0]), ("lane",), device="reference")
     x = accy.named(np.array([3.0, 4.0]), ("lane",), device="reference")

@@ -3,9 +3,9 @@ value_and_grad, jacfwd/jacrev/hessian, jvp/vjp/linearize, linear_transpose, vmap
 out_axes, eval_shape, make_program, static arguments, caches, the errors of misuse): the peer's
 programs with named axes for positions, and JAX's own results computed in the same run.
 
-APITest's 318 cases: 158 translated (all passing), 160 not applicable (`NOT_APPLICABLE`, with
+APITest's 318 cases: 172 translated (all passing), 146 not applicable (`NOT_APPLICABLE`, with
 the reason: mostly device_put/sharding, complex dtypes, the leak checker, cache-miss
-explanations, float0, mutable refs and JAX internals). A few tests here also translate cases
+explanations, float0 arrays, mutable refs and JAX internals). A few tests here also translate cases
 of JitTest and RematTest (tagged with those names). accy names its static arguments
 (`static_argnames`); JAX's `static_argnums` cases are translated to the parameters' names."""
 
@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import functools
 import gc
+import logging
 import operator
 import re
 import typing
@@ -575,7 +576,7 @@ def test_bad_input():
 @translates("APITest.test_grad_nonscalar_output_hint")
 def test_grad_nonscalar_output_hint():
     one = accy.spec(accy.f32, one=1)
-    with pytest.raises(accy.GradientRequiresScalarOutput, match=r"f32\[one=1\].*\.sum\(\)"):
+    with pytest.raises(accy.GradientRequiresScalarOutput, match=r"f32\[one=1\].*sum.*jacrev"):
         accy.grad(lambda x: (x**2.0).broadcast_to(one))(1.0)
     with pytest.raises(accy.GradientRequiresScalarOutput, match=r"f32\[i=3\].*\.sum\(\)"):
         accy.value_and_grad(lambda x: x)(vec([0.0, 0.0, 0.0]))
@@ -737,6 +738,53 @@ def test_grad_and_aux_no_tracers():
     close(aux, eaux)
 
 
+@translates("APITest.test_fwd_and_bwd")
+def test_fwd_and_bwd():
+    def f(x, w):
+        return x.contract(w, "k")
+
+    x = accy.named(np.ones((4, 4), np.float32), ("i", "k"), device="reference")
+    w = accy.named(np.ones((4, 4), np.float32), ("k", "j"), device="reference")
+    cot_out = accy.named(np.ones((4, 4), np.float32), ("i", "j"), device="reference")
+    expected_y, f_vjp = jax.vjp(jnp.matmul, x.array, w.array)
+    expected_cots = f_vjp(cot_out.array)
+    fwd, bwd = accy.fwd_and_bwd(f, argnums=(0, 1))
+    y, residuals = fwd(x, w)
+    cot_x, cot_w = bwd(residuals, cot_out)
+    close((y, cot_x, cot_w), (expected_y, *expected_cots))
+    fwd(x, w), bwd(residuals, cot_out)  # traced once each: no new trace for the same types
+    assert fwd.traces == bwd.traces == 1
+    fwd, bwd = accy.fwd_and_bwd(lambda x, w: (f(x, w), x.sum()), argnums=1, has_aux=True)
+    y, residuals, aux = fwd(x, w)
+    (cot_w,) = bwd(residuals, cot_out)
+    close((y, cot_w, aux), (expected_y, expected_cots[1], 16.0))
+
+
+@translates(
+    "APITest.test_vjp_fun_jit",
+    "APITest.test_linearize_fun_jit",
+    "APITest.test_linear_transpose_fun_jit",
+)
+@pytest.mark.parametrize("kind", ["vjp", "linearize", "linear_transpose"])
+def test_transformed_functions_cross_jit(kind):
+    # the functions vjp, linearize and linear_transpose return are trees (of their primals),
+    # so a jitted function can return them and take them as arguments (JAX's Partial)
+    def f(x):
+        return 2.0 * x
+
+    def make(transform, f, x):
+        if transform is accy.linear_transpose or transform is jax.linear_transpose:
+            return transform(f, x)
+        return transform(f, x)[1]
+
+    ours = accy.jit(make, static_argnames=("transform", "f"))(getattr(accy, kind), f, 1.0)
+    theirs = jax.jit(make, static_argnums=(0, 1))(getattr(jax, kind), f, 1.0)
+    got = accy.jit(lambda g, x: g(x))(ours, 3.0)
+    expected = jax.jit(lambda g, x: g(x))(theirs, 3.0)
+    close(got, expected)
+    close(got, (6.0,) if kind != "linearize" else 6.0)
+
+
 @translates("APITest.test_vjp_bad_cotangent_shape")
 def test_vjp_bad_cotangent_shape():
     x = accy.named(np.ones((2, 5), np.float32), ("i", "k"))
@@ -839,10 +887,7 @@ def test_jvp_of_convert_element_type():
 
 @translates("APITest.test_vjp_of_int_index")
 def test_vjp_of_int_index():
-    def f(x, i):
-        return x.dynamic_slice({"i": i}, {"i": 1}).sum()
-
-    primal, f_vjp = accy.vjp(f, vec([2.0, 2.0]), np.int32(1))
+    primal, f_vjp = accy.vjp(take, vec([2.0, 2.0]), np.int32(1))
     ct_x, ct_i = f_vjp(1.0)
     eprimal, ef_vjp = jax.vjp(lambda x, i: x[i], np.ones(2, np.float32) * 2, 1)
     ect_x, _ = ef_vjp(1.0)
@@ -887,6 +932,45 @@ def test_vjp_of_int_fulllike():
     assert ct_fill.dtype == accy.i32 and ct_fill.item() == 0
 
 
+FLOAT0_ZERO = np.zeros((), jax.dtypes.float0)
+
+
+@translates("APITest.test_grad_of_int")
+def test_grad_of_int():
+    out = accy.grad(lambda x: x.convert(accy.f32) + 0.0, allow_int=True)(1)
+    expected = jax.grad(lambda x: x + 0.0, allow_int=True)(1)
+    assert out.dtype == accy.i32 and out.item() == 0
+    assert expected == FLOAT0_ZERO
+
+
+@translates("APITest.test_grad_of_bool")
+def test_grad_of_bool():
+    def cond(pred):
+        return accy.cond(pred, lambda: 1.0, lambda: 2.0)
+
+    value, grd = accy.value_and_grad(cond, allow_int=True)(True)
+    evalue, egrd = jax.value_and_grad(
+        lambda p: jax.lax.cond(p, lambda _: 1.0, lambda _: 2.0, 1.0), allow_int=True
+    )(True)
+    assert value.item() == evalue == 1.0
+    assert grd.dtype == accy.bool_ and not grd.item() and egrd == FLOAT0_ZERO
+
+
+def take(x, i):
+    return x["i", i]  # a traced index, as JAX's x[i]
+
+
+@translates("APITest.test_grad_of_int_index", "APITest.test_jit_grad_of_int")
+@pytest.mark.parametrize("jitted", [False, True])
+def test_grad_of_int_index(jitted):
+    grad_f = accy.grad(take, argnums=(0, 1), allow_int=True)
+    grad_x, grad_i = (accy.jit(grad_f) if jitted else grad_f)(vec([1.0, 1.0]), 1)
+    egrad_f = jax.grad(lambda x, i: x[i], argnums=(0, 1), allow_int=True)
+    egrad_x, egrad_i = (jax.jit(egrad_f) if jitted else egrad_f)(np.ones(2), 1)
+    close(grad_x, egrad_x)
+    assert grad_i.dtype == accy.i32 and grad_i.item() == 0 and egrad_i == FLOAT0_ZERO
+
+
 @translates("APITest.test_grad_of_bool_vjp3")
 def test_grad_of_bool_vjp3():
     def cond(pred):
@@ -906,27 +990,25 @@ CONCRETE_GRAD = (
     "accy lacks concrete values under grad: accy.grad traces its function abstractly (as jit "
     "does), so Python control flow and .item() on an argument need accy.cond/accy.where"
 )
-DEVICE_PUT = "device_put/device_get and sharding objects: accy places arrays with accy.named(...)"
+DEVICE_PUT = (
+    "JAX's device_put/device_get and sharding objects: accy places arrays with "
+    "accy.named(..., device=) and x.to(device), and shards them with accy.shard"
+)
 PRIMITIVE = "defines a JAX Primitive and its rules (JAX internals); accy extends with accy.custom"
 COMPLEX = "complex dtypes: accy has none"
-ASYNC = "accy lacks asynchronous dispatch, so it has no block_until_ready/copy_to_host_async"
+ASYNC = "accy lacks copy_to_host_async (a device-to-host copy started ahead of reading)"
 LEAKS = "accy lacks a tracer-leak checker (jax.checking_leaks); a leaked value errors when used"
 CACHE_MISS = "accy lacks cache-miss explanations (jax.config explain_cache_misses)"
-ALLOW_INT = "accy lacks grad(allow_int=True) and float0; its vjp gives integer zeros instead"
+FLOAT0 = "float0 arrays: accy's zero gradient of an integer is an integer zero of its dtype"
 REFS = "mutable array refs (jax.new_ref, vjp.with_refs): accy arrays are immutable values"
 DIRECT_LINEARIZE = "JAX internals: primitive linearization rules and use_direct_linearize"
 INLINE = "accy lacks jit(inline=...): a nested jit is always inlined into its caller's Program"
 PRECISION = "accy lacks a matmul-precision setting (jax.default_matmul_precision)"
 EMPTY = "accy lacks lax.empty (uninitialized arrays)"
-FUNCTION_OUTPUTS = (
-    "accy lacks functions as jit outputs (JAX's vjp/linearize/linear_transpose return "
-    "tree_util.Partial pytrees); accy's can be passed in as static arguments or closures"
-)
 
 NOT_APPLICABLE = {
     "APITest.test_grad_item": CONCRETE_GRAD,
     "APITest.test_switch_value_jit": CONCRETE_GRAD,
-    "APITest.test_fwd_and_bwd": "accy lacks fwd_and_bwd (a vjp split into forward/backward)",
     "APITest.test_ad_weak_types": "weak types: accy has none (it never promotes dtypes)",
     "APITest.test_unimplemented_interpreter_rules": PRIMITIVE,
     "APITest.test_wrong_output_abstract_eval": PRIMITIVE,
@@ -973,10 +1055,6 @@ NOT_APPLICABLE = {
         "accy lacks linear_transpose of integer functions: its linear maps are floating-point"
     ),
     "APITest.test_devicearray_delete": "accy lacks explicit buffer deletion (Array.delete)",
-    "APITest.test_devicearray_block_until_ready": ASYNC,
-    "APITest.test_block_until_ready_function": ASYNC,
-    "APITest.test_block_until_ready_numpy_arrays": ASYNC,
-    "APITest.test_block_until_ready_mixed": ASYNC,
     "APITest.test_copy_to_host_async": ASYNC,
     "APITest.test_copy_to_host_async_non_array": ASYNC,
     "APITest.test_copy_to_host_async_does_not_hide_attribute_error": ASYNC,
@@ -991,12 +1069,8 @@ NOT_APPLICABLE = {
         "duck-typed .shape/.dtype arguments: accy needs axis names (a TensorType)"
     ),
     "APITest.test_eval_shape_weak_type": "weak types: accy has none (it never promotes dtypes)",
-    "APITest.test_grad_of_int": ALLOW_INT,
-    "APITest.test_grad_of_bool": ALLOW_INT,
-    "APITest.test_grad_of_int_index": ALLOW_INT,
-    "APITest.test_jit_grad_of_int": ALLOW_INT,
-    "APITest.test_float0_reshape": ALLOW_INT,
-    "APITest.test_float0_error": ALLOW_INT,
+    "APITest.test_float0_reshape": FLOAT0,
+    "APITest.test_float0_error": FLOAT0,
     "APITest.test_lax_logistic": "lowering for TPU (lowering_platforms, StableHLO text)",
     "APITest.test_lowering_platform_aot": "lowering for TPU (lowering_platforms)",
     "APITest.test_compiler_ir": "XLA HLO / StableHLO text (accy lowers to C and CUDA)",
@@ -1008,8 +1082,6 @@ NOT_APPLICABLE = {
     "APITest.test_pmap_global_cache": "pmap: accy maps devices with accy.mesh",
     "APITest.test_pmap_static_kwarg_error_message": "pmap: accy maps devices with accy.mesh",
     "APITest.test_constant_handler_mro": "pmap: accy maps devices with accy.mesh",
-    "APITest.test_jit_compilation_time_logging": "accy lacks compile logging",
-    "APITest.test_grad_of_jit_compilation_caching": "accy lacks compile logging",
     "APITest.test_tree_map_rest_prefix_err": "jax.tree utilities: accy uses optree's",
     "APITest.test_escaped_tracer_omnistaging_top_trace": (
         "accy runs a scan outside any trace eagerly, so what its body leaks is a concrete array"
@@ -1055,9 +1127,6 @@ NOT_APPLICABLE = {
     "APITest.test_jit_inline": INLINE,
     "APITest.test_jit_inline_multistate": INLINE,
     "APITest.test_inline_optimized_hlo": INLINE,
-    "APITest.test_vjp_fun_jit": FUNCTION_OUTPUTS,
-    "APITest.test_linearize_fun_jit": FUNCTION_OUTPUTS,
-    "APITest.test_linear_transpose_fun_jit": FUNCTION_OUTPUTS,
     "APITest.test_lax_real_empty": EMPTY,
     "APITest.test_lax_empty_vmap": EMPTY,
     "APITest.test_lax_empty_batching_bug": EMPTY,
@@ -1282,6 +1351,37 @@ def test_scalar_conversion_errors():
     assert bool(scalar_int) is False
     with pytest.raises(TypeError, match="Only integer scalar arrays"):
         operator.index(jnp.float32(0))
+
+
+@translates("APITest.test_devicearray_block_until_ready")
+def test_devicearray_block_until_ready():
+    x = scalar(1.0)
+    assert x.block_until_ready() is x
+    y = jnp.array(1.0)
+    assert y.block_until_ready() is y
+
+
+@translates(
+    "APITest.test_block_until_ready_function",
+    "APITest.test_block_until_ready_numpy_arrays",
+    "APITest.test_block_until_ready_mixed",
+)
+@pytest.mark.parametrize(
+    "tree",
+    [
+        lambda: (scalar(1.0), np.ones(3)),
+        lambda: (np.ones(1), np.ones(2)),
+        lambda: (scalar(1.0), accy.named(np.float32(2.0), ()), np.ones(3), 4),
+    ],
+)
+def test_block_until_ready_function(tree):
+    tree = tree()
+    assert accy.block_until_ready(tree) is tree
+    ours = [v.item() if isinstance(v, accy.NamedArray) else v for v in tree]
+    theirs = jax.block_until_ready(
+        [v.item() if isinstance(v, accy.NamedArray) else v for v in tree]
+    )
+    close(ours, theirs)
 
 
 # -- eval_shape ----------------------------------------------------------------------------------
@@ -1654,6 +1754,28 @@ def test_grad_object_array_error():
         accy.grad(lambda x: x)(x)
     with pytest.raises(TypeError, match="is not a valid JAX type"):
         jax.grad(lambda x: x)(x)
+
+
+@translates("APITest.test_jit_compilation_time_logging")
+def test_jit_compilation_time_logging(caplog):
+    f = accy.jit(lambda x: x * 2.0)
+    f(accy.named(np.ones(2, np.float32), "i"))  # another signature first
+    with caplog.at_level(logging.DEBUG, logger="accy.compile"):
+        f(2.0)
+    messages = [r.getMessage() for r in caplog.records if r.name == "accy.compile"]
+    assert len(messages) == 2
+    assert "traced" in messages[0] and "compiled" in messages[1] and " ms" in messages[1]
+
+
+@translates("APITest.test_grad_of_jit_compilation_caching")
+def test_grad_of_jit_compilation_caching(caplog):
+    f = accy.jit(lambda x: x.sin())
+    with caplog.at_level(logging.DEBUG, logger="accy.compile"):
+        ans1 = accy.grad(f)(2.0)
+        logged = len(caplog.records)
+        ans2 = accy.grad(f)(3.0)
+    assert logged >= 2 and len(caplog.records) == logged  # the second call hits every cache
+    close((ans1, ans2), (jax.grad(jax.jit(jnp.sin))(2.0), jax.grad(jax.jit(jnp.sin))(3.0)))
 
 
 @translates("APITest.test_grad_of_jit_compilation_caching2")

@@ -81,6 +81,18 @@ class Device:
         with cupy.cuda.Device(self.ordinal):
             return cupy.asarray(array)
 
+    def synchronize(self) -> None:
+        """Wait until the work launched on this device has finished: on a GPU, accy returns
+        from a call once its kernels are queued (every stream of the GPU is waited for); a
+        host device has nothing to wait for.
+
+        >>> import accy
+        >>> accy.device("cpu").synchronize()
+        """
+        if self.is_host:
+            return
+        _cupy(self).cuda.Device(self.ordinal).synchronize()
+
     def host(self, array: Any) -> np.ndarray:
         """`array` (held by this device) as a NumPy array in host memory."""
         if self.is_host:

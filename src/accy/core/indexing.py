@@ -253,9 +253,25 @@ def index_by_name(ops: Any, x: Any, key: Any) -> Any:
                 )
             x = ops.slice(x, axis, position, position + 1)
             x = ops.reshape(x, x.ty.without([axis]).named_extents)
+        elif _is_integer_scalar(index):
+            x = _dynamic_index(ops, x, axis, index)
         else:
             raise AxisError(
-                f"index: axis {axis!r} takes an int or a slice, got {index!r}; gather with "
-                "x.gather(indices, axis) picks rows by an index array"
+                f"index: axis {axis!r} takes an int, an integer scalar array or a slice, got "
+                f"{index!r}; gather with x.gather(indices, axis) picks rows by an index array"
             )
     return x
+
+
+def _is_integer_scalar(index: Any) -> bool:
+    ty = getattr(index, "ty", None)
+    return isinstance(ty, TensorType) and ty.rank == 0 and ty.dtype in (i32, i64)
+
+
+def _dynamic_index(ops: Any, x: Any, axis: str, index: Any) -> Any:
+    """`x` at the traced position `index` along `axis`, which it removes (JAX's `x[i]`): a
+    negative index counts from the end, and an out-of-range one is clamped, as JAX's is."""
+    extent = x.ty.extent(axis)
+    index = ops.select(ops.compare("lt", index, 0), ops.add(index, extent), index)
+    x = ops.dynamic_slice(x, {axis: index}, {axis: 1})
+    return ops.reshape(x, x.ty.without([axis]).named_extents)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import inspect
 import weakref
@@ -480,9 +481,14 @@ def _argument_ranges(treedef: Any) -> list[range]:
 
 
 def _wrt_leaves(
-    transform: str, argnums: int | tuple[int, ...], leaves: list[Any], treedef: Any
+    transform: str,
+    argnums: int | tuple[int, ...],
+    leaves: list[Any],
+    treedef: Any,
+    allow_int: bool = False,
 ) -> list[int]:
-    """The leaf indices of the arguments `argnums`; each must hold floating-point arrays."""
+    """The leaf indices of the arguments `argnums`; each must hold floating-point arrays
+    (or, with `allow_int`, any arrays)."""
     ranges = _argument_ranges(treedef)
     numbers = _argnums_tuple(transform, argnums)
     for number in numbers:
@@ -496,12 +502,13 @@ def _wrt_leaves(
         if not is_array(leaves[i]):
             where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
             raise non_array_leaf(f"accy.{transform}: {where} (in argnums={argnums!r})", leaves[i])
-        if not leaves[i].ty.dtype.is_float:
+        if not leaves[i].ty.dtype.is_float and not allow_int:
             where = argument_path(leaf_paths(unflatten(treedef, leaves))[i])
             raise TransformError(
                 f"accy.{transform}: the gradient with respect to {where} "
-                f"({leaves[i].ty}) does not exist: it is not floating-point; convert it, or "
-                f"move it to an argument outside argnums={argnums!r}"
+                f"({leaves[i].ty}) does not exist: it is not floating-point; convert it, "
+                f"move it to an argument outside argnums={argnums!r}, or pass allow_int=True "
+                "for a zero gradient"
             )
     return chosen
 
@@ -531,7 +538,8 @@ def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[An
     if loss.ty.rank != 0:
         raise GradientRequiresScalarOutput(
             f"accy.{transform}: the function must return a scalar (rank 0), but it returned "
-            f"{loss.ty}; reduce it (e.g. .sum() or .mean()), or use accy.vjp"
+            f"{loss.ty}; reduce it (e.g. .sum() or .mean()), or use accy.jacrev for its Jacobian "
+            "or accy.vjp for a vector-Jacobian product"
         )
     if not loss.ty.dtype.is_float:
         raise TransformError(
@@ -544,11 +552,14 @@ def _check_scalar_output(transform: str, output: Any, has_aux: bool) -> tuple[An
 class Differentiated(_Shared):
     """The function behind `accy.grad(fn)` and `accy.value_and_grad(fn)`."""
 
-    def __init__(self, fn: Callable, argnums, has_aux: bool, with_value: bool):
+    def __init__(
+        self, fn: Callable, argnums, has_aux: bool, with_value: bool, allow_int: bool = False
+    ):
         self.fn = fn
         self.argnums = argnums
         self.has_aux = has_aux
         self.with_value = with_value
+        self.allow_int = allow_int
         self.transform = "value_and_grad" if with_value else "grad"
         self.staged = Staged(self._build, static_scalars=True)
         self.numbers = _argnums_tuple(self.transform, argnums)
@@ -567,7 +578,9 @@ class Differentiated(_Shared):
         """`args` with the Python floats of the arguments in argnums as f32 scalars (and their
         Python ints refused); arguments without Python scalars are left as they are."""
         count, converted = len(args), list(args)
-        to_array = functools.partial(_scalar_to_array, transform=self.transform)
+        to_array = functools.partial(
+            _scalar_to_array, transform=self.transform, allow_int=self.allow_int
+        )
         try:
             for i, a in enumerate(args):
                 if (i in self.numbers or i - count in self.numbers) and _holds_python_scalars(a):
@@ -577,7 +590,9 @@ class Differentiated(_Shared):
         return tuple(converted)
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
-        wrt = _wrt_leaves(self.transform, self.argnums, leaves, treedef)
+        chosen = _wrt_leaves(self.transform, self.argnums, leaves, treedef, self.allow_int)
+        wrt = [i for i in chosen if leaves[i].ty.dtype.is_float]
+        integral = [i for i in chosen if not leaves[i].ty.dtype.is_float]  # zero gradients
         traced = trace(
             self.fn,
             leaves,
@@ -610,6 +625,7 @@ class Differentiated(_Shared):
             if self.has_aux:
                 aux = unflatten(aux_def, _as_list(call_keeping_ids(b, aux_part, params)))
             by_leaf = dict(zip(wrt, grads, strict=True))
+            by_leaf.update((i, b.full(leaves[i].ty, 0)) for i in integral)
             trees = [unflatten(arg_defs[n], [by_leaf[i] for i in ranges[n]]) for n in numbers]
             grads_tree = trees[0] if isinstance(self.argnums, int) else tuple(trees)
             value = (loss, aux) if self.has_aux else loss
@@ -642,16 +658,19 @@ def _holds_python_scalars(tree: Any) -> bool:
     return not kinds.isdisjoint(PYTHON_SCALARS)
 
 
-def _scalar_to_array(leaf: Any, transform: str = "grad") -> Any:
+def _scalar_to_array(leaf: Any, transform: str = "grad", allow_int: bool = False) -> Any:
     """A Python float differentiated as an f32 scalar; a Python int or bool is refused, as
-    JAX's grad refuses integer inputs."""
+    JAX's grad refuses integer inputs (or, with `allow_int`, an i32 or bool scalar)."""
     if type(leaf) is float:
         return np.float32(leaf)
+    if allow_int and type(leaf) in (int, bool):
+        return np.bool_(leaf) if type(leaf) is bool else np.int32(leaf)
     if type(leaf) in PYTHON_SCALARS:
         raise TransformError(
             f"accy.{transform}: an argument to differentiate is the Python {type(leaf).__name__} "
             f"{leaf!r}; gradients need floating-point inputs: pass {float(leaf)!r} (or "
-            "np.float32(...)), or move it out of argnums"
+            "np.float32(...)), move it out of argnums, or pass allow_int=True for a zero "
+            "gradient"
         )
     return leaf
 
@@ -666,13 +685,22 @@ def _outputs_part(source: Program, start: int, stop: int) -> Program:
     return Program(source.name, source.operations, source.outputs[start:stop], source.value_types)
 
 
-def grad(fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, **kwargs: Any):
+def grad(
+    fn: Callable | Program,
+    *args: Any,
+    argnums=0,
+    has_aux: bool = False,
+    allow_int: bool = False,
+    **kwargs: Any,
+):
     """The gradient of a scalar-valued function with respect to its argument(s) `argnums`.
 
     `accy.grad(fn)` returns a function with `fn`'s arguments whose result has the tree
     structure of argument `argnums` (a tuple of such trees when `argnums` is a tuple); with
-    `has_aux=True`, `fn` returns `(value, aux)` and the result is `(gradient, aux)`. Given a
-    Program, `accy.grad(program, wrt=...)` is `accy.gradient.grad`: the gradient Program.
+    `has_aux=True`, `fn` returns `(value, aux)` and the result is `(gradient, aux)`. With
+    `allow_int=True`, integer and bool leaves of `argnums` are allowed, their gradients zeros of
+    their own dtype (JAX's float0 zeros). Given a Program, `accy.grad(program, wrt=...)` is
+    `accy.gradient.grad`: the gradient Program.
 
     >>> import accy, numpy as np
     >>> def loss(params, x):
@@ -690,13 +718,18 @@ def grad(fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, *
     _check_callable(fn, "grad")
     return _memoized(
         fn,
-        ("grad", _hashable_argnums("grad", argnums), has_aux),
-        lambda: Differentiated(fn, argnums, has_aux, with_value=False),
+        ("grad", _hashable_argnums("grad", argnums), has_aux, allow_int),
+        lambda: Differentiated(fn, argnums, has_aux, with_value=False, allow_int=allow_int),
     )
 
 
 def value_and_grad(
-    fn: Callable | Program, *args: Any, argnums=0, has_aux: bool = False, **kwargs: Any
+    fn: Callable | Program,
+    *args: Any,
+    argnums=0,
+    has_aux: bool = False,
+    allow_int: bool = False,
+    **kwargs: Any,
 ):
     """Like `grad`, returning `(value, gradient)` (`((value, aux), gradient)` with `has_aux`).
     Given a Program, it is `accy.gradient.value_and_grad`.
@@ -713,8 +746,8 @@ def value_and_grad(
     _check_callable(fn, "value_and_grad")
     return _memoized(
         fn,
-        ("value_and_grad", _hashable_argnums("value_and_grad", argnums), has_aux),
-        lambda: Differentiated(fn, argnums, has_aux, with_value=True),
+        ("value_and_grad", _hashable_argnums("value_and_grad", argnums), has_aux, allow_int),
+        lambda: Differentiated(fn, argnums, has_aux, with_value=True, allow_int=allow_int),
     )
 
 
@@ -970,18 +1003,91 @@ def vjp(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kwargs: 
     if kwargs:
         raise TransformError(f"accy.vjp of a function takes has_aux= only, got {', '.join(kwargs)}")
     output, aux = _forward(fn, primals, "vjp", has_aux)
-    backward = _memoized(fn, ("vjp", has_aux), lambda: _Vjp(fn, has_aux))
+    vjp_fn = VjpFunction(tuple(primals), fn, has_aux)
+    return (output, vjp_fn, aux) if has_aux else (output, vjp_fn)
 
-    def vjp_fn(*cotangents: Any) -> tuple:
+
+# The functions vjp and linearize return are trees whose leaves are the primals (and whose
+# function is static): like JAX's (tree_util.Partial), they can be returned from and passed
+# to jitted functions. Their backward and forward passes recompute from the primals.
+
+
+@dataclasses.dataclass(eq=False)
+class VjpFunction:
+    """What `accy.vjp` returns: `f_vjp(cotangent)` is one cotangent tree per primal."""
+
+    primals: tuple
+    fn: Callable = dataclasses.field(metadata={"static": True})
+    has_aux: bool = dataclasses.field(default=False, metadata={"static": True})
+
+    def __call__(self, *cotangents: Any) -> tuple:
         if len(cotangents) != 1:
             raise TransformError(
-                f"accy.vjp: the function returned for {_name(fn)!r} takes one cotangent tree "
-                f"(the output's structure), but was called with {len(cotangents)} arguments; "
-                "pass a tuple for a function that returns several outputs"
+                f"accy.vjp: the function returned for {_name(self.fn)!r} takes one cotangent "
+                f"tree (the output's structure), but was called with {len(cotangents)} "
+                "arguments; pass a tuple for a function that returns several outputs"
             )
-        return tuple(backward.staged((tuple(primals), cotangents[0])))
+        backward = _memoized(self.fn, ("vjp", self.has_aux), lambda: _Vjp(self.fn, self.has_aux))
+        return tuple(backward.staged((self.primals, cotangents[0])))
 
-    return (output, vjp_fn, aux) if has_aux else (output, vjp_fn)
+
+@dataclasses.dataclass(eq=False)
+class JvpFunction:
+    """What `accy.linearize` returns: `f_jvp(*tangents)` is the output's tangent."""
+
+    primals: tuple
+    fn: Callable = dataclasses.field(metadata={"static": True})
+    has_aux: bool = dataclasses.field(default=False, metadata={"static": True})
+
+    def __call__(self, *tangents: Any) -> Any:
+        # The forward pass printed the function's debug_print values: the tangents' calls drop them.
+        forward = _memoized(
+            self.fn, ("linearize", self.has_aux), lambda: _Jvp(self.fn, self.has_aux, "drop")
+        )
+        return forward(self.primals, tangents)[1]
+
+
+def fwd_and_bwd(
+    fn: Callable, argnums: int | Sequence[int], has_aux: bool = False
+) -> tuple[Callable, Callable]:
+    """`jax.fwd_and_bwd`: `fwd(*args)` is `(fn(*args), residuals)` (`(output, residuals, aux)`
+    with `has_aux`), and `bwd(residuals, cotangent)` the tuple of cotangents of the arguments
+    `argnums`; both are jitted, so a training loop traces each once. The residuals are the
+    arguments themselves: accy's backward pass recomputes what it needs from the primals (as
+    the function `accy.vjp` returns does), so they cross jit boundaries as arrays.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.ones((2, 2), np.float32), ("i", "k"))
+    >>> w = accy.named(np.ones((2, 3), np.float32), ("k", "j"))
+    >>> fwd, bwd = accy.fwd_and_bwd(lambda x, w: x.contract(w, "k"), argnums=(0, 1))
+    >>> y, residuals = fwd(x, w)
+    >>> ct_x, ct_w = bwd(residuals, y)
+    >>> ct_w.shape, ct_w.array.tolist()[0]
+    ({'k': 2, 'j': 3}, [4.0, 4.0, 4.0])
+    """
+    _check_callable(fn, "fwd_and_bwd")
+    numbers = _argnums_tuple("fwd_and_bwd", argnums)
+
+    def forward(*args: Any) -> tuple:
+        if has_aux:
+            output, aux = _aux_pair("fwd_and_bwd", fn(*args))
+            return output, args, aux
+        return fn(*args), args
+
+    def backward(residuals: tuple, cotangent: Any) -> tuple:
+        for number in numbers:
+            if not -len(residuals) <= number < len(residuals):
+                raise TransformError(
+                    f"accy.fwd_and_bwd: argnums={argnums!r}, but the function was called with "
+                    f"{len(residuals)} positional argument{'s' if len(residuals) != 1 else ''}"
+                )
+        pullback = vjp(fn, *residuals, has_aux=has_aux)[1]
+        cotangents = pullback(cotangent)
+        return tuple(cotangents[number] for number in numbers)
+
+    forward.__name__ = f"fwd_{_name(fn)}"
+    backward.__name__ = f"bwd_{_name(fn)}"
+    return jit(forward), jit(backward)
 
 
 def linearize(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kwargs: Any):
@@ -1002,13 +1108,19 @@ def linearize(fn: Callable | Program, *primals: Any, has_aux: bool = False, **kw
         raise TransformError(
             f"accy.linearize of a function takes has_aux= only, got {', '.join(kwargs)}"
         )
-    forward = _memoized(fn, ("linearize", has_aux), lambda: _Jvp(fn, has_aux, prints="drop"))
     output, aux = _forward(fn, primals, "linearize", has_aux)
-
-    def f_jvp(*tangents: Any) -> Any:
-        return forward(primals, tangents)[1]
+    f_jvp = JvpFunction(tuple(primals), fn, has_aux)
 
     return (output, f_jvp, aux) if has_aux else (output, f_jvp)
 
 
-__all__ = ["Jitted", "grad", "jit", "jvp", "linearize", "value_and_grad", "vjp"]
+__all__ = [
+    "Jitted",
+    "fwd_and_bwd",
+    "grad",
+    "jit",
+    "jvp",
+    "linearize",
+    "value_and_grad",
+    "vjp",
+]

@@ -130,6 +130,18 @@ class NamedArray(ArrayOps):
         host = _host_array(self.array)
         return host if dtype is None else host.astype(dtype)
 
+    def block_until_ready(self) -> NamedArray:
+        """This array, once the work that computes it has finished (`jax.Array`'s method): a
+        GPU call returns when its kernels are queued.
+
+        >>> import accy, numpy as np
+        >>> x = accy.named(np.ones(2, np.float32), "i")
+        >>> x.block_until_ready() is x
+        True
+        """
+        self.device.synchronize()
+        return self
+
     def item(self) -> Any:
         """The one element of a scalar (rank-0) array, as a Python number."""
         if self.ty.rank != 0:

@@ -20,6 +20,7 @@ import itertools
 import logging
 import operator
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -313,9 +314,9 @@ class TracedArray(Value):
         return AccyError(
             f"{conversion} of the traced value {self.ty} (%{self.index} of "
             f"{self.builder.name!r}) needs a concrete value, which it has not while its "
-            "function is being traced (inside accy.jit, accy.grad, ...): convert its dtype "
-            "with x.convert(accy.i32) and keep it an array, or make the value a static "
-            "argument (static_argnames=...)"
+            "function is being traced (inside accy.jit, accy.grad, ...): keep it an array "
+            "(x.convert(accy.i32) changes its dtype; accy.where and accy.cond choose by it), "
+            "or make the value a static argument (static_argnames=...)"
         )
 
     def item(self) -> Any:
@@ -691,6 +692,10 @@ def without_collection() -> Iterator[None]:
 
 _noted = threading.Event()
 
+# Each trace and each compile of a transformed function, at DEBUG level (JAX's log_compiles):
+# logging.getLogger("accy.compile").setLevel(logging.DEBUG) with a handler shows them.
+COMPILE_LOG = logging.getLogger("accy.compile")
+
 
 def _note_forgotten_signature(name: str, bound: Any) -> None:
     """Say once per process that a function's table of traced signatures is full: a function
@@ -742,8 +747,11 @@ class Staged:
         entry = self.cache.get(key)
         if entry is None:
             self.traces += 1
+            start = time.perf_counter()
             with without_collection():
                 entry = self.build(list(leaves), treedef)
+            elapsed = 1e3 * (time.perf_counter() - start)
+            COMPILE_LOG.debug("accy: traced %r in %.1f ms", entry.program.name, elapsed)
             if not entry.foreign:
                 if len(self.cache) >= (limit(self.cache.bound) or len(self.cache) + 1):
                     _note_forgotten_signature(entry.program.name, self.cache.bound)
@@ -851,8 +859,15 @@ class Staged:
         held = entry.compiled.get(device)
         run = None if held is None else held()
         if run is None:  # not compiled yet, or released by the executables cache
+            start = time.perf_counter()
             with without_collection():
                 run = array_call(compile_program(entry.program, device, donate=entry.donate))
+            COMPILE_LOG.debug(
+                "accy: compiled %r for %s in %.1f ms",
+                entry.program.name,
+                device.name,
+                1e3 * (time.perf_counter() - start),
+            )
             entry.compiled[device] = weakref.ref(run)
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
         outputs = run(*arrays, *entry.captured_arrays[device])
@@ -1023,6 +1038,21 @@ def record_print(builder: Any, text: str, structure_of: Any, leaves: Sequence[An
     builder.prints.append((text, structure_of, template, arrays))
 
 
+def block_until_ready(tree: Any) -> Any:
+    """`tree`, once the work computing its NamedArrays has finished (`jax.block_until_ready`):
+    each device they are on is waited for once; other leaves pass through.
+
+    >>> import accy, numpy as np
+    >>> tree = {"x": accy.named(np.ones(2, np.float32), "i"), "n": 4}
+    >>> accy.block_until_ready(tree) is tree
+    True
+    """
+    devices = {leaf.device for leaf in flatten(tree)[0] if isinstance(leaf, NamedArray)}
+    for device in devices:
+        device.synchronize()
+    return tree
+
+
 __all__ = [
     "Entry",
     "FunctionBuilder",
@@ -1030,6 +1060,7 @@ __all__ = [
     "Staged",
     "Statics",
     "as_array_leaf",
+    "block_until_ready",
     "flatten",
     "inline",
     "leaf_paths",

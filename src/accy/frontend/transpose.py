@@ -8,6 +8,7 @@ arguments has no transpose rule: that is an error naming it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..transforms.linearize import Linearized
 from ..transforms.pullback import pullback
 from ..transforms.simplify import simplify
 from .errors import TransformError
-from .functions import _as_list, _check_callable, _name
+from .functions import _as_list, _check_callable, _memoized, _name
 from .named import named_scalar
 from .tracing import NAMESPACE, Entry, Staged, argument_path, flatten, leaf_paths, structure, trace
 
@@ -98,7 +99,26 @@ def linear_transpose(fn: Callable | Any, *primals: Any) -> Any:
         tuple(primals),
         namespace=NAMESPACE,
     )
-    return _Transposed(fn, as_arrays)
+    _Transposed(fn, as_arrays)  # checks the primals now, as JAX does
+    return TransposedFunction(as_arrays, fn)
+
+
+@dataclasses.dataclass(eq=False)
+class TransposedFunction:
+    """What `accy.linear_transpose` returns: `f_t(cotangent)` is one cotangent tree per primal.
+    A tree whose leaves are the primals (only their types are read) and whose function is
+    static, so that, like JAX's, it can be returned from and passed to jitted functions."""
+
+    primals: tuple
+    fn: Callable = dataclasses.field(metadata={"static": True})
+
+    def __call__(self, cotangent: Any) -> tuple:
+        leaves, treedef = flatten(self.primals)
+        signature = (treedef, tuple(getattr(leaf, "ty", None) for leaf in leaves))
+        transposed = _memoized(
+            self.fn, ("linear_transpose", signature), lambda: _Transposed(self.fn, self.primals)
+        )
+        return transposed(cotangent)
 
 
 __all__ = ["linear_transpose"]

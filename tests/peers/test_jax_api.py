@@ -691,7 +691,7 @@ def test_vmap_inconsistent_sizes_error_message():
 
 
 @translates("APITest.test_issue1372")
-def test_issue1372():
+def test_second_derivative_blocks_in_every_mode():
     def f(x, u):
         return (x * x).sum() + (u * u).sum()
 
@@ -752,7 +752,7 @@ def test_fwd_and_bwd():
     y, residuals = fwd(x, w)
     cot_x, cot_w = bwd(residuals, cot_out)
     close((y, cot_x, cot_w), (expected_y, *expected_cots))
-    fwd(x, w), bwd(residuals, cot_out)  # traced once each: no new trace for the same types
+    fwd(x, w), bwd(residuals, cot_out)  # the same types: each stays traced once
     assert fwd.traces == bwd.traces == 1
     fwd, bwd = accy.fwd_and_bwd(lambda x, w: (f(x, w), x.sum()), argnums=1, has_aux=True)
     y, residuals, aux = fwd(x, w)
@@ -812,7 +812,7 @@ def test_vjp_too_many_args():
 
 
 @translates("APITest.test_issue_871")
-def test_issue_871():
+def test_linearize_tangent_of_another_type():
     t = accy.named(
         np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32), ("i", "j"), device="reference"
     )
@@ -1565,7 +1565,7 @@ def test_vmap_in_axes_leaf_types():
 
 
 @translates("APITest.test_vmap_unbatched_object_passthrough_issue_183")
-def test_vmap_unbatched_object_passthrough_issue_183():
+def test_vmap_unbatched_object_passthrough():
     def fun(f, x):
         return f(x)
 
@@ -1574,7 +1574,7 @@ def test_vmap_unbatched_object_passthrough_issue_183():
 
 
 @translates("APITest.test_vmap_mismatched_axis_sizes_error_message_issue_705")
-def test_vmap_mismatched_axis_sizes_error_message_issue_705():
+def test_vmap_mismatched_axis_sizes_error_message():
     xs = batch_of(RNG.normal(size=(10, 4)), "r", "c")
     us = batch_of(RNG.normal(size=(10, 2)), "r", "k")
 

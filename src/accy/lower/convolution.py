@@ -253,5 +253,12 @@ def geometry(op: Operation) -> ConvGeometry:
 
 
 def cpu_scratch(op: Operation) -> tuple[tuple[str, int], ...]:
-    """The workspace a kept conv's CPU step needs (names and bytes)."""
+    """The workspace a kept conv's CPU step needs (names and bytes).
+
+    >>> import accy
+    >>> types = [accy.spec(accy.f32, n=2, w=5, c=3), accy.spec(accy.f32, w=3, c=3, o=4)]
+    >>> p = accy.trace.define("c", types, lambda b, a: a[0].conv(a[1], ["w"], "c", "o"))
+    >>> cpu_scratch(p.operations[-1])
+    (('patches', 216), ('weights', 576))
+    """
     return geometry(op).scratch()

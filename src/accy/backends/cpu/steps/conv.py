@@ -8,10 +8,11 @@ added into the part's partial result, and the partials are summed in part order 
 The elements of paired axes (groups, a vmapped kernel) are convs of their own, run in turn on
 their slices.
 
-The multiplication: f32 where the compiler targets AVX-512, register-blocked micro-kernels of
-our own (`rows`: a block of patch rows times a band of kernel columns, an accumulator register
-per row and vector of columns; `columns`: a block of outputs times a band of patch columns),
-fused multiply-adds; the AVX2 BLAS this project's machines run reaches half of that. Otherwise
+The multiplication: in f32 (16-bit floats converted as they are gathered) where the compiler
+targets AVX-512, register-blocked micro-kernels of our own (`rows`: a block of patch rows times
+a band of kernel columns, an accumulator register per row and vector of columns; `columns`: a
+block of outputs times a band of patch columns), fused multiply-adds; the AVX2 BLAS this
+project's machines run reaches half of that. Otherwise
 BLAS GEMMs (f64, or a machine without AVX-512), or plain loops where no BLAS was found. Each
 result element is summed in one order, fixed by the shape: the threads never change it.
 """

@@ -314,6 +314,17 @@ class _CustomFunction:
     def _trace_rule(self, signature: _Signature, name: str, rule: Callable, trees: tuple):
         """Trace `rule(*trees)` (trees of traced values and static leaves), once per signature."""
         found = signature.rule_programs.get(name)
+        ended = [
+            c for c in signature.closed if getattr(getattr(c, "builder", None), "finished", False)
+        ]
+        if found is None and ended:
+            raise TransformError(
+                f"the {self.kind} rule of {_name(self.fn)!r} is traced only now, as it is "
+                f"differentiated (a call made inside another rule is not traced ahead), but "
+                f"{_name(self.fn)!r} closes over a value of the trace {ended[0].builder.name!r}, "
+                "which has ended (JAX raises UnexpectedTracerError here): pass the value as an "
+                "argument"
+            )
         if found is None:
             leaves, treedef = flatten((trees, {}))
             found = signature.rule_programs[name] = trace(

@@ -4,10 +4,10 @@ computed in the same run (or, where JAX raises for something accy supports, the 
 value or JAX's equivalent formulation, said in the test).
 
 JAX's 218 cases here (test methods; a parametrized one counted once; CustomJVP3Test and
-CustomVJP3Test repeat the base classes' cases under other JAX modes): 138 translated, 80 not
-applicable. As 129 test functions (some JAX cases merged, a few checks of accy's own errors
-and behaviour added), 133 tests once parametrized: 132 in the default run, 1 slow; the
-not-applicable cases are 80 skipped tests, each with its reason (custom_vjp's symbolic zeros,
+CustomVJP3Test repeat the base classes' cases under other JAX modes): 139 translated, 79 not
+applicable. As 131 test functions (some JAX cases merged, a few checks of accy's own errors
+and behaviour added), 135 tests once parametrized: 134 in the default run, 1 slow; the
+not-applicable cases are 79 skipped tests, each with its reason (custom_vjp's symbolic zeros,
 float0, jaxpr text, collectives, with_logs, JAX internals, Python control flow on traced
 values, jvp of custom_vmap...).
 """
@@ -640,10 +640,12 @@ def test_custom_jvp_rule_closing_over_its_own_call_on_a_traced_value_is_an_error
         g.defjvp(lambda primals, tangents: (g(x), 2.0 * primals[0]))
         return g(1.0)
 
-    with pytest.raises(accy.AccyError):
-        accy.jvp(f, (scalar(3.0),), (scalar(1.0),))
-    with pytest.raises(accy.AccyError):
-        accy.grad(f)(scalar(3.0))
+    for differentiate in (
+        lambda: accy.jvp(f, (scalar(3.0),), (scalar(1.0),)),
+        lambda: accy.grad(f)(scalar(3.0)),
+    ):
+        with pytest.raises(accy.TransformError, match="rule of 'g' is traced only now.*'f'"):
+            differentiate()
 
 
 @translates("CustomJVPTest.test_nondiff_argnames")
@@ -2642,3 +2644,17 @@ def test_custom_vjp_without_outputs_under_vmap_and_scan():
         return api.scan(scan_body, api.vec(np.ones(5)), 3)  # JAX's case: 100 steps
 
     same(case)
+
+
+def test_zero_from_primal_and_closure_convert_errors():
+    with pytest.raises(accy.TransformError, match="zero_from_primal: 'a' is not an array"):
+        accy.zero_from_primal(("a",))
+    close(accy.zero_from_primal(scalar(2.0)), 0.0)
+
+    def check(x, z):
+        converted, consts = accy.closure_convert(lambda c: c * z, x)
+        with pytest.raises(accy.TransformError, match=r"a const of type f32\[\] was given"):
+            converted(x, accy.named(np.zeros(2, np.float32), "n", device=R))
+        return converted(x, *consts)
+
+    close(accy.jit(check, device=R)(scalar(2.0), scalar(3.0)), 6.0)

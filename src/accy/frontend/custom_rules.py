@@ -194,6 +194,24 @@ class _Signature:
             leaves[position] = value
         return unflatten(self.treedef, leaves)[0]
 
+    def batched_stand_ins(self, axis: str, extent: int, batched: Sequence[bool]) -> list:
+        """Stand-ins for the array leaves, those that `batched` marks with `axis` first."""
+        parameters = [self.leaves[i] for i in self.arrays]
+        return [
+            NamedArray(None, p.ty.with_axes(((axis, extent), *p.ty.named_extents)), "reference")
+            if b
+            else p
+            for p, b in zip(parameters, batched, strict=True)
+        ]
+
+    def batched_flags(self, batched: Sequence[bool]) -> list:
+        """`batched` (one flag per array leaf) as one tree of flags per positional argument,
+        False for the static leaves."""
+        flags = [False] * len(self.leaves)
+        for position, b in zip(self.arrays, batched, strict=True):
+            flags[position] = b
+        return list(unflatten(self.treedef, flags)[0])
+
     def tangent_trees(self, values: Sequence[Any]) -> tuple:
         """Like `primal_trees`, with None for the static leaves."""
         leaves: list[Any] = [None] * len(self.leaves)
@@ -296,6 +314,17 @@ class _CustomFunction:
     def _trace_rule(self, signature: _Signature, name: str, rule: Callable, trees: tuple):
         """Trace `rule(*trees)` (trees of traced values and static leaves), once per signature."""
         found = signature.rule_programs.get(name)
+        ended = [
+            c for c in signature.closed if getattr(getattr(c, "builder", None), "finished", False)
+        ]
+        if found is None and ended:
+            raise TransformError(
+                f"the {self.kind} rule of {_name(self.fn)!r} is traced only now, as it is "
+                f"differentiated (a call made inside another rule is not traced ahead), but "
+                f"{_name(self.fn)!r} closes over a value of the trace {ended[0].builder.name!r}, "
+                "which has ended (JAX raises UnexpectedTracerError here): pass the value as an "
+                "argument"
+            )
         if found is None:
             leaves, treedef = flatten((trees, {}))
             found = signature.rule_programs[name] = trace(
@@ -311,7 +340,7 @@ class _CustomFunction:
         argument tree), with its rules mapped the same way: another custom function."""
         raise NotImplementedError
 
-    def _batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis) -> Any:
+    def _batch_mapped(self, signature: _Signature, j: int, e: Any, operands, batched, axis):
         """vmap of a call: one call of the mapped function (whose rules are the mapped rules,
         so the call keeps its custom derivative); None (one call per example, in a scan) when
         the call reads values it closed over."""
@@ -336,43 +365,31 @@ class _CustomFunction:
         return outputs[j] if isinstance(outputs, tuple) else outputs
 
     def _batched_call(self, signature: _Signature, axis: str, extent: int, batched) -> Any:
-        if True:
-            parameters = [signature.leaves[i] for i in signature.arrays]
-            stand_ins = [
-                NamedArray(None, p.ty.with_axes(((axis, extent), *p.ty.named_extents)), "reference")
-                if b
-                else p
-                for p, b in zip(parameters, batched, strict=True)
-            ]
-            flags = [False] * len(signature.leaves)
-            for position, b in zip(signature.arrays, batched, strict=True):
-                flags[position] = b
-            mapped = self.batched(axis, list(unflatten(signature.treedef, flags)[0]))
-            leaves, treedef = flatten((signature.primal_trees(stand_ins), {}))
-            traced = trace(
-                lambda *t: mapped(*_unwrapped(t)), leaves, treedef, f"vmap_{_name(self.fn)}"
-            )
-            if traced.captured:  # it read values of a trace: one call per example instead
-                return None
-            return traced
+        """The mapped function traced on the batched arguments (None if it reads values of a
+        trace: then one call per example instead)."""
+        mapped = self.batched(axis, signature.batched_flags(batched))
+        stand_ins = signature.batched_stand_ins(axis, extent, batched)
+        leaves, treedef = flatten((signature.primal_trees(stand_ins), {}))
+        name = f"vmap_{_name(self.fn)}"
+        traced = trace(lambda *t: mapped(*_unwrapped(t)), leaves, treedef, name)
+        return None if traced.captured else traced
 
-    def _mapped(self, fn: Callable, axis: str, flags: list, leading: int = 0) -> Callable:
-        """`fn` mapped over `axis`: its nondiff arguments (after `leading` others given as
-        is) are closed over, the others mapped where `flags` marks them."""
+    def _mapped(self, fn: Callable, axis: str, flags: list) -> Callable:
+        """`fn` mapped over `axis`: its nondiff arguments closed over, the others mapped where
+        `flags` (one tree per positional argument) marks them."""
         nondiff = set(self.nondiff_argnums)
 
         def mapped(*args: Any) -> Any:
-            fixed, rest = args[:leading], args[leading:]
-            diff = [i for i in range(len(rest)) if i not in nondiff]
+            diff = [i for i in range(len(args)) if i not in nondiff]
 
             def per_example(*values: Any) -> Any:
-                full = list(rest)
+                full = list(args)
                 for i, v in zip(diff, values, strict=True):
                     full[i] = v
-                return fn(*fixed, *full)
+                return fn(*full)
 
             in_axes = tuple(_in_axes(flags[i]) for i in diff)
-            return vmap(per_example, axis, in_axes=in_axes)(*(rest[i] for i in diff))
+            return vmap(per_example, axis, in_axes=in_axes)(*(args[i] for i in diff))
 
         return mapped
 
@@ -583,7 +600,7 @@ class CustomJvp(_CustomFunction):
         return {
             "jvp": functools.partial(self._jvp, signature, j),
             "symbolic_zeros": self.symbolic_zeros,
-            "batch": functools.partial(self._batch, signature, j),
+            "batch": functools.partial(self._batch_mapped, signature, j),
         }
 
     def batched(self, axis: str, flags: list) -> CustomJvp:
@@ -725,7 +742,7 @@ class CustomVjp(_CustomFunction):
         return {
             "vjp": functools.partial(self._vjp, signature, j),
             "forward": functools.partial(self._forward, signature, j),
-            "batch": functools.partial(self._batch, signature, j),
+            "batch": functools.partial(self._batch_mapped, signature, j),
         }
 
     def batched(self, axis: str, flags: list) -> CustomVjp:
@@ -1006,17 +1023,8 @@ class CustomVmap(_CustomFunction):
             return found
         rule, fn_name = self.vmap_rule, _name(self.fn)
         rule_name = getattr(rule, "__name__", "rule")
-        parameters = [signature.leaves[i] for i in signature.arrays]
-        stand_ins = [
-            NamedArray(None, p.ty.with_axes(((axis, extent), *p.ty.named_extents)), "reference")
-            if b
-            else p
-            for p, b in zip(parameters, batched, strict=True)
-        ]
-        flags = [False] * len(signature.leaves)
-        for position, b in zip(signature.arrays, batched, strict=True):
-            flags[position] = b
-        in_batched = list(unflatten(signature.treedef, flags)[0])
+        stand_ins = signature.batched_stand_ins(axis, extent, batched)
+        in_batched = signature.batched_flags(batched)
         out_types = signature.program.output_types
 
         def run_rule(*trees: Any) -> list:

@@ -35,7 +35,7 @@ from .blas import Blas
 from .toolchain import cpu_identity
 
 CACHE = cache.Cache("gemm")
-VERSION = "accy-gemm-3"
+VERSION = "accy-gemm-2"
 # -O2: a third of -O3's compile time (it is part of a cold first call); the micro-kernel's
 # loops over its rows are unrolled by pragmas, so that its accumulators stay in registers.
 FLAGS = ("-O2", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-pipe", "-nostdlib")
@@ -170,13 +170,7 @@ static void store(v16 acc[MR][2], Target t, int64_t i0, int64_t j0, int64_t rows
             for (int64_t j = w; j < NR; ++j) to[j] = 0;                                       \
           }                                                                                   \
         }                                                                                     \
-      } else if (w == NR) { /* B(p, j) is b[j * ldb + p]: the panel's rows written whole */ \
-        const T *from = b + (j0 + q) * ldb + p0;                                              \
-        for (int64_t p = 0; p < kc; ++p) {                                                    \
-          _Pragma("GCC unroll 32") for (int64_t j = 0; j < NR; ++j)                           \
-            panel[p * NR + j] = LOAD(from[j * ldb + p]);                                      \
-        }                                                                                     \
-      } else {                                                                                \
+      } else { /* B(p, j) is b[j * ldb + p] */                                                \
         for (int64_t j = 0; j < w; ++j) {                                                     \
           const T *from = b + (j0 + q + j) * ldb + p0;                                        \
           for (int64_t p = 0; p < kc; ++p) panel[p * NR + j] = LOAD(from[p]);                 \
@@ -188,14 +182,6 @@ static void store(v16 acc[MR][2], Target t, int64_t i0, int64_t j0, int64_t rows
   }                                                                                           \
   static void pack_a_##suffix(int trans, const T *a, int64_t lda, int64_t i0, int64_t rows,   \
                               int64_t p0, int64_t kc, float *restrict out) {                 \
-    if (!trans && rows == MR) { /* the panel's rows (one step of k each) written whole */    \
-      const T *from = a + i0 * lda + p0;                                                      \
-      for (int64_t p = 0; p < kc; ++p) {                                                      \
-        _Pragma("GCC unroll 12") for (int64_t i = 0; i < MR; ++i)                             \
-          out[p * MR + i] = LOAD(from[i * lda + p]);                                          \
-      }                                                                                       \
-      return;                                                                                 \
-    }                                                                                         \
     if (!trans) {                                                                             \
       for (int64_t i = 0; i < rows; ++i) {                                                    \
         const T *from = a + (i0 + i) * lda + p0;                                              \

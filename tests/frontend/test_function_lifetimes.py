@@ -1,6 +1,7 @@
-"""A function given to `accy.jit`, `grad`, `value_and_grad`, `jvp`, `vjp` or `linearize` lives as
-long as its caller keeps it (or the transformed function): once both are gone, it and what it
-closes over are freed, as a training loop that makes a closure per step over its batch needs."""
+"""A function given to `accy.jit`, `grad`, `value_and_grad`, `jvp`, `vjp`, `linearize`, `jacrev`,
+`jacfwd` or `hessian` lives as long as its caller keeps it (or the transformed function): once
+both are gone, it and what it closes over are freed, as a training loop that makes a closure per
+step over its batch needs."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ TRANSFORMS = {
     "jvp": lambda loss, w: accy.jvp(loss, (w,), (w,)),
     "vjp": lambda loss, w: accy.vjp(loss, w)[1](accy.named(np.float32(1.0), (), device=R)),
     "linearize": lambda loss, w: accy.linearize(loss, w)[1](w),
+    "jacrev": lambda loss, w: accy.jacrev(loss)(w),
+    "jacfwd": lambda loss, w: accy.jacfwd(loss)(w),
+    "hessian": lambda loss, w: accy.hessian(loss)(w),
 }
 
 

@@ -58,8 +58,19 @@ class TracedTransform:
     scalars and hashable values outside `argnums` stay Python values; floats in `argnums` are
     differentiated as f32 and ints there refused, as `accy.grad` does."""
 
-    def __init__(self, compute: Callable, name: str, transform: str, numbers: tuple[int, ...]):
+    def __init__(
+        self,
+        compute: Callable,
+        fn: Callable,
+        bound: tuple,
+        name: str,
+        transform: str,
+        numbers: tuple[int, ...],
+    ):
+        # `compute(fn, *bound, *args, **kwargs)`; `fn` apart, so that the memo holds it weakly
         self.compute = compute
+        self.fn = fn
+        self.bound = bound
         self.name = name
         self.transform = transform
         self.numbers = numbers
@@ -76,7 +87,8 @@ class TracedTransform:
 
     def _build(self, leaves: list[Any], treedef: Any) -> Entry:
         # the transforms `compute` is built from decide what its debug_print calls print
-        traced = trace(self.compute, leaves, treedef, self.name, prints=True)
+        compute = functools.partial(self.compute, self.fn, *self.bound)
+        traced = trace(compute, leaves, treedef, self.name, prints=True)
         entry = Entry(simplify(traced.program), traced.out_treedef, traced.captured, traced.foreign)
         entry.prints = traced.prints
         return entry
@@ -232,7 +244,9 @@ def _transform(kind: str, compute: Callable, fn: Callable, argnums: Any, has_aux
         fn,
         key,
         lambda: TracedTransform(
-            functools.partial(compute, fn, argnums, has_aux, kind, *extra),
+            compute,
+            fn,
+            (argnums, has_aux, kind, *extra),
             f"{kind}_{_name(fn)}",
             kind,
             numbers,

@@ -177,6 +177,13 @@ def grad_with_rules(
     The rules are consulted first, then the custom call's `accy.CustomCall` record. A custom
     call without either raises `CustomCallRequiresJvpContract` or
     `CustomCallRequiresVjpContract`, naming its target.
+
+    Without rules it is `grad` (a custom call's rules: `tests/autodiff/test_grad_zig.py`):
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=2)], lambda b, a: a[0].sin().sum())
+    >>> accy.reference.run(accy.grad_with_rules(p), [np.zeros(2, np.float32)])[-1].tolist()
+    [1.0, 1.0]
     """
     return grad_with(source, wrt, {"jvp": jvp_rules, "vjp": vjp_rules})
 

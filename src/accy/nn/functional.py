@@ -56,6 +56,11 @@ def stop_gradient(x: Value) -> Value:
 
     Softmax and logsumexp use it on the max they subtract: the result does not depend on that
     shift, so differentiating through it would only add work.
+
+    >>> import accy, numpy as np
+    >>> f = lambda x: (x * accy.nn.stop_gradient(x)).sum()
+    >>> accy.grad(f)(accy.named(np.array([1.0, 3.0], np.float32), "n")).array.tolist()
+    [1.0, 3.0]
     """
     return x.builder.unary("stop_gradient", x)
 
@@ -299,7 +304,14 @@ def causal_mask(
 
 
 def one_hot(builder, indices: Value, axis: str, extent: int, dtype) -> Value:
-    """A `dtype` tensor with a new axis `axis` that is 1 where its position equals the index."""
+    """A `dtype` tensor with a new axis `axis` that is 1 where its position equals the index.
+
+    >>> import accy, numpy as np
+    >>> p = accy.trace.define("one_hot", [accy.spec(accy.i32, token=2)],
+    ...                       lambda b, a: accy.nn.one_hot(b, a[0], "vocab", 3, accy.f32))
+    >>> accy.reference.run(p, [np.array([2, 0], np.int32)])[0].tolist()
+    [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+    """
     positions = builder.iota(
         TensorType(indices.dtype, (*indices.ty.named_extents, (axis, extent))), axis
     )

@@ -199,7 +199,12 @@ class Adam(TreeOptimizer):
 
 
 def initial_state(optimizer, parameters: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Zeros for every state slot of every parameter, flattened in parameter order."""
+    """Zeros for every state slot of every parameter, flattened in parameter order.
+
+    >>> import accy, numpy as np
+    >>> [s.shape for s in initial_state(accy.optim.Adam(), [np.ones((2, 3), np.float32)])]
+    [(2, 3), (2, 3)]
+    """
     return [
         np.zeros(np.shape(p), _state_dtype(p)) for p in parameters for _ in range(optimizer.slots)
     ]

@@ -996,7 +996,14 @@ def unitwise_norm(x: Any, axes: Any = None) -> Any:
 
 
 def unitwise_clip(g_norm: Any, max_norm: Any, grad: Any, div_eps: float = 1e-6) -> Any:
-    """`grad` scaled down to `max_norm` where its unit norm `g_norm` exceeds it."""
+    """`grad` scaled down to `max_norm` where its unit norm `g_norm` exceeds it.
+
+    >>> import accy, numpy as np
+    >>> g = accy.named(np.array([3.0, 4.0], np.float32), "n")
+    >>> norm = accy.named(np.array([5.0, 5.0], np.float32), "n")
+    >>> unitwise_clip(norm, 1.0, g).array.tolist()
+    [0.6000000238418579, 0.800000011920929]
+    """
     wide = _wide(grad)
     clipped = wide * (max_norm / g_norm.max(div_eps))
     return grad.builder.select(g_norm < max_norm, wide, clipped).convert(grad.dtype)

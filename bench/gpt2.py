@@ -252,9 +252,14 @@ def jax_step(s: Scale, device: str, dtype: str = "f32"):
 
 
 def run_jax(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+    return timed_jax_steps(jax_step(s, device, dtype), steps, device)
+
+
+def timed_jax_steps(step, steps: int, device: str) -> dict:
+    """`timed_steps` of a JAX step, with the device's peak memory on a GPU."""
     import jax
 
-    result = timed_steps(jax_step(s, device, dtype), steps)
+    result = timed_steps(step, steps)
     stats = jax.devices()[0].memory_stats() if device == "cuda" else None
     if stats:
         result["peak_device_bytes"] = stats.get("peak_bytes_in_use")
@@ -328,9 +333,13 @@ def torch_step(s: Scale, device: str, dtype: str = "f32", compiled: bool = True)
 
 
 def run_torch(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+    return timed_torch_steps(torch_step(s, device, dtype), steps, device)
+
+
+def timed_torch_steps(step, steps: int, device: str) -> dict:
+    """`timed_steps` of a PyTorch step, with the peak memory allocated on a GPU."""
     import torch
 
-    step = torch_step(s, device, dtype)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     result = timed_steps(step, steps)

@@ -45,7 +45,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bench.gpt2 import GPU_PEAK_FLOPS, _host, timed_steps
+from bench.gpt2 import (
+    GPU_PEAK_FLOPS,
+    _host,
+    _write,
+    batch,
+    timed_jax_steps,
+    timed_steps,
+    timed_torch_steps,
+)
 from bench.measure import run_captured
 
 LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 3e-4, 0.9, 0.95, 1e-8, 0.1
@@ -129,12 +137,6 @@ def initial_tensors(s: Scale, seed: int = 0) -> dict[str, np.ndarray]:
             values *= np.float32(0.02)
             tensors[name] = values
     return tensors
-
-
-def batch(s: Scale, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Random token ids {batch, token} and their next-token targets (int32)."""
-    stream = np.random.default_rng(seed).integers(0, s.vocab, (s.batch, s.tokens + 1), np.int32)
-    return stream[:, :-1].copy(), stream[:, 1:].copy()
 
 
 def model_parameters(s: Scale) -> int:
@@ -292,13 +294,7 @@ def jax_step(s: Scale, device: str, dtype: str = "bf16"):
 
 
 def run_jax(s: Scale, device: str, steps: int, dtype: str = "bf16") -> dict:
-    import jax
-
-    result = timed_steps(jax_step(s, device, dtype), steps)
-    stats = jax.devices()[0].memory_stats() if device == "cuda" else None
-    if stats:
-        result["peak_device_bytes"] = stats.get("peak_bytes_in_use")
-    return result
+    return timed_jax_steps(jax_step(s, device, dtype), steps, device)
 
 
 # -- PyTorch -------------------------------------------------------------------------------------
@@ -378,15 +374,7 @@ def torch_step(s: Scale, device: str, dtype: str = "bf16", compiled: bool = True
 
 
 def run_torch(s: Scale, device: str, steps: int, dtype: str = "bf16") -> dict:
-    import torch
-
-    step = torch_step(s, device, dtype)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    result = timed_steps(step, steps)
-    if device == "cuda":
-        result["peak_device_bytes"] = torch.cuda.max_memory_allocated()
-    return result
+    return timed_torch_steps(torch_step(s, device, dtype), steps, device)
 
 
 # -- the harness ---------------------------------------------------------------------------------
@@ -479,12 +467,6 @@ def _report(args: argparse.Namespace, s: Scale, peak: float | None, rows: list[d
         "peak_flops": peak,
         "results": rows,
     }
-
-
-def _write(path: str | None, report: dict) -> None:
-    if path:
-        with open(path, "w") as out:
-            json.dump(report, out, indent=2)
 
 
 def _print(report: dict) -> None:

@@ -4,12 +4,12 @@ computed in the same run (or, where JAX raises for something accy supports, the 
 value or JAX's equivalent formulation, said in the test).
 
 JAX's 218 cases here (test methods; a parametrized one counted once; CustomJVP3Test and
-CustomVJP3Test repeat the base classes' cases under other JAX modes): 139 translated, 79 not
-applicable. As 131 test functions (some JAX cases merged, a few checks of accy's own errors
-and behaviour added), 135 tests once parametrized: 134 in the default run, 1 slow; the
-not-applicable cases are 79 skipped tests, each with its reason (custom_vjp's symbolic zeros,
+CustomVJP3Test repeat the base classes' cases under other JAX modes): 144 translated, 74 not
+applicable. As 136 test functions (some JAX cases merged, a few checks of accy's own errors
+and behaviour added), 140 tests once parametrized: 139 in the default run, 1 slow; the
+not-applicable cases are 74 skipped tests, each with its reason (custom_vjp's symbolic zeros,
 float0, jaxpr text, collectives, with_logs, JAX internals, Python control flow on traced
-values, jvp of custom_vmap...).
+values...).
 """
 
 import collections
@@ -49,8 +49,8 @@ HIJAX = "JAX's hijax hi-typed primitives (VJPHiPrimitive, HiType): accy has no s
 AXIS_INDEX = "lax.axis_index under a named vmap axis: accy's vmap has no axis_index"
 STAGES = "JAX's staging internals (pe.lower_jaxpr2, eval_jaxpr_p)"
 VMAP_JVP = (
-    "accy lacks JAX's jvp of custom_vmap (a tangent batched by the rule's own JVP): accy "
-    "differentiates a custom_vmap function through the function itself"
+    "accy lacks JAX's out_axes checks on a jvp of custom_vmap (replicated tangents of a linear "
+    "rule, primals made batched by tangents): accy computes the primal by the call alone"
 )
 BATCH_MAP = "lax.map's batch_size: accy.map has no batch_size"
 COMPILE_TIME_EVAL = "jax.ensure_compile_time_eval: accy has no eager island inside jit"
@@ -1172,13 +1172,11 @@ NOT_APPLICABLE = {
     "CustomJVP3Test.test_expand_stages_call_without_inlining": STAGES,
     "CustomVJP3Test.test_expand_stages_call_without_inlining": STAGES,
     "CustomVJP3Test.test_jvp_error_symbolic_zeros": SYMBOLIC_ZEROS,
-    "CustomVmapTest.test_jvp_basic": VMAP_JVP,
-    "CustomVmapTest.test_jvp_closure": VMAP_JVP,
-    "CustomVmapTest.test_jvp_nary": VMAP_JVP,
-    "CustomVmapTest.test_jvp_extra_batched_tangents": VMAP_JVP,
-    "CustomVmapTest.test_jacfwd": VMAP_JVP,
-    "CustomVmapTest.test_jvp_extra_batched_primals": VMAP_JVP,
     "CustomVmapTest.test_jvp_extra_batched_primals_with_linear_vmap_rule": VMAP_JVP,
+    "CustomVmapTest.test_jvp_extra_batched_tangents": (
+        "accy lacks JAX's primal of a jvp of custom_vmap under vmap when only the tangents are "
+        "batched: JAX's is the rule's (cos), accy's the function's (sin); the tangents agree"
+    ),
     "CustomVmapTest.test_jvp_dataflow_violation": VMAP_JVP,
     "CustomVmapTest.test_batch_map_basic": BATCH_MAP,
     "CustomVmapTest.test_batch_map_pytrees": BATCH_MAP,
@@ -2658,3 +2656,108 @@ def test_zero_from_primal_and_closure_convert_errors():
         return converted(x, *consts)
 
     close(accy.jit(check, device=R)(scalar(2.0), scalar(3.0)), 6.0)
+
+
+# -- jvp of custom_vmap: the tangent under vmap is the rule's derivative ----------------------
+
+
+@translates("CustomVmapTest.test_jvp_basic")
+def test_custom_vmap_jvp():
+    def case(api):
+        seen = []
+        f = sin_batched_as_cos(api, seen)
+        f_jvp = lambda x, tx: api.jvp(f, (x,), (tx,))  # noqa: E731
+        xs = api.vec([0.0, 1.0, 2.0])
+        txs = 2.0 * xs
+        out = (
+            f_jvp(api.s(1.0), api.s(2.0)),
+            api.vmap(f_jvp)(xs, txs),
+            api.jvp(api.vmap(f), (xs,), (txs,)),
+        )
+        assert all(s == (3, [True]) for s in seen), seen
+        return out
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_jvp_closure")
+def test_custom_vmap_jvp_closure():
+    def case(api):
+        z = api.vec([2.0, 1.0, 3.0], ("k",))
+
+        @api.custom_vmap
+        def f(x):
+            return z + api.sin(x)
+
+        @f.def_vmap
+        def rule(axis_size, in_batched, xs):
+            if api is Jax:
+                return z + jnp.cos(xs)[:, None], in_batched[0]
+            return z + xs.cos(), in_batched[0]
+
+        f_jvp = lambda x, tx: api.jvp(f, (x,), (tx,))  # noqa: E731
+        xs = api.vec([0.0, 1.0, 2.0])
+        return (
+            f_jvp(api.s(1.0), api.s(2.0)),
+            api.vmap(f_jvp)(xs, 2.0 * xs),
+            api.jvp(api.vmap(f), (xs,), (2.0 * xs,)),
+        )
+
+    same(case)
+
+
+@translates("CustomVmapTest.test_jvp_nary")
+def test_custom_vmap_jvp_nary():
+    def case(api):
+        @api.custom_vmap
+        def f(x, y):
+            return api.sin(x) + y
+
+        @f.def_vmap
+        def rule(axis_size, in_batched, xs, ys):
+            assert axis_size == 3 and in_batched == [True, True]
+            return api.cos(xs) + ys, True
+
+        f_jvp = lambda x, y, tx, ty: api.jvp(f, (x, y), (tx, ty))  # noqa: E731
+        rows = 4.0 + np.arange(12.0).reshape(4, 3)
+        xs, ys, txs, tys = (api.vec(r) for r in rows)
+        return api.vmap(f_jvp)(xs, ys, txs, tys), api.jvp(api.vmap(f), (xs, ys), (txs, tys))
+
+    same(case)
+
+
+def unbatched_rule_sin(api, check=True):
+    @api.custom_vmap
+    def f(x):
+        return api.sin(x)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, xs):
+        assert axis_size == 3 and (in_batched == [False] or not check)
+        return api.cos(xs), in_batched[0]
+
+    return f
+
+
+@translates("CustomVmapTest.test_jacfwd")
+def test_custom_vmap_jacfwd():
+    f = unbatched_rule_sin(Api)
+    x = np.arange(3.0, dtype=np.float32) + 0.72
+    got = accy.jacfwd(lambda x: f(x).rename("n", "o"))(Api.vec(x))
+    close(got, jax.jacfwd(unbatched_rule_sin(Jax))(jnp.asarray(x)))  # -diag(sin x)
+
+
+@translates("CustomVmapTest.test_jvp_extra_batched_primals")
+def test_custom_vmap_jvp_batched_primals_only():
+    # JAX computes primal and tangent together, by the rule's JVP on one example (in_batched
+    # [False]) mapped over the batch; accy's primal is the call on the batched primals (the
+    # rule with in_batched [True]), its tangent the rule's JVP: the same values.
+    def case(api):
+        f = unbatched_rule_sin(api, check=api is Jax)
+        f_jvp = lambda x, tx: api.jvp(f, (x,), (tx,))  # noqa: E731
+        xs, tx = api.vec([0.0, 1.0, 2.0]), api.s(4.0)
+        if api is Jax:
+            return jax.vmap(f_jvp, in_axes=(0, None))(xs, tx)
+        return accy.vmap(f_jvp, "n", in_axes=(True, None))(xs, tx)
+
+    same(case)

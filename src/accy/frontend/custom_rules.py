@@ -22,7 +22,9 @@ once per signature into a Program and inlined where it is needed:
   Forward mode differentiates the function itself.
 - `custom_gradient`: a `custom_vjp` whose residuals are the arguments.
 - `custom_vmap`: the record's batching rule runs the traced `rule(axis_size, in_batched,
-  *args)` on the whole batch; differentiation goes through the function itself.
+  *args)` on the whole batch. Its tangent is a call of its own (the function's JVP), whose
+  batching rule is the JVP of the rule, as JAX's: under vmap a tangent is the rule's
+  derivative (the primal stays the call's); reverse mode transposes it.
   `sequential_vmap` is one without a rule: vmap calls it once per example.
 - `closure_convert`: a function's closed-over traced values as extra arguments, so that a
   rule (given the converted function as a nondiff argument) differentiates them.
@@ -57,6 +59,8 @@ from ..core.kinds.registry import Zero
 from ..custom import CustomCall, lookup, register
 from ..errors import AccyError
 from ..reference import run as reference_run
+from ..transforms.linearize import linearize
+from ..transforms.unroll import apply as unroll
 from .errors import TransformError
 from .functions import _check_callable, _name
 from .named import NamedArray, named_scalar
@@ -147,6 +151,7 @@ class _Signature:
         self.symbolic_outputs: dict[str, list[int]] = {}  # jvp rule name -> SymbolicZero leaves
         self.batched_calls: dict[tuple, Traced] = {}  # (axis, extent, batched) -> mapped call
         self.batched_calls_under_way: set[tuple] = set()
+        self.tangent_records: dict[int, CustomCall] = {}  # a custom_vmap's tangent calls
         self.prepared = False
         # Values of enclosing traces that the rules close over and the function does not:
         # extra operands of the call, after the function's captures (JAX lets a bwd close
@@ -1001,7 +1006,76 @@ class CustomVmap(_CustomFunction):
     def rule_for(self, signature: _Signature, j: int) -> dict[str, Any]:
         if self.sequential:  # a record without a batching rule runs in a scan per example
             return {}
-        return {"batch": functools.partial(self._batch, signature, j)}
+        rules = {"batch": functools.partial(self._batch, signature, j)}
+        if not signature.traced.captured:  # (else the function's own derivative)
+            rules["jvp"] = functools.partial(self._jvp_call, signature, j)
+        return rules
+
+    # Forward mode, as JAX's custom_vmap_jvp: the tangent is a custom call of its own, the
+    # function's JVP, whose batching rule is the JVP of the batching rule, so that a tangent
+    # under vmap is the rule's derivative.
+
+    def _jvp_call(self, signature: _Signature, j: int, e: Any, primals, tangents, result):
+        count = len(signature.arrays)
+        record = signature.tangent_records.get(j)
+        if record is None:
+            record = signature.tangent_records[j] = CustomCall(
+                f"{signature.records[j].target}.tangent",
+                1,
+                result_type=signature.program.output_types[j],
+                reference=functools.partial(self._tangent_reference, signature, j),
+                fallback=functools.partial(self._tangent_fallback, signature, j),
+                kernels={"cpu": _decline, "cuda": _decline},
+                batch=functools.partial(self._tangent_batch, signature, j),
+            )
+        if lookup(record.target, record.version) is not record:
+            register(record, replace=True)
+        return record.call(e, *primals[:count], *(e.instantiate(t) for t in tangents[:count]))
+
+    def _function_jvp(self, signature: _Signature) -> Any:
+        """The function's JVP program: (primals, tangents) -> (outputs, tangents)."""
+        found = signature.rule_programs.get("function_jvp")
+        if found is None:
+            count = len(signature.arrays)
+            found = linearize(unroll(signature.program), tuple(range(count))).program
+            signature.rule_programs["function_jvp"] = found
+        return found
+
+    def _tangent_fallback(self, signature: _Signature, j: int, *values: Any) -> Any:
+        outputs = values[0].builder.call(self._function_jvp(signature), list(values))
+        return outputs[len(signature.records) + j]
+
+    def _tangent_reference(self, signature: _Signature, j: int, *arrays: Any) -> Any:
+        return reference_run(self._function_jvp(signature), list(arrays))[
+            len(signature.records) + j
+        ]
+
+    def _tangent_batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis):
+        count, outputs = len(signature.arrays), len(signature.records)
+        primal_b, tangent_b = tuple(batched[:count]), tuple(batched[count:])
+        mutual = tuple(p and t for p, t in zip(primal_b, tangent_b, strict=True))
+        if any(mutual) and primal_b != tangent_b:
+            raise TransformError(
+                f"accy lacks the JVP of the custom_vmap function {_name(self.fn)!r} under vmap "
+                "with some arguments batched in both primal and tangent and others in only one"
+            )
+        extent = next(x.ty.extent(axis) for x, b in zip(operands, batched, strict=True) if b)
+        what = f"the custom_vmap rule of {_name(self.fn)!r}"
+        if any(mutual) or not any(batched):  # the rule on the batch, differentiated
+            rule = self._rule_program(signature, axis, extent, mutual)
+            constants = _closure_inputs(what, rule, e, signature.closed, [])
+            jvp = linearize(unroll(rule.program), tuple(range(count))).program
+            pulled = e.call(jvp, [*operands[:count], *constants, *operands[count:]])
+            return pulled[outputs + j]
+        # Batched primals or tangents only: the rule on one example, differentiated, and that
+        # mapped over the examples.
+        rule = self._rule_program(signature, axis, extent, (False,) * count, broadcast=False)
+        constants = _closure_inputs(what, rule, e, signature.closed, [])
+        jvp = linearize(unroll(rule.program), tuple(range(count))).program
+        in_axes = [*primal_b, *(False,) * len(constants), *tangent_b]
+        mapped = vmap(jvp, axis, in_axes=in_axes, size=extent)
+        pulled = e.call(mapped, [*operands[:count], *constants, *operands[count:]])
+        return pulled[outputs + j]
 
     def _batch(self, signature: _Signature, j: int, e: Any, operands, batched, axis) -> Any:
         count = len(signature.arrays)
@@ -1014,10 +1088,13 @@ class CustomVmap(_CustomFunction):
         outputs = e.call(traced.program, [*operands[:count], *constants])
         return outputs[j] if isinstance(outputs, tuple) else outputs
 
-    def _rule_program(self, signature: _Signature, axis: str, extent: int, batched: tuple):
+    def _rule_program(
+        self, signature: _Signature, axis: str, extent: int, batched: tuple, broadcast=True
+    ):
         """The rule traced on the arguments batched along `axis` as `batched` says, its
-        outputs all carrying `axis` first (an unbatched one broadcast)."""
-        name = f"vmap_{_name(self.fn)}"
+        outputs all carrying `axis` first (an unbatched one broadcast; with `broadcast`
+        False, none batched and none broadcast: the rule on one example)."""
+        name = f"vmap_{_name(self.fn)}" if broadcast else f"vmap_one_{_name(self.fn)}"
         found = signature.rule_programs.get((name, axis, extent, batched))
         if found is not None:
             return found
@@ -1050,6 +1127,12 @@ class CustomVmap(_CustomFunction):
                     f"{structure(out)} and {structure(out_batched)}"
                 ) from None
             leaves = flatten(out)[0]
+            if not broadcast:
+                flags = [True] * len(leaves) if any(flags) else flags
+                return [
+                    _mapped_first(leaf, t, axis, extent, flag, rule_name) if flag else leaf
+                    for leaf, t, flag in zip(leaves, out_types, flags, strict=True)
+                ]
             return [
                 _mapped_first(leaf, t, axis, extent, flag, rule_name)
                 for leaf, t, flag in zip(leaves, out_types, flags, strict=True)
@@ -1080,7 +1163,7 @@ def _mapped_first(leaf: Any, expected: Any, axis: str, extent: int, batched: boo
 def custom_vmap(fn: Callable) -> CustomVmap:
     """`fn` with a batching rule of its own (`jax.custom_batching.custom_vmap`): decorate, then
     give the rule with `@f.def_vmap`. Outside vmap the function runs; under `accy.vmap` the
-    rule runs once on the whole batch. Differentiation goes through the function itself.
+    rule runs once on the whole batch; a tangent under vmap is the rule's derivative.
 
     >>> import accy, numpy as np
     >>> @accy.custom_vmap

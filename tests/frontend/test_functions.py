@@ -80,6 +80,27 @@ def test_value_and_grad_and_argnums_tuple(mlp):
     assert set(g_params) == {"w1", "b1", "w2"}
 
 
+def test_grad_takes_argnums_and_has_aux_positionally_as_jax_does():
+    jax = pytest.importorskip("jax")
+    a, b = np.array([1.0, 2.0], np.float32), np.array([3.0, -1.0], np.float32)
+
+    def loss(x, y):
+        return (x * y * y).sum(), (x * y).sum()
+
+    x, y = (accy.named(v, ("lane",), device="reference") for v in (a, b))
+    got = accy.grad(loss, 1, True)(x, y)
+    expected = jax.grad(loss, 1, True)(a, b)
+    np.testing.assert_allclose(got[0].array, expected[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1].item(), expected[1], rtol=1e-6)
+    value, g = accy.value_and_grad(lambda x, y: loss(x, y)[0], (0, 1))(x, y)
+    j_value, j_g = jax.value_and_grad(lambda x, y: loss(x, y)[0], (0, 1))(a, b)
+    np.testing.assert_allclose(
+        [value.item(), *g[0].array, *g[1].array], [j_value, *j_g[0], *j_g[1]]
+    )
+    with pytest.raises(accy.TransformError, match="takes argnums= and has_aux= only"):
+        accy.grad(loss, 0, argnums=1)  # both ways at once: which is meant is unclear
+
+
 def test_has_aux_returns_the_aux_tree_unchanged():
     x = arr([1.0, 2.0, 3.0], ("lane",))
 

@@ -714,7 +714,7 @@ def grad(
     """
     if isinstance(fn, Program):
         return gradient.grad(fn, *args, **kwargs)
-    _function_only("grad", args, kwargs)
+    argnums, has_aux = _positional_options("grad", args, kwargs, argnums, has_aux)
     _check_callable(fn, "grad")
     return _memoized(
         fn,
@@ -742,7 +742,7 @@ def value_and_grad(
     """
     if isinstance(fn, Program):
         return gradient.value_and_grad(fn, *args, **kwargs)
-    _function_only("value_and_grad", args, kwargs)
+    argnums, has_aux = _positional_options("value_and_grad", args, kwargs, argnums, has_aux)
     _check_callable(fn, "value_and_grad")
     return _memoized(
         fn,
@@ -756,6 +756,19 @@ def _hashable_argnums(transform: str, argnums: Any) -> Any:
     a tuple of trees)."""
     numbers = _argnums_tuple(transform, argnums)
     return argnums if isinstance(argnums, int) else numbers
+
+
+def _positional_options(
+    transform: str, args: tuple, kwargs: dict, argnums: Any, has_aux: bool
+) -> tuple[Any, bool]:
+    """(argnums, has_aux), also as JAX's positional spelling `grad(fn, 1)` or `grad(fn, 1,
+    True)` takes them."""
+    if not args:
+        _function_only(transform, args, kwargs)
+        return argnums, has_aux
+    if len(args) > 2 or argnums != 0 or has_aux or kwargs:
+        _function_only(transform, args, kwargs)
+    return (*args, has_aux)[:2]
 
 
 def _function_only(transform: str, args: tuple, kwargs: dict) -> None:

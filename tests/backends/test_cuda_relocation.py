@@ -13,12 +13,11 @@ import pytest
 import accy
 from accy import bf16, f32, spec
 from accy.backends.cuda import compile_program
-from accy.backends.cuda.compile import MAX_UNITS, translation_units
+from accy.backends.cuda.compile import MAX_UNITS, cuda_plan, translation_units
 from accy.backends.cuda.kernels import Kernel, LevelPointer, Module
 from accy.backends.cuda.schedule import WORKSPACE, Address, Launch, Level, Schedule
 from accy.backends.cuda.steps import emit_plan
 from accy.kernel import toolchain
-from accy.lower.plan import build_plan
 
 from ..executors import needs_nvcc
 from .kind_programs import CASES
@@ -44,7 +43,7 @@ def _layers(count: int, width: int = 8):
 
 def _schedule(program, relocate: bool):
     """(module, schedule, plan) as `compile_program` makes them, relocated or not."""
-    plan = build_plan(program)
+    plan = cuda_plan(program)
     module = Module()
     code = emit_plan(module, plan, relocate=relocate)
     schedule = Schedule()

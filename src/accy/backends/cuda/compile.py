@@ -136,6 +136,18 @@ def compile_program(
     )
 
 
+def cuda_plan(program: Program) -> Plan:
+    """`program`'s plan for the GPU: cuDNN runs the convolutions it takes whole; the rest are
+    compositions.
+
+    >>> import accy
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, lane=4)], lambda b, a: a[0].exp().sum())
+    >>> [step.kind for step in cuda_plan(p).steps]
+    ['reduce']
+    """
+    return build_plan(program, dataclasses.replace(GPU, keep=cudnn_conv.layout_for))
+
+
 def build_fragment(
     program: Program, kernel_call_registry: Any = None, prefix: str = "accy_", batch: bool = True
 ) -> CompiledFragment:
@@ -146,8 +158,7 @@ def build_fragment(
     >>> build_fragment(p).kernels == compile_program(p).kernels
     True
     """
-    # cuDNN runs the convolutions it takes whole; the rest are compositions.
-    plan = build_plan(program, dataclasses.replace(GPU, keep=cudnn_conv.layout_for))
+    plan = cuda_plan(program)
     module = Module(kernel_call_registry, prefix)
     code = emit_plan(module, plan)
     schedule = Schedule()

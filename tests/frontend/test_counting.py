@@ -110,8 +110,8 @@ def test_bincount_counts_and_weights_match_jnp():
 
 def test_bincount_gradient_with_respect_to_weights():
     values = np.array([0, 2, 2, 1], np.int32)
-    x, w = accy.named(values, "t"), accy.named(floats(4), "t")
-    scale = accy.named(np.array([1.0, 2.0, 3.0], np.float32), "bin")
+    x, w = accy.named(values, "t", device="reference"), accy.named(floats(4), "t").to("reference")
+    scale = accy.named(np.array([1.0, 2.0, 3.0], np.float32), "bin", device="reference")
     got = accy.grad(lambda u: (accy.bincount(x, "bin", 3, weights=u) * scale).sum())(w)
     theirs = jax.grad(lambda u: (jnp.bincount(values, u, length=3) * scale.array).sum())(w.array)
     np.testing.assert_allclose(got.array, theirs)
@@ -134,19 +134,19 @@ def test_bincount_errors():
 # -- nonzero ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("size", [3, 9])
-def test_nonzero_matches_jnp(size):
+@pytest.mark.parametrize(("size", "device"), [(3, "reference"), (9, "cpu")])
+def test_nonzero_matches_jnp(size, device):
     data = np.array([[0, 1, 0], [2, 0, 0], [0, 3, 4]], np.int32)
     x = accy.named(data, ("row", "col"), device="reference")
-    expected = jnp.nonzero(data, size=size, fill_value=-1)
+    expected = [np.asarray(i) for i in jnp.nonzero(data, size=size, fill_value=-1)]
     for got in (
         accy.nonzero(x, "hit", size=size, fill_value=-1),
-        accy.jit(lambda a: accy.nonzero(a, "hit", size=size, fill_value=-1))(x.to("cpu")),
+        accy.jit(lambda a: accy.nonzero(a, "hit", size=size, fill_value=-1))(x.to(device)),
     ):
         assert [i.axes for i in got] == [("hit",), ("hit",)]
         for ours, theirs in zip(got, expected, strict=True):
             np.testing.assert_array_equal(ours.array, theirs)
-    flags = accy.named(data.ravel() > 1, "t")
+    flags = accy.named(data.ravel() > 1, "t", device="reference")
     (only,) = accy.nonzero(flags, "hit", size=4)
     np.testing.assert_array_equal(only.array, jnp.nonzero(data.ravel() > 1, size=4)[0])
 
@@ -194,9 +194,9 @@ def test_unique_slices_match_jnp_under_jit(size):
 
 def test_unique_float_values_and_their_gradient():
     data = np.array([0.5, -1.0, 0.5, 2.0, -1.0], np.float32)
-    x = accy.named(data, "t")
+    x = accy.named(data, "t", device="reference")
     weights = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
-    w = accy.named(weights, "u")
+    w = accy.named(weights, "u", device="reference")
     values = accy.unique(x, "u", 4, fill_value=0.0)
     np.testing.assert_array_equal(values.array, jnp.unique(data, size=4, fill_value=0.0))
     got = accy.grad(lambda a: (accy.unique(a, "u", 4, fill_value=0.0) * w).sum())(x)
@@ -226,3 +226,18 @@ def test_unique_errors():
         accy.unique(x, "row", 2)
     with pytest.raises(accy.AxisError, match="unique: x is a scalar"):
         accy.unique(accy.named(np.int32(1), ()), "u", 1)
+
+
+def test_counting_functions_under_vmap_match_jax_vmap():
+    data = np.array([[3, 1, 3, 0], [2, 2, 5, 2]], np.int32)
+    x = accy.named(data, ("b", "t"), device="reference")
+    got = accy.vmap(lambda a: accy.unique(a, "u", 3, return_counts=True), "b")(x)
+    expected = jax.vmap(lambda a: jnp.unique(a, size=3, return_counts=True))(data)
+    for ours, theirs in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(ours.transpose("b", "u").array, theirs)
+    (hits,) = accy.vmap(lambda a: accy.nonzero(a, "hit", size=3), "b")(x)
+    theirs = jax.vmap(lambda a: jnp.nonzero(a, size=3)[0])(data)
+    np.testing.assert_array_equal(hits.transpose("b", "hit").array, theirs)
+    counts = accy.vmap(lambda a: accy.bincount(a, "bin", 6), "b")(x)
+    theirs = jax.vmap(lambda a: jnp.bincount(a, length=6))(data)
+    np.testing.assert_array_equal(counts.transpose("b", "bin").array, theirs)

@@ -241,3 +241,11 @@ def test_counting_functions_under_vmap_match_jax_vmap():
     counts = accy.vmap(lambda a: accy.bincount(a, "bin", 6), "b")(x)
     theirs = jax.vmap(lambda a: jnp.bincount(a, length=6))(data)
     np.testing.assert_array_equal(counts.transpose("b", "bin").array, theirs)
+
+
+def test_unique_counts_nans_as_one_value_as_jnp():
+    data = np.array([np.nan, 1.0, np.nan, 0.5, 1.0], np.float32)
+    x = accy.named(data, "t", device="reference")
+    got = accy.unique(x, "u", 4, return_index=True, return_inverse=True, return_counts=True)
+    for ours, theirs in zip(got, _jnp_unique(data, 4), strict=True):
+        np.testing.assert_array_equal(ours.array, theirs)

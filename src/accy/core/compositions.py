@@ -93,7 +93,14 @@ class Compositions:
 
     def trace(self, x, axis1: str, axis2: str, offset: int = 0):
         """The sum of the diagonal of `x` over (`axis1`, `axis2`): the elements where
-        position(axis2) - position(axis1) == offset, summed over both axes (np.trace)."""
+        position(axis2) - position(axis1) == offset, summed over both axes (np.trace).
+
+        >>> import accy
+        >>> p = accy.trace.define("t", [accy.spec(accy.f32, r=2, c=2)],
+        ...                       lambda b, a: b.trace(a[0], "r", "c"))
+        >>> float(accy.reference.run(p, [[[1.0, 2.0], [3.0, 4.0]]])[0])
+        5.0
+        """
         self._require_axes("trace", x, [axis1, axis2])
         if axis1 == axis2:
             raise AxisError(

@@ -49,7 +49,14 @@ class Counting:
         the sum of `weights` at those elements), along the new axis `axis`, as
         `jnp.bincount(x, weights, length=extent)`: negative values count as 0, values >= extent
         are dropped. Counts are i32; weighted sums have the weights' dtype and differentiate
-        with respect to them."""
+        with respect to them.
+
+        >>> import accy
+        >>> p = accy.trace.define("b", [accy.spec(accy.i32, t=4)],
+        ...                       lambda b, a: b.bincount(a[0], "bin", 3))
+        >>> accy.reference.run(p, [[2, 0, 2, 9]])[0].tolist()
+        [1, 0, 2]
+        """
         self._check_output_axis("bincount", x, axis, extent)
         if x.ty.dtype not in (i32, i64):
             raise DTypeError(f"bincount: x must be an i32 or i64 array, got {x.ty}")
@@ -65,7 +72,14 @@ class Counting:
     def nonzero(self, x, axis: str, extent: int, fill_value: int = 0):
         """The positions of the nonzero elements of `x` in row-major order (`jnp.nonzero(x,
         size=extent, fill_value=...)`): a tuple of i32 arrays over the new axis `axis`, one per
-        axis of `x` in layout order; slots past the last nonzero element hold `fill_value`."""
+        axis of `x` in layout order; slots past the last nonzero element hold `fill_value`.
+
+        >>> import accy
+        >>> p = accy.trace.define("n", [accy.spec(accy.f32, t=4)],
+        ...                       lambda b, a: b.nonzero(a[0], "hit", 3, fill_value=-1))
+        >>> accy.reference.run(p, [[0.0, 2.0, 0.0, 5.0]])[0].tolist()
+        [1, 3, -1]
+        """
         self._check_output_axis("nonzero", x, axis, extent)
         if x.ty.rank == 0:
             raise AxisError("nonzero: x is a scalar; it needs at least one axis (as jnp.nonzero)")
@@ -102,7 +116,14 @@ class Counting:
         JAX), "index" (i32: the position of each value's first occurrence, along `along` or in
         the row-major order of `x`; unused slots repeat slot 0's), "inverse" (i32, with `x`'s
         axes, or just `along`: the slot of each element) and "counts" (i32: occurrences of each
-        value; 0 in unused slots)."""
+        value; 0 in unused slots).
+
+        >>> import accy
+        >>> p = accy.trace.define("u", [accy.spec(accy.i32, t=4)],
+        ...                       lambda b, a: b.unique(a[0], "u", 3)["inverse"])
+        >>> accy.reference.run(p, [[7, 5, 7, 7]])[0].tolist()
+        [1, 0, 1, 1]
+        """
         self._check_output_axis("unique", x, axis, extent)
         if along is not None:
             self._require_axes("unique", x, [along])
@@ -122,7 +143,13 @@ class Counting:
         order = self._lexicographic_order(rows, rows_axis, column_axis if columns else None)
         ranked = self.gather(self.unary("stop_gradient", rows), order, rows_axis)
         earlier = self.pad(self.slice(ranked, rows_axis, 0, max(n - 1, 0)), rows_axis, 1, 0, 0)
-        differs = self.convert(self.compare("ne", ranked, earlier), i32)
+        differs = self.compare("ne", ranked, earlier)
+        if ranked.ty.dtype.is_float:  # NaNs are equal to each other here, as jnp's equal_nan
+            both_nan = self.binary(
+                "and", self.compare("ne", ranked, ranked), self.compare("ne", earlier, earlier)
+            )
+            differs = self.binary("and", differs, self.unary("not", both_nan))
+        differs = self.convert(differs, i32)
         if columns:
             differs = self.reduce_max(differs, column_axis)
         first = self.compare("eq", self._positions(ranked, rows_axis), 0)

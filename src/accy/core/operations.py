@@ -404,7 +404,14 @@ class OpsApi(Compositions, Counting, Indexing, Windows):
     def masked(self, kind: str, x, where, identity):
         """`x` with `identity` where the bool mask `where` is False (`x` itself when `where` is
         None): the operand of a reduction with `where=`, as NumPy's. The mask's axes must be
-        among `x`'s (it is broadcast by name over the others)."""
+        among `x`'s (it is broadcast by name over the others).
+
+        >>> import accy
+        >>> p = accy.trace.define("m", [accy.spec(accy.f32, n=3), accy.spec(accy.bool_, n=3)],
+        ...                       lambda b, a: b.masked("sum", a[0], a[1], 0))
+        >>> accy.reference.run(p, [[1.0, 2.0, 3.0], [True, False, True]])[0].tolist()
+        [1.0, 0.0, 3.0]
+        """
         if where is None:
             return x
         if not hasattr(where, "ty") or where.ty.dtype != bool_:

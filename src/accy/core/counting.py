@@ -18,14 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import AxisError, DTypeError
+from .indexing import _fresh
 from .types import TensorType, bool_, i32, i64
-
-
-def _fresh(taken, base: str) -> str:
-    name = base
-    while name in taken:
-        name += "_"
-    return name
 
 
 class Counting:

@@ -70,6 +70,16 @@ def test_mean_sum_prod_where_match_jnp():
     assert np.isnan(x.mean("row", where=nothing).array).all()  # as jnp: 0 / 0
 
 
+def test_var_where_matches_jnp():
+    data = floats(5, 3)
+    mask = RNG.uniform(size=(5, 3)) > 0.3
+    x = accy.named(data, ("row", "col"), device="reference")
+    m = accy.named(mask, ("row", "col"), device="reference")
+    got = accy.var(x, "row", ddof=1, where=m)
+    np.testing.assert_allclose(got.array, jnp.var(data, axis=0, ddof=1, where=mask), rtol=1e-5)
+    np.testing.assert_allclose(accy.var(x, where=m).item(), jnp.var(data, where=mask), rtol=1e-5)
+
+
 def test_mean_where_under_jit_and_its_gradient():
     data = floats(4, 3)
     mask = RNG.uniform(size=(4, 3)) > 0.3

@@ -139,14 +139,17 @@ def clip(x: Any, lower: Any = None, upper: Any = None) -> Any:
     return x
 
 
-def var(x: Any, axes: str | Sequence[str] | None = None, ddof: int = 0) -> Any:
+def var(x: Any, axes: str | Sequence[str] | None = None, ddof: int = 0, where: Any = None) -> Any:
     """The variance over `axes` (names; None: every axis), the mean of the squared deviations
-    from the mean (`jnp.var`); `ddof` is subtracted from the count in the divisor.
+    from the mean (`jnp.var`); `ddof` is subtracted from the count in the divisor. With the
+    bool mask `where`, of the elements where it holds (`jnp.var(x, where=mask)`).
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.array([[1.0, 2.0, 3.0, 4.0]], np.float32), ("row", "col"))
     >>> accy.var(x, "col").array.tolist(), accy.var(x, ddof=1).item()
     ([1.25], 1.6666666269302368)
+    >>> accy.var(x, where=x < 3.5).item()
+    0.6666666865348816
     """
     if not hasattr(x, "ty") or not x.ty.dtype.is_float:
         got = x.ty if hasattr(x, "ty") else repr(x)
@@ -160,8 +163,13 @@ def var(x: Any, axes: str | Sequence[str] | None = None, ddof: int = 0) -> Any:
         count *= x.ty.extent(name)
     if count - ddof <= 0:
         raise AccyError(f"var: ddof={ddof} leaves no degrees of freedom over {count} elements")
-    deviation = x - x.mean(names)
-    return (deviation * deviation).sum(names) / float(count - ddof)
+    if where is None:
+        deviation = x - x.mean(names)
+        return (deviation * deviation).sum(names) / float(count - ddof)
+    ops = operations_of(x, where)
+    deviation = x - x.mean(names, where=where)
+    selected = ops.broadcast_to(ops.scalar(x.ty.dtype, 1), x.ty).sum(names, where=where)
+    return (deviation * deviation).sum(names, where=where) / (selected - float(ddof))
 
 
 def isclose(

@@ -5,8 +5,9 @@ two arrays neither of whose axes contain the other's; accy broadcasts by name to
 documented rule), so those sub-cases are not translated; hax.where's one-argument form is not
 either (accy lacks it).
 
-Haliax's 18 cases: 12 translated (one test each), 6 not applicable (operations accy lacks:
-trace, nonzero, unique and its shortcuts, bincount, mean's `where=`), one skipped test each.
+Haliax's 18 cases, all translated (one test each). Haliax's `hax.trace(x, a, b)` is the method
+`x.trace(a, b)` (accy.trace is the tracing module); its `Axis(name, size)` outputs are a name
+and `size=` (`length=` for bincount); its `unique(..., axis=A)` is `along=A`.
 """
 
 import jax.numpy as jnp
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 import accy
-from tests.peers.ledger import not_applicable_tests, translates
+from tests.peers.ledger import translates
 
 RNG = np.random.default_rng(0)
 SIZES = {"Height": 10, "Width": 3, "Depth": 4}
@@ -27,6 +28,17 @@ def uniform(*axes):
 
 def rearranged(x, *axes):
     return np.asarray(x.transpose(*axes).array)
+
+
+@translates("test_trace")
+def test_trace():
+    wide = uniform("Width", "Depth")
+    assert wide.trace("Width", "Depth").axes == ()
+    np.testing.assert_allclose(wide.trace("Width", "Depth").item(), jnp.trace(wide.array))
+    deep = uniform("Height", "Width", "Depth")
+    got = deep.trace("Width", "Depth")
+    assert got.axes == ("Height",)
+    np.testing.assert_allclose(got.array, jnp.trace(deep.array, axis1=1, axis2=2), rtol=1e-6)
 
 
 @translates("test_add")
@@ -159,12 +171,105 @@ def test_roll_bad_named_shift():
         arr.roll(shift, "H")
 
 
-NOT_APPLICABLE = {
-    "test_trace": "accy lacks a trace (diagonal sum) operation; accy.trace is the tracing module",
-    "test_nonzero": "accy lacks nonzero (with a size= bound)",
-    "test_unique": "accy lacks unique (with a size= bound and its index/inverse/count outputs)",
-    "test_unique_shortcuts": "accy lacks unique_values/unique_counts/unique_inverse/unique_all",
-    "test_bincount": "accy lacks bincount",
-    "test_mean_respects_where": "accy lacks the where= mask of its reductions",
-}
-test_not_applicable = not_applicable_tests(NOT_APPLICABLE)
+@translates("test_nonzero")
+@pytest.mark.parametrize("use_jit", [False, True])
+def test_nonzero(use_jit):
+    data = np.array([[0, 1, 0, 2], [3, 0, 4, 0], [0, 0, 5, 6]], np.int32)
+    arr = accy.named(data, ("Height", "Width"), device="reference")
+
+    def nonzero(a):
+        return accy.nonzero(a, "Nonzero", size=12, fill_value=-1)
+
+    i, j = accy.jit(nonzero)(arr) if use_jit else nonzero(arr)
+    ui, uj = jnp.nonzero(data, size=12, fill_value=-1)
+    assert i.axes == ("Nonzero",) and j.axes == ("Nonzero",)
+    np.testing.assert_array_equal(i.array, ui)
+    np.testing.assert_array_equal(j.array, uj)
+
+
+@translates("test_mean_respects_where")
+def test_mean_respects_where():
+    a = uniform("Height", "Width")
+    mask = RNG.uniform(size=(10, 3)) > 0.5
+    where = accy.named(mask, ("Height", "Width"), device="reference")
+    assert not bool(accy.isclose(a.mean(), a.mean(where=where)))
+    np.testing.assert_allclose(a.mean(where=where).item(), jnp.mean(a.array, where=mask), rtol=1e-6)
+    rows = RNG.uniform(size=10) > 0.5
+    where = accy.named(rows, "Height", device="reference")
+    assert not bool(accy.isclose(a.mean(), a.mean(where=where)))
+    expected = jnp.mean(a.array, where=rows.reshape((-1, 1)))
+    np.testing.assert_allclose(a.mean(where=where).item(), expected, rtol=1e-6)
+
+
+M = np.array([[1, 2], [2, 3], [1, 2]], np.int32)
+X = np.array([3, 4, 1, 3, 1], np.int32)
+
+
+@translates("test_unique")
+def test_unique():
+    m = accy.named(M, ("Height", "Width"), device="reference")
+    np.testing.assert_array_equal(accy.unique(m, "U", size=3).array, jnp.unique(M))
+    rows = accy.unique(m, "U2", size=2, along="Height")
+    np.testing.assert_array_equal(rows.array, jnp.unique(M, axis=0))
+    x = accy.named(X, "Height", device="reference")
+    values, indices = accy.unique(x, "U3", size=3, return_index=True)
+    expected_values, expected_indices = jnp.unique(X, return_index=True)
+    np.testing.assert_array_equal(values.array, expected_values)
+    np.testing.assert_array_equal(indices.array, expected_indices)
+    np.testing.assert_array_equal(values.array, x.gather(indices, "Height").array)
+    values, inverse = accy.unique(x, "U3", size=3, return_inverse=True)
+    np.testing.assert_array_equal(inverse.array, jnp.unique(X, return_inverse=True)[1])
+    values, inverse = accy.unique(m, "U3", size=3, along="Height", return_inverse=True)
+    rebuilt = values.gather(inverse, "U3").transpose("Height", "Width")
+    np.testing.assert_array_equal(rebuilt.array, M)
+    values, counts = accy.unique(x, "U3", size=3, return_counts=True)
+    np.testing.assert_array_equal(counts.array, jnp.unique(X, return_counts=True)[1])
+    values, counts = accy.unique(m, "U2", size=2, along="Height", return_counts=True)
+    expected_values, expected_counts = jnp.unique(M, axis=0, return_counts=True)
+    np.testing.assert_array_equal(values.array, expected_values)
+    np.testing.assert_array_equal(counts.array, expected_counts)
+
+
+def as_tuple(results):
+    return results if isinstance(results, tuple) else (results,)
+
+
+@translates("test_unique_shortcuts")
+def test_unique_shortcuts():
+    m = accy.named(M, ("Height", "Width"), device="reference")
+    x = accy.named(X, "Height1", device="reference")
+    pairs = [
+        (accy.unique_values(m, "U", 3), accy.unique(m, "U", 3)),
+        (accy.unique_counts(m, "U", 3), accy.unique(m, "U", 3, return_counts=True)),
+        (accy.unique_inverse(x, "U2", 3), accy.unique(x, "U2", 3, return_inverse=True)),
+        (
+            accy.unique_all(m, "U3", 2, along="Height"),
+            accy.unique(
+                m,
+                "U3",
+                2,
+                along="Height",
+                return_index=True,
+                return_inverse=True,
+                return_counts=True,
+            ),
+        ),
+    ]
+    for shortcut, full in pairs:
+        for ours, theirs in zip(as_tuple(shortcut), as_tuple(full), strict=True):
+            np.testing.assert_array_equal(ours.array, theirs.array)
+    all_results = jnp.unique_all(X)
+    for ours, theirs in zip(accy.unique_all(x, "U2", 3), all_results, strict=True):
+        np.testing.assert_array_equal(ours.array, theirs)
+
+
+@translates("test_bincount")
+def test_bincount():
+    data = np.array([0, 1, 1, 2, 3, 1], np.int32)
+    x = accy.named(data, "X", device="reference")
+    out = accy.bincount(x, "B", length=5)
+    assert out.axes == ("B",)
+    np.testing.assert_array_equal(out.array, jnp.bincount(data, length=5))
+    w = accy.arange("X", 6, dtype=accy.f32, device="reference")
+    expected = jnp.bincount(data, weights=w.array, length=5)
+    np.testing.assert_allclose(accy.bincount(x, "B", length=5, weights=w).array, expected)

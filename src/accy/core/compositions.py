@@ -91,6 +91,26 @@ class Compositions:
         """The upper triangle of `x` over (`rows`, `columns`): column - row >= k, else 0."""
         return self.triangle(x, rows, columns, k, lower=False)
 
+    def trace(self, x, axis1: str, axis2: str, offset: int = 0):
+        """The sum of the diagonal of `x` over (`axis1`, `axis2`): the elements where
+        position(axis2) - position(axis1) == offset, summed over both axes (np.trace).
+
+        >>> import accy
+        >>> p = accy.trace.define("t", [accy.spec(accy.f32, r=2, c=2)],
+        ...                       lambda b, a: b.trace(a[0], "r", "c"))
+        >>> float(accy.reference.run(p, [[[1.0, 2.0], [3.0, 4.0]]])[0])
+        5.0
+        """
+        self._require_axes("trace", x, [axis1, axis2])
+        if axis1 == axis2:
+            raise AxisError(
+                f"trace: axis1 and axis2 are both {axis1!r}; name two different axes of {x.ty}"
+            )
+        offsets = self.sub(self._positions(x, axis2), self._positions(x, axis1))
+        on_diagonal = self.compare("eq", offsets, int(offset))
+        kept = self.select(on_diagonal, x, self.zeros(TensorType(x.ty.dtype, ())))
+        return self.sum(kept, (axis1, axis2))
+
     def cumulative(self, x, op: str, axis: str, reverse: bool = False):
         """Inclusive cumulative `op` (sum, prod, max, min) along `axis`; from the end when
         `reverse`."""

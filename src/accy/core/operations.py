@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import AccyError, AxisError, DTypeError
 from .arrays import ConstantArray
 from .compositions import Compositions
+from .counting import Counting
 from .indexing import Indexing
 from .ir import Program, permute_parameters
 from .kinds.creation import normalize_scalar
@@ -45,7 +46,7 @@ def is_axis_argument(x: Any) -> bool:
     )
 
 
-class OpsApi(Compositions, Indexing, Windows):
+class OpsApi(Compositions, Counting, Indexing, Windows):
     """Named-axis operations over traced values; subclasses provide `emit`. The operations
     composed of others (flip, cumsum, dynamic_slice, argmax, ...) are in `Compositions`."""
 
@@ -362,12 +363,14 @@ class OpsApi(Compositions, Indexing, Windows):
             init = self.scalar(x.ty.dtype, init)
         return self.emit("reduce", [x, init], {"op": op, "axes": axes})
 
-    def sum(self, x, axes=None, accumulate: DType | None = None):
-        """Sum over `axes` (one name or several; all axes when None).
+    def sum(self, x, axes=None, accumulate: DType | None = None, where=None):
+        """Sum over `axes` (one name or several; all axes when None), of the elements where
+        the bool mask `where` holds when it is given (`masked`).
 
         f16 and bf16 are summed in f32 and the sum rounded once; `accumulate=accy.f32` keeps
         the f32 sum (the result is f32): the operand widened, exactly, in the same loop.
         """
+        x = self.masked("sum", x, where, 0)
         if accumulate is not None and accumulate != x.ty.dtype:
             x = self.convert(x, self._accumulation("sum", x, accumulate))
         return self.reduce(x, 0, "sum", axes)
@@ -394,15 +397,49 @@ class OpsApi(Compositions, Indexing, Windows):
     def reduce_min(self, x, axes=None):
         return self.reduce(x, _highest(x.ty.dtype), "min", axes)
 
-    def prod(self, x, axes=None):
-        return self.reduce(x, 1, "prod", axes)
+    def prod(self, x, axes=None, where=None):
+        """The product over `axes`, of the elements where the mask `where` holds if given."""
+        return self.reduce(self.masked("prod", x, where, 1), 1, "prod", axes)
+
+    def masked(self, kind: str, x, where, identity):
+        """`x` with `identity` where the bool mask `where` is False (`x` itself when `where` is
+        None): the operand of a reduction with `where=`, as NumPy's. The mask's axes must be
+        among `x`'s (it is broadcast by name over the others).
+
+        >>> import accy
+        >>> p = accy.trace.define("m", [accy.spec(accy.f32, n=3), accy.spec(accy.bool_, n=3)],
+        ...                       lambda b, a: b.masked("sum", a[0], a[1], 0))
+        >>> accy.reference.run(p, [[1.0, 2.0, 3.0], [True, False, True]])[0].tolist()
+        [1.0, 0.0, 3.0]
+        """
+        if where is None:
+            return x
+        if not hasattr(where, "ty") or where.ty.dtype != bool_:
+            got = where.ty if hasattr(where, "ty") else repr(where)
+            raise DTypeError(f"{kind}: where= must be a bool array (a mask), got {got}")
+        extra = [a for a in where.ty.axes if not x.ty.has(a)]
+        if extra:
+            raise AxisError(
+                f"{kind}: the mask {where.ty} has axes {extra} that {x.ty} lacks; a mask's axes "
+                f"must be among the operand's ({', '.join(x.ty.axes) or 'none'})"
+            )
+        for name in where.ty.axes:
+            if where.ty.extent(name) != x.ty.extent(name):
+                raise AxisError(
+                    f"{kind}: axis {name!r} has extent {where.ty.extent(name)} on the mask "
+                    f"{where.ty} but {x.ty.extent(name)} on {x.ty}"
+                )
+        kept = self.select(where, x, self.scalar(x.ty.dtype, identity))
+        return self.transpose(kept, x.ty.axes)
 
     def extreme_value(self, dtype: DType, lowest: bool):
         """The lowest (or highest) value of `dtype`: the identity of max (or min)."""
         return _lowest(dtype) if lowest else _highest(dtype)
 
-    def mean(self, x, axes=None, accumulate: DType | None = None):
-        """The mean over `axes`; floats only (an integer mean would truncate silently).
+    def mean(self, x, axes=None, accumulate: DType | None = None, where=None):
+        """The mean over `axes`; floats only (an integer mean would truncate silently). With
+        the bool mask `where`, the mean of the elements where it holds (NaN where none does,
+        as NumPy's `mean(where=)`).
 
         f16 and bf16 are summed and divided in f32, and rounded once; with `accumulate` the
         mean stays in that dtype.
@@ -414,9 +451,14 @@ class OpsApi(Compositions, Indexing, Windows):
                 f"mean needs a floating-point operand, got {x.ty}; convert it first, e.g. "
                 f"x.convert(accy.f32).mean(...)"
             )
-        count = int(np.prod([x.ty.extent(a) for a in axes], dtype=np.int64))
         wide = compute_dtype(x.ty.dtype) if accumulate is None else accumulate
-        mean = self.div(self.sum(x, axes, accumulate=wide), float(count))
+        total = self.sum(x, axes, accumulate=wide, where=where)
+        if where is None:
+            count = float(np.prod([x.ty.extent(a) for a in axes], dtype=np.int64))
+        else:
+            ones = self.full(TensorType(total.ty.dtype, ()), 1)
+            count = self.sum(self.broadcast_to(ones, x.ty), axes, where=where)
+        mean = self.div(total, count)
         return mean if accumulate is not None else self.convert(mean, x.ty.dtype)
 
     # -- contraction ------------------------------------------------------------------------

@@ -335,15 +335,38 @@ class ArrayOps:
         return self.builder.convert(self, dtype)
 
     # reductions
-    def sum(self, axes=None, accumulate: DType | None = None):
-        """Sum over one axis name or several (all when None); `accumulate` as `OpsApi.sum`."""
-        return self.builder.sum(self, axes, accumulate)
+    def sum(self, axes=None, accumulate: DType | None = None, where=None):
+        """Sum over one axis name or several (all when None); `accumulate` as `OpsApi.sum`;
+        with the bool mask `where` (its axes among this value's), only where it holds."""
+        return self.builder.sum(self, axes, accumulate, where)
 
-    def prod(self, axes=None):
-        return self.builder.prod(self, axes)
+    def prod(self, axes=None, where=None):
+        """The product over axes (all when None), only where the mask `where` holds if given."""
+        return self.builder.prod(self, axes, where)
 
-    def mean(self, axes=None, accumulate: DType | None = None):
-        return self.builder.mean(self, axes, accumulate)
+    def mean(self, axes=None, accumulate: DType | None = None, where=None):
+        """The mean over axes (all when None); with the bool mask `where`, the mean of the
+        elements where it holds (broadcast by name, as `jnp.mean(x, where=mask)`).
+
+        >>> import accy, numpy as np
+        >>> x = accy.named(np.array([[1.0, 2.0], [3.0, 6.0]], np.float32), ("row", "col"))
+        >>> x.mean("col", where=x > 1.5).array.tolist()
+        [2.0, 4.5]
+        """
+        return self.builder.mean(self, axes, accumulate, where)
+
+    def trace(self, axis1: str, axis2: str, offset: int = 0):
+        """The sum of the diagonal over two axes (`np.trace`, Haliax's `hax.trace(x, a1, a2)`):
+        the elements whose position along `axis2` minus that along `axis1` is `offset`, summed
+        over both axes, which the result loses. A method rather than a function because
+        `accy.trace` names the tracing module.
+
+        >>> import accy, numpy as np
+        >>> x = accy.named(np.arange(6.0, dtype=np.float32).reshape(2, 3), ("row", "col"))
+        >>> x.trace("row", "col").item(), x.trace("row", "col", offset=1).item()
+        (4.0, 6.0)
+        """
+        return self.builder.trace(self, axis1, axis2, offset)
 
     def reduce(self, init, op: str, axes=None):
         """Reduce `axes` with `op` (sum, max, min, prod) starting from the scalar `init`."""

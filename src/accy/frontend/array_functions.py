@@ -1,5 +1,7 @@
 """Array functions of the NumPy namespace over named arrays: `where`, `arange`, `clip`, `var`,
-`allclose`.
+`allclose`, and the counting and set functions `bincount`, `nonzero`, `unique` (and its
+`unique_values`/`unique_counts`/`unique_inverse`/`unique_all` shortcuts), whose data-dependent
+number of results is bounded by a named output axis of a given extent (JAX's `size=`).
 
 Each takes NamedArrays, traced values and Python scalars alike, and runs eagerly or records
 operations while tracing, as the methods of `NamedArray` do: the operation library is that of
@@ -137,14 +139,17 @@ def clip(x: Any, lower: Any = None, upper: Any = None) -> Any:
     return x
 
 
-def var(x: Any, axes: str | Sequence[str] | None = None, ddof: int = 0) -> Any:
+def var(x: Any, axes: str | Sequence[str] | None = None, ddof: int = 0, where: Any = None) -> Any:
     """The variance over `axes` (names; None: every axis), the mean of the squared deviations
-    from the mean (`jnp.var`); `ddof` is subtracted from the count in the divisor.
+    from the mean (`jnp.var`); `ddof` is subtracted from the count in the divisor. With the
+    bool mask `where`, of the elements where it holds (`jnp.var(x, where=mask)`).
 
     >>> import accy, numpy as np
     >>> x = accy.named(np.array([[1.0, 2.0, 3.0, 4.0]], np.float32), ("row", "col"))
     >>> accy.var(x, "col").array.tolist(), accy.var(x, ddof=1).item()
     ([1.25], 1.6666666269302368)
+    >>> accy.var(x, where=x < 3.5).item()
+    0.6666666865348816
     """
     if not hasattr(x, "ty") or not x.ty.dtype.is_float:
         got = x.ty if hasattr(x, "ty") else repr(x)
@@ -158,8 +163,13 @@ def var(x: Any, axes: str | Sequence[str] | None = None, ddof: int = 0) -> Any:
         count *= x.ty.extent(name)
     if count - ddof <= 0:
         raise AccyError(f"var: ddof={ddof} leaves no degrees of freedom over {count} elements")
-    deviation = x - x.mean(names)
-    return (deviation * deviation).sum(names) / float(count - ddof)
+    if where is None:
+        deviation = x - x.mean(names)
+        return (deviation * deviation).sum(names) / float(count - ddof)
+    ops = operations_of(x, where)
+    deviation = x - x.mean(names, where=where)
+    selected = ops.broadcast_to(ops.scalar(x.ty.dtype, 1), x.ty).sum(names, where=where)
+    return (deviation * deviation).sum(names, where=where) / (selected - float(ddof))
 
 
 def isclose(
@@ -201,4 +211,151 @@ def allclose(
     return isclose(a, b, rtol, atol, equal_nan).min()
 
 
-__all__ = ["allclose", "arange", "clip", "isclose", "operations_of", "var", "where"]
+def _operations_for(kind: str, x: Any) -> Any:
+    """The operation library of the array `x`, or a clear error when `x` is not an array."""
+    if not hasattr(x, "ty"):
+        raise AccyError(
+            f"{kind}: x must be a named array or a traced value, got {x!r}; name its axes "
+            "first: accy.named(array, ('axis0', ...))"
+        )
+    return operations_of(x)
+
+
+def bincount(x: Any, axis: str, length: int, weights: Any = None) -> Any:
+    """How often each value 0 .. length - 1 occurs in the integer array `x`, over the new axis
+    `axis` (`jnp.bincount(x, weights, length=length)`, Haliax's `hax.bincount(x, Axis)`); with
+    `weights` (an array with `x`'s axes), the sum of the weights of those elements instead,
+    differentiable with respect to them. Negative values count as 0; values >= length are
+    dropped. Every axis of `x` is counted over.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([0, 1, 1, 3], np.int32), "token")
+    >>> accy.bincount(x, "bin", length=3).array.tolist()
+    [1, 2, 0]
+    """
+    return _operations_for("bincount", x).bincount(x, axis, length, weights)
+
+
+def nonzero(x: Any, axis: str, size: int, fill_value: int = 0) -> tuple[Any, ...]:
+    """The positions of the nonzero (or True) elements of `x` in row-major order, as
+    `jnp.nonzero(x, size=size, fill_value=fill_value)`: one i32 array over the new axis `axis`
+    (of extent `size`) per axis of `x`, in layout order; slots past the last nonzero element
+    hold `fill_value`, and nonzero elements past `size` are dropped.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([[0, 5], [7, 0]], np.int32), ("row", "col"))
+    >>> [i.array.tolist() for i in accy.nonzero(x, "hit", size=3, fill_value=-1)]
+    [[0, 1, -1], [1, 0, -1]]
+    """
+    return _operations_for("nonzero", x).nonzero(x, axis, size, fill_value)
+
+
+def unique(
+    x: Any,
+    axis: str,
+    size: int,
+    *,
+    along: str | None = None,
+    return_index: bool = False,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    fill_value: Any = None,
+) -> Any:
+    """The sorted distinct elements of `x`, over the new axis `axis` of extent `size`, as
+    `jnp.unique(x, size=size, ...)`; with `along` (an axis name: JAX's and Haliax's `axis=`),
+    the distinct slices along that axis, sorted lexicographically. Unused slots hold
+    `fill_value` (by default the smallest value or slice, as JAX); distinct values past `size`
+    are dropped. The values differentiate (through a gather); the other outputs are i32.
+
+    Returns the values alone, or a tuple of the values and, in this order, what is asked for:
+    `return_index` (the position of each value's first occurrence: along `along`, or in the
+    row-major order of `x`), `return_inverse` (the slot of each element of `x`, with `x`'s
+    axes; or of each slice, over `along`), `return_counts` (the occurrences of each value).
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([3, 4, 1, 3, 1], np.int32), "token")
+    >>> values, counts = accy.unique(x, "u", size=3, return_counts=True)
+    >>> values.array.tolist(), counts.array.tolist()
+    ([1, 3, 4], [2, 2, 1])
+    """
+    results = _operations_for("unique", x).unique(x, axis, size, along, fill_value)
+    wanted = [
+        name
+        for name, asked in (
+            ("index", return_index),
+            ("inverse", return_inverse),
+            ("counts", return_counts),
+        )
+        if asked
+    ]
+    if not wanted:
+        return results["values"]
+    return (results["values"], *(results[name] for name in wanted))
+
+
+def unique_values(x: Any, axis: str, size: int, *, along: str | None = None) -> Any:
+    """The sorted distinct values of `x` over the new axis `axis` (`jnp.unique_values`):
+    `unique(x, axis, size, along=along)`.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([2, 1, 2], np.int32), "token")
+    >>> accy.unique_values(x, "u", size=2).array.tolist()
+    [1, 2]
+    """
+    return unique(x, axis, size, along=along)
+
+
+def unique_counts(x: Any, axis: str, size: int, *, along: str | None = None) -> tuple[Any, Any]:
+    """(values, counts) of `unique` (`jnp.unique_counts`).
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([2, 1, 2], np.int32), "token")
+    >>> [r.array.tolist() for r in accy.unique_counts(x, "u", size=2)]
+    [[1, 2], [1, 2]]
+    """
+    return unique(x, axis, size, along=along, return_counts=True)
+
+
+def unique_inverse(x: Any, axis: str, size: int, *, along: str | None = None) -> tuple[Any, Any]:
+    """(values, inverse) of `unique` (`jnp.unique_inverse`): `values.gather(inverse, axis)`
+    rebuilds `x`.
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([2, 1, 2], np.int32), "token")
+    >>> [r.array.tolist() for r in accy.unique_inverse(x, "u", size=2)]
+    [[1, 2], [1, 0, 1]]
+    """
+    return unique(x, axis, size, along=along, return_inverse=True)
+
+
+def unique_all(
+    x: Any, axis: str, size: int, *, along: str | None = None
+) -> tuple[Any, Any, Any, Any]:
+    """(values, index, inverse, counts) of `unique` (`jnp.unique_all`).
+
+    >>> import accy, numpy as np
+    >>> x = accy.named(np.array([2, 1, 2], np.int32), "token")
+    >>> [r.array.tolist() for r in accy.unique_all(x, "u", size=2)]
+    [[1, 2], [1, 0], [1, 0, 1], [1, 2]]
+    """
+    return unique(
+        x, axis, size, along=along, return_index=True, return_inverse=True, return_counts=True
+    )
+
+
+__all__ = [
+    "allclose",
+    "arange",
+    "bincount",
+    "clip",
+    "isclose",
+    "nonzero",
+    "operations_of",
+    "unique",
+    "unique_all",
+    "unique_counts",
+    "unique_inverse",
+    "unique_values",
+    "var",
+    "where",
+]

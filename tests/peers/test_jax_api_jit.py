@@ -757,6 +757,51 @@ def test_sum_of_closed_over_bools():
     assert accy.jit(lambda: mask.convert(accy.i32).sum())().item() == 32
 
 
+@translates("JitTest.test_disable_jit")
+def test_disable_jit():
+    def run_twice(jit, disable_jit):
+        effects = []
+
+        @jit
+        def f(x):
+            effects.append(1)
+            return x
+
+        with disable_jit():
+            f(2)
+            f(2)
+        inside = len(effects)
+        f(2)
+        f(2)
+        return inside, len(effects)
+
+    assert run_twice(accy.jit, accy.disable_jit) == run_twice(jax.jit, jax.disable_jit) == (2, 3)
+
+
+def test_disable_jit_runs_python_on_values_and_nests():
+    @accy.jit
+    def positive_part(x, scale):
+        total = x.sum()
+        print("total", total.item())  # a concrete value: only when run eagerly
+        return total * scale if total.item() > 0 else total * 0.0
+
+    @functools.partial(accy.jit, static_argnames="n")
+    def outer(x, n):
+        return positive_part(x, float(n))
+
+    x = vec([1.0, 2.0])
+    with accy.disable_jit():
+        assert outer(x, n=3).item() == 9.0
+        assert outer(-x, n=3).item() == 0.0
+        # jit again inside: the branch on a traced value fails
+        with accy.disable_jit(False), pytest.raises(accy.AccyError):
+            outer(x, n=3)
+        assert positive_part(x, 2.0).item() == 6.0
+    assert positive_part.traces == 1  # the one try under disable_jit(False), inside outer's
+    with pytest.raises(accy.AccyError):  # outside the block it is traced again
+        positive_part(x, 2.0)
+
+
 COMPILER_OPTIONS = "XLA compiler options (compiler_options=...): accy's compilers take none"
 TOKENS = "JAX's ordered-effect tokens: accy has no tokens"
 ARGS_INFO = "accy lacks Lowered.args_info (which inputs are donated)"
@@ -810,9 +855,6 @@ NOT_APPLICABLE = {
     "JitTest.test_lower_compile_with_compiler_options_multiple": COMPILER_OPTIONS,
     "JitTest.test_caches_depend_on_axis_env": (
         "pmap axis environments for psum: accy has no named-axis environment outside vmap"
-    ),
-    "JitTest.test_disable_jit": (
-        "accy lacks a disable_jit context (f.__wrapped__ is the function itself, run eagerly)"
     ),
     "JitTest.test_no_tracing": "accy lacks a no_tracing context (tracing is counted by .traces)",
     "JitTest.test_no_execution": "accy lacks a no_execution context",

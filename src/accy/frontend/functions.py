@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -310,6 +310,43 @@ class Jitted(_Shared):
             return f"<accy.jit of {self.fn!r}>"
         except Exception:  # the function's own repr failed, or the wrapper lost it
             return "<accy.jit>"
+
+
+_JIT_CALL = Jitted.__call__
+
+
+def _call_eagerly(self: Jitted, *args: Any, **kwargs: Any) -> Any:
+    """A jitted function's call under `disable_jit`: the Python function itself, run on the
+    arguments as given (static ones included)."""
+    return self.fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def disable_jit(disable: bool = True) -> Iterator[None]:
+    """Run every `accy.jit` function's Python eagerly inside a `with` block, as
+    `jax.disable_jit()` does: each call runs the function itself, operation by operation, so
+    `print` and Python control flow on array values work, and nothing is traced or compiled.
+    `disable_jit(False)` turns jit back on inside an enclosing block. The switch is the
+    process's (every thread's), and costs a jitted call nothing outside the block: it swaps
+    the call of `Jitted` itself rather than being checked per call.
+
+    >>> import accy, numpy as np
+    >>> @accy.jit
+    ... def relu_sum(x):
+    ...     return x.sum() if float(x.sum().item()) > 0 else 0.0 * x.sum()
+    >>> x = accy.named(np.array([1.0, 2.0], np.float32), "n")
+    >>> with accy.disable_jit():
+    ...     relu_sum(x).item()  # a Python branch on a value: eager only
+    3.0
+    >>> relu_sum.traces
+    0
+    """
+    before = Jitted.__call__
+    Jitted.__call__ = _call_eagerly if disable else _JIT_CALL
+    try:
+        yield
+    finally:
+        Jitted.__call__ = before
 
 
 def _is_tree_node(value: Any) -> bool:

@@ -32,7 +32,7 @@ from . import (
 
 # The public surface: each name bound once, from the module that owns it.
 from .api import CompiledProgram, compile, run
-from .backends.devices import Device, device, devices
+from .backends.devices import Device, default_device, device, devices
 from .caches import clear_caches
 from .checkpoints import load, save
 from .config import config
@@ -174,6 +174,7 @@ __all__ = [
     "custom_vjp",
     "custom_vmap",
     "debug_print",
+    "default_device",
     "device",
     "devices",
     "eliminate_axes",

@@ -280,6 +280,15 @@ SETTINGS: tuple[Setting, ...] = (
         "Data parallelism over NCCL: capture a step with its collectives as one CUDA graph where "
         "it can be (off: run it as segments between collectives).",
     ),
+    Setting(
+        "default_device",
+        "ACCY_DEFAULT_DEVICE",
+        _text,
+        "cpu",
+        "Where new arrays from host data and calls without array arguments go (accy.named, "
+        "random keys, a jitted function of scalars): cpu, cuda, cuda:N or reference; an "
+        "array's own device always wins (`with accy.default_device(d):` sets it for a block).",
+    ),
 )
 
 

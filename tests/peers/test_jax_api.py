@@ -1110,7 +1110,6 @@ NOT_APPLICABLE = {
     "APITest.test_leak_checker_catches_linearize_tracer_escape": LEAKS,
     "APITest.test_why_alive_ref_chain_ending_in_frame_local": LEAKS,
     "APITest.test_leaked_tracer_issue_7613": LEAKS,
-    "APITest.test_default_device": "accy lacks a default-device context (jax.default_device)",
     "APITest.test_dunder_jax_array": "accy lacks the __jax_array__ protocol for user types",
     "APITest.test_dunder_jax_array_warnings": "accy lacks the __jax_array__ protocol",
     "APITest.test_dunder_jax_array_bug": "accy lacks the __jax_array__ protocol",
@@ -2236,6 +2235,21 @@ def test_make_jaxpr_deduplicates_consts():
     c = accy.named(np.ones(3, np.float32), "i")
     program = accy.make_program(lambda: (c, c.sum(), c, c, c.sum(), c))()
     assert constant_sizes(program).count(3) == 1
+
+
+@translates("APITest.test_default_device")
+def test_default_device():
+    cpu, reference = accy.device("cpu"), accy.device("reference")
+    assert accy.named(np.ones(1), "i").device is cpu  # the process's default
+    jax_device = jax.devices("cpu")[-1]
+    with jax.default_device(jax_device):
+        assert jnp.ones(1).devices() == {jax_device}
+    with accy.default_device(reference):
+        assert accy.named(np.ones(1), "i").device is reference
+        assert accy.arange("t", 2).device is reference
+        assert accy.random.key(0).device is reference
+        assert accy.named(np.ones((1, 2)), ("a", "b"), device="cpu").device is cpu  # given
+    assert accy.named(np.ones(1), "i").device is cpu
 
 
 @translates("APITest.test_implicit_dce_linearize_jaxpr")

@@ -802,17 +802,54 @@ def test_disable_jit_runs_python_on_values_and_nests():
         positive_part(x, 2.0)
 
 
+@translates("JitTest.test_jit_default_device")
+def test_jit_default_device():
+    system_default, test_device = accy.device("cpu"), accy.device("reference")
+    f = accy.jit(lambda x: x + 1)
+    assert f(1).device is system_default
+    with accy.default_device(test_device):
+        assert f(1).device is test_device
+        assert accy.jit(lambda: vec([1.0], device=None) * 2.0)().device is test_device
+    assert f(1).device is system_default
+    with accy.default_device(test_device):
+        # jit's device= wins over the default device
+        assert accy.jit(f, device=system_default)(1).device is system_default
+        # so does the device of an argument
+        sticky = scalar(1.0, device=system_default)
+        assert f(sticky).device is system_default
+        with accy.default_device(system_default):  # blocks nest
+            assert f(1).device is system_default
+        assert f(1).device is test_device
+    assert f(1).device is system_default
+    assert f(1).item() == jax.jit(lambda x: x + 1)(1) == 2
+
+
+@translates("JitTest.test_jit_default_platform")
+def test_jit_default_platform():
+    with accy.default_device("cpu"):  # a platform's name
+        result = accy.jit(lambda x: x + 1)(1)
+    assert result.device is accy.device("cpu") is accy.devices()[0]
+    with jax.default_device(jax.devices("cpu")[0]):
+        assert jax.jit(lambda x: x + 1)(1).device.platform == "cpu"
+    with accy.default_device("reference"):
+        assert accy.jit(lambda x: x + 1)(1).device is accy.device("reference")
+
+
+def test_default_device_rejects_what_is_not_a_device():
+    with pytest.raises(accy.AccyError, match="takes a device .* not int 3"):
+        accy.default_device(3)
+    with pytest.raises(accy.AccyError, match="unknown device 'tpu'"):
+        accy.default_device("tpu")
+    with accy.config.override(default_device="tpu"), pytest.raises(accy.AccyError, match="tpu"):
+        accy.named(np.ones(1), "i")  # as ACCY_DEFAULT_DEVICE=tpu would
+    assert accy.named(np.ones(1), "i").device is accy.device("cpu")
+
+
 COMPILER_OPTIONS = "XLA compiler options (compiler_options=...): accy's compilers take none"
 TOKENS = "JAX's ordered-effect tokens: accy has no tokens"
 ARGS_INFO = "accy lacks Lowered.args_info (which inputs are donated)"
 
 NOT_APPLICABLE = {
-    "JitTest.test_jit_default_device": (
-        "accy lacks a default_device context: a call runs where its arrays are, or jit's device="
-    ),
-    "JitTest.test_jit_default_platform": (
-        "accy lacks a default_device context: a call runs where its arrays are, or jit's device="
-    ),
     "JitTest.test_complex_support": "complex dtypes: accy has none",
     "JitTest.test_jit_donate_warning_raised": (
         "accy lacks a warning for a donated array that no output can take"

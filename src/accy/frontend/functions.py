@@ -24,7 +24,7 @@ import numpy as np
 import optree
 
 from .. import gradient
-from ..backends.devices import CPU
+from ..backends.devices import current_default
 from ..caches import Group, register
 from ..core import Program, Value
 from ..core.types import TensorType
@@ -243,7 +243,7 @@ class Jitted(_Shared):
         args, kwargs = abstract_inputs((args, kwargs))
         staged, args, kwargs = self._staged_for(args, kwargs)
         leaves = [leaf for leaf in flatten((args, kwargs))[0] if isinstance(leaf, NamedArray)]
-        device = self.device or (leaves[0].device if leaves and not abstract else CPU)
+        device = self.device or (leaves[0].device if leaves and not abstract else current_default())
         return Lowered(staged.entry_for((args, kwargs)).program, device)
 
     def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:

@@ -31,7 +31,7 @@ import optree
 
 from ..api import compile as compile_program
 from ..backends.base import array_call
-from ..backends.devices import CPU, Device
+from ..backends.devices import CPU, Device, current_default
 from ..caches import Group, Table, limit
 from ..config import config
 from ..core import Program, Value
@@ -917,7 +917,7 @@ class Staged:
                 f"arrays on different devices were passed together ({where}); move them with "
                 ".to(device), or give the transform a device"
             )
-        device = device or (devices.pop() if devices else CPU)
+        device = device or (devices.pop() if devices else current_default())
         entry = self.entry(converted, treedef, key)
         if entry.foreign:  # it read values of an enclosing trace: it runs there
             return inline(entry, enclosing_builder(entry.captured), arrays)

@@ -80,11 +80,13 @@ from .frontend.axes import (
 )
 from .frontend.control import associative_scan, cond, fori_loop, map, scan, switch, while_loop
 from .frontend.custom_rules import (
+    CustomVJPPrimal,
     SymbolicZero,
     closure_convert,
     custom_gradient,
     custom_jvp,
     custom_vjp,
+    custom_vjp_primal_tree_values,
     custom_vmap,
     sequential_vmap,
     zero_from_primal,
@@ -121,6 +123,7 @@ __all__ = [
     "CompileError",
     "CompiledProgram",
     "CustomCall",
+    "CustomVJPPrimal",
     "CustomCallConflict",
     "CustomCallError",
     "CustomCallRequiresJvpContract",
@@ -172,6 +175,7 @@ __all__ = [
     "custom_gradient",
     "custom_jvp",
     "custom_vjp",
+    "custom_vjp_primal_tree_values",
     "custom_vmap",
     "debug_print",
     "default_device",

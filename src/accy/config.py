@@ -281,6 +281,15 @@ SETTINGS: tuple[Setting, ...] = (
         "it can be (off: run it as segments between collectives).",
     ),
     Setting(
+        "explain_cache_misses",
+        "ACCY_EXPLAIN_CACHE_MISSES",
+        _boolean,
+        False,
+        "Log a warning (logger accy.compile) each time a jitted function is traced, saying "
+        "what differs from its closest earlier signature: a never-seen function, the input "
+        "tree structure, the types at which leaves, or the static arguments' values.",
+    ),
+    Setting(
         "default_device",
         "ACCY_DEFAULT_DEVICE",
         _text,

@@ -26,11 +26,13 @@ import optree
 from .. import gradient
 from ..backends.devices import current_default
 from ..caches import Group, register
+from ..config import config
 from ..core import Program, Value
 from ..core.types import TensorType
 from ..errors import GradientRequiresScalarOutput
 from ..trace import define
 from ..transforms.simplify import simplify
+from .cache_misses import describe_function, explain_static_miss, source_line
 from .debugging import call_keeping_ids
 from .errors import StaticArgumentError, TransformError
 from .lowered import Lowered, abstract_inputs
@@ -224,8 +226,22 @@ class Jitted(_Shared):
             ) from error
         if staged is None:
             build = functools.partial(self.builder._build, statics)
-            staged = self._staged.put(key, Staged(build, self.device))
+            staged = self._staged.put(key, self._new_staged(build, key, statics))
         return staged, args, kwargs
+
+    def _new_staged(self, build: Callable, key: tuple, statics: tuple) -> Staged:
+        """The Staged of new static values, described for cache-miss explanations (which
+        explain it here when other static values were traced before)."""
+        staged = Staged(build, self.device)
+        name, line = _name(self.fn), source_line(self.fn)
+        staged.described = (name, line)
+        staged.statics = [(n, k, v) for (n, k, _), (_, v, _) in zip(key, statics, strict=True)]
+        if config.explain_cache_misses:
+            earlier = [s.statics for s in self._staged.copy().values()]
+            if earlier:
+                explain_static_miss(describe_function(name, line), staged.statics, earlier)
+                staged.first_explained = True
+        return staged
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         """The program this function runs for these arguments, and what it compiles to:

@@ -38,6 +38,11 @@ from ..core import Program, Value
 from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, InvalidInput, attach_user_location
+from .cache_misses import (
+    describe_function,
+    explain_first_trace,
+    explain_signature_miss,
+)
 from .debugging import check_outputs, user_location
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TreeTooDeep
 from .named import NamedArray, check_device, intern, named_scalar
@@ -742,10 +747,17 @@ class Staged:
         # the argument types (kept alive, so that the ids stay theirs).
         self.flat: Table = FAST_SIGNATURES.table()
         self.traces = 0  # how many times a program was built (a cache miss): for tests
+        # For explain_cache_misses: the function's name and source line, and whether its
+        # first trace was explained already (by its jit's new static arguments).
+        self.described: tuple[str, tuple[str, int] | None] = ("a transformed function", None)
+        self.first_explained = False
+        self.statics: list[tuple] = []  # (name, cache key, value) of a jit's static arguments
 
     def entry(self, leaves: Sequence[Any], treedef: Any, key: tuple) -> Entry:
         entry = self.cache.get(key)
         if entry is None:
+            if config.explain_cache_misses:
+                self._explain_miss(key)
             self.traces += 1
             start = time.perf_counter()
             with without_collection():
@@ -757,6 +769,18 @@ class Staged:
                     _note_forgotten_signature(entry.program.name, self.cache.bound)
                 self.cache.put(key, entry)
         return entry
+
+    def _explain_miss(self, key: tuple) -> None:
+        """Log why `key` is traced (`accy.config.explain_cache_misses`)."""
+        name, line = self.described
+        earlier = list(self.cache.copy())  # one atomic copy: other threads may add entries
+        if not earlier:
+            if not self.first_explained:
+                explain_first_trace(name, line)
+            self.first_explained = True
+            return
+        paths = [argument_path("".join(f"[{p!r}]" for p in path)) for path in key[0].paths()]
+        explain_signature_miss(describe_function(name, line), key, earlier, paths)
 
     def entry_for(self, tree: Any) -> Entry:
         """The Entry (the traced Program) for the arguments `tree`, built if new, without

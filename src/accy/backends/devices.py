@@ -200,7 +200,8 @@ def current_default() -> Device:
     >>> current_default() is CPU
     True
     """
-    return device(config.default_device)
+    name = config.default_device
+    return _REGISTRY.get(name) or device(name)  # the registry first: new arrays ask for it
 
 
 def default_device(spec: str | Device) -> contextlib.AbstractContextManager[None]:

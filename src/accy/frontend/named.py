@@ -245,8 +245,9 @@ def named(array: Any, axes: Sequence[str], device: str | Device | None = None) -
         )
     )
 
-    own_or_default = current_default() if own.is_host else own  # accy.default_device
-    device = own_or_default if device is None else as_device(device)
+    # Host data goes to the default device (accy.default_device); CuPy data stays on its GPU.
+    default = None if device is not None else current_default() if own.is_host else own
+    device = default or as_device(device)
     if device is not own:
         array = device.put(array if own.is_host else own.host(array))
     return NamedArray(array, ty, device)

@@ -3,9 +3,9 @@ value_and_grad, jacfwd/jacrev/hessian, jvp/vjp/linearize, linear_transpose, vmap
 out_axes, eval_shape, make_program, static arguments, caches, the errors of misuse): the peer's
 programs with named axes for positions, and JAX's own results computed in the same run.
 
-APITest's 318 cases: 172 translated (all passing), 146 not applicable (`NOT_APPLICABLE`, with
-the reason: mostly device_put/sharding, complex dtypes, the leak checker, cache-miss
-explanations, float0 arrays, mutable refs and JAX internals). A few tests here also translate cases
+APITest's 318 cases: 185 translated (all passing), 133 not applicable (`NOT_APPLICABLE`, with
+the reason: mostly device_put/sharding, complex dtypes, the leak checker, float0 arrays,
+mutable refs and JAX internals). A few tests here also translate cases
 of JitTest and RematTest (tagged with those names). accy names its static arguments
 (`static_argnames`); JAX's `static_argnums` cases are translated to the parameters' names."""
 

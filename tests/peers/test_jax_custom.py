@@ -4,12 +4,11 @@ computed in the same run (or, where JAX raises for something accy supports, the 
 value or JAX's equivalent formulation, said in the test).
 
 JAX's 218 cases here (test methods; a parametrized one counted once; CustomJVP3Test and
-CustomVJP3Test repeat the base classes' cases under other JAX modes): 144 translated, 74 not
-applicable. As 136 test functions (some JAX cases merged, a few checks of accy's own errors
-and behaviour added), 140 tests once parametrized: 139 in the default run, 1 slow; the
-not-applicable cases are 74 skipped tests, each with its reason (custom_vjp's symbolic zeros,
-float0, jaxpr text, collectives, with_logs, JAX internals, Python control flow on traced
-values...).
+CustomVJP3Test repeat the base classes' cases under other JAX modes): 152 translated, 66 not
+applicable. As 146 test functions (some JAX cases merged, a few checks of accy's own errors
+and behaviour added), 151 tests once parametrized: 150 in the default run, 1 slow; the
+not-applicable cases are 66 skipped tests, each with its reason (float0, jaxpr text,
+collectives, with_logs, JAX internals, Python control flow on traced values...).
 """
 
 import collections

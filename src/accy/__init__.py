@@ -104,7 +104,7 @@ from .frontend.regions import (
     remat,
     stop_gradient,
 )
-from .frontend.tracing import block_until_ready
+from .frontend.tracing import block_until_ready, no_execution, no_tracing
 from .frontend.transpose import linear_transpose
 from .gradient import grad_with, grad_with_rules
 from .mesh import Mesh, shard
@@ -216,6 +216,8 @@ __all__ = [
     "mesh",
     "models",
     "named",
+    "no_execution",
+    "no_tracing",
     "nn",
     "optim",
     "random",

@@ -845,6 +845,50 @@ def test_default_device_rejects_what_is_not_a_device():
     assert accy.named(np.ones(1), "i").device is accy.device("cpu")
 
 
+@translates("JitTest.test_no_tracing")
+def test_no_tracing():
+    def case(jit, no_tracing, x, y):
+        f = jit(lambda x: x)
+        f(x)  # no error
+        with no_tracing():
+            f(x)  # traced before: runs
+            with pytest.raises(Exception, match="no_tracing") as raised:
+                f(y)  # a new signature
+        return raised.value
+
+    error = case(accy.jit, accy.no_tracing, vec([0.0, 1.0, 2.0]), vec([0.0, 1.0, 2.0, 3.0]))
+    assert isinstance(error, accy.TransformError)
+    assert isinstance(case(jax.jit, jax.no_tracing, jnp.arange(3), jnp.arange(4)), RuntimeError)
+
+
+@translates("JitTest.test_no_execution")
+def test_no_execution():
+    def case(jit, no_execution, ones):
+        f = jit(lambda: ones(3))
+        f()  # no error
+        with no_execution(), pytest.raises(Exception, match="no_execution") as raised:
+            f()
+        return raised.value, f()
+
+    error, after = case(accy.jit, accy.no_execution, lambda n: accy.named(np.ones(n), "n"))
+    assert isinstance(error, accy.TransformError)
+    error_jax, after_jax = case(jax.jit, jax.no_execution, jnp.ones)
+    assert isinstance(error_jax, RuntimeError)
+    np.testing.assert_array_equal(after.array, after_jax)
+
+
+def test_no_execution_still_traces_and_inlines():
+    inner = accy.jit(lambda x: x * 2.0)
+    outer = accy.grad(lambda x: inner(x).sum())
+    x = vec([1.0, 2.0])
+    with accy.no_execution():
+        program = accy.make_program(lambda x: inner(x) + 1.0)(x)  # traced, inlined: no run
+        with pytest.raises(accy.TransformError, match="no_execution"):
+            outer(x)
+    assert program.count("mul") == 1
+    assert outer(x).array.tolist() == [2.0, 2.0]
+
+
 COMPILER_OPTIONS = "XLA compiler options (compiler_options=...): accy's compilers take none"
 TOKENS = "JAX's ordered-effect tokens: accy has no tokens"
 ARGS_INFO = "accy lacks Lowered.args_info (which inputs are donated)"
@@ -893,8 +937,6 @@ NOT_APPLICABLE = {
     "JitTest.test_caches_depend_on_axis_env": (
         "pmap axis environments for psum: accy has no named-axis environment outside vmap"
     ),
-    "JitTest.test_no_tracing": "accy lacks a no_tracing context (tracing is counted by .traces)",
-    "JitTest.test_no_execution": "accy lacks a no_execution context",
     "BufferDonationTest.test_pmap_donate_argnums_invalidates_input": "jax.pmap: accy has no pmap",
     "BufferDonationTest.test_pmap_nested_donate_ignored": "jax.pmap: accy has no pmap",
 }

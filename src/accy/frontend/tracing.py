@@ -44,7 +44,13 @@ from .cache_misses import (
     explain_signature_miss,
 )
 from .debugging import check_outputs, user_location
-from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TreeTooDeep
+from .errors import (
+    DeviceMismatch,
+    NonArrayLeaf,
+    StaticArgumentError,
+    TransformError,
+    TreeTooDeep,
+)
 from .named import NamedArray, check_device, intern, named_scalar
 
 NAMESPACE = "accy"
@@ -756,6 +762,12 @@ class Staged:
     def entry(self, leaves: Sequence[Any], treedef: Any, key: tuple) -> Entry:
         entry = self.cache.get(key)
         if entry is None:
+            if _REFUSED["tracing"]:
+                raise TransformError(
+                    f"accy.no_tracing(): {self.described[0]!r} would be traced here (a "
+                    "signature not traced before); trace it before the block, with the same "
+                    "argument types and static values"
+                )
             if config.explain_cache_misses:
                 self._explain_miss(key)
             self.traces += 1
@@ -946,6 +958,72 @@ class Staged:
         if entry.foreign:  # it read values of an enclosing trace: it runs there
             return inline(entry, enclosing_builder(entry.captured), arrays)
         return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
+
+
+# Depths of the no_tracing blocks under way (process-wide, as the settings are).
+_REFUSED = {"tracing": 0}
+
+
+@contextmanager
+def no_tracing() -> Iterator[None]:
+    """Inside the `with` block, a transformed function that would be traced (a first call,
+    or a new signature) raises `TransformError` instead (`jax.no_tracing`): a check that a
+    loop runs only programs traced before it. Checked where a trace would start, so it costs
+    a cached call nothing.
+
+    >>> import accy, numpy as np
+    >>> f = accy.jit(lambda x: x * 2.0)
+    >>> x = accy.named(np.ones(2, np.float32), "n")
+    >>> with accy.no_tracing():
+    ...     f(x)
+    Traceback (most recent call last):
+    accy.frontend.errors.TransformError: accy.no_tracing(): 'function' would be traced here ...
+    >>> _ = f(x)  # traced before the block, it runs in it
+    >>> with accy.no_tracing():
+    ...     f(x).array.tolist()
+    [2.0, 2.0]
+    """
+    _REFUSED["tracing"] += 1
+    try:
+        yield
+    finally:
+        _REFUSED["tracing"] -= 1
+
+
+def _refuse_execution(self: Staged, entry: Entry, arrays: list, device: Device) -> Any:
+    raise TransformError(
+        f"accy.no_execution(): {entry.program.name!r} would run on {device.name} here; run "
+        "it outside the block (inside it, transformed functions may be traced and inlined "
+        "into other traces, not run)"
+    )
+
+
+def _call_without_fast_path(self: Staged, args: tuple, kwargs: dict) -> Any:
+    return self((args, kwargs))
+
+
+@contextmanager
+def no_execution() -> Iterator[None]:
+    """Inside the `with` block, running a transformed function's compiled program raises
+    `TransformError` (`jax.no_execution`); tracing, and calls inside another trace, still
+    work. The switch is the process's, and costs nothing outside the block: it swaps
+    `Staged`'s run methods rather than being checked per call.
+
+    >>> import accy, numpy as np
+    >>> f = accy.jit(lambda: accy.named(np.ones(3, np.float32), "n"))
+    >>> with accy.no_execution():
+    ...     f()
+    Traceback (most recent call last):
+    accy.frontend.errors.TransformError: accy.no_execution(): 'function' would run on cpu ...
+    >>> f().shape
+    {'n': 3}
+    """
+    before = Staged.call, Staged.run_concrete
+    Staged.call, Staged.run_concrete = _call_without_fast_path, _refuse_execution
+    try:
+        yield
+    finally:
+        Staged.call, Staged.run_concrete = before
 
 
 WRITTEN_OUT_NODES = 64

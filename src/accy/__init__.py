@@ -32,7 +32,7 @@ from . import (
 
 # The public surface: each name bound once, from the module that owns it.
 from .api import CompiledProgram, compile, run
-from .backends.devices import Device, device, devices
+from .backends.devices import Device, default_device, device, devices
 from .caches import clear_caches
 from .checkpoints import load, save
 from .config import config
@@ -65,6 +65,7 @@ from .frontend import (
     NonArrayLeaf,
     StaticArgumentError,
     TransformError,
+    disable_jit,
     jit,
     named,
     vmap,
@@ -93,11 +94,13 @@ from .frontend.axes import (
 )
 from .frontend.control import associative_scan, cond, fori_loop, map, scan, switch, while_loop
 from .frontend.custom_rules import (
+    CustomVJPPrimal,
     SymbolicZero,
     closure_convert,
     custom_gradient,
     custom_jvp,
     custom_vjp,
+    custom_vjp_primal_tree_values,
     custom_vmap,
     sequential_vmap,
     zero_from_primal,
@@ -115,7 +118,7 @@ from .frontend.regions import (
     remat,
     stop_gradient,
 )
-from .frontend.tracing import block_until_ready
+from .frontend.tracing import block_until_ready, no_execution, no_tracing
 from .frontend.transpose import linear_transpose
 from .gradient import grad_with, grad_with_rules
 from .mesh import Mesh, shard
@@ -134,6 +137,7 @@ __all__ = [
     "CompileError",
     "CompiledProgram",
     "CustomCall",
+    "CustomVJPPrimal",
     "CustomCallConflict",
     "CustomCallError",
     "CustomCallRequiresJvpContract",
@@ -186,8 +190,10 @@ __all__ = [
     "custom_gradient",
     "custom_jvp",
     "custom_vjp",
+    "custom_vjp_primal_tree_values",
     "custom_vmap",
     "debug_print",
+    "default_device",
     "device",
     "devices",
     "eliminate_axes",
@@ -212,6 +218,7 @@ __all__ = [
     "isclose",
     "jacfwd",
     "jacrev",
+    "disable_jit",
     "jit",
     "jvp",
     "kernel",
@@ -224,6 +231,8 @@ __all__ = [
     "mesh",
     "models",
     "named",
+    "no_execution",
+    "no_tracing",
     "nn",
     "nonzero",
     "optim",

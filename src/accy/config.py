@@ -280,6 +280,24 @@ SETTINGS: tuple[Setting, ...] = (
         "Data parallelism over NCCL: capture a step with its collectives as one CUDA graph where "
         "it can be (off: run it as segments between collectives).",
     ),
+    Setting(
+        "explain_cache_misses",
+        "ACCY_EXPLAIN_CACHE_MISSES",
+        _boolean,
+        False,
+        "Log a warning (logger accy.compile) each time a jitted function is traced, saying "
+        "what differs from its closest earlier signature: a never-seen function, the input "
+        "tree structure, the types at which leaves, or the static arguments' values.",
+    ),
+    Setting(
+        "default_device",
+        "ACCY_DEFAULT_DEVICE",
+        _text,
+        "cpu",
+        "Where new arrays from host data and calls without array arguments go (accy.named, "
+        "random keys, a jitted function of scalars): cpu, cuda, cuda:N or reference; an "
+        "array's own device always wins (`with accy.default_device(d):` sets it for a block).",
+    ),
 )
 
 

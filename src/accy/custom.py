@@ -18,7 +18,9 @@ One record holds everything about a custom call `(target, version)`:
   mode computes in place of the call (a `custom_vjp`'s `fwd`, whose output may differ from
   the function's, as JAX runs `fwd` under differentiation); without one, the call itself;
 - `symbolic_zeros=True`: the JVP rule gets the tangents known to be zero as `Zero(type)`
-  (not instantiated); any JVP rule may return one;
+  (not instantiated); any JVP rule may return one. The forward and VJP rules then also get
+  `perturbed=` (one bool per operand: whether reverse mode differentiates it, i.e. its tangent
+  is not known to be zero), as JAX's `custom_vjp` fwd sees `CustomVJPPrimal.perturbed`;
 - optionally a `fallback` composition (a Python function of traced values computing the same
   function from other operations), differentiated when a rule is missing, to any order;
 - optionally a batching rule `batch(e, args, batched, axis) -> result` for `accy.vmap`: the
@@ -403,12 +405,16 @@ class CustomCall:
             )
         raise missing_jvp(op.attrs, " and no fallback")
 
-    def primal(self, e: OpsApi, op: Operation, primals: list) -> Any:
+    def primal(self, e: OpsApi, op: Operation, primals: list, perturbed: list[bool]) -> Any:
         """The result that reverse mode computes for `op` (by the `forward` rule), or None
-        when the record has no such rule (the call itself is the primal)."""
+        when the record has no such rule (the call itself is the primal). `perturbed` says
+        which operands have tangents not known to be zero."""
         if self.forward is None:
             return None
-        result = self.forward(e, primals)
+        if self.symbolic_zeros:
+            result = self.forward(e, primals, perturbed=list(perturbed))
+        else:
+            result = self.forward(e, primals)
         self._check_value("its forward rule returned", result, op.type)
         return result
 
@@ -417,8 +423,9 @@ class CustomCall:
         if op.attrs.get("linearized", False):
             count = (len(operands) - 1) // 2
             primals, result = operands[:count], operands[count]
-            cotangents = self._run_vjp(e, op, primals, result, cotangent, count)
             linear = operands[count + 1 :]
+            perturbed = [isinstance(t, Linear) for t in linear]
+            cotangents = self._run_vjp(e, op, primals, result, cotangent, count, perturbed)
             return [None] * (count + 1) + [
                 c if isinstance(t, Linear) else None
                 for c, t in zip(cotangents, linear, strict=True)
@@ -433,7 +440,8 @@ class CustomCall:
                 op.attrs,
                 " (a JVP rule applies it to tangents, so reverse mode has to transpose it)",
             )
-        cotangents = self._run_vjp(e, op, list(operands), None, cotangent, len(operands))
+        perturbed = [isinstance(o, Linear) for o in operands]
+        cotangents = self._run_vjp(e, op, list(operands), None, cotangent, len(operands), perturbed)
         pairs = zip(cotangents, operands, strict=True)
         return [c if isinstance(o, Linear) else None for c, o in pairs]
 
@@ -452,8 +460,11 @@ class CustomCall:
             cotangents[position] = c
         return cotangents
 
-    def _run_vjp(self, e, op, primals, result, cotangent, count) -> list:
-        cotangents = self.vjp(e, primals, result, cotangent)
+    def _run_vjp(self, e, op, primals, result, cotangent, count, perturbed) -> list:
+        if self.symbolic_zeros:
+            cotangents = self.vjp(e, primals, result, cotangent, perturbed=perturbed)
+        else:
+            cotangents = self.vjp(e, primals, result, cotangent)
         if count == 1 and isinstance(getattr(cotangents, "ty", None), TensorType):
             cotangents = [cotangents]
         if not isinstance(cotangents, list | tuple) or len(cotangents) != count:

@@ -55,9 +55,9 @@ PARITY = 0x1BD11BDA  # Threefry's key-schedule constant
 
 def key(seed: int, device: str | None = None) -> Any:
     """The key of an integer seed (JAX's raw key: high word, low word) as a NamedArray with
-    the axis `key` (i32[key=2]), on `device` ("cpu" by default); programs take it as an input
-    (`KEY`). Seeds are 64-bit: from -2**63 (negative ones as their two's complement, as JAX)
-    to 2**64 - 1.
+    the axis `key` (i32[key=2]), on `device` (if None the default device, see
+    `accy.default_device`); programs take it as an input (`KEY`). Seeds are 64-bit: from
+    -2**63 (negative ones as their two's complement, as JAX) to 2**64 - 1.
 
     >>> key(7).array.tolist(), key(-1).array.tolist()
     ([0, 7], [-1, -1])

@@ -150,6 +150,39 @@ def test_with_both_rules_forward_mode_uses_the_jvp_and_reverse_mode_the_vjp():
     check_grads(source, [X], order=2)
 
 
+def test_with_symbolic_zeros_the_forward_and_vjp_rules_see_which_operands_are_perturbed():
+    seen = []
+
+    def forward(e, primals, perturbed):
+        seen.append(("forward", tuple(perturbed)))
+        return e.mul(primals[0], primals[1])
+
+    def vjp(e, primals, result, ct, perturbed):
+        seen.append(("vjp", tuple(perturbed)))
+        x, y = primals
+        return [e.mul(ct, y) if perturbed[0] else None, e.mul(ct, x) if perturbed[1] else None]
+
+    product = accy.CustomCall(
+        "test.product",
+        result_type=lambda x, y: x,
+        reference=np.multiply,
+        forward=forward,
+        vjp=vjp,
+        symbolic_zeros=True,
+    )
+    source = accy.trace.define(
+        "product", [LANE, LANE], lambda b, a: product(a[0], a[1]).sum("lane")
+    )
+    y = X[::-1].copy()
+    (gradient,) = accy.reference.run(accy.grad(source, wrt=(1,)), [X, y])
+    np.testing.assert_allclose(gradient, X, rtol=1e-6)
+    assert seen == [("forward", (False, True)), ("vjp", (False, True))]
+    seen.clear()
+    gradients = accy.reference.run(accy.grad(source, wrt=(0, 1)), [X, y])
+    np.testing.assert_allclose(gradients, [y, X], rtol=1e-6)
+    assert seen == [("forward", (True, True)), ("vjp", (True, True))]
+
+
 def test_value_and_grad_and_vjp_find_the_record():
     exp = exp_with_vjp()
     source = accy.trace.define("two_outputs", [LANE], lambda b, a: exp(a[0]))

@@ -3,14 +3,15 @@ value_and_grad, jacfwd/jacrev/hessian, jvp/vjp/linearize, linear_transpose, vmap
 out_axes, eval_shape, make_program, static arguments, caches, the errors of misuse): the peer's
 programs with named axes for positions, and JAX's own results computed in the same run.
 
-APITest's 318 cases: 172 translated (all passing), 146 not applicable (`NOT_APPLICABLE`, with
-the reason: mostly device_put/sharding, complex dtypes, the leak checker, cache-miss
-explanations, float0 arrays, mutable refs and JAX internals). A few tests here also translate cases
+APITest's 318 cases: 185 translated (all passing), 133 not applicable (`NOT_APPLICABLE`, with
+the reason: mostly device_put/sharding, complex dtypes, the leak checker, float0 arrays,
+mutable refs and JAX internals). A few tests here also translate cases
 of JitTest and RematTest (tagged with those names). accy names its static arguments
 (`static_argnames`); JAX's `static_argnums` cases are translated to the parameters' names."""
 
 import collections
 import collections.abc
+import concurrent.futures
 import dataclasses
 import enum
 import functools
@@ -998,7 +999,10 @@ PRIMITIVE = "defines a JAX Primitive and its rules (JAX internals); accy extends
 COMPLEX = "complex dtypes: accy has none"
 ASYNC = "accy lacks copy_to_host_async (a device-to-host copy started ahead of reading)"
 LEAKS = "accy lacks a tracer-leak checker (jax.checking_leaks); a leaked value errors when used"
-CACHE_MISS = "accy lacks cache-miss explanations (jax.config explain_cache_misses)"
+CACHE_MISS = (
+    "a tracing context (numpy_rank_promotion, default_matmul_precision): accy's traces are "
+    "keyed by their arguments alone; settings that change code key the compile cache"
+)
 FLOAT0 = "float0 arrays: accy's zero gradient of an integer is an integer zero of its dtype"
 REFS = "mutable array refs (jax.new_ref, vjp.with_refs): accy arrays are immutable values"
 DIRECT_LINEARIZE = "JAX internals: primitive linearization rules and use_direct_linearize"
@@ -1110,7 +1114,6 @@ NOT_APPLICABLE = {
     "APITest.test_leak_checker_catches_linearize_tracer_escape": LEAKS,
     "APITest.test_why_alive_ref_chain_ending_in_frame_local": LEAKS,
     "APITest.test_leaked_tracer_issue_7613": LEAKS,
-    "APITest.test_default_device": "accy lacks a default-device context (jax.default_device)",
     "APITest.test_dunder_jax_array": "accy lacks the __jax_array__ protocol for user types",
     "APITest.test_dunder_jax_array_warnings": "accy lacks the __jax_array__ protocol",
     "APITest.test_dunder_jax_array_bug": "accy lacks the __jax_array__ protocol",
@@ -1133,21 +1136,11 @@ NOT_APPLICABLE = {
     "APITest.test_num_cpu_devices_called_after_initialization": (
         "accy lacks a configurable count of CPU devices (jax_num_cpu_devices)"
     ),
-    "APITest.test_cache_miss_explanations_skip_internals": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_first_miss": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_other_in_tree": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_other_arg_passed_as_kwarg": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_other_static_argnums": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_other_static_argnames": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_other_dtype": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_other_weak_type": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_other_shape": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_other_shape_explain_closest": CACHE_MISS,
+    "APITest.test_cache_miss_explanations_other_weak_type": (
+        "weak types: accy never promotes dtypes, so no trace differs by weak type alone"
+    ),
     "APITest.test_cache_miss_explanations_other_tracing_config": CACHE_MISS,
     "APITest.test_cache_miss_explanations_multiple_changes": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_new_function_in_loop": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_no_source_info": CACHE_MISS,
-    "APITest.test_cache_miss_explanations_are_thread_safe": CACHE_MISS,
     "APITest.test_remat_of_jit_input_to_output_forwarding": (
         "accy lacks saved_residuals and callable checkpoint policies"
     ),
@@ -2238,6 +2231,21 @@ def test_make_jaxpr_deduplicates_consts():
     assert constant_sizes(program).count(3) == 1
 
 
+@translates("APITest.test_default_device")
+def test_default_device():
+    cpu, reference = accy.device("cpu"), accy.device("reference")
+    assert accy.named(np.ones(1), "i").device is cpu  # the process's default
+    jax_device = jax.devices("cpu")[-1]
+    with jax.default_device(jax_device):
+        assert jnp.ones(1).devices() == {jax_device}
+    with accy.default_device(reference):
+        assert accy.named(np.ones(1), "i").device is reference
+        assert accy.arange("t", 2).device is reference
+        assert accy.random.key(0).device is reference
+        assert accy.named(np.ones((1, 2)), ("a", "b"), device="cpu").device is cpu  # given
+    assert accy.named(np.ones(1), "i").device is cpu
+
+
 @translates("APITest.test_implicit_dce_linearize_jaxpr")
 def test_implicit_dce_linearize_jaxpr():
     def foo(x):
@@ -2274,3 +2282,156 @@ def test_while_jvp_debug_info_crash():
         accy.grad(lambda p: loop_fun(1.0, p) * p)(2.0),
         jax.grad(lambda p: loop_fun_jax(1.0, p) * p)(2.0),
     )
+
+
+# -- cache-miss explanations (jax.explain_cache_misses) ------------------------------------------
+
+
+def cache_misses(caplog, run, explain=None):
+    """The TRACING CACHE MISS warnings that `run()` logs with explanations on (accy's, or
+    JAX's under `explain`)."""
+    caplog.clear()
+    with (
+        caplog.at_level(logging.WARNING),
+        explain or accy.config.override(explain_cache_misses=True),
+    ):
+        run()
+    return [r.getMessage() for r in caplog.records if "TRACING CACHE MISS" in r.getMessage()]
+
+
+def jax_cache_misses(caplog, run):
+    return cache_misses(caplog, run, jax.explain_cache_misses(True))
+
+
+@translates("APITest.test_cache_miss_explanations_skip_internals")
+def test_cache_miss_explanations_skip_internals(caplog):
+    def run():
+        for i in range(2):  # eager operations trace nothing of the user's
+            accy.named(np.arange(i + 1, dtype=np.float32), "n").sin()
+
+    assert cache_misses(caplog, run) == []
+    assert jax_cache_misses(caplog, lambda: [jnp.sin(jnp.arange(i + 1.0)) for i in range(2)]) == []
+
+
+@translates("APITest.test_cache_miss_explanations_first_miss")
+def test_cache_miss_explanations_first_miss(caplog):
+    f, f_jax = accy.jit(lambda x: x), jax.jit(lambda x: x)
+    x = scalar(1.0)
+    (message,) = cache_misses(caplog, lambda: (f(x), f(x)))  # the hit says nothing
+    assert "never seen function" in message
+    (message,) = jax_cache_misses(caplog, lambda: (f_jax(1.0), f_jax(1.0)))
+    assert "never seen function" in message
+
+
+@translates("APITest.test_cache_miss_explanations_other_in_tree")
+def test_cache_miss_explanations_other_in_tree(caplog):
+    @accy.jit
+    def f(*args, **kwargs):
+        return args[0]
+
+    f(scalar(0.0), scalar(1.0), y=(scalar(2.0), scalar(2.1)))
+    (message,) = cache_misses(caplog, lambda: f(scalar(0.0), (scalar(1.0), scalar(1.1)), y=2.0))
+    assert "different input tree structure" in message
+
+
+@translates("APITest.test_cache_miss_explanations_other_arg_passed_as_kwarg")
+def test_cache_miss_explanations_other_arg_passed_as_kwarg(caplog):
+    @accy.jit
+    def f(x, y):
+        return x.sin() + y
+
+    f(scalar(0.0), scalar(1.0))
+    (message,) = cache_misses(caplog, lambda: f(scalar(0.0), y=scalar(1.0)))
+    assert "the arguments passed by position and by keyword differ" in message
+    assert "now 1 positional and keywords ['y'], before 2 positional and keywords []" in message
+
+
+@translates("APITest.test_cache_miss_explanations_other_static_argnums")
+def test_cache_miss_explanations_other_static_argnums(caplog):
+    @functools.partial(accy.jit, static_argnames=("x", "z"))  # JAX's static_argnums=(0, 2)
+    def f(x, y, z):
+        return y
+
+    f(1.0, scalar(2.0), "foo")
+    (message,) = cache_misses(caplog, lambda: f(1.0, scalar(2.0), "bar"))
+    assert "different value of static arguments: now {z: 'bar'} and before {z: 'foo'}" in message
+
+
+@translates("APITest.test_cache_miss_explanations_other_static_argnames")
+def test_cache_miss_explanations_other_static_argnames(caplog):
+    @functools.partial(accy.jit, static_argnames="foo")
+    def f(*, foo):
+        return accy.named(np.float32(1.0), ())
+
+    f(foo="foo")
+    (message,) = cache_misses(caplog, lambda: f(foo="bar"))
+    assert "now {foo: 'bar'} and before {foo: 'foo'}" in message
+
+
+@translates("APITest.test_cache_miss_explanations_other_dtype")
+def test_cache_miss_explanations_other_dtype(caplog):
+    f, f_jax = accy.jit(lambda x, y: x), jax.jit(lambda x, y: x)
+    f(scalar(0.0), scalar(1.0))
+    i32 = accy.named(np.int32(1), (), device="reference")
+    (message,) = cache_misses(caplog, lambda: f(scalar(0.0), i32))
+    assert "different input types: at args[1], now i32[] and before f32[]" in message
+    f_jax(np.float32(0), np.float32(1))
+    (message,) = jax_cache_misses(caplog, lambda: f_jax(np.float32(0), np.int32(1)))
+    assert "now i32[] and before f32[]" in message
+
+
+@translates("APITest.test_cache_miss_explanations_other_shape")
+def test_cache_miss_explanations_other_shape(caplog):
+    f = accy.jit(lambda x, y: x.sin() + y)
+    f(scalar(0.0), vec([0.0]))
+    (message,) = cache_misses(caplog, lambda: f(scalar(0.0), vec([0.0, 1.0])))
+    assert "at args[1], now f32[i=2] and before f32[i=1]" in message
+
+
+@translates("APITest.test_cache_miss_explanations_other_shape_explain_closest")
+def test_cache_miss_explanations_other_shape_explain_closest(caplog):
+    f = accy.jit(lambda x: x)
+
+    def ones(extents):
+        return accy.named(
+            np.ones(tuple(extents.values()), np.float32), tuple(extents), device="reference"
+        )
+
+    f(ones({"a": 1, "b": 2}))
+    f(ones({"a": 10, "b": 20, "c": 30}))
+    f(ones({"a": 1, "b": 2, "c": 3}))
+    (message,) = cache_misses(caplog, lambda: f(ones({"a": 10, "b": 2, "c": 30})))
+    assert "at args[0], now f32[a=10, b=2, c=30] and before f32[a=10, b=20, c=30]" in message
+
+
+@translates("APITest.test_cache_miss_explanations_new_function_in_loop")
+def test_cache_miss_explanations_new_function_in_loop(caplog):
+    def run():
+        for _ in range(2):
+            accy.jit(lambda x: 2 * x)(3)
+
+    first, second = cache_misses(caplog, run)
+    assert "never seen function" in first and "same line" not in first
+    assert "another function defined on the same line" in second
+
+
+@translates("APITest.test_cache_miss_explanations_no_source_info")
+def test_cache_miss_explanations_no_source_info(caplog):
+    # operator.add is a builtin, without source lines
+    (message,) = cache_misses(caplog, lambda: accy.jit(operator.add)(42, 24))
+    assert "TRACING CACHE MISS of add: never seen function" in message
+
+
+@translates("APITest.test_cache_miss_explanations_are_thread_safe")
+def test_cache_miss_explanations_are_thread_safe():
+    f = accy.jit(lambda i: i.sum())
+
+    def thread(start):
+        sums = []
+        for extent in range(start, 24, 8):  # 24 signatures, each traced in one thread
+            sums.append(f(accy.named(np.ones(extent, np.float32), "n", device="reference")))
+        return [total.item() for total in sums] == list(map(float, range(start, 24, 8)))
+
+    pool = concurrent.futures.ThreadPoolExecutor(8)
+    with accy.config.override(explain_cache_misses=True), pool:
+        assert all(pool.map(thread, range(8)))

@@ -757,17 +757,143 @@ def test_sum_of_closed_over_bools():
     assert accy.jit(lambda: mask.convert(accy.i32).sum())().item() == 32
 
 
+@translates("JitTest.test_disable_jit")
+def test_disable_jit():
+    def run_twice(jit, disable_jit):
+        effects = []
+
+        @jit
+        def f(x):
+            effects.append(1)
+            return x
+
+        with disable_jit():
+            f(2)
+            f(2)
+        inside = len(effects)
+        f(2)
+        f(2)
+        return inside, len(effects)
+
+    assert run_twice(accy.jit, accy.disable_jit) == run_twice(jax.jit, jax.disable_jit) == (2, 3)
+
+
+def test_disable_jit_runs_python_on_values_and_nests():
+    @accy.jit
+    def positive_part(x, scale):
+        total = x.sum()
+        print("total", total.item())  # a concrete value: only when run eagerly
+        return total * scale if total.item() > 0 else total * 0.0
+
+    @functools.partial(accy.jit, static_argnames="n")
+    def outer(x, n):
+        return positive_part(x, float(n))
+
+    x = vec([1.0, 2.0])
+    with accy.disable_jit():
+        assert outer(x, n=3).item() == 9.0
+        assert outer(-x, n=3).item() == 0.0
+        # jit again inside: the branch on a traced value fails
+        with accy.disable_jit(False), pytest.raises(accy.AccyError):
+            outer(x, n=3)
+        assert positive_part(x, 2.0).item() == 6.0
+    assert positive_part.traces == 1  # the one try under disable_jit(False), inside outer's
+    with pytest.raises(accy.AccyError):  # outside the block it is traced again
+        positive_part(x, 2.0)
+
+
+@translates("JitTest.test_jit_default_device")
+def test_jit_default_device():
+    system_default, test_device = accy.device("cpu"), accy.device("reference")
+    f = accy.jit(lambda x: x + 1)
+    assert f(1).device is system_default
+    with accy.default_device(test_device):
+        assert f(1).device is test_device
+        assert accy.jit(lambda: vec([1.0], device=None) * 2.0)().device is test_device
+    assert f(1).device is system_default
+    with accy.default_device(test_device):
+        # jit's device= wins over the default device
+        assert accy.jit(f, device=system_default)(1).device is system_default
+        # so does the device of an argument
+        sticky = scalar(1.0, device=system_default)
+        assert f(sticky).device is system_default
+        with accy.default_device(system_default):  # blocks nest
+            assert f(1).device is system_default
+        assert f(1).device is test_device
+    assert f(1).device is system_default
+    assert f(1).item() == jax.jit(lambda x: x + 1)(1) == 2
+
+
+@translates("JitTest.test_jit_default_platform")
+def test_jit_default_platform():
+    with accy.default_device("cpu"):  # a platform's name
+        result = accy.jit(lambda x: x + 1)(1)
+    assert result.device is accy.device("cpu") is accy.devices()[0]
+    with jax.default_device(jax.devices("cpu")[0]):
+        assert jax.jit(lambda x: x + 1)(1).device.platform == "cpu"
+    with accy.default_device("reference"):
+        assert accy.jit(lambda x: x + 1)(1).device is accy.device("reference")
+
+
+def test_default_device_rejects_what_is_not_a_device():
+    with pytest.raises(accy.AccyError, match="takes a device .* not int 3"):
+        accy.default_device(3)
+    with pytest.raises(accy.AccyError, match="unknown device 'tpu'"):
+        accy.default_device("tpu")
+    with accy.config.override(default_device="tpu"), pytest.raises(accy.AccyError, match="tpu"):
+        accy.named(np.ones(1), "i")  # as ACCY_DEFAULT_DEVICE=tpu would
+    assert accy.named(np.ones(1), "i").device is accy.device("cpu")
+
+
+@translates("JitTest.test_no_tracing")
+def test_no_tracing():
+    def case(jit, no_tracing, x, y):
+        f = jit(lambda x: x)
+        f(x)  # no error
+        with no_tracing():
+            f(x)  # traced before: runs
+            with pytest.raises(Exception, match="no_tracing") as raised:
+                f(y)  # a new signature
+        return raised.value
+
+    error = case(accy.jit, accy.no_tracing, vec([0.0, 1.0, 2.0]), vec([0.0, 1.0, 2.0, 3.0]))
+    assert isinstance(error, accy.TransformError)
+    assert isinstance(case(jax.jit, jax.no_tracing, jnp.arange(3), jnp.arange(4)), RuntimeError)
+
+
+@translates("JitTest.test_no_execution")
+def test_no_execution():
+    def case(jit, no_execution, ones):
+        f = jit(lambda: ones(3))
+        f()  # no error
+        with no_execution(), pytest.raises(Exception, match="no_execution") as raised:
+            f()
+        return raised.value, f()
+
+    error, after = case(accy.jit, accy.no_execution, lambda n: accy.named(np.ones(n), "n"))
+    assert isinstance(error, accy.TransformError)
+    error_jax, after_jax = case(jax.jit, jax.no_execution, jnp.ones)
+    assert isinstance(error_jax, RuntimeError)
+    np.testing.assert_array_equal(after.array, after_jax)
+
+
+def test_no_execution_still_traces_and_inlines():
+    inner = accy.jit(lambda x: x * 2.0)
+    outer = accy.grad(lambda x: inner(x).sum())
+    x = vec([1.0, 2.0])
+    with accy.no_execution():
+        program = accy.make_program(lambda x: inner(x) + 1.0)(x)  # traced, inlined: no run
+        with pytest.raises(accy.TransformError, match="no_execution"):
+            outer(x)
+    assert program.count("mul") == 1
+    assert outer(x).array.tolist() == [2.0, 2.0]
+
+
 COMPILER_OPTIONS = "XLA compiler options (compiler_options=...): accy's compilers take none"
 TOKENS = "JAX's ordered-effect tokens: accy has no tokens"
 ARGS_INFO = "accy lacks Lowered.args_info (which inputs are donated)"
 
 NOT_APPLICABLE = {
-    "JitTest.test_jit_default_device": (
-        "accy lacks a default_device context: a call runs where its arrays are, or jit's device="
-    ),
-    "JitTest.test_jit_default_platform": (
-        "accy lacks a default_device context: a call runs where its arrays are, or jit's device="
-    ),
     "JitTest.test_complex_support": "complex dtypes: accy has none",
     "JitTest.test_jit_donate_warning_raised": (
         "accy lacks a warning for a donated array that no output can take"
@@ -811,11 +937,6 @@ NOT_APPLICABLE = {
     "JitTest.test_caches_depend_on_axis_env": (
         "pmap axis environments for psum: accy has no named-axis environment outside vmap"
     ),
-    "JitTest.test_disable_jit": (
-        "accy lacks a disable_jit context (f.__wrapped__ is the function itself, run eagerly)"
-    ),
-    "JitTest.test_no_tracing": "accy lacks a no_tracing context (tracing is counted by .traces)",
-    "JitTest.test_no_execution": "accy lacks a no_execution context",
     "BufferDonationTest.test_pmap_donate_argnums_invalidates_input": "jax.pmap: accy has no pmap",
     "BufferDonationTest.test_pmap_nested_donate_ignored": "jax.pmap: accy has no pmap",
 }

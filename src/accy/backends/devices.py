@@ -20,11 +20,13 @@ accy.errors.AccyError: unknown device 'tpu'; the devices are cpu, cuda, cuda:N (
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
 import numpy as np
 
+from ..config import config
 from ..errors import AccyError, DonationError, RuntimeUnavailable
 
 PLATFORMS = ("cpu", "cuda", "reference")
@@ -190,6 +192,40 @@ def devices() -> list[Device]:
     return [CPU, *(_made("cuda", k) for k in range(gpu_count())), REFERENCE]
 
 
+def current_default() -> Device:
+    """The device new arrays from host data and calls without array arguments go to:
+    `accy.config.default_device` (the CPU unless `accy.default_device` or
+    ACCY_DEFAULT_DEVICE says otherwise).
+
+    >>> current_default() is CPU
+    True
+    """
+    name = config.default_device
+    return _REGISTRY.get(name) or device(name)  # the registry first: new arrays ask for it
+
+
+def default_device(spec: str | Device) -> contextlib.AbstractContextManager[None]:
+    """Inside the `with` block, new arrays made from host data (`accy.named`, `accy.arange`,
+    random keys) and calls without array arguments (a jitted function of scalars or of
+    nothing, control flow on scalars) go to the device `spec`, as `jax.default_device` does.
+    An array's own device still decides where a call on it runs, as does `jit(f, device=)`.
+    Blocks nest; the setting is the process's (`accy.config.default_device`).
+
+    >>> import accy, numpy as np
+    >>> with accy.default_device(accy.device("reference")):
+    ...     accy.named(np.ones(2), "n").device
+    Device('reference')
+    >>> accy.named(np.ones(2), "n").device
+    Device('cpu')
+    """
+    if not isinstance(spec, str | Device):
+        raise AccyError(
+            f"accy.default_device takes a device (accy.device('cpu'), accy.devices()[k]) or "
+            f"its name, not {type(spec).__name__} {spec!r}"
+        )
+    return config.override(default_device=device(spec).name)
+
+
 def holding(array: Any) -> Device:
     """The device whose memory holds `array`: its GPU for a CuPy array, else the CPU.
 
@@ -218,6 +254,8 @@ __all__ = [
     "REFERENCE",
     "Device",
     "as_device",
+    "current_default",
+    "default_device",
     "device",
     "devices",
     "gpu_count",

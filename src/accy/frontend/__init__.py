@@ -11,7 +11,7 @@ function into one and reuses the Program-level transforms of `accy.gradient` and
 
 from .control import cond, fori_loop, map, scan, switch, while_loop  # noqa: A004
 from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TransformError
-from .functions import grad, jit, jvp, linearize, value_and_grad, vjp
+from .functions import disable_jit, grad, jit, jvp, linearize, value_and_grad, vjp
 from .named import NamedArray, named
 from .vmap import vmap
 
@@ -21,6 +21,7 @@ __all__ = [
     "NonArrayLeaf",
     "StaticArgumentError",
     "TransformError",
+    "disable_jit",
     "cond",
     "fori_loop",
     "grad",

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.devices import CPU, Device
+from ..backends.devices import CPU, Device, current_default
 from ..core import Value
 from ..core.indexing import index_by_name
 from ..core.types import TensorType, bool_, i32
@@ -57,13 +57,13 @@ def _array_leaves(
 
 
 def _tree_device(*trees: Any) -> Device:
-    """The device of the NamedArrays in `trees` (the CPU when there are none; several devices
-    meet in the first eager operation, which reports them)."""
+    """The device of the NamedArrays in `trees` (the default device when there are none;
+    several devices meet in the first eager operation, which reports them)."""
     for tree in trees:
         for leaf in flatten(tree)[0]:
             if isinstance(leaf, NamedArray):
                 return leaf.device
-    return CPU
+    return current_default()
 
 
 def _traced_target(leaves: Sequence[Any]) -> Any:

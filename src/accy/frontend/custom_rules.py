@@ -18,7 +18,10 @@ once per signature into a Program and inlined where it is needed:
   rule), as JAX runs `fwd` under differentiation; the record's VJP rule recomputes the
   residuals with the traced `fwd`, then pulls this leaf's cotangent (zeros for the other
   leaves) back through the traced `bwd`; the leaves' contributions add up, since `bwd` is
-  linear in the cotangent. `bwd` may give None for any subtree of an argument (zeros).
+  linear in the cotangent. `bwd` may give None for any subtree of an argument (zeros). With
+  `symbolic_zeros=True`, fwd is traced per pattern of perturbed arguments (the records'
+  `perturbed=` flags), and bwd per pattern and output leaf, the others' cotangents being
+  `SymbolicZero`s.
   Forward mode differentiates the function itself.
 - `custom_gradient`: a `custom_vjp` whose residuals are the arguments.
 - `custom_vmap`: the record's batching rule runs the traced `rule(axis_size, in_batched,
@@ -726,14 +729,40 @@ class CustomVjp(_CustomFunction):
         super().__init__(fn, nondiff_argnums, nondiff_argnames)
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
+        self.symbolic_zeros = False
 
-    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+    def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False) -> None:
         """Set the rules: `fwd(*args) -> (output, residuals)` and `bwd(residuals, cotangent) ->
         one cotangent tree (or None) per argument` (with `nondiff_argnums`, `bwd(*nondiff,
-        residuals, cotangent)` and one per differentiable argument), as JAX's."""
+        residuals, cotangent)` and one per differentiable argument), as JAX's.
+
+        With `symbolic_zeros`, as JAX's: each array leaf of a differentiable argument comes to
+        `fwd` as a `CustomVJPPrimal` (`.value`, and `.perturbed`: whether it is being
+        differentiated; fwd is traced once per pattern of them), and an output leaf whose
+        cotangent is known to be zero comes to `bwd` as a `SymbolicZero`, which bwd may also
+        return (as None). accy pulls each output leaf's cotangent back by a `bwd` call of its
+        own, the other leaves' cotangents then being `SymbolicZero`s.
+
+        >>> import accy, numpy as np
+        >>> @accy.custom_vjp
+        ... def scale(x, y):
+        ...     return x * y
+        >>> def fwd(x, y):
+        ...     print("perturbed:", x.perturbed, y.perturbed)
+        ...     return scale(x.value, y.value), (x.value, y.value)
+        >>> def bwd(res, g):
+        ...     x, y = res
+        ...     return g * y, g * x
+        >>> scale.defvjp(fwd, bwd, symbolic_zeros=True)
+        >>> two = accy.named(np.float32(2.0), ())
+        >>> accy.grad(lambda x: scale(x, two))(two).item()
+        perturbed: True False
+        2.0
+        """
         _check_callable(fwd, "custom_vjp.defvjp (fwd)")
         _check_callable(bwd, "custom_vjp.defvjp (bwd)")
         self.fwd, self.bwd = fwd, bwd
+        self.symbolic_zeros = bool(symbolic_zeros)
         self._signatures.clear()
 
     def _require_rules(self) -> None:
@@ -748,6 +777,7 @@ class CustomVjp(_CustomFunction):
             "vjp": functools.partial(self._vjp, signature, j),
             "forward": functools.partial(self._forward, signature, j),
             "batch": functools.partial(self._batch_mapped, signature, j),
+            "symbolic_zeros": self.symbolic_zeros,
         }
 
     def batched(self, axis: str, flags: list) -> CustomVjp:
@@ -767,18 +797,27 @@ class CustomVjp(_CustomFunction):
         return mapped
 
     def prepare(self, signature: _Signature) -> None:
-        self._vjp_programs(signature)
+        # With symbolic zeros the rules are traced when differentiated, once the perturbed
+        # arguments are known.
+        if not self.symbolic_zeros:
+            self._vjp_programs(signature)
 
-    def _vjp_programs(self, signature: _Signature) -> tuple:
+    def _vjp_programs(self, signature: _Signature, perturbed=None, j: int | None = None) -> tuple:
         """fwd and bwd traced on this signature, checked: (fwd, the structure of its output,
-        bwd, which bwd output is each argument leaf's cotangent)."""
+        bwd, which bwd output is each argument leaf's cotangent). With symbolic zeros, for the
+        pattern `perturbed` (one flag per array leaf of the arguments), and bwd for output
+        leaf `j` alone (the others' cotangents `SymbolicZero`s; no bwd without `j`)."""
         static = {n % len(signature.args) for n in self.nondiff_argnums}
         nondiff = self._nondiff(signature)
         name = _name(self.fn)
         fwd, bwd = self.fwd, self.bwd
         parameters = [signature.leaves[i] for i in signature.arrays]
+        symbolic = self.symbolic_zeros
+        pattern = "".join("1" if p else "0" for p in perturbed) if symbolic else ""
 
         def run_fwd(primal_trees: tuple) -> Any:
+            if symbolic:
+                primal_trees = _vjp_primals(primal_trees, static, perturbed)
             pair = fwd(*_unwrapped(primal_trees))
             if not isinstance(pair, tuple | list) or len(pair) != 2:
                 raise TransformError(
@@ -787,7 +826,9 @@ class CustomVjp(_CustomFunction):
                 )
             return tuple(pair)
 
-        forward = self._trace_rule(signature, "fwd", run_fwd, (signature.primal_trees(parameters),))
+        forward = self._trace_rule(
+            signature, f"fwd{pattern}", run_fwd, (signature.primal_trees(parameters),)
+        )
         out_def, residual_def = forward.out_treedef.children()
         if out_def != signature.out_treedef:
             raise TransformError(
@@ -795,9 +836,16 @@ class CustomVjp(_CustomFunction):
                 f"but the function returns {signature.out_treedef}"
             )
         out_types = signature.program.output_types
+        if symbolic and j is None:  # fwd alone: bwd is traced per output leaf
+            return forward, out_def, None, None
 
         def run_bwd(residual_leaves: list, cotangent_leaves: list) -> Any:
             res = unflatten(residual_def, residual_leaves)
+            if symbolic:  # the one cotangent leaf j, SymbolicZeros for the others
+                cotangent_leaves = [
+                    cotangent_leaves[0] if k == j else SymbolicZero(t)
+                    for k, t in enumerate(out_types)
+                ]
             ct = unflatten(signature.out_treedef, cotangent_leaves)
             cotangents = bwd(*nondiff, res, ct)
             if not isinstance(cotangents, tuple | list):
@@ -805,22 +853,35 @@ class CustomVjp(_CustomFunction):
                     f"the custom_vjp bwd of {name!r} must return a tuple with one cotangent per "
                     f"differentiable argument, got {type(cotangents).__name__}"
                 )
-            return tuple(cotangents)
+            return (
+                tuple(_symbolic_as_none(c) for c in cotangents) if symbolic else tuple(cotangents)
+            )
 
         residual_types = forward.program.output_types[out_def.num_leaves :]
         stand_ins = [NamedArray(None, t, "reference") for t in residual_types]
-        ct_stand_ins = [NamedArray(None, t, "reference") for t in out_types]
-        backward = self._trace_rule(signature, "bwd", run_bwd, (stand_ins, ct_stand_ins))
+        given_types = [out_types[j]] if symbolic else out_types
+        ct_stand_ins = [NamedArray(None, t, "reference") for t in given_types]
+        bwd_name = f"bwd{pattern}.{j}" if symbolic else "bwd"
+        backward = self._trace_rule(signature, bwd_name, run_bwd, (stand_ins, ct_stand_ins))
         diff_trees = _differentiable_part(signature.primal_trees(parameters), static)
         expected = structure(tuple(diff_trees))
         returned = backward.out_treedef
         cotangents_by_leaf = self._cotangent_leaves(signature, backward, returned, expected)
         return forward, out_def, backward, cotangents_by_leaf
 
-    def _run_fwd(self, signature: _Signature, e: Any, primals: list) -> tuple[list, list]:
+    def _perturbed(self, signature: _Signature, perturbed: Sequence[bool] | None) -> tuple:
+        """The flags of the arguments' array leaves among a call's operand flags (None without
+        symbolic zeros)."""
+        if not self.symbolic_zeros:
+            return None
+        return tuple(perturbed[: len(signature.arrays)])
+
+    def _run_fwd(
+        self, signature: _Signature, e: Any, primals: list, perturbed=None
+    ) -> tuple[list, list]:
         """fwd on the call's operands: (its output leaves, its residual leaves)."""
         count = len(signature.arrays)
-        forward, out_def, _, _ = self._vjp_programs(signature)
+        forward, out_def, _, _ = self._vjp_programs(signature, perturbed)
         closed, operands = signature.closed, list(primals[count:])
         what = f"the custom_vjp fwd of {_name(self.fn)!r}"
         constants = _closure_inputs(what, forward, e, closed, operands)
@@ -828,9 +889,10 @@ class CustomVjp(_CustomFunction):
         outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
         return outputs[: out_def.num_leaves], outputs[out_def.num_leaves :]
 
-    def _forward(self, signature: _Signature, j: int, e: Any, primals: list) -> Any:
+    def _forward(self, signature: _Signature, j: int, e: Any, primals: list, perturbed=None) -> Any:
         """Output leaf `j` as fwd computes it: the primal under reverse mode, as in JAX."""
-        output = self._run_fwd(signature, e, primals)[0][j]
+        perturbed = self._perturbed(signature, perturbed)
+        output = self._run_fwd(signature, e, primals, perturbed)[0][j]
         expected = signature.program.output_types[j]
         if output.ty != expected:
             raise TransformError(
@@ -839,14 +901,20 @@ class CustomVjp(_CustomFunction):
             )
         return output
 
-    def _vjp(self, signature: _Signature, j: int, e: Any, primals, result, cotangent) -> list:
+    def _vjp(
+        self, signature: _Signature, j: int, e: Any, primals, result, cotangent, perturbed=None
+    ) -> list:
         count = len(signature.arrays)
         name = _name(self.fn)
-        _, _, backward, cotangents_by_leaf = self._vjp_programs(signature)
+        perturbed = self._perturbed(signature, perturbed)
+        _, _, backward, cotangents_by_leaf = self._vjp_programs(signature, perturbed, j)
         closed, operands = signature.closed, list(primals[count:])
-        residuals = self._run_fwd(signature, e, primals)[1]
+        residuals = self._run_fwd(signature, e, primals, perturbed)[1]
         out_types = signature.program.output_types
-        cts = [e.zeros(t) if k != j else cotangent for k, t in enumerate(out_types)]
+        if self.symbolic_zeros:
+            cts = [cotangent]
+        else:
+            cts = [e.zeros(t) if k != j else cotangent for k, t in enumerate(out_types)]
         constants = _closure_inputs(
             f"the custom_vjp bwd of {name!r}", backward, e, closed, operands
         )
@@ -892,6 +960,65 @@ class CustomVjp(_CustomFunction):
             count = len([leaf for leaf in flatten(argument)[0] if is_array(leaf)])
             order += by_argument.get(position, [None] * count)
         return order
+
+
+class CustomVJPPrimal:
+    """An array leaf of a differentiable argument as a `custom_vjp` fwd defined with
+    `symbolic_zeros=True` gets it (JAX's `jax.custom_derivatives.CustomVJPPrimal`): its
+    `value`, and whether it is `perturbed` (differentiated: its tangent is not known to be
+    zero).
+
+    >>> import accy, numpy as np
+    >>> p = accy.CustomVJPPrimal(accy.named(np.float32(1.0), ()), perturbed=False)
+    >>> p.value.item(), p.perturbed
+    (1.0, False)
+    """
+
+    __slots__ = ("value", "perturbed")
+
+    def __init__(self, value: Any, perturbed: bool):
+        self.value, self.perturbed = value, perturbed
+
+    def __repr__(self) -> str:
+        return f"CustomVJPPrimal({self.value!r}, perturbed={self.perturbed})"
+
+
+def custom_vjp_primal_tree_values(tree: Any) -> Any:
+    """`tree` with each `CustomVJPPrimal` leaf replaced by its value
+    (`jax.custom_derivatives.custom_vjp_primal_tree_values`).
+
+    >>> import accy
+    >>> accy.custom_vjp_primal_tree_values({"a": accy.CustomVJPPrimal(2.0, True)})
+    {'a': 2.0}
+    """
+    return optree.tree_map(
+        lambda leaf: leaf.value if isinstance(leaf, CustomVJPPrimal) else leaf,
+        tree,
+        namespace=NAMESPACE,
+    )
+
+
+def _vjp_primals(primal_trees: tuple, static: set[int], perturbed: Sequence[bool]) -> tuple:
+    """The differentiable arguments with each leaf a `CustomVJPPrimal` (array leaves flagged by
+    `perturbed`, in order; static leaves never perturbed); nondiff arguments as they are."""
+    flags = iter(perturbed)
+
+    def wrap(leaf: Any) -> Any:
+        return CustomVJPPrimal(leaf, bool(next(flags)) if is_array(leaf) else False)
+
+    return tuple(
+        tree if i in static else optree.tree_map(wrap, tree, namespace=NAMESPACE)
+        for i, tree in enumerate(primal_trees)
+    )
+
+
+def _symbolic_as_none(cotangent: Any) -> Any:
+    """A bwd's cotangent tree with its `SymbolicZero` leaves as None (zeros)."""
+    return optree.tree_map(
+        lambda leaf: None if isinstance(leaf, SymbolicZero) else leaf,
+        cotangent,
+        namespace=NAMESPACE,
+    )
 
 
 def _given_leaves(piece: Any, argument: Any, what: str, position: int) -> list[bool]:

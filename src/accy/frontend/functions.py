@@ -17,20 +17,22 @@ import dataclasses
 import functools
 import inspect
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import optree
 
 from .. import gradient
-from ..backends.devices import CPU
+from ..backends.devices import current_default
 from ..caches import Group, register
+from ..config import config
 from ..core import Program, Value
 from ..core.types import TensorType
 from ..errors import GradientRequiresScalarOutput
 from ..trace import define
 from ..transforms.simplify import simplify
+from .cache_misses import describe_function, explain_static_miss, source_line
 from .debugging import call_keeping_ids
 from .errors import StaticArgumentError, TransformError
 from .lowered import Lowered, abstract_inputs
@@ -224,8 +226,22 @@ class Jitted(_Shared):
             ) from error
         if staged is None:
             build = functools.partial(self.builder._build, statics)
-            staged = self._staged.put(key, Staged(build, self.device))
+            staged = self._staged.put(key, self._new_staged(build, key, statics))
         return staged, args, kwargs
+
+    def _new_staged(self, build: Callable, key: tuple, statics: tuple) -> Staged:
+        """The Staged of new static values, described for cache-miss explanations (which
+        explain it here when other static values were traced before)."""
+        staged = Staged(build, self.device)
+        name, line = _name(self.fn), source_line(self.fn)
+        staged.described = (name, line)
+        staged.statics = [(n, k, v) for (n, k, _), (_, v, _) in zip(key, statics, strict=True)]
+        if config.explain_cache_misses:
+            earlier = [s.statics for s in self._staged.copy().values()]
+            if earlier:
+                explain_static_miss(describe_function(name, line), staged.statics, earlier)
+                staged.first_explained = True
+        return staged
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         """The program this function runs for these arguments, and what it compiles to:
@@ -243,7 +259,7 @@ class Jitted(_Shared):
         args, kwargs = abstract_inputs((args, kwargs))
         staged, args, kwargs = self._staged_for(args, kwargs)
         leaves = [leaf for leaf in flatten((args, kwargs))[0] if isinstance(leaf, NamedArray)]
-        device = self.device or (leaves[0].device if leaves and not abstract else CPU)
+        device = self.device or (leaves[0].device if leaves and not abstract else current_default())
         return Lowered(staged.entry_for((args, kwargs)).program, device)
 
     def _build(self, statics: tuple, leaves: list[Any], treedef: Any) -> Entry:
@@ -310,6 +326,43 @@ class Jitted(_Shared):
             return f"<accy.jit of {self.fn!r}>"
         except Exception:  # the function's own repr failed, or the wrapper lost it
             return "<accy.jit>"
+
+
+_JIT_CALL = Jitted.__call__
+
+
+def _call_eagerly(self: Jitted, *args: Any, **kwargs: Any) -> Any:
+    """A jitted function's call under `disable_jit`: the Python function itself, run on the
+    arguments as given (static ones included)."""
+    return self.fn(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def disable_jit(disable: bool = True) -> Iterator[None]:
+    """Run every `accy.jit` function's Python eagerly inside a `with` block, as
+    `jax.disable_jit()` does: each call runs the function itself, operation by operation, so
+    `print` and Python control flow on array values work, and nothing is traced or compiled.
+    `disable_jit(False)` turns jit back on inside an enclosing block. The switch is the
+    process's (every thread's), and costs a jitted call nothing outside the block: it swaps
+    the call of `Jitted` itself rather than being checked per call.
+
+    >>> import accy, numpy as np
+    >>> @accy.jit
+    ... def relu_sum(x):
+    ...     return x.sum() if float(x.sum().item()) > 0 else 0.0 * x.sum()
+    >>> x = accy.named(np.array([1.0, 2.0], np.float32), "n")
+    >>> with accy.disable_jit():
+    ...     relu_sum(x).item()  # a Python branch on a value: eager only
+    3.0
+    >>> relu_sum.traces
+    0
+    """
+    before = Jitted.__call__
+    Jitted.__call__ = _call_eagerly if disable else _JIT_CALL
+    try:
+        yield
+    finally:
+        Jitted.__call__ = before
 
 
 def _is_tree_node(value: Any) -> bool:

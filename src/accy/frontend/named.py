@@ -24,7 +24,7 @@ import numpy as np
 from ..api import compile as compile_program
 from ..backends.arguments import python_values
 from ..backends.base import array_call
-from ..backends.devices import CPU, Device, as_device, holding
+from ..backends.devices import CPU, Device, as_device, current_default, holding
 from ..backends.dlpack import export_array, host_from_dlpack
 from ..caches import Group, Table
 from ..core import Attrs, Value, check_operation
@@ -206,8 +206,9 @@ class NamedArray(ArrayOps):
 
 def named(array: Any, axes: Sequence[str], device: str | Device | None = None) -> NamedArray:
     """Wrap `array` (NumPy, CuPy, a DLPack producer, nested lists or a scalar) as a NamedArray
-    with one name per axis, in layout order. `device` defaults to the array's own (the CPU for
-    host arrays, its GPU for CuPy); "reference" runs its operations on the NumPy evaluator.
+    with one name per axis, in layout order. `device` defaults to the array's own (the default
+    device, `accy.default_device`, for host arrays; its GPU for CuPy); "reference" runs its
+    operations on the NumPy evaluator.
 
     >>> import accy, numpy as np
     >>> w = accy.named(np.ones((2, 3), np.float32), ("input", "output"))
@@ -244,7 +245,9 @@ def named(array: Any, axes: Sequence[str], device: str | Device | None = None) -
         )
     )
 
-    device = own if device is None else as_device(device)
+    # Host data goes to the default device (accy.default_device); CuPy data stays on its GPU.
+    default = None if device is not None else current_default() if own.is_host else own
+    device = default or as_device(device)
     if device is not own:
         array = device.put(array if own.is_host else own.host(array))
     return NamedArray(array, ty, device)

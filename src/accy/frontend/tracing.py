@@ -31,15 +31,26 @@ import optree
 
 from ..api import compile as compile_program
 from ..backends.base import array_call
-from ..backends.devices import CPU, Device
+from ..backends.devices import CPU, Device, current_default
 from ..caches import Group, Table, limit
 from ..config import config
 from ..core import Program, Value
 from ..core.builder import Builder
 from ..core.types import TensorType
 from ..errors import AccyError, InvalidInput, attach_user_location
+from .cache_misses import (
+    describe_function,
+    explain_first_trace,
+    explain_signature_miss,
+)
 from .debugging import check_outputs, user_location
-from .errors import DeviceMismatch, NonArrayLeaf, StaticArgumentError, TreeTooDeep
+from .errors import (
+    DeviceMismatch,
+    NonArrayLeaf,
+    StaticArgumentError,
+    TransformError,
+    TreeTooDeep,
+)
 from .named import NamedArray, check_device, intern, named_scalar
 
 NAMESPACE = "accy"
@@ -742,10 +753,23 @@ class Staged:
         # the argument types (kept alive, so that the ids stay theirs).
         self.flat: Table = FAST_SIGNATURES.table()
         self.traces = 0  # how many times a program was built (a cache miss): for tests
+        # For explain_cache_misses: the function's name and source line, and whether its
+        # first trace was explained already (by its jit's new static arguments).
+        self.described: tuple[str, tuple[str, int] | None] = ("a transformed function", None)
+        self.first_explained = False
+        self.statics: list[tuple] = []  # (name, cache key, value) of a jit's static arguments
 
     def entry(self, leaves: Sequence[Any], treedef: Any, key: tuple) -> Entry:
         entry = self.cache.get(key)
         if entry is None:
+            if _REFUSED["tracing"]:
+                raise TransformError(
+                    f"accy.no_tracing(): {self.described[0]!r} would be traced here (a "
+                    "signature not traced before); trace it before the block, with the same "
+                    "argument types and static values"
+                )
+            if config.explain_cache_misses:
+                self._explain_miss(key)
             self.traces += 1
             start = time.perf_counter()
             with without_collection():
@@ -757,6 +781,18 @@ class Staged:
                     _note_forgotten_signature(entry.program.name, self.cache.bound)
                 self.cache.put(key, entry)
         return entry
+
+    def _explain_miss(self, key: tuple) -> None:
+        """Log why `key` is traced (`accy.config.explain_cache_misses`)."""
+        name, line = self.described
+        earlier = list(self.cache.copy())  # one atomic copy: other threads may add entries
+        if not earlier:
+            if not self.first_explained:
+                explain_first_trace(name, line)
+            self.first_explained = True
+            return
+        paths = [argument_path("".join(f"[{p!r}]" for p in path)) for path in key[0].paths()]
+        explain_signature_miss(describe_function(name, line), key, earlier, paths)
 
     def entry_for(self, tree: Any) -> Entry:
         """The Entry (the traced Program) for the arguments `tree`, built if new, without
@@ -917,11 +953,77 @@ class Staged:
                 f"arrays on different devices were passed together ({where}); move them with "
                 ".to(device), or give the transform a device"
             )
-        device = device or (devices.pop() if devices else CPU)
+        device = device or (devices.pop() if devices else current_default())
         entry = self.entry(converted, treedef, key)
         if entry.foreign:  # it read values of an enclosing trace: it runs there
             return inline(entry, enclosing_builder(entry.captured), arrays)
         return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
+
+
+# Depths of the no_tracing blocks under way (process-wide, as the settings are).
+_REFUSED = {"tracing": 0}
+
+
+@contextmanager
+def no_tracing() -> Iterator[None]:
+    """Inside the `with` block, a transformed function that would be traced (a first call,
+    or a new signature) raises `TransformError` instead (`jax.no_tracing`): a check that a
+    loop runs only programs traced before it. Checked where a trace would start, so it costs
+    a cached call nothing.
+
+    >>> import accy, numpy as np
+    >>> f = accy.jit(lambda x: x * 2.0)
+    >>> x = accy.named(np.ones(2, np.float32), "n")
+    >>> with accy.no_tracing():
+    ...     f(x)
+    Traceback (most recent call last):
+    accy.frontend.errors.TransformError: accy.no_tracing(): 'function' would be traced here ...
+    >>> _ = f(x)  # traced before the block, it runs in it
+    >>> with accy.no_tracing():
+    ...     f(x).array.tolist()
+    [2.0, 2.0]
+    """
+    _REFUSED["tracing"] += 1
+    try:
+        yield
+    finally:
+        _REFUSED["tracing"] -= 1
+
+
+def _refuse_execution(self: Staged, entry: Entry, arrays: list, device: Device) -> Any:
+    raise TransformError(
+        f"accy.no_execution(): {entry.program.name!r} would run on {device.name} here; run "
+        "it outside the block (inside it, transformed functions may be traced and inlined "
+        "into other traces, not run)"
+    )
+
+
+def _call_without_fast_path(self: Staged, args: tuple, kwargs: dict) -> Any:
+    return self((args, kwargs))
+
+
+@contextmanager
+def no_execution() -> Iterator[None]:
+    """Inside the `with` block, running a transformed function's compiled program raises
+    `TransformError` (`jax.no_execution`); tracing, and calls inside another trace, still
+    work. The switch is the process's, and costs nothing outside the block: it swaps
+    `Staged`'s run methods rather than being checked per call.
+
+    >>> import accy, numpy as np
+    >>> f = accy.jit(lambda: accy.named(np.ones(3, np.float32), "n"))
+    >>> with accy.no_execution():
+    ...     f()
+    Traceback (most recent call last):
+    accy.frontend.errors.TransformError: accy.no_execution(): 'function' would run on cpu ...
+    >>> f().shape
+    {'n': 3}
+    """
+    before = Staged.call, Staged.run_concrete
+    Staged.call, Staged.run_concrete = _call_without_fast_path, _refuse_execution
+    try:
+        yield
+    finally:
+        Staged.call, Staged.run_concrete = before
 
 
 WRITTEN_OUT_NODES = 64

@@ -106,7 +106,7 @@ class JvpSemantics:
                 zero = True  # e.g. a while_loop under stop_gradient: its primal loop only
             else:
                 return LOOP_JVPS[op.kind](self, op, primals, tangents)
-        outputs = self._primal(op, primals, perturbed=not zero)
+        outputs = self._primal(op, primals, tangents, perturbed=not zero)
         if op.kind == "parameter":
             return Dual(outputs, self._tangent_parameter(op))
         rule = rule_for(op.kind)
@@ -127,11 +127,12 @@ class JvpSemantics:
             return tuple(Dual(p, t) for p, t in zip(outputs, tangent, strict=True))
         return Dual(outputs, tangent)
 
-    def _primal(self, op: Operation, primals: list, *, perturbed: bool) -> Any:
+    def _primal(self, op: Operation, primals: list, tangents: list, *, perturbed: bool) -> Any:
         # In reverse mode a differentiated custom call's result may come from its record's
         # forward rule (a custom_vjp's fwd), as JAX runs fwd under differentiation.
         if op.kind == "custom_call" and self.reverse and perturbed:
-            result = custom_call_primal(self.emit, op, primals)
+            flags = [not isinstance(t, Zero) for t in tangents]
+            result = custom_call_primal(self.emit, op, primals, flags)
             if result is not None:
                 return result
         return self.next.bind(op, primals)

@@ -123,11 +123,14 @@ def custom_call_jvp(
     return record.tangent(e, op, list(primals), list(tangents), out, reverse=reverse)
 
 
-def custom_call_primal(e: Any, op: Operation, primals: Sequence[Any]) -> Any:
+def custom_call_primal(
+    e: Any, op: Operation, primals: Sequence[Any], perturbed: Sequence[bool]
+) -> Any:
     """What reverse mode computes as a differentiated custom call's result: its record's
-    `forward` rule (a custom_vjp's fwd), or None for the call itself."""
+    `forward` rule (a custom_vjp's fwd), or None for the call itself. `perturbed`: which
+    operands have tangents not known to be zero."""
     record = custom_call_record(op.attrs)
-    return None if record is None else record.primal(e, op, list(primals))
+    return None if record is None else record.primal(e, op, list(primals), list(perturbed))
 
 
 def _custom_call_transpose(e, op, ct, operands):

@@ -27,6 +27,7 @@ from .kinds.registry import rule_for
 from .types import HALF_FLOATS, f32
 
 Pair = tuple[int, int]
+WINDOW_OPS = ("sum", "max", "min", "prod")
 
 
 def _per_axis(name: str, value, axes: Sequence[str]) -> tuple:
@@ -131,6 +132,19 @@ class Windows:
     def windows(self, x, axes, sizes, strides=1, dilations=1, padding="valid", fill=0):
         """`x` with, for each axis in `axes`, a new axis `<axis>_window` of extent `size` over
         the window offsets, and the axis itself over the window positions."""
+        padded, spans = self._padded_windows(x, axes, sizes, strides, dilations, padding, fill)
+        for axis, (k, s, r, out) in spans.items():
+            pieces = []
+            for offset in range(k):
+                piece = self._window_slice(padded, axis, offset * r, s, out)
+                named = (*piece.ty.named_extents, (f"{axis}_window", 1))
+                pieces.append(self.reshape(piece, named))
+            padded = pieces[0] if k == 1 else self.concatenate(pieces, f"{axis}_window")
+        return padded
+
+    def _padded_windows(self, x, axes, sizes, strides, dilations, padding, fill):
+        """`x` padded (`fill`) on each axis of `axes`, and per axis (window, stride, dilation,
+        output extent); an error names an axis whose window cannot fit."""
         axes = tuple(axes)
         self._require_axes("windows", x, axes)
         sizes = _per_axis("window", sizes, axes)
@@ -138,27 +152,49 @@ class Windows:
         dilations = _per_axis("dilation", dilations, axes)
         extents = [x.ty.extent(a) for a in axes]
         pairs = padding_pairs(padding, extents, sizes, strides, dilations)
+        spans = {}
         for axis, k, s, r, (low, high) in zip(axes, sizes, strides, dilations, pairs, strict=True):
             if k < 1 or s < 1 or r < 1:
                 raise AxisError(
                     f"window {k}, stride {s} and dilation {r} of {axis!r} must all be >= 1"
                 )
-            padded = self.pad(x, axis, low, high, fill) if (low, high) != (0, 0) else x
-            n = padded.ty.extent(axis)
+            x = self.pad(x, axis, low, high, fill) if (low, high) != (0, 0) else x
+            n = x.ty.extent(axis)
             span = (k - 1) * r + 1
             if n < span:
                 raise AxisError(
                     f"the window of axis {axis!r} spans {span} elements; the padded axis has {n}"
                 )
-            out = (n - span) // s + 1
-            pieces = []
-            for offset in range(k):
-                start = offset * r
-                piece = self.slice(padded, axis, start, start + (out - 1) * s + 1, s)
-                named = (*piece.ty.named_extents, (f"{axis}_window", 1))
-                pieces.append(self.reshape(piece, named))
-            x = pieces[0] if k == 1 else self.concatenate(pieces, f"{axis}_window")
-        return x
+            spans[axis] = (k, s, r, (n - span) // s + 1)
+        return x, spans
+
+    def _window_slice(self, padded, axis: str, start: int, stride: int, out: int):
+        """The elements at one window offset (`start`) of every window along `axis`."""
+        return self.slice(padded, axis, start, start + (out - 1) * stride + 1, stride)
+
+    def _fold_window_offsets(self, x, op, axes, sizes, strides, dilations, padding, fill):
+        """`op` over windows as a fold over the window offsets: one strided slice of the padded
+        input per offset (output-sized), combined elementwise, so no window axis is stored and
+        the gradient sums one strided pad per offset. max/min fold with a select that keeps the
+        earlier offset on ties (offsets in the order of x's axes, row-major), so each window's
+        cotangent goes to its first maximum, as JAX's reduce_window (select_and_scatter_add)."""
+        padded, spans = self._padded_windows(x, axes, sizes, strides, dilations, padding, fill)
+        order = [a for a in x.ty.axes if a in spans]  # x's layout order: JAX's row-major
+        total = None
+        for offsets in itertools.product(*(range(spans[a][0]) for a in order)):
+            piece = padded
+            for axis, offset in zip(order, offsets, strict=True):
+                k, s, r, out = spans[axis]
+                piece = self._window_slice(piece, axis, offset * r, s, out)
+            total = piece if total is None else self._combine_window(op, total, piece)
+        return total
+
+    def _combine_window(self, op: str, total, piece):
+        """One fold step of a windowed `op`: max/min take `piece` only where it strictly wins."""
+        if op in ("max", "min"):
+            wins = self.compare("gt" if op == "max" else "lt", piece, total)
+            return self.select(wins, piece, total)
+        return self.add(total, piece) if op == "sum" else self.mul(total, piece)
 
     def conv(
         self,
@@ -313,6 +349,8 @@ class Windows:
         """Reduce `op` (sum, max, min, prod) over windows: `window` maps axis -> extent;
         `stride` (default: the window) and `dilation` map axis -> int or are one int; padding
         as `conv` (filled with `op`'s identity)."""
+        if op not in WINDOW_OPS:
+            raise TypeRuleError(f"reduce_window: op {op!r} is not one of {WINDOW_OPS}")
         axes = tuple(window)
         sizes = tuple(window[a] for a in axes)
         stride = sizes if stride is None else stride
@@ -321,12 +359,11 @@ class Windows:
             fill = self.extreme_value(x.ty.dtype, lowest=op == "max")
         strides = _per_axis("stride", stride, axes)
         dilations = _per_axis("dilation", dilation, axes)
-        if strides == sizes and all(d == 1 for d in dilations):
+        if op in ("sum", "prod") and strides == sizes and all(d == 1 for d in dilations):
             tiles = self._tiles(x, axes, sizes, padding, fill)
             if tiles is not None:
                 return self.reduce(tiles, fill, op, [f"{a}_window" for a in axes])
-        patches = self.windows(x, axes, sizes, stride, dilation, padding, fill)
-        return self.reduce(patches, fill, op, [f"{a}_window" for a in axes])
+        return self._fold_window_offsets(x, op, axes, sizes, strides, dilations, padding, fill)
 
     def _tiles(self, x, axes, sizes, padding, fill):
         """Windows that tile their axes (stride = window, no dilation) without copying: each

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from ..errors import AxisError, TypeRuleError
 from .kinds.convolution import axis_roles, conv_attrs
 from .kinds.registry import rule_for
-from .types import HALF_FLOATS, f32
+from .types import HALF_FLOATS, TensorType, f32, i32
 
 Pair = tuple[int, int]
 WINDOW_OPS = ("sum", "max", "min", "prod")
@@ -132,19 +132,6 @@ class Windows:
     def windows(self, x, axes, sizes, strides=1, dilations=1, padding="valid", fill=0):
         """`x` with, for each axis in `axes`, a new axis `<axis>_window` of extent `size` over
         the window offsets, and the axis itself over the window positions."""
-        padded, spans = self._padded_windows(x, axes, sizes, strides, dilations, padding, fill)
-        for axis, (k, s, r, out) in spans.items():
-            pieces = []
-            for offset in range(k):
-                piece = self._window_slice(padded, axis, offset * r, s, out)
-                named = (*piece.ty.named_extents, (f"{axis}_window", 1))
-                pieces.append(self.reshape(piece, named))
-            padded = pieces[0] if k == 1 else self.concatenate(pieces, f"{axis}_window")
-        return padded
-
-    def _padded_windows(self, x, axes, sizes, strides, dilations, padding, fill):
-        """`x` padded (`fill`) on each axis of `axes`, and per axis (window, stride, dilation,
-        output extent); an error names an axis whose window cannot fit."""
         axes = tuple(axes)
         self._require_axes("windows", x, axes)
         sizes = _per_axis("window", sizes, axes)
@@ -152,49 +139,27 @@ class Windows:
         dilations = _per_axis("dilation", dilations, axes)
         extents = [x.ty.extent(a) for a in axes]
         pairs = padding_pairs(padding, extents, sizes, strides, dilations)
-        spans = {}
         for axis, k, s, r, (low, high) in zip(axes, sizes, strides, dilations, pairs, strict=True):
             if k < 1 or s < 1 or r < 1:
                 raise AxisError(
                     f"window {k}, stride {s} and dilation {r} of {axis!r} must all be >= 1"
                 )
-            x = self.pad(x, axis, low, high, fill) if (low, high) != (0, 0) else x
-            n = x.ty.extent(axis)
+            padded = self.pad(x, axis, low, high, fill) if (low, high) != (0, 0) else x
+            n = padded.ty.extent(axis)
             span = (k - 1) * r + 1
             if n < span:
                 raise AxisError(
                     f"the window of axis {axis!r} spans {span} elements; the padded axis has {n}"
                 )
-            spans[axis] = (k, s, r, (n - span) // s + 1)
-        return x, spans
-
-    def _window_slice(self, padded, axis: str, start: int, stride: int, out: int):
-        """The elements at one window offset (`start`) of every window along `axis`."""
-        return self.slice(padded, axis, start, start + (out - 1) * stride + 1, stride)
-
-    def _fold_window_offsets(self, x, op, axes, sizes, strides, dilations, padding, fill):
-        """`op` over windows as a fold over the window offsets: one strided slice of the padded
-        input per offset (output-sized), combined elementwise, so no window axis is stored and
-        the gradient sums one strided pad per offset. max/min fold with a select that keeps the
-        earlier offset on ties (offsets in the order of x's axes, row-major), so each window's
-        cotangent goes to its first maximum, as JAX's reduce_window (select_and_scatter_add)."""
-        padded, spans = self._padded_windows(x, axes, sizes, strides, dilations, padding, fill)
-        order = [a for a in x.ty.axes if a in spans]  # x's layout order: JAX's row-major
-        total = None
-        for offsets in itertools.product(*(range(spans[a][0]) for a in order)):
-            piece = padded
-            for axis, offset in zip(order, offsets, strict=True):
-                k, s, r, out = spans[axis]
-                piece = self._window_slice(piece, axis, offset * r, s, out)
-            total = piece if total is None else self._combine_window(op, total, piece)
-        return total
-
-    def _combine_window(self, op: str, total, piece):
-        """One fold step of a windowed `op`: max/min take `piece` only where it strictly wins."""
-        if op in ("max", "min"):
-            wins = self.compare("gt" if op == "max" else "lt", piece, total)
-            return self.select(wins, piece, total)
-        return self.add(total, piece) if op == "sum" else self.mul(total, piece)
+            out = (n - span) // s + 1
+            pieces = []
+            for offset in range(k):
+                start = offset * r
+                piece = self.slice(padded, axis, start, start + (out - 1) * s + 1, s)
+                named = (*piece.ty.named_extents, (f"{axis}_window", 1))
+                pieces.append(self.reshape(piece, named))
+            x = pieces[0] if k == 1 else self.concatenate(pieces, f"{axis}_window")
+        return x
 
     def conv(
         self,
@@ -359,11 +324,37 @@ class Windows:
             fill = self.extreme_value(x.ty.dtype, lowest=op == "max")
         strides = _per_axis("stride", stride, axes)
         dilations = _per_axis("dilation", dilation, axes)
-        if op in ("sum", "prod") and strides == sizes and all(d == 1 for d in dilations):
-            tiles = self._tiles(x, axes, sizes, padding, fill)
-            if tiles is not None:
-                return self.reduce(tiles, fill, op, [f"{a}_window" for a in axes])
-        return self._fold_window_offsets(x, op, axes, sizes, strides, dilations, padding, fill)
+        patches = None
+        if strides == sizes and all(d == 1 for d in dilations):
+            patches = self._tiles(x, axes, sizes, padding, fill)
+        if patches is None:
+            patches = self.windows(x, axes, sizes, stride, dilation, padding, fill)
+        order = [f"{a}_window" for a in x.ty.axes if a in window]  # row-major in x's layout
+        if op in ("max", "min"):
+            return self._first_extreme(patches, op, order)
+        return self.reduce(patches, fill, op, order)
+
+    def _first_extreme(self, patches, op: str, window_axes: list[str]):
+        """The max (min) over `window_axes` as the element at each window's first extreme (in
+        row-major order of the window, the first NaN if any): its derivative goes to that one
+        element, as JAX's reduce_window (select_and_scatter_add), where a plain reduction's
+        shares ties evenly. The gradient is one select, elementwise over the windows."""
+        offsets = TensorType(i32, tuple((a, patches.ty.extent(a)) for a in window_axes))
+        position, scale = None, 1
+        for axis in reversed(window_axes):  # the flat offset within the window
+            term = self.iota(offsets, axis)
+            term = term if scale == 1 else self.mul(term, scale)
+            position = term if position is None else self.add(position, term)
+            scale *= offsets.extent(axis)
+        reduce = self.reduce_max if op == "max" else self.reduce_min
+        extreme = self.unary("stop_gradient", reduce(patches, window_axes))
+        hits = self.compare("eq", patches, extreme)
+        if patches.ty.dtype.is_float:
+            hits = self.binary("or", hits, self.compare("ne", patches, patches))
+        first = self.reduce_min(self.select(hits, position, scale), window_axes)
+        zero = 0.0 if patches.ty.dtype.is_float else 0
+        chosen = self.select(self.compare("eq", position, first), patches, zero)
+        return self.reduce(chosen, zero, "sum", window_axes)
 
     def _tiles(self, x, axes, sizes, padding, fill):
         """Windows that tile their axes (stride = window, no dilation) without copying: each

@@ -122,3 +122,14 @@ def test_reduce_window_errors_say_what_is_wrong():
         accy.trace.define("e", x_type, lambda b, a: accy.nn.max_pool(a[0], {"h": 4}, 1))
     with pytest.raises(accy.AxisError, match="must all be >= 1"):
         accy.trace.define("e", x_type, lambda b, a: accy.nn.avg_pool(a[0], {"w": 2}, 0))
+
+
+def test_a_window_with_a_nan_pools_to_nan_as_jax():
+    x = np.array([[1, np.nan, 2, 0], [3, 2, 1, 1]], np.float32)
+    program = accy.trace.define(
+        "p", [spec(f32, h=2, w=4)], lambda b, a: accy.nn.max_pool(a[0], {"h": 2, "w": 2})
+    )
+    for _, backend in BACKENDS:
+        got = backend(program, [x])[0]
+        want = jax.lax.reduce_window(jnp.asarray(x), -jnp.inf, jax.lax.max, (2, 2), (2, 2), "VALID")
+        np.testing.assert_array_equal(got, np.asarray(want))

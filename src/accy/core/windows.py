@@ -349,12 +349,14 @@ class Windows:
         reduce = self.reduce_max if op == "max" else self.reduce_min
         extreme = self.unary("stop_gradient", reduce(patches, window_axes))
         hits = self.compare("eq", patches, extreme)
-        if patches.ty.dtype.is_float:
-            hits = self.binary("or", hits, self.compare("ne", patches, patches))
         first = self.reduce_min(self.select(hits, position, scale), window_axes)
         zero = 0.0 if patches.ty.dtype.is_float else 0
         chosen = self.select(self.compare("eq", position, first), patches, zero)
-        return self.reduce(chosen, zero, "sum", window_axes)
+        chosen = self.reduce(chosen, zero, "sum", window_axes)
+        if not patches.ty.dtype.is_float:
+            return chosen
+        # A window with a NaN has a NaN extreme that equals no element: it is that NaN.
+        return self.select(self.compare("ne", extreme, extreme), extreme, chosen)
 
     def _tiles(self, x, axes, sizes, padding, fill):
         """Windows that tile their axes (stride = window, no dilation) without copying: each

@@ -9,7 +9,9 @@ position into new axes `<axis>_window` (im2col: one strided slice of the padded 
 window offset) and contracts them with the kernel; otherwise it contracts first and sums
 shifted slices of the products (see `conv_by_windows`).
 `reduce_window` gathers windows alike and reduces them; windows that tile their axis
-(stride = window: pooling) are a reshape instead, so nothing is gathered.
+(stride = window: pooling) are a reshape instead, so nothing is gathered. max and min return
+each window's first extreme (row-major), so their derivative goes to that one element, as
+JAX's reduce_window does (a plain reduction's shares ties evenly).
 
 Padding: "valid" (none), "same" (output extent ceil(n / stride), the odd element after, as
 JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths crop.
@@ -313,7 +315,15 @@ class Windows:
     def reduce_window(self, x, op: str, window, stride=None, padding="valid", dilation=1):
         """Reduce `op` (sum, max, min, prod) over windows: `window` maps axis -> extent;
         `stride` (default: the window) and `dilation` map axis -> int or are one int; padding
-        as `conv` (filled with `op`'s identity)."""
+        as `conv` (filled with `op`'s identity). The derivative of max (min) goes to each
+        window's first maximum (minimum) in the row-major order of x's axes, as JAX's.
+
+        >>> import accy
+        >>> p = accy.trace.define("m", [accy.spec(accy.f32, w=4)],
+        ...                       lambda b, a: a[0].reduce_window("max", {"w": 2}).sum())
+        >>> accy.reference.run(accy.grad(p), [[3.0, 3.0, 1.0, 2.0]])[0].tolist()
+        [1.0, 0.0, 0.0, 1.0]
+        """
         if op not in WINDOW_OPS:
             raise TypeRuleError(f"reduce_window: op {op!r} is not one of {WINDOW_OPS}")
         axes = tuple(window)

@@ -9,7 +9,9 @@ position into new axes `<axis>_window` (im2col: one strided slice of the padded 
 window offset) and contracts them with the kernel; otherwise it contracts first and sums
 shifted slices of the products (see `conv_by_windows`).
 `reduce_window` gathers windows alike and reduces them; windows that tile their axis
-(stride = window: pooling) are a reshape instead, so nothing is gathered.
+(stride = window: pooling) are a reshape instead, so nothing is gathered. max and min return
+each window's first extreme (row-major), so their derivative goes to that one element, as
+JAX's reduce_window does (a plain reduction's shares ties evenly).
 
 Padding: "valid" (none), "same" (output extent ceil(n / stride), the odd element after, as
 JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths crop.
@@ -24,9 +26,10 @@ from collections.abc import Mapping, Sequence
 from ..errors import AxisError, TypeRuleError
 from .kinds.convolution import axis_roles, conv_attrs
 from .kinds.registry import rule_for
-from .types import HALF_FLOATS, f32
+from .types import HALF_FLOATS, TensorType, f32, i32
 
 Pair = tuple[int, int]
+WINDOW_OPS = ("sum", "max", "min", "prod")
 
 
 def _per_axis(name: str, value, axes: Sequence[str]) -> tuple:
@@ -312,7 +315,17 @@ class Windows:
     def reduce_window(self, x, op: str, window, stride=None, padding="valid", dilation=1):
         """Reduce `op` (sum, max, min, prod) over windows: `window` maps axis -> extent;
         `stride` (default: the window) and `dilation` map axis -> int or are one int; padding
-        as `conv` (filled with `op`'s identity)."""
+        as `conv` (filled with `op`'s identity). The derivative of max (min) goes to each
+        window's first maximum (minimum) in the row-major order of x's axes, as JAX's.
+
+        >>> import accy
+        >>> p = accy.trace.define("m", [accy.spec(accy.f32, w=4)],
+        ...                       lambda b, a: a[0].reduce_window("max", {"w": 2}).sum())
+        >>> accy.reference.run(accy.grad(p), [[3.0, 3.0, 1.0, 2.0]])[0].tolist()
+        [1.0, 0.0, 0.0, 1.0]
+        """
+        if op not in WINDOW_OPS:
+            raise TypeRuleError(f"reduce_window: op {op!r} is not one of {WINDOW_OPS}")
         axes = tuple(window)
         sizes = tuple(window[a] for a in axes)
         stride = sizes if stride is None else stride
@@ -321,12 +334,39 @@ class Windows:
             fill = self.extreme_value(x.ty.dtype, lowest=op == "max")
         strides = _per_axis("stride", stride, axes)
         dilations = _per_axis("dilation", dilation, axes)
+        patches = None
         if strides == sizes and all(d == 1 for d in dilations):
-            tiles = self._tiles(x, axes, sizes, padding, fill)
-            if tiles is not None:
-                return self.reduce(tiles, fill, op, [f"{a}_window" for a in axes])
-        patches = self.windows(x, axes, sizes, stride, dilation, padding, fill)
-        return self.reduce(patches, fill, op, [f"{a}_window" for a in axes])
+            patches = self._tiles(x, axes, sizes, padding, fill)
+        if patches is None:
+            patches = self.windows(x, axes, sizes, stride, dilation, padding, fill)
+        order = [f"{a}_window" for a in x.ty.axes if a in window]  # row-major in x's layout
+        if op in ("max", "min"):
+            return self._first_extreme(patches, op, order)
+        return self.reduce(patches, fill, op, order)
+
+    def _first_extreme(self, patches, op: str, window_axes: list[str]):
+        """The max (min) over `window_axes` as the element at each window's first extreme (in
+        row-major order of the window, the first NaN if any): its derivative goes to that one
+        element, as JAX's reduce_window (select_and_scatter_add), where a plain reduction's
+        shares ties evenly. The gradient is one select, elementwise over the windows."""
+        offsets = TensorType(i32, tuple((a, patches.ty.extent(a)) for a in window_axes))
+        position, scale = None, 1
+        for axis in reversed(window_axes):  # the flat offset within the window
+            term = self.iota(offsets, axis)
+            term = term if scale == 1 else self.mul(term, scale)
+            position = term if position is None else self.add(position, term)
+            scale *= offsets.extent(axis)
+        reduce = self.reduce_max if op == "max" else self.reduce_min
+        extreme = self.unary("stop_gradient", reduce(patches, window_axes))
+        hits = self.compare("eq", patches, extreme)
+        first = self.reduce_min(self.select(hits, position, scale), window_axes)
+        zero = 0.0 if patches.ty.dtype.is_float else 0
+        chosen = self.select(self.compare("eq", position, first), patches, zero)
+        chosen = self.reduce(chosen, zero, "sum", window_axes)
+        if not patches.ty.dtype.is_float:
+            return chosen
+        # A window with a NaN has a NaN extreme that equals no element: it is that NaN.
+        return self.select(self.compare("ne", extreme, extreme), extreme, chosen)
 
     def _tiles(self, x, axes, sizes, padding, fill):
         """Windows that tile their axes (stride = window, no dilation) without copying: each

@@ -340,6 +340,7 @@ def dropout(key: Value, x: Value, rate: float) -> Value:
 
 def max_pool(x: Value, window: dict, stride=None, padding="valid") -> Value:
     """The maximum over windows (`window`: axis -> extent; stride defaults to the window).
+    Each window's gradient goes to its first maximum (row-major), as JAX's reduce_window.
 
     >>> import accy
     >>> p = accy.trace.define("m", [accy.spec(accy.f32, w=4)],

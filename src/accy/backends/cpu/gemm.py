@@ -381,6 +381,20 @@ def _build_quietly() -> None:
         _library()
 
 
+def prepare_library() -> bool:
+    """Build the kernel's library into the disk cache now (or find it there), where the CPU runs
+    AVX-512F; True when it is ready. A per-machine artifact like an installed BLAS: a harness
+    that empties the cache per run may build it once and keep its folder (`bench/README.md`).
+
+    >>> prepare_library() == cpu_has_avx512()
+    True
+    """
+    if not cpu_has_avx512():
+        return False
+    _library()
+    return True
+
+
 def calls_sgemm(source: str) -> bool:
     """True when generated C `source` calls the kernel's float32 or bf16 GEMM.
 
@@ -470,6 +484,7 @@ __all__ = [
     "choose_gemm_kernel",
     "cpu_has_avx512",
     "gemm_work",
+    "prepare_library",
     "start_building",
     "with_gemm_kernel",
 ]

@@ -356,11 +356,13 @@ packed to float32 and go to the sgemm, which hands them to BLAS)."""
 MIXED_GEMM_DECLARATIONS = """
 typedef void (*accy_gemm_mixed_t)(int, int64_t, int64_t, int64_t, const void *, int64_t,
                                   const void *, int64_t, float *, uint16_t *, int64_t);
-static accy_gemm_mixed_t accy_gemm_mixed;
+ACCY_STATE accy_gemm_mixed_t accy_gemm_mixed;
 
+#if ACCY_OWNER
 void accy_set_gemm_mixed(void *gemm) {
   accy_gemm_mixed = (accy_gemm_mixed_t)gemm;
 }
+#endif
 """
 """What a program built for the kernel declares: the bf16 GEMM's pointer, set at load time."""
 _LOCK = threading.Lock()

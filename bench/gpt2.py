@@ -548,6 +548,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"system": system, "error": ["not installed"]})
             continue
         with tempfile.TemporaryDirectory(prefix="accy-gpt2-cache-") as cache:
+            if system == "accy" and args.device == "cpu":
+                from bench.machine_cache import seed
+
+                seed(Path(cache))  # empty but for per-machine libraries
             result = _spawn(system, args, scale, args.steps, cache)
             if system == "accy" and "error" not in result:
                 warm = _spawn(system, args, scale, 1, cache)  # the disk caches are filled

@@ -125,6 +125,10 @@ def spawn(workload: str, system: str, args: argparse.Namespace) -> dict:
     """One worker process (accy with an empty disk cache); its result, or {"error": ...}."""
     with tempfile.TemporaryDirectory(prefix="accy-training-cache-") as cache:
         env = dict(os.environ, ACCY_CACHE_DIR=cache)
+        if system == "accy":
+            from bench.machine_cache import seed
+
+            seed(Path(cache))  # empty but for per-machine libraries
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
         command = [sys.executable, "-m", "bench.training", "--worker", system]

@@ -127,6 +127,15 @@ SETTINGS: tuple[Setting, ...] = (
         changes_generated_code=True,
     ),
     Setting(
+        "cpu_compile_in_parts",
+        "ACCY_CPU_COMPILE_IN_PARTS",
+        _text,
+        "auto",
+        "Native CPU: compile a program's steps as two translation units at once, one a core, "
+        "then link them (on), as one unit (off), or in two where this process may use two "
+        "cores and the 1-minute load average leaves one idle (auto); the library is the same.",
+    ),
+    Setting(
         "executables_max_entries",
         "ACCY_EXECUTABLES_MAX_ENTRIES",
         _whole_number,

@@ -16,6 +16,7 @@ from .blocking import block_scans
 from .gemm import choose_gemm_kernel, start_building, with_gemm_kernel
 from .native import NativeLibrary
 from .source import translation
+from .workspace import Prefaulted, prefault
 
 
 class Shared(ctypes.Structure):
@@ -53,6 +54,8 @@ class CompiledFragment:
     blas: Blas | None
     artifact_format: str = "cpu_object"
     data: Mapping[str, bytes] = field(default_factory=dict)  # large constants' `.incbin` files
+    # The workspace, faulted in while the compiler ran: the first executable's (`take()`).
+    workspace: Prefaulted | None = field(default=None, repr=False)
 
     @property
     def workspace_bytes(self) -> int:
@@ -80,9 +83,10 @@ def compile_program(program: Program, kernel_call_registry=None) -> CompiledFrag
     # The plan's program may lay a stacked output out as blocks of steps (`block_scans`): the
     # same bytes as `program`'s output, whose type the executable keeps.
     plan = build_plan(block_scans(program, outputs_as_blocks=True))
+    workspace = prefault(plan.workspace_bytes)  # beside the C generation and the compile
     blas = find_blas()
     blas = None if blas is None else choose_gemm_kernel(blas, plan)
     source, data = translation(plan, kernel_call_registry, blas)
     start_building(blas, source)
     library = toolchain.build(source, data)
-    return CompiledFragment(program, plan, source, library, blas, data=data)
+    return CompiledFragment(program, plan, source, library, blas, data=data, workspace=workspace)

@@ -23,12 +23,13 @@ import numpy as np
 
 from ...core import Program
 from ...errors import DonationError
-from ...lower.buffers import ALIGNMENT, donation_aliases
+from ...lower.buffers import donation_aliases
 from ..arguments import check_count, exact_source, held_dtype, host_array, is_exact, where
 from ..base import CompileOptions, Executable, compile_artifact, register_backend
 from ..buffers import addresses_of, check_donated_apart, donated_positions, numpy_data_offset
 from ..devices import CPU
 from .compile import CompiledFragment, compile_program
+from .workspace import aligned_workspace
 
 SHORT_PROGRAM_BYTES = 1 << 20
 """A program whose inputs, outputs and workspace take at most this many bytes, without loops or
@@ -56,12 +57,6 @@ def is_short(compiled: CompiledFragment) -> bool:
     return held + compiled.workspace_bytes <= SHORT_PROGRAM_BYTES
 
 
-def _aligned_workspace(nbytes: int) -> tuple[np.ndarray, int]:
-    raw = np.zeros(nbytes + ALIGNMENT, dtype=np.uint8)
-    address = raw.__array_interface__["data"][0]
-    return raw, address + (-address % ALIGNMENT)
-
-
 class CpuExecutable(Executable):
     """A compiled program loaded into this process (see the module doc).
 
@@ -85,7 +80,9 @@ class CpuExecutable(Executable):
         self.holds_gil = is_short(compiled)
         library = self.library
         self.native_entry = library.run_holding_gil if self.holds_gil else library.run
-        self._workspace, self._workspace_address = _aligned_workspace(compiled.workspace_bytes)
+        ahead = compiled.workspace and compiled.workspace.take()
+        workspace = ahead or aligned_workspace(compiled.workspace_bytes)
+        self._workspace, self._workspace_address = workspace
         count = self.input_count() + self.output_count()
         self._buffers = (ctypes.c_void_p * max(count, 1))()
         self._buffers_address = ctypes.addressof(self._buffers)

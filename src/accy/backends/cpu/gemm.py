@@ -356,11 +356,13 @@ packed to float32 and go to the sgemm, which hands them to BLAS)."""
 MIXED_GEMM_DECLARATIONS = """
 typedef void (*accy_gemm_mixed_t)(int, int64_t, int64_t, int64_t, const void *, int64_t,
                                   const void *, int64_t, float *, uint16_t *, int64_t);
-static accy_gemm_mixed_t accy_gemm_mixed;
+ACCY_STATE accy_gemm_mixed_t accy_gemm_mixed;
 
+#if ACCY_OWNER
 void accy_set_gemm_mixed(void *gemm) {
   accy_gemm_mixed = (accy_gemm_mixed_t)gemm;
 }
+#endif
 """
 """What a program built for the kernel declares: the bf16 GEMM's pointer, set at load time."""
 _LOCK = threading.Lock()
@@ -379,6 +381,20 @@ def _build_quietly() -> None:
     # A failure is raised again, where it can be reported, when the library is loaded.
     with contextlib.suppress(Exception):
         _library()
+
+
+def prepare_library() -> bool:
+    """Build the kernel's library into the disk cache now (or find it there), where the CPU runs
+    AVX-512F; True when it is ready. A per-machine artifact like an installed BLAS: a harness
+    that empties the cache per run may build it once and keep its folder (`bench/README.md`).
+
+    >>> prepare_library() == cpu_has_avx512()
+    True
+    """
+    if not cpu_has_avx512():
+        return False
+    _library()
+    return True
 
 
 def calls_sgemm(source: str) -> bool:
@@ -470,6 +486,7 @@ __all__ = [
     "choose_gemm_kernel",
     "cpu_has_avx512",
     "gemm_work",
+    "prepare_library",
     "start_building",
     "with_gemm_kernel",
 ]

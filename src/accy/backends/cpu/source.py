@@ -19,8 +19,28 @@ from ...lower.plan import Plan
 from .blas import Blas
 from .gemm import MIXED_GEMM_DECLARATIONS
 from .steps import STEP_EMITTERS, StepContext
+from .toolchain import SPLIT_MARKER
 from .vector_math import vector_declarations
 
+PARTS = """
+/* The steps are shared out between two translation units that the compiler builds at once, on
+   two cores (`toolchain`): built with -DACCY_PART=k, the unit defines the steps of part k and
+   declares the others, and only unit 0 defines the state and the exported functions. Built
+   without ACCY_PART, it is one unit of static functions. */
+#ifndef ACCY_PART
+#define ACCY_STEP static
+#define ACCY_STATE static
+#define ACCY_OWNER 1
+#elif ACCY_PART == 0
+#define ACCY_STEP __attribute__((visibility("hidden")))
+#define ACCY_STATE __attribute__((visibility("hidden")))
+#define ACCY_OWNER 1
+#else
+#define ACCY_STEP __attribute__((visibility("hidden")))
+#define ACCY_STATE extern __attribute__((visibility("hidden")))
+#define ACCY_OWNER 0
+#endif
+"""
 OPENMP = """
 #ifdef _OPENMP
 int omp_get_thread_num(void);
@@ -38,13 +58,17 @@ typedef struct {
   int reserved[15];
   char blas_lock[64];
 } accy_shared_t;
+#if ACCY_OWNER
 static accy_shared_t accy_shared_default = {1, {0}, {0}};
-static accy_shared_t *accy_shared = &accy_shared_default;
-#define ACCY_CPU_SHARED 1 /* custom-call kernels test it before reading accy_shared */
+ACCY_STATE accy_shared_t *accy_shared = &accy_shared_default;
 
 void accy_set_shared(void *shared) {
   accy_shared = (accy_shared_t *)shared;
 }
+#else
+ACCY_STATE accy_shared_t *accy_shared;
+#endif
+#define ACCY_CPU_SHARED 1 /* custom-call kernels test it before reading accy_shared */
 """
 
 BLAS_DECLARATIONS = """
@@ -55,17 +79,19 @@ typedef void (*accy_sgemm_t)(int, int, int, accy_blasint, accy_blasint, accy_bla
 typedef void (*accy_dgemm_t)(int, int, int, accy_blasint, accy_blasint, accy_blasint, double,
                              const double *, accy_blasint, const double *, accy_blasint, double,
                              double *, accy_blasint);
-static accy_sgemm_t accy_sgemm;
-static accy_dgemm_t accy_dgemm;
-static void (*accy_blas_set_threads)(int);
-static int (*accy_blas_get_threads)(void);
+ACCY_STATE accy_sgemm_t accy_sgemm;
+ACCY_STATE accy_dgemm_t accy_dgemm;
+ACCY_STATE void (*accy_blas_set_threads)(int);
+ACCY_STATE int (*accy_blas_get_threads)(void);
 
+#if ACCY_OWNER
 void accy_set_blas(void *sgemm, void *dgemm, void *set_threads, void *get_threads) {{
   accy_sgemm = (accy_sgemm_t)sgemm;
   accy_dgemm = (accy_dgemm_t)dgemm;
   accy_blas_set_threads = (void (*)(int))set_threads;
   accy_blas_get_threads = (int (*)(void))get_threads;
 }}
+#endif
 
 /* Declared under names of our own: a custom kernel may include <pthread.h>. */
 int accy_mutex_lock(void *mutex) __asm__("pthread_mutex_lock");
@@ -89,12 +115,14 @@ static void accy_blas_restore(int threads) {{
 """
 
 NO_BLAS = """
+#if ACCY_OWNER
 void accy_set_blas(void *sgemm, void *dgemm, void *set_threads, void *get_threads) {
   (void)sgemm;
   (void)dgemm;
   (void)set_threads;
   (void)get_threads;
 }
+#endif
 """
 
 
@@ -104,6 +132,7 @@ ARRAYS_ENTRY = """
    lies `data_offset` bytes into its object (NumPy's PyArrayObject.data, part of its ABI; the
    caller checks the offset first). Reading {count} addresses here costs nothing; in Python it
    costs more than the whole call, and so does each argument of a ctypes call. */
+#if ACCY_OWNER
 void accy_run_arrays(void *const *call) {{
   const int64_t data_offset = (int64_t)call[1];
   void *buffers[{count} + 1]; /* + 1: C has no empty arrays, and a program may have no buffers */
@@ -111,6 +140,7 @@ void accy_run_arrays(void *const *call) {{
     buffers[i] = *(void *const *)((const char *)call[2 + i] + data_offset);
   accy_run(buffers, call[0]);
 }}
+#endif
 """
 
 
@@ -132,6 +162,7 @@ class Translation(Unit):
         self.blas = blas
         self.kernel_sources: dict[str, str] = {}
         self.data: dict[str, bytes] = {}
+        self.part_sizes = [0, 0]  # the characters of the steps each part defines
 
     def constant_data(self, name: str, values: ConstantArray) -> str:
         ctype = self.c_type(values.dtype)
@@ -146,11 +177,13 @@ class Translation(Unit):
         inputs = len(plan.program.parameters)  # a walk over every operation: once, not per step
         calls = [self._step(plan, index, inputs) for index in range(len(plan.steps))]
         visibility = "" if exported else "static "
-        self.declare(
+        function = (
             f"{visibility}void {name}(void *const *buffers, char *workspace) {{\n"
             + "".join(f"  {call}\n" for call in calls)
             + "  (void)buffers;\n  (void)workspace;\n}"
         )
+        # An exported function is defined once, in unit 0; a static one in each unit that calls it.
+        self.declare(f"#if ACCY_OWNER\n{function}\n#endif" if exported else function)
         return name
 
     def _step(self, plan: Plan, index: int, inputs: int) -> str:
@@ -183,9 +216,14 @@ class Translation(Unit):
             else f"output {step.output}"
         )
         params = ", ".join(declaration for declaration, _ in ctx.params) or "void"
+        body = "".join(f"  {line}\n" for line in lines)
+        part = self.part_sizes.index(min(self.part_sizes))  # the lighter part so far
+        self.part_sizes[part] += len(body)
         self.declare(
             f"/* step {index}: {step.kind} ({what}) */\n"
-            f"static void {name}({params}) {{\n" + "".join(f"  {line}\n" for line in lines) + "}"
+            f"#if !defined(ACCY_PART) || ACCY_PART == {part}\n"
+            f"ACCY_STEP void {name}({params}) {{\n{body}}}\n"
+            f"#else\nACCY_STEP void {name}({params});\n#endif"
         )
         return f"{name}({', '.join(argument for _, argument in ctx.params)});"
 
@@ -225,8 +263,11 @@ def translation(
     if blas is not None and blas.sgemm_kernel:  # the choice is in the source, hence in the key
         blas_part = f"/* float32 GEMMs: {blas.sgemm_kernel} */\n{blas_part.strip()}"
         blas_part += MIXED_GEMM_DECLARATIONS
+    splittable = not unit.kernel_sources and not unit.data and min(unit.part_sizes) > 0
     parts = [
         GCC.prelude.strip(),
+        PARTS.strip(),
+        SPLIT_MARKER if splittable else "",
         OPENMP.strip(),
         "\n".join(vector_declarations()),
         blas_part.strip(),

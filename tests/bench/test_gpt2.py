@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 import accy
 from accy.frontend.tracing import flatten, unflatten
@@ -122,6 +123,7 @@ def test_fused_attention_gives_the_compositions_loss():
     np.testing.assert_allclose(_loss_at(values, fused=True), _loss_at(values), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_bf16_training_step_lowers_the_loss_and_keeps_f32_parameters():
     step = gpt2.accy_step(S, "cpu", "bf16")
     params, state, ids, targets = gpt2.accy_inputs(S, "cpu")

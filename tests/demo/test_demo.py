@@ -20,6 +20,7 @@ def small_checkpoint(step: int, losses: list[float], size: int = 2) -> Checkpoin
     return Checkpoint(step, losses, params, accy.optim.adam(0.1).init(params))
 
 
+@pytest.mark.slow
 def test_training_lowers_the_loss(tmp_path):
     state, token_accuracy, _, _ = train(60, 0, "reference", tmp_path, False, quiet=True)
     assert state.step == 60

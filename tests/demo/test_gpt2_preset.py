@@ -73,6 +73,7 @@ def test_the_gpt2_small_preset_is_gpt2_small_over_bytes():
     assert (c.tokens, c.batch, c.vocab) == (1024, 8, 256)
 
 
+@pytest.mark.slow
 def test_minutes_stop_the_run_at_the_wall_time(tmp_path):
     text = ByteText.load(max_bytes=200_000)
     run = preset.train_preset(

@@ -5,6 +5,7 @@ records every broadcast as `broadcast_in_dim` (and every reordering as `transpos
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -73,3 +74,17 @@ def test_a_scalar_operand_is_broadcast_to_the_other_operands_axes():
     assert program.output_types == (accy.spec(accy.f32, lane=3),)
     x = np.array([1.0, 2.0, 3.0], np.float32)
     assert_same(evaluate_one(program, np.float32(2), x), 2 * x)
+
+
+def test_broadcast_to_takes_a_type_an_array_or_a_mapping_of_extents():
+    x = accy.named(np.array([1.0, 2.0], np.float32), "a")
+    like = accy.named(np.zeros((3, 2), np.float32), ("b", "a"))
+    expected = np.broadcast_to(np.array([1.0, 2.0], np.float32), (3, 2))
+    for target in (like, like.ty, like.shape, {"b": 3, "a": np.int64(2)}):
+        got = x.broadcast_to(target)
+        assert got.axes == ("b", "a")
+        np.testing.assert_array_equal(got.array, expected)
+    with pytest.raises(accy.AxisError, match="mapping of axis names to integer extents"):
+        x.broadcast_to({"b": 3.5, "a": 2})
+    with pytest.raises(accy.AxisError, match="got list"):
+        x.broadcast_to([3, 2])

@@ -9,7 +9,7 @@ explicit `broadcast_in_dim`/`transpose` operations.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -224,9 +224,10 @@ class OpsApi(Compositions, Counting, Indexing, Windows):
 
     # -- layout -----------------------------------------------------------------------------
 
-    def broadcast_to(self, x, target: TensorType):
-        """`x` with `target`'s axes (by name and order), repeating it along new axes."""
-        goal = x.ty.with_axes(target.named_extents)
+    def broadcast_to(self, x, target: Any):
+        """`x` with `target`'s axes (by name and order), repeating it along new axes. `target` is
+        a type, an array, or a mapping of axis names to extents (another array's `.shape`)."""
+        goal = x.ty.with_axes(_named_extents_of(target))
         if goal == x.ty:
             return x
         if sorted(goal.axes) == sorted(x.ty.axes):
@@ -803,3 +804,20 @@ def _highest(dtype: DType):
     if dtype == bool_:
         return True
     return int(np.iinfo(dtype.numpy).max)
+
+
+def _named_extents_of(target: Any) -> tuple[tuple[str, int], ...]:
+    """The (axis, extent) pairs of a broadcast's target: a type, an array or a mapping."""
+    if isinstance(target, Mapping):
+        pairs = tuple(target.items())
+        if all(isinstance(n, str) and isinstance(e, int | np.integer) for n, e in pairs):
+            return tuple((n, int(e)) for n, e in pairs)
+    else:
+        named = getattr(getattr(target, "ty", target), "named_extents", None)
+        if named is not None:
+            return named
+    raise AxisError(
+        f"broadcast_to: the target must be a type, an array or a mapping of axis names to "
+        f"integer extents (such as another array's .shape), got {type(target).__name__} "
+        f"{target!r}"[:300]
+    )

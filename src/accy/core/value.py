@@ -381,7 +381,7 @@ class ArrayOps:
             self, order[0] if len(order) == 1 and not isinstance(order[0], str) else order
         )
 
-    def broadcast_to(self, target: TensorType):
+    def broadcast_to(self, target: Any):
         return self.builder.broadcast_to(self, target)
 
     def merge(self, axes: Sequence[str], into: str):

@@ -66,6 +66,7 @@ def test_every_accy_variable_the_readme_names_is_one_accy_reads():
     assert not missing, f"the README names variables accy never reads: {missing}"
 
 
+@pytest.mark.slow
 def test_the_variable_check_refuses_a_variable_nothing_reads():
     assert "ACCY_CACHE_DIR" in variables_accy_reads()
     assert "ACCY_NO_SUCH_SETTING" not in variables_accy_reads()

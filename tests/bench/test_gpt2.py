@@ -59,6 +59,7 @@ def test_the_accy_loss_matches_numpy():
     np.testing.assert_allclose(float(loss.array), _numpy_loss(values, ids, targets), rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_training_step_updates_in_place_as_without_donation():
     step = gpt2.accy_step(S, "cpu")
     params, state, ids, targets = gpt2.accy_inputs(S, "cpu")

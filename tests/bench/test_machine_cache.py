@@ -23,3 +23,16 @@ def test_an_empty_cache_is_seeded_with_the_gemm_library_and_nothing_else(tmp_pat
         assert cache.is_valid(gemm_entry(root))
     else:
         assert machine_folder() is None and not (root / "gemm").exists()
+
+
+def test_the_library_is_built_into_the_current_cache_after_another_cache_opened_it(tmp_path):
+    import accy
+
+    if not gemm.cpu_has_avx512():
+        assert gemm.prepare_library() is False
+        return
+    assert gemm.prepare_library()  # opened in this process, from the session's cache
+    other = tmp_path / "other-cache"
+    with accy.config.override(cache_dir=str(other)):
+        assert gemm.prepare_library()
+    assert cache.is_valid(gemm_entry(other))

@@ -34,6 +34,7 @@ def live_executables(jitted: list) -> int:
     )
 
 
+@pytest.mark.slow
 def test_many_eager_shapes_keep_the_mapped_libraries_bounded(configure):
     # Each extent is another program and another shared library: without a bound every one
     # stays mapped (about 3,200 exhaust vm.max_map_count).

@@ -37,6 +37,7 @@ def test_gpt2_step_on_two_simulated_devices_matches_one():
     assert sum(isinstance(s, Segment) for s in steps) <= 4
 
 
+@pytest.mark.slow
 def test_data_parallel_attention_runs_on_each_devices_batch():
     """With nn.attention's custom call (as the step runs on CUDA), attention and its backward
     run on each device's batch entries: the only all_gathers left are the embedding

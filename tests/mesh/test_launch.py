@@ -220,9 +220,8 @@ def test_a_rank_that_dies_mid_step_ends_the_others_even_one_ignoring_sigterm(tmp
     assert_gone(tmp_path, 2)
 
 
-@pytest.mark.parametrize(
-    "number", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path, number):
     command = [sys.executable, "-m", "accy.launch", "--gpus", "2", "--grace", "1"]
     launcher = subprocess.Popen(

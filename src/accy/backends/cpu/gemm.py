@@ -369,8 +369,12 @@ _LOCK = threading.Lock()
 _loaded: dict[str, ctypes.CDLL] = {}  # by cache key: opened once, never closed
 
 
+def _entry() -> str:
+    return cache.key(VERSION, find_compiler().identity, cpu_identity(), " ".join(FLAGS), SOURCE)
+
+
 def _library() -> ctypes.CDLL:
-    entry = cache.key(VERSION, find_compiler().identity, cpu_identity(), " ".join(FLAGS), SOURCE)
+    entry = _entry()
     with _LOCK:
         if entry not in _loaded:
             _loaded[entry] = CACHE.load(entry, _compile, lambda path: ctypes.CDLL(str(path)))
@@ -393,6 +397,9 @@ def prepare_library() -> bool:
     """
     if not cpu_has_avx512():
         return False
+    # Built into the cache in use now, also when this process opened the library from another
+    # cache already (`_library` opens it once per process).
+    CACHE.build(_entry(), _compile)
     _library()
     return True
 

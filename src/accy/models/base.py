@@ -88,7 +88,7 @@ class CausalLM(Module):
     """A decoder-only language model. Subclasses hold `blocks` (an `nn.Stacked`) and define
     `embed(ids, positions)`, `block(layer, x, positions, cache)` and `head(x)`, plus
     `kv_heads` and `head_dim` for the cache; for Hugging Face folders, `config_class` (with
-    `from_hf`/`to_hf`/`generation_config`), `model_type`, `from_tensors` and `to_tensors`."""
+    `from_hf`/`to_hf`, and `bos`/`eos` token ids), `model_type`, `from_tensors` and `to_tensors`."""
 
     @classmethod
     def from_pretrained(
@@ -122,14 +122,16 @@ class CausalLM(Module):
         """
         tensors = self.to_tensors(dtype)
         dtype = dtype_named(dtype) if dtype is not None else weights_dtype(self)
-        config = self.config.to_hf() | {"dtype": hf_dtype_name(dtype)}
+        cfg = self.config
+        config = cfg.to_hf() | {"dtype": hf_dtype_name(dtype)}
         config["torch_dtype"] = config["dtype"]
         hub.write_folder(
             folder,
             config,
             tensors,
             hub.size_in_bytes(max_shard_size),
-            {"generation_config.json": self.config.generation_config()},
+            # the special token ids, as every model's config holds them (`bos`, `eos`)
+            {"generation_config.json": {"bos_token_id": cfg.bos, "eos_token_id": cfg.eos}},
         )
 
     def __call__(self, ids: Array, *, positions: Array | None = None) -> Array:

@@ -129,9 +129,6 @@ class Config:
             "eos_token_id": self.eos,
         }
 
-    def generation_config(self) -> dict[str, Any]:
-        return {"bos_token_id": self.bos, "eos_token_id": self.eos}
-
 
 class Block(Module):
     """One pre-LayerNorm GPT-2 layer: causal attention (biased projections) and a GELU MLP."""

@@ -152,9 +152,6 @@ class Config:
         )
         return {"rope_theta": self.rope_theta, "rope_type": "llama3", **scaling}
 
-    def generation_config(self) -> dict[str, Any]:
-        return {"bos_token_id": self.bos, "eos_token_id": self.eos}
-
 
 class Block(Module):
     """One Llama layer: RMSNorm, grouped-query attention with RoPE, RMSNorm, SwiGLU."""

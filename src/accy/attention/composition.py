@@ -33,8 +33,11 @@ def scores(e: Any, s: Signature, shape: Shape, q: Any, k: Any, bias: Any = None)
         result = e.mul(result, scale)
     if bias is not None:
         result = e.add(result, e.convert(bias, acc))
-    if s.causal:
-        result = e.select(causal_mask(e, s, shape), result, float("-inf"))
+    if s.causal:  # the mask broadcast to the scores' layout: a select takes its first
+        # operand's axis order, and the softmax's passes and the products after it read the
+        # scores row by row only in their own {batch..., query, key} order
+        mask = e.broadcast_to(causal_mask(e, s, shape), result.ty)
+        result = e.select(mask, result, float("-inf"))
     return result
 
 

@@ -125,6 +125,50 @@ def gemm_layout(op: Operation, lhs: StridedView, rhs: StridedView, pack: bool = 
     )
 
 
+@dataclass(frozen=True)
+class StridedMatrix:
+    """An operand read in place as a batch of matrices with any strides (in elements): entry
+    (r, c) of batch element b is at offset + b . batch_strides + r * row + c * column."""
+
+    offset: int
+    row: int
+    column: int
+    batch_strides: tuple[int, ...]
+
+
+def strided_matrices(
+    op: Operation, lhs: StridedView, rhs: StridedView
+) -> tuple[StridedMatrix | None, StridedMatrix | None]:
+    """Each operand as the matrix of `gemm_layout` (A: m x k, B: k x n) read in place with any
+    strides, or None where its rows or its columns do not merge into one strided axis: loops
+    read any such matrix, where BLAS needs a unit stride on one side.
+
+    >>> import accy
+    >>> from accy.lower.views import view_of_stored
+    >>> p = accy.trace.define("mm", [accy.spec(accy.f32, k=3, m=2), accy.spec(accy.f32, k=3, n=4)],
+    ...                       lambda b, a: a[0].contract(a[1], "k"))
+    >>> op = p.operations[-1]
+    >>> a, b = strided_matrices(op, *(view_of_stored(v, p.type_of(v)) for v in op.operands))
+    >>> (a.row, a.column), (b.row, b.column)
+    ((1, 2), (4, 1))
+    """
+    lc, rc, lb, rb = dimensions(op.attrs)
+    lhs_type, rhs_type = op.operand_types
+    lf = free_dimensions(lhs_type.rank, lc, lb)
+    rf = free_dimensions(rhs_type.rank, rc, rb)
+
+    def matrix(view, extents, rows, cols, batch) -> StridedMatrix | None:
+        row, col = _collapse(extents, view.strides, rows), _collapse(extents, view.strides, cols)
+        if row is None or col is None:
+            return None
+        return StridedMatrix(view.offset, row[1], col[1], tuple(view.strides[p] for p in batch))
+
+    return (
+        matrix(lhs, lhs_type.extents, lf, list(lc), list(lb)),
+        matrix(rhs, rhs_type.extents, list(rc), rf, list(rb)),
+    )
+
+
 def loop_indices(op, result_index) -> tuple[tuple[str, ...], tuple[str, ...], list]:
     """For dot_general as loops: each operand's index in terms of the result's counters
     `result_index` and contraction counters `k0, k1, ...`, and the contraction loops.

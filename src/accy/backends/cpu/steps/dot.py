@@ -8,7 +8,13 @@ from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import linear, offset_expression
 from ....codegen.c.loops import IF_PARALLEL, PARALLEL_FOR, SIMD, nest
 from ....core.types import TensorType, bf16, f32, f64
-from ....lower.contraction import Gemm, MatrixOperand, gemm_layout, loop_indices
+from ....lower.contraction import (
+    Gemm,
+    MatrixOperand,
+    gemm_layout,
+    loop_indices,
+    strided_matrices,
+)
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
 from ..gemm import KERNEL, MIXED_GEMM_SMALLEST_N
 from ..loops import axis_index, axis_loops
@@ -226,6 +232,97 @@ def _matrix_vector(op, gemm: Gemm, a: str, b: str, out: str) -> list[str]:
     ]
 
 
+SMALL_PRODUCT_MNK = 1 << 16  # m * n * k of one product of a batch computed by loops
+SMALL_PRODUCT_COLUMNS = 256
+# A batch of small products (attention's 32 x 32 x 16 scores of 64 heads) as generated loops:
+# a BLAS call per product spends microseconds on packing, partial tiles and the call itself,
+# several times the arithmetic, where loops of known extents read the operands in place (any
+# strides: no packing pass) and keep a block of result rows in registers.
+BLOCK_ENTRIES = 256  # result entries summed at once: 16 AVX-512 registers of floats
+SMALL_PRODUCT_DTYPES = frozenset({f32, f64, bf16})
+
+
+def is_small_batch(gemm: Gemm) -> bool:
+    """Whether `gemm`'s products (a batch of them) are small enough for loops.
+
+    >>> from accy.lower.views import StridedView
+    >>> side = MatrixOperand(StridedView(0, 0, (1,)), False, (), False, 32, (1024,))
+    >>> batched, single = Gemm((64,), 32, 32, 16, side, side), Gemm((), 32, 32, 16, side, side)
+    >>> is_small_batch(batched), is_small_batch(single)
+    (True, False)
+    """
+    return (
+        bool(gemm.batch_extents)
+        and gemm.m * gemm.n * gemm.k <= SMALL_PRODUCT_MNK
+        and gemm.n <= SMALL_PRODUCT_COLUMNS
+    )
+
+
+def _small_products(ctx: StepContext) -> list[str] | None:
+    """The batch of products of `ctx.step` as loops, or None where an operand's rows or columns
+    do not merge into one strided axis. For each product, blocks of result rows are summed in
+    local rows (`acc`, vectorized along the columns) from rows of B scaled by A's entries, in
+    order of k; a B whose columns are not contiguous is copied to a k x n tile first. 16-bit
+    operands are converted as they are loaded; the result is rounded once to its dtype."""
+    op, gemm = ctx.step.op, ctx.step.detail
+    views = [ctx.plan.view(v) for v in op.operands]
+    a, b = strided_matrices(op, *views)
+    if a is None or b is None:
+        return None
+    m, n, k = gemm.m, gemm.n, gemm.k
+    result = GCC.c_type(op.type.dtype)
+    a_type, b_type = (GCC.c_type(t.dtype) for t in op.operand_types)
+    a_base, b_base = (ctx.pointers[view.base] for view in views)
+    batch = _batch_components(gemm)
+    rows = next(r for r in (8, 4, 2, 1) if m % r == 0 and r * n <= BLOCK_ENTRIES or r == 1)
+    lines = [
+        f"const {a_type.storage} *restrict A = {a_base} + "
+        f"{offset_expression(batch, a.batch_strides, a.offset)};",
+        f"const {b_type.storage} *restrict B = {b_base} + "
+        f"{offset_expression(batch, b.batch_strides, b.offset)};",
+        f"{result.storage} *restrict C = {ctx.pointers[op.results[0]]} + batch * {m * n};",
+    ]
+    b_entry = b_type.load.format(x=f"B[p * {b.row} + j * {b.column}]")
+    if b.column != 1:
+        lines += [
+            f"{result.compute} tile[{k * n}];",
+            f"for (int64_t p = 0; p < {k}; ++p)",
+            f"  for (int64_t j = 0; j < {n}; ++j) tile[p * {n} + j] = {b_entry};",
+        ]
+        b_entry = f"tile[p * {n} + j]"
+    a_entry = a_type.load.format(x=f"A[(i + r) * {a.row} + p * {a.column}]")
+    rounded = result.round.format(x="acc[r][j]")
+    lines += [
+        f"for (int64_t i = 0; i < {m}; i += {rows}) {{",
+        f"  {result.compute} acc[{rows}][{n}];",
+        f"  for (int64_t r = 0; r < {rows}; ++r)",
+        f"    for (int64_t j = 0; j < {n}; ++j) acc[r][j] = 0;",
+        f"  for (int64_t p = 0; p < {k}; ++p) {{",
+        f"    #pragma GCC unroll {rows}",
+        f"    for (int64_t r = 0; r < {rows}; ++r) {{",
+        f"      const {result.compute} x = {a_entry};",
+        f"      {SIMD}",
+        f"      for (int64_t j = 0; j < {n}; ++j) acc[r][j] += x * {b_entry};",
+        "    }",
+        "  }",
+        f"  for (int64_t r = 0; r < {rows}; ++r)",
+        f"    for (int64_t j = 0; j < {n}; ++j) "
+        + store_element(op.type.dtype, "C", f"(i + r) * {n} + j", rounded),
+        "}",
+    ]
+    count = math.prod(gemm.batch_extents)
+    large = count * m * n * k >= PARALLEL_GEMM_MNK
+    return nest([("batch", count)], lines, BANDS_FOR if large else None)
+
+
+def _batch_components(gemm: Gemm) -> tuple[str, ...]:
+    """Each batch axis's index, from the flat counter `batch` over all of them."""
+    return tuple(
+        f"(batch / {math.prod(gemm.batch_extents[k + 1 :])}) % {n}"
+        for k, n in enumerate(gemm.batch_extents)
+    )
+
+
 def _gemm_calls(
     ctx: StepContext, gemm: Gemm, lhs, rhs, out: str, call=None, locked: bool = True
 ) -> list[str]:
@@ -252,10 +349,7 @@ def _gemm_calls(
             else [call(op, gemm, str(gemm.m), str(gemm.n), a, b, out)]
         )
     else:
-        batch = tuple(
-            f"(batch / {math.prod(gemm.batch_extents[k + 1 :])}) % {n}"
-            for k, n in enumerate(gemm.batch_extents)
-        )
+        batch = _batch_components(gemm)
         a_at = offset_expression(batch, a_batch, a_offset)
         b_at = offset_expression(batch, b_batch, b_offset)
         one = call(
@@ -309,6 +403,11 @@ def emit_dot(ctx: StepContext) -> list[str]:
     enough for the sizes), plain loops otherwise."""
     ctx.value_pointers()
     blas, gemm, op = ctx.unit.blas, ctx.step.detail, ctx.step.op
+    dtypes = {t.dtype for t in op.operand_types} | {op.type.dtype}
+    if dtypes <= SMALL_PRODUCT_DTYPES and is_small_batch(gemm):
+        small = _small_products(ctx)
+        if small is not None:
+            return small
     if blas is None or not _fits_blas_integers(gemm, blas.integer_bits):
         return _emit_dot_loops(ctx)
     if is_half_gemm(op):

@@ -163,3 +163,30 @@ def test_jit_donate_argnums_updates_a_tree_of_parameters_in_place():
         np.testing.assert_array_equal(new[n].array, np.zeros((3, 2), np.float32))
     newer = step(new, grads)  # the fast path (cached program) donates as well
     assert newer["w"].array is before["w"] and float(newer["w"].array[0, 0]) == -1.0
+
+
+def test_owned_arrays_take_the_short_call_and_views_the_checked_one(monkeypatch):
+    # Arrays that own their memory pass with a few comparisons each (the native code reads
+    # their addresses); an undonated view of other memory is checked and converted argument
+    # by argument, and both give the undonated program's values.
+    p, m, v, g = _arrays(4)
+    expected = [np.asarray(o).copy() for o in accy.compile(ADAM, device="cpu")(p, m, v, g)]
+    update = accy.compile(ADAM, device="cpu", donate=(0, 1, 2))
+    checked = type(update)._checked_call
+    calls = []
+
+    def counted(self, arrays):
+        calls.append(len(arrays))
+        return checked(self, arrays)
+
+    monkeypatch.setattr(type(update), "_checked_call", counted)
+    for got, want in zip(update(p.copy(), m.copy(), v.copy(), g), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert calls == []
+    wide = np.zeros((3, 8), np.float32)
+    wide[:, :4] = g
+    strided = wide[:, :4]
+    assert strided.base is wide
+    for got, want in zip(update(p.copy(), m.copy(), v.copy(), strided), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert calls == [4]

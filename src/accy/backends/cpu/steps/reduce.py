@@ -32,11 +32,12 @@ def identity(reducer: str, dtype) -> str:
 
 
 SIMD_REDUCTIONS = {"sum": "+", "prod": "*"}
+EXTREMES = {"max": "max", "min": "min"}  # OpenMP's reductions, which may drop a NaN
 
 
 def _simd(reducers: list[str], variables: list[str]) -> str | None:
-    """OpenMP's simd clause for accumulators `variables`, if every reducer has one (max and
-    min of floats must keep NaN, which OpenMP's max does not promise)."""
+    """OpenMP's simd clause for accumulators `variables`, if every reducer has one (the row
+    reductions' max and min have theirs through `_row_pass`'s NaN flags)."""
     if not all(r in SIMD_REDUCTIONS for r in reducers):
         return None
     clauses = " ".join(
@@ -45,18 +46,53 @@ def _simd(reducers: list[str], variables: list[str]) -> str | None:
     return f"#pragma omp simd {clauses}"
 
 
+def _row_simd(ops, names: list[str]) -> str | None:
+    """The simd clause of row reductions `ops` (accumulators `names`): sums and products, and
+    max and min, whose float accumulators are kept with a flag `{name}_nan` (`_extreme_lines`)
+    since OpenMP's max and min combine the lanes without NaN."""
+    clauses = []
+    for op, name in zip(ops, names, strict=True):
+        reducer = op.attrs["op"]
+        if reducer in SIMD_REDUCTIONS:
+            clauses.append(f"reduction({SIMD_REDUCTIONS[reducer]}:{name})")
+        elif reducer in EXTREMES:
+            clauses.append(f"reduction({EXTREMES[reducer]}:{name})")
+            if GCC.c_type(op.type.dtype).family == "float":
+                clauses.append(f"reduction(|:{name}_nan)")
+        else:
+            return None
+    return f"#pragma omp simd {' '.join(clauses)}"
+
+
+def _extreme_lines(op, name: str, x: str) -> tuple[list[str], list[str], list[str]]:
+    """For a float max or min in vector lanes: the NaN flag's declaration, its update from
+    element `x`, and the fix after the row (a NaN seen makes the result NaN, as the serial
+    loop's comparison keeps it)."""
+    ctype = GCC.c_type(op.type.dtype)
+    if op.attrs["op"] not in EXTREMES or ctype.family != "float":
+        return [], [], []
+    nan = '__builtin_nan("")' if ctype.compute == "double" else '__builtin_nanf("")'
+    return (
+        [f"int {name}_nan = 0;"],
+        [f"{name}_nan |= {x} != {x};"],
+        [f"if ({name}_nan) {name} = {nan};"],
+    )
+
+
 @dataclass(frozen=True)
 class RowNest:
     """The pieces of one pass of row reductions over their rows: statements `before` the loop
     nest (initial values), the loops over the kept and the reduced axes, the accumulators'
-    declarations (`starts`), what the inner loop runs per element (`element`) and the stores
-    after it, and whether the nest is worth threads."""
+    declarations (`starts`), what the inner loop runs per element (`element`), what corrects
+    the accumulators after it (`fixes`: a vectorized max's NaN) and the stores, and whether
+    the nest is worth threads."""
 
     before: list[str]
     kept_loops: list
     reduced_loops: list
     starts: list[str]
     element: list[str]
+    fixes: list[str]
     stores: list[str]
     simd: str | None
     large: bool
@@ -65,7 +101,7 @@ class RowNest:
     def per_row(self) -> list[str]:
         """What runs once per row: the accumulators' loop over it, then the stores."""
         inner = nest(self.reduced_loops, self.element, inner_pragma=self.simd)
-        return self.starts + inner + self.stores
+        return self.starts + inner + self.fixes + self.stores
 
 
 def _row_pass(ctx: StepContext, prefix: str = "") -> RowNest:
@@ -81,7 +117,7 @@ def _row_pass(ctx: StepContext, prefix: str = "") -> RowNest:
     out_position = linear(tuple(index[p] for p in layout.kept), ops[0].type.extents)
     names = ["acc"] if len(ops) == 1 else [f"acc{j}" for j in range(len(ops))]
     names = [prefix + name for name in names]
-    lines, starts, combines, stores = [], [], [], []
+    lines, starts, combines, fixes, stores = [], [], [], [], []
     body = ctx.body()
     for name, op in zip(names, ops, strict=True):
         ctype = GCC.c_type(op.type.dtype)
@@ -92,12 +128,16 @@ def _row_pass(ctx: StepContext, prefix: str = "") -> RowNest:
         x = body.value(op.operands[0], index)
         reduced = templates.binary(templates.REDUCERS[op.attrs["op"]], ctype, name, x)
         combines.append(f"{name} = {reduced};")
+        flag, update, fix = _extreme_lines(op, name, x)
+        starts += flag
+        combines += update
+        fixes += fix
         stores += _store_result(ctx, op, name, out_position)
     stores += _epilogue(ctx, ops, names, out_position)
-    simd = _simd([op.attrs["op"] for op in ops], names)
+    simd = _row_simd(ops, names)
     large = worth_threads(x_type.size, ctx.step.fused)
     element = body.lines + combines
-    return RowNest(lines, kept_loops, reduced_loops, starts, element, stores, simd, large)
+    return RowNest(lines, kept_loops, reduced_loops, starts, element, fixes, stores, simd, large)
 
 
 def _loop_pass(ctx: StepContext, layout) -> RowNest:
@@ -112,7 +152,7 @@ def _loop_pass(ctx: StepContext, layout) -> RowNest:
     kept_loops = axis_loops(op.type, positions=layout.kept)
     reduced_loops = axis_loops(op.type, positions=layout.reduced)
     large = worth_threads(op.type.size, ctx.step.fused)
-    return RowNest([], kept_loops, reduced_loops, [], body.lines + [stored], [], None, large)
+    return RowNest([], kept_loops, reduced_loops, [], body.lines + [stored], [], [], None, large)
 
 
 def _reduce_rows(ctx: StepContext) -> list[str]:
@@ -125,8 +165,9 @@ def _reduce_rows(ctx: StepContext) -> list[str]:
     if len(ops) == 1 and not row.kept_loops and row.large and _worth_chunks(row.reduced_loops):
         reducer, dtype = ops[0].attrs["op"], ops[0].type.dtype
         compute = GCC.c_type(dtype).compute
+        flags, _, _ = _extreme_lines(ops[0], "acc", "")
         return row.before + _chunked_full_reduction(
-            row.reduced_loops, row.element, reducer, dtype, compute, row.stores[0]
+            row.reduced_loops, row.element, reducer, dtype, compute, row.stores[0], flags
         )
     return row.before + nest(row.kept_loops, row.per_row, _outer(row))
 
@@ -191,9 +232,10 @@ def _worth_chunks(reduced_loops) -> bool:
     return bool(reduced_loops) and reduced_loops[0][1] >= 2 * CHUNKS
 
 
-def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> list[str]:
+def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store, flags=()) -> list[str]:
     """A reduction to one element over threads: fixed chunks of the outermost loop, each with
-    its own partial result, combined in chunk order."""
+    its own partial result (and `flags`, declarations the element's statements update: a max's
+    NaN flag, which the chunks' serial comparisons do not need), combined in chunk order."""
     counter, extent = loops[0]
     bounds = {counter: (f"c * {extent}LL / {CHUNKS}", f"(c + 1) * {extent}LL / {CHUNKS}")}
     chunk = nest(loops, inner, inner_pragma=_simd([reducer], ["acc"]), bounds=bounds)
@@ -205,6 +247,7 @@ def _chunked_full_reduction(loops, inner, reducer, dtype, compute, store) -> lis
         PARALLEL_FOR,
         f"for (int64_t c = 0; c < {CHUNKS}; ++c) {{",
         f"  {compute} acc = {identity(reducer, dtype)};",
+        *("  " + line for line in flags),
         *("  " + line for line in chunk),
         "  part[c] = acc;",
         "}",

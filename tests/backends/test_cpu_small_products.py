@@ -12,7 +12,7 @@ import pytest
 
 import accy
 from accy.backends.cpu.compile import compile_program
-from accy.backends.cpu.steps.dot import SMALL_PRODUCT_MNK
+from accy.backends.cpu.steps.dot import PARALLEL_SMALL_PRODUCTS_MNK, SMALL_PRODUCT_MNK
 
 
 def batched_program(a_axes: dict, b_axes: dict, dtype, accumulate=None):
@@ -107,3 +107,11 @@ def test_larger_products_are_gemm_calls(native_cpu):
     )
     program = batched_program(a_axes, b_axes, accy.f32)
     assert "accy_sgemm(" in compile_program(program).source
+
+
+def test_a_large_batch_shared_among_threads_matches_numpy(native_cpu):
+    a_axes = {"head": 8, "batch": 8, "m": 32, "k": 16}
+    b_axes = {"head": 8, "batch": 8, "n": 32, "k": 16}
+    assert PARALLEL_SMALL_PRODUCTS_MNK <= 64 * 32 * 32 * 16
+    assert "omp parallel for" in compile_program(batched_program(a_axes, b_axes, accy.f32)).source
+    check(a_axes, b_axes)

@@ -240,6 +240,10 @@ SMALL_PRODUCT_COLUMNS = 256
 # several times the arithmetic, where loops of known extents read the operands in place (any
 # strides: no packing pass) and keep a block of result rows in registers.
 BLOCK_ENTRIES = 256  # result entries summed at once: 16 AVX-512 registers of floats
+# A batch of small products is shared among threads from fewer multiply-adds than a GEMM:
+# without packing, 2^19 of them take about 20 us of a core (attention's 64 heads of 32 x 32 x
+# 16, 1M, about 40 us, against 5-10 us to wake a thread).
+PARALLEL_SMALL_PRODUCTS_MNK = 1 << 19
 SMALL_PRODUCT_DTYPES = frozenset({f32, f64, bf16})
 
 
@@ -312,7 +316,7 @@ def _small_products(ctx: StepContext) -> list[str] | None:
         "}",
     ]
     count = math.prod(gemm.batch_extents)
-    large = count * m * n * k >= PARALLEL_GEMM_MNK
+    large = count > 1 and count * m * n * k >= PARALLEL_SMALL_PRODUCTS_MNK
     return nest([("batch", count)], lines, BANDS_FOR if large else None)
 
 

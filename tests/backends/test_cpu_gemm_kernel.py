@@ -70,8 +70,17 @@ def run_product(m, n, k, a_transposed, b_transposed, dtype=accy.f32, seed=0, acc
 
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
 # (m, n, k): whole tiles; rows, columns and depth cut at tile edges; two column blocks and
-# three depth blocks; 16 columns (the narrowest it takes); one row.
-SHAPES = [(24, 64, 256), (37, 45, 300), (13, 1100, 530), (5, 16, 7), (1, 40, 33)]
+# three depth blocks; 16 columns (the narrowest it takes); one row; a last block of 4 rows and
+# one of 8 (the kernel's shorter variants; 5 rows and 1 row take them too).
+SHAPES = [
+    (24, 64, 256),
+    (37, 45, 300),
+    (13, 1100, 530),
+    (5, 16, 7),
+    (1, 40, 33),
+    (64, 48, 40),
+    (20, 32, 16),
+]
 
 
 @pytest.mark.parametrize("a_transposed, b_transposed", LAYOUTS)

@@ -97,12 +97,13 @@ typedef struct {
   int accumulate, last;
 } Target;
 
-/* acc = A (MR x kc, element (i, p) at a[i * rs + p * cs]) times b (kc x NR, packed). */
-#define ACCY_MULTIPLY(rs, cs)                                                                 \
-  _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = (v16){0};    \
+/* acc's first R rows = A (R x kc, element (i, p) at a[i * rs + p * cs]) times b (kc x NR,
+   packed). */
+#define ACCY_MULTIPLY(rs, cs, R)                                                              \
+  _Pragma("GCC unroll 16") for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = (v16){0};     \
   for (int64_t p = 0; p < kc; ++p) {                                                          \
     const v16 b0 = *(const v16 *)b, b1 = *(const v16 *)(b + 16);                              \
-    _Pragma("GCC unroll 16") for (int i = 0; i < MR; ++i) {                                   \
+    _Pragma("GCC unroll 16") for (int i = 0; i < R; ++i) {                                    \
       const v16 ai = (v16){0} + a[i * (rs) + p * (cs)];                                       \
       acc[i][0] = fma16(ai, b0, acc[i][0]);                                                   \
       acc[i][1] = fma16(ai, b1, acc[i][1]);                                                   \
@@ -114,14 +115,19 @@ static void store(v16 acc[MR][2], Target t, int64_t i0, int64_t j0, int64_t rows
 
 /* The MR x NR tile at (i0, j0) of the target gets A times b (kc x NR), A's micro-panel read
    where `lda` is 0 from a (kc x MR, packed), else from MR full float32 rows (element (i, p)
-   at a[i * lda + p]); only the tile's first rows x cols elements are written. */
+   at a[i * lda + p]); only the tile's first rows x cols elements are written. A last block
+   of 4 or 8 rows (packed) multiplies only those: 64 rows are 5 blocks and 4 rows, not 6. */
 static void kernel(int64_t kc, const float *restrict a, int64_t lda, const float *restrict b,
                    Target t, int64_t i0, int64_t j0, int64_t rows, int64_t cols) {
   v16 acc[MR][2];
-  if (!lda) {
-    ACCY_MULTIPLY(1, MR)
+  if (lda) {
+    ACCY_MULTIPLY(lda, 1, MR)
+  } else if (rows <= 4) {
+    ACCY_MULTIPLY(1, MR, 4)
+  } else if (rows <= 8) {
+    ACCY_MULTIPLY(1, MR, 8)
   } else {
-    ACCY_MULTIPLY(lda, 1)
+    ACCY_MULTIPLY(1, MR, MR)
   }
   store(acc, t, i0, j0, rows, cols);
 }

@@ -240,6 +240,7 @@ SMALL_PRODUCT_COLUMNS = 256
 # several times the arithmetic, where loops of known extents read the operands in place (any
 # strides: no packing pass) and keep a block of result rows in registers.
 BLOCK_ENTRIES = 256  # result entries summed at once: 16 AVX-512 registers of floats
+TILE_ENTRIES = 1 << 14  # the most entries of B's k x n tile (on the thread's stack)
 # A batch of small products is shared among threads from fewer multiply-adds than a GEMM:
 # without packing, 2^19 of them take about 20 us of a core (attention's 64 heads of 32 x 32 x
 # 16, 1M, about 40 us, against 5-10 us to wake a thread).
@@ -265,21 +266,22 @@ def is_small_batch(gemm: Gemm) -> bool:
 
 def _small_products(ctx: StepContext) -> list[str] | None:
     """The batch of products of `ctx.step` as loops, or None where an operand's rows or columns
-    do not merge into one strided axis. For each product, blocks of result rows are summed in
-    local rows (`acc`, vectorized along the columns) from rows of B scaled by A's entries, in
-    order of k; a B whose columns are not contiguous is copied to a k x n tile first. 16-bit
-    operands are converted as they are loaded; the result is rounded once to its dtype."""
+    do not merge into one strided axis (or B's tile would be large). For each product, blocks
+    of result rows are summed in local rows (`acc`, vectorized along the columns) from rows of
+    B scaled by A's entries, in order of k; a B whose columns are not contiguous is copied to a
+    k x n tile first. 16-bit operands are converted as they are loaded; the result is rounded
+    once to its dtype."""
     op, gemm = ctx.step.op, ctx.step.detail
     views = [ctx.plan.view(v) for v in op.operands]
     a, b = strided_matrices(op, *views)
-    if a is None or b is None:
-        return None
     m, n, k = gemm.m, gemm.n, gemm.k
+    if a is None or b is None or (b.column != 1 and k * n > TILE_ENTRIES):
+        return None
     result = GCC.c_type(op.type.dtype)
     a_type, b_type = (GCC.c_type(t.dtype) for t in op.operand_types)
     a_base, b_base = (ctx.pointers[view.base] for view in views)
     batch = _batch_components(gemm)
-    rows = next(r for r in (8, 4, 2, 1) if m % r == 0 and r * n <= BLOCK_ENTRIES or r == 1)
+    rows = next(r for r in (8, 4, 2, 1) if (m % r == 0 and r * n <= BLOCK_ENTRIES) or r == 1)
     lines = [
         f"const {a_type.storage} *restrict A = {a_base} + "
         f"{offset_expression(batch, a.batch_strides, a.offset)};",

@@ -57,6 +57,11 @@ class StepContext:
     def body(self) -> Body:
         return Body(self.unit, self.plan, self.pointers)
 
+    def declare_once(self, text: str) -> None:
+        """Declare `text` (a function shared by steps) in the unit, unless it is there."""
+        if text not in self.unit.declarations:
+            self.unit.declare(text)
+
 
 def store_element(dtype, pointer: str, position: str, x: str) -> str:
     """The C statement storing compute value `x` at `pointer[position]`, in `dtype`'s layout."""

@@ -111,11 +111,6 @@ def _micro_kernel(form: str, rows: int, band: int) -> tuple[str, str]:
     return name, text
 
 
-def _declare_once(ctx: StepContext, text: str) -> None:
-    if text not in ctx.unit.declarations:
-        ctx.unit.declare(text)
-
-
 def _patch_rows(g: ConvGeometry, dtype, x: str, patches: str) -> list[str]:
     """Fill `patches` (rows `t` of `count`, from row `start`) with the windows of the input,
     converted to the compute type (16-bit floats to f32)."""
@@ -214,7 +209,7 @@ def _blocked(ctx, form: str, band: int, extent: str, counts, call: str) -> list[
     cases = []
     for size in sizes:
         name, text = _micro_kernel(form, size, band)
-        _declare_once(ctx, text)
+        ctx.declare_once(text)
         cases.append(f"  case {size}: {call.format(name=name)} break;")
     return [
         f"for (int64_t r0 = 0; r0 < {extent}; r0 += {rows}) {{",
@@ -328,7 +323,7 @@ def emit_conv(ctx: StepContext) -> list[str]:
     ]
     x, kernel, out = "xg", "kg", "og"
     if g.vectorized:
-        _declare_once(ctx, VECTORS)
+        ctx.declare_once(VECTORS)
     patches = ctx.scratch(ftype, "patches")
     partial = ctx.scratch(ftype, "partial") if g.sums_partials else None
     weights = ctx.scratch(ftype, "weights") if g.packs_weights else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ....codegen.c.dialect import GCC
 from ....codegen.c.expressions import linear, offset_expression
@@ -72,29 +73,74 @@ def _gemm_call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
     )
 
 
-def _split_gemm(op, gemm: Gemm, a: str, b: str, c: str, call=_gemm_call) -> list[str]:
-    """One GEMM shared by the threads as GEMMs over bands of rows (or of columns). How many
-    bands depends on the shape alone (`BAND_MNK`, `BAND_ROWS`), never on the
-    thread count: BLAS's results may depend on the extents it is given, and must not change
-    with the threads available."""
-    if gemm.m >= gemm.n:
-        a_band = f"{a} + first" if gemm.lhs.transposed else f"{a} + first * {gemm.lhs.leading}"
-        band_call = call(
-            op, gemm, "last - first", str(gemm.n), a_band, b, f"{c} + first * {gemm.n}"
-        )
-        extent = gemm.m
-    else:
-        b_band = f"{b} + first * {gemm.rhs.leading}" if gemm.rhs.transposed else f"{b} + first"
-        band_call = call(op, gemm, str(gemm.m), "last - first", a, b_band, f"{c} + first")
-        extent = gemm.n
+BANDS = r"""
+/* A GEMM shared by the threads in `parts` bands of rows (m >= n) or of columns, each band
+   written by one call: the one parallel region of every such GEMM in the unit. */
+static void accy_{name}_bands(int ta, int tb, int64_t m, int64_t n, int64_t k, const {t} *a,
+                              int64_t lda, const {t} *b, int64_t ldb, {t} *c, int64_t parts) {{
+  const int64_t extent = m >= n ? m : n;
+  #pragma omp parallel for schedule(dynamic, 1) if(accy_shared->parallel)
+  for (int64_t part = 0; part < parts; ++part) {{
+    const int64_t first = extent * part / parts, last = extent * (part + 1) / parts;
+    if (last <= first) continue;
+    if (m >= n)
+      accy_{name}(101, ta, tb, last - first, n, k, 1, a + (ta == 112 ? first : first * lda), lda,
+                  b, ldb, 0, c + first * n, n);
+    else
+      accy_{name}(101, ta, tb, m, last - first, k, 1, a, lda,
+                  b + (tb == 112 ? first * ldb : first), ldb, 0, c + first, n);
+  }}
+}}"""
+MIXED_BANDS = r"""
+/* The same for accy_gemm_mixed (operands of 2-byte elements where flags say bf16). */
+static void accy_gemm_mixed_bands(int flags, int64_t m, int64_t n, int64_t k, const void *a,
+                                  int64_t lda, const void *b, int64_t ldb, float *sums,
+                                  uint16_t *rounded, int64_t parts) {
+  const int64_t extent = m >= n ? m : n;
+  const int64_t a_size = flags & 4 ? 2 : 4, b_size = flags & 8 ? 2 : 4;
+  #pragma omp parallel for schedule(dynamic, 1) if(accy_shared->parallel)
+  for (int64_t part = 0; part < parts; ++part) {
+    const int64_t first = extent * part / parts, last = extent * (part + 1) / parts;
+    if (last <= first) continue;
+    if (m >= n)
+      accy_gemm_mixed(flags, last - first, n, k,
+                      (const char *)a + (flags & 1 ? first : first * lda) * a_size, lda, b, ldb,
+                      sums + first * n, rounded ? rounded + first * n : rounded, n);
+    else
+      accy_gemm_mixed(flags, m, last - first, k, a, lda,
+                      (const char *)b + (flags & 2 ? first * ldb : first) * b_size, ldb,
+                      sums + first, rounded ? rounded + first : rounded, n);
+  }
+}"""
+
+
+def _split_gemm(ctx: StepContext, gemm: Gemm, a: str, b: str, c: str, call) -> list[str]:
+    """One GEMM shared by the threads as GEMMs over bands of rows (or of columns), through
+    a function of the unit's (`BANDS`, `MIXED_BANDS`, declared once: an OpenMP region is a
+    function of its own for the compiler, and char-gpt's step has some thirty such GEMMs). How
+    many bands depends on the shape alone (`BAND_MNK`, `BAND_ROWS`), never on the thread
+    count: BLAS's results may depend on the extents it is given, and must not change with the
+    threads available."""
+    extent = max(gemm.m, gemm.n)
     parts = min(
         CHUNKS, extent, max(2, min(gemm.m * gemm.n * gemm.k // BAND_MNK, extent // BAND_ROWS))
     )
-    band = [
-        f"const int64_t first = {extent} * part / {parts}, last = {extent} * (part + 1) / {parts};",
-        f"if (last > first) {band_call}",
+    shape = f"{gemm.m}, {gemm.n}, {gemm.k}"
+    leading = gemm.lhs.leading, gemm.rhs.leading
+    if isinstance(call, MixedCall):
+        ctx.declare_once(MIXED_BANDS)
+        rounded = "(uint16_t *)0" if call.rounded is None else f"(uint16_t *){call.rounded}"
+        return [
+            f"accy_gemm_mixed_bands({call.flags(ctx.step.op, gemm)}, {shape}, {a}, {leading[0]}, "
+            f"{b}, {leading[1]}, (float *){call.sums}, {rounded}, {parts});"
+        ]
+    name, t = ("sgemm", "float") if ctx.step.op.type.dtype != f64 else ("dgemm", "double")
+    ctx.declare_once(BANDS.format(name=name, t=t))
+    flags = [TRANS if x.transposed else NO_TRANS for x in (gemm.lhs, gemm.rhs)]
+    return [
+        f"accy_{name}_bands({flags[0]}, {flags[1]}, {shape}, {a}, {leading[0]}, {b}, "
+        f"{leading[1]}, {c}, {parts});"
     ]
-    return nest([("part", parts)], band, BANDS_FOR)
 
 
 def _emit_gemm(ctx: StepContext, gemm: Gemm) -> list[str]:
@@ -146,27 +192,34 @@ def _uses_mixed_gemm(ctx: StepContext) -> bool:
     )
 
 
-def _mixed_call(sums: str, rounded: str | None):
-    """Writes one `accy_gemm_mixed` call (the call builder of `_gemm_calls`, whose result
+@dataclass(frozen=True)
+class MixedCall:
+    """Writes one `accy_gemm_mixed` call (a call builder of `_gemm_calls`, whose result
     pointer is `RESULT`): the float32 sums go to `sums` (a float32 buffer), or, with `rounded`
     (the bf16 output), are rounded into it, `sums` holding them between passes over k."""
 
-    def call(op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
+    sums: str
+    rounded: str | None
+
+    @staticmethod
+    def flags(op, gemm: Gemm) -> int:
+        """accy_gemm_mixed's flags: A, B transposed; A, B read as bf16."""
         lhs_type, rhs_type = op.operand_types
-        flags = (
+        return (
             int(gemm.lhs.transposed)
             | int(gemm.rhs.transposed) << 1
             | int(lhs_type.dtype == bf16 and not gemm.lhs.packed) << 2
             | int(rhs_type.dtype == bf16 and not gemm.rhs.packed) << 3
         )
-        into = c.replace(RESULT, f"(float *){sums}")
+
+    def __call__(self, op, gemm: Gemm, m: str, n: str, a: str, b: str, c: str) -> str:
+        into = c.replace(RESULT, f"(float *){self.sums}")
+        rounded = self.rounded
         out = "(uint16_t *)0" if rounded is None else c.replace(RESULT, f"(uint16_t *){rounded}")
         return (
-            f"accy_gemm_mixed({flags}, {m}, {n}, {gemm.k}, {a}, {gemm.lhs.leading}, {b}, "
-            f"{gemm.rhs.leading}, {into}, {out}, {max(gemm.n, 1)});"
+            f"accy_gemm_mixed({self.flags(op, gemm)}, {m}, {n}, {gemm.k}, {a}, "
+            f"{gemm.lhs.leading}, {b}, {gemm.rhs.leading}, {into}, {out}, {max(gemm.n, 1)});"
         )
-
-    return call
 
 
 def _emit_mixed_gemm(ctx: StepContext) -> list[str]:
@@ -186,9 +239,9 @@ def _emit_mixed_gemm(ctx: StepContext) -> list[str]:
             operands.append((ctx.pointers[view.base], view.offset, matrix.batch_strides))
     out = ctx.pointers[op.results[0]]
     if op.type.dtype == f32:
-        call = _mixed_call(out, None)
+        call = MixedCall(out, None)
     else:  # the sums' scratch is touched only where k takes more than one pass
-        call = _mixed_call(ctx.scratch("float", "result"), out)
+        call = MixedCall(ctx.scratch("float", "result"), out)
     return _gemm_calls(ctx, gemm, *operands, RESULT, call, locked=False)
 
 
@@ -265,39 +318,55 @@ def is_small_batch(gemm: Gemm) -> bool:
 
 
 def _small_products(ctx: StepContext) -> list[str] | None:
-    """The batch of products of `ctx.step` as loops, or None where an operand's rows or columns
-    do not merge into one strided axis (or B's tile would be large). For each product, blocks
-    of result rows are summed in local rows (`acc`, vectorized along the columns) from rows of
-    B scaled by A's entries, in order of k; a B whose columns are not contiguous is copied to a
-    k x n tile first. 16-bit operands are converted as they are loaded; the result is rounded
-    once to its dtype."""
+    """The batch of products of `ctx.step` as a loop calling `_products_kernel` per product, or
+    None where an operand's rows or columns do not merge into one strided axis (or B's tile
+    would be large)."""
     op, gemm = ctx.step.op, ctx.step.detail
     views = [ctx.plan.view(v) for v in op.operands]
     a, b = strided_matrices(op, *views)
     m, n, k = gemm.m, gemm.n, gemm.k
     if a is None or b is None or (b.column != 1 and k * n > TILE_ENTRIES):
         return None
-    result = GCC.c_type(op.type.dtype)
-    a_type, b_type = (GCC.c_type(t.dtype) for t in op.operand_types)
+    dtypes = (*(t.dtype for t in op.operand_types), op.type.dtype)
+    name = _products_kernel(ctx, m, n, k, b.column != 1, dtypes)
     a_base, b_base = (ctx.pointers[view.base] for view in views)
     batch = _batch_components(gemm)
+    a_at = offset_expression(batch, a.batch_strides, a.offset)
+    b_at = offset_expression(batch, b.batch_strides, b.offset)
+    call = (
+        f"{name}({a_base} + {a_at}, {a.row}, {a.column}, {b_base} + {b_at}, {b.row}, "
+        f"{b.column}, {ctx.pointers[op.results[0]]} + batch * {m * n});"
+    )
+    count = math.prod(gemm.batch_extents)
+    large = count > 1 and count * m * n * k >= PARALLEL_SMALL_PRODUCTS_MNK
+    return nest([("batch", count)], [call], BANDS_FOR if large else None)
+
+
+def _products_kernel(ctx: StepContext, m: int, n: int, k: int, tiled: bool, dtypes) -> str:
+    """The name of a function, declared once per translation unit for its extents, B's layout
+    and dtypes (so a program's products of one shape share its compile), computing one product
+    C = A B (m x n, row-major) from A and B with the strides given: blocks of result rows are
+    summed in local rows (`acc`, vectorized along the columns) from rows of B scaled by A's
+    entries, in order of k; with `tiled`, B's columns are strided and B is copied to a k x n
+    tile first. 16-bit operands are converted as they are loaded; the result is rounded once
+    to its dtype."""
+    a_type, b_type, result = (GCC.c_type(d) for d in dtypes)
+    name = f"accy_products_{m}x{n}x{k}{'_tiled' if tiled else ''}_" + "_".join(
+        d.name for d in dtypes
+    )
     rows = next(r for r in (8, 4, 2, 1) if (m % r == 0 and r * n <= BLOCK_ENTRIES) or r == 1)
-    lines = [
-        f"const {a_type.storage} *restrict A = {a_base} + "
-        f"{offset_expression(batch, a.batch_strides, a.offset)};",
-        f"const {b_type.storage} *restrict B = {b_base} + "
-        f"{offset_expression(batch, b.batch_strides, b.offset)};",
-        f"{result.storage} *restrict C = {ctx.pointers[op.results[0]]} + batch * {m * n};",
-    ]
-    b_entry = b_type.load.format(x=f"B[p * {b.row} + j * {b.column}]")
-    if b.column != 1:
+    b_entry = b_type.load.format(x="B[p * br + j * bc]")
+    lines = []
+    if tiled:
         lines += [
             f"{result.compute} tile[{k * n}];",
             f"for (int64_t p = 0; p < {k}; ++p)",
             f"  for (int64_t j = 0; j < {n}; ++j) tile[p * {n} + j] = {b_entry};",
         ]
         b_entry = f"tile[p * {n} + j]"
-    a_entry = a_type.load.format(x=f"A[(i + r) * {a.row} + p * {a.column}]")
+    else:
+        b_entry = b_type.load.format(x="B[p * br + j]")
+    a_entry = a_type.load.format(x="A[(i + r) * ar + p * ac]")
     rounded = result.round.format(x="acc[r][j]")
     lines += [
         f"for (int64_t i = 0; i < {m}; i += {rows}) {{",
@@ -314,12 +383,21 @@ def _small_products(ctx: StepContext) -> list[str] | None:
         "  }",
         f"  for (int64_t r = 0; r < {rows}; ++r)",
         f"    for (int64_t j = 0; j < {n}; ++j) "
-        + store_element(op.type.dtype, "C", f"(i + r) * {n} + j", rounded),
+        + store_element(dtypes[2], "C", f"(i + r) * {n} + j", rounded),
         "}",
     ]
-    count = math.prod(gemm.batch_extents)
-    large = count > 1 and count * m * n * k >= PARALLEL_SMALL_PRODUCTS_MNK
-    return nest([("batch", count)], lines, BANDS_FOR if large else None)
+    params = (
+        f"const {a_type.storage} *restrict A, int64_t ar, int64_t ac, "
+        f"const {b_type.storage} *restrict B, int64_t br, int64_t bc, "
+        f"{result.storage} *restrict C"
+    )
+    text = (
+        f"__attribute__((noinline)) static void {name}({params}) {{\n"
+        + "".join(f"  {line}\n" for line in lines)
+        + "}"
+    )
+    ctx.declare_once(text)
+    return name
 
 
 def _batch_components(gemm: Gemm) -> tuple[str, ...]:
@@ -351,7 +429,7 @@ def _gemm_calls(
     if not gemm.batch_extents:
         a, b = f"{a} + {a_offset}", f"{b} + {b_offset}"
         calls = (
-            _split_gemm(op, gemm, a, b, out, call)
+            _split_gemm(ctx, gemm, a, b, out, call)
             if large
             else [call(op, gemm, str(gemm.m), str(gemm.n), a, b, out)]
         )

@@ -24,8 +24,8 @@ from .context import CHUNKS, StepContext, store_element
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 PARALLEL_GEMM_MNK = 1 << 21  # batch * m * n * k from which a GEMM is shared among threads
 # (2M multiply-adds take about 45 us on one core of AVX-512, against 5-10 us to wake the
-# passively waiting thread: char-gpt's GEMMs, 2M to 8M multiply-adds each and more than half
-# of its step, ran on one core of two below the former 2^24)
+# passively waiting thread: char-gpt's GEMMs, 2M to 8M multiply-adds each, are most of its
+# step, which would leave the second core idle)
 # A shared GEMM's bands (2 to CHUNKS) each have at least BAND_MNK of work and BAND_ROWS rows (or
 # columns): each band's call packs the operand it does not cut once more, so small bands cost
 # more in packing than they gain (8 bands of a 256 x 512 x 512 product ran 20% slower than 2 on

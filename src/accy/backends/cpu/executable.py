@@ -322,8 +322,8 @@ class DonatingExecutable:
         each owning its memory, every other one owning its memory too (separate allocations,
         so no argument can share a donated one's memory unless it is the same array). Then
         four comparisons an argument and native code reading the arrays' addresses itself:
-        a training step's hundred arrays cost a few microseconds, not a few hundred (per
-        argument messages, addresses and an overlap sweep of `_checked_call`)."""
+        char-gpt's 89 arrays cost tens of microseconds, against hundreds for `_checked_call`'s
+        per-argument messages, addresses and overlap sweep."""
         if len(arrays) != len(self._expected):
             return None
         ndarray = np.ndarray

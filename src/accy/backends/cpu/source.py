@@ -1,4 +1,5 @@
-"""The C translation unit of a plan: a prelude, one static function per step, one entry point.
+"""The C translation unit of a plan: a prelude, one static function per distinct step (steps
+that differ only in their buffers share one), one entry point.
 
 `accy_run(void *const *buffers, char *workspace)` runs the whole program: `buffers` holds the
 input pointers, then the output pointers; `workspace` is the plan's workspace (64-byte
@@ -10,7 +11,7 @@ the same code. `accy_set_blas` receives the GEMM function pointers once, after l
 from __future__ import annotations
 
 from ...codegen.c.dialect import GCC
-from ...codegen.c.expressions import Unit
+from ...codegen.c.expressions import Unit, numbered_locally
 from ...codegen.c.types import compute_values
 from ...core import Operation
 from ...core.arrays import ConstantArray
@@ -163,6 +164,7 @@ class Translation(Unit):
         self.kernel_sources: dict[str, str] = {}
         self.data: dict[str, bytes] = {}
         self.part_sizes = [0, 0]  # the characters of the steps each part defines
+        self.step_functions: dict[tuple[str, str], str] = {}  # (signature, body) -> its name
 
     def constant_data(self, name: str, values: ConstantArray) -> str:
         ctype = self.c_type(values.dtype)
@@ -207,7 +209,6 @@ class Translation(Unit):
             lambda position: f"buffers[{inputs + position}]",
         )
         lines = STEP_EMITTERS[step.kind](ctx)
-        name = self.fresh("accy_step")
         what = (
             step.op.kind
             if step.op is not None
@@ -216,16 +217,25 @@ class Translation(Unit):
             else f"output {step.output}"
         )
         params = ", ".join(declaration for declaration, _ in ctx.params) or "void"
-        body = "".join(f"  {line}\n" for line in lines)
+        call = f"({', '.join(argument for _, argument in ctx.params)});"
+        # Steps that differ only in their buffers (a model's layers) share one function: the
+        # compiler's time goes as the source's size.
+        signature, body = numbered_locally(
+            f"{params}) {{\n" + "".join(f"  {line}\n" for line in lines)
+        ).split(") {\n", 1)
+        name = self.step_functions.get((signature, body))
+        if name is not None:
+            return name + call
+        name = self.step_functions[signature, body] = self.fresh("accy_step")
         part = self.part_sizes.index(min(self.part_sizes))  # the lighter part so far
         self.part_sizes[part] += len(body)
         self.declare(
             f"/* step {index}: {step.kind} ({what}) */\n"
             f"#if !defined(ACCY_PART) || ACCY_PART == {part}\n"
-            f"ACCY_STEP void {name}({params}) {{\n{body}}}\n"
-            f"#else\nACCY_STEP void {name}({params});\n#endif"
+            f"ACCY_STEP void {name}({signature}) {{\n{body}}}\n"
+            f"#else\nACCY_STEP void {name}({signature});\n#endif"
         )
-        return f"{name}({', '.join(argument for _, argument in ctx.params)});"
+        return name + call
 
     def kernel_for(self, op: Operation):
         """The registered kernel of a custom_call, checked against the call's types."""

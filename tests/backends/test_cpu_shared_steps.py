@@ -10,6 +10,7 @@ import numpy as np
 import accy
 from accy.backends.cpu.compile import compile_program
 from accy.backends.cpu.executable import CpuExecutable
+from accy.backends.cpu.source import in_order_of_use
 from accy.codegen.c.expressions import numbered_locally
 
 
@@ -95,3 +96,9 @@ def test_local_names_are_numbered_per_family_in_order_of_first_use():
     assert numbered_locally("accy_constant12[j4] + expm1(t3) + log1p(t3)") == (
         "accy_constant12[j0] + expm1(t0) + log1p(t0)"
     )
+
+
+def test_parameters_are_ordered_by_first_use():
+    params = [("const float *restrict v2", "x"), ("float *restrict v1", "y"), ("int *v12", "z")]
+    body = "  v1[i] = v2[i] + v1[i];\n"  # v12 unused: last; v1 is not a prefix match of v12
+    assert in_order_of_use(params, body) == [params[1], params[0], params[2]]

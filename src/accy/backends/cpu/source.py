@@ -10,6 +10,8 @@ the same code. `accy_set_blas` receives the GEMM function pointers once, after l
 
 from __future__ import annotations
 
+import re
+
 from ...codegen.c.dialect import GCC
 from ...codegen.c.expressions import Unit, numbered_locally
 from ...codegen.c.types import compute_values
@@ -216,13 +218,13 @@ class Translation(Unit):
             if step.members
             else f"output {step.output}"
         )
-        params = ", ".join(declaration for declaration, _ in ctx.params) or "void"
-        call = f"({', '.join(argument for _, argument in ctx.params)});"
+        text = "".join(f"  {line}\n" for line in lines)
+        params = in_order_of_use(ctx.params, text)
+        call = f"({', '.join(argument for _, argument in params)});"
         # Steps that differ only in their buffers (a model's layers) share one function: the
         # compiler's time goes as the source's size.
-        signature, body = numbered_locally(
-            f"{params}) {{\n" + "".join(f"  {line}\n" for line in lines)
-        ).split(") {\n", 1)
+        declarations = ", ".join(declaration for declaration, _ in params) or "void"
+        signature, body = numbered_locally(f"{declarations}) {{\n{text}").split(") {\n", 1)
         name = self.step_functions.get((signature, body))
         if name is not None:
             return name + call
@@ -256,6 +258,24 @@ class Translation(Unit):
             )
         self.kernel_sources.setdefault(kernel.symbol, kernel.c_source)
         return kernel
+
+
+def in_order_of_use(params: list[tuple[str, str]], body: str) -> list[tuple[str, str]]:
+    """A step function's (declaration, argument) pairs in the order the body first names each
+    parameter (those it never names last): steps that read the same buffers' roles in another
+    order of the plan's lists then read the same.
+
+    >>> params = [("float *v3", "a"), ("float *v9", "b"), ("int *v4", "c")]
+    >>> in_order_of_use(params, "v9[0] = v3[0];")
+    [('float *v9', 'b'), ('float *v3', 'a'), ('int *v4', 'c')]
+    """
+
+    def first_use(param: tuple[str, str]) -> int:
+        name = param[0].rsplit(" ", 1)[-1].lstrip("*")
+        found = re.search(rf"\b{name}\b", body)
+        return len(body) if found is None else found.start()
+
+    return sorted(params, key=first_use)
 
 
 def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str:

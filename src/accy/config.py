@@ -133,7 +133,8 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         "Native CPU: compile a program's steps as two translation units at once, one a core, "
         "then link them (on), as one unit (off), or in two where this process may use two "
-        "cores and the 1-minute load average leaves one idle (auto); the library is the same.",
+        "cores and the 1-minute load average, or the threads running right now, leave one "
+        "idle (auto); the library is the same.",
     ),
     Setting(
         "executables_max_entries",

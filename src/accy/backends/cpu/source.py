@@ -260,6 +260,9 @@ class Translation(Unit):
         return kernel
 
 
+IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*")
+
+
 def in_order_of_use(params: list[tuple[str, str]], body: str) -> list[tuple[str, str]]:
     """A step function's (declaration, argument) pairs in the order the body first names each
     parameter (those it never names last): steps that read the same buffers' roles in another
@@ -269,11 +272,11 @@ def in_order_of_use(params: list[tuple[str, str]], body: str) -> list[tuple[str,
     >>> in_order_of_use(params, "v9[0] = v3[0];")
     [('float *v9', 'b'), ('float *v3', 'a'), ('int *v4', 'c')]
     """
+    # The body's distinct names in order of first use, in one pass of the C regex engine.
+    order = {name: k for k, name in enumerate(dict.fromkeys(IDENTIFIER.findall(body)))}
 
     def first_use(param: tuple[str, str]) -> int:
-        name = param[0].rsplit(" ", 1)[-1].lstrip("*")
-        found = re.search(rf"\b{name}\b", body)
-        return len(body) if found is None else found.start()
+        return order.get(param[0].rsplit(" ", 1)[-1].lstrip("*"), len(order))
 
     return sorted(params, key=first_use)
 

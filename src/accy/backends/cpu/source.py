@@ -266,9 +266,9 @@ IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*")
 
 
 def in_order_of_use(params: list[tuple[str, str]], body: str) -> list[tuple[str, str]]:
-    """A step function's (declaration, argument) pairs in the order the body first names each
-    parameter (those it never names last): steps that read the same buffers' roles in another
-    order of the plan's lists then read the same.
+    """A step function's (declaration, argument) pairs in the order its body first names each
+    parameter, any it never names at the end: two steps whose plan lists the same roles of
+    their buffers in another order then read the same.
 
     >>> params = [("float *v3", "a"), ("float *v9", "b"), ("int *v4", "c")]
     >>> in_order_of_use(params, "v9[0] = v3[0];")

@@ -113,10 +113,11 @@ LOCAL_NAME = re.compile(r"\b(acc|[vtj])(\d+)(?![0-9A-Za-z])")
 as `_init`), then a number. File-scope names start with the unit's prefix (`accy_`) instead."""
 
 
-def numbered_locally(text: str) -> str:
+def numbered_locally(text: str, names: re.Pattern = LOCAL_NAME) -> str:
     """`text` (one function's parameters and body) with its local names numbered from 0 in order
-    of first use, per family (`LOCAL_NAME`): two functions that differ only in their locals'
-    numbering read the same, so that a unit can define one of them for both.
+    of first use, per family (`names` matches a local name, its family as group 1: the CPU's
+    `LOCAL_NAME` by default): two functions that differ only in their locals' numbering read
+    the same, so that a unit can define one of them for both.
 
     >>> numbered_locally("float *v40, const float *v7) { t12 = v7[i] + t9; v40[i] = t12; }")
     'float *v0, const float *v1) { t0 = v1[i] + t1; v0[i] = t0; }'
@@ -134,7 +135,7 @@ def numbered_locally(text: str) -> str:
             counts[family] = counts.get(family, 0) + 1
         return numbers[name]
 
-    return LOCAL_NAME.sub(renumbered, text)
+    return names.sub(renumbered, text)
 
 
 class Unit:

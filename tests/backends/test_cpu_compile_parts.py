@@ -125,4 +125,3 @@ def test_one_core_is_never_split(monkeypatch):
     monkeypatch.setattr(toolchain.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     with accy.config.override(cpu_compile_in_parts="auto"):
         assert not toolchain.compiled_in_parts(toolchain.SPLIT_MARKER, {})
-

@@ -254,6 +254,35 @@ def test_a_contiguous_slice_at_an_offset_is_read_as_vectors_where_aligned(start,
         np.testing.assert_array_equal(out, x[start:] * 2)
 
 
+@pytest.mark.parametrize("shift", [0, 4])
+def test_a_loop_of_few_streams_takes_two_vectors_a_thread(shift):
+    # 2049 vectors of 8 lanes and 5 more elements: 1024 iterations take vectors q and q + 1024,
+    # the scalar loop the last 13 elements (and all of them when misaligned). Run on the CPU
+    # (blocks in shuffled orders) against the reference's bits. The f32 result converted to
+    # bf16 is a rounded value, stored as its high half (`accy_bf16_bits`), not converted again.
+    n = 2049 * 8 + 5
+    program = accy.trace.define(
+        "pairs", [spec(f32, n=n)], lambda b, a: (a[0] * 1.5 + 0.25).convert(bf16)
+    )
+    compiled = compile_program(program)
+    [launch] = compiled.schedule.actions
+    kernel = compiled.source[compiled.source.index(f" {launch.kernel}(") :]
+    assert "const int64_t vector_pairs = vector_end / 16;" in kernel
+    assert "vectorized ? 16384LL : 0LL" in kernel
+    assert kernel.count("*(const accy_vector<float, 8> *)(v") == 2
+    assert kernel.count("*(accy_vector<uint16_t, 8> *)(v") == 2
+    assert kernel.count("accy_bf16_bits(") == 2 * 8
+    x = (np.random.default_rng(3).standard_normal(n) * 4).astype(np.float32)
+    (want,) = accy.reference.run(program, [x])
+    pool = compiled.schedule.pool[launch.io : launch.io + 2]
+    table = tuple((address.source, address.offset) for address in pool)
+    bits = np.asarray(want).view(np.uint16)
+    for got in emulate_kernel(
+        compiled.source, launch.kernel, 4, x, np.uint16, (n,), shift, 2, table
+    ):
+        np.testing.assert_array_equal(got, bits)
+
+
 @needs_nvcc
 def test_the_vector_kernels_compile_to_vector_instructions():
     source = "".join(

@@ -88,6 +88,8 @@ def main() -> None:
     times = measure(step, args.steps)
     parts = ", ".join(f"{k} {v:.2f} ms" for k, v in times.items())
     print(f"{args.workload} {args.scale}: {parts}")
+    if not args.profile:
+        return
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(args.profile):

@@ -36,6 +36,6 @@ for tree in new old; do
   echo "== host $tree rc $? ($((SECONDS - T0)) s)"
 done
 echo "-- tests"; tail -4 "$OUT/tests.txt"
-for tree in new old; do echo "-- $tree"; grep -E "whole step|^  (gemm|kernel|library)" "$OUT/profile-$tree.txt"; tail -1 "$OUT/host-$tree.txt" 2>/dev/null; done
+for tree in new old; do echo "-- $tree"; grep -E "whole step|^  (gemm|kernel|library)" "$OUT/profile-$tree.txt"; grep "^gpt2" "$OUT/host-$tree.txt" 2>/dev/null; done
 [ -f "$OUT/actions-old.tsv" ] && [ -f "$OUT/actions-new.tsv" ] && \
   python3 tools/gpu_actions_diff.py "$OUT/actions-old.tsv" "$OUT/actions-new.tsv" --top 16

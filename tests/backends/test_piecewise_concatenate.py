@@ -130,11 +130,9 @@ def _only_kernel(program, prefix: str) -> tuple[str, str]:
 def test_cuda_branches_per_piece_with_vector_loads(axis):
     _, _, kernel = _only_kernel(_parts(64, 256, axis), f"branches_{axis}_")
     assert "ACCY_CLAMP" not in kernel and not re.search(r"\? t\d", kernel)  # no select
-    # One chain of branches for each of the vector loop's two vectors an iteration (few
-    # streams: `steps.common.PAIRED_TRANSFERS`), one in the scalar loop.
-    assert "vector_pairs" in kernel
-    assert kernel.count("} else if (") == 3 and kernel.count("} else {") == 3
-    assert kernel.count("*(const accy_vector<float, 8> *)(v") == 6  # one per piece and vector
+    # One chain of branches in the vector loop, one in the scalar loop.
+    assert kernel.count("} else if (") == 2 and kernel.count("} else {") == 2
+    assert kernel.count("*(const accy_vector<float, 8> *)(v") == 3  # one per piece
     assert "if (" in kernel
 
 
@@ -151,7 +149,7 @@ def test_cuda_vectors_straddling_a_piece_branch_per_lane():
     _, _, kernel = _only_kernel(_straddling(), "straddle_")
     vector_loop = kernel[: kernel.index("for (int64_t i = vector_end")]
     assert "ACCY_CLAMP" not in kernel
-    assert vector_loop.count("} else {") == 2 * 8  # a branch per lane, two vectors a thread
+    assert vector_loop.count("} else {") == 8  # a branch per lane
     # Each lane's loads are scalar: a vector could reach past its piece.
     assert "*(const accy_vector" not in kernel
     assert "*(accy_vector<uint16_t, 8> *)(v" in kernel  # the store is still one vector
@@ -169,9 +167,8 @@ def test_a_fused_concatenate_branches_once_per_vector():
     _, _, kernel = _only_kernel(_repeated_then_widened(), "fused_")
     vector_loop = kernel[: kernel.index("for (int64_t i = vector_end")]
     assert "ACCY_CLAMP" not in kernel
-    # Once per vector: the loop takes two vectors an iteration (`steps.common.PAIRED_TRANSFERS`).
-    assert vector_loop.count("} else if (") == 2 and vector_loop.count("} else {") == 2
-    assert vector_loop.count("*(const accy_vector<uint16_t, 8> *)(v") == 2 * 3
+    assert vector_loop.count("} else if (") == 1 and vector_loop.count("} else {") == 1
+    assert vector_loop.count("*(const accy_vector<uint16_t, 8> *)(v") == 3
 
 
 def test_split_gemms_concatenates_have_no_clamp(configure):

@@ -328,11 +328,6 @@ class LaneBody(Body):
         return [line for line in lines if line.strip() not in unused]  # in a branch: indented
 
     @property
-    def transfers(self) -> int:
-        """The vector loads and stores of one iteration."""
-        return len(self._loads) + len(self._stores)
-
-    @property
     def vectorized(self) -> bool:
         """Whether any load or store became a vector transfer."""
         return bool(self._loads or self._stores)

@@ -5,7 +5,6 @@ Imports no step module, so that every step module may import it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -14,16 +13,7 @@ from ....codegen.c.expressions import Body, Flat, Index, NotFlat
 from ....core.types import TensorType
 from ....errors import AccyError
 from ..context import StepContext
-from ..kernels import (
-    LOCAL_NAME,
-    Kernel,
-    LevelPointer,
-    axis_names,
-    blocks_for,
-    decompose,
-    grid_stride,
-    indent,
-)
+from ..kernels import Kernel, LevelPointer, axis_names, blocks_for, decompose, grid_stride, indent
 from ..schedule import SCRATCH, Address, Level
 from ..vectors import (
     MAX_VECTOR_LINES,
@@ -122,10 +112,10 @@ def elementwise_kernel(
         if vector is None:
             lines = [*prologue, grid_stride("i", size), *indent(scalar), "}"]
             return ctx.kernel(pointers, lines, what), blocks_for(size)
-        lines, items = vector
+        lines, width = vector
         # The scalar loop takes what the vectors leave: a tail, or everything when misaligned.
         lines = [*prologue, *lines, grid_stride("i", size, first="vector_end"), *indent(scalar)]
-        return ctx.kernel(pointers, [*lines, "}"], what), blocks_for(items)
+        return ctx.kernel(pointers, [*lines, "}"], what), blocks_for(size // width)
     raise AccyError("internal: no loop for an elementwise step")
 
 
@@ -137,8 +127,8 @@ def _scalar_statements(ctx, pointers, t: TensorType, flat: bool, make: Make) -> 
 
 
 def _vector_loop(ctx, pointers, t: TensorType, flat: bool, make: Make, scalar_lines: int):
-    """(statements, iterations) of the vector loop over the first whole vectors of `t`, or
-    None where no access would be a vector."""
+    """(statements, lanes) of the vector loop over the first whole vectors of `t`, or None
+    where no access would be a vector."""
     width = step_lane_width(ctx)
     if not flat:
         p = innermost(t.extents)
@@ -154,60 +144,15 @@ def _vector_loop(ctx, pointers, t: TensorType, flat: bool, make: Make, scalar_li
     if not body.vectorized:
         return None
     vectors = t.size // width
-    stores = body.stores()
-    statements = body.pruned(head + body.lines + stores)
-    if body.transfers <= PAIRED_TRANSFERS and 2 * len(statements) <= MAX_VECTOR_LINES:
-        return _paired_loop(body, statements, len(stores), vectors // 2, width), vectors // 2
     lines = [
         f"const bool vectorized = {body.aligned_condition()};",
         f"const int64_t vector_end = vectorized ? {vectors * width}LL : 0LL;",
         grid_stride("q", f"vector_end / {width}"),
         f"  const int64_t i = q * {width};",
-        *indent(statements),
+        *indent(body.pruned(head + body.lines + body.stores())),
         "}",
     ]
-    return lines, vectors
-
-
-# Vector loads and stores of a lane body up to which each thread of its loop takes two vectors
-# per iteration: a loop of few streams keeps only one 16-byte load a thread in flight, fewer
-# bytes than HBM needs where registers or its arithmetic keep occupancy down.
-PAIRED_TRANSFERS = 3
-DECLARED = re.compile(
-    r"^\s*(?:const\s+)?(?:unsigned\s+)?[A-Za-z_]\w*(?:<[^<>]*>)?\s+([A-Za-z_]\w*)\s*[=;]"
-)
-NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
-
-
-def _paired_loop(body: LaneBody, statements: list[str], stores: int, pairs: int, width: int):
-    """The vector loop taking vector q and vector q + pairs in each iteration (both halves of
-    the vectors coalesced): the second's statements are the first's with every name they
-    declare renamed (a fresh local name, which the kernel's local numbering renumbers, or the
-    name suffixed), placed before the first's stores, so that both vectors' loads are in
-    flight before either is used. The two vectors are distinct elements, and a loop reads an
-    element it writes only at that element (`accy.lower.buffers`), so no store of one reaches
-    a load of the other."""
-    split = len(statements) - stores
-    declared = {"i"} | {m.group(1) for line in statements if (m := DECLARED.match(line))}
-    renamed = {
-        name: body.unit.fresh(name[0]) if LOCAL_NAME.fullmatch(name) else f"{name}_b"
-        for name in sorted(declared)
-    }
-
-    def second(line: str) -> str:
-        return NAME.sub(lambda m: renamed.get(m.group(0), m.group(0)), line)
-
-    paired = [second(line) for line in statements]
-    return [
-        f"const bool vectorized = {body.aligned_condition()};",
-        f"const int64_t vector_end = vectorized ? {2 * pairs * width}LL : 0LL;",
-        f"const int64_t vector_pairs = vector_end / {2 * width};",
-        grid_stride("q", "vector_pairs"),
-        f"  const int64_t i = q * {width};",
-        f"  const int64_t {renamed['i']} = (q + vector_pairs) * {width};",
-        *indent(statements[:split] + paired[:split] + statements[split:] + paired[split:]),
-        "}",
-    ]
+    return lines, width
 
 
 def element_index(body: Body, t, flat: bool, counter: str = "i", prefix: str = "i"):

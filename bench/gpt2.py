@@ -509,6 +509,7 @@ def summarize(system: str, result: dict, s: Scale, device: str, peak_flops: floa
         "peak_host_rss_bytes": result["peak_host_rss_bytes"],
         "loss_first": result["losses"][0],
         "loss_last": result["losses"][-1],
+        "losses": result["losses"],  # every step's, to compare the systems' trajectories
     }
     for key in ("warm_first_step_s", "first_step_phases_s", "warm_first_step_phases_s"):
         if key in result:

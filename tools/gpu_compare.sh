@@ -5,14 +5,10 @@
 # tree's step (tools/gpu_step_host.py), while CALL_SECONDS (default 150) last. Wheels in .whl
 # are installed first; logs go to $OUT. A short summary last.
 set -uo pipefail
-T0=$SECONDS
-OUT="${OUT:-/tmp/out}"
+source tools/gpu_env.sh
+export JAX_PLATFORMS=cpu
 OLD="${OLD:-.old}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 JAX_PLATFORMS=cpu
 left() { echo $((${CALL_SECONDS:-150} - (SECONDS - T0))); }
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
 ACCY_CACHE_DIR=/tmp/cache-tests timeout "${TEST_SECONDS:-45}" python3 -m pytest -p no:cacheprovider \
   -p no:benchmark -n 15 -q tests/backends/test_cuda_vectors.py \
   tests/backends/test_piecewise_concatenate.py tests/backends/test_cuda_half_intermediates.py \

@@ -4,13 +4,7 @@
 # process), then `tools/gpu_step_host.py` (host and GPU part of accy's step) while time is left.
 # Wheels in .whl are installed first; the JSONs and logs go to $OUT. A short summary last.
 set -uo pipefail
-T0=$SECONDS
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-export ACCY_CACHE_DIR=/tmp/accy-cache
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
+source tools/gpu_env.sh
 timeout "${BENCH_SECONDS:-480}" python3 -m bench --device cuda --workloads gpt2,llama1b \
   > "$OUT/bench.txt" 2>&1
 echo "== bench rc $? ($((SECONDS - T0)) s)"

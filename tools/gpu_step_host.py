@@ -25,7 +25,7 @@ import accy  # noqa: E402
 
 
 def gpt2_step(scale: str):
-    """`step() -> loss array` and its scale's name for bench.gpt2's bf16 step."""
+    """`step() -> loss array`: bench.gpt2's bf16 step at `scale`, in place."""
     from bench import gpt2
 
     s = gpt2.SCALES[scale]
@@ -41,6 +41,7 @@ def gpt2_step(scale: str):
 
 
 def llama1b_step(scale: str):
+    """`step() -> loss array`: bench.llama1b's bf16 step at `scale`, in place."""
     from bench import llama1b
 
     s = llama1b.SCALES[scale]

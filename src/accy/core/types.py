@@ -132,14 +132,20 @@ def check_not_float8(kind: str, types: tuple[TensorType, ...]) -> None:
     """
     for t in types:
         if t.dtype.itemsize == 1 and t.dtype.name in FLOAT8:
-            raise DTypeError(
-                f"{kind} does not take {t}: float8 is a storage format of accy.nn.fp8_matmul "
-                "(FP8 GEMMs with per-tensor scaling), not a dtype of values; keep values in "
-                "bf16 or f32 and multiply them with accy.nn.fp8_matmul(x, w, axes)"
-            )
+            raise DTypeError(_float8_refusal(f"{kind} does not take {t}"))
+
+
+def _float8_refusal(what: str) -> str:
+    return (
+        f"{what}: float8 is a storage format of accy.nn.fp8_matmul (FP8 GEMMs with per-tensor "
+        "scaling), not a dtype of values; keep values in bf16 or f32 and multiply them with "
+        "accy.nn.fp8_matmul(x, w, axes)"
+    )
 
 
 def dtype_named(name: str) -> DType:
+    if name in FLOAT8:
+        raise DTypeError(_float8_refusal(f"a value of dtype {name}"))
     if name not in DTYPES:
         raise DTypeError(f"unknown dtype {name!r}; the dtypes are {', '.join(DTYPES)}")
     return DTYPES[name]

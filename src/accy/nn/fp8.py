@@ -123,8 +123,8 @@ def numpy_quantize(x: np.ndarray, format: str) -> tuple[np.ndarray, np.float32]:
     and the inverse scale that maps them back.
 
     >>> q, inverse = numpy_quantize(np.array([0.5, -1.0, 0.1], np.float32), "float8_e4m3fn")
-    >>> q.tolist(), float(inverse)
-    ([224.0, -448.0, 44.0], 0.002232142956927419)
+    >>> q.tolist(), float(inverse) == float(np.float32(1) / np.float32(448))
+    ([224.0, -448.0, 44.0], True)
     """
     values = np.asarray(x, np.float32)
     amax = np.max(np.abs(values)) if values.size else np.float32(0)
@@ -278,7 +278,7 @@ def fp8_matmul(
     >>> import accy, numpy as np
     >>> x = accy.named(np.full((2, 16), 0.5, np.float32), ("token", "embed"))
     >>> w = accy.named(np.full((16, 3), 0.25, np.float32), ("embed", "hidden"))
-    >>> accy.nn.fp8_matmul(x, w, "embed").array.tolist()
+    >>> np.round(accy.nn.fp8_matmul(x, w, "embed").array, 5).tolist()  # 1 / scale is inexact
     [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
     """
     contracted = (axes,) if isinstance(axes, str) else tuple(axes)
@@ -342,7 +342,8 @@ def _check(x: Any, w: Any, axes: tuple[str, ...], formats, gradient) -> None:
 GROUPS = {
     "mlp": "the Linear layers inside an MLP (a path component `mlp`)",
     "attention": "the Linear layers of attention (a path component `attn` or `self_attn`)",
-    "head": "the output layer: a Linear named `lm_head`, or an Embedding's unembed (tied)",
+    "head": "the output layer: a Linear named `lm_head`, or the unembed of an Embedding over "
+    "a `vocab` axis (a tied output layer)",
 }
 
 
@@ -353,9 +354,11 @@ class Fp8Policy:
     returns the model with those layers' GEMMs switched to `fp8_matmul`; its arrays (the
     master weights among them) are the same objects.
 
-    >>> Fp8Policy(("mlp",)).selects("blocks.layers.mlp.up", "Linear")
+    >>> import accy
+    >>> layer = accy.nn.Linear.init(accy.random.key(0), {"embed": 2}, {"hidden": 4})
+    >>> Fp8Policy(("mlp",)).selects("blocks.layers.mlp.up", layer)
     True
-    >>> Fp8Policy(("mlp",)).selects("blocks.layers.attn.query", "Linear")
+    >>> Fp8Policy(("mlp",)).selects("blocks.layers.attn.query", layer)
     False
     """
 
@@ -373,15 +376,17 @@ class Fp8Policy:
                 f"path, got {self.groups!r}"
             )
 
-    def selects(self, path: str, layer: str) -> bool:
-        """Whether the layer at `path` (of class `layer`: "Linear" or "Embedding") runs FP8."""
+    def selects(self, path: str, layer: Module) -> bool:
+        """Whether `layer` (a Linear or an Embedding) at `path` runs its GEMM in FP8."""
         if callable(self.groups):
             return bool(self.groups(path))
-        parts = path.split(".")
+        parts, kind = path.split("."), type(layer).__name__
+        linear = kind == "Linear"
+        tied = kind == "Embedding" and getattr(layer, "vocab", None) == "vocab"
         chosen = {
-            "mlp": layer == "Linear" and "mlp" in parts,
-            "attention": layer == "Linear" and bool({"attn", "self_attn"} & set(parts)),
-            "head": layer == "Embedding" or (layer == "Linear" and parts[-1] == "lm_head"),
+            "mlp": linear and "mlp" in parts,
+            "attention": linear and bool({"attn", "self_attn"} & set(parts)),
+            "head": tied or (linear and parts[-1] == "lm_head"),
         }
         return any(chosen[g] for g in self.groups)
 
@@ -400,8 +405,7 @@ def _walk(node: Any, path: str, policy: Fp8Policy) -> Any:
             walked = _walk(value, inner, policy)
             if walked is not value:
                 changes[f.name] = walked
-        layer = type(node).__name__
-        if hasattr(node, "fp8") and policy.selects(path, layer):
+        if hasattr(node, "fp8") and policy.selects(path, node):
             changes["fp8"] = True
         return node.replace(**changes) if changes else node
     if isinstance(node, tuple | list):

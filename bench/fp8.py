@@ -138,14 +138,16 @@ def gpt2_config() -> models.gpt2.Config:
     return models.gpt2.Config(vocab=50304, positions=1024, embed=768, layers=12, heads=12)
 
 
-def step_section(device: str, steps: int, batch: int = 8, tokens: int = 1024) -> dict:
+def step_section(
+    device: str, steps: int, batch: int = 8, tokens: int = 1024, fp8: tuple = FP8
+) -> dict:
     """GPT-2 small's AdamW step in bf16 with FP8 off and on (each its own compile)."""
     config = gpt2_config()
     rng = np.random.default_rng(1)
     ids = rng.integers(0, config.vocab, size=(batch, tokens + 1)).astype(np.int32)
     results = {}
-    for name, fp8 in (("bf16", None), ("fp8", FP8)):
-        policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32, fp8=fp8)
+    for name, chosen in (("bf16", None), ("fp8", fp8)):
+        policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32, fp8=chosen)
         model = models.gpt2.GPT2.init(config, random.key(0), device=device)
         step, params, state = language_model_step(model, device, 3e-4, 0.1, policy)
         x = accy.named(ids[:, :-1], ("batch", "token"), device=device)
@@ -173,7 +175,9 @@ def step_section(device: str, steps: int, batch: int = 8, tokens: int = 1024) ->
     return results
 
 
-def demo_section(device: str, preset_name: str, steps: int, seed: int = 0) -> dict:
+def demo_section(
+    device: str, preset_name: str, steps: int, seed: int = 0, fp8: tuple = FP8
+) -> dict:
     """The preset's byte GPT-2 trained `steps` steps with FP8 off and on: held-out losses."""
     preset = preset_named(preset_name)
     c = preset.config
@@ -183,9 +187,9 @@ def demo_section(device: str, preset_name: str, steps: int, seed: int = 0) -> di
     config = models.gpt2.Config(
         vocab=c.vocab, positions=c.tokens, embed=c.width, layers=c.layers, heads=c.heads
     )
-    results = {"preset": preset_name, "steps": steps}
-    for name, fp8 in (("bf16", None), ("fp8", FP8)):
-        policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32, fp8=fp8)
+    results = {"preset": preset_name, "steps": steps, "fp8": list(fp8)}
+    for name, chosen in (("bf16", None), ("fp8", fp8)):
+        policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32, fp8=chosen)
         model = models.gpt2.GPT2.init(config, random.key(seed), device=device)
         model = model.replace(blocks=model.blocks.replace(unroll=True))
         step, params, state = language_model_step(
@@ -234,9 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="demo steps (default 300)")
     parser.add_argument("--step-repeats", type=int, default=10)
     parser.add_argument("--preset", default=None, help="demo preset (cuda: gpt2-small)")
+    parser.add_argument("--fp8", default=",".join(FP8), help="the FP8 groups (mlp,head)")
+    parser.add_argument("--seed", type=int, default=0, help="the demo's seed")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    sections = args.sections.split(",")
+    sections, groups = args.sections.split(","), tuple(args.fp8.split(","))
     report: dict[str, Any] = {"device": args.device, "machine_before": machine()}
     report["command"] = " ".join(["python -m bench.fp8", *sys.argv[1:]])
 
@@ -249,11 +255,11 @@ def main(argv: list[str] | None = None) -> int:
         report["gemms"] = gemm_section(args.device, args.repeats)
         save()
     if "step" in sections:
-        report["step"] = step_section(args.device, args.step_repeats)
+        report["step"] = step_section(args.device, args.step_repeats, fp8=groups)
         save()
     if "demo" in sections:
         preset = args.preset or ("gpt2-small" if args.device == "cuda" else "tiny")
-        report["demo"] = demo_section(args.device, preset, args.steps or 300)
+        report["demo"] = demo_section(args.device, preset, args.steps or 300, args.seed, groups)
         save()
     report["machine_after"] = machine()
     save()

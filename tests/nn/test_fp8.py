@@ -373,3 +373,15 @@ def test_cuda_step_declines_what_cublaslt_fp8_does_not_take():
     types = (accy.spec(accy.f32, j=16, m=16, k=16), accy.spec(accy.f32, j=16, k=16, n=16))
     assert cuda_fp8.describe(mixed, types, accy.spec(accy.f32, m=16, n=16)) is None
     assert step().scratch_bytes > 2 * 32 * 32 + cuda_fp8.WORKSPACE_BYTES
+
+
+def test_cublaslt_runs_fp8_gemms():
+    """On a GPU, cuBLASLt runs the forward and gradient GEMMs (none declined: `refusal`)."""
+    if (reason := cuda_gate()) is not None:
+        pytest.skip(reason)
+    forward = fp8.Signature(("k",), (("m", "k"), ("k", "n")), (E4M3, E4M3), E5M2, "bf16")
+    gradient = fp8.Signature(("n",), (("m", "n"), ("k", "n")), (E5M2, E4M3), E5M2, "f32")
+    for s, dtype in ((forward, accy.bf16), (gradient, accy.f32)):
+        a, b = (accy.spec(dtype, dict.fromkeys(layout, 64)) for layout in s.layouts)
+        step = cuda_fp8.describe(s, (a, b), fp8.result_type(s, a, b))
+        assert cuda_fp8.refusal(step) is None

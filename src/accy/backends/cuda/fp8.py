@@ -15,16 +15,24 @@ One step quantises both operands and multiplies them (`Fp8Gemm`), in five small 
 
 The rounding is integer arithmetic on the float's bits (no cuda_fp8.h), the same numbers as
 `accy.core.types.saturate_to_float8`, so the quantised operands are bitwise the reference's.
-The kernels compile with NVRTC (CuPy) when a program using them is loaded; the cuBLASLt handle,
-descriptors and algorithm are made then too, outside any capture. Declines (the composition
-runs) for f16 operands, operand layouts other than [free..., contracted...] or [contracted...,
-free...], and extents that are not multiples of 16 (cuBLASLt's FP8 alignment).
+The kernels compile with NVRTC (CuPy) when a program using them is loaded; the cuBLASLt handle
+and descriptors are made then too, and the GEMM runs once outside any capture. Declines (the
+composition runs) for f16 operands, operand layouts other than [free..., contracted...] or
+[contracted..., free...], extents that are not multiples of 16 (cuBLASLt's FP8 alignment), and
+GEMMs that cuBLASLt refuses on the GPU at hand (`refusal`, logged).
+
+Measured on an H200 with CUDA 13 (`bench/results/fp8-h200-bf16.md`): `cublasLtMatmul` answers
+CUBLAS_STATUS_NOT_SUPPORTED (15) for every FP8 GEMM tried there (E4M3 x E4M3 and E5M2 x E4M3,
+bf16 and f32 results, with and without fast accumulation, with the heuristic's algorithm and
+with none, in and out of a graph capture) although its heuristic offers an algorithm, so there
+every FP8 GEMM declines; `test_cublaslt_runs_fp8_gemms` fails on such a GPU.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import math
 from collections.abc import Callable, Sequence
 from ctypes import c_int, c_int64, c_size_t, c_uint64, c_void_p
@@ -37,6 +45,7 @@ from ...errors import AccyError, RuntimeUnavailable
 from ...kernel.call import KernelCall
 from .cudnn import ALIGN
 
+log = logging.getLogger("accy.fp8")
 WORKSPACE_BYTES = 8 << 20  # cuBLASLt's: FP8 GEMMs of these sizes need no more
 AMAX_BLOCKS = 1056  # 8 per multiprocessor of an H200: partial maxima, one per block
 THREADS = 256
@@ -44,10 +53,8 @@ ELEMENT_TYPES = {"bf16": "unsigned short", "f32": "float"}
 CUDA_TYPES = {"f32": 0, "bf16": 14, "float8_e4m3fn": 28, "float8_e5m2": 29}  # cudaDataType
 COMPUTE_32F = 68
 TRANSA, TRANSB, A_SCALE, B_SCALE, FAST_ACCUMULATE = 3, 4, 17, 18, 25  # matmul attributes
-MAX_WORKSPACE = 1  # matmul preference attribute
 OP_N, OP_T = 0, 1
 LIBRARIES = ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
-HEURISTIC_BYTES = 96  # cublasLtMatmulHeuristicResult_t: the algorithm (64 bytes) first
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,7 @@ def kernel_factory(s: Any) -> Callable[[Sequence[TensorType], TensorType], Kerne
 
     def factory(types: Sequence[TensorType], result: TensorType) -> KernelCall | None:
         step = describe(s, tuple(types), result)
-        if step is None:
+        if step is None or refusal(step) is not None:
             return None
         digest = hashlib.sha256(repr(step).encode()).hexdigest()[:16]
         parameters = [("dst", result), ("a", types[0]), ("b", types[1])]
@@ -147,6 +154,20 @@ def describe(s: Any, types: tuple[TensorType, ...], result: TensorType) -> Fp8Ge
     if 0 in (m, n, k) or any(extent % 16 for extent in (m, n, k)):
         return None
     return Fp8Gemm(m, n, k, first, second, result.dtype.name)
+
+
+@memoized("fp8 gemm refusals", "kernels_max_entries")
+def refusal(step: Fp8Gemm) -> str | None:
+    """Why cuBLASLt does not run `step` on the current GPU (its load's error: `Issuer` runs
+    the GEMM once), or None when it does. A refused GEMM runs as the composition."""
+    import cupy
+
+    try:
+        step.load(cupy.cuda.Device().id)
+    except AccyError as error:
+        log.warning("FP8 GEMM %s declined (the composition runs): %s", step, error)
+        return str(error)
+    return None
 
 
 def _operand(t: TensorType, contracted: tuple[str, ...], format: str) -> Operand | None:
@@ -310,9 +331,6 @@ def _declare(lib: ctypes.CDLL) -> None:
         "cublasLtMatmulDescCreate": [c_void_p, c_int, c_int],
         "cublasLtMatmulDescSetAttribute": [c_void_p, c_int, c_void_p, c_size_t],
         "cublasLtMatrixLayoutCreate": [c_void_p, c_int, c_uint64, c_uint64, c_int64],
-        "cublasLtMatmulPreferenceCreate": [c_void_p],
-        "cublasLtMatmulPreferenceSetAttribute": [c_void_p, c_int, c_void_p, c_size_t],
-        "cublasLtMatmulAlgoGetHeuristic": [c_void_p] * 7 + [c_int, c_void_p, c_void_p],
         "cublasLtMatmul": [c_void_p] * 12 + [c_void_p, c_void_p, c_size_t, c_void_p],
     }
     for name, arguments in signatures.items():
@@ -341,7 +359,12 @@ def _handle(ordinal: int) -> tuple[ctypes.CDLL, c_void_p]:
 
 class Issuer:
     """Enqueues one `Fp8Gemm` on the bound stream (see `accy.kernel.call.LibraryStep`); the
-    helper kernels launch on CuPy's current stream, which the caller makes that stream."""
+    helper kernels launch on CuPy's current stream, which the caller makes that stream.
+
+    `cublasLtMatmul` is given no algorithm: cuBLASLt chooses one for the actual pointers
+    (their alignment included) when the call is issued, which is once, while the program's
+    graph is captured. Loading runs it once on buffers of its own (`_warm_up`), with fast
+    accumulation where Transformer Engine uses it and, should cuBLASLt refuse that, without."""
 
     def __init__(self, step: Fp8Gemm, module: Any, library: tuple[ctypes.CDLL, c_void_p]):
         self.step = step
@@ -356,7 +379,9 @@ class Issuer:
                 module.get_function(f"fp8_amax_{operand.dtype}"),
                 module.get_function(f"fp8_{kind}_{operand.dtype}_{short}"),
             )
+        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self._describe_matmul()
+        self._warm_up()
 
     def _describe_matmul(self) -> None:
         s, lib = self.step, self.lib
@@ -364,11 +389,6 @@ class Issuer:
         _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), COMPUTE_32F, 0), "desc")
         self._set(TRANSA, c_int(OP_T))
         self._set(TRANSB, c_int(OP_N))
-        self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if s.fast_accumulate else 0))
-        # The scales are device pointers into the scratch, which moves with each issue: they
-        # are set again there; a placeholder pointer here lets the heuristic see FP8 scaling.
-        self._set_pointer(A_SCALE, 0)
-        self._set_pointer(B_SCALE, 0)
         self.layouts = []
         shapes = (
             (CUDA_TYPES[s.second.format], s.k, s.n, s.k),  # cuBLAS's A: second, k x n, T
@@ -380,24 +400,33 @@ class Issuer:
             status = lib.cublasLtMatrixLayoutCreate(ctypes.byref(layout), data, rows, cols, ld)
             _check(status, "cublasLtMatrixLayoutCreate")
             self.layouts.append(layout)
-        preference = c_void_p()
-        _check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(preference)), "preference")
-        size = c_uint64(WORKSPACE_BYTES)
-        status = lib.cublasLtMatmulPreferenceSetAttribute(
-            preference, MAX_WORKSPACE, ctypes.byref(size), ctypes.sizeof(size)
+
+    def _warm_up(self) -> None:
+        """One matmul outside any capture, on zeroed buffers: the configuration cuBLASLt
+        runs (fast accumulation or not) is found here, not inside a capture."""
+        import cupy
+
+        s = self.step
+        first = cupy.zeros(s.m * s.k, cupy.uint8)
+        second = cupy.zeros(s.n * s.k, cupy.uint8)
+        result = cupy.zeros(s.m * s.n * (4 if s.out == "f32" else 2), cupy.uint8)
+        scales = cupy.ones(4, cupy.float32)
+        workspace = cupy.zeros(WORKSPACE_BYTES, cupy.uint8)
+        stream = cupy.cuda.Stream(non_blocking=True)
+        statuses = []
+        for fast in (s.fast_accumulate, False)[: 1 + s.fast_accumulate]:
+            self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if fast else 0))
+            pointers = (first.data.ptr, second.data.ptr, result.data.ptr, scales.data.ptr)
+            status = self._matmul(*pointers, workspace.data.ptr, stream.ptr)
+            stream.synchronize()
+            statuses.append(status)
+            if status == 0:
+                self.fast = fast
+                return
+        raise AccyError(
+            f"cuBLASLt runs no FP8 GEMM for {s} (cublasLtMatmul statuses {statuses}, with and "
+            "without fast accumulation)"
         )
-        _check(status, "cublasLtMatmulPreferenceSetAttribute")
-        self.heuristic = ctypes.create_string_buffer(HEURISTIC_BYTES)
-        found = c_int(0)
-        a, b, c = self.layouts
-        status = lib.cublasLtMatmulAlgoGetHeuristic(
-            self.handle, self.desc, a, b, c, c, preference, 1, self.heuristic, ctypes.byref(found)
-        )
-        if status != 0 or found.value == 0:
-            raise AccyError(
-                f"cuBLASLt has no FP8 algorithm for {s} (status {status}, {found.value} found)"
-            )
-        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
     def _set(self, attribute: int, value: Any) -> None:
         status = self.lib.cublasLtMatmulDescSetAttribute(
@@ -405,8 +434,30 @@ class Issuer:
         )
         _check(status, f"cublasLtMatmulDescSetAttribute({attribute})")
 
-    def _set_pointer(self, attribute: int, address: int) -> None:
-        self._set(attribute, c_void_p(address))
+    def _matmul(self, first: int, second: int, dst: int, scales: int, workspace: int, stream):
+        """`cublasLtMatmul` of the quantised operands at `first` and `second` into `dst`, the
+        inverse scales at `scales` + 4 (first's) and + 12 (second's); its status."""
+        self._set(A_SCALE, c_void_p(scales + 12))  # cuBLAS's A is the second operand
+        self._set(B_SCALE, c_void_p(scales + 4))
+        a, b, c = self.layouts
+        return self.lib.cublasLtMatmul(
+            self.handle,
+            self.desc,
+            ctypes.byref(self.alpha),
+            c_void_p(second),
+            a,
+            c_void_p(first),
+            b,
+            ctypes.byref(self.beta),
+            c_void_p(dst),
+            c,
+            c_void_p(dst),
+            c,
+            None,
+            c_void_p(workspace),
+            c_size_t(WORKSPACE_BYTES),
+            c_void_p(stream),
+        )
 
     def bind(self, stream: int) -> None:
         """The stream `cublasLtMatmul` is issued on."""
@@ -438,26 +489,8 @@ class Issuer:
             else:
                 blocks = min(-(-(free * k) // THREADS), 16 * AMAX_BLOCKS)
                 quantize((blocks,), (THREADS,), (x, n, np.uint64(scales), target))
-        # cuBLAS's A is the second operand: its inverse scale is A's.
-        self._set_pointer(A_SCALE, at["scales"] + 8 + 4)
-        self._set_pointer(B_SCALE, at["scales"] + 4)
-        a, b, c = self.layouts
-        status = self.lib.cublasLtMatmul(
-            self.handle,
-            self.desc,
-            ctypes.byref(self.alpha),
-            c_void_p(at["second"]),
-            a,
-            c_void_p(at["first"]),
-            b,
-            ctypes.byref(self.beta),
-            c_void_p(dst),
-            c,
-            c_void_p(dst),
-            c,
-            self.heuristic,
-            c_void_p(at["workspace"]),
-            c_size_t(WORKSPACE_BYTES),
-            c_void_p(self.stream),
+        self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if self.fast else 0))
+        status = self._matmul(
+            at["first"], at["second"], dst, at["scales"], at["workspace"], self.stream
         )
         _check(status, f"cublasLtMatmul FP8 {s.m}x{s.n}x{s.k}")

@@ -1,8 +1,8 @@
 """FP8 GEMMs (`accy.nn.fp8_matmul`) and the policy that picks them, against an emulation written
 here from ml_dtypes: per-tensor current scaling, E4M3 forward operands, E5M2 output gradients.
 
-Every device runs the same checks: the reference evaluator, the CPU (the fallback composition)
-and CUDA (cuBLASLt FP8; skipped without a GPU)."""
+Every device runs the same checks (the `device` fixture): the reference evaluator, the CPU (the
+fallback composition) and CUDA (cuBLASLt FP8; skipped without a GPU)."""
 
 from __future__ import annotations
 
@@ -22,18 +22,6 @@ from ..executors import cuda_gate
 E4M3, E5M2 = "float8_e4m3fn", "float8_e5m2"
 NUMPY = {E4M3: ml_dtypes.float8_e4m3fn, E5M2: ml_dtypes.float8_e5m2}
 LARGEST = {E4M3: 448.0, E5M2: 57344.0}
-
-
-@pytest.fixture(params=["reference", "cpu", "cuda"])
-def device(request):
-    if request.param == "cpu":
-        try:
-            accy.backends.cpu.find_compiler()
-        except accy.RuntimeUnavailable:
-            pytest.skip("native CPU backend: no C compiler")
-    if request.param == "cuda" and (reason := cuda_gate()) is not None:
-        pytest.skip(reason)
-    return request.param
 
 
 def host(x) -> np.ndarray:

@@ -41,8 +41,9 @@ from typing import Any
 
 from ...caches import memoized
 from ...core.types import TensorType, float8_format
-from ...errors import AccyError, RuntimeUnavailable
+from ...errors import AccyError
 from ...kernel.call import KernelCall
+from .cublas import load_library
 from .cudnn import ALIGN
 
 log = logging.getLogger("accy.fp8")
@@ -310,21 +311,6 @@ def _module(ordinal: int) -> Any:
 # -- cuBLASLt -------------------------------------------------------------------------------------
 
 
-def _load() -> ctypes.CDLL:
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        return ctypes.CDLL(load_nvidia_dynamic_lib("cublasLt").abs_path)
-    except Exception:  # not installed, or no cuBLAS wheel: try the loader's search path
-        pass
-    for name in LIBRARIES:
-        try:
-            return ctypes.CDLL(name)
-        except OSError:
-            continue
-    raise RuntimeUnavailable(f"cuBLASLt is not installed (none of {', '.join(LIBRARIES)} loads)")
-
-
 def _declare(lib: ctypes.CDLL) -> None:
     signatures = {
         "cublasLtCreate": [c_void_p],
@@ -349,7 +335,7 @@ def _handle(ordinal: int) -> tuple[ctypes.CDLL, c_void_p]:
     """The process's cuBLASLt library and handle on GPU `ordinal` (made once)."""
     import cupy
 
-    lib = _load()
+    lib = load_library("cublasLt", LIBRARIES)
     _declare(lib)
     handle = c_void_p()
     with cupy.cuda.Device(ordinal):

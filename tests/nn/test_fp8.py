@@ -300,8 +300,8 @@ def test_policy_errors():
         nn.mixed_precision(fp8=("mlp", "heads"))
     with pytest.raises(AccyError, match="fp8= takes group names"):
         nn.mixed_precision(fp8="mlp")
-    with pytest.raises(DTypeError, match="needs compute_dtype accy.bf16 or accy.f32"):
-        nn.mixed_precision(compute_dtype=accy.f16, fp8=("mlp",))
+    with pytest.raises(DTypeError, match="needs compute_dtype accy.bf16, accy.f16 or accy.f32"):
+        nn.mixed_precision(compute_dtype=accy.f64, fp8=("mlp",))
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -337,8 +337,8 @@ def test_fp8_matmul_errors():
         nn.fp8_matmul(x, w, "k", formats=("e4m3", "e4m3"))
     with pytest.raises(DTypeError, match="two E5M2 matrices"):
         nn.fp8_matmul(x, w, "k", formats=(float8_e5m2, float8_e4m3fn))
-    with pytest.raises(DTypeError, match="out must be accy.f32 or accy.bf16"):
-        nn.fp8_matmul(x, w, "k", out=accy.f16)
+    with pytest.raises(DTypeError, match="out must be accy.f32, accy.bf16 or accy.f16"):
+        nn.fp8_matmul(x, w, "k", out=accy.i32)
 
 
 def test_record_refuses_operands_laid_out_otherwise():

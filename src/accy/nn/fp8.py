@@ -284,8 +284,8 @@ def fp8_matmul(
     contracted = (axes,) if isinstance(axes, str) else tuple(axes)
     _check(x, w, contracted, formats, gradient)
     out = x.ty.dtype if out is None else out
-    if not isinstance(out, DType) or out not in (f32, bf16):
-        raise DTypeError(f"fp8_matmul: out must be accy.f32 or accy.bf16, got {out!r}")
+    if not isinstance(out, DType) or out not in OPERAND_DTYPES:
+        raise DTypeError(f"fp8_matmul: out must be accy.f32, accy.bf16 or accy.f16, got {out!r}")
     layouts = (x.ty.axes, w.ty.axes)
     s = Signature(contracted, layouts, (formats[0].name, formats[1].name), gradient.name, out.name)
     return gemm(s).call(x.builder, x, w)

@@ -23,7 +23,7 @@ from ..attention import attention
 from ..core.builder import Value
 from ..core.types import DType, TensorType, bf16, bool_, f16, f32, i32
 from ..errors import AccyError, AxisError, DTypeError
-from .fp8 import Fp8Policy
+from .fp8 import OPERAND_DTYPES, Fp8Policy
 
 __all__ = [
     "MixedPrecision",
@@ -452,10 +452,10 @@ def mixed_precision(
                 f"accy.f16, accy.f64), got {dtype!r}"
             )
     chosen = fp8 if fp8 is None or isinstance(fp8, Fp8Policy) else Fp8Policy(fp8)
-    if chosen is not None and compute_dtype == f16:
+    if chosen is not None and compute_dtype not in OPERAND_DTYPES:
         raise DTypeError(
-            "mixed_precision: fp8= needs compute_dtype accy.bf16 or accy.f32 (the FP8 GEMMs' "
-            "results come back in bf16 or f32)"
+            f"mixed_precision: fp8= needs compute_dtype accy.bf16, accy.f16 or accy.f32 (what "
+            f"accy.nn.fp8_matmul takes), got {compute_dtype!r}"
         )
     return MixedPrecision(params_dtype, compute_dtype, output_dtype, chosen)
 

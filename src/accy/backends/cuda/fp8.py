@@ -14,7 +14,9 @@ One step quantises both operands and multiplies them (`Fp8Gemm`), in five small 
   fast accumulation for the forward (E4M3 x E4M3) GEMM only, as Transformer Engine does.
 
 The rounding is integer arithmetic on the float's bits (no cuda_fp8.h), the same numbers as
-`accy.core.types.saturate_to_float8`, so the quantised operands are bitwise the reference's.
+`accy.core.types.saturate_to_float8`, so the quantised operands are bitwise the reference's
+(the amax skips NaNs, `fmaxf`, where the reference's scale becomes 1: results with a NaN
+operand are NaN either way).
 The kernels compile with NVRTC (CuPy) when a program using them is loaded; the cuBLASLt handle
 and descriptors are made then too, and the GEMM runs once outside any capture. Declines (the
 composition runs) for f16 operands, operand layouts other than [free..., contracted...] or

@@ -33,15 +33,18 @@ import numpy as np
 
 import accy
 from accy import models, nn, random
+from accy.backends.cuda import fp8 as cuda_fp8
 from accy.demo import gpt2 as demo_gpt2
 from accy.demo.common import language_model_step
 from accy.demo.preset import learning_rate, preset_named
 from accy.demo.text import ByteText
+from accy.nn import fp8
 
 TOKENS = 8 * 1024
 GEMMS = {"mlp_up": (768, 3072), "mlp_down": (3072, 768), "head": (768, 50304)}
 REPLICAS = 4
 FP8 = ("mlp", "head")
+E4M3 = "float8_e4m3fn"
 
 
 def _median_ms(call, repeats: int) -> dict:
@@ -67,6 +70,8 @@ def gemm_section(device: str, repeats: int) -> dict:
         w = accy.named(0.02 * rng.normal(size=(k, n)).astype(np.float32), ("embed", "out"))
         w = w.to(device).convert(accy.bf16)
         row = {"tokens": TOKENS, "k": k, "n": n, "gflop": 2 * TOKENS * k * n / 1e9}
+        row.update(_torch_gemms(device, k, n, repeats))  # first: they do not depend on accy's
+        row["fp8_path"] = _fp8_path(device, xs[0], w)
         kinds = {
             "bf16": lambda x, w: x.contract(w, "embed"),
             "fp8": lambda x, w: nn.fp8_matmul(x, w, "embed"),
@@ -85,16 +90,27 @@ def gemm_section(device: str, repeats: int) -> dict:
         for kind, out in outputs.items():
             row[kind]["relative_error"] = float(np.linalg.norm(out - exact) / np.linalg.norm(exact))
         row["speedup"] = row["bf16"]["median_ms"] / row["fp8"]["median_ms"]
-        row.update(_torch_gemms(device, k, n, repeats))
         results[name] = row
         print(
             f"{name:9s} {TOKENS}x{k}x{n}: bf16 {row['bf16']['median_ms']:.3f} ms, fp8 "
-            f"{row['fp8']['median_ms']:.3f} ms ({row['speedup']:.2f}x); torch bf16 "
+            f"{row['fp8']['median_ms']:.3f} ms ({row['speedup']:.2f}x, {row['fp8_path']}); "
+            "torch bf16 "
             f"{row.get('torch_bf16_ms', float('nan')):.3f}, _scaled_mm "
             f"{row.get('torch_scaled_mm_ms', float('nan')):.3f} ms",
             flush=True,
         )
     return results
+
+
+def _fp8_path(device: str, x, w) -> str:
+    """What runs `fp8_matmul(x, w, "embed")` on `device`: cuBLASLt, or the composition (with
+    cuBLASLt's reason when it refused)."""
+    if device != "cuda":
+        return "composition"
+    s = fp8.Signature(("embed",), (x.ty.axes, w.ty.axes), (E4M3, E4M3), "float8_e5m2", "bf16")
+    step = cuda_fp8.describe(s, (x.ty, w.ty), fp8.result_type(s, x.ty, w.ty))
+    why = "not a cuBLASLt shape" if step is None else cuda_fp8.refusal(step)
+    return "cublaslt" if why is None else f"composition ({why})"
 
 
 def _torch_gemms(device: str, k: int, n: int, repeats: int) -> dict:

@@ -290,7 +290,7 @@ FORMATS = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 
 
 def kernel_source() -> str:
-    """The CUDA C of every FP8 helper kernel (each element type, each format)."""
+    """The CUDA C of every FP8 quantisation kernel (each element type, each format)."""
     parts = [_PRELUDE]
     for type_name, element in ELEMENT_TYPES.items():
         parts.append(_PER_TYPE.replace("TYPE", type_name).replace("ELEMENT", element))
@@ -347,7 +347,7 @@ def _handle(ordinal: int) -> tuple[ctypes.CDLL, c_void_p]:
 
 class Issuer:
     """Enqueues one `Fp8Gemm` on the bound stream (see `accy.kernel.call.LibraryStep`); the
-    helper kernels launch on CuPy's current stream, which the caller makes that stream.
+    quantisation kernels launch on CuPy's current stream, which the caller makes that stream.
 
     `cublasLtMatmul` is given no algorithm: cuBLASLt chooses one for the actual pointers
     (their alignment included) when the call is issued, which is once, while the program's

@@ -280,6 +280,20 @@ def test_policy_chooses_exactly_the_named_gemms(choice, paths):
     assert chosen.blocks.layers.mlp.up.weight is model.blocks.layers.mlp.up.weight
 
 
+@pytest.mark.parametrize(
+    "tied, choice, paths",
+    [
+        (False, ("mlp",), [f"blocks.layers.mlp.{p}" for p in ("down", "gate", "up")]),
+        (False, ("head",), ["lm_head"]),
+        (True, ("head",), ["embed_tokens"]),
+    ],
+)
+def test_policy_finds_llamas_mlp_and_head(tied, choice, paths):
+    config = accy.models.llama.Config(vocab=64, embed=32, hidden=64, layers=1, heads=2, tied=tied)
+    model = accy.models.llama.Llama.init(config, accy.random.key(0), device="cpu")
+    assert _fp8_paths(nn.Fp8Policy(choice).apply(model)) == paths
+
+
 def test_policy_traces_one_fp8_gemm_per_chosen_layer(monkeypatch):
     model = _tiny_gpt2()
     ids = accy.named(np.arange(16, dtype=np.int32)[None] % 64, ("batch", "token"))

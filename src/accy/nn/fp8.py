@@ -342,8 +342,8 @@ def _check(x: Any, w: Any, axes: tuple[str, ...], formats, gradient) -> None:
 GROUPS = {
     "mlp": "the Linear layers inside an MLP (a path component `mlp`)",
     "attention": "the Linear layers of attention (a path component `attn` or `self_attn`)",
-    "head": "the output layer: a Linear named `lm_head`, or the unembed of an Embedding over "
-    "a `vocab` axis (a tied output layer)",
+    "head": "the output layer: a Linear named `lm_head`, or in a model without one the "
+    "unembed of an Embedding over a `vocab` axis (a tied output layer)",
 }
 
 
@@ -376,13 +376,15 @@ class Fp8Policy:
                 f"path, got {self.groups!r}"
             )
 
-    def selects(self, path: str, layer: Module) -> bool:
-        """Whether `layer` (a Linear or an Embedding) at `path` runs its GEMM in FP8."""
+    def selects(self, path: str, layer: Module, untied: bool = False) -> bool:
+        """Whether `layer` (a Linear or an Embedding) at `path` runs its GEMM in FP8; `untied`:
+        the model has an `lm_head`, so no Embedding is its output layer."""
         if callable(self.groups):
             return bool(self.groups(path))
         parts, kind = path.split("."), type(layer).__name__
         linear = kind == "Linear"
-        tied = kind == "Embedding" and getattr(layer, "vocab", None) == "vocab"
+        vocab = getattr(layer, "vocab", None) == "vocab"
+        tied = kind == "Embedding" and vocab and not untied
         chosen = {
             "mlp": linear and "mlp" in parts,
             "attention": linear and bool({"attn", "self_attn"} & set(parts)),
@@ -393,23 +395,24 @@ class Fp8Policy:
     def apply(self, tree: Any) -> Any:
         """`tree` with the selected layers' `fp8` switched on (modules are walked by field
         name; anything else is returned as it is)."""
-        return _walk(tree, "", self)
+        return _walk(tree, "", self, False)
 
 
-def _walk(node: Any, path: str, policy: Fp8Policy) -> Any:
+def _walk(node: Any, path: str, policy: Fp8Policy, untied: bool) -> Any:
     if isinstance(node, Module):
+        untied = untied or getattr(node, "lm_head", None) is not None
         changes = {}
         for f in dataclasses.fields(node):
             value = getattr(node, f.name)
             inner = f"{path}.{f.name}" if path else f.name
-            walked = _walk(value, inner, policy)
+            walked = _walk(value, inner, policy, untied)
             if walked is not value:
                 changes[f.name] = walked
-        if hasattr(node, "fp8") and policy.selects(path, node):
+        if hasattr(node, "fp8") and policy.selects(path, node, untied):
             changes["fp8"] = True
         return node.replace(**changes) if changes else node
     if isinstance(node, tuple | list):
-        walked = [_walk(v, f"{path}.{i}", policy) for i, v in enumerate(node)]
+        walked = [_walk(v, f"{path}.{i}", policy, untied) for i, v in enumerate(node)]
         if all(w is v for w, v in zip(walked, node, strict=True)):
             return node
         return type(node)(walked)

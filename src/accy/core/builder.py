@@ -43,7 +43,7 @@ def check_operation(
         check_arity(kind, operand_types, rule.arity)
     inferred = rule.infer(operand_types, attrs)
     results = tuple(inferred) if rule.multiple_results else (inferred,)
-    check_not_float8(kind, operand_types + results)
+    check_not_float8(kind, results)  # every operand is some operation's result, parameters too
     attrs.checked = (kind, operand_types, results)
     return rule, attrs, results
 

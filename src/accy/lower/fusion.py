@@ -47,6 +47,9 @@ ROOT_KINDS = frozenset(
         "scatter",
         "sort",
         "conv",
+        "reduce_window",
+        "select_and_gather_add",
+        "select_and_scatter_add",
         "custom_call",
         "scan",
         "cond",
@@ -118,6 +121,9 @@ OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
     "dot_general": _all_buffers,
     "custom_call": _all_buffers,
     "conv": _all_buffers,  # kept whole for a library (cuDNN) or the CPU's kernel: buffers
+    "reduce_window": _all_buffers,  # kept whole for the CPU's one-pass loops
+    "select_and_gather_add": _all_buffers,
+    "select_and_scatter_add": _all_buffers,
     "scan": _all_buffers,
     "cond": _all_buffers,
     "while_loop": _all_buffers,

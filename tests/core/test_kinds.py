@@ -1038,7 +1038,9 @@ def test_reduce_window_reduces_each_padded_window():
         ("sum", [[6.0, 8.0, 2.0], [np.nan, np.nan, 5.0]]),
     ]:
         attrs = {**POOL_ATTRS, "op": op}
-        program = trace([spec(f64, r=2, w=5)], lambda b, a: b.emit("reduce_window", a, attrs))
+        program = trace(
+            [spec(f64, r=2, w=5)], lambda b, a, attrs=attrs: b.emit("reduce_window", a, attrs)
+        )
         traced_once(program, "reduce_window")
         assert program.output_types == (spec(f64, r=2, w=3),)
         assert_same(evaluate_one(program, x), np.array(expected))

@@ -236,3 +236,25 @@ def test_reduce_window_errors_name_the_axis_and_the_fix():
         accy.trace.define(
             "e", x_type, lambda b, a: a[0].reduce_window("max", {"h": 3}, 1, [(1, 0)], 2)
         )
+
+
+@pytest.mark.parametrize(
+    "axes", [("h", "c", "w", "d"), ("c", "d", "h", "w"), ("w", "h", "c", "d")], ids=str
+)
+def test_windows_between_and_after_other_axes_and_in_either_order(axes):
+    """Axes between the window axes, a run of several axes after them or none (NCHW), and
+    window axes in the other order (their offsets are then row-major in that order)."""
+    extents = {"h": 6, "w": 5, "c": 2, "d": 3}
+    x_type = spec(f32, **{a: extents[a] for a in axes})
+    x = _tied(x_type.extents, seed=10)
+
+    def loss(b, a):
+        pooled = a[0].reduce_window("max", {"h": 3, "w": 2}, {"h": 2, "w": 1}, "same")
+        return (pooled * pooled.ty.size**-1 * b.iota(pooled.ty, "c").convert(f32)).sum()
+
+    program = accy.value_and_grad(accy.trace.define("l", [x_type], loss))
+    got = native_cpu(program, [x])
+    want = accy.reference.run(program, [x])
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert np.count_nonzero(got[1]) > 0

@@ -116,5 +116,12 @@ def pool_geometry(op: Operation) -> PoolGeometry:
 
 def needs_accumulator(op: Operation) -> bool:
     """Whether a kept windowed kind adds into an f32 accumulator (a 16-bit float scatter: each
-    element's sum rounded once, as the kind's reference)."""
+    element's sum rounded once, as the kind's reference).
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.bf16, h=4)],
+    ...                       lambda b, a: accy.nn.max_pool(a[0], {"h": 2}, 1).sum())
+    >>> [needs_accumulator(op) for op in accy.grad(p).operations if op.operands]
+    [True]
+    """
     return op.kind == "select_and_scatter_add" and op.type.dtype in HALF_FLOATS

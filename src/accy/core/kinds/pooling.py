@@ -92,7 +92,13 @@ def _check_attrs(kind: str, x: TensorType, attrs) -> tuple[str, ...]:
 
 def reduced_type(kind: str, x: TensorType, attrs) -> TensorType:
     """`x`'s type with each window axis's extent its number of windows, or an AxisError
-    saying which window does not fit."""
+    saying which window does not fit.
+
+    >>> from accy import f32, spec
+    >>> print(reduced_type("reduce_window", spec(f32, h=5, c=2),
+    ...                    window_attrs("max", ["h"], [3], [2], [(1, 1)], [1])))
+    f32[h=3, c=2]
+    """
     axes = _check_attrs(kind, x, attrs)
     extents = dict(x.named_extents)
     for i, axis in enumerate(axes):
@@ -147,7 +153,7 @@ def _scatter_infer(types, attrs):
 # reference -----------------------------------------------------------------------------------
 
 
-def identity(op: str, dtype: np.dtype):
+def _identity(op: str, dtype: np.dtype):
     """What a padded position holds: 0 for sum, the lowest (highest) value for max (min)."""
     if op == "sum":
         return dtype.type(0)
@@ -170,7 +176,7 @@ def _padded(x: np.ndarray, positions, attrs, fill) -> np.ndarray:
     return x
 
 
-def window_view(x: np.ndarray, x_type: TensorType, attrs, fill) -> np.ndarray:
+def _window_view(x: np.ndarray, x_type: TensorType, attrs, fill) -> np.ndarray:
     """The windows of `x` (padded with `fill`), a strided view: x's axes with window positions,
     then one axis per window axis over its offsets (in `axes` order)."""
     positions = [x_type.position(a) for a in attrs["axes"]]
@@ -185,20 +191,20 @@ def window_view(x: np.ndarray, x_type: TensorType, attrs, fill) -> np.ndarray:
 
 
 def _flat_windows(x: np.ndarray, x_type: TensorType, attrs, fill) -> np.ndarray:
-    view = window_view(x, x_type, attrs, fill)
+    view = _window_view(x, x_type, attrs, fill)
     return view.reshape(*view.shape[: x.ndim], -1)
 
 
-def first_extremes(x: np.ndarray, x_type: TensorType, attrs) -> np.ndarray:
+def _first_extremes(x: np.ndarray, x_type: TensorType, attrs) -> np.ndarray:
     """The flat offset in each window of its first extreme (first NaN, else first max/min;
     padded positions hold the identity)."""
-    windows = _flat_windows(x, x_type, attrs, identity(attrs["op"], x.dtype))
+    windows = _flat_windows(x, x_type, attrs, _identity(attrs["op"], x.dtype))
     return (np.argmax if attrs["op"] == "max" else np.argmin)(windows, axis=-1)
 
 
 def _reduce_window_evaluate(attrs, args, ev):
     (x,) = (np.asarray(a) for a in args)
-    windows = _flat_windows(x, ev.operand_types[0], attrs, identity(attrs["op"], x.dtype))
+    windows = _flat_windows(x, ev.operand_types[0], attrs, _identity(attrs["op"], x.dtype))
     reduce = {"sum": np.sum, "max": np.max, "min": np.min}[attrs["op"]]
     return reduce(windows, axis=-1)
 
@@ -206,7 +212,7 @@ def _reduce_window_evaluate(attrs, args, ev):
 def _gather_evaluate(attrs, args, ev):
     t, x = (np.asarray(a) for a in args)
     x_type = ev.operand_types[1]
-    chosen = first_extremes(x, x_type, attrs)
+    chosen = _first_extremes(x, x_type, attrs)
     tangents = _flat_windows(t, x_type, attrs, t.dtype.type(0))
     return np.take_along_axis(tangents, chosen[..., None], axis=-1)[..., 0]
 
@@ -214,7 +220,7 @@ def _gather_evaluate(attrs, args, ev):
 def _scatter_evaluate(attrs, args, ev):
     s, x = (np.asarray(a) for a in args)
     x_type = ev.operand_types[1]
-    chosen = first_extremes(x, x_type, attrs)
+    chosen = _first_extremes(x, x_type, attrs)
     positions = np.arange(x.size).reshape(x.shape)
     # Each window's flat position in x (-1 where the extreme is a padded position).
     where = np.take_along_axis(_flat_windows(positions, x_type, attrs, -1), chosen[..., None], -1)
@@ -238,7 +244,14 @@ def _reduce_window_jvp(e, op, primals, tangents, outputs):
 def sum_transpose_attrs(x: TensorType, out: TensorType, attrs) -> tuple[dict, tuple[int, ...]]:
     """The windowed sum that transposes `attrs`' (JAX's rule): its attributes, over the
     cotangent spread by each axis's stride (interior padding `stride - 1`, the second result),
-    with window and dilation unchanged, stride 1 and the transposed convolution's padding."""
+    with window and dilation unchanged, stride 1 and the transposed convolution's padding.
+
+    >>> from accy import f32, spec
+    >>> attrs = window_attrs("sum", ["h"], [3], [2], [(1, 1)], [1])
+    >>> new, interior = sum_transpose_attrs(spec(f32, h=5), spec(f32, h=3), attrs)
+    >>> new["low"], new["high"], interior
+    ((1,), (1,), (1,))
+    """
     pairs = []
     for i, axis in enumerate(attrs["axes"]):
         n, m = x.extent(axis), out.extent(axis)

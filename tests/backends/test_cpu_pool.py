@@ -12,6 +12,8 @@ import pytest
 
 import accy
 from accy import bf16, f32, i32, spec
+from accy.core.kinds.pooling import WINDOW_KINDS
+from accy.lower.expand import expand_compositions
 from accy.lower.plan import build_plan
 from tests.executors import native_cpu
 
@@ -258,3 +260,27 @@ def test_windows_between_and_after_other_axes_and_in_either_order(axes):
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert np.count_nonzero(got[1]) > 0
+
+
+@pytest.mark.parametrize(
+    "case", [*CASES, ((2, 3), (2, 3), ((1, 0), (0, 0)), (1, 1))], ids=str
+)  # the last: tiling windows, padded before on h, the odd element of w left out
+@pytest.mark.parametrize("op", ["max", "sum"])
+def test_the_compositions_compute_what_the_kinds_do(op, case):
+    """What backends without loops for the kinds run (the CUDA backend's): each kind replaced
+    by its composition, on the reference evaluator, with NaNs, for values, gradients and the
+    forward mode."""
+    x = _tied((2, 7, 6, 3), seed=11)
+    x[0, 2, 3, 1] = x[1, 0, 0, 0] = np.nan
+    loss = _loss_program(op, case, x.shape)
+    rng = np.random.default_rng(12)
+    for program in (accy.value_and_grad(loss), accy.jvp(loss)):
+        inputs = [x] + [
+            rng.standard_normal(t.extents).astype(np.float32) for t in program.parameter_types[1:]
+        ]
+        composed = expand_compositions(program)
+        assert not set(WINDOW_KINDS) & {op.kind for op in composed.operations}
+        for a, b in zip(
+            accy.reference.run(composed, inputs), accy.reference.run(program, inputs), strict=True
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)

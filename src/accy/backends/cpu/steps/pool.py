@@ -50,8 +50,9 @@ def _update(g: PoolGeometry, v: str, aux: str | None, float_: bool) -> list[str]
     if g.kind == "reduce_window":
         if g.op == "sum":
             return [f"best[c] += {v};"]
-        nan = f" || {v} != {v}" if float_ else ""
-        return [f"best[c] = ({v} {greater} best[c]{nan}) ? {v} : best[c];"]
+        # The accumulator first: GCC vectorizes this form when `v` is a fused expression.
+        nan = " || best[c] != best[c]" if float_ else ""
+        return [f"best[c] = (best[c] {greater} {v}{nan}) ? best[c] : {v};"]
     replaces = f"{v} {greater} best[c]"
     if float_:
         replaces += f" || ({v} != {v} && best[c] == best[c])"
@@ -83,10 +84,10 @@ def _window_loops(ctx: StepContext, g: PoolGeometry, x_type: TensorType) -> list
     skip = "{ first = 0; continue; }" if select else "continue;"
     for d in reversed(g.order):
         header = [
-            f"const int64_t p{d} = i{d} * {g.stride[d]} + t{d} * {g.dilation[d]} - ({g.low[d]});",
+            f"const int64_t p{d} = i{d} * {g.stride[d]} + k{d} * {g.dilation[d]} - ({g.low[d]});",
             f"if (p{d} < 0 || p{d} >= {g.extents[d]}) {skip}",
         ]
-        inner = nest([(f"t{d}", g.window[d])], header + inner)
+        inner = nest([(f"k{d}", g.window[d])], header + inner)
     return inner
 
 

@@ -284,3 +284,20 @@ def test_the_compositions_compute_what_the_kinds_do(op, case):
             accy.reference.run(composed, inputs), accy.reference.run(program, inputs), strict=True
         ):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_prod_and_bool_windows_are_compositions_with_the_reductions_derivatives():
+    """prod (no kind: its windows gathered and multiplied; each element's derivative the
+    product of the others in each of its windows) and bool max (an "any" over each window)."""
+    prod = accy.trace.define(
+        "p", [spec(f32, h=4)], lambda b, a: a[0].reduce_window("prod", {"h": 2}, 1).sum()
+    )
+    assert prod.count("reduce_window") == 0
+    x = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    for run in (accy.reference.run, native_cpu):  # windows [1, 2], [2, 3], [3, 4]
+        np.testing.assert_array_equal(run(accy.grad(prod), [x])[0], [2.0, 1 + 3, 2 + 4, 3])
+    flags = accy.trace.define(
+        "f", [spec(accy.bool_, h=4)], lambda b, a: a[0].reduce_window("max", {"h": 2}, 1)
+    )
+    bits = np.array([False, True, False, False])
+    np.testing.assert_array_equal(native_cpu(flags, [bits])[0], [True, True, False])

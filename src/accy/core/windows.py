@@ -324,7 +324,7 @@ class Windows:
         as `conv` (filled with `op`'s identity). The derivative of max (min) goes to each
         window's first maximum (minimum) in the row-major order of x's axes, as JAX's.
         sum, max and min are the kind `reduce_window` (one pass); prod, and bool operands,
-        the composition of `_composed_window`.
+        its composition (`reduce_window_by_windows`), whose derivative is the reduction's.
 
         >>> import accy
         >>> p = accy.trace.define("m", [accy.spec(accy.f32, w=4)],
@@ -356,20 +356,10 @@ class Windows:
         extents = [x.ty.extent(a) for a in axes]
         pairs = padding_pairs(padding, extents, sizes, strides, dilations)
         attrs = window_attrs(op, axes, sizes, strides, pairs, dilations)
-        if op == "prod" or x.ty.dtype == bool_:
-            return self._composed_window(x, attrs)
+        if op == "prod" or x.ty.dtype == bool_:  # differentiable (prod) or not at all (bool)
+            reduced_type("reduce_window", x.ty, attrs)  # the kind's errors, for any op
+            return self.reduce_window_by_windows(x, attrs)
         return self.emit("reduce_window", [x], attrs)
-
-    def _composed_window(self, x, attrs):
-        """A windowed reduction differentiable as its parts: the windows (`_patches`) reduced;
-        max and min as `_first_extreme`, so that their derivative goes to one element."""
-        reduced_type("reduce_window", x.ty, attrs)  # the kind's errors, for any op
-        op = attrs["op"]
-        patches = self._patches(x, attrs, self._window_fill(op, x.ty.dtype))
-        order = [f"{a}_window" for a in attrs["axes"]]
-        if op in ("max", "min"):
-            return self._first_extreme(patches, op, order)
-        return self.reduce(patches, self._window_fill(op, x.ty.dtype), op, order)
 
     def _window_fill(self, op: str, dtype):
         fill = {"sum": 0, "prod": 1}.get(op)
@@ -458,30 +448,6 @@ class Windows:
             if (low, high) != (0, 0):
                 patches = self.pad(patches, axis, -low, -high, 0)
         return patches
-
-    def _first_extreme(self, patches, op: str, window_axes: list[str]):
-        """The max (min) over `window_axes` as the element at each window's first extreme (in
-        row-major order of the window, the first NaN if any): its derivative goes to that one
-        element, as JAX's reduce_window (select_and_scatter_add), where a plain reduction's
-        shares ties evenly. The gradient is one select, elementwise over the windows."""
-        offsets = TensorType(i32, tuple((a, patches.ty.extent(a)) for a in window_axes))
-        position, scale = None, 1
-        for axis in reversed(window_axes):  # the flat offset within the window
-            term = self.iota(offsets, axis)
-            term = term if scale == 1 else self.mul(term, scale)
-            position = term if position is None else self.add(position, term)
-            scale *= offsets.extent(axis)
-        reduce = self.reduce_max if op == "max" else self.reduce_min
-        extreme = self.unary("stop_gradient", reduce(patches, window_axes))
-        hits = self.compare("eq", patches, extreme)
-        first = self.reduce_min(self.select(hits, position, scale), window_axes)
-        zero = 0.0 if patches.ty.dtype.is_float else 0
-        chosen = self.select(self.compare("eq", position, first), patches, zero)
-        chosen = self.reduce(chosen, zero, "sum", window_axes)
-        if not patches.ty.dtype.is_float:
-            return chosen
-        # A window with a NaN has a NaN extreme that equals no element: it is that NaN.
-        return self.select(self.compare("ne", extreme, extreme), extreme, chosen)
 
     def _tiles(self, x, axes, sizes, padding, fill):
         """Windows that tile their axes (stride = window, no dilation) without copying: each

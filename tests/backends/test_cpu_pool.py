@@ -301,3 +301,25 @@ def test_prod_and_bool_windows_are_compositions_with_the_reductions_derivatives(
     )
     bits = np.array([False, True, False, False])
     np.testing.assert_array_equal(native_cpu(flags, [bits])[0], [True, True, False])
+
+
+def test_window_offsets_nest_in_the_order_of_the_kinds_axes_not_the_layout():
+    """Emitted with axes (w, h) over an {h, w, c} input, the first extreme is the first in
+    (w, h) order: the CPU's loops and the reference agree on which of two ties wins."""
+    attrs = {
+        "op": "max",
+        "axes": ("w", "h"),
+        "window": (2, 2),
+        "stride": (1, 1),
+        "low": (0, 0),
+        "high": (0, 0),
+        "dilation": (1, 1),
+    }
+    x_type = spec(f32, h=2, w=2, c=1)
+    program = accy.grad(
+        accy.trace.define("o", [x_type], lambda b, a: b.emit("reduce_window", a, attrs).sum())
+    )
+    x = np.array([[0, 1], [1, 0]], np.float32)[:, :, None]  # (h, w) = (0, 1) and (1, 0) tie
+    got = native_cpu(program, [x])[0]
+    np.testing.assert_array_equal(got, accy.reference.run(program, [x])[0])
+    np.testing.assert_array_equal(got[:, :, 0], [[0, 0], [1, 0]])  # (w, h) order: w = 0 first

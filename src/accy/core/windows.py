@@ -1,5 +1,5 @@
 """Windowed operations with named axes: convolution (the kind `conv`, and its composition)
-and reduce_window (a composition of pad, strided slices, concatenate and reduce).
+and reduce_window (the kinds of `core/kinds/pooling.py`, and their compositions).
 
 `conv` checks its axes, resolves padding and groups (a paired axis) and emits the kind, whose
 derivatives are convolutions (`core/kinds/convolution.py`). `conv_by_windows` is that kind
@@ -8,10 +8,13 @@ have no library call for it. With fewer input channels than outputs it gathers e
 position into new axes `<axis>_window` (im2col: one strided slice of the padded input per
 window offset) and contracts them with the kernel; otherwise it contracts first and sums
 shifted slices of the products (see `conv_by_windows`).
-`reduce_window` gathers windows alike and reduces them; windows that tile their axis
-(stride = window: pooling) are a reshape instead, so nothing is gathered. max and min return
-each window's first extreme (row-major), so their derivative goes to that one element, as
-JAX's reduce_window does (a plain reduction's shares ties evenly).
+`reduce_window` checks its axes and emits the kind `reduce_window` (sum, max, min), whose
+derivatives are windowed kinds too; max and min send theirs to each window's first extreme
+(row-major), as JAX's reduce_window does (a plain reduction's shares ties evenly). The
+compositions the backends without loops of their own run (`reduce_window_by_windows`,
+`select_and_gather_by_windows`, `select_and_scatter_by_windows`) gather windows alike (windows
+that tile their axis, stride = window, are a reshape instead) and reduce or mask them; prod and
+bool operands are such a composition from the start.
 
 Padding: "valid" (none), "same" (output extent ceil(n / stride), the odd element after, as
 JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths crop.
@@ -405,7 +408,7 @@ class Windows:
     def select_and_gather_by_windows(self, t, x, attrs):
         """The kind `select_and_gather_add` composed: t's windows, masked by x's first
         extremes (`_chosen`), summed over each window."""
-        patches, chosen = self._chosen(x, attrs)
+        _, chosen = self._chosen(x, attrs)
         tangents = self._patches(t, attrs, 0)
         zero = 0.0 if t.ty.dtype.is_float else 0
         picked = self.select(chosen, tangents, zero)

@@ -323,3 +323,15 @@ def test_window_offsets_nest_in_the_order_of_the_kinds_axes_not_the_layout():
     got = native_cpu(program, [x])[0]
     np.testing.assert_array_equal(got, accy.reference.run(program, [x])[0])
     np.testing.assert_array_equal(got[:, :, 0], [[0, 0], [1, 0]])  # (w, h) order: w = 0 first
+
+
+def test_the_cuda_backend_runs_the_compositions():
+    """The CUDA backend has no loops of its own for the windowed kinds: its plan composes them
+    (checked against the kinds above), and its C is generated (no GPU needed here)."""
+    from accy.backends.cuda import compile_program
+    from accy.backends.cuda.compile import cuda_plan
+
+    program = accy.value_and_grad(_loss_program("max", CASES[0], (2, 7, 6, 3)))
+    assert program.count("select_and_scatter_add") == 1
+    assert not set(WINDOW_KINDS) & {op.kind for op in cuda_plan(program).program.operations}
+    assert "accy" in compile_program(program).source

@@ -136,18 +136,22 @@ def emit_pool(ctx: StepContext) -> list[str]:
     out = ctx.pointers[op.results[0]]
     into = out
     leading = len(g.extents)
-    lines = []
     shared = leading  # the leading axes whose rows may run on different threads
     if g.kind == "select_and_scatter_add":
         if needs_accumulator(op):
             into = ctx.scratch("float", "accumulator")
-        lines.append(f"memset({into}, 0, {op.type.size} * sizeof(*{into}));")
         shared = next((d for d in range(leading) if g.window[d]), leading)
     loops = [(f"i{d}", g.positions[d]) for d in range(leading)]
     pragma = None
     if g.work >= PARALLEL_WORK and shared > 0 and math.prod(g.positions[:shared]) > 1:
         pragma = f"#pragma omp parallel for collapse({shared}) schedule(static) {IF_PARALLEL}"
-    lines += nest(loops, _row(ctx, g, into), pragma)
+    if g.kind != "select_and_scatter_add":
+        lines = nest(loops, _row(ctx, g, into), pragma)
+    else:  # each slice of the outer axes zeroed just before its windows add into it
+        size = op.type.size // math.prod(g.positions[:shared])
+        start = _linear([f"i{d}" for d in range(shared)], g.positions[:shared])
+        zero = f"memset({into} + ({start}) * {size}, 0, {size} * sizeof(*{into}));"
+        lines = nest(loops[:shared], [zero, *nest(loops[shared:], _row(ctx, g, into))], pragma)
     if into != out:  # each 16-bit element rounded once
         store = GCC.c_type(op.type.dtype).store.format(x=f"{into}[j]")
         lines += nest([("j", op.type.size)], [f"{out}[j] = {store};"])

@@ -248,6 +248,14 @@ SETTINGS: tuple[Setting, ...] = (
         changes_generated_code=True,
     ),
     Setting(
+        "cpu_pool",
+        "ACCY_CPU_POOL",
+        _boolean,
+        True,
+        "CPU: run windowed reductions (pooling) as one-pass loops (off: their compositions).",
+        changes_generated_code=True,
+    ),
+    Setting(
         "cudnn_conv",
         "ACCY_CUDNN_CONV",
         _boolean,

@@ -42,7 +42,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--dtype",
         default=None,
         choices=DTYPES,
-        help="precision of inputs and losses (default f32; gpt2 on cuda: f32, then bf16)",
+        help="precision of inputs and losses (default f32; gpt2 on cuda: bf16 at 8 and 64 x 1024)",
     )
     parser.add_argument(
         "--scale", default=None, choices=SCALES, help="sizes (default: the device's)"
@@ -144,9 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
     if "gpt2" in workloads:
         workloads.remove("gpt2")
-        alone = not workloads and len(gpt2_dtypes) == 1
-        for dtype in gpt2_dtypes:
-            code |= run_gpt2(argparse.Namespace(**{**vars(args), "dtype": dtype}), alone)
+        runs = gpt2_runs(args, gpt2_dtypes)
+        alone = not workloads and len(runs) == 1
+        for dtype, scale in runs:
+            run = argparse.Namespace(**{**vars(args), "dtype": dtype, "scale": scale})
+            code |= run_gpt2(run, alone)
         if not workloads:
             return code
     if "llama1b" in workloads:
@@ -167,11 +169,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def gpt2_precisions(args: argparse.Namespace) -> list[str]:
-    """The precisions gpt2 runs in: `--dtype`'s, else f32 and bf16 on CUDA (full precision and
-    mixed precision, as GPT-2 is trained on GPUs), f32 on the CPU."""
+    """The precisions gpt2 runs in: `--dtype`'s, else bf16 on CUDA (mixed precision, as GPT-2
+    is trained on GPUs), f32 on the CPU."""
     if args.dtype:
         return [args.dtype]
-    return ["f32", "bf16"] if args.device == "cuda" else ["f32"]
+    return ["bf16"] if args.device == "cuda" else ["f32"]
+
+
+def gpt2_runs(args: argparse.Namespace, dtypes: list[str]) -> list[tuple[str, str | None]]:
+    """(dtype, scale) of each gpt2 run: `--scale`'s, else on CUDA in bf16 both batch sizes of
+    GPT-2 small (8 and 64 sequences of 1024 tokens: `bench.gpt2.SCALES` "cuda", "cuda-b64").
+
+    >>> gpt2_runs(argparse.Namespace(device="cuda", scale=None), ["bf16"])
+    [('bf16', None), ('bf16', 'cuda-b64')]
+    """
+    if args.scale or args.device != "cuda":
+        return [(dtype, args.scale) for dtype in dtypes]
+    return [(d, s) for d in dtypes for s in ([None, "cuda-b64"] if d == "bf16" else [None])]
 
 
 def run_gpt2(args: argparse.Namespace, alone: bool) -> int:
@@ -180,7 +194,10 @@ def run_gpt2(args: argparse.Namespace, alone: bool) -> int:
     bench/results/gpt2-<device>[-bf16][-<scale>].json."""
     from bench import gpt2
 
-    default = RESULTS / f"gpt2-{default_json(args.device, args.dtype, args.scale).name}"
+    large = args.scale == "cuda-b64"  # the device's model at 64 x 1024: -b64 after the dtype
+    name = default_json(args.device, args.dtype, None if large else args.scale).stem
+    name += "-b64" if large else ""
+    default = RESULTS / f"gpt2-{name}.json"
     path = args.json if alone and args.json else default
     argv = ["--device", args.device, "--dtype", args.dtype, "--systems", args.systems]
     argv += ["--scale", args.scale] if args.scale else []

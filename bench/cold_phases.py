@@ -1,8 +1,10 @@
 """Where a cold start's time goes: exclusive wall time per phase of building and first running
-a jitted step (tracing, differentiation, simplification, planning, CUDA C, NVRTC, graph
-capture; with a warm disk cache, "cached fragment": the compiled fragment read back instead of
-planning and writing CUDA C), by wrapping the functions of each phase where their callers look
-them up. Used by `bench.gpt2` (the `cold_phases_s` of accy's results) and `tools/cold_start.py`.
+a jitted step (tracing, differentiation, simplification, planning; on a GPU CUDA C, NVRTC,
+graph capture, and with a warm disk cache "cached fragment": the compiled fragment read back
+instead of planning and writing CUDA C; on the CPU the C source, gcc (both units and the link
+where it compiles in parts) and loading the library), by wrapping the functions of each phase
+where their callers look them up. Used by `bench.gpt2` (the `cold_phases_s` of accy's results)
+and `tools/cold_start.py`.
 
 >>> phases = Phases()
 >>> phases.enter("outer"); phases.enter("inner"); phases.leave(); phases.leave()
@@ -88,6 +90,14 @@ def instrument(phases: Phases, gpu: bool) -> None:
     phases.patch(cuda_compile, "emit_plan", "emit kernels")
     phases.patch(cuda_compile, "translation_units", "units")
     phases.patch(executable, "compile_program", "compile (other)")
+    if not gpu:
+        from accy.backends.cpu import compile as cpu_compile
+        from accy.backends.cpu import toolchain
+
+        phases.patch(cpu_compile, "build_plan", "plan")
+        phases.patch(cpu_compile, "translation", "C source")
+        phases.patch(toolchain, "_run_compiler", "gcc")
+        phases.patch(cpu_compile.CompiledFragment, "load", "load")
     if gpu:
         from accy.backends.cuda import runtime
 
@@ -106,6 +116,9 @@ ORDER = (
     "plan",
     "emit kernels",
     "units",
+    "C source",
+    "gcc",
+    "load",
     "compile (other)",
     "nvrtc + module load",
     "fragment load (other)",

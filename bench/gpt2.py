@@ -6,6 +6,7 @@ GPT-2 (loss, gradients, AdamW) in accy, JAX and PyTorch, each in a fresh process
     python -m bench.gpt2 --systems accy --scale check   # a tiny model: seconds, for the tests
     python -m bench.gpt2 --device cuda --json bench/results/gpt2-cuda.json
     python -m bench.gpt2 --device cuda --dtype bf16     # mixed precision (below)
+    python -m bench.gpt2 --device cuda --dtype bf16 --scale cuda-b64   # GPT-2 small, 64 x 1024
 
 The model (same in the three systems; accy's is `accy.demo.gpt2`, shared with
 `accy demo --preset`): token embedding over a vocab padded to 50304, learned
@@ -82,6 +83,7 @@ GPU_PEAK_FLOPS = 989e12
 
 SCALES = {
     "cuda": Scale(layers=12, heads=12, width=768, batch=8, tokens=1024),
+    "cuda-b64": Scale(layers=12, heads=12, width=768, batch=64, tokens=1024),  # the large batch
     "cpu": Scale(layers=4, heads=4, width=256, batch=4, tokens=256),
     "check": Scale(layers=2, heads=2, width=16, batch=2, tokens=8, vocab=64),
 }
@@ -507,6 +509,7 @@ def summarize(system: str, result: dict, s: Scale, device: str, peak_flops: floa
         "peak_host_rss_bytes": result["peak_host_rss_bytes"],
         "loss_first": result["losses"][0],
         "loss_last": result["losses"][-1],
+        "losses": result["losses"],  # every step's, to compare the systems' trajectories
     }
     for key in ("warm_first_step_s", "first_step_phases_s", "warm_first_step_phases_s"):
         if key in result:

@@ -4,13 +4,7 @@
 # the GPT-2 step's profile by action. Wheels in .whl are installed first; what it writes goes
 # to $OUT (at most 8 files come back). Prints a short summary last.
 set -uo pipefail
-T0=$SECONDS
-OUT="${OUT:-/tmp/out}"
-mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
-export PYTHONPATH=src:/tmp/site:. PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
-export ACCY_CACHE_DIR=/tmp/accy-cache
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
+source tools/gpu_env.sh
 JAX_PLATFORMS=cpu timeout 70 python3 -m pytest -p no:cacheprovider -p no:benchmark -n 8 -q \
   tests/backends/test_cuda_vectors.py tests/backends/test_cuda_batching.py \
   tests/backends/test_cuda_donation.py > "$OUT/tests.txt" 2>&1

@@ -160,3 +160,15 @@ def conv(x, k1, k2, w, labels):
 
 LOSSES["conv"] = conv  # registered here, after the table above, by the ops2 branch
 HALF_LOSSES["conv"] = conv
+
+
+def pool(x, w):
+    """The pool workload (bench/workloads/pool.py): max pool 3x3 stride 2, then average pool
+    3x3 stride 1, both padded by 1 on each side (NHWC)."""
+    pads = ((0, 0), (1, 1), (1, 1), (0, 0))
+    stem = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), pads)
+    branch = jax.lax.reduce_window(stem, 0.0, jax.lax.add, (1, 3, 3, 1), (1, 1, 1, 1), pads) / 9
+    return (branch * w).mean()
+
+
+LOSSES["pool"] = pool

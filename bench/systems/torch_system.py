@@ -192,3 +192,14 @@ def conv(x, k1, k2, w, labels):
 
 LOSSES["conv"] = conv  # registered here, after the table above, by the ops2 branch
 HALF_LOSSES["conv"] = conv
+
+
+def pool(x, w):
+    """The pool workload (bench/workloads/pool.py) on an NCHW view of the NHWC input; the
+    average pool counts the padding, as the workload's."""
+    stem = F.max_pool2d(x.permute(0, 3, 1, 2), 3, 2, padding=1)
+    branch = F.avg_pool2d(stem, 3, 1, padding=1, count_include_pad=True)
+    return (branch * w.permute(2, 0, 1)).mean()
+
+
+LOSSES["pool"] = pool

@@ -154,9 +154,9 @@ def normal(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0)
 
 
 def _registry() -> dict[str, Workload]:
-    from . import attention, block, conv, elementwise, embedding, mlp, tiny
+    from . import attention, block, conv, elementwise, embedding, mlp, pool, tiny
 
-    modules = (tiny, mlp, attention, embedding, elementwise, block, conv)
+    modules = (tiny, mlp, attention, embedding, elementwise, block, conv, pool)
     return {module.WORKLOAD.name: module.WORKLOAD for module in modules}
 
 

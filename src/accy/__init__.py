@@ -37,7 +37,21 @@ from .caches import clear_caches
 from .checkpoints import load, save
 from .config import config
 from .core import SYNTHETIC_ID, Operation, Program
-from .core.types import DType, TensorType, bf16, bool_, f16, f32, f64, i32, i64, spec, u8
+from .core.types import (
+    DType,
+    TensorType,
+    bf16,
+    bool_,
+    f16,
+    f32,
+    f64,
+    float8_e4m3fn,
+    float8_e5m2,
+    i32,
+    i64,
+    spec,
+    u8,
+)
 from .custom import CustomCall
 from .errors import (
     AccyError,
@@ -202,6 +216,8 @@ __all__ = [
     "f16",
     "f32",
     "f64",
+    "float8_e4m3fn",
+    "float8_e5m2",
     "fwd_and_bwd",
     "field",
     "fori_loop",

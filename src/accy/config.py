@@ -133,7 +133,8 @@ SETTINGS: tuple[Setting, ...] = (
         "auto",
         "Native CPU: compile a program's steps as two translation units at once, one a core, "
         "then link them (on), as one unit (off), or in two where this process may use two "
-        "cores and the 1-minute load average leaves one idle (auto); the library is the same.",
+        "cores and the 1-minute load average, or the threads running right now, leave one "
+        "idle (auto); the library is the same.",
     ),
     Setting(
         "executables_max_entries",
@@ -244,6 +245,14 @@ SETTINGS: tuple[Setting, ...] = (
         _boolean,
         True,
         "CPU: run convolutions as accy's tiled implicit-GEMM kernel (off: the im2col composition).",
+        changes_generated_code=True,
+    ),
+    Setting(
+        "cpu_pool",
+        "ACCY_CPU_POOL",
+        _boolean,
+        True,
+        "CPU: run windowed reductions (pooling) as one-pass loops (off: their compositions).",
         changes_generated_code=True,
     ),
     Setting(

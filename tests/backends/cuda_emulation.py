@@ -50,6 +50,9 @@ static inline uint16_t accy_bf16_store(float x) {
   return (uint16_t)(bits >> 16);
 }
 static inline float accy_round_bf16(float x) { return accy_bf16_load(accy_bf16_store(x)); }
+static inline uint16_t accy_bf16_bits(float rounded) {
+  return (uint16_t)(accy_float_bits(rounded) >> 16);
+}
 template <typename T, int N>
 struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) accy_vector { T v[N]; };
 """

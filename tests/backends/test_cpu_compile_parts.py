@@ -98,3 +98,30 @@ def test_the_setting_takes_auto_on_or_off():
     invalid = pytest.raises(accy.errors.ConfigurationError, match="is 'sometimes'.*auto, on, off")
     with accy.config.override(cpu_compile_in_parts="sometimes"), invalid:
         toolchain.compiled_in_parts(toolchain.SPLIT_MARKER, {})
+
+
+@pytest.mark.parametrize(
+    ("load", "elsewhere", "split"),
+    [
+        (0.2, [3, 3, 3, 3], True),  # a quiet minute
+        (1.8, [0, 0, 0, 0], True),  # a busy minute, but the other core is idle now
+        (1.8, [0, 1, 0, 0], False),  # another thread ran on it in one of the readings
+        (1.8, [None] * 4, False),  # /proc cannot say: the load average decides
+    ],
+)
+def test_auto_splits_where_a_core_is_idle_now_or_over_the_last_minute(
+    monkeypatch, load, elsewhere, split
+):
+    readings = iter(elsewhere)
+    monkeypatch.setattr(toolchain.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(toolchain.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(toolchain, "running_elsewhere", lambda: next(readings))
+    with accy.config.override(cpu_compile_in_parts="auto"):
+        assert toolchain.compiled_in_parts(toolchain.SPLIT_MARKER, {}) is split
+
+
+def test_one_core_is_never_split(monkeypatch):
+    monkeypatch.setattr(toolchain.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(toolchain.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    with accy.config.override(cpu_compile_in_parts="auto"):
+        assert not toolchain.compiled_in_parts(toolchain.SPLIT_MARKER, {})

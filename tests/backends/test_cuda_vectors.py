@@ -254,6 +254,35 @@ def test_a_contiguous_slice_at_an_offset_is_read_as_vectors_where_aligned(start,
         np.testing.assert_array_equal(out, x[start:] * 2)
 
 
+@pytest.mark.parametrize("shift", [0, 4])
+def test_a_value_rounded_to_bf16_is_stored_as_its_high_half(shift):
+    # The f32 result converted to bf16 is a rounded value: the vector loop stores its high half
+    # (`accy_bf16_bits`) rather than converting it a second time. 2049 vectors of 8 lanes and
+    # a scalar tail of 5 (all of it scalar when misaligned), run on the CPU (blocks in
+    # shuffled orders) against the reference's bits.
+    n = 2049 * 8 + 5
+    program = accy.trace.define(
+        "rounded", [spec(f32, n=n)], lambda b, a: (a[0] * 1.5 + 0.25).convert(bf16)
+    )
+    compiled = compile_program(program)
+    [launch] = compiled.schedule.actions
+    kernel = compiled.source[compiled.source.index(f" {launch.kernel}(") :]
+    vector_loop = kernel[: kernel.index("for (int64_t i = vector_end")]
+    assert "vectorized ? 16392LL : 0LL" in vector_loop
+    assert vector_loop.count("accy_bf16_bits(") == 8
+    assert "accy_bf16_store(" not in vector_loop
+    x = (np.random.default_rng(3).standard_normal(n) * 4).astype(np.float32)
+    x[:3] = [np.nan, np.inf, -1e-40]  # a NaN, an infinity and an f32 subnormal keep their bits
+    (want,) = accy.reference.run(program, [x])
+    pool = compiled.schedule.pool[launch.io : launch.io + 2]
+    table = tuple((address.source, address.offset) for address in pool)
+    bits = np.asarray(want).view(np.uint16)
+    for got in emulate_kernel(
+        compiled.source, launch.kernel, 4, x, np.uint16, (n,), shift, 2, table
+    ):
+        np.testing.assert_array_equal(got, bits)
+
+
 @needs_nvcc
 def test_the_vector_kernels_compile_to_vector_instructions():
     source = "".join(

@@ -142,8 +142,47 @@ def conv(x, k1, k2, w, labels) -> Arrays:
     ]
 
 
+def _pool_windows(a: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray]:
+    """3x3 windows of `a` padded by 1 with -inf ({b, h, w, 9, c}) and each window element's
+    flat position in `a` (-1 for padding)."""
+    b, h, w, c = a.shape
+    padded = np.pad(a, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-np.inf)
+    where = np.pad(
+        np.arange(a.size).reshape(a.shape), ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-1
+    )
+    rows, cols = (h + 2 - 3) // stride + 1, (w + 2 - 3) // stride + 1
+    pieces = [
+        (
+            padded[:, i : i + stride * rows : stride, j : j + stride * cols : stride],
+            where[:, i : i + stride * rows : stride, j : j + stride * cols : stride],
+        )
+        for i in range(3)
+        for j in range(3)
+    ]
+    return np.stack([p for p, _ in pieces], 3), np.stack([q for _, q in pieces], 3)
+
+
+def pool(x, w) -> Arrays:
+    windows, where = _pool_windows(x, 2)
+    stem = windows.max(axis=3)
+    padded = np.pad(stem, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    h, wd = stem.shape[1:3]
+    branch = sum(padded[:, i : i + h, j : j + wd] for i in range(3) for j in range(3)) / 9
+    loss = np.mean(branch * w)
+    d_branch = np.broadcast_to(w, branch.shape) / branch.size
+    d_padded = np.zeros(padded.shape)
+    for i in range(3):
+        for j in range(3):
+            d_padded[:, i : i + h, j : j + wd] += d_branch / 9
+    d_stem = d_padded[:, 1:-1, 1:-1]
+    chosen = np.take_along_axis(where, windows.argmax(axis=3)[:, :, :, None], 3)[:, :, :, 0]
+    d_x = np.zeros(x.size)
+    np.add.at(d_x, chosen.ravel(), d_stem.ravel())
+    return [loss, d_x.reshape(x.shape)]
+
+
 FORMULAS: dict[str, Callable[..., Arrays]] = {
-    f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block, conv)
+    f.__name__: f for f in (tiny, mlp, attention, embedding, elementwise, block, conv, pool)
 }
 
 
@@ -168,6 +207,7 @@ def test_every_workload_of_workloads_md_is_here():
         "elementwise",
         "block",
         "conv",
+        "pool",
     ]
     assert set(FORMULAS) == set(WORKLOADS)
 

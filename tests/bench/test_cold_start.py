@@ -36,8 +36,26 @@ def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(
     tmp_path, monkeypatch, configure
 ):
     # The tool wraps accy's functions for the rest of the process: undo that afterwards.
+    _restore_instrumented(monkeypatch)
+    # A cold start: nothing in the disk cache (a compiled fragment found there skips planning).
+    configure(cache_dir=str(tmp_path / "cache"))
+    out = tmp_path / "cold.json"
+    assert _tool().main(["--scale", "check", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    phases = result["phases_s"]
+    expected = ["trace", "differentiate", "simplify", "digest", "fragment key", "plan"]
+    assert [p for p in ORDER if p in phases][: len(expected)] == expected
+    assert sum(phases.values()) == pytest.approx(result["total_s"], abs=1e-3)
+    assert result["kernels"] >= 1 and result["units"] >= 1
+    assert result["source_bytes"] > result["largest_unit_bytes"] // 2
+
+
+def _restore_instrumented(monkeypatch) -> None:
+    """Undo `bench.cold_phases.instrument`'s wrapping when the test ends."""
     import accy.gradient
     from accy.backends import fragments
+    from accy.backends.cpu import compile as cpu_compile
+    from accy.backends.cpu import toolchain
     from accy.backends.cuda import compile as cuda_compile
     from accy.backends.cuda import executable
     from accy.core.ir import Program
@@ -53,17 +71,35 @@ def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(
         (cuda_compile, "emit_plan"),
         (cuda_compile, "translation_units"),
         (executable, "compile_program"),
+        (cpu_compile, "build_plan"),
+        (cpu_compile, "translation"),
+        (toolchain, "_run_compiler"),
+        (cpu_compile.CompiledFragment, "load"),
     ]:
         monkeypatch.setattr(owner, name, getattr(owner, name))
     monkeypatch.setattr(Program.digest, "func", Program.digest.func)
-    # A cold start: nothing in the disk cache (a compiled fragment found there skips planning).
+
+
+def test_a_cpu_first_call_is_split_into_plan_c_source_gcc_and_load(
+    tmp_path, monkeypatch, configure
+):
+    import numpy as np
+
+    import accy
+    from bench.cold_phases import instrument, summary
+
+    _restore_instrumented(monkeypatch)
     configure(cache_dir=str(tmp_path / "cache"))
-    out = tmp_path / "cold.json"
-    assert _tool().main(["--scale", "check", "--json", str(out)]) == 0
-    result = json.loads(out.read_text())
-    phases = result["phases_s"]
-    expected = ["trace", "differentiate", "simplify", "digest", "fragment key", "plan"]
-    assert [p for p in ORDER if p in phases][: len(expected)] == expected
-    assert sum(phases.values()) == pytest.approx(result["total_s"], abs=1e-3)
-    assert result["kernels"] >= 1 and result["units"] >= 1
-    assert result["source_bytes"] > result["largest_unit_bytes"] // 2
+    phases = Phases()
+    instrument(phases, gpu=False)
+    step = accy.jit(lambda x: accy.grad(lambda y: (y * y).tanh().sum())(x))
+    x = accy.named(np.linspace(-1, 1, 96, dtype=np.float32).reshape(8, 12), ("row", "col"))
+    with phases.measuring("first call (other)"):
+        gradient = step(x).array
+    y = x.array.astype(np.float64) ** 2
+    np.testing.assert_allclose(gradient, 2 * x.array * (1 - np.tanh(y) ** 2), rtol=1e-5)
+    seconds = summary(phases)
+    for phase in ("trace", "plan", "C source", "gcc", "load"):
+        assert seconds[phase] > 0, phase
+    assert phases.calls["gcc"] == 1  # one program compiled, whether in one unit or two
+    assert list(seconds) == [p for p in ORDER if p in seconds]

@@ -158,17 +158,22 @@ def test_python_m_bench_runs_gpt2_when_named(monkeypatch, tmp_path):
     assert cli.chosen_workloads("gpt2", "bf16") == ["gpt2"]
     assert "gpt2" not in cli.chosen_workloads(None, "f32")  # only when named: it is long
     assert cli.main(["--workloads", "gpt2", "--device", "cuda", "--dtype", "bf16"]) == 0
-    argv = calls[-1]
+    argv = calls[0]  # then the same at 64 x 1024 (below)
     assert argv[:4] == ["--device", "cuda", "--dtype", "bf16"]
     assert argv[-1].endswith("results/gpt2-cuda-bf16.json")
     out = tmp_path / "g.json"
     cli.main(["--workloads", "gpt2", "--scale", "check", "--systems", "accy", "--json", str(out)])
     assert calls[-1][-4:] == ["--scale", "check", "--json", str(out)]
     assert calls[-1][calls[-1].index("--systems") + 1] == "accy"
-    calls.clear()  # without --dtype, on CUDA: f32 then bf16, each to its own JSON
+    calls.clear()  # without --dtype, on CUDA: bf16 at batch 8 and 64, each to its own JSON
     assert cli.main(["--workloads", "gpt2", "--device", "cuda"]) == 0
-    assert [argv[argv.index("--dtype") + 1] for argv in calls] == ["f32", "bf16"]
+    assert [argv[argv.index("--dtype") + 1] for argv in calls] == ["bf16", "bf16"]
+    assert calls[1][calls[1].index("--scale") :][:2] == ["--scale", "cuda-b64"]
+    assert "--scale" not in calls[0]
     assert [argv[-1].rsplit("/", 1)[-1] for argv in calls] == [
-        "gpt2-cuda.json",
         "gpt2-cuda-bf16.json",
+        "gpt2-cuda-bf16-b64.json",
     ]
+    calls.clear()  # f32 when asked for: the one batch size
+    assert cli.main(["--workloads", "gpt2", "--device", "cuda", "--dtype", "f32"]) == 0
+    assert [argv[-1].rsplit("/", 1)[-1] for argv in calls] == ["gpt2-cuda.json"]

@@ -1018,6 +1018,81 @@ def test_conv_sums_the_windows_of_the_input_times_the_kernel():
     assert_same(evaluate_one(program, x, k), expected)
 
 
+POOL_ATTRS = {  # windows of 3 at stride 2 over w=5, padded by 1 before: -1..1, 1..3, 3..5
+    "op": "max",
+    "axes": ("w",),
+    "window": (3,),
+    "stride": (2,),
+    "low": (1,),
+    "high": (1,),
+    "dilation": (1,),
+}
+
+
+@kind_test("reduce_window")
+def test_reduce_window_reduces_each_padded_window():
+    x = np.array([[1.0, 5.0, 5.0, -2.0, 4.0], [0.0, np.nan, 1.0, 2.0, 3.0]])
+    for op, expected in [
+        ("max", [[5.0, 5.0, 4.0], [np.nan, np.nan, 3.0]]),
+        ("min", [[1.0, -2.0, -2.0], [np.nan, np.nan, 2.0]]),
+        ("sum", [[6.0, 8.0, 2.0], [np.nan, np.nan, 5.0]]),
+    ]:
+        attrs = {**POOL_ATTRS, "op": op}
+        program = trace(
+            [spec(f64, r=2, w=5)], lambda b, a, attrs=attrs: b.emit("reduce_window", a, attrs)
+        )
+        traced_once(program, "reduce_window")
+        assert program.output_types == (spec(f64, r=2, w=3),)
+        assert_same(evaluate_one(program, x), np.array(expected))
+
+
+@kind_test("select_and_gather_add")
+def test_select_and_gather_add_picks_the_tangent_at_each_window_s_first_extreme():
+    x = np.array([1.0, 5.0, 5.0, np.nan, 4.0])
+    t = np.array([10.0, 20.0, 30.0, 40.0, 50.0])
+    program = trace(
+        [spec(f64, w=5)] * 2, lambda b, a: b.emit("select_and_gather_add", a, POOL_ATTRS)
+    )
+    traced_once(program, "select_and_gather_add")
+    # windows [pad, 1, 5], [5, 5, nan], [nan, 4, pad]: the first 5, then the first NaN twice
+    assert_same(evaluate_one(program, t, x), np.array([20.0, 40.0, 40.0]))
+
+
+@kind_test("select_and_scatter_add")
+def test_select_and_scatter_add_adds_each_window_s_source_at_its_first_extreme():
+    x = np.array([[0.0, 6.0, 1.0, 6.0, -np.inf], [-np.inf] * 5])
+    s = np.array([[1.0, 2.0, 4.0], [8.0, 16.0, 32.0]])
+    program = trace(
+        [spec(f64, r=2, w=3), spec(f64, r=2, w=5)],
+        lambda b, a: b.emit("select_and_scatter_add", a, POOL_ATTRS),
+    )
+    traced_once(program, "select_and_scatter_add")
+    assert program.output_types == (spec(f64, r=2, w=5),)
+    # Row 0: element 1 is the first maximum of two windows. Row 1 is all -inf: each window's
+    # first candidate wins, the padding before the first window (its source goes nowhere),
+    # then elements 1 and 3.
+    expected = np.array([[0.0, 3.0, 0.0, 4.0, 0.0], [0.0, 16.0, 0.0, 32.0, 0.0]])
+    assert_same(evaluate_one(program, s, x), expected)
+
+
+def test_windowed_kinds_say_what_is_wrong():
+    x = spec(f32, w=5)
+    with pytest.raises(accy.AxisError, match="axis 'h' is not on the operand"):
+        RULES["reduce_window"].infer((x,), {**POOL_ATTRS, "axes": ("h",)})
+    with pytest.raises(accy.TypeRuleError, match="op 'sum' is not one of"):
+        RULES["select_and_gather_add"].infer((x, x), {**POOL_ATTRS, "op": "sum"})
+    with pytest.raises(accy.TypeRuleError, match=r"stride needs one integer per axis \('w',\)"):
+        RULES["reduce_window"].infer((x,), {**POOL_ATTRS, "stride": (1, 1)})
+    with pytest.raises(accy.AxisError, match="stride 0 and dilation 1 of 'w' must all be >= 1"):
+        RULES["reduce_window"].infer((x,), {**POOL_ATTRS, "stride": (0,)})
+    with pytest.raises(accy.AxisError, match="spans 8 elements; the padded axis has 7"):
+        RULES["reduce_window"].infer((x,), {**POOL_ATTRS, "window": (8,)})
+    with pytest.raises(accy.TypeRuleError, match=r"operand 0 must have the type f32\[w=3\]"):
+        RULES["select_and_scatter_add"].infer((x, x), POOL_ATTRS)
+    with pytest.raises(accy.DTypeError, match="does not apply to bool operands"):
+        RULES["reduce_window"].infer((spec(accy.bool_, w=5),), POOL_ATTRS)
+
+
 @kind_test("sort")
 def test_sort_orders_by_the_first_operand_stably_and_carries_the_second():
     program = trace(

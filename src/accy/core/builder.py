@@ -19,7 +19,7 @@ from .arrays import is_array
 from .ir import Attrs, Operation, Program
 from .kinds.registry import Rule, check_arity, rule_for
 from .operations import OpsApi
-from .types import TensorType
+from .types import TensorType, check_not_float8
 from .value import ArrayOps, Value
 
 
@@ -43,6 +43,7 @@ def check_operation(
         check_arity(kind, operand_types, rule.arity)
     inferred = rule.infer(operand_types, attrs)
     results = tuple(inferred) if rule.multiple_results else (inferred,)
+    check_not_float8(kind, results)  # every operand is some operation's result, parameters too
     attrs.checked = (kind, operand_types, results)
     return rule, attrs, results
 

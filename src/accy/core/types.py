@@ -68,7 +68,84 @@ bool_ = DType("bool", np.dtype(np.bool_), False, 1)
 DTYPES: dict[str, DType] = {d.name: d for d in (f32, f64, f16, bf16, i32, i64, u8, bool_)}
 
 
+# The float8 formats of FP8 GEMMs (`accy.nn.fp8_matmul`), named as in JAX and ml_dtypes. They
+# are storage formats of that operation's quantised operands, not element types of traced
+# values: no other operation takes them (`check_not_float8`), so they stay out of `DTYPES`.
+float8_e4m3fn = DType("float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), True, 1)
+float8_e5m2 = DType("float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), True, 1)
+
+
+@dataclass(frozen=True)
+class Float8Format:
+    """A float8 format's numbers: its largest finite value, the mantissa bits it keeps and the
+    exponent of its smallest normal value (below it, subnormals step by 2^(min_exponent -
+    mantissa_bits))."""
+
+    dtype: DType
+    max: float
+    mantissa_bits: int
+    min_exponent: int
+
+
+FLOAT8: dict[str, Float8Format] = {
+    "float8_e4m3fn": Float8Format(float8_e4m3fn, 448.0, 3, -6),
+    "float8_e5m2": Float8Format(float8_e5m2, 57344.0, 2, -14),
+}
+
+
+def float8_format(dtype: DType | str) -> Float8Format:
+    """The `Float8Format` of a float8 dtype (or its name).
+
+    >>> float8_format(float8_e4m3fn).max, float8_format("float8_e5m2").mantissa_bits
+    (448.0, 2)
+    """
+    name = dtype.name if isinstance(dtype, DType) else dtype
+    if name not in FLOAT8:
+        raise DTypeError(
+            f"{dtype!r} is not a float8 format; the float8 formats are {', '.join(FLOAT8)}"
+        )
+    return FLOAT8[name]
+
+
+def saturate_to_float8(x: np.ndarray, dtype: DType | str) -> np.ndarray:
+    """`x` rounded to the float8 format `dtype` (to nearest, ties to even), saturating: values
+    beyond the largest finite one, infinities included, become it, as cuBLASLt's and
+    Transformer Engine's casts do (a plain `astype` makes them NaN); NaN stays NaN.
+
+    >>> saturate_to_float8(np.array([1000.0, -np.inf, 0.3], np.float32), float8_e4m3fn).tolist()
+    [448.0, -448.0, 0.3125]
+    """
+    limit = float8_format(dtype).max
+    clipped = np.clip(np.asarray(x, np.float32), -limit, limit)
+    return clipped.astype(float8_format(dtype).dtype.numpy)
+
+
+def check_not_float8(kind: str, types: tuple[TensorType, ...]) -> None:
+    """Raise `DTypeError` if one of `types` has a float8 dtype: operation `kind` does not take
+    them (only `accy.nn.fp8_matmul` quantises to float8, inside itself).
+
+    >>> try:
+    ...     check_not_float8("add", (spec(float8_e4m3fn, n=2),))
+    ... except DTypeError as error:
+    ...     print(str(error).split(":")[0])
+    add does not take float8_e4m3fn[n=2]
+    """
+    for t in types:  # every checked operation comes here: the itemsize test first, as cheap
+        if t.dtype.itemsize == 1 and t.dtype.name in FLOAT8:
+            raise DTypeError(_float8_refusal(f"{kind} does not take {t}"))
+
+
+def _float8_refusal(what: str) -> str:
+    return (
+        f"{what}: float8 is a storage format of accy.nn.fp8_matmul (FP8 GEMMs with per-tensor "
+        "scaling), not a dtype of values; keep values in bf16 or f32 and multiply them with "
+        "accy.nn.fp8_matmul(x, w, axes)"
+    )
+
+
 def dtype_named(name: str) -> DType:
+    if name in FLOAT8:
+        raise DTypeError(_float8_refusal(f"a value of dtype {name}"))
     if name not in DTYPES:
         raise DTypeError(f"unknown dtype {name!r}; the dtypes are {', '.join(DTYPES)}")
     return DTYPES[name]

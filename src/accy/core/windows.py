@@ -1,5 +1,5 @@
 """Windowed operations with named axes: convolution (the kind `conv`, and its composition)
-and reduce_window (a composition of pad, strided slices, concatenate and reduce).
+and reduce_window (the kinds of `core/kinds/pooling.py`, and their compositions).
 
 `conv` checks its axes, resolves padding and groups (a paired axis) and emits the kind, whose
 derivatives are convolutions (`core/kinds/convolution.py`). `conv_by_windows` is that kind
@@ -8,10 +8,13 @@ have no library call for it. With fewer input channels than outputs it gathers e
 position into new axes `<axis>_window` (im2col: one strided slice of the padded input per
 window offset) and contracts them with the kernel; otherwise it contracts first and sums
 shifted slices of the products (see `conv_by_windows`).
-`reduce_window` gathers windows alike and reduces them; windows that tile their axis
-(stride = window: pooling) are a reshape instead, so nothing is gathered. max and min return
-each window's first extreme (row-major), so their derivative goes to that one element, as
-JAX's reduce_window does (a plain reduction's shares ties evenly).
+`reduce_window` checks its axes and emits the kind `reduce_window` (sum, max, min), whose
+derivatives are windowed kinds too; max and min send theirs to each window's first extreme
+(row-major), as JAX's reduce_window does (a plain reduction's shares ties evenly). The
+compositions the backends without loops of their own run (`reduce_window_by_windows`,
+`select_and_gather_by_windows`, `select_and_scatter_by_windows`) gather windows alike (windows
+that tile their axis, stride = window, are a reshape instead) and reduce or mask them; prod and
+bool operands are such a composition from the start.
 
 Padding: "valid" (none), "same" (output extent ceil(n / stride), the odd element after, as
 JAX and TensorFlow), or one (low, high) pair per spatial axis; negative widths crop.
@@ -25,8 +28,9 @@ from collections.abc import Mapping, Sequence
 
 from ..errors import AxisError, TypeRuleError
 from .kinds.convolution import axis_roles, conv_attrs
+from .kinds.pooling import reduced_type, window_attrs
 from .kinds.registry import rule_for
-from .types import HALF_FLOATS, TensorType, f32, i32
+from .types import HALF_FLOATS, TensorType, bool_, f32, i32
 
 Pair = tuple[int, int]
 WINDOW_OPS = ("sum", "max", "min", "prod")
@@ -118,6 +122,11 @@ def padding_pairs(padding, extents, windows, strides, dilations) -> list[Pair]:
             f"({len(extents)}), or 'valid' or 'same'"
         )
     return [tuple(p) for p in pairs]
+
+
+def _tiling(attrs) -> bool:
+    """Whether a windowed kind's windows tile their axes: stride = window, no dilation."""
+    return attrs["stride"] == attrs["window"] and all(r == 1 for r in attrs["dilation"])
 
 
 def _is_pair(p) -> bool:
@@ -317,6 +326,8 @@ class Windows:
         `stride` (default: the window) and `dilation` map axis -> int or are one int; padding
         as `conv` (filled with `op`'s identity). The derivative of max (min) goes to each
         window's first maximum (minimum) in the row-major order of x's axes, as JAX's.
+        sum, max and min are the kind `reduce_window` (one pass); prod, and bool operands,
+        its composition (`reduce_window_by_windows`), whose derivative is the reduction's.
 
         >>> import accy
         >>> p = accy.trace.define("m", [accy.spec(accy.f32, w=4)],
@@ -326,47 +337,120 @@ class Windows:
         """
         if op not in WINDOW_OPS:
             raise TypeRuleError(f"reduce_window: op {op!r} is not one of {WINDOW_OPS}")
-        axes = tuple(window)
-        sizes = tuple(window[a] for a in axes)
-        stride = sizes if stride is None else stride
-        fill = {"sum": 0, "prod": 1}.get(op)
-        if fill is None:
-            fill = self.extreme_value(x.ty.dtype, lowest=op == "max")
-        strides = _per_axis("stride", stride, axes)
-        dilations = _per_axis("dilation", dilation, axes)
-        patches = None
-        if strides == sizes and all(d == 1 for d in dilations):
-            patches = self._tiles(x, axes, sizes, padding, fill)
-        if patches is None:
-            patches = self.windows(x, axes, sizes, stride, dilation, padding, fill)
-        order = [f"{a}_window" for a in x.ty.axes if a in window]  # row-major in x's layout
-        if op in ("max", "min"):
-            return self._first_extreme(patches, op, order)
-        return self.reduce(patches, fill, op, order)
+        self._require_axes("reduce_window", x, tuple(window))
+        given = tuple(window)
+        axes = tuple(a for a in x.ty.axes if a in window)  # row-major in x's layout
 
-    def _first_extreme(self, patches, op: str, window_axes: list[str]):
-        """The max (min) over `window_axes` as the element at each window's first extreme (in
-        row-major order of the window, the first NaN if any): its derivative goes to that one
-        element, as JAX's reduce_window (select_and_scatter_add), where a plain reduction's
-        shares ties evenly. The gradient is one select, elementwise over the windows."""
-        offsets = TensorType(i32, tuple((a, patches.ty.extent(a)) for a in window_axes))
+        def per_axis(name, value):  # one value per axis of `axes`, from `given`'s order
+            return tuple(
+                dict(zip(given, _per_axis(name, value, given), strict=True))[a] for a in axes
+            )
+
+        sizes = tuple(window[a] for a in axes)
+        strides = per_axis("stride", sizes if stride is None else stride)
+        dilations = per_axis("dilation", dilation)
+        for axis, k, s, r in zip(axes, sizes, strides, dilations, strict=True):
+            if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in (k, s, r)):
+                raise AxisError(
+                    f"window {k}, stride {s} and dilation {r} of {axis!r} must all be >= 1"
+                )
+        if not isinstance(padding, str):
+            padding = list(per_axis("padding", padding))
+        extents = [x.ty.extent(a) for a in axes]
+        pairs = padding_pairs(padding, extents, sizes, strides, dilations)
+        attrs = window_attrs(op, axes, sizes, strides, pairs, dilations)
+        if op == "prod" or x.ty.dtype == bool_:  # differentiable (prod) or not at all (bool)
+            reduced_type("reduce_window", x.ty, attrs)  # the kind's errors, for any op
+            return self.reduce_window_by_windows(x, attrs)
+        return self.emit("reduce_window", [x], attrs)
+
+    def _window_fill(self, op: str, dtype):
+        fill = {"sum": 0, "prod": 1}.get(op)
+        return self.extreme_value(dtype, lowest=op == "max") if fill is None else fill
+
+    def _patches(self, x, attrs, fill):
+        """The windows of `x` (a kind's attributes) as new axes `<axis>_window`: a reshape
+        where they tile their axes, else gathered (`windows`)."""
+        axes, sizes = attrs["axes"], attrs["window"]
+        pairs = list(zip(attrs["low"], attrs["high"], strict=True))
+        if _tiling(attrs):
+            return self._tiles(x, axes, sizes, pairs, fill)
+        return self.windows(x, axes, sizes, attrs["stride"], attrs["dilation"], pairs, fill)
+
+    def reduce_window_by_windows(self, x, attrs):
+        """The kind `reduce_window` composed of its windows (`_patches`) and one reduction:
+        how a backend without its own loops runs it."""
+        op = attrs["op"]
+        fill = self._window_fill(op, x.ty.dtype)
+        patches = self._patches(x, attrs, fill)
+        return self.reduce(patches, fill, op, [f"{a}_window" for a in attrs["axes"]])
+
+    def _chosen(self, x, attrs):
+        """x's windows (`_patches`) and a bool mask over them: each window's first extreme
+        (the first NaN, else the first maximum or minimum), padded positions included."""
+        op = attrs["op"]
+        patches = self._patches(x, attrs, self._window_fill(op, x.ty.dtype))
+        order = [f"{a}_window" for a in attrs["axes"]]
+        offsets = TensorType(i32, tuple((a, patches.ty.extent(a)) for a in order))
         position, scale = None, 1
-        for axis in reversed(window_axes):  # the flat offset within the window
+        for axis in reversed(order):  # the flat offset within the window
             term = self.iota(offsets, axis)
             term = term if scale == 1 else self.mul(term, scale)
             position = term if position is None else self.add(position, term)
             scale *= offsets.extent(axis)
         reduce = self.reduce_max if op == "max" else self.reduce_min
-        extreme = self.unary("stop_gradient", reduce(patches, window_axes))
-        hits = self.compare("eq", patches, extreme)
-        first = self.reduce_min(self.select(hits, position, scale), window_axes)
-        zero = 0.0 if patches.ty.dtype.is_float else 0
-        chosen = self.select(self.compare("eq", position, first), patches, zero)
-        chosen = self.reduce(chosen, zero, "sum", window_axes)
-        if not patches.ty.dtype.is_float:
-            return chosen
-        # A window with a NaN has a NaN extreme that equals no element: it is that NaN.
-        return self.select(self.compare("ne", extreme, extreme), extreme, chosen)
+        hits = self.compare("eq", patches, reduce(patches, order))
+        if patches.ty.dtype.is_float:
+            hits = self.binary("or", hits, self.compare("ne", patches, patches))
+        first = self.reduce_min(self.select(hits, position, scale), order)
+        return patches, self.compare("eq", position, first)
+
+    def select_and_gather_by_windows(self, t, x, attrs):
+        """The kind `select_and_gather_add` composed: t's windows, masked by x's first
+        extremes (`_chosen`), summed over each window."""
+        _, chosen = self._chosen(x, attrs)
+        tangents = self._patches(t, attrs, 0)
+        zero = 0.0 if t.ty.dtype.is_float else 0
+        picked = self.select(chosen, tangents, zero)
+        return self.reduce(picked, zero, "sum", [f"{a}_window" for a in attrs["axes"]])
+
+    def select_and_scatter_by_windows(self, s, x, attrs):
+        """The kind `select_and_scatter_add` composed: `s` placed at x's first extremes
+        (`_chosen`) over the windows, then the windows added back where they came from (the
+        transpose of `_patches`)."""
+        patches, chosen = self._chosen(x, attrs)
+        zero = 0.0 if s.ty.dtype.is_float else 0
+        placed = self.transpose(self.select(chosen, s, zero), patches.ty.axes)
+        return self.transpose(self._unpatched(placed, x.ty, attrs), x.ty.axes)
+
+    def _unpatched(self, patches, x_type: TensorType, attrs):
+        """The transpose of `_patches`: values over x's windows added into x's shape."""
+        axes = attrs["axes"]
+        tiling = _tiling(attrs)
+        for i in reversed(range(len(axes))):
+            axis, named = axes[i], f"{axes[i]}_window"
+            k, low, high = attrs["window"][i], attrs["low"][i], attrs["high"][i]
+            padded = x_type.extent(axis) + low + high
+            if tiling:
+                merged = self.merge(patches, (axis, named), axis)
+                whole = merged.ty.extent(axis)
+                patches = self.pad(merged, axis, 0, padded - whole, 0) if padded > whole else merged
+            else:
+                s, r = attrs["stride"][i], attrs["dilation"][i]
+                out = patches.ty.extent(axis)
+                total = None
+                for offset in range(k):
+                    piece = self.slice(patches, named, offset, offset + 1)
+                    kept = [(a, e) for a, e in piece.ty.named_extents if a != named]
+                    piece = self.reshape(piece, kept)
+                    start = offset * r
+                    after = padded - (start + (out - 1) * s + 1)
+                    piece = self.pad(piece, axis, start, after, 0, interior=s - 1)
+                    total = piece if total is None else self.add(total, piece)
+                patches = total
+            if (low, high) != (0, 0):
+                patches = self.pad(patches, axis, -low, -high, 0)
+        return patches
 
     def _tiles(self, x, axes, sizes, padding, fill):
         """Windows that tile their axes (stride = window, no dilation) without copying: each

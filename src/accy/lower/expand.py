@@ -6,7 +6,9 @@ slices, one contraction) unless the backend keeps it. A backend with a convoluti
 it can run, the axis orders its operands must have (channels last, or first for a kernel
 gradient's contracted batch); the conv is then kept, its operands transposed to those orders
 (copies where the order differs: the planner stores them contiguously) and its result
-transposed back. `keep` returns None for the others, which are composed.
+transposed back. `keep` returns None for the others, which are composed. The windowed
+reductions (`reduce_window` and its derivatives' kinds) compose as pad, strided slices and
+reductions (`core/windows.py`) where the backend has no loops of its own for them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ Keep = Callable[[Operation], Orders | None]
 
 COMPOSED: dict[str, Callable[[Any, Operation, list[Any]], Any]] = {
     "conv": lambda e, op, args: e.conv_by_windows(args[0], args[1], op.attrs),
+    "reduce_window": lambda e, op, args: e.reduce_window_by_windows(args[0], op.attrs),
+    "select_and_gather_add": lambda e, op, args: e.select_and_gather_by_windows(*args, op.attrs),
+    "select_and_scatter_add": lambda e, op, args: e.select_and_scatter_by_windows(*args, op.attrs),
 }
 
 

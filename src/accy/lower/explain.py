@@ -38,6 +38,11 @@ NOTES = {
         f"{step.op.attrs['op']} over {', '.join(step.op.attrs['axes'])} ({step.detail.strategy})"
     ),
     "custom_call": lambda step: f"{step.op.attrs['target']} v{step.op.attrs['version']}",
+    "pool": lambda step: (
+        f"{step.op.attrs['op']} over windows "
+        f"{'x'.join(map(str, step.op.attrs['window']))} of {', '.join(step.op.attrs['axes'])}, "
+        f"stride {'x'.join(map(str, step.op.attrs['stride']))}, one pass"
+    ),
     "scan": lambda step: f"over {step.op.attrs['axis']} x{step.op.attrs['length']}",
     "cond": lambda step: "runs the true branch's plan or the false branch's (below)",
     "while": lambda step: "runs the condition's plan, then the body's while it holds (below)",

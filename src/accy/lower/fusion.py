@@ -32,6 +32,7 @@ input in its main loop and its init once). From the needs of a value:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -47,6 +48,9 @@ ROOT_KINDS = frozenset(
         "scatter",
         "sort",
         "conv",
+        "reduce_window",
+        "select_and_gather_add",
+        "select_and_scatter_add",
         "custom_call",
         "scan",
         "cond",
@@ -105,6 +109,18 @@ def _sort(op: Operation) -> list[tuple[str, str]]:
     return [("keys", "expanding")] + [("carried", "inline")] * (len(op.operands) - 1)
 
 
+def _windowed(op: Operation) -> list[tuple[str, str]]:
+    # The windowed kinds read x (and a tangent) once per window that holds an element, a
+    # scatter's source once per window.
+    x = op.operand_types[-1]
+    reduced = op.operand_types[0] if op.kind == "select_and_scatter_add" else op.type
+    reads = reduced.size * math.prod(op.attrs["window"])
+    mode = "expanding" if reads > x.size else "inline"
+    if op.kind == "select_and_scatter_add":
+        return [("source", "inline"), ("windows", mode)]
+    return [("windows", mode)] * len(op.operands)
+
+
 def _concatenate(op: Operation) -> list[tuple[str, str]]:
     # Every piece is evaluated (at a clamped index) for every element, then one is selected.
     mode = "expanding" if len(op.operands) > 1 else "inline"
@@ -118,6 +134,9 @@ OPERAND_NEEDS: dict[str, Callable[[Operation], list[tuple[str, str]]]] = {
     "dot_general": _all_buffers,
     "custom_call": _all_buffers,
     "conv": _all_buffers,  # kept whole for a library (cuDNN) or the CPU's kernel: buffers
+    "reduce_window": _windowed,  # kept whole for the CPU's one-pass loops
+    "select_and_gather_add": _windowed,
+    "select_and_scatter_add": _windowed,
     "scan": _all_buffers,
     "cond": _all_buffers,
     "while_loop": _all_buffers,

@@ -25,6 +25,7 @@ from .grouping import (
     same_footprint,
     sibling_reductions,
 )
+from .pooling import needs_accumulator
 from .reduction import reduce_layout
 from .remat import rematerialize_stored
 from .split_gemms import split_widened_gemms
@@ -38,6 +39,9 @@ STEP_KINDS = {
     "scatter": "scatter",
     "sort": "sort",
     "conv": "conv",
+    "reduce_window": "pool",
+    "select_and_gather_add": "pool",
+    "select_and_scatter_add": "pool",
     "custom_call": "custom_call",
     "scan": "scan",
     "cond": "cond",
@@ -508,6 +512,8 @@ def _scratch(
         return _gemm_scratch(op, detail)
     if kind == "conv" and target.conv_scratch is not None:
         return tuple(Scratch(name, nbytes) for name, nbytes in target.conv_scratch(op))
+    if kind == "pool" and needs_accumulator(op):  # a 16-bit scatter's f32 sums
+        return (Scratch("accumulator", op.type.size * 4),)
     if kind == "reduce" and detail.needs_accumulator or kind == "scatter" and op.type.dtype == bf16:
         return (Scratch("accumulator", op.type.size * 4),)
     return ()

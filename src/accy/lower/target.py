@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..core import Operation
 from .convolution import cpu_orders, cpu_scratch
 from .expand import Keep, compose_all
+from .pooling import pool_orders
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,21 @@ VECTOR_MATH = frozenset(
 """What the CPU's vectorized loops compute with libmvec's variants (`logistic` calls `expf`);
 `accy.backends.cpu.vector_math` declares them."""
 
-CPU = Target(epilogue_excludes=VECTOR_MATH, keep=cpu_orders, conv_scratch=cpu_scratch)
+
+def cpu_keep(op: Operation) -> tuple[tuple[str, ...], ...] | None:
+    """The CPU's `keep`: convs for its tiled implicit GEMM (`convolution.cpu_orders`), the
+    windowed reductions for its one-pass loops (`pooling.pool_orders`).
+
+    >>> import accy
+    >>> p = accy.trace.define("m", [accy.spec(accy.f32, h=4)],
+    ...                       lambda b, a: accy.nn.max_pool(a[0], {"h": 2}, 1))
+    >>> cpu_keep(p.operations[-1])
+    (('h',),)
+    """
+    return cpu_orders(op) if op.kind == "conv" else pool_orders(op)
+
+
+CPU = Target(epilogue_excludes=VECTOR_MATH, keep=cpu_keep, conv_scratch=cpu_scratch)
 GPU = Target(
     half_gemms_in_float32=False,
     recomputes_transcendentals=True,

@@ -15,7 +15,8 @@
 [0.5, 0.5]
 """
 
-from . import functional, init
+from . import fp8, functional, init
+from .fp8 import Fp8Policy, fp8_matmul
 from .functional import *  # noqa: F403
 from .functional import __all__ as _functional
 from .layers import (
@@ -50,6 +51,7 @@ __all__ = [
     "Conv",
     "Dropout",
     "Embedding",
+    "Fp8Policy",
     "LayerNorm",
     "Linear",
     "Module",
@@ -58,9 +60,11 @@ __all__ = [
     "Stacked",
     "SwiGLU",
     "combine",
+    "fp8_matmul",
     "decay_mask",
     "decayed",
     "field",
+    "fp8",
     "functional",
     "init",
     "is_array",

@@ -23,6 +23,7 @@ from ..attention import attention
 from ..core.builder import Value
 from ..core.types import DType, TensorType, bf16, bool_, f16, f32, i32
 from ..errors import AccyError, AxisError, DTypeError
+from .fp8 import OPERAND_DTYPES, Fp8Policy
 
 __all__ = [
     "MixedPrecision",
@@ -374,19 +375,25 @@ class MixedPrecision:
     back to its operand's dtype. f16's narrow range underflows small gradients, so an f16
     policy scales the loss by `loss_scale` (2^12) before differentiation and the gradients
     back down after (`unscale`); bf16 has f32's range and needs no scaling (`loss_scale` 1).
+
+    `fp8` (an `accy.nn.fp8.Fp8Policy`, or None) picks the layers whose GEMMs `cast_to_compute`
+    switches to FP8 (`accy.nn.fp8_matmul`); the master parameters stay as they are.
     """
 
     params_dtype: DType
     compute_dtype: DType
     output_dtype: DType
+    fp8: Fp8Policy | None = None
 
     @property
     def loss_scale(self) -> float:
         return F16_LOSS_SCALE if self.compute_dtype == f16 else 1.0
 
     def cast_to_compute(self, tree: Any) -> Any:
-        """Every floating-point leaf of `tree` (values or named arrays) in `compute_dtype`."""
-        return _cast_floats(tree, self.compute_dtype)
+        """Every floating-point leaf of `tree` (values or named arrays) in `compute_dtype`,
+        and the layers `fp8` picks switched to FP8 GEMMs."""
+        cast = _cast_floats(tree, self.compute_dtype)
+        return cast if self.fp8 is None else self.fp8.apply(cast)
 
     def cast_to_output(self, tree: Any) -> Any:
         """Every floating-point leaf of `tree` in `output_dtype`."""
@@ -413,10 +420,16 @@ models are above 2^-20, and f16 keeps 2^-24 and up (subnormals included)."""
 
 
 def mixed_precision(
-    params_dtype: DType = f32, compute_dtype: DType = bf16, output_dtype: DType = f32
+    params_dtype: DType = f32,
+    compute_dtype: DType = bf16,
+    output_dtype: DType = f32,
+    *,
+    fp8: Any = None,
 ) -> MixedPrecision:
     """The mixed-precision policy: f32 master parameters, `compute_dtype` for the model's
-    arithmetic, `output_dtype` for its results.
+    arithmetic, `output_dtype` for its results. `fp8` picks the GEMMs that run in FP8: group
+    names (`("mlp", "head")`; the groups are `accy.nn.fp8.GROUPS`), a predicate on a layer's
+    dotted path (`lambda path: path.endswith("mlp.up")`), or None for none.
 
     >>> import accy, numpy as np
     >>> policy = accy.nn.mixed_precision(accy.f32, accy.bf16, accy.f32)
@@ -425,6 +438,8 @@ def mixed_precision(
     ([1.0], 1.0)
     >>> accy.nn.mixed_precision(compute_dtype=accy.f16).loss_scale
     4096.0
+    >>> accy.nn.mixed_precision(fp8=("mlp", "head")).fp8
+    Fp8Policy(groups=('mlp', 'head'))
     """
     for role, dtype in (
         ("params", params_dtype),
@@ -436,7 +451,13 @@ def mixed_precision(
                 f"mixed_precision: {role}_dtype must be a float dtype (accy.f32, accy.bf16, "
                 f"accy.f16, accy.f64), got {dtype!r}"
             )
-    return MixedPrecision(params_dtype, compute_dtype, output_dtype)
+    chosen = fp8 if fp8 is None or isinstance(fp8, Fp8Policy) else Fp8Policy(fp8)
+    if chosen is not None and compute_dtype not in OPERAND_DTYPES:
+        raise DTypeError(
+            f"mixed_precision: fp8= needs compute_dtype accy.bf16, accy.f16 or accy.f32 (what "
+            f"accy.nn.fp8_matmul takes), got {compute_dtype!r}"
+        )
+    return MixedPrecision(params_dtype, compute_dtype, output_dtype, chosen)
 
 
 def _cast_floats(tree: Any, dtype: DType) -> Any:

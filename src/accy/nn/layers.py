@@ -30,6 +30,7 @@ from ..frontend.named import NamedArray, named
 from ..frontend.tracing import NAMESPACE, flatten, innermost, leaf_paths
 from . import functional as F
 from . import init as initialisers
+from .fp8 import fp8_matmul
 from .module import Module, decayed, field
 
 Array = Any  # a NamedArray or a traced value
@@ -53,12 +54,15 @@ def _check_axes(layer: str, x: Array, axes: Sequence[str], role: str) -> None:
 
 class Linear(Module):
     """`x` contracted with `weight` {inputs..., outputs...} over the input axes, plus `bias`
-    {outputs...} (None: no bias). `x` may have any other (batch) axes."""
+    {outputs...} (None: no bias). `x` may have any other (batch) axes. With `fp8` the
+    contraction is an FP8 GEMM (`accy.nn.fp8_matmul`; a mixed-precision policy's `fp8=` sets
+    it)."""
 
     weight: Array
     bias: Array | None
     inputs: tuple[str, ...] = field(static=True)
     outputs: tuple[str, ...] = field(static=True)
+    fp8: bool = field(static=True, default=False)
 
     @classmethod
     def init(
@@ -92,16 +96,20 @@ class Linear(Module):
 
     def __call__(self, x: Array) -> Array:
         _check_axes("Linear", x, self.inputs, "input")
-        y = x.contract(self.weight, self.inputs)
+        if self.fp8:
+            y = fp8_matmul(x, self.weight, self.inputs)
+        else:
+            y = x.contract(self.weight, self.inputs)
         return y if self.bias is None else y + self.bias
 
 
 class Embedding(Module):
     """Rows of `weight` {vocab, embed...} picked by integer ids; `unembed` maps back to scores
-    over the vocabulary (the transpose, for tied output layers)."""
+    over the vocabulary (the transpose, for tied output layers), an FP8 GEMM with `fp8`."""
 
     weight: Array
     vocab: str = field(static=True, default="vocab")
+    fp8: bool = field(static=True, default=False)
 
     @classmethod
     def init(
@@ -143,6 +151,8 @@ class Embedding(Module):
         {'vocab': 5}
         """
         _check_axes("Embedding.unembed", x, self.embed, "embedding")
+        if self.fp8:
+            return fp8_matmul(x, self.weight, self.embed)
         return x.contract(self.weight, self.embed)
 
 

@@ -1,4 +1,5 @@
-"""The C translation unit of a plan: a prelude, one static function per step, one entry point.
+"""The C translation unit of a plan: a prelude, one static function per distinct step (steps
+that differ only in their buffers share one), one entry point.
 
 `accy_run(void *const *buffers, char *workspace)` runs the whole program: `buffers` holds the
 input pointers, then the output pointers; `workspace` is the plan's workspace (64-byte
@@ -9,8 +10,10 @@ the same code. `accy_set_blas` receives the GEMM function pointers once, after l
 
 from __future__ import annotations
 
+import re
+
 from ...codegen.c.dialect import GCC
-from ...codegen.c.expressions import Unit
+from ...codegen.c.expressions import Unit, numbered_locally
 from ...codegen.c.types import compute_values
 from ...core import Operation
 from ...core.arrays import ConstantArray
@@ -26,17 +29,19 @@ PARTS = """
 /* The steps are shared out between two translation units that the compiler builds at once, on
    two cores (`toolchain`): built with -DACCY_PART=k, the unit defines the steps of part k and
    declares the others, and only unit 0 defines the state and the exported functions. Built
-   without ACCY_PART, it is one unit of static functions. */
+   without ACCY_PART, it is one unit of static functions. A step is never inlined into
+   accy_run: one function of every step called once costs the compiler more than the steps
+   apart (a quarter of GPT-2's compile), and saves only a call per step. */
 #ifndef ACCY_PART
-#define ACCY_STEP static
+#define ACCY_STEP static __attribute__((noinline))
 #define ACCY_STATE static
 #define ACCY_OWNER 1
 #elif ACCY_PART == 0
-#define ACCY_STEP __attribute__((visibility("hidden")))
+#define ACCY_STEP __attribute__((visibility("hidden"), noinline))
 #define ACCY_STATE __attribute__((visibility("hidden")))
 #define ACCY_OWNER 1
 #else
-#define ACCY_STEP __attribute__((visibility("hidden")))
+#define ACCY_STEP __attribute__((visibility("hidden"), noinline))
 #define ACCY_STATE extern __attribute__((visibility("hidden")))
 #define ACCY_OWNER 0
 #endif
@@ -163,6 +168,7 @@ class Translation(Unit):
         self.kernel_sources: dict[str, str] = {}
         self.data: dict[str, bytes] = {}
         self.part_sizes = [0, 0]  # the characters of the steps each part defines
+        self.step_functions: dict[tuple[str, str], str] = {}  # (signature, body) -> its name
 
     def constant_data(self, name: str, values: ConstantArray) -> str:
         ctype = self.c_type(values.dtype)
@@ -207,7 +213,6 @@ class Translation(Unit):
             lambda position: f"buffers[{inputs + position}]",
         )
         lines = STEP_EMITTERS[step.kind](ctx)
-        name = self.fresh("accy_step")
         what = (
             step.op.kind
             if step.op is not None
@@ -215,17 +220,26 @@ class Translation(Unit):
             if step.members
             else f"output {step.output}"
         )
-        params = ", ".join(declaration for declaration, _ in ctx.params) or "void"
-        body = "".join(f"  {line}\n" for line in lines)
+        text = "".join(f"  {line}\n" for line in lines)
+        params = in_order_of_use(ctx.params, text)
+        call = f"({', '.join(argument for _, argument in params)});"
+        # Steps that differ only in their buffers (a model's layers) share one function: the
+        # compiler's time goes as the source's size.
+        declarations = ", ".join(declaration for declaration, _ in params) or "void"
+        signature, body = numbered_locally(f"{declarations}) {{\n{text}").split(") {\n", 1)
+        name = self.step_functions.get((signature, body))
+        if name is not None:
+            return name + call
+        name = self.step_functions[signature, body] = self.fresh("accy_step")
         part = self.part_sizes.index(min(self.part_sizes))  # the lighter part so far
         self.part_sizes[part] += len(body)
         self.declare(
             f"/* step {index}: {step.kind} ({what}) */\n"
             f"#if !defined(ACCY_PART) || ACCY_PART == {part}\n"
-            f"ACCY_STEP void {name}({params}) {{\n{body}}}\n"
-            f"#else\nACCY_STEP void {name}({params});\n#endif"
+            f"ACCY_STEP void {name}({signature}) {{\n{body}}}\n"
+            f"#else\nACCY_STEP void {name}({signature});\n#endif"
         )
-        return f"{name}({', '.join(argument for _, argument in ctx.params)});"
+        return name + call
 
     def kernel_for(self, op: Operation):
         """The registered kernel of a custom_call, checked against the call's types."""
@@ -246,6 +260,27 @@ class Translation(Unit):
             )
         self.kernel_sources.setdefault(kernel.symbol, kernel.c_source)
         return kernel
+
+
+IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*")
+
+
+def in_order_of_use(params: list[tuple[str, str]], body: str) -> list[tuple[str, str]]:
+    """A step function's (declaration, argument) pairs in the order its body first names each
+    parameter, any it never names at the end: two steps whose plan lists the same roles of
+    their buffers in another order then read the same.
+
+    >>> params = [("float *v3", "a"), ("float *v9", "b"), ("int *v4", "c")]
+    >>> in_order_of_use(params, "v9[0] = v3[0];")
+    [('float *v9', 'b'), ('float *v3', 'a'), ('int *v4', 'c')]
+    """
+    # The body's distinct names in order of first use, in one pass of the C regex engine.
+    order = {name: k for k, name in enumerate(dict.fromkeys(IDENTIFIER.findall(body)))}
+
+    def first_use(param: tuple[str, str]) -> int:
+        return order.get(param[0].rsplit(" ", 1)[-1].lstrip("*"), len(order))
+
+    return sorted(params, key=first_use)
 
 
 def translation_unit(plan: Plan, registry=None, blas: Blas | None = None) -> str:

@@ -12,6 +12,7 @@ import errno
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -85,6 +86,9 @@ def cache_key(compiler: Compiler, flags: tuple[str, ...], source: str) -> str:
     return cache.key(CODEGEN_VERSION, compiler.identity, cpu_identity(), " ".join(flags), source)
 
 
+IDLE_READINGS = 4
+"""How many counts of running threads `core_idle_now` takes before it calls a core idle."""
+
 SPLIT_MARKER = "/* accy: the steps in two parts */"
 """In a source whose steps may be compiled as two units at once (`source.PARTS`): one without
 custom kernels or data files, whose symbols would be defined twice."""
@@ -92,9 +96,11 @@ custom kernels or data files, whose symbols would be defined twice."""
 
 def compiled_in_parts(source: str, data: Mapping[str, bytes]) -> bool:
     """True when `source` is compiled as two units at once, one a core, then linked: it allows
-    it and `accy.config.cpu_compile_in_parts` is on, or "auto" and a core is idle (the split
+    it and `accy.config.cpu_compile_in_parts` is on, or "auto" and a core is idle, by the
+    1-minute load average or by the threads running right now (`running_elsewhere`). The split
     costs a second parse and a link, a fifth more compiler time in all, and takes a third off
-    the compile's wall time when the second core is free: on a busy machine it is slower).
+    the compile's wall time when the second core is free; where other work keeps every core
+    busy (parallel test workers, each compiling), it would only add that fifth.
 
     >>> compiled_in_parts("int x;", {})
     False
@@ -110,7 +116,48 @@ def compiled_in_parts(source: str, data: Mapping[str, bytes]) -> bool:
     if policy == "on":
         return True
     cores = len(os.sched_getaffinity(0))
-    return cores >= 2 and os.getloadavg()[0] <= cores - 1
+    if cores < 2:
+        return False
+    # The load average lags by a minute: a benchmark that ran before this process (or a
+    # compile that just ended) still counts there, while the count of running threads is now
+    # (read a few times over some milliseconds: other work comes and goes).
+    return os.getloadavg()[0] <= cores - 1 or core_idle_now(cores)
+
+
+def core_idle_now(cores: int, readings: int = IDLE_READINGS) -> bool:
+    """True when every one of `readings` counts of the threads running outside this process,
+    a millisecond apart, leaves one of `cores` cores idle (`running_elsewhere`).
+
+    >>> core_idle_now(1)
+    False
+    """
+    for reading in range(readings):
+        elsewhere = running_elsewhere()
+        if elsewhere is None or elsewhere > cores - 2:
+            return False
+        if reading + 1 < readings:
+            time.sleep(0.001)
+    return True
+
+
+def running_elsewhere() -> int | None:
+    """How many threads outside this process are running or waiting for a core right now
+    (Linux's /proc/loadavg less this process's running threads); None where /proc cannot say.
+
+    >>> n = running_elsewhere()
+    >>> n is None or n >= 0
+    True
+    """
+    try:
+        with open("/proc/loadavg") as loadavg:
+            running = int(loadavg.read().split()[3].split("/")[0])
+        own = 0
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/stat") as stat:
+                own += stat.read().rsplit(")", 1)[1].split()[0] == "R"
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(running - own, 0)
 
 
 def _run_compiler(

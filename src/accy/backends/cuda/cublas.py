@@ -49,19 +49,21 @@ def gemm_types(g: Gemm, tf32: bool = False) -> tuple[int, int, int, str]:
     return data, out, COMPUTE_32F_FAST_TF32 if fast else COMPUTE_32F, "f32"
 
 
-def _load() -> ctypes.CDLL:
+def load_library(name: str = "cublas", sonames: tuple[str, ...] = LIBRARIES) -> ctypes.CDLL:
+    """NVIDIA's library `name` ("cublas", "cublasLt"): its wheel's, else the first of
+    `sonames` on the loader's search path."""
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
 
-        return ctypes.CDLL(load_nvidia_dynamic_lib("cublas").abs_path)
-    except Exception:  # not installed, or no cuBLAS wheel: try the loader's search path
+        return ctypes.CDLL(load_nvidia_dynamic_lib(name).abs_path)
+    except Exception:  # not installed, or no such wheel: try the loader's search path
         pass
-    for name in LIBRARIES:
+    for soname in sonames:
         try:
-            return ctypes.CDLL(name)
+            return ctypes.CDLL(soname)
         except OSError:
             continue
-    raise RuntimeUnavailable(f"cuBLAS is not installed (none of {', '.join(LIBRARIES)} loads)")
+    raise RuntimeUnavailable(f"{name} is not installed (none of {', '.join(sonames)} loads)")
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -97,7 +99,7 @@ class Cublas:
     `WORKSPACE_BYTES` that the caller keeps alive)."""
 
     def __init__(self, workspace: int):
-        self.lib = _load()
+        self.lib = load_library()
         _declare(self.lib)
         self.handle = c_void_p()
         self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")

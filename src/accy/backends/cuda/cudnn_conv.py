@@ -185,7 +185,10 @@ def problem_of(x: TensorType, kernel: TensorType, result: TensorType, a) -> Prob
 
 def layout_for(op: Operation) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """The CUDA backend's `keep` for conv: the operand orders when cuDNN runs `op` (its graph
-    built now, or found in the cache), else None (composed; the reason is recorded)."""
+    built now, or found in the cache), else None (composed; the reason is recorded). Other
+    kinds with a composition (the windowed reductions) are composed."""
+    if op.kind != "conv":
+        return None
     where = f"conv {op.operand_types[0]} * {op.operand_types[1]} -> {op.type}"
     try:
         _check(*op.operand_types, op.attrs)

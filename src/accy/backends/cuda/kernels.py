@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...codegen.c.dialect import CUDA
-from ...codegen.c.expressions import Unit
+from ...codegen.c.expressions import Unit, numbered_locally
 from ...codegen.c.types import compute_values
 from ...core.arrays import ConstantArray
 from ...core.types import DType, TensorType
@@ -81,18 +81,7 @@ def _numbered_locally(body: str) -> str:
     >>> _numbered_locally("t12 = v40[i] + t9; v41[i] = t12;")
     't0 = v0[i] + t1; v1[i] = t0;'
     """
-    numbers: dict[str, str] = {}
-    counts: dict[str, int] = {}
-
-    def renumbered(match: re.Match) -> str:
-        name = match.group(0)
-        if name not in numbers:
-            family = match.group(1)
-            numbers[name] = f"{family}{counts.get(family, 0)}"
-            counts[family] = counts.get(family, 0) + 1
-        return numbers[name]
-
-    return LOCAL_NAME.sub(renumbered, body)
+    return numbered_locally(body, LOCAL_NAME)
 
 
 def _body(declaration: str) -> str:

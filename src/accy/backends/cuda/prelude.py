@@ -1,6 +1,6 @@
 """The CUDA backend's prelude: the CUDA C dialect (`accy.codegen.c.dialect.CUDA`), then what
-only this backend's kernels use: warp shuffles, vectors of adjacent values and atomic updates
-of 1-byte values."""
+only this backend's kernels use: warp shuffles, vectors of adjacent values, the bits of a
+rounded bf16 and atomic updates of 1-byte values."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ template <typename T, int N>
 struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) accy_vector {
   T v[N];
 };
+
+/* The bits of a float already rounded to bf16 (accy_round_bf16): its high half, a shift
+   where accy_bf16_store would convert again (accy.backends.cuda.vectors). */
+ACCY_FN uint16_t accy_bf16_bits(float rounded) {
+  return (uint16_t)(accy_float_bits(rounded) >> 16);
+}
 
 /* Atomic updates of one byte, through a compare-and-swap of its aligned 32-bit word (the
    other three bytes are written back unchanged). */

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ...codegen.c.dialect import CUDA
 from ...codegen.c.expressions import Body, Flat, Index, flat_position, offset_expression
-from ...core.types import DType
+from ...core.types import DType, bf16
 from ...lower.views import StridedView
 
 VECTOR_BYTES = 16  # the widest load a thread issues (LDG.128)
@@ -127,6 +127,7 @@ class LaneBody(Body):
         self._index_names: dict[str, str] = {}
         self._loaded: dict[str, str] = {}
         self._retired_lanes: dict[str, tuple[str, int]] = {}  # lanes of branches left
+        self._bf16_rounded: set[str] = set()  # temps already rounded to bf16
 
     def lane(self, base: str, k: int) -> str:
         """The name of lane `k` of index `base` (declared on first use)."""
@@ -188,7 +189,18 @@ class LaneBody(Body):
         name = super().temp(dtype, expression, rounded)
         if self._depends(expression):
             self.dependent.add(name)
+        if rounded and dtype == bf16:
+            self._bf16_rounded.add(name)
         return name
+
+    def _stored(self, dtype: DType, x: str) -> str:
+        """The storage value of `x`: a bf16 temp already rounded is stored as its high half
+        (`accy_bf16_bits`, the same bits), not converted a second time: a conversion issues at
+        an eighth of the rate of a float operation, and a bf16 loop rounds every result it
+        stores."""
+        if dtype == bf16 and x in self._bf16_rounded:
+            return f"accy_bf16_bits({x})"
+        return CUDA.c_type(dtype).store.format(x=x)
 
     def index_temp(self, expression: str) -> str:
         # One name per expression, so that an index every lane computes alike (a clamped
@@ -265,7 +277,7 @@ class LaneBody(Body):
     def store(self, dtype: DType, pointer: str, position: str, x: str) -> str:
         """The statement storing `x` at flat `position` of `pointer`: into a register array
         when `position` is a lane (`stores()` writes it out), else straight to memory."""
-        value = CUDA.c_type(dtype).store.format(x=x)
+        value = self._stored(dtype, x)
         if position not in self.lanes:
             return f"{pointer}[{position}] = {value};"
         base, k = self.lanes[position]
@@ -275,7 +287,7 @@ class LaneBody(Body):
         """The statement storing `x` at `index` of a buffer of `strides` (a GEMM operand's
         packed layout): into a register array when only the lane axis varies and its stride is
         1 (every other step aligned to the vector), else straight to memory."""
-        value = CUDA.c_type(dtype).store.format(x=x)
+        value = self._stored(dtype, x)
         scalar = f"{pointer}[{offset_expression(index, strides)}] = {value};"
         varying = [p for p, part in enumerate(index) if self._depends(part)]
         if not self.vectors or len(varying) != 1 or index[varying[0]] not in self.lanes:

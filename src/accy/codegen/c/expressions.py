@@ -15,6 +15,7 @@ positions raises `NotFlat`, and the loop is then generated as a nest.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -104,6 +105,37 @@ def _memo_key(v: int, index: Index) -> tuple:
     # A flat counter names the same element of `v` whatever type it was passed down with (a
     # convert's operand has another dtype, a reshape's other axes).
     return (v, index.var) if isinstance(index, Flat) else (v, index)
+
+
+LOCAL_NAME = re.compile(r"\b(acc|[vtj])(\d+)(?![0-9A-Za-z])")
+"""A name `Unit.fresh` and `Body` give a function's locals and parameters: a family (values
+`v`, temporaries `t`, index temporaries `j`, accumulators `acc`, which may carry a suffix such
+as `_init`), then a number. File-scope names start with the unit's prefix (`accy_`) instead."""
+
+
+def numbered_locally(text: str, names: re.Pattern = LOCAL_NAME) -> str:
+    """`text` (one function's parameters and body) with its local names numbered from 0 in order
+    of first use, per family (`names` matches a local name, its family as group 1: the CPU's
+    `LOCAL_NAME` by default): two functions that differ only in their locals' numbering read
+    the same, so that a unit can define one of them for both.
+
+    >>> numbered_locally("float *v40, const float *v7) { t12 = v7[i] + t9; v40[i] = t12; }")
+    'float *v0, const float *v1) { t0 = v1[i] + t1; v0[i] = t0; }'
+    >>> numbered_locally("float acc5 = acc5_init; j8 = i * 2;")
+    'float acc0 = acc0_init; j0 = i * 2;'
+    """
+    numbers: dict[str, str] = {}
+    counts: dict[str, int] = {}
+
+    def renumbered(match: re.Match) -> str:
+        name = match.group(0)
+        if name not in numbers:
+            family = match.group(1)
+            numbers[name] = f"{family}{counts.get(family, 0)}"
+            counts[family] = counts.get(family, 0) + 1
+        return numbers[name]
+
+    return names.sub(renumbered, text)
 
 
 class Unit:

@@ -9,6 +9,7 @@
 | layout      | broadcast_in_dim, transpose, reshape, slice, pad, concatenate    |
 | reduction   | reduce                                                           |
 | contraction | dot_general, conv                                                |
+| pooling     | reduce_window, select_and_gather_add, select_and_scatter_add     |
 | indexing    | gather, scatter_add, scatter                                     |
 | sorting     | sort                                                             |
 | control     | custom_call, scan, cond, while_loop                              |
@@ -24,6 +25,7 @@ from . import (
     elementwise,
     indexing,
     layout,
+    pooling,
     reduction,
     sorting,
 )
@@ -42,6 +44,7 @@ __all__ = [
     "elementwise",
     "indexing",
     "layout",
+    "pooling",
     "reduction",
     "rule_for",
     "sorting",

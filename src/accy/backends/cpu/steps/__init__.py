@@ -11,6 +11,7 @@ from .conv import emit_conv
 from .dot import emit_dot
 from .group import emit_group
 from .loop import emit_loop
+from .pool import emit_pool
 from .reduce import emit_chain, emit_reduce
 from .scan import emit_scan
 from .scatter import emit_scatter
@@ -25,6 +26,7 @@ STEP_EMITTERS: dict[str, Callable[[StepContext], list[str]]] = {
     "scatter": emit_scatter,
     "dot": emit_dot,
     "conv": emit_conv,
+    "pool": emit_pool,
     "custom_call": emit_custom_call,
     "copy": emit_copy,
     "scan": emit_scan,

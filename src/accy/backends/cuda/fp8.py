@@ -1,0 +1,484 @@
+"""FP8 GEMMs on CUDA: the `LibraryStep` of `accy.nn.fp8_matmul`, through cuBLASLt.
+
+One step quantises both operands and multiplies them (`Fp8Gemm`), in five small kernels and one
+`cublasLtMatmul`, all on the program's stream inside its CUDA graph:
+
+- per operand, `fp8_amax_*` (a grid-stride max of |x|, one partial maximum per block),
+  `fp8_scale` (one block: the amax, scale = fp8_max / amax or 1, and the inverse scale), and
+  `fp8_quantize_*` (x times the scale, rounded to E4M3 or E5M2 to nearest, ties to even,
+  saturating), written K-contiguous: Hopper's FP8 GEMMs take only the "TN" layout, so an operand
+  whose contracted axes come first is transposed on the way (32 x 32 tiles through shared
+  memory);
+- `cublasLtMatmul` with CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 operands, f32 compute, the inverse
+  scales as CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the result in bf16 or f32;
+  fast accumulation for the forward (E4M3 x E4M3) GEMM only, as Transformer Engine does.
+
+The rounding is integer arithmetic on the float's bits (no cuda_fp8.h), the same numbers as
+`accy.core.types.saturate_to_float8`, so the quantised operands are bitwise the reference's
+(the amax skips NaNs, `fmaxf`, where the reference's scale becomes 1: results with a NaN
+operand are NaN either way).
+The kernels compile with NVRTC (CuPy) when a program using them is loaded; the cuBLASLt handle
+and descriptors are made then too, and the GEMM runs once outside any capture. Declines (the
+composition runs) for f16 operands, operand layouts other than [free..., contracted...] or
+[contracted..., free...], extents that are not multiples of 16 (cuBLASLt's FP8 alignment), and
+GEMMs that cuBLASLt refuses on the GPU at hand (`refusal`, logged).
+
+Measured on an H200 with CUDA 13 (`bench/results/fp8-h200-bf16.md`): `cublasLtMatmul` answers
+CUBLAS_STATUS_NOT_SUPPORTED (15) for every FP8 GEMM tried there (E4M3 x E4M3 and E5M2 x E4M3,
+bf16 and f32 results, with and without fast accumulation, with the heuristic's algorithm and
+with none, in and out of a graph capture) although its heuristic offers an algorithm, so there
+every FP8 GEMM declines; `test_cublaslt_runs_fp8_gemms` fails on such a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Sequence
+from ctypes import c_int, c_int64, c_size_t, c_uint64, c_void_p
+from dataclasses import dataclass
+from typing import Any
+
+from ...caches import memoized
+from ...core.types import TensorType, float8_format
+from ...errors import AccyError
+from ...kernel.call import KernelCall
+from .cublas import load_library
+from .cudnn import ALIGN
+
+log = logging.getLogger("accy.fp8")
+WORKSPACE_BYTES = 8 << 20  # cuBLASLt's: FP8 GEMMs of these sizes need no more
+AMAX_BLOCKS = 1056  # 8 per multiprocessor of an H200: partial maxima, one per block
+THREADS = 256
+ELEMENT_TYPES = {"bf16": "unsigned short", "f32": "float"}
+CUDA_TYPES = {"f32": 0, "bf16": 14, "float8_e4m3fn": 28, "float8_e5m2": 29}  # cudaDataType
+COMPUTE_32F = 68
+TRANSA, TRANSB, A_SCALE, B_SCALE, FAST_ACCUMULATE = 3, 4, 17, 18, 25  # matmul attributes
+OP_N, OP_T = 0, 1
+LIBRARIES = ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """How one operand is quantised: its dtype, float8 format, and whether it is stored
+    [contracted, free] (transposed on the way to [free, contracted])."""
+
+    dtype: str
+    format: str
+    transposed: bool
+
+
+@dataclass(frozen=True)
+class Fp8Gemm:
+    """The `LibraryStep` of one FP8 GEMM: result [m, n] (row-major) = first [m, k] times
+    second [n, k]ᵀ, each operand quantised as `Operand` says."""
+
+    m: int
+    n: int
+    k: int
+    first: Operand
+    second: Operand
+    out: str
+
+    @property
+    def offsets(self) -> dict[str, int]:
+        """Byte offsets in the (aligned) scratch: partial maxima, scales, the quantised
+        operands, cuBLASLt's workspace."""
+        sizes = {
+            "partials": 2 * AMAX_BLOCKS * 4,
+            "scales": 4 * 4,  # first's scale and inverse, second's scale and inverse
+            "first": self.m * self.k,
+            "second": self.n * self.k,
+            "workspace": WORKSPACE_BYTES,
+        }
+        offsets, at = {}, 0
+        for name, size in sizes.items():
+            offsets[name] = at
+            at += -(-size // ALIGN) * ALIGN
+        offsets["end"] = at
+        return offsets
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self.offsets["end"] + ALIGN  # the scratch given may start off a boundary
+
+    @property
+    def fast_accumulate(self) -> bool:
+        return self.first.format == self.second.format == "float8_e4m3fn"
+
+    def load(self, ordinal: int) -> Issuer:
+        """The issuer on GPU `ordinal`: kernels compiled, cuBLASLt's algorithm chosen."""
+        return Issuer(self, _module(ordinal), _handle(ordinal))
+
+
+def kernel_factory(s: Any) -> Callable[[Sequence[TensorType], TensorType], KernelCall | None]:
+    """The `kernels["cuda"]` entry of FP8 GEMM signature `s` (`accy.nn.fp8.Signature`)."""
+
+    def factory(types: Sequence[TensorType], result: TensorType) -> KernelCall | None:
+        step = describe(s, tuple(types), result)
+        if step is None or refusal(step) is not None:
+            return None
+        digest = hashlib.sha256(repr(step).encode()).hexdigest()[:16]
+        parameters = [("dst", result), ("a", types[0]), ("b", types[1])]
+        description = f"FP8 GEMM {step.m}x{step.n}x{step.k} ({step.first.format} x " + (
+            f"{step.second.format} -> {step.out})"
+        )
+        symbol = f"accy_fp8_gemm_{digest}"
+        return KernelCall.of_library(s.target, symbol, parameters, description, step)
+
+    return factory
+
+
+def describe(s: Any, types: tuple[TensorType, ...], result: TensorType) -> Fp8Gemm | None:
+    """The step of GEMM `s` on operands of `types`, or None where cuBLASLt's FP8 path does not
+    take it (the composition runs).
+
+    >>> from accy import bf16, spec
+    >>> from accy.nn.fp8 import Signature
+    >>> s = Signature(("k",), (("m", "k"), ("k", "n")), ("float8_e4m3fn",) * 2, "float8_e5m2",
+    ...               "bf16")
+    >>> step = describe(s, (spec(bf16, m=32, k=64), spec(bf16, k=64, n=16)), spec(bf16, m=32, n=16))
+    >>> step.m, step.n, step.k, step.first.transposed, step.second.transposed
+    (32, 16, 64, False, True)
+    """
+    a, b = types
+    if a.dtype.name not in ELEMENT_TYPES or a.dtype != b.dtype:
+        return None
+    if result.dtype.name not in ("bf16", "f32"):
+        return None
+    first = _operand(a, s.axes, s.formats[0])
+    second = _operand(b, s.axes, s.formats[1])
+    if first is None or second is None:
+        return None
+    k = math.prod(a.extent(n) for n in s.axes)
+    m, n = a.size // max(k, 1), b.size // max(k, 1)
+    if 0 in (m, n, k) or any(extent % 16 for extent in (m, n, k)):
+        return None
+    return Fp8Gemm(m, n, k, first, second, result.dtype.name)
+
+
+@memoized("fp8 gemm refusals", "kernels_max_entries")
+def refusal(step: Fp8Gemm) -> str | None:
+    """Why cuBLASLt does not run `step` on the current GPU (its load's error: `Issuer` runs
+    the GEMM once), or None when it does. A refused GEMM runs as the composition."""
+    import cupy
+
+    try:
+        step.load(cupy.cuda.Device().id)
+    except AccyError as error:
+        log.warning("FP8 GEMM %s declined (the composition runs): %s", step, error)
+        return str(error)
+    return None
+
+
+def _operand(t: TensorType, contracted: tuple[str, ...], format: str) -> Operand | None:
+    free = tuple(a for a in t.axes if a not in contracted)
+    if t.axes == free + contracted:
+        return Operand(t.dtype.name, format, False)
+    if t.axes == contracted + free:
+        return Operand(t.dtype.name, format, True)
+    return None
+
+
+# -- the kernels ----------------------------------------------------------------------------------
+
+_PRELUDE = r"""
+#define THREADS 256
+__device__ __forceinline__ float load_bf16(const unsigned short *x, long long i) {
+  return __uint_as_float(((unsigned)x[i]) << 16);
+}
+__device__ __forceinline__ float load_f32(const float *x, long long i) { return x[i]; }
+
+// The format's nearest value to v (ties to even), saturating at its largest finite value, as
+// its bits: MANT mantissa bits, exponent bias BIAS, smallest normal exponent 1 - BIAS.
+template <int MANT, int BIAS, int MAXBITS>
+__device__ __forceinline__ unsigned char to_float8(float v, float largest) {
+  unsigned sign = (__float_as_uint(v) >> 24) & 0x80u;
+  float a = fabsf(v);
+  if (a != a) return (unsigned char)(sign | 0x7fu);
+  a = fminf(a, largest);
+  float smallest_normal = __uint_as_float((unsigned)(127 + 1 - BIAS) << 23);
+  if (a < smallest_normal) {  // subnormal: multiples of 2^(1 - BIAS - MANT)
+    float steps = a * __uint_as_float((unsigned)(127 - (1 - BIAS - MANT)) << 23);
+    return (unsigned char)(sign | (unsigned)__float2int_rn(steps));
+  }
+  unsigned bits = __float_as_uint(a);
+  const int drop = 23 - MANT;
+  bits += ((1u << (drop - 1)) - 1u) + ((bits >> drop) & 1u);
+  bits &= ~((1u << drop) - 1u);
+  unsigned exponent = (bits >> 23) - 127 + BIAS;
+  unsigned result = (exponent << MANT) | ((bits >> drop) & ((1u << MANT) - 1u));
+  return (unsigned char)(sign | (result > MAXBITS ? MAXBITS : result));
+}
+__device__ __forceinline__ unsigned char to_e4m3(float v) {
+  return to_float8<3, 7, 0x7e>(v, 448.0f);
+}
+__device__ __forceinline__ unsigned char to_e5m2(float v) {
+  return to_float8<2, 15, 0x7b>(v, 57344.0f);
+}
+
+__device__ float block_max(float v) {
+  __shared__ float warps[32];
+  int thread = threadIdx.y * blockDim.x + threadIdx.x;
+  int lane = thread & 31, warp = thread >> 5, count = (blockDim.x * blockDim.y) >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (lane == 0) warps[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < count ? warps[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) warps[0] = v;
+  }
+  __syncthreads();
+  return warps[0];
+}
+
+extern "C" __global__ void fp8_scale(
+    const float *partials, int count, float largest, float *scales) {
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, partials[i]);
+  m = block_max(m);
+  if (threadIdx.x == 0) {
+    float scale = (m > 0.0f && m <= 3.402823466e38f) ? largest / m : 1.0f;
+    scales[0] = scale;
+    scales[1] = 1.0f / scale;
+  }
+}
+"""
+
+_PER_TYPE = r"""
+extern "C" __global__ void fp8_amax_TYPE(const ELEMENT *x, long long n, float *partials) {
+  float m = 0.0f;
+  long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+    m = fmaxf(m, fabsf(load_TYPE(x, i)));
+  m = block_max(m);
+  if (threadIdx.x == 0) partials[blockIdx.x] = m;
+}
+"""
+
+_PER_FORMAT = r"""
+extern "C" __global__ void fp8_quantize_TYPE_FORMAT(
+    const ELEMENT *x, long long n, const float *scales, unsigned char *q) {
+  float scale = scales[0];
+  long long step = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+    q[i] = to_FORMAT(load_TYPE(x, i) * scale);
+}
+
+// x [rows, cols] -> q [cols, rows]: a block (32 x 8 threads) moves one 32 x 32 tile.
+extern "C" __global__ void fp8_quantize_transposed_TYPE_FORMAT(
+    const ELEMENT *x, long long rows, long long cols, const float *scales, unsigned char *q) {
+  __shared__ float tile[32][33];
+  float scale = scales[0];
+  long long r0 = (long long)blockIdx.y * 32, c0 = (long long)blockIdx.x * 32;
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    long long r = r0 + j, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[j][threadIdx.x] = load_TYPE(x, r * cols + c);
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    long long c = c0 + j, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) q[c * rows + r] = to_FORMAT(tile[threadIdx.x][j] * scale);
+  }
+}
+"""
+
+FORMATS = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+
+def kernel_source() -> str:
+    """The CUDA C of every FP8 quantisation kernel (each element type, each format)."""
+    parts = [_PRELUDE]
+    for type_name, element in ELEMENT_TYPES.items():
+        parts.append(_PER_TYPE.replace("TYPE", type_name).replace("ELEMENT", element))
+        for short in FORMATS.values():
+            source = _PER_FORMAT.replace("TYPE", type_name).replace("ELEMENT", element)
+            parts.append(source.replace("FORMAT", short))
+    return "\n".join(parts)
+
+
+@memoized("fp8 gemm modules", "kernels_max_entries")
+def _module(ordinal: int) -> Any:
+    import cupy
+
+    with cupy.cuda.Device(ordinal):
+        module = cupy.RawModule(code=kernel_source(), options=("-std=c++17",))
+        module.compile()
+    return module
+
+
+# -- cuBLASLt -------------------------------------------------------------------------------------
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    signatures = {
+        "cublasLtCreate": [c_void_p],
+        "cublasLtMatmulDescCreate": [c_void_p, c_int, c_int],
+        "cublasLtMatmulDescSetAttribute": [c_void_p, c_int, c_void_p, c_size_t],
+        "cublasLtMatrixLayoutCreate": [c_void_p, c_int, c_uint64, c_uint64, c_int64],
+        "cublasLtMatmul": [c_void_p] * 12 + [c_void_p, c_void_p, c_size_t, c_void_p],
+    }
+    for name, arguments in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes = arguments
+        function.restype = c_int
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise AccyError(f"{what} failed with cuBLAS status {status}")
+
+
+@memoized("cublaslt handles", "kernels_max_entries")
+def _handle(ordinal: int) -> tuple[ctypes.CDLL, c_void_p]:
+    """The process's cuBLASLt library and handle on GPU `ordinal` (made once)."""
+    import cupy
+
+    lib = load_library("cublasLt", LIBRARIES)
+    _declare(lib)
+    handle = c_void_p()
+    with cupy.cuda.Device(ordinal):
+        _check(lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
+    return lib, handle
+
+
+class Issuer:
+    """Enqueues one `Fp8Gemm` on the bound stream (see `accy.kernel.call.LibraryStep`); the
+    quantisation kernels launch on CuPy's current stream, which the caller makes that stream.
+
+    `cublasLtMatmul` is given no algorithm: cuBLASLt chooses one for the actual pointers
+    (their alignment included) when the call is issued, which is once, while the program's
+    graph is captured. Loading runs it once on buffers of its own (`_warm_up`), with fast
+    accumulation where Transformer Engine uses it and, should cuBLASLt refuse that, without."""
+
+    def __init__(self, step: Fp8Gemm, module: Any, library: tuple[ctypes.CDLL, c_void_p]):
+        self.step = step
+        self.lib, self.handle = library
+        self.stream = 0
+        self.scale = module.get_function("fp8_scale")
+        self.kernels = {}
+        for name, operand in (("first", step.first), ("second", step.second)):
+            short = FORMATS[operand.format]
+            kind = "quantize_transposed" if operand.transposed else "quantize"
+            self.kernels[name] = (
+                module.get_function(f"fp8_amax_{operand.dtype}"),
+                module.get_function(f"fp8_{kind}_{operand.dtype}_{short}"),
+            )
+        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        self._describe_matmul()
+        self._warm_up()
+
+    def _describe_matmul(self) -> None:
+        s, lib = self.step, self.lib
+        self.desc = c_void_p()
+        _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), COMPUTE_32F, 0), "desc")
+        self._set(TRANSA, c_int(OP_T))
+        self._set(TRANSB, c_int(OP_N))
+        self.layouts = []
+        shapes = (
+            (CUDA_TYPES[s.second.format], s.k, s.n, s.k),  # cuBLAS's A: second, k x n, T
+            (CUDA_TYPES[s.first.format], s.k, s.m, s.k),  # cuBLAS's B: first, k x m, N
+            (CUDA_TYPES[s.out], s.n, s.m, s.n),  # C and D: the result, n x m column-major
+        )
+        for data, rows, cols, ld in shapes:
+            layout = c_void_p()
+            status = lib.cublasLtMatrixLayoutCreate(ctypes.byref(layout), data, rows, cols, ld)
+            _check(status, "cublasLtMatrixLayoutCreate")
+            self.layouts.append(layout)
+
+    def _warm_up(self) -> None:
+        """One matmul outside any capture, on zeroed buffers: the configuration cuBLASLt
+        runs (fast accumulation or not) is found here, not inside a capture."""
+        import cupy
+
+        s = self.step
+        first = cupy.zeros(s.m * s.k, cupy.uint8)
+        second = cupy.zeros(s.n * s.k, cupy.uint8)
+        result = cupy.zeros(s.m * s.n * (4 if s.out == "f32" else 2), cupy.uint8)
+        scales = cupy.ones(4, cupy.float32)
+        workspace = cupy.zeros(WORKSPACE_BYTES, cupy.uint8)
+        stream = cupy.cuda.Stream(non_blocking=True)
+        statuses = []
+        for fast in (s.fast_accumulate, False)[: 1 + s.fast_accumulate]:
+            self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if fast else 0))
+            pointers = (first.data.ptr, second.data.ptr, result.data.ptr, scales.data.ptr)
+            status = self._matmul(*pointers, workspace.data.ptr, stream.ptr)
+            stream.synchronize()
+            statuses.append(status)
+            if status == 0:
+                self.fast = fast
+                return
+        raise AccyError(
+            f"cuBLASLt runs no FP8 GEMM for {s} (cublasLtMatmul statuses {statuses}, with and "
+            "without fast accumulation)"
+        )
+
+    def _set(self, attribute: int, value: Any) -> None:
+        status = self.lib.cublasLtMatmulDescSetAttribute(
+            self.desc, attribute, ctypes.byref(value), ctypes.sizeof(value)
+        )
+        _check(status, f"cublasLtMatmulDescSetAttribute({attribute})")
+
+    def _matmul(self, first: int, second: int, dst: int, scales: int, workspace: int, stream):
+        """`cublasLtMatmul` of the quantised operands at `first` and `second` into `dst`, the
+        inverse scales at `scales` + 4 (first's) and + 12 (second's); its status."""
+        self._set(A_SCALE, c_void_p(scales + 12))  # cuBLAS's A is the second operand
+        self._set(B_SCALE, c_void_p(scales + 4))
+        a, b, c = self.layouts
+        return self.lib.cublasLtMatmul(
+            self.handle,
+            self.desc,
+            ctypes.byref(self.alpha),
+            c_void_p(second),
+            a,
+            c_void_p(first),
+            b,
+            ctypes.byref(self.beta),
+            c_void_p(dst),
+            c,
+            c_void_p(dst),
+            c,
+            None,
+            c_void_p(workspace),
+            c_size_t(WORKSPACE_BYTES),
+            c_void_p(stream),
+        )
+
+    def bind(self, stream: int) -> None:
+        """The stream `cublasLtMatmul` is issued on."""
+        self.stream = stream
+
+    def issue(self, dst: int, operands: Sequence[int], scratch: int) -> None:
+        import numpy as np
+
+        s = self.step
+        base = -(-scratch // ALIGN) * ALIGN
+        at = {name: base + offset for name, offset in s.offsets.items()}
+        sizes = {"first": (s.m, s.k), "second": (s.n, s.k)}
+        for index, name in enumerate(("first", "second")):
+            operand = getattr(s, name)
+            free, k = sizes[name]
+            partials = at["partials"] + index * AMAX_BLOCKS * 4
+            scales = at["scales"] + index * 8
+            amax, quantize = self.kernels[name]
+            x, n = np.uint64(operands[index]), np.int64(free * k)
+            amax((AMAX_BLOCKS,), (THREADS,), (x, n, np.uint64(partials)))
+            largest = np.float32(float8_format(operand.format).max)
+            limits = (np.uint64(partials), np.int32(AMAX_BLOCKS), largest, np.uint64(scales))
+            self.scale((1,), (THREADS,), limits)
+            target = np.uint64(at[name])
+            if operand.transposed:  # stored [k, free]: tiles to [free, k]
+                grid = (-(-free // 32), -(-k // 32))
+                rows, cols = np.int64(k), np.int64(free)
+                quantize(grid, (32, 8), (x, rows, cols, np.uint64(scales), target))
+            else:
+                blocks = min(-(-(free * k) // THREADS), 16 * AMAX_BLOCKS)
+                quantize((blocks,), (THREADS,), (x, n, np.uint64(scales), target))
+        self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if self.fast else 0))
+        status = self._matmul(
+            at["first"], at["second"], dst, at["scales"], at["workspace"], self.stream
+        )
+        _check(status, f"cublasLtMatmul FP8 {s.m}x{s.n}x{s.k}")

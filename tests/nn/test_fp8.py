@@ -377,11 +377,6 @@ def test_cuda_step_declines_what_cublaslt_fp8_does_not_take():
     assert step().scratch_bytes > 2 * 32 * 32 + cuda_fp8.WORKSPACE_BYTES
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="on the H200 every cublasLtMatmul FP8 call answers CUBLAS_STATUS_NOT_SUPPORTED, "
-    "cause not found yet (bench/results/fp8-h200-bf16.md); FP8 GEMMs run the emulation there",
-)
 def test_cublaslt_runs_fp8_gemms():
     """On a GPU, cuBLASLt runs the forward and gradient GEMMs (none declined: `refusal`)."""
     if (reason := cuda_gate()) is not None:

@@ -23,11 +23,12 @@ composition runs) for f16 operands, operand layouts other than [free..., contrac
 [contracted..., free...], extents that are not multiples of 16 (cuBLASLt's FP8 alignment), and
 GEMMs that cuBLASLt refuses on the GPU at hand (`refusal`, logged).
 
-Measured on an H200 with CUDA 13 (`bench/results/fp8-h200-bf16.md`): `cublasLtMatmul` answers
-CUBLAS_STATUS_NOT_SUPPORTED (15) for every FP8 GEMM tried there (E4M3 x E4M3 and E5M2 x E4M3,
-bf16 and f32 results, with and without fast accumulation, with the heuristic's algorithm and
-with none, in and out of a graph capture) although its heuristic offers an algorithm, so there
-every FP8 GEMM declines; `test_cublaslt_runs_fp8_gemms` fails on such a GPU.
+Measured on an H200 with CUDA 13 (`bench/results/fp8-h200-bf16.md`): called in place (C == D),
+`cublasLtMatmul` answered CUBLAS_STATUS_NOT_SUPPORTED (15) for every FP8 GEMM tried there
+although its heuristic offered an algorithm, while `torch._scaled_mm` in the same process, with
+the same library, types, layouts and scales, ran out of place; the call is now out of place
+(`Issuer._matmul`), which has not yet run on a GPU: `test_cublaslt_runs_fp8_gemms` says whether
+cuBLASLt takes it.
 """
 
 from __future__ import annotations
@@ -428,6 +429,10 @@ class Issuer:
         self._set(A_SCALE, c_void_p(scales + 12))  # cuBLAS's A is the second operand
         self._set(B_SCALE, c_void_p(scales + 4))
         a, b, c = self.layouts
+        # Out of place (C != D, as torch._scaled_mm and NVIDIA's FP8 sample call it): with C == D
+        # this cuBLASLt answered NOT_SUPPORTED for every FP8 GEMM on the H200, the one
+        # difference its trace showed from torch's accepted call. beta is 0, so C (here the
+        # quantised A operand, any valid pointer) is never read.
         return self.lib.cublasLtMatmul(
             self.handle,
             self.desc,
@@ -437,7 +442,7 @@ class Issuer:
             c_void_p(first),
             b,
             ctypes.byref(self.beta),
-            c_void_p(dst),
+            c_void_p(second),
             c,
             c_void_p(dst),
             c,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 
 import ml_dtypes
 import numpy as np
@@ -148,7 +149,9 @@ def test_the_choice_is_in_the_source_and_the_kernel_is_called(native_cpu, config
     assert gemm.KERNEL in chosen.source and chosen.blas.sgemm_kernel == gemm.KERNEL
     blas = find_blas()
     loaded = gemm.with_gemm_kernel(chosen.blas, chosen.source)
-    assert loaded.sgemm != blas.sgemm and loaded.mixed_gemm != 0
+    assert loaded.mixed_gemm != 0
+    # float32 GEMMs: the BLAS's own where it has AVX-512 kernels, else the kernel's
+    assert (loaded.sgemm == blas.sgemm) == blas.runs_avx512
     configure(cpu_gemm_kernel=False)
     plain = compile_program(program)
     assert gemm.KERNEL not in plain.source and plain.blas == blas
@@ -171,8 +174,7 @@ def test_programs_of_small_gemms_do_not_wait_for_the_kernel(monkeypatch):
 @needs_kernel
 def test_the_kernel_alone_matches_numpy_and_hands_over_what_it_does_not_serve(native_cpu):
     blas = find_blas()
-    marked = dataclasses.replace(blas, sgemm_kernel=gemm.KERNEL)
-    sgemm_address = gemm.with_gemm_kernel(marked, "accy_sgemm(").sgemm
+    sgemm_address = gemm.kernel_sgemm(blas)
     integer = ctypes.c_int64 if blas.integer_bits == 64 else ctypes.c_int32
     pointer = ctypes.c_void_p
     arguments = [ctypes.c_int] * 3 + [integer] * 3 + [ctypes.c_float, pointer, integer]
@@ -234,3 +236,29 @@ def test_a_two_layer_gradient_matches_the_reference(native_cpu, dtype):
     for g, w in zip(got, want, strict=True):
         g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
         assert np.max(np.abs(g - w)) <= tolerance * np.max(np.abs(w))
+
+
+@needs_kernel
+def test_float32_gemms_stay_with_a_blas_that_has_avx512_kernels(native_cpu):
+    """The kernel replaces BLAS's sgemm only where the BLAS runs no AVX-512 kernels of its own
+    (OpenBLAS held to Haswell's); its bf16 GEMM is loaded either way."""
+    blas = dataclasses.replace(find_blas(), sgemm_kernel=gemm.KERNEL)
+    for core, own in (("SkylakeX", True), ("Cooperlake", True), ("Haswell", False), ("", False)):
+        marked = dataclasses.replace(blas, core=core)
+        assert marked.runs_avx512 == own
+        loaded = gemm.with_gemm_kernel(marked, "accy_sgemm(")
+        assert (loaded.sgemm == blas.sgemm) == own and loaded.mixed_gemm != 0
+
+
+def test_the_blas_says_which_core_its_kernels_are_for():
+    """NumPy's OpenBLAS names its core; `OPENBLAS_CORETYPE=Haswell` holds it to Haswell's."""
+    import subprocess
+    import sys
+
+    code = "from accy.backends.cpu.blas import find_blas; b = find_blas(); print(b and b.core)"
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    held = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    blas = find_blas()
+    if blas is None or "openblas" not in blas.path.lower():
+        pytest.skip("the BLAS found is not OpenBLAS")
+    assert blas.core and held.stdout.strip() == "Haswell"

@@ -33,6 +33,16 @@ THREAD_SYMBOLS = (
     ("openblas_set_num_threads", "openblas_get_num_threads"),
 )
 
+# The name of the CPU core whose kernels the library runs (OpenBLAS's DYNAMIC_ARCH choice).
+CORE_NAME_SYMBOLS = (
+    "scipy_openblas_get_corename64_",
+    "openblas_get_corename64_",
+    "scipy_openblas_get_corename",
+    "openblas_get_corename",
+)
+# OpenBLAS cores whose sgemm is an AVX-512 kernel of its own.
+AVX512_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
 # (sgemm symbol, dgemm symbol, integer bits), most specific first.
 SYMBOLS = (
     ("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", 64),
@@ -57,6 +67,13 @@ class Blas:
     # sgemm); see `accy.backends.cpu.gemm`.
     sgemm_kernel: str = ""
     mixed_gemm: int = 0  # that kernel's bf16 GEMM, once loaded (`accy_gemm_mixed`)
+    core: str = ""  # the CPU core the library's kernels are for ("" where it does not say)
+
+    @property
+    def runs_avx512(self) -> bool:
+        """Whether the library's own sgemm is an AVX-512 kernel (an OpenBLAS not held to its
+        AVX2 kernels by `OPENBLAS_CORETYPE=Haswell`)."""
+        return self.core.lower() in AVX512_CORES
 
     @property
     def c_int_type(self) -> str:
@@ -83,8 +100,17 @@ def _probe(path: str) -> Blas | None:
         if s and d:
             threads = [(_address(library, a), _address(library, b)) for a, b in THREAD_SYMBOLS]
             setter, getter = next(((a, b) for a, b in threads if a and b), (0, 0))
-            return Blas(path, s, d, bits, setter, getter)
+            return Blas(path, s, d, bits, setter, getter, core=_core_name(library))
     return None
+
+
+def _core_name(library: ctypes.CDLL) -> str:
+    for name in CORE_NAME_SYMBOLS:
+        function = getattr(library, name, None)
+        if function is not None:
+            function.restype = ctypes.c_char_p
+            return (function() or b"").decode(errors="replace")
+    return ""
 
 
 def _numpy_bundled() -> list[str]:

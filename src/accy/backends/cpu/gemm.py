@@ -482,12 +482,27 @@ def with_gemm_kernel(blas: Blas, source: str) -> Blas:
     """
     if blas.sgemm_kernel != KERNEL or not calls_sgemm(source):
         return blas
+    # A BLAS with AVX-512 kernels of its own runs large float32 GEMMs faster than this kernel
+    # (OpenBLAS's SkylakeX sgemm on a Zen 4: a transformer block 0.7x the kernel's time); the
+    # bf16 GEMM, which reads and rounds bf16 itself, is the kernel's either way.
+    sgemm = blas.sgemm if blas.runs_avx512 else kernel_sgemm(blas)
+    mixed = ctypes.cast(_library().accy_gemm_mixed, ctypes.c_void_p).value
+    return dataclasses.replace(blas, sgemm=sgemm, mixed_gemm=mixed)
+
+
+def kernel_sgemm(blas: Blas) -> int:
+    """The address of the kernel's cblas-compatible `sgemm` for `blas`'s integer width, which
+    hands what it does not serve to `blas`'s own `sgemm` (the library is built or loaded).
+
+    >>> from accy.backends.cpu.blas import find_blas
+    >>> blas = find_blas()
+    >>> blas is None or not cpu_has_avx512() or kernel_sgemm(blas) != blas.sgemm
+    True
+    """
     library = _library()
     name = "accy_sgemm64" if blas.integer_bits == 64 else "accy_sgemm32"
     getattr(library, f"{name}_fallback")(ctypes.c_void_p(blas.sgemm))
-    sgemm = ctypes.cast(getattr(library, name), ctypes.c_void_p).value
-    mixed = ctypes.cast(library.accy_gemm_mixed, ctypes.c_void_p).value
-    return dataclasses.replace(blas, sgemm=sgemm, mixed_gemm=mixed)
+    return ctypes.cast(getattr(library, name), ctypes.c_void_p).value
 
 
 __all__ = [
@@ -498,6 +513,7 @@ __all__ = [
     "calls_sgemm",
     "choose_gemm_kernel",
     "cpu_has_avx512",
+    "kernel_sgemm",
     "gemm_work",
     "prepare_library",
     "start_building",

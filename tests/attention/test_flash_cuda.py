@@ -66,6 +66,7 @@ def test_the_kernels_decline_what_they_do_not_compute(dtype, dim, bias, why):
 )
 @pytest.mark.parametrize("dim", [64, 48, 32, 24])
 @pytest.mark.parametrize("part", ["forward", "backward"])
+@pytest.mark.slow
 def test_the_generated_kernels_compile(part, dim):
     call = _call(part, MIXED, dim=dim, tokens=100)
     ptx = toolchain.ptx_with_nvcc(call.library.source, f"flash {part}", arch="compute_90")

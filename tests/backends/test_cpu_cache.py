@@ -58,6 +58,7 @@ def _run_script(cache: str, compiler, wait: bool = True):
     return output.split()
 
 
+@pytest.mark.slow
 def test_a_second_process_reuses_the_disk_cache(logging_compiler, tmp_path):
     compiler, log = logging_compiler
     cache = str(tmp_path / "cache")
@@ -68,6 +69,7 @@ def test_a_second_process_reuses_the_disk_cache(logging_compiler, tmp_path):
     assert log.read_text().splitlines() == ["run"]  # ...and the compiler never started
 
 
+@pytest.mark.slow
 def test_two_processes_compiling_at_once_both_succeed(logging_compiler, tmp_path):
     compiler, _ = logging_compiler
     cache = str(tmp_path / "cache")

@@ -198,6 +198,7 @@ def _forward_type(c, dtype, channels_first):
     return program.type_of(program.outputs[0])
 
 
+@pytest.mark.slow
 def test_conv_losses_and_gradients_match_jax():
     kept = _check(CASES)
     forms = [geometry(s.op).form for s in kept]
@@ -263,6 +264,7 @@ def test_without_avx512_the_tiles_multiply_in_blas_or_loops(monkeypatch, dtype, 
 @pytest.mark.parametrize(
     "dtype", [bf16, pytest.param(f16, marks=pytest.mark.slow)], ids=["bf16", "f16"]
 )
+@pytest.mark.slow
 def test_half_precision_convs_sum_in_f32_and_round_once(dtype):
     """Each gradient element is an f32 sum of exact products of 16-bit values, rounded once
     (half an ulp: 2^-9 of bf16, 2^-12 of f16, relative)."""

@@ -84,6 +84,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_blocked_gradients_match_the_unrolled_gradient(case, blocks_of_8):
     program = _rnn(24, **CASES[case])
     wrt = (0, 1, 2, 3)

@@ -121,6 +121,7 @@ def test_column_kernels_compile_in_every_dtype():
 @pytest.mark.parametrize(
     ("dtype", "rows", "columns"), [(bf16, 2048, 96), (f32, 513, 7), (f64, 3000, 40)], ids=str
 )
+@pytest.mark.slow
 def test_the_kernel_run_on_the_cpu_sums_alike_in_any_block_order(dtype, rows, columns):
     # Without a GPU: the generated kernel, blocks in shuffled orders, twice (the last block
     # differs from run to run; the counters must end at zero), misaligned for the scalar loop.

@@ -297,6 +297,7 @@ def test_a_plain_pack_stores_vectors():
 
 
 @pytest.mark.parametrize("shift", [0, 2], ids=["aligned", "misaligned"])
+@pytest.mark.slow
 def test_the_generated_qkv_kernels_copy_the_right_elements(shift):
     # The CUDA kernels themselves, run on the CPU: the vector loop (aligned) and the scalar one.
     split = _split(bf16, b=2, t=64, h=4, d=64, parts=(2,))

@@ -139,6 +139,7 @@ def test_a_second_compile_reads_the_fragment_back_without_planning(cache_dir, mo
     assert cuda_compile.compile_program(_mlp_step()).source == first.source
 
 
+@pytest.mark.slow
 def test_another_process_reads_the_fragment_back_without_planning(cache_dir):
     """Across processes (other string hashes): the keys are the same (cuDNN attention's and
     conv's kernel calls included, faked), and the records read back hash as fresh ones do

@@ -226,6 +226,7 @@ def test_a_misaligned_view_and_a_transpose_are_read_element_by_element():
 
 @pytest.mark.parametrize("shift", [0, 4])
 @pytest.mark.parametrize("start", [256, 257])
+@pytest.mark.slow
 def test_a_contiguous_slice_at_an_offset_is_read_as_vectors_where_aligned(start, shift):
     # As a gradient read out of a data-parallel step's all-reduced bucket: x[256:] starts 1 KB
     # into its buffer, so 16-byte loads reach it; x[257:] does not (scalar loads). The kernel
@@ -284,6 +285,7 @@ def test_a_value_rounded_to_bf16_is_stored_as_its_high_half(shift):
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_the_vector_kernels_compile_to_vector_instructions():
     source = "".join(
         compile_program(build(dtype), prefix=f"p{n}_{dtype}_").source

@@ -195,6 +195,7 @@ def _swapped_io(kernel: str) -> str:
 
 @pytest.mark.parametrize("shift", [0, 4])  # aligned: vectors; misaligned: the scalar loop
 @pytest.mark.parametrize("case", ["n", "r", "straddle", "fused"])
+@pytest.mark.slow
 def test_emulated_cuda_kernel_matches_the_reference(case, shift):
     special = {"straddle": _straddling, "fused": _repeated_then_widened}
     program = special[case]() if case in special else _parts(64, 256, case)

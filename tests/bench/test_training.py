@@ -51,6 +51,7 @@ def cnn_runs():
     return {s: training.worker("cnn", s, "check", "f32", 0.01) for s in systems}
 
 
+@pytest.mark.slow
 def test_accy_cnn_first_loss_matches_numpy(cnn_runs):
     expected = _numpy_cnn_loss(S)
     assert abs(cnn_runs["accy"]["losses"][0] - expected) <= 1e-5 * abs(expected)

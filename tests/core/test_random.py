@@ -30,6 +30,7 @@ def _ks_statistic(samples, cdf):
     return max(np.max(np.arange(1, n + 1) / n - values), np.max(values - np.arange(n) / n))
 
 
+@pytest.mark.slow
 def test_uniform_floats_are_uniform_on_the_unit_interval():
     _, (u,) = _draw(lambda b, k: accy.random.uniform(k, spec(f32, n=N)))
     assert u.dtype == np.float32 and u.min() >= 0.0 and u.max() < 1.0

@@ -15,6 +15,7 @@ from accy.demo import preset
 from accy.demo.text import ByteText, source_files, split_files, stdlib_root
 
 
+@pytest.mark.slow
 def test_the_split_is_by_file_disjoint_and_deterministic():
     files = source_files(stdlib_root())
     assert len(files) > 100 and files == sorted(files)
@@ -97,6 +98,7 @@ def test_minutes_without_a_preset_is_refused(capsys):
     assert "--minutes needs --preset" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_language_model_step_is_optax_adamw_with_the_decay_mask():
     import optax
 

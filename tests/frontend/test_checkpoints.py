@@ -314,6 +314,7 @@ def kill_during_a_save(path, fraction, writer="atomic"):
 
 
 @pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
+@pytest.mark.slow
 def test_kill_9_during_a_save_leaves_a_whole_checkpoint(tmp_path, fraction):
     path = tmp_path / "live.safetensors"
     done = kill_during_a_save(path, fraction)

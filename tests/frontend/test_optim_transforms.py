@@ -51,6 +51,7 @@ def run_both(ours_opt, their_opt, shapes, steps=3, grad_seed=1):
     return state
 
 
+@pytest.mark.slow
 def test_muon_orthogonalises_matrices_and_adams_the_rest_as_optax():
     shapes = {"w": (4, 6), "tall": (6, 3), "b": (6,)}
     run_both(
@@ -84,6 +85,7 @@ def test_muon_matrix_axes_pick_the_matrices_by_name():
         np.testing.assert_allclose(updates[k].array, np.asarray(want[k]), rtol=2e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_adafactor_factors_the_two_largest_axes_as_optax():
     shapes = {"matrix": (3, 5), "cube": (2, 4, 3), "vector": (5,)}
     run_both(
@@ -98,6 +100,7 @@ def test_adafactor_factors_the_two_largest_axes_as_optax():
 
 
 @pytest.mark.parametrize("use_grad_mean", [True, False])
+@pytest.mark.slow
 def test_multisteps_accumulates_over_windows_as_optax(use_grad_mean):
     ours = optim.MultiSteps(optim.adam(0.1), every_k_schedule=3, use_grad_mean=use_grad_mean)
     theirs = optax.MultiSteps(optax.adam(0.1), every_k_schedule=3, use_grad_mean=use_grad_mean)

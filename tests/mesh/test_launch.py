@@ -31,6 +31,7 @@ def with_source(path: str) -> str:
     return os.pathsep.join(filter(None, [str(Path(__file__).parents[2] / "src"), path]))
 
 
+@pytest.mark.slow
 def test_processes_agree_on_ranks_and_ids(tmp_path):
     assert launch(4, [sys.executable, WORKER, str(tmp_path)]) == 0
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
@@ -213,6 +214,7 @@ def assert_gone(folder: Path, ranks: int) -> None:
             os.kill(pid, 0)
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_mid_step_ends_the_others_even_one_ignoring_sigterm(tmp_path):
     started = time.monotonic()
     assert launch(2, [sys.executable, STEPPING, str(tmp_path), "die+stubborn"], grace=1) == 7

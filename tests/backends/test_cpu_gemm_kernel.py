@@ -250,6 +250,7 @@ def test_float32_gemms_stay_with_a_blas_that_has_avx512_kernels(native_cpu):
         assert (loaded.sgemm == blas.sgemm) == own and loaded.mixed_gemm != 0
 
 
+@pytest.mark.slow
 def test_the_blas_says_which_core_its_kernels_are_for():
     """NumPy's OpenBLAS names its core; `OPENBLAS_CORETYPE=Haswell` holds it to Haswell's."""
     import subprocess

@@ -195,6 +195,7 @@ def test_the_plain_gradient_runs_as_it_is():
 
 
 @pytest.mark.parametrize("remat", [False, True])
+@pytest.mark.slow
 def test_nested_scans_in_blocks(remat, blocks_of_8):
     # A remat scan over t whose body scans j: the blocked scans' bodies hold scans themselves.
     def loss(b, args):

@@ -300,6 +300,7 @@ def test_peak_resident_sees_an_allocation_made_after_reset():
     assert int(out.stdout) >= 60 * 2**20
 
 
+@pytest.mark.slow
 def test_the_harness_side_never_imports_the_peers():
     """Only worker processes import JAX or PyTorch, so the harness runs without them."""
     modules = "bench.cli, bench.runner, bench.report, bench.compare, bench.measure, bench.workloads"

@@ -181,6 +181,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_programs_without_inputs_or_outputs_run_on_the_cpu():
     # In a process of its own: the defect was a segmentation fault, which would end pytest.
     try:

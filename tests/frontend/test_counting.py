@@ -238,6 +238,7 @@ def test_unique_errors():
         accy.unique(accy.named(np.int32(1), ()), "u", 1)
 
 
+@pytest.mark.slow
 def test_counting_functions_under_vmap_match_jax_vmap():
     data = np.array([[3, 1, 3, 0], [2, 2, 5, 2]], np.int32)
     x = accy.named(data, ("b", "t"), device="reference")

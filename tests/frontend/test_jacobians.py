@@ -64,6 +64,7 @@ def test_jacobian_axes_are_the_outputs_then_the_inputs():
         np.testing.assert_allclose(got.array, expected, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_hessian_against_jax_with_the_suffix_rule():
     x = on(X, ("i",))
     expected = jax.hessian(lambda x: jnp.sum(jnp.sin(x) * x[0]))(X)

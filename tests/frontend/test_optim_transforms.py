@@ -59,6 +59,7 @@ def test_muon_orthogonalises_matrices_and_adams_the_rest_as_optax():
     )
 
 
+@pytest.mark.slow
 def test_muon_matrix_axes_pick_the_matrices_by_name():
     params = {
         "stack": accy.named(

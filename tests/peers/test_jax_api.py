@@ -275,6 +275,7 @@ def test_hessian_aux():
 
 
 @translates("APITest.test_jacobian_on_pytrees")
+@pytest.mark.slow
 def test_jacobian_on_pytrees():
     zero, one = scalar(0.0), scalar(1.0)  # the peer's 0. and 1., on the reference evaluator
     three = (scalar(1.0), scalar(2.0), scalar(3.0))

@@ -39,6 +39,33 @@ def axis_tuple(axes) -> tuple[str, ...]:
     return tuple(axes)
 
 
+def check_contracted_axes(
+    what: str, a: TensorType, b: TensorType, axes: Sequence[str], labels: tuple[str, str]
+) -> None:
+    """An AxisError unless every axis of `axes` is on both `a` and `b` with one extent;
+    `labels` name the two operands in the message.
+
+    >>> from accy.core.types import f32
+    >>> a, b = TensorType(f32, (("i", 2),)), TensorType(f32, (("i", 3),))
+    >>> check_contracted_axes("f", a, b, ("i",), ("a", "b"))
+    Traceback (most recent call last):
+    ...
+    accy.errors.AxisError: f: axis 'i' has extent 2 on a and 3 on b
+    """
+    for axis in axes:
+        if not (a.has(axis) and b.has(axis)):
+            raise AxisError(
+                f"{what}: axis {axis!r} must be on both operands, but {labels[0]} has "
+                f"({', '.join(a.axes)}) and {labels[1]} has ({', '.join(b.axes)}); a typo must "
+                "not become an outer product"
+            )
+        if a.extent(axis) != b.extent(axis):
+            raise AxisError(
+                f"{what}: axis {axis!r} has extent {a.extent(axis)} on {labels[0]} and "
+                f"{b.extent(axis)} on {labels[1]}"
+            )
+
+
 def is_axis_argument(x: Any) -> bool:
     """An axis name or a sequence of them (an empty one reduces over no axes)."""
     return isinstance(x, str) or (
@@ -498,18 +525,8 @@ class OpsApi(Compositions, Counting, Indexing, Windows):
         f32 and rounded once; `accumulate=accy.f32` keeps the f32 sum as an f32 result.
         """
         axes = axis_tuple(axes)
-        for axis in axes:
-            if not (a.ty.has(axis) and b.ty.has(axis)):
-                raise AxisError(
-                    f"contract: axis {axis!r} must be on both operands, but the left operand "
-                    f"{a.ty} has ({', '.join(a.ty.axes)}) and the right operand {b.ty} has "
-                    f"({', '.join(b.ty.axes)}); a typo must not become an outer product"
-                )
-            if a.ty.extent(axis) != b.ty.extent(axis):
-                raise AxisError(
-                    f"contract: axis {axis!r} has extent {a.ty.extent(axis)} on the left "
-                    f"operand {a.ty} and {b.ty.extent(axis)} on the right operand {b.ty}"
-                )
+        labels = (f"the left operand {a.ty}", f"the right operand {b.ty}")
+        check_contracted_axes("contract", a.ty, b.ty, axes, labels)
         batch = [n for n in a.ty.axes if b.ty.has(n) and n not in axes]
         for axis in batch:
             if a.ty.extent(axis) != b.ty.extent(axis):

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..backends.cuda import fp8 as cuda_fp8
+from ..core.operations import check_contracted_axes
 from ..core.types import (
     DType,
     TensorType,
@@ -305,17 +306,7 @@ def _check(x: Any, w: Any, axes: tuple[str, ...], formats, gradient) -> None:
         raise DTypeError(f"fp8_matmul: x is {x.ty} but w is {w.ty}; give both one dtype")
     if not axes:
         raise AxisError("fp8_matmul: name at least one axis to contract")
-    for axis in axes:
-        if not (x.ty.has(axis) and w.ty.has(axis)):
-            raise AxisError(
-                f"fp8_matmul: axis {axis!r} must be on both operands, but x is {x.ty} and w is "
-                f"{w.ty}"
-            )
-        if x.ty.extent(axis) != w.ty.extent(axis):
-            raise AxisError(
-                f"fp8_matmul: axis {axis!r} has extent {x.ty.extent(axis)} on x and "
-                f"{w.ty.extent(axis)} on w"
-            )
+    check_contracted_axes("fp8_matmul", x.ty, w.ty, axes, ("x", "w"))
     shared = [n for n in x.ty.axes if w.ty.has(n) and n not in axes]
     if shared:
         raise AxisError(

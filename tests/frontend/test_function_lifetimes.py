@@ -85,3 +85,49 @@ def test_a_jitted_function_is_its_wrapper_holding_the_function_and_sharing_its_p
     del loss, again
     gc.collect()
     assert loss_alive() is None
+
+
+class Cycle:
+    """An object that refers to itself: only the cyclic collector frees it."""
+
+    def __init__(self):
+        self.me = self
+
+
+def cycle_made_while_building():
+    from accy.frontend.tracing import without_collection
+
+    with without_collection():
+        garbage = Cycle()
+        alive = weakref.ref(garbage)
+        del garbage
+    return alive
+
+
+def test_garbage_of_builds_is_collected_once_its_bound_is_passed(monkeypatch):
+    from accy.frontend import tracing
+
+    monkeypatch.setattr(tracing, "UNWALKED_OBJECTS_BEFORE_COLLECTING", 0)
+    monkeypatch.setitem(tracing._COLLECTION, "tracked after the last full collection", 0)
+    assert cycle_made_while_building()() is None
+    assert gc.isenabled()
+
+
+def test_garbage_of_a_build_below_the_bound_waits_for_a_full_collection(monkeypatch):
+    from accy.frontend import tracing
+
+    monkeypatch.setattr(tracing, "UNWALKED_OBJECTS_BEFORE_COLLECTING", 10**12)
+    alive = cycle_made_while_building()
+    assert alive() is not None and gc.isenabled() and gc.get_freeze_count() == 0
+    gc.collect()
+    assert alive() is None
+
+
+def test_objects_the_caller_froze_stay_frozen():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        cycle_made_while_building()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

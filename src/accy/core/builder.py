@@ -72,7 +72,14 @@ class Builder(OpsApi):
 
     def emit(self, kind: str, operands: Sequence[Any], attrs=None, id: int | None = None):
         """Check and record one operation; returns its result Value (a tuple if several)."""
-        operands = list(operands)
+        for value in operands:
+            if getattr(value, "builder", None) is not self:
+                return self._emit_with_outside_operands(kind, list(operands), attrs, id)
+        return self._record(kind, operands, attrs, id)
+
+    def _emit_with_outside_operands(self, kind: str, operands: list, attrs, id: int | None):
+        """`emit` where some operand is not this builder's value: a value of an enclosing
+        builder (captured), a concrete array (a constant), or a mistake (explained)."""
         inner = self._innermost(operands)
         if inner is not self:
             # `w * x` with `w` from an enclosing program and `x` from a scan body being traced:
@@ -85,25 +92,33 @@ class Builder(OpsApi):
                     f"{kind}: operand {position} ({value!r}) is not a value of the program "
                     f"{self.name!r} being traced; values from another trace cannot be mixed in"
                 )
-        operand_types = tuple(v.ty for v in operands)
+        return self._record(kind, operands, attrs, id)
+
+    def _record(self, kind: str, operands: Sequence[Value], attrs, id: int | None):
+        """Type-check an operation on this builder's `operands` and append it."""
+        operand_types = tuple([v.ty for v in operands])
         rule, attrs, result_types = check_operation(kind, operand_types, attrs)
-        results = tuple(range(len(self._types), len(self._types) + len(result_types)))
+        first = len(self._types)
+        results = tuple(range(first, first + len(result_types)))
         self._types.extend(result_types)
         if kind == "parameter":
             self._parameter_count = max(self._parameter_count, attrs["index"] + 1)
         op = Operation(
             len(self._operations) if id is None else id,
             kind,
-            tuple(v.index for v in operands),
+            tuple([v.index for v in operands]),
             results,
             result_types,
             attrs,
             operand_types,
         )
         self._operations.append(op)
-        self._producers.update((r, op) for r in results)
-        values = tuple(Value(self, r, t) for r, t in zip(results, result_types, strict=True))
-        return values if rule.multiple_results else values[0]
+        producers = self._producers
+        for result in results:
+            producers[result] = op
+        if rule.multiple_results:
+            return tuple(Value(self, r, t) for r, t in zip(results, result_types, strict=True))
+        return Value(self, first, result_types[0])
 
     def subprogram(self, name: str, specs: Sequence[TensorType], body: Callable) -> Program:
         """Trace `body(builder, args)` into a Program of its own (a scan's body)."""

@@ -247,7 +247,10 @@ class OpsApi(Compositions, Counting, Indexing, Windows):
                         f"(rename one axis if they are different axes)"
                     )
         target = tuple(named.items())
-        return [self.broadcast_to(v, v.ty.with_axes(target)) for v in values]
+        return [  # most operands have the union's axes in its order already: no new type
+            v if v.ty.named_extents == target else self.broadcast_to(v, v.ty.with_axes(target))
+            for v in values
+        ]
 
     # -- layout -----------------------------------------------------------------------------
 

@@ -170,12 +170,50 @@ def accy_config(s: Scale):
 def accy_step(s: Scale, device: str, dtype: str = "bf16"):
     """(`step(model, state, ids, targets) -> (loss, model, state)`, the model, the AdamW
     state): one jitted function, the model and state donated (updated in place)."""
-    import accy
-    from accy import nn, optim
-    from accy.frontend.tracing import flatten, leaf_paths
+    from accy.frontend.tracing import flatten
     from accy.models.llama import Llama
 
     model = Llama.from_tensors(accy_config(s), initial_tensors(s), device=device)
+    step, optimizer = accy_training_step(model, device, dtype)
+    return step, model, optimizer.init(flatten(model)[0])
+
+
+def abstract_model(s: Scale):
+    """accy's model at scale `s` with each weight an abstract array (of its type, holding no
+    memory: what tracing takes for an `accy.spec`), to trace and plan the step without the
+    weights: the structure of a tiny model of the same kind (grouped or not), its axes given
+    the extents of `s`.
+
+    >>> print(abstract_model(SCALES["cuda"]).blocks.layers.mlp.gate.weight.ty)
+    f32[layer=16, hidden=8192, embed=2048]
+    """
+    import optree
+
+    import accy
+    from accy.frontend.lowered import abstract_inputs
+    from accy.frontend.tracing import NAMESPACE
+    from accy.models.llama import Llama
+
+    tiny = Scale(layers=1, embed=4 * s.group, heads=2 * s.group, kv_heads=2, hidden=8, vocab=8,
+                 batch=1, tokens=1)  # fmt: skip
+    extents = {"layer": s.layers, "embed": s.embed, "head": s.kv_heads, "group": s.group,
+               "dim": s.head_dim, "hidden": s.hidden, "vocab": s.vocab}  # fmt: skip
+
+    def abstract(leaf):
+        return abstract_inputs(accy.spec(leaf.dtype, **{axis: extents[axis] for axis in leaf.axes}))
+
+    model = Llama.from_tensors(accy_config(tiny), initial_tensors(tiny), device="reference")
+    return optree.tree_map(abstract, model, namespace=NAMESPACE).replace(config=accy_config(s))
+
+
+def accy_training_step(model, device: str, dtype: str = "bf16"):
+    """(the jitted `step(model, state, ids, targets) -> (loss, model, state)`, its AdamW) for
+    a model of `model`'s structure (its arrays or their types: the weight decay's mask is made
+    from its leaves' paths); on devices that take donations, model and state are donated."""
+    import accy
+    from accy import nn, optim
+    from accy.frontend.tracing import flatten, leaf_paths
+
     device = accy.device(device)
     mask = [not is_norm(path) for path in leaf_paths(model)]
     optimizer = optim.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
@@ -196,11 +234,7 @@ def accy_step(s: Scale, device: str, dtype: str = "bf16"):
         return value, treedef.unflatten(optim.apply_updates(leaves, updates)), state
 
     donate = (0, 1) if device.takes_donations else ()
-    return (
-        accy.jit(step, device=device, donate_argnums=donate),
-        model,
-        optimizer.init(flatten(model)[0]),
-    )
+    return accy.jit(step, device=device, donate_argnums=donate), optimizer
 
 
 def run_accy(s: Scale, device: str, steps: int, dtype: str = "bf16") -> dict:

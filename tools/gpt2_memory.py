@@ -51,6 +51,26 @@ def step_program(scale_name: str, dtype: str, fused: bool):
     return entry.program, entry.donate
 
 
+def llama1b_program(scale_name: str, dtype: str):
+    """`bench.llama1b`'s training step program and its donated inputs, traced from the model's
+    and the AdamW state's types alone (no weights in memory)."""
+    import accy
+    from accy.core.types import i32
+    from accy.frontend.lowered import abstract_inputs
+    from accy.frontend.tracing import Staged, flatten
+    from bench.llama1b import SCALES, abstract_model, accy_training_step
+
+    scale = SCALES[scale_name]
+    model = abstract_model(scale)
+    step, optimizer = accy_training_step(model, "cuda", dtype)
+    state = accy.eval_shape(optimizer.init, flatten(model)[0])
+    ids = accy.spec(i32, batch=scale.batch, token=scale.tokens)
+    leaves, treedef = flatten(((model, *abstract_inputs((state, ids, ids))), {}))
+    staged = Staged(lambda leaves, treedef: step._build((), leaves, treedef), "cuda")
+    entry = staged.entry(leaves, treedef, ("signature",))
+    return entry.program, entry.donate
+
+
 def live_bytes(plan: Any) -> tuple[list[int], dict[int, tuple[int, int]]]:
     """Bytes of the workspace in use at each step (buffers sharing memory counted once), and
     each workspace buffer's (first, last) step."""
@@ -173,7 +193,10 @@ def measure_on_gpu(scale_name: str, dtype: str, fused: bool, donate: bool, steps
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cuda", help="a scale of bench.gpt2 (cuda, cpu, check)")
+    parser.add_argument("--workload", default="gpt2", choices=("gpt2", "llama1b"))
+    parser.add_argument(
+        "--scale", default="cuda", help="a scale of the workload's bench (cuda, cpu, check)"
+    )
     parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
     parser.add_argument("--attention", default="fused", choices=("fused", "composition"))
     parser.add_argument("--top", type=int, default=12, help="buffers listed at the peak")
@@ -193,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     from accy.lower.target import GPU
 
     start = time.perf_counter()
-    program, donated = step_program(args.scale, args.dtype, args.attention == "fused")
+    if args.workload == "llama1b":
+        program, donated = llama1b_program(args.scale, args.dtype)
+    else:
+        program, donated = step_program(args.scale, args.dtype, args.attention == "fused")
     traced = time.perf_counter()
     try:
         compiled = compile_program(program)
@@ -206,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         constant_bytes = scratch = -MIB
     done = time.perf_counter()
     result = {
+        "workload": args.workload,
         "scale": args.scale,
         "dtype": args.dtype,
         "attention": args.attention,

@@ -1,5 +1,6 @@
 """Reverse mode of a scan recomputes light primal values (arithmetic without transcendentals,
-layout, constants) in the backward scan instead of stacking them (`scan_split.light_recompute`):
+layout, constants, and transcendentals of values at hand) in the backward scan instead of
+stacking them (`scan_split.light_recompute`):
 fewer stacked bytes, the same gradient as the unrolled program and finite differences."""
 
 from __future__ import annotations
@@ -79,3 +80,24 @@ def test_the_demo_scan_stacks_less_and_matches_the_unrolled_model():
             rtol=1e-4,
             atol=1e-6,
         )
+
+
+def _swish_layers(b, args):
+    """A scan over `t` of x + g * logistic(g), g = exp(x * w): the derivative reads g (g' = g)
+    and logistic(g), which is recomputed from g rather than stacked."""
+    x0, ws = args
+
+    def step(_, a):
+        x, w = a
+        g = (x * w).exp()
+        return g * g.logistic() + x
+
+    (final,), _ = b.scan(step, carries=[x0], xs=[ws], axis="t")
+    return (final * final).sum("h")
+
+
+def test_a_transcendental_of_a_stacked_value_is_recomputed():
+    program = accy.trace.define("swish", [spec(f32, h=6), spec(f32, t=4, h=6)], _swish_layers)
+    gradient = _check(program, wrt=(0, 1), cpu=True)
+    # x (read by the derivative of x * w) and g, 4 steps of 6 f32 each; not logistic(g).
+    assert _stacked_bytes(gradient) == 2 * 4 * 6 * 4

@@ -329,7 +329,7 @@ def recompute_inputs(body: Program, recompute: set[int], needed: list, lv: set[i
 
 
 LIGHT_KINDS = frozenset({"add", "sub", "mul", "div", "max", "min", "compare", "select"})
-LIGHT_KINDS |= {"convert", "broadcast_in_dim", "transpose", "reshape", "constant", "iota"}
+LIGHT_KINDS |= {"convert", "broadcast_in_dim", "transpose", "reshape", "slice", "constant", "iota"}
 
 
 def _is_light(op: Any) -> bool:
@@ -360,7 +360,10 @@ def light_recompute(body: Program, needed: list, role_of: dict, producer: dict) 
     stored anyway) take no more bytes than the value itself. Walking from the last definition
     to the first, a chain of light operations collapses onto the heavy values it starts from
     (an MLP's tanh-GELU derivative stores its input and the tanh, not every product; a softmax's
-    broadcast denominator stores the row sums). Constants and iota always qualify.
+    broadcast denominator stores the row sums). Constants and iota always qualify. Any other
+    unary operation (a transcendental) is recomputed when its operand is at hand already: it
+    costs a few instructions per element and no stored bytes (SwiGLU's logistic(gate), the
+    gate being stacked for the derivative anyway: 128 MiB a layer of the llama1b step).
 
     >>> import accy
     >>> p = accy.trace.define("p", [accy.spec(accy.f32, lane=4)], lambda b, a: a[0].exp() * 2.0)
@@ -376,10 +379,14 @@ def light_recompute(body: Program, needed: list, role_of: dict, producer: dict) 
     candidates = set(needed)
     for op in reversed(body.operations):
         value = op.results[0]
-        if value not in candidates or value in role_of or not _is_light(op):
+        if value not in candidates or value in role_of:
             continue
         added = [v for v in dict.fromkeys(op.operands) if v not in available]
         stored = [v for v in added if v not in free]
+        if not _is_light(op):
+            if op.kind == "unary" and not stored:
+                recompute.add(value)
+            continue
         if sum(body.type_of(v).nbytes for v in stored) <= body.type_of(value).nbytes:
             recompute.add(value)
             available.update(added)

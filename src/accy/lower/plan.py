@@ -27,7 +27,7 @@ from .grouping import (
 )
 from .pooling import needs_accumulator
 from .reduction import reduce_layout
-from .remat import rematerialize_stored
+from .remat import convert_inside_scans, rematerialize_stored
 from .split_gemms import split_widened_gemms
 from .target import CPU, Target
 from .views import StridedView, view_of_stored, view_through
@@ -147,6 +147,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     if target.splits_widened_gemms:
         program = split_widened_gemms(program)
     if target.rematerialize_after:
+        program = convert_inside_scans(program, target.rematerialize_min_bytes)
         program = rematerialize_stored(program, target)
     decisions = fusion.decide(program, target.recomputes_transcendentals)
     views = _views_for_buffer_consumers(decisions)

@@ -24,8 +24,10 @@ jitted loss and uses `jax.nn.dot_product_attention`; PyTorch `torch.compile` of 
 everything in f32 (TF32 off).
 
 Reported per system: step time (median), tokens/s, model FLOP utilisation against 989 TFLOP/s
-(the H100/H200 dense bf16 peak), peak device memory, and the first step from a cold start
-(accy: empty disk caches; a second process with them filled gives the warm first step).
+(the H100/H200 dense bf16 peak), peak device memory (also as the most bytes the allocator
+handed out at once and held, alike for accy and PyTorch: `worker`), and the first step from a
+cold start (accy: empty disk caches; a second process with them filled gives the warm first
+step).
 Model FLOPs a step: 6 N B T + 12 L B T^2 d, N the parameters without the input embedding
 (a lookup), B the batch, T the tokens, L the layers, d the query width (heads x head size).
 """
@@ -417,11 +419,28 @@ RUNNERS = {"accy": run_accy, "jax": run_jax, "torch": run_torch}
 
 
 def worker(system: str, scale: str, device: str, steps: int, dtype: str) -> dict:
-    result = RUNNERS[system](SCALES[scale], device, steps, dtype)
+    """One system's run in this process. On CUDA, besides `peak_device_bytes` (what the table
+    has always shown: CuPy's pool for accy, every block it ever held; PyTorch's peak
+    allocated; XLA's peak in use), `peak_allocated_bytes` and `peak_reserved_bytes` measure
+    accy and PyTorch alike: the most bytes their allocators handed out at once (accy: a CuPy
+    memory hook installed before the model is made) and held from the device."""
+    tracker = None
     if device == "cuda" and system == "accy":
+        from bench.systems.cupy_memory import CupyPoolPeak
+
+        tracker = CupyPoolPeak()
+    result = RUNNERS[system](SCALES[scale], device, steps, dtype)
+    if tracker is not None:
         import cupy
 
         result["peak_device_bytes"] = cupy.get_default_memory_pool().total_bytes()
+        result["peak_reserved_bytes"] = result["peak_device_bytes"]
+        result["peak_allocated_bytes"] = tracker.peak_bytes()
+    if device == "cuda" and system == "torch":
+        import torch
+
+        result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     result["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return result
 
@@ -452,6 +471,8 @@ def summarize(system: str, result: dict, s: Scale, peak_flops: float | None) -> 
         "first_step_s": result["first_step_s"],
         "warm_first_step_s": result.get("warm_first_step_s"),
         "peak_device_bytes": result.get("peak_device_bytes"),
+        "peak_allocated_bytes": result.get("peak_allocated_bytes"),
+        "peak_reserved_bytes": result.get("peak_reserved_bytes"),
         "peak_host_rss_bytes": result["peak_host_rss_bytes"],
         "losses": result["losses"],
     }
@@ -513,7 +534,8 @@ def _print(report: dict) -> None:
         "TFLOP a step"
     )
     print(
-        "system | step ms | tokens/s | TFLOP/s | MFU | first step s | warm first s | peak MB | loss"
+        "system | step ms | tokens/s | TFLOP/s | MFU | first step s | warm first s | peak MB | "
+        "allocated / reserved MB | loss"
     )
     for r in report["results"]:
         if "error" in r:
@@ -522,10 +544,12 @@ def _print(report: dict) -> None:
         mfu = f"{r['mfu'] * 100:.1f}%" if r["mfu"] else "-"
         warm = r.get("warm_first_step_s")
         peak = r["peak_device_bytes"] or r["peak_host_rss_bytes"]
+        held = (r.get("peak_allocated_bytes"), r.get("peak_reserved_bytes"))
+        both = " / ".join(f"{b / 2**20:.0f}" for b in held) if None not in held else "-"
         print(
             f"{r['system']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
             f"{r['model_tflops_per_s']:.1f} | {mfu} | {r['first_step_s']:.2f} | "
-            f"{'-' if warm is None else f'{warm:.2f}'} | {peak / 2**20:.0f} | "
+            f"{'-' if warm is None else f'{warm:.2f}'} | {peak / 2**20:.0f} | {both} | "
             f"{r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}"
         )
 

@@ -391,7 +391,41 @@ def light_recompute(body: Program, needed: list, role_of: dict, producer: dict) 
             recompute.add(value)
             available.update(added)
             candidates.update(added)
+            continue
+        chain, frontier = _light_chain(value, producer, available | free)
+        stored = [v for v in frontier if v not in available and v not in free]
+        if sum(body.type_of(v).nbytes for v in stored) <= body.type_of(value).nbytes:
+            recompute.update(chain)
+            available.update(chain, frontier)
+            candidates.update(frontier)
     return recompute
+
+
+MAX_LIGHT_CHAIN = 16
+"""The most light operations one recomputed value repeats when its chain is judged whole."""
+
+
+def _light_chain(value: int, producer: dict, at_hand: set[int]) -> tuple[list[int], set[int]]:
+    """The light operations' values that compute `value` from values at hand or made by other
+    operations (its `frontier`), at most `MAX_LIGHT_CHAIN` of them. What a value one step
+    away from a wider one needs: RMSNorm's bf16 `x * rstd` is a conversion of an f32 product,
+    twice its bytes, but that product reads only x and rstd, both stacked anyway."""
+    chain: list[int] = []
+    frontier: set[int] = set()
+    pending, seen = [value], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        op = producer[current]
+        at_hand_already = current != value and current in at_hand
+        if at_hand_already or not _is_light(op) or len(chain) >= MAX_LIGHT_CHAIN:
+            frontier.add(current)
+            continue
+        chain.append(current)
+        pending.extend(op.operands)
+    return chain, frontier
 
 
 def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:

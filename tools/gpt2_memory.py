@@ -1,25 +1,29 @@
-"""What holds device memory in the GPT-2 training step? Plans `bench.gpt2`'s step for CUDA
-(no GPU needed: the plan and the schedule are made on the host) and reports, in MiB:
+"""What holds device memory in a training step? Plans `bench.gpt2`'s step (or, with `--workload
+llama1b`, `bench.llama1b`'s, traced from the model's types alone) for CUDA (no GPU needed: the
+plan and the schedule are made on the host) and reports, in MiB:
 
 - the arguments (parameters, AdamW state, ids, targets) and the outputs the step cannot write
   into a donated argument (`accy.lower.buffers.donation_aliases`, as `donate_argnums=(0, 1)`);
-- the fragment's memory: the plan's workspace (intermediates), the large constants, the
-  steps' scratch;
-- the peak of the workspace's live bytes over the steps, the step where it is reached, and the
-  largest buffers alive there: what wrote each (step number and kind) and which step reads it
-  last.
+- the fragment's memory: the plan's workspace (intermediates and the steps' scratch, a scan
+  body's workspace among them), the large constants, the fragment's own scratch (cuDNN's,
+  only where cuDNN is: else the plan alone is made, and these read -1);
+- the peak of the workspace's live bytes over the steps (values only, no scratch), the step
+  where it is reached, and the largest buffers alive there: what wrote each (step number and
+  kind) and which step reads it last.
 
     PYTHONPATH=src python3 tools/gpt2_memory.py                     # GPT-2 small, bf16
     PYTHONPATH=src python3 tools/gpt2_memory.py --dtype f32 --attention composition
     PYTHONPATH=src python3 tools/gpt2_memory.py --scale check --json out.json
+    PYTHONPATH=src:. python3 tools/gpt2_memory.py --workload llama1b   # the 1B Llama, bf16
 
 On the GPU the device memory of one step is about arguments + outputs not donated + fragment
 (+ cuBLAS's workspace and CuPy's pool rounding). `--gpu donate` or `--gpu plain` measures it:
-it runs the step of `bench.gpt2` a few times with parameters and state donated (as the bench
-does) or not, and reports CuPy's pool afterwards (the bench's "peak MB": the pool keeps every
-block it ever held) and the bytes in use.
+it runs the workload's step a few times with parameters and state donated (as the bench does)
+or not, and reports CuPy's pool afterwards (its total: every block it ever held; the bytes in
+use) and the most bytes it handed out at once.
 
     PYTHONPATH=src python3 tools/gpt2_memory.py --gpu donate --steps 3
+    PYTHONPATH=src:. python3 tools/gpt2_memory.py --workload llama1b --gpu donate --steps 3
 """
 
 from __future__ import annotations
@@ -163,17 +167,40 @@ def report(program, donated, plan, scratch_bytes: int, constant_bytes: int, top:
     }
 
 
-def measure_on_gpu(scale_name: str, dtype: str, fused: bool, donate: bool, steps: int) -> dict:
-    """Run the step `steps` times on the GPU; CuPy's pool (bytes held, bytes in use) after."""
-    import cupy
-    import numpy as np
+def gpu_step(workload: str, scale_name: str, dtype: str, fused: bool):
+    """(the workload's jitted step, its parameters, its state, ids, targets) on the GPU."""
+    import accy
 
-    from accy import jit
+    if workload == "llama1b":
+        from bench import llama1b
+
+        scale = llama1b.SCALES[scale_name]
+        step, params, state = llama1b.accy_step(scale, "cuda", dtype)
+        ids, targets = (
+            accy.named(a, ("batch", "token"), device="cuda") for a in llama1b.batch(scale)
+        )
+        return step, params, state, ids, targets
     from bench.gpt2 import SCALES, accy_inputs, accy_step
 
     scale = SCALES[scale_name]
     params, state, ids, targets = accy_inputs(scale, "cuda", dtype=dtype)
-    step = accy_step(scale, "cuda", dtype, fused)
+    return accy_step(scale, "cuda", dtype, fused), params, state, ids, targets
+
+
+def measure_on_gpu(
+    workload: str, scale_name: str, dtype: str, fused: bool, donate: bool, steps: int
+) -> dict:
+    """Run the step `steps` times on the GPU; CuPy's pool after (bytes held, bytes in use)
+    and the most bytes it handed out at once (a memory hook installed before the inputs are
+    made: what PyTorch's `max_memory_allocated` counts)."""
+    import cupy
+    import numpy as np
+
+    from accy import jit
+    from bench.systems.cupy_memory import CupyPoolPeak
+
+    tracker = CupyPoolPeak()
+    step, params, state, ids, targets = gpu_step(workload, scale_name, dtype, fused)
     if not donate:
         step = jit(step.fn)  # the same step, nothing donated
     pool = cupy.get_default_memory_pool()
@@ -183,11 +210,13 @@ def measure_on_gpu(scale_name: str, dtype: str, fused: bool, donate: bool, steps
         losses.append(float(np.asarray(loss.array.get())))
     cupy.cuda.get_current_stream().synchronize()
     return {
+        "workload": workload,
         "donated": donate,
         "steps": steps,
         "losses": [round(x, 4) for x in losses],
         "pool_total_MiB": round(pool.total_bytes() / MIB, 1),
         "pool_used_MiB": round(pool.used_bytes() / MIB, 1),
+        "peak_allocated_MiB": round(tracker.peak_bytes() / MIB, 1),
     }
 
 
@@ -206,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.gpu:
         fused = args.attention == "fused"
-        result = measure_on_gpu(args.scale, args.dtype, fused, args.gpu == "donate", args.steps)
+        donate = args.gpu == "donate"
+        result = measure_on_gpu(args.workload, args.scale, args.dtype, fused, donate, args.steps)
         print(json.dumps(result))
         return 0
     from accy.backends.cuda import cudnn_conv

@@ -146,8 +146,9 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     program = expand_compositions(program, target.keep)
     if target.splits_widened_gemms:
         program = split_widened_gemms(program)
-    if target.rematerialize_after:
+    if target.converts_inside_scans:
         program = convert_inside_scans(program, target.rematerialize_min_bytes)
+    if target.rematerialize_after:
         program = rematerialize_stored(program, target)
     decisions = fusion.decide(program, target.recomputes_transcendentals)
     views = _views_for_buffer_consumers(decisions)

@@ -9,7 +9,9 @@ plan and the schedule are made on the host) and reports, in MiB:
   only where cuDNN is: else the plan alone is made, and these read -1);
 - the peak of the workspace's live bytes over the steps (values only, no scratch), the step
   where it is reached, and the largest buffers alive there: what wrote each (step number and
-  kind) and which step reads it last.
+  kind) and which step reads it last;
+- for each scan (a stack of layers, forward and backward), what one of its steps runs: its
+  steps, the generated kernels among them (not cuBLAS or cuDNN) and the bytes they move.
 
     PYTHONPATH=src python3 tools/gpt2_memory.py                     # GPT-2 small, bf16
     PYTHONPATH=src python3 tools/gpt2_memory.py --dtype f32 --attention composition
@@ -118,6 +120,33 @@ def describe(plan: Any, value: int) -> str:
     return "input" if op is None else op.kind
 
 
+LIBRARY_STEPS = ("dot", "custom_call")
+"""Steps a library runs (cuBLAS, cuDNN); the others are generated kernels."""
+
+
+def generated_bytes(plan: Any) -> int:
+    """Bytes the generated kernels of one call of `plan` read and write (each stored value once
+    a step), a scan's body counted once per step of the scan."""
+    moved = 0
+    for step in plan.steps:
+        if step.kind == "scan":
+            moved += step.op.attrs["length"] * generated_bytes(step.body)
+        elif step.kind not in LIBRARY_STEPS:
+            values = set(step.reads) | set(step.writes)
+            moved += sum(plan.program.type_of(v).nbytes for v in values)
+    return moved
+
+
+def scan_body(body: Any) -> dict:
+    """What one step of a scan (a layer) runs: its steps (each a launch before batching), the
+    generated ones among them, and the bytes those move (`generated_bytes`)."""
+    return {
+        "steps": len(body.steps),
+        "generated_steps": sum(step.kind not in LIBRARY_STEPS for step in body.steps),
+        "generated_MiB_moved": round(generated_bytes(body) / MIB, 1),
+    }
+
+
 def report(program, donated, plan, scratch_bytes: int, constant_bytes: int, top: int) -> dict:
     from accy.lower.buffers import donation_aliases
 
@@ -164,6 +193,8 @@ def report(program, donated, plan, scratch_bytes: int, constant_bytes: int, top:
         "peak_step": f"{peak_step} of {len(plan.steps)} ({plan.steps[peak_step].kind})",
         "largest_alive_at_peak": largest,
         "live_MiB_every_10th_step": [round(b / MIB) for b in live[::10]],
+        "generated_MiB_moved": round(generated_bytes(plan) / MIB),
+        "scan_bodies": [scan_body(step.body) for step in plan.steps if step.kind == "scan"],
     }
 
 

@@ -360,10 +360,13 @@ def light_recompute(body: Program, needed: list, role_of: dict, producer: dict) 
     stored anyway) take no more bytes than the value itself. Walking from the last definition
     to the first, a chain of light operations collapses onto the heavy values it starts from
     (an MLP's tanh-GELU derivative stores its input and the tanh, not every product; a softmax's
-    broadcast denominator stores the row sums). Constants and iota always qualify. Any other
-    unary operation (a transcendental) is recomputed when its operand is at hand already: it
-    costs a few instructions per element and no stored bytes (SwiGLU's logistic(gate), the
-    gate being stacked for the derivative anyway: 128 MiB a layer of the llama1b step).
+    broadcast denominator stores the row sums). Constants and iota always qualify. A light
+    value whose operands are wider than it is judged by its whole chain of light operations
+    (`_light_chain`) instead: RMSNorm's bf16 x * rstd, an f32 product converted, reads only x
+    and rstd, both at hand. Any other unary operation (a transcendental) is recomputed when
+    its operand is at hand already: it costs a few instructions per element and no stored
+    bytes (SwiGLU's logistic(gate), the gate being stacked for the derivative anyway: 128 MiB
+    a layer of the llama1b step).
 
     >>> import accy
     >>> p = accy.trace.define("p", [accy.spec(accy.f32, lane=4)], lambda b, a: a[0].exp() * 2.0)

@@ -100,7 +100,7 @@ def _swish_layers(b, args):
 
 def test_a_transcendental_of_a_stacked_value_is_recomputed():
     program = accy.trace.define("swish", [spec(f32, h=6), spec(f32, t=4, h=6)], _swish_layers)
-    gradient = _check(program, wrt=(0, 1), cpu=True)
+    gradient = _check(program, wrt=(0, 1))
     # x (read by the derivative of x * w) and g, 4 steps of 6 f32 each; not logistic(g).
     assert _stacked_bytes(gradient) == 2 * 4 * 6 * 4
 

@@ -373,8 +373,8 @@ def light_recompute(body: Program, needed: list, role_of: dict, producer: dict) 
     >>> mul = p.operations[-1]
     >>> producer = {r: op for op in p.operations for r in op.results}
     >>> found = light_recompute(p, [mul.results[0]], {p.parameters[0]: ("x", 0)}, producer)
-    >>> sorted(producer[v].kind for v in found)
-    ['broadcast_in_dim', 'constant', 'mul']
+    >>> sorted(producer[v].kind for v in found)  # exp(x) too: x is at hand
+    ['broadcast_in_dim', 'constant', 'mul', 'unary']
     """
     free = constant_values(body)
     available = set(needed) | set(role_of)

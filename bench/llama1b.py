@@ -419,11 +419,11 @@ RUNNERS = {"accy": run_accy, "jax": run_jax, "torch": run_torch}
 
 
 def worker(system: str, scale: str, device: str, steps: int, dtype: str) -> dict:
-    """One system's run in this process. On CUDA, besides `peak_device_bytes` (what the table
-    has always shown: CuPy's pool for accy, every block it ever held; PyTorch's peak
-    allocated; XLA's peak in use), `peak_allocated_bytes` and `peak_reserved_bytes` measure
-    accy and PyTorch alike: the most bytes their allocators handed out at once (accy: a CuPy
-    memory hook installed before the model is made) and held from the device."""
+    """One system's run in this process. On CUDA, besides `peak_device_bytes` (the table's
+    `peak MB`: CuPy's pool for accy, every block it held; PyTorch's peak allocated; XLA's peak
+    in use), `peak_allocated_bytes` and `peak_reserved_bytes` measure accy and PyTorch alike:
+    the most bytes their allocators handed out at once (accy: a CuPy memory hook installed
+    before the model is made) and held from the device."""
     tracker = None
     if device == "cuda" and system == "accy":
         from bench.systems.cupy_memory import CupyPoolPeak

@@ -319,7 +319,7 @@ def test_a_conversion_read_by_scans_is_made_inside_them():
     assert_same_bits(program, inside, random_inputs(program, seed=3))
     plan = build_plan(program, dataclasses.replace(GPU, rematerialize_min_bytes=0))
     assert not stacked_bf16(plan.program)
-    # Below the GPU's `rematerialize_min_bytes` (a copy a GEMM reads is a kernel of its own)
+    # Below the GPU's `rematerialize_min_bytes` (inside a scan, a conversion is a kernel a step)
     # and on the CPU, the conversion is left as it is.
     assert convert_inside_scans(program, GPU.rematerialize_min_bytes) is program
     assert stacked_bf16(build_plan(program, CPU).program)

@@ -24,8 +24,10 @@ jitted loss and uses `jax.nn.dot_product_attention`; PyTorch `torch.compile` of 
 everything in f32 (TF32 off).
 
 Reported per system: step time (median), tokens/s, model FLOP utilisation against 989 TFLOP/s
-(the H100/H200 dense bf16 peak), peak device memory, and the first step from a cold start
-(accy: empty disk caches; a second process with them filled gives the warm first step).
+(the H100/H200 dense bf16 peak), peak device memory (also as the most bytes the allocator
+handed out at once and held, alike for accy and PyTorch: `worker`), and the first step from a
+cold start (accy: empty disk caches; a second process with them filled gives the warm first
+step).
 Model FLOPs a step: 6 N B T + 12 L B T^2 d, N the parameters without the input embedding
 (a lookup), B the batch, T the tokens, L the layers, d the query width (heads x head size).
 """
@@ -170,12 +172,50 @@ def accy_config(s: Scale):
 def accy_step(s: Scale, device: str, dtype: str = "bf16"):
     """(`step(model, state, ids, targets) -> (loss, model, state)`, the model, the AdamW
     state): one jitted function, the model and state donated (updated in place)."""
-    import accy
-    from accy import nn, optim
-    from accy.frontend.tracing import flatten, leaf_paths
+    from accy.frontend.tracing import flatten
     from accy.models.llama import Llama
 
     model = Llama.from_tensors(accy_config(s), initial_tensors(s), device=device)
+    step, optimizer = accy_training_step(model, device, dtype)
+    return step, model, optimizer.init(flatten(model)[0])
+
+
+def abstract_model(s: Scale):
+    """accy's model at scale `s` with each weight an abstract array (of its type, holding no
+    memory: what tracing takes for an `accy.spec`), to trace and plan the step without the
+    weights: the structure of a tiny model of the same kind (grouped or not), its axes given
+    the extents of `s`.
+
+    >>> print(abstract_model(SCALES["cuda"]).blocks.layers.mlp.gate.weight.ty)
+    f32[layer=16, hidden=8192, embed=2048]
+    """
+    import optree
+
+    import accy
+    from accy.frontend.lowered import abstract_inputs
+    from accy.frontend.tracing import NAMESPACE
+    from accy.models.llama import Llama
+
+    tiny = Scale(layers=1, embed=4 * s.group, heads=2 * s.group, kv_heads=2, hidden=8, vocab=8,
+                 batch=1, tokens=1)  # fmt: skip
+    extents = {"layer": s.layers, "embed": s.embed, "head": s.kv_heads, "group": s.group,
+               "dim": s.head_dim, "hidden": s.hidden, "vocab": s.vocab}  # fmt: skip
+
+    def abstract(leaf):
+        return abstract_inputs(accy.spec(leaf.dtype, **{axis: extents[axis] for axis in leaf.axes}))
+
+    model = Llama.from_tensors(accy_config(tiny), initial_tensors(tiny), device="reference")
+    return optree.tree_map(abstract, model, namespace=NAMESPACE).replace(config=accy_config(s))
+
+
+def accy_training_step(model, device: str, dtype: str = "bf16"):
+    """(the jitted `step(model, state, ids, targets) -> (loss, model, state)`, its AdamW) for
+    a model of `model`'s structure (its arrays or their types: the weight decay's mask is made
+    from its leaves' paths); on devices that take donations, model and state are donated."""
+    import accy
+    from accy import nn, optim
+    from accy.frontend.tracing import flatten, leaf_paths
+
     device = accy.device(device)
     mask = [not is_norm(path) for path in leaf_paths(model)]
     optimizer = optim.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
@@ -196,11 +236,7 @@ def accy_step(s: Scale, device: str, dtype: str = "bf16"):
         return value, treedef.unflatten(optim.apply_updates(leaves, updates)), state
 
     donate = (0, 1) if device.takes_donations else ()
-    return (
-        accy.jit(step, device=device, donate_argnums=donate),
-        model,
-        optimizer.init(flatten(model)[0]),
-    )
+    return accy.jit(step, device=device, donate_argnums=donate), optimizer
 
 
 def run_accy(s: Scale, device: str, steps: int, dtype: str = "bf16") -> dict:
@@ -383,11 +419,28 @@ RUNNERS = {"accy": run_accy, "jax": run_jax, "torch": run_torch}
 
 
 def worker(system: str, scale: str, device: str, steps: int, dtype: str) -> dict:
-    result = RUNNERS[system](SCALES[scale], device, steps, dtype)
+    """One system's run in this process. On CUDA, besides `peak_device_bytes` (the table's
+    `peak MB`: CuPy's pool for accy, every block it held; PyTorch's peak allocated; XLA's peak
+    in use), `peak_allocated_bytes` and `peak_reserved_bytes` measure accy and PyTorch alike:
+    the most bytes their allocators handed out at once (accy: a CuPy memory hook installed
+    before the model is made) and held from the device."""
+    tracker = None
     if device == "cuda" and system == "accy":
+        from bench.systems.cupy_memory import CupyPoolPeak
+
+        tracker = CupyPoolPeak()
+    result = RUNNERS[system](SCALES[scale], device, steps, dtype)
+    if tracker is not None:
         import cupy
 
         result["peak_device_bytes"] = cupy.get_default_memory_pool().total_bytes()
+        result["peak_reserved_bytes"] = result["peak_device_bytes"]
+        result["peak_allocated_bytes"] = tracker.peak_bytes()
+    if device == "cuda" and system == "torch":
+        import torch
+
+        result["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        result["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
     result["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return result
 
@@ -418,6 +471,8 @@ def summarize(system: str, result: dict, s: Scale, peak_flops: float | None) -> 
         "first_step_s": result["first_step_s"],
         "warm_first_step_s": result.get("warm_first_step_s"),
         "peak_device_bytes": result.get("peak_device_bytes"),
+        "peak_allocated_bytes": result.get("peak_allocated_bytes"),
+        "peak_reserved_bytes": result.get("peak_reserved_bytes"),
         "peak_host_rss_bytes": result["peak_host_rss_bytes"],
         "losses": result["losses"],
     }
@@ -479,7 +534,8 @@ def _print(report: dict) -> None:
         "TFLOP a step"
     )
     print(
-        "system | step ms | tokens/s | TFLOP/s | MFU | first step s | warm first s | peak MB | loss"
+        "system | step ms | tokens/s | TFLOP/s | MFU | first step s | warm first s | peak MB | "
+        "allocated / reserved MB | loss"
     )
     for r in report["results"]:
         if "error" in r:
@@ -488,10 +544,12 @@ def _print(report: dict) -> None:
         mfu = f"{r['mfu'] * 100:.1f}%" if r["mfu"] else "-"
         warm = r.get("warm_first_step_s")
         peak = r["peak_device_bytes"] or r["peak_host_rss_bytes"]
+        held = (r.get("peak_allocated_bytes"), r.get("peak_reserved_bytes"))
+        both = " / ".join(f"{b / 2**20:.0f}" for b in held) if None not in held else "-"
         print(
             f"{r['system']} | {r['step_ms']:.1f} | {r['tokens_per_s']:,.0f} | "
             f"{r['model_tflops_per_s']:.1f} | {mfu} | {r['first_step_s']:.2f} | "
-            f"{'-' if warm is None else f'{warm:.2f}'} | {peak / 2**20:.0f} | "
+            f"{'-' if warm is None else f'{warm:.2f}'} | {peak / 2**20:.0f} | {both} | "
             f"{r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}"
         )
 

@@ -1,25 +1,31 @@
-"""What holds device memory in the GPT-2 training step? Plans `bench.gpt2`'s step for CUDA
-(no GPU needed: the plan and the schedule are made on the host) and reports, in MiB:
+"""What holds device memory in a training step? Plans `bench.gpt2`'s step (or, with `--workload
+llama1b`, `bench.llama1b`'s, traced from the model's types alone) for CUDA (no GPU needed: the
+plan and the schedule are made on the host) and reports, in MiB:
 
 - the arguments (parameters, AdamW state, ids, targets) and the outputs the step cannot write
   into a donated argument (`accy.lower.buffers.donation_aliases`, as `donate_argnums=(0, 1)`);
-- the fragment's memory: the plan's workspace (intermediates), the large constants, the
-  steps' scratch;
-- the peak of the workspace's live bytes over the steps, the step where it is reached, and the
-  largest buffers alive there: what wrote each (step number and kind) and which step reads it
-  last.
+- the fragment's memory: the plan's workspace (intermediates and the steps' scratch, a scan
+  body's workspace among them), the large constants, the fragment's own scratch (cuDNN's,
+  only where cuDNN is: else the plan alone is made, and these read -1);
+- the peak of the workspace's live bytes over the steps (values only, no scratch), the step
+  where it is reached, and the largest buffers alive there: what wrote each (step number and
+  kind) and which step reads it last;
+- for each scan (a stack of layers, forward and backward), what one of its steps runs: its
+  steps, the generated kernels among them (not cuBLAS or cuDNN) and the bytes they move.
 
     PYTHONPATH=src python3 tools/gpt2_memory.py                     # GPT-2 small, bf16
     PYTHONPATH=src python3 tools/gpt2_memory.py --dtype f32 --attention composition
     PYTHONPATH=src python3 tools/gpt2_memory.py --scale check --json out.json
+    PYTHONPATH=src:. python3 tools/gpt2_memory.py --workload llama1b   # the 1B Llama, bf16
 
 On the GPU the device memory of one step is about arguments + outputs not donated + fragment
 (+ cuBLAS's workspace and CuPy's pool rounding). `--gpu donate` or `--gpu plain` measures it:
-it runs the step of `bench.gpt2` a few times with parameters and state donated (as the bench
-does) or not, and reports CuPy's pool afterwards (the bench's "peak MB": the pool keeps every
-block it ever held) and the bytes in use.
+it runs the workload's step a few times with parameters and state donated (as the bench does)
+or not, and reports CuPy's pool afterwards (its total: every block it ever held; the bytes in
+use) and the most bytes it handed out at once.
 
     PYTHONPATH=src python3 tools/gpt2_memory.py --gpu donate --steps 3
+    PYTHONPATH=src:. python3 tools/gpt2_memory.py --workload llama1b --gpu donate --steps 3
 """
 
 from __future__ import annotations
@@ -46,6 +52,26 @@ def step_program(scale_name: str, dtype: str, fused: bool):
     scale = SCALES[scale_name]
     step = training_step(scale, "cuda", dtype, fused)
     leaves, treedef = flatten((fake_inputs(scale, dtype), {}))
+    staged = Staged(lambda leaves, treedef: step._build((), leaves, treedef), "cuda")
+    entry = staged.entry(leaves, treedef, ("signature",))
+    return entry.program, entry.donate
+
+
+def llama1b_program(scale_name: str, dtype: str):
+    """`bench.llama1b`'s training step program and its donated inputs, traced from the model's
+    and the AdamW state's types alone (no weights in memory)."""
+    import accy
+    from accy.core.types import i32
+    from accy.frontend.lowered import abstract_inputs
+    from accy.frontend.tracing import Staged, flatten
+    from bench.llama1b import SCALES, abstract_model, accy_training_step
+
+    scale = SCALES[scale_name]
+    model = abstract_model(scale)
+    step, optimizer = accy_training_step(model, "cuda", dtype)
+    state = accy.eval_shape(optimizer.init, flatten(model)[0])
+    ids = accy.spec(i32, batch=scale.batch, token=scale.tokens)
+    leaves, treedef = flatten(((model, *abstract_inputs((state, ids, ids))), {}))
     staged = Staged(lambda leaves, treedef: step._build((), leaves, treedef), "cuda")
     entry = staged.entry(leaves, treedef, ("signature",))
     return entry.program, entry.donate
@@ -94,6 +120,33 @@ def describe(plan: Any, value: int) -> str:
     return "input" if op is None else op.kind
 
 
+LIBRARY_STEPS = ("dot", "custom_call")
+"""Steps a library runs (cuBLAS, cuDNN); the others are generated kernels."""
+
+
+def generated_bytes(plan: Any) -> int:
+    """Bytes the generated kernels of one call of `plan` read and write (each stored value once
+    a step), a scan's body counted once per step of the scan."""
+    moved = 0
+    for step in plan.steps:
+        if step.kind == "scan":
+            moved += step.op.attrs["length"] * generated_bytes(step.body)
+        elif step.kind not in LIBRARY_STEPS:
+            values = set(step.reads) | set(step.writes)
+            moved += sum(plan.program.type_of(v).nbytes for v in values)
+    return moved
+
+
+def scan_body(body: Any) -> dict:
+    """What one step of a scan (a layer) runs: its steps (each a launch before batching), the
+    generated ones among them, and the bytes those move (`generated_bytes`)."""
+    return {
+        "steps": len(body.steps),
+        "generated_steps": sum(step.kind not in LIBRARY_STEPS for step in body.steps),
+        "generated_MiB_moved": round(generated_bytes(body) / MIB, 1),
+    }
+
+
 def report(program, donated, plan, scratch_bytes: int, constant_bytes: int, top: int) -> dict:
     from accy.lower.buffers import donation_aliases
 
@@ -140,20 +193,45 @@ def report(program, donated, plan, scratch_bytes: int, constant_bytes: int, top:
         "peak_step": f"{peak_step} of {len(plan.steps)} ({plan.steps[peak_step].kind})",
         "largest_alive_at_peak": largest,
         "live_MiB_every_10th_step": [round(b / MIB) for b in live[::10]],
+        "generated_MiB_moved": round(generated_bytes(plan) / MIB),
+        "scan_bodies": [scan_body(step.body) for step in plan.steps if step.kind == "scan"],
     }
 
 
-def measure_on_gpu(scale_name: str, dtype: str, fused: bool, donate: bool, steps: int) -> dict:
-    """Run the step `steps` times on the GPU; CuPy's pool (bytes held, bytes in use) after."""
-    import cupy
-    import numpy as np
+def gpu_step(workload: str, scale_name: str, dtype: str, fused: bool):
+    """(the workload's jitted step, its parameters, its state, ids, targets) on the GPU."""
+    import accy
 
-    from accy import jit
+    if workload == "llama1b":
+        from bench import llama1b
+
+        scale = llama1b.SCALES[scale_name]
+        step, params, state = llama1b.accy_step(scale, "cuda", dtype)
+        ids, targets = (
+            accy.named(a, ("batch", "token"), device="cuda") for a in llama1b.batch(scale)
+        )
+        return step, params, state, ids, targets
     from bench.gpt2 import SCALES, accy_inputs, accy_step
 
     scale = SCALES[scale_name]
     params, state, ids, targets = accy_inputs(scale, "cuda", dtype=dtype)
-    step = accy_step(scale, "cuda", dtype, fused)
+    return accy_step(scale, "cuda", dtype, fused), params, state, ids, targets
+
+
+def measure_on_gpu(
+    workload: str, scale_name: str, dtype: str, fused: bool, donate: bool, steps: int
+) -> dict:
+    """Run the step `steps` times on the GPU; CuPy's pool after (bytes held, bytes in use)
+    and the most bytes it handed out at once (a memory hook installed before the inputs are
+    made: what PyTorch's `max_memory_allocated` counts)."""
+    import cupy
+    import numpy as np
+
+    from accy import jit
+    from bench.systems.cupy_memory import CupyPoolPeak
+
+    tracker = CupyPoolPeak()
+    step, params, state, ids, targets = gpu_step(workload, scale_name, dtype, fused)
     if not donate:
         step = jit(step.fn)  # the same step, nothing donated
     pool = cupy.get_default_memory_pool()
@@ -163,17 +241,22 @@ def measure_on_gpu(scale_name: str, dtype: str, fused: bool, donate: bool, steps
         losses.append(float(np.asarray(loss.array.get())))
     cupy.cuda.get_current_stream().synchronize()
     return {
+        "workload": workload,
         "donated": donate,
         "steps": steps,
         "losses": [round(x, 4) for x in losses],
         "pool_total_MiB": round(pool.total_bytes() / MIB, 1),
         "pool_used_MiB": round(pool.used_bytes() / MIB, 1),
+        "peak_allocated_MiB": round(tracker.peak_bytes() / MIB, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", default="cuda", help="a scale of bench.gpt2 (cuda, cpu, check)")
+    parser.add_argument("--workload", default="gpt2", choices=("gpt2", "llama1b"))
+    parser.add_argument(
+        "--scale", default="cuda", help="a scale of the workload's bench (cuda, cpu, check)"
+    )
     parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
     parser.add_argument("--attention", default="fused", choices=("fused", "composition"))
     parser.add_argument("--top", type=int, default=12, help="buffers listed at the peak")
@@ -183,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.gpu:
         fused = args.attention == "fused"
-        result = measure_on_gpu(args.scale, args.dtype, fused, args.gpu == "donate", args.steps)
+        donate = args.gpu == "donate"
+        result = measure_on_gpu(args.workload, args.scale, args.dtype, fused, donate, args.steps)
         print(json.dumps(result))
         return 0
     from accy.backends.cuda import cudnn_conv
@@ -193,7 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     from accy.lower.target import GPU
 
     start = time.perf_counter()
-    program, donated = step_program(args.scale, args.dtype, args.attention == "fused")
+    if args.workload == "llama1b":
+        program, donated = llama1b_program(args.scale, args.dtype)
+    else:
+        program, donated = step_program(args.scale, args.dtype, args.attention == "fused")
     traced = time.perf_counter()
     try:
         compiled = compile_program(program)
@@ -206,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         constant_bytes = scratch = -MIB
     done = time.perf_counter()
     result = {
+        "workload": args.workload,
         "scale": args.scale,
         "dtype": args.dtype,
         "attention": args.attention,

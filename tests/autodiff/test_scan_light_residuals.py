@@ -1,14 +1,17 @@
 """Reverse mode of a scan recomputes light primal values (arithmetic without transcendentals,
-layout, constants) in the backward scan instead of stacking them (`scan_split.light_recompute`):
+layout, constants, and transcendentals of values at hand) in the backward scan instead of
+stacking them (`scan_split.light_recompute`):
 fewer stacked bytes, the same gradient as the unrolled program and finite differences."""
 
 from __future__ import annotations
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 import accy
-from accy import f32, spec
-from accy.transforms import scan_split
+from accy import bf16, f32, spec
+from accy.transforms import scan_split, unroll
 
 from .test_scan_gradients import _check
 
@@ -79,3 +82,54 @@ def test_the_demo_scan_stacks_less_and_matches_the_unrolled_model():
             rtol=1e-4,
             atol=1e-6,
         )
+
+
+def _swish_layers(b, args):
+    """A scan over `t` of x + g * logistic(g), g = exp(x * w): the derivative reads g (g' = g)
+    and logistic(g), which is recomputed from g rather than stacked."""
+    x0, ws = args
+
+    def step(_, a):
+        x, w = a
+        g = (x * w).exp()
+        return g * g.logistic() + x
+
+    (final,), _ = b.scan(step, carries=[x0], xs=[ws], axis="t")
+    return (final * final).sum("h")
+
+
+def test_a_transcendental_of_a_stacked_value_is_recomputed():
+    program = accy.trace.define("swish", [spec(f32, h=6), spec(f32, t=4, h=6)], _swish_layers)
+    gradient = _check(program, wrt=(0, 1))
+    # x (read by the derivative of x * w) and g, 4 steps of 6 f32 each; not logistic(g).
+    assert _stacked_bytes(gradient) == 2 * 4 * 6 * 4
+
+
+def _rms_norm_layers(b, args):
+    """A scan over `t` of x + tanh(w * bf16(f32(x) * rstd)): the norm weight's derivative reads
+    the bf16 normalized x, a conversion of an f32 product twice its bytes."""
+    x0, ws = args
+
+    def step(_, a):
+        x, w = a
+        x32 = x.convert(f32)
+        rstd = ((x32 * x32).sum("h") * 0.125 + 1e-6).rsqrt()
+        return ((x32 * rstd).convert(bf16) * w).tanh() + x
+
+    (final,), _ = b.scan(step, carries=[x0], xs=[ws], axis="t")
+    return (final.convert(f32) * final.convert(f32)).sum("h")
+
+
+def test_a_narrowing_chain_over_stacked_values_is_recomputed():
+    program = accy.trace.define("rms", [spec(bf16, h=8), spec(bf16, t=4, h=8)], _rms_norm_layers)
+    gradient = accy.value_and_grad(program, (0, 1))
+    # x, its mean square and the tanh per step (4 steps); not the normalized x, which the
+    # backward scan computes again from x and the mean square.
+    assert _stacked_bytes(gradient) == 4 * (8 * 2 + 4 + 8 * 2)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(t.extents).astype(ml_dtypes.bfloat16) for t in
+              program.parameter_types]  # fmt: skip
+    oracle = accy.value_and_grad(unroll.apply(program), (0, 1))
+    got, want = accy.reference.run(gradient, inputs), accy.reference.run(oracle, inputs)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

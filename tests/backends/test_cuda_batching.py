@@ -5,11 +5,14 @@ schedule against the one in plan order, bit for bit (skipped without CUDA)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import accy
 from accy import f32, spec
+from accy.backends.cuda import compile as cuda_compile
 from accy.backends.cuda import compile_program
 from accy.backends.cuda.schedule import (
     BARRIER,
@@ -30,6 +33,16 @@ from ..executors import cuda_device_or_skip
 # only neighbouring steps over the same elements).
 SHAPES = [(64,), (16, 8), (64,), (16, 8), (64,), (5,)]
 ADAM = Adam(1e-2, 0.9, 0.999, 1e-8, 0.1)
+
+
+@pytest.fixture(autouse=True)
+def _loops_apart(monkeypatch):
+    """Plans without `clusters_loops`, which would run the interleaved same-shaped updates
+    next to each other as one group, leaving the batcher nothing to join; built afresh (the
+    disk cache's key does not know of the change)."""
+    gpu = dataclasses.replace(cuda_compile.GPU, clusters_loops=False)
+    monkeypatch.setattr(cuda_compile, "GPU", gpu)
+    monkeypatch.setattr(cuda_compile, "stored", lambda cache, key, program, build: build())
 
 
 def _adamw(shapes=SHAPES):

@@ -14,7 +14,7 @@ import pytest
 import accy
 from accy import nn
 from accy.lower import build_plan, fusion
-from accy.lower.remat import clusters, rematerialize, rematerialize_stored
+from accy.lower.remat import clusters, convert_inside_scans, rematerialize, rematerialize_stored
 from accy.lower.target import CPU, GPU
 
 DISTANCE = 8  # operations: the programs here are small
@@ -58,6 +58,26 @@ def layer_norm_gradient(dtype, batch=16, channel=32, hidden=64):
 
     loss = accy.trace.define("ln_block", types, body)
     return accy.value_and_grad(loss, wrt=(0, 1, 2, 3, 4))
+
+
+def stacked_layers_gradient(layers=3, batch=8, channel=16):
+    """value_and_grad of a scan over residual tanh layers computed in bf16 from f32 master
+    weights converted before the scan (mixed precision), by the masters."""
+    types = [
+        accy.spec(accy.bf16, batch=batch, channel=channel),
+        accy.spec(accy.f32, layer=layers, channel=channel, hidden=channel),
+    ]
+
+    def body(b, a):
+        def layer(b, v):
+            x, w = v
+            return [x + x.contract(w, "channel").rename("hidden", "channel").tanh()]
+
+        (x,), _ = b.scan(layer, carries=[a[0]], xs=[a[1].convert(accy.bf16)], axis="layer")
+        return (x * x).sum().convert(accy.f32)
+
+    loss = accy.trace.define("stacked", types, body)
+    return accy.value_and_grad(loss, wrt=(1,))
 
 
 def random_inputs(program, seed=0):
@@ -280,3 +300,26 @@ def test_the_gpt2_check_step_planned_for_a_gpu_keeps_less_alive():
         for t in program.parameter_types
     ]
     assert_same_bits(before.program, after.program, inputs)
+
+
+def test_a_conversion_read_by_scans_is_made_inside_them():
+    program = stacked_layers_gradient(layers=3, channel=16)
+    weights = {"layer": 3, "channel": 16, "hidden": 16}
+
+    def stacked_bf16(p):  # the masters converted whole
+        bf16 = accy.spec(accy.bf16, **weights)
+        return [op for op in p.operations if op.kind == "convert" and op.type == bf16]
+
+    inside = convert_inside_scans(program)
+    assert stacked_bf16(program) and not stacked_bf16(inside)
+    # The forward scan and the backward one read the f32 masters, each converting its slice.
+    scans = [op for op in inside.operations if op.kind == "scan"]
+    assert len(scans) == 2
+    assert all(accy.spec(accy.f32, **weights) in op.operand_types for op in scans)
+    assert_same_bits(program, inside, random_inputs(program, seed=3))
+    plan = build_plan(program, dataclasses.replace(GPU, rematerialize_min_bytes=0))
+    assert not stacked_bf16(plan.program)
+    # Below the GPU's `rematerialize_min_bytes` (inside a scan, a conversion is a kernel a step)
+    # and on the CPU, the conversion is left as it is.
+    assert convert_inside_scans(program, GPU.rematerialize_min_bytes) is program
+    assert stacked_bf16(build_plan(program, CPU).program)

@@ -90,3 +90,23 @@ def test_the_cuda_scale_is_a_1b_llama():
     tokens = s.batch * s.tokens
     n = llama1b.model_parameters(s) - 32000 * 2048
     assert llama1b.model_flops(s) == 6 * n * tokens + 12 * 16 * tokens * 2048 * 2048
+
+
+@pytest.mark.slow
+def test_the_abstract_model_traces_the_step_of_the_weights():
+    # tools/gpt2_memory.py plans the cuda scale's step from the model's types alone: the
+    # program must be the one the bench's weights trace.
+    import accy
+    from tools.gpt2_memory import llama1b_program
+
+    program, donated = llama1b_program("check", "bf16")
+    step, model, state = llama1b.accy_step(S, "cpu", "bf16")
+    ids, targets = (accy.named(a, ("batch", "token")) for a in llama1b.batch(S))
+    staged, args, kwargs = step._staged_for((model, state, ids, targets), {})
+    entry = staged.entry_for((args, kwargs))
+    assert program.digest == entry.program.digest
+    assert donated == entry.donate
+    abstract = llama1b.abstract_model(llama1b.SCALES["cuda"])
+    assert abstract.blocks.layers.self_attn.key.weight.shape == {
+        "layer": 16, "embed": 2048, "head": 8, "dim": 64,
+    }  # fmt: skip

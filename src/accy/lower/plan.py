@@ -27,7 +27,7 @@ from .grouping import (
 )
 from .pooling import needs_accumulator
 from .reduction import reduce_layout
-from .remat import rematerialize_stored
+from .remat import convert_inside_scans, rematerialize_stored
 from .split_gemms import split_widened_gemms
 from .target import CPU, Target
 from .views import StridedView, view_of_stored, view_through
@@ -146,6 +146,8 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     program = expand_compositions(program, target.keep)
     if target.splits_widened_gemms:
         program = split_widened_gemms(program)
+    if target.converts_inside_scans:
+        program = convert_inside_scans(program, target.rematerialize_min_bytes)
     if target.rematerialize_after:
         program = rematerialize_stored(program, target)
     decisions = fusion.decide(program, target.recomputes_transcendentals)
@@ -155,6 +157,8 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     steps, in_epilogues = _attach_epilogues(program, steps, check, target.epilogue_excludes)
     if target.chains_reductions:
         steps = _chain_reductions(steps, check, target.epilogue_excludes)
+    if target.clusters_loops:
+        steps = _cluster_loops(steps, check)
     steps, internal = _group(program, steps, check)
     internal |= in_epilogues
     views = {v: view for v, view in views.items() if view.base not in internal}
@@ -414,6 +418,62 @@ def _chain_reductions(steps: list[Step], check: FlatCheck, excludes) -> list[Ste
     phase, the steps that run ahead of it just before."""
     chains = reduction_chains(steps, check, excludes)
     return _merged_at_first(steps, [(c.ahead, c.phases) for c in chains], _chain_step)
+
+
+CLUSTER_WINDOW = 24
+"""How many steps ahead `_cluster_loops` looks for a flat loop to run next to another."""
+
+
+def _cluster_loops(steps: list[Step], check: FlatCheck) -> list[Step]:
+    """`steps` reordered so that flat loops over the same elements run one after another where
+    what lies between allows it, for `_group` to make them one pass: a loop (or a run of
+    them) moves down to just before the next such loop within `CLUSTER_WINDOW` steps, taking
+    the steps in between that read its results (directly or through each other) along after
+    that loop, unless that loop reads what they write. SwiGLU's backward computes silu(g) * u
+    for the down projection's weight gradient, then, after the GEMM giving its gradient dp,
+    dp * silu(g) and dp * u * silu'(g): one pass over g, u and dp instead of three."""
+    steps = list(steps)
+    index = 0
+    while index < len(steps):
+        domain = _loop_domain(steps[index], check)
+        if domain is None:
+            index += 1
+            continue
+        end = index + 1  # the run [index, end) of loops over `domain`
+        while end < len(steps) and _loop_domain(steps[end], check) == domain:
+            end += 1
+        moved = _joined(steps, index, end, domain, check)
+        if moved is None:
+            index = end
+        else:
+            steps = moved
+    return steps
+
+
+def _loop_domain(step: Step, check: FlatCheck) -> int | None:
+    return check.domain(step) if step.kind == "loop" else None
+
+
+def _joined(steps: list[Step], start: int, end: int, domain: int, check: FlatCheck):
+    """`steps` with the run of loops [start, end) moved to just before the next loop over
+    `domain` (within `CLUSTER_WINDOW`), the steps in between that depend on the run moved after
+    that loop; None if there is no such loop or it depends on them."""
+    waiting = {v for step in steps[start:end] for v in step.writes}  # the run's, then after's
+    kept, after, after_writes = [], [], set()
+    for position in range(end, min(len(steps), end + CLUSTER_WINDOW)):
+        step = steps[position]
+        if _loop_domain(step, check) == domain:
+            if after_writes & set(step.reads):
+                return None  # it reads a result of a step that must wait for the run
+            run = steps[start:end]
+            return [*steps[:start], *kept, *run, step, *after, *steps[position + 1 :]]
+        if waiting & set(step.reads):
+            after.append(step)
+            waiting |= set(step.writes)
+            after_writes |= set(step.writes)
+        else:
+            kept.append(step)
+    return None
 
 
 def _group(program: Program, steps: list[Step], check: FlatCheck):

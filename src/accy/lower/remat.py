@@ -26,6 +26,7 @@ reads it whole, so that the stored `v` dies after its first run.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,9 @@ from ..core import Operation, Program
 from ..core.builder import Builder
 from ..core.kinds.registry import RULES
 from ..interpret import Graph, Layer, run
+from ..trace import define
+from ..transforms.scan_split import replay
+from ..transforms.simplify import eliminate_dead_code
 from . import fusion
 from .grouping import SAME_INDEX_KINDS
 from .target import Target
@@ -307,4 +311,98 @@ class _Rematerialize(Layer):
             self.copies[key] = self.next.bind(op, args)
 
 
-__all__ = ["RECOMPUTABLE", "clusters", "rematerialize", "rematerialize_stored"]
+# -- conversions of scanned operands, made a slice at a time ------------------------------------
+
+
+def convert_inside_scans(program: Program, min_bytes: int = 0) -> Program:
+    """`program` with each conversion (of at least `min_bytes`) that only scans read, as an
+    operand they slice along their axis (an x), made inside their bodies instead, a slice at
+    each step, so that the converted array never exists whole: mixed precision's bf16 copies
+    of a stack of f32 layer weights, read by the forward scan and by the backward one (1.8 GB
+    of the llama1b step's peak, where each layer's copy is 116 MiB). Each step converts the
+    same elements once more, to the same bits.
+
+    >>> import accy
+    >>> def layers(b, a):
+    ...     ws = a[1].convert(accy.bf16)
+    ...     (h,), _ = b.scan(lambda b, v: [(v[0] * v[1].convert(accy.f32))], carries=[a[0]],
+    ...                      xs=[ws], axis="layer")
+    ...     return h
+    >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=4), accy.spec(accy.f32, layer=3, n=4)],
+    ...                       layers)
+    >>> inside = convert_inside_scans(p)
+    >>> [op.kind for op in inside.operations if op.kind != "parameter"]
+    ['scan']
+    >>> scan = inside.operations[-1]
+    >>> str(scan.operand_types[1]), scan.attrs["body"].count("convert")
+    ('f32[layer=3, n=4]', 2)
+    """
+    readers: dict[int, list[tuple[Operation, int]]] = {}
+    for op in program.operations:
+        for position, value in enumerate(op.operands):
+            readers.setdefault(value, []).append((op, position))
+    outputs = set(program.outputs)
+    inside = {
+        op.results[0]: op
+        for op in program.operations
+        if op.kind == "convert"
+        and op.type.nbytes >= min_bytes
+        and op.results[0] not in outputs
+        and readers.get(op.results[0])
+        and all(_scanned(reader, k) for reader, k in readers[op.results[0]])
+    }
+    if not inside:
+        return program
+    return eliminate_dead_code(run(program, _ConvertInside(Graph(Builder(program.name)), inside)))
+
+
+def _scanned(op: Operation, position: int) -> bool:
+    """Whether operand `position` of `op` is an x of a scan (sliced along its axis)."""
+    return op.kind == "scan" and position >= op.attrs["num_consts"] + op.attrs["num_carry"]
+
+
+class _ConvertInside(Layer):
+    """Re-emits the program, giving the scans that read a conversion in `inside` (value -> its
+    convert) the unconverted operand and a body that converts its slice."""
+
+    def __init__(self, next: Any, inside: dict[int, Operation]):
+        super().__init__(next)
+        self.inside = inside
+        self.unconverted: dict[int, Any] = {}  # converted value -> its operand, as re-emitted
+
+    def bind(self, op: Operation, args: list[Any]) -> Any:
+        if op.kind == "convert" and op.results[0] in self.inside:
+            self.unconverted[op.results[0]] = args[0]
+            return self.next.bind(op, args)  # read by nothing now: dead code
+        converts = {k: self.inside[v] for k, v in enumerate(op.operands) if v in self.inside}
+        if converts:
+            args = [self.unconverted.get(v, arg) for v, arg in zip(op.operands, args, strict=True)]
+            body = _converting(op.attrs["body"], converts)
+            op = dataclasses.replace(op, attrs=op.attrs.replace(body=body))
+        return self.next.bind(op, args)
+
+
+def _converting(body: Program, converts: dict[int, Operation]) -> Program:
+    """`body` taking the parameters at the positions of `converts` before their conversion
+    (position -> the convert), converting them first."""
+    types = list(body.parameter_types)
+    for k, convert in converts.items():
+        types[k] = types[k].with_dtype(convert.operand_types[0].dtype)
+
+    def converted_first(b, args):
+        args = list(args)
+        for k, convert in converts.items():
+            args[k] = b.emit("convert", [args[k]], convert.attrs)
+        env = replay(b, body, args)
+        return [env[v] for v in body.outputs]
+
+    return define(body.name, types, converted_first)
+
+
+__all__ = [
+    "RECOMPUTABLE",
+    "clusters",
+    "convert_inside_scans",
+    "rematerialize",
+    "rematerialize_stored",
+]

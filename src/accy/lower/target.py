@@ -46,6 +46,16 @@ class Target:
     (`accy.lower.grouping.reduction_chains`): a GPU reads the row's later passes from L2 instead
     of HBM and saves a launch, a CPU from its L2 instead of memory. Both take it; the values are
     the unchained plan's bits (each phase computes what its step computed).
+    `converts_inside_scans`: a conversion of at least `rematerialize_min_bytes` that only scans
+    read, as an operand they slice, is made inside their bodies a slice at each step
+    (`accy.lower.remat.convert_inside_scans`): mixed precision's bf16 copy of the stacked f32
+    layer weights never exists whole (1.8 GB of the llama1b step's peak), for one more
+    conversion of the weights in the backward scan (5.6 GB more traffic a step, ~1.4 ms on
+    the H200 at 4 TB/s). The GPU takes it: its bar is memory.
+    `clusters_loops`: flat loops over the same elements that other steps separate are moved
+    next to each other where the steps' dependences allow, to share one pass
+    (`accy.lower.plan._cluster_loops`; SwiGLU's backward: three passes over its 8192-wide
+    activations become one). The GPU takes it: each pass is a launch and a round trip to HBM.
     `keep`: which kinds that have a composition the target runs whole, on operands in which
     layout (`accy.lower.expand`; by default every such kind is composed). `conv_scratch`: the
     workspace (names and bytes) of a conv kept for the target's own kernel (the CPU's tiled
@@ -63,6 +73,8 @@ class Target:
     rematerializes_transcendentals: bool = True
     epilogue_excludes: frozenset[str] = frozenset()
     chains_reductions: bool = True
+    converts_inside_scans: bool = False
+    clusters_loops: bool = False
     keep: Keep = compose_all
     conv_scratch: Callable[[Operation], tuple[tuple[str, int], ...]] | None = None
 
@@ -95,4 +107,6 @@ GPU = Target(
     rematerialize_after=64,
     rematerialize_min_bytes=8 << 20,
     rematerializes_transcendentals=False,
+    converts_inside_scans=True,
+    clusters_loops=True,
 )

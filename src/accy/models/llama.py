@@ -23,16 +23,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import optree
 
 from ..core.types import DType
 from ..errors import PretrainedError
-from ..frontend.named import NamedArray
+from ..frontend.named import NamedArray, named
+from ..frontend.tracing import NAMESPACE
 from ..nn import init as initialisers
 from ..nn.layers import Embedding, Linear, MultiHeadAttention, RMSNorm, Stacked, SwiGLU
 from ..nn.module import Module, field
 from . import hub
 from .base import Array, CausalLM, dtype_named, to_host, to_named, weights_dtype
 
+HOST = "cpu"
+"""Where `Llama.from_tensors` makes each layer's arrays before stacking them (NumPy's memory)."""
 LLAMA3_ROPE = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -275,13 +279,13 @@ class Llama(CausalLM):
         query_axes = ("head", "group", "dim") if G > 1 else ("head", "dim")
         query_shape = (KV, G, D) if G > 1 else (KV, D)
 
-        def take(name, shape, axes, reshape=None, transpose=None):
+        def take(name, shape, axes, reshape=None, transpose=None, on=device):
             array = hub.take(tensors, name, shape, where)
             if reshape is not None:
                 array = array.reshape(reshape)
             if transpose is not None:
                 array = np.transpose(array, transpose)
-            return to_named(array, axes, dtype, device)
+            return to_named(array, axes, dtype, on)
 
         def linear(weight, inputs, outputs):
             return Linear(weight, None, inputs, outputs)
@@ -295,6 +299,7 @@ class Llama(CausalLM):
                 ("embed", *query_axes),
                 (*query_shape, E),
                 (last, *range(last)),
+                on=HOST,
             )
             k = take(
                 p + "self_attn.k_proj.weight",
@@ -302,6 +307,7 @@ class Llama(CausalLM):
                 ("embed", "head", "dim"),
                 (KV, D, E),
                 (2, 0, 1),
+                on=HOST,
             )
             v = take(
                 p + "self_attn.v_proj.weight",
@@ -309,6 +315,7 @@ class Llama(CausalLM):
                 ("embed", "head", "dim"),
                 (KV, D, E),
                 (2, 0, 1),
+                on=HOST,
             )
             o = take(
                 p + "self_attn.o_proj.weight",
@@ -316,6 +323,7 @@ class Llama(CausalLM):
                 (*query_axes, "embed"),
                 (E, *query_shape),
                 (*range(1, last + 1), 0),
+                on=HOST,
             )
             attn = MultiHeadAttention(
                 linear(q, ("embed",), query_axes),
@@ -327,29 +335,35 @@ class Llama(CausalLM):
             )
             mlp = SwiGLU(
                 linear(
-                    take(p + "mlp.gate_proj.weight", (F, E), ("hidden", "embed")),
+                    take(p + "mlp.gate_proj.weight", (F, E), ("hidden", "embed"), on=HOST),
                     ("embed",),
                     ("hidden",),
                 ),
                 linear(
-                    take(p + "mlp.up_proj.weight", (F, E), ("hidden", "embed")),
+                    take(p + "mlp.up_proj.weight", (F, E), ("hidden", "embed"), on=HOST),
                     ("embed",),
                     ("hidden",),
                 ),
                 linear(
-                    take(p + "mlp.down_proj.weight", (E, F), ("embed", "hidden")),
+                    take(p + "mlp.down_proj.weight", (E, F), ("embed", "hidden"), on=HOST),
                     ("hidden",),
                     ("embed",),
                 ),
             )
             norms = [
-                RMSNorm(take(p + f"{name}.weight", (E,), ("embed",)), "embed", c.eps)
+                RMSNorm(take(p + f"{name}.weight", (E,), ("embed",), on=HOST), "embed", c.eps)
                 for name in ("input_layernorm", "post_attention_layernorm")
             ]
             tensors.pop(p + "self_attn.rotary_emb.inv_freq", None)  # a buffer of older files
             return Block(norms[0], attn, norms[1], mlp)
 
-        blocks = Stacked.stack([layer(i) for i in range(c.layers)])
+        # The layers are stacked on the host and put on `device` once: stacked there, each
+        # layer's arrays would be device memory held until the stack is made (and kept by a
+        # pool such as CuPy's after: 4.2 GB of the 1B Llama's).
+        stacked = Stacked.stack([layer(i) for i in range(c.layers)])
+        blocks = optree.tree_map(
+            lambda a: named(np.asarray(a), a.axes, device), stacked, namespace=NAMESPACE
+        )
         table = take("model.embed_tokens.weight", (c.vocab, E), ("vocab", "embed"))
         head = None
         if c.tied:

@@ -329,7 +329,7 @@ def recompute_inputs(body: Program, recompute: set[int], needed: list, lv: set[i
 
 
 LIGHT_KINDS = frozenset({"add", "sub", "mul", "div", "max", "min", "compare", "select"})
-LIGHT_KINDS |= {"convert", "broadcast_in_dim", "transpose", "reshape", "constant", "iota"}
+LIGHT_KINDS |= {"convert", "broadcast_in_dim", "transpose", "reshape", "slice", "constant", "iota"}
 
 
 def _is_light(op: Any) -> bool:
@@ -360,15 +360,21 @@ def light_recompute(body: Program, needed: list, role_of: dict, producer: dict) 
     stored anyway) take no more bytes than the value itself. Walking from the last definition
     to the first, a chain of light operations collapses onto the heavy values it starts from
     (an MLP's tanh-GELU derivative stores its input and the tanh, not every product; a softmax's
-    broadcast denominator stores the row sums). Constants and iota always qualify.
+    broadcast denominator stores the row sums). Constants and iota always qualify. A light
+    value whose operands are wider than it is judged by its whole chain of light operations
+    (`_light_chain`) instead: RMSNorm's bf16 x * rstd, an f32 product converted, reads only x
+    and rstd, both at hand. Any other unary operation (a transcendental) is recomputed when
+    its operand is at hand already: it costs a few instructions per element and no stored
+    bytes (SwiGLU's logistic(gate), the gate being stacked for the derivative anyway: 128 MiB
+    a layer of the llama1b step).
 
     >>> import accy
     >>> p = accy.trace.define("p", [accy.spec(accy.f32, lane=4)], lambda b, a: a[0].exp() * 2.0)
     >>> mul = p.operations[-1]
     >>> producer = {r: op for op in p.operations for r in op.results}
     >>> found = light_recompute(p, [mul.results[0]], {p.parameters[0]: ("x", 0)}, producer)
-    >>> sorted(producer[v].kind for v in found)
-    ['broadcast_in_dim', 'constant', 'mul']
+    >>> sorted(producer[v].kind for v in found)  # exp(x) too: x is at hand
+    ['broadcast_in_dim', 'constant', 'mul', 'unary']
     """
     free = constant_values(body)
     available = set(needed) | set(role_of)
@@ -376,15 +382,53 @@ def light_recompute(body: Program, needed: list, role_of: dict, producer: dict) 
     candidates = set(needed)
     for op in reversed(body.operations):
         value = op.results[0]
-        if value not in candidates or value in role_of or not _is_light(op):
+        if value not in candidates or value in role_of:
             continue
         added = [v for v in dict.fromkeys(op.operands) if v not in available]
         stored = [v for v in added if v not in free]
+        if not _is_light(op):
+            if op.kind == "unary" and not stored:
+                recompute.add(value)
+            continue
         if sum(body.type_of(v).nbytes for v in stored) <= body.type_of(value).nbytes:
             recompute.add(value)
             available.update(added)
             candidates.update(added)
+            continue
+        chain, frontier = _light_chain(value, producer, available | free)
+        stored = [v for v in frontier if v not in available and v not in free]
+        if sum(body.type_of(v).nbytes for v in stored) <= body.type_of(value).nbytes:
+            recompute.update(chain)
+            available.update(chain, frontier)
+            candidates.update(frontier)
     return recompute
+
+
+MAX_LIGHT_CHAIN = 16
+"""The most light operations one recomputed value repeats when its chain is judged whole."""
+
+
+def _light_chain(value: int, producer: dict, at_hand: set[int]) -> tuple[list[int], set[int]]:
+    """The light operations' values that compute `value` from values at hand or made by other
+    operations (its `frontier`), at most `MAX_LIGHT_CHAIN` of them. What a value one step
+    away from a wider one needs: RMSNorm's bf16 `x * rstd` is a conversion of an f32 product,
+    twice its bytes, but that product reads only x and rstd, both stacked anyway."""
+    chain: list[int] = []
+    frontier: set[int] = set()
+    pending, seen = [value], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        op = producer[current]
+        at_hand_already = current != value and current in at_hand
+        if at_hand_already or not _is_light(op) or len(chain) >= MAX_LIGHT_CHAIN:
+            frontier.add(current)
+            continue
+        chain.append(current)
+        pending.extend(op.operands)
+    return chain, frontier
 
 
 def _replay(b: Any, body: Program, env: dict, keep: Any) -> None:

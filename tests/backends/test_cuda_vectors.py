@@ -179,6 +179,28 @@ def test_a_loop_of_many_streams_takes_fewer_lanes(dtype, lanes):
     assert all(width == str(lanes) for _, width in types), types
 
 
+@pytest.mark.parametrize(("dtype", "kernels"), [(bf16, 2), (f16, 2), (f32, 2), (f64, 1)], ids=str)
+def test_independent_updates_too_wide_for_registers_are_one_kernel_each(dtype, kernels):
+    # Two parameters' AdamW updates share no stream: at their fewest lanes (4) the halves'
+    # and f32 gradients' 14 streams hold 208-224 bytes of lane values a thread, so each
+    # update is its own launch of one kernel; f64 gradients' 2 lanes hold 128 bytes, one launch.
+    compiled = compile_program(_adamw(dtype))
+    names = [action.kernel for action in compiled.schedule.actions]
+    assert len(names) == kernels and len(set(names)) == 1, names
+
+
+def test_updates_that_share_a_stream_stay_one_kernel():
+    # Both updates read the same gradient: one kernel loads it once for both.
+    def body(b, a):
+        g = a[4].convert(f32)
+        return tuple(
+            x for p, m in (a[0:2], a[2:4]) for x in (p - (m * 0.9 + g) * 1e-3, m * 0.9 + g)
+        )
+
+    program = accy.trace.define("shared", [spec(f32, n=20480)] * 4 + [spec(bf16, n=20480)], body)
+    assert len(compile_program(program).schedule.actions) == 1
+
+
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 def test_an_innermost_extent_no_vector_divides_keeps_scalar_code(dtype):
     assert _vector_types(compile_program(_odd(dtype)).source) == set()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...codegen.c import templates
 from ...codegen.c.dialect import CUDA
@@ -95,18 +95,43 @@ def choose_cut(
 def chain_cut(outputs: int, length: int, width: int = 1) -> Cut | None:
     """The cut of a pass of a chain over rows (`chain_lines`: one chunk per row), or None
     where splitting rows into chunks pays more: when `choose_cut` would split them and one
-    chunk per row leaves the GPU less than a wave of threads.
+    chunk per row leaves the GPU less than a wave of threads. Rows a warp would walk take
+    fewer lanes while they would fill more than a wave (`_rows_in_one_wave`).
 
     >>> chain_cut(8192, 50304, 8)
     Cut(outputs=8192, length=50304, lanes=256, chunks=1, width=8)
+    >>> chain_cut(8192, 768, 8)  # GPT-2's layer norms: half a warp a row
+    Cut(outputs=8192, length=768, lanes=16, chunks=1, width=8)
     >>> chain_cut(1024, 8192) is not None, chain_cut(64, 8192)
     (True, None)
     """
     cut = choose_cut(outputs, length, True, width=width)
     if cut.chunks == 1:
-        return cut
+        return _rows_in_one_wave(cut)
     whole = choose_cut(outputs, length, True, split=False, width=width)
     return whole if whole.outputs * whole.lanes >= ONE_WAVE else None
+
+
+MIN_CHAIN_VECTORS = 4  # a chain's lane takes at least this many vectors of its row a pass
+
+
+def _rows_in_one_wave(cut: Cut) -> Cut:
+    """`cut` (a warp a row) with half the lanes a row while its rows would keep more than a
+    wave of threads and each lane still takes `MIN_CHAIN_VECTORS` vectors a pass. A chain's
+    passes are latency-bound: each waits for the last one's stores of the row (its statistics)
+    to come back, so rows in flight matter more than lanes a row; GPT-2's 8192 layer-norm rows
+    of 768 were 1.3 waves of warps at 6 blocks a multiprocessor (25-28 us for 38 MB). A warp
+    holds whole rows only (`outputs` divisible by its rows), so both halves of a warp run the
+    same passes and meet at the same shuffles and `__syncwarp`."""
+    if cut.lanes != WARP:
+        return cut
+    lanes = WARP
+    while lanes > 1 and cut.outputs * lanes >= ONE_WAVE:
+        half = lanes // 2
+        if cut.steps < half * MIN_CHAIN_VECTORS or cut.outputs % (WARP // half):
+            break
+        lanes = half
+    return cut if lanes == cut.lanes else replace(cut, lanes=lanes)
 
 
 def identity(reducer: str, dtype: DType) -> str:
@@ -299,7 +324,7 @@ def _pass_lines(row: RowPass) -> list[str]:
         inner.append("}")
     for a in accumulators:
         if cut.lanes > 1:
-            inner += _warp_combine(a, WARP)
+            inner += _warp_combine(a, min(cut.lanes, WARP))
         if cut.lanes == BLOCK:
             inner += _block_combine(a)
     stores: list[str] = []

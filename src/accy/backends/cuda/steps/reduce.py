@@ -396,6 +396,9 @@ def emit_chain(ctx: StepContext) -> StepCode:
     outputs = _phase_ops(ctx.step.members[0])[0].type.size
     length = layout.input.size // outputs
     cuts = [_phase_cut(phase, layout, outputs, length) for phase in phases]
+    if None not in cuts:  # every pass walks a row with as many lanes (their widths may differ)
+        lanes = min(cut.lanes for cut in cuts)
+        cuts = [replace(cut, lanes=lanes) for cut in cuts]
     if length == 0 or None in cuts:
         codes = [(emit_loop if p.step.kind == "loop" else emit_reduce)(p) for p in phases]
         ctx.scratch_used = max(phase.scratch_used for phase in phases)

@@ -128,6 +128,16 @@ def _adamw(dtype, n=20480):
     return accy.trace.define("adamw", ([spec(f32, n=n)] * 3 + [spec(dtype, n=n)]) * 2, body)
 
 
+def _embedding_gradient(dtype, rows=1000, tokens=512, width=64):
+    # A token table's gradient: the updates of 4 x 128 tokens (many repeated) added at their
+    # rows, the innermost axis a multiple of four (four adjacent sums at once in f32).
+    def body(b, a):
+        return b.zeros(spec(dtype, v=rows, c=width)).scatter_add(a[0], a[1], "v")
+
+    indices, updates = spec(i32, s=4, t=tokens // 4), spec(dtype, s=4, t=tokens // 4, c=width)
+    return accy.trace.define("embedding_gradient", [indices, updates], body)
+
+
 VECTORIZED = [
     _elementwise,
     _broadcast,
@@ -140,7 +150,7 @@ VECTORIZED = [
     _layer_norm,
     _bucket_slices,
 ]
-PROGRAMS = [*VECTORIZED, _odd, _adamw]
+PROGRAMS = [*VECTORIZED, _odd, _adamw, _embedding_gradient]
 
 
 def _inputs(program, rng) -> list[np.ndarray]:
@@ -187,6 +197,15 @@ def test_independent_updates_too_wide_for_registers_are_one_kernel_each(dtype, k
     compiled = compile_program(_adamw(dtype))
     names = [action.kernel for action in compiled.schedule.actions]
     assert len(names) == kernels and len(set(names)) == 1, names
+
+
+@pytest.mark.parametrize(("dtype", "four"), [(f32, True), (bf16, True), (f64, False)], ids=str)
+def test_float32_scatter_sums_add_four_at_a_time(dtype, four):
+    # bf16 sums go into a float32 accumulator, rounded into the result 8 values a thread.
+    source = compile_program(_embedding_gradient(dtype)).source
+    assert ("accy_red_add_f32x4(&" in source) == four
+    assert ("(add, 4 lanes)" in source) == four
+    assert ("accy_vector<uint16_t, 8> r;" in source) == (dtype == bf16)
 
 
 def test_updates_that_share_a_stream_stay_one_kernel():

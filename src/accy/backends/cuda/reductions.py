@@ -198,11 +198,57 @@ def _block_combine(acc: Accumulator) -> list[str]:
     ]
 
 
+def _online_pair(online: OnlineSum, peak: Accumulator, width: int) -> list[str]:
+    """Shuffles adding `width` lanes' running sums (each relative to its lane's max) into
+    lane 0's, relative to the largest max, which lane 0's max becomes."""
+    total = online.name
+    return [
+        f"for (int d = {width // 2}; d > 0; d >>= 1) {{",
+        f"  const float {peak.name}_other = accy_shfl_down({peak.name}, d);",
+        f"  const float {total}_other = accy_shfl_down({total}, d);",
+        f"  const float {total}_peak = {peak.combine(peak.name, f'{peak.name}_other')};",
+        f"  {total} = {online.rescaled(total, peak.name, f'{total}_peak')} + "
+        f"{online.rescaled(f'{total}_other', f'{peak.name}_other', f'{total}_peak')};",
+        f"  {peak.name} = {total}_peak;",
+        "}",
+    ]
+
+
+def _online_combine(online: OnlineSum, peak: Accumulator, lanes: int) -> list[str]:
+    """The running sums and maxes of a row's threads combined: across the warp, then (a block
+    a row) the warps' through shared memory."""
+    if lanes == 1:
+        return []
+    lines = _online_pair(online, peak, min(lanes, WARP))
+    if lanes < BLOCK:
+        return lines
+    total, shared = online.name, f"{peak.name}_shared"
+    return lines + [
+        f"if ((threadIdx.x & {WARP - 1}) == 0) {{",
+        f"  {shared}[threadIdx.x / {WARP}] = {peak.name};",
+        f"  {total}_shared[threadIdx.x / {WARP}] = {total};",
+        "}",
+        "__syncthreads();",
+        f"if (threadIdx.x < {WARP}) {{",
+        f"  {peak.name} = threadIdx.x < {BLOCK // WARP} ? {shared}[threadIdx.x] : -INFINITY;",
+        f"  {total} = threadIdx.x < {BLOCK // WARP} ? {total}_shared[threadIdx.x] : 0.0f;",
+        *("  " + line for line in _online_pair(online, peak, BLOCK // WARP)),
+        "}",
+        "__syncthreads();",
+    ]
+
+
 def _chunk_loop(
-    cut: Cut, element: Element, accumulators: list[Accumulator], width: int, unrolled: bool
+    cut: Cut,
+    element: Element,
+    accumulators: list[Accumulator],
+    width: int,
+    unrolled: bool,
+    online: OnlineSum | None = None,
 ):
     """The loop over one chunk of one result's elements, `width` at a time (counter `r`),
-    `unrolled` by 4 for vector loads."""
+    `unrolled` by 4 for vector loads; with `online`, its running sum rescaled to the grown
+    max and the lanes' exponentials added, in lane order."""
     statements, lanes = element("r")
     count = cut.length // width
     chunked = cut.chunks > 1
@@ -221,10 +267,36 @@ def _chunk_loop(
     if width > 1:
         lines.append(f"  const int64_t r = rv * {width};")
     lines += ["  " + line for line in statements]
+    if online is not None:
+        lines.append(f"  const float {online.name}_peak = {accumulators[online.of].name};")
     for values in lanes:
         updates = zip(accumulators, values, strict=True)
         lines += [f"  {a.name} = {a.combine(a.name, x)};" for a, x in updates]
+    if online is not None:
+        peak = accumulators[online.of].name
+        terms = [online.rescaled(online.name, f"{online.name}_peak", peak)]
+        terms += [f"accy_expf({values[online.of]} - {peak})" for values in lanes]
+        lines += [f"  if ({peak} != -INFINITY) {online.name} = {' + '.join(terms)};"]
     return lines + ["}"]
+
+
+@dataclass(frozen=True)
+class OnlineSum:
+    """The sum of `exp(x - max)` over each row, computed in the pass of the row's max (a
+    chain's next phase folded into it, as FlashAttention's softmax does): accumulator `of` is
+    the max, whose lane values are the x; `name` the thread's running sum, relative to its
+    running max and rescaled whenever that grows; `finish(value)` stores the row's sum
+    (`initial` combined in)."""
+
+    name: str
+    of: int
+    initial: str
+    finish: Callable[[str], list[str]]
+
+    def rescaled(self, total: str, peak: str, new: str) -> str:
+        """`total` (a sum relative to `peak`) relative to `new` (at least `peak`); 0 for no
+        elements yet (`peak` still -inf)."""
+        return f"({peak} == -INFINITY ? 0.0f : {total} * accy_expf({peak} - {new}))"
 
 
 @dataclass(frozen=True)
@@ -240,6 +312,7 @@ class RowPass:
     initials: list[str] | None
     finish: Finish
     vectors: Vectors | None = None
+    online: OnlineSum | None = None
 
 
 def reduction_lines(
@@ -281,6 +354,11 @@ def chain_lines(passes: list[RowPass]) -> list[str]:
             for row in passes
             for a in row.accumulators
         ]
+        lines += [
+            f"__shared__ float {row.online.name}_shared[{BLOCK // WARP}];"
+            for row in passes
+            if row.online is not None
+        ]
     lines.append(grid_stride("w", cut.groups, per_block, cut.lanes))
     inner = [
         f"const int64_t o = w % {cut.outputs}LL;" if cut.chunks > 1 else "const int64_t o = w;"
@@ -309,20 +387,28 @@ def _pass_lines(row: RowPass) -> list[str]:
     """One pass over result `o`'s elements: the accumulators' loop, their combination across
     the result's threads, and the stores."""
     cut, accumulators, initials, vectors = row.cut, row.accumulators, row.initials, row.vectors
+    online = row.online
     inner = row.kept("o")
     inner += [f"{a.compute} {a.name} = {identity(a.reducer, a.dtype)};" for a in accumulators]
+    if online is not None:
+        inner.append(f"float {online.name} = 0;")
     if vectors is None:
-        inner += _chunk_loop(cut, row.element, accumulators, 1, False)
+        inner += _chunk_loop(cut, row.element, accumulators, 1, False, online)
     else:
         # Where a buffer is misaligned, the scalar loop: with `cut.width > 1` it takes the
         # elements in another order, so results are the same for the same alignment.
         inner.append(f"if ({vectors.condition}) {{")
-        vector_loop = _chunk_loop(cut, vectors.element, accumulators, cut.width, True)
+        vector_loop = _chunk_loop(cut, vectors.element, accumulators, cut.width, True, online)
         inner += ["  " + line for line in vector_loop]
         inner.append("} else {")
-        inner += ["  " + line for line in _chunk_loop(cut, row.element, accumulators, 1, False)]
+        scalar_loop = _chunk_loop(cut, row.element, accumulators, 1, False, online)
+        inner += ["  " + line for line in scalar_loop]
         inner.append("}")
-    for a in accumulators:
+    if online is not None:
+        inner += _online_combine(online, accumulators[online.of], cut.lanes)
+    for j, a in enumerate(accumulators):
+        if online is not None and j == online.of:
+            continue  # combined with the running sum
         if cut.lanes > 1:
             inner += _warp_combine(a, min(cut.lanes, WARP))
         if cut.lanes == BLOCK:
@@ -331,6 +417,11 @@ def _pass_lines(row: RowPass) -> list[str]:
     for j, a in enumerate(accumulators):
         value = a.name if initials is None else a.combine(initials[j], a.name)
         stores += row.finish(j, value)
+    if online is not None:
+        # A row of -inf only: exp(-inf - -inf) is NaN in every term, as the reference has it.
+        peak = accumulators[online.of].name
+        total = f"({peak} == -INFINITY ? NAN : {online.name})"
+        stores += online.finish(f"{online.initial} + {total}")
     if cut.lanes > 1 and stores:
         stores = ["if (lane == 0) {", *("  " + s for s in stores), "}"]
     return inner + stores

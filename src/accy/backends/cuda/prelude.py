@@ -1,6 +1,6 @@
 """The CUDA backend's prelude: the CUDA C dialect (`accy.codegen.c.dialect.CUDA`), then what
 only this backend's kernels use: warp shuffles, vectors of adjacent values, the bits of a
-rounded bf16, four float32 atomic adds at once and atomic updates of 1-byte values."""
+rounded bf16 and atomic updates of 1-byte values."""
 
 from __future__ import annotations
 
@@ -29,21 +29,6 @@ struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) accy_vector {
    where accy_bf16_store would convert again (accy.backends.cuda.vectors). */
 ACCY_FN uint16_t accy_bf16_bits(float rounded) {
   return (uint16_t)(accy_float_bits(rounded) >> 16);
-}
-
-/* Four adjacent float32 sums added at once (`address` 16-byte aligned): one vector reduction
-   from sm_90 on (its float adds flush subnormals to zero, as scalar float atomics do),
-   four atomic adds before. */
-ACCY_FN void accy_red_add_f32x4(float *address, float a, float b, float c, float d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};"
-               :: "l"(address), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-#else
-  atomicAdd(address, a);
-  atomicAdd(address + 1, b);
-  atomicAdd(address + 2, c);
-  atomicAdd(address + 3, d);
-#endif
 }
 
 /* Atomic updates of one byte, through a compare-and-swap of its aligned 32-bit word (the

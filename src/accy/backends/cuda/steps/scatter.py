@@ -11,7 +11,6 @@ from ....codegen.c.templates import binary
 from ....core.types import bf16, bool_, f16, f32, f64, i32, i64, u8
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import axis_names, blocks_for, decompose, grid_stride
-from ..vectors import MIN_VECTOR_ELEMENTS
 from .common import element_index, elementwise, indent, rounded, store
 
 ATOMIC_ADD = {
@@ -67,61 +66,20 @@ def _scatter_atomic(ctx: StepContext) -> tuple[str, int]:
     """One thread per update, added with an atomic operation (integers add exactly in any
     order; f32 and f64 sums, and bf16's float32 accumulator, may differ in the last bits from
     run to run). The embedding gradient of a language model is this: thousands of token rows
-    into a vocabulary, where an ordered walk would leave the GPU nearly idle. Float32 sums
-    whose rows run on in fours (`_lanes_of_four`) add four adjacent updates with one vector
-    reduction where the target is 16-byte aligned."""
+    into a vocabulary, where an ordered walk would leave the GPU nearly idle."""
     op = ctx.step.op
     updates = op.operand_types[2]
     pointers = ctx.pointers()
+    body = ctx.body(pointers)
     target, declarations, _, _ = _scatter_target(ctx, pointers)
-    dtype = f32 if op.type.dtype == bf16 else op.type.dtype
     names = axis_names(updates, "u")
-
-    def loop(lanes: int, count: int) -> list[str]:
-        body = ctx.body(pointers)
-        head = decompose("i", updates.extents, names)
-        if lanes > 1:
-            head = [f"const int64_t i = q * {lanes};", *head]
-            head += [f"const int64_t {names[-1]}_{k} = {names[-1]} + {k};" for k in range(1, lanes)]
-        at = _scatter_row(ctx, body, names)
-        values = [body.value(op.operands[2], _lane_index(names, k)) for k in range(lanes)]
-        if lanes > 1:
-            add = f"accy_red_add_f32x4(&{target}[{at}], {', '.join(values)});"
-        else:
-            add = ATOMIC_ADD[dtype].format(at=f"{target}[{at}]", x=values[0])
-        counter = "q" if lanes > 1 else "i"
-        return [grid_stride(counter, count), *indent(head + body.lines + [add]), "}"]
-
-    if not _lanes_of_four(ctx):
-        lines = declarations + loop(1, updates.size)
-        return ctx.kernel(pointers, lines, "(add)"), blocks_for(updates.size)
-    lines = [
-        *declarations,
-        f"if ((((size_t){target}) & 15) == 0) {{",
-        *indent(loop(4, updates.size // 4)),
-        "} else {",
-        *indent(loop(1, updates.size)),
-        "}",
-    ]
-    return ctx.kernel(pointers, lines, "(add, 4 lanes)"), blocks_for(updates.size)
-
-
-def _lane_index(names: tuple[str, ...], k: int) -> tuple[str, ...]:
-    return names if k == 0 else (*names[:-1], f"{names[-1]}_{k}")
-
-
-def _lanes_of_four(ctx: StepContext) -> bool:
-    """Whether the atomic adds go four at a time: float32 sums (bf16's accumulator too) whose
-    updates' innermost axis is not an index axis and holds a multiple of four elements, so
-    four adjacent updates land on four adjacent elements of one row, 16-byte aligned where
-    the target is."""
-    op = ctx.step.op
-    result, indices, updates = op.type, op.operand_types[1], op.operand_types[2]
-    if result.dtype not in (f32, bf16) or updates.size < MIN_VECTOR_ELEMENTS:
-        return False
-    position = result.position(op.attrs["axis"])
-    innermost_is_index = updates.rank - 1 < position + indices.rank
-    return not innermost_is_index and updates.extents[-1] % 4 == 0
+    head = decompose("i", updates.extents, names)
+    at = _scatter_row(ctx, body, names)
+    update = body.value(op.operands[2], names)
+    atomic = ATOMIC_ADD[f32 if op.type.dtype == bf16 else op.type.dtype]
+    add = atomic.format(at=f"{target}[{at}]", x=update)
+    lines = declarations + [grid_stride("i", updates.size), *indent(head + body.lines + [add]), "}"]
+    return ctx.kernel(pointers, lines, "(add)"), blocks_for(updates.size)
 
 
 def _scatter_ordered(ctx: StepContext) -> tuple[str, int]:
@@ -163,8 +121,7 @@ def _scatter_round(ctx: StepContext) -> tuple[str, int]:
     offset = ctx.workspace_scratch("accumulator")
     out = pointers[op.results[0]]
     size = op.type.size
-    rounded_lanes = [f"r.v[{k}] = accy_bf16_store(s0.v[{k}]);" for k in range(4)]
-    rounded_lanes += [f"r.v[{k + 4}] = accy_bf16_store(s1.v[{k}]);" for k in range(4)]
+    rounded_lanes = [f"r.v[{k}] = accy_bf16_store(s{k // 4}.v[{k % 4}]);" for k in range(8)]
     lines = [
         f"const float *__restrict__ sum = (const float *)(ws + {offset});",
         f"const bool vectorized = ((((size_t)sum) | ((size_t){out})) & 15) == 0;",

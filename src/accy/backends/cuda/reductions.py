@@ -174,6 +174,25 @@ class Vectors:
     condition: str
 
 
+@dataclass(frozen=True)
+class OnlineSum:
+    """The sum of `exp(x - max)` over each row, computed in the pass of the row's max (a
+    chain's next phase folded into it, as FlashAttention's softmax does): accumulator `of` is
+    the max, whose lane values are the x; `name` the thread's running sum, relative to its
+    running max and rescaled whenever that grows; `finish(value)` stores the row's sum
+    (`initial` combined in)."""
+
+    name: str
+    of: int
+    initial: str
+    finish: Callable[[str], list[str]]
+
+    def rescaled(self, total: str, peak: str, new: str) -> str:
+        """`total` (a sum relative to `peak`) relative to `new` (at least `peak`); 0 for no
+        elements yet (`peak` still -inf)."""
+        return f"({peak} == -INFINITY ? 0.0f : {total} * accy_expf({peak} - {new}))"
+
+
 def _warp_combine(acc: Accumulator, width: int) -> list[str]:
     other = f"{acc.name}_other"
     return [
@@ -278,25 +297,6 @@ def _chunk_loop(
         terms += [f"accy_expf({values[online.of]} - {peak})" for values in lanes]
         lines += [f"  if ({peak} != -INFINITY) {online.name} = {' + '.join(terms)};"]
     return lines + ["}"]
-
-
-@dataclass(frozen=True)
-class OnlineSum:
-    """The sum of `exp(x - max)` over each row, computed in the pass of the row's max (a
-    chain's next phase folded into it, as FlashAttention's softmax does): accumulator `of` is
-    the max, whose lane values are the x; `name` the thread's running sum, relative to its
-    running max and rescaled whenever that grows; `finish(value)` stores the row's sum
-    (`initial` combined in)."""
-
-    name: str
-    of: int
-    initial: str
-    finish: Callable[[str], list[str]]
-
-    def rescaled(self, total: str, peak: str, new: str) -> str:
-        """`total` (a sum relative to `peak`) relative to `new` (at least `peak`); 0 for no
-        elements yet (`peak` still -inf)."""
-        return f"({peak} == -INFINITY ? 0.0f : {total} * accy_expf({peak} - {new}))"
 
 
 @dataclass(frozen=True)

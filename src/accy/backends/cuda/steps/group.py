@@ -100,11 +100,11 @@ def _flat_loops(ctx: StepContext, size: int) -> StepCode:
         contexts = [
             replace(ctx, step=_part_step(ctx, part), phase=f".{k}") for k, part in enumerate(parts)
         ]
-        return launches(*(elementwise_loops(part, size) for part in contexts))
-    return launches(elementwise_loops(ctx, size))
+        return launches(*(_elementwise_loops(part, size) for part in contexts))
+    return launches(_elementwise_loops(ctx, size))
 
 
-def elementwise_loops(ctx: StepContext, size: int):
+def _elementwise_loops(ctx: StepContext, size: int):
     """The (kernel, grid) of the group's loops, all of them members without reductions."""
     first = ctx.step.members[0]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call: this tree against an older one (OLD, a checkout; default .old): the CUDA tests
-# of the vector loops (this tree), the GPT-2 bf16 step's profile by action in each tree
-# (tools/gpt2_profile.py, compared by tools/gpu_actions_diff.py), and the host part of each
+# of the vector loops (this tree; or TESTS, test files), the GPT-2 bf16 step's profile by action
+# in each tree (tools/gpt2_profile.py, compared by tools/gpu_actions_diff.py), the host part of each
 # tree's step (tools/gpu_step_host.py), while CALL_SECONDS (default 150) last. Wheels in .whl
 # are installed first; logs go to $OUT. A short summary last.
 set -uo pipefail
@@ -9,10 +9,12 @@ source tools/gpu_env.sh
 export JAX_PLATFORMS=cpu
 OLD="${OLD:-.old}"
 left() { echo $((${CALL_SECONDS:-150} - (SECONDS - T0))); }
+TESTS="${TESTS:-tests/backends/test_cuda_vectors.py tests/backends/test_piecewise_concatenate.py \
+  tests/backends/test_cuda_half_intermediates.py tests/backends/test_cuda_batching.py \
+  tests/backends/test_cuda_donation.py}"
+# shellcheck disable=SC2086
 ACCY_CACHE_DIR=/tmp/cache-tests timeout "${TEST_SECONDS:-45}" python3 -m pytest -p no:cacheprovider \
-  -p no:benchmark -n 15 -q tests/backends/test_cuda_vectors.py \
-  tests/backends/test_piecewise_concatenate.py tests/backends/test_cuda_half_intermediates.py \
-  tests/backends/test_cuda_batching.py tests/backends/test_cuda_donation.py > "$OUT/tests.txt" 2>&1
+  -p no:benchmark -n 15 -q $TESTS > "$OUT/tests.txt" 2>&1
 echo "== tests rc $? ($((SECONDS - T0)) s)"
 for tree in new old; do
   dir=.; [ "$tree" = old ] && dir="$OLD"
@@ -31,7 +33,7 @@ for tree in new old; do
     --profile 0) > "$OUT/host-$tree.txt" 2>&1
   echo "== host $tree rc $? ($((SECONDS - T0)) s)"
 done
-echo "-- tests"; tail -4 "$OUT/tests.txt"
+echo "-- tests"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.txt" | tail -12
 for tree in new old; do echo "-- $tree"; grep -E "whole step|^  (gemm|kernel|library)" "$OUT/profile-$tree.txt"; grep "^gpt2" "$OUT/host-$tree.txt" 2>/dev/null; done
 [ -f "$OUT/actions-old.tsv" ] && [ -f "$OUT/actions-new.tsv" ] && \
   python3 tools/gpu_actions_diff.py "$OUT/actions-old.tsv" "$OUT/actions-new.tsv" --top 16

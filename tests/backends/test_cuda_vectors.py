@@ -128,6 +128,16 @@ def _adamw(dtype, n=20480):
     return accy.trace.define("adamw", ([spec(f32, n=n)] * 3 + [spec(dtype, n=n)]) * 2, body)
 
 
+def _embedding_gradient(dtype, rows=1000, tokens=512, width=64):
+    # A token table's gradient: the updates of 4 x 128 tokens (many repeated) added at their
+    # rows (bf16's in a float32 accumulator, then rounded).
+    def body(b, a):
+        return b.zeros(spec(dtype, v=rows, c=width)).scatter_add(a[0], a[1], "v")
+
+    indices, updates = spec(i32, s=4, t=tokens // 4), spec(dtype, s=4, t=tokens // 4, c=width)
+    return accy.trace.define("embedding_gradient", [indices, updates], body)
+
+
 VECTORIZED = [
     _elementwise,
     _broadcast,
@@ -140,7 +150,7 @@ VECTORIZED = [
     _layer_norm,
     _bucket_slices,
 ]
-PROGRAMS = [*VECTORIZED, _odd, _adamw]
+PROGRAMS = [*VECTORIZED, _odd, _adamw, _embedding_gradient]
 
 
 def _inputs(program, rng) -> list[np.ndarray]:
@@ -177,6 +187,36 @@ def test_a_loop_of_many_streams_takes_fewer_lanes(dtype, lanes):
     types = _vector_types(compile_program(_adamw(dtype)).source)
     assert ("float", str(lanes)) in types
     assert all(width == str(lanes) for _, width in types), types
+
+
+@pytest.mark.parametrize(("dtype", "kernels"), [(bf16, 2), (f16, 2), (f32, 2), (f64, 1)], ids=str)
+def test_independent_updates_too_wide_for_registers_are_one_kernel_each(dtype, kernels):
+    # Two parameters' AdamW updates share no stream: at their fewest lanes (4) the halves'
+    # and f32 gradients' 14 streams hold 208-224 bytes of lane values a thread, so each
+    # update is its own launch of one kernel; f64 gradients' 2 lanes hold 128 bytes, one launch.
+    compiled = compile_program(_adamw(dtype))
+    names = [action.kernel for action in compiled.schedule.actions]
+    assert len(names) == kernels and len(set(names)) == 1, names
+
+
+def test_bf16_scatter_sums_are_rounded_8_values_a_thread():
+    # bf16 sums go into a float32 accumulator, rounded into the result with two 16-byte loads
+    # and one 16-byte store a thread where both buffers are aligned.
+    source = compile_program(_embedding_gradient(bf16)).source
+    assert "accy_vector<uint16_t, 8> r;" in source
+    assert "accy_vector<uint16_t, 8> r;" not in compile_program(_embedding_gradient(f32)).source
+
+
+def test_updates_that_share_a_stream_stay_one_kernel():
+    # Both updates read the same gradient: one kernel loads it once for both.
+    def body(b, a):
+        g = a[4].convert(f32)
+        return tuple(
+            x for p, m in (a[0:2], a[2:4]) for x in (p - (m * 0.9 + g) * 1e-3, m * 0.9 + g)
+        )
+
+    program = accy.trace.define("shared", [spec(f32, n=20480)] * 4 + [spec(bf16, n=20480)], body)
+    assert len(compile_program(program).schedule.actions) == 1
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

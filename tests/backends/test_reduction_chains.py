@@ -17,7 +17,7 @@ from accy.kernel import toolchain
 from accy.lower import build_plan, explain, grouping
 from accy.lower.target import CPU, GPU
 
-from ..executors import native_cpu, native_cuda, needs_nvcc
+from ..executors import cuda_device_or_skip, native_cpu, native_cuda, needs_nvcc
 from ..halves import assert_close_scaled
 from .row_losses import (
     check_against_reference,
@@ -391,6 +391,60 @@ def test_the_cuda_chain_of_layer_norm_stores_the_centered_rows_then_the_output()
     (store,) = [line for line in centered.splitlines() if line.strip().startswith("*(accy_vector")]
     pointer = store.split("(")[2].split(" +")[0]
     assert f"(const accy_vector<uint16_t, 8> *)({pointer} + k0 * 768" in variance
+
+
+def test_the_sum_of_exponentials_of_an_f32_max_is_added_in_the_max_pass():
+    # The f32 cross-entropy's rows: the sum of exp(x - max) runs with the max in one pass over
+    # each row (each thread's sum relative to its running max), one read of the logits.
+    kernel = _chain_kernel(
+        compile_program(cross_entropy_loss(f32, rows=8192, classes=50304)).source
+    )
+    assert "__syncthreads();\n    {" not in kernel  # one pass
+    assert "p1_sum * accy_expf(p1_sum_peak - p0_acc0)" in kernel
+    assert "p1_sum_shared[threadIdx.x / 32] = p1_sum;" in kernel
+    # A bf16 max is stored rounded: the sum's own pass reads that value (two passes).
+    kernel = _chain_kernel(compile_program(softmax_denominator(bf16, 2048, 4096)).source)
+    assert "p1_sum" not in kernel and "p1_acc0" in kernel
+
+
+@pytest.mark.parametrize("lanes", [1, 32, 256])
+def test_a_running_sum_of_exponentials_matches_the_reference_on_cuda(lanes):
+    # Rows of one thread (8 columns), a warp (512) and a block (4096) each, on random values
+    # and on rows of -inf only (NaN, as the reference has it), half -inf, one +inf, one NaN.
+    cuda_device_or_skip()
+    cols = {1: 8, 32: 512, 256: 4096}[lanes]
+    program = softmax_denominator(f32, rows=1024, cols=cols)
+    kernel = _chain_kernel(compile_program(program).source)
+    assert f"threadIdx.x % {lanes};" in kernel or lanes == 1
+    x = np.random.default_rng(5).standard_normal((1024, cols)).astype(np.float32) * 4
+    x[0] = -np.inf
+    x[1, : cols // 2] = -np.inf
+    x[2, cols // 3] = np.inf
+    x[3, cols // 5] = np.nan
+    (got,) = native_cuda(program, [x])
+    (want,) = accy.reference.run(program, [x])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, equal_nan=True)
+    assert np.isnan(np.asarray(got)[[0, 2, 3]]).all()
+
+
+@pytest.mark.parametrize(("rows", "lanes"), [(8192, 16), (8193, 32), (2048, 32)])
+def test_many_rows_of_a_warp_take_half_a_warp_each(rows, lanes):
+    # GPT-2's layer-norm rows (768 bf16: 96 vectors of 8): 8192 rows at a warp each would
+    # be more than a wave of threads, so half a warp walks a row; an odd count of rows (a
+    # warp's halves would run different passes) and fewer rows keep a warp a row.
+    kernel = _chain_kernel(compile_program(layer_norm(bf16, rows=rows, cols=768)).source)
+    assert f"const int lane = threadIdx.x % {lanes};" in kernel
+    assert f"for (int d = {lanes // 2}; d > 0; d >>= 1)" in kernel
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rtol"), [pytest.param(f32, 1e-4, id="f32"), pytest.param(bf16, 2.0**-5, id="bf16")]
+)
+def test_rows_of_half_a_warp_match_the_reference_on_cuda(dtype, rtol):
+    # The layer norm's forward and backward chains over 8192 rows of 768, half a warp a row.
+    cuda_device_or_skip()
+    program = accy.value_and_grad(layer_norm_loss(dtype, rows=8192, cols=768, out=3), wrt=[0, 1])
+    _check(native_cuda, program, rtol)
 
 
 def test_few_long_rows_run_each_phase_as_its_own_reduction():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...codegen.c import templates
 from ...codegen.c.dialect import CUDA
@@ -95,18 +95,43 @@ def choose_cut(
 def chain_cut(outputs: int, length: int, width: int = 1) -> Cut | None:
     """The cut of a pass of a chain over rows (`chain_lines`: one chunk per row), or None
     where splitting rows into chunks pays more: when `choose_cut` would split them and one
-    chunk per row leaves the GPU less than a wave of threads.
+    chunk per row leaves the GPU less than a wave of threads. Rows a warp would walk take
+    fewer lanes while they would fill more than a wave (`_rows_in_one_wave`).
 
     >>> chain_cut(8192, 50304, 8)
     Cut(outputs=8192, length=50304, lanes=256, chunks=1, width=8)
+    >>> chain_cut(8192, 768, 8)  # GPT-2's layer norms: half a warp a row
+    Cut(outputs=8192, length=768, lanes=16, chunks=1, width=8)
     >>> chain_cut(1024, 8192) is not None, chain_cut(64, 8192)
     (True, None)
     """
     cut = choose_cut(outputs, length, True, width=width)
     if cut.chunks == 1:
-        return cut
+        return _rows_in_one_wave(cut)
     whole = choose_cut(outputs, length, True, split=False, width=width)
     return whole if whole.outputs * whole.lanes >= ONE_WAVE else None
+
+
+MIN_CHAIN_VECTORS = 4  # a chain's lane takes at least this many vectors of its row a pass
+
+
+def _rows_in_one_wave(cut: Cut) -> Cut:
+    """`cut` (a warp a row) with half the lanes a row while its rows would keep more than a
+    wave of threads and each lane still takes `MIN_CHAIN_VECTORS` vectors a pass. A chain's
+    passes are latency-bound: each waits for the last one's stores of the row (its statistics)
+    to come back, so rows in flight matter more than lanes a row; GPT-2's 8192 layer-norm rows
+    of 768 were 1.3 waves of warps at 6 blocks a multiprocessor (25-28 us for 38 MB). A warp
+    holds whole rows only (`outputs` divisible by its rows), so both halves of a warp run the
+    same passes and meet at the same shuffles and `__syncwarp`."""
+    if cut.lanes != WARP:
+        return cut
+    lanes = WARP
+    while lanes > 1 and cut.outputs * lanes >= ONE_WAVE:
+        half = lanes // 2
+        if cut.steps < half * MIN_CHAIN_VECTORS or cut.outputs % (WARP // half):
+            break
+        lanes = half
+    return cut if lanes == cut.lanes else replace(cut, lanes=lanes)
 
 
 def identity(reducer: str, dtype: DType) -> str:
@@ -149,6 +174,25 @@ class Vectors:
     condition: str
 
 
+@dataclass(frozen=True)
+class OnlineSum:
+    """The sum of `exp(x - max)` over each row, computed in the pass of the row's max (a
+    chain's next phase folded into it, as FlashAttention's softmax does): accumulator `of` is
+    the max, whose lane values are the x; `name` the thread's running sum, relative to its
+    running max and rescaled whenever that grows; `finish(value)` stores the row's sum
+    (`initial` combined in)."""
+
+    name: str
+    of: int
+    initial: str
+    finish: Callable[[str], list[str]]
+
+    def rescaled(self, total: str, peak: str, new: str) -> str:
+        """`total` (a sum relative to `peak`) relative to `new` (at least `peak`); 0 for no
+        elements yet (`peak` still -inf)."""
+        return f"({peak} == -INFINITY ? 0.0f : {total} * accy_expf({peak} - {new}))"
+
+
 def _warp_combine(acc: Accumulator, width: int) -> list[str]:
     other = f"{acc.name}_other"
     return [
@@ -173,11 +217,57 @@ def _block_combine(acc: Accumulator) -> list[str]:
     ]
 
 
+def _online_pair(online: OnlineSum, peak: Accumulator, width: int) -> list[str]:
+    """Shuffles adding `width` lanes' running sums (each relative to its lane's max) into
+    lane 0's, relative to the largest max, which lane 0's max becomes."""
+    total = online.name
+    return [
+        f"for (int d = {width // 2}; d > 0; d >>= 1) {{",
+        f"  const float {peak.name}_other = accy_shfl_down({peak.name}, d);",
+        f"  const float {total}_other = accy_shfl_down({total}, d);",
+        f"  const float {total}_peak = {peak.combine(peak.name, f'{peak.name}_other')};",
+        f"  {total} = {online.rescaled(total, peak.name, f'{total}_peak')} + "
+        f"{online.rescaled(f'{total}_other', f'{peak.name}_other', f'{total}_peak')};",
+        f"  {peak.name} = {total}_peak;",
+        "}",
+    ]
+
+
+def _online_combine(online: OnlineSum, peak: Accumulator, lanes: int) -> list[str]:
+    """The running sums and maxes of a row's threads combined: across the warp, then (a block
+    a row) the warps' through shared memory."""
+    if lanes == 1:
+        return []
+    lines = _online_pair(online, peak, min(lanes, WARP))
+    if lanes < BLOCK:
+        return lines
+    total, shared = online.name, f"{peak.name}_shared"
+    return lines + [
+        f"if ((threadIdx.x & {WARP - 1}) == 0) {{",
+        f"  {shared}[threadIdx.x / {WARP}] = {peak.name};",
+        f"  {total}_shared[threadIdx.x / {WARP}] = {total};",
+        "}",
+        "__syncthreads();",
+        f"if (threadIdx.x < {WARP}) {{",
+        f"  {peak.name} = threadIdx.x < {BLOCK // WARP} ? {shared}[threadIdx.x] : -INFINITY;",
+        f"  {total} = threadIdx.x < {BLOCK // WARP} ? {total}_shared[threadIdx.x] : 0.0f;",
+        *("  " + line for line in _online_pair(online, peak, BLOCK // WARP)),
+        "}",
+        "__syncthreads();",
+    ]
+
+
 def _chunk_loop(
-    cut: Cut, element: Element, accumulators: list[Accumulator], width: int, unrolled: bool
+    cut: Cut,
+    element: Element,
+    accumulators: list[Accumulator],
+    width: int,
+    unrolled: bool,
+    online: OnlineSum | None = None,
 ):
     """The loop over one chunk of one result's elements, `width` at a time (counter `r`),
-    `unrolled` by 4 for vector loads."""
+    `unrolled` by 4 for vector loads; with `online`, its running sum rescaled to the grown
+    max and the lanes' exponentials added, in lane order."""
     statements, lanes = element("r")
     count = cut.length // width
     chunked = cut.chunks > 1
@@ -196,9 +286,16 @@ def _chunk_loop(
     if width > 1:
         lines.append(f"  const int64_t r = rv * {width};")
     lines += ["  " + line for line in statements]
+    if online is not None:
+        lines.append(f"  const float {online.name}_peak = {accumulators[online.of].name};")
     for values in lanes:
         updates = zip(accumulators, values, strict=True)
         lines += [f"  {a.name} = {a.combine(a.name, x)};" for a, x in updates]
+    if online is not None:
+        peak = accumulators[online.of].name
+        terms = [online.rescaled(online.name, f"{online.name}_peak", peak)]
+        terms += [f"accy_expf({values[online.of]} - {peak})" for values in lanes]
+        lines += [f"  if ({peak} != -INFINITY) {online.name} = {' + '.join(terms)};"]
     return lines + ["}"]
 
 
@@ -215,6 +312,7 @@ class RowPass:
     initials: list[str] | None
     finish: Finish
     vectors: Vectors | None = None
+    online: OnlineSum | None = None
 
 
 def reduction_lines(
@@ -256,6 +354,11 @@ def chain_lines(passes: list[RowPass]) -> list[str]:
             for row in passes
             for a in row.accumulators
         ]
+        lines += [
+            f"__shared__ float {row.online.name}_shared[{BLOCK // WARP}];"
+            for row in passes
+            if row.online is not None
+        ]
     lines.append(grid_stride("w", cut.groups, per_block, cut.lanes))
     inner = [
         f"const int64_t o = w % {cut.outputs}LL;" if cut.chunks > 1 else "const int64_t o = w;"
@@ -284,28 +387,41 @@ def _pass_lines(row: RowPass) -> list[str]:
     """One pass over result `o`'s elements: the accumulators' loop, their combination across
     the result's threads, and the stores."""
     cut, accumulators, initials, vectors = row.cut, row.accumulators, row.initials, row.vectors
+    online = row.online
     inner = row.kept("o")
     inner += [f"{a.compute} {a.name} = {identity(a.reducer, a.dtype)};" for a in accumulators]
+    if online is not None:
+        inner.append(f"float {online.name} = 0;")
     if vectors is None:
-        inner += _chunk_loop(cut, row.element, accumulators, 1, False)
+        inner += _chunk_loop(cut, row.element, accumulators, 1, False, online)
     else:
         # Where a buffer is misaligned, the scalar loop: with `cut.width > 1` it takes the
         # elements in another order, so results are the same for the same alignment.
         inner.append(f"if ({vectors.condition}) {{")
-        vector_loop = _chunk_loop(cut, vectors.element, accumulators, cut.width, True)
+        vector_loop = _chunk_loop(cut, vectors.element, accumulators, cut.width, True, online)
         inner += ["  " + line for line in vector_loop]
         inner.append("} else {")
-        inner += ["  " + line for line in _chunk_loop(cut, row.element, accumulators, 1, False)]
+        scalar_loop = _chunk_loop(cut, row.element, accumulators, 1, False, online)
+        inner += ["  " + line for line in scalar_loop]
         inner.append("}")
-    for a in accumulators:
+    if online is not None:
+        inner += _online_combine(online, accumulators[online.of], cut.lanes)
+    for j, a in enumerate(accumulators):
+        if online is not None and j == online.of:
+            continue  # combined with the running sum
         if cut.lanes > 1:
-            inner += _warp_combine(a, WARP)
+            inner += _warp_combine(a, min(cut.lanes, WARP))
         if cut.lanes == BLOCK:
             inner += _block_combine(a)
     stores: list[str] = []
     for j, a in enumerate(accumulators):
         value = a.name if initials is None else a.combine(initials[j], a.name)
         stores += row.finish(j, value)
+    if online is not None:
+        # A row of -inf only: exp(-inf - -inf) is NaN in every term, as the reference has it.
+        peak = accumulators[online.of].name
+        total = f"({peak} == -INFINITY ? NAN : {online.name})"
+        stores += online.finish(f"{online.initial} + {total}")
     if cut.lanes > 1 and stores:
         stores = ["if (lane == 0) {", *("  " + s for s in stores), "}"]
     return inner + stores

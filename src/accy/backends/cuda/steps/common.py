@@ -62,10 +62,16 @@ def step_lane_width(ctx: StepContext) -> int:
     elements (smaller ones, a row's statistics or a scalar, are loaded once per thread, not
     once per lane)."""
     values = (*ctx.step.writes, *ctx.step.reads)
+    return lane_width([ctx.itemsize(v) for v in values], step_streams(ctx))
+
+
+def step_streams(ctx: StepContext) -> list[int]:
+    """The itemsizes of the step's streams: the buffers it reads or writes of at least half
+    the largest one's elements."""
+    values = (*ctx.step.writes, *ctx.step.reads)
     sizes = [ctx.plan.program.type_of(v).size for v in values]
     largest = max(sizes, default=0)
-    streams = [ctx.itemsize(v) for v, n in zip(values, sizes, strict=True) if 2 * n >= largest]
-    return lane_width([ctx.itemsize(v) for v in values], streams)
+    return [ctx.itemsize(v) for v, n in zip(values, sizes, strict=True) if 2 * n >= largest]
 
 
 def innermost(extents) -> int | None:

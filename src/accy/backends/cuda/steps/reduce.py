@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import EMITTERS, Body, Flat, NotFlat, linear
+from ....core.types import f32
 from ....errors import AccyError
 from ....lower.views import row_major
 from ..columns import ColumnKernel, ColumnLoop, choose_column_cut, column_lines
@@ -16,6 +17,7 @@ from ..reductions import (
     Accumulator,
     Cut,
     Finish,
+    OnlineSum,
     RowPass,
     Vectors,
     chain_cut,
@@ -396,6 +398,9 @@ def emit_chain(ctx: StepContext) -> StepCode:
     outputs = _phase_ops(ctx.step.members[0])[0].type.size
     length = layout.input.size // outputs
     cuts = [_phase_cut(phase, layout, outputs, length) for phase in phases]
+    if None not in cuts:  # every pass walks a row with as many lanes (their widths may differ)
+        lanes = min(cut.lanes for cut in cuts)
+        cuts = [replace(cut, lanes=lanes) for cut in cuts]
     if length == 0 or None in cuts:
         codes = [(emit_loop if p.step.kind == "loop" else emit_reduce)(p) for p in phases]
         ctx.scratch_used = max(phase.scratch_used for phase in phases)
@@ -407,12 +412,64 @@ def emit_chain(ctx: StepContext) -> StepCode:
         return schedule_phases
     pointers = ctx.pointers()
     heads, passes = [], []
+    folded = _softmax_sum_of(phases)
     for k, (phase, cut) in enumerate(zip(phases, cuts, strict=True)):
         if phase.step.kind == "loop":
             passes.append(_loop_pass(phase, pointers, cut, layout))
             continue
+        if folded is not None and k == 1:
+            continue  # summed in the max's pass
         head, row = _row_pass(phase, pointers, cut, f"p{k}_")
+        if folded is not None and k == 0:
+            more, online = _online_sum(phases[1], pointers, folded)
+            head += more
+            row = replace(row, online=online)
         heads += head
         passes.append(row)
     kernel = ctx.kernel(pointers, heads + chain_lines(passes), "(chain)")
     return launches((kernel, cuts[0].grid))
+
+
+# What may stand between the sum's exp(x - max) and the max it reads: the max broadcast along
+# the row (and reshaped), its gradient stopped.
+_MAX_READS = frozenset({"broadcast_in_dim", "reshape"})
+
+
+def _softmax_sum_of(phases: list[StepContext]) -> int | None:
+    """Which member of the chain's first phase is the max whose `sum(exp(x - max))` over each
+    row the second phase computes (x being the values the max reduced: the cross-entropy's
+    and the softmax's denominator), or None. That sum is then added in the max's pass, each
+    thread's relative to its running max (`reductions.OnlineSum`): one read of each row
+    instead of two. f32 maxes and float sums only (`accy_expf`)."""
+    if len(phases) < 2 or phases[1].step.kind != "reduce":
+        return None
+    first, second = _phase_ops(phases[0].step), phases[1].step
+    if second.op.attrs["op"] != "sum" or CUDA.c_type(second.op.type.dtype).compute != "float":
+        return None
+    producers = {r: op for op in second.fused for r in op.results}
+    exp = producers.get(second.op.operands[0])
+    if exp is None or exp.kind != "unary" or exp.attrs.get("op") != "exp":
+        return None
+    difference = producers.get(exp.operands[0])
+    if difference is None or difference.kind != "sub":
+        return None
+    x, peak = difference.operands
+    while peak in producers and (
+        producers[peak].kind in _MAX_READS or producers[peak].attrs.get("op") == "stop_gradient"
+    ):
+        peak = producers[peak].operands[0]
+    for j, op in enumerate(first):
+        # An f32 max is stored as it is: the sum's pass would read the very value.
+        if op.attrs["op"] == "max" and op.type.dtype == f32 and op.results[0] == peak:
+            return j if op.operands[0] == x else None
+    return None
+
+
+def _online_sum(second: StepContext, pointers, of: int) -> tuple[list[str], OnlineSum]:
+    """(statements before the kernel's loop, the running sum) of the chain's second phase
+    folded into its first (`_softmax_sum_of`): its initial value and its stores (with its
+    epilogue) as its own pass would make them."""
+    op = second.step.op
+    head, (initial,) = initial_values(second, [op])(pointers)
+    finish = _final(second, pointers, [op.results[0]], [op.type.dtype])
+    return head, OnlineSum("p1_sum", of, initial, lambda value: finish(0, value))

@@ -114,18 +114,30 @@ def _scatter_ordered(ctx: StepContext) -> tuple[str, int]:
 
 
 def _scatter_round(ctx: StepContext) -> tuple[str, int]:
-    """bf16: the float32 sums rounded once into the result."""
+    """bf16: the float32 sums rounded once into the result, eight a thread (two 16-byte
+    loads, one 16-byte store) where both buffers are aligned, then one at a time."""
     op = ctx.step.op
     pointers = ctx.pointers()
     offset = ctx.workspace_scratch("accumulator")
     out = pointers[op.results[0]]
+    size = op.type.size
+    rounded_lanes = [f"r.v[{k}] = accy_bf16_store(s{k // 4}.v[{k % 4}]);" for k in range(8)]
     lines = [
         f"const float *__restrict__ sum = (const float *)(ws + {offset});",
-        grid_stride("i", op.type.size),
+        f"const bool vectorized = ((((size_t)sum) | ((size_t){out})) & 15) == 0;",
+        f"const int64_t vector_end = vectorized ? {size - size % 8}LL : 0LL;",
+        grid_stride("q", "vector_end / 8"),
+        "  const accy_vector<float, 4> s0 = *(const accy_vector<float, 4> *)(sum + q * 8);",
+        "  const accy_vector<float, 4> s1 = *(const accy_vector<float, 4> *)(sum + q * 8 + 4);",
+        "  accy_vector<uint16_t, 8> r;",
+        *("  " + line for line in rounded_lanes),
+        f"  *(accy_vector<uint16_t, 8> *)({out} + q * 8) = r;",
+        "}",
+        grid_stride("i", f"{size}LL", first="vector_end"),
         "  " + store(bf16, out, "i", "sum[i]"),
         "}",
     ]
-    return ctx.kernel(pointers, lines, "(round)"), blocks_for(op.type.size)
+    return ctx.kernel(pointers, lines, "(round)"), blocks_for(size)
 
 
 def emit_scatter(ctx: StepContext) -> StepCode:

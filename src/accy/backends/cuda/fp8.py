@@ -10,7 +10,8 @@ One step quantises both operands and multiplies them (`Fp8Gemm`), in five small 
   whose contracted axes come first is transposed on the way (32 x 32 tiles through shared
   memory);
 - `cublasLtMatmul` with CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 operands, f32 compute, the inverse
-  scales as CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the result in bf16 or f32;
+  scales as CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER (per-tensor scalars,
+  CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F), the result in bf16 or f32;
   fast accumulation for the forward (E4M3 x E4M3) GEMM only, as Transformer Engine does.
 
 The rounding is integer arithmetic on the float's bits (no cuda_fp8.h), the same numbers as
@@ -23,12 +24,11 @@ composition runs) for f16 operands, operand layouts other than [free..., contrac
 [contracted..., free...], extents that are not multiples of 16 (cuBLASLt's FP8 alignment), and
 GEMMs that cuBLASLt refuses on the GPU at hand (`refusal`, logged).
 
-Measured on an H200 with CUDA 13 (`bench/results/fp8-h200-bf16.md`): called in place (C == D),
-`cublasLtMatmul` answered CUBLAS_STATUS_NOT_SUPPORTED (15) for every FP8 GEMM tried there
-although its heuristic offered an algorithm, while `torch._scaled_mm` in the same process, with
-the same library, types, layouts and scales, ran out of place; the call is now out of place
-(`Issuer._matmul`), which has not yet run on a GPU: `test_cublaslt_runs_fp8_gemms` says whether
-cuBLASLt takes it.
+Measured on an H200 with CUDA 13 (`bench/results/fp8-h200-bf16.md`): called in place (one
+descriptor for C and D, C == D), `cublasLtMatmul` answered CUBLAS_STATUS_NOT_SUPPORTED (15) for
+every FP8 GEMM tried there although its heuristic offered an algorithm, while `torch._scaled_mm`
+in the same process, with the same library, types, layouts and scales, ran with a descriptor of
+its own for D and the scale modes set; `Issuer` calls it so.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ ELEMENT_TYPES = {"bf16": "unsigned short", "f32": "float"}
 CUDA_TYPES = {"f32": 0, "bf16": 14, "float8_e4m3fn": 28, "float8_e5m2": 29}  # cudaDataType
 COMPUTE_32F = 68
 TRANSA, TRANSB, A_SCALE, B_SCALE, FAST_ACCUMULATE = 3, 4, 17, 18, 25  # matmul attributes
+A_SCALE_MODE, B_SCALE_MODE = 31, 32  # matmul attributes of cuBLASLt 12.8 and later
+SCALAR_32F = 0  # cublasLtMatmulMatrixScale_t: one f32 scale per operand
+SCALE_MODES_SINCE = 120800  # cublasLtGetVersion() of the first library with scale modes
 OP_N, OP_T = 0, 1
 LIBRARIES = ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
 
@@ -326,6 +329,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         function = getattr(lib, name)
         function.argtypes = arguments
         function.restype = c_int
+    lib.cublasLtGetVersion.argtypes = []
+    lib.cublasLtGetVersion.restype = c_size_t
 
 
 def _check(status: int, what: str) -> None:
@@ -378,11 +383,16 @@ class Issuer:
         _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), COMPUTE_32F, 0), "desc")
         self._set(TRANSA, c_int(OP_T))
         self._set(TRANSB, c_int(OP_N))
+        if lib.cublasLtGetVersion() >= SCALE_MODES_SINCE:  # the default, set as torch sets it
+            self._set(A_SCALE_MODE, c_int(SCALAR_32F))
+            self._set(B_SCALE_MODE, c_int(SCALAR_32F))
         self.layouts = []
+        result = (CUDA_TYPES[s.out], s.n, s.m, s.n)  # the result, n x m column-major
         shapes = (
             (CUDA_TYPES[s.second.format], s.k, s.n, s.k),  # cuBLAS's A: second, k x n, T
             (CUDA_TYPES[s.first.format], s.k, s.m, s.k),  # cuBLAS's B: first, k x m, N
-            (CUDA_TYPES[s.out], s.n, s.m, s.n),  # C and D: the result, n x m column-major
+            result,  # C
+            result,  # D: a descriptor of its own, as torch._scaled_mm makes (see `_matmul`)
         )
         for data, rows, cols, ld in shapes:
             layout = c_void_p()
@@ -428,11 +438,11 @@ class Issuer:
         inverse scales at `scales` + 4 (first's) and + 12 (second's); its status."""
         self._set(A_SCALE, c_void_p(scales + 12))  # cuBLAS's A is the second operand
         self._set(B_SCALE, c_void_p(scales + 4))
-        a, b, c = self.layouts
-        # Out of place (C != D, as torch._scaled_mm and NVIDIA's FP8 sample call it): with C == D
-        # this cuBLASLt answered NOT_SUPPORTED for every FP8 GEMM on the H200, the one
-        # difference its trace showed from torch's accepted call. beta is 0, so C (here the
-        # quantised A operand, any valid pointer) is never read.
+        a, b, c, d = self.layouts
+        # Out of place as torch._scaled_mm calls it: C and D the same pointer (beta is 0, C is
+        # never read) but two descriptors. With one descriptor for both (in place), this
+        # cuBLASLt answered NOT_SUPPORTED for every FP8 GEMM on the H200, and its trace showed
+        # outOfPlace=0 against torch's outOfPlace=1.
         return self.lib.cublasLtMatmul(
             self.handle,
             self.desc,
@@ -442,10 +452,10 @@ class Issuer:
             c_void_p(first),
             b,
             ctypes.byref(self.beta),
-            c_void_p(second),
-            c,
             c_void_p(dst),
             c,
+            c_void_p(dst),
+            d,
             None,
             c_void_p(workspace),
             c_size_t(WORKSPACE_BYTES),

@@ -2,7 +2,7 @@
 # On the GPU machine, from the repository root, in one call: what bench/results/fp8-h200-bf16.md
 # reports. The cuBLASLt probe (tools/fp8_cublaslt_probe.py), tests/nn/test_fp8.py and, where
 # accy's FP8 step runs, the demo section beside the tests (its losses do not depend on time),
-# then bench.fp8's gemms and step sections alone. Logs and JSON in $OUT; at most ~300 s.
+# then bench.fp8's gemms and step sections alone, and the step with the head alone in FP8. Logs and JSON in $OUT; at most ~300 s.
 set -uo pipefail
 source tools/gpu_env.sh
 export JAX_PLATFORMS=cpu
@@ -33,5 +33,8 @@ if [ -n "$demo" ]; then
   run bench 110 python3 -m bench.fp8 --device cuda --sections gemms,step \
     --json "$OUT/fp8-h200-bf16.json"
   shown "$OUT/bench.txt" 12
+  run step-head 60 python3 -m bench.fp8 --device cuda --sections step --fp8 head \
+    --json "$OUT/fp8-head-h200-bf16.json"
+  shown "$OUT/step-head.txt" 3
 fi
 echo "== total $((SECONDS - T0)) s"

@@ -2,13 +2,13 @@
 
     PYTHONPATH=src python tools/fp8_cublaslt_probe.py
 
-One E4M3 x E4M3 -> bf16 GEMM (random operands, result poisoned before each call) called eight
-ways: scale modes set or not x {in place (one descriptor for C and D, C == D), C another
-pointer with D's descriptor, D a descriptor of its own with C == D (as torch._scaled_mm calls
-it), both}; each line says cuBLASLt's status and, where it ran, the error against NumPy. Then
-accy's own step (`accy.backends.cuda.fp8.refusal`) for the forward and a gradient GEMM, and
-`torch._scaled_mm` on the same operands. cuBLASLt's log (level 5) is printed for the first
-refused call only.
+One E4M3 x E4M3 -> bf16 GEMM (random operands, result poisoned before each call) called 16
+ways: B's scale pointer 4 or 256 bytes past A's x scale modes set or not x {in place (one
+descriptor for C and D, C == D), C another pointer with D's descriptor, D a descriptor of its
+own with C == D (as torch._scaled_mm calls it), both}; each line says cuBLASLt's status and,
+where it ran, the error against NumPy. Then accy's own step (`accy.backends.cuda.fp8.refusal`)
+for the forward and a gradient GEMM, and `torch._scaled_mm` on the same operands. cuBLASLt's
+log (level 5) is printed for torch's call and for the first refused call with aligned scales.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main() -> None:
     second = rng.normal(size=(N, K)).astype(ml_dtypes.float8_e4m3fn)  # [n, k]
     exact = first.astype(np.float64) @ second.astype(np.float64).T  # [m, n]
     a, b = cupy.asarray(second.view(np.uint8)), cupy.asarray(first.view(np.uint8))
-    scales = cupy.ones(2, cupy.float32)
+    scales = cupy.ones(128, cupy.float32)  # A's scale at +0, B's at +4 or +256 bytes
     workspace = cupy.zeros(cuda_fp8.WORKSPACE_BYTES, cupy.uint8)
     alpha, beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
@@ -50,14 +50,15 @@ def main() -> None:
         assert lib.cublasLtMatrixLayoutCreate(ctypes.byref(made), data, rows, cols, rows) == 0
         return made
 
-    def attempt(scale_modes: bool, own_d: bool, c_is_d: bool) -> tuple[int, float]:
+    def attempt(scale_modes, own_d, c_is_d, aligned, on=handle) -> tuple[int, float]:
         desc = c_void_p()
         assert lib.cublasLtMatmulDescCreate(ctypes.byref(desc), cuda_fp8.COMPUTE_32F, 0) == 0
+        b_scale = scales.data.ptr + (256 if aligned else 4)
         settings = [
             (cuda_fp8.TRANSA, c_int(cuda_fp8.OP_T)),
             (cuda_fp8.TRANSB, c_int(cuda_fp8.OP_N)),
             (cuda_fp8.A_SCALE, c_void_p(scales.data.ptr)),
-            (cuda_fp8.B_SCALE, c_void_p(scales.data.ptr + 4)),
+            (cuda_fp8.B_SCALE, c_void_p(b_scale)),
             (cuda_fp8.FAST_ACCUMULATE, c_int8(1)),
         ]
         if scale_modes:
@@ -74,7 +75,7 @@ def main() -> None:
         other = cupy.zeros(M * N, cupy.uint16)
         c = out if c_is_d else other
         status = lib.cublasLtMatmul(
-            handle,
+            on,
             desc,
             ctypes.byref(alpha),
             c_void_p(a.data.ptr),
@@ -97,27 +98,30 @@ def main() -> None:
         got = bf16_to_f32(out.get()).reshape(M, N).astype(np.float64)
         return 0, float(np.linalg.norm(got - exact) / np.linalg.norm(exact))
 
+    calls = {
+        (False, True): "in place (one descriptor, C == D)",
+        (False, False): "C another pointer, one descriptor",
+        (True, True): "D its own descriptor, C == D (torch)",
+        (True, False): "D its own descriptor, C another pointer",
+    }
     logged = False
-    for scale_modes in (False, True):
-        for own_d, c_is_d, name in (
-            (False, True, "in place (one descriptor, C == D)"),
-            (False, False, "C another pointer, one descriptor"),
-            (True, True, "D its own descriptor, C == D (torch)"),
-            (True, False, "D its own descriptor, C another pointer"),
-        ):
-            status, error = attempt(scale_modes, own_d, c_is_d)
-            print(
-                f"scale modes {'set' if scale_modes else 'unset'}, {name}: status {status}, "
-                f"relative error {error:.2e}",
-                flush=True,
-            )
-            if status != 0 and not logged:
-                logged = True
-                print("---- cuBLASLt log of that call", flush=True)
-                lib.cublasLtLoggerSetLevel(5)
-                attempt(scale_modes, own_d, c_is_d)
-                lib.cublasLtLoggerSetLevel(0)
-                print("---- end of log", flush=True)
+    for aligned in (False, True):
+        for scale_modes in (False, True):
+            for (own_d, c_is_d), name in calls.items():
+                status, error = attempt(scale_modes, own_d, c_is_d, aligned)
+                print(
+                    f"B scale {'at +256' if aligned else 'at +4  '}, scale modes "
+                    f"{'set  ' if scale_modes else 'unset'}, {name}: status {status}, "
+                    f"relative error {error:.2e}",
+                    flush=True,
+                )
+                if status != 0 and aligned and not logged:
+                    logged = True
+                    print("---- cuBLASLt log of that call", flush=True)
+                    lib.cublasLtLoggerSetLevel(5)
+                    attempt(scale_modes, own_d, c_is_d, aligned)
+                    lib.cublasLtLoggerSetLevel(0)
+                    print("---- end of log", flush=True)
 
     forward = fp8.Signature(
         ("k",), (("m", "k"), ("k", "n")), ("float8_e4m3fn",) * 2, "float8_e5m2", "bf16"
@@ -140,9 +144,18 @@ def main() -> None:
     x8 = torch.from_numpy(first.view(np.uint8)).cuda().view(torch.float8_e4m3fn)
     w8 = torch.from_numpy(second.view(np.uint8)).cuda().view(torch.float8_e4m3fn)
     one = torch.ones((), device="cuda")
+    print("---- cuBLASLt log of torch._scaled_mm", flush=True)
+    lib.cublasLtLoggerSetLevel(5)
     y = torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    lib.cublasLtLoggerSetLevel(0)
+    print("---- end of log", flush=True)
     error = np.linalg.norm(y.float().cpu().numpy() - exact) / np.linalg.norm(exact)
     print(f"torch._scaled_mm: relative error {error:.2e}", flush=True)
+
+    if logged:  # an aligned call was refused: try torch's cuBLAS handle (a cuBLASLt handle too)
+        status, error = attempt(True, True, True, True, c_void_p(torch.cuda.current_blas_handle()))
+        print(f"torch's handle, aligned, torch's call: status {status}, error {error:.2e}")
 
 
 if __name__ == "__main__":

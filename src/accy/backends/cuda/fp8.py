@@ -92,7 +92,7 @@ class Fp8Gemm:
         operands, cuBLASLt's workspace."""
         sizes = {
             "partials": 2 * AMAX_BLOCKS * 4,
-            "scales": 4 * 4,  # first's scale and inverse, second's scale and inverse
+            "scales": 2 * ALIGN,  # per operand, at its own boundary: the inverse, the scale
             "first": self.m * self.k,
             "second": self.n * self.k,
             "workspace": WORKSPACE_BYTES,
@@ -246,8 +246,8 @@ extern "C" __global__ void fp8_scale(
   m = block_max(m);
   if (threadIdx.x == 0) {
     float scale = (m > 0.0f && m <= 3.402823466e38f) ? largest / m : 1.0f;
-    scales[0] = scale;
-    scales[1] = 1.0f / scale;
+    scales[0] = 1.0f / scale;  // cuBLASLt's scale pointer: at an aligned address
+    scales[1] = scale;
   }
 }
 """
@@ -266,7 +266,7 @@ extern "C" __global__ void fp8_amax_TYPE(const ELEMENT *x, long long n, float *p
 _PER_FORMAT = r"""
 extern "C" __global__ void fp8_quantize_TYPE_FORMAT(
     const ELEMENT *x, long long n, const float *scales, unsigned char *q) {
-  float scale = scales[0];
+  float scale = scales[1];
   long long step = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
     q[i] = to_FORMAT(load_TYPE(x, i) * scale);
@@ -276,7 +276,7 @@ extern "C" __global__ void fp8_quantize_TYPE_FORMAT(
 extern "C" __global__ void fp8_quantize_transposed_TYPE_FORMAT(
     const ELEMENT *x, long long rows, long long cols, const float *scales, unsigned char *q) {
   __shared__ float tile[32][33];
-  float scale = scales[0];
+  float scale = scales[1];
   long long r0 = (long long)blockIdx.y * 32, c0 = (long long)blockIdx.x * 32;
   for (int j = threadIdx.y; j < 32; j += 8) {
     long long r = r0 + j, c = c0 + threadIdx.x;
@@ -409,7 +409,7 @@ class Issuer:
         first = cupy.zeros(s.m * s.k, cupy.uint8)
         second = cupy.zeros(s.n * s.k, cupy.uint8)
         result = cupy.zeros(s.m * s.n * (4 if s.out == "f32" else 2), cupy.uint8)
-        scales = cupy.ones(4, cupy.float32)
+        scales = cupy.ones(2 * ALIGN // 4, cupy.float32)
         workspace = cupy.zeros(WORKSPACE_BYTES, cupy.uint8)
         stream = cupy.cuda.Stream(non_blocking=True)
         statuses = []
@@ -435,9 +435,9 @@ class Issuer:
 
     def _matmul(self, first: int, second: int, dst: int, scales: int, workspace: int, stream):
         """`cublasLtMatmul` of the quantised operands at `first` and `second` into `dst`, the
-        inverse scales at `scales` + 4 (first's) and + 12 (second's); its status."""
-        self._set(A_SCALE, c_void_p(scales + 12))  # cuBLAS's A is the second operand
-        self._set(B_SCALE, c_void_p(scales + 4))
+        inverse scales at `scales` (first's) and `scales` + ALIGN (second's); its status."""
+        self._set(A_SCALE, c_void_p(scales + ALIGN))  # cuBLAS's A is the second operand
+        self._set(B_SCALE, c_void_p(scales))
         a, b, c, d = self.layouts
         # Out of place as torch._scaled_mm calls it: C and D the same pointer (beta is 0, C is
         # never read) but two descriptors. With one descriptor for both (in place), this
@@ -477,7 +477,7 @@ class Issuer:
             operand = getattr(s, name)
             free, k = sizes[name]
             partials = at["partials"] + index * AMAX_BLOCKS * 4
-            scales = at["scales"] + index * 8
+            scales = at["scales"] + index * ALIGN
             amax, quantize = self.kernels[name]
             x, n = np.uint64(operands[index]), np.int64(free * k)
             amax((AMAX_BLOCKS,), (THREADS,), (x, n, np.uint64(partials)))

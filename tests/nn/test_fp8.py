@@ -7,6 +7,11 @@ what Hopper's FP8 tensor cores keep while accumulating (`SUM_ERROR`)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -402,3 +407,157 @@ def test_cublaslt_runs_fp8_gemms():
         a, b = (accy.spec(dtype, dict.fromkeys(layout, 64)) for layout in s.layouts)
         step = cuda_fp8.describe(s, (a, b), fp8.result_type(s, a, b))
         assert cuda_fp8.refusal(step) is None
+
+
+# -- the CUDA quantisation kernels, run on the CPU -------------------------------------------------
+
+EMULATION = r"""
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+struct Dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local Dim3 threadIdx, blockIdx;
+static Dim3 blockDim, gridDim;
+static std::barrier<> *accy_block;
+static std::barrier<> *accy_warps[32];
+static float accy_lanes[1024];
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __syncthreads() accy_block->arrive_and_wait()
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline float __uint_as_float(unsigned b) { float f; memcpy(&f, &b, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned b; memcpy(&b, &f, 4); return b; }
+static inline int __float2int_rn(float f) { return (int)nearbyintf(f); }
+static inline float __shfl_xor_sync(unsigned, float v, int o) {  // the whole warp calls it
+  int t = threadIdx.y * blockDim.x + threadIdx.x;
+  accy_lanes[t] = v;
+  accy_warps[t >> 5]->arrive_and_wait();
+  float r = accy_lanes[t ^ o];
+  accy_warps[t >> 5]->arrive_and_wait();
+  return r;
+}
+"""
+
+EMULATION_MAIN = r"""
+template <typename F> static void launch(unsigned gx, unsigned gy, F kernel) {
+  gridDim = {gx, gy, 1};
+  blockDim = {THREADS, 1, 1};
+  for (unsigned by = 0; by < gy; ++by)
+    for (unsigned bx = gx; bx-- > 0;) {  // blocks in another order than their index
+      std::barrier<> block(THREADS);
+      accy_block = &block;
+      std::vector<std::unique_ptr<std::barrier<>>> warps;
+      for (int w = 0; w < THREADS / 32; ++w) {
+        warps.emplace_back(new std::barrier<>(32));
+        accy_warps[w] = warps.back().get();
+      }
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < THREADS; ++t)
+        threads.emplace_back([&, t, bx, by] {
+          threadIdx = {t, 0, 0};
+          blockIdx = {bx, by, 0};
+          kernel();
+        });
+      for (auto &thread : threads) thread.join();
+    }
+}
+// argv: input file, rows, cols, byte shift of the input, output file
+int main(int argc, char **argv) {
+  const long long rows = atoll(argv[2]), cols = atoll(argv[3]), n = rows * cols;
+  const int shift = atoi(argv[4]), amax_blocks = 3;
+  char *in = (char *)aligned_alloc(256, n * sizeof(ELEMENT) + 256) + shift;
+  FILE *f = fopen(argv[1], "rb");
+  if (fread(in, sizeof(ELEMENT), n, f) != (size_t)n) return 2;
+  fclose(f);
+  const ELEMENT *x = (const ELEMENT *)in;
+  float *partials = (float *)aligned_alloc(256, 256), *scales = (float *)aligned_alloc(256, 256);
+  unsigned char *q = (unsigned char *)aligned_alloc(256, n + 256);
+  unsigned char *qt = (unsigned char *)aligned_alloc(256, n + 256);
+  memset(q, 0xff, n);
+  memset(qt, 0xff, n);
+  launch(amax_blocks, 1, [&] { KERNEL_AMAX(x, n, partials); });
+  launch(1, 1, [&] { fp8_scale(partials, amax_blocks, LARGEST, scales); });
+  launch(2, 1, [&] { KERNEL_QUANTIZE(x, n, scales, q); });
+  launch((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE,
+         [&] { KERNEL_TRANSPOSED(x, rows, cols, scales, qt); });
+  FILE *g = fopen(argv[5], "wb");
+  fwrite(scales, sizeof(float), 2, g);
+  fwrite(q, 1, n, g);
+  fwrite(qt, 1, n, g);
+  fclose(g);
+  return 0;
+}
+"""
+
+
+def emulate_quantisation_kernels(x: np.ndarray, dtype: str, format: str, shift: int):
+    """fp8_amax, fp8_scale, fp8_quantize and fp8_quantize_transposed of `x` [rows, cols] (as
+    bf16 bits or f32), emulated on the CPU (each block 256 threads with a barrier, warps'
+    shuffles through memory), the input `shift` bytes past an aligned address: the inverse
+    scale and scale, q [rows, cols] and the transposed q [cols, rows], as float8 bytes."""
+    compiler = shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to emulate CUDA kernels")
+    short = cuda_fp8.FORMATS[format]
+    names = {
+        "ELEMENT": cuda_fp8.ELEMENT_TYPES[dtype],
+        "LARGEST": f"{LARGEST[format]}f",
+        "KERNEL_AMAX": f"fp8_amax_{dtype}",
+        "KERNEL_QUANTIZE": f"fp8_quantize_{dtype}_{short}",
+        "KERNEL_TRANSPOSED": f"fp8_quantize_transposed_{dtype}_{short}",
+    }
+    defines = "".join(f"#define {key} {value}\n" for key, value in names.items())
+    rows, cols = x.shape
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder)
+        (path / "k.cpp").write_text(EMULATION + cuda_fp8.kernel_source() + defines + EMULATION_MAIN)
+        command = [compiler, "-std=c++20", "-O1", "-pthread", "-w", "k.cpp", "-o", "k"]
+        built = subprocess.run(command, cwd=path, capture_output=True, text=True)
+        if built.returncode != 0 and "barrier" in built.stderr:
+            pytest.skip("the C++ compiler has no std::barrier (C++20)")
+        assert built.returncode == 0, built.stderr[-3000:]
+        np.ascontiguousarray(x).tofile(path / "in.bin")
+        arguments = ["./k", "in.bin", str(rows), str(cols), str(shift), "out.bin"]
+        ran = subprocess.run(arguments, cwd=path, capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        out = np.fromfile(path / "out.bin", np.uint8)
+    scales = out[:8].view(np.float32)
+    q = out[8 : 8 + x.size].reshape(rows, cols)
+    return scales, q, out[8 + x.size :].reshape(cols, rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "dtype, format, shape, shift",
+    [
+        ("bf16", E4M3, (128, 192), 0),  # whole tiles, 16-byte chunks
+        ("bf16", E5M2, (72, 100), 0),  # partial tiles; cols not a multiple of 8
+        ("bf16", E4M3, (48, 80), 2),  # an unaligned operand: element by element
+        ("f32", E4M3, (80, 68), 0),
+        ("f32", E5M2, (64, 64), 4),
+    ],
+)
+def test_quantisation_kernels_match_the_reference_on_the_cpu(dtype, format, shape, shift):
+    """The CUDA kernels' scale and float8 bytes, straight and transposed, are bitwise
+    `numpy_quantize`'s (ml_dtypes' rounding), on every path through them."""
+    rng = np.random.default_rng(10)
+    values = (rng.normal(size=shape) * np.exp2(rng.uniform(-12, 4, size=shape))).astype(np.float32)
+    if dtype == "bf16":
+        values = values.astype(ml_dtypes.bfloat16).astype(np.float32)
+        x = (values.view(np.uint32) >> 16).astype(np.uint16)
+    else:
+        x = values
+    scales, q, qt = emulate_quantisation_kernels(x, dtype, format, shift)
+    want, inverse = fp8.numpy_quantize(values, format)
+    assert scales[0] == inverse and scales[1] == fp8.scale_of(np.abs(values).max(), format)
+    want_bytes = want.astype(NUMPY[format]).view(np.uint8)
+    np.testing.assert_array_equal(q, want_bytes)
+    np.testing.assert_array_equal(qt, want_bytes.T)

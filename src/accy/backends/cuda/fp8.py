@@ -7,8 +7,10 @@ One step quantises both operands and multiplies them (`Fp8Gemm`), in five small 
   `fp8_scale` (one block: the amax, scale = fp8_max / amax or 1, and the inverse scale), and
   `fp8_quantize_*` (x times the scale, rounded to E4M3 or E5M2 to nearest, ties to even,
   saturating), written K-contiguous: Hopper's FP8 GEMMs take only the "TN" layout, so an operand
-  whose contracted axes come first is transposed on the way (32 x 32 tiles through shared
-  memory);
+  whose contracted axes come first is transposed on the way (64 x 64 tiles through shared
+  memory). Each thread loads 16 bytes at a time where the operand's address allows (else one
+  element), as the quantisation must run near the memory's bandwidth to leave FP8 a gain: one
+  element per thread ran at 0.4-1.1 TB/s on the H200;
 - `cublasLtMatmul` with CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 operands, f32 compute, the inverse
   scales as CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER (per-tensor scalars,
   CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F), the result in bf16 or f32;
@@ -54,7 +56,9 @@ log = logging.getLogger("accy.fp8")
 WORKSPACE_BYTES = 8 << 20  # cuBLASLt's: FP8 GEMMs of these sizes need no more
 AMAX_BLOCKS = 1056  # 8 per multiprocessor of an H200: partial maxima, one per block
 THREADS = 256
+TILE = 64  # the transposing quantisation's tile: TILE x TILE values a block
 ELEMENT_TYPES = {"bf16": "unsigned short", "f32": "float"}
+ELEMENT_BYTES = {"bf16": 2, "f32": 4}
 CUDA_TYPES = {"f32": 0, "bf16": 14, "float8_e4m3fn": 28, "float8_e5m2": 29}  # cudaDataType
 COMPUTE_32F = 68
 TRANSA, TRANSB, A_SCALE, B_SCALE, FAST_ACCUMULATE = 3, 4, 17, 18, 25  # matmul attributes
@@ -192,10 +196,38 @@ def _operand(t: TensorType, contracted: tuple[str, ...], format: str) -> Operand
 
 _PRELUDE = r"""
 #define THREADS 256
+#define TILE 64
+#define CHUNK_bf16 8
+#define CHUNK_f32 4
 __device__ __forceinline__ float load_bf16(const unsigned short *x, long long i) {
   return __uint_as_float(((unsigned)x[i]) << 16);
 }
 __device__ __forceinline__ float load_f32(const float *x, long long i) { return x[i]; }
+
+// 16 bytes of an operand, loaded at once (a uint4): CHUNK_bf16 or CHUNK_f32 values.
+__device__ __forceinline__ unsigned word(const uint4 &c, int i) {
+  return i == 0 ? c.x : i == 1 ? c.y : i == 2 ? c.z : c.w;
+}
+__device__ __forceinline__ float chunk_bf16(const uint4 &c, int i) {
+  unsigned w = word(c, i >> 1);
+  return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+__device__ __forceinline__ float chunk_f32(const uint4 &c, int i) {
+  return __uint_as_float(word(c, i));
+}
+__device__ __forceinline__ bool aligned16(const void *p) {
+  return ((unsigned long long)p & 15) == 0;
+}
+// The float8 bytes of one chunk, stored at once: byte j of the chunk is q's byte j.
+struct packed_f32 { unsigned x; };
+typedef uint2 packed_bf16;
+__device__ __forceinline__ void pack(packed_f32 &p, int j, unsigned byte) {
+  p.x |= byte << (8 * j);
+}
+__device__ __forceinline__ void pack(uint2 &p, int j, unsigned byte) {
+  if (j < 4) p.x |= byte << (8 * j);
+  else p.y |= byte << (8 * (j - 4));
+}
 
 // The format's nearest value to v (ties to even), saturating at its largest finite value, as
 // its bits: MANT mantissa bits, exponent bias BIAS, smallest normal exponent 1 - BIAS.
@@ -255,10 +287,18 @@ extern "C" __global__ void fp8_scale(
 """
 
 _PER_TYPE = r"""
+// Grid-stride over 16-byte chunks where x is aligned to 16 bytes, then element by element.
 extern "C" __global__ void fp8_amax_TYPE(const ELEMENT *x, long long n, float *partials) {
   float m = 0.0f;
+  long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+  long long chunks = aligned16(x) ? n / CHUNK_TYPE : 0;
+  for (long long i = first; i < chunks; i += step) {
+    uint4 c = ((const uint4 *)x)[i];
+#pragma unroll
+    for (int j = 0; j < CHUNK_TYPE; ++j) m = fmaxf(m, fabsf(chunk_TYPE(c, j)));
+  }
+  for (long long i = chunks * CHUNK_TYPE + first; i < n; i += step)
     m = fmaxf(m, fabsf(load_TYPE(x, i)));
   m = block_max(m);
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
@@ -266,28 +306,59 @@ extern "C" __global__ void fp8_amax_TYPE(const ELEMENT *x, long long n, float *p
 """
 
 _PER_FORMAT = r"""
+// As fp8_amax: 16-byte chunks in, CHUNK_TYPE bytes out (q is aligned to 8), then the rest.
 extern "C" __global__ void fp8_quantize_TYPE_FORMAT(
     const ELEMENT *x, long long n, const float *scales, unsigned char *q) {
   float scale = scales[1];
+  long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+  long long chunks = aligned16(x) ? n / CHUNK_TYPE : 0;
+  for (long long i = first; i < chunks; i += step) {
+    uint4 c = ((const uint4 *)x)[i];
+    packed_TYPE p = {};
+#pragma unroll
+    for (int j = 0; j < CHUNK_TYPE; ++j) pack(p, j, to_FORMAT(chunk_TYPE(c, j) * scale));
+    ((packed_TYPE *)q)[i] = p;
+  }
+  for (long long i = chunks * CHUNK_TYPE + first; i < n; i += step)
     q[i] = to_FORMAT(load_TYPE(x, i) * scale);
 }
 
-// x [rows, cols] -> q [cols, rows]: a block (32 x 8 threads) moves one 32 x 32 tile.
+// x [rows, cols] -> q [cols, rows]: a block moves one TILE x TILE tile through shared memory,
+// quantised on the way in (16-byte loads where x and cols allow) and written out 8 bytes at a
+// time where rows is a multiple of 8 (q is aligned to 8).
 extern "C" __global__ void fp8_quantize_transposed_TYPE_FORMAT(
     const ELEMENT *x, long long rows, long long cols, const float *scales, unsigned char *q) {
-  __shared__ float tile[32][33];
+  __shared__ uint2 words[TILE * (TILE + 8) / 8];  // 8-byte aligned for the stores below
+  unsigned char(*tile)[TILE + 8] = (unsigned char(*)[TILE + 8])words;  // [col][row], as q
   float scale = scales[1];
-  long long r0 = (long long)blockIdx.y * 32, c0 = (long long)blockIdx.x * 32;
-  for (int j = threadIdx.y; j < 32; j += 8) {
-    long long r = r0 + j, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[j][threadIdx.x] = load_TYPE(x, r * cols + c);
+  long long r0 = (long long)blockIdx.y * TILE, c0 = (long long)blockIdx.x * TILE;
+  bool whole_chunks = aligned16(x) && cols % CHUNK_TYPE == 0;
+  for (int i = threadIdx.x; i < TILE * TILE / CHUNK_TYPE; i += THREADS) {
+    int row = i / (TILE / CHUNK_TYPE), col = (i % (TILE / CHUNK_TYPE)) * CHUNK_TYPE;
+    long long r = r0 + row, c = c0 + col;
+    if (r >= rows) continue;
+    if (whole_chunks && c + CHUNK_TYPE <= cols) {
+      uint4 v = *(const uint4 *)(x + r * cols + c);
+#pragma unroll
+      for (int j = 0; j < CHUNK_TYPE; ++j)
+        tile[col + j][row] = to_FORMAT(chunk_TYPE(v, j) * scale);
+    } else {
+      for (int j = 0; j < CHUNK_TYPE && c + j < cols; ++j)
+        tile[col + j][row] = to_FORMAT(load_TYPE(x, r * cols + c + j) * scale);
+    }
   }
   __syncthreads();
-  for (int j = threadIdx.y; j < 32; j += 8) {
-    long long c = c0 + j, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) q[c * rows + r] = to_FORMAT(tile[threadIdx.x][j] * scale);
+  for (int i = threadIdx.x; i < TILE * TILE / 8; i += THREADS) {
+    int col = i / (TILE / 8), row = (i % (TILE / 8)) * 8;
+    long long c = c0 + col, r = r0 + row;
+    if (c >= cols) continue;
+    unsigned char *out = q + c * rows + r;
+    if (rows % 8 == 0 && r + 8 <= rows) {
+      *(uint2 *)out = *(const uint2 *)&tile[col][row];
+    } else {
+      for (int j = 0; j < 8 && r + j < rows; ++j) out[j] = tile[col][row + j];
+    }
   }
 }
 """
@@ -486,11 +557,12 @@ class Issuer:
             self.scale((1,), (THREADS,), limits)
             target = np.uint64(at[name])
             if operand.transposed:  # stored [k, free]: tiles to [free, k]
-                grid = (-(-free // 32), -(-k // 32))
+                grid = (-(-free // TILE), -(-k // TILE))
                 rows, cols = np.int64(k), np.int64(free)
-                quantize(grid, (32, 8), (x, rows, cols, np.uint64(scales), target))
+                quantize(grid, (THREADS,), (x, rows, cols, np.uint64(scales), target))
             else:
-                blocks = min(-(-(free * k) // THREADS), 16 * AMAX_BLOCKS)
+                chunk = 16 // ELEMENT_BYTES[operand.dtype]  # values a thread loads at once
+                blocks = min(-(-(free * k) // (THREADS * chunk)), 16 * AMAX_BLOCKS)
                 quantize((blocks,), (THREADS,), (x, n, np.uint64(scales), target))
         self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if self.fast else 0))
         status = self._matmul(

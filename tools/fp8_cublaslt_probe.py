@@ -5,7 +5,7 @@
 One E4M3 x E4M3 -> bf16 GEMM (random operands, result poisoned before each call) called 16
 ways: B's scale pointer 4 or 256 bytes past A's x scale modes set or not x {in place (one
 descriptor for C and D, C == D), C another pointer with D's descriptor, D a descriptor of its
-own with C == D (as torch._scaled_mm calls it), both}; each line says cuBLASLt's status and,
+own with C == D (as accy calls it), both}; each line says cuBLASLt's status and,
 where it ran, the error against NumPy. Then accy's own step (`accy.backends.cuda.fp8.refusal`)
 for the forward and a gradient GEMM, and `torch._scaled_mm` on the same operands. cuBLASLt's
 log (level 5) is printed for torch's call and for the first refused call with aligned scales.
@@ -27,7 +27,7 @@ from accy.backends.cuda import fp8 as cuda_fp8
 from accy.nn import fp8
 
 M, N, K = 128, 64, 96
-BF16, E4M3 = 14, 28
+BF16, E4M3 = cuda_fp8.CUDA_TYPES["bf16"], cuda_fp8.CUDA_TYPES["float8_e4m3fn"]
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -103,7 +103,7 @@ def main() -> None:
     calls = {
         (False, True): "in place (one descriptor, C == D)",
         (False, False): "C another pointer, one descriptor",
-        (True, True): "D its own descriptor, C == D (torch)",
+        (True, True): "D its own descriptor, C == D (accy)",
         (True, False): "D its own descriptor, C another pointer",
     }
     logged = False

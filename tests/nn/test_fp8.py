@@ -243,8 +243,9 @@ def test_gradient_of_a_tied_head_keeps_the_table_layout(device):
     dx, dt = accy.grad(loss, argnums=(0, 1))(xs, ts)
     assert dt.ty.axes == ("vocab", "embed")
     dx_emulated = emulate(r, table, "tv,ve->te", (E5M2, E4M3))
+    dt_emulated = emulate(r, x, "tv,te->ve", (E5M2, E4M3))
     assert_close_to_emulation(host(dx), *dx_emulated, accy.f32, device)
-    assert_close_to_emulation(host(dt), *emulate(r, x, "tv,te->ve", (E5M2, E4M3)), accy.f32, device)
+    assert_close_to_emulation(host(dt), *dt_emulated, accy.f32, device)
 
 
 def test_forward_mode_treats_quantisation_as_the_identity():

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...caches import memoized
-from ...core.types import TensorType, float8_format
+from ...core.types import TensorType, dtype_named, float8_format
 from ...errors import AccyError
 from ...kernel.call import KernelCall
 from .cublas import load_library
@@ -58,7 +58,6 @@ AMAX_BLOCKS = 1056  # 8 per multiprocessor of an H200: partial maxima, one per b
 THREADS = 256
 TILE = 64  # the transposing quantisation's tile: TILE x TILE values a block
 ELEMENT_TYPES = {"bf16": "unsigned short", "f32": "float"}
-ELEMENT_BYTES = {"bf16": 2, "f32": 4}
 CUDA_TYPES = {"f32": 0, "bf16": 14, "float8_e4m3fn": 28, "float8_e5m2": 29}  # cudaDataType
 COMPUTE_32F = 68
 TRANSA, TRANSB, A_SCALE, B_SCALE, FAST_ACCUMULATE = 3, 4, 17, 18, 25  # matmul attributes
@@ -561,7 +560,7 @@ class Issuer:
                 rows, cols = np.int64(k), np.int64(free)
                 quantize(grid, (THREADS,), (x, rows, cols, np.uint64(scales), target))
             else:
-                chunk = 16 // ELEMENT_BYTES[operand.dtype]  # values a thread loads at once
+                chunk = 16 // dtype_named(operand.dtype).itemsize  # values a thread loads
                 blocks = min(-(-(free * k) // (THREADS * chunk)), 16 * AMAX_BLOCKS)
                 quantize((blocks,), (THREADS,), (x, n, np.uint64(scales), target))
         self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if self.fast else 0))

@@ -544,6 +544,7 @@ def emulate_quantisation_kernels(x: np.ndarray, dtype: str, format: str, shift: 
         ("bf16", E4M3, (48, 80), 2),  # an unaligned operand: element by element
         ("f32", E4M3, (80, 68), 0),
         ("f32", E5M2, (64, 64), 4),
+        ("f32", E4M3, (36, 40), 0),  # rows not a multiple of 8: byte stores
     ],
 )
 def test_quantisation_kernels_match_the_reference_on_the_cpu(dtype, format, shape, shift):

@@ -7,6 +7,7 @@ what Hopper's FP8 tensor cores keep while accumulating (`SUM_ERROR`)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import tempfile
@@ -470,27 +471,30 @@ template <typename F> static void launch(unsigned gx, unsigned gy, F kernel) {
       for (auto &thread : threads) thread.join();
     }
 }
-// argv: input file, rows, cols, byte shift of the input, output file
+// argv: input file (x, then another operand y of x's size), rows, cols, byte shift of x, output
 int main(int argc, char **argv) {
   const long long rows = atoll(argv[2]), cols = atoll(argv[3]), n = rows * cols;
   const int shift = atoi(argv[4]), amax_blocks = 3;
   char *in = (char *)aligned_alloc(256, n * sizeof(ELEMENT) + 256) + shift;
+  ELEMENT *y = (ELEMENT *)aligned_alloc(256, n * sizeof(ELEMENT) + 256);
   FILE *f = fopen(argv[1], "rb");
   if (fread(in, sizeof(ELEMENT), n, f) != (size_t)n) return 2;
+  if (fread(y, sizeof(ELEMENT), n, f) != (size_t)n) return 2;
   fclose(f);
   const ELEMENT *x = (const ELEMENT *)in;
-  float *partials = (float *)aligned_alloc(256, 256), *scales = (float *)aligned_alloc(256, 256);
+  float *partials = (float *)aligned_alloc(256, 256), *scales = (float *)aligned_alloc(256, 512);
   unsigned char *q = (unsigned char *)aligned_alloc(256, n + 256);
   unsigned char *qt = (unsigned char *)aligned_alloc(256, n + 256);
   memset(q, 0xff, n);
   memset(qt, 0xff, n);
-  launch(amax_blocks, 1, [&] { KERNEL_AMAX(x, n, partials); });
-  launch(1, 1, [&] { fp8_scale(partials, amax_blocks, LARGEST, scales); });
+  launch(2 * amax_blocks, 1, [&] { KERNEL_AMAX(x, n, y, n, partials); });
+  launch(2, 1, [&] { fp8_scale(partials, amax_blocks, LARGEST, OTHER_LARGEST, scales, 64); });
   launch(2, 1, [&] { KERNEL_QUANTIZE(x, n, scales, q); });
   launch((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE,
          [&] { KERNEL_TRANSPOSED(x, rows, cols, scales, qt); });
   FILE *g = fopen(argv[5], "wb");
-  fwrite(scales, sizeof(float), 2, g);
+  fwrite(scales, sizeof(float), 2, g);  // x's inverse scale and scale, then y's
+  fwrite(scales + 64, sizeof(float), 2, g);
   fwrite(q, 1, n, g);
   fwrite(qt, 1, n, g);
   fclose(g);
@@ -499,18 +503,20 @@ int main(int argc, char **argv) {
 """
 
 
-def emulate_quantisation_kernels(x: np.ndarray, dtype: str, format: str, shift: int):
-    """fp8_amax, fp8_scale, fp8_quantize and fp8_quantize_transposed of `x` [rows, cols] (as
-    bf16 bits or f32), emulated on the CPU (each block 256 threads with a barrier, warps'
-    shuffles through memory), the input `shift` bytes past an aligned address: the inverse
-    scale and scale, q [rows, cols] and the transposed q [cols, rows], as float8 bytes."""
+def emulate_quantisation_kernels(x, y, dtype: str, format: str, shift: int):
+    """fp8_amax and fp8_scale of the operands `x` [rows, cols] (in `format`) and `y` (x's shape,
+    in the other format), then fp8_quantize and fp8_quantize_transposed of x, emulated on the
+    CPU (each block 256 threads with a barrier, warps' shuffles through memory), with x `shift`
+    bytes past an aligned address. Both given as bf16 bits or f32. The inverse scale and scale
+    of x, then of y; x's float8 bytes [rows, cols], and transposed [cols, rows]."""
     compiler = shutil.which("g++") or shutil.which("clang++")
     if compiler is None:
         pytest.skip("no C++ compiler to emulate CUDA kernels")
-    short = cuda_fp8.FORMATS[format]
+    short, other = cuda_fp8.FORMATS[format], E5M2 if format == E4M3 else E4M3
     names = {
         "ELEMENT": cuda_fp8.ELEMENT_TYPES[dtype],
         "LARGEST": f"{LARGEST[format]}f",
+        "OTHER_LARGEST": f"{LARGEST[other]}f",
         "KERNEL_AMAX": f"fp8_amax_{dtype}",
         "KERNEL_QUANTIZE": f"fp8_quantize_{dtype}_{short}",
         "KERNEL_TRANSPOSED": f"fp8_quantize_transposed_{dtype}_{short}",
@@ -525,14 +531,14 @@ def emulate_quantisation_kernels(x: np.ndarray, dtype: str, format: str, shift: 
         if built.returncode != 0 and "barrier" in built.stderr:
             pytest.skip("the C++ compiler has no std::barrier (C++20)")
         assert built.returncode == 0, built.stderr[-3000:]
-        np.ascontiguousarray(x).tofile(path / "in.bin")
+        np.concatenate([x.ravel(), y.ravel()]).tofile(path / "in.bin")
         arguments = ["./k", "in.bin", str(rows), str(cols), str(shift), "out.bin"]
         ran = subprocess.run(arguments, cwd=path, capture_output=True, text=True, timeout=120)
         assert ran.returncode == 0, ran.stdout + ran.stderr
         out = np.fromfile(path / "out.bin", np.uint8)
-    scales = out[:8].view(np.float32)
-    q = out[8 : 8 + x.size].reshape(rows, cols)
-    return scales, q, out[8 + x.size :].reshape(cols, rows)
+    scales = out[:16].view(np.float32)
+    q = out[16 : 16 + x.size].reshape(rows, cols)
+    return scales, q, out[16 + x.size :].reshape(cols, rows)
 
 
 @pytest.mark.slow
@@ -548,18 +554,66 @@ def emulate_quantisation_kernels(x: np.ndarray, dtype: str, format: str, shift: 
     ],
 )
 def test_quantisation_kernels_match_the_reference_on_the_cpu(dtype, format, shape, shift):
-    """The CUDA kernels' scale and float8 bytes, straight and transposed, are bitwise
-    `numpy_quantize`'s (ml_dtypes' rounding), on every path through them."""
+    """The CUDA kernels' scales (both operands in one launch) and float8 bytes, straight and
+    transposed, are bitwise `numpy_quantize`'s (ml_dtypes' rounding), on every path."""
     rng = np.random.default_rng(10)
-    values = (rng.normal(size=shape) * np.exp2(rng.uniform(-12, 4, size=shape))).astype(np.float32)
+    values, others = (
+        (rng.normal(size=shape) * np.exp2(rng.uniform(-12, 4, size=shape))).astype(np.float32)
+        for _ in range(2)
+    )
+    others *= 1000.0  # another amax
     if dtype == "bf16":
-        values = values.astype(ml_dtypes.bfloat16).astype(np.float32)
-        x = (values.view(np.uint32) >> 16).astype(np.uint16)
+        values, others = (v.astype(ml_dtypes.bfloat16).astype(np.float32) for v in (values, others))
+        x, y = ((v.view(np.uint32) >> 16).astype(np.uint16) for v in (values, others))
     else:
-        x = values
-    scales, q, qt = emulate_quantisation_kernels(x, dtype, format, shift)
-    want, inverse = fp8.numpy_quantize(values, format)
-    assert scales[0] == inverse and scales[1] == fp8.scale_of(np.abs(values).max(), format)
+        x, y = values, others
+    scales, q, qt = emulate_quantisation_kernels(x, y, dtype, format, shift)
+    other = E5M2 if format == E4M3 else E4M3
+    operands = zip(scales.reshape(2, 2), (values, others), (format, other), strict=True)
+    for (inverse, scale), v, f in operands:
+        want_scale = fp8.scale_of(np.abs(v).max(), f)
+        assert scale == want_scale and inverse == np.float32(1) / want_scale
+    want, _ = fp8.numpy_quantize(values, format)
     want_bytes = want.astype(NUMPY[format]).view(np.uint8)
     np.testing.assert_array_equal(q, want_bytes)
     np.testing.assert_array_equal(qt, want_bytes.T)
+
+
+def test_issued_launches_match_the_kernels_parameters():
+    """`Issuer.issue` (run without a GPU: the kernels and cuBLASLt's call recorded) launches
+    the step's kernels of `kernel_source`, each with one argument per declared parameter, of
+    its declared C type."""
+    source = cuda_fp8.kernel_source()
+    found = re.findall(r'extern "C" __global__ void (\w+)\(([^)]*)\)', source)
+    declared = {name: [p.strip() for p in parameters.split(",")] for name, parameters in found}
+    scalars = {"long long": np.int64, "int": np.int32, "float": np.float32}
+    launches = []
+
+    class Module:
+        def get_function(self, name):
+            return lambda grid, block, arguments: launches.append((name, grid, block, arguments))
+
+    s = fp8.Signature(("k",), (("m", "k"), ("k", "n")), (E4M3, E5M2), E5M2, "bf16")
+    for dtype in (accy.bf16, accy.f32):
+        a, b = accy.spec(dtype, m=32, k=48), accy.spec(dtype, k=48, n=16)
+        issuer = object.__new__(cuda_fp8.Issuer)  # no GPU: neither cuBLASLt nor CuPy
+        issuer.step = cuda_fp8.describe(s, (a, b), fp8.result_type(s, a, b))
+        issuer.fast, issuer.stream = True, 0
+        issuer._set, issuer._matmul = (lambda *_: None), (lambda *_: 0)
+        issuer.find_kernels(Module())
+        launches.clear()
+        issuer.issue(1 << 20, [2 << 20, 3 << 20], 4 << 20)
+        names = [name for name, *_ in launches]
+        assert names == [
+            f"fp8_amax_{dtype.name}",
+            "fp8_scale",
+            f"fp8_quantize_{dtype.name}_e4m3",
+            f"fp8_quantize_transposed_{dtype.name}_e5m2",  # b is [k, n]: transposed to [n, k]
+        ]
+        for name, grid, block, arguments in launches:
+            assert block == (cuda_fp8.THREADS,) and all(g > 0 for g in grid), name
+            assert len(arguments) == len(declared[name]), name
+            for parameter, argument in zip(declared[name], arguments, strict=True):
+                kind = parameter.rsplit(" ", 1)[0].replace("const ", "")
+                want = np.uint64 if "*" in parameter else scalars[kind]
+                assert type(argument) is want, (name, parameter, argument)

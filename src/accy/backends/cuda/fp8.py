@@ -1,16 +1,16 @@
 """FP8 GEMMs on CUDA: the `LibraryStep` of `accy.nn.fp8_matmul`, through cuBLASLt.
 
-One step quantises both operands and multiplies them (`Fp8Gemm`), in five small kernels and one
+One step quantises both operands and multiplies them (`Fp8Gemm`), in four small kernels and one
 `cublasLtMatmul`, all on the program's stream inside its CUDA graph:
 
-- per operand, `fp8_amax_*` (a grid-stride max of |x|, one partial maximum per block),
-  `fp8_scale` (one block: the amax, scale = fp8_max / amax or 1, and the inverse scale), and
-  `fp8_quantize_*` (x times the scale, rounded to E4M3 or E5M2 to nearest, ties to even,
-  saturating), written K-contiguous: Hopper's FP8 GEMMs take only the "TN" layout, so an operand
-  whose contracted axes come first is transposed on the way (64 x 64 tiles through shared
-  memory). Each thread loads 16 bytes at a time where the operand's address allows (else one
-  element), as the quantisation must run near the memory's bandwidth to leave FP8 a gain: one
-  element per thread ran at 0.4-1.1 TB/s on the H200;
+- for both operands at once, `fp8_amax_*` (a grid-stride max of |x|, one partial maximum per
+  block) and `fp8_scale` (a block each: the amax, scale = fp8_max / amax or 1, and the inverse
+  scale); per operand, `fp8_quantize_*` (x times the scale, rounded to E4M3 or E5M2 to
+  nearest, ties to even, saturating), written K-contiguous: Hopper's FP8 GEMMs take only the
+  "TN" layout, so an operand whose contracted axes come first is transposed on the way (64 x 64
+  tiles through shared memory). Each thread loads 16 bytes at a time where the operand's
+  address allows (else one element), as the quantisation must run near the memory's bandwidth
+  to leave FP8 a gain: one element a thread ran at 0.4-1.1 TB/s on the H200;
 - `cublasLtMatmul` with CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 operands, f32 compute, the inverse
   scales as CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER (per-tensor scalars,
   CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F), the result in bf16 or f32;
@@ -272,25 +272,35 @@ __device__ float block_max(float v) {
   return warps[0];
 }
 
+// Block o (0 or 1): operand o's amax from its `count` partial maxima, and its inverse scale and
+// scale at scales + o * stride (the inverse first: cuBLASLt's scale pointer, aligned).
 extern "C" __global__ void fp8_scale(
-    const float *partials, int count, float largest, float *scales) {
+    const float *partials, int count, float largest0, float largest1, float *scales, int stride) {
+  const float *mine = partials + blockIdx.x * count;
+  float largest = blockIdx.x ? largest1 : largest0;
   float m = 0.0f;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, partials[i]);
+  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, mine[i]);
   m = block_max(m);
   if (threadIdx.x == 0) {
     float scale = (m > 0.0f && m <= 3.402823466e38f) ? largest / m : 1.0f;
-    scales[0] = 1.0f / scale;  // cuBLASLt's scale pointer: at an aligned address
-    scales[1] = scale;
+    scales[blockIdx.x * stride] = 1.0f / scale;
+    scales[blockIdx.x * stride + 1] = scale;
   }
 }
 """
 
 _PER_TYPE = r"""
-// Grid-stride over 16-byte chunks where x is aligned to 16 bytes, then element by element.
-extern "C" __global__ void fp8_amax_TYPE(const ELEMENT *x, long long n, float *partials) {
+// Both operands' partial maxima, one a block: the first half of the blocks take a, the rest b,
+// each half a grid-stride over 16-byte chunks where its operand is aligned to 16 bytes, then
+// element by element.
+extern "C" __global__ void fp8_amax_TYPE(
+    const ELEMENT *a, long long na, const ELEMENT *b, long long nb, float *partials) {
+  unsigned half = gridDim.x / 2, block = blockIdx.x % half;
+  const ELEMENT *x = blockIdx.x < half ? a : b;
+  long long n = blockIdx.x < half ? na : nb;
   float m = 0.0f;
-  long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  long long step = (long long)gridDim.x * blockDim.x;
+  long long first = (long long)block * blockDim.x + threadIdx.x;
+  long long step = (long long)half * blockDim.x;
   long long chunks = aligned16(x) ? n / CHUNK_TYPE : 0;
   for (long long i = first; i < chunks; i += step) {
     uint4 c = ((const uint4 *)x)[i];
@@ -436,18 +446,21 @@ class Issuer:
         self.step = step
         self.lib, self.handle = library
         self.stream = 0
-        self.scale = module.get_function("fp8_scale")
-        self.kernels = {}
-        for name, operand in (("first", step.first), ("second", step.second)):
-            short = FORMATS[operand.format]
-            kind = "quantize_transposed" if operand.transposed else "quantize"
-            self.kernels[name] = (
-                module.get_function(f"fp8_amax_{operand.dtype}"),
-                module.get_function(f"fp8_{kind}_{operand.dtype}_{short}"),
-            )
+        self.find_kernels(module)
         self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self._describe_matmul()
         self._warm_up()
+
+    def find_kernels(self, module: Any) -> None:
+        """The quantisation kernels of the step, from `module` (compiled `kernel_source`)."""
+        step = self.step
+        self.amax = module.get_function(f"fp8_amax_{step.first.dtype}")  # both operands'
+        self.scale = module.get_function("fp8_scale")
+        self.quantize = {}
+        for name, operand in (("first", step.first), ("second", step.second)):
+            kind = "quantize_transposed" if operand.transposed else "quantize"
+            short = FORMATS[operand.format]
+            self.quantize[name] = module.get_function(f"fp8_{kind}_{operand.dtype}_{short}")
 
     def _describe_matmul(self) -> None:
         s, lib = self.step, self.lib
@@ -542,27 +555,26 @@ class Issuer:
         s = self.step
         base = -(-scratch // ALIGN) * ALIGN
         at = {name: base + offset for name, offset in s.offsets.items()}
+        x = [np.uint64(pointer) for pointer in operands[:2]]
+        n = [np.int64(s.m * s.k), np.int64(s.n * s.k)]
+        partials = np.uint64(at["partials"])
+        self.amax((2 * AMAX_BLOCKS,), (THREADS,), (x[0], n[0], x[1], n[1], partials))
+        largest = [np.float32(float8_format(o.format).max) for o in (s.first, s.second)]
+        limits = (np.int32(AMAX_BLOCKS), *largest, np.uint64(at["scales"]), np.int32(ALIGN // 4))
+        self.scale((2,), (THREADS,), (partials, *limits))
         sizes = {"first": (s.m, s.k), "second": (s.n, s.k)}
         for index, name in enumerate(("first", "second")):
-            operand = getattr(s, name)
+            operand, quantize = getattr(s, name), self.quantize[name]
             free, k = sizes[name]
-            partials = at["partials"] + index * AMAX_BLOCKS * 4
-            scales = at["scales"] + index * ALIGN
-            amax, quantize = self.kernels[name]
-            x, n = np.uint64(operands[index]), np.int64(free * k)
-            amax((AMAX_BLOCKS,), (THREADS,), (x, n, np.uint64(partials)))
-            largest = np.float32(float8_format(operand.format).max)
-            limits = (np.uint64(partials), np.int32(AMAX_BLOCKS), largest, np.uint64(scales))
-            self.scale((1,), (THREADS,), limits)
-            target = np.uint64(at[name])
+            scales, target = np.uint64(at["scales"] + index * ALIGN), np.uint64(at[name])
             if operand.transposed:  # stored [k, free]: tiles to [free, k]
                 grid = (-(-free // TILE), -(-k // TILE))
                 rows, cols = np.int64(k), np.int64(free)
-                quantize(grid, (THREADS,), (x, rows, cols, np.uint64(scales), target))
+                quantize(grid, (THREADS,), (x[index], rows, cols, scales, target))
             else:
                 chunk = 16 // dtype_named(operand.dtype).itemsize  # values a thread loads
                 blocks = min(-(-(free * k) // (THREADS * chunk)), 16 * AMAX_BLOCKS)
-                quantize((blocks,), (THREADS,), (x, n, np.uint64(scales), target))
+                quantize((blocks,), (THREADS,), (x[index], n[index], scales, target))
         self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if self.fast else 0))
         status = self._matmul(
             at["first"], at["second"], dst, at["scales"], at["workspace"], self.stream

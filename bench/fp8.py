@@ -173,6 +173,7 @@ def step_section(
         value, params, state = step(params, state, x, y, rate)
         losses = [float(value)]
         first = time.perf_counter() - start
+        print(f"step {name}: first step {first:.1f} s", flush=True)  # before a limit ends it
         times = []
         for _ in range(steps):
             tick = time.perf_counter()
@@ -227,6 +228,8 @@ def demo_section(
             x, y = text.batch(np.random.default_rng([seed, 0, index]), c.batch, c.tokens)
             rate = accy.named(np.float32(rate), (), device=device)
             value, params, state = step(params, state, ids(x), ids(y), rate)
+            if index == 0:
+                print(f"demo {name}: first step {time.perf_counter() - started:.1f} s", flush=True)
         last = float(value)
         held_out = [float(held_loss(params, ids(x), ids(y))) for x, y in held_batches]
         results[name] = {

@@ -2,9 +2,16 @@
 here from ml_dtypes: per-tensor current scaling, E4M3 forward operands, E5M2 output gradients.
 
 Every device runs the same checks (the `device` fixture): the reference evaluator, the CPU (the
-fallback composition) and CUDA (cuBLASLt FP8; skipped without a GPU)."""
+fallback composition) and CUDA (cuBLASLt FP8; skipped without a GPU), whose sums are held to
+what Hopper's FP8 tensor cores keep while accumulating (`SUM_ERROR`)."""
 
 from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -46,10 +53,20 @@ def emulate(x, w, subscripts: str, formats=(E4M3, E4M3)) -> tuple[np.ndarray, np
     return exact, magnitude
 
 
-def assert_close_to_emulation(got, exact, magnitude, dtype) -> None:
-    """Within f32 summation in another order, plus the result's own rounding to `dtype`."""
+# Hopper's FP8 tensor cores add into a running sum that keeps about 14 significant bits,
+# truncating (seen on the H200 through cuBLASLt: 448² + 57 summed to 200752, not 200761; errors
+# up to 1.3e-4 of the terms' magnitude at k = 48, 13 times f32's bound below), so a GEMM on
+# CUDA is held to 2^-11 of the magnitude: a few such truncations at these tests' k (<= 48).
+SUM_ERROR = {"cuda": 2.0**-11}
+F32_SUM_ERROR = 1e-5
+
+
+def assert_close_to_emulation(got, exact, magnitude, dtype, device=None) -> None:
+    """Within summation in another order (in f32, or in `device`'s FP8 tensor cores), plus
+    the result's own rounding to `dtype`."""
     rounding = 2.0**-8 if dtype == accy.bf16 else 2.0**-24
-    bound = 1e-5 * magnitude + rounding * np.abs(exact) + 1e-30
+    summation = SUM_ERROR.get(device, F32_SUM_ERROR)
+    bound = summation * magnitude + rounding * np.abs(exact) + 1e-30
     worst = float(np.max(np.abs(got - exact) / bound))
     assert worst <= 1.0, f"error {worst:.3g} times the bound"
 
@@ -112,11 +129,14 @@ def test_float8_values_are_refused_by_every_other_operation():
 
 
 def test_exact_case_is_bitwise_integer_arithmetic(device):
-    """amax 448 on both sides: scale 1, small integers, sums exact in f32 (16 terms)."""
+    """amax 448 on both sides: scale 1, small integers, 16 terms. 448² is added to nothing and
+    every other partial sum is an integer below 2^13, so the sums are exact in f32 and in the
+    14 significant bits of Hopper's FP8 accumulation (`SUM_ERROR`)."""
     rng = np.random.default_rng(2)
     a = rng.integers(-8, 9, size=(16, 16)).astype(np.float32)
     b = rng.integers(-8, 9, size=(16, 32)).astype(np.float32)
     a[0, 0] = b[0, 0] = 448.0
+    a[0, 1:] = 0.0
     y = nn.fp8_matmul(named(a, ("m", "k"), device), named(b, ("k", "n"), device), "k")
     np.testing.assert_array_equal(host(y), a.astype(np.float64) @ b)
 
@@ -135,7 +155,7 @@ def test_values_match_the_emulation(device, dtype):
     )
     assert y.dtype == dtype and y.shape == {"token": 64, "hidden": 32}
     exact, magnitude = emulate(x, w, "te,eh->th")
-    assert_close_to_emulation(host(y), exact, magnitude, dtype)
+    assert_close_to_emulation(host(y), exact, magnitude, dtype, device)
     assert np.linalg.norm(host(y) - x @ w.astype(np.float64)) < 0.06 * np.linalg.norm(x @ w)
 
 
@@ -159,7 +179,7 @@ def test_every_layout_matches_the_emulation(device, x_axes, w_axes, contracted, 
     w = rng.normal(size=[extents[a] for a in w_axes]).astype(np.float32)
     y = nn.fp8_matmul(named(x, x_axes, device), named(w, w_axes, device), contracted)
     exact, magnitude = emulate(x, w, subscripts)
-    assert_close_to_emulation(host(y), exact, magnitude, accy.f32)
+    assert_close_to_emulation(host(y), exact, magnitude, accy.f32, device)
 
 
 def test_unaligned_extents_run_the_composition_everywhere(device):
@@ -205,9 +225,9 @@ def test_gradients_are_fp8_gemms_of_the_e5m2_output_gradient(device):
     dx, dw = accy.jit(accy.grad(loss, argnums=(0, 1)))(xs, ws)
     assert dx.ty.axes == ("batch", "token", "embed") and dw.ty.axes == ("embed", "hidden")
     exact, magnitude = emulate(r, w, "bth,eh->bte", (E5M2, E4M3))
-    assert_close_to_emulation(host(dx), exact, magnitude, accy.f32)
+    assert_close_to_emulation(host(dx), exact, magnitude, accy.f32, device)
     exact, magnitude = emulate(x, r, "bte,bth->eh", (E4M3, E5M2))
-    assert_close_to_emulation(host(dw), exact, magnitude, accy.f32)
+    assert_close_to_emulation(host(dw), exact, magnitude, accy.f32, device)
     # ... and within FP8's tolerance of the exact gradients.
     true_dx, true_dw = np.einsum("bth,eh->bte", r, w), np.einsum("bte,bth->eh", x, r)
     assert np.linalg.norm(host(dx) - true_dx) < 0.1 * np.linalg.norm(true_dx)
@@ -223,8 +243,10 @@ def test_gradient_of_a_tied_head_keeps_the_table_layout(device):
     xs, ts = named(x, ("token", "embed"), device), named(table, ("vocab", "embed"), device)
     dx, dt = accy.grad(loss, argnums=(0, 1))(xs, ts)
     assert dt.ty.axes == ("vocab", "embed")
-    assert_close_to_emulation(host(dx), *emulate(r, table, "tv,ve->te", (E5M2, E4M3)), accy.f32)
-    assert_close_to_emulation(host(dt), *emulate(r, x, "tv,te->ve", (E5M2, E4M3)), accy.f32)
+    dx_emulated = emulate(r, table, "tv,ve->te", (E5M2, E4M3))
+    dt_emulated = emulate(r, x, "tv,te->ve", (E5M2, E4M3))
+    assert_close_to_emulation(host(dx), *dx_emulated, accy.f32, device)
+    assert_close_to_emulation(host(dt), *dt_emulated, accy.f32, device)
 
 
 def test_forward_mode_treats_quantisation_as_the_identity():
@@ -387,3 +409,211 @@ def test_cublaslt_runs_fp8_gemms():
         a, b = (accy.spec(dtype, dict.fromkeys(layout, 64)) for layout in s.layouts)
         step = cuda_fp8.describe(s, (a, b), fp8.result_type(s, a, b))
         assert cuda_fp8.refusal(step) is None
+
+
+# -- the CUDA quantisation kernels, run on the CPU -------------------------------------------------
+
+EMULATION = r"""
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+struct Dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local Dim3 threadIdx, blockIdx;
+static Dim3 blockDim, gridDim;
+static std::barrier<> *accy_block;
+static std::barrier<> *accy_warps[32];
+static float accy_lanes[1024];
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __syncthreads() accy_block->arrive_and_wait()
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline float __uint_as_float(unsigned b) { float f; memcpy(&f, &b, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned b; memcpy(&b, &f, 4); return b; }
+static inline int __float2int_rn(float f) { return (int)nearbyintf(f); }
+static inline float __shfl_xor_sync(unsigned, float v, int o) {  // the whole warp calls it
+  int t = threadIdx.y * blockDim.x + threadIdx.x;
+  accy_lanes[t] = v;
+  accy_warps[t >> 5]->arrive_and_wait();
+  float r = accy_lanes[t ^ o];
+  accy_warps[t >> 5]->arrive_and_wait();
+  return r;
+}
+"""
+
+EMULATION_MAIN = r"""
+template <typename F> static void launch(unsigned gx, unsigned gy, F kernel) {
+  gridDim = {gx, gy, 1};
+  blockDim = {THREADS, 1, 1};
+  for (unsigned by = 0; by < gy; ++by)
+    for (unsigned bx = gx; bx-- > 0;) {  // blocks in another order than their index
+      std::barrier<> block(THREADS);
+      accy_block = &block;
+      std::vector<std::unique_ptr<std::barrier<>>> warps;
+      for (int w = 0; w < THREADS / 32; ++w) {
+        warps.emplace_back(new std::barrier<>(32));
+        accy_warps[w] = warps.back().get();
+      }
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < THREADS; ++t)
+        threads.emplace_back([&, t, bx, by] {
+          threadIdx = {t, 0, 0};
+          blockIdx = {bx, by, 0};
+          kernel();
+        });
+      for (auto &thread : threads) thread.join();
+    }
+}
+// argv: input file (x, then another operand y of x's size), rows, cols, byte shift of x, output
+int main(int argc, char **argv) {
+  const long long rows = atoll(argv[2]), cols = atoll(argv[3]), n = rows * cols;
+  const int shift = atoi(argv[4]), amax_blocks = 3;
+  char *in = (char *)aligned_alloc(256, n * sizeof(ELEMENT) + 256) + shift;
+  ELEMENT *y = (ELEMENT *)aligned_alloc(256, n * sizeof(ELEMENT) + 256);
+  FILE *f = fopen(argv[1], "rb");
+  if (fread(in, sizeof(ELEMENT), n, f) != (size_t)n) return 2;
+  if (fread(y, sizeof(ELEMENT), n, f) != (size_t)n) return 2;
+  fclose(f);
+  const ELEMENT *x = (const ELEMENT *)in;
+  float *partials = (float *)aligned_alloc(256, 256), *scales = (float *)aligned_alloc(256, 512);
+  unsigned char *q = (unsigned char *)aligned_alloc(256, n + 256);
+  unsigned char *qt = (unsigned char *)aligned_alloc(256, n + 256);
+  memset(q, 0xff, n);
+  memset(qt, 0xff, n);
+  launch(2 * amax_blocks, 1, [&] { KERNEL_AMAX(x, n, y, n, partials); });
+  launch(2, 1, [&] { fp8_scale(partials, amax_blocks, LARGEST, OTHER_LARGEST, scales, 64); });
+  launch(2, 1, [&] { KERNEL_QUANTIZE(x, n, scales, q); });
+  launch((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE,
+         [&] { KERNEL_TRANSPOSED(x, rows, cols, scales, qt); });
+  FILE *g = fopen(argv[5], "wb");
+  fwrite(scales, sizeof(float), 2, g);  // x's inverse scale and scale, then y's
+  fwrite(scales + 64, sizeof(float), 2, g);
+  fwrite(q, 1, n, g);
+  fwrite(qt, 1, n, g);
+  fclose(g);
+  return 0;
+}
+"""
+
+
+def emulate_quantisation_kernels(x, y, dtype: str, format: str, shift: int):
+    """fp8_amax and fp8_scale of the operands `x` [rows, cols] (in `format`) and `y` (x's shape,
+    in the other format), then fp8_quantize and fp8_quantize_transposed of x, emulated on the
+    CPU (each block 256 threads with a barrier, warps' shuffles through memory), with x `shift`
+    bytes past an aligned address. Both given as bf16 bits or f32. The inverse scale and scale
+    of x, then of y; x's float8 bytes [rows, cols], and transposed [cols, rows]."""
+    compiler = shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to emulate CUDA kernels")
+    short, other = cuda_fp8.FORMATS[format], E5M2 if format == E4M3 else E4M3
+    names = {
+        "ELEMENT": cuda_fp8.ELEMENT_TYPES[dtype],
+        "LARGEST": f"{LARGEST[format]}f",
+        "OTHER_LARGEST": f"{LARGEST[other]}f",
+        "KERNEL_AMAX": f"fp8_amax_{dtype}",
+        "KERNEL_QUANTIZE": f"fp8_quantize_{dtype}_{short}",
+        "KERNEL_TRANSPOSED": f"fp8_quantize_transposed_{dtype}_{short}",
+    }
+    defines = "".join(f"#define {key} {value}\n" for key, value in names.items())
+    rows, cols = x.shape
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder)
+        (path / "k.cpp").write_text(EMULATION + cuda_fp8.kernel_source() + defines + EMULATION_MAIN)
+        command = [compiler, "-std=c++20", "-O1", "-pthread", "-w", "k.cpp", "-o", "k"]
+        built = subprocess.run(command, cwd=path, capture_output=True, text=True)
+        if built.returncode != 0 and "barrier" in built.stderr:
+            pytest.skip("the C++ compiler has no std::barrier (C++20)")
+        assert built.returncode == 0, built.stderr[-3000:]
+        np.concatenate([x.ravel(), y.ravel()]).tofile(path / "in.bin")
+        arguments = ["./k", "in.bin", str(rows), str(cols), str(shift), "out.bin"]
+        ran = subprocess.run(arguments, cwd=path, capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        out = np.fromfile(path / "out.bin", np.uint8)
+    scales = out[:16].view(np.float32)
+    q = out[16 : 16 + x.size].reshape(rows, cols)
+    return scales, q, out[16 + x.size :].reshape(cols, rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "dtype, format, shape, shift",
+    [
+        ("bf16", E4M3, (128, 192), 0),  # whole tiles, 16-byte chunks
+        ("bf16", E5M2, (72, 100), 0),  # partial tiles; cols not a multiple of 8
+        ("bf16", E4M3, (48, 80), 2),  # an unaligned operand: element by element
+        ("f32", E4M3, (80, 68), 0),
+        ("f32", E5M2, (64, 64), 4),
+        ("f32", E4M3, (36, 40), 0),  # rows not a multiple of 8: byte stores
+    ],
+)
+def test_quantisation_kernels_match_the_reference_on_the_cpu(dtype, format, shape, shift):
+    """The CUDA kernels' scales (both operands in one launch) and float8 bytes, straight and
+    transposed, are bitwise `numpy_quantize`'s (ml_dtypes' rounding), on every path."""
+    rng = np.random.default_rng(10)
+    values, others = (
+        (rng.normal(size=shape) * np.exp2(rng.uniform(-12, 4, size=shape))).astype(np.float32)
+        for _ in range(2)
+    )
+    others *= 1000.0  # another amax
+    if dtype == "bf16":
+        values, others = (v.astype(ml_dtypes.bfloat16).astype(np.float32) for v in (values, others))
+        x, y = ((v.view(np.uint32) >> 16).astype(np.uint16) for v in (values, others))
+    else:
+        x, y = values, others
+    scales, q, qt = emulate_quantisation_kernels(x, y, dtype, format, shift)
+    other = E5M2 if format == E4M3 else E4M3
+    operands = zip(scales.reshape(2, 2), (values, others), (format, other), strict=True)
+    for (inverse, scale), v, f in operands:
+        want_scale = fp8.scale_of(np.abs(v).max(), f)
+        assert scale == want_scale and inverse == np.float32(1) / want_scale
+    want, _ = fp8.numpy_quantize(values, format)
+    want_bytes = want.astype(NUMPY[format]).view(np.uint8)
+    np.testing.assert_array_equal(q, want_bytes)
+    np.testing.assert_array_equal(qt, want_bytes.T)
+
+
+def test_issued_launches_match_the_kernels_parameters():
+    """`Issuer.issue` (run without a GPU: the kernels and cuBLASLt's call recorded) launches
+    the step's kernels of `kernel_source`, each with one argument per declared parameter, of
+    its declared C type."""
+    source = cuda_fp8.kernel_source()
+    found = re.findall(r'extern "C" __global__ void (\w+)\(([^)]*)\)', source)
+    declared = {name: [p.strip() for p in parameters.split(",")] for name, parameters in found}
+    scalars = {"long long": np.int64, "int": np.int32, "float": np.float32}
+    launches = []
+
+    class Module:
+        def get_function(self, name):
+            return lambda grid, block, arguments: launches.append((name, grid, block, arguments))
+
+    s = fp8.Signature(("k",), (("m", "k"), ("k", "n")), (E4M3, E5M2), E5M2, "bf16")
+    for dtype in (accy.bf16, accy.f32):
+        a, b = accy.spec(dtype, m=32, k=48), accy.spec(dtype, k=48, n=16)
+        issuer = object.__new__(cuda_fp8.Issuer)  # no GPU: neither cuBLASLt nor CuPy
+        issuer.step = cuda_fp8.describe(s, (a, b), fp8.result_type(s, a, b))
+        issuer.fast, issuer.stream = True, 0
+        issuer._set, issuer._matmul = (lambda *_: None), (lambda *_: 0)
+        issuer.find_kernels(Module())
+        launches.clear()
+        issuer.issue(1 << 20, [2 << 20, 3 << 20], 4 << 20)
+        names = [name for name, *_ in launches]
+        assert names == [
+            f"fp8_amax_{dtype.name}",
+            "fp8_scale",
+            f"fp8_quantize_{dtype.name}_e4m3",
+            f"fp8_quantize_transposed_{dtype.name}_e5m2",  # b is [k, n]: transposed to [n, k]
+        ]
+        for name, grid, block, arguments in launches:
+            assert block == (cuda_fp8.THREADS,) and all(g > 0 for g in grid), name
+            assert len(arguments) == len(declared[name]), name
+            for parameter, argument in zip(declared[name], arguments, strict=True):
+                kind = parameter.rsplit(" ", 1)[0].replace("const ", "")
+                want = np.uint64 if "*" in parameter else scalars[kind]
+                assert type(argument) is want, (name, parameter, argument)

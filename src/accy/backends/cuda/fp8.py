@@ -1,16 +1,19 @@
 """FP8 GEMMs on CUDA: the `LibraryStep` of `accy.nn.fp8_matmul`, through cuBLASLt.
 
-One step quantises both operands and multiplies them (`Fp8Gemm`), in five small kernels and one
+One step quantises both operands and multiplies them (`Fp8Gemm`), in four small kernels and one
 `cublasLtMatmul`, all on the program's stream inside its CUDA graph:
 
-- per operand, `fp8_amax_*` (a grid-stride max of |x|, one partial maximum per block),
-  `fp8_scale` (one block: the amax, scale = fp8_max / amax or 1, and the inverse scale), and
-  `fp8_quantize_*` (x times the scale, rounded to E4M3 or E5M2 to nearest, ties to even,
-  saturating), written K-contiguous: Hopper's FP8 GEMMs take only the "TN" layout, so an operand
-  whose contracted axes come first is transposed on the way (32 x 32 tiles through shared
-  memory);
+- for both operands at once, `fp8_amax_*` (a grid-stride max of |x|, one partial maximum per
+  block) and `fp8_scale` (a block each: the amax, scale = fp8_max / amax or 1, and the inverse
+  scale); per operand, `fp8_quantize_*` (x times the scale, rounded to E4M3 or E5M2 to
+  nearest, ties to even, saturating), written K-contiguous: Hopper's FP8 GEMMs take only the
+  "TN" layout, so an operand whose contracted axes come first is transposed on the way (64 x 64
+  tiles through shared memory). Each thread loads 16 bytes at a time where the operand's
+  address allows (else one element), as the quantisation must run near the memory's bandwidth
+  to leave FP8 a gain: one element a thread ran at 0.4-1.1 TB/s on the H200;
 - `cublasLtMatmul` with CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 operands, f32 compute, the inverse
-  scales as CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER, the result in bf16 or f32;
+  scales as CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER (per-tensor scalars,
+  CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F), the result in bf16 or f32;
   fast accumulation for the forward (E4M3 x E4M3) GEMM only, as Transformer Engine does.
 
 The rounding is integer arithmetic on the float's bits (no cuda_fp8.h), the same numbers as
@@ -23,12 +26,12 @@ composition runs) for f16 operands, operand layouts other than [free..., contrac
 [contracted..., free...], extents that are not multiples of 16 (cuBLASLt's FP8 alignment), and
 GEMMs that cuBLASLt refuses on the GPU at hand (`refusal`, logged).
 
-Measured on an H200 with CUDA 13 (`bench/results/fp8-h200-bf16.md`): called in place (C == D),
-`cublasLtMatmul` answered CUBLAS_STATUS_NOT_SUPPORTED (15) for every FP8 GEMM tried there
-although its heuristic offered an algorithm, while `torch._scaled_mm` in the same process, with
-the same library, types, layouts and scales, ran out of place; the call is now out of place
-(`Issuer._matmul`), which has not yet run on a GPU: `test_cublaslt_runs_fp8_gemms` says whether
-cuBLASLt takes it.
+Measured on an H200 with CUDA 13 (`bench/results/fp8-h200-bf16.md`): cuBLASLt answers
+CUBLAS_STATUS_NOT_SUPPORTED (15) for an FP8 GEMM whose scale pointers sit 4 or 12 bytes past a
+256-byte boundary, whatever else the call does, so each inverse scale starts its own block of
+the scratch. Hopper's FP8 tensor cores keep about 14 significant bits of the running sum
+(truncating), fast accumulation or not: results differ from an f32 sum of the same float8
+products by up to 1.3e-4 of the terms' magnitude at k = 48 (measured), not f32's 1e-5.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...caches import memoized
-from ...core.types import TensorType, float8_format
+from ...core.types import TensorType, dtype_named, float8_format
 from ...errors import AccyError
 from ...kernel.call import KernelCall
 from .cublas import load_library
@@ -53,10 +56,14 @@ log = logging.getLogger("accy.fp8")
 WORKSPACE_BYTES = 8 << 20  # cuBLASLt's: FP8 GEMMs of these sizes need no more
 AMAX_BLOCKS = 1056  # 8 per multiprocessor of an H200: partial maxima, one per block
 THREADS = 256
+TILE = 64  # the transposing quantisation's tile: TILE x TILE values a block
 ELEMENT_TYPES = {"bf16": "unsigned short", "f32": "float"}
 CUDA_TYPES = {"f32": 0, "bf16": 14, "float8_e4m3fn": 28, "float8_e5m2": 29}  # cudaDataType
 COMPUTE_32F = 68
 TRANSA, TRANSB, A_SCALE, B_SCALE, FAST_ACCUMULATE = 3, 4, 17, 18, 25  # matmul attributes
+A_SCALE_MODE, B_SCALE_MODE = 31, 32  # matmul attributes of cuBLASLt 12.8 and later
+SCALAR_32F = 0  # cublasLtMatmulMatrixScale_t: one f32 scale per operand
+SCALE_MODES_SINCE = 120800  # cublasLtGetVersion() of the first library with scale modes
 OP_N, OP_T = 0, 1
 LIBRARIES = ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
 
@@ -89,7 +96,8 @@ class Fp8Gemm:
         operands, cuBLASLt's workspace."""
         sizes = {
             "partials": 2 * AMAX_BLOCKS * 4,
-            "scales": 4 * 4,  # first's scale and inverse, second's scale and inverse
+            "scales": 2 * ALIGN,  # per operand, at its own boundary (cuBLASLt refuses
+            # FP8 GEMMs whose scale pointers are not): the inverse scale, then the scale
             "first": self.m * self.k,
             "second": self.n * self.k,
             "workspace": WORKSPACE_BYTES,
@@ -187,10 +195,38 @@ def _operand(t: TensorType, contracted: tuple[str, ...], format: str) -> Operand
 
 _PRELUDE = r"""
 #define THREADS 256
+#define TILE 64
+#define CHUNK_bf16 8
+#define CHUNK_f32 4
 __device__ __forceinline__ float load_bf16(const unsigned short *x, long long i) {
   return __uint_as_float(((unsigned)x[i]) << 16);
 }
 __device__ __forceinline__ float load_f32(const float *x, long long i) { return x[i]; }
+
+// 16 bytes of an operand, loaded at once (a uint4): CHUNK_bf16 or CHUNK_f32 values.
+__device__ __forceinline__ unsigned word(const uint4 &c, int i) {
+  return i == 0 ? c.x : i == 1 ? c.y : i == 2 ? c.z : c.w;
+}
+__device__ __forceinline__ float chunk_bf16(const uint4 &c, int i) {
+  unsigned w = word(c, i >> 1);
+  return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+}
+__device__ __forceinline__ float chunk_f32(const uint4 &c, int i) {
+  return __uint_as_float(word(c, i));
+}
+__device__ __forceinline__ bool aligned16(const void *p) {
+  return ((unsigned long long)p & 15) == 0;
+}
+// The float8 bytes of one chunk, stored at once: byte j of the chunk is q's byte j.
+struct packed_f32 { unsigned x; };
+typedef uint2 packed_bf16;
+__device__ __forceinline__ void pack(packed_f32 &p, int j, unsigned byte) {
+  p.x |= byte << (8 * j);
+}
+__device__ __forceinline__ void pack(uint2 &p, int j, unsigned byte) {
+  if (j < 4) p.x |= byte << (8 * j);
+  else p.y |= byte << (8 * (j - 4));
+}
 
 // The format's nearest value to v (ties to even), saturating at its largest finite value, as
 // its bits: MANT mantissa bits, exponent bias BIAS, smallest normal exponent 1 - BIAS.
@@ -236,24 +272,42 @@ __device__ float block_max(float v) {
   return warps[0];
 }
 
+// Block o (0 or 1): operand o's amax from its `count` partial maxima, and its inverse scale and
+// scale at scales + o * stride (the inverse first: cuBLASLt's scale pointer, aligned).
 extern "C" __global__ void fp8_scale(
-    const float *partials, int count, float largest, float *scales) {
+    const float *partials, int count, float largest0, float largest1, float *scales, int stride) {
+  const float *mine = partials + blockIdx.x * count;
+  float largest = blockIdx.x ? largest1 : largest0;
   float m = 0.0f;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, partials[i]);
+  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, mine[i]);
   m = block_max(m);
   if (threadIdx.x == 0) {
     float scale = (m > 0.0f && m <= 3.402823466e38f) ? largest / m : 1.0f;
-    scales[0] = scale;
-    scales[1] = 1.0f / scale;
+    scales[blockIdx.x * stride] = 1.0f / scale;
+    scales[blockIdx.x * stride + 1] = scale;
   }
 }
 """
 
 _PER_TYPE = r"""
-extern "C" __global__ void fp8_amax_TYPE(const ELEMENT *x, long long n, float *partials) {
+// Both operands' partial maxima, one a block: the first half of the blocks take a, the rest b,
+// each half a grid-stride over 16-byte chunks where its operand is aligned to 16 bytes, then
+// element by element.
+extern "C" __global__ void fp8_amax_TYPE(
+    const ELEMENT *a, long long na, const ELEMENT *b, long long nb, float *partials) {
+  unsigned half = gridDim.x / 2, block = blockIdx.x % half;
+  const ELEMENT *x = blockIdx.x < half ? a : b;
+  long long n = blockIdx.x < half ? na : nb;
   float m = 0.0f;
-  long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+  long long first = (long long)block * blockDim.x + threadIdx.x;
+  long long step = (long long)half * blockDim.x;
+  long long chunks = aligned16(x) ? n / CHUNK_TYPE : 0;
+  for (long long i = first; i < chunks; i += step) {
+    uint4 c = ((const uint4 *)x)[i];
+#pragma unroll
+    for (int j = 0; j < CHUNK_TYPE; ++j) m = fmaxf(m, fabsf(chunk_TYPE(c, j)));
+  }
+  for (long long i = chunks * CHUNK_TYPE + first; i < n; i += step)
     m = fmaxf(m, fabsf(load_TYPE(x, i)));
   m = block_max(m);
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
@@ -261,28 +315,59 @@ extern "C" __global__ void fp8_amax_TYPE(const ELEMENT *x, long long n, float *p
 """
 
 _PER_FORMAT = r"""
+// As fp8_amax: 16-byte chunks in, CHUNK_TYPE bytes out (q is aligned to 8), then the rest.
 extern "C" __global__ void fp8_quantize_TYPE_FORMAT(
     const ELEMENT *x, long long n, const float *scales, unsigned char *q) {
-  float scale = scales[0];
+  float scale = scales[1];
+  long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   long long step = (long long)gridDim.x * blockDim.x;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+  long long chunks = aligned16(x) ? n / CHUNK_TYPE : 0;
+  for (long long i = first; i < chunks; i += step) {
+    uint4 c = ((const uint4 *)x)[i];
+    packed_TYPE p = {};
+#pragma unroll
+    for (int j = 0; j < CHUNK_TYPE; ++j) pack(p, j, to_FORMAT(chunk_TYPE(c, j) * scale));
+    ((packed_TYPE *)q)[i] = p;
+  }
+  for (long long i = chunks * CHUNK_TYPE + first; i < n; i += step)
     q[i] = to_FORMAT(load_TYPE(x, i) * scale);
 }
 
-// x [rows, cols] -> q [cols, rows]: a block (32 x 8 threads) moves one 32 x 32 tile.
+// x [rows, cols] -> q [cols, rows]: a block moves one TILE x TILE tile through shared memory,
+// quantised on the way in (16-byte loads where x and cols allow) and written out 8 bytes at a
+// time where rows is a multiple of 8 (q is aligned to 8).
 extern "C" __global__ void fp8_quantize_transposed_TYPE_FORMAT(
     const ELEMENT *x, long long rows, long long cols, const float *scales, unsigned char *q) {
-  __shared__ float tile[32][33];
-  float scale = scales[0];
-  long long r0 = (long long)blockIdx.y * 32, c0 = (long long)blockIdx.x * 32;
-  for (int j = threadIdx.y; j < 32; j += 8) {
-    long long r = r0 + j, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[j][threadIdx.x] = load_TYPE(x, r * cols + c);
+  __shared__ uint2 words[TILE * (TILE + 8) / 8];  // 8-byte aligned for the stores below
+  unsigned char(*tile)[TILE + 8] = (unsigned char(*)[TILE + 8])words;  // [col][row], as q
+  float scale = scales[1];
+  long long r0 = (long long)blockIdx.y * TILE, c0 = (long long)blockIdx.x * TILE;
+  bool whole_chunks = aligned16(x) && cols % CHUNK_TYPE == 0;
+  for (int i = threadIdx.x; i < TILE * TILE / CHUNK_TYPE; i += THREADS) {
+    int row = i / (TILE / CHUNK_TYPE), col = (i % (TILE / CHUNK_TYPE)) * CHUNK_TYPE;
+    long long r = r0 + row, c = c0 + col;
+    if (r >= rows) continue;
+    if (whole_chunks && c + CHUNK_TYPE <= cols) {
+      uint4 v = *(const uint4 *)(x + r * cols + c);
+#pragma unroll
+      for (int j = 0; j < CHUNK_TYPE; ++j)
+        tile[col + j][row] = to_FORMAT(chunk_TYPE(v, j) * scale);
+    } else {
+      for (int j = 0; j < CHUNK_TYPE && c + j < cols; ++j)
+        tile[col + j][row] = to_FORMAT(load_TYPE(x, r * cols + c + j) * scale);
+    }
   }
   __syncthreads();
-  for (int j = threadIdx.y; j < 32; j += 8) {
-    long long c = c0 + j, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) q[c * rows + r] = to_FORMAT(tile[threadIdx.x][j] * scale);
+  for (int i = threadIdx.x; i < TILE * TILE / 8; i += THREADS) {
+    int col = i / (TILE / 8), row = (i % (TILE / 8)) * 8;
+    long long c = c0 + col, r = r0 + row;
+    if (c >= cols) continue;
+    unsigned char *out = q + c * rows + r;
+    if (rows % 8 == 0 && r + 8 <= rows) {
+      *(uint2 *)out = *(const uint2 *)&tile[col][row];
+    } else {
+      for (int j = 0; j < 8 && r + j < rows; ++j) out[j] = tile[col][row + j];
+    }
   }
 }
 """
@@ -326,6 +411,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         function = getattr(lib, name)
         function.argtypes = arguments
         function.restype = c_int
+    lib.cublasLtGetVersion.argtypes = []
+    lib.cublasLtGetVersion.restype = c_size_t
 
 
 def _check(status: int, what: str) -> None:
@@ -359,18 +446,21 @@ class Issuer:
         self.step = step
         self.lib, self.handle = library
         self.stream = 0
-        self.scale = module.get_function("fp8_scale")
-        self.kernels = {}
-        for name, operand in (("first", step.first), ("second", step.second)):
-            short = FORMATS[operand.format]
-            kind = "quantize_transposed" if operand.transposed else "quantize"
-            self.kernels[name] = (
-                module.get_function(f"fp8_amax_{operand.dtype}"),
-                module.get_function(f"fp8_{kind}_{operand.dtype}_{short}"),
-            )
+        self.find_kernels(module)
         self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
         self._describe_matmul()
         self._warm_up()
+
+    def find_kernels(self, module: Any) -> None:
+        """The quantisation kernels of the step, from `module` (compiled `kernel_source`)."""
+        step = self.step
+        self.amax = module.get_function(f"fp8_amax_{step.first.dtype}")  # both operands'
+        self.scale = module.get_function("fp8_scale")
+        self.quantize = {}
+        for name, operand in (("first", step.first), ("second", step.second)):
+            kind = "quantize_transposed" if operand.transposed else "quantize"
+            short = FORMATS[operand.format]
+            self.quantize[name] = module.get_function(f"fp8_{kind}_{operand.dtype}_{short}")
 
     def _describe_matmul(self) -> None:
         s, lib = self.step, self.lib
@@ -378,11 +468,16 @@ class Issuer:
         _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), COMPUTE_32F, 0), "desc")
         self._set(TRANSA, c_int(OP_T))
         self._set(TRANSB, c_int(OP_N))
+        if lib.cublasLtGetVersion() >= SCALE_MODES_SINCE:  # the default, set as torch sets it
+            self._set(A_SCALE_MODE, c_int(SCALAR_32F))
+            self._set(B_SCALE_MODE, c_int(SCALAR_32F))
         self.layouts = []
+        result = (CUDA_TYPES[s.out], s.n, s.m, s.n)  # the result, n x m column-major
         shapes = (
             (CUDA_TYPES[s.second.format], s.k, s.n, s.k),  # cuBLAS's A: second, k x n, T
             (CUDA_TYPES[s.first.format], s.k, s.m, s.k),  # cuBLAS's B: first, k x m, N
-            (CUDA_TYPES[s.out], s.n, s.m, s.n),  # C and D: the result, n x m column-major
+            result,  # C
+            result,  # D: a descriptor of its own (see `_matmul`)
         )
         for data, rows, cols, ld in shapes:
             layout = c_void_p()
@@ -399,7 +494,7 @@ class Issuer:
         first = cupy.zeros(s.m * s.k, cupy.uint8)
         second = cupy.zeros(s.n * s.k, cupy.uint8)
         result = cupy.zeros(s.m * s.n * (4 if s.out == "f32" else 2), cupy.uint8)
-        scales = cupy.ones(4, cupy.float32)
+        scales = cupy.ones(2 * ALIGN // 4, cupy.float32)
         workspace = cupy.zeros(WORKSPACE_BYTES, cupy.uint8)
         stream = cupy.cuda.Stream(non_blocking=True)
         statuses = []
@@ -425,14 +520,12 @@ class Issuer:
 
     def _matmul(self, first: int, second: int, dst: int, scales: int, workspace: int, stream):
         """`cublasLtMatmul` of the quantised operands at `first` and `second` into `dst`, the
-        inverse scales at `scales` + 4 (first's) and + 12 (second's); its status."""
-        self._set(A_SCALE, c_void_p(scales + 12))  # cuBLAS's A is the second operand
-        self._set(B_SCALE, c_void_p(scales + 4))
-        a, b, c = self.layouts
-        # Out of place (C != D, as torch._scaled_mm and NVIDIA's FP8 sample call it): with C == D
-        # this cuBLASLt answered NOT_SUPPORTED for every FP8 GEMM on the H200, the one
-        # difference its trace showed from torch's accepted call. beta is 0, so C (here the
-        # quantised A operand, any valid pointer) is never read.
+        inverse scales at `scales` (first's) and `scales` + ALIGN (second's); its status."""
+        self._set(A_SCALE, c_void_p(scales + ALIGN))  # cuBLAS's A is the second operand
+        self._set(B_SCALE, c_void_p(scales))
+        a, b, c, d = self.layouts
+        # C is D (beta is 0: C is never read), D with a descriptor of its own as torch gives it;
+        # one descriptor for both ran as well on the H200 once the scale pointers were aligned.
         return self.lib.cublasLtMatmul(
             self.handle,
             self.desc,
@@ -442,10 +535,10 @@ class Issuer:
             c_void_p(first),
             b,
             ctypes.byref(self.beta),
-            c_void_p(second),
-            c,
             c_void_p(dst),
             c,
+            c_void_p(dst),
+            d,
             None,
             c_void_p(workspace),
             c_size_t(WORKSPACE_BYTES),
@@ -462,26 +555,26 @@ class Issuer:
         s = self.step
         base = -(-scratch // ALIGN) * ALIGN
         at = {name: base + offset for name, offset in s.offsets.items()}
+        x = [np.uint64(pointer) for pointer in operands[:2]]
+        n = [np.int64(s.m * s.k), np.int64(s.n * s.k)]
+        partials = np.uint64(at["partials"])
+        self.amax((2 * AMAX_BLOCKS,), (THREADS,), (x[0], n[0], x[1], n[1], partials))
+        largest = [np.float32(float8_format(o.format).max) for o in (s.first, s.second)]
+        limits = (np.int32(AMAX_BLOCKS), *largest, np.uint64(at["scales"]), np.int32(ALIGN // 4))
+        self.scale((2,), (THREADS,), (partials, *limits))
         sizes = {"first": (s.m, s.k), "second": (s.n, s.k)}
         for index, name in enumerate(("first", "second")):
-            operand = getattr(s, name)
+            operand, quantize = getattr(s, name), self.quantize[name]
             free, k = sizes[name]
-            partials = at["partials"] + index * AMAX_BLOCKS * 4
-            scales = at["scales"] + index * 8
-            amax, quantize = self.kernels[name]
-            x, n = np.uint64(operands[index]), np.int64(free * k)
-            amax((AMAX_BLOCKS,), (THREADS,), (x, n, np.uint64(partials)))
-            largest = np.float32(float8_format(operand.format).max)
-            limits = (np.uint64(partials), np.int32(AMAX_BLOCKS), largest, np.uint64(scales))
-            self.scale((1,), (THREADS,), limits)
-            target = np.uint64(at[name])
+            scales, target = np.uint64(at["scales"] + index * ALIGN), np.uint64(at[name])
             if operand.transposed:  # stored [k, free]: tiles to [free, k]
-                grid = (-(-free // 32), -(-k // 32))
+                grid = (-(-free // TILE), -(-k // TILE))
                 rows, cols = np.int64(k), np.int64(free)
-                quantize(grid, (32, 8), (x, rows, cols, np.uint64(scales), target))
+                quantize(grid, (THREADS,), (x[index], rows, cols, scales, target))
             else:
-                blocks = min(-(-(free * k) // THREADS), 16 * AMAX_BLOCKS)
-                quantize((blocks,), (THREADS,), (x, n, np.uint64(scales), target))
+                chunk = 16 // dtype_named(operand.dtype).itemsize  # values a thread loads
+                blocks = min(-(-(free * k) // (THREADS * chunk)), 16 * AMAX_BLOCKS)
+                quantize((blocks,), (THREADS,), (x[index], n[index], scales, target))
         self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if self.fast else 0))
         status = self._matmul(
             at["first"], at["second"], dst, at["scales"], at["workspace"], self.stream

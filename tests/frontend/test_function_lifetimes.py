@@ -109,6 +109,7 @@ def test_garbage_of_builds_is_collected_once_its_bound_is_passed(monkeypatch):
 
     monkeypatch.setattr(tracing, "UNWALKED_OBJECTS_BEFORE_COLLECTING", 0)
     monkeypatch.setitem(tracing._COLLECTION, "tracked after the last full collection", 0)
+    tracing._COLLECTION["frozen as left"] = gc.get_freeze_count()  # the state as it is
     assert cycle_made_while_building()() is None
     assert gc.isenabled()
 
@@ -117,6 +118,7 @@ def test_garbage_of_a_build_below_the_bound_waits_for_a_full_collection(monkeypa
     from accy.frontend import tracing
 
     monkeypatch.setattr(tracing, "UNWALKED_OBJECTS_BEFORE_COLLECTING", 10**12)
+    tracing._COLLECTION["frozen as left"] = gc.get_freeze_count()  # the state as it is
     alive = cycle_made_while_building()
     assert alive() is not None and gc.isenabled() and gc.get_freeze_count() == 0
     gc.collect()
@@ -124,6 +126,9 @@ def test_garbage_of_a_build_below_the_bound_waits_for_a_full_collection(monkeypa
 
 
 def test_objects_the_caller_froze_stay_frozen():
+    from accy.frontend import tracing
+
+    tracing._COLLECTION["frozen as left"] = gc.get_freeze_count()  # the state as it is
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()

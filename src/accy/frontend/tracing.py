@@ -702,7 +702,12 @@ def without_collection() -> Iterator[None]:
         gc.enable()
 
 
-_COLLECTION = {"tracked after the last full collection": 0}
+_COLLECTION = {
+    "tracked after the last full collection": 0,
+    # Objects frozen when accy was imported (Python 3.12 starts with a few hundred) or, after
+    # a build, none: any other count means the program froze objects of its own.
+    "frozen as left": gc.get_freeze_count(),
+}
 UNWALKED_OBJECTS_BEFORE_COLLECTING = 400_000
 """How many objects `_resume_collection` lets join the oldest generation unwalked before it
 collects them all: a bound on the cyclic garbage that builds leave (a few thousand objects
@@ -715,10 +720,11 @@ def _resume_collection() -> None:
     collection would, took a fifth of GPT-2's build. Once the tracked objects are more than
     twice those left after the last full collection (and over
     `UNWALKED_OBJECTS_BEFORE_COLLECTING`), a full collection runs instead, so that the garbage
-    of many builds (a test suite's, a sweep's) is freed. A caller that froze objects of its
-    own keeps Python's usual collection."""
-    if gc.get_freeze_count() != 0:
+    of many builds (a test suite's, a sweep's) is freed. A program that froze objects of its
+    own (before forking workers, say) keeps them frozen and Python's usual collection."""
+    if gc.get_freeze_count() != _COLLECTION["frozen as left"]:
         return
+    _COLLECTION["frozen as left"] = 0
     gc.freeze()
     tracked = gc.get_freeze_count()
     gc.unfreeze()

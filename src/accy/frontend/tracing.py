@@ -1041,7 +1041,9 @@ def no_tracing() -> Iterator[None]:
         _REFUSED["tracing"] -= 1
 
 
-def _refuse_execution(self: Staged, entry: Entry, arrays: list, device: Device) -> Any:
+def _refuse_execution(
+    self: Staged, entry: Entry, arrays: list, device: Device, leaves: list | None = None
+) -> Any:
     raise TransformError(
         f"accy.no_execution(): {entry.program.name!r} would run on {device.name} here; run "
         "it outside the block (inside it, transformed functions may be traced and inlined "

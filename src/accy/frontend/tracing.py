@@ -1004,10 +1004,10 @@ def written_into(entry: Entry, aliases: dict[int, int] | None) -> list[int | Non
         return []
     arguments = len(entry.program.parameter_types) - len(entry.captured)
     parameters = entry.program.parameter_types
-    into = [
-        i if i is not None and i < arguments and parameters[i] == t else None
-        for t, i in ((t, aliases.get(k)) for k, t in enumerate(entry.out_types))
-    ]
+    into = []
+    for k, t in enumerate(entry.out_types):
+        i = aliases.get(k)
+        into.append(i if i is not None and i < arguments and parameters[i] == t else None)
     return into if any(i is not None for i in into) else []
 
 

@@ -165,6 +165,29 @@ def test_jit_donate_argnums_updates_a_tree_of_parameters_in_place():
     assert newer["w"].array is before["w"] and float(newer["w"].array[0, 0]) == -1.0
 
 
+def test_jit_returns_the_donated_named_arrays_of_a_tree_it_wrote_into():
+    # An output written into a donated argument's array, of its type, is that argument's
+    # NamedArray; an output of another type, or not donated, is a new one.
+    def step(params, scale):
+        updated = {k: params[k] * scale for k in params}
+        return updated, params["w"].sum("i"), scale + 1.0
+
+    jitted = accy.jit(step, donate_argnums=0)
+    w, b = np.arange(6, dtype=np.float32).reshape(3, 2), np.ones((3, 2), np.float32)
+    params = {"w": accy.named(w.copy(), ("i", "o")), "b": accy.named(b.copy(), ("i", "o"))}
+    scale = accy.named(np.float32(3.0), ())
+    for call in range(2):  # the first call (traced and compiled) and the cached one
+        expected = {"w": w * 3.0 ** (call + 1), "b": b * 3.0 ** (call + 1)}
+        arguments = dict(params)
+        params, total, bumped = jitted(params, scale)
+        assert params["w"] is arguments["w"] and params["b"] is arguments["b"]
+        assert bumped is not scale and float(bumped.array) == 4.0
+        assert total.axes == ("o",)
+        for k in params:
+            np.testing.assert_array_equal(params[k].array, expected[k])
+        np.testing.assert_array_equal(total.array, (w * 3.0**call).sum(0))
+
+
 def test_owned_arrays_take_the_short_call_and_views_the_checked_one(monkeypatch):
     # Arrays that own their memory pass with a few comparisons each (the native code reads
     # their addresses); an undonated view of other memory is checked and converted argument

@@ -672,6 +672,8 @@ class Entry:
         self.out_types = tuple(intern(t) for t in self.program.output_types)
         self.captured_arrays: dict[str, list[Any]] = {}
         self.single = self.out_treedef.is_leaf()
+        # device -> per output, the argument it was written into (donated, same type), or None
+        self.written_into: dict[Device, list[int | None]] = {}
 
 
 Builds = Callable[[list[Any], Any], Entry]
@@ -787,6 +789,10 @@ class Staged:
         # the outputs' wrapper (`output_wrapper`, or None), structure, types and devices, and
         # the argument types (kept alive, so that the ids stay theirs).
         self.flat: Table = FAST_SIGNATURES.table()
+        # Trees of NamedArrays on one device (`__call__`): (treedef, ids of the leaves' types)
+        # -> (Entry, the types, kept alive so that the ids stay theirs). Hashing the types by
+        # value is a Python call each: a training step passes a few hundred on every call.
+        self.trees: Table = FAST_SIGNATURES.table()
         self.traces = 0  # how many times a program was built (a cache miss): for tests
         # For explain_cache_misses: the function's name and source line, and whether its
         # first trace was explained already (by its jit's new static arguments).
@@ -920,13 +926,25 @@ class Staged:
         device = self.device or (next(iter(devices)) if len(devices) == 1 else None)
         if device is None or devices != {device}:
             return self._call_general(tree, leaves, treedef)
-        key = (treedef, tuple(map(_type_of, leaves)))
-        entry = self.cache.get(key) or self.entry(leaves, treedef, key)
-        if entry.foreign:  # it read values of an enclosing trace: it runs there
-            return inline(entry, enclosing_builder(entry.captured), leaves)
-        return self.run_concrete(entry, list(map(_array_of, leaves)), device)
+        types = tuple(map(_type_of, leaves))
+        found = self.trees.get((treedef, tuple(map(id, types))))
+        if found is not None:
+            entry = found[0]
+        else:
+            key = (treedef, types)
+            entry = self.cache.get(key) or self.entry(leaves, treedef, key)
+            if entry.foreign:  # it read values of an enclosing trace: it runs there
+                return inline(entry, enclosing_builder(entry.captured), leaves)
+            self.trees.put((treedef, tuple(map(id, types))), (entry, types))
+        return self.run_concrete(entry, list(map(_array_of, leaves)), device, leaves)
 
-    def run_concrete(self, entry: Entry, arrays: list[Any], device: Device) -> Any:
+    def run_concrete(
+        self, entry: Entry, arrays: list[Any], device: Device, leaves: list[Any] | None = None
+    ) -> Any:
+        """Run `entry`'s program on `arrays` (compiled for `device` first if needed). Where
+        `leaves` are the arguments as NamedArrays on `device`, an output written into a
+        donated one's array (the same array object, of the same type) is that NamedArray
+        itself: a training step's parameters and state come back without a new wrapper each."""
         held = entry.compiled.get(device)
         run = None if held is None else held()
         if run is None:  # not compiled yet, or released by the executables cache
@@ -941,12 +959,20 @@ class Staged:
             )
             entry.compiled[device] = weakref.ref(run)
             entry.captured_arrays[device] = [c.to(device).array for c in entry.captured]
+            entry.written_into[device] = written_into(entry, getattr(run, "aliases", None))
         outputs = run(*arrays, *entry.captured_arrays[device])
         if config.debug_nans:
             check_outputs(entry, [*arrays, *entry.captured_arrays[device]], outputs)
         if entry.prints:
             outputs = show_prints(entry, outputs, device)
-        named = list(map(NamedArray, outputs, entry.out_types, itertools.repeat(device)))
+        into = entry.written_into.get(device)
+        if leaves is not None and into and not entry.prints:
+            named = [
+                leaves[i] if i is not None and leaves[i].array is o else NamedArray(o, t, device)
+                for o, t, i in zip(outputs, entry.out_types, into, strict=True)
+            ]
+        else:
+            named = list(map(NamedArray, outputs, entry.out_types, itertools.repeat(device)))
         return unflatten(entry.out_treedef, named)
 
     def _call_general(self, tree: Any, leaves: list[Any], treedef: Any) -> Any:
@@ -995,6 +1021,31 @@ class Staged:
         return self.run_concrete(entry, [leaf.to(device).array for leaf in arrays], device)
 
 
+def written_into(entry: Entry, aliases: dict[int, int] | None) -> list[int | None]:
+    """Per output of `entry`'s program, the argument whose donated buffer it is written into
+    (`aliases`: a donating executable's output -> input) where that argument is one of the
+    call's leaves (not a captured array) of the output's very type; None for the others. An
+    empty list where no output is.
+
+    >>> import accy, numpy as np
+    >>> step = accy.jit(lambda w, g: (w - g, (w * g).sum("n")), donate_argnums=(0,))
+    >>> w, g = (accy.named(np.ones(3, np.float32), "n") for _ in range(2))
+    >>> new, total = step(w, g)
+    >>> entry = next(iter(step._staged.get(()).cache.values()))
+    >>> written_into(entry, {0: 0}), written_into(entry, None)
+    ([0, None], [])
+    """
+    if not aliases:
+        return []
+    arguments = len(entry.program.parameter_types) - len(entry.captured)
+    parameters = entry.program.parameter_types
+    into = []
+    for k, t in enumerate(entry.out_types):
+        i = aliases.get(k)
+        into.append(i if i is not None and i < arguments and parameters[i] == t else None)
+    return into if any(i is not None for i in into) else []
+
+
 # Depths of the no_tracing blocks under way (process-wide, as the settings are).
 _REFUSED = {"tracing": 0}
 
@@ -1025,7 +1076,9 @@ def no_tracing() -> Iterator[None]:
         _REFUSED["tracing"] -= 1
 
 
-def _refuse_execution(self: Staged, entry: Entry, arrays: list, device: Device) -> Any:
+def _refuse_execution(
+    self: Staged, entry: Entry, arrays: list, device: Device, leaves: list | None = None
+) -> Any:
     raise TransformError(
         f"accy.no_execution(): {entry.program.name!r} would run on {device.name} here; run "
         "it outside the block (inside it, transformed functions may be traced and inlined "

@@ -276,6 +276,12 @@ def _native_call(way: str, names: list[str] | None) -> list[str]:
     return ["with lock:", *(f"    {line}" for line in run)] if way == "locked" else run
 
 
+# NumPy's array flags (`ndarray.flags.num`, its C API's NPY_ARRAY_*): a donated argument must
+# be C-contiguous, own its memory and be writable; any other argument C-contiguous.
+C_CONTIGUOUS, OWNDATA, WRITEABLE = 0x1, 0x4, 0x400
+DONATED_FLAGS = C_CONTIGUOUS | OWNDATA | WRITEABLE
+
+
 class DonatingExecutable:
     """`executable` called with some inputs donated (`accy.compile(..., donate=...)`): each
     output that the plan lets take a donated input's buffer (`accy.lower.buffers.
@@ -302,6 +308,10 @@ class DonatingExecutable:
         self._sizes = [t.nbytes for t in types]
         self.aliases = donation_aliases(executable.compiled.plan, self.donated)
         self._expected = [(t.extents, held_dtype(t)) for t in types]
+        # What `_owned_call` asks of each argument's NumPy flags (`ndarray.flags.num`).
+        self._flags = [
+            DONATED_FLAGS if i in self.donated else C_CONTIGUOUS for i in range(len(types))
+        ]
         self._outputs = [
             (self.aliases.get(k), t.extents, held_dtype(t))
             for k, t in enumerate(executable.output_types)
@@ -327,22 +337,18 @@ class DonatingExecutable:
         if len(arrays) != len(self._expected):
             return None
         ndarray = np.ndarray
-        for a, (extents, dtype) in zip(arrays, self._expected, strict=True):
+        for a, (extents, dtype), needed in zip(arrays, self._expected, self._flags, strict=True):
             if not (
                 type(a) is ndarray
-                and a.dtype == dtype
                 and a.shape == extents
-                and a.flags.c_contiguous
+                and (a.dtype is dtype or a.dtype == dtype)
+                and a.flags.num & needed == needed
             ):
                 return None
         donated = [arrays[i] for i in self.donated]
         ids = set(map(id, donated))
         if len(ids) != len(donated):
             return None
-        for a in donated:
-            flags = a.flags
-            if not (flags.writeable and flags.owndata):
-                return None
         for i in self._kept:
             if arrays[i].base is not None or id(arrays[i]) in ids:
                 return None

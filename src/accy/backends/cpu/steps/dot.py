@@ -346,14 +346,40 @@ def _products_kernel(ctx: StepContext, m: int, n: int, k: int, tiled: bool, dtyp
     """The name of a function, declared once per translation unit for its extents, B's layout
     and dtypes (so a program's products of one shape share its compile), computing one product
     C = A B (m x n, row-major) from A and B with the strides given: blocks of result rows are
-    summed in local rows (`acc`, vectorized along the columns) from rows of B scaled by A's
-    entries, in order of k; with `tiled`, B's columns are strided and B is copied to a k x n
-    tile first. 16-bit operands are converted as they are loaded; the result is rounded once
-    to its dtype."""
+    summed, in order of k, from rows of B scaled by A's entries; with `tiled`, B's columns are
+    strided and B is copied to a k x n tile first. 16-bit operands are converted as they are
+    loaded; the result is rounded once to its dtype. Where the compiler targets AVX-512 the
+    block's rows are named vector variables (`_vector_products`), held in registers; elsewhere
+    they are local arrays vectorized along the columns (`_looped_products`)."""
     a_type, b_type, result = (GCC.c_type(d) for d in dtypes)
     name = f"accy_products_{m}x{n}x{k}{'_tiled' if tiled else ''}_" + "_".join(
         d.name for d in dtypes
     )
+    looped = _looped_products(m, n, k, tiled, dtypes)
+    vector = _vector_products(m, n, k, tiled, dtypes)
+    if vector is None:
+        lines = looped
+    else:
+        ctx.declare_once(PRODUCT_VECTORS)
+        lines = ["#ifdef __AVX512F__", *vector, "#else", *looped, "#endif"]
+    params = (
+        f"const {a_type.storage} *restrict A, int64_t ar, int64_t ac, "
+        f"const {b_type.storage} *restrict B, int64_t br, int64_t bc, "
+        f"{result.storage} *restrict C"
+    )
+    text = (
+        f"__attribute__((noinline)) static void {name}({params}) {{\n"
+        + "".join(f"  {line}\n" if not line.startswith("#") else f"{line}\n" for line in lines)
+        + "}"
+    )
+    ctx.declare_once(text)
+    return name
+
+
+def _looped_products(m: int, n: int, k: int, tiled: bool, dtypes) -> list[str]:
+    """`_products_kernel`'s body with each block's sums in a local array `acc`, its loop over
+    the columns vectorized by the compiler (which keeps the array in memory)."""
+    a_type, b_type, result = (GCC.c_type(d) for d in dtypes)
     rows = next(r for r in (8, 4, 2, 1) if (m % r == 0 and r * n <= BLOCK_ENTRIES) or r == 1)
     b_entry = b_type.load.format(x="B[p * br + j * bc]")
     lines = []
@@ -368,7 +394,7 @@ def _products_kernel(ctx: StepContext, m: int, n: int, k: int, tiled: bool, dtyp
         b_entry = b_type.load.format(x="B[p * br + j]")
     a_entry = a_type.load.format(x="A[(i + r) * ar + p * ac]")
     rounded = result.round.format(x="acc[r][j]")
-    lines += [
+    return lines + [
         f"for (int64_t i = 0; i < {m}; i += {rows}) {{",
         f"  {result.compute} acc[{rows}][{n}];",
         f"  for (int64_t r = 0; r < {rows}; ++r)",
@@ -386,18 +412,96 @@ def _products_kernel(ctx: StepContext, m: int, n: int, k: int, tiled: bool, dtyp
         + store_element(dtypes[2], "C", f"(i + r) * {n} + j", rounded),
         "}",
     ]
-    params = (
-        f"const {a_type.storage} *restrict A, int64_t ar, int64_t ac, "
-        f"const {b_type.storage} *restrict B, int64_t br, int64_t bc, "
-        f"{result.storage} *restrict C"
+
+
+VECTOR_BYTES = 64  # an AVX-512 register
+VECTOR_ACCUMULATORS = 16  # of its 32 registers: the rest hold rows of B and the broadcast
+PRODUCT_VECTORS = """#ifdef __AVX512F__
+typedef float accy_vector_float __attribute__((vector_size(64)));
+typedef float accy_unaligned_float __attribute__((vector_size(64), aligned(4)));
+typedef double accy_vector_double __attribute__((vector_size(64)));
+typedef double accy_unaligned_double __attribute__((vector_size(64), aligned(8)));
+#endif"""
+
+
+def _vector_products(m: int, n: int, k: int, tiled: bool, dtypes) -> list[str] | None:
+    """`_products_kernel`'s body for AVX-512: each block of `rows` result rows is `rows` x
+    `vectors` named vector accumulators (GCC keeps a local array of sums in memory, one load
+    and store per multiply-add), each summing products of an entry of A and a vector of B's
+    row, multiplied and then added, in order of k, as the scalar loop does (the same bits). B
+    is read in place where its rows are contiguous vectors of the accumulator's type, else
+    from a tile (converted, its rows padded with zeros to whole vectors); None where the
+    accumulators or the tile would not fit."""
+    a_type, b_type, result = (GCC.c_type(d) for d in dtypes)
+    lanes = VECTOR_BYTES // (8 if result.compute == "double" else 4)
+    vectors = -(-n // lanes)
+    width = vectors * lanes
+    in_place = not tiled and n == width and b_type.storage == result.compute
+    if vectors > VECTOR_ACCUMULATORS or (not in_place and k * width > TILE_ENTRIES):
+        return None
+    rows = next(
+        r for r in (8, 4, 2, 1) if (m % r == 0 and r * vectors <= VECTOR_ACCUMULATORS) or r == 1
     )
-    text = (
-        f"__attribute__((noinline)) static void {name}({params}) {{\n"
-        + "".join(f"  {line}\n" for line in lines)
-        + "}"
-    )
-    ctx.declare_once(text)
-    return name
+    vector, unaligned = f"accy_vector_{result.compute}", f"accy_unaligned_{result.compute}"
+    lines = []
+    if in_place:
+        row = "B + p * br"
+    else:
+        entry = b_type.load.format(x="B[p * br + j * bc]")
+        # B's entries read in order of its layout: down its columns where they are strided
+        first, then = ("j", n), ("p", k)
+        if not tiled:
+            first, then = then, first
+        lines += [
+            f"{result.compute} tile[{k * width}] __attribute__((aligned(64)));",
+            f"for (int64_t {first[0]} = 0; {first[0]} < {first[1]}; ++{first[0]})",
+            f"  for (int64_t {then[0]} = 0; {then[0]} < {then[1]}; ++{then[0]}) "
+            f"tile[p * {width} + j] = {entry};",
+        ]
+        if width > n:
+            lines += [
+                f"for (int64_t p = 0; p < {k}; ++p)",
+                f"  for (int64_t j = {n}; j < {width}; ++j) tile[p * {width} + j] = 0;",
+            ]
+        row = f"tile + p * {width}"
+    accumulators = [[f"s{r}_{q}" for q in range(vectors)] for r in range(rows)]
+    sums = ", ".join(f"{s} = {{0}}" for each in accumulators for s in each)
+    lines += [
+        f"for (int64_t i = 0; i < {m}; i += {rows}) {{",
+        f"  {vector} {sums};",
+        f"  for (int64_t p = 0; p < {k}; ++p) {{",
+        f"    const {result.compute} *restrict b = {row};",
+        *(
+            f"    const {vector} b{q} = *(const {unaligned} *)(b + {q * lanes});"
+            for q in range(vectors)
+        ),
+    ]
+    for r in range(rows):
+        x = a_type.load.format(x=f"A[(i + {r}) * ar + p * ac]")
+        lines.append(f"    {{ const {result.compute} x = {x};")
+        lines += [f"      {accumulators[r][q]} += x * b{q};" for q in range(vectors)]
+        lines.append("    }")
+    lines.append("  }")
+    if width == n and dtypes[2] in (f32, f64):
+        lines += [
+            f"  *({unaligned} *)(C + (i + {r}) * {n} + {q * lanes}) = {accumulators[r][q]};"
+            for r in range(rows)
+            for q in range(vectors)
+        ]
+    else:  # through a local block: rounded (16-bit results), or the padding left out
+        lines.append(f"  {result.compute} block[{rows * width}] __attribute__((aligned(64)));")
+        lines += [
+            f"  *({vector} *)(block + {r * width + q * lanes}) = {accumulators[r][q]};"
+            for r in range(rows)
+            for q in range(vectors)
+        ]
+        rounded = result.round.format(x=f"block[r * {width} + j]")
+        lines += [
+            f"  for (int64_t r = 0; r < {rows}; ++r)",
+            f"    for (int64_t j = 0; j < {n}; ++j) "
+            + store_element(dtypes[2], "C", f"(i + r) * {n} + j", rounded),
+        ]
+    return lines + ["}"]
 
 
 def _batch_components(gemm: Gemm) -> tuple[str, ...]:

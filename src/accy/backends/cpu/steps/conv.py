@@ -73,14 +73,14 @@ def _micro_kernel(form: str, band: int) -> tuple[str, str, list[str]]:
     accs = [[f"a{r}_{j}" for j in range(band)] for r in block]
     declare = "accy_v16 " + ", ".join(f"{a} = {{0}}" for row in accs for a in row) + ";"
     # Row r of the block reads row `r < rows ? r : rows - 1`, in bounds.
-    rows = [f"const int64_t r{r} = {r} < rows ? {r} : rows - 1;" for r in block[1:]]
+    setup = [f"const int64_t r{r} = {r} < rows ? {r} : rows - 1;" for r in block[1:]]
     row = ["0", *(f"r{r}" for r in block[1:])]
     if form == "rows":
         params = (
             "const float *restrict p, int64_t ldp, const float *restrict w, int64_t ldw, "
             "float *restrict out, int64_t ldo, int64_t depth, int64_t last, int64_t rows"
         )
-        rows += [f"const float *restrict p{r} = p + {row[r]} * ldp;" for r in block]
+        setup += [f"const float *restrict p{r} = p + {row[r]} * ldp;" for r in block]
         loop = ["for (int64_t k = 0; k < depth; ++k) {", "  const float *wk = w + k * ldw;"]
         operand = "p{r}[k]"
         add = None
@@ -108,7 +108,7 @@ def _micro_kernel(form: str, band: int) -> tuple[str, str, list[str]]:
             pointer = f"out + {r} * ldo + {j * VECTOR}"
             stored += _store(pointer, accs[r][j], j == band - 1, add)
         stores += stored if r == 0 else [f"if ({r} < rows) {{", *stored, "}"]
-    return name, f"{FUSED} void {name}({params})", [declare, *rows, *loop, *stores]
+    return name, f"{FUSED} void {name}({params})", [declare, *setup, *loop, *stores]
 
 
 def _patch_rows(g: ConvGeometry, dtype, x: str, patches: str) -> list[str]:
@@ -192,7 +192,7 @@ def _library_gemm(g: ConvGeometry, blas: bool, ftype: str, a, b, c, beta: str) -
 
 
 def _bands(columns: int) -> list[tuple[int, int, int]]:
-    """(first column, columns past the last band, vectors per band) of each run of bands of
+    """(first column, the column after the run, vectors per band) of each run of bands of
     `columns` columns: the whole bands, then the rest."""
     vectors = -(-columns // VECTOR)
     whole = vectors - vectors % BAND

@@ -280,20 +280,19 @@ class Translation(Unit):
         return kernel
 
 
-FUNCTION_WEIGHT = 500
 PARALLEL_REGION_WEIGHT = 1500
 
 
 def compile_weight(body: str) -> int:
     """About how long the optimizer takes over a function of C `body`, in characters of plain
-    code: its length, plus a function's own cost, plus the outlined function and runtime calls
-    of each OpenMP parallel region (measured at -O3 on conv's steps: a 350-character parallel
-    loop takes as long as a 3000-character micro-kernel).
+    code: its length, plus the outlined function and runtime calls of each OpenMP parallel
+    region (measured at -O3 on conv's steps: a 350-character parallel loop takes as long as a
+    3000-character micro-kernel).
 
-    >>> compile_weight("x = 1;")
-    506
+    >>> compile_weight("x = 1;"), compile_weight("#pragma omp parallel for")
+    (6, 1524)
     """
-    return len(body) + FUNCTION_WEIGHT + PARALLEL_REGION_WEIGHT * body.count("omp parallel")
+    return len(body) + PARALLEL_REGION_WEIGHT * body.count("omp parallel")
 
 
 IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*")

@@ -2,8 +2,8 @@
 
 `round_trip_every_built_program` (autouse) wraps `Builder.build` so that every Program any test
 builds (tracing, transformations, re-emission, parsing) must survive print -> parse -> print
-unchanged. Failures are collected while the test runs and fail it at teardown, naming the program
-and showing the first differing line.
+unchanged (each distinct text is parsed once per process). Failures are collected while the test
+runs and fail it at teardown, naming the program and showing the first differing line.
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ from accy.core.builder import Builder
 from accy.core.kinds.control import CUSTOM_CALLS
 
 _checking = threading.local()
+_round_tripped: set[str] = set()
+"""The digests (sha256 of the text) of the programs that printed back unchanged: parsing is a
+function of the text alone, so a text built again (a function traced again, the same program
+in another test) is not parsed again; a text that failed is checked each time it is built."""
 
 
 def _round_trip_failure(program) -> str | None:
     """None if `program` prints, parses and prints back to the same text; else what went wrong."""
+    if program.digest in _round_tripped:  # the digest is the program's, computed once
+        return None
     text = str(program)
     try:
         again = str(accy.core.parse(text))
@@ -30,6 +36,7 @@ def _round_trip_failure(program) -> str | None:
         kind = type(error).__name__
         return f"program {program.name!r} does not parse back ({kind}): {error}\n{text}"
     if again == text:
+        _round_tripped.add(program.digest)
         return None
     diff = "\n".join(
         difflib.unified_diff(text.splitlines(), again.splitlines(), "printed", "reprinted", n=1)

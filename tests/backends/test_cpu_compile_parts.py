@@ -125,3 +125,26 @@ def test_one_core_is_never_split(monkeypatch):
     monkeypatch.setattr(toolchain.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     with accy.config.override(cpu_compile_in_parts="auto"):
         assert not toolchain.compiled_in_parts(toolchain.SPLIT_MARKER, {})
+
+
+def test_a_function_steps_share_is_defined_in_one_unit_and_called_from_either():
+    """conv's micro-kernels (`Translation.shared_function`): each defined in one unit and
+    declared in the other, whose steps call it across the link."""
+    types = [accy.spec(accy.f32, b=2, h=5, w=4, c=3), accy.spec(accy.f32, h=3, w=3, c=3, o=5)]
+
+    def loss(builder, args):
+        y = args[0].conv(args[1], ("h", "w"), "c", "o", padding="same")
+        return (y * y).sum()
+
+    program = accy.value_and_grad(accy.trace.define("conv", types, loss), wrt=(0, 1))
+    source = compile_program(program).source
+    kernels = set(re.findall(r"void (accy_conv_\w+)\(", source))
+    assert {name.rsplit("_", 1)[0] for name in kernels} == {"accy_conv_rows", "accy_conv_columns"}
+    for name in kernels:
+        assert len(re.findall(rf"ACCY_PART == \d\nACCY_STEP .* {name}\(", source)) == 1
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(t.extents).astype(np.float32) for t in types]
+    with accy.config.override(cpu_compile_in_parts="on"):
+        in_parts = CpuExecutable(compile_program(program))(*inputs)
+    for a, b in zip(in_parts, accy.reference.run(program, inputs), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import accy
 from accy.core import SYNTHETIC_ID, parse
 from accy.core.types import DTYPES, TensorType
+from tests import conftest
 
 from .core_helpers import evaluate, random_array, trace
 
@@ -481,6 +482,13 @@ def test_every_built_program_is_round_tripped_by_the_conftest_fixture(
     failures = round_trip_every_built_program
     elementwise_loss()
     assert failures == []
+
+    parsed = []
+    with monkeypatch.context() as patch:  # a text that round-tripped once is not parsed again
+        patch.setattr(accy.core, "parse", parsed.append)
+        elementwise_loss()
+    assert parsed == [] and failures == []
+    monkeypatch.setattr(conftest, "_round_tripped", set())  # from here on, every text is new
 
     def lossy_parse(text):  # a parser that loses the program's name
         return accy.trace.Builder("renamed").build([])

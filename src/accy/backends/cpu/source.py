@@ -167,8 +167,9 @@ class Translation(Unit):
         self.blas = blas
         self.kernel_sources: dict[str, str] = {}
         self.data: dict[str, bytes] = {}
-        self.part_sizes = [0, 0]  # the characters of the steps each part defines
+        self.part_weights = [0, 0]  # the compile weight (`compile_weight`) each part defines
         self.step_functions: dict[tuple[str, str], str] = {}  # (signature, body) -> its name
+        self.shared_functions: set[str] = set()  # the prototypes `shared_function` defined
 
     def constant_data(self, name: str, values: ConstantArray) -> str:
         ctype = self.c_type(values.dtype)
@@ -231,15 +232,32 @@ class Translation(Unit):
         if name is not None:
             return name + call
         name = self.step_functions[signature, body] = self.fresh("accy_step")
-        part = self.part_sizes.index(min(self.part_sizes))  # the lighter part so far
-        self.part_sizes[part] += len(body)
         self.declare(
             f"/* step {index}: {step.kind} ({what}) */\n"
-            f"#if !defined(ACCY_PART) || ACCY_PART == {part}\n"
-            f"ACCY_STEP void {name}({signature}) {{\n{body}}}\n"
-            f"#else\nACCY_STEP void {name}({signature});\n#endif"
+            + self._in_a_part(f"void {name}({signature})", body)
         )
         return name + call
+
+    def shared_function(self, prototype: str, lines: list[str], guard: str = "") -> None:
+        """Define the function `prototype` (its attributes, type, name and parameters) of body
+        `lines`, which steps call, once: in one part where the steps compile in two (declared
+        in the other), not once in each; inside `#ifdef guard` where `guard` is given."""
+        if prototype in self.shared_functions:
+            return
+        self.shared_functions.add(prototype)
+        text = self._in_a_part(prototype, "".join(f"  {line}\n" for line in lines))
+        self.declare(f"#ifdef {guard}\n{text}\n#endif" if guard else text)
+
+    def _in_a_part(self, prototype: str, body: str) -> str:
+        """The function `prototype` defined in the lighter part so far and declared in the
+        other (`PARTS`)."""
+        part = self.part_weights.index(min(self.part_weights))
+        self.part_weights[part] += compile_weight(body)
+        return (
+            f"#if !defined(ACCY_PART) || ACCY_PART == {part}\n"
+            f"ACCY_STEP {prototype} {{\n{body}}}\n"
+            f"#else\nACCY_STEP {prototype};\n#endif"
+        )
 
     def kernel_for(self, op: Operation):
         """The registered kernel of a custom_call, checked against the call's types."""
@@ -260,6 +278,21 @@ class Translation(Unit):
             )
         self.kernel_sources.setdefault(kernel.symbol, kernel.c_source)
         return kernel
+
+
+PARALLEL_REGION_WEIGHT = 1500
+
+
+def compile_weight(body: str) -> int:
+    """About how long the optimizer takes over a function of C `body`, in characters of plain
+    code: its length, plus the outlined function and runtime calls of each OpenMP parallel
+    region (measured at -O3 on conv's steps: a 350-character parallel loop takes as long as a
+    3000-character micro-kernel).
+
+    >>> compile_weight("x = 1;"), compile_weight("#pragma omp parallel for")
+    (6, 1524)
+    """
+    return len(body) + PARALLEL_REGION_WEIGHT * body.count("omp parallel")
 
 
 IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*")
@@ -298,7 +331,7 @@ def translation(
     if blas is not None and blas.sgemm_kernel:  # the choice is in the source, hence in the key
         blas_part = f"/* float32 GEMMs: {blas.sgemm_kernel} */\n{blas_part.strip()}"
         blas_part += MIXED_GEMM_DECLARATIONS
-    splittable = not unit.kernel_sources and not unit.data and min(unit.part_sizes) > 0
+    splittable = not unit.kernel_sources and not unit.data and min(unit.part_weights) > 0
     parts = [
         GCC.prelude.strip(),
         PARTS.strip(),

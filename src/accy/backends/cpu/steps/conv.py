@@ -59,56 +59,56 @@ def _store(pointer: str, acc: str, last: bool, add: str | None) -> list[str]:
     return lines
 
 
-def _micro_kernel(form: str, rows: int, band: int) -> tuple[str, str]:
-    """The name and C of one micro-kernel: `rows` accumulator rows times `band` vectors.
+def _micro_kernel(form: str, band: int) -> tuple[str, str, list[str]]:
+    """The name, prototype and body of one micro-kernel: `BLOCK_ROWS[band]` accumulator rows
+    times `band` vectors, of which the first `rows` (at least one) hold results. A block of
+    fewer rows reads its last row again into the others, which are never stored: one kernel
+    serves every block, and each result is summed as a kernel of its own rows would.
 
     rows form: out[r, v] = sum_k p[r * ldp + k] * w[k * ldw + v] over `depth` k.
     columns form: out[r, v] (+)= sum_t g[t * ldg + r] * p[t * ldp + v] over `count` t.
     """
-    name = f"accy_conv_{form}_{rows}x{band}"
-    accs = [[f"a{r}_{j}" for j in range(band)] for r in range(rows)]
+    name = f"accy_conv_{form}_{band}"
+    block = range(BLOCK_ROWS[band])
+    accs = [[f"a{r}_{j}" for j in range(band)] for r in block]
     declare = "accy_v16 " + ", ".join(f"{a} = {{0}}" for row in accs for a in row) + ";"
+    # Row r of the block reads row `r < rows ? r : rows - 1`, in bounds.
+    setup = [f"const int64_t r{r} = {r} < rows ? {r} : rows - 1;" for r in block[1:]]
+    row = ["0", *(f"r{r}" for r in block[1:])]
     if form == "rows":
         params = (
             "const float *restrict p, int64_t ldp, const float *restrict w, int64_t ldw, "
-            "float *restrict out, int64_t ldo, int64_t depth, int64_t last"
+            "float *restrict out, int64_t ldo, int64_t depth, int64_t last, int64_t rows"
         )
+        setup += [f"const float *restrict p{r} = p + {row[r]} * ldp;" for r in block]
         loop = ["for (int64_t k = 0; k < depth; ++k) {", "  const float *wk = w + k * ldw;"]
-        loop += [
-            f"  const accy_v16 w{j} = *(const accy_v16u *)(wk + {j * VECTOR});" for j in range(band)
-        ]
-        for r in range(rows):
-            loop.append(f"  {{ const float b = p[{r} * ldp + k];")
-            loop += [f"    {accs[r][j]} += b * w{j};" for j in range(band)]
-            loop.append("  }")
+        operand = "p{r}[k]"
         add = None
     else:
         params = (
             "const float *restrict g, int64_t ldg, const float *restrict p, int64_t ldp, "
-            "float *restrict out, int64_t ldo, int64_t count, int64_t last, int add"
+            "float *restrict out, int64_t ldo, int64_t count, int64_t last, int add, "
+            "int64_t rows"
         )
-        loop = ["for (int64_t t = 0; t < count; ++t) {", "  const float *pt = p + t * ldp;"]
-        loop += [
-            f"  const accy_v16 w{j} = *(const accy_v16u *)(pt + {j * VECTOR});" for j in range(band)
-        ]
-        for r in range(rows):
-            loop.append(f"  {{ const float b = g[t * ldg + {r}];")
-            loop += [f"    {accs[r][j]} += b * w{j};" for j in range(band)]
-            loop.append("  }")
+        loop = ["for (int64_t t = 0; t < count; ++t) {", "  const float *wk = p + t * ldp;"]
+        operand = "g[t * ldg + {row}]"
         add = "add"
+    loop += [
+        f"  const accy_v16 w{j} = *(const accy_v16u *)(wk + {j * VECTOR});" for j in range(band)
+    ]
+    for r in block:
+        loop.append(f"  {{ const float b = {operand.format(r=r, row=row[r])};")
+        loop += [f"    {accs[r][j]} += b * w{j};" for j in range(band)]
+        loop.append("  }")
     loop.append("}")
     stores = []
-    for r in range(rows):
+    for r in block:
+        stored = []
         for j in range(band):
             pointer = f"out + {r} * ldo + {j * VECTOR}"
-            stores += _store(pointer, accs[r][j], j == band - 1, add)
-    body = [declare, *loop, *stores]
-    text = (
-        f"#ifdef __AVX512F__\n{FUSED}\nstatic void {name}({params}) {{\n"
-        + "".join(f"  {line}\n" for line in body)
-        + "}\n#endif"
-    )
-    return name, text
+            stored += _store(pointer, accs[r][j], j == band - 1, add)
+        stores += stored if r == 0 else [f"if ({r} < rows) {{", *stored, "}"]
+    return name, f"{FUSED} void {name}({params})", [declare, *setup, *loop, *stores]
 
 
 def _patch_rows(g: ConvGeometry, dtype, x: str, patches: str) -> list[str]:
@@ -191,70 +191,59 @@ def _library_gemm(g: ConvGeometry, blas: bool, ftype: str, a, b, c, beta: str) -
     )
 
 
-def _bands(columns: int) -> list[tuple[int, int]]:
-    """(first vector, vectors) of each band of `columns` columns: whole bands, then the rest."""
+def _bands(columns: int) -> list[tuple[int, int, int]]:
+    """(first column, the column after the run, vectors per band) of each run of bands of
+    `columns` columns: the whole bands, then the rest."""
     vectors = -(-columns // VECTOR)
-    bands = [(v, BAND) for v in range(0, vectors - vectors % BAND, BAND)]
+    whole = vectors - vectors % BAND
+    runs = [(0, whole * VECTOR, BAND)] if whole else []
     if vectors % BAND:
-        bands.append((vectors - vectors % BAND, vectors % BAND))
-    return bands
+        runs.append((whole * VECTOR, vectors * VECTOR, vectors % BAND))
+    return runs
 
 
-def _blocked(ctx, form: str, band: int, extent: str, counts, call: str) -> list[str]:
-    """A loop over blocks of `BLOCK_ROWS[band]` rows of `extent` (a C expression; `counts`:
-    the values it can take), calling the micro-kernel of each block's rows (`call` formats
-    with `name`)."""
-    rows = BLOCK_ROWS[band]
-    sizes = sorted({rows for n in counts if n >= rows} | {n % rows for n in counts} - {0})
-    cases = []
-    for size in sizes:
-        name, text = _micro_kernel(form, size, band)
-        ctx.declare_once(text)
-        cases.append(f"  case {size}: {call.format(name=name)} break;")
-    return [
-        f"for (int64_t r0 = 0; r0 < {extent}; r0 += {rows}) {{",
-        f"  switch ({extent} - r0 < {rows} ? {extent} - r0 : {rows}) {{",
-        *cases,
-        "  }",
-        "}",
-    ]
-
-
-def _last(columns: int, first: int, band: int) -> str:
-    """The lanes of a band's last vector that hold columns (a C expression)."""
-    last = f"{columns - first * VECTOR - (band - 1) * VECTOR}"
-    return f"({last} < {VECTOR} ? {last} : {VECTOR})"
+def _banded(ctx, form: str, columns: int, extent: str, call: str) -> list[str]:
+    """Loops over the bands of `columns` columns (column `c` first) and blocks of
+    `BLOCK_ROWS[band]` rows of `extent` (a C expression), calling the band's micro-kernel on
+    each block (`call` formats with `name`, `last`, the lanes of the band's last vector that
+    hold columns, and `rows`, the block's rows). Loops, not a copy per band or block size: the
+    compiler's time goes as the source."""
+    lines = []
+    for first, end, band in _bands(columns):
+        rows = BLOCK_ROWS[band]
+        lanes = f"{columns} - c - {(band - 1) * VECTOR}"
+        last = (
+            str(VECTOR) if columns % VECTOR == 0 else f"({lanes} < {VECTOR} ? {lanes} : {VECTOR})"
+        )
+        name, prototype, body = _micro_kernel(form, band)
+        ctx.unit.shared_function(prototype, body, "__AVX512F__")
+        left = f"{extent} - r0 < {rows} ? {extent} - r0 : {rows}"
+        lines += [
+            f"for (int64_t c = {first}; c < {end}; c += {band * VECTOR})",
+            f"  for (int64_t r0 = 0; r0 < {extent}; r0 += {rows})",
+            f"    {call.format(name=name, last=last, rows=left)}",
+        ]
+    return lines
 
 
 def _vector_rows(ctx, g: ConvGeometry, weights: str, target: str) -> list[str]:
     """A tile of the rows form in micro-kernels: blocks of patch rows by bands of columns,
     into `target` (the tile's first result row, `outputs` apart)."""
-    counts = {g.tile, g.rows - (g.tiles - 1) * g.tile}
-    lines = []
-    for first, band in _bands(g.outputs):
-        column = first * VECTOR
-        call = (
-            f"{{name}}(mine + r0 * {g.stride}, {g.stride}, {weights} + {column}, "
-            f"{g.padded_outputs}, {target} + r0 * {g.outputs} + {column}, {g.outputs}, "
-            f"{g.depth}, {_last(g.outputs, first, band)});"
-        )
-        lines += _blocked(ctx, "rows", band, "count", counts, call)
-    return lines
+    call = (
+        f"{{name}}(mine + r0 * {g.stride}, {g.stride}, {weights} + c, {g.padded_outputs}, "
+        f"{target} + r0 * {g.outputs} + c, {g.outputs}, {g.depth}, {{last}}, {{rows}});"
+    )
+    return _banded(ctx, "rows", g.outputs, "count", call)
 
 
 def _vector_columns(ctx, g: ConvGeometry, cotangent: str) -> list[str]:
     """A tile of the columns form in micro-kernels: blocks of outputs by bands of columns;
     `cotangent` is the tile's first row of the kernel operand (`outputs` apart)."""
-    lines = []
-    for first, band in _bands(g.depth):
-        column = first * VECTOR
-        call = (
-            f"{{name}}({cotangent} + r0, {g.outputs}, mine + {column}, "
-            f"{g.stride}, into + r0 * {g.depth} + {column}, {g.depth}, count, "
-            f"{_last(g.depth, first, band)}, tile > first);"
-        )
-        lines += _blocked(ctx, "columns", band, str(g.outputs), {g.outputs}, call)
-    return lines
+    call = (
+        f"{{name}}({cotangent} + r0, {g.outputs}, mine + c, {g.stride}, "
+        f"into + r0 * {g.depth} + c, {g.depth}, count, {{last}}, tile > first, {{rows}});"
+    )
+    return _banded(ctx, "columns", g.depth, str(g.outputs), call)
 
 
 def _either(vector: list[str], library: list[str]) -> list[str]:

@@ -109,6 +109,7 @@ def test_garbage_of_builds_is_collected_once_its_bound_is_passed(monkeypatch):
 
     monkeypatch.setattr(tracing, "UNWALKED_OBJECTS_BEFORE_COLLECTING", 0)
     monkeypatch.setitem(tracing._COLLECTION, "tracked after the last full collection", 0)
+    monkeypatch.setitem(tracing._COLLECTION, "unwalked", 0)
     tracing._COLLECTION["frozen as left"] = gc.get_freeze_count()  # the state as it is
     assert cycle_made_while_building()() is None
     assert gc.isenabled()

@@ -705,37 +705,45 @@ def without_collection() -> Iterator[None]:
 
 
 _COLLECTION = {
+    "unwalked": 0,  # objects that joined the oldest generation unwalked since the last full one
     "tracked after the last full collection": 0,
     # Objects frozen when accy was imported (Python 3.12 starts with a few hundred) or, after
     # a build, none: any other count means the program froze objects of its own.
     "frozen as left": gc.get_freeze_count(),
 }
 UNWALKED_OBJECTS_BEFORE_COLLECTING = 400_000
-"""How many objects `_resume_collection` lets join the oldest generation unwalked before it
-collects them all: a bound on the cyclic garbage that builds leave (a few thousand objects
-each) and that waits for a full collection."""
+"""How many objects `_resume_collection` lets join the oldest generation unwalked, at least,
+before it collects them all: a bound on the cyclic garbage that builds leave (a few thousand
+objects each) and that waits for a full collection."""
 
 
 def _resume_collection() -> None:
-    """After a build: its objects join the oldest generation without being walked
-    (`gc.freeze` then `gc.unfreeze`), since walking them all at once, as the first young
-    collection would, took a fifth of GPT-2's build. Once the tracked objects are more than
-    twice those left after the last full collection (and over
-    `UNWALKED_OBJECTS_BEFORE_COLLECTING`), a full collection runs instead, so that the garbage
-    of many builds (a test suite's, a sweep's) is freed. A program that froze objects of its
-    own (before forking workers, say) keeps them frozen and Python's usual collection."""
+    """After a build: the objects it made (the young generation's count, which grows while
+    collection is paused) join the oldest generation without being walked (`gc.freeze` then
+    `gc.unfreeze`, which move lists without walking them), since walking them all at once, as
+    the first young collection would, took a fifth of GPT-2's build. Once more objects have
+    joined so since the last full collection than `UNWALKED_OBJECTS_BEFORE_COLLECTING` and half
+    the objects that collection left, a full collection runs instead, so that the garbage of
+    many builds (a test suite's, a sweep's) is freed, at a cost in proportion to what they
+    made. A program that froze objects of its own (before forking workers, say) keeps them
+    frozen and Python's usual collection."""
     if gc.get_freeze_count() != _COLLECTION["frozen as left"]:
-        return
+        return  # (counting the frozen objects walks them: it is done on an empty list only)
     _COLLECTION["frozen as left"] = 0
-    gc.freeze()
-    tracked = gc.get_freeze_count()
-    gc.unfreeze()
-    last = _COLLECTION["tracked after the last full collection"]
-    if tracked > max(2 * last, UNWALKED_OBJECTS_BEFORE_COLLECTING):
-        gc.collect()
+    _COLLECTION["unwalked"] += gc.get_count()[0]
+    bound = max(
+        UNWALKED_OBJECTS_BEFORE_COLLECTING,
+        _COLLECTION["tracked after the last full collection"] // 2,
+    )
+    if _COLLECTION["unwalked"] <= bound:
         gc.freeze()
-        _COLLECTION["tracked after the last full collection"] = gc.get_freeze_count()
         gc.unfreeze()
+        return
+    gc.collect()
+    _COLLECTION["unwalked"] = 0
+    gc.freeze()
+    _COLLECTION["tracked after the last full collection"] = gc.get_freeze_count()
+    gc.unfreeze()
 
 
 _noted = threading.Event()

@@ -935,7 +935,8 @@ class Staged:
         if device is None or devices != {device}:
             return self._call_general(tree, leaves, treedef)
         types = tuple(map(_type_of, leaves))
-        found = self.trees.get((treedef, tuple(map(id, types))))
+        by_identity = (treedef, tuple(map(id, types)))
+        found = self.trees.get(by_identity)
         if found is not None:
             entry = found[0]
         else:
@@ -943,7 +944,7 @@ class Staged:
             entry = self.cache.get(key) or self.entry(leaves, treedef, key)
             if entry.foreign:  # it read values of an enclosing trace: it runs there
                 return inline(entry, enclosing_builder(entry.captured), leaves)
-            self.trees.put((treedef, tuple(map(id, types))), (entry, types))
+            self.trees.put(by_identity, (entry, types))
         return self.run_concrete(entry, list(map(_array_of, leaves)), device, leaves)
 
     def run_concrete(

@@ -245,7 +245,8 @@ class Translation(Unit):
         if prototype in self.shared_functions:
             return
         self.shared_functions.add(prototype)
-        text = self._in_a_part(prototype, "".join(f"  {line}\n" for line in lines))
+        body = "".join(line + "\n" if line.startswith("#") else f"  {line}\n" for line in lines)
+        text = self._in_a_part(prototype, body)
         self.declare(f"#ifdef {guard}\n{text}\n#endif" if guard else text)
 
     def _in_a_part(self, prototype: str, body: str) -> str:

@@ -24,12 +24,8 @@ from ....codegen.c.loops import IF_PARALLEL, PARALLEL_FOR, nest
 from ....lower.convolution import VECTOR, ConvGeometry, geometry
 from ..loops import PARALLEL_WORK
 from .context import StepContext
-from .dot import NO_TRANS, ROW_MAJOR, TRANS
+from .dot import AVX512_VECTORS, NO_TRANS, ROW_MAJOR, TRANS
 
-VECTORS = """#ifdef __AVX512F__
-typedef float accy_v16 __attribute__((vector_size(64)));
-typedef float accy_v16u __attribute__((vector_size(64), aligned(4)));
-#endif"""
 # Fused multiply-adds in the micro-kernels only (the unit is built with -ffp-contract=off, so
 # that elementwise code rounds as the reference does); BLAS fuses them too.
 FUSED = '__attribute__((optimize("fp-contract=fast")))'
@@ -45,14 +41,14 @@ PARALLEL_PARTS = f"#pragma omp parallel for schedule(dynamic, 1) {IF_PARALLEL}"
 def _store(pointer: str, acc: str, last: bool, add: str | None) -> list[str]:
     """Store (or, where `add` holds at run time, add) vector `acc` at `pointer`; a `last`
     vector stores only its first `last` lanes."""
-    full = f"*(accy_v16u *)({pointer})"
+    full = f"*(accy_unaligned_float *)({pointer})"
     if not last:
         if add is None:
             return [f"{full} = {acc};"]
         return [f"if ({add}) {full} += {acc}; else {full} = {acc};"]
     lines = [f"if (last == {VECTOR}) {{"]
     lines += ["  " + line for line in _store(pointer, acc, False, add)]
-    lines += ["} else {", "  accy_v16 v = {0};"]
+    lines += ["} else {", "  accy_vector_float v = {0};"]
     if add is not None:
         lines.append(f"  if ({add}) memcpy(&v, {pointer}, last * sizeof(float));")
     lines += [f"  v += {acc};", f"  memcpy({pointer}, &v, last * sizeof(float));", "}"]
@@ -71,7 +67,7 @@ def _micro_kernel(form: str, band: int) -> tuple[str, str, list[str]]:
     name = f"accy_conv_{form}_{band}"
     block = range(BLOCK_ROWS[band])
     accs = [[f"a{r}_{j}" for j in range(band)] for r in block]
-    declare = "accy_v16 " + ", ".join(f"{a} = {{0}}" for row in accs for a in row) + ";"
+    declare = "accy_vector_float " + ", ".join(f"{a} = {{0}}" for row in accs for a in row) + ";"
     # Row r of the block reads row `r < rows ? r : rows - 1`, in bounds.
     setup = [f"const int64_t r{r} = {r} < rows ? {r} : rows - 1;" for r in block[1:]]
     row = ["0", *(f"r{r}" for r in block[1:])]
@@ -94,7 +90,8 @@ def _micro_kernel(form: str, band: int) -> tuple[str, str, list[str]]:
         operand = "g[t * ldg + {row}]"
         add = "add"
     loop += [
-        f"  const accy_v16 w{j} = *(const accy_v16u *)(wk + {j * VECTOR});" for j in range(band)
+        f"  const accy_vector_float w{j} = *(const accy_unaligned_float *)(wk + {j * VECTOR});"
+        for j in range(band)
     ]
     for r in block:
         loop.append(f"  {{ const float b = {operand.format(r=r, row=row[r])};")
@@ -312,7 +309,7 @@ def emit_conv(ctx: StepContext) -> list[str]:
     ]
     x, kernel, out = "xg", "kg", "og"
     if g.vectorized:
-        ctx.declare_once(VECTORS)
+        ctx.declare_once(AVX512_VECTORS)
     patches = ctx.scratch(ftype, "patches")
     partial = ctx.scratch(ftype, "partial") if g.sums_partials else None
     weights = ctx.scratch(ftype, "weights") if g.packs_weights else None

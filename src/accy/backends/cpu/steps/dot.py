@@ -343,14 +343,15 @@ def _small_products(ctx: StepContext) -> list[str] | None:
 
 
 def _products_kernel(ctx: StepContext, m: int, n: int, k: int, tiled: bool, dtypes) -> str:
-    """The name of a function, declared once per translation unit for its extents, B's layout
-    and dtypes (so a program's products of one shape share its compile), computing one product
-    C = A B (m x n, row-major) from A and B with the strides given: blocks of result rows are
-    summed, in order of k, from rows of B scaled by A's entries; with `tiled`, B's columns are
-    strided and B is copied to a k x n tile first. 16-bit operands are converted as they are
-    loaded; the result is rounded once to its dtype. Where the compiler targets AVX-512 the
-    block's rows are named vector variables (`_vector_products`), held in registers; elsewhere
-    they are local arrays vectorized along the columns (`_looped_products`)."""
+    """The name of a function, defined once per program for its extents, B's layout and dtypes
+    (`Translation.shared_function`: a program's products of one shape share its compile, in one
+    part where the program compiles in two), computing one product C = A B (m x n, row-major)
+    from A and B with the strides given: blocks of result rows are summed, in order of k, from
+    rows of B scaled by A's entries; with `tiled`, B's columns are strided and B is copied to a
+    k x n tile first. 16-bit operands are converted as they are loaded; the result is rounded
+    once to its dtype. Where the compiler targets AVX-512 the block's rows are named vector
+    variables (`_vector_products`), held in registers; elsewhere they are local arrays
+    vectorized along the columns (`_looped_products`)."""
     a_type, b_type, result = (GCC.c_type(d) for d in dtypes)
     name = f"accy_products_{m}x{n}x{k}{'_tiled' if tiled else ''}_" + "_".join(
         d.name for d in dtypes
@@ -360,19 +361,14 @@ def _products_kernel(ctx: StepContext, m: int, n: int, k: int, tiled: bool, dtyp
     if vector is None:
         lines = looped
     else:
-        ctx.declare_once(PRODUCT_VECTORS)
+        ctx.declare_once(AVX512_VECTORS)
         lines = ["#ifdef __AVX512F__", *vector, "#else", *looped, "#endif"]
     params = (
         f"const {a_type.storage} *restrict A, int64_t ar, int64_t ac, "
         f"const {b_type.storage} *restrict B, int64_t br, int64_t bc, "
         f"{result.storage} *restrict C"
     )
-    text = (
-        f"__attribute__((noinline)) static void {name}({params}) {{\n"
-        + "".join(f"  {line}\n" if not line.startswith("#") else f"{line}\n" for line in lines)
-        + "}"
-    )
-    ctx.declare_once(text)
+    ctx.unit.shared_function(f"void {name}({params})", lines)
     return name
 
 
@@ -416,7 +412,8 @@ def _looped_products(m: int, n: int, k: int, tiled: bool, dtypes) -> list[str]:
 
 VECTOR_BYTES = 64  # an AVX-512 register
 VECTOR_ACCUMULATORS = 16  # of its 32 registers: the rest hold rows of B and the broadcast
-PRODUCT_VECTORS = """#ifdef __AVX512F__
+# The AVX-512 vector types of generated steps (the small products here, conv's micro-kernels).
+AVX512_VECTORS = """#ifdef __AVX512F__
 typedef float accy_vector_float __attribute__((vector_size(64)));
 typedef float accy_unaligned_float __attribute__((vector_size(64), aligned(4)));
 typedef double accy_vector_double __attribute__((vector_size(64)));

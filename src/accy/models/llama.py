@@ -290,40 +290,39 @@ class Llama(CausalLM):
         def linear(weight, inputs, outputs):
             return Linear(weight, None, inputs, outputs)
 
+        def on_host(*args):  # a layer's arrays: stacked on the host (below)
+            return take(*args, on=HOST)
+
         def layer(i: int) -> Block:
             p = f"model.layers.{i}."
             last = len(query_shape)
-            q = take(
+            q = on_host(
                 p + "self_attn.q_proj.weight",
                 (c.heads * D, E),
                 ("embed", *query_axes),
                 (*query_shape, E),
                 (last, *range(last)),
-                on=HOST,
             )
-            k = take(
+            k = on_host(
                 p + "self_attn.k_proj.weight",
                 (KV * D, E),
                 ("embed", "head", "dim"),
                 (KV, D, E),
                 (2, 0, 1),
-                on=HOST,
             )
-            v = take(
+            v = on_host(
                 p + "self_attn.v_proj.weight",
                 (KV * D, E),
                 ("embed", "head", "dim"),
                 (KV, D, E),
                 (2, 0, 1),
-                on=HOST,
             )
-            o = take(
+            o = on_host(
                 p + "self_attn.o_proj.weight",
                 (E, c.heads * D),
                 (*query_axes, "embed"),
                 (E, *query_shape),
                 (*range(1, last + 1), 0),
-                on=HOST,
             )
             attn = MultiHeadAttention(
                 linear(q, ("embed",), query_axes),
@@ -335,23 +334,23 @@ class Llama(CausalLM):
             )
             mlp = SwiGLU(
                 linear(
-                    take(p + "mlp.gate_proj.weight", (F, E), ("hidden", "embed"), on=HOST),
+                    on_host(p + "mlp.gate_proj.weight", (F, E), ("hidden", "embed")),
                     ("embed",),
                     ("hidden",),
                 ),
                 linear(
-                    take(p + "mlp.up_proj.weight", (F, E), ("hidden", "embed"), on=HOST),
+                    on_host(p + "mlp.up_proj.weight", (F, E), ("hidden", "embed")),
                     ("embed",),
                     ("hidden",),
                 ),
                 linear(
-                    take(p + "mlp.down_proj.weight", (E, F), ("embed", "hidden"), on=HOST),
+                    on_host(p + "mlp.down_proj.weight", (E, F), ("embed", "hidden")),
                     ("hidden",),
                     ("embed",),
                 ),
             )
             norms = [
-                RMSNorm(take(p + f"{name}.weight", (E,), ("embed",), on=HOST), "embed", c.eps)
+                RMSNorm(on_host(p + f"{name}.weight", (E,), ("embed",)), "embed", c.eps)
                 for name in ("input_layernorm", "post_attention_layernorm")
             ]
             tensors.pop(p + "self_attn.rotary_emb.inv_freq", None)  # a buffer of older files

@@ -66,12 +66,11 @@ def _restore_instrumented(monkeypatch) -> None:
     import builtins
 
     import accy.gradient
-    from accy.backends.cuda import cudnn
     from accy.backends import fragments
     from accy.backends.cpu import compile as cpu_compile
     from accy.backends.cpu import toolchain
     from accy.backends.cuda import compile as cuda_compile
-    from accy.backends.cuda import executable
+    from accy.backends.cuda import cudnn, executable
     from accy.core.ir import Program
     from accy.frontend import functions
 

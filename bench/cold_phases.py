@@ -121,6 +121,8 @@ def instrument(phases: Phases, gpu: bool) -> None:
     if gpu:
         from accy.backends.cuda import runtime
 
+        # (the wait for NVRTC's threads, after the rest of the fragment has loaded meanwhile)
+        phases.patch(runtime.KernelsLoading, "wait", "nvrtc + module load")
         phases.patch(runtime, "load_kernels", "nvrtc + module load")
         phases.patch(runtime.CudaFragment, "__init__", "fragment load (other)")
         phases.patch(runtime.CudaFragment, "_capture", "graph capture")

@@ -40,6 +40,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -107,6 +108,8 @@ def run_on_gpu(scale, dtype: str, phases: Phases, extra: dict, fused: bool = Tru
     extra["inputs_s"] = round(time.perf_counter() - start, 4)
     phases.seconds.clear()  # whatever making the inputs compiled is not the first call's
     phases.calls.clear()
+    # Other Python threads alive now would share the GIL with the first call.
+    extra["threads"] = sorted(thread.name for thread in threading.enumerate())
     with phases.measuring("first call (other)"):
         loss, _, _ = step(*inputs)
         first = float(np.asarray(loss.array.get()))
@@ -201,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
           f"attention, gpu={args.gpu}, "
           f"cold caches={args.cold}): first call {result['total_s']:.2f} s (imports "
           f"{imported:.2f} s, inputs {extra.get('inputs_s', 0):.2f} s before it)")  # fmt: skip
+    if "threads" in extra:
+        print(f"  threads at the first call: {', '.join(extra['threads'])}")
     for phase, seconds in result["phases_s"].items():
         print(f"  {phase:24s} {seconds:8.3f} s  ({phases.calls[phase]} calls)")
     if compiled is not None:

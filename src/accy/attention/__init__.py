@@ -93,4 +93,6 @@ def attention(
     return builder.convert(out, query.ty.dtype)
 
 
-__all__ = ["attention"]
+from .qkv import attention_qkv  # noqa: E402  (it calls `attention` above)
+
+__all__ = ["attention", "attention_qkv"]

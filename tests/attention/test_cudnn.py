@@ -595,3 +595,119 @@ def test_query_chunks_match_the_composition(with_bias):
     expected = accy.reference.run(program(f64), [x.astype(np.float64) for x in inputs])
     for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
         _close(_host(g), np.asarray(e), bf16, name)
+
+
+# -- one stacked q/k/v operand (`nn.attention_qkv`) ----------------------------------------------
+
+QKV_LAYOUTS = {
+    "btphd": ("batch", "token", "part", "head", "dim"),  # a fused projection's output (GPT-2)
+    "pbhtd": ("part", "batch", "head", "token", "dim"),
+}
+
+
+def _qkv_spec(dtype, layout, **extents):
+    sizes = {**EXTENTS, "part": 3, **extents}
+    return accy.spec(dtype, {a: sizes[a] for a in QKV_LAYOUTS[layout]})
+
+
+def test_describe_reads_q_k_v_from_the_stacked_operand_in_place():
+    from accy.attention.qkv import QkvSignature
+
+    s = QkvSignature(QKV_LAYOUTS["btphd"], causal=True)
+    qkv = _qkv_spec(bf16, "btphd")
+    t, h, d = EXTENTS["token"], EXTENTS["head"], EXTENTS["dim"]
+    for part in ("forward", "backward"):
+        p = cudnn_attention.describe(s, part, [qkv])
+        assert (p.b, p.h, p.tokens, p.keys, p.dim) == (2, 3, t, t, d)
+        # q, k and v: rows 3 h d apart, heads d apart, entries h d apart along the part axis.
+        assert p.q == p.k == p.v == (t * 3 * h * d, d, 3 * h * d, 1)
+        assert p.part_stride == h * d
+        assert p.operand_names == ["qkv"]
+        pointers = {"q": 1000, "k": 1000 + 2 * h * d, "v": 1000 + 4 * h * d}  # bytes
+        assert p.operand_pointers([1000]) == pointers
+    # The backward writes dQ, dK and dV into d(qkv) as q, k and v lie in qkv.
+    assert p.grads == p.q and p.gradient_offsets() == (0, h * d, 2 * h * d)
+    assert p.o == (h * t * 72, t * 72, 72, 1)  # the forward's result as nn.attention's
+
+
+def _fake_cudnn(monkeypatch):
+    from accy.backends.cuda.cudnn import Built
+
+    # A fresh cache of kernels: the fake steps must not outlive the test.
+    monkeypatch.setattr(cudnn_attention, "built", lambda problem: Built(None, {}, 0))
+    monkeypatch.setattr(
+        cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__)
+    )
+
+
+def test_the_stacked_operand_is_neither_sliced_nor_assembled(monkeypatch):
+    """value_and_grad of attention over a computed qkv on CUDA (compiled without a GPU, cuDNN's
+    graphs faked): the forward step reads qkv where its producer wrote it, and the backward
+    step's result is d(qkv) itself: neither the three slices before the forward that
+    `nn.attention` on slices needs, nor the concatenation of dQ, dK and dV into d(qkv)."""
+    from accy.backends.base import backend_for, compile_artifact
+    from accy.backends.cuda.schedule import Library
+
+    _fake_cudnn(monkeypatch)
+    spec = _qkv_spec(bf16, "btphd", token=80, head=2)
+
+    def program(stacked):
+        def body(b, args):
+            qkv = args[0] * args[0]  # computed: not the invocation's input
+            if stacked:
+                out = accy.nn.attention_qkv(qkv, causal=True)
+            else:
+                q, k, v = (qkv.slice("part", j, j + 1, 1).sum("part") for j in range(3))
+                k, v = k.rename("token", "key"), v.rename("token", "key")
+                out = accy.nn.attention(q, k, v, causal=True)
+            out = out.convert(f32)
+            return (out * out).sum(tuple(out.ty.axes))
+
+        return accy.value_and_grad(accy.trace.define("p", [spec], body), wrt=(0,))
+
+    def launched_before_the_forward(compiled) -> int:
+        kinds = [type(a).__name__ for a in compiled.schedule.actions]
+        return kinds.index("Library")
+
+    def concatenates(compiled) -> int:
+        ops = [op for step in compiled.plan.steps for op in (step.op, *step.fused) if op]
+        return sum(op.kind == "concatenate" for op in ops)
+
+    stacked, sliced = (compile_artifact(backend_for("cuda"), program(x), None) for x in (1, 0))
+    forward, backward = (a for a in stacked.schedule.actions if isinstance(a, Library))
+    assert stacked.externals[forward.symbol].library.problem.part_stride > 0
+    assert forward.operands[0] in backward.operands  # qkv, read in place by both
+    assert launched_before_the_forward(stacked) == 1  # x * x, written where cuDNN reads it
+    assert launched_before_the_forward(sliced) == 4  # x * x, then q, k and v copied out
+    assert concatenates(stacked) == 0 and concatenates(sliced) == 1
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("layout", list(QKV_LAYOUTS))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cudnn_stacked_qkv_matches_the_composition(dtype, layout, causal):
+    """Forward and d(qkv) through cuDNN reading the stacked operand in place, against the
+    float64 composition on the same rounded inputs."""
+    _cudnn_or_skip()
+    spec = _qkv_spec(dtype, layout)
+
+    def program(dt):
+        def body(b, args):
+            out = accy.nn.attention_qkv(args[0], causal=causal)
+            out = out.transpose("batch", "head", "token", "dim")
+            weights = np.linspace(-1, 1, out.ty.size).reshape(out.ty.extents)
+            w = b.constant(weights, accy.spec(f32, dict(out.ty.named_extents)))
+            return (out.convert(f32) * w).sum(("batch", "head", "token", "dim"))
+
+        typed = spec.with_dtype(dt)
+        return accy.value_and_grad(accy.trace.define("qkv", [typed], body), wrt=(0,))
+
+    (x,) = _inputs([spec], dtype, seed=6)
+    executable = accy.compile(program(dtype), device="cuda")
+    steps = _library_steps(executable)
+    assert len(steps) == 2, cudnn_attention.decline_reasons()
+    for symbol in steps:
+        assert executable.compiled.externals[symbol].library.problem.part_stride > 0
+    expected = accy.reference.run(program(f64), [x.astype(np.float64)])
+    for name, g, e in zip(["loss", "dqkv"], executable(x), expected, strict=True):
+        _close(_host(g), np.asarray(e), dtype, name)

@@ -398,8 +398,13 @@ def describe(
     operands = dict(zip("qkv", s.split_types(qkv), strict=True))
     # Each of q, k and v is read from the stacked operand, its rows along the query axis.
     return _describe(
-        split, part, operands, dict.fromkeys("qkv", qkv), dict.fromkeys("qkv", s.query_axis),
-        chosen, part_axis=s.part_axis,
+        split,
+        part,
+        operands,
+        dict.fromkeys("qkv", qkv),
+        dict.fromkeys("qkv", s.query_axis),
+        chosen,
+        part_axis=s.part_axis,
     )
 
 

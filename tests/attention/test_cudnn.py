@@ -711,3 +711,85 @@ def test_cudnn_stacked_qkv_matches_the_composition(dtype, layout, causal):
     expected = accy.reference.run(program(f64), [x.astype(np.float64)])
     for name, g, e in zip(["loss", "dqkv"], executable(x), expected, strict=True):
         _close(_host(g), np.asarray(e), dtype, name)
+
+
+# -- grouped-query attention (`group_axes`) ------------------------------------------------------
+
+GROUPED = {
+    "bshgd": (("batch", "token", "head", "group", "dim"), ("batch", "key", "head", "dim")),
+    "bhgsd": (("batch", "head", "group", "token", "dim"), ("batch", "head", "key", "dim")),
+}
+
+
+def _grouped_specs(dtype, layout, group=4):
+    q_axes, k_axes = GROUPED[layout]
+    sizes = {**EXTENTS, "head": 2, "group": group}
+    return [accy.spec(dtype, {a: sizes[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]
+
+
+def test_describe_reads_fewer_key_value_heads_in_place():
+    from accy.attention.grouped import GroupedSignature, backward_type
+
+    q_axes, k_axes = GROUPED["bshgd"]
+    s = GroupedSignature(q_axes, k_axes, k_axes, ("group",), causal=True)
+    q, k, v = _grouped_specs(bf16, "bshgd")
+    t, d = EXTENTS["token"], EXTENTS["dim"]
+    p = cudnn_attention.describe(s, "backward", [q, k, v])
+    assert (p.b, p.h, p.kv_heads, p.key_heads) == (2, 8, 2, 2)  # query heads (head, group)
+    assert p.q == (t * 8 * d, d, 8 * d, 1) and p.k == p.v == (t * 2 * d, d, 2 * d, 1)
+    # dQ, dK and dV one after another in each batch entry's block of the result.
+    block = (q.size + k.size + v.size) // 2
+    assert backward_type(s, q, k, v).named_extents == (("batch", 2), ("dim", block))
+    assert p.gradient_layout == (
+        (0, (block, d, 8 * d, 1)),
+        (t * 8 * d, (block, d, 2 * d, 1)),
+        (t * 8 * d + t * 2 * d, (block, d, 2 * d, 1)),
+    )
+    assert p.result_size == 2 * block
+    dims = p.graph_dims()
+    assert dims["k"][0] == [2, 2, t, d] and dims["dv"] == ([2, 2, t, d], [block, d, 2 * d, 1])
+
+
+def test_describe_declines_groups_outside_the_query_heads():
+    """cuDNN shares a key/value head among consecutive query heads: the group axes must be
+    the innermost of the query's head dims."""
+    from accy.attention.grouped import GroupedSignature
+
+    q_axes = ("batch", "token", "group", "head", "dim")
+    k_axes = ("batch", "key", "head", "dim")
+    s = GroupedSignature(q_axes, k_axes, k_axes, ("group",))
+    sizes = {**EXTENTS, "group": 4}
+    types = [accy.spec(bf16, {a: sizes[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]
+    with pytest.raises(cudnn_attention.Decline, match="not the innermost of the query's head"):
+        cudnn_attention.describe(s, "forward", types)
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("layout", list(GROUPED))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cudnn_grouped_query_attention_matches_the_composition(dtype, layout, causal):
+    """Forward, dQ and the per-key/value-head dK and dV through cuDNN's grouped-query
+    attention, against the float64 composition of the broadcast operands."""
+    _cudnn_or_skip()
+    specs = _grouped_specs(dtype, layout)
+
+    def program(dt):
+        def body(b, args):
+            out = accy.nn.attention(*args, causal=causal, group_axes="group")
+            out = out.transpose("batch", "head", "group", "token", "dim")
+            weights = np.linspace(-1, 1, out.ty.size).reshape(out.ty.extents)
+            w = b.constant(weights, accy.spec(f32, dict(out.ty.named_extents)))
+            return (out.convert(f32) * w).sum(tuple(out.ty.axes))
+
+        typed = [t.with_dtype(dt) for t in specs]
+        return accy.value_and_grad(accy.trace.define("gqa", typed, body), wrt=(0, 1, 2))
+
+    inputs = _inputs(specs, dtype, seed=7)
+    executable = accy.compile(program(dtype), device="cuda")
+    steps = _library_steps(executable)
+    assert len(steps) == 2, cudnn_attention.decline_reasons()
+    for symbol in steps:
+        assert executable.compiled.externals[symbol].library.problem.kv_heads == 2
+    expected = accy.reference.run(program(f64), [x.astype(np.float64) for x in inputs])
+    for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
+        _close(_host(g), np.asarray(e), dtype, name)

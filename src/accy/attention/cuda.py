@@ -236,6 +236,18 @@ class Problem:
     # Nonzero: q, k and v are one stacked operand, entries 0, 1, 2 this many elements apart,
     # and the backward's result is its gradient (dQ, dK, dV as far apart, strided as q).
     part_stride: int = 0
+    # Grouped-query attention: this many key/value heads (0: as many as query heads, h), each
+    # shared by h / kv_heads consecutive query heads.
+    kv_heads: int = 0
+    # Where the backward writes dQ, dK and dV when they are not rows of one layout: (element
+    # offset, strides of (b, h, s, d)) of each, in a result of `result_size` elements.
+    gradient_layout: tuple[tuple[int, tuple[int, int, int, int]], ...] | None = None
+    result_size: int = 0
+
+    @property
+    def key_heads(self) -> int:
+        """Key/value heads: `kv_heads`, or h."""
+        return self.kv_heads or self.h
 
     @property
     def has_bias(self) -> bool:
@@ -250,14 +262,19 @@ class Problem:
             b, h, s, d = strides
             return [b, h if c == 1 else rows * s, s, d]
 
-        q_dims, k_dims = [self.b, self.h * c, rows, self.dim], [self.b, self.h, self.keys, self.dim]
+        q_dims = [self.b, self.h * c, rows, self.dim]
+        k_dims = [self.b, self.key_heads, self.keys, self.dim]
+        grads = [self.grads] * 3
+        if self.gradient_layout is not None:
+            grads = [strides for _, strides in self.gradient_layout]
         dims = {
             "q": (q_dims, chunked(self.q)),
             "k": (k_dims, list(self.k)),
             "v": (k_dims, list(self.v)),
             "o": (q_dims, chunked(self.o)),
-            "dq": (q_dims, chunked(self.grads)),
-            "dk": (k_dims, list(self.grads)),
+            "dq": (q_dims, chunked(grads[0])),
+            "dk": (k_dims, list(grads[1])),
+            "dv": (k_dims, list(grads[2])),
             "stats": ([self.b, self.h * c, rows, 1], [self.h * self.tokens, rows, 1, 1]),
         }
         if self.bias is not None:
@@ -269,7 +286,8 @@ class Problem:
     @property
     def summary(self) -> str:
         return (
-            f"[b={self.b} h={self.h} s_q={self.tokens} s_kv={self.keys} d={self.dim} "
+            f"[b={self.b} h={self.h}{f' h_kv={self.kv_heads}' if self.kv_heads else ''} "
+            f"s_q={self.tokens} s_kv={self.keys} d={self.dim} "
             f"{self.dtype}{' causal' if self.causal else ''}{' bias' if self.has_bias else ''} "
             f"scale={self.scale:.6g}{f' chunks={self.chunks}' if self.chunks > 1 else ''}]"
         )
@@ -287,6 +305,8 @@ class Problem:
     def gradient_offsets(self) -> tuple[int, int, int]:
         """Element offsets of dQ, dK and dV in the backward's result (rows [dQ; dK; dV] of
         each batch entry)."""
+        if self.gradient_layout is not None:
+            return tuple(offset for offset, _ in self.gradient_layout)
         if self.part_stride:
             return 0, self.part_stride, 2 * self.part_stride
         row = self.grads[2]
@@ -387,6 +407,8 @@ def describe(
     """
     if not config.cudnn_attention:
         raise Decline("switched off (accy.config.cudnn_attention, ACCY_CUDNN_ATTENTION=0)")
+    if getattr(s, "groups", None):
+        return _describe_grouped(s, part, types, chosen)
     split = getattr(s, "split", None)
     if split is None:
         count = 3 if s.bias is None else 4
@@ -416,6 +438,7 @@ def _describe(
     rows: dict[str, str],
     chosen: Settings | None,
     part_axis: str | None = None,
+    kv_without: tuple[str, ...] = (),
 ) -> Problem:
     """`describe` of the operands' types `operands` (q, k, v[, bias]) read through `views`
     (the types their memory has: themselves, or the stacked operand) with the rows of each
@@ -426,12 +449,21 @@ def _describe(
         raise Decline(f"cuDNN's fused attention needs bf16 or f16, not {shape.dtype.name}")
     if shape.tokens == 0 or shape.keys == 0 or shape.dim == 0 or shape.batch_size == 0:
         raise Decline("an empty operand")
-    groups = _batch_groups(s, {n: views[n] for n in "qkv"})
+    if kv_without:  # the query's (b, h); the key and value lack the group axes of its h
+        groups = _batch_groups(s, {"q": views["q"]})
+        if kv_without != groups[1][len(groups[1]) - len(kv_without) :]:
+            raise Decline(
+                f"the group axes {kv_without} are not the innermost of the query's head axes "
+                f"{groups[1]} (cuDNN shares each key/value head among consecutive query heads)"
+            )
+    else:
+        groups = _batch_groups(s, {n: views[n] for n in "qkv"})
+    kv_groups = (groups[0], groups[1][: len(groups[1]) - len(kv_without)])
     dims: dict[str, tuple[int, int, int, int]] = {}
     for name in ("q", "k", "v"):
         t = views[name]
         strides = element_strides(t)
-        (b, sb), (h, sh) = (_group(t, g, name) for g in groups)
+        (b, sb), (h, sh) = (_group(t, g, name) for g in (groups if name == "q" else kv_groups))
         if strides[s.dim_axis] != 1:
             raise Decline(
                 f"the {name} {t} does not have the dim axis {s.dim_axis!r} innermost "
@@ -470,6 +502,7 @@ def _describe(
         part_stride = element_strides(views["q"])[part_axis]
     o, grads = (_dense_when_single((b, h, shape.tokens, shape.dim), x) for x in (o, grads))
     chunks = query_chunks(b, h, shape.tokens, s.causal)
+    kv_heads = math.prod(q_type.extent(a) for a in kv_groups[1]) if kv_without else 0
     return Problem(
         part,
         shape.dtype.name,
@@ -489,7 +522,41 @@ def _describe(
         chosen,
         chunks,
         part_stride,
+        kv_heads,
     )
+
+
+def _describe_grouped(
+    s: Any, part: str, types: Sequence[TensorType], chosen: Settings | None
+) -> Problem:
+    """`describe` of grouped-query attention (`grouped.GroupedSignature`): the key and value
+    lack the query's group axes and are read in place with their own heads (cuDNN's h_k);
+    the backward writes dQ, dK and dV in the operands' own layouts, one after another in each
+    block of its result (`grouped.backward_type`)."""
+    from dataclasses import replace
+
+    q, k, v = types[:3]
+    operands = {"q": q, "k": s.broadcast_type(k, q), "v": s.broadcast_type(v, q)}
+    views = {"q": q, "k": k, "v": v}
+    rows = {"q": s.query_axis, "k": s.key_axis, "v": s.key_axis}
+    problem = _describe(s.split, part, operands, views, rows, chosen, kv_without=s.groups)
+    blocks, block = s.result_blocks(q, k, v)
+    if blocks > 1 and (problem.b != blocks or problem.q[0] != q.size // blocks):
+        raise Decline(f"the query {q}'s batch dims do not lie as the result's blocks")
+    layout, at = [], 0
+    for t, strides in ((q, problem.q), (k, problem.k), (v, problem.v)):
+        layout.append((at, (block if blocks > 1 else strides[0], *strides[1:])))
+        at += t.size // blocks
+    layout = [
+        (offset, _dense_when_single(dims, x))
+        for (offset, x), dims in zip(
+            layout,
+            [(problem.b, problem.h, problem.tokens, problem.dim)]
+            + [(problem.b, problem.key_heads, problem.keys, problem.dim)] * 2,
+            strict=True,
+        )
+    ]
+    return replace(problem, gradient_layout=tuple(layout), result_size=blocks * block)
 
 
 CHUNKED_HEADS = 128  # query chunks are made until batch x chunks reaches this
@@ -612,7 +679,7 @@ def _build(p: Problem) -> Built:
             stats=t["stats"],
             **common,
         )
-        for gradient, like in ((dq, "dq"), (dk, "dk"), (dv, "dk")):
+        for gradient, like in ((dq, "dq"), (dk, "dk"), (dv, "dv")):
             gradient.set_output(True).set_dim(dims[like][0]).set_stride(dims[like][1])
             gradient.set_data_type(io)
         t |= {"dq": dq, "dk": dk, "dv": dv}
@@ -717,7 +784,7 @@ def _sizes(p: Problem) -> dict[str, int]:
     """Bytes of every tensor of `p`'s graph (operands from their strides; O and dO the whole
     forward result, whose lse slots the helper kernels touch; dK and dV the whole backward
     result, as they lie in it)."""
-    q_dims, k_dims = (p.b, p.h, p.tokens, p.dim), (p.b, p.h, p.keys, p.dim)
+    q_dims, k_dims = (p.b, p.h, p.tokens, p.dim), (p.b, p.key_heads, p.keys, p.dim)
     sizes = {
         "q": _span(q_dims, p.q) * 2,
         "k": _span(k_dims, p.k) * 2,
@@ -739,6 +806,8 @@ def _result_bytes(p: Problem) -> int:
     """Bytes of the record's result: [O | lse slots] rows, or [dQ; dK; dV] rows."""
     if p.part == "forward":
         return p.rows * p.packed_row * 2
+    if p.result_size:
+        return p.result_size * 2
     if p.part_stride:  # d(qkv)
         return (_span((p.b, p.h, p.tokens, p.dim), p.grads) + 2 * p.part_stride) * 2
     return p.b * p.h * (p.tokens + 2 * p.keys) * p.dim * 2

@@ -30,7 +30,6 @@ from ..custom import CustomCall, register
 from ..errors import AxisError
 from . import composition as c
 from . import cuda
-from . import signature as signature_module
 from .records import records_for
 from .signature import Shape, Signature, check, packed_type, reject_options
 
@@ -269,7 +268,7 @@ def attention_qkv(
     >>> accy.reference.run(p, [x])[0].tolist()
     [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
     """
-    from . import attention
+    from . import _composed, attention
 
     reject_options(causal, scale, implementation)
     s = QkvSignature(
@@ -282,11 +281,7 @@ def attention_qkv(
         None if scale is None else float(scale),
     )
     shape = check_qkv(s, qkv.ty)
-    composed = implementation == "composition" or (
-        implementation is None
-        and signature_module.records_composition(shape.tokens * shape.keys, qkv.ty.dtype)
-    )
-    if composed or bias is not None:
+    if _composed(implementation, shape) or bias is not None:
         options = dict(query_axis=query_axis, key_axis=key_axis, dim_axis=dim_axis)
         q, k, v = _split(qkv.builder, s, qkv)
         return attention(

@@ -793,3 +793,97 @@ def test_cudnn_grouped_query_attention_matches_the_composition(dtype, layout, ca
     expected = accy.reference.run(program(f64), [x.astype(np.float64) for x in inputs])
     for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
         _close(_host(g), np.asarray(e), dtype, name)
+
+
+def _play_cudnn(p, operands: list[np.ndarray], packed_size: int, result_size: int, dpacked):
+    """cuDNN played by NumPy through what `Issuer.issue` gives it: the graph's dims and
+    strides (`Problem.graph_dims`), the operands' addresses (`Problem.operand_pointers`) and
+    the gradients' offsets; query head j shares key/value head j // (h / h_kv). Returns the
+    forward's result (O and hi, lo as `split_stats` writes them) and the backward's."""
+    base = 1 << 40  # operand i's address: (i + 1) << 40, so that its index can be read back
+    pointers = p.operand_pointers([(i + 1) * base for i in range(len(operands))])
+    dims = p.graph_dims()
+
+    def view(name, flat, address=None):
+        address = pointers[name] if address is None else address
+        shape, strides = dims[name]
+        return _strided(flat, shape, strides, (address % base) // 2)
+
+    flat = {n: operands[pointers[n] // base - 1].reshape(-1).astype(np.float64) for n in "qkv"}
+    q, k, v = (view(n, flat[n]) for n in "qkv")
+    share = p.h // p.key_heads
+    k, v = (np.repeat(x, share, axis=1) for x in (k, v))
+    scores = np.einsum("bhsd,bhtd->bhst", q, k) * p.scale
+    if p.causal:
+        scores = np.where(np.tril(np.ones(scores.shape[-2:], bool)), scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    stats = np.log(np.exp(scores - top).sum(-1)) + top[..., 0]
+    probabilities = np.exp(scores - stats[..., None])
+    packed = np.zeros(packed_size, np.float64)
+    view("o", packed, 0)[...] = np.einsum("bhst,bhtd->bhsd", probabilities, v)
+    rows = packed.reshape(p.rows, p.packed_row)
+    rows[:, p.dim] = stats.reshape(-1).astype(bf16.numpy).astype(np.float64)
+    rows[:, p.dim + 1] = stats.reshape(-1) - rows[:, p.dim]
+    packed = packed.astype(bf16.numpy)
+    o = view("o", packed.astype(np.float64), 0)
+    do = view("o", dpacked.reshape(-1).astype(np.float64), 0)
+    lse = packed.astype(np.float64).reshape(p.rows, p.packed_row)[:, p.dim : p.dim + 2].sum(-1)
+    prob = np.exp(scores - lse.reshape(stats.shape)[..., None])
+    ds = prob * (np.einsum("bhsd,bhtd->bhst", do, v) - (do * o).sum(-1)[..., None])
+    grads = {
+        "dq": np.einsum("bhst,bhtd->bhsd", ds, k) * p.scale,
+        "dk": np.einsum("bhst,bhsd->bhtd", ds, q) * p.scale,
+        "dv": np.einsum("bhst,bhsd->bhtd", prob, do),
+    }
+    for name in ("dk", "dv"):  # summed over the query heads sharing each key/value head
+        b, _, t, d = grads[name].shape
+        grads[name] = grads[name].reshape(b, p.key_heads, share, t, d).sum(2)
+    result = np.zeros(result_size, np.float64)
+    for (name, value), offset in zip(grads.items(), p.gradient_offsets(), strict=True):
+        shape, strides = dims[name]
+        _strided(result, shape, strides, offset)[...] = value
+    return packed, result
+
+
+def _grouped_case(layout):
+    from accy.attention.grouped import GroupedSignature, grouped_records_for
+
+    q_axes, k_axes = GROUPED[layout]
+    s = GroupedSignature(q_axes, k_axes, k_axes, ("group",), causal=True)
+    sizes = {"batch": 2, "head": 2, "group": 3, "token": 24, "key": 24, "dim": 16}
+    types = [accy.spec(bf16, {a: sizes[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]
+    return s, types, grouped_records_for(s)
+
+
+def _stacked_case(layout):
+    from accy.attention.qkv import QkvSignature, qkv_records_for
+
+    s = QkvSignature(QKV_LAYOUTS[layout], causal=True)
+    sizes = {"batch": 2, "head": 3, "part": 3, "token": 24, "dim": 16}
+    return s, [accy.spec(bf16, {a: sizes[a] for a in QKV_LAYOUTS[layout]})], qkv_records_for(s)
+
+
+@pytest.mark.parametrize(
+    "case", [("grouped", x) for x in GROUPED] + [("stacked", x) for x in QKV_LAYOUTS], ids=str
+)
+def test_grouped_and_stacked_problems_map_the_results_where_the_records_keep_them(case):
+    """Without a GPU: cuDNN played by NumPy through the grouped and stacked problems' dims,
+    strides and offsets, against the records' references (as for `nn.attention`'s above)."""
+    kind, layout = case
+    s, types, records = (_grouped_case if kind == "grouped" else _stacked_case)(layout)
+    operands = _inputs(types, bf16, seed=10)
+    fwd = cudnn_attention.describe(s, "forward", types)
+    bwd = cudnn_attention.describe(s, "backward", types)
+    assert fwd.chunks == 1 and (kind == "stacked") == (fwd.part_stride > 0)
+    assert (kind == "grouped") == (fwd.kv_heads > 0)
+    forward_type = records.forward.result_type(*types)
+    expected = records.forward.reference(*operands)
+    dpacked = _inputs([forward_type], bf16, seed=11)[0]
+    dpacked[..., fwd.dim :] = 0  # no cotangent of the logsumexp
+    result_type = records.backward.result_type(*types, forward_type, forward_type)
+    packed, result = _play_cudnn(bwd, operands, forward_type.size, result_type.size, dpacked)
+    packed = packed.reshape(forward_type.extents)
+    _close(packed.astype(np.float64), expected.astype(np.float64), bf16, "packed")
+    reference = records.backward.reference(*operands, packed, dpacked)
+    got = result.reshape(result_type.extents)
+    _close(got, np.asarray(reference).astype(np.float64), bf16, "gradients")

@@ -103,17 +103,27 @@ class GroupedSignature:
 
     def blocks_of(self, *named: tuple[tuple[str, int], ...]) -> tuple[int, int]:
         """`result_blocks` of q, k and v given as (axis, extent) pairs in layout order."""
-        first = named[0][0][0]
-        roles = (self.query_axis, self.key_axis, self.dim_axis, *self.groups)
-        shared = all(n[0][0] == first for n in named) and first not in roles
-        blocks = named[0][0][1] if shared else 1
+        axis = self.block_axis_of(*named)
+        blocks = named[0][0][1] if axis is not None else 1
         total = sum(int(np.prod([e for _, e in n], dtype=np.int64)) for n in named)
         return blocks, total // max(blocks, 1)
 
-    def result_named(self, blocks: int, block: int, first: str) -> tuple[tuple[str, int], ...]:
-        """The backward's result axes: {first: blocks, dim_axis: block}, or {dim_axis: all}."""
-        if blocks > 1:
-            return ((first, blocks), (self.dim_axis, block))
+    def block_axis_of(self, *named: tuple[tuple[str, int], ...]) -> str | None:
+        """The axis of the backward's blocks: the outermost axis of q, k and v when they share
+        it and it is a batch axis (not a group axis), else None (one block)."""
+        first = named[0][0][0]
+        roles = (self.query_axis, self.key_axis, self.dim_axis, *self.groups)
+        shared = all(n[0][0] == first for n in named) and first not in roles
+        return first if shared else None
+
+    def block_axis(self, q: TensorType, k: TensorType, v: TensorType) -> str | None:
+        """`block_axis_of` the types q, k and v."""
+        return self.block_axis_of(q.named_extents, k.named_extents, v.named_extents)
+
+    def result_named(self, blocks: int, block: int, axis: str | None) -> tuple:
+        """The backward's result axes: {axis: blocks, dim_axis: block}, or {dim_axis: all}."""
+        if axis is not None:
+            return ((axis, blocks), (self.dim_axis, block))
         return ((self.dim_axis, block),)
 
 
@@ -139,7 +149,7 @@ def backward_type(s: GroupedSignature, q: TensorType, k: TensorType, v: TensorTy
     """The backward record's result: dQ, dK and dV flattened one after another in each block
     (`GroupedSignature.result_blocks`), as {b0, dim_axis: block} or {dim_axis: all}."""
     check_grouped(s, q, k, v)
-    return TensorType(q.dtype, s.result_named(*s.result_blocks(q, k, v), q.axes[0]))
+    return TensorType(q.dtype, s.result_named(*s.result_blocks(q, k, v), s.block_axis(q, k, v)))
 
 
 def _broadcast(e: Any, s: GroupedSignature, x: Any, q: Any) -> Any:
@@ -159,9 +169,10 @@ def _gradients(e: Any, s: GroupedSignature, result: Any, operands: list) -> list
 
 def _flattened(e: Any, s: GroupedSignature, gradients: list) -> Any:
     """dQ, dK and dV (in their operands' layouts) as the backward's result."""
-    blocks, _ = s.result_blocks(*(g.ty for g in gradients))
-    first = gradients[0].ty.axes[0]
-    flat = [e.reshape(g, s.result_named(blocks, g.ty.size // blocks, first)) for g in gradients]
+    types = [g.ty for g in gradients]
+    blocks, _ = s.result_blocks(*types)
+    axis = s.block_axis(*types)
+    flat = [e.reshape(g, s.result_named(blocks, g.ty.size // blocks, axis)) for g in gradients]
     return e.concatenate(flat, s.dim_axis)
 
 
@@ -209,7 +220,7 @@ def numpy_backward(s: GroupedSignature, q, k, v, packed, dpacked) -> np.ndarray:
     ]
     blocks, block = s.blocks_of(*named)
     flat = np.concatenate([x.reshape(blocks, -1) for x in (dq, *summed)], axis=1)
-    return flat if blocks > 1 else flat.reshape(block)
+    return flat if s.block_axis_of(*named) is not None else flat.reshape(block)
 
 
 @dataclass(frozen=True)
@@ -237,6 +248,12 @@ def _like(e: Any, x: Any, operand: Any) -> Any:
     if x.ty.axes != operand.ty.axes:
         x = e.transpose(x, operand.ty.axes)
     return e.convert(x, operand.ty.dtype)
+
+
+def _block_axes(s: GroupedSignature, q: TensorType, k: TensorType, v: TensorType) -> tuple:
+    """The backward's mapped axes: the blocks' axis (each block is one entry's dQ, dK, dV)."""
+    axis = s.block_axis(q, k, v)
+    return () if axis is None else (axis,)
 
 
 @functools.cache  # not a cache: one registered record per signature for the process's life
@@ -270,6 +287,7 @@ def grouped_records_for(s: GroupedSignature) -> GroupedRecords:
         reference=lambda *arrays: numpy_backward(s, *arrays),
         fallback=backward_fallback,
         kernels={"cpu": _declines, "cuda": cuda.kernel_factory(s, "backward")},
+        mapped_axes=lambda q, k, v, packed, dpacked: _block_axes(s, q, k, v),
         register=False,
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import composition
+from . import qkv as qkv_module
 from . import signature as signature_module
 from .grouped import GroupedSignature, check_grouped, grouped_records_for
 from .records import records_for
@@ -128,6 +129,52 @@ def _composed(implementation: str | None, shape: Shape) -> bool:
     )
 
 
-from .qkv import attention_qkv  # noqa: E402  (it calls `attention` above)
+def attention_qkv(
+    qkv: Any,
+    *,
+    part_axis: str = "part",
+    query_axis: str = "token",
+    key_axis: str = "key",
+    dim_axis: str = "dim",
+    causal: bool = False,
+    scale: float | None = None,
+    bias: Any = None,
+    implementation: str | None = None,
+) -> Any:
+    """Self-attention of the query, key and value stacked in `qkv` (entries 0, 1, 2 of
+    `part_axis`): `nn.attention(q, k, v)` with k and v's `query_axis` renamed `key_axis`,
+    the same options and result ({..., query_axis, dim_axis}, the other axes in `qkv`'s
+    order). On CUDA, cuDNN reads q, k and v in place and writes their gradients into the
+    gradient of `qkv` directly (no slices, no concatenation).
+
+    >>> import accy, numpy as np
+    >>> spec = accy.spec(accy.f32, token=3, part=3, dim=2)
+    >>> p = accy.trace.define("attend", [spec], lambda b, a: accy.nn.attention_qkv(a[0]))
+    >>> x = np.zeros((3, 3, 2), np.float32); x[:, 2] = np.arange(6).reshape(3, 2)
+    >>> accy.reference.run(p, [x])[0].tolist()
+    [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
+    """
+    reject_options(causal, scale, implementation)
+    s = qkv_module.QkvSignature(
+        qkv.ty.axes,
+        part_axis,
+        query_axis,
+        key_axis,
+        dim_axis,
+        causal,
+        None if scale is None else float(scale),
+    )
+    shape = qkv_module.check_qkv(s, qkv.ty)
+    if _composed(implementation, shape) or bias is not None:
+        options = dict(query_axis=query_axis, key_axis=key_axis, dim_axis=dim_axis)
+        q, k, v = qkv_module.split_operand(qkv.builder, s, qkv)
+        return attention(
+            q, k, v, **options, causal=causal, scale=scale, bias=bias, implementation=implementation
+        )
+    builder = qkv.builder
+    packed = qkv_module.qkv_records_for(s).register().forward.call(builder, qkv)
+    out = builder.slice(packed, dim_axis, 0, shape.dim)  # the last entries are the logsumexp
+    return builder.convert(out, qkv.ty.dtype)
+
 
 __all__ = ["attention", "attention_qkv"]

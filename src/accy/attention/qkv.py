@@ -1,4 +1,4 @@
-"""Self-attention over one projected tensor: `attention_qkv(qkv, part_axis=...)`.
+"""Self-attention over one projected tensor: `nn.attention_qkv(qkv, part_axis=...)`.
 
 A transformer's query, key and value usually come out of one projection GEMM as a single
 tensor {..., token, part: 3, head, dim}. Taking q, k and v out of it (three slices) and putting
@@ -13,8 +13,8 @@ records here take the projection itself:
 Where no kernel takes them (the CPU, f32, a layout cuDNN cannot read) their fallbacks slice q,
 k and v out and call `nn.attention`'s records (`records.py`), so those programs compute what
 the three slices and `nn.attention` did, value for value. With a bias, or where
-`nn.attention` would record the composition, `attention_qkv` is exactly that composition of
-slices and `nn.attention`.
+`nn.attention` would record the composition, `nn.attention_qkv` (`accy.attention`) is exactly
+that composition of slices and `nn.attention`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..errors import AxisError
 from . import composition as c
 from . import cuda
 from .records import records_for
-from .signature import Shape, Signature, check, packed_type, reject_options
+from .signature import Shape, Signature, check, packed_type
 
 PARTS = 3  # query, key, value, in this order along the part axis
 
@@ -127,7 +127,7 @@ def check_qkv(s: QkvSignature, qkv: TensorType) -> Shape:
     return check(s.split, *s.split_types(qkv))
 
 
-def _split(e: Any, s: QkvSignature, qkv: Any) -> list[Any]:
+def split_operand(e: Any, s: QkvSignature, qkv: Any) -> list[Any]:
     """q, k and v taken out of `qkv` (traced), the key's and value's query axis renamed."""
     parts = [e.sum(e.slice(qkv, s.part_axis, j, j + 1), s.part_axis) for j in range(PARTS)]
     return [parts[0]] + [e.rename(x, s.query_axis, s.key_axis) for x in parts[1:]]
@@ -201,12 +201,12 @@ def qkv_records_for(s: QkvSignature) -> QkvRecords:
     >>> r.backward.target
     'accy.nn.attention.qkv_backward[qkv=token,part,dim;part=part;scale=default]'
     """
-    split = records_for(s.split)
+    apart = records_for(s.split)
 
     def backward_fallback(qkv, packed, dpacked):
         e = qkv.builder
         shape = check_qkv(s, qkv.ty)
-        grads = split.register().backward.call(e, *_split(e, s, qkv), packed, dpacked)
+        grads = apart.register().backward.call(e, *split_operand(e, s, qkv), packed, dpacked)
         return _gradient_into_qkv(e, s, shape, grads, qkv)
 
     backward = CustomCall(
@@ -223,11 +223,12 @@ def qkv_records_for(s: QkvSignature) -> QkvRecords:
         return [backward.call(e, primals[0], result, cotangent)]
 
     def jvp(e, primals, tangents, result):
-        split_primals, split_tangents = _split(e, s, primals[0]), _split(e, s, tangents[0])
-        return split.register().forward.jvp(e, split_primals, split_tangents, result)
+        split_primals = split_operand(e, s, primals[0])
+        split_tangents = split_operand(e, s, tangents[0])
+        return apart.register().forward.jvp(e, split_primals, split_tangents, result)
 
     def forward_fallback(qkv):
-        return split.register().forward.call(qkv.builder, *_split(qkv.builder, s, qkv))
+        return apart.register().forward.call(qkv.builder, *split_operand(qkv.builder, s, qkv))
 
     forward = CustomCall(
         s.target("forward"),
@@ -243,54 +244,4 @@ def qkv_records_for(s: QkvSignature) -> QkvRecords:
     return QkvRecords(forward, backward)
 
 
-def attention_qkv(
-    qkv: Any,
-    *,
-    part_axis: str = "part",
-    query_axis: str = "token",
-    key_axis: str = "key",
-    dim_axis: str = "dim",
-    causal: bool = False,
-    scale: float | None = None,
-    bias: Any = None,
-    implementation: str | None = None,
-) -> Any:
-    """Self-attention of the query, key and value stacked in `qkv` (entries 0, 1, 2 of
-    `part_axis`): `nn.attention(q, k, v)` with k and v's `query_axis` renamed `key_axis`,
-    the same options and result ({..., query_axis, dim_axis}, the other axes in `qkv`'s
-    order). On CUDA, cuDNN reads q, k and v in place and writes their gradients into the
-    gradient of `qkv` directly (no slices, no concatenation).
-
-    >>> import accy, numpy as np
-    >>> spec = accy.spec(accy.f32, token=3, part=3, dim=2)
-    >>> p = accy.trace.define("attend", [spec], lambda b, a: accy.nn.attention_qkv(a[0]))
-    >>> x = np.zeros((3, 3, 2), np.float32); x[:, 2] = np.arange(6).reshape(3, 2)
-    >>> accy.reference.run(p, [x])[0].tolist()
-    [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
-    """
-    from . import _composed, attention
-
-    reject_options(causal, scale, implementation)
-    s = QkvSignature(
-        qkv.ty.axes,
-        part_axis,
-        query_axis,
-        key_axis,
-        dim_axis,
-        causal,
-        None if scale is None else float(scale),
-    )
-    shape = check_qkv(s, qkv.ty)
-    if _composed(implementation, shape) or bias is not None:
-        options = dict(query_axis=query_axis, key_axis=key_axis, dim_axis=dim_axis)
-        q, k, v = _split(qkv.builder, s, qkv)
-        return attention(
-            q, k, v, **options, causal=causal, scale=scale, bias=bias, implementation=implementation
-        )
-    builder = qkv.builder
-    packed = qkv_records_for(s).register().forward.call(builder, qkv)
-    out = builder.slice(packed, dim_axis, 0, shape.dim)  # the last entries are the logsumexp
-    return builder.convert(out, qkv.ty.dtype)
-
-
-__all__ = ["QkvSignature", "attention_qkv", "check_qkv", "qkv_records_for"]
+__all__ = ["QkvSignature", "check_qkv", "qkv_records_for", "split_operand"]

@@ -726,7 +726,8 @@ def inline_declined(program: Program, format: str) -> Program:
                 attrs = nested.get(id(op), op.attrs)
                 return builder.emit(op.kind, args, attrs, id=op.id)
             record = lookup(op.attrs["target"], op.attrs["version"])
-            fallback = record.fallback_program(op.operand_types)
+            # Expanded too: a fallback may call records that decline these operands.
+            fallback = inline_declined(record.fallback_program(op.operand_types), format)
             (result,) = run(fallback, Inline(builder, list(args), fallback))
             return result
 

@@ -115,13 +115,13 @@ def main() -> None:
 
     program = traced_program(DTYPE, True, s)
     plain = load(compile_artifact(backend_for("cuda"), program, None))
-    addresses = [b.data.ptr for b in random_buffers(program)]
+    addresses = [b.data.ptr for b in random_buffers(program, s.vocab)]
     report(f"plain step, the graph alone: {whole_step_ms(plain, addresses):.3f} ms")
     report(f"plain step, fragment.run's host time: {launch_ms(plain, addresses):.3f} ms")
     # The whole batch is every GPU's batch together, so that each holds the plain step's.
     whole = dataclasses.replace(s, batch=s.batch * env.world_size)
     sharded = shard_program(traced_program(DTYPE, True, whole), distributed.mesh, DP)
-    sharded_buffers = random_buffers(sharded.program)
+    sharded_buffers = random_buffers(sharded.program, s.vocab)
     sharded_addresses = [b.data.ptr for b in sharded_buffers]
     unbucketed = None
     for bucket_bytes in (None, 0):

@@ -595,3 +595,295 @@ def test_query_chunks_match_the_composition(with_bias):
     expected = accy.reference.run(program(f64), [x.astype(np.float64) for x in inputs])
     for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
         _close(_host(g), np.asarray(e), bf16, name)
+
+
+# -- one stacked q/k/v operand (`nn.attention_qkv`) ----------------------------------------------
+
+QKV_LAYOUTS = {
+    "btphd": ("batch", "token", "part", "head", "dim"),  # a fused projection's output (GPT-2)
+    "pbhtd": ("part", "batch", "head", "token", "dim"),
+}
+
+
+def _qkv_spec(dtype, layout, **extents):
+    sizes = {**EXTENTS, "part": 3, **extents}
+    return accy.spec(dtype, {a: sizes[a] for a in QKV_LAYOUTS[layout]})
+
+
+def test_describe_reads_q_k_v_from_the_stacked_operand_in_place():
+    from accy.attention.qkv import QkvSignature
+
+    s = QkvSignature(QKV_LAYOUTS["btphd"], causal=True)
+    qkv = _qkv_spec(bf16, "btphd")
+    t, h, d = EXTENTS["token"], EXTENTS["head"], EXTENTS["dim"]
+    for part in ("forward", "backward"):
+        p = cudnn_attention.describe(s, part, [qkv])
+        assert (p.b, p.h, p.tokens, p.keys, p.dim) == (2, 3, t, t, d)
+        # q, k and v: rows 3 h d apart, heads d apart, entries h d apart along the part axis.
+        assert p.q == p.k == p.v == (t * 3 * h * d, d, 3 * h * d, 1)
+        assert p.part_stride == h * d
+        assert p.operand_names == ["qkv"]
+        pointers = {"q": 1000, "k": 1000 + 2 * h * d, "v": 1000 + 4 * h * d}  # bytes
+        assert p.operand_pointers([1000]) == pointers
+    # The backward writes dQ, dK and dV into d(qkv) as q, k and v lie in qkv.
+    assert p.grads == p.q and p.gradient_offsets() == (0, h * d, 2 * h * d)
+    assert p.o == (h * t * 72, t * 72, 72, 1)  # the forward's result as nn.attention's
+
+
+def _fake_cudnn(monkeypatch):
+    from accy.backends.cuda.cudnn import Built
+
+    # A fresh cache of kernels: the fake steps must not outlive the test.
+    monkeypatch.setattr(cudnn_attention, "built", lambda problem: Built(None, {}, 0))
+    monkeypatch.setattr(
+        cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__)
+    )
+
+
+def test_the_stacked_operand_is_neither_sliced_nor_assembled(monkeypatch):
+    """value_and_grad of attention over a computed qkv on CUDA (compiled without a GPU, cuDNN's
+    graphs faked): the forward step reads qkv where its producer wrote it, and the backward
+    step's result is d(qkv) itself: neither the three slices before the forward that
+    `nn.attention` on slices needs, nor the concatenation of dQ, dK and dV into d(qkv)."""
+    from accy.backends.base import backend_for, compile_artifact
+    from accy.backends.cuda.schedule import Library
+
+    _fake_cudnn(monkeypatch)
+    spec = _qkv_spec(bf16, "btphd", token=80, head=2)
+
+    def program(stacked):
+        def body(b, args):
+            qkv = args[0] * args[0]  # computed: not the invocation's input
+            if stacked:
+                out = accy.nn.attention_qkv(qkv, causal=True)
+            else:
+                q, k, v = (qkv.slice("part", j, j + 1, 1).sum("part") for j in range(3))
+                k, v = k.rename("token", "key"), v.rename("token", "key")
+                out = accy.nn.attention(q, k, v, causal=True)
+            out = out.convert(f32)
+            return (out * out).sum(tuple(out.ty.axes))
+
+        return accy.value_and_grad(accy.trace.define("p", [spec], body), wrt=(0,))
+
+    def launched_before_the_forward(compiled) -> int:
+        kinds = [type(a).__name__ for a in compiled.schedule.actions]
+        return kinds.index("Library")
+
+    def concatenates(compiled) -> int:
+        ops = [op for step in compiled.plan.steps for op in (step.op, *step.fused) if op]
+        return sum(op.kind == "concatenate" for op in ops)
+
+    stacked, sliced = (compile_artifact(backend_for("cuda"), program(x), None) for x in (1, 0))
+    forward, backward = (a for a in stacked.schedule.actions if isinstance(a, Library))
+    assert stacked.externals[forward.symbol].library.problem.part_stride > 0
+    assert forward.operands[0] in backward.operands  # qkv, read in place by both
+    assert launched_before_the_forward(stacked) == 1  # x * x, written where cuDNN reads it
+    assert launched_before_the_forward(sliced) == 4  # x * x, then q, k and v copied out
+    assert concatenates(stacked) == 0 and concatenates(sliced) == 1
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("layout", list(QKV_LAYOUTS))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cudnn_stacked_qkv_matches_the_composition(dtype, layout, causal):
+    """Forward and d(qkv) through cuDNN reading the stacked operand in place, against the
+    float64 composition on the same rounded inputs."""
+    _cudnn_or_skip()
+    spec = _qkv_spec(dtype, layout)
+
+    def program(dt):
+        def body(b, args):
+            out = accy.nn.attention_qkv(args[0], causal=causal)
+            out = out.transpose("batch", "head", "token", "dim")
+            weights = np.linspace(-1, 1, out.ty.size).reshape(out.ty.extents)
+            w = b.constant(weights, accy.spec(f32, dict(out.ty.named_extents)))
+            return (out.convert(f32) * w).sum(("batch", "head", "token", "dim"))
+
+        typed = spec.with_dtype(dt)
+        return accy.value_and_grad(accy.trace.define("qkv", [typed], body), wrt=(0,))
+
+    (x,) = _inputs([spec], dtype, seed=6)
+    executable = accy.compile(program(dtype), device="cuda")
+    steps = _library_steps(executable)
+    assert len(steps) == 2, cudnn_attention.decline_reasons()
+    for symbol in steps:
+        assert executable.compiled.externals[symbol].library.problem.part_stride > 0
+    expected = accy.reference.run(program(f64), [x.astype(np.float64)])
+    for name, g, e in zip(["loss", "dqkv"], executable(x), expected, strict=True):
+        _close(_host(g), np.asarray(e), dtype, name)
+
+
+# -- grouped-query attention (`group_axes`) ------------------------------------------------------
+
+GROUPED = {
+    "bshgd": (("batch", "token", "head", "group", "dim"), ("batch", "key", "head", "dim")),
+    "bhgsd": (("batch", "head", "group", "token", "dim"), ("batch", "head", "key", "dim")),
+}
+
+
+def _grouped_specs(dtype, layout, group=4):
+    q_axes, k_axes = GROUPED[layout]
+    sizes = {**EXTENTS, "head": 2, "group": group}
+    return [accy.spec(dtype, {a: sizes[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]
+
+
+def test_describe_reads_fewer_key_value_heads_in_place():
+    from accy.attention.grouped import GroupedSignature, backward_type
+
+    q_axes, k_axes = GROUPED["bshgd"]
+    s = GroupedSignature(q_axes, k_axes, k_axes, ("group",), causal=True)
+    q, k, v = _grouped_specs(bf16, "bshgd")
+    t, d = EXTENTS["token"], EXTENTS["dim"]
+    p = cudnn_attention.describe(s, "backward", [q, k, v])
+    assert (p.b, p.h, p.kv_heads, p.key_heads) == (2, 8, 2, 2)  # query heads (head, group)
+    assert p.q == (t * 8 * d, d, 8 * d, 1) and p.k == p.v == (t * 2 * d, d, 2 * d, 1)
+    # dQ, dK and dV one after another in each batch entry's block of the result.
+    block = (q.size + k.size + v.size) // 2
+    assert backward_type(s, q, k, v).named_extents == (("batch", 2), ("dim", block))
+    assert p.gradient_layout == (
+        (0, (block, d, 8 * d, 1)),
+        (t * 8 * d, (block, d, 2 * d, 1)),
+        (t * 8 * d + t * 2 * d, (block, d, 2 * d, 1)),
+    )
+    assert p.result_size == 2 * block
+    dims = p.graph_dims()
+    assert dims["k"][0] == [2, 2, t, d] and dims["dv"] == ([2, 2, t, d], [block, d, 2 * d, 1])
+
+
+def test_describe_declines_groups_outside_the_query_heads():
+    """cuDNN shares a key/value head among consecutive query heads: the group axes must be
+    the innermost of the query's head dims."""
+    from accy.attention.grouped import GroupedSignature
+
+    q_axes = ("batch", "token", "group", "head", "dim")
+    k_axes = ("batch", "key", "head", "dim")
+    s = GroupedSignature(q_axes, k_axes, k_axes, ("group",))
+    sizes = {**EXTENTS, "group": 4}
+    types = [accy.spec(bf16, {a: sizes[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]
+    with pytest.raises(cudnn_attention.Decline, match="not the innermost of the query's head"):
+        cudnn_attention.describe(s, "forward", types)
+
+
+@pytest.mark.parametrize("dtype", [bf16, f16], ids=["bf16", "f16"])
+@pytest.mark.parametrize("layout", list(GROUPED))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_cudnn_grouped_query_attention_matches_the_composition(dtype, layout, causal):
+    """Forward, dQ and the per-key/value-head dK and dV through cuDNN's grouped-query
+    attention, against the float64 composition of the broadcast operands."""
+    _cudnn_or_skip()
+    specs = _grouped_specs(dtype, layout)
+
+    def program(dt):
+        def body(b, args):
+            out = accy.nn.attention(*args, causal=causal, group_axes="group")
+            out = out.transpose("batch", "head", "group", "token", "dim")
+            weights = np.linspace(-1, 1, out.ty.size).reshape(out.ty.extents)
+            w = b.constant(weights, accy.spec(f32, dict(out.ty.named_extents)))
+            return (out.convert(f32) * w).sum(tuple(out.ty.axes))
+
+        typed = [t.with_dtype(dt) for t in specs]
+        return accy.value_and_grad(accy.trace.define("gqa", typed, body), wrt=(0, 1, 2))
+
+    inputs = _inputs(specs, dtype, seed=7)
+    executable = accy.compile(program(dtype), device="cuda")
+    steps = _library_steps(executable)
+    assert len(steps) == 2, cudnn_attention.decline_reasons()
+    for symbol in steps:
+        assert executable.compiled.externals[symbol].library.problem.kv_heads == 2
+    expected = accy.reference.run(program(f64), [x.astype(np.float64) for x in inputs])
+    for name, g, e in zip(["loss", "dq", "dk", "dv"], executable(*inputs), expected, strict=True):
+        _close(_host(g), np.asarray(e), dtype, name)
+
+
+def _play_cudnn(p, operands: list[np.ndarray], packed_size: int, result_size: int, dpacked):
+    """cuDNN played by NumPy through what `Issuer.issue` gives it: the graph's dims and
+    strides (`Problem.graph_dims`), the operands' addresses (`Problem.operand_pointers`) and
+    the gradients' offsets; query head j shares key/value head j // (h / h_kv). Returns the
+    forward's result (O and hi, lo as `split_stats` writes them) and the backward's."""
+    base = 1 << 40  # operand i's address: (i + 1) << 40, so that its index can be read back
+    pointers = p.operand_pointers([(i + 1) * base for i in range(len(operands))])
+    dims = p.graph_dims()
+
+    def view(name, flat, address=None):
+        address = pointers[name] if address is None else address
+        shape, strides = dims[name]
+        return _strided(flat, shape, strides, (address % base) // 2)
+
+    flat = {n: operands[pointers[n] // base - 1].reshape(-1).astype(np.float64) for n in "qkv"}
+    q, k, v = (view(n, flat[n]) for n in "qkv")
+    share = p.h // p.key_heads
+    k, v = (np.repeat(x, share, axis=1) for x in (k, v))
+    scores = np.einsum("bhsd,bhtd->bhst", q, k) * p.scale
+    if p.causal:
+        scores = np.where(np.tril(np.ones(scores.shape[-2:], bool)), scores, -np.inf)
+    top = scores.max(-1, keepdims=True)
+    stats = np.log(np.exp(scores - top).sum(-1)) + top[..., 0]
+    probabilities = np.exp(scores - stats[..., None])
+    packed = np.zeros(packed_size, np.float64)
+    view("o", packed, 0)[...] = np.einsum("bhst,bhtd->bhsd", probabilities, v)
+    rows = packed.reshape(p.rows, p.packed_row)
+    rows[:, p.dim] = stats.reshape(-1).astype(bf16.numpy).astype(np.float64)
+    rows[:, p.dim + 1] = stats.reshape(-1) - rows[:, p.dim]
+    packed = packed.astype(bf16.numpy)
+    o = view("o", packed.astype(np.float64), 0)
+    do = view("o", dpacked.reshape(-1).astype(np.float64), 0)
+    lse = packed.astype(np.float64).reshape(p.rows, p.packed_row)[:, p.dim : p.dim + 2].sum(-1)
+    prob = np.exp(scores - lse.reshape(stats.shape)[..., None])
+    ds = prob * (np.einsum("bhsd,bhtd->bhst", do, v) - (do * o).sum(-1)[..., None])
+    grads = {
+        "dq": np.einsum("bhst,bhtd->bhsd", ds, k) * p.scale,
+        "dk": np.einsum("bhst,bhsd->bhtd", ds, q) * p.scale,
+        "dv": np.einsum("bhst,bhsd->bhtd", prob, do),
+    }
+    for name in ("dk", "dv"):  # summed over the query heads sharing each key/value head
+        b, _, t, d = grads[name].shape
+        grads[name] = grads[name].reshape(b, p.key_heads, share, t, d).sum(2)
+    result = np.zeros(result_size, np.float64)
+    for (name, value), offset in zip(grads.items(), p.gradient_offsets(), strict=True):
+        shape, strides = dims[name]
+        _strided(result, shape, strides, offset)[...] = value
+    return packed, result
+
+
+def _grouped_case(layout):
+    from accy.attention.grouped import GroupedSignature, grouped_records_for
+
+    q_axes, k_axes = GROUPED[layout]
+    s = GroupedSignature(q_axes, k_axes, k_axes, ("group",), causal=True)
+    sizes = {"batch": 2, "head": 2, "group": 3, "token": 24, "key": 24, "dim": 16}
+    types = [accy.spec(bf16, {a: sizes[a] for a in axes}) for axes in (q_axes, k_axes, k_axes)]
+    return s, types, grouped_records_for(s)
+
+
+def _stacked_case(layout):
+    from accy.attention.qkv import QkvSignature, qkv_records_for
+
+    s = QkvSignature(QKV_LAYOUTS[layout], causal=True)
+    sizes = {"batch": 2, "head": 3, "part": 3, "token": 24, "dim": 16}
+    return s, [accy.spec(bf16, {a: sizes[a] for a in QKV_LAYOUTS[layout]})], qkv_records_for(s)
+
+
+@pytest.mark.parametrize(
+    "case", [("grouped", x) for x in GROUPED] + [("stacked", x) for x in QKV_LAYOUTS], ids=str
+)
+def test_grouped_and_stacked_problems_map_the_results_where_the_records_keep_them(case):
+    """Without a GPU: cuDNN played by NumPy through the grouped and stacked problems' dims,
+    strides and offsets, against the records' references (as for `nn.attention`'s above)."""
+    kind, layout = case
+    s, types, records = (_grouped_case if kind == "grouped" else _stacked_case)(layout)
+    operands = _inputs(types, bf16, seed=10)
+    fwd = cudnn_attention.describe(s, "forward", types)
+    bwd = cudnn_attention.describe(s, "backward", types)
+    assert fwd.chunks == 1 and (kind == "stacked") == (fwd.part_stride > 0)
+    assert (kind == "grouped") == (fwd.kv_heads > 0)
+    forward_type = records.forward.result_type(*types)
+    expected = records.forward.reference(*operands)
+    dpacked = _inputs([forward_type], bf16, seed=11)[0]
+    dpacked[..., fwd.dim :] = 0  # no cotangent of the logsumexp
+    result_type = records.backward.result_type(*types, forward_type, forward_type)
+    packed, result = _play_cudnn(bwd, operands, forward_type.size, result_type.size, dpacked)
+    packed = packed.reshape(forward_type.extents)
+    _close(packed.astype(np.float64), expected.astype(np.float64), bf16, "packed")
+    reference = records.backward.reference(*operands, packed, dpacked)
+    got = result.reshape(result_type.extents)
+    _close(got, np.asarray(reference).astype(np.float64), bf16, "gradients")

@@ -141,6 +141,39 @@ def test_the_kernel_run_on_the_cpu_sums_alike_in_any_block_order(dtype, rows, co
         assert later.tobytes() == outputs[0].tobytes()
 
 
+def _sequential_f32_sum(x: np.ndarray, axis: int) -> np.ndarray:
+    """The f32 sum of `x` along `axis`, rows added in order from 0.0."""
+    total = np.zeros(np.delete(x.shape, axis), np.float32)
+    for row in np.moveaxis(x.astype(np.float32), axis, 0):
+        total = total + row
+    return total
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tokens", "length"), [(bf16, 16, 4), (f32, 6, 16), (bf16, 64, 1)], ids=str
+)
+def test_short_columns_take_a_thread_each_and_sum_in_row_order(dtype, tokens, length):
+    # As the sum of a query group's heads for a key's gradient: columns of a few rows each,
+    # a thread per vector of results (no row lane idle), 2048 bf16 (1024 f32) results a tile,
+    # stored by 256 threads in turn. Each thread adds its rows in order, as the lanes' one
+    # row each were combined: the bits of the sequential f32 sum (then one rounding).
+    shape = {"t": tokens, "g": length, "c": 512}
+    program = _sum_program(dtype, shape, "g")
+    compiled = compile_program(program)
+    [launch] = compiled.schedule.actions
+    cut = choose_column_cut(tokens * 512, length, 16 // dtype.itemsize, COUNTERS)
+    assert (cut.vectors, cut.chunks) == (256, 1) and launch.grid == cut.tiles
+    assert "atomicAdd(" not in compiled.source
+    x = _values(dtype, tuple(shape.values()), np.random.default_rng(5))
+    want = _sequential_f32_sum(x, 1).astype(dtype.numpy)
+    for shift in (0, dtype.itemsize):  # aligned (vector loads) and not (the scalar loop)
+        runs = emulate_kernel(
+            compiled.source, launch.kernel, launch.grid, x, dtype.numpy, (tokens, 512), shift
+        )
+        for got in runs:
+            assert got.tobytes() == want.tobytes(), f"{dtype} shift {shift}"
+
+
 # On a GPU ---------------------------------------------------------------------------------------
 
 SUMS = [
@@ -159,6 +192,8 @@ SUMS = [
     (bf16, {"x": 3, "r": 50, "y": 5, "s": 7, "c": 16}, ("r", "s")),  # kept axes between
     (f32, {"r": 100, "c": 64, "u": 1}, "r"),  # a unit axis after the kept one
     (f64, {"r": 70000, "c": 3}, "r"),  # three long columns: many chunks, one tile
+    (bf16, {"t": 512, "g": 4, "c": 1024}, "g"),  # a query group's 4 heads: a thread a vector
+    (f32, {"t": 100, "g": 16, "c": 260}, "g"),  # 16 rows: a thread each, a partial last tile
 ]
 
 

@@ -14,6 +14,7 @@ import accy
 from accy import bf16, f16, f32, f64, i32, spec
 from accy.backends.cuda import compile_program
 from accy.backends.cuda.reductions import choose_cut
+from accy.backends.cuda.schedule import Batched
 from accy.kernel import toolchain
 
 from ..executors import cuda_device_or_skip, native_cuda, needs_nvcc
@@ -128,6 +129,29 @@ def _adamw(dtype, n=20480):
     return accy.trace.define("adamw", ([spec(f32, n=n)] * 3 + [spec(dtype, n=n)]) * 2, body)
 
 
+def _optimizer_order(dtype, sizes=(20480, 16384, 20480, 20480)):
+    # AdamW as an optimizer traces it (every parameter's moments, the bias corrections of the
+    # step count, then every update), simplified as a jitted step is: the updates move up into
+    # their moments' groups, three parameters of one shape and one of another.
+    def body(b, args):
+        step, params = args[0], [args[1 + 4 * k : 5 + 4 * k] for k in range(len(sizes))]
+        moments = []
+        for _, m, v, g in params:
+            g = g.convert(f32)
+            moments.append((m * 0.9 + g * 0.1, v.abs() * 0.95 + g * g * 0.05))
+        first, second = step * step * 0.1 + 1.0, step * step * 0.05 + 1.0
+        updated = [
+            p - (m / first / ((v / second).sqrt() + 1e-8) + p * 0.01) * 1e-3
+            for (p, _, _, _), (m, v) in zip(params, moments, strict=True)
+        ]
+        return (*updated, *(x for pair in moments for x in pair))
+
+    types = [spec(f32)]
+    for n in sizes:
+        types += [spec(f32, n=n)] * 3 + [spec(dtype, n=n)]
+    return accy.simplify(accy.trace.define("optimizer_order", types, body))
+
+
 def _embedding_gradient(dtype, rows=1000, tokens=512, width=64):
     # A token table's gradient: the updates of 4 x 128 tokens (many repeated) added at their
     # rows (bf16's in a float32 accumulator, then rounded).
@@ -150,7 +174,7 @@ VECTORIZED = [
     _layer_norm,
     _bucket_slices,
 ]
-PROGRAMS = [*VECTORIZED, _odd, _adamw, _embedding_gradient]
+PROGRAMS = [*VECTORIZED, _odd, _adamw, _optimizer_order, _embedding_gradient]
 
 
 def _inputs(program, rng) -> list[np.ndarray]:
@@ -194,9 +218,35 @@ def test_independent_updates_too_wide_for_registers_are_one_kernel_each(dtype, k
     # Two parameters' AdamW updates share no stream: at their fewest lanes (4) the halves'
     # and f32 gradients' 14 streams hold 208-224 bytes of lane values a thread, so each
     # update is its own launch of one kernel; f64 gradients' 2 lanes hold 128 bytes, one launch.
-    compiled = compile_program(_adamw(dtype))
-    names = [action.kernel for action in compiled.schedule.actions]
+    # The two launches touch different buffers: the schedule batches them into one.
+    _assert_one_kernel_per_update(compile_program(_adamw(dtype)), kernels)
+
+
+def _assert_one_kernel_per_update(compiled, kernels: int) -> None:
+    """`compiled` runs `kernels` launches of one kernel in plan order; more than one are
+    batched into one launch."""
+    schedule = compiled.schedule
+    names = [action.kernel for action in schedule.serial or schedule.actions]
     assert len(names) == kernels and len(set(names)) == 1, names
+    if kernels > 1:
+        (batched,) = schedule.actions
+        assert isinstance(batched, Batched) and len(batched.members) == kernels
+
+
+def test_updates_sharing_only_splat_constants_are_still_independent():
+    # Simplification makes one value of each splat constant (0.9, 0.95...) for both updates;
+    # recomputing a constant is no shared work, so the updates stay a kernel each.
+    _assert_one_kernel_per_update(compile_program(accy.simplify(_adamw(bf16))), 2)
+
+
+def test_each_parameter_of_an_optimizer_group_is_a_part_and_one_shape_one_launch():
+    # Three parameters of 20480 elements: their moments and updates one group, a kernel per
+    # parameter, launched as one; the parameter of 16384 elements a group of its own.
+    compiled = compile_program(_optimizer_order(bf16))
+    groups = [s for s in compiled.plan.steps if s.kind == "group"]
+    assert sorted(len(s.members) for s in groups) == [3, 9]
+    batched = [a for a in compiled.schedule.actions if isinstance(a, Batched)]
+    assert [len(a.members) for a in batched] == [3]
 
 
 def test_bf16_scatter_sums_are_rounded_8_values_a_thread():

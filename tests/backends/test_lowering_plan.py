@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import accy
 from accy import f32, spec
+from accy.backends.cpu import compile as cpu_compile
+from accy.backends.cpu.executable import CpuExecutable
 from accy.lower import build_plan, explain
 from accy.lower.buffers import Lifetime, place
 from accy.lower.fusion import MAX_INLINE_DEPTH
 from accy.lower.grouping import MAX_GROUP_OPERATIONS
+from accy.lower.target import CPU
 from accy.lower.views import reshaped_strides
 
 from ..executors import EXECUTORS
@@ -160,6 +165,67 @@ def test_loops_reading_contiguous_slices_of_a_buffer_become_one_loop():
     got = accy.compile(program, device="cpu")(*inputs)
     for g, e in zip(got, accy.reference.run(program, inputs), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-6)
+
+
+def _moments(m, v, g):
+    return m * 0.9 + g * 0.1, v * 0.95 + g * g * 0.05
+
+
+def _update(p, m, v):
+    return p - m / (v.sqrt() + 1e-8) * 1e-3
+
+
+def _raised_update(others: int = 9):
+    """Optimizer steps in an order that moving loops down cannot mend: parameter a's moments
+    (over n), two parameters' moments and updates (over k), `others` parameters' moments (over
+    e), a's update, then the others' updates. Moving the e moments down next to their updates
+    brings a's update within reach of its moments only after they were considered."""
+
+    def body(b, args):
+        params = [args[i : i + 4] for i in range(0, len(args), 4)]
+        (p, m, v, g), kept, later = params[0], params[1:3], params[3:]
+        moments = _moments(m, v, g)
+        steps = [
+            x for q, *rest in kept for pair in [_moments(*rest)] for x in (*pair, _update(q, *pair))
+        ]
+        later_moments = [_moments(*rest) for _, *rest in later]
+        updated = _update(p, *moments)
+        later_updates = [_update(q[0], *pair) for q, pair in zip(later, later_moments, strict=True)]
+        return (
+            *moments,
+            updated,
+            *steps,
+            *(x for pair in later_moments for x in pair),
+            *later_updates,
+        )
+
+    types = [spec(f32, n=64)] * 4 + [spec(f32, k=48)] * 8 + [spec(f32, e=32)] * (4 * others)
+    return accy.trace.define("raised", types, body)
+
+
+def test_a_loop_moves_up_to_the_last_loop_over_its_elements():
+    # a's update joins the group of its moments: one pass over n's buffers, not two.
+    program = _raised_update()
+    plan = build_plan(program, dataclasses.replace(CPU, clusters_loops=True))
+    groups = [(step.kind, len(step.members)) for step in plan.steps]
+    assert groups == [("group", 3), ("group", 6), ("group", 27)]
+    assert plan.steps[0].members[0].op.type.size == 64
+    # In program order (no reordering) a's update is a pass of its own after the e moments.
+    unordered = [(step.kind, len(step.members)) for step in build_plan(program).steps]
+    assert unordered == [("group", 2), ("group", 6), ("group", 18), ("loop", 0), ("group", 9)]
+
+
+def test_the_plan_with_raised_loops_computes_the_reference_values(monkeypatch):
+    program = _raised_update()
+    target = dataclasses.replace(CPU, clusters_loops=True)
+    monkeypatch.setattr(cpu_compile, "build_plan", lambda p: build_plan(p, target))
+    compiled = cpu_compile.compile_program(program)
+    assert len(compiled.plan.steps) == 3
+    rng = np.random.default_rng(3)
+    inputs = [rng.random(t.extents, dtype=np.float32) for t in program.parameter_types]
+    got = CpuExecutable(compiled)(*inputs)
+    for g, w in zip(got, accy.reference.run(program, inputs), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
 
 
 def test_a_slice_of_a_group_members_result_starts_a_new_loop():

@@ -14,9 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import composition
+from . import qkv as qkv_module
 from . import signature as signature_module
+from .grouped import GroupedSignature, check_grouped, grouped_records_for
 from .records import records_for
-from .signature import Signature, check, reject_options
+from .signature import Shape, Signature, check, reject_options
 
 
 def attention(
@@ -31,6 +33,7 @@ def attention(
     scale: float | None = None,
     bias: Any = None,
     implementation: str | None = None,
+    group_axes: str | tuple[str, ...] = (),
 ) -> Any:
     """softmax(scale · query·key over `dim_axis` + bias) · value over `key_axis`, fused.
 
@@ -55,6 +58,11 @@ def attention(
     derivatives of second and higher order go through the composition (the backward record's
     fallback).
 
+    `group_axes` (grouped-query attention): batch axes of the query that `key` and `value`
+    lack, each key/value entry shared by all the query's entries along them (as if broadcast
+    along them). On CUDA, cuDNN reads the keys and values as they are (fewer key/value heads)
+    and gives their gradients per key/value head; elsewhere they are broadcast.
+
     >>> import accy, numpy as np
     >>> spec = accy.spec(accy.f32, token=3, dim=2)
     >>> def f(b, a):
@@ -67,6 +75,29 @@ def attention(
     [[0.0, 1.0], [1.0, 2.0], [2.0, 3.0]]
     """
     reject_options(causal, scale, implementation)
+    groups = (group_axes,) if isinstance(group_axes, str) else tuple(group_axes)
+    if groups:
+        grouped = GroupedSignature(
+            query.ty.axes,
+            key.ty.axes,
+            value.ty.axes,
+            groups,
+            query_axis,
+            key_axis,
+            dim_axis,
+            causal,
+            None if scale is None else float(scale),
+        )
+        shape = check_grouped(grouped, query.ty, key.ty, value.ty)
+        if bias is None and not _composed(implementation, shape):
+            records = grouped_records_for(grouped).register()
+            packed = records.forward.call(query.builder, query, key, value)
+            out = query.builder.slice(packed, dim_axis, 0, shape.dim)
+            return query.builder.convert(out, query.ty.dtype)
+        key, value = (
+            query.builder.broadcast_to(x, grouped.broadcast_type(x.ty, query.ty))
+            for x in (key, value)
+        )
     signature = Signature(
         query.ty.axes,
         key.ty.axes,
@@ -82,10 +113,7 @@ def attention(
     shape = check(signature, *types)
     operands = [query, key, value] + ([] if bias is None else [bias])
     builder = query.builder
-    if implementation == "composition" or (
-        implementation is None
-        and signature_module.records_composition(shape.tokens * shape.keys, query.ty.dtype)
-    ):
+    if _composed(implementation, shape):
         out, _ = composition.softmax_parts(builder, signature, shape, *operands)
     else:
         packed = records_for(signature).register().forward.call(builder, *operands)
@@ -93,4 +121,60 @@ def attention(
     return builder.convert(out, query.ty.dtype)
 
 
-__all__ = ["attention"]
+def _composed(implementation: str | None, shape: Shape) -> bool:
+    """Whether `nn.attention` records the composition itself (see `implementation`)."""
+    return implementation == "composition" or (
+        implementation is None
+        and signature_module.records_composition(shape.tokens * shape.keys, shape.dtype)
+    )
+
+
+def attention_qkv(
+    qkv: Any,
+    *,
+    part_axis: str = "part",
+    query_axis: str = "token",
+    key_axis: str = "key",
+    dim_axis: str = "dim",
+    causal: bool = False,
+    scale: float | None = None,
+    bias: Any = None,
+    implementation: str | None = None,
+) -> Any:
+    """Self-attention of the query, key and value stacked in `qkv` (entries 0, 1, 2 of
+    `part_axis`): `nn.attention(q, k, v)` with k and v's `query_axis` renamed `key_axis`,
+    the same options and result ({..., query_axis, dim_axis}, the other axes in `qkv`'s
+    order). On CUDA, cuDNN reads q, k and v in place and writes their gradients into the
+    gradient of `qkv` directly (no slices, no concatenation).
+
+    >>> import accy, numpy as np
+    >>> spec = accy.spec(accy.f32, token=3, part=3, dim=2)
+    >>> p = accy.trace.define("attend", [spec], lambda b, a: accy.nn.attention_qkv(a[0]))
+    >>> x = np.zeros((3, 3, 2), np.float32); x[:, 2] = np.arange(6).reshape(3, 2)
+    >>> accy.reference.run(p, [x])[0].tolist()
+    [[2.0, 3.0], [2.0, 3.0], [2.0, 3.0]]
+    """
+    reject_options(causal, scale, implementation)
+    s = qkv_module.QkvSignature(
+        qkv.ty.axes,
+        part_axis,
+        query_axis,
+        key_axis,
+        dim_axis,
+        causal,
+        None if scale is None else float(scale),
+    )
+    shape = qkv_module.check_qkv(s, qkv.ty)
+    if _composed(implementation, shape) or bias is not None:
+        options = dict(query_axis=query_axis, key_axis=key_axis, dim_axis=dim_axis)
+        q, k, v = qkv_module.split_operand(qkv.builder, s, qkv)
+        return attention(
+            q, k, v, **options, causal=causal, scale=scale, bias=bias, implementation=implementation
+        )
+    builder = qkv.builder
+    packed = qkv_module.qkv_records_for(s).register().forward.call(builder, qkv)
+    out = builder.slice(packed, dim_axis, 0, shape.dim)  # the last entries are the logsumexp
+    return builder.convert(out, qkv.ty.dtype)
+
+
+__all__ = ["attention", "attention_qkv"]

@@ -196,7 +196,7 @@ def _kernel(
         _GRAPHS.decline(where, f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
         return None
     step = CudnnAttention(problem, workspace)
-    names = ["q", "k", "v", "bias"][: 3 + problem.has_bias]
+    names = list(problem.operand_names)
     names += ["packed", "dpacked"] if part == "backward" else []
     parameters = [("dst", result), *zip(names, types, strict=True)]
     digest = hashlib.sha256(repr(problem).encode()).hexdigest()[:16]
@@ -233,6 +233,21 @@ class Problem:
     # Each query sequence cut into this many chunks, given to cuDNN as query heads that share
     # the key/value head (grouped-query attention): see `query_chunks`.
     chunks: int = 1
+    # Nonzero: q, k and v are one stacked operand, entries 0, 1, 2 this many elements apart,
+    # and the backward's result is its gradient (dQ, dK, dV as far apart, strided as q).
+    part_stride: int = 0
+    # Grouped-query attention: this many key/value heads (0: as many as query heads, h), each
+    # shared by h / kv_heads consecutive query heads.
+    kv_heads: int = 0
+    # Where the backward writes dQ, dK and dV when they are not rows of one layout: (element
+    # offset, strides of (b, h, s, d)) of each, in a result of `result_size` elements.
+    gradient_layout: tuple[tuple[int, tuple[int, int, int, int]], ...] | None = None
+    result_size: int = 0
+
+    @property
+    def key_heads(self) -> int:
+        """Key/value heads: `kv_heads`, or h."""
+        return self.kv_heads or self.h
 
     @property
     def has_bias(self) -> bool:
@@ -247,14 +262,19 @@ class Problem:
             b, h, s, d = strides
             return [b, h if c == 1 else rows * s, s, d]
 
-        q_dims, k_dims = [self.b, self.h * c, rows, self.dim], [self.b, self.h, self.keys, self.dim]
+        q_dims = [self.b, self.h * c, rows, self.dim]
+        k_dims = [self.b, self.key_heads, self.keys, self.dim]
+        grads = [self.grads] * 3
+        if self.gradient_layout is not None:
+            grads = [strides for _, strides in self.gradient_layout]
         dims = {
             "q": (q_dims, chunked(self.q)),
             "k": (k_dims, list(self.k)),
             "v": (k_dims, list(self.v)),
             "o": (q_dims, chunked(self.o)),
-            "dq": (q_dims, chunked(self.grads)),
-            "dk": (k_dims, list(self.grads)),
+            "dq": (q_dims, chunked(grads[0])),
+            "dk": (k_dims, list(grads[1])),
+            "dv": (k_dims, list(grads[2])),
             "stats": ([self.b, self.h * c, rows, 1], [self.h * self.tokens, rows, 1, 1]),
         }
         if self.bias is not None:
@@ -266,7 +286,8 @@ class Problem:
     @property
     def summary(self) -> str:
         return (
-            f"[b={self.b} h={self.h} s_q={self.tokens} s_kv={self.keys} d={self.dim} "
+            f"[b={self.b} h={self.h}{f' h_kv={self.kv_heads}' if self.kv_heads else ''} "
+            f"s_q={self.tokens} s_kv={self.keys} d={self.dim} "
             f"{self.dtype}{' causal' if self.causal else ''}{' bias' if self.has_bias else ''} "
             f"scale={self.scale:.6g}{f' chunks={self.chunks}' if self.chunks > 1 else ''}]"
         )
@@ -284,8 +305,26 @@ class Problem:
     def gradient_offsets(self) -> tuple[int, int, int]:
         """Element offsets of dQ, dK and dV in the backward's result (rows [dQ; dK; dV] of
         each batch entry)."""
+        if self.gradient_layout is not None:
+            return tuple(offset for offset, _ in self.gradient_layout)
+        if self.part_stride:
+            return 0, self.part_stride, 2 * self.part_stride
         row = self.grads[2]
         return 0, self.tokens * row, (self.tokens + self.keys) * row
+
+    def operand_pointers(self, operands: Sequence[int]) -> dict[str, int]:
+        """The addresses of q, k, v (and the bias) from the step's operand addresses."""
+        if self.part_stride:
+            return {n: operands[0] + 2 * j * self.part_stride for j, n in enumerate("qkv")}
+        names = ["q", "k", "v", "bias"][: 3 + self.has_bias]
+        return dict(zip(names, operands[: 3 + self.has_bias], strict=True))
+
+    @property
+    def operand_names(self) -> list[str]:
+        """The step's operands before the backward's packed and dpacked."""
+        if self.part_stride:
+            return ["qkv"]
+        return ["q", "k", "v", "bias"][: 3 + self.has_bias]
 
     def buffers(self) -> dict[str, int]:
         """Bytes of each buffer the step keeps in its scratch: the f32 Stats, and in the
@@ -353,7 +392,9 @@ def describe(
     s: Signature, part: str, types: Sequence[TensorType], chosen: Settings | None = None
 ) -> Problem:
     """The cuDNN problem of a call (dims and strides, read in place), or `Decline`; built
-    with the settings `chosen` (default: `settings()`).
+    with the settings `chosen` (default: `settings()`). `s` may be a stacked signature
+    (`qkv.QkvSignature`: one operand holding q, k and v along its part axis), read in place
+    too, its gradient written into d(qkv).
 
     >>> from accy import spec, bf16
     >>> s = Signature(("batch", "token", "head", "dim"), ("batch", "key", "head", "dim"),
@@ -366,32 +407,76 @@ def describe(
     """
     if not config.cudnn_attention:
         raise Decline("switched off (accy.config.cudnn_attention, ACCY_CUDNN_ATTENTION=0)")
-    count = 3 if s.bias is None else 4
-    shape = check(s, *types[:count])
+    if getattr(s, "groups", None):
+        return _describe_grouped(s, part, types, chosen)
+    split = getattr(s, "split", None)
+    if split is None:
+        count = 3 if s.bias is None else 4
+        names = ["q", "k", "v", "bias"][:count]
+        operands = dict(zip(names, types[:count], strict=True))
+        rows = {"q": s.query_axis, "k": s.key_axis, "v": s.key_axis}
+        return _describe(s, part, operands, operands, rows, chosen)
+    qkv = types[0]
+    operands = dict(zip("qkv", s.split_types(qkv), strict=True))
+    # Each of q, k and v is read from the stacked operand, its rows along the query axis.
+    return _describe(
+        split,
+        part,
+        operands,
+        dict.fromkeys("qkv", qkv),
+        dict.fromkeys("qkv", s.query_axis),
+        chosen,
+        part_axis=s.part_axis,
+    )
+
+
+def _describe(
+    s: Signature,
+    part: str,
+    operands: dict[str, TensorType],
+    views: dict[str, TensorType],
+    rows: dict[str, str],
+    chosen: Settings | None,
+    part_axis: str | None = None,
+    kv_without: tuple[str, ...] = (),
+) -> Problem:
+    """`describe` of the operands' types `operands` (q, k, v[, bias]) read through `views`
+    (the types their memory has: themselves, or the stacked operand) with the rows of each
+    along `rows`; with `part_axis`, q, k and v are entries 0, 1, 2 of it in every view and the
+    backward's result is laid out as the stacked operand."""
+    shape = check(s, *operands.values())
     if shape.dtype not in (bf16, f16):
         raise Decline(f"cuDNN's fused attention needs bf16 or f16, not {shape.dtype.name}")
-    operands = dict(zip(["q", "k", "v", "bias"], types[:count], strict=False))
     if shape.tokens == 0 or shape.keys == 0 or shape.dim == 0 or shape.batch_size == 0:
         raise Decline("an empty operand")
-    groups = _batch_groups(s, {n: t for n, t in operands.items() if n != "bias"})
+    if kv_without:  # the query's (b, h); the key and value lack the group axes of its h
+        groups = _batch_groups(s, {"q": views["q"]})
+        if kv_without != groups[1][len(groups[1]) - len(kv_without) :]:
+            raise Decline(
+                f"the group axes {kv_without} are not the innermost of the query's head axes "
+                f"{groups[1]} (cuDNN shares each key/value head among consecutive query heads)"
+            )
+    else:
+        groups = _batch_groups(s, {n: views[n] for n in "qkv"})
+    kv_groups = (groups[0], groups[1][: len(groups[1]) - len(kv_without)])
     dims: dict[str, tuple[int, int, int, int]] = {}
     for name in ("q", "k", "v"):
-        t = operands[name]
-        seq = s.query_axis if name == "q" else s.key_axis
+        t = views[name]
         strides = element_strides(t)
-        (b, sb), (h, sh) = (_group(t, g, name) for g in groups)
+        (b, sb), (h, sh) = (_group(t, g, name) for g in (groups if name == "q" else kv_groups))
         if strides[s.dim_axis] != 1:
             raise Decline(
                 f"the {name} {t} does not have the dim axis {s.dim_axis!r} innermost "
                 "(cuDNN reads rows of dim contiguous values)"
             )
-        dims[name] = (sb, sh, strides[seq], 1)
-    b = math.prod(types[0].extent(a) for a in groups[0]) if groups[0] else 1
-    h = math.prod(types[0].extent(a) for a in groups[1]) if groups[1] else 1
+        dims[name] = (sb, sh, strides[rows[name]], 1)
+    q_type = operands["q"]
+    b = math.prod(q_type.extent(a) for a in groups[0]) if groups[0] else 1
+    h = math.prod(q_type.extent(a) for a in groups[1]) if groups[1] else 1
     chosen = settings() if chosen is None else chosen
     _check_parallelism(b * h, shape.tokens, chosen.min_blocks)
     bias = None
-    if count == 4:
+    if "bias" in operands:
         t = operands["bias"]
         if not (t.has(s.query_axis) and t.has(s.key_axis)):
             raise Decline(f"the bias {t} lacks the query or the key axis (cuDNN needs both)")
@@ -408,10 +493,16 @@ def describe(
         element_strides(packed)[s.query_axis],
         1,
     )
-    result = backward_type(s, shape)
-    grads = (*(_group(result, g, "result")[1] for g in groups), shape.dim, 1)
+    part_stride = 0
+    if part_axis is None:
+        result = backward_type(s, shape)
+        grads = (*(_group(result, g, "result")[1] for g in groups), shape.dim, 1)
+    else:  # d(qkv): dQ, dK and dV with the stacked operand's strides, entries of its part axis
+        grads = dims["q"]
+        part_stride = element_strides(views["q"])[part_axis]
     o, grads = (_dense_when_single((b, h, shape.tokens, shape.dim), x) for x in (o, grads))
     chunks = query_chunks(b, h, shape.tokens, s.causal)
+    kv_heads = math.prod(q_type.extent(a) for a in kv_groups[1]) if kv_without else 0
     return Problem(
         part,
         shape.dtype.name,
@@ -430,7 +521,42 @@ def describe(
         s.scale_for(shape.dim),
         chosen,
         chunks,
+        part_stride,
+        kv_heads,
     )
+
+
+def _describe_grouped(
+    s: Any, part: str, types: Sequence[TensorType], chosen: Settings | None
+) -> Problem:
+    """`describe` of grouped-query attention (`grouped.GroupedSignature`): the key and value
+    lack the query's group axes and are read in place with their own heads (cuDNN's h_k);
+    the backward writes dQ, dK and dV in the operands' own layouts, one after another in each
+    block of its result (`grouped.backward_type`)."""
+    from dataclasses import replace
+
+    q, k, v = types[:3]
+    operands = {"q": q, "k": s.broadcast_type(k, q), "v": s.broadcast_type(v, q)}
+    views = {"q": q, "k": k, "v": v}
+    rows = {"q": s.query_axis, "k": s.key_axis, "v": s.key_axis}
+    problem = _describe(s.split, part, operands, views, rows, chosen, kv_without=s.groups)
+    blocks, block = s.result_blocks(q, k, v)
+    if blocks > 1 and (problem.b != blocks or problem.q[0] != q.size // blocks):
+        raise Decline(f"the query {q}'s batch dims do not lie as the result's blocks")
+    layout, at = [], 0
+    for t, strides in ((q, problem.q), (k, problem.k), (v, problem.v)):
+        layout.append((at, (block if blocks > 1 else strides[0], *strides[1:])))
+        at += t.size // blocks
+    layout = [
+        (offset, _dense_when_single(dims, x))
+        for (offset, x), dims in zip(
+            layout,
+            [(problem.b, problem.h, problem.tokens, problem.dim)]
+            + [(problem.b, problem.key_heads, problem.keys, problem.dim)] * 2,
+            strict=True,
+        )
+    ]
+    return replace(problem, gradient_layout=tuple(layout), result_size=blocks * block)
 
 
 CHUNKED_HEADS = 128  # query chunks are made until batch x chunks reaches this
@@ -553,7 +679,7 @@ def _build(p: Problem) -> Built:
             stats=t["stats"],
             **common,
         )
-        for gradient, like in ((dq, "dq"), (dk, "dk"), (dv, "dk")):
+        for gradient, like in ((dq, "dq"), (dk, "dk"), (dv, "dv")):
             gradient.set_output(True).set_dim(dims[like][0]).set_stride(dims[like][1])
             gradient.set_data_type(io)
         t |= {"dq": dq, "dk": dk, "dv": dv}
@@ -658,7 +784,7 @@ def _sizes(p: Problem) -> dict[str, int]:
     """Bytes of every tensor of `p`'s graph (operands from their strides; O and dO the whole
     forward result, whose lse slots the helper kernels touch; dK and dV the whole backward
     result, as they lie in it)."""
-    q_dims, k_dims = (p.b, p.h, p.tokens, p.dim), (p.b, p.h, p.keys, p.dim)
+    q_dims, k_dims = (p.b, p.h, p.tokens, p.dim), (p.b, p.key_heads, p.keys, p.dim)
     sizes = {
         "q": _span(q_dims, p.q) * 2,
         "k": _span(k_dims, p.k) * 2,
@@ -666,6 +792,8 @@ def _sizes(p: Problem) -> dict[str, int]:
         "o": p.rows * p.packed_row * 2,  # the forward's whole result (O and the lse slots)
         "stats": p.rows * 4,
     }
+    if p.part_stride:  # the stacked operand: q's span and the two entries after it
+        sizes["qkv"] = (_span(q_dims, p.q) + 2 * p.part_stride) * 2
     if p.bias is not None:
         sizes["bias"] = _span(*zip(*p.bias, strict=True)) * 2
     if p.part == "backward":
@@ -678,6 +806,10 @@ def _result_bytes(p: Problem) -> int:
     """Bytes of the record's result: [O | lse slots] rows, or [dQ; dK; dV] rows."""
     if p.part == "forward":
         return p.rows * p.packed_row * 2
+    if p.result_size:
+        return p.result_size * 2
+    if p.part_stride:  # d(qkv)
+        return (_span((p.b, p.h, p.tokens, p.dim), p.grads) + 2 * p.part_stride) * 2
     return p.b * p.h * (p.tokens + 2 * p.keys) * p.dim * 2
 
 
@@ -820,8 +952,7 @@ class Issuer:
         before a capture."""
         p = self.problem
         sizes = _sizes(p)
-        operands = ["q", "k", "v"] + (["bias"] if p.bias is not None else [])
-        operands += ["o", "do"] if p.part == "backward" else []
+        operands = p.operand_names + (["o", "do"] if p.part == "backward" else [])
         sizes = [sizes[name] for name in operands]
         result = _result_bytes(p)
         stream = cupy.cuda.Stream(non_blocking=True)
@@ -847,7 +978,7 @@ class Issuer:
         base = -(-scratch // ALIGN) * ALIGN
         at = {name: base + offset for name, offset in self.offsets.items()}
         workspace = base + self.workspace_at
-        pointers = dict(zip(["q", "k", "v", "bias"], operands[: 3 + p.has_bias], strict=False))
+        pointers = p.operand_pointers(operands)
         rows, grid = _i64(p.rows), ((_blocks(p.rows),), (BLOCK,))
         dims = (_i32(p.dim), _i32(p.packed_row))
         h = handle(0)

@@ -139,11 +139,11 @@ def logits(p: dict, ids, s: Config, policy=None, fused: bool = False, implementa
     for i in range(s.layers):
         h = norm(x, p[f"l{i}_ln1_gain"], p[f"l{i}_ln1_bias"])
         qkv = h.contract(p[f"l{i}_qkv"], "channel") + p[f"l{i}_qkv_bias"]
-        q, k, v = (qkv.slice("part", j, j + 1, 1).sum("part") for j in range(3))
-        k, v = k.rename("token", "key"), v.rename("token", "key")
-        if fused:
-            mixed = nn.attention(q, k, v, causal=True, implementation=implementation)
+        if fused:  # q, k and v read where the projection wrote them
+            mixed = nn.attention_qkv(qkv, causal=True, implementation=implementation)
         else:
+            q, k, v = (qkv.slice("part", j, j + 1, 1).sum("part") for j in range(3))
+            k, v = k.rename("token", "key"), v.rename("token", "key")
             scores = q.contract(k, "dim") * (1.0 / math.sqrt(s.head_dim))
             weights = nn.softmax(nn.causal_mask(scores, "token", "key"), "key")
             mixed = weights.contract(v, "key")

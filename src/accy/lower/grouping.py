@@ -163,6 +163,39 @@ def consecutive_groups(steps, check: FlatCheck) -> list[tuple[list[int], list[in
     return [(ahead, members) for ahead, members in groups if len(members) > 1]
 
 
+def loops_raised_to_siblings(steps, check: FlatCheck, window: int) -> list:
+    """`steps` with each flat loop moved up to just after the last flat loop over as many
+    elements before it, at most `window` steps before it, where nothing in between writes what
+    it reads: for `consecutive_groups` to make them one pass.
+
+    AdamW computes every parameter's moments, then every parameter's update: the update of
+    Llama's stacked MLP weights came 12 to 19 steps after their moments, past the moments of
+    the other shapes, and ran as a pass of its own that read the moments back (5.1 ms of the
+    H200's step for 0.8 B parameters). Raised, it joins their group. A loop only moves up, to
+    where everything it reads is written, so every dependence holds; one pass and a sort keep
+    planning linear. Sort keys: step i keeps (i,); a raised loop takes its sibling's key plus
+    (i,), which sorts after the sibling and before step sibling + 1, after any loop raised to
+    that sibling before it."""
+    keys: list[tuple[int, ...]] = []
+    writer_key: dict[int, tuple[int, ...]] = {}
+    last_loop: dict[int, tuple[tuple[int, ...], int]] = {}  # elements -> (key, index)
+    for index, step in enumerate(steps):
+        key: tuple[int, ...] = (index,)
+        domain = check.domain(step) if step.kind == "loop" else None
+        if domain is not None:
+            sibling = last_loop.get(domain)
+            if sibling is not None and index - sibling[1] <= window:
+                ready = max((writer_key[v] for v in step.reads if v in writer_key), default=())
+                if ready <= sibling[0]:
+                    key = (*sibling[0], index)
+            last_loop[domain] = (key, index)
+        keys.append(key)
+        for value in step.writes:
+            writer_key[value] = key
+    order = sorted(range(len(steps)), key=keys.__getitem__)
+    return [steps[i] for i in order]
+
+
 def _passable(step, written: set[int]) -> bool:
     """Whether `step` is a scalar loop that can run before the open group, whose members wrote
     `written`: it reads none of those."""

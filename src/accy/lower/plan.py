@@ -20,6 +20,7 @@ from .expand import expand_compositions
 from .grouping import (
     FlatCheck,
     consecutive_groups,
+    loops_raised_to_siblings,
     reduction_chains,
     reduction_epilogues,
     same_footprint,
@@ -431,7 +432,9 @@ def _cluster_loops(steps: list[Step], check: FlatCheck) -> list[Step]:
     the steps in between that read its results (directly or through each other) along after
     that loop, unless that loop reads what they write. SwiGLU's backward computes silu(g) * u
     for the down projection's weight gradient, then, after the GEMM giving its gradient dp,
-    dp * silu(g) and dp * u * silu'(g): one pass over g, u and dp instead of three."""
+    dp * silu(g) and dp * u * silu'(g): one pass over g, u and dp instead of three. Then each
+    loop moves up next to the last such loop before it where its reads allow
+    (`grouping.loops_raised_to_siblings`: AdamW's updates join their moments)."""
     steps = list(steps)
     index = 0
     while index < len(steps):
@@ -447,7 +450,7 @@ def _cluster_loops(steps: list[Step], check: FlatCheck) -> list[Step]:
             index = end
         else:
             steps = moved
-    return steps
+    return loops_raised_to_siblings(steps, check, CLUSTER_WINDOW)
 
 
 def _loop_domain(step: Step, check: FlatCheck) -> int | None:

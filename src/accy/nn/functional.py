@@ -19,7 +19,7 @@ from typing import Any
 import optree
 
 from .. import random
-from ..attention import attention
+from ..attention import attention, attention_qkv
 from ..core.builder import Value
 from ..core.types import DType, TensorType, bf16, bool_, f16, f32, i32
 from ..errors import AccyError, AxisError, DTypeError
@@ -28,6 +28,7 @@ from .fp8 import OPERAND_DTYPES, Fp8Policy
 __all__ = [
     "MixedPrecision",
     "attention",
+    "attention_qkv",
     "avg_pool",
     "causal_mask",
     "cross_entropy",

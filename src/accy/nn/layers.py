@@ -458,8 +458,10 @@ class MultiHeadAttention(Module):
                 t = TensorType(i32, (("token", q.ty.extent("token")), ("key", k.ty.extent("key"))))
                 mask = mask & (q.builder.iota(t, "key") <= q.builder.iota(t, "token"))
             bias = _mask_bias(mask, q.dtype)
+        # Grouped-query heads: k and v without the query's `group` axis (cuDNN reads them so).
+        groups = ("group",) if self.grouped else ()
         mixed = F.attention(
-            q, *self._shared(k, v, q), causal=self.causal and bias is None, bias=bias
+            q, k, v, causal=self.causal and bias is None, bias=bias, group_axes=groups
         )
         return self.output(mixed)
 

@@ -187,7 +187,8 @@ class Schedule:
     actions: list[Action] = field(default_factory=list)
     handles: int = 0
     # The `Access` of each top-level action (its step's), recorded by `steps.emit_plan` while
-    # `depth` is 0 (not inside a step): what `batch_launches` may reorder and merge.
+    # `depth` is 0 (not inside a step): what `batch_launches` may reorder and merge. `depth` is
+    # 1 while a top-level step's code runs, more inside the plans of its bodies.
     accesses: list[Access] = field(default_factory=list)
     depth: int = 0
     # Set by `batch_launches`: the actions in plan order, and the (input, output) pairs whose

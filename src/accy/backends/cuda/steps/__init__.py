@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ....lower.plan import Plan
-from ..context import Region, StepCode, StepContext, level_address
+from ..context import Region, StepCode, StepContext
 from ..kernels import Module
-from ..schedule import BARRIER, SCRATCH, WORKSPACE, Access, Level, Range, Schedule
+from ..schedule import Level, Schedule
 from .calls import emit_copy, emit_custom_call
+from .common import step_access
 from .control import emit_cond, emit_while
 from .conv import emit_conv
 from .dot import emit_dot
@@ -101,58 +102,23 @@ def _emit(
 
         def schedule_plan(level: Level, schedule: Schedule) -> None:
             for ctx, code in zip(contexts, codes, strict=True):
-                if schedule.depth:  # inside a step (a scan's body): that step's access holds
-                    code(level, schedule)
-                    continue
-                start = len(schedule.actions)
-                schedule.depth += 1
+                start, known = len(schedule.actions), len(schedule.accesses)
+                schedule.depth += 1  # 1: the code of a top-level step (see `Schedule.depth`)
                 try:
                     code(level, schedule)
                 finally:
                     schedule.depth -= 1
+                if schedule.depth:  # inside a step (a scan's body): that step's access holds
+                    continue
+                # A step's code may record the accesses of its launches itself (a group's
+                # independent parts: `group.part_launches`); the step's access covers any
+                # launches after those.
+                launched = len(schedule.actions) - start
                 access = step_access(ctx, level)
-                schedule.accesses += [access] * (len(schedule.actions) - start)
+                schedule.accesses += [access] * (launched - (len(schedule.accesses) - known))
 
         module.plan_code[id(plan)] = (plan, schedule_plan)
     return module.plan_code[id(plan)][1]
-
-
-# Steps whose memory is their plan step's reads, writes and scratch (and the shared scratch
-# region, when they reserve some); the others (scans, conds, custom calls, copies) are barriers.
-KNOWN_ACCESS = frozenset(
-    {"loop", "group", "reduce", "reductions", "chain", "scatter", "dot", "sort"}
-)
-
-
-def step_access(ctx: StepContext, level: Level) -> Access:
-    """The bytes `ctx`'s step reads and writes when its plan runs at `level`: its stored
-    values, its planned scratch, and the shared scratch region when it uses any (every step
-    that does starts at its offset 0, so any two of them overlap)."""
-    if ctx.step.kind not in KNOWN_ACCESS:
-        return BARRIER
-    reads = [_value_range(ctx.plan, level, v) for v in ctx.step.reads]
-    writes = [_value_range(ctx.plan, level, v) for v in ctx.step.writes]
-    if None in reads or None in writes:
-        return BARRIER
-    for scratch in ctx.step.scratch:
-        start = level.ws + ctx.workspace_scratch(scratch.name)
-        writes.append((WORKSPACE, start, start + scratch.nbytes))
-    if ctx.scratch_used:
-        writes.append((SCRATCH, 0, ctx.scratch_used))
-    writes += ctx.staged_ranges
-    return Access(tuple(reads), tuple(writes))
-
-
-def _value_range(plan: Plan, level: Level, value: int) -> Range | None:
-    """The bytes of the buffer that holds `value` (its own, or the one it is a view of)."""
-    slot = plan.slots.get(value)
-    if slot is None:
-        view = plan.view(value)
-        slot = None if view is None else plan.slots.get(view.base)
-    if slot is None:
-        return None
-    address = level_address(plan, level, slot)
-    return (address.source, address.offset, address.offset + slot.type.nbytes)
 
 
 __all__ = ["STEP_EMITTERS", "StepContext", "emit_plan", "step_access"]

@@ -12,9 +12,10 @@ from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import Body, Flat, Index, NotFlat
 from ....core.types import TensorType
 from ....errors import AccyError
-from ..context import StepContext
+from ....lower.plan import Plan
+from ..context import StepContext, level_address
 from ..kernels import Kernel, LevelPointer, axis_names, blocks_for, decompose, grid_stride, indent
-from ..schedule import SCRATCH, Address, Level
+from ..schedule import BARRIER, SCRATCH, WORKSPACE, Access, Address, Level, Range
 from ..vectors import (
     MAX_VECTOR_LINES,
     MIN_VECTOR_ELEMENTS,
@@ -292,3 +293,41 @@ def stage_moving_buffers(ctx: StepContext, operands) -> Staging:
         kernel = copy_kernel(ctx, source, target, ctx.storage(result), op.type.size)
         staging.copies_out.append((kernel, blocks_for(op.type.size)))
     return staging
+
+
+# Steps whose memory is their plan step's reads, writes and scratch (and the shared scratch
+# region, when they reserve some); the others (scans, conds, custom calls, copies) are barriers.
+KNOWN_ACCESS = frozenset(
+    {"loop", "group", "reduce", "reductions", "chain", "scatter", "dot", "sort"}
+)
+
+
+def step_access(ctx: StepContext, level: Level) -> Access:
+    """The bytes `ctx`'s step reads and writes when its plan runs at `level`: its stored
+    values, its planned scratch, and the shared scratch region when it uses any (every step
+    that does starts at its offset 0, so any two of them overlap)."""
+    if ctx.step.kind not in KNOWN_ACCESS:
+        return BARRIER
+    reads = [_value_range(ctx.plan, level, v) for v in ctx.step.reads]
+    writes = [_value_range(ctx.plan, level, v) for v in ctx.step.writes]
+    if None in reads or None in writes:
+        return BARRIER
+    for scratch in ctx.step.scratch:
+        start = level.ws + ctx.workspace_scratch(scratch.name)
+        writes.append((WORKSPACE, start, start + scratch.nbytes))
+    if ctx.scratch_used:
+        writes.append((SCRATCH, 0, ctx.scratch_used))
+    writes += ctx.staged_ranges
+    return Access(tuple(reads), tuple(writes))
+
+
+def _value_range(plan: Plan, level: Level, value: int) -> Range | None:
+    """The bytes of the buffer that holds `value` (its own, or the one it is a view of)."""
+    slot = plan.slots.get(value)
+    if slot is None:
+        view = plan.view(value)
+        slot = None if view is None else plan.slots.get(view.base)
+    if slot is None:
+        return None
+    address = level_address(plan, level, slot)
+    return (address.source, address.offset, address.offset + slot.type.nbytes)

@@ -10,8 +10,9 @@ from ....codegen.c.expressions import EMITTERS, Body, Flat
 from ....core.types import TensorType
 from ..context import StepCode, StepContext, launches
 from ..reductions import Accumulator, choose_cut
+from ..schedule import Level, Schedule
 from ..vectors import LANE_BYTES, MIN_VECTOR_ELEMENTS, LaneBody, lane_divisor
-from .common import elementwise_kernel, step_lane_width, step_streams, store_at
+from .common import elementwise_kernel, step_access, step_lane_width, step_streams, store_at
 from .reduce import initial_values, reduction
 
 
@@ -47,7 +48,10 @@ def independent_parts(ctx: StepContext) -> list[tuple[int, ...]]:
     """The group's members (their positions) in sets that share no work: no member of one set
     reads a value a member of another writes, or a stored value of more than one element that
     a member of another reads (two parameters' AdamW updates are two sets; the scalars they
-    share, a step count's bias corrections, are loaded once per thread anyway)."""
+    share, a step count's bias corrections, are loaded once per thread anyway). Values that
+    read no such stored value (a splat constant that simplification made one value for every
+    parameter of its shape, `0.9 * m`'s 0.9) are no shared work either: each set computes
+    them again for nothing."""
     members = ctx.step.members
     parent = list(range(len(members)))
 
@@ -59,9 +63,9 @@ def independent_parts(ctx: StepContext) -> list[tuple[int, ...]]:
 
     owner: dict[int, int] = {}  # value -> the first member that writes or streams it
     for i, member in enumerate(members):
-        produced = {r for op in (*member.fused, member.op) for r in op.results}
-        operands = {v for op in (*member.fused, member.op) for v in op.operands} - produced
         streamed = {v for v in member.reads if ctx.plan.program.type_of(v).size > 1}
+        produced = _streaming_results(member, streamed)
+        operands = {v for op in (*member.fused, member.op) for v in op.operands} - produced
         for v in (operands & set(owner)) | streamed | produced:
             first = owner.setdefault(v, i)
             parent[root(i)] = root(first)
@@ -69,6 +73,17 @@ def independent_parts(ctx: StepContext) -> list[tuple[int, ...]]:
     for i in range(len(members)):
         parts.setdefault(root(i), []).append(i)
     return [tuple(part) for part in parts.values()]
+
+
+def _streaming_results(member, streamed: set[int]) -> set[int]:
+    """The values `member` computes that read (through its fused work) a value in `streamed`,
+    its work per element, and its own results (which a later member may read).
+    `member.fused` is in program order, producers first."""
+    depends = set(streamed)
+    for op in member.fused:
+        if any(v in depends for v in op.operands):
+            depends.update(op.results)
+    return (depends - streamed) | set(member.op.results)
 
 
 def _part_step(ctx: StepContext, part: tuple[int, ...]):
@@ -100,8 +115,26 @@ def _flat_loops(ctx: StepContext, size: int) -> StepCode:
         contexts = [
             replace(ctx, step=_part_step(ctx, part), phase=f".{k}") for k, part in enumerate(parts)
         ]
-        return launches(*(_elementwise_loops(part, size) for part in contexts))
+        return part_launches(contexts, [_elementwise_loops(part, size) for part in contexts])
     return launches(_elementwise_loops(ctx, size))
+
+
+def part_launches(contexts: list[StepContext], kernels: list) -> StepCode:
+    """Code launching each part's (kernel, grid); at the top level each launch gets the
+    access of its part alone (`steps.step_access`), not the whole group's, so that
+    `batch_launches` sees them independent and launches the parts of one kernel (every
+    parameter of one shape in an AdamW group) as one."""
+    codes = [launches(kernel) for kernel in kernels]
+
+    def schedule_parts(level: Level, schedule: Schedule) -> None:
+        for ctx, code in zip(contexts, codes, strict=True):
+            start = len(schedule.actions)
+            code(level, schedule)
+            if schedule.depth == 1:  # the code of a top-level step
+                access = step_access(ctx, level)
+                schedule.accesses += [access] * (len(schedule.actions) - start)
+
+    return schedule_parts
 
 
 def _elementwise_loops(ctx: StepContext, size: int):

@@ -728,9 +728,7 @@ class _Expand:
     class of its own rather than one made per call: a class is a reference cycle, and one
     whose methods held the builder kept every operation it made until a full collection.)"""
 
-    def __init__(
-        self, builder: Builder, format: str, declined: set[int], nested: dict[int, Attrs]
-    ):
+    def __init__(self, builder: Builder, format: str, declined: set[int], nested: dict[int, Attrs]):
         self.builder, self.format = builder, format
         self.declined, self.nested = declined, nested
 

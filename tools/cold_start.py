@@ -14,6 +14,12 @@ is not counted twice):
   binaries: see `--cold`), fragment load (workspace, libraries), graph capture, and the first
   run (the rest of the first call, up to the loss on the host).
 
+Imports that load new modules and Python's cyclic garbage collections are charged to phases of
+their own wherever they happen ("imports", "garbage collection", "full garbage collection"); on a
+GPU, building cuDNN's attention graphs too ("cudnn graphs"). Attention is cuDNN's fused kernels
+(`nn.attention`), as `python -m bench.gpt2` runs the step (`--attention composition` writes the
+scores out instead; without a GPU cuDNN declines and the composition is compiled).
+
 Then the size of the generated source: kernels, bytes, translation units.
 
     PYTHONPATH=src python3 tools/cold_start.py                  # no GPU: up to the CUDA C
@@ -34,6 +40,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -63,7 +70,7 @@ def fake_inputs(scale, dtype: str):
     return groups, state, ids, ids
 
 
-def build_without_gpu(scale, dtype: str, phases: Phases):
+def build_without_gpu(scale, dtype: str, phases: Phases, fused: bool = True):
     """Trace, differentiate, simplify and compile the step for CUDA (no GPU needed); the
     compiled fragment."""
     from accy.backends.base import compile_artifact
@@ -75,7 +82,7 @@ def build_without_gpu(scale, dtype: str, phases: Phases):
     # (an older checkout, measured for comparison, collects garbage throughout)
     without_collection = getattr(tracing, "without_collection", contextlib.nullcontext)
 
-    step = training_step(scale, "cuda", dtype)
+    step = training_step(scale, "cuda", dtype, fused)
     leaves, treedef = flatten((fake_inputs(scale, dtype), {}))
     # As the first call does: `Staged.entry` builds the program, `Staged.run_concrete`
     # compiles it (the executable cache keyed by its digest), both without cyclic collection.
@@ -88,7 +95,7 @@ def build_without_gpu(scale, dtype: str, phases: Phases):
     return compiled
 
 
-def run_on_gpu(scale, dtype: str, phases: Phases, extra: dict):
+def run_on_gpu(scale, dtype: str, phases: Phases, extra: dict, fused: bool = True):
     """The first call of the step on the GPU (as bench.gpt2 makes it, its inputs made first,
     outside the phases: `inputs_s`); its compiled fragment."""
     import numpy as np
@@ -97,10 +104,12 @@ def run_on_gpu(scale, dtype: str, phases: Phases, extra: dict):
 
     start = time.perf_counter()
     inputs = accy_inputs(scale, "cuda", dtype=dtype)
-    step = accy_step(scale, "cuda", dtype)
+    step = accy_step(scale, "cuda", dtype, fused)
     extra["inputs_s"] = round(time.perf_counter() - start, 4)
     phases.seconds.clear()  # whatever making the inputs compiled is not the first call's
     phases.calls.clear()
+    # Other Python threads alive now would share the GIL with the first call.
+    extra["threads"] = sorted(thread.name for thread in threading.enumerate())
     with phases.measuring("first call (other)"):
         loss, _, _ = step(*inputs)
         first = float(np.asarray(loss.array.get()))
@@ -156,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default="cuda", help="a scale of bench.gpt2 (cuda, cpu, check)")
     parser.add_argument("--dtype", default="bf16", choices=("f32", "bf16"))
     parser.add_argument("--gpu", action="store_true", help="load and run the step on a GPU")
+    parser.add_argument(
+        "--attention",
+        default="fused",
+        choices=("fused", "composition"),
+        help="nn.attention's kernels (as bench.gpt2 runs it) or the composition",
+    )
     parser.add_argument("--cold", action="store_true", help="empty NVRTC and accy disk caches")
     parser.add_argument(
         "--cache-dir",
@@ -176,16 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     scale = SCALES[args.scale]
     phases = Phases()
     instrument(phases, args.gpu)
+    fused = args.attention == "fused"
     extra: dict[str, Any] = {"scale": args.scale, "dtype": args.dtype, "gpu": args.gpu}
+    extra["attention"] = args.attention
     extra |= {"cold_caches": args.cold, "import_s": round(imported, 4)}
     if args.gpu:
-        compiled = run_on_gpu(scale, args.dtype, phases, extra)
+        compiled = run_on_gpu(scale, args.dtype, phases, extra, fused)
     else:
-        compiled = build_without_gpu(scale, args.dtype, phases)
+        compiled = build_without_gpu(scale, args.dtype, phases, fused)
     result = report(phases, compiled, sum(phases.seconds.values()), extra)
-    print(f"cold start of the gpt2 step ({args.scale} scale, {args.dtype}, gpu={args.gpu}, "
+    print(f"cold start of the gpt2 step ({args.scale} scale, {args.dtype}, {args.attention} "
+          f"attention, gpu={args.gpu}, "
           f"cold caches={args.cold}): first call {result['total_s']:.2f} s (imports "
           f"{imported:.2f} s, inputs {extra.get('inputs_s', 0):.2f} s before it)")  # fmt: skip
+    if "threads" in extra:
+        print(f"  threads at the first call: {', '.join(extra['threads'])}")
     for phase, seconds in result["phases_s"].items():
         print(f"  {phase:24s} {seconds:8.3f} s  ({phases.calls[phase]} calls)")
     if compiled is not None:

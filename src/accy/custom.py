@@ -718,23 +718,31 @@ def inline_declined(program: Program, format: str) -> Program:
             nested[id(op)] = Attrs(attrs)
     if not declined and not nested:
         return program
-    builder = Builder(program.name)
+    return run(program, _Expand(Builder(program.name), format, declined, nested))
 
-    class Expand:
-        def bind(self, op: Operation, args: list) -> Any:
-            if id(op) not in declined:
-                attrs = nested.get(id(op), op.attrs)
-                return builder.emit(op.kind, args, attrs, id=op.id)
-            record = lookup(op.attrs["target"], op.attrs["version"])
-            # Expanded too: a fallback may call records that decline these operands.
-            fallback = inline_declined(record.fallback_program(op.operand_types), format)
-            (result,) = run(fallback, Inline(builder, list(args), fallback))
-            return result
 
-        def finish(self, outputs: list) -> Program:
-            return builder.build(outputs)
+class _Expand:
+    """`inline_declined`'s semantics: each operation re-emitted into `builder` (with the
+    nested programs of `nested` expanded), each declined custom call as its fallback, itself
+    expanded for `format` (a fallback may call records that decline these operands). (A
+    class of its own rather than one made per call: a class is a reference cycle, and one
+    whose methods held the builder kept every operation it made until a full collection.)"""
 
-    return run(program, Expand())
+    def __init__(self, builder: Builder, format: str, declined: set[int], nested: dict[int, Attrs]):
+        self.builder, self.format = builder, format
+        self.declined, self.nested = declined, nested
+
+    def bind(self, op: Operation, args: list) -> Any:
+        if id(op) not in self.declined:
+            attrs = self.nested.get(id(op), op.attrs)
+            return self.builder.emit(op.kind, args, attrs, id=op.id)
+        record = lookup(op.attrs["target"], op.attrs["version"])
+        fallback = inline_declined(record.fallback_program(op.operand_types), self.format)
+        (result,) = run(fallback, Inline(self.builder, list(args), fallback))
+        return result
+
+    def finish(self, outputs: list) -> Program:
+        return self.builder.build(outputs)
 
 
 def custom_call_sites(program: Program) -> Iterator[Operation]:

@@ -241,6 +241,34 @@ def test_units_are_compiled_in_parallel_and_each_kernel_taken_from_its_own(monke
             assert kernels[name] == (unit.source, name)
 
 
+def test_units_compile_while_the_caller_loads_the_rest(monkeypatch, tmp_path):
+    from accy.backends.cuda import runtime
+
+    fake = _FakeCupy()
+    started, released = threading.Event(), threading.Event()
+    compile_unit = fake.RawModule.compile
+
+    def compile_once_released(module):
+        started.set()
+        assert released.wait(30), "the caller never got on with the rest of the fragment"
+        compile_unit(module)
+
+    monkeypatch.setattr(fake.RawModule, "compile", compile_once_released)
+    monkeypatch.setattr(runtime, "cupy_module", lambda: fake)
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 4)  # threads on any host
+    monkeypatch.setattr("accy.backends.cuda.compile.UNIT_BYTES", 512)
+    with accy.config.override(cache_dir=str(tmp_path)):
+        accy.clear_caches()
+        compiled = compile_program(_layers(3))
+    loading = runtime.start_loading_kernels(compiled, 0)
+    # The units compile in threads already, before anyone waits for them.
+    assert started.wait(30)
+    released.set()
+    kernels = loading.wait()
+    assert set(kernels) == set(compiled.kernels)
+    assert sorted(code for _, code in fake.compiled) == sorted(u.source for u in compiled.units)
+
+
 def test_a_program_without_kernels_compiles_nothing(monkeypatch):
     from accy.backends.cuda import runtime
 

@@ -3,8 +3,10 @@ CUDA C, at the check scale."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -50,14 +52,25 @@ def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(
     assert result["source_bytes"] > result["largest_unit_bytes"] // 2
 
 
+@pytest.fixture(autouse=True)
+def _uninstrumented():
+    """Take `bench.cold_phases`' import wrapper and collection callback out after each test."""
+    from bench.cold_phases import uninstrument
+
+    yield
+    uninstrument()
+
+
 def _restore_instrumented(monkeypatch) -> None:
     """Undo `bench.cold_phases.instrument`'s wrapping when the test ends."""
+    import builtins
+
     import accy.gradient
     from accy.backends import fragments
     from accy.backends.cpu import compile as cpu_compile
     from accy.backends.cpu import toolchain
     from accy.backends.cuda import compile as cuda_compile
-    from accy.backends.cuda import executable
+    from accy.backends.cuda import cudnn, executable
     from accy.core.ir import Program
     from accy.frontend import functions
 
@@ -75,6 +88,8 @@ def _restore_instrumented(monkeypatch) -> None:
         (cpu_compile, "translation"),
         (toolchain, "_run_compiler"),
         (cpu_compile.CompiledFragment, "load"),
+        (cudnn.Graphs, "built"),
+        (builtins, "__import__"),
     ]:
         monkeypatch.setattr(owner, name, getattr(owner, name))
     monkeypatch.setattr(Program.digest, "func", Program.digest.func)
@@ -103,3 +118,51 @@ def test_a_cpu_first_call_is_split_into_plan_c_source_gcc_and_load(
         assert seconds[phase] > 0, phase
     assert phases.calls["gcc"] == 1  # one program compiled, whether in one unit or two
     assert list(seconds) == [p for p in ORDER if p in seconds]
+
+
+def test_imports_and_collections_inside_a_phase_are_charged_to_phases_of_their_own(monkeypatch):
+    from bench.cold_phases import count_collections, count_imports, uninstrument
+
+    _restore_instrumented(monkeypatch)
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    phases = Phases()
+    count_imports(phases)
+    count_collections(phases)
+    try:
+        import colorsys  # noqa: F401  (outside any phase: not counted)
+
+        monkeypatch.delitem(sys.modules, "colorsys")
+        with phases.measuring("outer"):
+            import colorsys  # noqa: F401, F811  (a new module: counted)
+            import json  # noqa: F401, F811  (loaded already: the outer phase's)
+
+            garbage = []
+            garbage.append(garbage)
+            del garbage
+            gc.collect()
+            gc.collect(0)
+    finally:
+        uninstrument()
+    assert phases.calls["imports"] == 1 and phases.seconds["imports"] > 0
+    assert phases.calls["full garbage collection"] == 1
+    assert phases.calls["garbage collection"] == 1
+    import colorsys  # noqa: F401, F811  (uninstrumented: nothing more is counted)
+
+    gc.collect()
+    assert phases.calls["imports"] == 1 and phases.calls["full garbage collection"] == 1
+    assert builtins_import_is_the_original()
+
+
+def builtins_import_is_the_original() -> bool:
+    import builtins
+
+    return not hasattr(builtins.__import__, "original")
+
+
+def test_a_charged_phase_is_taken_out_of_the_phase_it_happened_in():
+    phases = Phases()
+    with phases.measuring("outer"):
+        time.sleep(0.05)
+        phases.charge("inside", 0.04)
+    assert phases.seconds["inside"] == 0.04
+    assert 0.005 <= phases.seconds["outer"] < 0.04

@@ -137,3 +137,26 @@ def test_objects_the_caller_froze_stay_frozen():
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_building_a_program_leaves_no_cyclic_garbage():
+    # Tracing, differentiating and simplifying free what they made by reference counting: a
+    # build of GPT-2's step once left ~127k objects that only a full collection freed.
+    def loss(w, x):
+        hidden = (x * w).tanh()
+        return (hidden * hidden).sum()
+
+    def step(w, x):
+        value, grad = accy.value_and_grad(loss)(w, x)
+        return value, w - 0.1 * grad
+
+    vector = accy.spec(accy.f32, n=8)
+    gc.collect()
+    gc.disable()
+    try:
+        program = accy.make_program(step)(vector, vector)
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    assert len(program.outputs) == 2 and program.count("unary") >= 1
+    assert unreachable < 40, f"the build left {unreachable} objects in reference cycles"

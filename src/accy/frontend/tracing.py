@@ -381,6 +381,16 @@ class FunctionBuilder(Builder):
         self._lifted: dict[int, Value] = {}
         self._alive: list[Any] = []  # lifted operands, kept so that their ids stay unique
 
+    def finish(self) -> None:
+        """Mark the trace done (its values record nothing more) and drop the tables only
+        tracing reads: they hold this trace's own values, which refer back to it, a cycle that
+        kept every operation it recorded alive until a full cyclic collection."""
+        self.finished = True
+        self._lifted.clear()
+        self._alive.clear()
+        self._captures.clear()
+        self._kept.clear()
+
     def _values(self, kind: str, a: Any, b: Any) -> Any:
         if self.finished:  # before a Python scalar operand becomes a constant of this trace
             types = [str(v.ty) for v in (a, b) if isinstance(v, Value) and v.builder is self]
@@ -459,7 +469,7 @@ class FunctionBuilder(Builder):
             raise
         finally:
             _ACTIVE.pop()
-            inner.finished = True
+            inner.finish()
         return program, list(inner.captured)
 
     def build(self, outputs) -> Program:
@@ -559,7 +569,7 @@ def trace(
         raise
     finally:
         _ACTIVE.pop()
-        builder.finished = True
+        builder.finish()
     return Traced(
         program, output, out_treedef, builder.captured, builder.foreign, builder.locations, printed
     )

@@ -547,7 +547,11 @@ def simplify(program: Program) -> Program:
     >>> accy.simplify(p).count("mul")
     0
     """
-    folded = run(program, _Simplify(Graph(Builder(program.name))))
+    layer = _Simplify(Graph(Builder(program.name)))
+    folded = run(program, layer)
+    # The layer and its emitter refer to each other: without this its tables (every operation
+    # seen, by operands) would wait for a full cyclic collection rather than go now.
+    layer.emit = None
     return eliminate_dead_code(folded)
 
 

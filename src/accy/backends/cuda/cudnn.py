@@ -11,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ...caches import Group
+from ...codegen.cache import cache_root
 
 log = logging.getLogger("accy.cudnn")
 
@@ -51,7 +54,53 @@ def module() -> Any:
         raise Decline(
             f"cannot import cudnn (pip install nvidia-cudnn-frontend nvidia-cudnn-cu13): {error}"
         ) from None
+    compiled_kernels_in_accys_cache(cudnn)
     return cudnn
+
+
+COMPILED_CACHE_VARIABLE = "CUDNN_FRONTEND_COMPILED_CACHE"
+
+
+def compiled_kernels_in_accys_cache(cudnn: Any) -> Path | None:
+    """Keep the kernels the cuDNN frontend compiles itself (its FROST engines, compiled with
+    the CuTe DSL: about 2 s for GPT-2's attention forward and backward on an H200, a few
+    milliseconds to load once stored) in the "cudnn" folder of accy's disk cache, unless
+    `$CUDNN_FRONTEND_COMPILED_CACHE` chooses a folder: one cache to clear or move, and a start
+    with an empty `$ACCY_CACHE_DIR` is cold for cuDNN too. The folder, or None where the
+    variable is set or the frontend has no such cache.
+
+    >>> import types
+    >>> seen = []
+    >>> fake = types.SimpleNamespace(frost=types.SimpleNamespace(
+    ...     compiled_cache=types.SimpleNamespace(set_cache_dir=seen.append)))
+    >>> import accy
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> with accy.config.override(cache_dir=root):
+    ...     folder = compiled_kernels_in_accys_cache(fake)
+    >>> seen == [folder] and str(folder) == root + "/cudnn" and folder.is_dir()
+    True
+    """
+    if os.environ.get(COMPILED_CACHE_VARIABLE):
+        return None
+    setter = getattr(
+        getattr(getattr(cudnn, "frost", None), "compiled_cache", None), "set_cache_dir", None
+    )
+    if setter is None:
+        try:  # the frontend imports its FROST package lazily
+            from cudnn.frost import compiled_cache  # type: ignore[import-not-found]
+
+            setter = compiled_cache.set_cache_dir
+        except Exception:  # an older frontend, without FROST engines: nothing to point
+            return None
+    folder = cache_root() / "cudnn"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)  # (the frontend expects its folder to exist)
+        setter(folder)
+    except Exception as error:  # its own default then: never a reason to decline
+        log.info("cuDNN's compiled-kernel cache stays at its default: %s", error)
+        return None
+    return folder
 
 
 @functools.cache  # not a cache: the one handle per GPU, which built graphs keep using

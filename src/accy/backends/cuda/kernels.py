@@ -69,10 +69,17 @@ BATCHED_PROLOGUE = """\
 
 # The names a kernel's statements make for its own use: pointers `v<value>` and `o<n>`
 # (`Pointers`) and temporaries `t<n>`, `j<n>` (`Unit.fresh`, numbered through the module).
-LOCAL_NAME = re.compile(r"\b([vtjo])(\d+)\b")
+# (Both patterns start with a character set rather than `\b` or an alternation, and say
+# "not after a word character" with a lookbehind instead: then the regex engine skips to the
+# candidate characters, 2-6x faster over the 4 MB of statements GPT-2's step renames.)
+LOCAL_NAME = re.compile(r"([vtjo])(?<!\w[vtjo])(\d+)\b")
 # A level-relative pointer in a kernel written for a plan: `((char *)io[k] + n)` (byte n of
 # table entry k's buffer), `io[k]`, or `(ws + n)`.
-LEVEL_POINTER = re.compile(r"\(\(char \*\)io\[(\d+)\] \+ (\d+)\)|\bio\[(\d+)\]|\(ws \+ (\d+)\)")
+LEVEL_POINTER = re.compile(
+    r"[(i](?:(?<=\()\(char \*\)io\[(\d+)\] \+ (\d+)\)"
+    r"|(?<=i)(?<!\wi)o\[(\d+)\]"
+    r"|(?<=\()ws \+ (\d+)\))"
+)
 
 
 def _numbered_locally(body: str) -> str:

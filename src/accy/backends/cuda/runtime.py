@@ -157,26 +157,13 @@ class CudaFragment:
         self.device = Device.get(ordinal)
         self._count = len(self.parameter_types) + len(self.output_types)
         with self.device.device:
-            # Compiled and loaded now: nothing may compile or load during a capture.
-            self._kernels = load_kernels(compiled, ordinal)
-            self._externals = {
-                name: self._load_ptx(cupy, call)
-                for name, call in compiled.externals.items()
-                if call.library is None
-            }
-            # Host-library steps build their plans and helper kernels now, outside any capture.
-            self._libraries = {
-                name: call.library.load(ordinal)
-                for name, call in compiled.externals.items()
-                if call.library is not None
-            }
-            self.workspace = cupy.empty(max(compiled.workspace_bytes, 1), dtype=cupy.uint8)
-            for offset, data in compiled.constants:  # large constants: uploaded once, here
-                bytes_ = data.reshape(-1).view(np.uint8)
-                self.workspace[offset : offset + bytes_.size].set(bytes_)
-            entries = len(compiled.schedule.pool)
-            self._pool_device = cupy.empty(max(entries, 1) * 8, dtype=cupy.uint8)
-            self._slots = [self._slot(cupy, entries) for _ in range(SLOTS)]
+            # Compiled and loaded now: nothing may compile or load during a capture. NVRTC
+            # compiles the units in threads while this one loads everything else.
+            loading = start_loading_kernels(compiled, ordinal)
+            try:
+                self._load_the_rest(cupy, compiled, ordinal)
+            finally:
+                self._kernels = loading.wait()
         self._pool = _pool(compiled, self._count)
         self._pool.bases[self._count] = self.workspace.data.ptr
         self._pool.bases[self._count + 2] = self._pool_device.data.ptr
@@ -185,6 +172,28 @@ class CudaFragment:
         self._last_hazard: tuple[list[int] | None, bool] = (None, False)
         self._next = 0
         self._lock = threading.Lock()
+
+    def _load_the_rest(self, cupy, compiled: CompiledFragment, ordinal: int) -> None:
+        """Everything but the generated kernels: custom kernels' PTX, host-library steps (their
+        plans and helper kernels built now, outside any capture), the workspace with its
+        constants, the device pool and the slots."""
+        self._externals = {
+            name: self._load_ptx(cupy, call)
+            for name, call in compiled.externals.items()
+            if call.library is None
+        }
+        self._libraries = {
+            name: call.library.load(ordinal)
+            for name, call in compiled.externals.items()
+            if call.library is not None
+        }
+        self.workspace = cupy.empty(max(compiled.workspace_bytes, 1), dtype=cupy.uint8)
+        for offset, data in compiled.constants:  # large constants: uploaded once, here
+            bytes_ = data.reshape(-1).view(np.uint8)
+            self.workspace[offset : offset + bytes_.size].set(bytes_)
+        entries = len(compiled.schedule.pool)
+        self._pool_device = cupy.empty(max(entries, 1) * 8, dtype=cupy.uint8)
+        self._slots = [self._slot(cupy, entries) for _ in range(SLOTS)]
 
     @staticmethod
     def _load_ptx(cupy, call):
@@ -452,30 +461,57 @@ class CudaFragment:
 def load_kernels(compiled: CompiledFragment, ordinal: int) -> dict[str, Any]:
     """Every kernel of `compiled`, by name: its translation units compiled by NVRTC (or found
     in CuPy's disk cache) and loaded on GPU `ordinal`, in parallel threads."""
-    if not compiled.kernels:  # nothing to compile (a schedule of GEMMs or copies only)
-        return {}
-    cupy = cupy_module()
-    units = [u for u in compiled.units if u.kernels] or [
-        SourceUnit(compiled.source, compiled.kernels)
-    ]
+    return start_loading_kernels(compiled, ordinal).wait()
 
-    def load_unit(unit: SourceUnit) -> Any:
-        with cupy.cuda.Device(ordinal):  # each thread makes the device's context current
-            module = cupy.RawModule(code=unit.source, options=NVRTC_OPTIONS)
+
+class KernelsLoading:
+    """The translation units of a fragment being compiled and loaded in threads (`wait` for
+    the kernels by name); or, with one unit or one core, loaded when waited for."""
+
+    def __init__(self, compiled: CompiledFragment, ordinal: int):
+        self.compiled, self.ordinal = compiled, ordinal
+        self.units = [u for u in compiled.units if u.kernels] or [
+            SourceUnit(compiled.source, compiled.kernels)
+        ]
+        self.cupy = cupy_module() if compiled.kernels else None
+        self.pool: ThreadPoolExecutor | None = None
+        self.futures: list[Any] = []
+        workers = min(len(self.units), os.cpu_count() or 1)
+        if compiled.kernels and workers > 1:
+            self.pool = ThreadPoolExecutor(workers, thread_name_prefix="accy-nvrtc")
+            self.futures = [self.pool.submit(self._load_unit, unit) for unit in self.units]
+
+    def _load_unit(self, unit: SourceUnit) -> Any:
+        with self.cupy.cuda.Device(self.ordinal):  # each thread makes the device's context current
+            module = self.cupy.RawModule(code=unit.source, options=NVRTC_OPTIONS)
             module.compile()
             return module
 
-    workers = min(len(units), os.cpu_count() or 1)
-    if workers > 1:
-        with ThreadPoolExecutor(workers, thread_name_prefix="accy-nvrtc") as pool:
-            modules = list(pool.map(load_unit, units))
-    else:
-        modules = [load_unit(unit) for unit in units]
-    home = {
-        name: module for unit, module in zip(units, modules, strict=True) for name in unit.kernels
-    }
-    # Kernels declared with the file-scope declarations (set-condition) are in every unit.
-    return {name: home.get(name, modules[0]).get_function(name) for name in compiled.kernels}
+    def wait(self) -> dict[str, Any]:
+        """The kernels by name, once every unit is loaded (a unit's compile error raised)."""
+        compiled = self.compiled
+        if not compiled.kernels:  # nothing to compile (a schedule of GEMMs or copies only)
+            return {}
+        if self.pool is None:
+            modules = [self._load_unit(unit) for unit in self.units]
+        else:
+            try:
+                modules = [future.result() for future in self.futures]
+            finally:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+        home = {
+            name: module
+            for unit, module in zip(self.units, modules, strict=True)
+            for name in unit.kernels
+        }
+        # Kernels declared with the file-scope declarations (set-condition) are in every unit.
+        return {name: home.get(name, modules[0]).get_function(name) for name in compiled.kernels}
+
+
+def start_loading_kernels(compiled: CompiledFragment, ordinal: int) -> KernelsLoading:
+    """Start compiling and loading `compiled`'s translation units on GPU `ordinal` in threads
+    (NVRTC is thread-safe and CuPy releases the GIL while it runs); `wait()` for the kernels."""
+    return KernelsLoading(compiled, ordinal)
 
 
 def _nesting(actions) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 import threading
 import warnings
 from collections.abc import Callable, Hashable, Iterator
@@ -21,6 +20,7 @@ from typing import Any
 
 from ...caches import Group
 from ...codegen.cache import cache_root
+from ...config import config
 
 log = logging.getLogger("accy.cudnn")
 
@@ -81,7 +81,7 @@ def compiled_kernels_in_accys_cache(cudnn: Any) -> Path | None:
     >>> seen == [folder] and str(folder) == root + "/cudnn" and folder.is_dir()
     True
     """
-    if os.environ.get(COMPILED_CACHE_VARIABLE):
+    if config.environment(COMPILED_CACHE_VARIABLE):
         return None
     setter = getattr(
         getattr(getattr(cudnn, "frost", None), "compiled_cache", None), "set_cache_dir", None

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from ..core.types import TensorType
-from ..custom import CustomCall, register
+from ..custom import CustomCall
 from ..errors import AxisError
 from . import composition as c
 from . import cuda
-from .records import records_for
+from .records import Records, cpu_declines, records_for
 from .signature import Shape, Signature, check, packed_type
 
 
@@ -223,26 +223,6 @@ def numpy_backward(s: GroupedSignature, q, k, v, packed, dpacked) -> np.ndarray:
     return flat if s.block_axis_of(*named) is not None else flat.reshape(block)
 
 
-@dataclass(frozen=True)
-class GroupedRecords:
-    """The two records of one grouped signature."""
-
-    forward: CustomCall
-    backward: CustomCall
-
-    def register(self) -> GroupedRecords:
-        """Register both (a no-op for those already registered)."""
-        for record in (self.forward, self.backward):
-            register(record)
-        return self
-
-
-def _declines(operand_types, result_type) -> None:
-    """The CPU kernel function of both records: none (the fallback calls `nn.attention`'s
-    records, whose CPU kernels run)."""
-    return None
-
-
 def _like(e: Any, x: Any, operand: Any) -> Any:
     """`x` in `operand`'s layout and dtype."""
     if x.ty.axes != operand.ty.axes:
@@ -257,7 +237,7 @@ def _block_axes(s: GroupedSignature, q: TensorType, k: TensorType, v: TensorType
 
 
 @functools.cache  # not a cache: one registered record per signature for the process's life
-def grouped_records_for(s: GroupedSignature) -> GroupedRecords:
+def grouped_records_for(s: GroupedSignature) -> Records:
     """The records of grouped signature `s` (made once per signature, registered by the
     caller; `nn.attention`'s records of `s.split` are registered with them)."""
     split = records_for(s.split)
@@ -286,7 +266,7 @@ def grouped_records_for(s: GroupedSignature) -> GroupedRecords:
         result_type=lambda q, k, v, packed, dpacked: backward_type(s, q, k, v),
         reference=lambda *arrays: numpy_backward(s, *arrays),
         fallback=backward_fallback,
-        kernels={"cpu": _declines, "cuda": cuda.kernel_factory(s, "backward")},
+        kernels={"cpu": cpu_declines, "cuda": cuda.kernel_factory(s, "backward")},
         mapped_axes=lambda q, k, v, packed, dpacked: _block_axes(s, q, k, v),
         register=False,
     )
@@ -312,11 +292,11 @@ def grouped_records_for(s: GroupedSignature) -> GroupedRecords:
         jvp=jvp,
         vjp=vjp,
         fallback=forward_fallback,
-        kernels={"cpu": _declines, "cuda": cuda.kernel_factory(s, "forward")},
+        kernels={"cpu": cpu_declines, "cuda": cuda.kernel_factory(s, "forward")},
         mapped_axes=s.split.batch_axes,
         register=False,
     )
-    return GroupedRecords(forward, backward)
+    return Records(forward, backward)
 
 
 __all__ = ["GroupedSignature", "check_grouped", "grouped_records_for"]

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from ..core.types import TensorType
-from ..custom import CustomCall, register
+from ..custom import CustomCall
 from ..errors import AxisError
 from . import composition as c
 from . import cuda
-from .records import records_for
+from .records import Records, cpu_declines, records_for
 from .signature import Shape, Signature, check, packed_type
 
 PARTS = 3  # query, key, value, in this order along the part axis
@@ -166,34 +166,14 @@ def numpy_backward(s: QkvSignature, qkv: np.ndarray, packed, dpacked) -> np.ndar
     return np.stack(entries, axis=s.qkv.index(s.part_axis))
 
 
-@dataclass(frozen=True)
-class QkvRecords:
-    """The two records of one stacked signature."""
-
-    forward: CustomCall
-    backward: CustomCall
-
-    def register(self) -> QkvRecords:
-        """Register both (a no-op for those already registered)."""
-        for record in (self.forward, self.backward):
-            register(record)
-        return self
-
-
 def _checked(s: QkvSignature, qkv: TensorType) -> TensorType:
     """The backward's result type: d(qkv), laid out as `qkv` (checked first)."""
     check_qkv(s, qkv)
     return qkv
 
 
-def _declines(operand_types, result_type) -> None:
-    """The CPU kernel function of both records: none (the fallback calls `nn.attention`'s
-    records, whose CPU kernels run)."""
-    return None
-
-
 @functools.cache  # not a cache: one registered record per signature for the process's life
-def qkv_records_for(s: QkvSignature) -> QkvRecords:
+def qkv_records_for(s: QkvSignature) -> Records:
     """The records of stacked signature `s` (made once per signature, registered by the
     caller; `nn.attention`'s records of `s.split` are registered with them).
 
@@ -214,7 +194,7 @@ def qkv_records_for(s: QkvSignature) -> QkvRecords:
         result_type=lambda qkv, packed, dpacked: _checked(s, qkv),
         reference=lambda qkv, packed, dpacked: numpy_backward(s, qkv, packed, dpacked),
         fallback=backward_fallback,
-        kernels={"cpu": _declines, "cuda": cuda.kernel_factory(s, "backward")},
+        kernels={"cpu": cpu_declines, "cuda": cuda.kernel_factory(s, "backward")},
         mapped_axes=s.split.batch_axes,
         register=False,
     )
@@ -237,11 +217,11 @@ def qkv_records_for(s: QkvSignature) -> QkvRecords:
         jvp=jvp,
         vjp=vjp,
         fallback=forward_fallback,
-        kernels={"cpu": _declines, "cuda": cuda.kernel_factory(s, "forward")},
+        kernels={"cpu": cpu_declines, "cuda": cuda.kernel_factory(s, "forward")},
         mapped_axes=s.split.batch_axes,
         register=False,
     )
-    return QkvRecords(forward, backward)
+    return Records(forward, backward)
 
 
 __all__ = ["QkvSignature", "check_qkv", "qkv_records_for", "split_operand"]

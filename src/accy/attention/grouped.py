@@ -85,11 +85,16 @@ class GroupedSignature:
 
     def target(self, part: str) -> str:
         """The custom-call target of the record `part` ("forward" or "backward")."""
-        inner = self.split.target(part).split("[", 1)[1][:-1]
-        inner = ";".join(f for f in inner.split(";") if not f.startswith(("k=", "v=")))
-        fields = [f"k={','.join(self.key)}", f"v={','.join(self.value)}"]
-        fields.append(f"groups={','.join(self.groups)}")
-        return f"accy.nn.attention.grouped_{part}[{inner};{';'.join(fields)}]"
+        fields = [
+            f"{name}={','.join(axes)}"
+            for name, axes in (
+                ("q", self.query),
+                ("k", self.key),
+                ("v", self.value),
+                ("groups", self.groups),
+            )
+        ]
+        return f"accy.nn.attention.grouped_{part}[{';'.join(fields + self.split.option_fields())}]"
 
     def broadcast_type(self, t: TensorType, q: TensorType) -> TensorType:
         """`t` (the key or value) broadcast along the group axes (their extents: `q`'s)."""

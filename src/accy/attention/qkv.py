@@ -77,13 +77,7 @@ class QkvSignature:
     def target(self, part: str) -> str:
         """The custom-call target of the record `part` ("forward" or "backward")."""
         fields = [f"qkv={','.join(self.qkv)}", f"part={self.part_axis}"]
-        roles = (self.query_axis, self.key_axis, self.dim_axis)
-        if roles != ("token", "key", "dim"):
-            fields.append(f"axes={','.join(roles)}")
-        if self.causal:
-            fields.append("causal")
-        fields.append(f"scale={'default' if self.scale is None else repr(float(self.scale))}")
-        return f"accy.nn.attention.qkv_{part}[{';'.join(fields)}]"
+        return f"accy.nn.attention.qkv_{part}[{';'.join(fields + self.split.option_fields())}]"
 
     def split_types(self, qkv: TensorType) -> tuple[TensorType, TensorType, TensorType]:
         """The types of q, k and v: `qkv`'s without the part axis, the key's query axis

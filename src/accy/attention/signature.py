@@ -77,13 +77,19 @@ class Signature:
         ]
         if self.bias is not None:
             fields.append(f"bias={','.join(self.bias)}")
+        return f"accy.nn.attention.{part}[{';'.join(fields + self.option_fields())}]"
+
+    def option_fields(self) -> list[str]:
+        """The target's fields of the roles (where not the default ones), causality and the
+        scale: what every attention record's target ends with."""
+        fields = []
         roles = (self.query_axis, self.key_axis, self.dim_axis)
         if roles != ("token", "key", "dim"):
             fields.append(f"axes={','.join(roles)}")
         if self.causal:
             fields.append("causal")
         fields.append(f"scale={'default' if self.scale is None else repr(float(self.scale))}")
-        return f"accy.nn.attention.{part}[{';'.join(fields)}]"
+        return fields
 
     def scale_for(self, dim: int) -> float:
         """The factor of the scores: `scale`, else 1/sqrt(dim)."""

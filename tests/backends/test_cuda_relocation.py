@@ -260,7 +260,7 @@ def test_units_compile_while_the_caller_loads_the_rest(monkeypatch, tmp_path):
     with accy.config.override(cache_dir=str(tmp_path)):
         accy.clear_caches()
         compiled = compile_program(_layers(3))
-    loading = runtime.start_loading_kernels(compiled, 0)
+    loading = runtime.KernelsLoading(compiled, 0)
     # The units compile in threads already, before anyone waits for them.
     assert started.wait(30)
     released.set()

@@ -159,7 +159,7 @@ class CudaFragment:
         with self.device.device:
             # Compiled and loaded now: nothing may compile or load during a capture. NVRTC
             # compiles the units in threads while this one loads everything else.
-            loading = start_loading_kernels(compiled, ordinal)
+            loading = KernelsLoading(compiled, ordinal)
             try:
                 self._load_the_rest(cupy, compiled, ordinal)
             finally:
@@ -461,12 +461,14 @@ class CudaFragment:
 def load_kernels(compiled: CompiledFragment, ordinal: int) -> dict[str, Any]:
     """Every kernel of `compiled`, by name: its translation units compiled by NVRTC (or found
     in CuPy's disk cache) and loaded on GPU `ordinal`, in parallel threads."""
-    return start_loading_kernels(compiled, ordinal).wait()
+    return KernelsLoading(compiled, ordinal).wait()
 
 
 class KernelsLoading:
-    """The translation units of a fragment being compiled and loaded in threads (`wait` for
-    the kernels by name); or, with one unit or one core, loaded when waited for."""
+    """The translation units of a fragment, compiled and loaded on GPU `ordinal` in threads
+    from the moment it is made (NVRTC is thread-safe and CuPy releases the GIL while it runs),
+    so the caller can load everything else meanwhile; `wait` for the kernels by name. With one
+    unit or one core, they are loaded when waited for."""
 
     def __init__(self, compiled: CompiledFragment, ordinal: int):
         self.compiled, self.ordinal = compiled, ordinal
@@ -506,12 +508,6 @@ class KernelsLoading:
         }
         # Kernels declared with the file-scope declarations (set-condition) are in every unit.
         return {name: home.get(name, modules[0]).get_function(name) for name in compiled.kernels}
-
-
-def start_loading_kernels(compiled: CompiledFragment, ordinal: int) -> KernelsLoading:
-    """Start compiling and loading `compiled`'s translation units on GPU `ordinal` in threads
-    (NVRTC is thread-safe and CuPy releases the GIL while it runs); `wait()` for the kernels."""
-    return KernelsLoading(compiled, ordinal)
 
 
 def _nesting(actions) -> int:

@@ -210,6 +210,9 @@ def _kernel(
 # -- the problem: cuDNN's dims and strides of every operand --------------------------------------
 
 
+ELEMENT_BYTES = 2  # every dtype a Problem holds (bf16, f16): cuDNN runs no other here
+
+
 @dataclass(frozen=True)
 class Problem:
     """One cuDNN attention graph: (b, h, s, d) dims and element strides of each tensor."""
@@ -315,7 +318,8 @@ class Problem:
     def operand_pointers(self, operands: Sequence[int]) -> dict[str, int]:
         """The addresses of q, k, v (and the bias) from the step's operand addresses."""
         if self.part_stride:
-            return {n: operands[0] + 2 * j * self.part_stride for j, n in enumerate("qkv")}
+            step = ELEMENT_BYTES * self.part_stride  # bytes from one entry to the next
+            return {n: operands[0] + j * step for j, n in enumerate("qkv")}
         names = ["q", "k", "v", "bias"][: 3 + self.has_bias]
         return dict(zip(names, operands[: 3 + self.has_bias], strict=True))
 

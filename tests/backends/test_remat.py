@@ -317,8 +317,11 @@ def test_a_conversion_read_by_scans_is_made_inside_them():
     assert len(scans) == 2
     assert all(accy.spec(accy.f32, **weights) in op.operand_types for op in scans)
     assert_same_bits(program, inside, random_inputs(program, seed=3))
-    plan = build_plan(program, dataclasses.replace(GPU, rematerialize_min_bytes=0))
-    assert not stacked_bf16(plan.program)
+    gpu = dataclasses.replace(GPU, rematerialize_min_bytes=0)
+    with accy.config.override(lower_convert_inside_scans=True):
+        assert not stacked_bf16(build_plan(program, gpu).program)
+    # Off by default: the whole copy costs memory, the slices a second conversion.
+    assert stacked_bf16(build_plan(program, gpu).program)
     # Below the GPU's `rematerialize_min_bytes` (inside a scan, a conversion is a kernel a step)
     # and on the CPU, the conversion is left as it is.
     assert convert_inside_scans(program, GPU.rematerialize_min_bytes) is program

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from ..config import config
 from ..core import Operation, Program
 from ..core.types import HALF_FLOATS, TensorType, bf16, f32, f64
 from . import fusion
@@ -147,7 +148,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     program = expand_compositions(program, target.keep)
     if target.splits_widened_gemms:
         program = split_widened_gemms(program)
-    if target.converts_inside_scans:
+    if target.converts_inside_scans and config.lower_convert_inside_scans:
         program = convert_inside_scans(program, target.rematerialize_min_bytes)
     if target.rematerialize_after:
         program = rematerialize_stored(program, target)

@@ -50,8 +50,9 @@ class Target:
     read, as an operand they slice, is made inside their bodies a slice at each step
     (`accy.lower.remat.convert_inside_scans`): mixed precision's bf16 copy of the stacked f32
     layer weights never exists whole (1.8 GB of the llama1b step's peak), for one more
-    conversion of the weights in the backward scan (5.6 GB more traffic a step, ~1.4 ms on
-    the H200 at 4 TB/s). The GPU takes it: its bar is memory.
+    conversion of the weights in the backward scan (5.6 GB more traffic a step, ~1.3 ms on
+    the H200). The GPU can, where `accy.config.lower_convert_inside_scans` asks for it: off by
+    default, since the whole copy keeps that step's peak (24 GB) under PyTorch's (25.9 GB).
     `clusters_loops`: flat loops over the same elements that other steps separate are moved
     next to each other where the steps' dependences allow, to share one pass
     (`accy.lower.plan._cluster_loops`; SwiGLU's backward: three passes over its 8192-wide

@@ -8,6 +8,9 @@ tensor cores with float32 accumulation (`CUBLAS_COMPUTE_32F`) into an f32 or a 1
 f32 GEMMs compute in true float32 unless the executable was compiled with `precision="tf32"`
 (`accy.compile(program, device="cuda", precision="tf32")`), which lets cuBLAS use TF32 tensor
 cores: about 7x faster on an H200, with about 1e-3 relative error instead of 1e-6.
+
+A `Gemm` with an `epilogue` (a bias added to the product: `accy.backends.cuda.epilogues`) goes
+through cuBLASLt instead, on the same stream and workspace.
 """
 
 from __future__ import annotations
@@ -105,6 +108,9 @@ class Cublas:
         self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
         status = self.lib.cublasSetWorkspace_v2(self.handle, workspace, WORKSPACE_BYTES)
         self._check(status, "cublasSetWorkspace")
+        from .epilogues import EpilogueGemms  # it loads cuBLASLt with this module's loader
+
+        self.epilogues = EpilogueGemms(workspace, WORKSPACE_BYTES)
         self._one = {"f32": ctypes.c_float(1.0), "f64": ctypes.c_double(1.0)}
         self._zero = {"f32": ctypes.c_float(0.0), "f64": ctypes.c_double(0.0)}
 
@@ -116,10 +122,19 @@ class Cublas:
     def bind(self, stream: int) -> None:
         """Issue the following calls on `stream` (the one being captured)."""
         self._check(self.lib.cublasSetStream_v2(self.handle, stream), "cublasSetStream")
+        self.epilogues.bind(stream)
 
-    def gemm(self, g: Gemm, a: int, b: int, c: int, tf32: bool = False) -> None:
+    def gemm(
+        self, g: Gemm, a: int, b: int, c: int, tf32: bool = False, bias: int | None = None
+    ) -> None:
         """Issue `g`; `a`, `b`, `c` are device addresses: of the matrices, or with
-        `g.arrays` of the pointer arrays. `tf32` lets an f32 GEMM use TF32 tensor cores."""
+        `g.arrays` of the pointer arrays. `tf32` lets an f32 GEMM use TF32 tensor cores.
+        `bias`: the address of `g`'s bias vector, for a GEMM with an epilogue."""
+        if g.epilogue:
+            if bias is None:
+                raise AccyError(f"internal: the {g.epilogue} epilogue of {g} has no bias")
+            self.epilogues.issue(g, a, b, c, bias)
+            return
         data, out, compute, scalar = gemm_types(g, tf32)
         one, zero = ctypes.byref(self._one[scalar]), ctypes.byref(self._zero[scalar])
         head = (self.handle, g.transa, g.transb, g.m, g.n, g.k, one)

@@ -23,6 +23,7 @@ DGELU 79.9, DGELU_BGRAD 226.3 (`bench/results/gpt2-h200-bf16.md`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 from ctypes import c_int, c_size_t, c_void_p
@@ -165,16 +166,25 @@ class EpilogueGemms:
     def __init__(self, workspace: int, size: int):
         self.workspace, self.size = workspace, size
         self.stream = 0
+        self.library: tuple[ctypes.CDLL, c_void_p] | None = None
         self._issuers: dict[Gemm, Issuer] = {}
 
     def bind(self, stream: int) -> None:
+        """Issue on `stream`. Called before a capture begins, so the cuBLASLt handle is made
+        here, outside it (a fragment loaded from the disk cache was not compiled in this
+        process, where `refusal` would have made it)."""
         self.stream = stream
+        if self.library is None:
+            import cupy
+
+            with contextlib.suppress(AccyError):  # no cuBLASLt: no epilogue GEMM either
+                self.library = handle(cupy.cuda.Device().id)
 
     def issue(self, g: Gemm, a: int, b: int, c: int, bias: int) -> None:
         issuer = self._issuers.get(g)
         if issuer is None:
-            import cupy
-
-            issuer = self._issuers[g] = Issuer(g, handle(cupy.cuda.Device().id))
+            if self.library is None:
+                raise AccyError(f"cuBLASLt is not loaded for the {g.epilogue} GEMM {g}")
+            issuer = self._issuers[g] = Issuer(g, self.library)
         status = issuer.matmul(a, b, c, bias, self.workspace, self.size, self.stream)
         check(status, f"cublasLtMatmul {g.m}x{g.n}x{g.k} with a {g.epilogue} epilogue")

@@ -29,7 +29,9 @@ against 57 us for the plain GEMM (`bench/results/gpt2-h200-bf16.md`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..core import Operation
 
@@ -57,10 +59,15 @@ def bias_epilogue(step, producers: dict[int, Operation]) -> BiasEpilogue | None:
 
 
 def fuse_bias_epilogues(
-    steps: list, producers: dict[int, Operation], is_stored, outputs: frozenset[int]
+    steps: list,
+    producers: dict[int, Operation],
+    is_stored: Callable[[int], bool],
+    outputs: frozenset[int],
+    scratch: Callable[[str, int], Any],
 ) -> list:
     """`steps` with each bias-adding loop that qualifies (see the module doc) moved into the
-    dot step it follows, as its epilogue."""
+    dot step it follows, as its epilogue; `scratch(name, nbytes)` makes the plan's record of
+    the step's scratch for the converted bias."""
     readers = _reader_counts(steps)
     by_value = {step.writes[0]: i for i, step in enumerate(steps) if step.kind == "dot"}
     fused: dict[int, object] = {}
@@ -77,7 +84,7 @@ def fuse_bias_epilogues(
             continue
         if not _bias_is_stored(_bias_of(dot.op, step, producers), is_stored):
             continue
-        fused[at] = _fused_step(dot, step, producers)
+        fused[at] = _fused_step(dot, step, producers, scratch)
         dropped.add(i)
     return [fused.get(i, s) for i, s in enumerate(steps) if i not in dropped]
 
@@ -154,13 +161,11 @@ def _bias_is_stored(bias: BiasEpilogue | None, is_stored) -> bool:
     return bias is not None and is_stored(bias.stored)
 
 
-def _fused_step(dot, loop, producers: dict[int, Operation]):
-    from .plan import Scratch  # the plan's records (plan.py runs this pass)
-
+def _fused_step(dot, loop, producers: dict[int, Operation], make_scratch):
     bias = _bias_of(dot.op, loop, producers)
     reads = tuple(dict.fromkeys((*dot.reads, *(v for v in loop.reads if v != dot.writes[0]))))
     vector = producers[bias.broadcast].operand_types[0]
-    scratch = (*dot.scratch, Scratch("bias", vector.nbytes))
+    scratch = (*dot.scratch, make_scratch("bias", vector.nbytes))
     return replace(
         dot, writes=loop.writes, reads=reads, fused=loop.fused, scratch=scratch, epilogue=(loop,)
     )

@@ -164,7 +164,8 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
         steps = _cluster_loops(steps, check)
     if target.fuses_gemm_epilogues:
         outputs = frozenset(program.outputs)
-        steps = fuse_bias_epilogues(steps, decisions.producer, decisions.is_stored, outputs)
+        producers, is_stored = decisions.producer, decisions.is_stored
+        steps = fuse_bias_epilogues(steps, producers, is_stored, outputs, Scratch)
     steps, internal = _group(program, steps, check)
     internal |= in_epilogues
     views = {v: view for v, view in views.items() if view.base not in internal}

@@ -18,7 +18,9 @@ from __future__ import annotations
 import ctypes
 from ctypes import c_int, c_longlong, c_size_t, c_void_p
 
-from ...errors import AccyError, RuntimeUnavailable
+from ...errors import AccyError
+from .cublaslt import load_library
+from .epilogues import EpilogueGemms
 from .schedule import Gemm
 
 CUDA_R_32F, CUDA_R_64F, CUDA_R_16F, CUDA_R_16BF = 0, 1, 2, 14  # cudaDataType
@@ -50,23 +52,6 @@ def gemm_types(g: Gemm, tf32: bool = False) -> tuple[int, int, int, str]:
         return data, out, COMPUTE_64F, "f64"
     fast = tf32 and g.dtype == "f32"
     return data, out, COMPUTE_32F_FAST_TF32 if fast else COMPUTE_32F, "f32"
-
-
-def load_library(name: str = "cublas", sonames: tuple[str, ...] = LIBRARIES) -> ctypes.CDLL:
-    """NVIDIA's library `name` ("cublas", "cublasLt"): its wheel's, else the first of
-    `sonames` on the loader's search path."""
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        return ctypes.CDLL(load_nvidia_dynamic_lib(name).abs_path)
-    except Exception:  # not installed, or no such wheel: try the loader's search path
-        pass
-    for soname in sonames:
-        try:
-            return ctypes.CDLL(soname)
-        except OSError:
-            continue
-    raise RuntimeUnavailable(f"{name} is not installed (none of {', '.join(sonames)} loads)")
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -102,14 +87,12 @@ class Cublas:
     `WORKSPACE_BYTES` that the caller keeps alive)."""
 
     def __init__(self, workspace: int):
-        self.lib = load_library()
+        self.lib = load_library("cublas", LIBRARIES)
         _declare(self.lib)
         self.handle = c_void_p()
         self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
         status = self.lib.cublasSetWorkspace_v2(self.handle, workspace, WORKSPACE_BYTES)
         self._check(status, "cublasSetWorkspace")
-        from .epilogues import EpilogueGemms  # it loads cuBLASLt with this module's loader
-
         self.epilogues = EpilogueGemms(workspace, WORKSPACE_BYTES)
         self._one = {"f32": ctypes.c_float(1.0), "f64": ctypes.c_double(1.0)}
         self._zero = {"f32": ctypes.c_float(0.0), "f64": ctypes.c_double(0.0)}

@@ -15,8 +15,7 @@ from ctypes import c_int, c_int64, c_size_t, c_uint64, c_void_p
 from typing import Any
 
 from ...caches import memoized
-from ...errors import AccyError
-from .cublas import load_library
+from ...errors import AccyError, RuntimeUnavailable
 
 LIBRARIES = ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
 CUDA_TYPES = {"f32": 0, "bf16": 14, "float8_e4m3fn": 28, "float8_e5m2": 29}  # cudaDataType
@@ -32,6 +31,23 @@ EPILOGUE_AUX_DATA_TYPE = 22
 FAST_ACCUMULATE = 25
 BIAS_DATA_TYPE = 26
 A_SCALE_MODE, B_SCALE_MODE = 31, 32  # of cuBLASLt 12.8 and later
+
+
+def load_library(name: str, sonames: tuple[str, ...]) -> ctypes.CDLL:
+    """NVIDIA's library `name` ("cublas", "cublasLt"): its wheel's, else the first of
+    `sonames` on the loader's search path."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        return ctypes.CDLL(load_nvidia_dynamic_lib(name).abs_path)
+    except Exception:  # not installed, or no such wheel: try the loader's search path
+        pass
+    for soname in sonames:
+        try:
+            return ctypes.CDLL(soname)
+        except OSError:
+            continue
+    raise RuntimeUnavailable(f"{name} is not installed (none of {', '.join(sonames)} loads)")
 
 
 def _declare(lib: ctypes.CDLL) -> None:

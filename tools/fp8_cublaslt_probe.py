@@ -23,11 +23,12 @@ import ml_dtypes
 import numpy as np
 
 import accy
+from accy.backends.cuda import cublaslt
 from accy.backends.cuda import fp8 as cuda_fp8
 from accy.nn import fp8
 
 M, N, K = 128, 64, 96
-BF16, E4M3 = cuda_fp8.CUDA_TYPES["bf16"], cuda_fp8.CUDA_TYPES["float8_e4m3fn"]
+BF16, E4M3 = cublaslt.CUDA_TYPES["bf16"], cublaslt.CUDA_TYPES["float8_e4m3fn"]
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -35,7 +36,7 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 
 def main() -> None:
-    lib, handle = cuda_fp8._handle(0)
+    lib, handle = cublaslt.handle(0)
     lib.cublasLtLoggerSetLevel.argtypes = [c_int]
     print("cublasLtGetVersion", lib.cublasLtGetVersion())
     rng = np.random.default_rng(0)
@@ -54,7 +55,7 @@ def main() -> None:
 
     def attempt(scale_modes, own_d, c_is_d, aligned, on=handle) -> tuple[int, float]:
         desc = c_void_p()
-        assert lib.cublasLtMatmulDescCreate(ctypes.byref(desc), cuda_fp8.COMPUTE_32F, 0) == 0
+        assert lib.cublasLtMatmulDescCreate(ctypes.byref(desc), cublaslt.COMPUTE_32F, 0) == 0
         b_scale = scales.data.ptr + (256 if aligned else 4)
         settings = [
             (cuda_fp8.TRANSA, c_int(cuda_fp8.OP_T)),

@@ -18,6 +18,7 @@ from . import fusion
 from .buffers import Lifetime, place, reads_in_place
 from .contraction import Gemm, gemm_layout
 from .expand import expand_compositions
+from .gemm_epilogues import fuse_bias_epilogues
 from .grouping import (
     FlatCheck,
     consecutive_groups,
@@ -161,6 +162,10 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
         steps = _chain_reductions(steps, check, target.epilogue_excludes)
     if target.clusters_loops:
         steps = _cluster_loops(steps, check)
+    if target.fuses_gemm_epilogues:
+        outputs = frozenset(program.outputs)
+        producers, is_stored = decisions.producer, decisions.is_stored
+        steps = fuse_bias_epilogues(steps, producers, is_stored, outputs, Scratch)
     steps, internal = _group(program, steps, check)
     internal |= in_epilogues
     views = {v: view for v, view in views.items() if view.base not in internal}

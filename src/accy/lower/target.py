@@ -57,6 +57,8 @@ class Target:
     next to each other where the steps' dependences allow, to share one pass
     (`accy.lower.plan._cluster_loops`; SwiGLU's backward: three passes over its 8192-wide
     activations become one). The GPU takes it: each pass is a launch and a round trip to HBM.
+    `fuses_gemm_epilogues`: a loop that adds a bias vector to a GEMM's product is done by the
+    GEMM (`accy.lower.gemm_epilogues`; cuBLASLt's bias epilogue on the GPU).
     `keep`: which kinds that have a composition the target runs whole, on operands in which
     layout (`accy.lower.expand`; by default every such kind is composed). `conv_scratch`: the
     workspace (names and bytes) of a conv kept for the target's own kernel (the CPU's tiled
@@ -76,6 +78,7 @@ class Target:
     chains_reductions: bool = True
     converts_inside_scans: bool = False
     clusters_loops: bool = False
+    fuses_gemm_epilogues: bool = False
     keep: Keep = compose_all
     conv_scratch: Callable[[Operation], tuple[tuple[str, int], ...]] | None = None
 
@@ -110,4 +113,5 @@ GPU = Target(
     rematerializes_transcendentals=False,
     converts_inside_scans=True,
     clusters_loops=True,
+    fuses_gemm_epilogues=True,
 )

@@ -8,6 +8,9 @@ tensor cores with float32 accumulation (`CUBLAS_COMPUTE_32F`) into an f32 or a 1
 f32 GEMMs compute in true float32 unless the executable was compiled with `precision="tf32"`
 (`accy.compile(program, device="cuda", precision="tf32")`), which lets cuBLAS use TF32 tensor
 cores: about 7x faster on an H200, with about 1e-3 relative error instead of 1e-6.
+
+A `Gemm` with an `epilogue` (a bias added to the product: `accy.backends.cuda.epilogues`) goes
+through cuBLASLt instead, on the same stream and workspace.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 import ctypes
 from ctypes import c_int, c_longlong, c_size_t, c_void_p
 
-from ...errors import AccyError, RuntimeUnavailable
+from ...errors import AccyError
+from .cublaslt import load_library
+from .epilogues import EpilogueGemms
 from .schedule import Gemm
 
 CUDA_R_32F, CUDA_R_64F, CUDA_R_16F, CUDA_R_16BF = 0, 1, 2, 14  # cudaDataType
@@ -47,23 +52,6 @@ def gemm_types(g: Gemm, tf32: bool = False) -> tuple[int, int, int, str]:
         return data, out, COMPUTE_64F, "f64"
     fast = tf32 and g.dtype == "f32"
     return data, out, COMPUTE_32F_FAST_TF32 if fast else COMPUTE_32F, "f32"
-
-
-def load_library(name: str = "cublas", sonames: tuple[str, ...] = LIBRARIES) -> ctypes.CDLL:
-    """NVIDIA's library `name` ("cublas", "cublasLt"): its wheel's, else the first of
-    `sonames` on the loader's search path."""
-    try:
-        from cuda.pathfinder import load_nvidia_dynamic_lib
-
-        return ctypes.CDLL(load_nvidia_dynamic_lib(name).abs_path)
-    except Exception:  # not installed, or no such wheel: try the loader's search path
-        pass
-    for soname in sonames:
-        try:
-            return ctypes.CDLL(soname)
-        except OSError:
-            continue
-    raise RuntimeUnavailable(f"{name} is not installed (none of {', '.join(sonames)} loads)")
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -99,12 +87,13 @@ class Cublas:
     `WORKSPACE_BYTES` that the caller keeps alive)."""
 
     def __init__(self, workspace: int):
-        self.lib = load_library()
+        self.lib = load_library("cublas", LIBRARIES)
         _declare(self.lib)
         self.handle = c_void_p()
         self._check(self.lib.cublasCreate_v2(ctypes.byref(self.handle)), "cublasCreate")
         status = self.lib.cublasSetWorkspace_v2(self.handle, workspace, WORKSPACE_BYTES)
         self._check(status, "cublasSetWorkspace")
+        self.epilogues = EpilogueGemms(workspace, WORKSPACE_BYTES)
         self._one = {"f32": ctypes.c_float(1.0), "f64": ctypes.c_double(1.0)}
         self._zero = {"f32": ctypes.c_float(0.0), "f64": ctypes.c_double(0.0)}
 
@@ -116,10 +105,19 @@ class Cublas:
     def bind(self, stream: int) -> None:
         """Issue the following calls on `stream` (the one being captured)."""
         self._check(self.lib.cublasSetStream_v2(self.handle, stream), "cublasSetStream")
+        self.epilogues.bind(stream)
 
-    def gemm(self, g: Gemm, a: int, b: int, c: int, tf32: bool = False) -> None:
+    def gemm(
+        self, g: Gemm, a: int, b: int, c: int, tf32: bool = False, bias: int | None = None
+    ) -> None:
         """Issue `g`; `a`, `b`, `c` are device addresses: of the matrices, or with
-        `g.arrays` of the pointer arrays. `tf32` lets an f32 GEMM use TF32 tensor cores."""
+        `g.arrays` of the pointer arrays. `tf32` lets an f32 GEMM use TF32 tensor cores.
+        `bias`: the address of `g`'s bias vector, for a GEMM with an epilogue."""
+        if g.epilogue:
+            if bias is None:
+                raise AccyError(f"internal: the {g.epilogue} epilogue of {g} has no bias")
+            self.epilogues.issue(g, a, b, c, bias)
+            return
         data, out, compute, scalar = gemm_types(g, tf32)
         one, zero = ctypes.byref(self._one[scalar]), ctypes.byref(self._zero[scalar])
         head = (self.handle, g.transa, g.transb, g.m, g.n, g.k, one)

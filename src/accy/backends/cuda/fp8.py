@@ -41,7 +41,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Callable, Sequence
-from ctypes import c_int, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import c_int, c_size_t, c_void_p
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,23 @@ from ...caches import memoized
 from ...core.types import TensorType, dtype_named, float8_format
 from ...errors import AccyError
 from ...kernel.call import KernelCall
-from .cublas import load_library
+from .cublaslt import (
+    A_SCALE,
+    A_SCALE_MODE,
+    B_SCALE,
+    B_SCALE_MODE,
+    CUDA_TYPES,
+    FAST_ACCUMULATE,
+    OP_N,
+    OP_T,
+    TRANSA,
+    TRANSB,
+    check,
+    handle,
+    matmul_descriptor,
+    matrix_layout,
+    set_attribute,
+)
 from .cudnn import ALIGN
 
 log = logging.getLogger("accy.fp8")
@@ -58,14 +74,8 @@ AMAX_BLOCKS = 1056  # 8 per multiprocessor of an H200: partial maxima, one per b
 THREADS = 256
 TILE = 64  # the transposing quantisation's tile: TILE x TILE values a block
 ELEMENT_TYPES = {"bf16": "unsigned short", "f32": "float"}
-CUDA_TYPES = {"f32": 0, "bf16": 14, "float8_e4m3fn": 28, "float8_e5m2": 29}  # cudaDataType
-COMPUTE_32F = 68
-TRANSA, TRANSB, A_SCALE, B_SCALE, FAST_ACCUMULATE = 3, 4, 17, 18, 25  # matmul attributes
-A_SCALE_MODE, B_SCALE_MODE = 31, 32  # matmul attributes of cuBLASLt 12.8 and later
 SCALAR_32F = 0  # cublasLtMatmulMatrixScale_t: one f32 scale per operand
 SCALE_MODES_SINCE = 120800  # cublasLtGetVersion() of the first library with scale modes
-OP_N, OP_T = 0, 1
-LIBRARIES = ("libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so")
 
 
 @dataclass(frozen=True)
@@ -119,7 +129,7 @@ class Fp8Gemm:
 
     def load(self, ordinal: int) -> Issuer:
         """The issuer on GPU `ordinal`: kernels compiled, cuBLASLt's algorithm chosen."""
-        return Issuer(self, _module(ordinal), _handle(ordinal))
+        return Issuer(self, _module(ordinal), handle(ordinal))
 
 
 def kernel_factory(s: Any) -> Callable[[Sequence[TensorType], TensorType], KernelCall | None]:
@@ -399,40 +409,6 @@ def _module(ordinal: int) -> Any:
 # -- cuBLASLt -------------------------------------------------------------------------------------
 
 
-def _declare(lib: ctypes.CDLL) -> None:
-    signatures = {
-        "cublasLtCreate": [c_void_p],
-        "cublasLtMatmulDescCreate": [c_void_p, c_int, c_int],
-        "cublasLtMatmulDescSetAttribute": [c_void_p, c_int, c_void_p, c_size_t],
-        "cublasLtMatrixLayoutCreate": [c_void_p, c_int, c_uint64, c_uint64, c_int64],
-        "cublasLtMatmul": [c_void_p] * 12 + [c_void_p, c_void_p, c_size_t, c_void_p],
-    }
-    for name, arguments in signatures.items():
-        function = getattr(lib, name)
-        function.argtypes = arguments
-        function.restype = c_int
-    lib.cublasLtGetVersion.argtypes = []
-    lib.cublasLtGetVersion.restype = c_size_t
-
-
-def _check(status: int, what: str) -> None:
-    if status != 0:
-        raise AccyError(f"{what} failed with cuBLAS status {status}")
-
-
-@memoized("cublaslt handles", "kernels_max_entries")
-def _handle(ordinal: int) -> tuple[ctypes.CDLL, c_void_p]:
-    """The process's cuBLASLt library and handle on GPU `ordinal` (made once)."""
-    import cupy
-
-    lib = load_library("cublasLt", LIBRARIES)
-    _declare(lib)
-    handle = c_void_p()
-    with cupy.cuda.Device(ordinal):
-        _check(lib.cublasLtCreate(ctypes.byref(handle)), "cublasLtCreate")
-    return lib, handle
-
-
 class Issuer:
     """Enqueues one `Fp8Gemm` on the bound stream (see `accy.kernel.call.LibraryStep`); the
     quantisation kernels launch on CuPy's current stream, which the caller makes that stream.
@@ -464,14 +440,12 @@ class Issuer:
 
     def _describe_matmul(self) -> None:
         s, lib = self.step, self.lib
-        self.desc = c_void_p()
-        _check(lib.cublasLtMatmulDescCreate(ctypes.byref(self.desc), COMPUTE_32F, 0), "desc")
+        self.desc = matmul_descriptor(lib)
         self._set(TRANSA, c_int(OP_T))
         self._set(TRANSB, c_int(OP_N))
         if lib.cublasLtGetVersion() >= SCALE_MODES_SINCE:  # the default, set as torch sets it
             self._set(A_SCALE_MODE, c_int(SCALAR_32F))
             self._set(B_SCALE_MODE, c_int(SCALAR_32F))
-        self.layouts = []
         result = (CUDA_TYPES[s.out], s.n, s.m, s.n)  # the result, n x m column-major
         shapes = (
             (CUDA_TYPES[s.second.format], s.k, s.n, s.k),  # cuBLAS's A: second, k x n, T
@@ -479,11 +453,7 @@ class Issuer:
             result,  # C
             result,  # D: a descriptor of its own (see `_matmul`)
         )
-        for data, rows, cols, ld in shapes:
-            layout = c_void_p()
-            status = lib.cublasLtMatrixLayoutCreate(ctypes.byref(layout), data, rows, cols, ld)
-            _check(status, "cublasLtMatrixLayoutCreate")
-            self.layouts.append(layout)
+        self.layouts = [matrix_layout(lib, *shape) for shape in shapes]
 
     def _warm_up(self) -> None:
         """One matmul outside any capture, on zeroed buffers: the configuration cuBLASLt
@@ -513,10 +483,7 @@ class Issuer:
         )
 
     def _set(self, attribute: int, value: Any) -> None:
-        status = self.lib.cublasLtMatmulDescSetAttribute(
-            self.desc, attribute, ctypes.byref(value), ctypes.sizeof(value)
-        )
-        _check(status, f"cublasLtMatmulDescSetAttribute({attribute})")
+        set_attribute(self.lib, self.desc, attribute, value)
 
     def _matmul(self, first: int, second: int, dst: int, scales: int, workspace: int, stream):
         """`cublasLtMatmul` of the quantised operands at `first` and `second` into `dst`, the
@@ -579,4 +546,4 @@ class Issuer:
         status = self._matmul(
             at["first"], at["second"], dst, at["scales"], at["workspace"], self.stream
         )
-        _check(status, f"cublasLtMatmul FP8 {s.m}x{s.n}x{s.k}")
+        check(status, f"cublasLtMatmul FP8 {s.m}x{s.n}x{s.k}")

@@ -411,7 +411,8 @@ class CudaFragment:
         else:
             first = self._pool_device.data.ptr + 8 * action.arrays
             a, b, c = (first + 8 * action.batch * k for k in range(3))
-        self.device.cublas.gemm(action, a, b, c, self.tf32)
+        bias = None if action.bias is None else self._address(action.bias)
+        self.device.cublas.gemm(action, a, b, c, self.tf32, bias)
 
     def _external(self, action: External) -> None:
         _, function = self._externals[action.symbol]

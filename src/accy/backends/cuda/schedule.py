@@ -95,6 +95,10 @@ class Gemm:
     stride_c: int = 0
     arrays: int | None = None
     out: str = ""  # the result's dtype name, when not the operands' (f32 from f16/bf16)
+    # A cuBLASLt epilogue (`accy.backends.cuda.epilogues`): its name ("bias": a vector of m
+    # values, one per row of C, at `bias`, added to every column), "" for none.
+    epilogue: str = ""
+    bias: Address | None = None
 
 
 @dataclass(frozen=True)

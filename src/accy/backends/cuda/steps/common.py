@@ -221,7 +221,7 @@ class Staging:
         """Where the call writes the step's result when the plan runs at `level`."""
         if self.result is not None:
             return Address(SCRATCH, self.result)
-        return ctx.slot_address(level, ctx.step.op.results[0])
+        return ctx.slot_address(level, stored_result(ctx))
 
 
 def _staged_once(ctx: StepContext, value: int, staging: Staging) -> int:
@@ -265,6 +265,14 @@ def _span(ctx: StepContext, value: int) -> int:
     return 1 + sum((n - 1) * abs(s) for n, s in zip(t.extents, strides, strict=True))
 
 
+def stored_result(ctx: StepContext) -> int:
+    """The value a library step's call writes: its op's result, or for a dot step with an
+    epilogue (`accy.lower.gemm_epilogues`) the epilogue's result, which takes its place."""
+    if ctx.step.kind == "dot" and ctx.step.epilogue:
+        return ctx.step.epilogue[-1].writes[0]
+    return ctx.step.op.results[0]
+
+
 def stage_moving_buffers(ctx: StepContext, operands) -> Staging:
     """Copy kernels that route `operands` (values read as whole buffers) and the step's result
     through scratch, those of them whose addresses move; an operand's view keeps its layout.
@@ -286,7 +294,7 @@ def stage_moving_buffers(ctx: StepContext, operands) -> Staging:
         kernel = copy_kernel(ctx, source, f"scratch + {offset}", storage, span)
         staging.copies_in.append((kernel, blocks_for(span)))
     op = ctx.step.op
-    result = op.results[0]
+    result = stored_result(ctx)
     if _moves(ctx, result):
         staging.result = ctx.scratch(op.type.nbytes)
         source, target = f"scratch + {staging.result}", ctx.slot_expression(result)

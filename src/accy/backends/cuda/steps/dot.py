@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 from ....codegen.c.dialect import CUDA
-from ....codegen.c.expressions import Body, Index, components, offset_expression
+from ....codegen.c.expressions import EMITTERS, Body, Index, components, offset_expression
 from ....codegen.c.loops import nest
 from ....config import config
 from ....lower.contraction import Gemm as Layout
 from ....lower.contraction import MatrixOperand, loop_indices
+from ....lower.gemm_epilogues import BiasEpilogue, bias_epilogue
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
+from ....lower.views import row_major
+from .. import epilogues
 from ..context import StepCode, StepContext, launches, nothing
 from ..kernels import (
     LevelPointer,
@@ -48,7 +52,16 @@ from ..kernels import (
 from ..schedule import WORKSPACE, Address, Gemm, Level, Schedule
 from ..tiles import tile_side, tiled_copy, transposed_axes
 from ..vectors import LaneBody
-from .common import Staging, elementwise_kernel, indent, rounded, stage_moving_buffers, store
+from .common import (
+    Staging,
+    elementwise_kernel,
+    indent,
+    rounded,
+    stage_moving_buffers,
+    store,
+    store_at,
+    stored_result,
+)
 
 OP_N, OP_T = 0, 1  # cublasOperation_t
 # A contraction this short over a result this large is a few multiply-adds per element of a big
@@ -140,7 +153,7 @@ def _tiled_pack(body, value: int, t, names, axes, matrix: MatrixOperand) -> tupl
 def _zeros(ctx: StepContext) -> tuple[str, int]:
     op = ctx.step.op
     pointers = ctx.pointers()
-    out = pointers[op.results[0]]
+    out = pointers[stored_result(ctx)]
     lines = [grid_stride("i", op.type.size), f"  {out}[i] = 0;", "}"]
     return ctx.kernel(pointers, lines, "(zeros)"), blocks_for(op.type.size)
 
@@ -204,7 +217,7 @@ def _region_arrays(ctx: StepContext, layout: Layout) -> int | None:
     bases = [
         _operand_pointer(ctx, op.operands[1], layout.rhs, "rhs"),
         _operand_pointer(ctx, op.operands[0], layout.lhs, "lhs"),
-        ctx.view_pointer(op.results[0]),
+        ctx.view_pointer(stored_result(ctx)),
     ]
     if not any(pointer.table for pointer, _ in bases):
         return None
@@ -214,6 +227,35 @@ def _region_arrays(ctx: StepContext, layout: Layout) -> int | None:
     return ctx.region.derive(entries)
 
 
+def _shape(ctx: StepContext, layout: Layout) -> Gemm:
+    """The single GEMM of `layout` (fixed addresses; the addresses themselves left out)."""
+    op = ctx.step.op
+    return Gemm(
+        dtype=op.operand_types[0].dtype.name,
+        out=op.type.dtype.name,
+        transa=OP_T if layout.rhs.transposed else OP_N,
+        transb=OP_T if layout.lhs.transposed else OP_N,
+        m=layout.n,
+        n=layout.m,
+        k=layout.k,
+        a=IN_REGION,
+        lda=layout.rhs.leading,
+        b=IN_REGION,
+        ldb=layout.lhs.leading,
+        c=IN_REGION,
+        ldc=max(layout.n, 1),
+        epilogue="bias",
+        bias=IN_REGION,
+    )
+
+
+def _fuses_bias(ctx: StepContext, layout: Layout, staged: bool) -> bool:
+    """Whether cuBLASLt adds the step's bias (else a kernel adds it after the GEMM): a single
+    GEMM with fixed addresses (`staged`) that cuBLASLt runs on this GPU."""
+    shape = _shape(ctx, layout)
+    return staged and epilogues.takes(shape) and epilogues.refusal_here(shape) is None
+
+
 def _schedule_gemm(
     ctx: StepContext,
     layout: Layout,
@@ -221,8 +263,10 @@ def _schedule_gemm(
     schedule: Schedule,
     staging: Staging,
     derived: int | None = None,
+    fused: bool = False,
 ) -> None:
-    """Add the GEMM; `derived`: its pointer arrays are entries of the level's region."""
+    """Add the GEMM; `derived`: its pointer arrays are entries of the level's region; `fused`:
+    cuBLASLt adds the step's bias (converted into its scratch "bias" by `_bias_copy`)."""
     op = ctx.step.op
     lhs_type = op.operand_types[0]
     offsets, sizes = _offsets_and_sizes(ctx, layout)
@@ -240,28 +284,30 @@ def _schedule_gemm(
             bases = zip((rhs, lhs, out), offsets, sizes, strict=True)
             pointers = [base.plus(o * size) for base, column, size in bases for o in column]
             arrays = schedule.table(pointers)
-    schedule.add(
-        Gemm(
-            dtype=lhs_type.dtype.name,
-            out=op.type.dtype.name,
-            transa=OP_T if layout.rhs.transposed else OP_N,
-            transb=OP_T if layout.lhs.transposed else OP_N,
-            m=layout.n,
-            n=layout.m,
-            k=layout.k,
-            a=rhs,
-            lda=layout.rhs.leading,
-            b=lhs,
-            ldb=layout.lhs.leading,
-            c=out,
-            ldc=max(layout.n, 1),
-            batch=len(offsets[2]),
-            stride_a=strides[0] or 0,
-            stride_b=strides[1] or 0,
-            stride_c=strides[2] or 0,
-            arrays=arrays,
-        )
+    gemm = Gemm(
+        dtype=lhs_type.dtype.name,
+        out=op.type.dtype.name,
+        transa=OP_T if layout.rhs.transposed else OP_N,
+        transb=OP_T if layout.lhs.transposed else OP_N,
+        m=layout.n,
+        n=layout.m,
+        k=layout.k,
+        a=rhs,
+        lda=layout.rhs.leading,
+        b=lhs,
+        ldb=layout.lhs.leading,
+        c=out,
+        ldc=max(layout.n, 1),
+        batch=len(offsets[2]),
+        stride_a=strides[0] or 0,
+        stride_b=strides[1] or 0,
+        stride_c=strides[2] or 0,
+        arrays=arrays,
     )
+    if fused:
+        bias = Address(WORKSPACE, level.ws + ctx.workspace_scratch("bias"))
+        gemm = replace(gemm, epilogue="bias", bias=bias)
+    schedule.add(gemm)
 
 
 def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
@@ -269,8 +315,9 @@ def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
     count = math.prod(layout.batch_extents)
     if layout.m == 0 or layout.n == 0 or count == 0:
         return nothing
+    bias = bias_epilogue(ctx.step, ctx.plan.producers)
     if layout.k == 0:
-        return launches(_zeros(ctx))
+        return launches(_zeros(ctx), *([_add_bias(ctx, bias)] if bias is not None else []))
     operands = list(zip(op.operands, (layout.lhs, layout.rhs), ("lhs", "rhs"), strict=True))
     packs = [_pack(ctx, value, matrix, name) for value, matrix, name in operands if matrix.packed]
     # Batched GEMMs read pointer arrays instead (see the module doc), and so do GEMMs in a
@@ -283,13 +330,51 @@ def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
     staging = stage_moving_buffers(ctx, unpacked) if staged else Staging()
     # Staged, every address is fixed; otherwise a WHILE-node body's arrays are in its region.
     derived = None if staged or ctx.region is None else _region_arrays(ctx, layout)
+    fused = bias is not None and _fuses_bias(ctx, layout, staged)
+    before = [_bias_copy(ctx, bias)] if fused else []
+    after = [_add_bias(ctx, bias)] if bias is not None and not fused else []
 
     def schedule_gemm(level: Level, schedule: Schedule) -> None:
-        launches(*packs, *staging.copies_in)(level, schedule)
-        _schedule_gemm(ctx, layout, level, schedule, staging, derived)
-        launches(*staging.copies_out)(level, schedule)
+        launches(*packs, *staging.copies_in, *before)(level, schedule)
+        _schedule_gemm(ctx, layout, level, schedule, staging, derived, fused)
+        launches(*staging.copies_out, *after)(level, schedule)
 
     return schedule_gemm
+
+
+def _bias_copy(ctx: StepContext, bias: BiasEpilogue) -> tuple[str, int]:
+    """A kernel that writes the bias vector, in the result's dtype, into the step's scratch
+    "bias" (cuBLASLt takes it only in that dtype; the plan's is often an f32 master's
+    conversion, computed here as the loop would have)."""
+    t = ctx.plan.program.type_of(bias.vector)
+    storage = CUDA.c_type(t.dtype).storage
+    offset = ctx.workspace_scratch("bias")
+    declaration = f"{storage} *__restrict__ packed = ({storage} *)(ws + {offset});"
+    strides = row_major(t.extents)
+
+    def make(body: Body, index: Index, position: str) -> None:
+        x = body.value(bias.vector, components(index))
+        if isinstance(body, LaneBody):
+            body.lines.append(body.store_element(t.dtype, "packed", index, strides, x))
+        else:
+            body.lines.append(store(t.dtype, "packed", offset_expression(index, strides), x))
+
+    return elementwise_kernel(ctx, t, make, "(bias for the GEMM)", [declaration])
+
+
+def _add_bias(ctx: StepContext, bias: BiasEpilogue) -> tuple[str, int]:
+    """A kernel that adds the bias to the product in the result's buffer, in place: the
+    fused loop's own expression, its product read from there."""
+    add = ctx.plan.producers[bias.result]
+    product = ctx.step.op.results[0]
+    t = add.type
+
+    def make(body: Body, index: Index, position: str) -> None:
+        body.seed(product, index, body.value(bias.result, index))
+        x = EMITTERS[add.kind](body, add, index)
+        body.lines.append(store_at(body, t.dtype, body.pointers[bias.result], position, x))
+
+    return elementwise_kernel(ctx, t, make, "(bias added after the GEMM)")
 
 
 def _emit_loops(ctx: StepContext) -> StepCode:
@@ -312,7 +397,7 @@ def _emit_loops(ctx: StepContext) -> StepCode:
     inner = [
         f"{compute} acc = 0;",
         *nest(loops, body.lines + [f"acc = acc + {product};"]),
-        store(op.type.dtype, pointers[op.results[0]], "i", rounded(op.type.dtype, "acc")),
+        store(op.type.dtype, pointers[stored_result(ctx)], "i", rounded(op.type.dtype, "acc")),
     ]
     head = decompose("i", op.type.extents, result)
     lines = [grid_stride("i", op.type.size), *indent(head + inner), "}"]
@@ -346,6 +431,7 @@ def _emit_warp_loops(ctx: StepContext, result, lhs_index, rhs_index, loops) -> S
     product = f"({compute})({a}) * ({compute})({b})"
     names = tuple(name for name, _ in loops)
     k = math.prod(extent for _, extent in loops)
+    out = pointers[stored_result(ctx)]
     inner = [
         f"{compute} acc = 0;",
         f"for (int64_t kf = (int64_t)(threadIdx.x % {WARP}); kf < {k}LL; kf += {WARP}) {{",
@@ -356,7 +442,7 @@ def _emit_warp_loops(ctx: StepContext, result, lhs_index, rhs_index, loops) -> S
         "  acc = acc + accy_shfl_down(acc, offset);",
         "}",
         f"if (threadIdx.x % {WARP} == 0) {{",
-        "  " + store(op.type.dtype, pointers[op.results[0]], "i", rounded(op.type.dtype, "acc")),
+        "  " + store(op.type.dtype, out, "i", rounded(op.type.dtype, "acc")),
         "}",
     ]
     head = decompose("i", op.type.extents, result)
@@ -372,7 +458,18 @@ def _emit_warp_loops(ctx: StepContext, result, lhs_index, rhs_index, loops) -> S
 
 def emit_dot(ctx: StepContext) -> StepCode:
     """cuBLAS for f32, f64 and 16-bit float operands (but short contractions into large
-    results), else one thread per result element."""
+    results), else one thread per result element. A bias epilogue is cuBLASLt's where it
+    takes the GEMM, else a kernel after it."""
     if _by_cublas(ctx):
         return _emit_gemm(ctx, ctx.step.detail)
-    return _emit_loops(ctx)
+    code = _emit_loops(ctx)
+    bias = bias_epilogue(ctx.step, ctx.plan.producers)
+    if bias is None:
+        return code
+    after = launches(_add_bias(ctx, bias))
+
+    def schedule_loops(level: Level, schedule: Schedule) -> None:
+        code(level, schedule)
+        after(level, schedule)
+
+    return schedule_loops

@@ -109,7 +109,7 @@ def test_cross_entropy_gradient_chains():
     # first: a loop computing exp, which its chains leave alone (its loops call libmvec's
     # vector exp, whose bits differ from a scalar call's). The logits here are a parameter,
     # which no result takes in place: their gradient is the chain's last phase (over a GEMM's
-    # logits it is not: test_a_last_loop_that_may_write_in_place_stays_a_step).
+    # logits it is too, in place: test_a_last_loop_writes_over_the_logits_as_the_last_phase).
     gradient = accy.value_and_grad(cross_entropy_loss(bf16), wrt=[0])
     (chain,) = chains(build_plan(gradient, GPU))
     assert phase_ops(chain) == [["max", "sum"], ["sum"], ["loop"]]
@@ -126,19 +126,24 @@ def test_layer_norm_forward_and_backward_chain(target):
     assert [step.kind for step in forward.steps] == ["chain"]
     assert phase_ops(forward.steps[0]) == [["sum"], ["sum"], ["loop"]]
     # With a backward pass x - mean is stored (read again there): a loop phase between. The
-    # backward's last loop (the input's gradient) stays a step: it reads the output's
-    # gradient for the last time, a buffer it could take (`_InPlace`; here it is an output).
+    # backward's last loop (the input's gradient) reads a buffer for the last time that it
+    # could take (`_InPlace`), which the earlier phases read at their own rows alone: the
+    # GPU's chain ends with it (`chains_end_in_place`), the CPU's leaves it a step.
     gradient = build_plan(accy.value_and_grad(layer_norm_loss(bf16), wrt=[0, 1]), target)
     forward, backward = chains(gradient)
     assert phase_ops(forward) == [["sum"], ["loop"], ["sum"], ["loop"]]
     mean, centered, variance, normalized = forward.members
     assert centered.op.kind == "sub" and set(centered.writes) <= set(variance.reads)
     assert set(centered.writes) <= set(normalized.reads)
-    assert phase_ops(backward) == [["sum"], ["sum"]]
-    first, second = backward.members
+    first, second, *last = backward.members
     assert set(first.writes) & set(second.reads)  # the second reads the first's row scalar
-    last = gradient.steps[-1]
-    assert last.kind == "loop" and set(second.writes) <= set(last.reads)
+    if target.chains_end_in_place:
+        assert phase_ops(backward) == [["sum"], ["sum"], ["loop"]]
+        assert gradient.steps[-1] is backward
+    else:
+        assert phase_ops(backward) == [["sum"], ["sum"]]
+        last = [gradient.steps[-1]]
+    assert last[-1].kind == "loop" and set(second.writes) <= set(last[-1].reads)
 
 
 def test_three_phases_are_one_chain():
@@ -205,23 +210,55 @@ def test_a_loop_after_the_last_reduction_is_the_last_phase():
         assert [step.kind for step in build_plan(softmax(), off).steps] == ["chain", "loop"]
 
 
-def test_a_last_loop_that_may_write_in_place_stays_a_step():
-    # Cross-entropy over a GEMM's logits: their gradient is written over them (the last read
-    # of a buffer as large), which a chain's phase cannot do.
+def _cross_entropy_over_a_gemm(rows=16, classes=1000, dtype=f32):
     def body(b, a):
         logits = a[0].contract(a[1], "d")
         return accy.nn.cross_entropy(logits, a[2], "v").mean("row")
 
     program = accy.trace.define(
-        "ce_gemm", [spec(f32, row=16, d=8), spec(f32, d=8, v=1000), spec(accy.i32, row=16)], body
+        "ce_gemm",
+        [spec(dtype, row=rows, d=8), spec(dtype, d=8, v=classes), spec(accy.i32, row=rows)],
+        body,
     )
-    gradient = accy.value_and_grad(program, wrt=[1])
+    return accy.value_and_grad(program, wrt=[1])
+
+
+def test_a_last_loop_writes_over_the_logits_as_the_last_phase():
+    # Cross-entropy over a GEMM's logits: their gradient is written over them (the last read
+    # of a buffer as large), by the chain's last phase on the GPU (one pass fewer over the
+    # logits, no more memory), by a loop of its own on the CPU.
+    gradient = _cross_entropy_over_a_gemm()
     plan = build_plan(gradient, GPU)
     (chain,) = chains(plan)
-    assert phase_ops(chain) == [["max", "sum"], ["sum"]]
+    assert phase_ops(chain) == [["max", "sum"], ["sum"], ["loop"]]
     logits = next(s for s in plan.steps if s.kind == "dot").writes[0]
-    (taker,) = [s for s in plan.steps if s.kind == "loop" and logits in s.reads]
-    assert taker.writes[0] in plan.in_place  # in the logits' buffer
+    (taker,) = [s for s in plan.steps if logits in s.reads]
+    assert taker is chain and chain.members[-1].writes[0] in plan.in_place  # the logits' buffer
+    apart = build_plan(gradient, replace(GPU, chains_end_in_place=False))
+    assert len(apart.steps) == len(plan.steps) + 1
+    # No second buffer of logits (64,000 bytes): the placement moves by an alignment at most.
+    assert plan.workspace_bytes - apart.workspace_bytes <= 256
+    cpu = build_plan(gradient, CPU)
+    assert not any(c.members[-1].kind == "loop" for c in chains(cpu))
+    assert any(s.kind == "loop" and s.writes[0] in cpu.in_place for s in cpu.steps)
+
+
+def test_a_last_loop_stays_a_step_where_an_earlier_phase_reads_another_row():
+    # y - x[next row] between the max and the sum reads x away from its own row: the loop that
+    # could write over x (the last read) stays a step, after every row's passes.
+    def body(b, a):
+        x = a[0].contract(a[1], "d")  # stored: a buffer a result may take
+        peak = x.max("v")
+        rolled = b.concatenate([x.slice("row", 1), x.slice("row", 0, 1)], "row")
+        total = (x - peak - rolled).sum("v")
+        return (x * total).contract(a[1], "v")  # x * total stored, for the GEMM
+
+    program = accy.trace.define("rolled", [spec(f32, row=8, d=4), spec(f32, d=4, v=32)], body)
+    plan = build_plan(program, GPU)
+    (chain,) = chains(plan)
+    assert phase_ops(chain)[-1] != ["loop"]
+    last = plan.steps[-2]
+    assert last.kind == "loop" and last.writes[0] in plan.in_place
 
 
 def test_a_step_between_that_reads_the_first_result_stays_after_the_chain():
@@ -313,6 +350,11 @@ VALUE_PROGRAMS = [
         lambda: accy.value_and_grad(layer_norm_loss(f64, rows=3000, cols=40, out=3), wrt=[0, 1]),
         1e-10,
         id="ln-grad-f64-many-rows",
+    ),
+    # The logits' gradient written over the GEMM's logits by the chain's last phase (GPU).
+    pytest.param(lambda: _cross_entropy_over_a_gemm(), 1e-5, id="ce-gemm-grad-f32"),
+    pytest.param(
+        lambda: _cross_entropy_over_a_gemm(300, 5000, bf16), 2.0**-5, id="ce-gemm-grad-bf16"
     ),
 ]
 

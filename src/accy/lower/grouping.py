@@ -556,7 +556,7 @@ class Chain:
 
 
 def reduction_chains(
-    steps, check: FlatCheck, excludes: frozenset[str] = frozenset()
+    steps, check: FlatCheck, excludes: frozenset[str] = frozenset(), ends_in_place: bool = False
 ) -> list[Chain]:
     """The chains of row reductions in `steps` (see `Chain`): a later row reduction (`reduce`
     or `reductions`, with its epilogue) joins an earlier one's chain when it has the same
@@ -566,7 +566,9 @@ def reduction_chains(
     A loop over the rows' elements that reads the chain's values at its own row joins too
     (`_loop_phase`: LayerNorm's `x - mean` between the mean and the variance, its normalized
     output after them), unless it computes an operation in `excludes`, or it is the chain's
-    last phase and may write over a buffer it reads last (`_InPlace`). The steps in between that
+    last phase and may write over a buffer it reads last (`_InPlace`), which it does as a phase
+    only with `ends_in_place` and where no earlier phase reads that buffer elsewhere than at
+    its own row. The steps in between that
     depend on the chain stay after it; the others run ahead of it. Each row's later passes then
     read the row while it is still in cache. At most `lower_chain_window` steps are searched after
     each phase and `MAX_GROUP_OPERATIONS` operations joined.
@@ -585,7 +587,7 @@ def reduction_chains(
         if key is None or index in claimed:
             continue
         rows = RowReads(check, key)
-        chain = _chain_of(steps, index, key, rows, claimed, excludes, in_place)
+        chain = _chain_of(steps, index, key, rows, claimed, excludes, in_place, ends_in_place)
         if chain is not None:
             chains.append(chain)
             claimed.update(chain.phases, chain.ahead)
@@ -593,10 +595,9 @@ def reduction_chains(
 
 
 class _InPlace:
-    """Whether a loop may write its result over a buffer it reads for the last time (the test
-    of `plan._in_place_results`, loosely: a value other than a parameter, of as many bytes and
-    the same itemsize, that no later step reads). Such a loop stays a step: a chain's phase
-    takes no buffer in place."""
+    """The buffers a loop may write its result over, those it reads for the last time (the
+    test of `plan._in_place_results`, loosely: a value other than a parameter, of as many bytes
+    and the same itemsize, that no later step reads)."""
 
     def __init__(self, steps, check: FlatCheck):
         self.steps = steps
@@ -607,14 +608,32 @@ class _InPlace:
             for value in step.reads:
                 self.last_read[value] = index
 
-    def __call__(self, index: int) -> bool:
+    def __call__(self, index: int) -> list[int]:
         t = self.type_of(self.steps[index].op.results[0])
-        return any(
-            self.last_read.get(v) == index
+        return [
+            v
+            for v in self.steps[index].reads
+            if self.last_read.get(v) == index
             and self.producers[v].kind != "parameter"
             and same_footprint(self.type_of(v), t)
-            for v in self.steps[index].reads
-        )
+        ]
+
+
+def _may_end(steps, phases, buffers: list[int], rows: RowReads, ends_in_place: bool) -> bool:
+    """Whether the chain's last phase, a loop that may write over `buffers`, may end it: with
+    `lower_chain_trailing_loops`, where it takes no buffer, or with `ends_in_place` where the
+    earlier phases read those buffers only at their own row and not in a reduction's
+    epilogue: each row is then done with before the last phase stores over it."""
+    if not config.lower_chain_trailing_loops:
+        return False
+    if not buffers:
+        return True
+    taken = set(buffers)
+    return ends_in_place and all(
+        rows.only_at_row(steps[p], taken)
+        and not any(taken & set(loop.reads) for loop in steps[p].epilogue)
+        for p in phases[:-1]
+    )
 
 
 def same_footprint(source, result) -> bool:
@@ -630,12 +649,16 @@ def same_footprint(source, result) -> bool:
     return source.nbytes == result.nbytes and source.dtype.itemsize == result.dtype.itemsize
 
 
-def _chain_of(steps, index, key, rows: RowReads, claimed, excludes, in_place) -> Chain | None:
+def _chain_of(
+    steps, index, key, rows: RowReads, claimed, excludes, in_place, ends_in_place: bool
+) -> Chain | None:
     """The `Chain` starting at row reduction `steps[index]`, or None (see `reduction_chains`).
     `available`: what the phases write; `pinned`: what the steps that must stay after the chain
-    write (they read `available` or `pinned`). A loop after the last reduction that may write
-    its result over a buffer it reads for the last time (`_InPlace`: GPT-2's logits gradient
-    over the logits, 0.8 GB) stays a step of its own, where it can."""
+    write (they read `available` or `pinned`). A loop after the last reduction may write its
+    result over a buffer it reads for the last time (`_InPlace`: GPT-2's logits gradient over
+    the logits, 0.8 GB) as the chain's last phase only where the earlier phases read that
+    buffer at their own rows alone, which the row's last pass then overwrites; else it stays a
+    step of its own."""
     available = set(steps[index].writes)
     pinned: set[int] = set()
     operations = _phase_operations(steps[index])
@@ -665,7 +688,7 @@ def _chain_of(steps, index, key, rows: RowReads, claimed, excludes, in_place) ->
     while (
         len(phases) > 1
         and steps[phases[-1]].kind == "loop"
-        and (in_place(phases[-1]) or not config.lower_chain_trailing_loops)
+        and not _may_end(steps, phases, in_place(phases[-1]), rows, ends_in_place)
     ):
         phases.pop()
     if len(phases) < 2:

@@ -159,7 +159,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
     check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of, views)
     steps, in_epilogues = _attach_epilogues(program, steps, check, target.epilogue_excludes)
     if target.chains_reductions:
-        steps = _chain_reductions(steps, check, target.epilogue_excludes)
+        steps = _chain_reductions(steps, check, target)
     if target.clusters_loops:
         steps = _cluster_loops(steps, check)
     if target.fuses_gemm_epilogues:
@@ -420,10 +420,12 @@ def _chain_step(phases: list[Step]) -> Step:
     )
 
 
-def _chain_reductions(steps: list[Step], check: FlatCheck, excludes) -> list[Step]:
+def _chain_reductions(steps: list[Step], check: FlatCheck, target: Target) -> list[Step]:
     """`steps` with each of `grouping.reduction_chains` as one step at the place of its first
     phase, the steps that run ahead of it just before."""
-    chains = reduction_chains(steps, check, excludes)
+    chains = reduction_chains(
+        steps, check, target.epilogue_excludes, ends_in_place=target.chains_end_in_place
+    )
     return _merged_at_first(steps, [(c.ahead, c.phases) for c in chains], _chain_step)
 
 
@@ -639,10 +641,14 @@ def _in_place_results(
 ) -> dict[int, int]:
     """Results written over an intermediate of the same size that their step reads for the
     last time, element for element (`buffers.reads_in_place`, the test donation uses): value ->
-    the value whose buffer it takes. GPT-2's logits gradient takes the logits' 0.8 GB."""
+    the value whose buffer it takes. GPT-2's logits gradient takes the logits' 0.8 GB. A
+    chain's last phase, a loop, may too: `grouping.reduction_chains` ends a chain with such a
+    loop only where the earlier phases read what it may take at their own row alone."""
     reuses: dict[int, int] = {}
     taken: set[int] = set()
     for index, step in enumerate(steps):
+        if step.kind == "chain" and step.members[-1].kind == "loop":
+            step = step.members[-1]
         if step.kind not in ("loop", "group"):
             continue
         for value in step.writes:

@@ -370,6 +370,43 @@ def test_chained_programs_match_the_reference(executor, build, rtol):
     _check(executor, build(), rtol)
 
 
+def _with_gemm(update):
+    """max, sum(x - max) and x * sum over the rows of a GEMM's x, `update` (a GEMM) reading the
+    last: that loop may write over x."""
+
+    def body(b, a):
+        x = a[0].contract(a[1], "d")
+        total = (x - x.max("v")).sum("v")
+        return update(b, x * total, a[1])
+
+    return accy.trace.define("with_gemm", [spec(f32, row=24, d=4), spec(f32, d=4, v=96)], body)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda: _with_gemm(lambda b, y, w: y.contract(w, "v")), id="rows"),
+        pytest.param(_cross_entropy_over_a_gemm, id="ce-gemm-grad"),
+    ],
+)
+def test_a_chain_ending_in_place_matches_the_reference_on_the_cpu(monkeypatch, build):
+    # The CPU backend planned as the GPU plans chains (`chains_end_in_place`): each row's last
+    # pass writes over the buffer that the row's earlier passes read.
+    from accy.backends.cpu import compile as cpu_compile
+
+    target = replace(CPU, chains_end_in_place=True)
+    program = build()
+    plan = build_plan(program, target)
+    (end,) = [c.members[-1] for c in chains(plan) if c.members[-1].kind == "loop"]
+    assert end.writes[0] in plan.in_place
+    monkeypatch.setattr(cpu_compile, "build_plan", lambda p: build_plan(p, target))
+    CACHE.clear()
+    try:
+        _check(native_cpu, program, 1e-5)
+    finally:
+        CACHE.clear()
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_three_phases_match_numpy(executor):
     def expected(x):

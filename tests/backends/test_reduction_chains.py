@@ -234,13 +234,27 @@ def test_a_last_loop_writes_over_the_logits_as_the_last_phase():
     logits = next(s for s in plan.steps if s.kind == "dot").writes[0]
     (taker,) = [s for s in plan.steps if logits in s.reads]
     assert taker is chain and chain.members[-1].writes[0] in plan.in_place  # the logits' buffer
-    apart = build_plan(gradient, replace(GPU, chains_end_in_place=False))
+    apart = build_plan(gradient, replace(GPU, chains_end_in_place=0))
     assert len(apart.steps) == len(plan.steps) + 1
     # No second buffer of logits (64,000 bytes): the placement moves by an alignment at most.
     assert plan.workspace_bytes - apart.workspace_bytes <= 256
     cpu = build_plan(gradient, CPU)
     assert not any(c.members[-1].kind == "loop" for c in chains(cpu))
     assert any(s.kind == "loop" and s.writes[0] in cpu.in_place for s in cpu.steps)
+
+
+def test_a_last_loop_over_rows_longer_than_the_bound_stays_a_step():
+    # GPT-2's 50,304-wide rows: the logits' gradient is a loop of its own after the chain
+    # (`Target.chains_end_in_place` bounds the rows' elements), still over the logits' buffer.
+    gradient = _cross_entropy_over_a_gemm(rows=2, classes=GPU.chains_end_in_place + 1)
+    plan = build_plan(gradient, GPU)
+    (chain,) = chains(plan)
+    assert phase_ops(chain) == [["max", "sum"], ["sum"]]
+    logits = next(s for s in plan.steps if s.kind == "dot").writes[0]
+    (taker,) = [s for s in plan.steps if logits in s.reads and s is not chain]
+    assert taker.kind == "loop" and taker.writes[0] in plan.in_place
+    at_bound = build_plan(_cross_entropy_over_a_gemm(2, GPU.chains_end_in_place), GPU)
+    assert phase_ops(chains(at_bound)[0])[-1] == ["loop"]
 
 
 def test_a_last_loop_stays_a_step_where_an_earlier_phase_reads_another_row():
@@ -394,7 +408,7 @@ def test_a_chain_ending_in_place_matches_the_reference_on_the_cpu(monkeypatch, b
     # pass writes over the buffer that the row's earlier passes read.
     from accy.backends.cpu import compile as cpu_compile
 
-    target = replace(CPU, chains_end_in_place=True)
+    target = replace(CPU, chains_end_in_place=GPU.chains_end_in_place)
     program = build()
     plan = build_plan(program, target)
     (end,) = [c.members[-1] for c in chains(plan) if c.members[-1].kind == "loop"]

@@ -25,6 +25,7 @@ can walk each row right after the first, while the row is in cache (`reduction_c
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -440,9 +441,8 @@ class RowReads:
     def __init__(self, check: FlatCheck, key: tuple):
         self.check = check
         self.extents, self.kept_positions, _ = key
-        self.rows = 1
-        for p in self.kept_positions:
-            self.rows *= self.extents[p]
+        self.rows = math.prod(self.extents[p] for p in self.kept_positions)
+        self.row_elements = math.prod(self.extents) // self.rows
 
     def only_at_row(self, step, chained: set[int]) -> bool:
         """Whether phase `step` (a row reduction, or a loop over the rows' elements) reads the
@@ -556,7 +556,7 @@ class Chain:
 
 
 def reduction_chains(
-    steps, check: FlatCheck, excludes: frozenset[str] = frozenset(), ends_in_place: bool = False
+    steps, check: FlatCheck, excludes: frozenset[str] = frozenset(), ends_in_place: int = 0
 ) -> list[Chain]:
     """The chains of row reductions in `steps` (see `Chain`): a later row reduction (`reduce`
     or `reductions`, with its epilogue) joins an earlier one's chain when it has the same
@@ -567,8 +567,8 @@ def reduction_chains(
     (`_loop_phase`: LayerNorm's `x - mean` between the mean and the variance, its normalized
     output after them), unless it computes an operation in `excludes`, or it is the chain's
     last phase and may write over a buffer it reads last (`_InPlace`), which it does as a phase
-    only with `ends_in_place` and where no earlier phase reads that buffer elsewhere than at
-    its own row. The steps in between that
+    only over rows of at most `ends_in_place` elements and where no earlier phase reads that
+    buffer elsewhere than at its own row. The steps in between that
     depend on the chain stay after it; the others run ahead of it. Each row's later passes then
     read the row while it is still in cache. At most `lower_chain_window` steps are searched after
     each phase and `MAX_GROUP_OPERATIONS` operations joined.
@@ -619,17 +619,18 @@ class _InPlace:
         ]
 
 
-def _may_end(steps, phases, buffers: list[int], rows: RowReads, ends_in_place: bool) -> bool:
+def _may_end(steps, phases, buffers: list[int], rows: RowReads, ends_in_place: int) -> bool:
     """Whether the chain's last phase, a loop that may write over `buffers`, may end it: with
-    `lower_chain_trailing_loops`, where it takes no buffer, or with `ends_in_place` where the
-    earlier phases read those buffers only at their own row and not in a reduction's
-    epilogue: each row is then done with before the last phase stores over it."""
+    `lower_chain_trailing_loops`, where it takes no buffer, or over rows of at most
+    `ends_in_place` elements where the earlier phases read those buffers only at their own row
+    and not in a reduction's epilogue: each row is then done with before the last phase
+    stores over it."""
     if not config.lower_chain_trailing_loops:
         return False
     if not buffers:
         return True
     taken = set(buffers)
-    return ends_in_place and all(
+    return rows.row_elements <= ends_in_place and all(
         rows.only_at_row(steps[p], taken)
         and not any(taken & set(loop.reads) for loop in steps[p].epilogue)
         for p in phases[:-1]
@@ -650,7 +651,7 @@ def same_footprint(source, result) -> bool:
 
 
 def _chain_of(
-    steps, index, key, rows: RowReads, claimed, excludes, in_place, ends_in_place: bool
+    steps, index, key, rows: RowReads, claimed, excludes, in_place, ends_in_place: int
 ) -> Chain | None:
     """The `Chain` starting at row reduction `steps[index]`, or None (see `reduction_chains`).
     `available`: what the phases write; `pinned`: what the steps that must stay after the chain

@@ -46,13 +46,16 @@ class Target:
     (`accy.lower.grouping.reduction_chains`): a GPU reads the row's later passes from L2 instead
     of HBM and saves a launch, a CPU from its L2 instead of memory. Both take it; the values are
     the unchained plan's bits (each phase computes what its step computed).
-    `chains_end_in_place`: a chain may end with a loop that writes its result over a buffer
-    it reads for the last time, where the chain's earlier phases read that buffer at their own
-    rows alone (each row is done with before its last pass stores over it): GPT-2's logits
-    gradient, over the 0.8 GB of logits, is then the cross-entropy chain's last phase, which
-    reads each row from L2 instead of HBM, one launch fewer. The GPU takes it; on the CPU such
-    a loop stays a step of its own (GPT-2's CPU-scale f32 step took the same time either way,
-    1.70-1.76 s a step in two runs each on 2 cores).
+    `chains_end_in_place`: the longest rows (in elements; 0: none) over which a chain may end
+    with a loop that writes its result over a buffer it reads for the last time, where the
+    chain's earlier phases read that buffer at their own rows alone (each row is done with
+    before its last pass stores over it): the input's gradient is then the last phase of
+    LayerNorm's backward chain, which reads each row from cache, one launch fewer. The GPU
+    takes it up to 8192 elements: GPT-2's cross-entropy rows (50,304) measured slower as one
+    chain ending with the logits' gradient (1141 us on the H200) than as the chain and a loop
+    of its own (384 + 659 us). On the CPU such a loop stays a step of its own (GPT-2's
+    CPU-scale f32 step took the same time either way, 1.70-1.76 s a step in two runs each on
+    2 cores).
     `converts_inside_scans`: a conversion of at least `rematerialize_min_bytes` that only scans
     read, as an operand they slice, is made inside their bodies a slice at each step
     (`accy.lower.remat.convert_inside_scans`): mixed precision's bf16 copy of the stacked f32
@@ -83,7 +86,7 @@ class Target:
     rematerializes_transcendentals: bool = True
     epilogue_excludes: frozenset[str] = frozenset()
     chains_reductions: bool = True
-    chains_end_in_place: bool = False
+    chains_end_in_place: int = 0
     converts_inside_scans: bool = False
     clusters_loops: bool = False
     fuses_gemm_epilogues: bool = False
@@ -119,7 +122,7 @@ GPU = Target(
     rematerialize_after=64,
     rematerialize_min_bytes=8 << 20,
     rematerializes_transcendentals=False,
-    chains_end_in_place=True,
+    chains_end_in_place=8192,
     converts_inside_scans=True,
     clusters_loops=True,
     fuses_gemm_epilogues=True,

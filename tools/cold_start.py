@@ -10,7 +10,7 @@ is not counted twice):
 - plan, emit kernels, units: `accy.lower.plan.build_plan`, the CUDA C of every step, cutting
   it into translation units; compile (other): the schedule and what else `compile_program`
   does;
-- on a GPU only: nvrtc + module load (`runtime.load_kernels`; CuPy's disk cache may hold the
+- on a GPU only: nvrtc + module load (`runtime.load_kernels`; accy's disk cache may hold the
   binaries: see `--cold`), fragment load (workspace, libraries), graph capture, and the first
   run (the rest of the first call, up to the loss on the host).
 

@@ -189,23 +189,12 @@ def test_kernel_records_are_plain_values():
 
 
 class _FakeCupy:
-    """What `runtime.load_kernels` uses of CuPy: a device context and NVRTC modules that
-    record what they compiled, where, and which kernels were taken from them."""
+    """What `runtime.load_kernels` uses of CuPy and NVRTC: a device context and a module
+    loader (`binaries.module`) that records what it compiled, where, and which kernels were
+    taken from its modules."""
 
     def __init__(self):
         self.compiled: list[tuple[str, str]] = []  # (thread name, source)
-        fake = self
-
-        class Module:
-            def __init__(self, code, options):
-                self.code, self.options = code, options
-
-            def compile(self):
-                fake.compiled.append((threading.current_thread().name, self.code))
-
-            def get_function(self, name):
-                assert f" {name}(" in self.code, f"{name} is not in this unit"
-                return (self.code, name)
 
         class Device:
             def __init__(self, ordinal):
@@ -217,15 +206,34 @@ class _FakeCupy:
             def __exit__(self, *exc):
                 return False
 
-        self.RawModule = Module
         self.cuda = type("cuda", (), {"Device": Device})
+
+    def compile(self, source: str) -> None:
+        self.compiled.append((threading.current_thread().name, source))
+
+    def module(self, source: str, options, ordinal: int):
+        self.compile(source)
+        fake_module = type("Module", (), {})()
+        fake_module.get_function = lambda name: self._kernel(source, name)
+        return fake_module
+
+    @staticmethod
+    def _kernel(source: str, name: str):
+        assert f" {name}(" in source, f"{name} is not in this unit"
+        return (source, name)
+
+    def install(self, monkeypatch) -> None:
+        from accy.backends.cuda import runtime
+
+        monkeypatch.setattr(runtime, "cupy_module", lambda: self)
+        monkeypatch.setattr(runtime.binaries, "module", self.module)
 
 
 def test_units_are_compiled_in_parallel_and_each_kernel_taken_from_its_own(monkeypatch, tmp_path):
     from accy.backends.cuda import runtime
 
     fake = _FakeCupy()
-    monkeypatch.setattr(runtime, "cupy_module", lambda: fake)
+    fake.install(monkeypatch)
     monkeypatch.setattr("accy.backends.cuda.compile.UNIT_BYTES", 512)
     # A cache of its own: another test may have compiled the same program in larger units.
     with accy.config.override(cache_dir=str(tmp_path)):
@@ -246,15 +254,15 @@ def test_units_compile_while_the_caller_loads_the_rest(monkeypatch, tmp_path):
 
     fake = _FakeCupy()
     started, released = threading.Event(), threading.Event()
-    compile_unit = fake.RawModule.compile
+    compile_unit = fake.compile
 
-    def compile_once_released(module):
+    def compile_once_released(source):
         started.set()
         assert released.wait(30), "the caller never got on with the rest of the fragment"
-        compile_unit(module)
+        compile_unit(source)
 
-    monkeypatch.setattr(fake.RawModule, "compile", compile_once_released)
-    monkeypatch.setattr(runtime, "cupy_module", lambda: fake)
+    fake.compile = compile_once_released
+    fake.install(monkeypatch)
     monkeypatch.setattr(runtime.os, "cpu_count", lambda: 4)  # threads on any host
     monkeypatch.setattr("accy.backends.cuda.compile.UNIT_BYTES", 512)
     with accy.config.override(cache_dir=str(tmp_path)):
@@ -273,7 +281,7 @@ def test_a_program_without_kernels_compiles_nothing(monkeypatch):
     from accy.backends.cuda import runtime
 
     fake = _FakeCupy()
-    monkeypatch.setattr(runtime, "cupy_module", lambda: fake)
+    fake.install(monkeypatch)
     compiled = compile_program(
         accy.trace.define("empty", [spec(f32, n=0)], lambda b, a: a[0] * 2.0)
     )

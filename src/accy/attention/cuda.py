@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends.cuda import binaries
 from ..backends.cuda import cudnn as cudnn_library
 from ..backends.cuda.cudnn import ALIGN, Built, Decline, handle
 from ..caches import memoized
@@ -925,9 +926,7 @@ def helper_source(dtype: str) -> str:
 
 @memoized("cudnn attention helpers")
 def _helpers(dtype: str) -> Any:
-    import cupy
-
-    module = cupy.RawModule(code=helper_source(dtype))
+    module = binaries.module(helper_source(dtype))
     names = ("split_stats", "prepare_backward", "restore_output")
     return {name: module.get_function(name) for name in names}
 

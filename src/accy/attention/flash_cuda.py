@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.cuda import binaries
 from ..backends.cuda.cudnn import ALIGN
 from ..caches import memoized
 from ..codegen.c.dialect import CUDA
@@ -577,9 +578,7 @@ def _module(source: str, ordinal: int) -> Any:
     import cupy
 
     with cupy.cuda.Device(ordinal):
-        module = cupy.RawModule(code=source, options=("-std=c++17",))
-        module.compile()
-    return module
+        return binaries.module(source, ("-std=c++17",), ordinal)
 
 
 class Issuer:

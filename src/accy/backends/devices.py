@@ -75,13 +75,16 @@ class Device:
         if self.is_host:
             return array
         cupy = _cupy(self)
-        count = gpu_count()
-        if self.ordinal >= count:
+        try:
+            with cupy.cuda.Device(self.ordinal):
+                return cupy.asarray(array)
+        except cupy.cuda.runtime.CUDARuntimeError:
+            count = gpu_count()  # counted only now: a driver call per array adds up
+            if self.ordinal < count:
+                raise
             raise RuntimeUnavailable(
                 f"device {self.name!r}: there is no CUDA device {self.ordinal}; {count} present"
-            )
-        with cupy.cuda.Device(self.ordinal):
-            return cupy.asarray(array)
+            ) from None
 
     def synchronize(self) -> None:
         """Wait until the work launched on this device has finished: on a GPU, accy returns

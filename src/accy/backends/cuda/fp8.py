@@ -49,6 +49,7 @@ from ...caches import memoized
 from ...core.types import TensorType, dtype_named, float8_format
 from ...errors import AccyError
 from ...kernel.call import KernelCall
+from . import binaries
 from .cublaslt import (
     A_SCALE,
     A_SCALE_MODE,
@@ -401,9 +402,7 @@ def _module(ordinal: int) -> Any:
     import cupy
 
     with cupy.cuda.Device(ordinal):
-        module = cupy.RawModule(code=kernel_source(), options=("-std=c++17",))
-        module.compile()
-    return module
+        return binaries.module(kernel_source(), ("-std=c++17",), ordinal)
 
 
 # -- cuBLASLt -------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """A compiled program loaded on a GPU: NVRTC modules, memory, and one CUDA graph per slot.
 
-Loading compiles the CUDA C with NVRTC through CuPy's `RawModule`, whose disk cache
-(`$CUPY_CACHE_DIR`, default `~/.cupy/kernel_cache`) keys each binary on the source, the NVRTC
-options, the GPU architecture and the NVRTC version, so a program is compiled once per machine.
+Loading compiles the CUDA C with NVRTC (`binaries.module`), whose binaries accy's disk cache
+keeps under a key of the source, the options, the GPU architecture and the NVRTC and driver
+versions, so a program is compiled once per machine.
 The program's translation units (`CompiledFragment.units`) are compiled and loaded in parallel
 threads (NVRTC is thread-safe and CuPy releases the GIL while it runs).
 The workspace and the pointer pool come from CuPy's memory pool.
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import AccyError, RuntimeUnavailable
+from . import binaries
 from .compile import NVRTC_OPTIONS, CompiledFragment, SourceUnit
 from .cublas import WORKSPACE_BYTES, Cublas
 from .graphs import Driver
@@ -178,7 +179,7 @@ class CudaFragment:
         plans and helper kernels built now, outside any capture), the workspace with its
         constants, the device pool and the slots."""
         self._externals = {
-            name: self._load_ptx(cupy, call)
+            name: self._load_ptx(cupy, call, ordinal)
             for name, call in compiled.externals.items()
             if call.library is None
         }
@@ -196,14 +197,14 @@ class CudaFragment:
         self._slots = [self._slot(cupy, entries) for _ in range(SLOTS)]
 
     @staticmethod
-    def _load_ptx(cupy, call):
+    def _load_ptx(cupy, call, ordinal: int):
         """The custom kernel's PTX, loaded; or, where this driver is older than the NVRTC that
         wrote the PTX, its CUDA source compiled for this device."""
         try:
             module = cupy.cuda.function.Module()
             module.load(call.ptx.encode())
         except cupy.cuda.driver.CUDADriverError:
-            module = cupy.RawModule(code=call.cuda_source, options=NVRTC_OPTIONS)
+            module = binaries.module(call.cuda_source, NVRTC_OPTIONS, ordinal)
         return module, module.get_function(call.kernel_name)
 
     @staticmethod
@@ -461,7 +462,7 @@ class CudaFragment:
 
 def load_kernels(compiled: CompiledFragment, ordinal: int) -> dict[str, Any]:
     """Every kernel of `compiled`, by name: its translation units compiled by NVRTC (or found
-    in CuPy's disk cache) and loaded on GPU `ordinal`, in parallel threads."""
+    in accy's disk cache) and loaded on GPU `ordinal`, in parallel threads."""
     return KernelsLoading(compiled, ordinal).wait()
 
 
@@ -486,9 +487,7 @@ class KernelsLoading:
 
     def _load_unit(self, unit: SourceUnit) -> Any:
         with self.cupy.cuda.Device(self.ordinal):  # each thread makes the device's context current
-            module = self.cupy.RawModule(code=unit.source, options=NVRTC_OPTIONS)
-            module.compile()
-            return module
+            return binaries.module(unit.source, NVRTC_OPTIONS, self.ordinal)
 
     def wait(self) -> dict[str, Any]:
         """The kernels by name, once every unit is loaded (a unit's compile error raised)."""
@@ -531,5 +530,5 @@ ISSUERS = {
 
 
 def load(compiled: CompiledFragment, ordinal: int = 0) -> CudaFragment:
-    """Load `compiled` on GPU `ordinal` (NVRTC compiles it, or CuPy's disk cache has it)."""
+    """Load `compiled` on GPU `ordinal` (NVRTC compiles it, or accy's disk cache has it)."""
     return CudaFragment(compiled, ordinal)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -101,10 +102,32 @@ class CacheWarning(AccyWarning):
     """The compile cache folder could not be used; built libraries went to a private folder."""
 
 
+_DEMOS_DIR = os.path.join(_PACKAGE_DIR, "demo")
+_IS_ACCYS: dict[str, bool] = {}  # file name -> whether it is accy's
+
+
+def is_accys_code(code: Any) -> bool:
+    """Whether the code object `code` is accy's own, which error locations skip to reach the
+    user's line. The demos (`accy.demo`) are written as a user writes a model, so their lines
+    are the user's. Each file is classified once: tracing asks for every operation (by its
+    name, whose hash Python keeps; a code object's is computed at every lookup).
+
+    >>> is_accys_code(is_accys_code.__code__), is_accys_code((lambda: 0).__code__)
+    (True, False)
+    """
+    inside = _IS_ACCYS.get(code.co_filename)
+    if inside is None:
+        filename = os.path.abspath(code.co_filename)
+        inside = filename.startswith(_PACKAGE_DIR + os.sep) and not filename.startswith(
+            _DEMOS_DIR + os.sep
+        )
+        _IS_ACCYS[code.co_filename] = inside
+    return inside
+
+
 def _is_user_frame(frame) -> bool:
     """A frame outside accy, and not hidden (pytest's `__tracebackhide__`, as wrappers set)."""
-    inside = os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep)
-    return not inside and not frame.f_locals.get("__tracebackhide__", False)
+    return not is_accys_code(frame.f_code) and not frame.f_locals.get("__tracebackhide__", False)
 
 
 def attach_user_location(error: BaseException) -> None:

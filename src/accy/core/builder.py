@@ -99,7 +99,8 @@ class Builder(OpsApi):
         operand_types = tuple([v.ty for v in operands])
         rule, attrs, result_types = check_operation(kind, operand_types, attrs)
         first = len(self._types)
-        results = tuple(range(first, first + len(result_types)))
+        count = len(result_types)
+        results = (first,) if count == 1 else tuple(range(first, first + count))
         self._types.extend(result_types)
         if kind == "parameter":
             self._parameter_count = max(self._parameter_count, attrs["index"] + 1)

@@ -48,9 +48,12 @@ class Attrs(Mapping[str, Any]):
     __slots__ = ("_items", "_hash", "checked")
 
     def __init__(self, items: Mapping[str, Any] | None = None, /, **extra: Any):
-        merged = dict(items or {})
-        merged.update(extra)
-        self._items = tuple(sorted((name, _frozen(value)) for name, value in merged.items()))
+        merged = {**items, **extra} if extra and items else extra or items or {}
+        self._items = (
+            tuple(sorted([(name, _frozen(value)) for name, value in merged.items()]))
+            if merged
+            else ()
+        )
         self._hash: int | None = None
         # The last (kind, operand types, result types) `check_operation` found with these
         # very attributes: a pass that re-emits an operation unchanged (simplify, inlining,
@@ -107,7 +110,7 @@ def _attrs_of_items(items: tuple) -> Attrs:
     return attrs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Operation:
     """One SSA operation: `results = kind(operands) {attrs}`."""
 
@@ -118,6 +121,28 @@ class Operation:
     result_types: tuple[TensorType, ...]
     attrs: Attrs = field(default_factory=Attrs)
     operand_types: tuple[TensorType, ...] = ()
+
+    def __init__(
+        self,
+        id: int,
+        kind: str,
+        operands: tuple[int, ...],
+        results: tuple[int, ...],
+        result_types: tuple[TensorType, ...],
+        attrs: Attrs | None = None,
+        operand_types: tuple[TensorType, ...] = (),
+    ):
+        # One update of the instance's dict, not a frozen dataclass's setattr per field: a
+        # GPT-2 training step builds some 50,000 operations between tracing and simplifying.
+        self.__dict__.update(
+            id=id,
+            kind=kind,
+            operands=operands,
+            results=results,
+            result_types=result_types,
+            attrs=Attrs() if attrs is None else attrs,
+            operand_types=operand_types,
+        )
 
     @property
     def type(self) -> TensorType:

@@ -172,22 +172,27 @@ _VALID_AXES: set[tuple] = set()
 _VALID_AXES_LIMIT = 65_536
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class TensorType:
     """A dtype and named axes in layout order: `TensorType(f32, (("token", 4), ("channel", 3)))`."""
 
     dtype: DType
     named_extents: tuple[tuple[str, int], ...] = ()
 
-    def __post_init__(self) -> None:
+    def __init__(self, dtype: DType, named_extents: tuple[tuple[str, int], ...] = ()):
         # Hashed once: types key the caches a call looks up (a training step's few hundred
-        # arguments, on every call), and the dataclass's hash walked every axis each time.
-        object.__setattr__(self, "_hash", hash((self.dtype, self.named_extents)))
+        # arguments, on every call), and the dataclass's hash walked every axis each time. One
+        # update of the instance's dict, not a frozen dataclass's setattr per field: tracing
+        # and transforming a GPT-2 step makes some 30,000 types.
+        self.__dict__.update(
+            dtype=dtype, named_extents=named_extents, _hash=hash((dtype, named_extents))
+        )
         # 2.0 and True equal 2 and 1, so a hit counts only where every extent is an int.
-        if self.named_extents in _VALID_AXES and all(
-            type(extent) is int for _, extent in self.named_extents
-        ):
+        if named_extents in _VALID_AXES and all(type(extent) is int for _, extent in named_extents):
             return
+        self._check_axes()
+
+    def _check_axes(self) -> None:
         names = [name for name, _ in self.named_extents]
         for name, extent in self.named_extents:
             if not isinstance(name, str) or not (name.isascii() and name.isidentifier()):

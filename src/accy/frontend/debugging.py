@@ -7,7 +7,6 @@ operands: its kind, its axes and the line that traced it (`check_outputs`).
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -15,30 +14,23 @@ import numpy as np
 
 from ..core import Operation, Program
 from ..core.ir import SYNTHETIC_ID
-from ..errors import _PACKAGE_DIR
+from ..errors import is_accys_code
 from ..interpret import run as interpret
 from ..reference import Evaluate
 from .errors import NonFiniteValue
 
-_INSIDE: dict[Any, bool] = {}  # code object -> whether it is accy's
-
 
 def user_location(skip: int = 2) -> str | None:
-    """`file:line` of the innermost frame outside accy (the user's code that is being traced),
-    or None. Cheap: each code object is classified once.
+    """`file:line` of the innermost frame outside accy (the user's code that is being traced:
+    `accy.errors.is_accys_code`), or None.
 
     >>> user_location(1).split(":")[0].endswith(".py") or user_location(1).startswith("<")
     True
     """
     frame = sys._getframe(skip)
     while frame is not None:
-        code = frame.f_code
-        inside = _INSIDE.get(code)
-        if inside is None:
-            filename = os.path.abspath(code.co_filename)
-            inside = _INSIDE[code] = filename.startswith(_PACKAGE_DIR + os.sep)
-        if not inside:
-            return f"{code.co_filename}:{frame.f_lineno}"
+        if not is_accys_code(frame.f_code):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None
 

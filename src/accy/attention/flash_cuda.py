@@ -591,7 +591,7 @@ class Issuer:
             kernel = module.get_function(launch.kernel)
             # Above 48 KB a block's dynamic shared memory must be allowed first (outside any
             # capture: this runs when the program is loaded).
-            kernel.max_dynamic_shared_size_bytes = launch.shared_bytes
+            binaries.allow_dynamic_shared_memory(kernel, launch.shared_bytes)
             self.kernels.append((kernel, launch))
 
     def bind(self, stream: int) -> None:

@@ -28,6 +28,7 @@ CACHE = Cache("cuda-binary", suffix=".bin")
 # Flush f32 denormals to zero: what CuPy's `RawModule` adds to every NVRTC compile, and so the
 # options under which the CUDA backend's results were validated against the reference.
 ALWAYS = ("-ftz=true",)
+MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute's CU_FUNC_ATTRIBUTE_... of that name
 
 
 def module(source: str, options: Sequence[str] = (), ordinal: int = 0) -> Any:
@@ -53,6 +54,14 @@ def module(source: str, options: Sequence[str] = (), ordinal: int = 0) -> Any:
     loaded = cupy.cuda.function.Module()
     loaded.load(path.read_bytes())
     return loaded
+
+
+def allow_dynamic_shared_memory(kernel: Any, size: int) -> None:
+    """Let `kernel` (a function of a `module`) launch with `size` bytes of dynamic shared
+    memory: above 48 KiB a launch fails unless its function allows that much first."""
+    from cupy.cuda import driver
+
+    driver.funcSetAttribute(kernel.ptr, MAX_DYNAMIC_SHARED_SIZE_BYTES, size)
 
 
 @memoized("cuda binary targets")

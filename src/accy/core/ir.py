@@ -48,7 +48,7 @@ class Attrs(Mapping[str, Any]):
     __slots__ = ("_items", "_hash", "checked")
 
     def __init__(self, items: Mapping[str, Any] | None = None, /, **extra: Any):
-        merged = {**items, **extra} if extra and items else extra or items or {}
+        merged = {**(items or {}), **extra} if extra else items
         self._items = (
             tuple(sorted([(name, _frozen(value)) for name, value in merged.items()]))
             if merged

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..codegen import cache
@@ -203,20 +203,32 @@ def _ptx_with_cuda_core(source: str, arch: str | None) -> str:
 
 
 def _ptx_with_cupy(source: str, arch: str | None) -> str:
-    # CuPy's own compile helpers prefer cubin; its NVRTC binding gives PTX as asked.
+    options = ["--fmad=false", *([f"--gpu-architecture={arch}"] if arch else [])]
+    return nvrtc_through_cupy(source, options, "ptx").decode().rstrip("\0")
+
+
+def nvrtc_through_cupy(source: str, options: Sequence[str], output: str) -> bytes:
+    """NVRTC's `output` ("ptx" or "cubin") of `source` under `options`, through CuPy's binding
+    (CuPy's own compile helpers choose the output themselves); RuntimeError with NVRTC's log
+    when it does not compile.
+
+    >>> import importlib.util
+    >>> importlib.util.find_spec("cupy_backends") is None or b".entry nop" in nvrtc_through_cupy(
+    ...     'extern "C" __global__ void nop() {}', [], "ptx")
+    True
+    """
     from cupy_backends.cuda.libs import nvrtc
 
-    options = ["--fmad=false", *([f"--gpu-architecture={arch}"] if arch else [])]
     program = nvrtc.createProgram(source, "kernel.cu", [], [])
     try:
         try:
-            nvrtc.compileProgram(program, options)
+            nvrtc.compileProgram(program, list(options))
         except nvrtc.NVRTCError as error:
             raise RuntimeError(f"{error}\n{nvrtc.getProgramLog(program)}") from error
-        ptx = nvrtc.getPTX(program)
+        binary = nvrtc.getCUBIN(program) if output == "cubin" else nvrtc.getPTX(program)
     finally:
         nvrtc.destroyProgram(program)
-    return ptx.decode().rstrip("\0") if isinstance(ptx, bytes | bytearray) else str(ptx)
+    return bytes(binary) if isinstance(binary, bytes | bytearray) else str(binary).encode()
 
 
 # Tried in order; a package that is not installed raises ImportError and is skipped.

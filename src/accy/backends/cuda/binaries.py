@@ -23,6 +23,7 @@ from typing import Any
 from ...caches import memoized
 from ...codegen.cache import Cache, key
 from ...errors import CompileError
+from ...kernel.toolchain import nvrtc_through_cupy
 
 CACHE = Cache("cuda-binary", suffix=".bin")
 # Flush f32 denormals to zero: what CuPy's `RawModule` adds to every NVRTC compile, and so the
@@ -84,18 +85,9 @@ def target(ordinal: int) -> tuple[str, str, str]:
 
 def compile(source: str, flags: Sequence[str], binary_kind: str) -> bytes:
     """NVRTC's cubin (or PTX) of `source` under `flags`; CompileError with its log if it fails."""
-    from cupy_backends.cuda.libs import nvrtc
-
-    program = nvrtc.createProgram(source, "accy.cu", [], [])
     try:
-        try:
-            nvrtc.compileProgram(program, list(flags))
-        except nvrtc.NVRTCError as error:
-            log = nvrtc.getProgramLog(program)
-            raise CompileError(
-                f"NVRTC failed to compile accy's CUDA C ({error}); this is a bug in accy:\n{log}"
-            ) from None
-        binary = nvrtc.getCUBIN(program) if binary_kind == "cubin" else nvrtc.getPTX(program)
-    finally:
-        nvrtc.destroyProgram(program)
-    return binary if isinstance(binary, bytes) else bytes(binary, "utf-8")
+        return nvrtc_through_cupy(source, flags, binary_kind)
+    except RuntimeError as error:
+        raise CompileError(
+            f"NVRTC failed to compile accy's CUDA C; this is a bug in accy: {error}"
+        ) from None

@@ -5,13 +5,16 @@
 
 Three sections, each with FP8 off and on in one run:
 
-- `gemms`: GPT-2 small's MLP and head GEMMs at 8 x 1024 tokens (768 -> 3072, 3072 -> 768,
-  768 -> 50304), bf16 operands: accy's bf16 contraction against `fp8_matmul` (which includes
+- `gemms`: the model's MLP and head GEMMs at 8,192 tokens (GPT-2 small: 768 -> 3072,
+  3072 -> 768, 768 -> 50304; the 1B Llama of `bench.llama1b`: 2048 -> 8192, 8192 -> 2048,
+  2048 -> 32000), bf16 operands: accy's bf16 contraction against `fp8_matmul` (which includes
   both operands' amax and quantisation, as in a training step), each call `REPLICAS`
   independent GEMMs so that the call overhead is amortised; with PyTorch's bf16 matmul and
   `torch._scaled_mm` (the FP8 GEMM alone, operands already in float8) as ceilings;
-- `step`: GPT-2 small's AdamW training step (`accy.models.gpt2`, 8 x 1024 tokens, vocab 50304),
-  `mixed_precision(f32, bf16, f32)` against the same with `fp8=("mlp", "head")`;
+- `step`: the model's AdamW training step (`--model gpt2`: `accy.models.gpt2` small, 8 x 1024
+  tokens, vocab 50304; `--model llama1b`: `accy.models.llama` at `bench.llama1b`'s cuda
+  scale, 4 x 2048 tokens), `mixed_precision(f32, bf16, f32)` against the same with
+  `fp8=("mlp", "head")`;
 - `demo`: a demo preset's GPT-2 over bytes trained the same steps on the same batches with FP8
   off and on, and the held-out loss of each (`accy.demo.preset`'s data and schedule).
 
@@ -27,6 +30,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,7 +46,10 @@ from accy.demo.text import ByteText
 from accy.nn import fp8
 
 TOKENS = 8 * 1024
-GEMMS = {"mlp_up": (768, 3072), "mlp_down": (3072, 768), "head": (768, 50304)}
+GEMMS = {  # each model's (contracted, output) extents at TOKENS tokens
+    "gpt2": {"mlp_up": (768, 3072), "mlp_down": (3072, 768), "head": (768, 50304)},
+    "llama1b": {"mlp_up": (2048, 8192), "mlp_down": (8192, 2048), "head": (2048, 32000)},
+}
 REPLICAS = 4
 FP8 = ("mlp", "head")
 E4M3 = "float8_e4m3fn"
@@ -57,11 +64,11 @@ def _median_ms(call, repeats: int) -> dict:
     return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times)}
 
 
-def gemm_section(device: str, repeats: int) -> dict:
-    """bf16 and FP8 GEMMs of GPT-2's shapes, per GEMM (a call's time over `REPLICAS`)."""
+def gemm_section(device: str, repeats: int, model: str = "gpt2") -> dict:
+    """bf16 and FP8 GEMMs of the model's shapes, per GEMM (a call's time over `REPLICAS`)."""
     rng = np.random.default_rng(0)
     results = {}
-    for name, (k, n) in GEMMS.items():
+    for name, (k, n) in GEMMS[model].items():
         xs = [
             accy.named(rng.normal(size=(TOKENS, k)).astype(np.float32), ("token", "embed"))
             .to(device)
@@ -155,27 +162,17 @@ def gpt2_config() -> models.gpt2.Config:
     return models.gpt2.Config(vocab=50304, positions=1024, embed=768, layers=12, heads=12)
 
 
-def step_section(
-    device: str, steps: int, batch: int = 8, tokens: int = 1024, fp8: tuple = FP8
-) -> dict:
-    """GPT-2 small's AdamW step in bf16 with FP8 off and on (each its own compile)."""
-    config = gpt2_config()
-    rng = np.random.default_rng(1)
-    ids = rng.integers(0, config.vocab, size=(batch, tokens + 1)).astype(np.int32)
-    results = {}
-    # Drawn once on the host (nn.init draws on the reference evaluator: about a minute for
-    # GPT-2 small), then a copy of its own on the device for each run, whose step donates it.
-    initial = models.gpt2.GPT2.init(config, random.key(0))
+def step_section(device: str, steps: int, model: str = "gpt2", fp8: tuple = FP8) -> dict:
+    """The model's AdamW step in bf16 with FP8 off and on (each its own compile)."""
+    (vocab, sequences), fresh_model = _step_model(model, device)
+    ids = np.random.default_rng(1).integers(0, vocab, size=(sequences, TOKENS // sequences + 1))
+    ids = ids.astype(np.int32)
+    results = {"model": model, "groups": list(fp8)}
     for name, chosen in (("bf16", None), ("fp8", fp8)):
         policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32, fp8=chosen)
-        model = optree.tree_map(
-            lambda leaf: accy.named(leaf.array.copy(), leaf.ty.axes, device=device),
-            initial,
-            namespace="accy",
-        )
-        step, params, state = language_model_step(model, device, 3e-4, 0.1, policy)
-        x = accy.named(ids[:, :-1], ("batch", "token"), device=device)
-        y = accy.named(ids[:, 1:], ("batch", "token"), device=device)
+        step, params, state = language_model_step(fresh_model(), device, 3e-4, 0.1, policy)
+        x = accy.named(ids[:, :-1].copy(), ("batch", "token"), device=device)
+        y = accy.named(ids[:, 1:].copy(), ("batch", "token"), device=device)
         rate = accy.named(np.float32(3e-4), (), device=device)
         start = time.perf_counter()
         value, params, state = step(params, state, x, y, rate)
@@ -198,6 +195,28 @@ def step_section(
         del step, params, state
     results["speedup"] = results["bf16"]["median_ms"] / results["fp8"]["median_ms"]
     return results
+
+
+def _step_model(model: str, device: str) -> tuple[tuple[int, int], Callable[[], Any]]:
+    """((the vocabulary, the sequences of a batch), a function that gives a fresh copy of the
+    model's initial weights on `device`, which the step donates)."""
+    if model == "llama1b":
+        from bench.llama1b import SCALES, accy_config, initial_tensors
+
+        s = SCALES["cuda"]
+        tensors = initial_tensors(s)
+        return (s.vocab, s.batch), lambda: models.llama.Llama.from_tensors(
+            accy_config(s), tensors, device=device
+        )
+    config = gpt2_config()
+    # Drawn once on the host (nn.init draws on the reference evaluator: about a minute for
+    # GPT-2 small), then a copy of its own on the device for each run.
+    initial = models.gpt2.GPT2.init(config, random.key(0))
+    return (config.vocab, 8), lambda: optree.tree_map(
+        lambda leaf: accy.named(leaf.array.copy(), leaf.ty.axes, device=device),
+        initial,
+        namespace="accy",
+    )
 
 
 def demo_section(
@@ -261,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--sections", default="gemms,step,demo")
+    parser.add_argument("--model", default="gpt2", choices=sorted(GEMMS), help="gemms, step")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--steps", type=int, default=None, help="demo steps (default 300)")
     parser.add_argument("--step-repeats", type=int, default=10)
@@ -279,10 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(report, f, indent=1)
 
     if "gemms" in sections:
-        report["gemms"] = gemm_section(args.device, args.repeats)
+        report["gemms"] = gemm_section(args.device, args.repeats, args.model)
         save()
     if "step" in sections:
-        report["step"] = step_section(args.device, args.step_repeats, fp8=groups)
+        report["step"] = step_section(args.device, args.step_repeats, args.model, groups)
         save()
     if "demo" in sections:
         preset = args.preset or ("gpt2-small" if args.device == "cuda" else "tiny")

@@ -13,7 +13,7 @@ from bench import fp8
 @pytest.fixture
 def small(monkeypatch):
     monkeypatch.setattr(fp8, "TOKENS", 32)
-    monkeypatch.setattr(fp8, "GEMMS", {"mlp_up": (32, 64), "head": (32, 48)})
+    monkeypatch.setattr(fp8, "GEMMS", {"gpt2": {"mlp_up": (32, 64), "head": (32, 48)}})
     monkeypatch.setattr(fp8, "REPLICAS", 2)
     config = fp8.models.gpt2.Config(vocab=64, positions=16, embed=32, layers=1, heads=2)
     monkeypatch.setattr(fp8, "gpt2_config", lambda: config)
@@ -29,8 +29,16 @@ def test_gemm_section_products_are_right(small):
 
 
 @pytest.mark.slow
-def test_step_section_trains_alike_with_fp8_on(small):
-    result = fp8.step_section("cpu", steps=2, batch=2, tokens=16)
+@pytest.mark.parametrize("model", ["gpt2", "llama1b"])
+def test_step_section_trains_alike_with_fp8_on(small, monkeypatch, model):
+    import dataclasses
+
+    from bench import llama1b
+
+    tiny = dataclasses.replace(llama1b.SCALES["check"], batch=2, tokens=16)
+    monkeypatch.setitem(llama1b.SCALES, "cuda", tiny)  # 32 tokens a step, as TOKENS
+    result = fp8.step_section("cpu", steps=2, model=model)
+    assert result["model"] == model and result["groups"] == ["mlp", "head"]
     bf16, with_fp8 = result["bf16"]["losses"], result["fp8"]["losses"]
     assert len(bf16) == len(with_fp8) == 3
     assert all(abs(a - b) < 0.02 * a for a, b in zip(bf16, with_fp8, strict=True))

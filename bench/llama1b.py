@@ -169,14 +169,15 @@ def accy_config(s: Scale):
     )  # fmt: skip
 
 
-def accy_step(s: Scale, device: str, dtype: str = "bf16"):
+def accy_step(s: Scale, device: str, dtype: str = "bf16", fp8: tuple[str, ...] | None = None):
     """(`step(model, state, ids, targets) -> (loss, model, state)`, the model, the AdamW
-    state): one jitted function, the model and state donated (updated in place)."""
+    state): one jitted function, the model and state donated (updated in place); `fp8`: the
+    groups of GEMMs that run in FP8 under bf16 (`accy.nn.mixed_precision(..., fp8=)`)."""
     from accy.frontend.tracing import flatten
     from accy.models.llama import Llama
 
     model = Llama.from_tensors(accy_config(s), initial_tensors(s), device=device)
-    step, optimizer = accy_training_step(model, device, dtype)
+    step, optimizer = accy_training_step(model, device, dtype, fp8)
     return step, model, optimizer.init(flatten(model)[0])
 
 
@@ -208,7 +209,7 @@ def abstract_model(s: Scale):
     return optree.tree_map(abstract, model, namespace=NAMESPACE).replace(config=accy_config(s))
 
 
-def accy_training_step(model, device: str, dtype: str = "bf16"):
+def accy_training_step(model, device: str, dtype: str = "bf16", fp8=None):
     """(the jitted `step(model, state, ids, targets) -> (loss, model, state)`, its AdamW) for
     a model of `model`'s structure (its arrays or their types: the weight decay's mask is made
     from its leaves' paths); on devices that take donations, model and state are donated."""
@@ -219,7 +220,7 @@ def accy_training_step(model, device: str, dtype: str = "bf16"):
     device = accy.device(device)
     mask = [not is_norm(path) for path in leaf_paths(model)]
     optimizer = optim.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
-    policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32) if dtype == "bf16" else None
+    policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32, fp8=fp8) if dtype == "bf16" else None
 
     def step(model, state, ids, targets):
         def loss(m):

@@ -7,7 +7,8 @@ library steps such as cuDNN attention), then the slowest actions.
 
     PYTHONPATH=src python3 tools/gpt2_profile.py [--dtype bf16] [--attention fused] [--top 25]
     PYTHONPATH=src python3 tools/gpt2_profile.py --workload block --dtype bf16
-    PYTHONPATH=src python3 tools/gpt2_profile.py --workload llama1b --dtype bf16
+    PYTHONPATH=src python3 tools/gpt2_profile.py --dtype bf16 --attention fused --scale cuda-b64
+    PYTHONPATH=src python3 tools/gpt2_profile.py --workload llama1b --dtype bf16 [--fp8 mlp,head]
 """
 
 from __future__ import annotations
@@ -40,14 +41,14 @@ def traced_program(dtype: str, fused: bool, scale=None):
     return entry.program
 
 
-def llama1b_program(dtype: str):
-    """The llama1b workload's step program (`bench.llama1b`, its GPU scale), as the first call
-    of the jitted step builds it."""
+def llama1b_program(dtype: str, fp8: tuple[str, ...] | None = None):
+    """The llama1b workload's step program (`bench.llama1b`, its GPU scale; `fp8`: the GEMM
+    groups in FP8), as the first call of the jitted step builds it."""
     import accy
     from bench import llama1b
 
     scale = llama1b.SCALES["cuda"]
-    step, model, state = llama1b.accy_step(scale, "cuda", dtype)
+    step, model, state = llama1b.accy_step(scale, "cuda", dtype, fp8)
     ids, targets = (accy.named(a, ("batch", "token"), device="cuda") for a in llama1b.batch(scale))
     step(model, state, ids, targets)
     (staged,) = step._staged.values()
@@ -133,6 +134,8 @@ def main() -> None:
     parser.add_argument(
         "--dump", metavar="DIR", help="write each action's time (actions.tsv) and the CUDA C"
     )
+    parser.add_argument("--scale", default="cuda", choices=sorted(SCALES), help="gpt2's scale")
+    parser.add_argument("--fp8", default=None, help="llama1b: GEMM groups in FP8 (mlp,head)")
     parser.add_argument("--cudnn-plan", choices=("heuristic", "fastest"), default="heuristic")
     parser.add_argument(
         "--cudnn-min-blocks", type=int, default=None, help="accy.attention.cuda.Settings"
@@ -141,11 +144,13 @@ def main() -> None:
     configure_cudnn(args.cudnn_plan, args.cudnn_min_blocks)
     vocab = 1  # other workloads' integer arguments are indices of their own: zeros are valid
     if args.workload == "gpt2":
-        program, vocab = traced_program(args.dtype, args.attention == "fused"), SCALES["cuda"].vocab
+        scale = SCALES[args.scale]
+        program, vocab = traced_program(args.dtype, args.attention == "fused", scale), scale.vocab
     elif args.workload == "llama1b":
         from bench.llama1b import SCALES as LLAMA_SCALES
 
-        program, vocab = llama1b_program(args.dtype), LLAMA_SCALES["cuda"].vocab
+        fp8 = tuple(args.fp8.split(",")) if args.fp8 else None
+        program, vocab = llama1b_program(args.dtype, fp8), LLAMA_SCALES["cuda"].vocab
     elif args.workload == "attention-gpt2":  # bench.flash_attention --preset gpt2
         from bench.flash_attention import PRESETS, accy_program
 

@@ -29,8 +29,8 @@ def _custom_call_program():
     return accy.trace.define("custom", [spec(f32, lane=4)], body)
 
 
-def _registry():
-    artifact = custom_double_kernel().create_kernel_call_artifact(
+def _registry(size: int = 4):
+    artifact = custom_double_kernel(size).create_kernel_call_artifact(
         Limits.testing, None, target=CUSTOM_DOUBLE_TARGET, version=1, format="cuda_ptx"
     )
     return artifact.registry()
@@ -93,6 +93,50 @@ def test_a_custom_call_is_an_external_launch_with_staged_buffers():
     (external,) = [a for a in compiled.schedule.actions if isinstance(a, External)]
     assert external.block == (4, 1, 1) and external.grid == (1, 1, 1)
     assert all(address.fixed for address in external.arguments)
+
+
+def _scanned_custom_call_program(computed: bool):
+    # A custom call on each row (64 f32: 256 bytes, aligned as scratch) of a stacked value:
+    # the program's parameter itself (its address moves from call to call), or its exp (in
+    # the workspace: fixed addresses).
+    def body(b, args):
+        rows = args[0].exp() if computed else args[0]
+
+        def step(b, a):
+            (total, row) = a
+            doubled = b.custom_call(CUSTOM_DOUBLE_TARGET, 1, [row], row.ty)
+            return total + doubled.sum(), doubled
+
+        (total,), (ys,) = b.scan(step, carries=[b.scalar(f32, 0.0)], xs=[rows], axis="t")
+        return total, ys.exp()
+
+    return accy.trace.define("scanned_custom", [spec(f32, t=3, lane=64)], body)
+
+
+def _copies(compiled) -> int:
+    return sum(
+        1
+        for a in compiled.schedule.actions
+        if isinstance(a, Launch) and "copy" in compiled.kernel_comments.get(a.kernel, "")
+    )
+
+
+@needs_nvcc
+def test_a_scanned_custom_call_copies_only_the_rows_whose_addresses_move():
+    # Unrolled, each iteration knows where its row is: a row of the workspace is read in
+    # place, a row of the invocation's input is copied into scratch first, every iteration;
+    # either way the result goes in place into the scan's stacked output (the workspace).
+    moving = compile_program(_scanned_custom_call_program(False), _registry(64))
+    fixed = compile_program(_scanned_custom_call_program(True), _registry(64))
+    calls = {}
+    for name, compiled in (("moving", moving), ("fixed", fixed)):
+        calls[name] = [a.arguments for a in compiled.schedule.actions if isinstance(a, External)]
+        assert len(calls[name]) == 3
+        assert all(dst.fixed and dst.source != SCRATCH for dst, _ in calls[name])
+    assert all(x.source == SCRATCH for _, x in calls["moving"])
+    rows = [x for _, x in calls["fixed"]]
+    assert all(x.fixed and x.source != SCRATCH for x in rows) and len(set(rows)) == 3
+    assert _copies(moving) == _copies(fixed) + 3
 
 
 def test_importing_accy_never_imports_cupy():

@@ -16,8 +16,8 @@ from .logical import Args, Program, Scope, Value, schedule
 CUSTOM_DOUBLE_TARGET = "accy.custom.double"
 
 
-def custom_double_kernel() -> Program:
-    """A kernel doubling its input, `dst = x + x`, over 4 f32 elements, 4 threads a block.
+def custom_double_kernel(size: int = 4) -> Program:
+    """A kernel doubling its input, `dst = x + x`, over `size` f32 elements, a thread each.
 
     >>> import numpy as np
     >>> import accy
@@ -35,13 +35,13 @@ def custom_double_kernel() -> Program:
             doubled = x.add(inner, x)
             each_args.param("dst").store(inner, doubled, index)
 
-        k.for_each_1d("e", 4, args, each)
+        k.for_each_1d("e", size, args, each)
 
     return Program(
-        name="accy_custom_double_4_f32",
+        name=f"accy_custom_double_{size}_f32",
         parameters={"dst": dynamic_buffer(f32), "x": dynamic_buffer(f32)},
         body=body,
-    ).with_schedule(schedule.thread_blocks(x=4))
+    ).with_schedule(schedule.thread_blocks(x=size))
 
 
 def map_kernel(

@@ -54,7 +54,7 @@ def emit_custom_call(ctx: StepContext) -> StepCode:
         return library_call(ctx, call, staging)
 
     def schedule_call(level: Level, schedule: Schedule) -> None:
-        launches(*staging.copies_in)(level, schedule)
+        launches(*staging.copies_before(ctx, level))(level, schedule)
         operands = iter(op.operands)
         arguments = [
             staging.result_address(ctx, level)
@@ -63,7 +63,7 @@ def emit_custom_call(ctx: StepContext) -> StepCode:
             for name, _ in call.parameters
         ]
         schedule.add(External(call.kernel_name, call.grid, call.block, tuple(arguments)))
-        launches(*staging.copies_out)(level, schedule)
+        launches(*staging.copies_after(ctx, level))(level, schedule)
 
     return schedule_call
 
@@ -76,10 +76,10 @@ def library_call(ctx: StepContext, call, staging) -> StepCode:
     own = ctx.scratch(max(call.library.scratch_bytes, 1))
 
     def schedule_library(level: Level, schedule: Schedule) -> None:
-        launches(*staging.copies_in)(level, schedule)
+        launches(*staging.copies_before(ctx, level))(level, schedule)
         operands = tuple(staging.address(ctx, level, value) for value in op.operands)
         result = staging.result_address(ctx, level)
         schedule.add(Library(call.kernel_name, result, operands, Address(SCRATCH, own)))
-        launches(*staging.copies_out)(level, schedule)
+        launches(*staging.copies_after(ctx, level))(level, schedule)
 
     return schedule_library

@@ -12,6 +12,7 @@ from ....codegen.c.dialect import CUDA
 from ....codegen.c.expressions import Body, Flat, Index, NotFlat
 from ....core.types import TensorType
 from ....errors import AccyError
+from ....lower.buffers import ALIGNMENT
 from ....lower.plan import Plan
 from ..context import StepContext, level_address
 from ..kernels import Kernel, LevelPointer, axis_names, blocks_for, decompose, grid_stride, indent
@@ -202,26 +203,77 @@ def copy_lines(source: str, target: str, storage: str, count: int) -> list[str]:
 
 @dataclass
 class Staging:
-    """Operands and a result that live in the invocation's buffers, whose addresses move from
-    call to call, routed through scratch so that a library call or a custom kernel captured in
-    the graph sees fixed addresses: `copies_in` run before it, `copies_out` after."""
+    """Operands and a result that may live in the invocation's buffers, whose addresses move
+    from call to call, routed through scratch so that a library call or a custom kernel
+    captured in the graph sees fixed addresses: `copies_in` run before it, `copies_out` after.
+
+    Whether a value moves is known per level: a scan's body is staged for every iteration,
+    but an unrolled iteration's slice of a stacked buffer in the workspace (a layer's weights
+    in bf16, its saved activations) has a fixed address, which the call then reads or writes
+    in place. Only a value whose address at the level is fixed and aligned as scratch is
+    (`ALIGNMENT`) skips its copy."""
 
     operands: dict[int, int] = field(default_factory=dict)  # value -> its copy's scratch offset
-    result: int | None = None  # the result's byte offset in scratch, if it moves
-    copies_in: list[tuple[Kernel, int]] = field(default_factory=list)
+    result: int | None = None  # the result's byte offset in scratch, if it may move
+    copies_in: list[tuple[int, Kernel, int]] = field(default_factory=list)  # (value, ...)
     copies_out: list[tuple[Kernel, int]] = field(default_factory=list)
 
     def address(self, ctx: StepContext, level: Level, value: int) -> Address:
         """Where the call reads operand `value` when the plan runs at `level`."""
-        if value in self.operands:
+        if value in self.operands and _moving(ctx, level, value):
             return Address(SCRATCH, self.operands[value])
         return ctx.view_address(level, value)
 
     def result_address(self, ctx: StepContext, level: Level) -> Address:
-        """Where the call writes the step's result when the plan runs at `level`."""
-        if self.result is not None:
+        """Where the call writes the step's result when the plan runs at `level`: in place
+        only where no operand shares its bytes there (an in-place scan's output slice is its
+        input's), as the call reads its operands while it writes."""
+        result = stored_result(ctx)
+        if self.result is not None and _moving(ctx, level, result, whole=True):
             return Address(SCRATCH, self.result)
-        return ctx.slot_address(level, stored_result(ctx))
+        return ctx.slot_address(level, result)
+
+    def copies_before(self, ctx: StepContext, level: Level) -> list[tuple[Kernel, int]]:
+        """The copies into scratch that the call needs at `level`."""
+        return [
+            (kernel, grid) for value, kernel, grid in self.copies_in if _moving(ctx, level, value)
+        ]
+
+    def copies_after(self, ctx: StepContext, level: Level) -> list[tuple[Kernel, int]]:
+        """The copies out of scratch that the call needs at `level`."""
+        return self.copies_out if self.result_address(ctx, level).source == SCRATCH else []
+
+
+def _moving(ctx: StepContext, level: Level, value: int, whole: bool = False) -> bool:
+    """Whether the call must reach `value` (its view; `whole`: its slot, a result) at `level`
+    through a copy in scratch: its address there moves from call to call, is not known on the
+    host, is less aligned than scratch, or (a result) shares bytes with an operand."""
+    at = _host_address(ctx, level, value, whole)
+    if at is None or not at.fixed or at.offset % ALIGNMENT:
+        return True
+    return whole and _shares_bytes(ctx, level, value, at)
+
+
+def _host_address(ctx: StepContext, level: Level, value: int, whole: bool) -> Address | None:
+    """`value`'s address at `level` (its view's; `whole`: its slot's), or None where the host
+    does not know it: in a WHILE node's body, whose table the device rewrites (no `entries`)."""
+    slot = ctx.plan.slots[value if whole else ctx.view(value).base]
+    if slot.storage != "workspace" and not level.entries:
+        return None
+    return ctx.slot_address(level, value) if whole else ctx.view_address(level, value)
+
+
+def _shares_bytes(ctx: StepContext, level: Level, result: int, at: Address) -> bool:
+    """Whether `result`'s bytes at `at` may overlap an operand's at `level`."""
+    end = at.offset + ctx.plan.program.type_of(result).nbytes
+    for value in ctx.step.op.operands:
+        other = _host_address(ctx, level, value, whole=False)
+        if other is None:
+            return True
+        other_end = other.offset + _span(ctx, value) * ctx.itemsize(value)
+        if other.source == at.source and other.offset < end and at.offset < other_end:
+            return True
+    return False
 
 
 def _staged_once(ctx: StepContext, value: int, staging: Staging) -> int:
@@ -233,7 +285,8 @@ def _staged_once(ctx: StepContext, value: int, staging: Staging) -> int:
     below = ctx.module.staged_inputs.get(key)
     if below is None:
         below = ctx.module.staged_inputs[key] = ctx.module.reserve_below_scratch(nbytes)
-        staging.copies_in.append((_staging_copy(ctx, value, below, span), blocks_for(span)))
+        copy = _staging_copy(ctx, value, below, span)
+        staging.copies_in.append((value, copy, blocks_for(span)))
     # Every step that reads the copy counts as writing it, so `batch_launches` keeps them in
     # plan order after the step that makes it.
     ctx.staged_ranges.append((SCRATCH, -below, -below + nbytes))
@@ -292,7 +345,7 @@ def stage_moving_buffers(ctx: StepContext, operands) -> Staging:
         offset = staging.operands[value] = ctx.scratch(span * ctx.itemsize(value))
         source, storage = ctx.view_expression(value), ctx.storage(value)
         kernel = copy_kernel(ctx, source, f"scratch + {offset}", storage, span)
-        staging.copies_in.append((kernel, blocks_for(span)))
+        staging.copies_in.append((value, kernel, blocks_for(span)))
     op = ctx.step.op
     result = stored_result(ctx)
     if _moves(ctx, result):

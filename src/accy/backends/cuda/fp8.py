@@ -1,25 +1,23 @@
 """FP8 GEMMs on CUDA: the `LibraryStep` of `accy.nn.fp8_matmul`, through cuBLASLt.
 
-One step quantises both operands and multiplies them (`Fp8Gemm`), in four small kernels and one
-`cublasLtMatmul`, all on the program's stream inside its CUDA graph:
+One step quantises both operands and multiplies them (`Fp8Gemm`), in three small kernels and one
+`cublasLtMatmul`, all on the program's stream inside its CUDA graph. Its operands are the two
+matrices and their amaxes (f32 scalars the program computed, `accy.nn.fp8.amax_of`):
 
-- for both operands at once, `fp8_amax_*` (a grid-stride max of |x|, one partial maximum per
-  block) and `fp8_scale` (a block each: the amax, scale = fp8_max / amax or 1, and the inverse
-  scale); per operand, `fp8_quantize_*` (x times the scale, rounded to E4M3 or E5M2 to
-  nearest, ties to even, saturating), written K-contiguous: Hopper's FP8 GEMMs take only the
-  "TN" layout, so an operand whose contracted axes come first is transposed on the way (64 x 64
-  tiles through shared memory). Each thread loads 16 bytes at a time where the operand's
-  address allows (else one element), as the quantisation must run near the memory's bandwidth
-  to leave FP8 a gain: one element a thread ran at 0.4-1.1 TB/s on the H200;
+- `fp8_scale` (a thread an operand: scale = fp8_max / amax or 1, and the inverse scale); per
+  operand, `fp8_quantize_*` (x times the scale, rounded to E4M3 or E5M2 to nearest, ties to
+  even, saturating), written K-contiguous: Hopper's FP8 GEMMs take only the "TN" layout, so an
+  operand whose contracted axes come first is transposed on the way (64 x 64 tiles through
+  shared memory). Each thread loads 16 bytes at a time where the operand's address allows
+  (else one element), as the quantisation must run near the memory's bandwidth to leave FP8 a
+  gain: one element a thread ran at 0.4-1.1 TB/s on the H200;
 - `cublasLtMatmul` with CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 operands, f32 compute, the inverse
   scales as CUBLASLT_MATMUL_DESC_A_SCALE_POINTER / B_SCALE_POINTER (per-tensor scalars,
   CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F), the result in bf16 or f32;
   fast accumulation for the forward (E4M3 x E4M3) GEMM only, as Transformer Engine does.
 
 The rounding is integer arithmetic on the float's bits (no cuda_fp8.h), the same numbers as
-`accy.core.types.saturate_to_float8`, so the quantised operands are bitwise the reference's
-(the amax skips NaNs, `fmaxf`, where the reference's scale becomes 1: results with a NaN
-operand are NaN either way).
+`accy.core.types.saturate_to_float8`, so the quantised operands are bitwise the reference's.
 The kernels compile with NVRTC (CuPy) when a program using them is loaded; the cuBLASLt handle
 and descriptors are made then too, and the GEMM runs once outside any capture. Declines (the
 composition runs) for f16 operands, operand layouts other than [free..., contracted...] or
@@ -71,7 +69,7 @@ from .cudnn import ALIGN
 
 log = logging.getLogger("accy.fp8")
 WORKSPACE_BYTES = 8 << 20  # cuBLASLt's: FP8 GEMMs of these sizes need no more
-AMAX_BLOCKS = 1056  # 8 per multiprocessor of an H200: partial maxima, one per block
+QUANTIZE_BLOCKS = 16 * 1056  # at most this many blocks of a grid-stride quantisation (H200)
 THREADS = 256
 TILE = 64  # the transposing quantisation's tile: TILE x TILE values a block
 ELEMENT_TYPES = {"bf16": "unsigned short", "f32": "float"}
@@ -103,10 +101,9 @@ class Fp8Gemm:
 
     @property
     def offsets(self) -> dict[str, int]:
-        """Byte offsets in the (aligned) scratch: partial maxima, scales, the quantised
-        operands, cuBLASLt's workspace."""
+        """Byte offsets in the (aligned) scratch: scales, the quantised operands, cuBLASLt's
+        workspace."""
         sizes = {
-            "partials": 2 * AMAX_BLOCKS * 4,
             "scales": 2 * ALIGN,  # per operand, at its own boundary (cuBLASLt refuses
             # FP8 GEMMs whose scale pointers are not): the inverse scale, then the scale
             "first": self.m * self.k,
@@ -137,11 +134,12 @@ def kernel_factory(s: Any) -> Callable[[Sequence[TensorType], TensorType], Kerne
     """The `kernels["cuda"]` entry of FP8 GEMM signature `s` (`accy.nn.fp8.Signature`)."""
 
     def factory(types: Sequence[TensorType], result: TensorType) -> KernelCall | None:
-        step = describe(s, tuple(types), result)
+        step = describe(s, tuple(types[:2]), result)
         if step is None or refusal(step) is not None:
             return None
         digest = hashlib.sha256(repr(step).encode()).hexdigest()[:16]
-        parameters = [("dst", result), ("a", types[0]), ("b", types[1])]
+        names = ("dst", "a", "b", "amax_a", "amax_b")
+        parameters = list(zip(names, (result, *types), strict=True))
         description = f"FP8 GEMM {step.m}x{step.n}x{step.k} ({step.first.format} x " + (
             f"{step.second.format} -> {step.out})"
         )
@@ -267,66 +265,23 @@ __device__ __forceinline__ unsigned char to_e5m2(float v) {
   return to_float8<2, 15, 0x7b>(v, 57344.0f);
 }
 
-__device__ float block_max(float v) {
-  __shared__ float warps[32];
-  int thread = threadIdx.y * blockDim.x + threadIdx.x;
-  int lane = thread & 31, warp = thread >> 5, count = (blockDim.x * blockDim.y) >> 5;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if (lane == 0) warps[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < count ? warps[lane] : 0.0f;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0) warps[0] = v;
-  }
-  __syncthreads();
-  return warps[0];
-}
-
-// Block o (0 or 1): operand o's amax from its `count` partial maxima, and its inverse scale and
-// scale at scales + o * stride (the inverse first: cuBLASLt's scale pointer, aligned).
+// Thread o (0 or 1): operand o's inverse scale and scale from its amax, at scales + o * stride
+// (the inverse first: cuBLASLt's scale pointer, aligned). A NaN amax gives a scale of 1.
 extern "C" __global__ void fp8_scale(
-    const float *partials, int count, float largest0, float largest1, float *scales, int stride) {
-  const float *mine = partials + blockIdx.x * count;
-  float largest = blockIdx.x ? largest1 : largest0;
-  float m = 0.0f;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, mine[i]);
-  m = block_max(m);
-  if (threadIdx.x == 0) {
-    float scale = (m > 0.0f && m <= 3.402823466e38f) ? largest / m : 1.0f;
-    scales[blockIdx.x * stride] = 1.0f / scale;
-    scales[blockIdx.x * stride + 1] = scale;
-  }
-}
-"""
-
-_PER_TYPE = r"""
-// Both operands' partial maxima, one a block: the first half of the blocks take a, the rest b,
-// each half a grid-stride over 16-byte chunks where its operand is aligned to 16 bytes, then
-// element by element.
-extern "C" __global__ void fp8_amax_TYPE(
-    const ELEMENT *a, long long na, const ELEMENT *b, long long nb, float *partials) {
-  unsigned half = gridDim.x / 2, block = blockIdx.x % half;
-  const ELEMENT *x = blockIdx.x < half ? a : b;
-  long long n = blockIdx.x < half ? na : nb;
-  float m = 0.0f;
-  long long first = (long long)block * blockDim.x + threadIdx.x;
-  long long step = (long long)half * blockDim.x;
-  long long chunks = aligned16(x) ? n / CHUNK_TYPE : 0;
-  for (long long i = first; i < chunks; i += step) {
-    uint4 c = ((const uint4 *)x)[i];
-#pragma unroll
-    for (int j = 0; j < CHUNK_TYPE; ++j) m = fmaxf(m, fabsf(chunk_TYPE(c, j)));
-  }
-  for (long long i = chunks * CHUNK_TYPE + first; i < n; i += step)
-    m = fmaxf(m, fabsf(load_TYPE(x, i)));
-  m = block_max(m);
-  if (threadIdx.x == 0) partials[blockIdx.x] = m;
+    const float *amax0, const float *amax1, float largest0, float largest1, float *scales,
+    int stride) {
+  int o = threadIdx.x;
+  if (o > 1) return;
+  float m = o ? *amax1 : *amax0, largest = o ? largest1 : largest0;
+  float scale = (m > 0.0f && m <= 3.402823466e38f) ? largest / m : 1.0f;
+  scales[o * stride] = 1.0f / scale;
+  scales[o * stride + 1] = scale;
 }
 """
 
 _PER_FORMAT = r"""
-// As fp8_amax: 16-byte chunks in, CHUNK_TYPE bytes out (q is aligned to 8), then the rest.
+// A grid-stride over 16-byte chunks where x is aligned to 16 bytes (CHUNK_TYPE bytes out: q is
+// aligned to 8), then element by element.
 extern "C" __global__ void fp8_quantize_TYPE_FORMAT(
     const ELEMENT *x, long long n, const float *scales, unsigned char *q) {
   float scale = scales[1];
@@ -390,7 +345,6 @@ def kernel_source() -> str:
     """The CUDA C of every FP8 quantisation kernel (each element type, each format)."""
     parts = [_PRELUDE]
     for type_name, element in ELEMENT_TYPES.items():
-        parts.append(_PER_TYPE.replace("TYPE", type_name).replace("ELEMENT", element))
         for short in FORMATS.values():
             source = _PER_FORMAT.replace("TYPE", type_name).replace("ELEMENT", element)
             parts.append(source.replace("FORMAT", short))
@@ -429,7 +383,6 @@ class Issuer:
     def find_kernels(self, module: Any) -> None:
         """The quantisation kernels of the step, from `module` (compiled `kernel_source`)."""
         step = self.step
-        self.amax = module.get_function(f"fp8_amax_{step.first.dtype}")  # both operands'
         self.scale = module.get_function("fp8_scale")
         self.quantize = {}
         for name, operand in (("first", step.first), ("second", step.second)):
@@ -522,12 +475,10 @@ class Issuer:
         base = -(-scratch // ALIGN) * ALIGN
         at = {name: base + offset for name, offset in s.offsets.items()}
         x = [np.uint64(pointer) for pointer in operands[:2]]
+        amaxes = [np.uint64(pointer) for pointer in operands[2:]]
         n = [np.int64(s.m * s.k), np.int64(s.n * s.k)]
-        partials = np.uint64(at["partials"])
-        self.amax((2 * AMAX_BLOCKS,), (THREADS,), (x[0], n[0], x[1], n[1], partials))
         largest = [np.float32(float8_format(o.format).max) for o in (s.first, s.second)]
-        limits = (np.int32(AMAX_BLOCKS), *largest, np.uint64(at["scales"]), np.int32(ALIGN // 4))
-        self.scale((2,), (THREADS,), (partials, *limits))
+        self.scale((1,), (32,), (*amaxes, *largest, np.uint64(at["scales"]), np.int32(ALIGN // 4)))
         sizes = {"first": (s.m, s.k), "second": (s.n, s.k)}
         for index, name in enumerate(("first", "second")):
             operand, quantize = getattr(s, name), self.quantize[name]
@@ -539,7 +490,7 @@ class Issuer:
                 quantize(grid, (THREADS,), (x[index], rows, cols, scales, target))
             else:
                 chunk = 16 // dtype_named(operand.dtype).itemsize  # values a thread loads
-                blocks = min(-(-(free * k) // (THREADS * chunk)), 16 * AMAX_BLOCKS)
+                blocks = min(-(-(free * k) // (THREADS * chunk)), QUANTIZE_BLOCKS)
                 quantize((blocks,), (THREADS,), (x[index], n[index], scales, target))
         self._set(FAST_ACCUMULATE, ctypes.c_int8(1 if self.fast else 0))
         status = self._matmul(

@@ -211,7 +211,7 @@ class Staging:
     but an unrolled iteration's slice of a stacked buffer in the workspace (a layer's weights
     in bf16, its saved activations) has a fixed address, which the call then reads or writes
     in place. Only a value whose address at the level is fixed and aligned as scratch is
-    (`ALIGNMENT`) skips its copy."""
+    (`ALIGNMENT`; a smaller value, as its elements) skips its copy."""
 
     operands: dict[int, int] = field(default_factory=dict)  # value -> its copy's scratch offset
     result: int | None = None  # the result's byte offset in scratch, if it may move
@@ -251,9 +251,18 @@ def _moving(ctx: StepContext, level: Level, value: int, whole: bool = False) -> 
     through a copy in scratch: its address there moves from call to call, is not known on the
     host, is less aligned than scratch, or (a result) shares bytes with an operand."""
     at = _host_address(ctx, level, value, whole)
-    if at is None or not at.fixed or at.offset % ALIGNMENT:
+    if at is None or not at.fixed or at.offset % _alignment(ctx, value, whole):
         return True
     return whole and _shares_bytes(ctx, level, value, at)
+
+
+def _alignment(ctx: StepContext, value: int, whole: bool) -> int:
+    """The alignment a call may expect of `value`: scratch's (`ALIGNMENT`), or its element
+    size for a value smaller than that (a scalar: an FP8 GEMM's amax, a layer's slice of a
+    stacked vector of them, is read as one float)."""
+    itemsize = ctx.itemsize(value)
+    nbytes = ctx.plan.program.type_of(value).nbytes if whole else _span(ctx, value) * itemsize
+    return ALIGNMENT if nbytes >= ALIGNMENT else itemsize
 
 
 def _host_address(ctx: StepContext, level: Level, value: int, whole: bool) -> Address | None:

@@ -92,6 +92,51 @@ def test_reference_evaluation_is_a_semantics(rng):
 # Graph re-emission
 
 
+def test_a_semantics_that_drops_dead_values_holds_only_the_live_ones():
+    # A chain of 12 operations: the walker lets each result go after its last reader (and a
+    # result nobody reads at once), so at most the operands of the next operation are alive.
+    import weakref
+
+    class Box:
+        pass
+
+    class Counting:
+        drops_dead_values = True
+
+        def __init__(self):
+            self.made, self.most_alive = [], 0
+
+        def bind(self, op, args):
+            alive = sum(ref() is not None for ref in self.made)
+            self.most_alive = max(self.most_alive, alive)
+            box = Box()
+            self.made.append(weakref.ref(box))
+            return box
+
+        def finish(self, outputs):
+            return outputs
+
+    def body(b, a):
+        x = a[0]
+        for _ in range(6):
+            x = (x * 2.0).exp()
+        return x
+
+    semantics = Counting()
+    (out,) = run(accy.trace.define("chain", [spec(f32, lane=4)], body), semantics)
+    assert isinstance(out, Box) and len(semantics.made) > 12
+    assert semantics.most_alive <= 3  # the two operands of a mul, and a constant
+
+
+def test_reference_evaluation_lets_each_intermediate_go_after_its_last_use(rng):
+    program = accy.trace.define(
+        "chain", [spec(f32, lane=64)], lambda b, a: ((a[0] * 2.0).exp() * 3.0).tanh().sum("lane")
+    )
+    x = random_array(rng, spec(f32, lane=64))
+    (got,) = accy.reference.run(program, [x])
+    np.testing.assert_allclose(got, np.tanh(np.exp(x * 2.0) * 3.0).sum(), rtol=1e-5)
+
+
 def test_graph_re_emits_the_same_program_with_the_same_ids():
     program = elementwise_loss()
     copy = run(program, graph("grad_elementwise"))

@@ -49,7 +49,9 @@ def widened(array: np.ndarray) -> np.ndarray:
 
 
 class Evaluate:
-    """Semantics that computes NumPy arrays."""
+    """Semantics that computes NumPy arrays (each let go after its last use)."""
+
+    drops_dead_values = True
 
     def __init__(self, inputs: Sequence[np.ndarray], custom_calls: CustomCalls | None = None):
         self.inputs = list(inputs)

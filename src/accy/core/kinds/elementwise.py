@@ -330,6 +330,8 @@ def _shift(operation, fill_negative: bool):
 
     def shift(a, b):
         bits = a.dtype.itemsize * 8
+        if b.size == 0 or (b.min() >= 0 and b.max() < bits):  # every amount in range: as is
+            return operation(a, b).astype(a.dtype, copy=False)
         outside = (b < 0) | (b >= bits)
         shifted = operation(a, np.where(outside, 0, b).astype(a.dtype))
         fill = np.where(a < 0, -1, 0) if fill_negative else 0

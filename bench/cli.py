@@ -142,20 +142,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if not workloads:
             return code
-    if "gpt2" in workloads:
-        workloads.remove("gpt2")
-        runs = gpt2_runs(args, gpt2_dtypes)
-        alone = not workloads and len(runs) == 1
-        for dtype, scale in runs:
-            run = argparse.Namespace(**{**vars(args), "dtype": dtype, "scale": scale})
-            code |= run_gpt2(run, alone)
-        if not workloads:
-            return code
+    runs = gpt2_runs(args, gpt2_dtypes) if "gpt2" in workloads else []
+    others = [name for name in workloads if name not in ("gpt2", "llama1b")]
+    alone = len(runs) + ("llama1b" in workloads) + bool(others) == 1  # the command's one report
+    for dtype, scale in runs:
+        run = argparse.Namespace(**{**vars(args), "dtype": dtype, "scale": scale})
+        code |= run_gpt2(run, alone)
     if "llama1b" in workloads:
-        workloads.remove("llama1b")
-        code |= run_llama1b(args, llama_dtype, alone=not workloads)
-        if not workloads:
-            return code
+        code |= run_llama1b(args, llama_dtype, alone)
+    workloads = others
+    if not workloads:
+        return code
     path = args.json or default_json(args.device, args.dtype, args.scale)
     load_before = warn_if_busy()
     results = []
@@ -188,17 +185,33 @@ def gpt2_runs(args: argparse.Namespace, dtypes: list[str]) -> list[tuple[str, st
     return [(d, s) for d in dtypes for s in ([None, "cuda-b64"] if d == "bf16" else [None])]
 
 
+def report_path(args: argparse.Namespace, name: str, alone: bool) -> Path:
+    """Where a gpt2 or llama1b run writes its report `name` (its default file's name):
+    `--json` when it is the command's only report (`alone`); among several, beside `--json`'s
+    file with its stem in front (one command's reports stay together); without `--json`, in
+    bench/results.
+
+    >>> ns = argparse.Namespace
+    >>> str(report_path(ns(json="out/run.json"), "gpt2-cuda-bf16.json", False))
+    'out/run-gpt2-cuda-bf16.json'
+    >>> str(report_path(ns(json="out/run.json"), "gpt2-cuda-bf16.json", True))
+    'out/run.json'
+    """
+    if not args.json:
+        return RESULTS / name
+    given = Path(args.json)
+    return given if alone else given.with_name(f"{given.stem}-{name}")
+
+
 def run_gpt2(args: argparse.Namespace, alone: bool) -> int:
-    """`bench.gpt2` with this command's device, dtype, systems and scale; its JSON goes to
-    `--json` when it is the command's only run (`alone`), else
-    bench/results/gpt2-<device>[-bf16][-<scale>].json."""
+    """`bench.gpt2` with this command's device, dtype, systems and scale; its JSON goes where
+    `report_path` says, named gpt2-<device>[-bf16][-<scale>].json."""
     from bench import gpt2
 
     large = args.scale == "cuda-b64"  # the device's model at 64 x 1024: -b64 after the dtype
     name = default_json(args.device, args.dtype, None if large else args.scale).stem
     name += "-b64" if large else ""
-    default = RESULTS / f"gpt2-{name}.json"
-    path = args.json if alone and args.json else default
+    path = report_path(args, f"gpt2-{name}.json", alone)
     argv = ["--device", args.device, "--dtype", args.dtype, "--systems", args.systems]
     argv += ["--scale", args.scale] if args.scale else []
     return gpt2.main([*argv, "--json", str(path)])
@@ -206,13 +219,12 @@ def run_gpt2(args: argparse.Namespace, alone: bool) -> int:
 
 def run_llama1b(args: argparse.Namespace, dtype: str, alone: bool) -> int:
     """`bench.llama1b` with this command's device, systems and scale, in `dtype`; its JSON
-    goes to `--json` when it is the command's only run (`alone`), else
-    bench/results/llama1b-<device>-<dtype>[-<scale>].json."""
+    goes where `report_path` says, named llama1b-<device>-<dtype>[-<scale>].json."""
     from bench import llama1b
 
     scale = [args.scale] if args.scale not in (None, args.device) else []
     name = "-".join([args.device, dtype, *scale])
-    path = args.json if alone and args.json else RESULTS / f"llama1b-{name}.json"
+    path = report_path(args, f"llama1b-{name}.json", alone)
     argv = ["--device", args.device, "--dtype", dtype, "--systems", args.systems]
     argv += ["--scale", args.scale] if args.scale else []
     return llama1b.main([*argv, "--json", str(path)])

@@ -177,3 +177,20 @@ def test_python_m_bench_runs_gpt2_when_named(monkeypatch, tmp_path):
     calls.clear()  # f32 when asked for: the one batch size
     assert cli.main(["--workloads", "gpt2", "--device", "cuda", "--dtype", "f32"]) == 0
     assert [argv[-1].rsplit("/", 1)[-1] for argv in calls] == ["gpt2-cuda.json"]
+
+
+def test_one_command_s_reports_go_beside_its_json(monkeypatch, tmp_path):
+    # `python -m bench --workloads gpt2,llama1b --json RUN.json`: three reports, each its own
+    # file named after RUN.json (before, the GPT-2 ones went to bench/results instead).
+    from bench import cli, llama1b
+
+    calls = []
+    monkeypatch.setattr(gpt2, "main", lambda argv: calls.append(argv) or 0)
+    monkeypatch.setattr(llama1b, "main", lambda argv: calls.append(argv) or 0)
+    out = tmp_path / "run.json"
+    assert cli.main(["--workloads", "gpt2,llama1b", "--device", "cuda", "--json", str(out)]) == 0
+    assert [argv[-1] for argv in calls] == [
+        str(tmp_path / "run-gpt2-cuda-bf16.json"),
+        str(tmp_path / "run-gpt2-cuda-bf16-b64.json"),
+        str(tmp_path / "run-llama1b-cuda-bf16.json"),
+    ]

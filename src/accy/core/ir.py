@@ -196,6 +196,28 @@ class Program:
     def __repr__(self) -> str:
         return f"<Program {self.name}: {len(self.operations)} operations>"
 
+    @functools.cached_property  # a scan's body is walked once per iteration
+    def dead_after(self) -> dict[int, list[int]]:
+        """For each operation's index, the values no later operation reads and the program
+        does not return (a result never read dies where it is made).
+
+        >>> import accy
+        >>> p = accy.trace.define("f", [accy.spec(accy.f32, lane=2)],
+        ...                       lambda b, a: (a[0] * 2.0).exp())
+        >>> [(p.operations[i].kind, values) for i, values in sorted(p.dead_after.items())]
+        [('broadcast_in_dim', [1]), ('mul', [0, 2]), ('unary', [3])]
+        """
+        last: dict[int, int] = {}
+        for index, op in enumerate(self.operations):
+            for value in (*op.results, *op.operands):
+                last[value] = index
+        kept = set(self.outputs)
+        dead: dict[int, list[int]] = {}
+        for value, index in last.items():
+            if value not in kept:
+                dead.setdefault(index, []).append(value)
+        return dead
+
     @functools.cached_property
     def digest(self) -> str:
         """The sha256 (hex) of the program's text, computed once: programs that print alike

@@ -24,7 +24,10 @@ def run(program: Program, semantics: Any) -> Any:
     1
     """
     env: dict[int, Any] = {}
-    dead = _dead_after(program) if getattr(semantics, "drops_dead_values", False) else {}
+    # A semantics that holds large arrays (the reference evaluator's) sets `drops_dead_values`:
+    # each value then goes after its last use instead of at the end (a random draw's
+    # bit-mixing rounds are dozens of arrays the size of the draw).
+    dead = program.dead_after if getattr(semantics, "drops_dead_values", False) else {}
     for index, op in enumerate(program.operations):
         result = semantics.bind(op, [env[v] for v in op.operands])
         if len(op.results) == 1 and not RULES[op.kind].multiple_results:
@@ -34,29 +37,6 @@ def run(program: Program, semantics: Any) -> Any:
         for value in dead.get(index, ()):
             del env[value]
     return semantics.finish([env[v] for v in program.outputs])
-
-
-def _dead_after(program: Program) -> dict[int, list[int]]:
-    """For each operation's index, the values no later operation reads and the program does
-    not return: a semantics that holds large arrays (the reference evaluator's) sets
-    `drops_dead_values`, and `run` lets each go after its last use instead of at the end (a
-    random draw's bit-mixing rounds are dozens of arrays the size of the draw).
-
-    >>> import accy
-    >>> p = accy.trace.define("f", [accy.spec(accy.f32, lane=2)], lambda b, a: (a[0] * 2.0).exp())
-    >>> [(p.operations[i].kind, values) for i, values in sorted(_dead_after(p).items())]
-    [('broadcast_in_dim', [1]), ('mul', [0, 2]), ('unary', [3])]
-    """
-    last: dict[int, int] = {}
-    for index, op in enumerate(program.operations):
-        for value in (*op.results, *op.operands):  # a result never read dies where it is made
-            last[value] = index
-    kept = set(program.outputs)
-    dead: dict[int, list[int]] = {}
-    for value, index in last.items():
-        if value not in kept:
-            dead.setdefault(index, []).append(value)
-    return dead
 
 
 class Inline:

@@ -15,8 +15,10 @@ Times are CUDA-event medians of `--repeats` (at least 50) timed runs after warm-
 `--inner` back-to-back calls (a captured CUDA graph where the row says so). TFLOP/s count
 4·b·h·t²·d (forward) and 2.5 times that (backward), halved when causal, as
 `bench.flash_attention` does. Errors are normwise against PyTorch's math backend in float32 on
-the same rounded inputs. Everything runs in this one process; a part that cannot run (no GPU,
-no torch, no cudnn) says why in its row.
+the same rounded inputs. `build_s` is a graph's seconds from its first call to a built plan
+(validate to build_plans), or one plan's build: with an empty cuDNN cache, its share of a cold
+start. Everything runs in this one process; a part that cannot run (no GPU, no torch, no cudnn)
+says why in its row.
 
     python -m bench.attention_probe                            # all sections, GPT-2's shape
     python -m bench.attention_probe --sections cudnn,plans --repeats 100 --json probe.json
@@ -29,6 +31,7 @@ import json
 import logging
 import statistics
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -317,6 +320,7 @@ class CudnnCase:
         for name in ("o", "dq", "dk", "dv"):
             self.data[name] = _in_layout(torch.empty_like(inputs.q), variant.layout)
         self.data["stats"] = torch.empty(a.batch, a.heads, a.tokens, 1, device="cuda")
+        self.build_s: dict[str, float] = {}  # seconds from the graph's first call to its plan
         self.forward, self.forward_tensors = self._graph("forward")
         self.backward, self.backward_tensors = self._graph("backward")
         self.workspace = {
@@ -345,6 +349,12 @@ class CudnnCase:
         return dict(use_causal_mask=True)
 
     def _graph(self, part: str) -> tuple[Any, dict[str, Any]]:
+        start = time.perf_counter()
+        built = self._built_graph(part)
+        self.build_s[part] = round(time.perf_counter() - start, 4)
+        return built
+
+    def _built_graph(self, part: str) -> tuple[Any, dict[str, Any]]:
         cudnn, graph, dims = self.cudnn, self._pygraph(), self.dims
         stats_stride = [dims[1] * dims[2], dims[2], 1, 1]
 
@@ -422,6 +432,7 @@ def cudnn_rows(a: argparse.Namespace, inputs: Inputs) -> list[dict[str, Any]]:
         try:
             case = CudnnCase(a, variant, inputs)
             row["plans"] = f"{plan_of(case.forward)} / {plan_of(case.backward)}"
+            row["build_s"] = case.build_s
             case.run("forward")
             case.run("backward")
             row["max_error"] = inputs.errors(case.outputs())
@@ -457,7 +468,9 @@ def plan_rows(a: argparse.Namespace, inputs: Inputs) -> list[dict[str, Any]]:
             row: dict[str, Any] = {"section": "plans", "variant": f"{part} plan {index}"}
             try:
                 row["plans"] = str(graph.get_plan_name_at_index(index))
+                start = time.perf_counter()
                 graph.build_plan_at_index(index)
+                row["build_s"] = round(time.perf_counter() - start, 4)
                 need = int(graph.get_workspace_size_plan_at_index(index))
                 if need > case.workspace[part].numel():
                     import torch

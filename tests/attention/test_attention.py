@@ -99,6 +99,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["reference", "cpu"])
 @pytest.mark.parametrize("layouts, causal, bias_axes", CASES)
 def test_forward_matches_numpy(device, layouts, causal, bias_axes):
@@ -109,6 +110,7 @@ def test_forward_matches_numpy(device, layouts, causal, bias_axes):
     np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layouts, causal, bias_axes", CASES)
 def test_gradients_match_finite_differences(layouts, causal, bias_axes):
     p = program(f64, layouts, causal=causal, bias_axes=bias_axes, loss=True)
@@ -117,6 +119,7 @@ def test_gradients_match_finite_differences(layouts, causal, bias_axes):
     accy.testing.check_grads(p, laid, wrt=wrt, order=2, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layouts, causal, bias_axes", CASES)
 def test_cpu_gradients_match_reference(layouts, causal, bias_axes):
     p = program(f64, layouts, causal=causal, bias_axes=bias_axes, loss=True)
@@ -139,6 +142,7 @@ def test_gradient_uses_the_backward_kernel_not_the_scores():
     assert not [op for op in gradient.operations if op.type.has("token") and op.type.has("key")]
 
 
+@pytest.mark.slow
 def test_f32_cpu_matches_numpy_on_blocks_with_tails():
     """More tokens than one block (64) with a partial last block, causal, f32."""
     tokens, dim = 150, 16
@@ -230,6 +234,7 @@ def _half_operands(specs, dtype, seed):
     return [rng.normal(size=t.extents).astype(np.float32).astype(dtype.numpy) for t in specs]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
 @pytest.mark.parametrize("causal, bias_axes", [(True, None), (False, ("key", "head", "token"))])
 def test_16_bit_forward_record_rounds_like_the_reference(dtype, causal, bias_axes):
@@ -260,6 +265,7 @@ def test_16_bit_forward_record_rounds_like_the_reference(dtype, causal, bias_axe
         assert not np.any(got[..., DIM + 2 :]), device
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
 @pytest.mark.parametrize("causal, bias_axes", [(True, None), (False, ("key", "head", "token"))])
 def test_16_bit_gradients_match_the_f64_composition(dtype, causal, bias_axes):
@@ -280,6 +286,7 @@ def test_16_bit_gradients_match_the_f64_composition(dtype, causal, bias_axes):
             _half_close(g, e, dtype, f"{device} {name}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
 def test_16_bit_backward_takes_a_cotangent_of_the_logsumexp(dtype):
     """A loss over the forward record's output and its logsumexp (hi + lo): the backward
@@ -304,6 +311,7 @@ def test_16_bit_backward_takes_a_cotangent_of_the_logsumexp(dtype):
             _half_close(g, e, dtype, f"{device} {name}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [accy.bf16, accy.f16], ids=lambda d: d.name)
 def test_16_bit_forward_mode_matches_the_f64_composition(dtype):
     """accy.jvp in bf16/f16 (the JVP rule's tangent packed into the 16-bit result: d lse in

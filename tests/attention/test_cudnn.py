@@ -417,6 +417,7 @@ def test_the_steps_read_and_write_the_16_bit_results_in_place(monkeypatch):
     assert kinds[second + 1 :] == ["Launch"] * 3, kinds
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH (nor in $CUDA_HOME/bin)"
 )

@@ -45,6 +45,7 @@ def _inputs(dtype, seed=0):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [f32, bf16])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_grouped_records_compute_what_the_broadcast_did(dtype, causal):

@@ -49,6 +49,7 @@ def _input(spec, seed=0):
     return x.astype(spec.dtype.numpy)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS, ids=["btphd", "phbtd"])
 @pytest.mark.parametrize("dtype", [f32, bf16])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

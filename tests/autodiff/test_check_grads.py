@@ -211,6 +211,7 @@ def test_iota_and_constants_have_zero_derivative():
 # -- compositions -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_softmax_logsumexp_layer_norm_gelu():
     def body(b, x):
         soft = nn.softmax(x[0], "c")

@@ -158,6 +158,7 @@ def test_prod_with_a_zero_init_parameter():
     np.testing.assert_array_equal(d_init, 6.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axes", [("c",), ("a", "c"), ("a", "b", "c")])
 def test_prod_matches_finite_differences_to_second_order(axes):
     x = RNG.uniform(0.5, 1.5, (2, 3, 4)) * RNG.choice([-1.0, 1.0], (2, 3, 4))

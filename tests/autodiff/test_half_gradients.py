@@ -56,6 +56,7 @@ LOSSES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", LOSSES)
 def test_bf16_gradients_are_exact_rules_and_within_the_format_bound(name):
     body, types = LOSSES[name]

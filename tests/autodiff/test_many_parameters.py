@@ -41,6 +41,7 @@ def type_lookups(monkeypatch, program: Program) -> int:
     return calls
 
 
+@pytest.mark.slow
 def test_the_work_of_differentiating_grows_linearly_with_the_parameters(monkeypatch):
     small, large = weighted_sum(30), weighted_sum(120)
     ratio = type_lookups(monkeypatch, large) / type_lookups(monkeypatch, small)

@@ -74,20 +74,24 @@ def _rnn(length=5, reverse=False, remat=False, layout_time_first=True):
     return accy.trace.define("rnn", types, loss)
 
 
+@pytest.mark.slow
 def test_rnn_gradient_is_a_reverse_scan_and_matches_the_unrolled_one():
     gradient = _check(_rnn(), wrt=(0, 1, 2, 3), cpu=True)
     reverse = [op for op in gradient.operations if op.kind == "scan" and op.attrs["reverse"]]
     assert len(reverse) == 1
 
 
+@pytest.mark.slow
 def test_gradient_of_a_reverse_scan():
     _check(_rnn(reverse=True), wrt=(0, 1, 2, 3), cpu=True)
 
 
+@pytest.mark.slow
 def test_scanned_axis_need_not_be_outermost():
     _check(_rnn(layout_time_first=False), wrt=(0, 1, 2, 3), cpu=True)
 
 
+@pytest.mark.slow
 def test_remat_stores_only_the_carries():
     plain = accy.grad(_rnn(), (0, 1, 2, 3))
     remat = _check(_rnn(remat=True), wrt=(0, 1, 2, 3), cpu=True)
@@ -121,6 +125,7 @@ def test_closure_cotangents_are_summed_over_steps():
     _check(program, wrt=(0, 1, 2), cpu=True)
 
 
+@pytest.mark.slow
 def test_nested_scans_with_a_closure_from_the_outermost_program():
     def loss(b, args):
         w, h0, xs = args
@@ -241,6 +246,7 @@ def test_checkpoint_recomputes_its_region_in_the_backward_pass():
     assert backward and backward[0].attrs["body"].count("unary") >= 2
 
 
+@pytest.mark.slow
 def test_checkpoint_inside_a_scan_body_and_with_several_results():
     def loss(b, args):
         h0, xs = args

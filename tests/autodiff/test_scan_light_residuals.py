@@ -35,6 +35,7 @@ def _stacked_bytes(gradient) -> int:
     return sum(t.nbytes for t in forward.result_types[forward.attrs["num_carry"] :])
 
 
+@pytest.mark.slow
 def test_light_values_are_recomputed_and_the_gradient_is_unchanged(monkeypatch):
     program = accy.trace.define("gelu", [spec(f32, h=6), spec(f32, t=4, h=6)], _gelu_layers)
     light = _check(program, wrt=(0, 1), cpu=True)

@@ -66,6 +66,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_weight_gradients_are_contracted_after_the_reverse_scan(case):
     program = _rnn(**CASES[case])

@@ -180,6 +180,7 @@ def _never_ending_branch(b, args):
     return b.cond(x > 0.0, lambda b, v: v[0] + 1.0, spin, [x])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_native_backends_do_not_run_the_branch_not_taken(device):
     # If the false branch ran at all (as when both branches are computed and one selected),

@@ -226,6 +226,7 @@ def test_cudnn_conv_can_be_switched_off(fake_cudnn, configure):
     assert "ACCY_CUDNN_CONV=0" in " ".join(cudnn_conv.decline_reasons().values())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     __import__("accy.kernel", fromlist=["toolchain"]).toolchain.nvcc() is None,
     reason="cuda gate: nvcc is not on PATH",

@@ -206,6 +206,7 @@ def test_conv_losses_and_gradients_match_jax():
     assert sorted(forms) == sorted(["rows", "rows", "columns"] * len(CASES))
 
 
+@pytest.mark.slow
 def test_a_channels_first_layout_is_transposed_to_channels_last_and_back():
     _check(
         {"strided": CASES["strided"], "1-d": CASES["one-dimensional"]}, channels_first=True, seed=1
@@ -220,11 +221,13 @@ def test_several_parts_of_several_tiles_match_jax():
     assert all(geometry(s.op).parts > 1 and geometry(s.op).tiles > 1 for s in kept)
 
 
+@pytest.mark.slow
 def test_float64_convs_run_in_dgemm():
     cases = {n: CASES[n] for n in ("strided-dilated-large-window", "input-dilated")}
     _check(cases, dtype=f64, seed=3, tolerance=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [f32, f64], ids=["f32", "f64"])
 def test_without_a_blas_the_tiles_multiply_in_loops_or_micro_kernels(monkeypatch, dtype):
     """f64 multiplies in plain loops then; f32 in the AVX-512 micro-kernels where the compiler
@@ -312,6 +315,7 @@ def test_several_axes_per_role_are_merged_and_laid_out_back():
         np.testing.assert_allclose(np.asarray(g, np.float64), t, rtol=0, atol=2e-6 * scale)
 
 
+@pytest.mark.slow
 def test_the_kernel_can_be_switched_off_for_the_composition(configure):
     c = _case((6, 5), (3, 3), channels=2, outputs=3, batch=1, stride=(1, 2))
     weights = [np.ones(_forward_type(c, f32, False).extents)]

@@ -103,6 +103,7 @@ def _tied(shape, seed):
     return np.random.default_rng(seed).integers(0, 3, shape).astype(np.float32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("op", ["max", "min", "sum"])
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_cpu_values_and_gradients_match_jax(op, case):
@@ -122,6 +123,7 @@ def test_cpu_values_and_gradients_match_jax(op, case):
     assert accy.reference.run(program, [x, weights])[1].tolist() == grad.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES[:3], ids=str)
 def test_forward_mode_and_second_order_match_jax(case):
     """The JVP picks each window's first maximum's tangent (select_and_gather_add); the
@@ -195,6 +197,7 @@ def test_integer_pools_match_jax(op):
     )
 
 
+@pytest.mark.slow
 def test_vmap_over_a_batch_axis_pools_each_example():
     x = np.random.default_rng(8).standard_normal((3, 6, 5, 2)).astype(np.float32)
     case = CASES[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import accy
 from accy import bf16, f32, f64, i32, spec
@@ -29,6 +30,7 @@ def _program():
     return accy.trace.define("streams", [KEY, spec(f32, c=5)], _streams)
 
 
+@pytest.mark.slow
 def test_random_streams_are_bit_identical_to_the_reference(native_cpu):
     program = _program()
     inputs = [accy.random.key(42), np.linspace(-1, 1, 5).astype(np.float32)]

@@ -77,6 +77,7 @@ def _gemms(name, shapes, dtype):
     return accy.trace.define(name, types, body)
 
 
+@pytest.mark.slow
 def test_gemms_give_the_same_bits_whatever_runs_in_other_threads(native_cpu):
     # OpenBLAS's results depend on its thread count, which is global to the process.
     shapes = [(300, 257, 190), (64, 1000, 64), (513, 129, 257), (17, 2000, 33)]

@@ -49,6 +49,7 @@ def test_the_cuda_c_of_every_test_program_compiles_with_nvcc():
             assert f".entry {kernel}(" in ptx
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_the_cuda_c_of_a_chain_of_thousands_of_operations_compiles():
     # The expression builder (shared with the CPU) recursed once per fused operation.
@@ -64,6 +65,7 @@ def test_the_cuda_c_of_a_chain_of_thousands_of_operations_compiles():
     assert all(f".entry {kernel}(" in ptx for kernel in compiled.kernels)
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("arch, rounding", [("compute_90", True), ("compute_75", False)])
 def test_bf16_rounds_in_one_instruction_where_the_gpu_has_it(arch, rounding):
@@ -121,6 +123,7 @@ def _copies(compiled) -> int:
     )
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_a_scanned_custom_call_copies_only_the_rows_whose_addresses_move():
     # Unrolled, each iteration knows where its row is: a row of the workspace is read in
@@ -139,6 +142,7 @@ def test_a_scanned_custom_call_copies_only_the_rows_whose_addresses_move():
     assert _copies(moving) == _copies(fixed) + 3
 
 
+@pytest.mark.slow
 def test_importing_accy_never_imports_cupy():
     code = "import sys, accy; accy.backends.cuda.platform_supported(); print('cupy' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

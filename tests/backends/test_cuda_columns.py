@@ -104,6 +104,7 @@ def test_column_kernels_of_one_program_share_one_counter_array():
     assert len(_kernel_comments(compiled.source)) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(toolchain.nvcc() is None, reason="cuda gate: nvcc is not on PATH")
 def test_column_kernels_compile_in_every_dtype():
     programs = [
@@ -149,6 +150,7 @@ def _sequential_f32_sum(x: np.ndarray, axis: int) -> np.ndarray:
     return total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dtype", "tokens", "length"), [(bf16, 16, 4), (f32, 6, 16), (bf16, 64, 1)], ids=str
 )

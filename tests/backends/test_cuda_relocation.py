@@ -107,6 +107,7 @@ def test_each_launch_reads_where_the_kernel_written_for_its_level_reads():
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_relocation_keeps_every_test_program_reading_the_same_buffers(case):
     program = case.build()

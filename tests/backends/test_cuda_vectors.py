@@ -345,6 +345,7 @@ def test_a_contiguous_slice_at_an_offset_is_read_as_vectors_where_aligned(start,
         np.testing.assert_array_equal(out, x[start:] * 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shift", [0, 4])
 def test_a_value_rounded_to_bf16_is_stored_as_its_high_half(shift):
     # The f32 result converted to bf16 is a rounded value: the vector loop stores its high half

@@ -75,6 +75,7 @@ def test_run_reuses_the_compilation_of_a_retraced_program_and_memory_stays_flat(
     assert rss_bytes() - before < 2 * 2**20
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_over_many_programs_compiled_and_dropped(native_cpu, monkeypatch):
     monkeypatch.setattr(base, "CACHE", base.ExecutableCache(size=8))
     x = np.ones(4, np.float32)
@@ -114,6 +115,7 @@ def test_a_native_library_is_unmapped_once_no_executable_uses_it(native_cpu, mon
     assert second(np.ones(4, np.float32))[0].tolist() == [3.0] * 4
 
 
+@pytest.mark.slow
 def test_a_program_without_inputs_and_outputs_runs_in_a_fresh_process(native_cpu):
     script = textwrap.dedent(
         """

@@ -106,6 +106,7 @@ def test_an_f32_gemm_and_a_scaled_sum_are_not_fused():
     assert fused == []
 
 
+@pytest.mark.slow
 def test_the_gpt2_steps_qkv_biases_are_their_gemms_epilogues():
     # The MLP's fc bias is not (GELU follows, and the backward reads the product again), nor the
     # attention projection's (its loop adds the residual as well).

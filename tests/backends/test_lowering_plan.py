@@ -325,6 +325,7 @@ def _fused_depth(step) -> int:
     return depth[step.op.results[0]]
 
 
+@pytest.mark.slow
 def test_a_long_chain_is_cut_into_steps_of_bounded_depth_and_groups_of_bounded_size():
     def body(b, args):
         x, a = args

@@ -378,6 +378,7 @@ def test_the_value_programs_chain(build, rtol):
     assert chains(build_plan(build(), GPU))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build, rtol", VALUE_PROGRAMS)
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_chained_programs_match_the_reference(executor, build, rtol):
@@ -546,6 +547,7 @@ def test_few_long_rows_run_each_phase_as_its_own_reduction():
     assert "step 0.0: reduce (combine)" in source and "step 0.1: reduce (combine)" in source
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_the_chain_kernels_compile():
     programs = [

@@ -217,6 +217,7 @@ def test_sibling_reductions_share_one_epilogue():
     assert step.writes == tuple(plan.program.outputs)
 
 
+@pytest.mark.slow
 def test_an_epilogue_holds_a_bounded_number_of_operations():
     def body(b, a):
         x = a[0].sum("v")
@@ -294,6 +295,7 @@ VALUE_PROGRAMS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("build, rtol", VALUE_PROGRAMS)
 def test_cpu_gives_the_bits_of_the_unfused_plan(build, rtol):
     program = build()
@@ -406,6 +408,7 @@ def test_cuda_layer_norm_backward_runs_no_kernel_over_the_row_scalars():
     assert not small, f"kernels over the 8192 row scalars: {small}"
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_the_kernels_with_epilogues_compile():
     programs = [

@@ -277,6 +277,7 @@ def test_runs_of_reads():
     assert clusters([0, 4, 9, 13], 4) == [[0, 4], [9, 13]]
 
 
+@pytest.mark.slow
 def test_the_gpt2_check_step_planned_for_a_gpu_keeps_less_alive():
     from accy.backends.cuda import cudnn_conv
     from tools.gpt2_memory import step_program

@@ -328,6 +328,7 @@ def test_the_cuda_kernel_keeps_each_accumulators_dtype():
     assert "int32_t acc0 = 0;" in kernel and "int32_t acc2 = " in kernel
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_the_merged_kernels_compile():
     programs = [

@@ -34,6 +34,7 @@ def test_a_phase_inside_another_is_not_counted_twice():
     assert 0.02 <= phases.seconds["outer"] < 0.045
 
 
+@pytest.mark.slow
 def test_the_tool_breaks_the_step_into_phases_and_sizes_its_cuda_c(
     tmp_path, monkeypatch, configure
 ):

@@ -19,6 +19,7 @@ def small(monkeypatch):
     monkeypatch.setattr(fp8, "gpt2_config", lambda: config)
 
 
+@pytest.mark.slow
 def test_gemm_section_products_are_right(small):
     rows = fp8.gemm_section("cpu", repeats=2)
     assert sorted(rows) == ["head", "mlp_up"]

@@ -44,6 +44,7 @@ def _numpy_loss(p, ids, targets):
     return -np.take_along_axis(log_p, targets[..., None], -1).mean()
 
 
+@pytest.mark.slow
 def test_the_accy_loss_matches_numpy():
     values = {k: v.astype(np.float64) for k, v in gpt2.initial_values(S).items()}
     values = {k: v * (50.0 if not k.endswith(("gain", "bias")) else 1.0) for k, v in values.items()}
@@ -106,6 +107,7 @@ def _sharpened_values():
     return {k: v * (50.0 if not k.endswith(("gain", "bias")) else 1.0) for k, v in values.items()}
 
 
+@pytest.mark.slow
 def test_the_bf16_loss_matches_numpy_within_the_bf16_tolerance():
     """Under `mixed_precision(f32, bf16, f32)` the parameters are rounded to bf16 and every
     activation is bf16; against float64 of the rounded parameters, within 16 roundoffs."""
@@ -119,6 +121,7 @@ def test_the_bf16_loss_matches_numpy_within_the_bf16_tolerance():
     assert abs(_loss_at(values, policy, fused=True) - expected) <= tolerance("bf16") * abs(expected)
 
 
+@pytest.mark.slow
 def test_fused_attention_gives_the_compositions_loss():
     values = _sharpened_values()
     np.testing.assert_allclose(_loss_at(values, fused=True), _loss_at(values), rtol=1e-5)

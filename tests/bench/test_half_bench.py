@@ -52,6 +52,7 @@ def test_bf16_inputs_are_the_f32_inputs_rounded(name):
         np.testing.assert_array_equal(b, a.astype(BF16))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", executors())
 @pytest.mark.parametrize("name", HALF)
 def test_accy_bf16_workload_matches_numpy_in_float64_within_the_bf16_tolerance(name, run):

@@ -58,6 +58,7 @@ def cnn_runs():
     return _Runs()
 
 
+@pytest.mark.slow
 def test_accy_cnn_first_loss_matches_numpy_and_the_steps_train(cnn_runs):
     run = cnn_runs["accy"]
     expected = _numpy_cnn_loss(S)

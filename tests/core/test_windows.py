@@ -111,6 +111,7 @@ def test_conv_errors_name_the_axes():
         )
 
 
+@pytest.mark.slow
 def test_tiling_pools_read_their_input_once_and_match_jax_with_their_gradients():
     """Windows that tile (stride = window): a reshape and a reduction, no gathered windows,
     and the same values and gradients as JAX's reduce_window (distinct inputs: no ties)."""

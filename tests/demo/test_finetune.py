@@ -48,6 +48,7 @@ def test_the_finetune_flags_are_checked(folder, tmp_path, capsys):
     assert "--dtype is not supported" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_vocabulary_too_small_for_bytes_is_refused(tmp_path):
     config = gpt2.Config(vocab=64, positions=16, embed=8, layers=1, heads=2)
     gpt2.GPT2.init(config, accy.random.key(0)).save_pretrained(tmp_path / "small")

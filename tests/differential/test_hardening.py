@@ -215,6 +215,7 @@ def _long_chain_program(steps: int):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", BACKENDS)
 def test_a_chain_of_ten_thousand_elementwise_operations_runs(executor):
     # Lowering and code generation walk expressions recursively: fusion bounds their depth.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
@@ -36,6 +37,7 @@ def _as_common_layout(array, axes, order):
     return np.transpose(array, [axes.index(a) for a in order])
 
 
+@pytest.mark.slow
 @given(recipes(), st.randoms(use_true_random=False))
 def test_permuting_input_layouts_does_not_change_named_results(recipe, random):
     program = recipe.trace()
@@ -49,6 +51,7 @@ def test_permuting_input_layouts_does_not_change_named_results(recipe, random):
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.slow
 @given(recipes(max_steps=5))
 def test_gradients_of_random_programs_match_finite_differences(recipe):
     program = recipe.trace()

@@ -237,6 +237,7 @@ def test_vmap_in_axes_and_out_axes_tree_prefixes(problem):
 # -- nested transforms -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_grad_of_grad_jit_of_grad_and_grad_of_jit(problem):
     ours, theirs = problem
     # the gradient of the squared gradient norm: a Hessian-vector product, reverse over reverse
@@ -480,6 +481,7 @@ def test_static_arguments_drive_python_control_flow():
 # -- the native CPU backend, and eager operations ----------------------------------------------
 
 
+@pytest.mark.slow
 def test_on_the_native_cpu_backend(problem):
     (params, x, y), theirs = problem
     on_cpu = [
@@ -523,6 +525,7 @@ EAGER_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", R])
 @pytest.mark.parametrize("case", list(EAGER_CASES))
 def test_eager_operations_agree_with_jit_and_jax(case, device):

@@ -50,6 +50,7 @@ def test_many_eager_shapes_keep_the_mapped_libraries_bounded(configure):
         assert 0 < entries <= bound == 2
 
 
+@pytest.mark.slow
 def test_many_jitted_functions_keep_the_live_executables_bounded(configure, caplog):
     configure(executables_max_entries=4)
     accy.clear_caches()

@@ -104,6 +104,7 @@ def test_where_mask_errors():
 # -- bincount ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bincount_counts_and_weights_match_jnp():
     values = np.array([[0, 1, 1], [7, -2, 3]], np.int32)  # 7 past the end, -2 counts as 0
     weights = floats(2, 3)
@@ -144,6 +145,7 @@ def test_bincount_errors():
 # -- nonzero ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("size", "device"), [(3, "reference"), (9, "cpu")])
 def test_nonzero_matches_jnp(size, device):
     data = np.array([[0, 1, 0], [2, 0, 0], [0, 3, 4]], np.int32)
@@ -182,6 +184,7 @@ def _jnp_unique(data, size, axis=None):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [3, 5, 8])
 def test_unique_of_every_element_matches_jnp(size):
     data = RNG.integers(0, 5, size=(3, 4)).astype(np.int32)
@@ -192,6 +195,7 @@ def test_unique_of_every_element_matches_jnp(size):
     assert got[2].axes == ("row", "col")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [2, 4])
 def test_unique_slices_match_jnp_under_jit(size):
     data = np.array([[1, 2], [2, 3], [1, 2], [0, 9]], np.int32)
@@ -202,6 +206,7 @@ def test_unique_slices_match_jnp_under_jit(size):
         np.testing.assert_array_equal(ours.array, np.reshape(theirs, ours.array.shape))
 
 
+@pytest.mark.slow
 def test_unique_float_values_and_their_gradient():
     data = np.array([0.5, -1.0, 0.5, 2.0, -1.0], np.float32)
     x = accy.named(data, "t", device="reference")

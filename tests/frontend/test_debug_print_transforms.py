@@ -160,6 +160,7 @@ def test_debug_print_inside_a_while_loop_body_is_refused():
         accy.jvp(f, (scalar(1.0),), (scalar(1.0),))
 
 
+@pytest.mark.slow
 def test_a_print_of_values_no_example_changes_prints_once_under_vmap_and_jacobians(capsys):
     def ours(x, y):
         accy.debug_print("y={:.1f}", y)

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "frontend.md"
 
@@ -22,6 +23,7 @@ def code_lines(block: str) -> int:
     )
 
 
+@pytest.mark.slow
 def test_the_accy_and_jax_versions_run_agree_and_accy_is_no_longer(capsys):
     accy_block, jax_block = python_blocks()[:2]
     assert "import accy" in accy_block and "import jax" in jax_block

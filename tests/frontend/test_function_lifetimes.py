@@ -44,6 +44,7 @@ TRANSFORMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
 def test_a_transformed_closure_and_what_it_closes_over_are_freed(transform):
     loss, loss_alive, batch_alive = closure_over_a_batch()
@@ -139,6 +140,7 @@ def test_objects_the_caller_froze_stay_frozen():
         gc.unfreeze()
 
 
+@pytest.mark.slow
 def test_building_a_program_leaves_no_cyclic_garbage():
     # Tracing, differentiating and simplifying free what they made by reference counting: a
     # build of GPT-2's step once left ~127k objects that only a full collection freed.

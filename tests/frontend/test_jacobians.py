@@ -31,6 +31,7 @@ PARAMS = {"w": on(W, ("i", "o")), "b": on(B, ("o",))}
 PARAMS_JAX = {"w": W, "b": B}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("jac, jac_jax", [(accy.jacrev, jax.jacrev), (accy.jacfwd, jax.jacfwd)])
 def test_jacobian_of_a_tree_against_jax(jac, jac_jax):
     got = jac(model, argnums=(0, 1))(PARAMS, on(X, ("i",)))

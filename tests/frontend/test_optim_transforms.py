@@ -109,6 +109,7 @@ def test_multisteps_accumulates_over_windows_as_optax(use_grad_mean):
     assert int(state.mini_step) == 1 and int(state.gradient_step) == 2
 
 
+@pytest.mark.slow
 def test_adamw_mask_by_a_predicate_and_schedules_as_optax():
     shapes = {"w": (3, 2), "b": (2,)}
 

@@ -47,6 +47,7 @@ def test_half_precision_normals_are_finite(dtype):
     assert abs(values.mean()) < 0.02 and abs(values.std() - 1.0) < 0.02
 
 
+@pytest.mark.slow
 def test_randint_permutation_choice():
     k1, k2, k3 = accy.random.split(accy.random.key(7), 3)
     r = accy.random.randint(k1, {"n": N}, -3, 5).array

@@ -25,6 +25,7 @@ def _every_kernel_source() -> str:
     return "".join(program.cuda_source() for program in programs)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_every_test_kernel_compiles_to_ptx_with_nvcc():
     # One translation unit for all of them: also checks that kernels can share one.

@@ -16,6 +16,7 @@ def _rng(case: Case) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(case.name.encode()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_kernel_matches_numpy(case: Case, catalog_calls, catalog_library):
     inputs = case.inputs(_rng(case))

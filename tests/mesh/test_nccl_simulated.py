@@ -46,6 +46,7 @@ def run_ranks(size: int, body) -> list:
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", [2, 3])
 def test_every_collective_and_sharded_program_through_simulated_nccl(size):
     results = run_ranks(size, lambda d, lock: run_checks(d, lock=lock))

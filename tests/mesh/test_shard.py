@@ -255,6 +255,7 @@ def test_donation_is_checked_and_a_simulated_mesh_computes_the_same():
         accy.shard(sgd, mesh, {"batch": "data"}, donate_argnums=(2,))(w, x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ("reference", "cpu"))
 @pytest.mark.parametrize("mapping", ({"batch": "data"}, {"head": "data"}), ids=("batch", "head"))
 def test_fused_attention_runs_on_each_devices_batch_and_heads(device, mapping):

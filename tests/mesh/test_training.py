@@ -47,6 +47,7 @@ def train(step_fn, steps=3):
     return params, value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("devices", "mapping", "device"),
     (

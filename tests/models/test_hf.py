@@ -33,6 +33,7 @@ def logits_of(model, ids: np.ndarray, device: str) -> np.ndarray:
     return to_host(out, ("batch", "token", "vocab"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", ["cpu", "reference"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_logits_and_greedy_generation_equal_transformers(name, device):
@@ -49,6 +50,7 @@ def test_logits_and_greedy_generation_equal_transformers(name, device):
     assert decode_step(device).traces - before <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_loss_and_gradients_equal_pytorch(name):
     # on the reference evaluator (the CPU backend's logits are checked above; compiling the
@@ -91,6 +93,7 @@ def test_save_pretrained_writes_the_files_transformers_wrote(name, tmp_path):
     assert np.abs(close - expected(name)["logits"]).max() < 0.15 * np.abs(close).max()
 
 
+@pytest.mark.slow
 def test_random_models_train_and_round_trip(tmp_path):
     config = llama.Config(vocab=32, embed=8, hidden=16, layers=2, heads=4, kv_heads=2, tied=True)
     model = llama.Llama.init(config, accy.random.key(0), device="reference")
@@ -104,6 +107,7 @@ def test_random_models_train_and_round_trip(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_and_respects_top_k():
     model = gpt2.GPT2.from_pretrained(DATA / "gpt2-tiny", device="reference")
     prompt = accy.named(expected("gpt2-tiny")["prompt"], ("batch", "token"))

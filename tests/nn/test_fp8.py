@@ -141,6 +141,7 @@ def test_exact_case_is_bitwise_integer_arithmetic(device):
     np.testing.assert_array_equal(host(y), a.astype(np.float64) @ b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [accy.f32, accy.bf16])
 def test_values_match_the_emulation(device, dtype):
     rng = np.random.default_rng(3)
@@ -189,6 +190,7 @@ def test_unaligned_extents_run_the_composition_everywhere(device):
     assert_close_to_emulation(host(y), *emulate(x, w, "mk,kn->mn"), accy.f32)
 
 
+@pytest.mark.slow
 def test_amax_zero_gives_zeros_and_finite_gradients(device):
     x = named(np.zeros((16, 32)), ("token", "embed"), device)
     w = named(np.random.default_rng(6).normal(size=(32, 16)), ("embed", "hidden"), device)
@@ -283,6 +285,7 @@ def _fp8_paths(tree, prefix="") -> list[str]:
     return sorted(found)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "choice, paths",
     [
@@ -316,6 +319,7 @@ def test_policy_finds_llamas_mlp_and_head(tied, choice, paths):
     assert _fp8_paths(nn.Fp8Policy(choice).apply(model)) == paths
 
 
+@pytest.mark.slow
 def test_policy_traces_one_fp8_gemm_per_chosen_layer(monkeypatch):
     model = _tiny_gpt2()
     ids = accy.named(np.arange(16, dtype=np.int32)[None] % 64, ("batch", "token"))

@@ -83,6 +83,7 @@ def test_partition_and_combine_split_trainable_from_frozen():
         nn.combine(trainable, {"x": 1})
 
 
+@pytest.mark.slow
 def test_initialisers_follow_their_distributions():
     key = accy.random.key(3)
     shape = {"fan_in": 200, "fan_out": 300}

@@ -81,18 +81,21 @@ def _check_against_jax(kind, case, dtype, backend, x_shape=(2, 7, 6, 3)):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [b for _, b in BACKENDS], ids=[n for n, _ in BACKENDS])
 @pytest.mark.parametrize("case", POOLS, ids=str)
 def test_max_pool_sends_each_window_cotangent_to_its_first_maximum_as_jax(case, backend):
     _check_against_jax("max", case, f32, backend)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [b for _, b in BACKENDS], ids=[n for n, _ in BACKENDS])
 @pytest.mark.parametrize("case", POOLS[1:], ids=str)
 def test_avg_pool_of_overlapping_and_padded_windows_matches_jax(case, backend):
     _check_against_jax("avg", case, f32, backend)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["max", "avg"])
 def test_bf16_pools_match_jax(kind):
     _check_against_jax(kind, POOLS[1], bf16, BACKENDS[-1][1], x_shape=(1, 5, 5, 2))

@@ -45,6 +45,7 @@ def scan_fun(acc, x):
     return acc + x.sum(), x["Width", 2]
 
 
+@pytest.mark.slow
 @translates("test_scan", "test_scan_str_arg")
 @pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
 def test_scan(jitted):
@@ -256,6 +257,7 @@ def test_vmap_error_for_incorrectly_specified_args():
     np.testing.assert_allclose(out.array, jnp.sum(x.array, axis=1), rtol=1e-6)
 
 
+@pytest.mark.slow
 @translates("test_vmap_multiple_axes")
 def test_vmap_multiple_axes():
     x = uniform(("Batch1", 4), ("Batch2", 3), ("Width", 2), ("Depth", 5))

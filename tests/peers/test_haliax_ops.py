@@ -134,6 +134,7 @@ def test_pad():
     np.testing.assert_array_equal(padded.array, expected)
 
 
+@pytest.mark.slow
 @translates("test_allclose_array_equal_equiv")
 def test_allclose():
     a = uniform("Height", "Width")
@@ -205,6 +206,7 @@ M = np.array([[1, 2], [2, 3], [1, 2]], np.int32)
 X = np.array([3, 4, 1, 3, 1], np.int32)
 
 
+@pytest.mark.slow
 @translates("test_unique")
 def test_unique():
     m = accy.named(M, ("Height", "Width"), device="reference")

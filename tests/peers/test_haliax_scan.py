@@ -91,6 +91,7 @@ def seq_fold(m, x, noise):
     return x
 
 
+@pytest.mark.slow
 @translates("test_unstacked")
 def test_unstacked():
     m = stacked()
@@ -264,6 +265,7 @@ def test_fold_via():
     np.testing.assert_allclose(result.array, x.array + 2.0 * named.array.sum(0), rtol=1e-6)
 
 
+@pytest.mark.slow
 @translates("test_scan_via")
 def test_scan_via():
     m, named = weighted(4, 6)

@@ -231,6 +231,7 @@ def test_grad_of_int_errors():
         accy.grad(lambda x: x**2)(3)
 
 
+@pytest.mark.slow
 @translates("APITest.test_jacobian")
 def test_jacobian():
     a = RNG.normal(size=(4, 3)).astype(np.float32)
@@ -247,6 +248,7 @@ def test_jacobian():
     close(accy.jacrev(tanh)(vec(x)), jax.jacrev(lambda x: jnp.tanh(a @ x))(x))
 
 
+@pytest.mark.slow
 @translates("APITest.test_hessian")
 def test_hessian():
     a = RNG.normal(size=(4, 4)).astype(np.float32)
@@ -296,6 +298,7 @@ def test_jacobian_on_pytrees():
         close(got, expected)
 
 
+@pytest.mark.slow
 @translates("APITest.test_hessian_on_pytrees")
 def test_hessian_on_pytrees():
     got = accy.hessian(lambda x: [v**2.0 for v in x])((scalar(1.0), scalar(2.0)))
@@ -343,6 +346,7 @@ def test_grad_and_aux_constant():
     close((g, aux), jax.grad(lambda x: (x**3, [4.0]), has_aux=True)(4.0))
 
 
+@pytest.mark.slow
 @translates(
     "APITest.test_jacfwd_and_aux_basic",
     "APITest.test_jacrev_and_aux_basic",
@@ -2019,6 +2023,7 @@ def test_compute_with_large_transfer():
         np.testing.assert_allclose(np.asarray(got.array), jax.jit(f)(x, delta), rtol=1e-6)
 
 
+@pytest.mark.slow
 @translates("APITest.test_vmap_caching")
 def test_vmap_caching():
     jf = accy.jit(lambda x: (x * x).mean())

@@ -148,6 +148,7 @@ def test_jit_argnames_validation():
             jax.jit(h, static_argnames=bad)
 
 
+@pytest.mark.slow
 @translates("JitTest.test_jit_with_many_args_works")
 def test_jit_with_many_args_works():
     f = accy.jit(lambda args_list: sum(args_list), device=R)

@@ -314,6 +314,7 @@ def test_remat_nontrivial_env():
     close(loss(u0, target, 10), jax_loss(jnp.ones((4, 4)), jnp.zeros((4, 4))), rtol=1e-5)
 
 
+@pytest.mark.slow
 @translates("RematTest.test_remat_jit3")
 @REMATS
 def test_remat_jit3(remat):
@@ -407,6 +408,7 @@ def test_remat_custom_policy(policy, jit_square):
     assert again["cos"] == 2
 
 
+@pytest.mark.slow
 @translates("RematTest.test_remat_checkpoint_dots", "RematTest.test_remat_checkpoint_dots_jit")
 @pytest.mark.parametrize("jitted", [False, True])
 @pytest.mark.parametrize(
@@ -441,6 +443,7 @@ def test_remat_checkpoint_dots(policy, jitted):
     close(accy.grad(lambda x: g(x).sum())(x), expected, rtol=1e-5)
 
 
+@pytest.mark.slow
 @translates(
     "RematTest.test_remat_checkpoint_dots_with_no_batch_dims",
     "RematTest.test_remat_checkpoint_dots_with_no_batch_dims2",
@@ -489,6 +492,7 @@ def test_remat_dropvar_policy():
     close(accy.grad(g)(scalar(3.0)), jax.grad(jax_g)(3.0))
 
 
+@pytest.mark.slow
 @translates("RematTest.test_remat_custom_jvp_policy")
 def test_remat_custom_jvp_policy():
     sin = accy.custom_jvp(lambda x: x.sin())
@@ -769,6 +773,7 @@ def _jax_dots_chain(w, x):
     return x
 
 
+@pytest.mark.slow
 @translates("RematTest.test_remat_checkpoint_dots_inside_scan")
 def test_remat_checkpoint_dots_inside_scan():
     x = vec(np.ones(5))
@@ -795,6 +800,7 @@ def test_remat_checkpoint_dots_inside_scan():
     close(accy.grad(lambda w: f(w).sum())(w), expected, rtol=1e-4)
 
 
+@pytest.mark.slow
 @translates("RematTest.test_remat_of_cond")
 def test_remat_of_cond():
     def f(x):
@@ -811,6 +817,7 @@ def test_remat_of_cond():
     assert again["sin"] >= 1 and again["cos"] >= 1  # sin(x) is redone for the outer cosine
 
 
+@pytest.mark.slow
 @translates("RematTest.test_remat_checkpoint_dots_inside_cond")
 def test_remat_checkpoint_dots_inside_cond():
     x = vec(np.ones(5))

@@ -1017,6 +1017,7 @@ def test_scan_invalid_unroll_raises():
         accy.scan(lambda x, _: (x, x), 0, f64(np.arange(5), "time"), axis="time", unroll=-1)
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.testScanHigherOrderDifferentiation")
 def test_scan_higher_order_differentiation():
     d = 0.75
@@ -1189,6 +1190,7 @@ def test_scan_reverse():
     np.testing.assert_array_equal(cumsum(i32(x, "i"), True).array, np.cumsum(x[::-1])[::-1])
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.test_scan_unroll")
 def test_scan_unroll():
     d = np.ones(2)
@@ -1862,6 +1864,7 @@ def _cond_impl(kind):
     return lambda pred, *rest: accy.checkpoint(lambda pred: accy.cond(pred, *rest))(pred)
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.testCondGrad2")
 @pytest.mark.parametrize("kind", COND_IMPLS)
 def test_cond_grad2(kind):
@@ -1898,6 +1901,7 @@ def test_cond_grad3(kind):
         assert accy.grad(accy.grad(fun))(f64(x)).item() == float(jax.grad(jax.grad(jax_fun))(x))
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.testCondGrad4")
 @pytest.mark.parametrize("kind", COND_IMPLS)
 def test_cond_grad4(kind):
@@ -1936,6 +1940,7 @@ def test_cond_linearize():
     assert accy.linearize(f, f64(1.0))[1](f64(2.0)).item() == 6.0
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.testSwitchLinearize")
 def test_switch_linearize():
     jax_branches = [lambda x: 3.0 * x, jnp.sin, lambda x: -x]
@@ -1991,6 +1996,7 @@ def test_cond_jit_disabled(kind):
     assert jit(f)(f64(1.0)).item() == f(f64(1.0)).item()
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.testIssue1263")
 def test_issue1263():
     def f(rng, x):
@@ -2085,6 +2091,7 @@ def test_cond_ad_batched_unit():
     np.testing.assert_array_equal(got.array, expected)
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.test_custom_jvp_tangent_cond_transpose")
 def test_custom_jvp_tangent_cond_transpose():
     """A custom_jvp rule that switches on its tangents: reverse mode transposes that cond."""
@@ -2326,6 +2333,7 @@ def test_scan_forwarding_correctness(seed, body_consts, const_fwds, input_fwds):
         np.testing.assert_allclose(got.array, want)
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.test_scan_vjp_forwarding_correctness")
 @pytest.mark.parametrize(
     "seed,rule_consts,const_fwds,carry_fwds,input_fwds",
@@ -2511,6 +2519,7 @@ def test_associative_scan_structured3():
     np.testing.assert_array_equal(result.second.array, [0.0, 10.0, 30.0])
 
 
+@pytest.mark.slow
 @translates("LaxControlFlowTest.testAssociativeScanOfBools")
 def test_associative_scan_of_bools():
     x = np.array([False, True, True, True, False, True])

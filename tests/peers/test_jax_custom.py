@@ -604,11 +604,13 @@ def initial_style_vmap(api, f):
     )
 
 
+@pytest.mark.slow
 @translates("CustomJVPTest.test_initial_style_vmap")
 def test_custom_jvp_initial_style_vmap():
     same(lambda api: initial_style_vmap(api, three_x_twice(api)))
 
 
+@pytest.mark.slow
 @translates("CustomJVPTest.test_initial_style_vmap_2")
 def test_custom_jvp_initial_style_vmap_closing_over_an_array():
     def case(api):
@@ -729,6 +731,7 @@ def five_carry_scan(api, f):
     return foo
 
 
+@pytest.mark.slow
 @translates("CustomJVPTest.test_multiple_rule_invocations")
 def test_custom_jvp_multiple_rule_invocations():
     def case(api):
@@ -760,6 +763,7 @@ def test_custom_jvp_constant_function():
     same(case)
 
 
+@pytest.mark.slow
 @translates("CustomJVPTest.test_hard_stuff3")
 def test_custom_jvp_relu_in_a_scan():
     def case(api):
@@ -916,6 +920,7 @@ def test_custom_jvp_remat():
     same(case)
 
 
+@pytest.mark.slow
 @translates("CustomJVPTest.test_remat_higher_order")
 def test_custom_jvp_remat_higher_order():
     def case(api):
@@ -1204,6 +1209,7 @@ def test_custom_vjp_deepcopy():
     same(case)
 
 
+@pytest.mark.slow
 @translates("CustomVJPTest.test_vmap")
 def test_custom_vjp_vmap():
     def case(api):
@@ -1652,6 +1658,7 @@ def test_custom_gradient_not_a_pair_error():
         accy.grad(f)(scalar(1.0))
 
 
+@pytest.mark.slow
 @translates("CustomVJPTest.test_custom_vjp_scan_batching_edge_case")
 def test_custom_vjp_in_a_scan_under_vmap():
     def case(api):
@@ -2812,6 +2819,7 @@ def test_symbolic_zero_custom_vjp_basic(which):
     assert seen == seen_jax == [("fwd", True, True, True), ("bwd", *zeros)]
 
 
+@pytest.mark.slow
 def test_symbolic_zero_custom_vjp_perturbed_follows_what_is_differentiated():
     # The rest of JAX's test_symbolic_zero_custom_vjp_basic: fwd with only x perturbed (vjp
     # of x alone), then jacrev of both outputs through jit

@@ -208,6 +208,7 @@ def _leaves(tree):
     return [np.asarray(x.array, np.float64) for x in optim.base.tree_leaves(tree)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "kwargs"), SOME_CASES)
 def test_optimizers_can_be_wrapped_in_inject_hyperparams(name, kwargs):
     factory = getattr(optim, name)
@@ -268,6 +269,7 @@ def test_explicit_dtype(params_dtype, state_dtype, opt_name):
 # -- test_preserve_dtype --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [slow("bfloat16"), "float32"])
 @pytest.mark.parametrize(("name", "kwargs"), SOME_CASES)
 def test_preserve_dtype(name, kwargs, dtype):

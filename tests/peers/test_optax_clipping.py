@@ -87,6 +87,7 @@ def test_clip_by_global_norm(per_step_updates):
 CONV3D = ("h", "w", "d", "i", "o")
 
 
+@pytest.mark.slow
 def test_adaptive_grad_clip_with_axis():
     conv3d_grad, conv3d_param = (
         named(np.full((2, 2, 2, 3, 4), 2.0), CONV3D),
@@ -190,6 +191,7 @@ def test_adaptive_grad_clip(per_step_updates):
     )
 
 
+@pytest.mark.slow
 def test_per_example_global_norm_clip():
     first = [[0, -0.5], [3, 4], [5, 6], [0, 0]]
     second = [[0], [5], [-3], [0]]

@@ -301,6 +301,7 @@ def test_sgdr_limits(lr0, lr1, lr2):
 # -- PiecewiseInterpolateTest, OneCycleTest ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_linear_piecewise():
     s = both("piecewise_interpolate_schedule", "linear", 200.0, {5: 1.5, 10: 0.25})
     expected = [
@@ -321,6 +322,7 @@ def test_linear_piecewise():
     check(*s, range(13), expected, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_cos_piecewise():
     s = both("piecewise_interpolate_schedule", "cosine", 400.0, {5: 1.2, 3: 0.6, 7: 1.0})
     check(*s, range(9), [400.0, 360.0, 280.0, 240.0, 264.0, 288.0, 288.0, 288.0, 288.0], rtol=1e-5)

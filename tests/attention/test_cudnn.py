@@ -386,7 +386,7 @@ def test_the_steps_read_and_write_the_16_bit_results_in_place(monkeypatch):
     from accy.backends.cuda.schedule import Launch, Library
 
     # A fresh cache of kernels: the fake steps must not outlive the test.
-    monkeypatch.setattr(cudnn_attention, "built", lambda problem: Built(None, {}, 0))
+    monkeypatch.setattr(cudnn_attention, "planned", lambda problem: Built(None, {}, 0))
     monkeypatch.setattr(
         cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__)
     )
@@ -635,7 +635,7 @@ def _fake_cudnn(monkeypatch):
     from accy.backends.cuda.cudnn import Built
 
     # A fresh cache of kernels: the fake steps must not outlive the test.
-    monkeypatch.setattr(cudnn_attention, "built", lambda problem: Built(None, {}, 0))
+    monkeypatch.setattr(cudnn_attention, "planned", lambda problem: Built(None, {}, 0))
     monkeypatch.setattr(
         cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__)
     )

@@ -75,17 +75,17 @@ def _mlp_step():
     return accy.value_and_grad(accy.trace.define("mlp", types, loss), wrt=(1,))
 
 
-def _fake_cudnn(setattr_, workspace=lambda: 0) -> None:
-    """cuDNN as if every attention and conv graph built (attention's workspace `workspace()`),
-    with fresh memos of built kernels (the fake steps must not outlive the test), and the
-    fused attention records on small shapes too."""
+def _fake_cudnn(setattr_) -> None:
+    """cuDNN as if it supported every attention and conv graph, with fresh memos of built
+    kernels (the fake steps must not outlive the test), and the fused attention records on
+    small shapes too."""
     import accy.attention.signature
     from accy.attention import cuda as cudnn_attention
     from accy.backends.cuda import cudnn_conv
     from accy.backends.cuda.cudnn import Built
 
     setattr_(accy.attention.signature, "FUSED_MIN_SCORES", 0)
-    setattr_(cudnn_attention, "built", lambda p: Built(None, {}, workspace()))
+    setattr_(cudnn_attention, "planned", lambda p: Built(None, {}, 0))
     setattr_(cudnn_conv, "built", lambda p: cudnn_conv.Built(None, {}, 0))
     setattr_(cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__))
 
@@ -205,13 +205,13 @@ def test_a_changed_program_argument_or_setting_misses(cache_dir, planned, config
 
 
 def test_a_changed_kernel_call_or_cudnn_decision_misses(cache_dir, planned, monkeypatch, configure):
-    """The linked kernel calls (cuDNN attention: its problem, settings and workspace) and the
-    convs cuDNN runs are part of the key; their library steps survive the round trip."""
+    """The linked kernel calls (cuDNN attention: its problem and settings) and the convs cuDNN
+    runs are part of the key; their library steps survive the round trip. (The plan cuDNN
+    picks is not: it is built when the fragment loads.)"""
     from accy.attention import cuda as cudnn_attention
     from accy.backends.base import backend_for, compile_artifact
 
-    workspace = [0]
-    _fake_cudnn(monkeypatch.setattr, lambda: workspace[0])
+    _fake_cudnn(monkeypatch.setattr)
     gradient = _attention_conv_step()
     first = compile_artifact(backend_for("cuda"), gradient, None)
     kinds = sorted(type(call.library).__name__ for call in first.externals.values())
@@ -219,11 +219,11 @@ def test_a_changed_kernel_call_or_cudnn_decision_misses(cache_dir, planned, monk
     again = compile_artifact(backend_for("cuda"), gradient, None)
     assert len(planned) == 1
     _same(again, first)
-    workspace[0] = 4096  # another cuDNN plan for the same problem: other kernel calls
-    monkeypatch.setattr(
-        cudnn_attention, "_kernel", functools.cache(cudnn_attention._kernel.__wrapped__)
-    )
-    compile_artifact(backend_for("cuda"), gradient, None)
+    previous = cudnn_attention.configure(cudnn_attention.Settings(deterministic=True))
+    try:  # other cuDNN graphs for the same calls: other kernel calls
+        compile_artifact(backend_for("cuda"), gradient, None)
+    finally:
+        cudnn_attention.configure(previous)
     assert len(planned) == 2
     configure(cudnn_conv=False)  # the conv is composed now
     composed = compile_artifact(backend_for("cuda"), gradient, None)

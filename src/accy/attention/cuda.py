@@ -22,12 +22,18 @@ The records' results are in the operands' dtype, so cuDNN reads and writes them 
 
 Operands are read in place: the batch axes (in the query's order) are collapsed into cuDNN's
 (b, h) dims where their strides allow, the query/key axis is s and the dim axis d, so any layout
-whose dim axis is innermost needs no copy. Plans are built when the program is compiled (the
-kernel function is called then) and cached per problem (shapes, strides, dtype, causal, scale,
-bias layout). The kernel function declines, and the composition runs instead, for f32/f64,
-without `cudnn` (`nvidia-cudnn-frontend`) or a GPU, with `ACCY_CUDNN_ATTENTION=0`, for layouts
-it cannot map, and whenever cuDNN does not support the graph; `decline_reasons()` says why,
-and every step of building a graph is logged (logger `accy.attention.cuda`).
+whose dim axis is innermost needs no copy. When the program is compiled (the kernel function
+is called then), cuDNN plans each graph and says whether it supports it (validate to
+check_support); the chosen plan is built when the program's fragment loads (`Issuer`), while
+NVRTC compiles the generated kernels in other threads, and its workspace is the issuer's own
+buffer: building the plans (1.1 s for GPT-2's forward and backward on a fresh H200 host) is
+then off a cold start's critical path, and the compiled fragment does not depend on which
+plan cuDNN picks. Both are cached per problem (shapes, strides, dtype, causal, scale, bias
+layout). The kernel function declines, and the
+composition runs instead, for f32/f64, without `cudnn` (`nvidia-cudnn-frontend`) or a GPU, with
+`ACCY_CUDNN_ATTENTION=0`, for layouts it cannot map, and whenever cuDNN does not support the
+graph; `decline_reasons()` says why, and every step of building a graph is logged (logger
+`accy.attention.cuda`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import logging
 import math
 import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +59,10 @@ from ..kernel.call import KernelCall
 from .signature import Signature, backward_type, check, element_strides, packed_type
 
 log = logging.getLogger("accy.attention.cuda")
-# Built graphs per problem, and why cuDNN declined calls (`_build` is defined below).
-_GRAPHS = cudnn_library.Graphs("attention", lambda problem: _build(problem))
+# Planned graphs per problem, and why cuDNN declined calls; built graphs per problem (`_plan`
+# and `_build` are defined below).
+_GRAPHS = cudnn_library.Graphs("attention", lambda problem: _plan(problem))
+_BUILT = cudnn_library.Graphs("attention plan", lambda problem: _build(problem))
 
 
 def decline_reasons() -> dict[str, str]:
@@ -189,14 +198,14 @@ def _kernel(
     where = f"{s.target(part)} on ({', '.join(map(str, types))})"
     try:
         problem = describe(s, part, types, chosen)
-        workspace = built(problem).workspace
+        planned(problem)
     except Decline as why:
         _GRAPHS.decline(where, str(why))
         return None
     except Exception as error:  # an unexpected failure declines too, with its traceback logged
         _GRAPHS.decline(where, f"{type(error).__name__}: {error}\n{traceback.format_exc()}")
         return None
-    step = CudnnAttention(problem, workspace)
+    step = CudnnAttention(problem)
     names = list(problem.operand_names)
     names += ["packed", "dpacked"] if part == "backward" else []
     parameters = [("dst", result), *zip(names, types, strict=True)]
@@ -340,7 +349,7 @@ class Problem:
         return sizes
 
     def offsets(self) -> tuple[dict[str, int], int]:
-        """(byte offset of each buffer, where the cuDNN workspace starts), all ALIGN-aligned."""
+        """(byte offset of each buffer in the step's scratch, where they end), ALIGN-aligned."""
         offsets, at = {}, 0
         for name, size in self.buffers().items():
             offsets[name] = at
@@ -619,10 +628,17 @@ def _check_parallelism(rows: int, tokens: int, min_blocks: int) -> None:
 # -- cuDNN graphs, built once per problem ---------------------------------------------------------
 
 
-def built(problem: Problem) -> Built:
-    """The built graph of `problem` (built on first use, then cached), or `Decline` with
-    cuDNN's reason when it does not support it."""
+def planned(problem: Problem) -> Built:
+    """The graph of `problem` planned, its support checked, its plan not built yet (its
+    `workspace` unknown: 0); cached. `Decline` with cuDNN's reason when it does not support
+    it."""
     return _GRAPHS.built(problem, f"{problem.part} {problem.summary}")
+
+
+def built(problem: Problem) -> Built:
+    """The graph of `problem` with its plan built and its workspace size (on first use, then
+    cached), or `Decline` with cuDNN's reason."""
+    return _BUILT.built(problem, f"{problem.part} {problem.summary} plan")
 
 
 def _mask_options(p: Problem, cudnn: Any) -> dict[str, Any]:
@@ -636,7 +652,8 @@ def _mask_options(p: Problem, cudnn: Any) -> dict[str, Any]:
     return dict(use_causal_mask=True)
 
 
-def _build(p: Problem) -> Built:
+def _plan(p: Problem) -> Built:
+    """`p`'s graph through check_support: the ranked plans, and cuDNN's word that it can run."""
     cudnn = cudnn_library.module()
     h = handle(0)
     io = {"bf16": cudnn.data_type.BFLOAT16, "f16": cudnn.data_type.HALF}[p.dtype]
@@ -689,20 +706,21 @@ def _build(p: Problem) -> Built:
             gradient.set_data_type(io)
         t |= {"dq": dq, "dk": dk, "dv": dv}
     modes = [getattr(cudnn.heur_mode, m) for m in p.settings.heuristics]
-    steps = [
+    _steps(
+        p,
         ("validate", graph.validate),
         ("build_operation_graph", graph.build_operation_graph),
         ("create_execution_plans", lambda: graph.create_execution_plans(modes)),
         ("check_support", graph.check_support),
-        ("build_plans", lambda: _build_plans(graph, p, t, h)),
-    ]
-    for name, run in steps:
-        try:
-            run()
-        except Exception as error:
-            log.info("cuDNN attention %s %s: %s failed: %s", p.part, p.summary, name, error)
-            raise Decline(f"cuDNN {name} failed for {p.part} {p.summary}: {error}") from None
-        log.info("cuDNN attention %s %s: %s ok", p.part, p.summary, name)
+    )
+    return Built(graph, t, 0)
+
+
+def _build(p: Problem) -> Built:
+    """`p`'s planned graph with its plan built (`Settings.plan` says which), and its workspace."""
+    ready = planned(p)
+    graph, t = ready.graph, ready.tensors
+    _steps(p, ("build_plans", lambda: _build_plans(graph, p, t, handle(0))))
     workspace = int(graph.get_workspace_size())
     log.info(
         "cuDNN attention %s %s: built, workspace %d bytes, plan %s",
@@ -712,6 +730,18 @@ def _build(p: Problem) -> Built:
         plan_name(graph),
     )
     return Built(graph, t, workspace)
+
+
+def _steps(p: Problem, *steps: tuple[str, Callable[[], Any]]) -> None:
+    """Run cuDNN's graph `steps` (name, call) in order, each logged; `Decline` at the first
+    that fails."""
+    for name, run in steps:
+        try:
+            run()
+        except Exception as error:
+            log.info("cuDNN attention %s %s: %s failed: %s", p.part, p.summary, name, error)
+            raise Decline(f"cuDNN {name} failed for {p.part} {p.summary}: {error}") from None
+        log.info("cuDNN attention %s %s: %s ok", p.part, p.summary, name)
 
 
 def plan_name(graph: Any) -> str:
@@ -892,18 +922,22 @@ class CudnnAttention:
     """The `LibraryStep` of one cuDNN attention problem (see the module docstring)."""
 
     problem: Problem
-    workspace: int
 
     @property
     def scratch_bytes(self) -> int:
-        _, at = self.problem.offsets()
-        return at + self.workspace + ALIGN  # + ALIGN: the scratch base is aligned up to ALIGN
+        _, end = self.problem.offsets()
+        return end + ALIGN  # + ALIGN: the scratch base is aligned up to ALIGN
 
     def load(self, ordinal: int) -> Issuer:
-        """The issuer of this step on GPU `ordinal`, warmed up (run once, outside capture)."""
+        """The issuer of this step on GPU `ordinal`, its plan built and warmed up (run once,
+        outside capture). NVRTC, which lets the GIL go, compiles the helper kernels in a
+        thread meanwhile."""
         if ordinal != 0:
             raise Decline("cuDNN attention plans are built on GPU 0 only")
-        return Issuer(self, built(self.problem))
+        with ThreadPoolExecutor(1, thread_name_prefix="accy-cudnn-helpers") as pool:
+            helpers = pool.submit(_helpers_on, ordinal, self.problem.dtype)
+            graph = built(self.problem)
+            return Issuer(self, graph, helpers.result())
 
 
 CONVERSIONS = {
@@ -931,16 +965,27 @@ def _helpers(dtype: str) -> Any:
     return {name: module.get_function(name) for name in names}
 
 
+def _helpers_on(ordinal: int, dtype: str) -> Any:
+    """`_helpers(dtype)` from any thread (which makes GPU `ordinal`'s context current first)."""
+    import cupy
+
+    with cupy.cuda.Device(ordinal):
+        return _helpers(dtype)
+
+
 class Issuer:
     """Enqueues one cuDNN attention step on the bound stream (see `LibraryStep`)."""
 
-    def __init__(self, step: CudnnAttention, graph: Built):
+    def __init__(self, step: CudnnAttention, graph: Built, kernels: dict[str, Any]):
         import cupy
 
         self.step, self.graph = step, graph
         self.problem = step.problem
-        self.kernels = _helpers(self.problem.dtype)  # compiled now, not during a capture
-        self.offsets, self.workspace_at = self.problem.offsets()
+        self.kernels = kernels  # the helper kernels: compiled now, not during a capture
+        self.offsets, _ = self.problem.offsets()
+        # The plan's workspace, this issuer's own: the plan is chosen when the program loads,
+        # after its scratch was laid out. One per problem and fragment (its steps run in order).
+        self.workspace = cupy.empty(max(graph.workspace, 1), cupy.uint8)
         self.stream = 0
         self._warm_up(cupy)
 
@@ -980,7 +1025,7 @@ class Issuer:
         p = self.problem
         base = -(-scratch // ALIGN) * ALIGN
         at = {name: base + offset for name, offset in self.offsets.items()}
-        workspace = base + self.workspace_at
+        workspace = self.workspace.data.ptr
         pointers = p.operand_pointers(operands)
         rows, grid = _i64(p.rows), ((_blocks(p.rows),), (BLOCK,))
         dims = (_i32(p.dim), _i32(p.packed_row))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 import pytest
 
@@ -195,6 +196,7 @@ class _FakeCupy:
     taken from its modules."""
 
     def __init__(self):
+        self.compiles = True  # whether module() goes to NVRTC (False: a cache hit)
         self.compiled: list[tuple[str, str]] = []  # (thread name, source)
 
         class Device:
@@ -212,7 +214,9 @@ class _FakeCupy:
     def compile(self, source: str) -> None:
         self.compiled.append((threading.current_thread().name, source))
 
-    def module(self, source: str, options, ordinal: int):
+    def module(self, source: str, options, ordinal: int, compiling=None):
+        if compiling is not None and self.compiles:
+            compiling()
         self.compile(source)
         fake_module = type("Module", (), {})()
         fake_module.get_function = lambda name: self._kernel(source, name)
@@ -276,6 +280,40 @@ def test_units_compile_while_the_caller_loads_the_rest(monkeypatch, tmp_path):
     kernels = loading.wait()
     assert set(kernels) == set(compiled.kernels)
     assert sorted(code for _, code in fake.compiled) == sorted(u.source for u in compiled.units)
+
+
+@pytest.mark.parametrize("in_the_cache", [False, True])
+def test_the_caller_waits_until_every_unit_is_in_nvrtc_or_done(monkeypatch, tmp_path, in_the_cache):
+    """`wait_started` returns once each thread has a unit in NVRTC (a cache miss) or has
+    finished one (a hit), so that a library build holding the GIL next does not keep them out."""
+    from accy.backends.cuda import runtime
+
+    fake = _FakeCupy()
+    fake.compiles = not in_the_cache
+    released = threading.Event()
+    compile_unit = fake.compile
+
+    def compile_once_released(source):
+        if not in_the_cache:  # NVRTC at work: it finishes only once the caller is past the wait
+            assert released.wait(30)
+        compile_unit(source)
+
+    fake.compile = compile_once_released
+    fake.install(monkeypatch)
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr("accy.backends.cuda.compile.UNIT_BYTES", 512)
+    with accy.config.override(cache_dir=str(tmp_path)):
+        accy.clear_caches()
+        compiled = compile_program(_layers(3))
+    loading = runtime.KernelsLoading(compiled, 0)
+    start = time.monotonic()
+    loading.wait_started(timeout=20)
+    assert time.monotonic() - start < 10  # not the timeout
+    assert len(compiled.units) > 4
+    # Hits: a unit done per thread at least. Misses: none done, each thread waits in "NVRTC".
+    assert len(fake.compiled) >= 4 if in_the_cache else fake.compiled == []
+    released.set()
+    assert set(loading.wait()) == set(compiled.kernels)
 
 
 def test_a_program_without_kernels_compiles_nothing(monkeypatch):

@@ -16,7 +16,7 @@ translation units of one program are compiled in parallel threads (`runtime.Kern
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,16 @@ ALWAYS = ("-ftz=true",)
 MAX_DYNAMIC_SHARED_SIZE_BYTES = 8  # CUfunction_attribute's CU_FUNC_ATTRIBUTE_... of that name
 
 
-def module(source: str, options: Sequence[str] = (), ordinal: int = 0) -> Any:
+def module(
+    source: str,
+    options: Sequence[str] = (),
+    ordinal: int = 0,
+    compiling: Callable[[], None] | None = None,
+) -> Any:
     """`source` compiled by NVRTC with `options` for GPU `ordinal` (read from the disk cache
     when this machine compiled it before) and loaded in the current context: a CuPy
-    `cupy.cuda.function.Module`, whose `get_function(name)` is a kernel. Raises CompileError
+    `cupy.cuda.function.Module`, whose `get_function(name)` is a kernel. `compiling()`, if
+    given, is called just before NVRTC starts (not at all on a cache hit). Raises CompileError
     with NVRTC's log when the source does not compile.
 
     >>> from accy.backends.devices import gpu_count
@@ -49,6 +55,8 @@ def module(source: str, options: Sequence[str] = (), ordinal: int = 0) -> Any:
     entry = key("cuda binary", source, *flags, versions)
 
     def write(output: Path) -> None:
+        if compiling is not None:
+            compiling()
         output.write_bytes(compile(source, flags, binary_kind))
 
     path = CACHE.build(entry, write)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -162,6 +163,9 @@ class CudaFragment:
             # compiles the units in threads while this one loads everything else.
             loading = KernelsLoading(compiled, ordinal)
             try:
+                # cuDNN builds its plans holding the GIL, for up to a second each where it
+                # compiles kernels: the units' threads get into NVRTC (which lets it go) first.
+                loading.wait_started()
                 self._load_the_rest(cupy, compiled, ordinal)
             finally:
                 self._kernels = loading.wait()
@@ -480,14 +484,34 @@ class KernelsLoading:
         self.cupy = cupy_module() if compiled.kernels else None
         self.pool: ThreadPoolExecutor | None = None
         self.futures: list[Any] = []
+        self._started = threading.Semaphore(0)  # a release per unit in NVRTC or done
         workers = min(len(self.units), os.cpu_count() or 1)
+        self._workers = workers
         if compiled.kernels and workers > 1:
             self.pool = ThreadPoolExecutor(workers, thread_name_prefix="accy-nvrtc")
             self.futures = [self.pool.submit(self._load_unit, unit) for unit in self.units]
 
     def _load_unit(self, unit: SourceUnit) -> Any:
-        with self.cupy.cuda.Device(self.ordinal):  # each thread makes the device's context current
-            return binaries.module(unit.source, NVRTC_OPTIONS, self.ordinal)
+        signalled = []
+
+        def compiling() -> None:
+            signalled.append(True)
+            self._started.release()
+
+        try:
+            with self.cupy.cuda.Device(self.ordinal):  # the thread makes the context current
+                return binaries.module(unit.source, NVRTC_OPTIONS, self.ordinal, compiling)
+        finally:
+            if not signalled:  # a cache hit, or a failure: started all the same
+                self._started.release()
+
+    def wait_started(self, timeout: float = 1.0) -> None:
+        """Wait (at most `timeout` seconds in all) until every thread has a unit in NVRTC or
+        has finished one; at once where the units load on `wait`."""
+        deadline = time.monotonic() + timeout
+        for _ in range(self._workers if self.pool is not None else 0):
+            if not self._started.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                return
 
     def wait(self) -> dict[str, Any]:
         """The kernels by name, once every unit is loaded (a unit's compile error raised)."""

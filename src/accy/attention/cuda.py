@@ -29,11 +29,10 @@ NVRTC compiles the generated kernels in other threads, and its workspace is the 
 buffer: building the plans (1.1 s for GPT-2's forward and backward on a fresh H200 host) is
 then off a cold start's critical path, and the compiled fragment does not depend on which
 plan cuDNN picks. Both are cached per problem (shapes, strides, dtype, causal, scale, bias
-layout). The kernel function declines, and the
-composition runs instead, for f32/f64, without `cudnn` (`nvidia-cudnn-frontend`) or a GPU, with
-`ACCY_CUDNN_ATTENTION=0`, for layouts it cannot map, and whenever cuDNN does not support the
-graph; `decline_reasons()` says why, and every step of building a graph is logged (logger
-`accy.attention.cuda`).
+layout). The kernel function declines, and the composition runs instead, for f32/f64, without
+`cudnn` (`nvidia-cudnn-frontend`) or a GPU, with `ACCY_CUDNN_ATTENTION=0`, for layouts it cannot
+map, and whenever cuDNN does not support the graph; `decline_reasons()` says why, and every
+step of building a graph is logged (logger `accy.attention.cuda`).
 """
 
 from __future__ import annotations

@@ -163,8 +163,9 @@ class CudaFragment:
             # compiles the units in threads while this one loads everything else.
             loading = KernelsLoading(compiled, ordinal)
             try:
-                # cuDNN builds its plans holding the GIL, for up to a second each where it
-                # compiles kernels: the units' threads get into NVRTC (which lets it go) first.
+                # cuDNN builds its plans holding the GIL (about half a second each on a cold
+                # start, compiling kernels): the units' threads get into NVRTC, which lets the
+                # GIL go, first.
                 loading.wait_started()
                 self._load_the_rest(cupy, compiled, ordinal)
             finally:

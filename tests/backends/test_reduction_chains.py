@@ -494,7 +494,7 @@ def test_the_sum_of_exponentials_of_an_f32_max_is_added_in_the_max_pass():
         compile_program(cross_entropy_loss(f32, rows=8192, classes=50304)).source
     )
     assert "__syncthreads();\n    {" not in kernel  # one pass
-    assert "p1_sum * accy_expf(p1_sum_peak - p0_acc0)" in kernel
+    assert "p1_sum * accy_softmax_expf(p1_sum_peak - p0_acc0)" in kernel
     assert "p1_sum_shared[threadIdx.x / 32] = p1_sum;" in kernel
     # A bf16 max is stored rounded: the sum's own pass reads that value (two passes).
     kernel = _chain_kernel(compile_program(softmax_denominator(bf16, 2048, 4096)).source)

@@ -203,7 +203,7 @@ class OnlineSum:
     def rescaled(self, total: str, peak: str, new: str) -> str:
         """`total` (a sum relative to `peak`) relative to `new` (at least `peak`); 0 for no
         elements yet (`peak` still -inf)."""
-        return f"({peak} == -INFINITY ? 0.0f : {total} * accy_expf({peak} - {new}))"
+        return f"({peak} == -INFINITY ? 0.0f : {total} * accy_softmax_expf({peak} - {new}))"
 
 
 def _warp_combine(acc: Accumulator, width: int) -> list[str]:
@@ -307,7 +307,7 @@ def _chunk_loop(
     if online is not None:
         peak = accumulators[online.of].name
         terms = [online.rescaled(online.name, f"{online.name}_peak", peak)]
-        terms += [f"accy_expf({values[online.of]} - {peak})" for values in lanes]
+        terms += [f"accy_softmax_expf({values[online.of]} - {peak})" for values in lanes]
         lines += [f"  if ({peak} != -INFINITY) {online.name} = {' + '.join(terms)};"]
     return lines + ["}"]
 

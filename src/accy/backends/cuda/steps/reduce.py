@@ -440,7 +440,7 @@ def _softmax_sum_of(phases: list[StepContext]) -> int | None:
     row the second phase computes (x being the values the max reduced: the cross-entropy's
     and the softmax's denominator), or None. That sum is then added in the max's pass, each
     thread's relative to its running max (`reductions.OnlineSum`): one read of each row
-    instead of two. f32 maxes and float sums only (`accy_expf`)."""
+    instead of two. f32 maxes and float sums only (`accy_softmax_expf`)."""
     if len(phases) < 2 or phases[1].step.kind != "reduce":
         return None
     first, second = _phase_ops(phases[0].step), phases[1].step

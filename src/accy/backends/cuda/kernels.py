@@ -160,7 +160,7 @@ class Module(Unit):
 
         >>> module = Module()
         >>> module.reserve_below_scratch(10), module.reserve_below_scratch(300)
-        (64, 384)
+        (256, 768)
         """
         self.constant_bytes += aligned(nbytes)
         return self.constant_bytes

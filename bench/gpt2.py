@@ -7,12 +7,16 @@ GPT-2 (loss, gradients, AdamW) in accy, JAX and PyTorch, each in a fresh process
     python -m bench.gpt2 --device cuda --json bench/results/gpt2-cuda.json
     python -m bench.gpt2 --device cuda --dtype bf16     # mixed precision (below)
     python -m bench.gpt2 --device cuda --dtype bf16 --scale cuda-b64   # GPT-2 small, 64 x 1024
+    python -m bench.gpt2 --device cuda --dtype bf16 --systems accy,accy-layers   # both models
 
 The model (same in the three systems; accy's is `accy.demo.gpt2`, shared with
 `accy demo --preset`): token embedding over a vocab padded to 50304, learned
 position embeddings, pre-LayerNorm blocks (causal attention with biases on the query/key/value
 and output projections, a GELU-tanh MLP 4x wide with biases), a final LayerNorm, logits by the
-token embedding (tied); loss = mean cross-entropy against integer next-token targets. AdamW:
+token embedding (tied); loss = mean cross-entropy against integer next-token targets. The
+system `accy-layers` is the same model as `accy.models.gpt2` (separate query, key and value
+projections; the layers stacked and run by a scan, as `bench.llama1b`'s Llama) from the same
+weights: one layer traced and compiled instead of twelve. AdamW:
 lr 6e-4, betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices (rank >= 2, the embeddings
 included, as nanoGPT; not on gains and biases), f32 master weights.
 Precision (`--dtype`):
@@ -50,6 +54,7 @@ donate_argnums=(0, 1))`); PyTorch's optimizer updates its tensors in place anywa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import functools
 import json
@@ -159,23 +164,126 @@ def run_accy(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool 
     params, state, ids, targets = accy_inputs(s, device)
     step = accy_step(s, device, dtype, fused)
     made = time.perf_counter()
-    with phases.measuring("first call (other)"):
-        loss, params, state = step(params, state, ids, targets)
-        first = float(np.asarray(_host(loss.array)))
-    done = time.perf_counter()
-    times, losses = [], [first]
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        loss, params, state = step(params, state, ids, targets)
-        losses.append(float(np.asarray(_host(loss.array))))  # waits for the step
-        times.append(time.perf_counter() - t0)
-    return {
-        "first_step_s": done - made,
+    held = [params, state]
+
+    def one_step() -> float:
+        loss, held[0], held[1] = step(held[0], held[1], ids, targets)
+        return float(np.asarray(_host(loss.array)))
+
+    result = timed_steps(one_step, steps, phases.measuring("first call (other)"))
+    return result | {
         "setup_s": made - start,
-        "step_times_s": times,
-        "losses": losses,
         "backend": accy.__name__ + " " + device,
         "attention": "nn.attention" if fused else "composition",
+        "first_step_phases_s": summary(phases),
+    }
+
+
+def hf_tensors(s: Scale, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`initial_values`' weights as Hugging Face's GPT-2 tensors by name (`wte.weight`,
+    `h.0.attn.c_attn.weight`, ...: what `accy.models.gpt2.GPT2.from_tensors` reads).
+
+    >>> tensors = hf_tensors(SCALES["check"], initial_values(SCALES["check"]))
+    >>> tensors["h.1.attn.c_attn.weight"].shape, tensors["wpe.weight"].shape
+    ((16, 48), (8, 16))
+    """
+    e = s.width
+    tensors = {"wte.weight": values["embed"], "wpe.weight": values["position"]}
+    for i in range(s.layers):
+        p, h = f"l{i}_", f"h.{i}."
+        tensors |= {
+            h + "ln_1.weight": values[p + "ln1_gain"],
+            h + "ln_1.bias": values[p + "ln1_bias"],
+            h + "attn.c_attn.weight": values[p + "qkv"].reshape(e, 3 * e),
+            h + "attn.c_attn.bias": values[p + "qkv_bias"].reshape(3 * e),
+            h + "attn.c_proj.weight": values[p + "proj"].reshape(e, e),
+            h + "attn.c_proj.bias": values[p + "proj_bias"],
+            h + "ln_2.weight": values[p + "ln2_gain"],
+            h + "ln_2.bias": values[p + "ln2_bias"],
+            h + "mlp.c_fc.weight": values[p + "fc"],
+            h + "mlp.c_fc.bias": values[p + "fc_bias"],
+            h + "mlp.c_proj.weight": values[p + "out"],
+            h + "mlp.c_proj.bias": values[p + "out_bias"],
+        }
+    return tensors | {"ln_f.weight": values["final_gain"], "ln_f.bias": values["final_bias"]}
+
+
+def accy_layers_model(s: Scale, device: str, values: dict[str, np.ndarray] | None = None):
+    """`accy.models.gpt2.GPT2` (its layers stacked and run by a scan, as the Llama of
+    `bench.llama1b`) with `values` (default: `initial_values`, the weights every system starts
+    from), the same model as `accy.demo.gpt2`'s."""
+    from accy.models.gpt2 import GPT2, Config
+
+    config = Config(vocab=s.vocab, positions=s.tokens, embed=s.width, layers=s.layers,
+                    heads=s.heads)  # fmt: skip
+    values = initial_values(s) if values is None else values
+    return GPT2.from_tensors(config, hf_tensors(s, values), device=device)
+
+
+def layers_decayed(model) -> list[bool]:
+    """Which of `accy_layers_model`'s leaves AdamW decays: the `weight` of every `Linear` and
+    `Embedding` (the matrices and embeddings `decayed` names), not the layer norms' nor any
+    bias."""
+    from accy.frontend.tracing import leaf_paths
+
+    return [path.endswith("['weight']") and "['ln_" not in path for path in leaf_paths(model)]
+
+
+def accy_layers_step(s: Scale, device: str, dtype: str = "f32"):
+    """(`step(model, state, ids, targets) -> (loss, model, state)`, the model, its AdamW
+    state) for `accy_layers_model`: weight decay on the matrices and embeddings (the `weight`
+    of every `Linear` and `Embedding`), as the other systems'; the model and state donated."""
+    import accy
+    from accy import nn, optim
+    from accy.frontend.tracing import flatten
+
+    model = accy_layers_model(s, device)
+    device = accy.device(device)
+    mask = layers_decayed(model)
+    optimizer = optim.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
+    policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32) if dtype == "bf16" else None
+
+    def step(model, state, ids, targets):
+        def loss(m):
+            if policy is not None:
+                m = policy.cast_to_compute(m)
+                return nn.cross_entropy(policy.cast_to_output(m(ids)), targets, "vocab").mean()
+            return nn.cross_entropy(m(ids), targets, "vocab").mean()
+
+        value, grads = accy.value_and_grad(loss)(model)
+        leaves, treedef = flatten(model)
+        updates, state = optimizer.update(flatten(grads)[0], state, leaves)
+        return value, treedef.unflatten(optim.apply_updates(leaves, updates)), state
+
+    donate = (0, 1) if device.takes_donations else ()
+    jitted = accy.jit(step, device=device, donate_argnums=donate)
+    return jitted, model, optimizer.init(flatten(model)[0])
+
+
+def run_accy_layers(
+    s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False
+) -> dict:
+    """`run_accy` for `accy_layers_step`'s model (its attention is `nn.attention`'s)."""
+    import accy
+    from bench.cold_phases import Phases, instrument, summary
+
+    phases = Phases()
+    instrument(phases, gpu=device == "cuda")
+    start = time.perf_counter()
+    step, model, state = accy_layers_step(s, device, dtype)
+    ids, targets = (accy.named(a, ("batch", "token"), device=device) for a in batch(s))
+    made = time.perf_counter()
+    held = [model, state]
+
+    def one_step() -> float:
+        loss, held[0], held[1] = step(held[0], held[1], ids, targets)
+        return float(np.asarray(_host(loss.array)))
+
+    result = timed_steps(one_step, steps, phases.measuring("first call (other)"))
+    return result | {
+        "setup_s": made - start,
+        "backend": accy.__name__ + " " + device,
+        "attention": "nn.attention",
         "first_step_phases_s": summary(phases),
     }
 
@@ -185,10 +293,12 @@ def _host(array):
     return get() if callable(get) else array
 
 
-def timed_steps(step, steps: int) -> dict:
-    """The first call of `step` (building included), then `steps` timed steps, with losses."""
+def timed_steps(step, steps: int, first=None) -> dict:
+    """The first call of `step` (building included; inside context `first`, if any), then
+    `steps` timed steps, with losses."""
     start = time.perf_counter()
-    losses = [step()]
+    with first or contextlib.nullcontext():
+        losses = [step()]
     done = time.perf_counter()
     times = []
     for _ in range(steps):
@@ -454,8 +564,8 @@ def data_parallel_main(args) -> int:
 
 # -- the harness ---------------------------------------------------------------------------------
 
-RUNNERS = {"accy": run_accy, "jax": run_jax, "torch": run_torch}
-MODULES = {"accy": "accy", "jax": "jax", "torch": "torch"}
+RUNNERS = {"accy": run_accy, "accy-layers": run_accy_layers, "jax": run_jax, "torch": run_torch}
+MODULES = {"accy": "accy", "accy-layers": "accy", "jax": "jax", "torch": "torch"}
 
 
 def worker(
@@ -463,7 +573,7 @@ def worker(
 ) -> dict:
     s = SCALES[scale]
     result = RUNNERS[system](s, device, steps, dtype, fused)
-    if device == "cuda" and system == "accy":
+    if device == "cuda" and MODULES[system] == "accy":
         import cupy
 
         result["peak_device_bytes"] = cupy.get_default_memory_pool().total_bytes()
@@ -551,12 +661,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"system": system, "error": ["not installed"]})
             continue
         with tempfile.TemporaryDirectory(prefix="accy-gpt2-cache-") as cache:
-            if system == "accy" and args.device == "cpu":
+            if MODULES[system] == "accy" and args.device == "cpu":
                 from bench.machine_cache import seed
 
                 seed(Path(cache))  # empty but for per-machine libraries
             result = _spawn(system, args, scale, args.steps, cache)
-            if system == "accy" and "error" not in result:
+            if MODULES[system] == "accy" and "error" not in result:
                 warm = _spawn(system, args, scale, 1, cache)  # the disk caches are filled
                 result["warm_first_step_s"] = warm.get("first_step_s")
                 result["warm_first_step_phases_s"] = warm.get("first_step_phases_s")

@@ -197,3 +197,48 @@ def test_one_command_s_reports_go_beside_its_json(monkeypatch, tmp_path):
         str(tmp_path / "run-gpt2-cuda-bf16-b64.json"),
         str(tmp_path / "run-llama1b-cuda-bf16.json"),
     ]
+
+
+@pytest.mark.slow
+def test_the_layers_model_is_the_same_gpt2():
+    # `accy.models.gpt2` (stacked layers under a scan) from the same weights: the loss of an
+    # independent NumPy forward pass.
+    values = _sharpened_values()
+    model = gpt2.accy_layers_model(S, "cpu", values)
+    ids, targets = gpt2.batch(S)
+
+    def loss(m, ids, targets):
+        return accy.nn.cross_entropy(m(ids), targets, "vocab").mean()
+
+    named_ids, named_targets = (accy.named(a, ("batch", "token")) for a in (ids, targets))
+    got = float(accy.jit(loss)(model, named_ids, named_targets).array)
+    np.testing.assert_allclose(got, _numpy_loss(values, ids, targets), rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_layers_step_trains_as_the_unrolled_step():
+    # Three AdamW steps of each from the same weights (the weight decay on the same matrices):
+    # the losses agree but for the order of the sums.
+    step, model, state = gpt2.accy_layers_step(S, "cpu")
+    ids, targets = (accy.named(a, ("batch", "token")) for a in gpt2.batch(S))
+    unrolled = gpt2.accy_step(S, "cpu")
+    params, unrolled_state, *_ = gpt2.accy_inputs(S, "cpu")
+    for _ in range(3):
+        loss, model, state = step(model, state, ids, targets)
+        expected, params, unrolled_state = unrolled(params, unrolled_state, ids, targets)
+        np.testing.assert_allclose(float(loss.array), float(expected.array), rtol=1e-5)
+
+
+def test_the_layers_model_decays_what_the_unrolled_one_does():
+    from accy.frontend.tracing import flatten
+
+    model = gpt2.accy_layers_model(S, "cpu")
+    leaves = flatten(model)[0]
+    sizes = {True: 0, False: 0}
+    for leaf, decayed in zip(leaves, gpt2.layers_decayed(model), strict=True):
+        sizes[decayed] += leaf.array.size
+    shapes = gpt2.parameter_shapes(S)
+    expected = {True: 0, False: 0}
+    for name, axes in shapes.items():
+        expected[gpt2.decayed(name, axes)] += math.prod(n for _, n in axes)
+    assert sizes == expected

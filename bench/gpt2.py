@@ -155,16 +155,25 @@ def accy_stepper(s: Scale, device: str, dtype: str = "f32", fused: bool = True):
 
 
 def run_accy(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False) -> dict:
+    def make():
+        params, state, ids, targets = accy_inputs(s, device)
+        return accy_step(s, device, dtype, fused), [params, state], ids, targets
+
+    return timed_accy_steps(make, device, steps, "nn.attention" if fused else "composition")
+
+
+def timed_accy_steps(make, device: str, steps: int, attention: str) -> dict:
+    """`timed_steps` of the accy step `make()` builds, `(step, [params, state], ids, targets)`
+    (`step(params, state, ids, targets) -> (loss, params, state)`), with the time that took
+    (`setup_s`) and where the first step's time goes (`first_step_phases_s`)."""
     import accy
     from bench.cold_phases import Phases, instrument, summary
 
     phases = Phases()  # where the first step's time goes (a few wrapped calls: no overhead)
     instrument(phases, gpu=device == "cuda")
     start = time.perf_counter()
-    params, state, ids, targets = accy_inputs(s, device)
-    step = accy_step(s, device, dtype, fused)
+    step, held, ids, targets = make()
     made = time.perf_counter()
-    held = [params, state]
 
     def one_step() -> float:
         loss, held[0], held[1] = step(held[0], held[1], ids, targets)
@@ -174,7 +183,7 @@ def run_accy(s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool 
     return result | {
         "setup_s": made - start,
         "backend": accy.__name__ + " " + device,
-        "attention": "nn.attention" if fused else "composition",
+        "attention": attention,
         "first_step_phases_s": summary(phases),
     }
 
@@ -264,28 +273,15 @@ def run_accy_layers(
     s: Scale, device: str, steps: int, dtype: str = "f32", fused: bool = False
 ) -> dict:
     """`run_accy` for `accy_layers_step`'s model (its attention is `nn.attention`'s)."""
-    import accy
-    from bench.cold_phases import Phases, instrument, summary
 
-    phases = Phases()
-    instrument(phases, gpu=device == "cuda")
-    start = time.perf_counter()
-    step, model, state = accy_layers_step(s, device, dtype)
-    ids, targets = (accy.named(a, ("batch", "token"), device=device) for a in batch(s))
-    made = time.perf_counter()
-    held = [model, state]
+    def make():
+        import accy
 
-    def one_step() -> float:
-        loss, held[0], held[1] = step(held[0], held[1], ids, targets)
-        return float(np.asarray(_host(loss.array)))
+        step, model, state = accy_layers_step(s, device, dtype)
+        ids, targets = (accy.named(a, ("batch", "token"), device=device) for a in batch(s))
+        return step, [model, state], ids, targets
 
-    result = timed_steps(one_step, steps, phases.measuring("first call (other)"))
-    return result | {
-        "setup_s": made - start,
-        "backend": accy.__name__ + " " + device,
-        "attention": "nn.attention",
-        "first_step_phases_s": summary(phases),
-    }
+    return timed_accy_steps(make, device, steps, "nn.attention")
 
 
 def _host(array):

@@ -221,12 +221,18 @@ def accy_layers_model(s: Scale, device: str, values: dict[str, np.ndarray] | Non
     """`accy.models.gpt2.GPT2` (its layers stacked and run by a scan, as the Llama of
     `bench.llama1b`) with `values` (default: `initial_values`, the weights every system starts
     from), the same model as `accy.demo.gpt2`'s."""
-    from accy.models.gpt2 import GPT2, Config
+    from accy.models.gpt2 import GPT2
 
-    config = Config(vocab=s.vocab, positions=s.tokens, embed=s.width, layers=s.layers,
-                    heads=s.heads)  # fmt: skip
     values = initial_values(s) if values is None else values
-    return GPT2.from_tensors(config, hf_tensors(s, values), device=device)
+    return GPT2.from_tensors(layers_config(s), hf_tensors(s, values), device=device)
+
+
+def layers_config(s: Scale):
+    """`accy.models.gpt2.Config` of scale `s` (its vocabulary padded as `s`'s)."""
+    from accy.models.gpt2 import Config
+
+    return Config(vocab=s.vocab, positions=s.tokens, embed=s.width, layers=s.layers,
+                  heads=s.heads)  # fmt: skip
 
 
 def layers_decayed(model) -> list[bool]:
@@ -240,13 +246,23 @@ def layers_decayed(model) -> list[bool]:
 
 def accy_layers_step(s: Scale, device: str, dtype: str = "f32"):
     """(`step(model, state, ids, targets) -> (loss, model, state)`, the model, its AdamW
-    state) for `accy_layers_model`: weight decay on the matrices and embeddings (the `weight`
-    of every `Linear` and `Embedding`), as the other systems'; the model and state donated."""
+    state) for `accy_layers_model` (`accy_layers_training_step`)."""
+    from accy.frontend.tracing import flatten
+
+    model = accy_layers_model(s, device)
+    step, optimizer = accy_layers_training_step(model, device, dtype)
+    return step, model, optimizer.init(flatten(model)[0])
+
+
+def accy_layers_training_step(model, device: str, dtype: str = "f32"):
+    """(the jitted `step(model, state, ids, targets) -> (loss, model, state)`, its AdamW) for a
+    model of `accy_layers_model`'s structure (its arrays or their types): weight decay on the
+    matrices and embeddings (`layers_decayed`), as the other systems'; on devices that take
+    donations, the model and state donated."""
     import accy
     from accy import nn, optim
     from accy.frontend.tracing import flatten
 
-    model = accy_layers_model(s, device)
     device = accy.device(device)
     mask = layers_decayed(model)
     optimizer = optim.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
@@ -265,8 +281,32 @@ def accy_layers_step(s: Scale, device: str, dtype: str = "f32"):
         return value, treedef.unflatten(optim.apply_updates(leaves, updates)), state
 
     donate = (0, 1) if device.takes_donations else ()
-    jitted = accy.jit(step, device=device, donate_argnums=donate)
-    return jitted, model, optimizer.init(flatten(model)[0])
+    return accy.jit(step, device=device, donate_argnums=donate), optimizer
+
+
+def abstract_layers_model(s: Scale):
+    """`accy_layers_model` at scale `s` with each weight an abstract array (of its type,
+    holding no memory), to trace and plan the step without the weights (as
+    `bench.llama1b.abstract_model`).
+
+    >>> print(abstract_layers_model(SCALES["cuda"]).blocks.layers.mlp.up.weight.ty)
+    f32[layer=12, embed=768, hidden=3072]
+    """
+    import optree
+
+    import accy
+    from accy.frontend.lowered import abstract_inputs
+    from accy.frontend.tracing import NAMESPACE
+
+    tiny = Scale(layers=1, heads=1, width=2, batch=1, tokens=1, vocab=2)
+    extents = {"layer": s.layers, "embed": s.width, "position": s.tokens, "head": s.heads,
+               "dim": s.head_dim, "hidden": s.hidden, "vocab": s.vocab}  # fmt: skip
+
+    def abstract(leaf):
+        return abstract_inputs(accy.spec(leaf.dtype, **{axis: extents[axis] for axis in leaf.axes}))
+
+    model = accy_layers_model(tiny, "reference")
+    return optree.tree_map(abstract, model, namespace=NAMESPACE).replace(config=layers_config(s))
 
 
 def run_accy_layers(

@@ -242,3 +242,11 @@ def test_the_layers_model_decays_what_the_unrolled_one_does():
     for name, axes in shapes.items():
         expected[gpt2.decayed(name, axes)] += math.prod(n for _, n in axes)
     assert sizes == expected
+
+
+def test_the_abstract_layers_model_has_the_real_one_s_types():
+    from accy.frontend.tracing import flatten
+
+    real = flatten(gpt2.accy_layers_model(S, "cpu"))[0]
+    abstract = flatten(gpt2.abstract_layers_model(S))[0]
+    assert [leaf.ty for leaf in abstract] == [leaf.ty for leaf in real]

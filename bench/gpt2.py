@@ -257,16 +257,26 @@ def accy_layers_step(s: Scale, device: str, dtype: str = "f32"):
 def accy_layers_training_step(model, device: str, dtype: str = "f32"):
     """(the jitted `step(model, state, ids, targets) -> (loss, model, state)`, its AdamW) for a
     model of `accy_layers_model`'s structure (its arrays or their types): weight decay on the
-    matrices and embeddings (`layers_decayed`), as the other systems'; on devices that take
-    donations, the model and state donated."""
+    matrices and embeddings (`layers_decayed`), as the other systems' (`model_training_step`)."""
+    from accy import optim
+
+    mask = layers_decayed(model)
+    optimizer = optim.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
+    return model_training_step(optimizer, device, dtype), optimizer
+
+
+def model_training_step(optimizer, device: str, dtype: str = "f32", fp8=None):
+    """The jitted `step(model, state, ids, targets) -> (loss, model, state)` of a language
+    model of `accy.models` (called on token ids, giving logits over `vocab`): the mean
+    cross-entropy, its gradient and `optimizer`'s update; in bf16 under
+    `accy.nn.mixed_precision(f32, bf16, f32)` (`fp8`: the GEMM groups it runs in FP8). On
+    devices that take donations, the model and state are donated (updated in place)."""
     import accy
     from accy import nn, optim
     from accy.frontend.tracing import flatten
 
     device = accy.device(device)
-    mask = layers_decayed(model)
-    optimizer = optim.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
-    policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32) if dtype == "bf16" else None
+    policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32, fp8=fp8) if dtype == "bf16" else None
 
     def step(model, state, ids, targets):
         def loss(m):
@@ -281,7 +291,7 @@ def accy_layers_training_step(model, device: str, dtype: str = "f32"):
         return value, treedef.unflatten(optim.apply_updates(leaves, updates)), state
 
     donate = (0, 1) if device.takes_donations else ()
-    return accy.jit(step, device=device, donate_argnums=donate), optimizer
+    return accy.jit(step, device=device, donate_argnums=donate)
 
 
 def abstract_layers_model(s: Scale):

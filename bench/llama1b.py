@@ -52,6 +52,7 @@ from bench.gpt2 import (
     _host,
     _write,
     batch,
+    model_training_step,
     timed_jax_steps,
     timed_steps,
     timed_torch_steps,
@@ -212,32 +213,13 @@ def abstract_model(s: Scale):
 def accy_training_step(model, device: str, dtype: str = "bf16", fp8=None):
     """(the jitted `step(model, state, ids, targets) -> (loss, model, state)`, its AdamW) for
     a model of `model`'s structure (its arrays or their types: the weight decay's mask is made
-    from its leaves' paths); on devices that take donations, model and state are donated."""
-    import accy
-    from accy import nn, optim
-    from accy.frontend.tracing import flatten, leaf_paths
+    from its leaves' paths; `bench.gpt2.model_training_step`)."""
+    from accy import optim
+    from accy.frontend.tracing import leaf_paths
 
-    device = accy.device(device)
     mask = [not is_norm(path) for path in leaf_paths(model)]
     optimizer = optim.adamw(LR, BETA1, BETA2, EPS, weight_decay=WEIGHT_DECAY, mask=mask)
-    policy = nn.mixed_precision(accy.f32, accy.bf16, accy.f32, fp8=fp8) if dtype == "bf16" else None
-
-    def step(model, state, ids, targets):
-        def loss(m):
-            if policy is not None:
-                return nn.cross_entropy(
-                    policy.cast_to_output(policy.cast_to_compute(m)(ids)), targets, "vocab"
-                ).mean()
-            logits = m(ids)
-            return nn.cross_entropy(logits, targets, "vocab").mean()
-
-        value, grads = accy.value_and_grad(loss)(model)
-        leaves, treedef = flatten(model)
-        updates, state = optimizer.update(flatten(grads)[0], state, leaves)
-        return value, treedef.unflatten(optim.apply_updates(leaves, updates)), state
-
-    donate = (0, 1) if device.takes_donations else ()
-    return accy.jit(step, device=device, donate_argnums=donate), optimizer
+    return model_training_step(optimizer, device, dtype, fp8), optimizer
 
 
 def run_accy(s: Scale, device: str, steps: int, dtype: str = "bf16") -> dict:

@@ -22,9 +22,9 @@ from accy.lower.target import GPU  # noqa: E402
 from bench.gpt2 import SCALES, accy_inputs, accy_step  # noqa: E402
 
 
-def step_program(dtype: str, fused: bool):
-    """The jitted step's program, traced (not run) on CPU arrays of the GPU scale."""
-    scale = SCALES["cuda"]
+def step_program(dtype: str, fused: bool, scale_name: str = "cuda"):
+    """The jitted step's program, traced (not run) on CPU arrays of a scale (the GPU's)."""
+    scale = SCALES[scale_name]
     step = accy_step(scale, "cpu", dtype, fused)
     leaves, treedef = flatten((accy_inputs(scale, "cpu", dtype=dtype), {}))
     return step._build((), leaves, treedef).program

@@ -1,10 +1,9 @@
 """The CUDA schedules of the two GPT-2 training steps of `bench.gpt2`, compiled without a GPU:
-accy's unrolled model (`accy.demo.gpt2`, traced on CPU arrays of the GPU scale as
-`tools/gpt2_chains.py` does) and `accy-layers` (`accy.models.gpt2`, its layers under a scan,
-traced on abstract weights). For each: actions by kind, kernel launches by plan-step kind,
-GEMMs by shape, and the plan steps of each scan body by kind, so that what the scanned step
-schedules beyond the unrolled one is visible. Without a GPU cuDNN declines, and both steps
-compile attention as the composition.
+accy's unrolled model (`accy.demo.gpt2`, traced on CPU arrays: `tools/gpt2_chains.py`) and
+`accy-layers` (`accy.models.gpt2`, its layers under a scan, traced on abstract weights). For
+each: actions by kind, kernel launches by plan-step kind, GEMMs by shape, and the plan steps
+of each scan body by kind, so that what the scanned step schedules beyond the unrolled one is
+visible. Without a GPU cuDNN declines, and both steps compile attention as the composition.
 
     PYTHONPATH=src:. python tools/gpt2_layers_schedule.py [--dtype bf16] [--scale cuda]
 """
@@ -18,18 +17,13 @@ from collections import Counter
 sys.path.insert(0, ".")
 import accy  # noqa: E402
 from accy.backends.base import backend_for, compile_artifact  # noqa: E402
-from accy.backends.cuda.schedule import Batched, Gemm, Launch  # noqa: E402
+from accy.backends.cuda.schedule import Gemm  # noqa: E402
 from accy.core.types import i32  # noqa: E402
 from accy.frontend.lowered import abstract_inputs  # noqa: E402
 from accy.frontend.tracing import Staged, flatten  # noqa: E402
 from bench import gpt2  # noqa: E402
-
-
-def unrolled_program(s: gpt2.Scale, dtype: str):
-    """The unrolled step's program at scale `s`, traced (not run) on CPU arrays."""
-    step = gpt2.accy_step(s, "cpu", dtype, True)
-    leaves, treedef = flatten((gpt2.accy_inputs(s, "cpu", dtype=dtype), {}))
-    return step._build((), leaves, treedef).program
+from tools.gpt2_chains import step_program  # noqa: E402
+from tools.gpt2_dp_schedule import describe as launches  # noqa: E402
 
 
 def layers_program(s: gpt2.Scale, dtype: str):
@@ -44,18 +38,13 @@ def layers_program(s: gpt2.Scale, dtype: str):
 
 
 def describe(name: str, artifact) -> None:
-    actions = artifact.schedule.actions
-    launches: Counter[str] = Counter()
+    """`gpt2_dp_schedule.describe` (actions and launches by kind), then GEMMs by shape and the
+    plan's steps."""
+    launches(name, artifact)
     gemms: Counter[tuple[int, int, int]] = Counter()
-    for action in actions:
-        if isinstance(action, Launch | Batched):
-            comment = artifact.kernel_comments.get(action.kernel, "?")
-            launches[comment.split(": ", 1)[-1]] += 1
-        elif isinstance(action, Gemm):
+    for action in artifact.schedule.actions:
+        if isinstance(action, Gemm):
             gemms[(action.m, action.n, action.k)] += action.batch
-    kinds = Counter(type(action).__name__ for action in actions)
-    print(f"== {name}: {len(actions)} actions {dict(kinds)}, {len(artifact.kernels)} kernels")
-    print(f"  launches by step kind: {dict(launches.most_common())}")
     print(f"  GEMMs by (m, n, k), cuBLAS's terms: {dict(gemms.most_common())}")
     _plan_steps(artifact.plan, "  ")
 
@@ -82,7 +71,7 @@ def main() -> None:
     s = gpt2.SCALES[args.scale]
     backend = backend_for("cuda")
     for name, program in (
-        ("unrolled (accy)", unrolled_program(s, args.dtype)),
+        ("unrolled (accy)", step_program(args.dtype, True, args.scale)),
         ("scanned (accy-layers)", layers_program(s, args.dtype)),
     ):
         describe(name, compile_artifact(backend, program, None))

@@ -24,3 +24,10 @@ def assert_close_scaled(got, want, rtol: float, what: str) -> None:
         return
     scale = float(np.max(np.abs(want.astype(np.float64)), initial=1e-30))
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)
+
+
+def composed_gelu_tanh(x):
+    """GELU's tanh approximation as a dozen elementwise operations (`accy.nn.gelu_tanh` is one
+    op, `gelu_tanh`): what tests of fused expressions and of rematerialization build on."""
+    inner = (x + x * x * x * 0.044715) * float(np.sqrt(2 / np.pi))
+    return x * 0.5 * (inner.tanh() + 1.0)

@@ -1,7 +1,7 @@
-"""GEMM epilogues: which bias additions the GPU plan moves into the GEMM
-(`accy.lower.gemm_epilogues`), the schedule the CUDA backend makes of them (cuBLASLt's bias
-epilogue, or the plain GEMM and an addition in place where cuBLASLt refuses), and, on a GPU,
-their values and gradients against NumPy."""
+"""GEMM epilogues: which bias additions and GELUs the GPU plan moves into the GEMM
+(`accy.lower.gemm_epilogues`), the schedule the CUDA backend makes of them (cuBLASLt's bias,
+GELU_AUX_BIAS and DGELU epilogues, or the plain GEMM and the epilogue's loops as kernels after
+it where cuBLASLt refuses), and, on a GPU, their values and gradients against NumPy."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from accy.backends.cuda import compile_program, epilogues
 from accy.backends.cuda.schedule import Gemm, Launch
 from accy.kernel import toolchain
 from accy.lower import build_plan
-from accy.lower.gemm_epilogues import bias_epilogue
+from accy.lower.gemm_epilogues import bias_epilogue, gemm_epilogue
 from accy.lower.target import CPU, GPU
 
 from ..executors import cuda_device_or_skip, needs_nvcc, run_fragment
@@ -93,7 +93,9 @@ def test_a_product_returned_as_well_is_not_fused():
 
 
 @pytest.mark.parametrize("gelu", ["tanh", "erf"])
-def test_gelu_after_the_bias_is_not_fused(gelu):
+def test_a_gelu_after_the_bias_alone_is_not_fused(gelu):
+    # Read once, the biased product is computed inside the GELU's loop: no epilogue stores it
+    # (an inference GELU_BIAS epilogue is not made).
     activation = accy.nn.gelu_tanh if gelu == "tanh" else accy.nn.gelu
     _, fused = _fused_steps(_dense(extra=lambda b, product, y: activation(y)))
     assert fused == []
@@ -107,14 +109,23 @@ def test_an_f32_gemm_and_a_scaled_sum_are_not_fused():
 
 
 @pytest.mark.slow
-def test_the_gpt2_steps_qkv_biases_are_their_gemms_epilogues():
-    # The MLP's fc bias is not (GELU follows, and the backward reads the product again), nor the
-    # attention projection's (its loop adds the residual as well).
+def test_the_gpt2_steps_qkv_biases_and_mlp_gelus_are_their_gemms_epilogues():
+    # Not the attention projection's bias: its loop adds the residual as well.
     from tools.gpt2_chains import step_program
 
-    plan, fused = _fused_steps(step_program("bf16", True))
-    assert len(fused) == 12
-    assert {s.op.type.axes[-3:] for s in fused} == {("part", "head", "dim")}
+    plan = build_plan(step_program("bf16", True), GPU)
+    found = {}
+    for step in plan.steps:
+        epilogue = gemm_epilogue(step, plan.producers)
+        if epilogue is not None:
+            found.setdefault(epilogue.name, []).append(step)
+    assert {name: len(steps) for name, steps in found.items()} == {
+        "bias": 12,
+        "gelu_aux_bias": 12,
+        "dgelu": 12,
+    }
+    assert {s.op.type.axes[-3:] for s in found["bias"]} == {("part", "head", "dim")}
+    assert {s.op.type.axes[-1] for s in found["gelu_aux_bias"] + found["dgelu"]} == {"hidden"}
 
 
 # -- the CUDA schedule ------------------------------------------------------------------------
@@ -160,8 +171,90 @@ def test_an_epilogue_gemm_of_a_batch_or_another_dtype_is_not_taken():
     assert not epilogues.takes(replace(at, batch=2))
     assert not epilogues.takes(replace(at, dtype="f32"))
     assert not epilogues.takes(replace(at, out="f32"))
-    with pytest.raises(accy.AccyError, match="bias GEMMs of bf16 or f16"):
+    with pytest.raises(accy.AccyError, match="single GEMMs of bf16 or f16 with one of the"):
         epilogues.Issuer(replace(at, epilogue="relu"), (None, None))
+
+
+# -- GELU: the forward's GELU_AUX_BIAS, the backward's DGELU -------------------------------------
+
+
+def _mlp(t=256, k=128, n=384, m=64):
+    """The gradient of a loss through `gelu_tanh(x.contract(w) + bias).contract(v)` (GPT-2's
+    MLP): its pre-activation read by the forward GELU and the backward's derivative."""
+
+    def loss(b, a):
+        x, w, bias, v = a
+        h = accy.nn.gelu_tanh(x.contract(w, "k") + b.convert(bias, bf16))
+        z = h.contract(v, "n")
+        return b.convert((z * z).sum(None), f32)
+
+    types = [spec(bf16, t=t, k=k), spec(bf16, k=k, n=n), spec(f32, n=n), spec(bf16, n=n, m=m)]
+    return accy.grad(accy.trace.define("mlp", types, loss), wrt=(0, 1, 2, 3))
+
+
+def _epilogues(program, target=GPU):
+    plan = build_plan(program, target)
+    found = [gemm_epilogue(step, plan.producers) for step in plan.steps]
+    return plan, sorted(e.name for e in found if e is not None)
+
+
+def test_the_mlps_gelu_and_its_derivative_are_gemm_epilogues_on_the_gpu_plan():
+    plan, names = _epilogues(_mlp())
+    assert names == ["dgelu", "gelu_aux_bias"]
+    assert not any(s.kind == "loop" and s.op.kind == "unary" for s in plan.steps)
+    (forward,) = [s for s in plan.steps if s.kind == "dot" and len(s.epilogue) == 2]
+    gelu = gemm_epilogue(forward, plan.producers)
+    # The GEMM writes the biased product (aux, stored: the backward reads it) and the GELU.
+    assert forward.writes == (gelu.aux, gelu.result)
+    (backward,) = [
+        s for s in plan.steps if gemm_epilogue(s, plan.producers) and s.epilogue[0].op.kind == "mul"
+    ]
+    assert gemm_epilogue(backward, plan.producers).aux == gelu.aux
+    assert gelu.aux in backward.reads
+
+
+def test_the_cpu_plan_keeps_the_gelu_loops():
+    plan, names = _epilogues(_mlp(), CPU)
+    assert names == []
+    unaries = {s.op.attrs["op"] for s in plan.steps if s.kind == "loop" and s.op.kind == "unary"}
+    assert "gelu_tanh" in unaries
+
+
+def test_only_the_stored_biased_product_makes_gelu_epilogues():
+    # Without stored bias sums the pre-activation is computed inside each reader: no epilogue.
+    plan = build_plan(_mlp(), replace(GPU, fuses_gemm_epilogues=False))
+    assert not any(gemm_epilogue(s, plan.producers) for s in plan.steps)
+
+
+def test_the_cuda_schedule_of_the_gelu_epilogues(monkeypatch):
+    monkeypatch.setattr(epilogues, "refusal_here", lambda g: None)
+    compiled = compile_program(_mlp(t=320), prefix="gelu_")
+    gemms = {g.epilogue: g for g in _gemms(compiled) if g.epilogue}
+    assert set(gemms) == {"gelu_aux_bias", "dgelu"}
+    forward, backward = gemms["gelu_aux_bias"], gemms["dgelu"]
+    assert forward.bias is not None and forward.aux not in (None, forward.c)
+    assert backward.bias is None and backward.aux == forward.aux
+    assert (forward.m, forward.n, forward.ldc) == (384, 320, 384)
+    assert "after the GEMM" not in " ".join(compiled.kernel_comments.values())
+
+
+def test_where_cublaslt_refuses_the_gelu_epilogues_are_kernels_after_the_gemm(monkeypatch):
+    monkeypatch.setattr(epilogues, "refusal_here", lambda g: "refused")
+    compiled = compile_program(_mlp(t=288), prefix="gelu_apart_")
+    assert not any(g.epilogue for g in _gemms(compiled))
+    comments = " ".join(compiled.kernel_comments.values())
+    for what in ("bias added", "GELU", "GELU's derivative applied"):
+        assert f"({what} after the GEMM)" in comments
+
+
+@needs_nvcc
+def test_the_cuda_c_of_both_gelu_forms_compiles(monkeypatch):
+    sources = []
+    for answer, prefix in ((None, "gelu_fused_"), ("refused", "gelu_apart_")):
+        monkeypatch.setattr(epilogues, "refusal_here", lambda g, answer=answer: answer)
+        sources.append(compile_program(_mlp(t=352), prefix=prefix).source)
+    ptx = toolchain.ptx_with_nvcc("".join(sources), "gelu epilogues", arch="compute_90")
+    assert ".entry" in ptx
 
 
 # -- on a GPU -------------------------------------------------------------------------------------
@@ -233,5 +326,32 @@ def test_the_gradients_through_a_fused_bias_match_the_reference_on_the_gpu():
     for g, r in zip(got, want, strict=True):
         assert g.shape == r.shape
         # bf16 gradients: a few roundings of terms of the largest one's size
+        assert np.abs(g - r).max() <= 0.03 * np.abs(r).max()
+        assert np.abs(g - r).mean() <= 0.01 * np.abs(r).mean()
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_the_mlp_gradients_through_gelu_epilogues_match_the_reference_on_the_gpu(
+    monkeypatch, refused
+):
+    cuda_device_or_skip()
+    import cupy
+
+    if refused:
+        monkeypatch.setattr(epilogues, "refusal_here", lambda g: "refused")
+    t, k, n, m = (256, 128, 384, 64) if refused else (512, 256, 768, 128)
+    program = _mlp(t, k, n, m)
+    compiled = compile_program(program, prefix=f"gelu_gpu_{int(refused)}_")
+    names = {g.epilogue for g in _gemms(compiled)} - {""}
+    assert names == (set() if refused else {"gelu_aux_bias", "dgelu"})
+    x, w, bias = _inputs(t, k, n, seed=3)
+    v = (np.random.default_rng(4).normal(size=(n, m)) / np.sqrt(n)).astype(ml_dtypes.bfloat16)
+    outputs = accy.compile(program, device="cuda")(x, w, bias, v)
+    got = [cupy.asnumpy(g).astype(np.float64) for g in outputs]
+    want = [g.astype(np.float64) for g in accy.reference.run(program, [x, w, bias, v])]
+    for g, r in zip(got, want, strict=True):
+        assert g.shape == r.shape
+        # bf16 gradients: a few roundings of terms of the largest one's size (cuBLASLt rounds
+        # the GELU's input once to bf16 as its aux, the reference keeps it in float32)
         assert np.abs(g - r).max() <= 0.03 * np.abs(r).max()
         assert np.abs(g - r).mean() <= 0.01 * np.abs(r).mean()

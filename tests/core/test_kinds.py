@@ -134,6 +134,17 @@ def _logistic(x):
     return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
 
 
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _gelu_tanh_slope(x):
+    # The complex-step derivative of _gelu_tanh, exact to float64's rounding (an independent
+    # check of the formula): f'(x) = Im f(x + ih) / h.
+    h = 1e-30
+    return _gelu_tanh(x + 1j * h).imag / h
+
+
 # op -> (hand-written NumPy in float64, input range or None for the standard normal)
 UNARY_CASES = {
     "neg": (lambda x: -x, None),
@@ -146,6 +157,8 @@ UNARY_CASES = {
     "tan": (np.tan, (-1.2, 1.2)),
     "tanh": (np.tanh, None),
     "logistic": (_logistic, (-30.0, 30.0)),
+    "gelu_tanh": (_gelu_tanh, (-6.0, 6.0)),
+    "gelu_tanh_slope": (_gelu_tanh_slope, (-6.0, 6.0)),
     "sqrt": (np.sqrt, (0.0, 9.0)),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), (0.1, 9.0)),
     "abs": (np.abs, None),

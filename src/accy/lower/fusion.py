@@ -20,6 +20,10 @@ input in its main loop and its init once). From the needs of a value:
   arithmetic and loads), in which case each step recomputes it; so is light arithmetic
   (`is_light`: one add, multiply, comparison...) needed in a few steps, element by element:
   writing it and reading it back costs more memory traffic than doing it again;
+- on a target whose GEMMs add a bias themselves (`stores_bias_sums`), a GEMM's product plus a
+  broadcast bias vector needed in several steps is stored (the GEMM's epilogue writes it,
+  `accy.lower.gemm_epilogues`): its readers read one buffer instead of the product and the
+  vector each, and GELU's can be GEMM epilogues themselves;
 - a value needed as a `buffer` is stored, unless it is a layout operation (`VIEW_KINDS`), which
   is then a strided view of its operand's buffer and passes the need on;
 - a value that would be computed `MAX_INLINE_DEPTH` operations deep inside its step's
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 
 from ..core import Operation, Program
 from ..core.kinds.elementwise import CHEAP_UNARY
+from .gemm_epilogues import is_bias_sum
 from .views import VIEW_KINDS
 
 ROOT_KINDS = frozenset(
@@ -175,10 +180,13 @@ class Fusion:
         self.decision[value] = STORED
 
 
-def decide(program: Program, recompute_transcendentals: bool = False) -> Fusion:
+def decide(
+    program: Program, recompute_transcendentals: bool = False, stores_bias_sums: bool = False
+) -> Fusion:
     """Walk `program` backwards and decide, for every value, where it lives.
     `recompute_transcendentals`: treat transcendental unaries as light when several steps
-    need them element by element (`accy.lower.target.Target`).
+    need them element by element; `stores_bias_sums`: store a GEMM's product plus a bias
+    that several steps need (`accy.lower.target.Target`).
 
     >>> import accy
     >>> p = accy.trace.define("f", [accy.spec(accy.f32, n=3)], lambda b, a: a[0].exp().sum("n"))
@@ -198,6 +206,8 @@ def decide(program: Program, recompute_transcendentals: bool = False) -> Fusion:
     for index in reversed(range(len(program.operations))):
         op = program.operations[index]
         decision = _decide_op(op, index, needs, outputs, recompute_transcendentals)
+        if decision == INLINE and stores_bias_sums and _several_steps(op, needs):
+            decision = STORED if is_bias_sum(op, producer) else decision
         own_depth = max((depth.get(v, 0) for v in op.results), default=0)
         if decision == INLINE and op.operands and own_depth >= _depth_limit(op):
             decision = STORED
@@ -244,6 +254,10 @@ def _decide_op(
     if len(steps) > 1 and not (recomputed and len(steps) <= LIGHT_RECOMPUTE_STEPS):
         return STORED
     return INLINE
+
+
+def _several_steps(op: Operation, needs: dict[int, set[Need]]) -> bool:
+    return len({(need.step, need.phase) for v in op.results for need in needs.get(v, ())}) > 1
 
 
 def _pass_needs(op: Operation, index: int, decision: str, needs: dict[int, set[Need]]) -> None:

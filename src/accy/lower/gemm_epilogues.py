@@ -19,11 +19,22 @@ which reads each product once, as the loop did.
 
 Matching on the plan rather than in the model code finds the bias of every dense layer after
 autodiff and mixed precision, where `x.contract(w) + b` is a `dot_general` and an `add` of a
-broadcast (of a conversion of) the parameter. GELU after a dense layer is not fused here: in a
-training step the product is read again by the backward pass (the pre-activation is computed
-again there from it), so the forward GEMM would have to store it anyway; and cuBLASLt's
-`DGELU_BGRAD` (bias gradient in the dgrad GEMM) took 226 us on the H200 at GPT-2's fc shape
-against 57 us for the plain GEMM (`bench/results/gpt2-h200-bf16.md`).
+broadcast (of a conversion of) the parameter.
+
+GELU (`accy.nn.gelu_tanh`, the unary op `gelu_tanh`) after a dense layer with a bias is two
+more epilogues (`fuse_gelu_epilogues`). Fusion stores the pre-activation `x.contract(w) + b`
+there (`accy.lower.fusion.decide`'s `stores_bias_sums`: the forward GELU, the backward's
+derivative and any recomputation read it), so the GEMM writes it with its bias epilogue; then
+
+- `gelu_aux_bias`: a loop that computes only `gelu_tanh` of that stored sum is done by the same
+  GEMM, which writes both the sum (cuBLASLt's "aux" output) and the GELU (its result);
+- `dgelu`: a loop that multiplies a GEMM's product (which nothing else reads) by
+  `gelu_tanh_slope` of a stored value of the product's type, the GELU's backward, is done by
+  that GEMM reading the stored value as its aux input.
+
+The bias gradient is left to its own column sum: cuBLASLt's `DGELU_BGRAD` took 226 us on the
+H200 at GPT-2's fc shape against 57 us for the plain GEMM and 80 for `DGELU`
+(`bench/results/gpt2-h200-bf16.md`).
 """
 
 from __future__ import annotations
@@ -50,12 +61,136 @@ class BiasEpilogue:
     result: int
 
 
+def is_bias_sum(op: Operation, producers: dict[int, Operation]) -> bool:
+    """Whether `op` adds a vector broadcast along its leading axes to a GEMM's product of
+    16-bit floats (of its type): what the GEMM's bias epilogue can compute. Fusion stores such
+    a sum where several steps read it (`accy.lower.fusion.decide`'s `stores_bias_sums`)."""
+    if op.kind != "add" or len(op.operands) != 2 or op.type.dtype.name not in HALF_DTYPES:
+        return False
+    made = [producers.get(v) for v in op.operands]
+    products = [p for p in made if p is not None and p.kind == "dot_general" and p.type == op.type]
+    broadcasts = [p for p in made if p is not None and p.kind == "broadcast_in_dim"]
+    if len(products) != 1 or len(broadcasts) != 1:
+        return False
+    vector = broadcasts[0].operand_types[0].axes
+    return len(vector) > 0 and op.type.axes[-len(vector) :] == vector
+
+
+@dataclass(frozen=True)
+class GemmEpilogue:
+    """What a dot step's epilogue does: `name` is "bias", "gelu_aux_bias" or "dgelu" (the
+    cuBLASLt epilogue); `bias` the bias it adds (None for dgelu); `aux` the stored value it
+    writes (gelu_aux_bias: the biased product, the GELU's input) or reads (dgelu: the GELU's
+    input), else None; `result` the value the GEMM itself writes."""
+
+    name: str
+    bias: BiasEpilogue | None
+    aux: int | None
+    result: int
+
+
 def bias_epilogue(step, producers: dict[int, Operation]) -> BiasEpilogue | None:
     """The bias a dot step's epilogue adds, or None when it has none (or not one that
     `fuse_bias_epilogues` makes)."""
-    if step.kind != "dot" or len(step.epilogue) != 1:
+    if step.kind != "dot" or not 1 <= len(step.epilogue) <= 2:
         return None
     return _bias_of(step.op, step.epilogue[0], producers)
+
+
+def gemm_epilogue(step, producers: dict[int, Operation]) -> GemmEpilogue | None:
+    """The epilogue of a dot step (`fuse_bias_epilogues`, `fuse_gelu_epilogues`), or None."""
+    if step.kind != "dot" or not step.epilogue:
+        return None
+    bias = bias_epilogue(step, producers)
+    if bias is not None and len(step.epilogue) == 1:
+        return GemmEpilogue("bias", bias, None, bias.result)
+    if bias is not None:
+        return GemmEpilogue("gelu_aux_bias", bias, bias.result, step.epilogue[1].writes[0])
+    aux = _slope_input(step.epilogue[0], step.op.results[0], producers)
+    if aux is None:
+        return None
+    return GemmEpilogue("dgelu", None, aux, step.epilogue[0].writes[0])
+
+
+def fuse_gelu_epilogues(
+    steps: list,
+    producers: dict[int, Operation],
+    is_stored: Callable[[int], bool],
+    outputs: frozenset[int],
+) -> list:
+    """`steps` with each GELU loop that qualifies (see the module doc) moved into the GEMM
+    before it: the forward's into a bias GEMM (`fuse_bias_epilogues` first) that writes the
+    GELU's input, the backward's into the GEMM whose product it scales."""
+    readers = _reader_counts(steps)
+    writers = {
+        value: i for i, step in enumerate(steps) if step.kind == "dot" for value in step.writes
+    }
+    fused: dict[int, object] = {}
+    dropped: set[int] = set()
+    for i, step in enumerate(steps):
+        if step.kind != "loop" or len(step.writes) != 1 or step.epilogue:
+            continue
+        made = _gelu_forward(step, writers, steps, producers)
+        if made is None:
+            made = _gelu_backward(step, writers, steps, producers, is_stored, readers, outputs)
+        if made is None or made[0] in fused:
+            continue
+        fused[made[0]] = made[1]
+        dropped.add(i)
+    return [fused.get(i, s) for i, s in enumerate(steps) if i not in dropped]
+
+
+def _gelu_forward(loop, writers: dict[int, int], steps: list, producers) -> tuple | None:
+    """(the bias GEMM's position, it with `loop` as its second epilogue) where `loop` is
+    `gelu_tanh` of the sum that GEMM stores and nothing else."""
+    op = loop.op
+    if op.kind != "unary" or op.attrs["op"] != "gelu_tanh" or loop.fused:
+        return None
+    at = writers.get(op.operands[0])
+    dot = None if at is None else steps[at]
+    if dot is None or len(dot.epilogue) != 1 or bias_epilogue(dot, producers) is None:
+        return None
+    writes = (*dot.writes, *loop.writes)
+    return at, replace(dot, writes=writes, epilogue=(*dot.epilogue, loop))
+
+
+def _gelu_backward(
+    loop, writers, steps: list, producers, is_stored, readers, outputs
+) -> tuple | None:
+    """(the GEMM's position, it with `loop` as its epilogue) where `loop` multiplies that
+    plain GEMM's product, read by nothing else, by `gelu_tanh_slope` of a stored value."""
+    product = next((v for v in loop.op.operands if v in writers), None)
+    if product is None or product in outputs or readers.get(product, 0) != 1:
+        return None
+    at = writers[product]
+    dot = steps[at]
+    if dot.epilogue or not _plain_gemm(dot) or dot.writes != (product,):
+        return None
+    aux = _slope_input(loop, product, producers)
+    if aux is None or not is_stored(aux) or not _written_before(aux, at, steps):
+        return None
+    reads = tuple(dict.fromkeys((*dot.reads, aux)))
+    return at, replace(dot, writes=loop.writes, reads=reads, fused=loop.fused, epilogue=(loop,))
+
+
+def _written_before(value: int, at: int, steps: list) -> bool:
+    """Whether no step from position `at` on writes `value` (the GEMM at `at` may read it)."""
+    return not any(value in step.writes for step in steps[at:])
+
+
+def _slope_input(loop, product: int, producers) -> int | None:
+    """The value whose `gelu_tanh_slope` `loop` multiplies `product` by (its whole work), or
+    None."""
+    op = loop.op
+    if op is None or op.kind != "mul" or len(op.operands) != 2 or product not in op.operands:
+        return None
+    others = [v for v in op.operands if v != product]
+    slope = producers.get(others[0]) if len(others) == 1 else None
+    if slope is None or slope.kind != "unary" or slope.attrs["op"] != "gelu_tanh_slope":
+        return None
+    if tuple(loop.fused) != (slope,) or slope.operand_types[0] != op.type:
+        return None
+    return slope.operands[0]
 
 
 def fuse_bias_epilogues(

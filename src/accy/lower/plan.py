@@ -18,7 +18,7 @@ from . import fusion
 from .buffers import Lifetime, place, reads_in_place
 from .contraction import Gemm, gemm_layout
 from .expand import expand_compositions
-from .gemm_epilogues import fuse_bias_epilogues
+from .gemm_epilogues import fuse_bias_epilogues, fuse_gelu_epilogues
 from .grouping import (
     FlatCheck,
     consecutive_groups,
@@ -153,7 +153,9 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
         program = convert_inside_scans(program, target.rematerialize_min_bytes)
     if target.rematerialize_after:
         program = rematerialize_stored(program, target)
-    decisions = fusion.decide(program, target.recomputes_transcendentals)
+    decisions = fusion.decide(
+        program, target.recomputes_transcendentals, target.fuses_gemm_epilogues
+    )
     views = _views_for_buffer_consumers(decisions)
     steps = _merge_siblings(_hoist_reductions(_steps(decisions, views, target)))
     check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of, views)
@@ -166,6 +168,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
         outputs = frozenset(program.outputs)
         producers, is_stored = decisions.producer, decisions.is_stored
         steps = fuse_bias_epilogues(steps, producers, is_stored, outputs, Scratch)
+        steps = fuse_gelu_epilogues(steps, producers, is_stored, outputs)
     steps, internal = _group(program, steps, check)
     internal |= in_epilogues
     views = {v: view for v, view in views.items() if view.base not in internal}

@@ -97,7 +97,9 @@ def rematerialize_stored(program: Program, target: Target) -> Program:
     >>> rematerialize_stored(p, GPU) is p
     True
     """
-    decisions = fusion.decide(program, target.recomputes_transcendentals)
+    decisions = fusion.decide(
+        program, target.recomputes_transcendentals, target.fuses_gemm_epilogues
+    )
 
     def worth(value: int) -> bool:
         large = program.type_of(value).nbytes >= target.rematerialize_min_bytes

@@ -96,6 +96,7 @@ class Target:
 
 VECTOR_MATH = frozenset(
     {"exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "pow", "logistic"}
+    | {"gelu_tanh", "gelu_tanh_slope"}
 )
 """What the CPU's vectorized loops compute with libmvec's variants (`logistic` calls `expf`);
 `accy.backends.cpu.vector_math` declares them."""

@@ -215,15 +215,17 @@ def layer_norm(x: Value, axis: str, eps: float = 1e-5) -> Value:
 
 
 def gelu_tanh(x: Value) -> Value:
-    """GELU with the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+    """GELU with the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), as
+    `jax.nn.gelu(x, approximate=True)` and PyTorch's `gelu(x, approximate="tanh")`. One unary
+    op (`gelu_tanh`, its derivative `gelu_tanh_slope`), so that a GPU's GEMM computes it in its
+    epilogue.
 
     >>> import accy
     >>> p = accy.trace.define("g", [accy.spec(accy.f32, n=1)], lambda b, a: accy.nn.gelu_tanh(a[0]))
     >>> round(float(accy.reference.run(p, [[1.0]])[0][0]), 4)
     0.8412
     """
-    inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-    return x * 0.5 * (inner.tanh() + 1.0)
+    return x.builder.unary("gelu_tanh", x)
 
 
 def cross_entropy(logits: Value, labels: Value, axis: str) -> Value:

@@ -16,6 +16,7 @@ from ...core.types import TensorType
 
 PARALLEL_WORK = 1 << 20  # element-operations below which one thread is faster
 EXPENSIVE_UNARY = {"exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "logistic"}
+EXPENSIVE_UNARY |= {"gelu_tanh", "gelu_tanh_slope"}
 # Special functions without vector variants, some of them loops: weigh them heavily.
 EXPENSIVE_UNARY |= {"asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf"}
 EXPENSIVE_UNARY |= {"erfc", "lgamma", "erf_inv", "digamma", "trigamma"}

@@ -108,15 +108,21 @@ class Cublas:
         self.epilogues.bind(stream)
 
     def gemm(
-        self, g: Gemm, a: int, b: int, c: int, tf32: bool = False, bias: int | None = None
+        self,
+        g: Gemm,
+        a: int,
+        b: int,
+        c: int,
+        tf32: bool = False,
+        bias: int | None = None,
+        aux: int | None = None,
     ) -> None:
         """Issue `g`; `a`, `b`, `c` are device addresses: of the matrices, or with
         `g.arrays` of the pointer arrays. `tf32` lets an f32 GEMM use TF32 tensor cores.
-        `bias`: the address of `g`'s bias vector, for a GEMM with an epilogue."""
+        `bias`, `aux`: the addresses of `g`'s bias vector and aux matrix, for a GEMM with an
+        epilogue that has them."""
         if g.epilogue:
-            if bias is None:
-                raise AccyError(f"internal: the {g.epilogue} epilogue of {g} has no bias")
-            self.epilogues.issue(g, a, b, c, bias)
+            self.epilogues.issue(g, a, b, c, bias, aux)
             return
         data, out, compute, scalar = gemm_types(g, tf32)
         one, zero = ctypes.byref(self._one[scalar]), ctypes.byref(self._zero[scalar])

@@ -1,4 +1,6 @@
-"""GEMMs with a fused epilogue, through cuBLASLt: `CUBLASLT_EPILOGUE_BIAS` today.
+"""GEMMs with a fused epilogue, through cuBLASLt: `CUBLASLT_EPILOGUE_BIAS`, `GELU_AUX_BIAS`
+and `DGELU` (`accy.lower.gemm_epilogues` matches them; GELU is its tanh approximation there and
+in cuBLASLt).
 
 The plan fuses a loop that adds a bias vector to a GEMM's product into the GEMM's step
 (`accy.lower.gemm_epilogues`); `steps.dot` then schedules one `Gemm` whose `epilogue` is
@@ -13,8 +15,12 @@ cuBLASLt takes the bias in the result's dtype only: with a bf16 D it answered
 CUBLAS_STATUS_INVALID_VALUE (7) for an f32 bias on the H200 (cuBLASLt 13.1), so the step
 converts the bias first (a small kernel into its scratch; mixed precision keeps f32 masters).
 
+`GELU_AUX_BIAS` also writes the biased product (rounded to the result's dtype) as its "aux"
+matrix, the GELU's input that the backward pass reads, laid out as the result; `DGELU` reads
+it and multiplies the product by GELU's derivative there.
+
 A GEMM cuBLASLt refuses (`refusal`: it runs once on buffers of its own, outside any capture)
-is scheduled as the plain GEMM followed by the addition in place, which are the loop's numbers.
+is scheduled as the plain GEMM followed by the epilogue's loops as kernels of their own.
 
 Measured on the H200 at GPT-2's fc shape (8192 x 3072 x 768, bf16, one CUDA graph of 50 calls):
 plain 57.0 us, BIAS 58.0 us, GELU_BIAS 66.1, GELU_AUX_BIAS 77.0; the dgrad GEMM plain 57.1,
@@ -26,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-from ctypes import c_int, c_size_t, c_void_p
+from ctypes import c_int, c_int64, c_size_t, c_void_p
 from typing import Any
 
 from ...caches import memoized
@@ -36,6 +42,8 @@ from .cublaslt import (
     BIAS_POINTER,
     CUDA_TYPES,
     EPILOGUE,
+    EPILOGUE_AUX_LD,
+    EPILOGUE_AUX_POINTER,
     TRANSA,
     TRANSB,
     check,
@@ -47,7 +55,9 @@ from .cublaslt import (
 from .schedule import Gemm
 
 log = logging.getLogger("accy.epilogues")
-EPILOGUES = {"bias": 4}  # cublasLtEpilogue_t
+EPILOGUES = {"bias": 4, "gelu_aux_bias": 164, "dgelu": 192}  # cublasLtEpilogue_t
+WITH_BIAS = frozenset({"bias", "gelu_aux_bias"})
+WITH_AUX = frozenset({"gelu_aux_bias", "dgelu"})
 DTYPES = ("bf16", "f16")
 CUDA_DTYPES = {**CUDA_TYPES, "f16": 2}
 
@@ -96,7 +106,10 @@ class Issuer:
 
     def __init__(self, g: Gemm, library: tuple[ctypes.CDLL, c_void_p]):
         if g.epilogue not in EPILOGUES or not takes(g):
-            raise AccyError(f"no cuBLASLt epilogue GEMM for {g} (bias GEMMs of bf16 or f16)")
+            raise AccyError(
+                f"no cuBLASLt epilogue GEMM for {g} (single GEMMs of bf16 or f16 with one of "
+                f"the epilogues {', '.join(EPILOGUES)})"
+            )
         self.g = g
         self.lib, self.handle = library
         self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
@@ -105,7 +118,10 @@ class Issuer:
         self._set(TRANSA, c_int(g.transa))
         self._set(TRANSB, c_int(g.transb))
         self._set(EPILOGUE, c_int(EPILOGUES[g.epilogue]))
-        self._set(BIAS_DATA_TYPE, c_int(data))
+        if g.epilogue in WITH_BIAS:
+            self._set(BIAS_DATA_TYPE, c_int(data))
+        if g.epilogue in WITH_AUX:  # laid out as the result (its dtype: cuBLASLt's default)
+            self._set(EPILOGUE_AUX_LD, c_int64(g.ldc))
         a_rows, a_cols = (g.m, g.k) if g.transa == 0 else (g.k, g.m)
         b_rows, b_cols = (g.k, g.n) if g.transb == 0 else (g.n, g.k)
         result = (data, g.m, g.n, g.ldc)
@@ -115,9 +131,28 @@ class Issuer:
     def _set(self, attribute: int, value: Any) -> None:
         set_attribute(self.lib, self.desc, attribute, value)
 
-    def matmul(self, a: int, b: int, c: int, bias: int, workspace: int, size: int, stream: int):
+    def matmul(
+        self,
+        a: int,
+        b: int,
+        c: int,
+        bias: int | None,
+        aux: int | None,
+        workspace: int,
+        size: int,
+        stream: int,
+    ):
         """`cublasLtMatmul` of the GEMM; its status."""
-        self._set(BIAS_POINTER, c_void_p(bias))
+        for pointer, attribute, needed in (
+            (bias, BIAS_POINTER, WITH_BIAS),
+            (aux, EPILOGUE_AUX_POINTER, WITH_AUX),
+        ):
+            if self.g.epilogue in needed:
+                if pointer is None:
+                    raise AccyError(
+                        f"internal: the {self.g.epilogue} GEMM {self.g} lacks a pointer"
+                    )
+                self._set(attribute, c_void_p(pointer))
         la, lb, lc, ld = self.layouts
         return self.lib.cublasLtMatmul(
             self.handle,
@@ -147,11 +182,12 @@ class Issuer:
         a = cupy.zeros(g.lda * (g.k if g.transa == 0 else g.m), cupy.uint16)
         b = cupy.zeros(g.ldb * (g.n if g.transb == 0 else g.k), cupy.uint16)
         c = cupy.zeros(g.ldc * g.n, cupy.uint16)
+        aux = cupy.zeros(g.ldc * g.n, cupy.uint16)
         bias = cupy.zeros(g.m, cupy.uint16)
         workspace = cupy.zeros(WARM_UP_WORKSPACE, cupy.uint8)
         stream = cupy.cuda.Stream(non_blocking=True)
-        pointers = (a.data.ptr, b.data.ptr, c.data.ptr, bias.data.ptr, workspace.data.ptr)
-        status = self.matmul(*pointers, WARM_UP_WORKSPACE, stream.ptr)
+        pointers = (a.data.ptr, b.data.ptr, c.data.ptr, bias.data.ptr, aux.data.ptr)
+        status = self.matmul(*pointers, workspace.data.ptr, WARM_UP_WORKSPACE, stream.ptr)
         stream.synchronize()
         check(status, f"cublasLtMatmul {g.m}x{g.n}x{g.k} with a {g.epilogue} epilogue")
 
@@ -180,11 +216,11 @@ class EpilogueGemms:
             with contextlib.suppress(AccyError):  # no cuBLASLt: no epilogue GEMM either
                 self.library = handle(cupy.cuda.Device().id)
 
-    def issue(self, g: Gemm, a: int, b: int, c: int, bias: int) -> None:
+    def issue(self, g: Gemm, a: int, b: int, c: int, bias: int | None, aux: int | None) -> None:
         issuer = self._issuers.get(g)
         if issuer is None:
             if self.library is None:
                 raise AccyError(f"cuBLASLt is not loaded for the {g.epilogue} GEMM {g}")
             issuer = self._issuers[g] = Issuer(g, self.library)
-        status = issuer.matmul(a, b, c, bias, self.workspace, self.size, self.stream)
+        status = issuer.matmul(a, b, c, bias, aux, self.workspace, self.size, self.stream)
         check(status, f"cublasLtMatmul {g.m}x{g.n}x{g.k} with a {g.epilogue} epilogue")

@@ -418,7 +418,8 @@ class CudaFragment:
             first = self._pool_device.data.ptr + 8 * action.arrays
             a, b, c = (first + 8 * action.batch * k for k in range(3))
         bias = None if action.bias is None else self._address(action.bias)
-        self.device.cublas.gemm(action, a, b, c, self.tf32, bias)
+        aux = None if action.aux is None else self._address(action.aux)
+        self.device.cublas.gemm(action, a, b, c, self.tf32, bias, aux)
 
     def _external(self, action: External) -> None:
         _, function = self._externals[action.symbol]

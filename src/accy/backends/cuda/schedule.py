@@ -95,10 +95,13 @@ class Gemm:
     stride_c: int = 0
     arrays: int | None = None
     out: str = ""  # the result's dtype name, when not the operands' (f32 from f16/bf16)
-    # A cuBLASLt epilogue (`accy.backends.cuda.epilogues`): its name ("bias": a vector of m
-    # values, one per row of C, at `bias`, added to every column), "" for none.
+    # A cuBLASLt epilogue (`accy.backends.cuda.epilogues`): its name, "" for none: "bias" (a
+    # vector of m values, one per row of C, at `bias`, added to every column), "gelu_aux_bias"
+    # (that, then GELU into C, the biased product written to `aux`, laid out as C), "dgelu" (the
+    # product times GELU's derivative at `aux`).
     epilogue: str = ""
     bias: Address | None = None
+    aux: Address | None = None
 
 
 @dataclass(frozen=True)

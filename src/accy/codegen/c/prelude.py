@@ -195,6 +195,29 @@ ACCY_FN double accy_logistic(double x) {
   return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
 }
 
+/* GELU's tanh approximation and its derivative: the reference's operations in its order
+   (accy.core.kinds.elementwise: _gelu_tanh, _gelu_tanh_slope). */
+#define ACCY_GELU_SCALE 0.7978845608028654
+#define ACCY_GELU_CUBIC 0.044715
+ACCY_FN float accy_gelu_tanhf(float x) {
+  const float u = (float)ACCY_GELU_SCALE * (x + (float)ACCY_GELU_CUBIC * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(u));
+}
+ACCY_FN double accy_gelu_tanh(double x) {
+  const double u = ACCY_GELU_SCALE * (x + ACCY_GELU_CUBIC * x * x * x);
+  return 0.5 * x * (1.0 + tanh(u));
+}
+ACCY_FN float accy_gelu_tanh_slopef(float x) {
+  const float t = tanhf((float)ACCY_GELU_SCALE * (x + (float)ACCY_GELU_CUBIC * x * x * x));
+  const float du = (float)ACCY_GELU_SCALE * (1.0f + (float)(3 * ACCY_GELU_CUBIC) * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+ACCY_FN double accy_gelu_tanh_slope(double x) {
+  const double t = tanh(ACCY_GELU_SCALE * (x + ACCY_GELU_CUBIC * x * x * x));
+  const double du = ACCY_GELU_SCALE * (1.0 + 3 * ACCY_GELU_CUBIC * x * x);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+}
+
 /* erf_inv, digamma and trigamma: the algorithms of accy.core.kinds.special (the reference),
    step for step, in double precision. */
 ACCY_FN double accy_erf_inv(double x) {

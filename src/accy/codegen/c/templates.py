@@ -35,6 +35,8 @@ UNARY = {
     "tan": {"float": "tan{f}({x})"},
     "tanh": {"float": "tanh{f}({x})"},
     "logistic": {"float": "accy_logistic{f}({x})"},
+    "gelu_tanh": {"float": "accy_gelu_tanh{f}({x})"},
+    "gelu_tanh_slope": {"float": "accy_gelu_tanh_slope{f}({x})"},
     "sqrt": {"float": "sqrt{f}({x})"},
     "rsqrt": {"float": "1 / sqrt{f}({x})"},
     "abs": {

@@ -63,6 +63,45 @@ def _logistic(x):
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
+# GELU's tanh approximation, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), and its
+# derivative, as two unary ops rather than a composition: a GEMM's epilogue computes both
+# (cuBLASLt's GELU_AUX_BIAS and DGELU, `accy.lower.gemm_epilogues`), which the plan can only see
+# as what they are. 16-bit floats are computed in float32 and rounded once, as the C does
+# (`accy_gelu_tanhf` and `accy_gelu_tanh_slopef` in `accy.codegen.c.prelude`, the same
+# operations in the same order).
+GELU_SCALE = 0.7978845608028654  # sqrt(2 / pi)
+GELU_CUBIC = 0.044715
+
+
+def _widened(x):
+    return x.astype(np.float32) if x.dtype.itemsize < 4 else x
+
+
+def _gelu_tanh(x):
+    w = _widened(x)
+    u = GELU_SCALE * (w + GELU_CUBIC * w * w * w)
+    return (0.5 * w * (1.0 + np.tanh(u))).astype(x.dtype, copy=False)
+
+
+def _gelu_tanh_slope(x):
+    """d/dx gelu_tanh(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x), t = tanh(u(x))."""
+    w = _widened(x)
+    t = np.tanh(GELU_SCALE * (w + GELU_CUBIC * w * w * w))
+    du = GELU_SCALE * (1.0 + 3 * GELU_CUBIC * w * w)
+    return (0.5 * (1.0 + t) + 0.5 * w * (1.0 - t * t) * du).astype(x.dtype, copy=False)
+
+
+def _gelu_tanh_curvature(e, x):
+    """The second derivative, (1 - t^2) (u' - x t u'^2 + 3 * 0.044715 sqrt(2/pi) x^2), as a
+    composition (only a second derivative needs it)."""
+    square = e.mul(x, x)
+    t = e.unary("tanh", e.mul(e.add(x, e.mul(e.mul(square, x), GELU_CUBIC)), GELU_SCALE))
+    du = e.mul(e.add(e.mul(square, 3 * GELU_CUBIC), 1.0), GELU_SCALE)
+    inner = e.sub(du, e.mul(e.mul(x, t), e.mul(du, du)))
+    inner = e.add(inner, e.mul(square, 3 * GELU_CUBIC * GELU_SCALE))
+    return e.mul(e.sub(1.0, e.mul(t, t)), inner)
+
+
 UNARY: dict[str, UnaryOp] = {
     "neg": UnaryOp(np.negative, float_only=False, linear=True),
     "exp": UnaryOp(np.exp, lambda e, t, x, y: e.mul(t, y)),
@@ -74,6 +113,10 @@ UNARY: dict[str, UnaryOp] = {
     "tan": UnaryOp(np.tan, lambda e, t, x, y: e.mul(t, e.add(e.mul(y, y), 1.0))),
     "tanh": UnaryOp(np.tanh, lambda e, t, x, y: e.mul(t, e.sub(1.0, e.mul(y, y)))),
     "logistic": UnaryOp(_logistic, lambda e, t, x, y: e.mul(t, e.mul(y, e.sub(1.0, y)))),
+    "gelu_tanh": UnaryOp(_gelu_tanh, lambda e, t, x, y: e.mul(t, e.unary("gelu_tanh_slope", x))),
+    "gelu_tanh_slope": UnaryOp(
+        _gelu_tanh_slope, lambda e, t, x, y: e.mul(t, _gelu_tanh_curvature(e, x))
+    ),
     "sqrt": UnaryOp(np.sqrt, lambda e, t, x, y: e.div(t, e.mul(y, 2.0))),
     "rsqrt": UnaryOp(_rsqrt, lambda e, t, x, y: e.mul(t, e.mul(e.div(y, x), -0.5))),
     # abs'(0) = sign(0) = 0, as max(x, -x) with ties split; JAX gives 1 (see Value.abs).

@@ -331,9 +331,10 @@ def _span(ctx: StepContext, value: int) -> int:
 
 def stored_result(ctx: StepContext) -> int:
     """The value a library step's call writes: its op's result, or for a dot step with an
-    epilogue (`accy.lower.gemm_epilogues`) the epilogue's result, which takes its place."""
+    epilogue (`accy.lower.gemm_epilogues`) its first loop's result, which takes its place (the
+    biased product under a GELU, which a fused GEMM writes as its aux output)."""
     if ctx.step.kind == "dot" and ctx.step.epilogue:
-        return ctx.step.epilogue[-1].writes[0]
+        return ctx.step.epilogue[0].writes[0]
     return ctx.step.op.results[0]
 
 

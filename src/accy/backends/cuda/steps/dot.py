@@ -36,7 +36,7 @@ from ....codegen.c.loops import nest
 from ....config import config
 from ....lower.contraction import Gemm as Layout
 from ....lower.contraction import MatrixOperand, loop_indices
-from ....lower.gemm_epilogues import BiasEpilogue, bias_epilogue
+from ....lower.gemm_epilogues import BiasEpilogue, GemmEpilogue, gemm_epilogue
 from ....lower.plan import BLAS_DTYPES, is_half_gemm
 from ....lower.views import row_major
 from .. import epilogues
@@ -227,8 +227,9 @@ def _region_arrays(ctx: StepContext, layout: Layout) -> int | None:
     return ctx.region.derive(entries)
 
 
-def _shape(ctx: StepContext, layout: Layout) -> Gemm:
-    """The single GEMM of `layout` (fixed addresses; the addresses themselves left out)."""
+def _shape(ctx: StepContext, layout: Layout, epilogue: GemmEpilogue) -> Gemm:
+    """The single GEMM of `layout` with `epilogue` (fixed addresses; the addresses themselves
+    left out)."""
     op = ctx.step.op
     return Gemm(
         dtype=op.operand_types[0].dtype.name,
@@ -244,16 +245,20 @@ def _shape(ctx: StepContext, layout: Layout) -> Gemm:
         ldb=layout.lhs.leading,
         c=IN_REGION,
         ldc=max(layout.n, 1),
-        epilogue="bias",
-        bias=IN_REGION,
+        epilogue=epilogue.name,
+        bias=None if epilogue.bias is None else IN_REGION,
+        aux=None if epilogue.aux is None else IN_REGION,
     )
 
 
-def _fuses_bias(ctx: StepContext, layout: Layout, staged: bool) -> bool:
-    """Whether cuBLASLt adds the step's bias (else a kernel adds it after the GEMM): a single
-    GEMM with fixed addresses (`staged`) that cuBLASLt runs on this GPU."""
-    shape = _shape(ctx, layout)
-    return staged and epilogues.takes(shape) and epilogues.refusal_here(shape) is None
+def _fuses(ctx: StepContext, layout: Layout, staged: bool, epilogue: GemmEpilogue) -> bool:
+    """Whether cuBLASLt computes the step's epilogue (else kernels do after the GEMM): a single
+    GEMM with fixed addresses (`staged`; outside loop bodies for the GELU's, whose second
+    matrix is not staged) that cuBLASLt runs on this GPU."""
+    if not staged or epilogue.name != "bias" and ctx.in_loop:
+        return False
+    shape = _shape(ctx, layout, epilogue)
+    return epilogues.takes(shape) and epilogues.refusal_here(shape) is None
 
 
 def _schedule_gemm(
@@ -263,10 +268,11 @@ def _schedule_gemm(
     schedule: Schedule,
     staging: Staging,
     derived: int | None = None,
-    fused: bool = False,
+    fused: GemmEpilogue | None = None,
 ) -> None:
     """Add the GEMM; `derived`: its pointer arrays are entries of the level's region; `fused`:
-    cuBLASLt adds the step's bias (converted into its scratch "bias" by `_bias_copy`)."""
+    the epilogue cuBLASLt computes (its bias converted into the step's scratch "bias" by
+    `_bias_copy`; gelu_aux_bias writes the GELU into its result and the GEMM's own into aux)."""
     op = ctx.step.op
     lhs_type = op.operand_types[0]
     offsets, sizes = _offsets_and_sizes(ctx, layout)
@@ -304,9 +310,15 @@ def _schedule_gemm(
         stride_c=strides[2] or 0,
         arrays=arrays,
     )
-    if fused:
-        bias = Address(WORKSPACE, level.ws + ctx.workspace_scratch("bias"))
-        gemm = replace(gemm, epilogue="bias", bias=bias)
+    if fused is not None:
+        gemm = replace(gemm, epilogue=fused.name)
+        if fused.bias is not None:
+            bias = Address(WORKSPACE, level.ws + ctx.workspace_scratch("bias"))
+            gemm = replace(gemm, bias=bias)
+        if fused.name == "gelu_aux_bias":
+            gemm = replace(gemm, c=ctx.slot_address(level, fused.result), aux=gemm.c)
+        elif fused.aux is not None:
+            gemm = replace(gemm, aux=ctx.view_address(level, fused.aux))
     schedule.add(gemm)
 
 
@@ -315,9 +327,9 @@ def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
     count = math.prod(layout.batch_extents)
     if layout.m == 0 or layout.n == 0 or count == 0:
         return nothing
-    bias = bias_epilogue(ctx.step, ctx.plan.producers)
+    epilogue = gemm_epilogue(ctx.step, ctx.plan.producers)
     if layout.k == 0:
-        return launches(_zeros(ctx), *([_add_bias(ctx, bias)] if bias is not None else []))
+        return launches(_zeros(ctx), *_unfused_epilogue(ctx, epilogue))
     operands = list(zip(op.operands, (layout.lhs, layout.rhs), ("lhs", "rhs"), strict=True))
     packs = [_pack(ctx, value, matrix, name) for value, matrix, name in operands if matrix.packed]
     # Batched GEMMs read pointer arrays instead (see the module doc), and so do GEMMs in a
@@ -330,9 +342,10 @@ def _emit_gemm(ctx: StepContext, layout: Layout) -> StepCode:
     staging = stage_moving_buffers(ctx, unpacked) if staged else Staging()
     # Staged, every address is fixed; otherwise a WHILE-node body's arrays are in its region.
     derived = None if staged or ctx.region is None else _region_arrays(ctx, layout)
-    fused = bias is not None and _fuses_bias(ctx, layout, staged)
-    before = [_bias_copy(ctx, bias)] if fused else []
-    after = [_add_bias(ctx, bias)] if bias is not None and not fused else []
+    fuses = epilogue is not None and _fuses(ctx, layout, staged, epilogue)
+    fused = epilogue if fuses else None
+    before = [_bias_copy(ctx, epilogue.bias)] if fused and epilogue.bias is not None else []
+    after = [] if fused else _unfused_epilogue(ctx, epilogue)
 
     def schedule_gemm(level: Level, schedule: Schedule) -> None:
         launches(*packs, *staging.copies_before(ctx, level), *before)(level, schedule)
@@ -362,19 +375,39 @@ def _bias_copy(ctx: StepContext, bias: BiasEpilogue) -> tuple[str, int]:
     return elementwise_kernel(ctx, t, make, "(bias for the GEMM)", [declaration])
 
 
-def _add_bias(ctx: StepContext, bias: BiasEpilogue) -> tuple[str, int]:
-    """A kernel that adds the bias to the product in the result's buffer, in place: the
-    fused loop's own expression, its product read from there."""
-    add = ctx.plan.producers[bias.result]
+def _unfused_epilogue(ctx: StepContext, epilogue: GemmEpilogue | None) -> list:
+    """The kernels that compute the step's epilogue after its GEMM wrote the product into the
+    first loop's result (`stored_result`): each loop's expression, in order."""
+    if epilogue is None:
+        return []
+    loops = zip(ctx.step.epilogue, _EPILOGUE_LOOPS[epilogue.name], strict=True)
+    return [_after_gemm(ctx, loop, what) for loop, what in loops]
+
+
+# What each loop of an epilogue computes (the kernels' comments).
+_EPILOGUE_LOOPS = {
+    "bias": ("bias added",),
+    "gelu_aux_bias": ("bias added", "GELU"),
+    "dgelu": ("GELU's derivative applied",),
+}
+
+
+def _after_gemm(ctx: StepContext, loop, what: str) -> tuple[str, int]:
+    """A kernel that computes epilogue `loop` (`what` it does), the product read from the
+    loop's own result buffer where the loop reads it (in place: the bias added, the GELU's
+    derivative multiplied)."""
+    op = loop.op
     product = ctx.step.op.results[0]
-    t = add.type
+    result = loop.writes[0]
+    t = op.type
 
     def make(body: Body, index: Index, position: str) -> None:
-        body.seed(product, index, body.value(bias.result, index))
-        x = EMITTERS[add.kind](body, add, index)
-        body.lines.append(store_at(body, t.dtype, body.pointers[bias.result], position, x))
+        if product in loop.reads:
+            body.seed(product, index, body.value(result, index))
+        x = EMITTERS[op.kind](body, op, index)
+        body.lines.append(store_at(body, t.dtype, body.pointers[result], position, x))
 
-    return elementwise_kernel(ctx, t, make, "(bias added after the GEMM)")
+    return elementwise_kernel(ctx, t, make, f"({what} after the GEMM)")
 
 
 def _emit_loops(ctx: StepContext) -> StepCode:
@@ -458,15 +491,15 @@ def _emit_warp_loops(ctx: StepContext, result, lhs_index, rhs_index, loops) -> S
 
 def emit_dot(ctx: StepContext) -> StepCode:
     """cuBLAS for f32, f64 and 16-bit float operands (but short contractions into large
-    results), else one thread per result element. A bias epilogue is cuBLASLt's where it
-    takes the GEMM, else a kernel after it."""
+    results), else one thread per result element. An epilogue (bias, GELU, its derivative) is
+    cuBLASLt's where it takes the GEMM, else kernels after it."""
     if _by_cublas(ctx):
         return _emit_gemm(ctx, ctx.step.detail)
     code = _emit_loops(ctx)
-    bias = bias_epilogue(ctx.step, ctx.plan.producers)
-    if bias is None:
+    kernels = _unfused_epilogue(ctx, gemm_epilogue(ctx.step, ctx.plan.producers))
+    if not kernels:
         return code
-    after = launches(_add_bias(ctx, bias))
+    after = launches(*kernels)
 
     def schedule_loops(level: Level, schedule: Schedule) -> None:
         code(level, schedule)

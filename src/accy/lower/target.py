@@ -68,7 +68,9 @@ class Target:
     (`accy.lower.plan._cluster_loops`; SwiGLU's backward: three passes over its 8192-wide
     activations become one). The GPU takes it: each pass is a launch and a round trip to HBM.
     `fuses_gemm_epilogues`: a loop that adds a bias vector to a GEMM's product is done by the
-    GEMM (`accy.lower.gemm_epilogues`; cuBLASLt's bias epilogue on the GPU).
+    GEMM, and so are GELU after it and GELU's derivative scaling a product
+    (`accy.lower.gemm_epilogues`; cuBLASLt's BIAS, GELU_AUX_BIAS and DGELU epilogues on the
+    GPU); fusion then stores a biased product that several steps read (`fusion.decide`).
     `keep`: which kinds that have a composition the target runs whole, on operands in which
     layout (`accy.lower.expand`; by default every such kind is composed). `conv_scratch`: the
     workspace (names and bytes) of a conv kept for the target's own kernel (the CPU's tiled

@@ -155,16 +155,6 @@ def test_where_cublaslt_refuses_the_bias_is_added_after_the_plain_gemm(monkeypat
     assert "bias added after the GEMM" in " ".join(compiled.kernel_comments.values())
 
 
-@needs_nvcc
-def test_the_cuda_c_of_both_forms_compiles(monkeypatch):
-    sources = []
-    for answer, prefix in ((None, "fused_"), ("refused", "apart_")):
-        monkeypatch.setattr(epilogues, "refusal_here", lambda g, answer=answer: answer)
-        sources.append(compile_program(_dense(t=112), prefix=prefix).source)
-    ptx = toolchain.ptx_with_nvcc("".join(sources), "bias epilogues", arch="compute_90")
-    assert ".entry" in ptx
-
-
 def test_an_epilogue_gemm_of_a_batch_or_another_dtype_is_not_taken():
     at = epilogues.Gemm("bf16", 0, 0, 8, 8, 8, None, 8, None, 8, None, 8, epilogue="bias")
     assert epilogues.takes(at)
@@ -248,12 +238,16 @@ def test_where_cublaslt_refuses_the_gelu_epilogues_are_kernels_after_the_gemm(mo
 
 
 @needs_nvcc
-def test_the_cuda_c_of_both_gelu_forms_compiles(monkeypatch):
+@pytest.mark.parametrize(
+    "build",
+    [pytest.param(lambda: _dense(t=112), id="bias"), pytest.param(lambda: _mlp(t=352), id="gelu")],
+)
+def test_the_cuda_c_of_both_forms_compiles(monkeypatch, build):
     sources = []
-    for answer, prefix in ((None, "gelu_fused_"), ("refused", "gelu_apart_")):
+    for answer, prefix in ((None, "fused_"), ("refused", "apart_")):
         monkeypatch.setattr(epilogues, "refusal_here", lambda g, answer=answer: answer)
-        sources.append(compile_program(_mlp(t=352), prefix=prefix).source)
-    ptx = toolchain.ptx_with_nvcc("".join(sources), "gelu epilogues", arch="compute_90")
+        sources.append(compile_program(build(), prefix=prefix).source)
+    ptx = toolchain.ptx_with_nvcc("".join(sources), "GEMM epilogues", arch="compute_90")
     assert ".entry" in ptx
 
 
@@ -314,18 +308,26 @@ def test_the_gradient_program_of_a_stored_dense_output_fuses_its_forward_bias():
 
 def test_the_gradients_through_a_fused_bias_match_the_reference_on_the_gpu():
     cuda_device_or_skip()
+    t, k, n, m = 256, 128, 192, 64
+    _assert_gradients_match_on_the_gpu(_two_layers(t, k, n, m), (t, k, n, m), seed=1)
+
+
+def _assert_gradients_match_on_the_gpu(program, shape, seed):
+    """`program` (a gradient of `_two_layers` or `_mlp` at `shape`, t x k x n x m) on the GPU
+    within bf16 gradients' rounding of the reference, on random inputs."""
     import cupy
 
-    t, k, n, m = 256, 128, 192, 64
-    program = _two_layers(t, k, n, m)
-    x, w, bias = _inputs(t, k, n, seed=1)
-    v = (np.random.default_rng(2).normal(size=(n, m)) / np.sqrt(n)).astype(ml_dtypes.bfloat16)
+    t, k, n, m = shape
+    x, w, bias = _inputs(t, k, n, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    v = (rng.normal(size=(n, m)) / np.sqrt(n)).astype(ml_dtypes.bfloat16)
     outputs = accy.compile(program, device="cuda")(x, w, bias, v)
     got = [cupy.asnumpy(g).astype(np.float64) for g in outputs]
     want = [g.astype(np.float64) for g in accy.reference.run(program, [x, w, bias, v])]
     for g, r in zip(got, want, strict=True):
         assert g.shape == r.shape
-        # bf16 gradients: a few roundings of terms of the largest one's size
+        # bf16 gradients: a few roundings of terms of the largest one's size (a fused GELU
+        # rounds its input to bf16 once, as its aux matrix; the reference keeps it in f32)
         assert np.abs(g - r).max() <= 0.03 * np.abs(r).max()
         assert np.abs(g - r).mean() <= 0.01 * np.abs(r).mean()
 
@@ -335,8 +337,6 @@ def test_the_mlp_gradients_through_gelu_epilogues_match_the_reference_on_the_gpu
     monkeypatch, refused
 ):
     cuda_device_or_skip()
-    import cupy
-
     if refused:
         monkeypatch.setattr(epilogues, "refusal_here", lambda g: "refused")
     t, k, n, m = (256, 128, 384, 64) if refused else (512, 256, 768, 128)
@@ -344,14 +344,4 @@ def test_the_mlp_gradients_through_gelu_epilogues_match_the_reference_on_the_gpu
     compiled = compile_program(program, prefix=f"gelu_gpu_{int(refused)}_")
     names = {g.epilogue for g in _gemms(compiled)} - {""}
     assert names == (set() if refused else {"gelu_aux_bias", "dgelu"})
-    x, w, bias = _inputs(t, k, n, seed=3)
-    v = (np.random.default_rng(4).normal(size=(n, m)) / np.sqrt(n)).astype(ml_dtypes.bfloat16)
-    outputs = accy.compile(program, device="cuda")(x, w, bias, v)
-    got = [cupy.asnumpy(g).astype(np.float64) for g in outputs]
-    want = [g.astype(np.float64) for g in accy.reference.run(program, [x, w, bias, v])]
-    for g, r in zip(got, want, strict=True):
-        assert g.shape == r.shape
-        # bf16 gradients: a few roundings of terms of the largest one's size (cuBLASLt rounds
-        # the GELU's input once to bf16 as its aux, the reference keeps it in float32)
-        assert np.abs(g - r).max() <= 0.03 * np.abs(r).max()
-        assert np.abs(g - r).mean() <= 0.01 * np.abs(r).mean()
+    _assert_gradients_match_on_the_gpu(program, (t, k, n, m), seed=3)

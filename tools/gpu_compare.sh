@@ -14,7 +14,7 @@ TESTS="${TESTS:-tests/backends/test_cuda_vectors.py tests/backends/test_piecewis
   tests/backends/test_cuda_donation.py}"
 # shellcheck disable=SC2086
 ACCY_CACHE_DIR=/tmp/cache-tests timeout "${TEST_SECONDS:-45}" python3 -m pytest -p no:cacheprovider \
-  -p no:benchmark -n 15 -q $TESTS > "$OUT/tests.txt" 2>&1
+  -p no:benchmark -n 15 -rfE $TESTS > "$OUT/tests.txt" 2>&1
 echo "== tests rc $? ($((SECONDS - T0)) s)"
 for tree in new old; do
   dir=.; [ "$tree" = old ] && dir="$OLD"

@@ -228,6 +228,30 @@ def test_the_cuda_schedule_of_the_gelu_epilogues(monkeypatch):
     assert "after the GEMM" not in " ".join(compiled.kernel_comments.values())
 
 
+def _mlp_returning_its_gelu(t=256, k=128, n=384, m=64):
+    """`_mlp`'s loss and gradients, and the GELU output as well (a program output: its buffer
+    is the caller's, whose address moves from call to call)."""
+
+    def loss(x, w, bias, v):
+        h = accy.nn.gelu_tanh(x.contract(w, "k") + bias.convert(bf16))
+        z = h.contract(v, "n")
+        return (z * z).sum().convert(f32), h
+
+    step = accy.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)
+    types = [spec(bf16, t=t, k=k), spec(bf16, k=k, n=n), spec(f32, n=n), spec(bf16, n=n, m=m)]
+    return accy.jit(step, device="cuda").lower(*types).program
+
+
+def test_a_gelu_the_caller_gets_back_is_not_written_by_the_gemm(monkeypatch):
+    monkeypatch.setattr(epilogues, "refusal_here", lambda g: None)
+    program = _mlp_returning_its_gelu(t=416)
+    plan, names = _epilogues(program)
+    assert "gelu_aux_bias" in names  # the plan fuses; the CUDA step sees the moving buffer
+    compiled = compile_program(program, prefix="gelu_out_")
+    assert "gelu_aux_bias" not in {g.epilogue for g in _gemms(compiled)}
+    assert "(GELU after the GEMM)" in " ".join(compiled.kernel_comments.values())
+
+
 def test_where_cublaslt_refuses_the_gelu_epilogues_are_kernels_after_the_gemm(monkeypatch):
     monkeypatch.setattr(epilogues, "refusal_here", lambda g: "refused")
     compiled = compile_program(_mlp(t=288), prefix="gelu_apart_")

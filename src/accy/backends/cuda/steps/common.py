@@ -317,7 +317,7 @@ def _staging_copy(ctx: StepContext, value: int, below: int, span: int) -> Kernel
     return Kernel(name, (LevelPointer(True, entry), Address(SCRATCH, -below)))
 
 
-def _moves(ctx: StepContext, value: int) -> bool:
+def moves(ctx: StepContext, value: int) -> bool:
     """Whether stored `value` lives in the invocation's buffers (its address moves)."""
     return ctx.plan.slots[value].storage != "workspace"
 
@@ -348,7 +348,7 @@ def stage_moving_buffers(ctx: StepContext, operands) -> Staging:
     attention's q, k and v, is copied once per call, not twice)."""
     staging = Staging()
     for value in operands:
-        if value in staging.operands or not _moves(ctx, ctx.view(value).base):
+        if value in staging.operands or not moves(ctx, ctx.view(value).base):
             continue
         if ctx.own_plan:
             staging.operands[value] = _staged_once(ctx, value, staging)
@@ -360,7 +360,7 @@ def stage_moving_buffers(ctx: StepContext, operands) -> Staging:
         staging.copies_in.append((value, kernel, blocks_for(span)))
     op = ctx.step.op
     result = stored_result(ctx)
-    if _moves(ctx, result):
+    if moves(ctx, result):
         staging.result = ctx.scratch(op.type.nbytes)
         source, target = f"scratch + {staging.result}", ctx.slot_expression(result)
         kernel = copy_kernel(ctx, source, target, ctx.storage(result), op.type.size)

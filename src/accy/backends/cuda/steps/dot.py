@@ -56,6 +56,7 @@ from .common import (
     Staging,
     elementwise_kernel,
     indent,
+    moves,
     rounded,
     stage_moving_buffers,
     store,
@@ -253,9 +254,14 @@ def _shape(ctx: StepContext, layout: Layout, epilogue: GemmEpilogue) -> Gemm:
 
 def _fuses(ctx: StepContext, layout: Layout, staged: bool, epilogue: GemmEpilogue) -> bool:
     """Whether cuBLASLt computes the step's epilogue (else kernels do after the GEMM): a single
-    GEMM with fixed addresses (`staged`; outside loop bodies for the GELU's, whose second
-    matrix is not staged) that cuBLASLt runs on this GPU."""
-    if not staged or epilogue.name != "bias" and ctx.in_loop:
+    GEMM with fixed addresses (`staged`) that cuBLASLt runs on this GPU. The GELU epilogues'
+    second matrix (the GELU written, the aux read) is not staged: they stay out of loop bodies
+    and off the invocation's buffers (a GELU the caller gets back, an aux it passes in)."""
+    if not staged:
+        return False
+    if epilogue.name == "gelu_aux_bias" and (ctx.in_loop or moves(ctx, epilogue.result)):
+        return False
+    if epilogue.name == "dgelu" and (ctx.in_loop or moves(ctx, ctx.view(epilogue.aux).base)):
         return False
     shape = _shape(ctx, layout, epilogue)
     return epilogues.takes(shape) and epilogues.refusal_here(shape) is None

@@ -369,3 +369,21 @@ def test_the_mlp_gradients_through_gelu_epilogues_match_the_reference_on_the_gpu
     names = {g.epilogue for g in _gemms(compiled)} - {""}
     assert names == (set() if refused else {"gelu_aux_bias", "dgelu"})
     _assert_gradients_match_on_the_gpu(program, (t, k, n, m), seed=3)
+
+
+def test_a_returned_gelu_is_right_on_every_call_on_the_gpu():
+    # Each call's outputs are fresh arrays: a GEMM captured writing the first call's would leave
+    # the second call's GELU unwritten.
+    cuda_device_or_skip()
+    import cupy
+
+    t, k, n, m = 256, 128, 384, 64
+    program = _mlp_returning_its_gelu(t, k, n, m)
+    executable = accy.compile(program, device="cuda")
+    x, w, bias = _inputs(t, k, n, seed=5)
+    v = (np.random.default_rng(6).normal(size=(n, m)) / np.sqrt(n)).astype(ml_dtypes.bfloat16)
+    want = [g.astype(np.float64) for g in accy.reference.run(program, [x, w, bias, v])]
+    for _ in range(2):
+        got = [cupy.asnumpy(g).astype(np.float64) for g in executable(x, w, bias, v)]
+        for g, r in zip(got, want, strict=True):
+            assert np.abs(g - r).max() <= 0.03 * np.abs(r).max()

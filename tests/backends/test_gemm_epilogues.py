@@ -211,9 +211,45 @@ def test_the_cpu_plan_keeps_the_gelu_loops():
 
 
 def test_only_the_stored_biased_product_makes_gelu_epilogues():
-    # Without stored bias sums the pre-activation is computed inside each reader: no epilogue.
-    plan = build_plan(_mlp(), replace(GPU, fuses_gemm_epilogues=False))
+    # Without stored bias sums the pre-activation is computed inside each reader: no epilogue
+    # (as in the GPU's loop bodies, `Target.stores_bias_sums`).
+    plan = build_plan(_mlp(), replace(GPU, stores_bias_sums=False))
     assert not any(gemm_epilogue(s, plan.producers) for s in plan.steps)
+
+
+def _all_steps(plan):
+    for step in plan.steps:
+        yield plan, step
+        for inner in (step.body, *step.branches):
+            if inner is not None:
+                yield from _all_steps(inner)
+
+
+def test_a_scanned_mlps_body_keeps_its_bias_inside_the_gelus_loop():
+    # Loop bodies do not store the biased product (`Target.stores_bias_sums`): the CUDA backend
+    # would add the bias there in a kernel of its own (a body's GEMM is issued without
+    # cuBLASLt's epilogues unless its contraction is long), one launch a layer more.
+    def loss(x, w, bias, v):
+        def layer(carry, weights):
+            w, bias, v = weights
+            h = accy.nn.gelu_tanh(carry.contract(w, "k") + bias.convert(bf16))
+            return carry + h.contract(v, "n").rename("m", "k"), None
+
+        out, _ = accy.scan(layer, x, (w, bias, v), axis="layer")
+        return (out * out).sum().convert(f32)
+
+    types = [
+        spec(bf16, t=256, k=64),
+        spec(bf16, layer=2, k=64, n=256),
+        spec(f32, layer=2, n=256),
+        spec(bf16, layer=2, n=256, m=64),
+    ]
+    step = accy.value_and_grad(loss, argnums=(0, 1, 2, 3))
+    plan = build_plan(accy.jit(step, device="cuda").lower(*types).program, GPU)
+    inner = [(p, s) for p, s in _all_steps(plan) if p is not plan]
+    assert any(s.kind == "dot" for _, s in inner)  # the layers' GEMMs are in the scan bodies
+    names = {e.name for p, s in inner if (e := gemm_epilogue(s, p.producers)) is not None}
+    assert not names & {"gelu_aux_bias", "dgelu"}
 
 
 def test_the_cuda_schedule_of_the_gelu_epilogues(monkeypatch):

@@ -153,9 +153,7 @@ def build_plan(program: Program, target: Target = CPU) -> Plan:
         program = convert_inside_scans(program, target.rematerialize_min_bytes)
     if target.rematerialize_after:
         program = rematerialize_stored(program, target)
-    decisions = fusion.decide(
-        program, target.recomputes_transcendentals, target.fuses_gemm_epilogues
-    )
+    decisions = fusion.decide(program, target.recomputes_transcendentals, target.stores_bias_sums)
     views = _views_for_buffer_consumers(decisions)
     steps = _merge_siblings(_hoist_reductions(_steps(decisions, views, target)))
     check = FlatCheck(decisions.producer, decisions.is_stored, program.type_of, views)
@@ -265,8 +263,9 @@ def _steps(decisions: fusion.Fusion, views, target: Target) -> list[Step]:
             continue
         reads, fused = _reads_and_fused(decisions, op)
         kind = STEP_KINDS.get(op.kind, "loop")
-        body = build_plan(op.attrs["body"], target) if kind == "scan" else None
-        branches = tuple(build_plan(op.attrs[name], target) for name in BRANCHES.get(kind, ()))
+        inner = replace(target, stores_bias_sums=False)  # a body's or branch's (`Target`)
+        body = build_plan(op.attrs["body"], inner) if kind == "scan" else None
+        branches = tuple(build_plan(op.attrs[name], inner) for name in BRANCHES.get(kind, ()))
         detail = DETAILS[kind](op, views) if kind in DETAILS else None
         scratch = _scratch(kind, op, body, detail, branches, target)
         steps.append(

@@ -97,9 +97,7 @@ def rematerialize_stored(program: Program, target: Target) -> Program:
     >>> rematerialize_stored(p, GPU) is p
     True
     """
-    decisions = fusion.decide(
-        program, target.recomputes_transcendentals, target.fuses_gemm_epilogues
-    )
+    decisions = fusion.decide(program, target.recomputes_transcendentals, target.stores_bias_sums)
 
     def worth(value: int) -> bool:
         large = program.type_of(value).nbytes >= target.rematerialize_min_bytes

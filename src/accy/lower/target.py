@@ -70,7 +70,12 @@ class Target:
     `fuses_gemm_epilogues`: a loop that adds a bias vector to a GEMM's product is done by the
     GEMM, and so are GELU after it and GELU's derivative scaling a product
     (`accy.lower.gemm_epilogues`; cuBLASLt's BIAS, GELU_AUX_BIAS and DGELU epilogues on the
-    GPU); fusion then stores a biased product that several steps read (`fusion.decide`).
+    GPU). `stores_bias_sums`: fusion stores a GEMM's biased product that several steps read
+    (`fusion.decide`), which the GEMM's bias epilogue writes, and GELU's epilogues read. The
+    GPU's top-level plan does; its bodies' and branches' plans do not (`plan._steps`): the
+    CUDA backend issues a loop body's GEMM with cuBLASLt's epilogues only where its
+    contraction is long, so there a kernel of its own would add the bias (GPT-2's scanned
+    layers: a launch a layer).
     `keep`: which kinds that have a composition the target runs whole, on operands in which
     layout (`accy.lower.expand`; by default every such kind is composed). `conv_scratch`: the
     workspace (names and bytes) of a conv kept for the target's own kernel (the CPU's tiled
@@ -92,6 +97,7 @@ class Target:
     converts_inside_scans: bool = False
     clusters_loops: bool = False
     fuses_gemm_epilogues: bool = False
+    stores_bias_sums: bool = False
     keep: Keep = compose_all
     conv_scratch: Callable[[Operation], tuple[tuple[str, int], ...]] | None = None
 
@@ -129,4 +135,5 @@ GPU = Target(
     converts_inside_scans=True,
     clusters_loops=True,
     fuses_gemm_epilogues=True,
+    stores_bias_sums=True,
 )

@@ -1,9 +1,10 @@
 """The CUDA schedules of the two GPT-2 training steps of `bench.gpt2`, compiled without a GPU:
 accy's unrolled model (`accy.demo.gpt2`, traced on CPU arrays: `tools/gpt2_chains.py`) and
 `accy-layers` (`accy.models.gpt2`, its layers under a scan, traced on abstract weights). For
-each: actions by kind, kernel launches by plan-step kind, GEMMs by shape, and the plan steps
-of each scan body by kind, so that what the scanned step schedules beyond the unrolled one is
-visible. Without a GPU cuDNN declines, and both steps compile attention as the composition.
+each: actions by kind, kernel launches by plan-step kind, GEMMs by shape and epilogue, and the
+plan steps of each scan body by kind, so that what the scanned step schedules beyond the
+unrolled one is visible. Without a GPU cuDNN declines, and both steps compile attention as the
+composition.
 
     PYTHONPATH=src:. python tools/gpt2_layers_schedule.py [--dtype bf16] [--scale cuda]
 """
@@ -38,14 +39,18 @@ def layers_program(s: gpt2.Scale, dtype: str):
 
 
 def describe(name: str, artifact) -> None:
-    """`gpt2_dp_schedule.describe` (actions and launches by kind), then GEMMs by shape and the
-    plan's steps."""
+    """`gpt2_dp_schedule.describe` (actions and launches by kind), then GEMMs by shape and by
+    epilogue (cuBLASLt's bias, GELU, GELU's derivative; without a GPU every one the plan fuses
+    is taken), and the plan's steps."""
     launches(name, artifact)
     gemms: Counter[tuple[int, int, int]] = Counter()
+    epilogues: Counter[str] = Counter()
     for action in artifact.schedule.actions:
         if isinstance(action, Gemm):
             gemms[(action.m, action.n, action.k)] += action.batch
+            epilogues[action.epilogue or "none"] += action.batch
     print(f"  GEMMs by (m, n, k), cuBLAS's terms: {dict(gemms.most_common())}")
+    print(f"  GEMMs by cuBLASLt epilogue: {dict(epilogues.most_common())}")
     _plan_steps(artifact.plan, "  ")
 
 

@@ -228,11 +228,11 @@ def _region_arrays(ctx: StepContext, layout: Layout) -> int | None:
     return ctx.region.derive(entries)
 
 
-def _shape(ctx: StepContext, layout: Layout, epilogue: GemmEpilogue) -> Gemm:
-    """The single GEMM of `layout` with `epilogue` (fixed addresses; the addresses themselves
-    left out)."""
+def _shape(ctx: StepContext, layout: Layout, epilogue: GemmEpilogue | None = None) -> Gemm:
+    """The single GEMM of `layout`, with `epilogue` if any (fixed addresses; the addresses
+    themselves left out)."""
     op = ctx.step.op
-    return Gemm(
+    gemm = Gemm(
         dtype=op.operand_types[0].dtype.name,
         out=op.type.dtype.name,
         transa=OP_T if layout.rhs.transposed else OP_N,
@@ -246,10 +246,12 @@ def _shape(ctx: StepContext, layout: Layout, epilogue: GemmEpilogue) -> Gemm:
         ldb=layout.lhs.leading,
         c=IN_REGION,
         ldc=max(layout.n, 1),
-        epilogue=epilogue.name,
-        bias=None if epilogue.bias is None else IN_REGION,
-        aux=None if epilogue.aux is None else IN_REGION,
     )
+    if epilogue is None:
+        return gemm
+    bias = None if epilogue.bias is None else IN_REGION
+    aux = None if epilogue.aux is None else IN_REGION
+    return replace(gemm, epilogue=epilogue.name, bias=bias, aux=aux)
 
 
 def _fuses(ctx: StepContext, layout: Layout, staged: bool, epilogue: GemmEpilogue) -> bool:
@@ -259,9 +261,8 @@ def _fuses(ctx: StepContext, layout: Layout, staged: bool, epilogue: GemmEpilogu
     and off the invocation's buffers (a GELU the caller gets back, an aux it passes in)."""
     if not staged:
         return False
-    if epilogue.name == "gelu_aux_bias" and (ctx.in_loop or moves(ctx, epilogue.result)):
-        return False
-    if epilogue.name == "dgelu" and (ctx.in_loop or moves(ctx, ctx.view(epilogue.aux).base)):
+    second = {"gelu_aux_bias": epilogue.result, "dgelu": epilogue.aux}.get(epilogue.name)
+    if second is not None and (ctx.in_loop or moves(ctx, ctx.view(second).base)):
         return False
     shape = _shape(ctx, layout, epilogue)
     return epilogues.takes(shape) and epilogues.refusal_here(shape) is None
@@ -280,7 +281,6 @@ def _schedule_gemm(
     the epilogue cuBLASLt computes (its bias converted into the step's scratch "bias" by
     `_bias_copy`; gelu_aux_bias writes the GELU into its result and the GEMM's own into aux)."""
     op = ctx.step.op
-    lhs_type = op.operand_types[0]
     offsets, sizes = _offsets_and_sizes(ctx, layout)
     strides = [_stride(o) for o in offsets]
     if derived is not None:
@@ -296,20 +296,11 @@ def _schedule_gemm(
             bases = zip((rhs, lhs, out), offsets, sizes, strict=True)
             pointers = [base.plus(o * size) for base, column, size in bases for o in column]
             arrays = schedule.table(pointers)
-    gemm = Gemm(
-        dtype=lhs_type.dtype.name,
-        out=op.type.dtype.name,
-        transa=OP_T if layout.rhs.transposed else OP_N,
-        transb=OP_T if layout.lhs.transposed else OP_N,
-        m=layout.n,
-        n=layout.m,
-        k=layout.k,
+    gemm = replace(
+        _shape(ctx, layout),
         a=rhs,
-        lda=layout.rhs.leading,
         b=lhs,
-        ldb=layout.lhs.leading,
         c=out,
-        ldc=max(layout.n, 1),
         batch=len(offsets[2]),
         stride_a=strides[0] or 0,
         stride_b=strides[1] or 0,

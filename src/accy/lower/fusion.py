@@ -203,11 +203,13 @@ def decide(
     # depth[v]: the most operations between v and the root of a step that computes it inline.
     depth: dict[int, int] = {}
     outputs = set(program.outputs)
+
+    def kept(op: Operation) -> bool:  # stored where several steps need it, light or not
+        return stores_bias_sums and is_bias_sum(op, producer)
+
     for index in reversed(range(len(program.operations))):
         op = program.operations[index]
-        decision = _decide_op(op, index, needs, outputs, recompute_transcendentals)
-        if decision == INLINE and stores_bias_sums and _several_steps(op, needs):
-            decision = STORED if is_bias_sum(op, producer) else decision
+        decision = _decide_op(op, index, needs, outputs, recompute_transcendentals, kept)
         own_depth = max((depth.get(v, 0) for v in op.results), default=0)
         if decision == INLINE and op.operands and own_depth >= _depth_limit(op):
             decision = STORED
@@ -232,6 +234,7 @@ def _decide_op(
     needs: dict[int, set[Need]],
     outputs: set[int],
     recompute_transcendentals: bool,
+    kept: Callable[[Operation], bool],
 ) -> str:
     if op.kind == "parameter":
         return INPUT
@@ -251,13 +254,10 @@ def _decide_op(
     if "expanding" in modes and not is_light(op):
         return STORED
     recomputed = is_light(op) or recompute_transcendentals and op.kind == "unary"
-    if len(steps) > 1 and not (recomputed and len(steps) <= LIGHT_RECOMPUTE_STEPS):
+    shared = not (recomputed and len(steps) <= LIGHT_RECOMPUTE_STEPS) or kept(op)
+    if len(steps) > 1 and shared:
         return STORED
     return INLINE
-
-
-def _several_steps(op: Operation, needs: dict[int, set[Need]]) -> bool:
-    return len({(need.step, need.phase) for v in op.results for need in needs.get(v, ())}) > 1
 
 
 def _pass_needs(op: Operation, index: int, decision: str, needs: dict[int, set[Need]]) -> None:

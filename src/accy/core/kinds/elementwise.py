@@ -66,29 +66,23 @@ def _logistic(x):
 # GELU's tanh approximation, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), and its
 # derivative, as two unary ops rather than a composition: a GEMM's epilogue computes both
 # (cuBLASLt's GELU_AUX_BIAS and DGELU, `accy.lower.gemm_epilogues`), which the plan can only see
-# as what they are. 16-bit floats are computed in float32 and rounded once, as the C does
-# (`accy_gelu_tanhf` and `accy_gelu_tanh_slopef` in `accy.codegen.c.prelude`, the same
-# operations in the same order).
+# as what they are. Computed as the C does (`accy_gelu_tanhf` and `accy_gelu_tanh_slopef` in
+# `accy.codegen.c.prelude`, the same operations in the same order); 16-bit floats arrive widened
+# to float32 and are rounded once after (`accy.reference`).
 GELU_SCALE = 0.7978845608028654  # sqrt(2 / pi)
 GELU_CUBIC = 0.044715
 
 
-def _widened(x):
-    return x.astype(np.float32) if x.dtype.itemsize < 4 else x
-
-
 def _gelu_tanh(x):
-    w = _widened(x)
-    u = GELU_SCALE * (w + GELU_CUBIC * w * w * w)
-    return (0.5 * w * (1.0 + np.tanh(u))).astype(x.dtype, copy=False)
+    u = GELU_SCALE * (x + GELU_CUBIC * x * x * x)
+    return 0.5 * x * (1.0 + np.tanh(u))
 
 
 def _gelu_tanh_slope(x):
     """d/dx gelu_tanh(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) u'(x), t = tanh(u(x))."""
-    w = _widened(x)
-    t = np.tanh(GELU_SCALE * (w + GELU_CUBIC * w * w * w))
-    du = GELU_SCALE * (1.0 + 3 * GELU_CUBIC * w * w)
-    return (0.5 * (1.0 + t) + 0.5 * w * (1.0 - t * t) * du).astype(x.dtype, copy=False)
+    t = np.tanh(GELU_SCALE * (x + GELU_CUBIC * x * x * x))
+    du = GELU_SCALE * (1.0 + 3 * GELU_CUBIC * x * x)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
 
 
 def _gelu_tanh_curvature(e, x):
